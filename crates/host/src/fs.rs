@@ -1,0 +1,489 @@
+//! `HostFs`: every read and write of /proc and /sys goes through a root directory.
+//!
+//! The default root is `/`, the live host. A snapshot or fixture tree is a directory holding the
+//! same relative paths (`proc/stat`, `sys/class/net/eth0 -> ../../devices/...`). Symbolic links in
+//! a tree are followed *inside* the root: an absolute target such as `/sys/devices/...` is taken
+//! relative to the root, and `..` never climbs above it, so a tree can never read the live host by
+//! accident.
+//!
+//! A `HostFs` can carry a [`Recorder`]: it notes every file read, every directory listed and every
+//! link crossed, which is exactly what `netsteer snapshot` copies.
+
+use crate::error::{HostError, ParseError, Result};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Linux's own limit on symlinks followed in one lookup (MAXSYMLINKS).
+const MAX_LINK_HOPS: usize = 40;
+
+/// What a [`Recorder`] saw at one host path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// A regular file that was read; `mode` keeps the permission bits (a 0444 `smp_affinity`
+    /// marks a managed IRQ).
+    File { mode: u32, content: Vec<u8> },
+    /// A symbolic link and its target text, kept verbatim.
+    Link { target: String },
+    /// A directory that was listed, with the entries seen.
+    Dir,
+}
+
+/// Collects the host paths a `HostFs` touched.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    entries: BTreeMap<PathBuf, Recorded>,
+}
+
+impl Recorder {
+    pub fn entries(&self) -> &BTreeMap<PathBuf, Recorded> {
+        &self.entries
+    }
+
+    fn note(&mut self, path: PathBuf, what: Recorded) {
+        // A file read later under a listed directory wins over a bare listing entry.
+        self.entries.entry(path).or_insert(what);
+    }
+}
+
+/// The root through which the host is read and written.
+#[derive(Debug, Clone)]
+pub struct HostFs {
+    root: PathBuf,
+    recorder: Option<Arc<Mutex<Recorder>>>,
+    /// Permission bits a tree's metadata restores (see `capture::SnapshotMeta::modes`).
+    tree_modes: Arc<OnceLock<BTreeMap<String, u32>>>,
+}
+
+impl Default for HostFs {
+    fn default() -> Self {
+        HostFs::live()
+    }
+}
+
+impl HostFs {
+    /// The live host, rooted at `/`.
+    pub fn live() -> Self {
+        HostFs::new("/")
+    }
+
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        HostFs {
+            root: root.into(),
+            recorder: None,
+            tree_modes: Arc::default(),
+        }
+    }
+
+    /// A root that exists and holds at least `proc/stat` or `sys/devices/system/cpu`; anything
+    /// else is refused up front with a message naming the directory.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let fs = HostFs::new(root);
+        let meta = fs::metadata(&fs.root).map_err(|e| HostError::NotAHostTree {
+            root: fs.root.clone(),
+            reason: e.to_string(),
+        })?;
+        if !meta.is_dir() {
+            return Err(HostError::NotAHostTree {
+                root: fs.root.clone(),
+                reason: "not a directory".into(),
+            });
+        }
+        let has_proc = fs.root.join("proc/stat").exists();
+        let has_sys = fs.root.join("sys/devices/system/cpu").is_dir();
+        if !has_proc && !has_sys {
+            return Err(HostError::NotAHostTree {
+                root: fs.root.clone(),
+                reason: "neither proc/stat nor sys/devices/system/cpu is inside it".into(),
+            });
+        }
+        Ok(fs)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// True for the live host (root `/`), where netlink, processes and services are real.
+    pub fn is_live(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    /// The same root, noting everything read from now on into the returned recorder.
+    pub fn recording(&self) -> (HostFs, Arc<Mutex<Recorder>>) {
+        let recorder = Arc::new(Mutex::new(Recorder::default()));
+        let fs = HostFs {
+            root: self.root.clone(),
+            recorder: Some(recorder.clone()),
+            tree_modes: self.tree_modes.clone(),
+        };
+        (fs, recorder)
+    }
+
+    /// The same root without recording (for scans whose results are recorded selectively).
+    pub fn unrecorded(&self) -> HostFs {
+        HostFs {
+            root: self.root.clone(),
+            recorder: None,
+            tree_modes: self.tree_modes.clone(),
+        }
+    }
+
+    fn record(&self, path: PathBuf, what: Recorded) {
+        if let Some(rec) = &self.recorder
+            && let Ok(mut rec) = rec.lock()
+        {
+            rec.note(path, what);
+        }
+    }
+
+    /// Host path (`/proc/stat`) → normalized relative components.
+    fn components(host_path: &Path) -> Vec<&OsStr> {
+        host_path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Resolves `host_path` to a real path under the root, following links inside the root and
+    /// recording each link crossed. Returns the resolved *host* path and the real path.
+    fn resolve(&self, host_path: &Path) -> Result<(PathBuf, PathBuf)> {
+        let io_err = |source| HostError::Io {
+            path: host_path.to_path_buf(),
+            source,
+        };
+        if self.is_live() && self.recorder.is_none() {
+            // The kernel resolves links itself on the live host; no bookkeeping needed.
+            return Ok((host_path.to_path_buf(), host_path.to_path_buf()));
+        }
+        let mut pending: Vec<PathBuf> = Self::components(host_path)
+            .into_iter()
+            .rev()
+            .map(PathBuf::from)
+            .collect();
+        let mut resolved = PathBuf::from("/");
+        let mut hops = 0;
+        while let Some(part) = pending.pop() {
+            if part == Path::new("..") {
+                resolved.pop();
+                continue;
+            }
+            if part == Path::new(".") {
+                continue;
+            }
+            let candidate = resolved.join(&part);
+            let real = self.real(&candidate);
+            let meta = match fs::symlink_metadata(&real) {
+                Ok(m) => m,
+                Err(e) if pending.is_empty() => {
+                    return Err(HostError::Io {
+                        path: candidate,
+                        source: e,
+                    });
+                }
+                Err(e) => return Err(io_err(e)),
+            };
+            if meta.file_type().is_symlink() {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Err(HostError::LinkLoop {
+                        path: host_path.to_path_buf(),
+                    });
+                }
+                let target = fs::read_link(&real).map_err(io_err)?;
+                self.record(
+                    candidate.clone(),
+                    Recorded::Link {
+                        target: target.to_string_lossy().into_owned(),
+                    },
+                );
+                if target.is_absolute() {
+                    resolved = PathBuf::from("/");
+                }
+                // Push the target's components so they are resolved (and recorded) in turn.
+                let mut parts: Vec<PathBuf> = target
+                    .components()
+                    .filter_map(|c| match c {
+                        Component::Normal(s) => Some(PathBuf::from(s)),
+                        Component::ParentDir => Some(PathBuf::from("..")),
+                        _ => None,
+                    })
+                    .collect();
+                parts.reverse();
+                pending.extend(parts);
+            } else {
+                resolved = candidate;
+            }
+        }
+        let real = self.real(&resolved);
+        Ok((resolved, real))
+    }
+
+    /// The path under the root for an already resolved host path.
+    fn real(&self, host_path: &Path) -> PathBuf {
+        let mut p = self.root.clone();
+        for c in Self::components(host_path) {
+            p.push(c);
+        }
+        p
+    }
+
+    /// Reads a whole file as text.
+    pub fn read(&self, host_path: impl AsRef<Path>) -> Result<String> {
+        let host_path = host_path.as_ref();
+        let (resolved, real) = self.resolve(host_path)?;
+        let bytes = fs::read(&real).map_err(|source| HostError::Io {
+            path: host_path.to_path_buf(),
+            source,
+        })?;
+        if self.recorder.is_some() {
+            let mode = self.mode(host_path).unwrap_or(0o644);
+            self.record(
+                resolved,
+                Recorded::File {
+                    mode,
+                    content: bytes.clone(),
+                },
+            );
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Reads a file and hands it to a pure parser, attaching the path to any error.
+    pub fn read_parsed<T>(
+        &self,
+        host_path: impl AsRef<Path>,
+        parse: impl FnOnce(&str) -> std::result::Result<T, ParseError>,
+    ) -> Result<T> {
+        let host_path = host_path.as_ref();
+        let text = self.read(host_path)?;
+        parse(&text).map_err(|source| HostError::Parse {
+            path: host_path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Reads a one-value file (sysfs attribute, sysctl) as a trimmed string.
+    pub fn read_value(&self, host_path: impl AsRef<Path>) -> Result<String> {
+        Ok(self.read(host_path)?.trim().to_string())
+    }
+
+    /// Lists a directory's entry names, sorted.
+    pub fn read_dir(&self, host_path: impl AsRef<Path>) -> Result<Vec<String>> {
+        let host_path = host_path.as_ref();
+        let (resolved, real) = self.resolve(host_path)?;
+        let io_err = |source| HostError::Io {
+            path: host_path.to_path_buf(),
+            source,
+        };
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&real).map_err(io_err)? {
+            let entry = entry.map_err(io_err)?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        if self.recorder.is_some() {
+            self.record(resolved.clone(), Recorded::Dir);
+            for name in &names {
+                let child = resolved.join(name);
+                if let Ok(meta) = fs::symlink_metadata(real.join(name)) {
+                    if meta.file_type().is_symlink() {
+                        if let Ok(target) = fs::read_link(real.join(name)) {
+                            let target = target.to_string_lossy().into_owned();
+                            self.record(child, Recorded::Link { target });
+                        }
+                    } else if meta.is_dir() {
+                        self.record(child, Recorded::Dir);
+                    }
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    /// The target text of a link, e.g. the driver name behind `device/driver`.
+    pub fn read_link(&self, host_path: impl AsRef<Path>) -> Result<PathBuf> {
+        let host_path = host_path.as_ref();
+        let parent = host_path.parent().unwrap_or(Path::new("/"));
+        let name = host_path.file_name().ok_or_else(|| HostError::Io {
+            path: host_path.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::InvalidInput),
+        })?;
+        let (resolved_parent, real_parent) = self.resolve(parent)?;
+        let real = real_parent.join(name);
+        let target = fs::read_link(&real).map_err(|source| HostError::Io {
+            path: host_path.to_path_buf(),
+            source,
+        })?;
+        self.record(
+            resolved_parent.join(name),
+            Recorded::Link {
+                target: target.to_string_lossy().into_owned(),
+            },
+        );
+        Ok(target)
+    }
+
+    /// Where a link-laden host path really lives (host path form), e.g.
+    /// `/sys/class/net/eth0/device` → `/sys/devices/pci0000:00/0000:00:03.0/virtio2`.
+    pub fn canonical(&self, host_path: impl AsRef<Path>) -> Result<PathBuf> {
+        Ok(self.resolve(host_path.as_ref())?.0)
+    }
+
+    pub fn exists(&self, host_path: impl AsRef<Path>) -> bool {
+        self.resolve(host_path.as_ref())
+            .map(|(_, real)| real.exists())
+            .unwrap_or(false)
+    }
+
+    pub fn is_dir(&self, host_path: impl AsRef<Path>) -> bool {
+        self.resolve(host_path.as_ref())
+            .map(|(_, real)| real.is_dir())
+            .unwrap_or(false)
+    }
+
+    /// Permission bits of a file (0444 on `smp_affinity` = the kernel will refuse writes).
+    pub fn mode(&self, host_path: impl AsRef<Path>) -> Result<u32> {
+        let host_path = host_path.as_ref();
+        let (resolved, real) = self.resolve(host_path)?;
+        if !self.is_live() {
+            let modes = self.tree_modes.get_or_init(|| {
+                crate::capture::read_meta(&self.root)
+                    .map(|m| m.modes)
+                    .unwrap_or_default()
+            });
+            if let Some(mode) = modes.get(resolved.to_string_lossy().as_ref()) {
+                return Ok(*mode);
+            }
+        }
+        fs::metadata(&real)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .map_err(|source| HostError::Io {
+                path: host_path.to_path_buf(),
+                source,
+            })
+    }
+
+    /// Writes a value to an existing file (a sysfs attribute, a sysctl, an IRQ affinity) in one
+    /// `write(2)`, as the kernel's store functions expect; never creates or truncates-and-grows
+    /// files the kernel did not make. The errno of a refusal is kept in the error.
+    pub fn write(&self, host_path: impl AsRef<Path>, value: &str) -> Result<()> {
+        let host_path = host_path.as_ref();
+        let (_, real) = self.resolve(host_path)?;
+        let io_err = |source| HostError::Io {
+            path: host_path.to_path_buf(),
+            source,
+        };
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .truncate(!self.is_live())
+            .open(&real)
+            .map_err(io_err)?;
+        file.write_all(value.as_bytes()).map_err(io_err)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        fs::create_dir_all(r.join("proc")).unwrap();
+        fs::write(r.join("proc/stat"), "cpu 1 2 3 4\n").unwrap();
+        fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0")).unwrap();
+        fs::create_dir_all(r.join("sys/class/net")).unwrap();
+        fs::write(
+            r.join("sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/mtu"),
+            "1500\n",
+        )
+        .unwrap();
+        // Relative link, as sysfs makes them.
+        symlink(
+            "../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0",
+            r.join("sys/class/net/eth0"),
+        )
+        .unwrap();
+        // Absolute link: must resolve inside the root, never on the live host.
+        symlink(
+            "/sys/devices/pci0000:00/0000:00:03.0",
+            r.join("sys/class/net/abs"),
+        )
+        .unwrap();
+        symlink("loop", r.join("sys/class/net/loop")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn links_resolve_inside_the_root_and_are_recorded() {
+        let dir = tree();
+        let (fs, rec) = HostFs::open(dir.path()).unwrap().recording();
+        assert_eq!(fs.read_value("/sys/class/net/eth0/mtu").unwrap(), "1500");
+        assert_eq!(
+            fs.canonical("/sys/class/net/abs/virtio2").unwrap(),
+            PathBuf::from("/sys/devices/pci0000:00/0000:00:03.0/virtio2")
+        );
+        assert_eq!(
+            fs.read_dir("/sys/class/net").unwrap(),
+            ["abs", "eth0", "loop"]
+        );
+        let rec = rec.lock().unwrap();
+        assert_eq!(
+            rec.entries().get(Path::new("/sys/class/net/eth0")),
+            Some(&Recorded::Link {
+                target: "../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0".into()
+            })
+        );
+        assert!(matches!(
+            rec.entries().get(Path::new(
+                "/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/mtu"
+            )),
+            Some(Recorded::File { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_host_path_and_loops_end() {
+        let dir = tree();
+        let fs = HostFs::open(dir.path()).unwrap();
+        let err = fs.read("/proc/net/snmp").unwrap_err();
+        assert!(err.is_not_found());
+        assert!(err.to_string().starts_with("/proc/net/snmp: "), "{err}");
+        assert!(matches!(
+            fs.read("/sys/class/net/loop/x"),
+            Err(HostError::LinkLoop { .. })
+        ));
+    }
+
+    #[test]
+    fn open_refuses_what_is_not_a_host_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = HostFs::open(dir.path()).unwrap_err();
+        assert!(matches!(err, HostError::NotAHostTree { .. }));
+        assert!(err.to_string().contains("not a host tree"));
+        assert!(HostFs::open(dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn writes_go_to_the_tree() {
+        let dir = tree();
+        let fs = HostFs::open(dir.path()).unwrap();
+        fs.write("/sys/class/net/eth0/mtu", "9000\n").unwrap();
+        assert_eq!(fs.read_value("/sys/class/net/eth0/mtu").unwrap(), "9000");
+        assert!(
+            fs.write("/sys/class/net/eth0/nope", "1")
+                .unwrap_err()
+                .is_not_found()
+        );
+    }
+}

@@ -1,0 +1,388 @@
+//! The NIC model: every interface with its queues, the IRQ serving each queue, where those IRQs
+//! may and do run, and the per-queue steering (RPS/RFS/XPS).
+
+use crate::cpuset::CpuSet;
+use crate::error::Result;
+use crate::ethtool::NicSettings;
+use crate::field::Field;
+use crate::fs::HostFs;
+use crate::irqname::{IrqRole, NameContext, classify, gve_block, gve_role};
+use crate::parse::{Interrupts, parse_int, parse_uint};
+use crate::topology::{read_list, read_mask};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const NET_DIR: &str = "/sys/class/net";
+
+/// Affinity of one IRQ as /proc/irq/N shows it (kernel/irq/proc.c).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IrqAffinity {
+    /// `smp_affinity_list`: where the IRQ may be delivered (the requested, maybe pending, mask).
+    pub requested: Field<CpuSet>,
+    /// `effective_affinity_list`: where it is delivered now (one CPU on x86 even for a wide mask).
+    pub effective: Field<CpuSet>,
+    /// `affinity_hint`: the driver's suggestion; empty when it gave none.
+    pub hint: Field<CpuSet>,
+    /// `node`: NUMA node of the IRQ's device (-1 unknown).
+    pub node: Field<i64>,
+    /// False when `smp_affinity` is read-only: a kernel-managed IRQ that nobody may move
+    /// (6.12+ marks them 0444; older kernels only answer EIO on write, so they look settable).
+    pub settable: Field<bool>,
+}
+
+pub fn read_irq_affinity(fs: &HostFs, irq: u32, nr_cpu_ids: u32) -> IrqAffinity {
+    let dir = format!("/proc/irq/{irq}");
+    let requested = read_list(fs, &format!("{dir}/smp_affinity_list"), Some(nr_cpu_ids))
+        .or_else(|_| read_mask(fs, &format!("{dir}/smp_affinity")));
+    IrqAffinity {
+        requested: requested.into(),
+        effective: read_list(
+            fs,
+            &format!("{dir}/effective_affinity_list"),
+            Some(nr_cpu_ids),
+        )
+        .into(),
+        hint: read_mask(fs, &format!("{dir}/affinity_hint")).into(),
+        node: fs.read_parsed(format!("{dir}/node"), parse_int).into(),
+        settable: fs
+            .mode(format!("{dir}/smp_affinity"))
+            .map(|m| m & 0o200 != 0)
+            .into(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicIrq {
+    pub irq: u32,
+    /// Action name from /proc/interrupts (`virtio2-input.0`).
+    pub name: String,
+    pub role: IrqRole,
+    /// Interrupts since boot, all CPUs.
+    pub count: u64,
+    /// The CPU that took most of them, if any were taken.
+    pub busiest_cpu: Option<u32>,
+    pub affinity: IrqAffinity,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RxQueue {
+    pub index: u32,
+    /// RPS: CPUs this queue's packets are steered to in software (empty = off).
+    pub rps_cpus: Field<CpuSet>,
+    /// RFS flow table size of this queue (0 = RFS off for it).
+    pub rps_flow_cnt: Field<u64>,
+    /// IRQs that serve this queue.
+    pub irqs: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxQueue {
+    pub index: u32,
+    /// XPS: CPUs that transmit on this queue.
+    pub xps_cpus: Field<CpuSet>,
+    /// XPS by receive queue (bit i = rx-i).
+    pub xps_rxqs: Field<CpuSet>,
+    pub irqs: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nic {
+    pub name: String,
+    pub ifindex: Field<u32>,
+    /// `physical`, or the virtual kind (`loopback`, `veth`, `bridge`, `bond`, `vlan`, ...).
+    pub kind: String,
+    pub driver: Field<String>,
+    /// PCI function whose MSI vectors serve the queues (for virtio, the parent of `virtioN`).
+    pub bus_id: Option<String>,
+    pub operstate: Field<String>,
+    pub mtu: Field<u32>,
+    /// NUMA node of the device (-1 = unknown, treat as any).
+    pub numa_node: Field<i64>,
+    pub local_cpus: Field<CpuSet>,
+    /// Software IRQ coalescing (Documentation/networking/napi.rst).
+    pub gro_flush_timeout: Field<u64>,
+    pub napi_defer_hard_irqs: Field<u64>,
+    /// Threaded NAPI: `0`, `1` (EOPNOTSUPP when the device has no NAPI).
+    pub threaded: Field<String>,
+    pub rx_queues: Vec<RxQueue>,
+    pub tx_queues: Vec<TxQueue>,
+    pub irqs: Vec<NicIrq>,
+    /// Settings read over ethtool netlink (absent when not asked for).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub settings: Option<NicSettings>,
+}
+
+impl Nic {
+    pub fn is_virtual(&self) -> bool {
+        self.kind != "physical"
+    }
+
+    pub fn irq(&self, irq: u32) -> Option<&NicIrq> {
+        self.irqs.iter().find(|i| i.irq == irq)
+    }
+
+    /// IRQs that carry packets (not control vectors).
+    pub fn queue_irqs(&self) -> impl Iterator<Item = &NicIrq> {
+        self.irqs
+            .iter()
+            .filter(|i| !matches!(i.role, IrqRole::Control | IrqRole::Other))
+    }
+}
+
+fn file_name(p: &Path) -> Option<String> {
+    p.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+fn read_u32(fs: &HostFs, path: &str) -> Field<u32> {
+    fs.read_parsed(path, parse_uint)
+        .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+        .into()
+}
+
+fn uevent_devtype(fs: &HostFs, dir: &str) -> Option<String> {
+    let text = fs.read(format!("{dir}/uevent")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("DEVTYPE="))
+        .map(|s| s.trim().to_string())
+}
+
+/// Reads one interface. `interrupts` is the parsed /proc/interrupts, when it could be read.
+pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu_ids: u32) -> Nic {
+    let dir = format!("{NET_DIR}/{name}");
+    let canonical = fs.canonical(&dir).ok();
+    let ifindex = read_u32(fs, &format!("{dir}/ifindex"));
+    let iflink = read_u32(fs, &format!("{dir}/iflink"));
+    let dev_type = read_u32(fs, &format!("{dir}/type"));
+    let is_virtual = canonical
+        .as_ref()
+        .is_some_and(|p| p.starts_with("/sys/devices/virtual"))
+        || !fs.exists(format!("{dir}/device"));
+    let kind = if !is_virtual {
+        "physical".to_string()
+    } else if let Some(t) = uevent_devtype(fs, &dir) {
+        t
+    } else if dev_type.known() == Some(&772) {
+        "loopback".to_string()
+    } else if fs.is_dir(format!("{dir}/bridge")) {
+        "bridge".to_string()
+    } else if fs.is_dir(format!("{dir}/bonding")) {
+        "bond".to_string()
+    } else if matches!((ifindex.known(), iflink.known()), (Some(a), Some(b)) if a != b) {
+        // A link to another interface: veth (or a tunnel); rtnetlink knows the exact kind.
+        "veth".to_string()
+    } else {
+        "virtual".to_string()
+    };
+
+    let device = format!("{dir}/device");
+    let driver: Field<String> = if is_virtual {
+        Field::Known(kind.clone())
+    } else {
+        fs.read_link(format!("{device}/driver"))
+            .map(|t| file_name(&t).unwrap_or_default())
+            .into()
+    };
+
+    // The function holding the MSI vectors: the device itself, or for virtio_net its parent PCI
+    // function (`device` is `virtioN`, which has neither msi_irqs nor numa_node).
+    let dev_canonical = if is_virtual {
+        None
+    } else {
+        fs.canonical(&device).ok()
+    };
+    let virtio_index = dev_canonical
+        .as_deref()
+        .and_then(file_name)
+        .and_then(|n| n.strip_prefix("virtio").and_then(|i| i.parse().ok()));
+    let function = match (&dev_canonical, virtio_index) {
+        (Some(d), Some(_)) => d.parent().map(Path::to_path_buf),
+        (Some(d), None) => Some(d.clone()),
+        _ => None,
+    };
+    let function_str = function.as_ref().map(|p| p.to_string_lossy().into_owned());
+    let msi_dir = function_str
+        .as_ref()
+        .map(|f| format!("{f}/msi_irqs"))
+        .filter(|d| fs.is_dir(d));
+    let bus_id = function
+        .as_deref()
+        .and_then(file_name)
+        .filter(|_| !is_virtual);
+
+    let (numa_node, local_cpus) = match &function_str {
+        Some(f) => (
+            fs.read_parsed(format!("{f}/numa_node"), parse_int).into(),
+            read_list(fs, &format!("{f}/local_cpulist"), Some(nr_cpu_ids)).into(),
+        ),
+        None => (
+            Field::unknown("virtual device: no bus"),
+            Field::unknown("virtual device: no bus"),
+        ),
+    };
+
+    let queue_names = fs.read_dir(format!("{dir}/queues")).unwrap_or_default();
+    let mut rx_idx: Vec<u32> = queue_names
+        .iter()
+        .filter_map(|q| q.strip_prefix("rx-")?.parse().ok())
+        .collect();
+    let mut tx_idx: Vec<u32> = queue_names
+        .iter()
+        .filter_map(|q| q.strip_prefix("tx-")?.parse().ok())
+        .collect();
+    rx_idx.sort_unstable();
+    tx_idx.sort_unstable();
+
+    let irqs = if is_virtual {
+        Vec::new()
+    } else {
+        let ctx = NameContext {
+            ifname: name,
+            driver: driver.known().map(String::as_str),
+            virtio_index,
+            bus_id: bus_id.as_deref(),
+        };
+        find_irqs(fs, interrupts, msi_dir.as_deref(), &ctx, nr_cpu_ids)
+    };
+    let serving = |role_matches: &dyn Fn(IrqRole) -> bool| -> Vec<u32> {
+        irqs.iter()
+            .filter(|i| role_matches(i.role))
+            .map(|i| i.irq)
+            .collect()
+    };
+
+    let single_tx = tx_idx.len() == 1;
+    let rx_queues = rx_idx
+        .iter()
+        .map(|&q| {
+            let qd = format!("{dir}/queues/rx-{q}");
+            RxQueue {
+                index: q,
+                rps_cpus: read_mask(fs, &format!("{qd}/rps_cpus")).into(),
+                rps_flow_cnt: fs
+                    .read_parsed(format!("{qd}/rps_flow_cnt"), parse_uint)
+                    .into(),
+                irqs: serving(&|r| {
+                    matches!(r, IrqRole::Rx(i) | IrqRole::RxTx(i) if i == q)
+                        || r == IrqRole::AllQueues
+                }),
+            }
+        })
+        .collect();
+    let tx_queues = tx_idx
+        .iter()
+        .map(|&q| {
+            let qd = format!("{dir}/queues/tx-{q}");
+            let xps_cpus = match read_mask(fs, &format!("{qd}/xps_cpus")) {
+                // net-sysfs.c xps_cpus_show(): -ENOENT when the device has one tx queue.
+                Err(e) if single_tx && e.is_not_found() => {
+                    Field::unknown("not available: XPS has no effect with a single tx queue")
+                }
+                other => other.into(),
+            };
+            TxQueue {
+                index: q,
+                xps_cpus,
+                xps_rxqs: read_mask(fs, &format!("{qd}/xps_rxqs")).into(),
+                irqs: serving(&|r| {
+                    matches!(r, IrqRole::Tx(i) | IrqRole::RxTx(i) if i == q)
+                        || r == IrqRole::AllQueues
+                }),
+            }
+        })
+        .collect();
+
+    Nic {
+        name: name.to_string(),
+        ifindex,
+        kind,
+        driver,
+        bus_id,
+        operstate: fs.read_value(format!("{dir}/operstate")).into(),
+        mtu: read_u32(fs, &format!("{dir}/mtu")),
+        numa_node,
+        local_cpus,
+        gro_flush_timeout: fs
+            .read_parsed(format!("{dir}/gro_flush_timeout"), parse_uint)
+            .into(),
+        napi_defer_hard_irqs: fs
+            .read_parsed(format!("{dir}/napi_defer_hard_irqs"), parse_uint)
+            .into(),
+        threaded: fs.read_value(format!("{dir}/threaded")).into(),
+        rx_queues,
+        tx_queues,
+        irqs,
+        settings: None,
+    }
+}
+
+fn find_irqs(
+    fs: &HostFs,
+    interrupts: Option<&Interrupts>,
+    msi_dir: Option<&str>,
+    ctx: &NameContext<'_>,
+    nr_cpu_ids: u32,
+) -> Vec<NicIrq> {
+    let Some(interrupts) = interrupts else {
+        return Vec::new();
+    };
+    // The device's own vectors when sysfs lists them; otherwise every IRQ whose name is ours.
+    let own: Option<Vec<u32>> = msi_dir.map(|d| {
+        let mut v: Vec<u32> = fs
+            .read_dir(d)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        // Read each entry (msi/msix) so snapshots carry them; numeric order, not lexicographic.
+        for n in &v {
+            let _ = fs.read(format!("{d}/{n}"));
+        }
+        v.sort_unstable();
+        v
+    });
+    let mut found = Vec::new();
+    for row in &interrupts.rows {
+        let Some(irq) = row.number() else { continue };
+        let is_own = own.as_ref().is_some_and(|v| v.binary_search(&irq).is_ok());
+        if own.is_some() && !is_own {
+            continue;
+        }
+        let name = row.actions.join(", ");
+        let role = match classify(&name, ctx) {
+            Some(r) => r,
+            None if is_own => IrqRole::Other,
+            None => continue,
+        };
+        let busiest_cpu = interrupts
+            .per_cpu(row)
+            .filter(|(_, c)| *c > 0)
+            .max_by_key(|(_, c)| *c)
+            .map(|(cpu, _)| cpu);
+        found.push(NicIrq {
+            irq,
+            name,
+            role,
+            count: row.total(),
+            busiest_cpu,
+            affinity: read_irq_affinity(fs, irq, nr_cpu_ids),
+        });
+    }
+    // gve names blocks, not queues: split them into tx (lower half) and rx (upper half).
+    let blocks: Vec<(usize, u32)> = found
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| gve_block(&f.name).map(|b| (i, b)))
+        .collect();
+    let nblocks = blocks.len() as u32;
+    for (i, b) in blocks {
+        found[i].role = gve_role(b, nblocks);
+    }
+    found
+}
+
+/// Interface names under /sys/class/net, sorted.
+pub fn list_interfaces(fs: &HostFs) -> Result<Vec<String>> {
+    let mut names = fs.read_dir(NET_DIR)?;
+    names.retain(|n| n != "bonding_masters");
+    Ok(names)
+}

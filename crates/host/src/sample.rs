@@ -1,0 +1,352 @@
+//! Counter samples and per-interval rates in mpstat's semantics (sysstat `mpstat -P ALL`,
+//! `mpstat -I SCPU`) plus softnet and per-IRQ rates.
+
+use crate::cpuset::CpuSet;
+use crate::error::Result;
+use crate::fs::HostFs;
+use crate::parse::{
+    Interrupts, ProcStat, Softirqs, SoftnetRow, parse_interrupts, parse_proc_stat, parse_softirqs,
+    parse_softnet_stat,
+};
+use crate::topology::read_list;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The counters of one moment. Only /proc/stat is required; the other files may be missing
+/// (a partial tree, a locked-down container) and their rates are then absent.
+#[derive(Debug, Clone, Default)]
+pub struct CounterSample {
+    pub stat: ProcStat,
+    pub softirqs: Option<Softirqs>,
+    pub interrupts: Option<Interrupts>,
+    /// Softnet rows keyed by CPU id.
+    pub softnet: BTreeMap<u32, SoftnetRow>,
+    /// Why optional files are missing.
+    pub problems: Vec<String>,
+}
+
+/// Parses the counter files from their texts (pure: the benchmark and tests feed text).
+pub fn parse_sample(
+    stat: &str,
+    softirqs: Option<&str>,
+    interrupts: Option<&str>,
+    softnet: Option<&str>,
+    online: Option<&CpuSet>,
+) -> std::result::Result<CounterSample, crate::error::ParseError> {
+    let stat = parse_proc_stat(stat)?;
+    let mut problems = Vec::new();
+    let softirqs = softirqs.and_then(|t| {
+        parse_softirqs(t)
+            .map_err(|e| problems.push(format!("/proc/softirqs: {e}")))
+            .ok()
+    });
+    let interrupts = interrupts.and_then(|t| {
+        parse_interrupts(t)
+            .map_err(|e| problems.push(format!("/proc/interrupts: {e}")))
+            .ok()
+    });
+    let softnet = softnet
+        .and_then(|t| {
+            parse_softnet_stat(t)
+                .map_err(|e| problems.push(format!("/proc/net/softnet_stat: {e}")))
+                .ok()
+        })
+        .map(|rows| {
+            let online = online
+                .cloned()
+                .unwrap_or_else(|| stat.cpus.keys().copied().collect());
+            let ids = SoftnetRow::resolve_cpus(&rows, Some(&online));
+            ids.into_iter().zip(rows).collect()
+        })
+        .unwrap_or_default();
+    Ok(CounterSample {
+        stat,
+        softirqs,
+        interrupts,
+        softnet,
+        problems,
+    })
+}
+
+/// Reads one sample from the host.
+pub fn read_sample(fs: &HostFs) -> Result<CounterSample> {
+    let stat = fs.read("/proc/stat")?;
+    let mut problems = Vec::new();
+    let mut opt = |path: &str| fs.read(path).map_err(|e| problems.push(e.to_string())).ok();
+    let softirqs = opt("/proc/softirqs");
+    let interrupts = opt("/proc/interrupts");
+    let softnet = opt("/proc/net/softnet_stat");
+    let online = read_list(fs, "/sys/devices/system/cpu/online", None).ok();
+    let mut sample = parse_sample(
+        &stat,
+        softirqs.as_deref(),
+        interrupts.as_deref(),
+        softnet.as_deref(),
+        online.as_ref(),
+    )
+    .map_err(|source| crate::error::HostError::Parse {
+        path: "/proc/stat".into(),
+        source,
+    })?;
+    problems.append(&mut sample.problems);
+    sample.problems = problems;
+    Ok(sample)
+}
+
+/// Difference of a counter that the kernel keeps as a 32-bit `unsigned int` (softnet columns,
+/// per-CPU IRQ and softirq counts) or 64-bit: a decrease below 2^32 is a wrap, anything else a
+/// reset (counted as zero rather than as a huge negative rate).
+pub fn counter_delta(prev: u64, cur: u64) -> u64 {
+    if cur >= prev {
+        cur - prev
+    } else if prev <= u64::from(u32::MAX) {
+        cur + (1u64 << 32) - prev
+    } else {
+        0
+    }
+}
+
+/// One CPU's activity over an interval. Percentages as mpstat prints them; rates per second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuRates {
+    pub cpu: u32,
+    pub usr: f64,
+    pub nice: f64,
+    pub sys: f64,
+    pub iowait: f64,
+    pub irq: f64,
+    pub soft: f64,
+    pub steal: f64,
+    pub guest: f64,
+    pub gnice: f64,
+    pub idle: f64,
+    /// NET_RX / NET_TX softirq handler runs per second (/proc/softirqs).
+    pub net_rx: Option<f64>,
+    pub net_tx: Option<f64>,
+    /// Softnet: packets processed, dropped (backlog/flow limit), budget squeezes, RPS IPIs
+    /// received, flow-limit drops — per second.
+    pub processed: Option<f64>,
+    pub dropped: Option<f64>,
+    pub squeezed: Option<f64>,
+    pub rps_ipi: Option<f64>,
+    pub flow_limit: Option<f64>,
+    /// Backlog length at the end of the interval (5.10+).
+    pub backlog_len: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IrqRate {
+    pub irq: u32,
+    pub name: String,
+    /// Interrupts per second by CPU (CPUs with none omitted).
+    pub per_cpu: BTreeMap<u32, f64>,
+    pub total: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    pub interval_s: f64,
+    pub cpus: Vec<CpuRates>,
+    /// CPUs that were in the previous sample but not in this one (went offline).
+    pub went_offline: Vec<u32>,
+    pub irqs: Vec<IrqRate>,
+}
+
+fn pct(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / total as f64
+    }
+}
+
+/// Rates between two samples taken `interval_s` apart. `irqs` selects the IRQs whose rates are
+/// wanted (all numbered IRQs when `None`).
+pub fn rates(
+    prev: &CounterSample,
+    cur: &CounterSample,
+    interval_s: f64,
+    irqs: Option<&BTreeSet<u32>>,
+) -> Rates {
+    let per_s = |d: u64| {
+        if interval_s > 0.0 {
+            d as f64 / interval_s
+        } else {
+            0.0
+        }
+    };
+    let net = |s: &CounterSample, v: &str| s.softirqs.as_ref().map(|x| x.per_cpu(v));
+    let (rx0, rx1) = (net(prev, "NET_RX"), net(cur, "NET_RX"));
+    let (tx0, tx1) = (net(prev, "NET_TX"), net(cur, "NET_TX"));
+    let softirq_rate = |a: &Option<BTreeMap<u32, u64>>, b: &Option<BTreeMap<u32, u64>>, cpu| {
+        Some(per_s(counter_delta(
+            *a.as_ref()?.get(&cpu)?,
+            *b.as_ref()?.get(&cpu)?,
+        )))
+    };
+
+    let mut cpus = Vec::new();
+    for (&cpu, t1) in &cur.stat.cpus {
+        let Some(t0) = prev.stat.cpus.get(&cpu) else {
+            continue;
+        };
+        let d = |a: u64, b: u64| b.saturating_sub(a);
+        let total = d(t0.total(), t1.total());
+        let guest = d(t0.guest, t1.guest);
+        let gnice = d(t0.guest_nice, t1.guest_nice);
+        let sn = match (prev.softnet.get(&cpu), cur.softnet.get(&cpu)) {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
+        };
+        let sn_rate = |f: fn(&SoftnetRow) -> Option<u32>| {
+            let (a, b) = sn?;
+            Some(per_s(counter_delta(u64::from(f(a)?), u64::from(f(b)?))))
+        };
+        cpus.push(CpuRates {
+            cpu,
+            usr: pct(d(t0.user, t1.user).saturating_sub(guest), total),
+            nice: pct(d(t0.nice, t1.nice).saturating_sub(gnice), total),
+            sys: pct(d(t0.system, t1.system), total),
+            iowait: pct(d(t0.iowait, t1.iowait), total),
+            irq: pct(d(t0.irq, t1.irq), total),
+            soft: pct(d(t0.softirq, t1.softirq), total),
+            steal: pct(d(t0.steal, t1.steal), total),
+            guest: pct(guest, total),
+            gnice: pct(gnice, total),
+            idle: pct(d(t0.idle, t1.idle), total),
+            net_rx: softirq_rate(&rx0, &rx1, cpu),
+            net_tx: softirq_rate(&tx0, &tx1, cpu),
+            processed: sn_rate(|r| Some(r.processed)),
+            dropped: sn_rate(|r| Some(r.dropped)),
+            squeezed: sn_rate(|r| Some(r.time_squeeze)),
+            rps_ipi: sn_rate(|r| r.received_rps),
+            flow_limit: sn_rate(|r| r.flow_limit_count),
+            backlog_len: sn.and_then(|(_, b)| b.backlog_len),
+        });
+    }
+    let went_offline = prev
+        .stat
+        .cpus
+        .keys()
+        .filter(|c| !cur.stat.cpus.contains_key(c))
+        .copied()
+        .collect();
+
+    let mut irq_rates = Vec::new();
+    if let (Some(i0), Some(i1)) = (&prev.interrupts, &cur.interrupts) {
+        let before: BTreeMap<u32, BTreeMap<u32, u64>> = i0
+            .rows
+            .iter()
+            .filter_map(|r| Some((r.number()?, i0.per_cpu(r).collect())))
+            .collect();
+        for row in &i1.rows {
+            let Some(irq) = row.number() else { continue };
+            if irqs.is_some_and(|set| !set.contains(&irq)) {
+                continue;
+            }
+            let Some(old) = before.get(&irq) else {
+                continue;
+            };
+            let mut per_cpu = BTreeMap::new();
+            for (cpu, count) in i1.per_cpu(row) {
+                if let Some(&was) = old.get(&cpu) {
+                    let r = per_s(counter_delta(was, count));
+                    if r > 0.0 {
+                        per_cpu.insert(cpu, r);
+                    }
+                }
+            }
+            irq_rates.push(IrqRate {
+                irq,
+                name: row.actions.join(", "),
+                total: per_cpu.values().sum(),
+                per_cpu,
+            });
+        }
+    }
+    Rates {
+        interval_s,
+        cpus,
+        went_offline,
+        irqs: irq_rates,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn softnet_line(processed: u32, dropped: u32, cpu: u32) -> String {
+        let mut cols = vec![0u32; 15];
+        cols[0] = processed;
+        cols[1] = dropped;
+        cols[12] = cpu;
+        cols.iter()
+            .map(|c| format!("{c:08x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn sample(user: u64, soft: u64, rx: u64, processed: u32, irq37: u64) -> CounterSample {
+        // Idle grows so that every interval below spans exactly 1000 ticks more than the last.
+        let idle = 10_000 - user - soft;
+        let stat = format!(
+            "cpu 0 0 0 0\ncpu0 {user} 0 0 {idle} 0 0 {soft} 0 0 0\ncpu1 0 0 0 100 0 0 0 0 0 0\n"
+        );
+        let softirqs = format!("CPU0 CPU1\nNET_TX: 0 0\nNET_RX: {rx} 5\n");
+        let interrupts =
+            format!(" CPU0 CPU1\n37: {irq37} 1 PCI-MSIX-0000:00:03.0 1-edge virtio2-input.0\n");
+        let softnet = format!(
+            "{}\n{}\n",
+            softnet_line(processed, 0, 0),
+            softnet_line(0, 0, 1)
+        );
+        parse_sample(
+            &stat,
+            Some(&softirqs),
+            Some(&interrupts),
+            Some(&softnet),
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn mpstat_percentages_and_rates() {
+        let a = sample(100, 50, 1_000, 10, 500);
+        let mut b = sample(150, 250, 3_000, 4_010, 2_500);
+        // Over the interval: user +50, softirq +200, idle +750 => 1000 ticks.
+        b.stat.cpus.get_mut(&0).unwrap().idle = a.stat.cpus[&0].idle + 750;
+        let r = rates(&a, &b, 2.0, None);
+        let c0 = &r.cpus[0];
+        assert_eq!(c0.usr, 5.0);
+        assert_eq!(c0.soft, 20.0);
+        assert_eq!(c0.idle, 75.0);
+        assert_eq!(c0.net_rx, Some(1_000.0));
+        assert_eq!(c0.processed, Some(2_000.0));
+        assert_eq!(r.irqs[0].per_cpu[&0], 1_000.0);
+        assert!(!r.irqs[0].per_cpu.contains_key(&1));
+    }
+
+    #[test]
+    fn softnet_wraps_at_32_bits() {
+        let a = sample(0, 0, 0, u32::MAX - 9, 0);
+        let b = sample(0, 0, 0, 10, 0);
+        let r = rates(&a, &b, 1.0, None);
+        assert_eq!(r.cpus[0].processed, Some(20.0));
+        assert_eq!(counter_delta(u64::from(u32::MAX), 4), 5);
+        assert_eq!(counter_delta(1 << 40, 3), 0);
+    }
+
+    #[test]
+    fn offline_cpus_drop_out() {
+        let a = sample(0, 0, 0, 0, 0);
+        let mut b = sample(0, 0, 0, 0, 0);
+        b.stat.cpus.remove(&1);
+        b.softnet.remove(&1);
+        let r = rates(&a, &b, 1.0, Some(&BTreeSet::from([99])));
+        assert_eq!(r.cpus.len(), 1);
+        assert_eq!(r.went_offline, [1]);
+        assert!(r.irqs.is_empty());
+    }
+}

@@ -1,0 +1,149 @@
+//! CPU topology from /sys/devices/system/{cpu,node} (Documentation/ABI/stable/sysfs-devices-system-cpu).
+
+use crate::cpuset::{CpuSet, nr_cpu_ids};
+use crate::error::{HostError, Result};
+use crate::field::Field;
+use crate::fs::HostFs;
+use crate::parse::parse_uint;
+use serde::{Deserialize, Serialize};
+
+const CPU_DIR: &str = "/sys/devices/system/cpu";
+const NODE_DIR: &str = "/sys/devices/system/node";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuInfo {
+    pub id: u32,
+    pub online: bool,
+    /// NUMA node, when the kernel has NUMA sysfs.
+    pub node: Option<u32>,
+    pub package: Field<u32>,
+    pub core: Field<u32>,
+    /// Hyperthread siblings including this CPU (`thread_siblings_list`).
+    pub siblings: Field<CpuSet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaNode {
+    pub id: u32,
+    pub cpus: Field<CpuSet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    pub possible: CpuSet,
+    pub online: CpuSet,
+    /// `isolcpus=` CPUs: RPS silently skips them (`rps_cpumask_housekeeping()`).
+    pub isolated: Field<CpuSet>,
+    /// Absent when the kernel was not booted with nohz_full.
+    pub nohz_full: Field<CpuSet>,
+    /// `smt/control`: on, off, forceoff, notsupported, notimplemented.
+    pub smt: Field<String>,
+    /// Width in bits of every CPU mask this host reads and accepts.
+    pub nr_cpu_ids: u32,
+    pub cpus: Vec<CpuInfo>,
+    pub nodes: Vec<NumaNode>,
+}
+
+impl Topology {
+    pub fn cpu(&self, id: u32) -> Option<&CpuInfo> {
+        self.cpus.iter().find(|c| c.id == id)
+    }
+
+    /// CPUs of a NUMA node, if known.
+    pub fn node_cpus(&self, node: u32) -> Option<&CpuSet> {
+        self.nodes.iter().find(|n| n.id == node)?.cpus.known()
+    }
+
+    /// Prints a set as a mask at this host's exact width.
+    pub fn mask(&self, set: &CpuSet) -> std::result::Result<String, crate::cpuset::CpuSetError> {
+        set.to_mask(self.nr_cpu_ids)
+    }
+}
+
+pub(crate) fn read_list(fs: &HostFs, path: &str, nr: Option<u32>) -> Result<CpuSet> {
+    let text = fs.read(path)?;
+    CpuSet::parse_list(&text, nr).map_err(|source| HostError::CpuSet {
+        path: path.into(),
+        source,
+    })
+}
+
+pub(crate) fn read_mask(fs: &HostFs, path: &str) -> Result<CpuSet> {
+    let text = fs.read(path)?;
+    CpuSet::parse_mask(&text).map_err(|source| HostError::CpuSet {
+        path: path.into(),
+        source,
+    })
+}
+
+fn read_u32(fs: &HostFs, path: &str) -> Result<u32> {
+    let v = fs.read_parsed(path, parse_uint)?;
+    u32::try_from(v).map_err(|_| HostError::Parse {
+        path: path.into(),
+        source: crate::error::ParseError::new(1, format!("{v} does not fit 32 bits")),
+    })
+}
+
+/// Reads the topology. `fallback_cpus` (the CPUs /proc/stat lists) stands in when the cpu sysfs
+/// lists are missing, e.g. in a partial tree.
+pub fn read_topology(fs: &HostFs, fallback_cpus: Option<&CpuSet>) -> Topology {
+    let online_r = read_list(fs, &format!("{CPU_DIR}/online"), None);
+    let possible = read_list(fs, &format!("{CPU_DIR}/possible"), None)
+        .ok()
+        .or_else(|| online_r.as_ref().ok().cloned())
+        .or_else(|| fallback_cpus.cloned())
+        .unwrap_or_default();
+    let nr = nr_cpu_ids(&possible);
+    let online = online_r
+        .ok()
+        .or_else(|| fallback_cpus.cloned())
+        .unwrap_or_else(|| possible.clone());
+    let isolated = read_list(fs, &format!("{CPU_DIR}/isolated"), Some(nr)).into();
+    let nohz_full = match read_list(fs, &format!("{CPU_DIR}/nohz_full"), Some(nr)) {
+        Err(e) if e.is_not_found() => Field::Known(CpuSet::new()),
+        other => other.into(),
+    };
+    let smt = fs.read_value(format!("{CPU_DIR}/smt/control")).into();
+
+    let mut nodes = Vec::new();
+    if let Ok(node_ids) = read_list(fs, &format!("{NODE_DIR}/online"), None)
+        .or_else(|_| read_list(fs, &format!("{NODE_DIR}/possible"), None))
+    {
+        for id in node_ids.iter() {
+            let cpus = read_list(fs, &format!("{NODE_DIR}/node{id}/cpulist"), Some(nr)).into();
+            nodes.push(NumaNode { id, cpus });
+        }
+    }
+
+    let cpus = possible
+        .iter()
+        .map(|id| {
+            let topo = format!("{CPU_DIR}/cpu{id}/topology");
+            let siblings = read_list(fs, &format!("{topo}/thread_siblings_list"), Some(nr))
+                .or_else(|_| read_list(fs, &format!("{topo}/core_cpus_list"), Some(nr)))
+                .into();
+            CpuInfo {
+                id,
+                online: online.contains(id),
+                node: nodes
+                    .iter()
+                    .find(|n| n.cpus.known().is_some_and(|c| c.contains(id)))
+                    .map(|n| n.id),
+                package: read_u32(fs, &format!("{topo}/physical_package_id")).into(),
+                core: read_u32(fs, &format!("{topo}/core_id")).into(),
+                siblings,
+            }
+        })
+        .collect();
+
+    Topology {
+        possible,
+        online,
+        isolated,
+        nohz_full,
+        smt,
+        nr_cpu_ids: nr,
+        cpus,
+        nodes,
+    }
+}

@@ -1,0 +1,99 @@
+//! The whole packet path of a host at one moment: what `netsteer show` prints and what doctor
+//! and tune reason about.
+
+use crate::cpuset::CpuSet;
+use crate::error::Result;
+use crate::ethtool::NicSettings;
+use crate::field::Field;
+use crate::fs::HostFs;
+use crate::nic::{Nic, list_interfaces, read_nic};
+use crate::parse::{Interrupts, parse_interrupts, parse_proc_stat};
+use crate::sysctl::{NetCoreSysctls, read_net_core};
+use crate::topology::{Topology, read_topology};
+use serde::{Deserialize, Serialize};
+
+/// Bumped when a field changes meaning or disappears (additions keep it).
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Irqbalance {
+    pub running: bool,
+    pub pid: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostView {
+    pub schema_version: u32,
+    pub kernel: Field<String>,
+    pub topology: Topology,
+    pub sysctls: NetCoreSysctls,
+    pub irqbalance: Field<Irqbalance>,
+    pub nics: Vec<Nic>,
+    /// Whole files that could not be read, and what is unknown because of it.
+    pub problems: Vec<String>,
+}
+
+impl HostView {
+    pub fn nic(&self, name: &str) -> Option<&Nic> {
+        self.nics.iter().find(|n| n.name == name)
+    }
+}
+
+/// Finds a running irqbalance by scanning /proc/PID/comm. Only the matching process's `comm` is
+/// recorded, so a snapshot carries no list of the host's processes.
+pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
+    let scan = fs.unrecorded();
+    for entry in scan.read_dir("/proc")? {
+        let Ok(pid) = entry.parse::<u32>() else {
+            continue;
+        };
+        let path = format!("/proc/{pid}/comm");
+        if scan.read_value(&path).is_ok_and(|c| c == "irqbalance") {
+            let _ = fs.read(&path);
+            return Ok(Irqbalance {
+                running: true,
+                pid: Some(pid),
+            });
+        }
+    }
+    Ok(Irqbalance {
+        running: false,
+        pid: None,
+    })
+}
+
+/// Reads the host. Never fails on a missing or malformed file: that part becomes unknown and the
+/// reason is kept. `settings` supplies ethtool netlink data per interface when wanted.
+pub fn read_host(fs: &HostFs, settings: Option<&dyn Fn(&str) -> NicSettings>) -> HostView {
+    let mut problems = Vec::new();
+    let stat_cpus: Option<CpuSet> = fs
+        .read_parsed("/proc/stat", parse_proc_stat)
+        .map(|s| s.cpus.keys().copied().collect())
+        .map_err(|e| problems.push(format!("{e}")))
+        .ok();
+    let topology = read_topology(fs, stat_cpus.as_ref());
+    let interrupts: Option<Interrupts> = fs
+        .read_parsed("/proc/interrupts", parse_interrupts)
+        .map_err(|e| problems.push(format!("{e} (NIC IRQs unknown)")))
+        .ok();
+    let names = list_interfaces(fs)
+        .map_err(|e| problems.push(format!("{e} (no interfaces listed)")))
+        .unwrap_or_default();
+    let nics = names
+        .iter()
+        .map(|name| {
+            let mut nic = read_nic(fs, name, interrupts.as_ref(), topology.nr_cpu_ids);
+            nic.settings = settings.map(|f| f(name));
+            nic
+        })
+        .collect();
+    HostView {
+        schema_version: SCHEMA_VERSION,
+        kernel: fs.read_value("/proc/sys/kernel/osrelease").into(),
+        sysctls: read_net_core(fs),
+        irqbalance: find_irqbalance(fs).into(),
+        topology,
+        nics,
+        problems,
+    }
+}
