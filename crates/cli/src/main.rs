@@ -1,1 +1,128 @@
-fn main() {}
+//! `netsteer`: the command line. Thin: the host crate does the work; this file parses flags,
+//! picks the data sources (live host or a `--root` tree) and maps errors to exit codes
+//! (0 ok, 1 findings or threshold failed, 2 error).
+
+mod show;
+mod snapshot;
+mod top;
+mod tui;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use netsteer_host::HostFs;
+use netsteer_host::ethtool::NicSettings;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "netsteer",
+    version,
+    about = "See, diagnose and tune how a Linux host spreads packet work over its CPUs"
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+struct Global {
+    /// Read the host from this directory instead of `/` (a `netsteer snapshot` or fixture tree).
+    #[arg(long, global = true, value_name = "DIR")]
+    root: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The packet path at a glance: CPUs, NUMA, each NIC's queues → IRQs → CPUs, RPS/RFS/XPS,
+    /// busy-poll/budget/backlog sysctls, irqbalance.
+    Show(show::ShowArgs),
+    /// Copy every file netsteer reads (plus NIC settings read over netlink) into DIR, so that
+    /// `--root DIR` reproduces `show` offline: a support bundle.
+    Snapshot(snapshot::SnapshotArgs),
+    /// Per-CPU rates each interval (mpstat's %usr %sys %irq %soft %steal %idle, NET_RX/NET_TX
+    /// softirqs, softnet processed/dropped/squeezed, RPS IPIs) and per-queue IRQ rates.
+    Top(top::TopArgs),
+}
+
+/// The host as the user chose it: the live host or a tree.
+pub struct Host {
+    pub fs: HostFs,
+}
+
+impl Host {
+    fn open(global: &Global) -> Result<Host> {
+        let fs = match &global.root {
+            None => HostFs::live(),
+            Some(root) => {
+                HostFs::open(root).with_context(|| format!("--root {}", root.display()))?
+            }
+        };
+        Ok(Host { fs })
+    }
+
+    /// NIC settings for one interface: from the tree's recorded file for `--root`, else over
+    /// ethtool netlink (not yet: recorded as unavailable with the reason).
+    pub fn nic_settings_source(&self) -> Box<dyn Fn(&str) -> NicSettings> {
+        if self.fs.is_live() {
+            Box::new(|_: &str| NicSettings::unavailable("ethtool netlink reader not built yet"))
+        } else {
+            match netsteer_host::capture::read_tree_ethtool(self.fs.root()) {
+                Ok(map) => Box::new(move |name: &str| {
+                    map.get(name)
+                        .cloned()
+                        .unwrap_or_else(|| NicSettings::unavailable("not recorded in this tree"))
+                }),
+                Err(e) => {
+                    let reason = format!("{e}");
+                    Box::new(move |_: &str| NicSettings::unavailable(&reason))
+                }
+            }
+        }
+    }
+}
+
+/// Writes a line and flushes, so pipes keep every line; a closed pipe ends the program quietly.
+pub fn emit(out: &mut impl Write, line: &str) -> io::Result<()> {
+    writeln!(out, "{line}")?;
+    out.flush()
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let host = Host::open(&cli.global)?;
+    match cli.command {
+        Command::Show(args) => show::run(&host, &args),
+        Command::Snapshot(args) => snapshot::run(&host, &args),
+        Command::Top(args) => top::run(&host, &args),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if e.chain().any(|c| {
+                c.downcast_ref::<io::Error>()
+                    .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("netsteer: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

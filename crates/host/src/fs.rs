@@ -155,14 +155,18 @@ impl HostFs {
     /// Resolves `host_path` to a real path under the root, following links inside the root and
     /// recording each link crossed. Returns the resolved *host* path and the real path.
     fn resolve(&self, host_path: &Path) -> Result<(PathBuf, PathBuf)> {
-        let io_err = |source| HostError::Io {
-            path: host_path.to_path_buf(),
-            source,
-        };
         if self.is_live() && self.recorder.is_none() {
             // The kernel resolves links itself on the live host; no bookkeeping needed.
             return Ok((host_path.to_path_buf(), host_path.to_path_buf()));
         }
+        self.resolve_in_root(host_path)
+    }
+
+    fn resolve_in_root(&self, host_path: &Path) -> Result<(PathBuf, PathBuf)> {
+        let io_err = |source| HostError::Io {
+            path: host_path.to_path_buf(),
+            source,
+        };
         let mut pending: Vec<PathBuf> = Self::components(host_path)
             .into_iter()
             .rev()
@@ -334,7 +338,7 @@ impl HostFs {
     /// Where a link-laden host path really lives (host path form), e.g.
     /// `/sys/class/net/eth0/device` → `/sys/devices/pci0000:00/0000:00:03.0/virtio2`.
     pub fn canonical(&self, host_path: impl AsRef<Path>) -> Result<PathBuf> {
-        Ok(self.resolve(host_path.as_ref())?.0)
+        Ok(self.resolve_in_root(host_path.as_ref())?.0)
     }
 
     pub fn exists(&self, host_path: impl AsRef<Path>) -> bool {

@@ -1,0 +1,348 @@
+use crate::{Host, emit};
+use anyhow::Result;
+use clap::Args;
+use netsteer_host::field::Field;
+use netsteer_host::irqname::IrqRole;
+use netsteer_host::nic::{Nic, NicIrq};
+use netsteer_host::view::HostView;
+use netsteer_host::{CpuSet, read_host};
+use std::fmt::Write as _;
+use std::io;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// One JSON document (the `HostView` schema, see README) instead of the human report.
+    #[arg(long)]
+    json: bool,
+    /// Only these interfaces (repeatable).
+    #[arg(long = "dev", value_name = "IF")]
+    devs: Vec<String>,
+    /// Skip reading NIC settings over ethtool netlink.
+    #[arg(long)]
+    no_ethtool: bool,
+}
+
+pub fn run(host: &Host, args: &ShowArgs) -> Result<ExitCode> {
+    let settings = host.nic_settings_source();
+    let mut view = read_host(&host.fs, (!args.no_ethtool).then_some(&*settings));
+    if !args.devs.is_empty() {
+        for d in &args.devs {
+            if view.nic(d).is_none() {
+                anyhow::bail!("--dev {d}: no such interface under /sys/class/net");
+            }
+        }
+        view.nics.retain(|n| args.devs.contains(&n.name));
+    }
+    let mut out = io::stdout().lock();
+    if args.json {
+        emit(&mut out, &serde_json::to_string_pretty(&view)?)?;
+    } else {
+        for line in render(&view).lines() {
+            emit(&mut out, line)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn set(f: &Field<CpuSet>) -> String {
+    match f {
+        Field::Known(s) if s.is_empty() => "none".into(),
+        Field::Known(s) => s.to_list(),
+        Field::Unknown { .. } => "?".into(),
+    }
+}
+
+fn opt<T: std::fmt::Display>(f: &Field<T>) -> String {
+    match f {
+        Field::Known(v) => v.to_string(),
+        Field::Unknown { .. } => "?".into(),
+    }
+}
+
+fn role(r: IrqRole) -> String {
+    match r {
+        IrqRole::Rx(q) => format!("rx-{q}"),
+        IrqRole::Tx(q) => format!("tx-{q}"),
+        IrqRole::RxTx(q) => format!("rx/tx-{q}"),
+        IrqRole::AllQueues => "all queues".into(),
+        IrqRole::Control => "control".into(),
+        IrqRole::Other => "other".into(),
+    }
+}
+
+fn irq_line(i: &NicIrq) -> String {
+    let a = &i.affinity;
+    let mut s = format!(
+        "irq {:<5} {:<28} {:<11} cpus {:<10} effective {:<6}",
+        i.irq,
+        i.name,
+        role(i.role),
+        set(&a.requested),
+        set(&a.effective),
+    );
+    if let Field::Known(h) = &a.hint
+        && !h.is_empty()
+    {
+        let _ = write!(s, " hint {}", h.to_list());
+    }
+    let _ = write!(s, " {} irqs", i.count);
+    if let Some(c) = i.busiest_cpu {
+        let _ = write!(s, " (most on CPU{c})");
+    }
+    if a.settable == Field::Known(false) {
+        s.push_str(" [managed: kernel will not move it]");
+    }
+    s
+}
+
+/// The human report. Pure, so tests can render fixture trees.
+pub fn render(v: &HostView) -> String {
+    let mut o = String::new();
+    let t = &v.topology;
+    let _ = writeln!(
+        o,
+        "kernel {}  CPUs: possible {}  online {}  (masks are {} bits wide)",
+        opt(&v.kernel),
+        t.possible.to_list(),
+        t.online.to_list(),
+        t.nr_cpu_ids
+    );
+    let _ = writeln!(
+        o,
+        "isolated {}  nohz_full {}  smt {}",
+        set(&t.isolated),
+        set(&t.nohz_full),
+        opt(&t.smt)
+    );
+    for n in &t.nodes {
+        let _ = writeln!(o, "numa node{}: CPUs {}", n.id, set(&n.cpus));
+    }
+    // HT siblings grouped once per core.
+    let mut cores: Vec<String> = Vec::new();
+    for c in &t.cpus {
+        if let Field::Known(s) = &c.siblings
+            && s.len() > 1
+        {
+            let l = s.to_list();
+            if !cores.contains(&l) {
+                cores.push(l);
+            }
+        }
+    }
+    if !cores.is_empty() {
+        let _ = writeln!(o, "hyperthread siblings: {}", cores.join(" "));
+    }
+    let s = &v.sysctls;
+    let _ = writeln!(
+        o,
+        "net.core: busy_poll={} busy_read={} netdev_budget={} netdev_budget_usecs={} netdev_max_backlog={} dev_weight={}",
+        opt(&s.busy_poll),
+        opt(&s.busy_read),
+        opt(&s.netdev_budget),
+        opt(&s.netdev_budget_usecs),
+        opt(&s.netdev_max_backlog),
+        opt(&s.dev_weight)
+    );
+    let _ = writeln!(
+        o,
+        "          rps_sock_flow_entries={} flow_limit_cpu_bitmap={} flow_limit_table_len={} rps_default_mask={}",
+        opt(&s.rps_sock_flow_entries),
+        set(&s.flow_limit_cpu_bitmap),
+        opt(&s.flow_limit_table_len),
+        set(&s.rps_default_mask)
+    );
+    let _ = writeln!(
+        o,
+        "irqbalance: {}",
+        match &v.irqbalance {
+            Field::Known(i) if i.running => format!("running (pid {})", i.pid.unwrap_or(0)),
+            Field::Known(_) => "not running".into(),
+            Field::Unknown { unknown } => format!("unknown ({unknown})"),
+        }
+    );
+    for p in &v.problems {
+        let _ = writeln!(o, "problem: {p}");
+    }
+    for nic in &v.nics {
+        o.push('\n');
+        render_nic(&mut o, nic);
+    }
+    o
+}
+
+fn render_nic(o: &mut String, n: &Nic) {
+    let _ = write!(
+        o,
+        "{}  driver {}  {}  {}  mtu {}",
+        n.name,
+        opt(&n.driver),
+        n.kind,
+        opt(&n.operstate),
+        opt(&n.mtu)
+    );
+    if let Some(b) = &n.bus_id {
+        let _ = write!(o, "  bus {b}");
+    }
+    if !n.is_virtual() {
+        let _ = write!(
+            o,
+            "  numa node {}  local CPUs {}",
+            opt(&n.numa_node),
+            set(&n.local_cpus)
+        );
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "  {} rx / {} tx queues  napi: gro_flush_timeout={} napi_defer_hard_irqs={} threaded={}",
+        n.rx_queues.len(),
+        n.tx_queues.len(),
+        opt(&n.gro_flush_timeout),
+        opt(&n.napi_defer_hard_irqs),
+        opt(&n.threaded)
+    );
+    for q in &n.rx_queues {
+        let _ = write!(
+            o,
+            "  rx-{:<4} rps {:<10} rps_flow_cnt {:<6}",
+            q.index,
+            set(&q.rps_cpus),
+            opt(&q.rps_flow_cnt)
+        );
+        if q.irqs.is_empty() && !n.is_virtual() {
+            o.push_str(" (no IRQ found)");
+        }
+        o.push('\n');
+        for irq in q.irqs.iter().filter_map(|i| n.irq(*i)) {
+            let _ = writeln!(o, "           {}", irq_line(irq));
+        }
+    }
+    for q in &n.tx_queues {
+        let xps = match &q.xps_cpus {
+            Field::Unknown { unknown } if unknown.starts_with("not available") => "n/a".into(),
+            f => set(f),
+        };
+        let _ = write!(
+            o,
+            "  tx-{:<4} xps {:<10} xps_rxqs {:<6}",
+            q.index,
+            xps,
+            set(&q.xps_rxqs)
+        );
+        // The IRQ of a combined channel is already shown under its rx queue.
+        let own: Vec<&NicIrq> = q
+            .irqs
+            .iter()
+            .filter_map(|i| n.irq(*i))
+            .filter(|i| matches!(i.role, IrqRole::Tx(_)))
+            .collect();
+        o.push('\n');
+        for irq in own {
+            let _ = writeln!(o, "           {}", irq_line(irq));
+        }
+    }
+    for irq in n
+        .irqs
+        .iter()
+        .filter(|i| matches!(i.role, IrqRole::Control | IrqRole::Other))
+    {
+        let _ = writeln!(o, "  {}", irq_line(irq));
+    }
+    if let Some(s) = &n.settings {
+        render_settings(o, s);
+    }
+}
+
+fn render_settings(o: &mut String, s: &netsteer_host::ethtool::NicSettings) {
+    let mut parts = Vec::new();
+    if let Field::Known(c) = &s.channels {
+        let f = |v: Option<u32>, m: Option<u32>| match (v, m) {
+            (Some(v), Some(m)) => format!("{v}/{m}"),
+            (Some(v), None) => v.to_string(),
+            _ => "-".into(),
+        };
+        parts.push(format!(
+            "channels rx {} tx {} combined {}",
+            f(c.rx, c.rx_max),
+            f(c.tx, c.tx_max),
+            f(c.combined, c.combined_max)
+        ));
+    }
+    if let Field::Known(r) = &s.rings {
+        parts.push(format!(
+            "rings rx {}/{} tx {}/{}",
+            r.rx.map_or("-".into(), |v| v.to_string()),
+            r.rx_max.map_or("-".into(), |v| v.to_string()),
+            r.tx.map_or("-".into(), |v| v.to_string()),
+            r.tx_max.map_or("-".into(), |v| v.to_string())
+        ));
+    }
+    if let Field::Known(c) = &s.coalesce {
+        let keys = [
+            "rx-usecs",
+            "rx-frames",
+            "tx-usecs",
+            "adaptive-rx",
+            "adaptive-tx",
+        ];
+        let shown: Vec<String> = keys
+            .iter()
+            .filter_map(|k| c.get(*k).map(|v| format!("{k}={v}")))
+            .collect();
+        if !shown.is_empty() {
+            parts.push(format!("coalesce {}", shown.join(" ")));
+        }
+    }
+    if let Field::Known(f) = &s.features {
+        let keys = [
+            "rx-gro",
+            "rx-lro",
+            "rx-gro-hw",
+            "ntuple-filters",
+            "rx-hashing",
+        ];
+        let shown: Vec<String> = keys
+            .iter()
+            .filter_map(|k| {
+                f.get(*k).map(|v| {
+                    format!(
+                        "{k} {}{}",
+                        if v.active { "on" } else { "off" },
+                        if v.changeable { "" } else { " [fixed]" }
+                    )
+                })
+            })
+            .collect();
+        if !shown.is_empty() {
+            parts.push(shown.join(", "));
+        }
+    }
+    if let Field::Known(p) = &s.pause {
+        let b = |v: Option<bool>| v.map_or("-", |b| if b { "on" } else { "off" });
+        parts.push(format!("pause rx {} tx {}", b(p.rx), b(p.tx)));
+    }
+    if let Field::Known(r) = &s.rss {
+        let mut counts = std::collections::BTreeMap::new();
+        for q in &r.indirection {
+            *counts.entry(*q).or_insert(0u32) += 1;
+        }
+        parts.push(format!(
+            "rss {} entries over {} queues{}",
+            r.indirection.len(),
+            counts.len(),
+            r.hfunc
+                .as_ref()
+                .map_or(String::new(), |h| format!(" ({h})"))
+        ));
+    }
+    if parts.is_empty() {
+        let reason = match &s.channels {
+            Field::Unknown { unknown } => unknown.clone(),
+            _ => "nothing reported".into(),
+        };
+        let _ = writeln!(o, "  ethtool: unavailable ({reason})");
+    } else {
+        let _ = writeln!(o, "  ethtool: {}", parts.join("; "));
+    }
+}
