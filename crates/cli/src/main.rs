@@ -65,10 +65,17 @@ impl Host {
     }
 
     /// NIC settings for one interface: from the tree's recorded file for `--root`, else over
-    /// ethtool netlink (not yet: recorded as unavailable with the reason).
+    /// ethtool netlink on the live host.
     pub fn nic_settings_source(&self) -> Box<dyn Fn(&str) -> NicSettings> {
         if self.fs.is_live() {
-            Box::new(|_: &str| NicSettings::unavailable("ethtool netlink reader not built yet"))
+            use netsteer_nic::NicBackend;
+            match netsteer_nic::Netlink::open() {
+                Ok(nl) => Box::new(move |name: &str| nl.settings(name)),
+                Err(e) => {
+                    let reason = e.to_string();
+                    Box::new(move |_: &str| NicSettings::unavailable(&reason))
+                }
+            }
         } else {
             match netsteer_host::capture::read_tree_ethtool(self.fs.root()) {
                 Ok(map) => Box::new(move |name: &str| {

@@ -4,10 +4,12 @@ use std::fmt;
 /// A value read from the host, or the reason it could not be read. Serialized as the plain value,
 /// or as `{"unknown": "reason"}`, so a missing file never hides the rest of the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+// `Unknown` comes first: serde tries untagged variants in order, and a struct whose fields are
+// all optional would otherwise swallow `{"unknown": ...}`.
 #[serde(untagged)]
 pub enum Field<T> {
-    Known(T),
     Unknown { unknown: String },
+    Known(T),
 }
 
 impl<T> Field<T> {

@@ -1,0 +1,139 @@
+//! ETHTOOL_MSG_FEATURES_GET (11). Requested without ETHTOOL_FLAG_COMPACT_BITSETS, so each bitset
+//! comes as a list of named bits; `hw`, `active` and `nochange` are lists of the set bits.
+use super::attr;
+use netsteer_host::ethtool::Feature;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const CMD: u8 = 11;
+const A_HW: u16 = 2;
+const A_ACTIVE: u16 = 4;
+const A_NOCHANGE: u16 = 5;
+const BITSET_BITS: u16 = 3;
+const BITS_BIT: u16 = 1;
+const BIT_NAME: u16 = 2;
+const BIT_VALUE: u16 = 3;
+
+/// Names of the bits set in one verbose bitset. In a list (NOMASK) bitset every listed bit is
+/// set; with a mask, a bit is set when it carries the VALUE flag.
+fn set_bits(bitset: &[u8]) -> Result<BTreeSet<String>, String> {
+    let a = attr::parse(bitset)?;
+    let nomask = attr::find(&a, 1).is_some();
+    let mut out = BTreeSet::new();
+    if let Some(bits) = attr::find(&a, BITSET_BITS) {
+        for (kind, bit) in attr::parse(bits)? {
+            if kind != BITS_BIT {
+                continue;
+            }
+            let b = attr::parse(bit)?;
+            let on = nomask || attr::find(&b, BIT_VALUE).is_some();
+            if let (true, Some(name)) = (on, attr::find(&b, BIT_NAME)) {
+                out.insert(attr::str_of(name));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Features the device has or has on; one that is absent is off and cannot be turned on.
+pub fn parse(buf: &[u8]) -> Result<BTreeMap<String, Feature>, String> {
+    let a = attr::parse(buf)?;
+    let get = |k| {
+        attr::find(&a, k)
+            .map(set_bits)
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    let (hw, active, nochange) = (get(A_HW)?, get(A_ACTIVE)?, get(A_NOCHANGE)?);
+    Ok(hw
+        .union(&active)
+        .map(|name| {
+            (
+                name.clone(),
+                Feature {
+                    active: active.contains(name),
+                    changeable: hw.contains(name) && !nochange.contains(name),
+                },
+            )
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bit(name: &str, value: bool) -> Vec<u8> {
+        let mut b = Vec::new();
+        attr::put_str(&mut b, BIT_NAME, name);
+        if value {
+            attr::put(&mut b, BIT_VALUE, &[]);
+        }
+        b
+    }
+
+    fn bitset(nomask: bool, bits: &[(&str, bool)]) -> Vec<u8> {
+        let mut list = Vec::new();
+        for (n, v) in bits {
+            attr::put(&mut list, BITS_BIT | attr::NLA_F_NESTED, &bit(n, *v));
+        }
+        let mut set = Vec::new();
+        if nomask {
+            attr::put(&mut set, 1, &[]);
+        }
+        attr::put(&mut set, BITSET_BITS | attr::NLA_F_NESTED, &list);
+        set
+    }
+
+    #[test]
+    fn fixed_and_changeable_features() {
+        let mut msg = Vec::new();
+        attr::put(
+            &mut msg,
+            A_HW,
+            &bitset(true, &[("rx-gro", false), ("ntuple-filters", false)]),
+        );
+        attr::put(
+            &mut msg,
+            A_ACTIVE,
+            &bitset(true, &[("rx-gro", false), ("rx-checksum", false)]),
+        );
+        attr::put(
+            &mut msg,
+            A_NOCHANGE,
+            &bitset(true, &[("rx-checksum", false)]),
+        );
+        let f = parse(&msg).unwrap();
+        assert_eq!(
+            f["rx-gro"],
+            Feature {
+                active: true,
+                changeable: true
+            }
+        );
+        assert_eq!(
+            f["ntuple-filters"],
+            Feature {
+                active: false,
+                changeable: true
+            }
+        );
+        assert_eq!(
+            f["rx-checksum"],
+            Feature {
+                active: true,
+                changeable: false
+            }
+        );
+        // With a mask, only bits carrying VALUE are set.
+        let mut masked = Vec::new();
+        attr::put(
+            &mut masked,
+            A_ACTIVE,
+            &bitset(false, &[("a", true), ("b", false)]),
+        );
+        let f = parse(&masked).unwrap();
+        assert!(f["a"].active);
+        assert!(!f.contains_key("b"));
+        assert!(parse(&[9, 0, 2, 0, 1]).is_err());
+    }
+}
