@@ -3,8 +3,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::read_host;
-use netsteer_host::sample::{CpuRates, Rates, rates, read_sample};
-use serde::{Deserialize, Serialize};
+use netsteer_host::sample::{QueueRate, Rates, TopInterval, rates, read_sample};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, IsTerminal};
 use std::process::ExitCode;
@@ -24,36 +23,6 @@ pub struct TopArgs {
     /// Plain text lines even on a terminal.
     #[arg(long)]
     plain: bool,
-}
-
-/// Which NIC queue an IRQ serves, for labelling IRQ rates.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QueueRate {
-    pub nic: String,
-    /// `rx-0`, `tx-3`, `rx/tx-5`, `all queues`, `control`.
-    pub queue: String,
-    pub irq: u32,
-    pub name: String,
-    /// Interrupts per second by CPU id (CPUs with none omitted).
-    pub per_cpu: BTreeMap<u32, f64>,
-    pub total: f64,
-}
-
-/// One JSON Lines message of `netsteer top --json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TopInterval {
-    /// Always `"interval"`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Wall-clock end of the interval, milliseconds since the Unix epoch.
-    pub time_unix_ms: u64,
-    /// Measured length of the interval (monotonic clock), seconds.
-    pub interval_s: f64,
-    pub cpus: Vec<CpuRates>,
-    pub queues: Vec<QueueRate>,
-    pub went_offline: Vec<u32>,
-    /// Files that could not be read this interval.
-    pub problems: Vec<String>,
 }
 
 pub fn queue_label(role: IrqRole) -> String {

@@ -1,8 +1,8 @@
 //! The live `netsteer top` view. Rendering is a pure function of one interval so it is tested
 //! with ratatui's `TestBackend`; only `run_live` touches the terminal.
 
-use crate::top::TopInterval;
 use anyhow::Result;
+use netsteer_host::sample::TopInterval;
 use ratatui::Frame;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
 use ratatui::layout::{Constraint, Layout};
@@ -235,7 +235,7 @@ mod tests {
             time_unix_ms: 0,
             interval_s: 1.0,
             cpus: vec![idle, hot],
-            queues: vec![crate::top::QueueRate {
+            queues: vec![netsteer_host::sample::QueueRate {
                 nic: "eth0".into(),
                 queue: "rx-0".into(),
                 irq: 48,

@@ -357,22 +357,29 @@ impl HostFs {
     pub fn mode(&self, host_path: impl AsRef<Path>) -> Result<u32> {
         let host_path = host_path.as_ref();
         let (resolved, real) = self.resolve(host_path)?;
+        let meta = fs::metadata(&real).map_err(|source| HostError::Io {
+            path: host_path.to_path_buf(),
+            source,
+        })?;
+        let mut mode = meta.permissions().mode() & 0o7777;
         if !self.is_live() {
             let modes = self.tree_modes.get_or_init(|| {
                 crate::capture::read_meta(&self.root)
                     .map(|m| m.modes)
                     .unwrap_or_default()
             });
-            if let Some(mode) = modes.get(resolved.to_string_lossy().as_ref()) {
-                return Ok(*mode);
+            if let Some(m) = modes.get(resolved.to_string_lossy().as_ref()) {
+                mode = *m;
             }
         }
-        fs::metadata(&real)
-            .map(|m| m.permissions().mode() & 0o7777)
-            .map_err(|source| HostError::Io {
-                path: host_path.to_path_buf(),
-                source,
-            })
+        if let Some(rec) = &self.recorder
+            && let Ok(content) = fs::read(&real)
+            && let Ok(mut rec) = rec.lock()
+        {
+            // A snapshot must carry the file whose mode was asked about, with that mode.
+            rec.note(resolved, Recorded::File { mode, content });
+        }
+        Ok(mode)
     }
 
     /// Writes a value to an existing file (a sysfs attribute, a sysctl, an IRQ affinity) in one

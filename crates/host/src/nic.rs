@@ -386,3 +386,36 @@ pub fn list_interfaces(fs: &HostFs) -> Result<Vec<String>> {
     names.retain(|n| n != "bonding_masters");
     Ok(names)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn read_only_smp_affinity_marks_a_managed_irq_also_from_tree_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        for irq in [36, 37] {
+            let d = r.join(format!("proc/irq/{irq}"));
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("smp_affinity"), "3\n").unwrap();
+            fs::write(d.join("smp_affinity_list"), "0-1\n").unwrap();
+        }
+        fs::create_dir_all(r.join("netsteer")).unwrap();
+        fs::write(
+            r.join("netsteer/meta.json"),
+            r#"{"netsteer_version":"t","kernel":null,"captured_at_unix":0,"modes":{"/proc/irq/36/smp_affinity":292}}"#,
+        )
+        .unwrap();
+        let fs = HostFs::new(r);
+        let managed = read_irq_affinity(&fs, 36, 2);
+        assert_eq!(managed.settable, Field::Known(false));
+        assert_eq!(managed.requested, Field::Known(CpuSet::first_n(2)));
+        assert_eq!(read_irq_affinity(&fs, 37, 2).settable, Field::Known(true));
+        assert!(matches!(
+            read_irq_affinity(&fs, 38, 2).requested,
+            Field::Unknown { .. }
+        ));
+    }
+}

@@ -152,6 +152,36 @@ pub struct Rates {
     pub irqs: Vec<IrqRate>,
 }
 
+/// Which NIC queue an IRQ serves, for labelling IRQ rates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueRate {
+    pub nic: String,
+    /// `rx-0`, `tx-3`, `rx/tx-5`, `all queues`, `control`.
+    pub queue: String,
+    pub irq: u32,
+    pub name: String,
+    /// Interrupts per second by CPU id (CPUs with none omitted).
+    pub per_cpu: BTreeMap<u32, f64>,
+    pub total: f64,
+}
+
+/// One JSON Lines message of `netsteer top --json` (documented in the README).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopInterval {
+    /// Always `"interval"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Wall-clock end of the interval, milliseconds since the Unix epoch.
+    pub time_unix_ms: u64,
+    /// Measured length of the interval (monotonic clock), seconds.
+    pub interval_s: f64,
+    pub cpus: Vec<CpuRates>,
+    pub queues: Vec<QueueRate>,
+    pub went_offline: Vec<u32>,
+    /// Files that could not be read this interval.
+    pub problems: Vec<String>,
+}
+
 fn pct(part: u64, total: u64) -> f64 {
     if total == 0 {
         0.0

@@ -1,0 +1,273 @@
+//! `netsteer --root <fixture> show --json` against committed expectations, plus semantic checks
+//! that read the JSON back into the library's types. Re-bless after an intended change with
+//! `NETSTEER_BLESS=1 cargo test --test hosts` and review the diff.
+
+use netsteer_host::CpuSet;
+use netsteer_host::field::Field;
+use netsteer_host::irqname::IrqRole;
+use netsteer_host::sample::TopInterval;
+use netsteer_host::view::HostView;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn netsteer(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(args)
+        .output()
+        .expect("run netsteer")
+}
+
+fn show(host: &str) -> (String, HostView) {
+    let root = fixtures().join("hosts").join(host);
+    let out = netsteer(&["--root", root.to_str().unwrap(), "show", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let view: HostView = serde_json::from_str(&text).expect("show --json deserializes");
+    (text, view)
+}
+
+fn golden(host: &str) -> HostView {
+    let (text, view) = show(host);
+    let expected = fixtures()
+        .join("expected")
+        .join(format!("{host}.show.json"));
+    if std::env::var_os("NETSTEER_BLESS").is_some() {
+        std::fs::write(&expected, &text).unwrap();
+    }
+    let want = std::fs::read_to_string(&expected)
+        .unwrap_or_else(|e| panic!("{}: {e} (bless with NETSTEER_BLESS=1)", expected.display()));
+    assert!(
+        text == want,
+        "{host}: show --json differs from {}",
+        expected.display()
+    );
+    // The JSON is the whole model: serializing what was read back gives the same text.
+    assert_eq!(serde_json::to_string_pretty(&view).unwrap() + "\n", text);
+    view
+}
+
+fn set(s: &str) -> CpuSet {
+    CpuSet::parse_list(s, None).unwrap()
+}
+
+#[test]
+fn dev_vm_snapshot_reproduces() {
+    let v = golden("dev-vm");
+    let eth0 = v.nic("eth0").unwrap();
+    assert_eq!(eth0.driver, Field::Known("virtio_net".into()));
+    assert_eq!(eth0.bus_id.as_deref(), Some("0000:00:03.0"));
+    assert!(eth0.irqs.iter().any(|i| i.role == IrqRole::Rx(0)));
+    let settings = eth0.settings.as_ref().unwrap();
+    assert_eq!(settings.channels.known().unwrap().combined, Some(1));
+}
+
+#[test]
+fn kvm_guest_single_queue_pinned_to_cpu9_without_rps() {
+    let v = golden("kvm-virtio-16cpu");
+    assert_eq!(v.topology.nr_cpu_ids, 16);
+    let eth0 = v.nic("eth0").unwrap();
+    assert_eq!(eth0.rx_queues.len(), 1);
+    assert_eq!(eth0.rx_queues[0].rps_cpus, Field::Known(CpuSet::new()));
+    let rx_irq = eth0.irq(eth0.rx_queues[0].irqs[0]).unwrap();
+    assert_eq!((rx_irq.irq, rx_irq.role), (48, IrqRole::Rx(0)));
+    assert_eq!(rx_irq.affinity.requested, Field::Known(set("9")));
+    assert_eq!(rx_irq.busiest_cpu, Some(9));
+    // POWER with a 4.18 kernel has no effective_affinity_list: unknown, with the reason.
+    match &rx_irq.affinity.effective {
+        Field::Unknown { unknown } => {
+            assert!(unknown.contains("/proc/irq/48/effective_affinity_list"))
+        }
+        other => panic!("expected unknown, got {other:?}"),
+    }
+    assert!(matches!(eth0.tx_queues[0].xps_cpus, Field::Unknown { .. }));
+}
+
+#[test]
+fn two_socket_host_with_eleven_sfc_queues() {
+    let v = golden("cloudflare-24cpu");
+    assert_eq!(v.topology.node_cpus(1), Some(&set("6-11,18-23")));
+    assert_eq!(
+        v.topology.cpu(3).unwrap().siblings,
+        Field::Known(set("3,15"))
+    );
+    let eth2 = v.nic("eth2").unwrap();
+    assert_eq!(eth2.rx_queues.len(), 11);
+    for q in &eth2.rx_queues {
+        let irq = eth2.irq(q.irqs[0]).unwrap();
+        assert_eq!(irq.role, IrqRole::RxTx(q.index));
+        assert_eq!(
+            irq.affinity.requested,
+            Field::Known(CpuSet::from_iter([q.index]))
+        );
+        assert_eq!(q.rps_flow_cnt, Field::Known(2048));
+    }
+    assert_eq!(
+        eth2.tx_queues[10].xps_cpus,
+        Field::Known(set("10-11,22-23"))
+    );
+    assert_eq!(v.sysctls.rps_sock_flow_entries, Field::Known(32768));
+    let rss = eth2.settings.as_ref().unwrap().rss.known().unwrap();
+    assert_eq!(rss.indirection.len(), 128);
+}
+
+#[test]
+fn large_host_masks_have_comma_groups() {
+    let v = golden("mlx5-128cpu");
+    assert_eq!(v.topology.nr_cpu_ids, 128);
+    let nic = v.nic("ens1f0np0").unwrap();
+    assert_eq!(nic.rx_queues.len(), 64);
+    assert_eq!(nic.queue_irqs().count(), 64);
+    assert!(
+        nic.irqs
+            .iter()
+            .any(|i| i.role == IrqRole::Control && i.irq == 180)
+    );
+    assert_eq!(nic.tx_queues[40].xps_cpus, Field::Known(set("40")));
+    assert_eq!(
+        v.topology.mask(&set("40")).unwrap(),
+        "00000000,00000000,00000100,00000000"
+    );
+    assert_eq!(nic.numa_node, Field::Known(0));
+    assert_eq!(v.nic("docker0").unwrap().kind, "bridge");
+}
+
+#[test]
+fn old_kernel_maps_softnet_rows_to_online_cpus() {
+    let v = golden("rhel7-4cpu");
+    assert_eq!(v.topology.online, set("0-1,3"));
+    assert!(matches!(
+        v.sysctls.netdev_budget_usecs,
+        Field::Unknown { .. }
+    ));
+    let root = fixtures().join("hosts/rhel7-4cpu");
+    let out = netsteer(&[
+        "--root",
+        root.to_str().unwrap(),
+        "top",
+        "--json",
+        "--count",
+        "2",
+        "--interval",
+        "0.05",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<TopInterval> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("top --json line deserializes"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for m in &lines {
+        assert_eq!(m.kind, "interval");
+        // Three softnet rows without an index column belong to CPUs 0, 1 and 3, not 0, 1, 2.
+        let ids: Vec<u32> = m.cpus.iter().map(|c| c.cpu).collect();
+        assert_eq!(ids, [0, 1, 3]);
+        assert!(m.cpus.iter().all(|c| c.processed == Some(0.0)));
+        assert!(m.queues.iter().any(|q| q.queue == "rx/tx-3" && q.irq == 44));
+    }
+}
+
+#[test]
+fn a_directory_that_is_not_a_host_tree_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = netsteer(&["--root", dir.path().to_str().unwrap(), "show"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--root") && err.contains("not a host tree"),
+        "{err}"
+    );
+    let out = netsteer(&["--root", "/nonexistent/netsteer", "top", "--count", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn bad_flags_name_the_flag() {
+    let root = fixtures().join("hosts/rhel7-4cpu");
+    let r = root.to_str().unwrap();
+    let out = netsteer(&["--root", r, "top", "--interval=-1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--interval"));
+    let out = netsteer(&["--root", r, "show", "--dev", "nope0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope0"));
+}
+
+#[test]
+fn missing_files_become_unknown_not_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixtures().join("hosts/kvm-virtio-16cpu");
+    copy_tree(&src, dir.path());
+    std::fs::remove_file(dir.path().join("proc/interrupts")).unwrap();
+    std::fs::write(dir.path().join("proc/sys/net/core/busy_poll"), "garbage\n").unwrap();
+    let out = netsteer(&["--root", dir.path().to_str().unwrap(), "show", "--json"]);
+    assert!(out.status.success());
+    let v: HostView = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.problems.iter().any(|p| p.contains("/proc/interrupts")));
+    assert!(
+        matches!(&v.sysctls.busy_poll, Field::Unknown { unknown } if unknown.contains("busy_poll"))
+    );
+    assert!(v.nic("eth0").unwrap().irqs.is_empty());
+}
+
+#[test]
+fn snapshot_of_a_tree_reproduces_show() {
+    let src = fixtures().join("hosts/cloudflare-24cpu");
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("snap");
+    let out = netsteer(&[
+        "--root",
+        src.to_str().unwrap(),
+        "snapshot",
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = netsteer(&["--root", src.to_str().unwrap(), "show", "--json"]);
+    let b = netsteer(&["--root", out_dir.to_str().unwrap(), "show", "--json"]);
+    assert!(
+        a.stdout == b.stdout,
+        "show of the snapshot differs from show of its source"
+    );
+    // Refuses to write into a non-empty directory.
+    let again = netsteer(&[
+        "--root",
+        src.to_str().unwrap(),
+        "snapshot",
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(again.status.code(), Some(2));
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        let ty = entry.file_type().unwrap();
+        if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &to).unwrap();
+        } else if ty.is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+            copy_tree(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
