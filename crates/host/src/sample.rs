@@ -289,7 +289,7 @@ pub fn rates(
             irq_rates.push(IrqRate {
                 irq,
                 name: row.actions.join(", "),
-                total: per_cpu.values().sum(),
+                total: per_cpu.values().fold(0.0, |acc, r| acc + r),
                 per_cpu,
             });
         }
@@ -307,7 +307,7 @@ mod tests {
     use super::*;
 
     fn softnet_line(processed: u32, dropped: u32, cpu: u32) -> String {
-        let mut cols = vec![0u32; 15];
+        let mut cols = [0u32; 15];
         cols[0] = processed;
         cols[1] = dropped;
         cols[12] = cpu;
@@ -377,6 +377,9 @@ mod tests {
         let r = rates(&a, &b, 1.0, Some(&BTreeSet::from([99])));
         assert_eq!(r.cpus.len(), 1);
         assert_eq!(r.went_offline, [1]);
+        // An idle IRQ totals +0.0 (an empty f64 sum would print as -0.0 in JSON).
+        let all = rates(&a, &b, 1.0, None);
+        assert!(all.irqs[0].total.is_sign_positive());
         assert!(r.irqs.is_empty());
     }
 }

@@ -88,18 +88,31 @@ fn next_token(s: &str) -> Option<(&str, &str)> {
     Some((&s[..end], &s[end..]))
 }
 
-fn parse_count(tok: &str) -> Option<u64> {
-    if tok.is_empty() || tok.len() > 20 {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for b in tok.bytes() {
-        if !b.is_ascii_digit() {
-            return None;
+/// Reads up to `max` decimal counts from the start of `s` into `out`, byte by byte (this is the
+/// hot loop of a 256-CPU host). A count is a run of digits followed by white space or the end;
+/// anything else stops the scan. Returns the offset where the first non-count token starts.
+fn scan_counts(s: &str, max: usize, out: &mut Vec<u64>) -> usize {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while out.len() < max {
+        let token_start = i;
+        while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+            i += 1;
         }
-        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        let start = i;
+        let mut v: u64 = 0;
+        while i < b.len() && b[i].is_ascii_digit() {
+            v = v.wrapping_mul(10).wrapping_add(u64::from(b[i] - b'0'));
+            i += 1;
+        }
+        // The kernel prints `%10u`; more than 20 digits cannot be a count.
+        let is_count = i > start && i - start <= 20 && (i == b.len() || b[i].is_ascii_whitespace());
+        if !is_count {
+            return token_start;
+        }
+        out.push(v);
     }
-    Some(v)
+    i
 }
 
 fn is_trigger(tok: &str) -> bool {
@@ -202,18 +215,8 @@ pub fn parse_interrupts(text: &str) -> Result<Interrupts, ParseError> {
             Err(_) => IrqLabel::Arch(label.to_string()),
         };
         let mut counts = Vec::with_capacity(ncpus);
-        while counts.len() < ncpus {
-            match next_token(rest) {
-                Some((tok, after)) => match parse_count(tok) {
-                    Some(v) => {
-                        counts.push(v);
-                        rest = after;
-                    }
-                    None => break,
-                },
-                None => break,
-            }
-        }
+        let used = scan_counts(rest, ncpus, &mut counts);
+        rest = &rest[used..];
         let mut row = IrqRow {
             label,
             counts,

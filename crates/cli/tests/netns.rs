@@ -1,0 +1,166 @@
+//! Root-only: a uniquely named network namespace with a 4-queue veth pair, RPS/RFS/XPS written
+//! inside it, and `netsteer show` run inside it must report exactly those values. The namespace
+//! (and with it the veth pair) is deleted by a drop guard, also when an assertion fails. Nothing
+//! in the root namespace is touched. Skipped, with a message, when not root.
+
+use netsteer_host::CpuSet;
+use netsteer_host::field::Field;
+use netsteer_host::view::HostView;
+use std::process::{Command, Output};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn create() -> Netns {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("nsteer-t{}-{nanos}", std::process::id());
+        run("ip", &["netns", "add", &name]);
+        Netns { name }
+    }
+
+    fn exec(&self, args: &[&str]) -> Output {
+        let mut full = vec!["netns", "exec", &self.name];
+        full.extend_from_slice(args);
+        Command::new("ip")
+            .args(&full)
+            .output()
+            .expect("ip netns exec")
+    }
+
+    fn sh(&self, script: &str) {
+        let out = self.exec(&["sh", "-c", script]);
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().expect(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(str::to_string)
+        })
+        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+}
+
+#[test]
+fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
+    if !is_root() || Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: needs root and iproute2");
+        return;
+    }
+    let ns = Netns::create();
+    ns.sh("ip link add nsva numrxqueues 4 numtxqueues 4 type veth peer name nsvb numrxqueues 4 numtxqueues 4 && ip link set nsva up && ip link set nsvb up");
+
+    // Masks at this host's exact width.
+    let possible = CpuSet::parse_list(
+        &std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap(),
+        None,
+    )
+    .unwrap();
+    let nbits = netsteer_host::cpuset::nr_cpu_ids(&possible);
+    let last = possible.max().unwrap();
+    let last_only = CpuSet::from_iter([last]);
+    let q = "/sys/class/net/nsva/queues";
+    ns.sh(&format!(
+        "echo {} > {q}/rx-1/rps_cpus && echo {} > {q}/rx-2/rps_cpus && echo 100 > {q}/rx-3/rps_flow_cnt \
+         && echo {} > {q}/tx-0/xps_cpus && echo 4 > {q}/tx-2/xps_rxqs",
+        last_only.to_mask(nbits).unwrap(),
+        possible.to_mask(nbits).unwrap(),
+        CpuSet::from_iter([0]).to_mask(nbits).unwrap(),
+    ));
+
+    let bin = env!("CARGO_BIN_EXE_netsteer");
+    let out = ns.exec(&[bin, "show", "--json", "--dev", "nsva"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: HostView = serde_json::from_slice(&out.stdout).unwrap();
+    let nic = v.nic("nsva").expect("veth listed");
+    assert_eq!(nic.kind, "veth");
+    assert!(nic.irqs.is_empty(), "virtual devices have no IRQs");
+    assert_eq!(nic.rx_queues.len(), 4);
+    assert_eq!(nic.tx_queues.len(), 4);
+    assert_eq!(nic.rx_queues[0].rps_cpus, Field::Known(CpuSet::new()));
+    assert_eq!(nic.rx_queues[1].rps_cpus, Field::Known(last_only));
+    assert_eq!(nic.rx_queues[2].rps_cpus, Field::Known(possible.clone()));
+    // The kernel rounds rps_flow_cnt up to a power of two.
+    assert_eq!(nic.rx_queues[3].rps_flow_cnt, Field::Known(128));
+    assert_eq!(
+        nic.tx_queues[0].xps_cpus,
+        Field::Known(CpuSet::from_iter([0]))
+    );
+    assert_eq!(nic.tx_queues[1].xps_cpus, Field::Known(CpuSet::new()));
+    assert_eq!(
+        nic.tx_queues[2].xps_rxqs,
+        Field::Known(CpuSet::from_iter([2]))
+    );
+    // ethtool netlink inside the namespace: veth reports its 4/4 channels.
+    let settings = nic.settings.as_ref().expect("settings read");
+    let ch = settings
+        .channels
+        .known()
+        .expect("veth answers channels-get");
+    assert_eq!((ch.rx, ch.tx), (Some(4), Some(4)));
+
+    // A snapshot taken in the namespace reproduces the same report offline.
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    let out = ns.exec(&[bin, "snapshot", "-o", snap.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let live = ns.exec(&[bin, "show", "--json", "--dev", "nsva"]);
+    let offline = Command::new(bin)
+        .args([
+            "--root",
+            snap.to_str().unwrap(),
+            "show",
+            "--json",
+            "--dev",
+            "nsva",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        offline.status.success(),
+        "{}",
+        String::from_utf8_lossy(&offline.stderr)
+    );
+    let a: HostView = serde_json::from_slice(&live.stdout).unwrap();
+    let b: HostView = serde_json::from_slice(&offline.stdout).unwrap();
+    assert_eq!(a.nics, b.nics);
+    assert_eq!(a.sysctls, b.sysctls);
+}
