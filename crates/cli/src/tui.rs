@@ -254,8 +254,18 @@ mod tests {
         assert!(text.contains("virtio0-input.0"));
         assert!(text.contains("CPU9:1234"));
         // The hot CPU's label cell is red, the idle one's is not.
-        // Every cell symbol here is one ASCII byte, so byte offsets are cell indices.
-        let is_red = |needle: &str| buf.content()[text.find(needle).unwrap()].fg == Color::Red;
+        // Table rows start at column 0 (the header line also names CPU9, mid-line).
+        let is_red = |label: &str| {
+            let y = (0..buf.area.height)
+                .find(|&y| {
+                    let row: String = (0..label.len() as u16)
+                        .map(|x| buf[(x, y)].symbol().to_string())
+                        .collect();
+                    row == label
+                })
+                .unwrap();
+            buf[(0, y)].fg == Color::Red
+        };
         assert!(is_red("CPU9 "));
         assert!(!is_red("CPU0 "));
         // 95% soft paints 29 of 30 bar cells with 's'.
