@@ -60,24 +60,13 @@ fn opt<T: std::fmt::Display>(f: &Field<T>) -> String {
     }
 }
 
-fn role(r: IrqRole) -> String {
-    match r {
-        IrqRole::Rx(q) => format!("rx-{q}"),
-        IrqRole::Tx(q) => format!("tx-{q}"),
-        IrqRole::RxTx(q) => format!("rx/tx-{q}"),
-        IrqRole::AllQueues => "all queues".into(),
-        IrqRole::Control => "control".into(),
-        IrqRole::Other => "other".into(),
-    }
-}
-
 fn irq_line(i: &NicIrq) -> String {
     let a = &i.affinity;
     let mut s = format!(
         "irq {:<5} {:<28} {:<11} cpus {:<10} effective {:<6}",
         i.irq,
         i.name,
-        role(i.role),
+        i.role.to_string(),
         set(&a.requested),
         set(&a.effective),
     );

@@ -1,7 +1,6 @@
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use netsteer_host::irqname::IrqRole;
 use netsteer_host::read_host;
 use netsteer_host::sample::{QueueRate, Rates, TopInterval, rates, read_sample};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,17 +22,6 @@ pub struct TopArgs {
     /// Plain text lines even on a terminal.
     #[arg(long)]
     plain: bool,
-}
-
-pub fn queue_label(role: IrqRole) -> String {
-    match role {
-        IrqRole::Rx(q) => format!("rx-{q}"),
-        IrqRole::Tx(q) => format!("tx-{q}"),
-        IrqRole::RxTx(q) => format!("rx/tx-{q}"),
-        IrqRole::AllQueues => "all queues".into(),
-        IrqRole::Control => "control".into(),
-        IrqRole::Other => "other".into(),
-    }
 }
 
 /// IRQ → (nic, queue label), from the NIC model.
@@ -156,7 +144,7 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
         .flat_map(|n| {
             n.irqs
                 .iter()
-                .map(move |i| (i.irq, (n.name.clone(), queue_label(i.role))))
+                .map(move |i| (i.irq, (n.name.clone(), i.role.to_string())))
         })
         .collect();
     let wanted: BTreeSet<u32> = labels.keys().copied().collect();

@@ -23,6 +23,20 @@ pub enum IrqRole {
     Other,
 }
 
+/// The queue label used in reports: `rx-0`, `tx-3`, `rx/tx-5`, `all queues`, `control`, `other`.
+impl std::fmt::Display for IrqRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IrqRole::Rx(q) => write!(f, "rx-{q}"),
+            IrqRole::Tx(q) => write!(f, "tx-{q}"),
+            IrqRole::RxTx(q) => write!(f, "rx/tx-{q}"),
+            IrqRole::AllQueues => f.write_str("all queues"),
+            IrqRole::Control => f.write_str("control"),
+            IrqRole::Other => f.write_str("other"),
+        }
+    }
+}
+
 /// What is known about the device whose vectors are being named.
 #[derive(Debug, Clone, Default)]
 pub struct NameContext<'a> {
