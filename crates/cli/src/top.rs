@@ -106,11 +106,6 @@ pub fn plain_lines(m: &TopInterval, seq: u64) -> Vec<String> {
         lines.push(format!("{cpu:>4} went offline"));
     }
     for q in m.queues.iter().filter(|q| q.total > 0.0) {
-        let on: Vec<String> = q
-            .per_cpu
-            .iter()
-            .map(|(cpu, r)| format!("CPU{cpu} {r:.0}"))
-            .collect();
         lines.push(format!(
             "  {} {} irq {} {}: {:.0}/s on {}",
             q.nic,
@@ -118,7 +113,7 @@ pub fn plain_lines(m: &TopInterval, seq: u64) -> Vec<String> {
             q.irq,
             q.name,
             q.total,
-            on.join(", ")
+            q.cpus_text()
         ));
     }
     for p in &m.problems {

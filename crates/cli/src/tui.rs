@@ -137,18 +137,13 @@ pub fn render(frame: &mut Frame, m: &TopInterval, seq: u64) {
     );
 
     let qrows = m.queues.iter().filter(|q| q.total > 0.0).map(|q| {
-        let on: Vec<String> = q
-            .per_cpu
-            .iter()
-            .map(|(cpu, r)| format!("CPU{cpu}:{r:.0}"))
-            .collect();
         Row::new(vec![
             q.nic.clone(),
             q.queue.clone(),
             q.irq.to_string(),
             q.name.clone(),
             format!("{:.0}", q.total),
-            on.join(" "),
+            q.cpus_text(),
         ])
     });
     frame.render_widget(

@@ -165,6 +165,18 @@ pub struct QueueRate {
     pub total: f64,
 }
 
+impl QueueRate {
+    /// `CPU9:1234 CPU3:10`: interrupts per second on each CPU that took any.
+    pub fn cpus_text(&self) -> String {
+        let on: Vec<String> = self
+            .per_cpu
+            .iter()
+            .map(|(cpu, r)| format!("CPU{cpu}:{r:.0}"))
+            .collect();
+        on.join(" ")
+    }
+}
+
 /// One JSON Lines message of `netsteer top --json` (documented in the README).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopInterval {
