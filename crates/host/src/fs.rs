@@ -248,7 +248,7 @@ impl HostFs {
             source,
         })?;
         if self.recorder.is_some() {
-            let mode = self.mode(host_path).unwrap_or(0o644);
+            let mode = self.mode_at(&resolved, &real).unwrap_or(0o644);
             self.record(
                 resolved,
                 Recorded::File {
@@ -357,11 +357,26 @@ impl HostFs {
     pub fn mode(&self, host_path: impl AsRef<Path>) -> Result<u32> {
         let host_path = host_path.as_ref();
         let (resolved, real) = self.resolve(host_path)?;
-        let meta = fs::metadata(&real).map_err(|source| HostError::Io {
-            path: host_path.to_path_buf(),
-            source,
-        })?;
-        let mut mode = meta.permissions().mode() & 0o7777;
+        let mode = self
+            .mode_at(&resolved, &real)
+            .map_err(|source| HostError::Io {
+                path: host_path.to_path_buf(),
+                source,
+            })?;
+        if let Some(rec) = &self.recorder
+            && let Ok(content) = fs::read(&real)
+            && let Ok(mut rec) = rec.lock()
+        {
+            // A snapshot must carry the file whose mode was asked about, with that mode.
+            rec.note(resolved, Recorded::File { mode, content });
+        }
+        Ok(mode)
+    }
+
+    /// Permission bits of an already resolved file, with a tree's recorded override; records
+    /// nothing, so `read` can ask without reading the file a second time.
+    fn mode_at(&self, resolved: &Path, real: &Path) -> io::Result<u32> {
+        let mut mode = fs::metadata(real)?.permissions().mode() & 0o7777;
         if !self.is_live() {
             let modes = self.tree_modes.get_or_init(|| {
                 crate::capture::read_meta(&self.root)
@@ -371,13 +386,6 @@ impl HostFs {
             if let Some(m) = modes.get(resolved.to_string_lossy().as_ref()) {
                 mode = *m;
             }
-        }
-        if let Some(rec) = &self.recorder
-            && let Ok(content) = fs::read(&real)
-            && let Ok(mut rec) = rec.lock()
-        {
-            // A snapshot must carry the file whose mode was asked about, with that mode.
-            rec.note(resolved, Recorded::File { mode, content });
         }
         Ok(mode)
     }
