@@ -4,8 +4,8 @@ use clap::Args;
 use netsteer_host::field::Field;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::{Nic, NicIrq};
+use netsteer_host::read_host;
 use netsteer_host::view::HostView;
-use netsteer_host::{CpuSet, read_host};
 use std::fmt::Write as _;
 use std::io;
 use std::process::ExitCode;
@@ -45,21 +45,6 @@ pub fn run(host: &Host, args: &ShowArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn set(f: &Field<CpuSet>) -> String {
-    match f {
-        Field::Known(s) if s.is_empty() => "none".into(),
-        Field::Known(s) => s.to_list(),
-        Field::Unknown { .. } => "?".into(),
-    }
-}
-
-fn opt<T: std::fmt::Display>(f: &Field<T>) -> String {
-    match f {
-        Field::Known(v) => v.to_string(),
-        Field::Unknown { .. } => "?".into(),
-    }
-}
-
 fn irq_line(i: &NicIrq) -> String {
     let a = &i.affinity;
     let mut s = format!(
@@ -67,8 +52,8 @@ fn irq_line(i: &NicIrq) -> String {
         i.irq,
         i.name,
         i.role.to_string(),
-        set(&a.requested),
-        set(&a.effective),
+        a.requested.to_string(),
+        a.effective.to_string(),
     );
     if let Field::Known(h) = &a.hint
         && !h.is_empty()
@@ -92,7 +77,7 @@ pub fn render(v: &HostView) -> String {
     let _ = writeln!(
         o,
         "kernel {}  CPUs: possible {}  online {}  (masks are {} bits wide)",
-        opt(&v.kernel),
+        v.kernel.to_string(),
         t.possible.to_list(),
         t.online.to_list(),
         t.nr_cpu_ids
@@ -100,12 +85,12 @@ pub fn render(v: &HostView) -> String {
     let _ = writeln!(
         o,
         "isolated {}  nohz_full {}  smt {}",
-        set(&t.isolated),
-        set(&t.nohz_full),
-        opt(&t.smt)
+        t.isolated.to_string(),
+        t.nohz_full.to_string(),
+        t.smt.to_string()
     );
     for n in &t.nodes {
-        let _ = writeln!(o, "numa node{}: CPUs {}", n.id, set(&n.cpus));
+        let _ = writeln!(o, "numa node{}: CPUs {}", n.id, n.cpus.to_string());
     }
     // HT siblings grouped once per core.
     let mut cores: Vec<String> = Vec::new();
@@ -126,20 +111,20 @@ pub fn render(v: &HostView) -> String {
     let _ = writeln!(
         o,
         "net.core: busy_poll={} busy_read={} netdev_budget={} netdev_budget_usecs={} netdev_max_backlog={} dev_weight={}",
-        opt(&s.busy_poll),
-        opt(&s.busy_read),
-        opt(&s.netdev_budget),
-        opt(&s.netdev_budget_usecs),
-        opt(&s.netdev_max_backlog),
-        opt(&s.dev_weight)
+        s.busy_poll.to_string(),
+        s.busy_read.to_string(),
+        s.netdev_budget.to_string(),
+        s.netdev_budget_usecs.to_string(),
+        s.netdev_max_backlog.to_string(),
+        s.dev_weight.to_string()
     );
     let _ = writeln!(
         o,
         "          rps_sock_flow_entries={} flow_limit_cpu_bitmap={} flow_limit_table_len={} rps_default_mask={}",
-        opt(&s.rps_sock_flow_entries),
-        set(&s.flow_limit_cpu_bitmap),
-        opt(&s.flow_limit_table_len),
-        set(&s.rps_default_mask)
+        s.rps_sock_flow_entries.to_string(),
+        s.flow_limit_cpu_bitmap.to_string(),
+        s.flow_limit_table_len.to_string(),
+        s.rps_default_mask.to_string()
     );
     let _ = writeln!(
         o,
@@ -165,10 +150,10 @@ fn render_nic(o: &mut String, n: &Nic) {
         o,
         "{}  driver {}  {}  {}  mtu {}",
         n.name,
-        opt(&n.driver),
+        n.driver.to_string(),
         n.kind,
-        opt(&n.operstate),
-        opt(&n.mtu)
+        n.operstate.to_string(),
+        n.mtu.to_string()
     );
     if let Some(b) = &n.bus_id {
         let _ = write!(o, "  bus {b}");
@@ -177,8 +162,8 @@ fn render_nic(o: &mut String, n: &Nic) {
         let _ = write!(
             o,
             "  numa node {}  local CPUs {}",
-            opt(&n.numa_node),
-            set(&n.local_cpus)
+            n.numa_node.to_string(),
+            n.local_cpus.to_string()
         );
     }
     o.push('\n');
@@ -187,17 +172,17 @@ fn render_nic(o: &mut String, n: &Nic) {
         "  {} rx / {} tx queues  napi: gro_flush_timeout={} napi_defer_hard_irqs={} threaded={}",
         n.rx_queues.len(),
         n.tx_queues.len(),
-        opt(&n.gro_flush_timeout),
-        opt(&n.napi_defer_hard_irqs),
-        opt(&n.threaded)
+        n.gro_flush_timeout.to_string(),
+        n.napi_defer_hard_irqs.to_string(),
+        n.threaded.to_string()
     );
     for q in &n.rx_queues {
         let _ = write!(
             o,
             "  rx-{:<4} rps {:<10} rps_flow_cnt {:<6}",
             q.index,
-            set(&q.rps_cpus),
-            opt(&q.rps_flow_cnt)
+            q.rps_cpus.to_string(),
+            q.rps_flow_cnt.to_string()
         );
         if q.irqs.is_empty() && !n.is_virtual() {
             o.push_str(" (no IRQ found)");
@@ -210,14 +195,14 @@ fn render_nic(o: &mut String, n: &Nic) {
     for q in &n.tx_queues {
         let xps = match &q.xps_cpus {
             Field::Unknown { unknown } if unknown.starts_with("not available") => "n/a".into(),
-            f => set(f),
+            f => f.to_string(),
         };
         let _ = write!(
             o,
             "  tx-{:<4} xps {:<10} xps_rxqs {:<6}",
             q.index,
             xps,
-            set(&q.xps_rxqs)
+            q.xps_rxqs.to_string()
         );
         // The IRQ of a combined channel is already shown under its rx queue.
         let own: Vec<&NicIrq> = q
