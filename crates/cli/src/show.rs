@@ -77,7 +77,7 @@ pub fn render(v: &HostView) -> String {
     let _ = writeln!(
         o,
         "kernel {}  CPUs: possible {}  online {}  (masks are {} bits wide)",
-        v.kernel.to_string(),
+        v.kernel,
         t.possible.to_list(),
         t.online.to_list(),
         t.nr_cpu_ids
@@ -85,12 +85,10 @@ pub fn render(v: &HostView) -> String {
     let _ = writeln!(
         o,
         "isolated {}  nohz_full {}  smt {}",
-        t.isolated.to_string(),
-        t.nohz_full.to_string(),
-        t.smt.to_string()
+        t.isolated, t.nohz_full, t.smt
     );
     for n in &t.nodes {
-        let _ = writeln!(o, "numa node{}: CPUs {}", n.id, n.cpus.to_string());
+        let _ = writeln!(o, "numa node{}: CPUs {}", n.id, n.cpus);
     }
     // HT siblings grouped once per core.
     let mut cores: Vec<String> = Vec::new();
@@ -111,20 +109,20 @@ pub fn render(v: &HostView) -> String {
     let _ = writeln!(
         o,
         "net.core: busy_poll={} busy_read={} netdev_budget={} netdev_budget_usecs={} netdev_max_backlog={} dev_weight={}",
-        s.busy_poll.to_string(),
-        s.busy_read.to_string(),
-        s.netdev_budget.to_string(),
-        s.netdev_budget_usecs.to_string(),
-        s.netdev_max_backlog.to_string(),
-        s.dev_weight.to_string()
+        s.busy_poll,
+        s.busy_read,
+        s.netdev_budget,
+        s.netdev_budget_usecs,
+        s.netdev_max_backlog,
+        s.dev_weight
     );
     let _ = writeln!(
         o,
         "          rps_sock_flow_entries={} flow_limit_cpu_bitmap={} flow_limit_table_len={} rps_default_mask={}",
-        s.rps_sock_flow_entries.to_string(),
-        s.flow_limit_cpu_bitmap.to_string(),
-        s.flow_limit_table_len.to_string(),
-        s.rps_default_mask.to_string()
+        s.rps_sock_flow_entries,
+        s.flow_limit_cpu_bitmap,
+        s.flow_limit_table_len,
+        s.rps_default_mask
     );
     let _ = writeln!(
         o,
@@ -149,11 +147,7 @@ fn render_nic(o: &mut String, n: &Nic) {
     let _ = write!(
         o,
         "{}  driver {}  {}  {}  mtu {}",
-        n.name,
-        n.driver.to_string(),
-        n.kind,
-        n.operstate.to_string(),
-        n.mtu.to_string()
+        n.name, n.driver, n.kind, n.operstate, n.mtu
     );
     if let Some(b) = &n.bus_id {
         let _ = write!(o, "  bus {b}");
@@ -162,8 +156,7 @@ fn render_nic(o: &mut String, n: &Nic) {
         let _ = write!(
             o,
             "  numa node {}  local CPUs {}",
-            n.numa_node.to_string(),
-            n.local_cpus.to_string()
+            n.numa_node, n.local_cpus
         );
     }
     o.push('\n');
@@ -172,9 +165,9 @@ fn render_nic(o: &mut String, n: &Nic) {
         "  {} rx / {} tx queues  napi: gro_flush_timeout={} napi_defer_hard_irqs={} threaded={}",
         n.rx_queues.len(),
         n.tx_queues.len(),
-        n.gro_flush_timeout.to_string(),
-        n.napi_defer_hard_irqs.to_string(),
-        n.threaded.to_string()
+        n.gro_flush_timeout,
+        n.napi_defer_hard_irqs,
+        n.threaded
     );
     for q in &n.rx_queues {
         let _ = write!(
