@@ -18,6 +18,7 @@ pub mod fs;
 pub mod irqname;
 pub mod nic;
 pub mod parse;
+pub mod process;
 pub mod sample;
 pub mod sysctl;
 pub mod topology;

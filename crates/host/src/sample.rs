@@ -5,8 +5,8 @@ use crate::cpuset::CpuSet;
 use crate::error::Result;
 use crate::fs::HostFs;
 use crate::parse::{
-    Interrupts, ProcStat, Softirqs, SoftnetRow, parse_interrupts, parse_proc_stat, parse_softirqs,
-    parse_softnet_stat,
+    Interrupts, NetDevStats, ProcStat, Snmp, Softirqs, SoftnetRow, parse_interrupts, parse_net_dev,
+    parse_proc_stat, parse_snmp, parse_softirqs, parse_softnet_stat,
 };
 use crate::topology::read_list;
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,171 @@ pub fn parse_sample(
         softnet,
         problems,
     })
+}
+
+impl CounterSample {
+    /// The same CPUs, IRQs and vectors with every counter at zero: the state at boot. Rates from
+    /// it to a sample are since-boot averages, which is all an offline tree can tell.
+    pub fn boot_baseline(&self) -> CounterSample {
+        let mut zero = self.clone();
+        for t in zero.stat.cpus.values_mut() {
+            *t = Default::default();
+        }
+        zero.stat.total = Default::default();
+        if let Some(s) = zero.softirqs.as_mut() {
+            for counts in s.rows.values_mut() {
+                counts.iter_mut().for_each(|c| *c = 0);
+            }
+        }
+        if let Some(i) = zero.interrupts.as_mut() {
+            for row in &mut i.rows {
+                row.counts.iter_mut().for_each(|c| *c = 0);
+            }
+        }
+        for row in zero.softnet.values_mut() {
+            let keep = (row.line, row.columns, row.cpu_index);
+            *row = SoftnetRow {
+                line: keep.0,
+                columns: keep.1,
+                cpu_index: keep.2,
+                received_rps: row.received_rps.map(|_| 0),
+                flow_limit_count: row.flow_limit_count.map(|_| 0),
+                backlog_len: row.backlog_len.map(|_| 0),
+                ..Default::default()
+            };
+        }
+        zero
+    }
+
+    /// Seconds since boot as /proc/stat itself counts them: the busiest CPU's ticks at USER_HZ
+    /// (100 on every architecture Linux exports to user space, `include/asm-generic/param.h`).
+    /// Used when /proc/uptime is missing from a tree.
+    pub fn uptime_from_ticks(&self) -> Option<f64> {
+        let ticks = self.stat.cpus.values().map(|t| t.total()).max()?;
+        (ticks > 0).then(|| ticks as f64 / 100.0)
+    }
+}
+
+/// Per-interface and per-protocol counters of one network namespace (/proc/net/dev and
+/// /proc/net/snmp are per namespace, unlike the per-CPU files above).
+#[derive(Debug, Clone, Default)]
+pub struct NetCounters {
+    pub devices: BTreeMap<String, NetDevStats>,
+    pub snmp: Option<Snmp>,
+    pub problems: Vec<String>,
+}
+
+impl NetCounters {
+    /// Every counter at zero (see [`CounterSample::boot_baseline`]).
+    pub fn boot_baseline(&self) -> NetCounters {
+        NetCounters {
+            devices: self
+                .devices
+                .keys()
+                .map(|k| {
+                    (
+                        k.clone(),
+                        NetDevStats {
+                            name: k.clone(),
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+            snmp: self.snmp.as_ref().map(|s| Snmp {
+                tables: s
+                    .tables
+                    .iter()
+                    .map(|(p, t)| (p.clone(), t.keys().map(|k| (k.clone(), 0)).collect()))
+                    .collect(),
+            }),
+            problems: Vec::new(),
+        }
+    }
+}
+
+pub fn read_net_counters(fs: &HostFs) -> NetCounters {
+    let mut problems = Vec::new();
+    let devices = fs
+        .read_parsed("/proc/net/dev", parse_net_dev)
+        .map(|v| v.into_iter().map(|d| (d.name.clone(), d)).collect())
+        .map_err(|e| problems.push(e.to_string()))
+        .unwrap_or_default();
+    let snmp = fs
+        .read_parsed("/proc/net/snmp", parse_snmp)
+        .map_err(|e| problems.push(e.to_string()))
+        .ok();
+    NetCounters {
+        devices,
+        snmp,
+        problems,
+    }
+}
+
+/// One interface's traffic over an interval, per second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceRates {
+    pub name: String,
+    pub rx_packets: f64,
+    pub rx_bytes: f64,
+    /// Dropped by the driver or stack before a socket (ring full on many drivers, no buffer).
+    pub rx_drop: f64,
+    /// FIFO/overrun errors: the NIC ran out of ring descriptors (`rx_missed_errors` on Intel).
+    pub rx_fifo: f64,
+    pub tx_packets: f64,
+    pub tx_drop: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetRates {
+    pub devices: Vec<DeviceRates>,
+    /// UDP datagrams delivered to sockets, and dropped because a socket's buffer was full.
+    pub udp_in: Option<f64>,
+    pub udp_rcvbuf_errors: Option<f64>,
+}
+
+impl NetRates {
+    pub fn device(&self, name: &str) -> Option<&DeviceRates> {
+        self.devices.iter().find(|d| d.name == name)
+    }
+}
+
+/// Rates of the namespace counters between two reads `interval_s` apart. These counters are
+/// 64-bit (`rtnl_link_stats64`, SNMP mibs), so a decrease is a reset, not a wrap.
+pub fn net_rates(prev: &NetCounters, cur: &NetCounters, interval_s: f64) -> NetRates {
+    let per_s = |a: u64, b: u64| {
+        if interval_s > 0.0 {
+            b.saturating_sub(a) as f64 / interval_s
+        } else {
+            0.0
+        }
+    };
+    let devices = cur
+        .devices
+        .values()
+        .filter_map(|d| {
+            let p = prev.devices.get(&d.name)?;
+            Some(DeviceRates {
+                name: d.name.clone(),
+                rx_packets: per_s(p.rx_packets, d.rx_packets),
+                rx_bytes: per_s(p.rx_bytes, d.rx_bytes),
+                rx_drop: per_s(p.rx_drop, d.rx_drop),
+                rx_fifo: per_s(p.rx_fifo, d.rx_fifo),
+                tx_packets: per_s(p.tx_packets, d.tx_packets),
+                tx_drop: per_s(p.tx_drop, d.tx_drop),
+            })
+        })
+        .collect();
+    let udp = |name: &str| {
+        let a = prev.snmp.as_ref()?.get("Udp", name)?;
+        let b = cur.snmp.as_ref()?.get("Udp", name)?;
+        Some(per_s(a.max(0) as u64, b.max(0) as u64))
+    };
+    NetRates {
+        devices,
+        udp_in: udp("InDatagrams"),
+        udp_rcvbuf_errors: udp("RcvbufErrors"),
+    }
 }
 
 /// Reads one sample from the host.
@@ -314,6 +479,15 @@ pub fn rates(
     }
 }
 
+/// Seconds since boot from `/proc/uptime` (first field).
+pub fn parse_uptime(text: &str) -> std::result::Result<f64, crate::error::ParseError> {
+    text.split_whitespace()
+        .next()
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| crate::error::ParseError::new(1, "first field is not a number of seconds"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,5 +567,51 @@ mod tests {
         let all = rates(&a, &b, 1.0, None);
         assert!(all.irqs[0].total.is_sign_positive());
         assert!(r.irqs.is_empty());
+    }
+
+    #[test]
+    fn boot_baseline_turns_counters_into_since_boot_averages() {
+        let cur = sample(300, 700, 5_000, 2_000, 9_000);
+        let zero = cur.boot_baseline();
+        assert_eq!(zero.stat.cpus[&0].total(), 0);
+        assert_eq!(zero.softnet[&0].processed, 0);
+        let uptime = cur.uptime_from_ticks().unwrap();
+        assert_eq!(uptime, 100.0);
+        let r = rates(&zero, &cur, uptime, None);
+        assert_eq!(r.cpus[0].soft, 7.0);
+        assert_eq!(r.cpus[0].processed, Some(20.0));
+        assert_eq!(r.irqs[0].per_cpu[&0], 90.0);
+        assert_eq!(parse_uptime("1288.51 2426.51\n").unwrap(), 1288.51);
+        assert!(parse_uptime("x").is_err());
+    }
+
+    #[test]
+    fn net_rates_per_device_and_udp() {
+        let dev = |rx: u64, drop: u64| {
+            let mut d = NetDevStats {
+                name: "eth0".into(),
+                ..Default::default()
+            };
+            d.rx_packets = rx;
+            d.rx_drop = drop;
+            d
+        };
+        let snmp = |e: i64| parse_snmp(&format!("Udp: InDatagrams RcvbufErrors\nUdp: 100 {e}\n")).unwrap();
+        let a = NetCounters {
+            devices: BTreeMap::from([("eth0".to_string(), dev(1_000, 5))]),
+            snmp: Some(snmp(1)),
+            problems: vec![],
+        };
+        let b = NetCounters {
+            devices: BTreeMap::from([("eth0".to_string(), dev(3_000, 9))]),
+            snmp: Some(snmp(11)),
+            problems: vec![],
+        };
+        let r = net_rates(&a, &b, 2.0);
+        assert_eq!(r.device("eth0").unwrap().rx_packets, 1_000.0);
+        assert_eq!(r.device("eth0").unwrap().rx_drop, 2.0);
+        assert_eq!(r.udp_rcvbuf_errors, Some(5.0));
+        let since_boot = net_rates(&b.boot_baseline(), &b, 10.0);
+        assert_eq!(since_boot.device("eth0").unwrap().rx_packets, 300.0);
     }
 }

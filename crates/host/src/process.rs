@@ -1,0 +1,115 @@
+//! One process as the scheduler sees it: its threads, the CPU each last ran on and the CPUs each
+//! may run on (`/proc/PID/task/TID/stat` field 39 `processor`, `status` `Cpus_allowed_list`;
+//! Documentation/filesystems/proc.rst, table 1-4).
+
+use crate::cpuset::CpuSet;
+use crate::error::{ParseError, Result};
+use crate::fs::HostFs;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadPlacement {
+    pub tid: u32,
+    pub comm: String,
+    /// The CPU the thread last ran on.
+    pub last_cpu: u32,
+    /// Where the scheduler may run it (`sched_setaffinity`, cpusets).
+    pub allowed: CpuSet,
+    /// User + system time in USER_HZ ticks, to tell busy threads from sleepers.
+    pub cpu_ticks: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessPlacement {
+    pub pid: u32,
+    pub comm: String,
+    pub threads: Vec<ThreadPlacement>,
+}
+
+/// `(comm, last_cpu, utime + stime)` from one `stat` line. The comm is in parentheses and may
+/// itself contain spaces and parentheses, so fields are counted from the last `)`.
+pub fn parse_task_stat(text: &str) -> std::result::Result<(String, u32, u64), ParseError> {
+    let open = text
+        .find('(')
+        .ok_or_else(|| ParseError::new(1, "no \"(comm)\" field"))?;
+    let close = text
+        .rfind(')')
+        .filter(|&c| c > open)
+        .ok_or_else(|| ParseError::new(1, "no closing \")\" after comm"))?;
+    let comm = text[open + 1..close].to_string();
+    // Fields after the comm start at field 3 (state); `processor` is field 39, utime 14, stime 15.
+    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    let field = |n: usize| -> std::result::Result<u64, ParseError> {
+        rest.get(n - 3)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| ParseError::new(1, format!("field {n} missing or not a number")))
+    };
+    let cpu = u32::try_from(field(39)?)
+        .map_err(|_| ParseError::new(1, "field 39 (processor) out of range"))?;
+    Ok((comm, cpu, field(14)? + field(15)?))
+}
+
+/// `Cpus_allowed_list` from a `status` file.
+pub fn parse_status_allowed(text: &str) -> std::result::Result<CpuSet, ParseError> {
+    let (i, line) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.starts_with("Cpus_allowed_list:"))
+        .ok_or_else(|| ParseError::new(1, "no Cpus_allowed_list line"))?;
+    let list = line["Cpus_allowed_list:".len()..].trim();
+    CpuSet::parse_list(list, None).map_err(|e| ParseError::new(i + 1, e.to_string()))
+}
+
+/// Reads every thread of `pid`. Threads that exit while being read are skipped.
+pub fn read_process(fs: &HostFs, pid: u32) -> Result<ProcessPlacement> {
+    let comm = fs.read_value(format!("/proc/{pid}/comm"))?;
+    let mut threads = Vec::new();
+    let mut tids: Vec<u32> = fs
+        .read_dir(format!("/proc/{pid}/task"))?
+        .iter()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    for tid in tids {
+        let dir = format!("/proc/{pid}/task/{tid}");
+        let Ok((tcomm, last_cpu, cpu_ticks)) = fs.read_parsed(format!("{dir}/stat"), parse_task_stat)
+        else {
+            continue;
+        };
+        let Ok(allowed) = fs.read_parsed(format!("{dir}/status"), parse_status_allowed) else {
+            continue;
+        };
+        threads.push(ThreadPlacement {
+            tid,
+            comm: tcomm,
+            last_cpu,
+            allowed,
+            cpu_ticks,
+        });
+    }
+    Ok(ProcessPlacement { pid, comm, threads })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_after_the_last_paren() {
+        let line = "4242 (my (odd) app) S 1 4242 4242 0 -1 4194560 100 0 0 0 70 30 0 0 20 0 2 0 \
+                    123 1000 50 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 3 0 0 0 0 0";
+        let (comm, cpu, ticks) = parse_task_stat(line).unwrap();
+        assert_eq!(comm, "my (odd) app");
+        assert_eq!(cpu, 3);
+        assert_eq!(ticks, 100);
+        assert!(parse_task_stat("4242 (x) S 1 2").is_err());
+        assert!(parse_task_stat("no parens").is_err());
+    }
+
+    #[test]
+    fn allowed_list() {
+        let s = "Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1,4\n";
+        assert_eq!(parse_status_allowed(s).unwrap().to_list(), "0-1,4");
+        assert!(parse_status_allowed("Name: x\n").is_err());
+    }
+}
