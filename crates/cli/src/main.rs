@@ -2,6 +2,7 @@
 //! picks the data sources (live host or a `--root` tree) and maps errors to exit codes
 //! (0 ok, 1 findings or threshold failed, 2 error).
 
+mod doctor;
 mod show;
 mod snapshot;
 mod top;
@@ -43,6 +44,9 @@ enum Command {
     /// Copy every file netsteer reads (plus NIC settings read over netlink) into DIR, so that
     /// `--root DIR` reproduces `show` offline: a support bundle.
     Snapshot(snapshot::SnapshotArgs),
+    /// Find what keeps packet processing from scaling or from being fast: findings with
+    /// evidence and the exact fix. Exit 0 when none is a warning or worse, 1 when one is.
+    Doctor(doctor::DoctorArgs),
     /// Per-CPU rates each interval (mpstat's %usr %sys %irq %soft %steal %idle, NET_RX/NET_TX
     /// softirqs, softnet processed/dropped/squeezed, RPS IPIs) and per-queue IRQ rates.
     Top(top::TopArgs),
@@ -104,6 +108,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Show(args) => show::run(&host, &args),
         Command::Snapshot(args) => snapshot::run(&host, &args),
         Command::Top(args) => top::run(&host, &args),
+        Command::Doctor(args) => doctor::run(&host, &args),
     }
 }
 

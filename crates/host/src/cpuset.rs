@@ -26,7 +26,7 @@ pub enum CpuSetError {
 }
 
 /// A set of CPU ids, stored as a bitmap.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CpuSet {
     /// Bit `i` of word `w` is CPU `64 * w + i`; no trailing zero words, so equality is structural.
     words: Vec<u64>,
@@ -69,6 +69,15 @@ impl CpuSet {
 
     pub fn is_empty(&self) -> bool {
         self.words.is_empty()
+    }
+
+    /// Lowest CPU in the set.
+    pub fn lowest(&self) -> Option<u32> {
+        self.words
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| i as u32 * 64 + w.trailing_zeros())
     }
 
     /// Highest CPU in the set.

@@ -1,0 +1,197 @@
+//! Rules for a latency goal and for the application's placement: busy polling that cannot
+//! work, interrupt coalescing, pause frames, and threads sharing the interrupt CPU.
+
+use super::rps::tune_cmd;
+use crate::doctor::ctx::{Ctx, cpus_text};
+use crate::doctor::model::{Finding, Fix, Goal, Severity, Subjects};
+use netsteer_host::CpuSet;
+use netsteer_host::nic::Nic;
+
+/// A device that never gets a NAPI id onto its packets: busy polling a socket fed by it has
+/// nothing to poll (net/core/dev.c napi_busy_loop() needs skb->napi_id).
+fn lacks_napi(nic: &Nic) -> Option<&'static str> {
+    let driver = nic.driver.known().map(String::as_str).unwrap_or("");
+    let gro_on = nic
+        .settings
+        .as_ref()
+        .and_then(|s| s.features.known())
+        .and_then(|f| f.get("rx-gro"))
+        .map(|f| f.active);
+    match (driver, nic.kind.as_str()) {
+        ("veth", _) | (_, "veth") if gro_on != Some(true) => {
+            Some("veth without GRO/XDP receives through the backlog, not NAPI")
+        }
+        ("tun", _) | (_, "tun") => Some("tun/tap devices have no NAPI unless created with IFF_NAPI"),
+        _ => None,
+    }
+}
+
+pub fn busy_poll_ineffective(ctx: &Ctx) -> Vec<Finding> {
+    let s = &ctx.view.sysctls;
+    let read = s.busy_read.known().copied().unwrap_or(0);
+    let poll = s.busy_poll.known().copied().unwrap_or(0);
+    if read <= 0 && poll <= 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let Some(reason) = lacks_napi(nic) else { continue };
+        out.push(Finding {
+            id: "busy-poll-ineffective".into(),
+            severity: Severity::Warning,
+            title: format!("busy polling is on but {} has no NAPI context to poll", nic.name),
+            evidence: vec![
+                format!("net.core.busy_read = {read}, net.core.busy_poll = {poll} (µs)"),
+                format!("{}: {reason}", nic.name),
+            ],
+            why: "Busy polling spins on the NAPI instance recorded in the socket's last packet; packets that arrive without a NAPI id leave nothing to spin on, so the sockets still sleep and wake by interrupt while the setting suggests otherwise.".into(),
+            fix: Fix {
+                summary: format!("give {} a NAPI context (GRO on for veth) or drop busy polling for its traffic", nic.name),
+                steps: vec![format!("ethtool -K {} gro on", nic.name)],
+                tune: Some(tune_cmd("latency", &nic.name)),
+            },
+            subjects: Subjects { devices: vec![nic.name.clone()], ..Default::default() },
+        });
+    }
+    out
+}
+
+pub fn coalescing_latency(ctx: &Ctx) -> Vec<Finding> {
+    if ctx.goal != Goal::Latency {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let Some(c) = nic.settings.as_ref().and_then(|s| s.coalesce.known()) else { continue };
+        let usecs = c.get("rx-usecs").copied().unwrap_or(0);
+        let adaptive = c.get("adaptive-rx").copied().unwrap_or(0) != 0;
+        let frames = c.get("rx-frames").copied().unwrap_or(0);
+        if usecs == 0 && !adaptive {
+            continue;
+        }
+        out.push(Finding {
+            id: "coalescing-latency".into(),
+            severity: Severity::Warning,
+            title: format!("{} holds receive interrupts back (rx-usecs {usecs}{})", nic.name, if adaptive { ", adaptive" } else { "" }),
+            evidence: vec![format!(
+                "{}: rx-usecs = {usecs}, rx-frames = {frames}, adaptive-rx = {}",
+                nic.name,
+                if adaptive { "on" } else { "off" }
+            )],
+            why: "Interrupt coalescing makes the NIC wait up to rx-usecs (or until rx-frames packets) before interrupting, which saves CPU under load but adds that wait to every lone packet's latency; adaptive mode raises it as soon as traffic grows.".into(),
+            fix: Fix {
+                summary: "interrupt at once for a latency goal".into(),
+                steps: vec![format!("ethtool -C {} adaptive-rx off rx-usecs 0", nic.name)],
+                tune: Some(tune_cmd("latency", &nic.name)),
+            },
+            subjects: Subjects { devices: vec![nic.name.clone()], ..Default::default() },
+        });
+    }
+    out
+}
+
+pub fn flow_control_on(ctx: &Ctx) -> Vec<Finding> {
+    if ctx.goal != Goal::Latency {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let Some(p) = nic.settings.as_ref().and_then(|s| s.pause.known()) else { continue };
+        if p.rx != Some(true) && p.tx != Some(true) {
+            continue;
+        }
+        out.push(Finding {
+            id: "flow-control-on".into(),
+            severity: Severity::Warning,
+            title: format!("{}: Ethernet flow control (pause frames) is on", nic.name),
+            evidence: vec![format!(
+                "{}: pause rx = {}, tx = {}, autoneg = {}",
+                nic.name,
+                p.rx.map_or("?".into(), |v| v.to_string()),
+                p.tx.map_or("?".into(), |v| v.to_string()),
+                p.autoneg.map_or("?".into(), |v| v.to_string())
+            )],
+            why: "A receiver whose buffers fill sends pause frames and the link stops for every flow on it, so one slow consumer stalls unrelated latency-sensitive traffic for up to milliseconds; without pause the packet is dropped and the transport recovers.".into(),
+            fix: Fix {
+                summary: "turn pause frames off for a latency goal (and on the switch port)".into(),
+                steps: vec![format!("ethtool -A {} autoneg off rx off tx off", nic.name)],
+                tune: Some(tune_cmd("latency", &nic.name)),
+            },
+            subjects: Subjects { devices: vec![nic.name.clone()], ..Default::default() },
+        });
+    }
+    out
+}
+
+pub fn app_on_irq_cpu(ctx: &Ctx) -> Vec<Finding> {
+    let Some(app) = ctx.app else { return Vec::new() };
+    let mut irq_cpus = CpuSet::new();
+    let mut irq_names = Vec::new();
+    for nic in ctx.traffic_nics() {
+        for i in ctx.rx_irqs(nic) {
+            // Only interrupts that fire matter; with no load data every queue IRQ counts.
+            if ctx.irq_rate(i.irq).is_some_and(|r| r <= 0.0) {
+                continue;
+            }
+            let cpus = ctx.irq_cpus(&i);
+            irq_names.push((i.irq, format!("{} {}", nic.name, i.role), cpus.clone()));
+            irq_cpus = irq_cpus.union(&cpus);
+        }
+    }
+    let mut evidence = Vec::new();
+    let mut cpus_hit = CpuSet::new();
+    let mut tids = Vec::new();
+    for t in &app.threads {
+        let runs_on: CpuSet = if t.allowed.len() == 1 {
+            t.allowed.clone()
+        } else {
+            std::iter::once(t.last_cpu).collect()
+        };
+        let shared = runs_on.intersection(&irq_cpus);
+        if shared.is_empty() {
+            continue;
+        }
+        let irqs: Vec<String> = irq_names
+            .iter()
+            .filter(|(_, _, c)| !c.intersection(&shared).is_empty())
+            .map(|(n, label, _)| format!("IRQ {n} ({label})"))
+            .collect();
+        evidence.push(format!(
+            "thread {} ({}) {} {}, which takes {}; allowed CPUs {}",
+            t.tid,
+            t.comm,
+            if t.allowed.len() == 1 { "is pinned to" } else { "last ran on" },
+            cpus_text(&shared),
+            irqs.join(", "),
+            t.allowed.to_list()
+        ));
+        cpus_hit = cpus_hit.union(&shared);
+        tids.push(t.tid);
+    }
+    if tids.is_empty() {
+        return Vec::new();
+    }
+    evidence.push("the CPU each socket's packets arrive on (SO_INCOMING_CPU) is visible only inside the application; `netsteer bench udp-echo` reports it".into());
+    let away = ctx.usable.difference(&irq_cpus);
+    vec![Finding {
+        id: "app-on-irq-cpu".into(),
+        severity: if ctx.goal == Goal::Latency { Severity::Warning } else { Severity::Info },
+        title: format!("{} (pid {}) runs on the CPU that takes the NIC's receive interrupts", app.comm, app.pid),
+        evidence,
+        why: "The interrupt and its softirq preempt the application thread on that CPU, so each reply waits for the next packets' processing; seed 000 measured about 2 µs more round trip with the client on the interrupt CPU.".into(),
+        fix: Fix {
+            summary: if away.is_empty() {
+                "no CPU is free of receive interrupts: move an IRQ away first".into()
+            } else {
+                format!("pin the application to {} (no receive interrupts there)", cpus_text(&away))
+            },
+            steps: if away.is_empty() {
+                Vec::new()
+            } else {
+                vec![format!("taskset -a -p -c {} {}", away.to_list(), app.pid)]
+            },
+            tune: None,
+        },
+        subjects: Subjects { cpus: cpus_hit.iter().collect(), ..Default::default() },
+    }]
+}

@@ -1,0 +1,8 @@
+//! The rules, one function each: `fn(&Ctx) -> Vec<Finding>`, pure and independent.
+
+pub mod cpu;
+pub mod drops;
+pub mod latency;
+pub mod rps;
+pub mod spread;
+pub mod tx;
