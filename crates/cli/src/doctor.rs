@@ -3,9 +3,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use netsteer_host::process::read_process;
 use netsteer_host::read_host;
-use netsteer_host::sample::{
-    CounterSample, parse_uptime, net_rates, rates, read_net_counters, read_sample,
-};
+use netsteer_host::sample::{CounterSample, parse_uptime, read_net_counters, read_sample};
 use netsteer_tune::doctor::{Goal, Load, LoadSource, RULES, Report, Severity, diagnose};
 use std::io;
 use std::process::ExitCode;
@@ -15,10 +13,19 @@ use std::time::{Duration, Instant};
 pub struct DoctorArgs {
     /// Seconds of live sampling for rates (0: use the since-boot counters). Ignored with
     /// `--root`, where the tree's since-boot counters are used.
-    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 3.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     sample: f64,
     /// What the host is for: `latency` adds the coalescing and pause-frame rules.
-    #[arg(long, default_value = "balanced", value_name = "latency|throughput|balanced")]
+    #[arg(
+        long,
+        default_value = "balanced",
+        value_name = "latency|throughput|balanced"
+    )]
     goal: Goal,
     /// Add the application's view: its threads' CPUs against the interrupt CPUs.
     #[arg(long, value_name = "PID")]
@@ -48,15 +55,7 @@ fn measure_load(host: &Host, seconds: f64) -> Result<(Load, Vec<String>)> {
         std::thread::sleep(Duration::from_secs_f64(seconds));
         let (s1, n1) = read_counters(host)?;
         let dt = t0.elapsed().as_secs_f64();
-        return Ok((
-            Load {
-                source: LoadSource::Sampled,
-                seconds: dt,
-                cpu: rates(&s0, &s1, dt, None),
-                net: net_rates(&n0, &n1, dt),
-            },
-            problems,
-        ));
+        return Ok((Load::sampled((&s0, &n0), (&s1, &n1), dt), problems));
     }
     let uptime = match host.fs.read_parsed("/proc/uptime", parse_uptime) {
         Ok(u) => Some(u),
@@ -67,15 +66,7 @@ fn measure_load(host: &Host, seconds: f64) -> Result<(Load, Vec<String>)> {
     }
     .filter(|u| *u > 0.0)
     .context("no uptime: neither /proc/uptime nor /proc/stat ticks give one")?;
-    Ok((
-        Load {
-            source: LoadSource::SinceBoot,
-            seconds: uptime,
-            cpu: rates(&s0.boot_baseline(), &s0, uptime, None),
-            net: net_rates(&n0.boot_baseline(), &n0, uptime),
-        },
-        problems,
-    ))
+    Ok((Load::since_boot(&s0, &n0, uptime), problems))
 }
 
 pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
@@ -87,7 +78,10 @@ pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if !(args.sample.is_finite() && args.sample >= 0.0) {
-        bail!("--sample {}: must be a number of seconds, 0 or more", args.sample);
+        bail!(
+            "--sample {}: must be a number of seconds, 0 or more",
+            args.sample
+        );
     }
     let settings = host.nic_settings_source();
     let view = read_host(&host.fs, (!args.no_ethtool).then_some(&*settings));
@@ -98,7 +92,10 @@ pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
     let (load, problems) = match measure_load(host, args.sample) {
         Ok((l, p)) => (Some(l), p),
         // Without counters the static rules still run; the report says why rates are missing.
-        Err(e) => (None, vec![format!("{e:#} (rules that need rates were skipped)")]),
+        Err(e) => (
+            None,
+            vec![format!("{e:#} (rules that need rates were skipped)")],
+        ),
     };
     let mut report = diagnose(&view, load.as_ref(), args.goal, app.as_ref());
     report.problems.extend(problems);
@@ -125,7 +122,9 @@ pub fn render(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let load = match &r.load {
-        Some(l) if l.source == LoadSource::Sampled => format!("load sampled over {:.1} s", l.seconds),
+        Some(l) if l.source == LoadSource::Sampled => {
+            format!("load sampled over {:.1} s", l.seconds)
+        }
         Some(l) => format!("load averaged since boot ({:.0} s)", l.seconds),
         None => "no load data".into(),
     };
@@ -137,7 +136,10 @@ pub fn render(r: &Report) -> String {
         h.kernel.as_deref().unwrap_or("?"),
         h.online_cpus,
         h.numa_nodes,
-        h.isolated_cpus.as_ref().map(|i| format!(", isolated {i}")).unwrap_or_default(),
+        h.isolated_cpus
+            .as_ref()
+            .map(|i| format!(", isolated {i}"))
+            .unwrap_or_default(),
         match h.irqbalance_running {
             Some(true) => "running",
             Some(false) => "not running",
@@ -154,7 +156,10 @@ pub fn render(r: &Report) -> String {
             n.rx_queues,
             n.tx_queues,
             n.queue_irqs,
-            n.numa_node.filter(|n| *n >= 0).map(|n| format!(", NUMA node {n}")).unwrap_or_default()
+            n.numa_node
+                .filter(|n| *n >= 0)
+                .map(|n| format!(", NUMA node {n}"))
+                .unwrap_or_default()
         );
     }
     for f in &r.findings {
@@ -173,7 +178,10 @@ pub fn render(r: &Report) -> String {
     }
     let c = r.counts;
     if r.findings.is_empty() {
-        let _ = writeln!(s, "\nNo findings: nothing keeps packet processing here from scaling.");
+        let _ = writeln!(
+            s,
+            "\nNo findings: nothing keeps packet processing here from scaling."
+        );
     } else {
         let _ = writeln!(
             s,

@@ -6,70 +6,10 @@
 use netsteer_host::CpuSet;
 use netsteer_host::field::Field;
 use netsteer_host::view::HostView;
-use std::process::{Command, Output};
-use std::time::{SystemTime, UNIX_EPOCH};
+mod common;
 
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn create() -> Netns {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let name = format!("nsteer-t{}-{nanos}", std::process::id());
-        run("ip", &["netns", "add", &name]);
-        Netns { name }
-    }
-
-    fn exec(&self, args: &[&str]) -> Output {
-        let mut full = vec!["netns", "exec", &self.name];
-        full.extend_from_slice(args);
-        Command::new("ip")
-            .args(&full)
-            .output()
-            .expect("ip netns exec")
-    }
-
-    fn sh(&self, script: &str) {
-        let out = self.exec(&["sh", "-c", script]);
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().expect(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(str::to_string)
-        })
-        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
-}
+use common::{Netns, is_root};
+use std::process::Command;
 
 #[test]
 fn show_reports_rps_rfs_xps_set_inside_a_namespace() {

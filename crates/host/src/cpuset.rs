@@ -26,7 +26,7 @@ pub enum CpuSetError {
 }
 
 /// A set of CPU ids, stored as a bitmap.
-#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct CpuSet {
     /// Bit `i` of word `w` is CPU `64 * w + i`; no trailing zero words, so equality is structural.
     words: Vec<u64>,

@@ -72,7 +72,8 @@ pub fn read_process(fs: &HostFs, pid: u32) -> Result<ProcessPlacement> {
     tids.sort_unstable();
     for tid in tids {
         let dir = format!("/proc/{pid}/task/{tid}");
-        let Ok((tcomm, last_cpu, cpu_ticks)) = fs.read_parsed(format!("{dir}/stat"), parse_task_stat)
+        let Ok((tcomm, last_cpu, cpu_ticks)) =
+            fs.read_parsed(format!("{dir}/stat"), parse_task_stat)
         else {
             continue;
         };

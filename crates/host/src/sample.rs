@@ -596,7 +596,8 @@ mod tests {
             d.rx_drop = drop;
             d
         };
-        let snmp = |e: i64| parse_snmp(&format!("Udp: InDatagrams RcvbufErrors\nUdp: 100 {e}\n")).unwrap();
+        let snmp =
+            |e: i64| parse_snmp(&format!("Udp: InDatagrams RcvbufErrors\nUdp: 100 {e}\n")).unwrap();
         let a = NetCounters {
             devices: BTreeMap::from([("eth0".to_string(), dev(1_000, 5))]),
             snmp: Some(snmp(1)),

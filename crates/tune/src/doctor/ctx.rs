@@ -23,7 +23,12 @@ pub struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(view: &'a HostView, load: Option<&'a Load>, goal: Goal, app: Option<&'a App>) -> Self {
+    pub fn new(
+        view: &'a HostView,
+        load: Option<&'a Load>,
+        goal: Goal,
+        app: Option<&'a App>,
+    ) -> Self {
         let online = view.topology.online.clone();
         let usable = match view.topology.isolated.known() {
             Some(iso) => online.difference(iso),
@@ -122,7 +127,12 @@ impl<'a> Ctx<'a> {
     pub fn rx_irqs<'n>(&self, nic: &'n Nic) -> Vec<&'n NicIrq> {
         nic.irqs
             .iter()
-            .filter(|i| matches!(i.role, IrqRole::Rx(_) | IrqRole::RxTx(_) | IrqRole::AllQueues))
+            .filter(|i| {
+                matches!(
+                    i.role,
+                    IrqRole::Rx(_) | IrqRole::RxTx(_) | IrqRole::AllQueues
+                )
+            })
             .collect()
     }
 
@@ -156,7 +166,9 @@ impl<'a> Ctx<'a> {
 
     /// True for the second and later hyperthreads of a core.
     pub fn is_secondary_thread(&self, cpu: u32) -> bool {
-        self.siblings(cpu).lowest().is_some_and(|first| first != cpu)
+        self.siblings(cpu)
+            .lowest()
+            .is_some_and(|first| first != cpu)
     }
 
     /// HT siblings of a CPU including itself (just itself when unknown).
@@ -195,7 +207,11 @@ impl<'a> Ctx<'a> {
 /// (`kind` is `rx` or `tx`).
 pub fn queue_writes(nic: &Nic, kind: &str, file: &str, values: &[(u32, String)]) -> Vec<String> {
     let all_same = values.windows(2).all(|w| w[0].1 == w[1].1);
-    let count = if kind == "rx" { nic.rx_queues.len() } else { nic.tx_queues.len() };
+    let count = if kind == "rx" {
+        nic.rx_queues.len()
+    } else {
+        nic.tx_queues.len()
+    };
     if values.len() > 4 && all_same && values.len() == count {
         return vec![format!(
             "for q in /sys/class/net/{}/queues/{kind}-*; do echo {} > $q/{file}; done",
@@ -204,7 +220,12 @@ pub fn queue_writes(nic: &Nic, kind: &str, file: &str, values: &[(u32, String)])
     }
     values
         .iter()
-        .map(|(q, v)| format!("echo {v} > {}/{file}", Ctx::queue_dir(nic, &format!("{kind}-{q}"))))
+        .map(|(q, v)| {
+            format!(
+                "echo {v} > {}/{file}",
+                Ctx::queue_dir(nic, &format!("{kind}-{q}"))
+            )
+        })
         .collect()
 }
 

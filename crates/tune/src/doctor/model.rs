@@ -1,7 +1,7 @@
 //! What doctor says, as data: the JSON of `netsteer doctor --json` is these types serialized.
 
 use netsteer_host::process::ProcessPlacement;
-use netsteer_host::sample::{NetRates, Rates};
+use netsteer_host::sample::{CounterSample, NetCounters, NetRates, Rates, net_rates, rates};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -116,6 +116,32 @@ pub struct Load {
     pub seconds: f64,
     pub cpu: Rates,
     pub net: NetRates,
+}
+
+impl Load {
+    /// Rates between two live reads `seconds` apart.
+    pub fn sampled(
+        before: (&CounterSample, &NetCounters),
+        after: (&CounterSample, &NetCounters),
+        seconds: f64,
+    ) -> Load {
+        Load {
+            source: LoadSource::Sampled,
+            seconds,
+            cpu: rates(before.0, after.0, seconds, None),
+            net: net_rates(before.1, after.1, seconds),
+        }
+    }
+
+    /// Averages since boot from the counters of one moment (all an offline tree can give).
+    pub fn since_boot(now: &CounterSample, net: &NetCounters, uptime_s: f64) -> Load {
+        Load {
+            source: LoadSource::SinceBoot,
+            seconds: uptime_s,
+            cpu: rates(&now.boot_baseline(), now, uptime_s, None),
+            net: net_rates(&net.boot_baseline(), net, uptime_s),
+        }
+    }
 }
 
 /// The application named with `--pid`.

@@ -1,8 +1,8 @@
 //! The whole answer of `netsteer doctor`: findings sorted by severity plus a host summary.
 
+use super::RULES;
 use super::ctx::Ctx;
 use super::model::{App, Finding, Goal, Load, LoadSource, Severity};
-use super::RULES;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +62,11 @@ pub struct Report {
 impl Report {
     /// 1 when any finding is a warning or worse (the CLI exits with it), else 0.
     pub fn exit_code(&self) -> u8 {
-        u8::from(self.findings.iter().any(|f| f.severity >= Severity::Warning))
+        u8::from(
+            self.findings
+                .iter()
+                .any(|f| f.severity >= Severity::Warning),
+        )
     }
 }
 
@@ -100,7 +104,7 @@ pub fn diagnose(view: &HostView, load: Option<&Load>, goal: Goal, app: Option<&A
     let ctx = Ctx::new(view, load, goal, app);
     let mut findings: Vec<Finding> = RULES.iter().flat_map(|r| (r.check)(&ctx)).collect();
     // Stable: within a severity, rule order (the order of RULES) is kept.
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     let mut counts = Counts::default();
     for f in &findings {
         match f.severity {

@@ -108,7 +108,10 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
             );
         }
         if c.net_rx.is_some() {
-            line += &format!("; ran {} of the NET_RX softirqs", pct(share(&Work::NetRxRuns)));
+            line += &format!(
+                "; ran {} of the NET_RX softirqs",
+                pct(share(&Work::NetRxRuns))
+            );
         }
         evidence.push(line);
     }
@@ -240,7 +243,12 @@ pub fn cpu_steal(ctx: &Ctx) -> Vec<Finding> {
     let Some(load) = ctx.load else {
         return Vec::new();
     };
-    let stolen: Vec<&CpuRates> = load.cpu.cpus.iter().filter(|c| c.steal >= STEAL_PCT).collect();
+    let stolen: Vec<&CpuRates> = load
+        .cpu
+        .cpus
+        .iter()
+        .filter(|c| c.steal >= STEAL_PCT)
+        .collect();
     if stolen.is_empty() {
         return Vec::new();
     }

@@ -15,8 +15,15 @@ fn loss_severity(ctx: &Ctx, per_s: f64) -> Severity {
 }
 
 pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
-    let Some(load) = ctx.load else { return Vec::new() };
-    let dropping: Vec<_> = load.cpu.cpus.iter().filter(|c| c.dropped.unwrap_or(0.0) > 0.0).collect();
+    let Some(load) = ctx.load else {
+        return Vec::new();
+    };
+    let dropping: Vec<_> = load
+        .cpu
+        .cpus
+        .iter()
+        .filter(|c| c.dropped.unwrap_or(0.0) > 0.0)
+        .collect();
     if dropping.is_empty() {
         return Vec::new();
     }
@@ -26,7 +33,13 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
     let mut evidence = capped(
         dropping
             .iter()
-            .map(|c| format!("CPU {}: {} packets dropped", c.cpu, ctx.amount(c.dropped.unwrap_or(0.0))))
+            .map(|c| {
+                format!(
+                    "CPU {}: {} packets dropped",
+                    c.cpu,
+                    ctx.amount(c.dropped.unwrap_or(0.0))
+                )
+            })
             .collect(),
         8,
     );
@@ -59,10 +72,16 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
 }
 
 pub fn budget_squeeze(ctx: &Ctx) -> Vec<Finding> {
-    let Some(load) = ctx.load else { return Vec::new() };
+    let Some(load) = ctx.load else {
+        return Vec::new();
+    };
     let ratio = |c: &netsteer_host::sample::CpuRates| {
         let runs = c.net_rx.unwrap_or(0.0);
-        if runs > 0.0 { c.squeezed.unwrap_or(0.0) * 100.0 / runs } else { 100.0 }
+        if runs > 0.0 {
+            c.squeezed.unwrap_or(0.0) * 100.0 / runs
+        } else {
+            100.0
+        }
     };
     // An occasional squeeze is normal on a busy host; below 0.1% of the NET_RX runs it is noise.
     let squeezed: Vec<_> = load
@@ -74,7 +93,9 @@ pub fn budget_squeeze(ctx: &Ctx) -> Vec<Finding> {
     if squeezed.is_empty() {
         return Vec::new();
     }
-    let heavy = squeezed.iter().any(|c| ratio(c) >= 1.0 && c.squeezed.unwrap_or(0.0) >= 1.0);
+    let heavy = squeezed
+        .iter()
+        .any(|c| ratio(c) >= 1.0 && c.squeezed.unwrap_or(0.0) >= 1.0);
     let budget = ctx.view.sysctls.netdev_budget.known().copied();
     let usecs = ctx.view.sysctls.netdev_budget_usecs.known().copied();
     let mut evidence = capped(
@@ -121,7 +142,9 @@ pub fn budget_squeeze(ctx: &Ctx) -> Vec<Finding> {
 pub fn nic_rx_drops(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let Some(d) = ctx.device(&nic.name) else { continue };
+        let Some(d) = ctx.device(&nic.name) else {
+            continue;
+        };
         let lost = d.rx_drop + d.rx_fifo;
         if lost <= 0.0 {
             continue;
@@ -134,15 +157,18 @@ pub fn nic_rx_drops(ctx: &Ctx) -> Vec<Finding> {
             ctx.amount(d.rx_packets)
         )];
         let mut steps = Vec::new();
-        if let Some(r) = nic.settings.as_ref().and_then(|s| s.rings.known()) {
-            if let (Some(rx), Some(max)) = (r.rx, r.rx_max) {
-                evidence.push(format!("rx ring: {rx} descriptors of at most {max}"));
-                if rx < max {
-                    steps.push(format!("ethtool -G {} rx {max}", nic.name));
-                }
+        if let Some(r) = nic.settings.as_ref().and_then(|s| s.rings.known())
+            && let (Some(rx), Some(max)) = (r.rx, r.rx_max)
+        {
+            evidence.push(format!("rx ring: {rx} descriptors of at most {max}"));
+            if rx < max {
+                steps.push(format!("ethtool -G {} rx {max}", nic.name));
             }
         }
-        steps.push(format!("ethtool -S {} | grep -i -e drop -e miss -e no_buf   # which counter grows", nic.name));
+        steps.push(format!(
+            "ethtool -S {} | grep -i -e drop -e miss -e no_buf   # which counter grows",
+            nic.name
+        ));
         out.push(Finding {
             id: "nic-rx-drops".into(),
             severity: loss_severity(ctx, lost),
@@ -161,7 +187,9 @@ pub fn nic_rx_drops(ctx: &Ctx) -> Vec<Finding> {
 }
 
 pub fn socket_rcvbuf_errors(ctx: &Ctx) -> Vec<Finding> {
-    let Some(load) = ctx.load else { return Vec::new() };
+    let Some(load) = ctx.load else {
+        return Vec::new();
+    };
     let Some(errors) = load.net.udp_rcvbuf_errors.filter(|e| *e > 0.0) else {
         return Vec::new();
     };

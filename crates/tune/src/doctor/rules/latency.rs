@@ -21,7 +21,9 @@ fn lacks_napi(nic: &Nic) -> Option<&'static str> {
         ("veth", _) | (_, "veth") if gro_on != Some(true) => {
             Some("veth without GRO/XDP receives through the backlog, not NAPI")
         }
-        ("tun", _) | (_, "tun") => Some("tun/tap devices have no NAPI unless created with IFF_NAPI"),
+        ("tun", _) | (_, "tun") => {
+            Some("tun/tap devices have no NAPI unless created with IFF_NAPI")
+        }
         _ => None,
     }
 }
@@ -35,7 +37,9 @@ pub fn busy_poll_ineffective(ctx: &Ctx) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let Some(reason) = lacks_napi(nic) else { continue };
+        let Some(reason) = lacks_napi(nic) else {
+            continue;
+        };
         out.push(Finding {
             id: "busy-poll-ineffective".into(),
             severity: Severity::Warning,
@@ -62,7 +66,9 @@ pub fn coalescing_latency(ctx: &Ctx) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let Some(c) = nic.settings.as_ref().and_then(|s| s.coalesce.known()) else { continue };
+        let Some(c) = nic.settings.as_ref().and_then(|s| s.coalesce.known()) else {
+            continue;
+        };
         let usecs = c.get("rx-usecs").copied().unwrap_or(0);
         let adaptive = c.get("adaptive-rx").copied().unwrap_or(0) != 0;
         let frames = c.get("rx-frames").copied().unwrap_or(0);
@@ -96,7 +102,9 @@ pub fn flow_control_on(ctx: &Ctx) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let Some(p) = nic.settings.as_ref().and_then(|s| s.pause.known()) else { continue };
+        let Some(p) = nic.settings.as_ref().and_then(|s| s.pause.known()) else {
+            continue;
+        };
         if p.rx != Some(true) && p.tx != Some(true) {
             continue;
         }
@@ -124,7 +132,9 @@ pub fn flow_control_on(ctx: &Ctx) -> Vec<Finding> {
 }
 
 pub fn app_on_irq_cpu(ctx: &Ctx) -> Vec<Finding> {
-    let Some(app) = ctx.app else { return Vec::new() };
+    let Some(app) = ctx.app else {
+        return Vec::new();
+    };
     let mut irq_cpus = CpuSet::new();
     let mut irq_names = Vec::new();
     for nic in ctx.traffic_nics() {
@@ -133,7 +143,7 @@ pub fn app_on_irq_cpu(ctx: &Ctx) -> Vec<Finding> {
             if ctx.irq_rate(i.irq).is_some_and(|r| r <= 0.0) {
                 continue;
             }
-            let cpus = ctx.irq_cpus(&i);
+            let cpus = ctx.irq_cpus(i);
             irq_names.push((i.irq, format!("{} {}", nic.name, i.role), cpus.clone()));
             irq_cpus = irq_cpus.union(&cpus);
         }
@@ -160,7 +170,11 @@ pub fn app_on_irq_cpu(ctx: &Ctx) -> Vec<Finding> {
             "thread {} ({}) {} {}, which takes {}; allowed CPUs {}",
             t.tid,
             t.comm,
-            if t.allowed.len() == 1 { "is pinned to" } else { "last ran on" },
+            if t.allowed.len() == 1 {
+                "is pinned to"
+            } else {
+                "last ran on"
+            },
             cpus_text(&shared),
             irqs.join(", "),
             t.allowed.to_list()

@@ -11,7 +11,15 @@ pub const RFS_ENTRIES: u64 = 32768;
 
 /// Drivers that implement `ndo_rx_flow_steer` (accelerated RFS) in mainline.
 const ARFS_DRIVERS: &[&str] = &[
-    "mlx5_core", "mlx4_en", "mlx4_core", "sfc", "bnxt_en", "ice", "qede", "enic", "hns3",
+    "mlx5_core",
+    "mlx4_en",
+    "mlx4_core",
+    "sfc",
+    "bnxt_en",
+    "ice",
+    "qede",
+    "enic",
+    "hns3",
 ];
 
 pub fn tune_cmd(profile: &str, dev: &str) -> String {
@@ -44,9 +52,17 @@ pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
         .iter()
         .fold(CpuSet::new(), |acc, i| acc.union(&ctx.irq_cpus(i)));
     let without_irq = local.difference(&irq_cpus);
-    let cpus = if without_irq.is_empty() { local } else { without_irq };
+    let cpus = if without_irq.is_empty() {
+        local
+    } else {
+        without_irq
+    };
     let mask = ctx.mask(&cpus);
-    let values: Vec<(u32, String)> = nic.rx_queues.iter().map(|q| (q.index, mask.clone())).collect();
+    let values: Vec<(u32, String)> = nic
+        .rx_queues
+        .iter()
+        .map(|q| (q.index, mask.clone()))
+        .collect();
     let mut steps = queue_writes(nic, "rx", "rps_cpus", &values);
     steps.extend(rfs_steps(ctx, nic));
     RpsPlan { cpus, steps }
@@ -81,7 +97,9 @@ pub fn single_queue_no_rps(ctx: &Ctx) -> Vec<Finding> {
             continue;
         }
         let q = &nic.rx_queues[0];
-        let Some(rps) = q.rps_cpus.known() else { continue };
+        let Some(rps) = q.rps_cpus.known() else {
+            continue;
+        };
         if !rps.is_empty() {
             continue;
         }
@@ -113,7 +131,11 @@ pub fn single_queue_no_rps(ctx: &Ctx) -> Vec<Finding> {
                 i.irq,
                 i.name,
                 cpus_text(&cpus),
-                if load.is_empty() { String::new() } else { format!(" ({})", load.join(", ")) }
+                if load.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", load.join(", "))
+                }
             ));
             subjects.irqs.push(i.irq);
             subjects.cpus.extend(cpus.iter());
@@ -196,8 +218,8 @@ pub fn rfs_off(ctx: &Ctx) -> Vec<Finding> {
         let features = nic.settings.as_ref().and_then(|s| s.features.known());
         let ntuple = features.and_then(|f| f.get("ntuple-filters"));
         let driver = nic.driver.known().map(String::as_str).unwrap_or("");
-        let arfs_possible = ARFS_DRIVERS.contains(&driver)
-            && ntuple.is_some_and(|f| f.changeable && !f.active);
+        let arfs_possible =
+            ARFS_DRIVERS.contains(&driver) && ntuple.is_some_and(|f| f.changeable && !f.active);
         // Software RFS adds a cross-CPU hop; seed 000 measured +2 µs on a latency test. For a
         // latency goal on a multi-queue NIC only the hardware variant is worth proposing.
         if ctx.goal == crate::doctor::Goal::Latency && !rps && !arfs_possible {
@@ -205,7 +227,8 @@ pub fn rfs_off(ctx: &Ctx) -> Vec<Finding> {
         }
         let mut evidence = Vec::new();
         if table_off {
-            evidence.push("net.core.rps_sock_flow_entries = 0 (the global RFS table is off)".into());
+            evidence
+                .push("net.core.rps_sock_flow_entries = 0 (the global RFS table is off)".into());
         }
         if !queues_off.is_empty() {
             evidence.push(format!(

@@ -142,14 +142,20 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
         }
         let node = ctx.nic_node(nic).unwrap_or(0);
         let local = ctx.local_cpus(nic);
-        let queues = nic.queue_irqs().filter_map(|i| queue_of(i.role)).collect::<BTreeSet<_>>();
+        let queues = nic
+            .queue_irqs()
+            .filter_map(|i| queue_of(i.role))
+            .collect::<BTreeSet<_>>();
         let overflow = local.len() < queues.len();
         // Move each remote IRQ to a local CPU that no other queue IRQ of this NIC uses.
         let taken: CpuSet = nic
             .queue_irqs()
             .map(|i| ctx.irq_cpus(i))
             .fold(CpuSet::new(), |a, s| a.union(&s.intersection(&local)));
-        let mut free = ctx.spread_order(nic).into_iter().filter(|c| !taken.contains(*c));
+        let mut free = ctx
+            .spread_order(nic)
+            .into_iter()
+            .filter(|c| !taken.contains(*c));
         let mut steps = Vec::new();
         let mut evidence = vec![format!(
             "{} is attached to NUMA node {node} (CPUs {})",
@@ -178,7 +184,10 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             subjects.cpus.extend(cpus.iter());
             subjects.queues.push(format!("{}/{}", nic.name, irq.role));
             if let Some(cpu) = free.next() {
-                steps.push(format!("echo {cpu} > /proc/irq/{}/smp_affinity_list", irq.irq));
+                steps.push(format!(
+                    "echo {cpu} > /proc/irq/{}/smp_affinity_list",
+                    irq.irq
+                ));
             }
         }
         let mut evidence = capped(evidence, 9);
@@ -233,7 +242,10 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
         let max = rates.iter().map(|r| r.1).fold(0.0, f64::max);
         let busy: Vec<&(&NicIrq, f64, u32)> = rates
             .iter()
-            .filter(|r| r.1 >= 100.0_f64.max(max * 0.1))
+            // Since boot, averages are low on any host; only relative load tells busy queues.
+            .filter(|r| {
+                r.1 > 0.0 && r.1 >= (max * 0.1).max(if ctx.since_boot() { 0.0 } else { 100.0 })
+            })
             .collect();
         let used: CpuSet = rates.iter().map(|r| r.2).collect();
         let mut pairs = Vec::new();
@@ -248,13 +260,16 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             continue;
         }
         let local = ctx.local_cpus(nic);
-        let free_cores: Vec<CpuSet> = local
-            .iter()
-            .map(|c| ctx.siblings(c))
-            .filter(|s| s.len() >= 2 && s.is_subset(&local) && s.intersection(&used).is_empty())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let mut free_cores: Vec<CpuSet> = Vec::new();
+        for core in local.iter().map(|c| ctx.siblings(c)) {
+            if core.len() >= 2
+                && core.is_subset(&local)
+                && core.intersection(&used).is_empty()
+                && !free_cores.contains(&core)
+            {
+                free_cores.push(core);
+            }
+        }
         if free_cores.is_empty() {
             continue;
         }
@@ -272,12 +287,22 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             "{} whole cores take no queue IRQ of {}: {}",
             free_cores.len(),
             nic.name,
-            free_cores.iter().map(CpuSet::to_list).collect::<Vec<_>>().join(" ")
+            free_cores
+                .iter()
+                .map(CpuSet::to_list)
+                .collect::<Vec<_>>()
+                .join(" ")
         ));
         let mut free = free_cores.iter().filter_map(|s| s.lowest());
         let steps: Vec<String> = pairs
             .iter()
-            .filter_map(|(_, b)| Some(format!("echo {} > /proc/irq/{}/smp_affinity_list", free.next()?, b.0.irq)))
+            .filter_map(|(_, b)| {
+                Some(format!(
+                    "echo {} > /proc/irq/{}/smp_affinity_list",
+                    free.next()?,
+                    b.0.irq
+                ))
+            })
             .collect();
         let mut subjects = Subjects {
             devices: vec![nic.name.clone()],
@@ -311,18 +336,21 @@ pub fn managed_irq(ctx: &Ctx) -> Vec<Finding> {
         if managed.is_empty() {
             continue;
         }
-        let evidence = capped(managed
-            .iter()
-            .map(|i| {
-                format!(
-                    "IRQ {} ({} {}): smp_affinity is read-only; delivered to {}",
-                    i.irq,
-                    nic.name,
-                    i.role,
-                    cpus_text(&ctx.irq_cpus(i))
-                )
-            })
-            .collect(), 8);
+        let evidence = capped(
+            managed
+                .iter()
+                .map(|i| {
+                    format!(
+                        "IRQ {} ({} {}): smp_affinity is read-only; delivered to {}",
+                        i.irq,
+                        nic.name,
+                        i.role,
+                        cpus_text(&ctx.irq_cpus(i))
+                    )
+                })
+                .collect(),
+            8,
+        );
         out.push(Finding {
             id: "managed-irq".into(),
             severity: Severity::Info,
@@ -345,7 +373,14 @@ pub fn managed_irq(ctx: &Ctx) -> Vec<Finding> {
 }
 
 /// Drivers of paravirtual NICs: a guest whose NIC is one of these is a VM.
-const VIRTUAL_NIC_DRIVERS: &[&str] = &["virtio_net", "vmxnet3", "hv_netvsc", "xen-netfront", "ena", "gve"];
+const VIRTUAL_NIC_DRIVERS: &[&str] = &[
+    "virtio_net",
+    "vmxnet3",
+    "hv_netvsc",
+    "xen-netfront",
+    "ena",
+    "gve",
+];
 
 pub fn irqbalance_conflict(ctx: &Ctx) -> Vec<Finding> {
     let Some(ib) = ctx.view.irqbalance.known() else {

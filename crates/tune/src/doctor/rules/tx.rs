@@ -21,21 +21,48 @@ pub fn xps_layout(ctx: &Ctx, nic: &Nic) -> BTreeMap<u32, CpuSet> {
             irq_cpu_of_queue.entry(q).or_insert(c);
         }
     }
-    let mut layout: BTreeMap<u32, CpuSet> = nic.tx_queues.iter().map(|q| (q.index, CpuSet::new())).collect();
+    let mut layout: BTreeMap<u32, CpuSet> = nic
+        .tx_queues
+        .iter()
+        .map(|q| (q.index, CpuSet::new()))
+        .collect();
+    let node_of = |c: u32| ctx.view.topology.cpu(c).and_then(|i| i.node);
     let mut next = 0u32;
     for cpu in ctx.online.iter() {
-        let by_irq = irq_cpu_of_queue.iter().find(|(_, c)| **c == cpu).map(|(q, _)| *q);
+        let siblings = ctx.siblings(cpu);
+        let by_irq = irq_cpu_of_queue
+            .iter()
+            .find(|(_, c)| **c == cpu)
+            .map(|(q, _)| *q);
         let by_sibling = || {
             irq_cpu_of_queue
                 .iter()
-                .find(|(_, c)| ctx.siblings(cpu).contains(**c))
+                .find(|(_, c)| siblings.contains(**c))
+                .map(|(q, _)| *q)
+                .or_else(|| {
+                    // A sibling already placed (CPU 23 follows CPU 11 in seed 000's layout).
+                    layout
+                        .iter()
+                        .find(|(_, set)| set.iter().any(|c| c != cpu && siblings.contains(c)))
+                        .map(|(q, _)| *q)
+                })
+        };
+        // Else the queue whose interrupt CPU is nearest on the same node.
+        let by_node = || {
+            irq_cpu_of_queue
+                .iter()
+                .filter(|(_, c)| node_of(**c) == node_of(cpu))
+                .min_by_key(|(_, c)| c.abs_diff(cpu))
                 .map(|(q, _)| *q)
         };
-        let q = by_irq.or_else(by_sibling).unwrap_or_else(|| {
-            let q = next % nq.max(1);
-            next += 1;
-            q
-        });
+        let q = by_irq
+            .or_else(by_sibling)
+            .or_else(by_node)
+            .unwrap_or_else(|| {
+                let q = next % nq.max(1);
+                next += 1;
+                q
+            });
         if let Some(set) = layout.get_mut(&q) {
             set.insert(cpu);
         }
@@ -103,12 +130,23 @@ pub fn rss_remote_queues(ctx: &Ctx) -> Vec<Finding> {
                 _ => None,
             })
             .collect();
-        let hits = rss.indirection.iter().filter(|q| remote.contains(q)).count();
+        let hits = rss
+            .indirection
+            .iter()
+            .filter(|q| remote.contains(q))
+            .count();
         if hits == 0 {
             continue;
         }
-        let queues = rss.indirection.iter().max().map_or(0, |m| m + 1).max(nic.rx_queues.len() as u32);
-        let weights: Vec<&str> = (0..queues).map(|q| if remote.contains(&q) { "0" } else { "1" }).collect();
+        let queues = rss
+            .indirection
+            .iter()
+            .max()
+            .map_or(0, |m| m + 1)
+            .max(nic.rx_queues.len() as u32);
+        let weights: Vec<&str> = (0..queues)
+            .map(|q| if remote.contains(&q) { "0" } else { "1" })
+            .collect();
         let share = hits as f64 * 100.0 / rss.indirection.len() as f64;
         let node = ctx.nic_node(nic).unwrap_or(0);
         let remote_list: Vec<String> = remote.iter().map(u32::to_string).collect();

@@ -1,0 +1,76 @@
+//! Helpers for the root-only tests: uniquely named network namespaces deleted by a drop guard
+//! (also when an assertion fails), and a root check.
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// The namespace's file, for setns(2).
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    pub fn create() -> Netns {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("nsteer-t{}-{seq}-{nanos}", std::process::id());
+        run("ip", &["netns", "add", &name]);
+        Netns { name }
+    }
+
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let mut full = vec!["netns", "exec", &self.name];
+        full.extend_from_slice(args);
+        Command::new("ip")
+            .args(&full)
+            .output()
+            .expect("ip netns exec")
+    }
+
+    pub fn sh(&self, script: &str) {
+        let out = self.exec(&["sh", "-c", script]);
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+pub fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().expect(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(str::to_string)
+        })
+        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+}

@@ -1,0 +1,151 @@
+//! `netsteer --root <fixture> doctor --json` end to end: the JSON reads back into the library's
+//! `Report`, the seed scenarios yield their findings, and the exit code follows the severities.
+
+use netsteer_tune::doctor::{LoadSource, Report, Severity};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root(host: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/hosts")
+        .join(host)
+}
+
+fn netsteer(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(args)
+        .output()
+        .expect("run netsteer")
+}
+
+fn doctor(host: &str, extra: &[&str]) -> (Report, i32) {
+    let r = root(host);
+    let mut args = vec!["--root", r.to_str().unwrap(), "doctor", "--json"];
+    args.extend_from_slice(extra);
+    let out = netsteer(&args);
+    let code = out.status.code().expect("exit code");
+    assert!(
+        code == 0 || code == 1,
+        "{host}: exit {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let report: Report =
+        serde_json::from_str(&text).expect("doctor --json deserializes into Report");
+    // The JSON is the whole report: serializing it again gives the same text.
+    assert_eq!(serde_json::to_string_pretty(&report).unwrap() + "\n", text);
+    (report, code)
+}
+
+fn ids(r: &Report) -> Vec<&str> {
+    r.findings.iter().map(|f| f.id.as_str()).collect()
+}
+
+#[test]
+fn seed_003_guest_hot_cpu_and_single_queue() {
+    let (r, code) = doctor("kvm-virtio-16cpu", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(r.load.as_ref().unwrap().source, LoadSource::SinceBoot);
+    let hot = r
+        .findings
+        .iter()
+        .find(|f| f.id == "softirq-hot-cpu")
+        .unwrap();
+    assert_eq!(hot.subjects.cpus, [9]);
+    assert!(hot.title.contains("CPU 9"));
+    let sq = r
+        .findings
+        .iter()
+        .find(|f| f.id == "single-queue-no-rps")
+        .unwrap();
+    assert_eq!(sq.subjects.devices, ["eth0"]);
+    assert_eq!(
+        sq.fix.tune.as_deref(),
+        Some("netsteer tune apply --profile throughput --dev eth0")
+    );
+    // Most severe first.
+    assert!(
+        r.findings
+            .windows(2)
+            .all(|w| w[0].severity >= w[1].severity)
+    );
+    assert_eq!(r.counts.critical, 1);
+}
+
+#[test]
+fn seed_000_host_xps_and_remote_numa() {
+    let (r, code) = doctor("cloudflare-24cpu", &[]);
+    assert_eq!(code, 1);
+    let found = ids(&r);
+    assert!(
+        found.contains(&"xps-unset") && found.contains(&"irq-remote-numa"),
+        "{found:?}"
+    );
+    let remote = r
+        .findings
+        .iter()
+        .find(|f| f.id == "irq-remote-numa")
+        .unwrap();
+    assert_eq!(remote.subjects.irqs, [96, 97, 98, 99, 100]);
+    for q in 6..=10 {
+        assert!(
+            remote
+                .evidence
+                .iter()
+                .any(|e| e.contains(&format!("rx/tx-{q})")))
+        );
+    }
+    // The latency goal adds the coalescing and pause findings of the sfc NIC.
+    let (r, _) = doctor("cloudflare-24cpu", &["--goal", "latency"]);
+    let found = ids(&r);
+    assert!(found.contains(&"coalescing-latency") && found.contains(&"flow-control-on"));
+}
+
+#[test]
+fn well_tuned_host_and_dev_vm_exit_zero() {
+    let (r, code) = doctor("tuned-ixgbe-16cpu", &[]);
+    assert_eq!((code, r.findings.len()), (0, 0));
+    let (r, code) = doctor("dev-vm", &[]);
+    assert_eq!(code, 0);
+    assert!(
+        r.findings.iter().all(|f| f.severity == Severity::Info),
+        "{:#?}",
+        r.findings
+    );
+    assert_eq!(r.host.nics[0].name, "eth0");
+}
+
+#[test]
+fn human_report_and_rule_list() {
+    let r = root("kvm-virtio-16cpu");
+    let out = netsteer(&["--root", r.to_str().unwrap(), "doctor"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("CRITICAL softirq-hot-cpu: CPU 9"), "{text}");
+    assert!(text.contains("$ echo fdff > /sys/class/net/eth0/queues/rx-0/rps_cpus"));
+    let out = netsteer(&["doctor", "--list-rules"]);
+    assert!(String::from_utf8(out.stdout).unwrap().lines().count() >= 16);
+}
+
+#[test]
+fn bad_input_is_named_and_exits_2() {
+    let r = root("dev-vm");
+    let r = r.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--root", r, "doctor", "--goal", "speed"], "speed"),
+        (
+            vec!["--root", r, "doctor", "--pid", "999999"],
+            "--pid 999999",
+        ),
+        (vec!["--root", r, "doctor", "--sample", "-1"], "--sample"),
+        (
+            vec!["--root", "/nonexistent-tree", "doctor"],
+            "/nonexistent-tree",
+        ),
+    ] {
+        let out = netsteer(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

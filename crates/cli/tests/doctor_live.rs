@@ -1,0 +1,138 @@
+//! Root-only, live: two namespaces joined by a single-queue veth pair; one thread in the first
+//! namespace, pinned to CPU 0, sends UDP from 64 source ports to the second. A veth delivers
+//! through the backlog of the sending CPU, so with RPS off CPU 0 processes every packet:
+//! `netsteer doctor` (sampling, run inside the receiving namespace) must name CPU 0 as the hot
+//! CPU and the receiving veth as single-queue without RPS. Then the RPS step of doctor's own
+//! fix is applied inside the namespace and both findings must be gone. Nothing outside the two
+//! namespaces is changed; the drop guards delete them, also on failure.
+
+mod common;
+
+use common::{Netns, is_root};
+use netsteer_tune::doctor::{LoadSource, Report};
+use std::net::UdpSocket;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::Duration;
+
+const A_ADDR: &str = "10.213.77.1";
+const B_ADDR: &str = "10.213.77.2";
+
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| netsteer_host::CpuSet::parse_list(&s, None).ok())
+        .map_or(1, |s| s.len())
+}
+
+/// Sends until `stop`, from `flows` sockets in namespace `ns`, pinned to `cpu`.
+fn load(
+    ns: String,
+    cpu: usize,
+    flows: usize,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let f = std::fs::File::open(&ns).expect("open netns");
+        // setns(2) with CLONE_NEWNET moves only this thread into the namespace.
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu).unwrap();
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).expect("pin");
+        let socks: Vec<UdpSocket> = (0..flows)
+            .map(|_| UdpSocket::bind((A_ADDR, 0)).expect("bind"))
+            .collect();
+        let payload = [0u8; 32];
+        // Port 9 (discard) has no listener: the receiver processes each datagram up to the
+        // socket lookup, which is the softirq work measured here.
+        let dst = format!("{B_ADDR}:9");
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            for s in &socks {
+                if s.send_to(&payload, &dst).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        sent.store(n, Ordering::Relaxed);
+    })
+}
+
+fn doctor_in(ns: &Netns) -> Report {
+    let bin = env!("CARGO_BIN_EXE_netsteer");
+    let out = ns.exec(&[bin, "doctor", "--sample", "2", "--json"]);
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "doctor exit {code:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("doctor --json deserializes")
+}
+
+#[test]
+fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
+    if !is_root() || std::process::Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: needs root and iproute2");
+        return;
+    }
+    if online_cpus() < 2 {
+        eprintln!("SKIPPED: needs two online CPUs");
+        return;
+    }
+    let a = Netns::create();
+    let b = Netns::create();
+    a.sh(&format!(
+        "ip link add nsdoca type veth peer name nsdocb netns {} && ip addr add {A_ADDR}/24 dev nsdoca \
+         && ip link set lo up && ip link set nsdoca up",
+        b.name
+    ));
+    b.sh(&format!(
+        "ip addr add {B_ADDR}/24 dev nsdocb && ip link set lo up && ip link set nsdocb up"
+    ));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let sender = load(a.path(), 0, 64, stop.clone(), sent.clone());
+    thread::sleep(Duration::from_millis(500));
+
+    let before = doctor_in(&b);
+    assert_eq!(before.load.as_ref().unwrap().source, LoadSource::Sampled);
+    let hot = before.findings.iter().find(|f| f.id == "softirq-hot-cpu");
+    let single = before
+        .findings
+        .iter()
+        .find(|f| f.id == "single-queue-no-rps");
+
+    // RPS over the CPUs doctor proposes, set inside the receiving namespace only.
+    let rps_step = single
+        .and_then(|f| f.fix.steps.iter().find(|s| s.contains("/rps_cpus")))
+        .cloned();
+    if let Some(step) = &rps_step {
+        b.sh(step);
+    }
+    thread::sleep(Duration::from_millis(500));
+    let after = doctor_in(&b);
+    stop.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+
+    for (when, r) in [("RPS off", &before), ("RPS on", &after)] {
+        for f in &r.findings {
+            eprintln!("{when}: {} {:?}", f.id, f.evidence);
+        }
+    }
+    let hot = hot.unwrap_or_else(|| panic!("no softirq-hot-cpu with RPS off: {before:#?}"));
+    assert_eq!(hot.subjects.cpus, [0], "{hot:#?}");
+    let single = single.unwrap_or_else(|| panic!("no single-queue-no-rps: {before:#?}"));
+    assert_eq!(single.subjects.devices, ["nsdocb"]);
+    assert!(rps_step.is_some(), "{single:#?}");
+    assert!(sent.load(Ordering::Relaxed) > 10_000);
+    let ids: Vec<&str> = after.findings.iter().map(|f| f.id.as_str()).collect();
+    assert!(
+        !ids.contains(&"softirq-hot-cpu"),
+        "still hot after RPS: {after:#?}"
+    );
+    assert!(!ids.contains(&"single-queue-no-rps"), "{ids:?}");
+}
