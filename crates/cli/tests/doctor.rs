@@ -149,3 +149,21 @@ fn bad_input_is_named_and_exits_2() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn live_run_with_a_pid_reads_back() {
+    // Any host: a short live sample with this test's own process as the application.
+    let pid = std::process::id().to_string();
+    let out = netsteer(&["doctor", "--sample", "0.2", "--pid", &pid, "--json"]);
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "{code:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Report = serde_json::from_slice(&out.stdout).unwrap();
+    let load = r.load.as_ref().expect("live counters");
+    assert_eq!(load.source, LoadSource::Sampled);
+    assert!(load.seconds >= 0.2);
+    assert_eq!(code, Some(i32::from(r.exit_code())));
+}

@@ -139,8 +139,9 @@ pub fn app_on_irq_cpu(ctx: &Ctx) -> Vec<Finding> {
     let mut irq_names = Vec::new();
     for nic in ctx.traffic_nics() {
         for i in ctx.rx_irqs(nic) {
-            // Only interrupts that fire matter; with no load data every queue IRQ counts.
-            if ctx.irq_rate(i.irq).is_some_and(|r| r <= 0.0) {
+            // Only interrupts that fire matter: now, or ever since boot (a quiet sample of a
+            // low-rate request/response service still has its interrupt CPU).
+            if ctx.irq_rate(i.irq).is_some_and(|r| r <= 0.0) && i.count == 0 {
                 continue;
             }
             let cpus = ctx.irq_cpus(i);
@@ -185,7 +186,7 @@ pub fn app_on_irq_cpu(ctx: &Ctx) -> Vec<Finding> {
     if tids.is_empty() {
         return Vec::new();
     }
-    evidence.push("the CPU each socket's packets arrive on (SO_INCOMING_CPU) is visible only inside the application; `netsteer bench udp-echo` reports it".into());
+    evidence.push("the CPU each socket's packets arrive on (SO_INCOMING_CPU) is visible only inside the application (getsockopt on its sockets)".into());
     let away = ctx.usable.difference(&irq_cpus);
     vec![Finding {
         id: "app-on-irq-cpu".into(),
