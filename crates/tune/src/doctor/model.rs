@@ -74,6 +74,16 @@ pub struct Subjects {
     pub queues: Vec<String>,
 }
 
+impl Subjects {
+    /// A finding about one device and nothing else.
+    pub fn device(name: &str) -> Subjects {
+        Subjects {
+            devices: vec![name.to_string()],
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fix {
     /// The change in one sentence.

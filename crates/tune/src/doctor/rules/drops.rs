@@ -180,7 +180,7 @@ pub fn nic_rx_drops(ctx: &Ctx) -> Vec<Finding> {
                 steps,
                 tune: Some(super::rps::tune_cmd("throughput", &nic.name)),
             },
-            subjects: Subjects { devices: vec![nic.name.clone()], ..Default::default() },
+            subjects: Subjects::device(&nic.name),
         });
     }
     out

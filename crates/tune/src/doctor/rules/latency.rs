@@ -54,7 +54,7 @@ pub fn busy_poll_ineffective(ctx: &Ctx) -> Vec<Finding> {
                 steps: vec![format!("ethtool -K {} gro on", nic.name)],
                 tune: Some(tune_cmd("latency", &nic.name)),
             },
-            subjects: Subjects { devices: vec![nic.name.clone()], ..Default::default() },
+            subjects: Subjects::device(&nic.name),
         });
     }
     out
@@ -90,7 +90,7 @@ pub fn coalescing_latency(ctx: &Ctx) -> Vec<Finding> {
                 steps: vec![format!("ethtool -C {} adaptive-rx off rx-usecs 0", nic.name)],
                 tune: Some(tune_cmd("latency", &nic.name)),
             },
-            subjects: Subjects { devices: vec![nic.name.clone()], ..Default::default() },
+            subjects: Subjects::device(&nic.name),
         });
     }
     out
@@ -125,7 +125,7 @@ pub fn flow_control_on(ctx: &Ctx) -> Vec<Finding> {
                 steps: vec![format!("ethtool -A {} autoneg off rx off tx off", nic.name)],
                 tune: Some(tune_cmd("latency", &nic.name)),
             },
-            subjects: Subjects { devices: vec![nic.name.clone()], ..Default::default() },
+            subjects: Subjects::device(&nic.name),
         });
     }
     out

@@ -162,10 +162,7 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             nic.name,
             local.to_list()
         )];
-        let mut subjects = Subjects {
-            devices: vec![nic.name.clone()],
-            ..Default::default()
-        };
+        let mut subjects = Subjects::device(&nic.name);
         for (irq, cpus) in &remote {
             let nodes: BTreeSet<String> = cpus.iter().map(|c| node_of(ctx, c)).collect();
             let rate_text = ctx
@@ -304,10 +301,7 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
                 ))
             })
             .collect();
-        let mut subjects = Subjects {
-            devices: vec![nic.name.clone()],
-            ..Default::default()
-        };
+        let mut subjects = Subjects::device(&nic.name);
         for (a, b) in &pairs {
             subjects.irqs.extend([a.0.irq, b.0.irq]);
             subjects.cpus.extend([a.2, b.2]);
@@ -450,10 +444,7 @@ pub fn irqbalance_conflict(ctx: &Ctx) -> Vec<Finding> {
                     steps: vec!["systemctl disable --now irqbalance".into()],
                     tune: Some(tune_cmd("throughput", &nic.name)),
                 },
-                subjects: Subjects {
-                    devices: vec![nic.name.clone()],
-                    ..Default::default()
-                },
+                subjects: Subjects::device(&nic.name),
             });
         }
     }
