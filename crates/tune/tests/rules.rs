@@ -541,3 +541,23 @@ fn every_rule_the_issue_names_exists_once() {
         assert!(unique.contains(id), "{id} missing");
     }
 }
+
+#[test]
+fn softirq_hot_cpu_blames_only_nics_whose_interrupts_land_there() {
+    // The tuned host with CPU 12 (no queue IRQ) hot: eth0 is not the cause.
+    let (v, mut l) = host("tuned-ixgbe-16cpu");
+    for c in &mut l.cpu.cpus {
+        c.processed = Some(if c.cpu == 12 { 900_000.0 } else { 1_000.0 });
+        if c.cpu == 12 {
+            (c.soft, c.idle) = (70.0, 10.0);
+        }
+    }
+    let r = run(&v, &l, Goal::Balanced);
+    let f = one(&r, "softirq-hot-cpu");
+    assert_eq!(f.subjects.cpus, [12]);
+    assert!(
+        f.subjects.devices.is_empty() && f.subjects.irqs.is_empty(),
+        "{f:#?}"
+    );
+    assert!(f.fix.tune.is_none());
+}

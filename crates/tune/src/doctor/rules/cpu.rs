@@ -146,12 +146,11 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
             ));
             subjects.irqs.push(i.irq);
         }
-        if on_hot.is_empty() && nic.irqs.is_empty() {
+        // Only NICs whose receive interrupts land on a hot CPU explain it.
+        if on_hot.is_empty() {
             continue;
         }
-        if !subjects.devices.contains(&nic.name) {
-            subjects.devices.push(nic.name.clone());
-        }
+        subjects.devices.push(nic.name.clone());
         if fix.is_some() {
             continue;
         }
