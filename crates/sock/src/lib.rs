@@ -1,0 +1,17 @@
+//! Socket extras the standard library does not have. Every `unsafe` block of netsteer that
+//! touches sockets lives here, each with a `// SAFETY:` comment; the API is safe and takes
+//! borrowed file descriptors.
+//!
+//! * [`opt`]: busy polling (SO_BUSY_POLL, SO_PREFER_BUSY_POLL, SO_BUSY_POLL_BUDGET), where the
+//!   kernel processed a socket's packets (SO_INCOMING_CPU, SO_INCOMING_NAPI_ID), SO_TIMESTAMPING.
+//! * [`msg`]: one datagram with its kernel timestamps, and TX timestamps from the error queue.
+//! * [`mmsg`]: batches of datagrams in and out with recvmmsg(2)/sendmmsg(2).
+//! * [`cpu`]: the CPU a thread runs on, and pinning it.
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("netsteer-sock uses Linux socket options; it builds on Linux only");
+
+pub mod cpu;
+pub mod mmsg;
+pub mod msg;
+pub mod opt;
