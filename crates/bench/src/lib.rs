@@ -1,1 +1,8 @@
+//! netsteer's benchmarks. One statistics engine ([`stats`]), one clock abstraction
+//! ([`clock`]) and one reporter ([`report`]) serve every benchmark; [`udp_echo`] is the UDP
+//! round-trip benchmark (seed 000's apparatus).
 
+pub mod clock;
+pub mod report;
+pub mod stats;
+pub mod udp_echo;

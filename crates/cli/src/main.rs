@@ -2,6 +2,7 @@
 //! picks the data sources (live host or a `--root` tree) and maps errors to exit codes
 //! (0 ok, 1 findings or threshold failed, 2 error).
 
+mod bench;
 mod doctor;
 mod show;
 mod snapshot;
@@ -44,6 +45,9 @@ enum Command {
     /// Copy every file netsteer reads (plus NIC settings read over netlink) into DIR, so that
     /// `--root DIR` reproduces `show` offline: a support bundle.
     Snapshot(snapshot::SnapshotArgs),
+    /// Benchmarks: `udp-echo` round trips (server and client).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Find what keeps packet processing from scaling or from being fast: findings with
     /// evidence and the exact fix. Exit 0 when none is a warning or worse, 1 when one is.
     Doctor(doctor::DoctorArgs),
@@ -109,6 +113,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Snapshot(args) => snapshot::run(&host, &args),
         Command::Top(args) => top::run(&host, &args),
         Command::Doctor(args) => doctor::run(&host, &args),
+        Command::Bench(cmd) => bench::run(&host, &cmd),
     }
 }
 

@@ -66,10 +66,12 @@ impl Batch {
         self.hdrs.len()
     }
 
-    /// Receives up to `capacity()` datagrams. Blocking waits for the first one only
-    /// (MSG_WAITFORONE); `dontwait` never sleeps. Returns how many arrived.
-    pub fn recv(&mut self, fd: BorrowedFd<'_>, dontwait: bool) -> io::Result<usize> {
-        for i in 0..self.hdrs.len() {
+    /// Receives up to `max` (at most `capacity()`) datagrams. Blocking waits for the first one
+    /// only (MSG_WAITFORONE); `dontwait` never sleeps. Returns how many arrived. With `max` 1
+    /// the call costs what one recvmsg(2) costs: the kernel does not look for a second datagram.
+    pub fn recv(&mut self, fd: BorrowedFd<'_>, max: usize, dontwait: bool) -> io::Result<usize> {
+        let max = max.clamp(1, self.hdrs.len());
+        for i in 0..max {
             self.iovs[i].iov_len = self.cap;
             self.hdrs[i].msg_hdr.msg_namelen =
                 size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -77,13 +79,13 @@ impl Batch {
             self.hdrs[i].msg_len = 0;
         }
         let flags = libc::MSG_WAITFORONE | if dontwait { libc::MSG_DONTWAIT } else { 0 };
-        // SAFETY: `hdrs` holds capacity() headers whose iovecs and names point into this
+        // SAFETY: `hdrs` holds at least `max` headers whose iovecs and names point into this
         // batch's buffers with their true lengths; a null timeout means none.
         let rc = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
                 self.hdrs.as_mut_ptr(),
-                self.hdrs.len() as libc::c_uint,
+                max as libc::c_uint,
                 flags,
                 std::ptr::null_mut(),
             )
@@ -164,7 +166,7 @@ mod tests {
         b.send_to(b"", to).unwrap();
         a.send_to(&[7u8; 40], to).unwrap();
         let mut batch = Batch::new(8, 16);
-        let n = batch.recv(server.as_fd(), false).unwrap();
+        let n = batch.recv(server.as_fd(), 8, false).unwrap();
         assert_eq!(n, 3);
         assert_eq!(
             batch.datagram(0),
@@ -186,7 +188,7 @@ mod tests {
         assert_eq!(b.recv(&mut buf).unwrap(), 0);
         assert_eq!(a.recv(&mut buf).unwrap(), 16);
         assert!(
-            matches!(batch.recv(server.as_fd(), true), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            matches!(batch.recv(server.as_fd(), 8, true), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
         );
     }
 }

@@ -167,6 +167,37 @@ pub fn recv_msg(fd: BorrowedFd<'_>, buf: &mut [u8], dontwait: bool) -> io::Resul
     })
 }
 
+/// recvfrom(2) of one datagram: the cheapest receive (no msghdr to copy in), for servers of
+/// ping-pong traffic. Returns the datagram's full length (MSG_TRUNC: more than `buf.len()` when
+/// it was cut) and its sender.
+pub fn recv_from(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    dontwait: bool,
+) -> io::Result<(usize, Option<SocketAddr>)> {
+    let mut name = MaybeUninit::<libc::sockaddr_storage>::zeroed();
+    let mut namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let flags = libc::MSG_TRUNC | if dontwait { libc::MSG_DONTWAIT } else { 0 };
+    // SAFETY: `buf` and `name` are live buffers of the lengths passed, and `namelen` holds the
+    // size of `name`, so the kernel writes within them.
+    let rc = unsafe {
+        libc::recvfrom(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            flags,
+            name.as_mut_ptr().cast(),
+            &mut namelen,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: zero-initialized storage of which the kernel wrote at most `namelen` bytes.
+    let name = unsafe { name.assume_init() };
+    Ok((rc as usize, sockaddr_to_std(&name, namelen)))
+}
+
 /// Reads one transmit timestamp from the error queue; `Ok(None)` when none is waiting.
 pub fn read_tx_stamp(fd: BorrowedFd<'_>) -> io::Result<Option<TxStamp>> {
     let mut scratch = [0u8; 64];

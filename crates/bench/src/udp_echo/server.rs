@@ -1,0 +1,333 @@
+//! The echo server: one SO_REUSEPORT socket per thread, bursts drained with recvmmsg(2) and
+//! answered with sendmmsg(2), every datagram sent back verbatim to whoever sent it.
+
+use super::message::{BENCH, Kind, Role, ServerInterval, ServerSummary};
+use super::{BenchError, Wait, io_err};
+use crate::clock::Clock;
+use netsteer_sock::{cpu, mmsg::Batch, opt};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A UDP datagram is at most 65535 bytes including its 8-byte header (65507 over IPv4); a slot
+/// of 64 KiB holds any of them, so nothing is cut short.
+const SLOT: usize = 65536;
+/// Most datagrams one recvmmsg(2) takes.
+const MAX_BATCH: usize = 64;
+/// How often a blocked thread wakes to see whether it should stop.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub threads: usize,
+    /// Thread i runs on `cpus[i % len]`; empty = not pinned.
+    pub cpus: Vec<u32>,
+    pub wait: Wait,
+    /// SO_BUSY_POLL µs for `Wait::BusyPoll`.
+    pub busy_poll_us: u32,
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+}
+
+#[derive(Default)]
+struct Counters {
+    received: AtomicU64,
+    echoed: AtomicU64,
+    bytes: AtomicU64,
+    empty: AtomicU64,
+    truncated: AtomicU64,
+    send_errors: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Snapshot {
+    received: u64,
+    echoed: u64,
+    bytes: u64,
+    empty: u64,
+    truncated: u64,
+    send_errors: u64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> Snapshot {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Snapshot {
+            received: r(&self.received),
+            echoed: r(&self.echoed),
+            bytes: r(&self.bytes),
+            empty: r(&self.empty),
+            truncated: r(&self.truncated),
+            send_errors: r(&self.send_errors),
+        }
+    }
+}
+
+pub struct Server {
+    sockets: Vec<UdpSocket>,
+    local: SocketAddr,
+    cfg: ServerConfig,
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        // `[::]` serves IPv4 clients too, as mapped addresses.
+        s.set_only_v6(false)?;
+    }
+    // Room for bursts from many clients; the kernel caps it at net.core.rmem_max.
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+impl Server {
+    pub fn bind(cfg: &ServerConfig) -> Result<Server, BenchError> {
+        if cfg.threads == 0 {
+            return Err(BenchError::Config("--threads must be at least 1".into()));
+        }
+        let what = format!("--listen {}", cfg.listen);
+        let first = bind_one(cfg.listen).map_err(io_err(what.clone()))?;
+        let local = first.local_addr().map_err(io_err(what.clone()))?;
+        let mut sockets = vec![first];
+        // The others join the first one's port (which may have been chosen by the kernel).
+        for _ in 1..cfg.threads {
+            sockets.push(bind_one(local).map_err(io_err(what.clone()))?);
+        }
+        Ok(Server {
+            sockets,
+            local,
+            cfg: cfg.clone(),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Serves until `stop` is set or `--duration` ends, reporting each interval that saw
+    /// traffic through `on_interval`.
+    pub fn run(
+        self,
+        stop: Arc<AtomicBool>,
+        clock: Arc<dyn Clock>,
+        mut on_interval: impl FnMut(&ServerInterval) -> io::Result<()>,
+    ) -> Result<ServerSummary, BenchError> {
+        let counters = Arc::new(Counters::default());
+        let mut handles = Vec::new();
+        for (i, sock) in self.sockets.into_iter().enumerate() {
+            let pin = (!self.cfg.cpus.is_empty()).then(|| self.cfg.cpus[i % self.cfg.cpus.len()]);
+            let (stop, counters, cfg) = (stop.clone(), counters.clone(), self.cfg.clone());
+            handles.push(std::thread::spawn(move || {
+                serve(sock, pin, &cfg, &stop, &counters)
+            }));
+        }
+        let start = clock.now_ns();
+        let interval_ns = self.cfg.interval.as_nanos().max(1) as u64;
+        let end = self.cfg.duration.map(|d| start + d.as_nanos() as u64);
+        let mut last = counters.snapshot();
+        let mut last_ns = start;
+        let mut next = start + interval_ns;
+        let mut result = Ok(());
+        while !stop.load(Ordering::Relaxed) && !handles.iter().all(|h| h.is_finished()) {
+            let now = clock.now_ns();
+            if end.is_some_and(|e| now >= e) {
+                break;
+            }
+            if now < next {
+                let wait = (next - now).min(end.map_or(u64::MAX, |e| e.saturating_sub(now)));
+                std::thread::sleep(Duration::from_nanos(wait.min(50_000_000)));
+                continue;
+            }
+            let cur = counters.snapshot();
+            let dt = (now - last_ns) as f64 / 1e9;
+            if cur.received > last.received {
+                let m = ServerInterval {
+                    kind: Kind::Interval,
+                    bench: BENCH.into(),
+                    role: Role::Server,
+                    t_s: (now - start) as f64 / 1e9,
+                    interval_s: dt,
+                    received: cur.received - last.received,
+                    echoed: cur.echoed - last.echoed,
+                    pps: (cur.echoed - last.echoed) as f64 / dt,
+                    bytes: cur.bytes - last.bytes,
+                    empty: cur.empty - last.empty,
+                    truncated: cur.truncated - last.truncated,
+                    send_errors: cur.send_errors - last.send_errors,
+                };
+                if let Err(e) = on_interval(&m) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            (last, last_ns) = (cur, now);
+            next += interval_ns;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut thread_err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => thread_err = thread_err.or(Some(e)),
+                Err(_) => {
+                    thread_err =
+                        thread_err.or(Some(BenchError::Config("a server thread panicked".into())))
+                }
+            }
+        }
+        if let Some(e) = thread_err {
+            return Err(e);
+        }
+        result.map_err(io_err("writing the report"))?;
+        let total = counters.snapshot();
+        Ok(ServerSummary {
+            kind: Kind::Summary,
+            bench: BENCH.into(),
+            role: Role::Server,
+            listen: self.local.to_string(),
+            threads: self.cfg.threads,
+            duration_s: (clock.now_ns() - start) as f64 / 1e9,
+            received: total.received,
+            echoed: total.echoed,
+            bytes: total.bytes,
+            empty: total.empty,
+            truncated: total.truncated,
+            send_errors: total.send_errors,
+        })
+    }
+}
+
+fn count(c: &Counters, received: u64, echoed: u64, bytes: u64, empty: u64, truncated: u64) {
+    c.received.fetch_add(received, Ordering::Relaxed);
+    c.echoed.fetch_add(echoed, Ordering::Relaxed);
+    c.bytes.fetch_add(bytes, Ordering::Relaxed);
+    if empty > 0 {
+        c.empty.fetch_add(empty, Ordering::Relaxed);
+    }
+    if truncated > 0 {
+        c.truncated.fetch_add(truncated, Ordering::Relaxed);
+    }
+    if received > echoed {
+        c.send_errors
+            .fetch_add(received - echoed, Ordering::Relaxed);
+    }
+}
+
+fn echo_batch(batch: &mut Batch, fd: std::os::fd::BorrowedFd<'_>, n: usize, c: &Counters) {
+    let (mut bytes, mut empty, mut truncated) = (0u64, 0u64, 0u64);
+    for i in 0..n {
+        let (data, cut, _) = batch.datagram(i);
+        bytes += data.len() as u64;
+        empty += u64::from(data.is_empty());
+        truncated += u64::from(cut);
+    }
+    let (sent, _, _) = batch.echo(fd);
+    count(c, n as u64, sent as u64, bytes, empty, truncated);
+}
+
+fn serve(
+    sock: UdpSocket,
+    pin: Option<u32>,
+    cfg: &ServerConfig,
+    stop: &AtomicBool,
+    c: &Counters,
+) -> Result<(), BenchError> {
+    if let Some(cpu) = pin {
+        cpu::pin_current_thread(&[cpu]).map_err(io_err(format!("--cpu {cpu}")))?;
+    }
+    let fd = sock.as_fd();
+    match cfg.wait {
+        Wait::Spin => sock
+            .set_nonblocking(true)
+            .map_err(io_err("non-blocking socket"))?,
+        Wait::Block | Wait::BusyPoll => {
+            opt::set_recv_timeout(fd, Some(STOP_CHECK)).map_err(io_err("SO_RCVTIMEO"))?
+        }
+    }
+    if cfg.wait == Wait::BusyPoll {
+        opt::set_busy_poll(fd, cfg.busy_poll_us)
+            .map_err(io_err(format!("SO_BUSY_POLL {} µs", cfg.busy_poll_us)))?;
+        // Newer kernels only (5.11+); without it busy polling still works, just less strictly.
+        let _ = opt::set_prefer_busy_poll(fd, true);
+    }
+    let mut batch = Batch::new(MAX_BATCH, SLOT);
+    let mut single = vec![0u8; SLOT];
+    let dontwait = cfg.wait == Wait::Spin;
+    // Ping-pong traffic is served with recvfrom/sendto, which cost less per datagram than
+    // the mmsg calls (no msghdr to copy in); bursts switch to recvmmsg/sendmmsg batches. Every
+    // PROBE-th single datagram is followed by a non-blocking batch receive to detect a backlog,
+    // and PROBE batches of one datagram in a row switch back.
+    const PROBE: u32 = 64;
+    let mut batching = false;
+    let (mut since_probe, mut lonely) = (0u32, 0u32);
+    // Batch size while batching: doubled while batches come back full, halved when half empty.
+    let mut want = 2usize;
+    let quiet = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+        )
+    };
+    let fail = |e: io::Error| io_err(format!("receiving on {:?}", sock.local_addr().ok()))(e);
+    while !stop.load(Ordering::Relaxed) {
+        if !batching {
+            let (len, from) = match netsteer_sock::msg::recv_from(fd, &mut single, dontwait) {
+                Ok(r) => r,
+                Err(e) if quiet(&e) => continue,
+                // Datagram contents cannot cause other errors (an unconnected socket gets no
+                // ICMP errors), so anything else is the socket itself failing.
+                Err(e) => return Err(fail(e)),
+            };
+            let (len, cut) = (len.min(SLOT), len > SLOT);
+            let sent = from.is_some_and(|to| sock.send_to(&single[..len], to).is_ok());
+            count(
+                c,
+                1,
+                u64::from(sent),
+                len as u64,
+                u64::from(len == 0),
+                u64::from(cut),
+            );
+            since_probe += 1;
+            if since_probe < PROBE {
+                continue;
+            }
+            since_probe = 0;
+            match batch.recv(fd, MAX_BATCH, true) {
+                Ok(n) => {
+                    echo_batch(&mut batch, fd, n, c);
+                    batching = true;
+                    lonely = 0;
+                }
+                Err(e) if quiet(&e) => {}
+                Err(e) => return Err(fail(e)),
+            }
+            continue;
+        }
+        let n = match batch.recv(fd, want, dontwait) {
+            Ok(n) => n,
+            Err(e) if quiet(&e) => continue,
+            Err(e) => return Err(fail(e)),
+        };
+        echo_batch(&mut batch, fd, n, c);
+        want = if n == want {
+            (want * 2).min(MAX_BATCH)
+        } else if n * 2 < want {
+            (want / 2).max(2)
+        } else {
+            want
+        };
+        lonely = if n == 1 { lonely + 1 } else { 0 };
+        if lonely >= PROBE {
+            batching = false;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,251 @@
+use crate::Host;
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use netsteer_bench::clock::{Clock, MonotonicClock};
+use netsteer_bench::report::{Format, Reporter};
+use netsteer_bench::udp_echo::Wait;
+use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
+use netsteer_bench::udp_echo::message::{ErrorMessage, Role};
+use netsteer_bench::udp_echo::server::{Server, ServerConfig};
+use netsteer_host::CpuSet;
+use std::io::{self, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// UDP echo round trips (seed 000): `server` echoes datagrams, `client` times them.
+    #[command(subcommand)]
+    UdpEcho(UdpEcho),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UdpEcho {
+    /// Echo every datagram back to its sender (any echo client can use it).
+    Server(ServerArgs),
+    /// Send one datagram at a time per flow and time its echo.
+    Client(ClientArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// Address to listen on (`[::]:4321` serves IPv6 and IPv4).
+    #[arg(long, default_value = "0.0.0.0:4321", value_name = "ADDR:PORT")]
+    listen: String,
+    /// Threads, one SO_REUSEPORT socket each.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    threads: usize,
+    /// Pin thread i to the i-th CPU of this list (`1`, `2-3`, `0,4`).
+    #[arg(long, value_name = "LIST")]
+    cpu: Option<String>,
+    #[arg(long, default_value = "block", value_name = "block|spin|busy-poll")]
+    wait: Wait,
+    /// SO_BUSY_POLL µs for `--wait busy-poll`.
+    #[arg(long, default_value_t = 50, value_name = "USEC")]
+    busy_poll: u32,
+    /// Seconds between report lines (only intervals with traffic are reported).
+    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    interval: f64,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// JSON Lines (see README).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ClientArgs {
+    /// Servers to ping, each `HOST:PORT` (`[::1]:4321`); the port defaults to 4321.
+    #[arg(required = true, value_name = "HOST:PORT")]
+    targets: Vec<String>,
+    /// Datagram size in bytes (at least 28: sequence, send time and checksum ride in it).
+    #[arg(long, default_value_t = 32, value_name = "BYTES")]
+    size: usize,
+    /// Seconds to measure after the warm-up (default 10 unless --count is given).
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// Round trips per flow instead of a duration.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
+    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    interval: f64,
+    /// Seconds of round trips before measuring (not reported).
+    #[arg(long, default_value_t = 0.0, value_name = "S")]
+    warmup: f64,
+    #[arg(long, default_value = "block", value_name = "block|spin|busy-poll")]
+    wait: Wait,
+    /// SO_BUSY_POLL µs for `--wait busy-poll`.
+    #[arg(long, default_value_t = 50, value_name = "USEC")]
+    busy_poll: u32,
+    /// Pin flow i to the i-th CPU of this list.
+    #[arg(long, value_name = "LIST")]
+    cpu: Option<String>,
+    /// Fixed source port of the first flow (the others count up), as seed 000 does.
+    #[arg(long, value_name = "PORT")]
+    src_port: Option<u16>,
+    /// Flows (sockets and threads) per target, each with its own source port.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    flows: usize,
+    /// Seconds to wait for each echo before counting it lost; three in a row end the run.
+    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    timeout: f64,
+    /// SO_TIMESTAMPING: split each round trip into send-side and kernel-delivery time.
+    #[arg(long)]
+    timestamp: bool,
+    /// JSON Lines (see README).
+    #[arg(long)]
+    json: bool,
+}
+
+fn seconds(flag: &str, v: f64) -> Result<Duration> {
+    if !v.is_finite() || v < 0.0 {
+        bail!("{flag} {v}: must be a number of seconds, 0 or more");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn cpus(list: Option<&str>) -> Result<Vec<u32>> {
+    match list {
+        None => Ok(Vec::new()),
+        Some(l) => Ok(CpuSet::parse_list(l, None)
+            .with_context(|| format!("--cpu {l}"))?
+            .iter()
+            .collect()),
+    }
+}
+
+/// `HOST:PORT`, `[V6]:PORT`, or a bare host or address with the default port 4321.
+fn resolve(target: &str) -> Result<SocketAddr> {
+    if let Ok(a) = target.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(ip) = target
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    {
+        return Ok(SocketAddr::new(ip, 4321));
+    }
+    let found = match target.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => target.to_socket_addrs(),
+        _ => (target, 4321).to_socket_addrs(),
+    };
+    found
+        .with_context(|| format!("target {target}"))?
+        .next()
+        .with_context(|| format!("target {target}: no address"))
+}
+
+fn reporter(json: bool) -> Reporter<io::StdoutLock<'static>> {
+    Reporter::new(
+        if json {
+            Format::JsonLines
+        } else {
+            Format::Human
+        },
+        io::stdout().lock(),
+    )
+}
+
+/// Reports an error as a message (so JSON consumers see it) and on stderr.
+fn fail(json: bool, role: Role, e: impl std::fmt::Display) -> ExitCode {
+    let msg = ErrorMessage::new(role, e.to_string());
+    if json {
+        let mut r = reporter(true);
+        let _ = r.emit(&msg);
+    }
+    let _ = writeln!(io::stderr(), "netsteer: error: {e}");
+    ExitCode::from(2)
+}
+
+pub fn run(_host: &Host, cmd: &BenchCommand) -> Result<ExitCode> {
+    let BenchCommand::UdpEcho(cmd) = cmd;
+    match cmd {
+        UdpEcho::Server(a) => server(a),
+        UdpEcho::Client(a) => client(a),
+    }
+}
+
+fn server(a: &ServerArgs) -> Result<ExitCode> {
+    let listen: SocketAddr = a
+        .listen
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {}", a.listen))?
+        .next()
+        .with_context(|| format!("--listen {}: no address", a.listen))?;
+    let cfg = ServerConfig {
+        listen,
+        threads: a.threads,
+        cpus: cpus(a.cpu.as_deref())?,
+        wait: a.wait,
+        busy_poll_us: a.busy_poll,
+        interval: seconds("--interval", a.interval)?,
+        duration: a.duration.map(|d| seconds("--duration", d)).transpose()?,
+    };
+    let server = match Server::bind(&cfg) {
+        Ok(s) => s,
+        Err(e) => return Ok(fail(a.json, Role::Server, e)),
+    };
+    eprintln!(
+        "netsteer: udp-echo server on {} ({} thread(s), wait {})",
+        server.local_addr(),
+        cfg.threads,
+        cfg.wait
+    );
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
+    let mut out = reporter(a.json);
+    let stop = Arc::new(AtomicBool::new(false));
+    match server.run(stop, clock, |m| out.emit(m)) {
+        Ok(summary) => {
+            out.emit(&summary)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Ok(fail(a.json, Role::Server, e)),
+    }
+}
+
+fn client(a: &ClientArgs) -> Result<ExitCode> {
+    let targets = a
+        .targets
+        .iter()
+        .map(|t| resolve(t))
+        .collect::<Result<Vec<_>>>()?;
+    let duration = match (a.duration, a.count) {
+        (Some(d), _) => Some(seconds("--duration", d)?),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let cfg = ClientConfig {
+        targets,
+        size: a.size,
+        duration,
+        count: a.count,
+        interval: seconds("--interval", a.interval)?,
+        warmup: seconds("--warmup", a.warmup)?,
+        wait: a.wait,
+        busy_poll_us: a.busy_poll,
+        cpus: cpus(a.cpu.as_deref())?,
+        src_port: a.src_port,
+        flows: a.flows,
+        timeout: seconds("--timeout", a.timeout)?,
+        timestamp: a.timestamp,
+    };
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
+    let mut out = reporter(a.json);
+    match run_client(&cfg, clock, |m| out.emit(m)) {
+        Ok(summaries) => {
+            for s in &summaries {
+                out.emit(s)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            drop(out);
+            Ok(fail(a.json, Role::Client, e))
+        }
+    }
+}
