@@ -47,10 +47,15 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 50, value_name = "USEC")]
     busy_poll: u32,
     /// Seconds between report lines (only intervals with traffic are reported).
-    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     interval: f64,
     /// Stop after this many seconds (default: run until killed).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
     duration: Option<f64>,
     /// JSON Lines (see README).
     #[arg(long)]
@@ -66,15 +71,25 @@ pub struct ClientArgs {
     #[arg(long, default_value_t = 32, value_name = "BYTES")]
     size: usize,
     /// Seconds to measure after the warm-up (default 10 unless --count is given).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
     duration: Option<f64>,
     /// Round trips per flow instead of a duration.
     #[arg(long, value_name = "N")]
     count: Option<u64>,
-    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     interval: f64,
     /// Seconds of round trips before measuring (not reported).
-    #[arg(long, default_value_t = 0.0, value_name = "S")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     warmup: f64,
     #[arg(long, default_value = "block", value_name = "block|spin|busy-poll")]
     wait: Wait,
@@ -91,7 +106,12 @@ pub struct ClientArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     flows: usize,
     /// Seconds to wait for each echo before counting it lost; three in a row end the run.
-    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     timeout: f64,
     /// SO_TIMESTAMPING: split each round trip into send-side and kernel-delivery time.
     #[arg(long)]

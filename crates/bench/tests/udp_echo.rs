@@ -1,0 +1,347 @@
+//! The UDP echo benchmark end to end on loopback, through the library: exact accounting,
+//! percentile ordering, IPv6, timestamps, misbehaving echo servers, a dead server, and a server
+//! under malformed, empty and oversized datagrams from many sockets at once.
+
+use netsteer_bench::clock::{Clock, MonotonicClock};
+use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
+use netsteer_bench::udp_echo::message::{ClientInterval, ClientSummary, ServerSummary};
+use netsteer_bench::udp_echo::server::{Server, ServerConfig};
+use netsteer_bench::udp_echo::{BenchError, Wait};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(MonotonicClock::default())
+}
+
+struct Running {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<ServerSummary>,
+}
+
+impl Running {
+    fn finish(self) -> ServerSummary {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
+
+fn server(listen: &str, threads: usize, wait: Wait) -> Running {
+    let cfg = ServerConfig {
+        listen: listen.parse().unwrap(),
+        threads,
+        cpus: vec![],
+        wait,
+        busy_poll_us: 50,
+        interval: Duration::from_millis(100),
+        duration: None,
+    };
+    let s = Server::bind(&cfg).unwrap();
+    let addr = s.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let handle = thread::spawn(move || s.run(st, clock(), |_| Ok(())).unwrap());
+    Running { addr, stop, handle }
+}
+
+fn client_cfg(target: SocketAddr) -> ClientConfig {
+    ClientConfig {
+        targets: vec![target],
+        size: 32,
+        duration: None,
+        count: Some(2000),
+        interval: Duration::from_millis(50),
+        warmup: Duration::ZERO,
+        wait: Wait::Block,
+        busy_poll_us: 50,
+        cpus: vec![],
+        src_port: None,
+        flows: 1,
+        timeout: Duration::from_secs(1),
+        timestamp: false,
+    }
+}
+
+fn run(cfg: &ClientConfig) -> (Vec<ClientInterval>, Vec<ClientSummary>) {
+    let mut intervals = Vec::new();
+    let summaries = run_client(cfg, clock(), |m| {
+        intervals.push(m.clone());
+        Ok(())
+    })
+    .unwrap();
+    (intervals, summaries)
+}
+
+fn check_clean(s: &ClientSummary, expect: u64) {
+    assert_eq!((s.sent, s.received, s.lost), (expect, expect, 0), "{s:#?}");
+    assert_eq!(
+        (s.duplicated, s.reordered, s.corrupted, s.send_errors),
+        (0, 0, 0, 0)
+    );
+    let l = s.latency_ns.unwrap();
+    assert!(
+        l.min > 0
+            && l.min <= l.p50
+            && l.p50 <= l.p90
+            && l.p90 <= l.p99
+            && l.p99 <= l.p999
+            && l.p999 <= l.max,
+        "{l:?}"
+    );
+    assert!(l.min <= l.mean && l.mean <= l.max);
+}
+
+#[test]
+fn loopback_two_flows_nothing_lost_and_intervals_add_up() {
+    let srv = server("127.0.0.1:0", 2, Wait::Block);
+    let mut cfg = client_cfg(srv.addr);
+    cfg.flows = 2;
+    let (intervals, summaries) = run(&cfg);
+    assert_eq!(summaries.len(), 1);
+    check_clean(&summaries[0], 4000);
+    // Every round trip is in exactly one interval line (or the totals' final carry-over).
+    let sent: u64 = intervals.iter().map(|i| i.sent).sum();
+    assert_eq!(sent, 4000);
+    assert!(intervals.windows(2).all(|w| w[0].t_s < w[1].t_s));
+    assert!(!summaries[0].incoming_cpus.is_empty());
+    let spread = summaries[0].interval_p50_ns.unwrap();
+    assert!(spread.min <= spread.median && spread.median <= spread.max);
+    let served = srv.finish();
+    assert_eq!(served.echoed, 4000);
+    assert_eq!(served.bytes, 4000 * 32);
+}
+
+#[test]
+fn ipv6_spin_and_fixed_source_ports() {
+    let srv = server("[::1]:0", 1, Wait::Spin);
+    let mut cfg = client_cfg(srv.addr);
+    cfg.wait = Wait::Spin;
+    cfg.count = Some(3000);
+    cfg.flows = 2;
+    let probe = UdpSocket::bind("[::1]:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    cfg.src_port = Some(port);
+    let (_, summaries) = run(&cfg);
+    check_clean(&summaries[0], 6000);
+    assert_eq!(summaries[0].target, srv.addr.to_string());
+    srv.finish();
+}
+
+#[test]
+fn timestamps_split_the_round_trip() {
+    let srv = server("127.0.0.1:0", 1, Wait::Block);
+    let mut cfg = client_cfg(srv.addr);
+    cfg.timestamp = true;
+    // The first timestamping socket enables the kernel's stamping from a work item.
+    cfg.warmup = Duration::from_millis(200);
+    cfg.count = None;
+    cfg.duration = Some(Duration::from_millis(500));
+    let (intervals, summaries) = run(&cfg);
+    let s = &summaries[0];
+    let rx = s.rx_delivery_ns.expect("kernel RX stamps");
+    let tx = s.tx_send_ns.expect("kernel TX stamps");
+    let rtt = s.latency_ns.unwrap();
+    assert!(
+        rx.p50 < rtt.p50 && tx.p50 < rtt.p50,
+        "{rx:?} {tx:?} {rtt:?}"
+    );
+    assert_eq!(s.hardware_timestamps, Some(false));
+    assert!(s.notes.iter().any(|n| n.contains("no hardware timestamps")));
+    assert!(intervals.iter().all(|i| i.rx_delivery_ns.is_some()));
+    srv.finish();
+}
+
+/// An echo server that misbehaves on purpose: it duplicates, corrupts, holds back or drops
+/// some echoes, so the client must count each kind.
+fn rogue_server() -> (SocketAddr, Arc<AtomicBool>, JoinHandle<()>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let addr = sock.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let h = thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let mut n = 0u64;
+        let mut held: Option<(Vec<u8>, SocketAddr)> = None;
+        while !st.load(Ordering::Relaxed) {
+            let Ok((len, from)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            n += 1;
+            let d = buf[..len].to_vec();
+            match n % 10 {
+                // Duplicate.
+                1 => {
+                    sock.send_to(&d, from).unwrap();
+                    sock.send_to(&d, from).unwrap();
+                }
+                // Corrupt one byte (this datagram's real echo never comes: lost too).
+                3 => {
+                    let mut bad = d.clone();
+                    bad[20] ^= 0xff;
+                    sock.send_to(&bad, from).unwrap();
+                }
+                // Hold back: sent after the next datagram's echo (late, out of order).
+                5 => held = Some((d, from)),
+                6 => {
+                    sock.send_to(&d, from).unwrap();
+                    if let Some((h, to)) = held.take() {
+                        sock.send_to(&h, to).unwrap();
+                    }
+                }
+                // Drop.
+                8 => {}
+                _ => {
+                    sock.send_to(&d, from).unwrap();
+                }
+            }
+        }
+    });
+    (addr, stop, h)
+}
+
+#[test]
+fn duplicates_corruption_late_and_lost_echoes_are_told_apart() {
+    let (addr, stop, h) = rogue_server();
+    let mut cfg = client_cfg(addr);
+    cfg.count = Some(100);
+    cfg.timeout = Duration::from_millis(30);
+    let (_, summaries) = run(&cfg);
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    let s = &summaries[0];
+    // Per 10 datagrams: #1 duplicated, #3 corrupted (and lost), #5 late (lost, then
+    // reordered), #8 dropped (lost).
+    assert_eq!(s.sent, 100);
+    assert_eq!(s.duplicated, 10, "{s:#?}");
+    assert_eq!(s.corrupted, 10);
+    assert_eq!(s.reordered, 10);
+    assert_eq!(s.lost, 30);
+    assert_eq!(s.received, 70);
+}
+
+#[test]
+fn a_dead_server_ends_in_an_error_not_a_hang() {
+    // Nothing listens: ICMP port unreachable comes back at once.
+    let free = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut cfg = client_cfg(free);
+    cfg.timeout = Duration::from_millis(100);
+    let t = std::time::Instant::now();
+    let err = run_client(&cfg, clock(), |_| Ok(())).unwrap_err();
+    assert!(
+        matches!(&err, BenchError::NoEcho { hint, .. } if hint.contains("nothing listens")),
+        "{err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(3));
+    // Something listens but never answers: three timeouts.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    cfg.targets = vec![silent.local_addr().unwrap()];
+    let t = std::time::Instant::now();
+    let err = run_client(&cfg, clock(), |_| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("no echo from"), "{err}");
+    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn bad_configuration_is_refused_by_name() {
+    let mut cfg = client_cfg("127.0.0.1:9".parse().unwrap());
+    cfg.size = 8;
+    assert!(
+        run_client(&cfg, clock(), |_| Ok(()))
+            .unwrap_err()
+            .to_string()
+            .contains("--size 8")
+    );
+    cfg.size = 32;
+    cfg.flows = 0;
+    assert!(
+        run_client(&cfg, clock(), |_| Ok(()))
+            .unwrap_err()
+            .to_string()
+            .contains("--flows")
+    );
+}
+
+#[test]
+fn server_echoes_malformed_empty_and_oversized_datagrams_from_many_sockets() {
+    let srv = server("127.0.0.1:0", 2, Wait::Block);
+    let senders: Vec<JoinHandle<u64>> = (0..32)
+        .map(|i| {
+            let to = srv.addr;
+            thread::spawn(move || {
+                let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut buf = vec![0u8; 65536];
+                let mut bytes = 0u64;
+                // Raw bytes of every shape: empty, one byte, garbage, the largest datagram.
+                for (k, len) in [0usize, 1, 13, 28, 1500, 9000, 65507]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let d: Vec<u8> = (0..len).map(|j| (i * 31 + k * 7 + j) as u8).collect();
+                    s.send_to(&d, to).unwrap();
+                    let (n, from) = s.recv_from(&mut buf).expect("an echo for every datagram");
+                    assert_eq!(from, to);
+                    assert_eq!(
+                        &buf[..n],
+                        &d[..],
+                        "socket {i}: {len}-byte datagram not echoed verbatim"
+                    );
+                    bytes += len as u64;
+                }
+                bytes
+            })
+        })
+        .collect();
+    let bytes: u64 = senders.into_iter().map(|h| h.join().unwrap()).sum();
+    // Still serving a normal client afterwards.
+    let (_, summaries) = run(&{
+        let mut c = client_cfg(srv.addr);
+        c.count = Some(200);
+        c
+    });
+    check_clean(&summaries[0], 200);
+    let s = srv.finish();
+    assert_eq!(s.received, 32 * 7 + 200);
+    assert_eq!(s.echoed, s.received);
+    assert_eq!(s.empty, 32);
+    assert_eq!(s.bytes, bytes + 200 * 32);
+    assert_eq!((s.truncated, s.send_errors), (0, 0));
+}
+
+#[test]
+fn server_drains_a_burst_from_many_sockets_at_once() {
+    let srv = server("127.0.0.1:0", 1, Wait::Block);
+    let socks: Vec<UdpSocket> = (0..64)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    for round in 0..50u32 {
+        for s in &socks {
+            s.send_to(&round.to_le_bytes(), srv.addr).unwrap();
+        }
+    }
+    let mut buf = [0u8; 16];
+    for s in &socks {
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut got = 0;
+        while let Ok(n) = s.recv(&mut buf) {
+            assert_eq!(n, 4);
+            got += 1;
+            if got == 50 {
+                break;
+            }
+        }
+        assert_eq!(got, 50, "every datagram of the burst comes back");
+    }
+    let s = srv.finish();
+    assert_eq!(s.echoed, 64 * 50);
+}
