@@ -105,9 +105,11 @@ impl LatencyRecorder {
         self.m2 = 0.0;
     }
 
-    /// Value at quantile `q` (0..=1), never outside the exact [min, max].
+    /// Value at quantile `q` (0..=1): the middle of the histogram bucket holding it (so the
+    /// bucket width, 0.05 % either way, is no bias), never outside the exact [min, max].
     pub fn quantile(&self, q: f64) -> u64 {
-        self.hist.value_at_quantile(q).clamp(self.min, self.max)
+        let v = self.hist.value_at_quantile(q);
+        self.hist.median_equivalent(v).clamp(self.min, self.max)
     }
 
     pub fn mean_dev(&self) -> Option<MeanDev> {

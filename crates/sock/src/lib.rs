@@ -15,3 +15,4 @@ pub mod cpu;
 pub mod mmsg;
 pub mod msg;
 pub mod opt;
+pub mod wake;

@@ -13,15 +13,41 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 /// Consecutive datagrams without an echo after which the server is taken to be gone.
 const GIVE_UP_AFTER: u32 = 3;
-/// Sequence numbers remembered to tell duplicates from late echoes.
-const SEEN_WINDOW: usize = 4096;
+/// Sequence numbers remembered to tell duplicates from late echoes: a bitmap of 512 bytes,
+/// small enough not to push the kernel's cache lines out of L1 on every round trip.
+const SEEN_WINDOW: u64 = 4096;
+
+/// Which of the last [`SEEN_WINDOW`] sequence numbers have been echoed.
+struct Seen([u64; (SEEN_WINDOW / 64) as usize]);
+
+impl Seen {
+    fn bit(seq: u64) -> (usize, u64) {
+        let i = seq % SEEN_WINDOW;
+        ((i / 64) as usize, 1 << (i % 64))
+    }
+
+    /// Forgets the number that `seq` replaces in the window (called before `seq` is sent).
+    fn clear(&mut self, seq: u64) {
+        let (w, b) = Self::bit(seq);
+        self.0[w] &= !b;
+    }
+
+    /// Marks `seq` echoed; false when it already was (a duplicate).
+    fn insert(&mut self, seq: u64) -> bool {
+        let (w, b) = Self::bit(seq);
+        let fresh = self.0[w] & b == 0;
+        self.0[w] |= b;
+        fresh
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -186,6 +212,9 @@ struct FlowRun<'a> {
     plan: Plan,
     /// Set when another flow failed: every flow ends.
     stop: &'a AtomicBool,
+    /// When the reporting thread must interrupt this flow's blocking receive: the echo's loss
+    /// deadline or the end of the interval, whichever comes first (u64::MAX: not waiting).
+    wake_at: &'a AtomicU64,
 }
 
 impl FlowRun<'_> {
@@ -229,7 +258,7 @@ impl FlowRun<'_> {
         let mut out = vec![0u8; cfg.size];
         // Larger than any datagram, so an oversized echo shows as a wrong length.
         let mut inb = vec![0u8; 65536];
-        let mut seen = vec![u64::MAX; SEEN_WINDOW];
+        let mut seen = Seen([0; (SEEN_WINDOW / 64) as usize]);
         let (mut acc, mut total) = (Acc::default(), Acc::default());
         let mut index = 0u64;
         let mut next_flush = self.plan.start_ns + self.plan.interval_ns;
@@ -258,10 +287,14 @@ impl FlowRun<'_> {
                 .map_err(|_| BenchError::Config("the reporting thread is gone".into()))
         };
         loop {
-            let now = self.clock.now_ns();
-            while now >= next_flush && self.plan.end_ns.is_none_or(|e| next_flush <= e) {
-                flush(&mut acc, &mut total, &mut index, self.plan.interval_ns)?;
-                next_flush += self.plan.interval_ns;
+            let mut now = self.clock.now_ns();
+            if now >= next_flush && self.plan.end_ns.is_none_or(|e| next_flush <= e) {
+                while now >= next_flush && self.plan.end_ns.is_none_or(|e| next_flush <= e) {
+                    flush(&mut acc, &mut total, &mut index, self.plan.interval_ns)?;
+                    next_flush += self.plan.interval_ns;
+                }
+                // Reporting took time: the send below is timed from now.
+                now = self.clock.now_ns();
             }
             let measuring = now >= self.plan.start_ns;
             let finished = self.plan.end_ns.is_some_and(|e| now >= e)
@@ -270,16 +303,19 @@ impl FlowRun<'_> {
             if finished {
                 break;
             }
-            let t_send = self.clock.now_ns();
+            // The payload carries the loop's clock reading; the round trip is timed from just
+            // before the send call, so encoding is not part of it.
             payload::encode(
                 &mut out,
                 Header {
                     flow: self.flow.id,
                     seq,
-                    send_ns: t_send,
+                    send_ns: now,
                 },
             );
+            seen.clear(seq);
             let rt_send = if cfg.timestamp { realtime_ns() } else { 0 };
+            let t_send = self.clock.now_ns();
             let a = if measuring {
                 &mut acc
             } else {
@@ -300,7 +336,12 @@ impl FlowRun<'_> {
             // the way.
             let deadline = t_send + cfg.timeout.as_nanos() as u64;
             let mut got = false;
+            let mut empty_polls = 0u32;
             loop {
+                if cfg.wait != Wait::Spin {
+                    self.wake_at
+                        .store(deadline.min(next_flush), Ordering::Relaxed);
+                }
                 let got_rx = match self
                     .recv(&mut inb)
                     .map_err(io_err(format!("receiving from {}", self.flow.addr)))?
@@ -311,6 +352,15 @@ impl FlowRun<'_> {
                         break;
                     }
                     Recv::Nothing => {
+                        // A spinning receive looks at the clock every 32nd empty poll only:
+                        // deadlines are milliseconds away, and a shorter loop notices the echo
+                        // sooner.
+                        if cfg.wait == Wait::Spin {
+                            empty_polls = empty_polls.wrapping_add(1);
+                            if !empty_polls.is_multiple_of(32) {
+                                continue;
+                            }
+                        }
                         let now = self.clock.now_ns();
                         if now >= deadline {
                             break;
@@ -337,17 +387,20 @@ impl FlowRun<'_> {
                     a.corrupted += 1;
                     continue;
                 };
-                let slot = (h.seq as usize) % SEEN_WINDOW;
-                if seen[slot] == h.seq {
+                // Older than the window: late beyond telling whether it is a duplicate.
+                if seq - h.seq >= SEEN_WINDOW {
+                    a.reordered += 1;
+                    continue;
+                }
+                if !seen.insert(h.seq) {
                     a.duplicated += 1;
                     continue;
                 }
-                seen[slot] = h.seq;
                 if h.seq < seq {
                     a.reordered += 1;
                     continue;
                 }
-                if h.send_ns != t_send {
+                if h.send_ns != now {
                     a.corrupted += 1;
                     continue;
                 }
@@ -417,6 +470,7 @@ impl FlowRun<'_> {
         } else {
             total.merge(&acc);
         }
+        self.wake_at.store(u64::MAX, Ordering::Relaxed);
         let napi_id = opt::incoming_napi_id(fd).ok();
         self.tx
             .send(FlowMsg::Done {
@@ -435,16 +489,12 @@ fn setup_socket(cfg: &ClientConfig, flow: &Flow) -> Result<UdpSocket, BenchError
         None => ctx("connecting"),
     }))?;
     let fd = sock.as_fd();
-    match cfg.wait {
-        Wait::Spin => sock
-            .set_nonblocking(true)
-            .map_err(io_err(ctx("non-blocking socket")))?,
-        Wait::Block | Wait::BusyPoll => {
-            // Bounded sleeps let the thread report intervals and notice losses; an arriving
-            // echo still wakes it at once.
-            let slice = cfg.timeout.min(cfg.interval).min(Duration::from_millis(50));
-            opt::set_recv_timeout(fd, Some(slice)).map_err(io_err(ctx("SO_RCVTIMEO")))?;
-        }
+    // Blocking receives sleep without a timeout: a timeout arms a kernel timer on every
+    // sleep (about 0.2 µs per round trip here). The reporting thread interrupts a flow whose
+    // echo is overdue or whose interval has ended (see `wake_at`).
+    if cfg.wait == Wait::Spin {
+        sock.set_nonblocking(true)
+            .map_err(io_err(ctx("non-blocking socket")))?;
     }
     if cfg.wait == Wait::BusyPoll {
         opt::set_busy_poll(fd, cfg.busy_poll_us).map_err(io_err(ctx(&format!(
@@ -515,9 +565,11 @@ pub fn run_client(
             .map(|d| t0 + (cfg.warmup + d).as_nanos() as u64),
         interval_ns: cfg.interval.as_nanos() as u64,
     };
+    netsteer_sock::wake::install().map_err(io_err("installing the SIGURG wake-up handler"))?;
     let (tx, rx) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
+    let mut wakes: Vec<Arc<AtomicU64>> = Vec::new();
     for (t, addr) in cfg.targets.iter().enumerate() {
         for f in 0..cfg.flows {
             let n = t * cfg.flows + f;
@@ -528,6 +580,8 @@ pub fn run_client(
                 src_port: cfg.src_port.map(|p| p + n as u16),
                 cpu: (!cfg.cpus.is_empty()).then(|| cfg.cpus[n % cfg.cpus.len()]),
             };
+            let wake_at = Arc::new(AtomicU64::new(u64::MAX));
+            wakes.push(wake_at.clone());
             let (cfg, clock, tx, stop) = (cfg.clone(), clock.clone(), tx.clone(), stop.clone());
             handles.push(std::thread::spawn(move || {
                 let result = setup_socket(&cfg, &flow).and_then(|sock| {
@@ -539,6 +593,7 @@ pub fn run_client(
                         tx: &tx,
                         plan,
                         stop: &stop,
+                        wake_at: &wake_at,
                     };
                     run.run()
                 });
@@ -571,7 +626,26 @@ pub fn run_client(
             write_err = Some(e);
         }
     };
-    for m in rx {
+    // How often the reporting thread looks for flows to wake: a tenth of the loss timeout or
+    // interval, within 1..=100 ms. Losses and interval ends are noticed that much late at most.
+    let tick = (cfg.timeout.min(cfg.interval) / 10)
+        .clamp(Duration::from_millis(1), Duration::from_millis(100));
+    loop {
+        let m = match rx.recv_timeout(tick) {
+            Ok(m) => m,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let now = clock.now_ns();
+                for (h, w) in handles.iter().zip(&wakes) {
+                    if !h.is_finished()
+                        && (now >= w.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed))
+                    {
+                        let _ = netsteer_sock::wake::interrupt(h.as_pthread_t());
+                    }
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         match m {
             FlowMsg::Interval {
                 target,

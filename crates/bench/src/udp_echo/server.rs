@@ -9,6 +9,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,8 +19,6 @@ use std::time::Duration;
 const SLOT: usize = 65536;
 /// Most datagrams one recvmmsg(2) takes.
 const MAX_BATCH: usize = 64;
-/// How often a blocked thread wakes to see whether it should stop.
-const STOP_CHECK: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -34,6 +33,8 @@ pub struct ServerConfig {
     pub duration: Option<Duration>,
 }
 
+/// One thread's counters. Only that thread writes them (a relaxed load and store, no locked
+/// instruction on the hot path); the reporting thread reads and sums them.
 #[derive(Default)]
 struct Counters {
     received: AtomicU64,
@@ -52,6 +53,27 @@ struct Snapshot {
     empty: u64,
     truncated: u64,
     send_errors: u64,
+}
+
+impl Snapshot {
+    fn add(mut self, o: Snapshot) -> Snapshot {
+        self.received += o.received;
+        self.echoed += o.echoed;
+        self.bytes += o.bytes;
+        self.empty += o.empty;
+        self.truncated += o.truncated;
+        self.send_errors += o.send_errors;
+        self
+    }
+}
+
+fn bump(a: &AtomicU64, by: u64) {
+    a.store(a.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+}
+
+fn total(all: &[Arc<Counters>]) -> Snapshot {
+    all.iter()
+        .fold(Snapshot::default(), |acc, c| acc.add(c.snapshot()))
 }
 
 impl Counters {
@@ -74,9 +96,13 @@ pub struct Server {
     cfg: ServerConfig,
 }
 
-fn bind_one(addr: SocketAddr) -> io::Result<UdpSocket> {
+fn bind_one(addr: SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    s.set_reuse_port(true)?;
+    // Only with several threads: a reuseport group adds a hash and a socket pick to every
+    // received datagram's lookup.
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
     if addr.is_ipv6() {
         // `[::]` serves IPv4 clients too, as mapped addresses.
         s.set_only_v6(false)?;
@@ -93,12 +119,12 @@ impl Server {
             return Err(BenchError::Config("--threads must be at least 1".into()));
         }
         let what = format!("--listen {}", cfg.listen);
-        let first = bind_one(cfg.listen).map_err(io_err(what.clone()))?;
+        let first = bind_one(cfg.listen, cfg.threads > 1).map_err(io_err(what.clone()))?;
         let local = first.local_addr().map_err(io_err(what.clone()))?;
         let mut sockets = vec![first];
         // The others join the first one's port (which may have been chosen by the kernel).
         for _ in 1..cfg.threads {
-            sockets.push(bind_one(local).map_err(io_err(what.clone()))?);
+            sockets.push(bind_one(local, true).map_err(io_err(what.clone()))?);
         }
         Ok(Server {
             sockets,
@@ -119,11 +145,13 @@ impl Server {
         clock: Arc<dyn Clock>,
         mut on_interval: impl FnMut(&ServerInterval) -> io::Result<()>,
     ) -> Result<ServerSummary, BenchError> {
-        let counters = Arc::new(Counters::default());
+        netsteer_sock::wake::install().map_err(io_err("installing the SIGURG wake-up handler"))?;
+        let counters: Vec<Arc<Counters>> =
+            (0..self.sockets.len()).map(|_| Arc::default()).collect();
         let mut handles = Vec::new();
         for (i, sock) in self.sockets.into_iter().enumerate() {
             let pin = (!self.cfg.cpus.is_empty()).then(|| self.cfg.cpus[i % self.cfg.cpus.len()]);
-            let (stop, counters, cfg) = (stop.clone(), counters.clone(), self.cfg.clone());
+            let (stop, counters, cfg) = (stop.clone(), counters[i].clone(), self.cfg.clone());
             handles.push(std::thread::spawn(move || {
                 serve(sock, pin, &cfg, &stop, &counters)
             }));
@@ -131,7 +159,7 @@ impl Server {
         let start = clock.now_ns();
         let interval_ns = self.cfg.interval.as_nanos().max(1) as u64;
         let end = self.cfg.duration.map(|d| start + d.as_nanos() as u64);
-        let mut last = counters.snapshot();
+        let mut last = total(&counters);
         let mut last_ns = start;
         let mut next = start + interval_ns;
         let mut result = Ok(());
@@ -145,7 +173,7 @@ impl Server {
                 std::thread::sleep(Duration::from_nanos(wait.min(50_000_000)));
                 continue;
             }
-            let cur = counters.snapshot();
+            let cur = total(&counters);
             let dt = (now - last_ns) as f64 / 1e9;
             if cur.received > last.received {
                 let m = ServerInterval {
@@ -171,6 +199,14 @@ impl Server {
             next += interval_ns;
         }
         stop.store(true, Ordering::Relaxed);
+        // Threads sleep in receives without a timeout: interrupt them until they have seen the
+        // stop flag (a signal can land just before a thread blocks, so repeat).
+        while handles.iter().any(|h| !h.is_finished()) {
+            for h in handles.iter().filter(|h| !h.is_finished()) {
+                let _ = netsteer_sock::wake::interrupt(h.as_pthread_t());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let mut thread_err = None;
         for h in handles {
             match h.join() {
@@ -186,7 +222,7 @@ impl Server {
             return Err(e);
         }
         result.map_err(io_err("writing the report"))?;
-        let total = counters.snapshot();
+        let total = total(&counters);
         Ok(ServerSummary {
             kind: Kind::Summary,
             bench: BENCH.into(),
@@ -205,18 +241,17 @@ impl Server {
 }
 
 fn count(c: &Counters, received: u64, echoed: u64, bytes: u64, empty: u64, truncated: u64) {
-    c.received.fetch_add(received, Ordering::Relaxed);
-    c.echoed.fetch_add(echoed, Ordering::Relaxed);
-    c.bytes.fetch_add(bytes, Ordering::Relaxed);
+    bump(&c.received, received);
+    bump(&c.echoed, echoed);
+    bump(&c.bytes, bytes);
     if empty > 0 {
-        c.empty.fetch_add(empty, Ordering::Relaxed);
+        bump(&c.empty, empty);
     }
     if truncated > 0 {
-        c.truncated.fetch_add(truncated, Ordering::Relaxed);
+        bump(&c.truncated, truncated);
     }
     if received > echoed {
-        c.send_errors
-            .fetch_add(received - echoed, Ordering::Relaxed);
+        bump(&c.send_errors, received - echoed);
     }
 }
 
@@ -243,13 +278,11 @@ fn serve(
         cpu::pin_current_thread(&[cpu]).map_err(io_err(format!("--cpu {cpu}")))?;
     }
     let fd = sock.as_fd();
-    match cfg.wait {
-        Wait::Spin => sock
-            .set_nonblocking(true)
-            .map_err(io_err("non-blocking socket"))?,
-        Wait::Block | Wait::BusyPoll => {
-            opt::set_recv_timeout(fd, Some(STOP_CHECK)).map_err(io_err("SO_RCVTIMEO"))?
-        }
+    // Blocking receives sleep without a timeout (a timeout arms a kernel timer on every
+    // sleep); `run` wakes the threads with a signal when it stops.
+    if cfg.wait == Wait::Spin {
+        sock.set_nonblocking(true)
+            .map_err(io_err("non-blocking socket"))?;
     }
     if cfg.wait == Wait::BusyPoll {
         opt::set_busy_poll(fd, cfg.busy_poll_us)
@@ -262,8 +295,8 @@ fn serve(
     let dontwait = cfg.wait == Wait::Spin;
     // Ping-pong traffic is served with recvfrom/sendto, which cost less per datagram than
     // the mmsg calls (no msghdr to copy in); bursts switch to recvmmsg/sendmmsg batches. Every
-    // PROBE-th single datagram is followed by a non-blocking batch receive to detect a backlog,
-    // and PROBE batches of one datagram in a row switch back.
+    // PROBE-th single datagram is followed by a non-blocking batch receive to detect a backlog
+    // (two or more waiting), and PROBE batches of at most one datagram in a row switch back.
     const PROBE: u32 = 64;
     let mut batching = false;
     let (mut since_probe, mut lonely) = (0u32, 0u32);
@@ -303,8 +336,12 @@ fn serve(
             match batch.recv(fd, MAX_BATCH, true) {
                 Ok(n) => {
                     echo_batch(&mut batch, fd, n, c);
-                    batching = true;
-                    lonely = 0;
+                    // One waiting datagram is ping-pong overlapping (the peer answered while
+                    // we were still in sendto); a backlog is two or more.
+                    if n >= 2 {
+                        batching = true;
+                        lonely = 0;
+                    }
                 }
                 Err(e) if quiet(&e) => {}
                 Err(e) => return Err(fail(e)),
@@ -324,7 +361,7 @@ fn serve(
         } else {
             want
         };
-        lonely = if n == 1 { lonely + 1 } else { 0 };
+        lonely = if n <= 1 { lonely + 1 } else { 0 };
         if lonely >= PROBE {
             batching = false;
         }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Seed 000's ladder reproduced on a veth pair between two namespaces this script creates and
+# removes: client in one (CPU 0), server in the other (CPU 1), 32-byte datagrams, with
+# --timestamp so each rung shows where the microseconds go (rx delivery = kernel RX stamp ->
+# application, seed 000's `packet=`; tx send = send call -> kernel TX stamp).
+#   1 block                 blocking receives, veth GRO off (no NAPI)
+#   2 busy-poll 50          SO_BUSY_POLL 50 µs both sides; GRO on so veth has NAPI to poll
+#   3 spin                  non-blocking receive loops (seed 000's --polling)
+#   4 spin, rx on app CPU   RPS steers the client's echoes to its own CPU 0 (the bad placement)
+#   5 spin, rx away         RPS steers them to CPU 1, away from the client (seed 000's advice)
+# Usage: benches/udp-echo-ladder.sh [SECONDS (5)] [REPEATS (3)]. Needs root, ethtool, python3.
+set -euo pipefail
+secs=${1:-5}
+repeats=${2:-3}
+cd "$(dirname "$0")/.."
+cargo build --release -q -p netsteer
+bin=$PWD/target/release/netsteer
+command -v ethtool >/dev/null || { echo "ethtool missing: apt-get install -y ethtool"; exit 2; }
+nsa=nsladder-a-$$; nsb=nsladder-b-$$
+cleanup() {
+  pkill -f "udp-echo server --listen 10.223.0.2" 2>/dev/null || true
+  ip netns del $nsa 2>/dev/null || true
+  ip netns del $nsb 2>/dev/null || true
+}
+trap cleanup EXIT
+ip netns add $nsa; ip netns add $nsb
+ip -n $nsa link add va type veth peer name vb netns $nsb
+ip -n $nsa addr add 10.223.0.1/24 dev va; ip -n $nsb addr add 10.223.0.2/24 dev vb
+ip -n $nsa link set lo up; ip -n $nsa link set va up
+ip -n $nsb link set lo up; ip -n $nsb link set vb up
+A=(ip netns exec $nsa); B=(ip netns exec $nsb)
+gro() { "${A[@]}" ethtool -K va gro "$1" >/dev/null; "${B[@]}" ethtool -K vb gro "$1" >/dev/null; }
+rps() { "${A[@]}" sh -c "echo $1 > /sys/class/net/va/queues/rx-0/rps_cpus"; }
+out=$(mktemp)
+rung() { # NAME WAIT
+  local name=$1 wait=$2 port=$((30000 + RANDOM % 20000))
+  "${B[@]}" "$bin" bench udp-echo server --listen 10.223.0.2:$port --cpu 1 --wait "$wait" --busy-poll 50 >/dev/null 2>&1 &
+  sleep 0.5
+  local line
+  line=$("${A[@]}" "$bin" bench udp-echo client 10.223.0.2:$port --cpu 0 --wait "$wait" --busy-poll 50 \
+    --size 32 --warmup 0.5 --duration "$secs" --timestamp --json | grep '"type":"summary"')
+  kill %1 2>/dev/null || true; wait 2>/dev/null || true
+  echo "$name|$line" >> "$out"
+}
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
+for r in $(seq "$repeats"); do
+  gro off; rps 0
+  rung "1 block (GRO off)" block
+  gro on
+  rung "2 busy-poll 50 (GRO on)" busy-poll
+  rung "3 spin" spin
+  rps 1
+  rung "4 spin, echoes processed on the client's CPU 0" spin
+  rps 2
+  rung "5 spin, echoes processed on CPU 1 (away)" spin
+done
+python3 - "$out" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, js = line.rstrip("\n").split("|", 1)
+    rows.setdefault(name, []).append(json.loads(js))
+def us(v): return f"{v/1000:.2f}"
+def med(xs): return statistics.median(xs)
+print()
+print("| rung | p50 µs | p99 µs | rx delivery p50 µs | tx send p50 µs | round trips/s | echoes processed on CPU | napi id |")
+print("|---|---|---|---|---|---|---|---|")
+for name, runs in rows.items():
+    l = [r["latency_ns"] for r in runs]
+    rx = [r["rx_delivery_ns"]["p50"] for r in runs if r["rx_delivery_ns"]]
+    tx = [r["tx_send_ns"]["p50"] for r in runs if r["tx_send_ns"]]
+    mm = lambda xs: f"{us(min(xs))}/{us(med(xs))}/{us(max(xs))}" if xs else "-"
+    cpus = sorted({c for r in runs for c in r["incoming_cpus"]})
+    napi = sorted({r["napi_id"] for r in runs if r["napi_id"] is not None})
+    print(f"| {name} | {mm([x['p50'] for x in l])} | {mm([x['p99'] for x in l])} | {mm(rx)} | {mm(tx)} | "
+          f"{med([r['pps'] for r in runs]):.0f} | {','.join(map(str, cpus))} | {','.join(map(str, napi))} |")
+print()
+print("values: min/median/max over the repeats")
+PY
+rm -f "$out"

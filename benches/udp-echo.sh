@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# netsteer bench udp-echo beside sockperf ping-pong (the anchor), side by side in one run: the
+# same 32-byte payload and CPU placement (client CPU 0 / server CPU 1, and both on CPU 0), in
+# blocking and spin modes (sockperf --nonblocked), on loopback and across a veth pair between
+# two namespaces this script creates and removes. Each case runs REPEATS times, the two tools
+# alternating; it prints p50/p99 for both and the netsteer/sockperf ratios (min/median/max over
+# the repeats). Targets: p50 ratio <= 1.00 and p99 ratio <= 1.05.
+# Usage: benches/udp-echo.sh [SECONDS_PER_RUN (5)] [REPEATS (3)]. Needs root (namespaces),
+# sockperf and python3: apt-get install -y sockperf iproute2 python3
+set -euo pipefail
+secs=${1:-5}
+repeats=${2:-3}
+cd "$(dirname "$0")/.."
+cargo build --release -q -p netsteer
+bin=$PWD/target/release/netsteer
+command -v sockperf >/dev/null || { echo "sockperf missing: apt-get install -y sockperf"; exit 2; }
+[ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs"; exit 2; }
+
+nsa=nsbench-a-$$; nsb=nsbench-b-$$
+cleanup() {
+  pkill -f "sockperf sr -i" 2>/dev/null || true
+  pkill -f "udp-echo server --listen" 2>/dev/null || true
+  ip netns del $nsa 2>/dev/null || true
+  ip netns del $nsb 2>/dev/null || true
+}
+trap cleanup EXIT
+ip netns add $nsa; ip netns add $nsb
+ip -n $nsa link add va type veth peer name vb netns $nsb
+ip -n $nsa addr add 10.222.0.1/24 dev va; ip -n $nsb addr add 10.222.0.2/24 dev vb
+ip -n $nsa link set lo up; ip -n $nsa link set va up
+ip -n $nsb link set lo up; ip -n $nsb link set vb up
+
+results=$(mktemp)
+# run ENV PLACEMENT MODE TOOL -> appends "env placement mode tool p50_us p99_us" to $results
+run() {
+  local env=$1 place=$2 mode=$3 tool=$4 addr cns sns ccpu scpu port
+  if [ "$env" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=10.222.0.2; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
+  ccpu=0; if [ "$place" = cross ]; then scpu=1; else scpu=0; fi
+  port=$((20000 + RANDOM % 20000))
+  if [ "$tool" = sockperf ]; then
+    local nb=(); [ "$mode" = spin ] && nb=(--nonblocked)
+    "${sns[@]}" taskset -c $scpu sockperf sr -i $addr -p $port "${nb[@]}" >/dev/null 2>&1 &
+    sleep 0.5
+    local out
+    out=$("${cns[@]}" taskset -c $ccpu sockperf pp -i $addr -p $port -m 32 -t "$secs" --full-rtt "${nb[@]}" 2>&1)
+    kill %1 2>/dev/null || true; wait 2>/dev/null || true
+    local p50 p99
+    p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p')
+    p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p')
+    echo "$env $place $mode sockperf $p50 $p99" >> "$results"
+  else
+    local wait=block; [ "$mode" = spin ] && wait=spin
+    "${sns[@]}" "$bin" bench udp-echo server --listen $addr:$port --cpu $scpu --wait $wait >/dev/null 2>&1 &
+    sleep 0.5
+    local line
+    line=$("${cns[@]}" "$bin" bench udp-echo client $addr:$port --cpu $ccpu --wait $wait --size 32 \
+      --warmup 0.5 --duration "$secs" --json | grep '"type":"summary"')
+    kill %1 2>/dev/null || true; wait 2>/dev/null || true
+    python3 -c 'import json,sys; l=json.loads(sys.argv[1])["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000)' \
+      "$line" "$env $place $mode netsteer" >> "$results"
+  fi
+}
+
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
+echo "runs of ${secs}s, ${repeats} repeats per case, tools alternating"
+for env in loopback veth; do
+  for place in cross same; do
+    for mode in block spin; do
+      for r in $(seq "$repeats"); do
+        run $env $place $mode netsteer
+        run $env $place $mode sockperf
+      done
+    done
+  done
+done
+
+python3 - "$results" <<'PY'
+import sys, statistics
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+cases = {}
+for env, place, mode, tool, p50, p99 in rows:
+    cases.setdefault((env, place, mode), {}).setdefault(tool, []).append((float(p50), float(p99)))
+def mmm(v):
+    return f"{min(v):.3f}/{statistics.median(v):.3f}/{max(v):.3f}"
+print()
+print("| path | placement | mode | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio |")
+print("|---|---|---|---|---|---|---|---|---|")
+ok = True
+for (env, place, mode), t in cases.items():
+    ns, sp = t["netsteer"], t["sockperf"]
+    # Ratios of runs done back to back (repeat i of each tool).
+    r50 = [a[0] / b[0] for a, b in zip(ns, sp)]
+    r99 = [a[1] / b[1] for a, b in zip(ns, sp)]
+    m50, m99 = statistics.median(r50), statistics.median(r99)
+    ok &= m50 <= 1.00 and m99 <= 1.05
+    pl = "client 0 / server 1" if place == "cross" else "both on 0"
+    print(f"| {env} | {pl} | {mode} | {mmm([x[0] for x in ns])} | {mmm([x[0] for x in sp])} | "
+          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {mmm(r50)} | {mmm(r99)} |")
+print()
+print("values: min/median/max over the repeats; ratio = netsteer / sockperf of back-to-back runs")
+print("targets (median ratio): p50 <= 1.00 and p99 <= 1.05:", "met" if ok else "NOT met")
+PY
+rm -f "$results"
