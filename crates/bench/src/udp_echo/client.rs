@@ -344,7 +344,8 @@ impl FlowRun<'_> {
                 }
                 let got_rx = match self
                     .recv(&mut inb)
-                    .map_err(io_err(format!("receiving from {}", self.flow.addr)))?
+                    // Lazily: this runs on every round trip, before the receive time is taken.
+                    .map_err(|e| io_err(format!("receiving from {}", self.flow.addr))(e))?
                 {
                     Recv::Got(rx) => rx,
                     Recv::Refused => {
