@@ -5,4 +5,5 @@
 pub mod clock;
 pub mod report;
 pub mod stats;
+pub mod tcp;
 pub mod udp_echo;

@@ -1,7 +1,7 @@
 //! The reporter sink: each message is written as human lines or as one JSON object per line,
 //! and flushed at once so a pipe keeps every line even if the program is killed.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,48 @@ impl<W: Write> Reporter<W> {
 /// Nanoseconds as microseconds with three decimals, the unit people read RTTs in.
 pub fn us(ns: u64) -> String {
     format!("{:.3}us", ns as f64 / 1000.0)
+}
+
+/// The `"type"` of every benchmark message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Interval,
+    Summary,
+    Error,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Client,
+    Server,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorMessage {
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    pub bench: String,
+    pub role: Role,
+    pub message: String,
+}
+
+impl ErrorMessage {
+    pub fn new(bench: &str, role: Role, message: impl Into<String>) -> Self {
+        ErrorMessage {
+            kind: Kind::Error,
+            bench: bench.into(),
+            role,
+            message: message.into(),
+        }
+    }
+}
+
+impl Message for ErrorMessage {
+    fn human(&self) -> Vec<String> {
+        vec![format!("error: {}", self.message)]
+    }
 }
 
 #[cfg(test)]

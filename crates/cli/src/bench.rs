@@ -2,10 +2,12 @@ use crate::Host;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netsteer_bench::clock::{Clock, MonotonicClock};
+use netsteer_bench::report::{ErrorMessage, Kind, Role};
 use netsteer_bench::report::{Format, Reporter};
+use netsteer_bench::tcp;
 use netsteer_bench::udp_echo::Wait;
 use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
-use netsteer_bench::udp_echo::message::{ErrorMessage, Role};
+use netsteer_bench::udp_echo::message::BENCH as UDP_ECHO;
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
 use netsteer_host::CpuSet;
 use std::io::{self, Write};
@@ -20,6 +22,158 @@ pub enum BenchCommand {
     /// UDP echo round trips (seed 000): `server` echoes datagrams, `client` times them.
     #[command(subcommand)]
     UdpEcho(UdpEcho),
+    /// TCP bulk transfer over many flows (seeds 001/003): throughput, retransmits, CPU per MB
+    /// on both sides, zero-copy send/receive, per-CPU NET_RX during the run.
+    #[command(subcommand)]
+    TcpStream(TcpBench<StreamArgs>),
+    /// TCP request/response (seed 004): exact latency percentiles and transactions/s.
+    #[command(subcommand)]
+    TcpRr(TcpBench<RrArgs>),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TcpBench<C: clap::Args> {
+    /// Serve tcp-stream and tcp-rr tests from any number of clients (one server runs both).
+    Server(TcpServerArgs),
+    /// Run a test against a server.
+    Client(C),
+}
+
+#[derive(Args, Debug)]
+pub struct TcpServerArgs {
+    #[arg(long, default_value = "0.0.0.0:4322", value_name = "ADDR:PORT")]
+    listen: String,
+    /// Pin data threads round-robin over these CPUs.
+    #[arg(long, value_name = "LIST")]
+    cpu: Option<String>,
+    /// Connections served at once; more are closed at accept.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    max_connections: usize,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    duration: Option<f64>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StreamArgs {
+    /// The server, `HOST:PORT` (port 4322 by default).
+    #[arg(value_name = "HOST:PORT")]
+    target: String,
+    /// Flows (connections), one sending thread each.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    flows: u32,
+    /// Pin flow i to the i-th CPU of this list.
+    #[arg(long, value_name = "LIST")]
+    cpu: Option<String>,
+    /// Bytes per write (16 reproduces seed 003's tiny writes; iperf3's default is 128 KiB).
+    #[arg(long, default_value_t = 131_072, value_name = "BYTES")]
+    write_size: u32,
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    duration: f64,
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    interval: f64,
+    /// TCP_NODELAY on the data connections (iperf3 -N).
+    #[arg(long)]
+    nodelay: bool,
+    /// Congestion control algorithm (TCP_CONGESTION).
+    #[arg(long, value_name = "ALG")]
+    congestion: Option<String>,
+    /// Send with MSG_ZEROCOPY (completions read from the error queue).
+    #[arg(long)]
+    zerocopy_send: bool,
+    /// The server receives with TCP_ZEROCOPY_RECEIVE + mmap (with a copy buffer for tails).
+    #[arg(long)]
+    zerocopy_recv: bool,
+    /// TCP_MAXSEG for the data connections (4108 = one page of payload per segment).
+    #[arg(long, value_name = "BYTES")]
+    mss: Option<u32>,
+    /// The server checks every byte against the sender's pattern; a mismatch exits 1.
+    #[arg(long)]
+    verify: bool,
+    /// Test hook: corrupt the byte at this stream offset of flow 0 before sending it.
+    #[arg(long, hide = true, value_name = "OFFSET")]
+    inject_corruption: Option<u64>,
+    /// Seconds to wait for the server (connect, results).
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    timeout: f64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RrArgs {
+    /// The server, `HOST:PORT` (port 4322 by default).
+    #[arg(value_name = "HOST:PORT")]
+    target: String,
+    #[arg(long, default_value_t = 4096, value_name = "BYTES")]
+    request_size: u32,
+    #[arg(long, default_value_t = 4096, value_name = "BYTES")]
+    response_size: u32,
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    flows: u32,
+    /// Requests each flow keeps outstanding.
+    #[arg(long, default_value_t = 1, value_name = "DEPTH")]
+    pipeline: u32,
+    /// Pin flow i to the i-th CPU of this list.
+    #[arg(long, value_name = "LIST")]
+    cpu: Option<String>,
+    /// How both sides wait for data (the server follows the client's choice).
+    #[arg(long, default_value = "block", value_name = "block|spin|busy-poll")]
+    wait: Wait,
+    #[arg(long, default_value_t = 50, value_name = "USEC")]
+    busy_poll: u32,
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    duration: f64,
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    interval: f64,
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    warmup: f64,
+    #[arg(long, value_name = "ALG")]
+    congestion: Option<String>,
+    #[arg(long, value_name = "BYTES")]
+    mss: Option<u32>,
+    /// Seconds a response may be late before the run ends with an error.
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    timeout: f64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -138,8 +292,8 @@ fn cpus(list: Option<&str>) -> Result<Vec<u32>> {
     }
 }
 
-/// `HOST:PORT`, `[V6]:PORT`, or a bare host or address with the default port 4321.
-fn resolve(target: &str) -> Result<SocketAddr> {
+/// `HOST:PORT`, `[V6]:PORT`, or a bare host or address with the default port.
+fn resolve(target: &str, default_port: u16) -> Result<SocketAddr> {
     if let Ok(a) = target.parse::<SocketAddr>() {
         return Ok(a);
     }
@@ -148,11 +302,11 @@ fn resolve(target: &str) -> Result<SocketAddr> {
         .trim_end_matches(']')
         .parse::<std::net::IpAddr>()
     {
-        return Ok(SocketAddr::new(ip, 4321));
+        return Ok(SocketAddr::new(ip, default_port));
     }
     let found = match target.rsplit_once(':') {
         Some((_, port)) if port.parse::<u16>().is_ok() => target.to_socket_addrs(),
-        _ => (target, 4321).to_socket_addrs(),
+        _ => (target, default_port).to_socket_addrs(),
     };
     found
         .with_context(|| format!("target {target}"))?
@@ -172,8 +326,8 @@ fn reporter(json: bool) -> Reporter<io::StdoutLock<'static>> {
 }
 
 /// Reports an error as a message (so JSON consumers see it) and on stderr.
-fn fail(json: bool, role: Role, e: impl std::fmt::Display) -> ExitCode {
-    let msg = ErrorMessage::new(role, e.to_string());
+fn fail(json: bool, bench: &str, role: Role, e: impl std::fmt::Display) -> ExitCode {
+    let msg = ErrorMessage::new(bench, role, e.to_string());
     if json {
         let mut r = reporter(true);
         let _ = r.emit(&msg);
@@ -183,10 +337,119 @@ fn fail(json: bool, role: Role, e: impl std::fmt::Display) -> ExitCode {
 }
 
 pub fn run(_host: &Host, cmd: &BenchCommand) -> Result<ExitCode> {
-    let BenchCommand::UdpEcho(cmd) = cmd;
     match cmd {
-        UdpEcho::Server(a) => server(a),
-        UdpEcho::Client(a) => client(a),
+        BenchCommand::UdpEcho(UdpEcho::Server(a)) => server(a),
+        BenchCommand::UdpEcho(UdpEcho::Client(a)) => client(a),
+        BenchCommand::TcpStream(TcpBench::Server(a)) => tcp_server(a, tcp::stream::BENCH),
+        BenchCommand::TcpStream(TcpBench::Client(a)) => stream_client(a),
+        BenchCommand::TcpRr(TcpBench::Server(a)) => tcp_server(a, tcp::rr::BENCH),
+        BenchCommand::TcpRr(TcpBench::Client(a)) => rr_client(a),
+    }
+}
+
+fn listen_addr(listen: &str) -> Result<SocketAddr> {
+    listen
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {listen}"))?
+        .next()
+        .with_context(|| format!("--listen {listen}: no address"))
+}
+
+fn tcp_server(a: &TcpServerArgs, bench: &str) -> Result<ExitCode> {
+    let cfg = tcp::server::ServerConfig {
+        listen: listen_addr(&a.listen)?,
+        cpus: cpus(a.cpu.as_deref())?,
+        max_connections: a.max_connections,
+        hello_timeout: tcp::proto::HELLO_TIMEOUT,
+        duration: a.duration.map(|d| seconds("--duration", d)).transpose()?,
+    };
+    let server = match tcp::server::Server::bind(cfg) {
+        Ok(s) => s,
+        Err(e) => return Ok(fail(a.json, bench, Role::Server, e)),
+    };
+    let listen = server.local_addr()?;
+    eprintln!("netsteer: tcp-stream/tcp-rr server on {listen}");
+    let mut out = reporter(a.json);
+    let stop = AtomicBool::new(false);
+    match server.run(&stop, |m| out.emit(m)) {
+        Ok(t) => {
+            out.emit(&tcp::message::ServerSummary {
+                kind: Kind::Summary,
+                bench: bench.into(),
+                role: Role::Server,
+                listen: listen.to_string(),
+                tests: t.tests,
+                rejected_connections: t.rejected_connections,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Ok(fail(a.json, bench, Role::Server, e)),
+    }
+}
+
+fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
+    let cfg = tcp::stream::StreamConfig {
+        target: resolve(&a.target, tcp::DEFAULT_PORT)?,
+        flows: a.flows,
+        cpus: cpus(a.cpu.as_deref())?,
+        write_size: a.write_size,
+        duration: seconds("--duration", a.duration)?,
+        interval: seconds("--interval", a.interval)?,
+        nodelay: a.nodelay,
+        congestion: a.congestion.clone(),
+        mss: a.mss,
+        zerocopy_send: a.zerocopy_send,
+        zerocopy_recv: a.zerocopy_recv,
+        verify: a.verify,
+        inject_corruption_at: a.inject_corruption,
+        timeout: seconds("--timeout", a.timeout)?,
+    };
+    let mut out = reporter(a.json);
+    match tcp::stream::run_stream_client(&cfg, |m| out.emit(m)) {
+        Ok(s) => {
+            out.emit(&s)?;
+            let bad = s.verify.as_ref().is_some_and(|v| !v.ok);
+            Ok(if bad {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Err(e) => {
+            drop(out);
+            Ok(fail(a.json, tcp::stream::BENCH, Role::Client, e))
+        }
+    }
+}
+
+fn rr_client(a: &RrArgs) -> Result<ExitCode> {
+    let cfg = tcp::rr::RrConfig {
+        target: resolve(&a.target, tcp::DEFAULT_PORT)?,
+        flows: a.flows,
+        cpus: cpus(a.cpu.as_deref())?,
+        request_size: a.request_size,
+        response_size: a.response_size,
+        pipeline: a.pipeline,
+        wait: a.wait,
+        busy_poll_us: a.busy_poll,
+        duration: seconds("--duration", a.duration)?,
+        interval: seconds("--interval", a.interval)?,
+        warmup: seconds("--warmup", a.warmup)?,
+        timeout: seconds("--timeout", a.timeout)?,
+        congestion: a.congestion.clone(),
+        mss: a.mss,
+    };
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
+    let mut out = reporter(a.json);
+    match tcp::rr::run_rr_client(&cfg, clock, |m| out.emit(m)) {
+        Ok(s) => {
+            out.emit(&s)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            drop(out);
+            Ok(fail(a.json, tcp::rr::BENCH, Role::Client, e))
+        }
     }
 }
 
@@ -208,7 +471,7 @@ fn server(a: &ServerArgs) -> Result<ExitCode> {
     };
     let server = match Server::bind(&cfg) {
         Ok(s) => s,
-        Err(e) => return Ok(fail(a.json, Role::Server, e)),
+        Err(e) => return Ok(fail(a.json, UDP_ECHO, Role::Server, e)),
     };
     eprintln!(
         "netsteer: udp-echo server on {} ({} thread(s), wait {})",
@@ -224,7 +487,7 @@ fn server(a: &ServerArgs) -> Result<ExitCode> {
             out.emit(&summary)?;
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Ok(fail(a.json, Role::Server, e)),
+        Err(e) => Ok(fail(a.json, UDP_ECHO, Role::Server, e)),
     }
 }
 
@@ -232,7 +495,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
     let targets = a
         .targets
         .iter()
-        .map(|t| resolve(t))
+        .map(|t| resolve(t, 4321))
         .collect::<Result<Vec<_>>>()?;
     let duration = match (a.duration, a.count) {
         (Some(d), _) => Some(seconds("--duration", d)?),
@@ -265,7 +528,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         }
         Err(e) => {
             drop(out);
-            Ok(fail(a.json, Role::Client, e))
+            Ok(fail(a.json, UDP_ECHO, Role::Client, e))
         }
     }
 }

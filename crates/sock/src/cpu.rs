@@ -36,6 +36,58 @@ pub fn pin_current_thread(cpus: &[u32]) -> io::Result<()> {
     }
 }
 
+/// CPU time and context switches of one thread (getrusage(RUSAGE_THREAD), 2.6.26+).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadUsage {
+    pub user_us: u64,
+    pub sys_us: u64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+}
+
+impl ThreadUsage {
+    /// The calling thread's usage so far.
+    pub fn current() -> io::Result<ThreadUsage> {
+        /// include/uapi/linux/resource.h; not exported by libc for every target.
+        const RUSAGE_THREAD: libc::c_int = 1;
+        // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a live rusage the kernel fills.
+        let rc = unsafe { libc::getrusage(RUSAGE_THREAD, &mut ru) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        Ok(ThreadUsage {
+            user_us: us(ru.ru_utime),
+            sys_us: us(ru.ru_stime),
+            voluntary_switches: ru.ru_nvcsw as u64,
+            involuntary_switches: ru.ru_nivcsw as u64,
+        })
+    }
+
+    /// Usage since `earlier`.
+    pub fn since(&self, earlier: &ThreadUsage) -> ThreadUsage {
+        ThreadUsage {
+            user_us: self.user_us.saturating_sub(earlier.user_us),
+            sys_us: self.sys_us.saturating_sub(earlier.sys_us),
+            voluntary_switches: self
+                .voluntary_switches
+                .saturating_sub(earlier.voluntary_switches),
+            involuntary_switches: self
+                .involuntary_switches
+                .saturating_sub(earlier.involuntary_switches),
+        }
+    }
+
+    pub fn add(&mut self, o: &ThreadUsage) {
+        self.user_us += o.user_us;
+        self.sys_us += o.sys_us;
+        self.voluntary_switches += o.voluntary_switches;
+        self.involuntary_switches += o.involuntary_switches;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,6 +98,13 @@ mod tests {
             pin_current_thread(&[0]).unwrap();
             assert_eq!(current_cpu(), Some(0));
             assert!(pin_current_thread(&[100_000]).is_err());
+            let a = ThreadUsage::current().unwrap();
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(30) {
+                std::hint::black_box(0);
+            }
+            let d = ThreadUsage::current().unwrap().since(&a);
+            assert!(d.user_us + d.sys_us >= 10_000, "{d:?}");
         })
         .join()
         .unwrap();

@@ -6,7 +6,9 @@
 //!   kernel processed a socket's packets (SO_INCOMING_CPU, SO_INCOMING_NAPI_ID), SO_TIMESTAMPING.
 //! * [`msg`]: one datagram with its kernel timestamps, and TX timestamps from the error queue.
 //! * [`mmsg`]: batches of datagrams in and out with recvmmsg(2)/sendmmsg(2).
-//! * [`cpu`]: the CPU a thread runs on, and pinning it.
+//! * [`cpu`]: the CPU a thread runs on, pinning it, and its CPU time.
+//! * [`tcp`]: TCP_INFO, TCP_MAXSEG, TCP_CONGESTION, low-water marks, waiting for readability.
+//! * [`zerocopy`]: MSG_ZEROCOPY sends and completions, TCP_ZEROCOPY_RECEIVE.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("netsteer-sock uses Linux socket options; it builds on Linux only");
@@ -15,4 +17,6 @@ pub mod cpu;
 pub mod mmsg;
 pub mod msg;
 pub mod opt;
+pub mod tcp;
 pub mod wake;
+pub mod zerocopy;

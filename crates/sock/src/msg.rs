@@ -71,11 +71,11 @@ pub(crate) fn sockaddr_to_std(
     }
 }
 
-/// Walks the control messages of a received `msghdr`: timestamps, and the OPT_ID of an
-/// extended error when the message came from the error queue.
-fn parse_control(msg: &libc::msghdr) -> (Stamps, Option<u32>) {
+/// Walks the control messages of a received `msghdr`: timestamps, and the extended error when
+/// the message came from the error queue (a timestamp's OPT_ID, or a MSG_ZEROCOPY completion).
+fn parse_control(msg: &libc::msghdr) -> (Stamps, Option<libc::sock_extended_err>) {
     let mut stamps = Stamps::default();
-    let mut id = None;
+    let mut err = None;
     // SAFETY: `msg` was filled by recvmsg(2); msg_control/msg_controllen describe our control
     // buffer and the kernel's valid length, which is what CMSG_FIRSTHDR/CMSG_NXTHDR walk.
     let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(msg) };
@@ -99,28 +99,29 @@ fn parse_control(msg: &libc::msghdr) -> (Stamps, Option<u32>) {
             && payload >= size_of::<libc::sock_extended_err>()
         {
             // SAFETY: the payload starts with struct sock_extended_err, checked by length.
-            let ee: libc::sock_extended_err = unsafe { std::ptr::read_unaligned(data.cast()) };
-            if ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
-                id = Some(ee.ee_data);
-            }
+            err = Some(unsafe { std::ptr::read_unaligned(data.cast()) });
         }
         // SAFETY: `msg` and `cmsg` are the header and a control message inside it.
         cmsg = unsafe { libc::CMSG_NXTHDR(msg, cmsg) };
     }
-    (stamps, id)
+    (stamps, err)
 }
 
 /// What one recvmsg(2) returned besides the bytes.
-struct Received {
+pub(crate) struct Received {
     len: usize,
     msg_flags: libc::c_int,
     stamps: Stamps,
-    /// OPT_ID of an error-queue timestamp.
-    id: Option<u32>,
+    /// The extended error of an error-queue message.
+    pub(crate) err: Option<libc::sock_extended_err>,
     source: Option<SocketAddr>,
 }
 
-fn recv_raw(fd: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Result<Received> {
+pub(crate) fn recv_raw(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<Received> {
     let mut control = MaybeUninit::<ControlBuf>::zeroed();
     let mut name = MaybeUninit::<libc::sockaddr_storage>::zeroed();
     let mut iov = libc::iovec {
@@ -141,7 +142,7 @@ fn recv_raw(fd: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Resul
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    let (stamps, id) = parse_control(&msg);
+    let (stamps, err) = parse_control(&msg);
     // SAFETY: the storage was zero-initialized and recvmsg wrote at most msg_namelen bytes.
     let name = unsafe { name.assume_init() };
     let source = sockaddr_to_std(&name, msg.msg_namelen);
@@ -149,7 +150,7 @@ fn recv_raw(fd: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Resul
         len: rc as usize,
         msg_flags: msg.msg_flags,
         stamps,
-        id,
+        err,
         source,
     })
 }
@@ -203,7 +204,10 @@ pub fn read_tx_stamp(fd: BorrowedFd<'_>) -> io::Result<Option<TxStamp>> {
     let mut scratch = [0u8; 64];
     match recv_raw(fd, &mut scratch, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) {
         Ok(r) => Ok(Some(TxStamp {
-            id: r.id.unwrap_or(0),
+            id: r
+                .err
+                .filter(|e| e.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING)
+                .map_or(0, |e| e.ee_data),
             stamps: r.stamps,
         })),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),

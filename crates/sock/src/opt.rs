@@ -4,7 +4,7 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-fn set_int(
+pub(crate) fn set_int(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
@@ -28,7 +28,11 @@ fn set_int(
     }
 }
 
-fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+pub(crate) fn get_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `fd` is valid for the borrow; `value` and `len` are live stack variables and

@@ -2,26 +2,12 @@
 //! and as human lines. Every object has `"type"` (`interval`, `summary`, `error`), `"bench":
 //! "udp-echo"` and `"role"` (`client`, `server`). Latencies are integer nanoseconds.
 
+pub use crate::report::{ErrorMessage, Kind, Role};
 use crate::report::{Message, us};
 use crate::stats::{LatencySummary, MeanDev, Spread};
 use serde::{Deserialize, Serialize};
 
 pub const BENCH: &str = "udp-echo";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Interval,
-    Summary,
-    Error,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Client,
-    Server,
-}
 
 /// One interval of one target, all its flows together.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,26 +108,6 @@ pub struct ServerSummary {
     pub empty: u64,
     pub truncated: u64,
     pub send_errors: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ErrorMessage {
-    #[serde(rename = "type")]
-    pub kind: Kind,
-    pub bench: String,
-    pub role: Role,
-    pub message: String,
-}
-
-impl ErrorMessage {
-    pub fn new(role: Role, message: impl Into<String>) -> Self {
-        ErrorMessage {
-            kind: Kind::Error,
-            bench: BENCH.into(),
-            role,
-            message: message.into(),
-        }
-    }
 }
 
 fn cpus(v: &[u32]) -> String {
@@ -282,11 +248,5 @@ impl Message for ServerSummary {
             self.truncated,
             self.send_errors
         )]
-    }
-}
-
-impl Message for ErrorMessage {
-    fn human(&self) -> Vec<String> {
-        vec![format!("error: {}", self.message)]
     }
 }

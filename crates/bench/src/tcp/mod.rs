@@ -1,0 +1,160 @@
+//! TCP benchmarks: `tcp-stream` (bulk transfer over many flows, from 16-byte writes to MBs,
+//! with optional MSG_ZEROCOPY sends and TCP_ZEROCOPY_RECEIVE, payload verification, and whole
+//! CPU cost on both sides) and `tcp-rr` (request/response latency and rate). One server
+//! ([`server`]) runs both for many clients at once; the control exchange is in [`proto`].
+
+pub mod cost;
+pub mod message;
+pub mod pattern;
+pub mod proto;
+pub mod rr;
+pub mod server;
+pub mod stream;
+
+use crate::udp_echo::{BenchError, Wait};
+use cost::SideCost;
+use proto::{Finish, Hello, Reply, ServerFlow, TestSpec};
+use socket2::{Domain, Socket, Type};
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+/// Default port of the TCP benchmark server.
+pub const DEFAULT_PORT: u16 = 4322;
+
+/// Socket options a client applies to its data connections before connecting.
+#[derive(Debug, Clone, Default)]
+pub struct SockOpts {
+    pub nodelay: bool,
+    pub congestion: Option<String>,
+    /// TCP_MAXSEG before connect: clamps the MSS both ways of the handshake.
+    pub mss: Option<u32>,
+    pub busy_poll_us: Option<u32>,
+}
+
+pub(crate) fn io_ctx(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
+    let what = what.into();
+    move |source| BenchError::Io { what, source }
+}
+
+/// Applies the options that work on either side of a connection.
+pub(crate) fn apply_opts(sock: &TcpStream, opts: &SockOpts) -> io::Result<()> {
+    sock.set_nodelay(opts.nodelay)?;
+    if let Some(cc) = &opts.congestion {
+        netsteer_sock::tcp::set_congestion(sock.as_fd(), cc)
+            .map_err(|e| io::Error::new(e.kind(), format!("congestion control {cc:?}: {e}")))?;
+    }
+    if let Some(us) = opts.busy_poll_us {
+        netsteer_sock::opt::set_busy_poll(sock.as_fd(), us)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn connect(
+    target: SocketAddr,
+    opts: &SockOpts,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let s = Socket::new(Domain::for_address(target), Type::STREAM, None)?;
+    if let Some(mss) = opts.mss {
+        netsteer_sock::tcp::set_max_segment(s.as_fd(), mss)
+            .map_err(|e| io::Error::new(e.kind(), format!("TCP_MAXSEG {mss}: {e}")))?;
+    }
+    s.connect_timeout(&target.into(), timeout)?;
+    let sock: TcpStream = s.into();
+    apply_opts(&sock, opts)?;
+    Ok(sock)
+}
+
+/// A test the server has accepted.
+pub(crate) struct Session {
+    pub control: TcpStream,
+    pub test_id: u64,
+    pub target: SocketAddr,
+}
+
+impl Session {
+    pub fn open(
+        target: SocketAddr,
+        spec: &TestSpec,
+        timeout: Duration,
+    ) -> Result<Session, BenchError> {
+        let what = format!("control connection to {target}");
+        let mut control = connect(
+            target,
+            &SockOpts {
+                nodelay: true,
+                ..SockOpts::default()
+            },
+            timeout,
+        )
+        .map_err(io_ctx(what.clone()))?;
+        control
+            .set_read_timeout(Some(timeout))
+            .map_err(io_ctx(what.clone()))?;
+        proto::write_preamble(&mut control).map_err(io_ctx(what.clone()))?;
+        proto::write_frame(&mut control, &Hello::Control { spec: spec.clone() })
+            .map_err(io_ctx(what.clone()))?;
+        proto::read_preamble(&mut control).map_err(io_ctx(what.clone()))?;
+        match proto::read_frame::<Reply>(&mut control).map_err(io_ctx(what.clone()))? {
+            Reply::Accepted { test_id } => Ok(Session {
+                control,
+                test_id,
+                target,
+            }),
+            Reply::Rejected { error } => Err(BenchError::Config(format!(
+                "{target} refused the test: {error}"
+            ))),
+            Reply::Result { .. } => Err(BenchError::Config(format!(
+                "{target}: unexpected result before the test"
+            ))),
+        }
+    }
+
+    /// Opens data connection `flow`.
+    pub fn data(
+        &self,
+        flow: u32,
+        opts: &SockOpts,
+        timeout: Duration,
+    ) -> Result<TcpStream, BenchError> {
+        let what = format!("data connection {flow} to {}", self.target);
+        let mut s = connect(self.target, opts, timeout).map_err(io_ctx(what.clone()))?;
+        proto::write_preamble(&mut s).map_err(io_ctx(what.clone()))?;
+        proto::write_frame(
+            &mut s,
+            &Hello::Data {
+                test_id: self.test_id,
+                flow,
+            },
+        )
+        .map_err(io_ctx(what))?;
+        Ok(s)
+    }
+
+    /// Tells the server the test is over and reads its side of the results.
+    pub fn finish(
+        mut self,
+        finish: &Finish,
+        timeout: Duration,
+    ) -> Result<(Vec<ServerFlow>, SideCost), BenchError> {
+        let what = format!("results from {}", self.target);
+        // The server waits up to 10 s for stuck flows before it answers.
+        self.control
+            .set_read_timeout(Some(timeout + Duration::from_secs(15)))
+            .map_err(io_ctx(what.clone()))?;
+        proto::write_frame(&mut self.control, finish).map_err(io_ctx(what.clone()))?;
+        match proto::read_frame::<Reply>(&mut self.control).map_err(io_ctx(what.clone()))? {
+            Reply::Result { flows, cost, .. } => Ok((flows, cost)),
+            other => Err(BenchError::Config(format!(
+                "{what}: unexpected reply {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Parses `block|spin|busy-poll` from a spec (checked by the server already).
+pub(crate) fn wait_of(spec: &TestSpec) -> Wait {
+    spec.wait.parse().unwrap_or_default()
+}

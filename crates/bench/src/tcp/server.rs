@@ -1,0 +1,420 @@
+//! The TCP benchmark server: one listening socket serves any number of tcp-stream and tcp-rr
+//! tests from any number of clients at once (iperf3 serves one test at a time, neper one per
+//! process). Each connection gets a thread; a control connection creates a test, data
+//! connections join it by id, and the server's results go back over the control connection.
+//!
+//! Bounded by construction: at most `max_connections` connections at once (more are closed at
+//! accept), `hello_timeout` (5 s by default) to say hello, hellos of at most `proto::MAX_FRAME` bytes, receive
+//! buffers of at most 1 MiB per flow, at most 256 flows per test; a test whose client goes
+//! silent is torn down `CONTROL_GRACE_S` after its announced duration.
+
+use crate::report::{Kind, Role};
+use crate::tcp::cost::CostMeter;
+use crate::tcp::message::ServerTest;
+use crate::tcp::proto::{
+    CONTROL_GRACE_S, Finish, Hello, Reply, ServerFlow, TestKind, TestSpec, read_frame,
+    read_preamble, write_frame, write_preamble,
+};
+use crate::tcp::{rr, stream};
+use crate::udp_echo::BenchError;
+use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
+use netsteer_sock::tcp::wait_readable;
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Data threads are pinned round-robin over these CPUs (none: not pinned).
+    pub cpus: Vec<u32>,
+    pub max_connections: usize,
+    /// Time a new connection has to send its preamble and hello (`proto::HELLO_TIMEOUT`).
+    pub hello_timeout: Duration,
+    /// Stop after this long (None: until the stop flag is set).
+    pub duration: Option<Duration>,
+}
+
+/// What one data thread leaves behind.
+struct FlowDone {
+    flow: ServerFlow,
+    usage: ThreadUsage,
+    cpus: BTreeSet<u32>,
+}
+
+#[derive(Default)]
+struct Slots {
+    streams: Vec<Option<Arc<TcpStream>>>,
+    done: Vec<Option<FlowDone>>,
+}
+
+struct Test {
+    spec: TestSpec,
+    seed_id: u64,
+    stop: AtomicBool,
+    slots: Mutex<Slots>,
+    changed: Condvar,
+}
+
+impl Test {
+    /// Ends every flow: set the flag and shut the sockets down, which wakes blocked reads.
+    fn stop_flows(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for s in slots.streams.iter().flatten() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Waits until every connected flow has finished, for at most `limit`.
+    fn wait_flows(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let pending = slots
+                .streams
+                .iter()
+                .zip(&slots.done)
+                .any(|(s, d)| s.is_some() && d.is_none());
+            if !pending {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            slots = self
+                .changed
+                .wait_timeout(slots, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+struct Shared {
+    tests: Mutex<HashMap<u64, Arc<Test>>>,
+    rejected: AtomicU64,
+    open: AtomicUsize,
+    next_cpu: AtomicUsize,
+    cpus: Vec<u32>,
+    max_connections: usize,
+    hello_timeout: Duration,
+}
+
+pub struct Server {
+    listener: TcpListener,
+    cfg: ServerConfig,
+}
+
+/// Totals over the server's life.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerTotals {
+    pub tests: u64,
+    pub rejected_connections: u64,
+}
+
+impl Server {
+    pub fn bind(cfg: ServerConfig) -> Result<Server, BenchError> {
+        if cfg.max_connections == 0 {
+            return Err(BenchError::Config(
+                "--max-connections must be at least 1".into(),
+            ));
+        }
+        let listener = TcpListener::bind(cfg.listen).map_err(|source| BenchError::Io {
+            what: format!("listening on {}", cfg.listen),
+            source,
+        })?;
+        Ok(Server { listener, cfg })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` is set or the configured duration ends; `on_test` gets one message
+    /// per finished test.
+    pub fn run(
+        &self,
+        stop: &AtomicBool,
+        mut on_test: impl FnMut(&ServerTest) -> io::Result<()>,
+    ) -> Result<ServerTotals, BenchError> {
+        let shared = Arc::new(Shared {
+            tests: Mutex::new(HashMap::new()),
+            rejected: AtomicU64::new(0),
+            open: AtomicUsize::new(0),
+            next_cpu: AtomicUsize::new(0),
+            cpus: self.cfg.cpus.clone(),
+            max_connections: self.cfg.max_connections,
+            hello_timeout: self.cfg.hello_timeout,
+        });
+        let (tx, rx) = mpsc::channel::<ServerTest>();
+        let started = Instant::now();
+        let mut totals = ServerTotals::default();
+        let mut write_err = None;
+        loop {
+            for m in rx.try_iter() {
+                totals.tests += 1;
+                if write_err.is_none()
+                    && let Err(e) = on_test(&m)
+                {
+                    write_err = Some(e);
+                }
+            }
+            if stop.load(Ordering::Relaxed)
+                || self.cfg.duration.is_some_and(|d| started.elapsed() >= d)
+            {
+                break;
+            }
+            // Accepting is not on any timed path: waking every 100 ms to look at the stop flag
+            // is simpler than a wake-up signal.
+            if !wait_readable(self.listener.as_fd(), 100).map_err(|source| BenchError::Io {
+                what: "waiting for connections".into(),
+                source,
+            })? {
+                continue;
+            }
+            let (sock, peer) = match self.listener.accept() {
+                Ok(c) => c,
+                // A connection reset before accept, or out of file descriptors: keep serving.
+                Err(_) => continue,
+            };
+            if shared.open.load(Ordering::Relaxed) >= shared.max_connections {
+                shared.rejected.fetch_add(1, Ordering::Relaxed);
+                drop(sock);
+                continue;
+            }
+            shared.open.fetch_add(1, Ordering::Relaxed);
+            let (conn_shared, tx) = (shared.clone(), tx.clone());
+            let spawned = std::thread::Builder::new()
+                .name("tcp-bench-conn".into())
+                .spawn(move || {
+                    handle(&conn_shared, sock, peer, &tx);
+                    conn_shared.open.fetch_sub(1, Ordering::Relaxed);
+                });
+            if spawned.is_err() {
+                shared.open.fetch_sub(1, Ordering::Relaxed);
+                shared.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // Tests still running are ended: their clients see the connections close.
+        for t in shared
+            .tests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            t.stop_flows();
+        }
+        totals.rejected_connections = shared.rejected.load(Ordering::Relaxed);
+        match write_err {
+            Some(e) => Err(BenchError::Io {
+                what: "writing the report".into(),
+                source: e,
+            }),
+            None => Ok(totals),
+        }
+    }
+}
+
+fn random_id() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+fn handle(shared: &Shared, mut sock: TcpStream, peer: SocketAddr, tx: &mpsc::Sender<ServerTest>) {
+    let hello = (|| {
+        sock.set_read_timeout(Some(shared.hello_timeout))?;
+        sock.set_nodelay(true)?;
+        read_preamble(&mut sock)?;
+        read_frame::<Hello>(&mut sock)
+    })();
+    match hello {
+        Ok(Hello::Control { spec }) => control(shared, sock, peer, spec, tx),
+        Ok(Hello::Data { test_id, flow }) => {
+            if !data(shared, sock, test_id, flow) {
+                shared.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // Garbage, silence past the timeout, a huge length, or a peer that left: close.
+        Err(_) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn control(
+    shared: &Shared,
+    mut sock: TcpStream,
+    peer: SocketAddr,
+    spec: TestSpec,
+    tx: &mpsc::Sender<ServerTest>,
+) {
+    let _ = write_preamble(&mut sock);
+    if let Err(error) = spec.check() {
+        let _ = write_frame(&mut sock, &Reply::Rejected { error });
+        return;
+    }
+    let test_id = random_id();
+    let n = spec.flows as usize;
+    let test = Arc::new(Test {
+        spec: spec.clone(),
+        seed_id: test_id,
+        stop: AtomicBool::new(false),
+        slots: Mutex::new(Slots {
+            streams: (0..n).map(|_| None).collect(),
+            done: (0..n).map(|_| None).collect(),
+        }),
+        changed: Condvar::new(),
+    });
+    shared
+        .tests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(test_id, test.clone());
+    let meter = CostMeter::start();
+    let started = Instant::now();
+    let mut errors = Vec::new();
+    let finish = write_frame(&mut sock, &Reply::Accepted { test_id }).and_then(|()| {
+        sock.set_read_timeout(Some(Duration::from_secs_f64(
+            spec.duration_s + CONTROL_GRACE_S,
+        )))?;
+        read_frame::<Finish>(&mut sock)
+    });
+    let finished = finish.is_ok();
+    match finish {
+        Ok(_) => {
+            // The client has stopped and shut its sockets; flows end at EOF. A flow that does
+            // not within 10 s is stuck on a peer that stopped reading: end it.
+            if !test.wait_flows(Duration::from_secs(10)) {
+                errors.push("flows still running 10 s after the client finished: stopped".into());
+                test.stop_flows();
+                test.wait_flows(Duration::from_secs(2));
+            }
+        }
+        Err(e) => {
+            errors.push(format!("control connection lost: {e}"));
+            test.stop_flows();
+            test.wait_flows(Duration::from_secs(2));
+        }
+    }
+    shared
+        .tests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&test_id);
+    let duration_s = started.elapsed().as_secs_f64();
+    let (flows, usage, cpus) = {
+        let mut slots = test.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut usage = ThreadUsage::default();
+        let mut cpus = BTreeSet::new();
+        let mut flows = Vec::new();
+        for (i, d) in slots.done.iter_mut().enumerate() {
+            match d.take() {
+                Some(d) => {
+                    usage.add(&d.usage);
+                    cpus.extend(d.cpus);
+                    if let Some(e) = &d.flow.error {
+                        errors.push(format!("flow {i}: {e}"));
+                    }
+                    flows.push(d.flow);
+                }
+                None => flows.push(ServerFlow {
+                    flow: i as u32,
+                    error: Some("never connected or never finished".into()),
+                    ..ServerFlow::default()
+                }),
+            }
+        }
+        (flows, usage, cpus)
+    };
+    let cost = meter.finish(&usage, &cpus);
+    let bytes: u64 = flows.iter().map(|f| f.bytes).sum();
+    let transactions = flows.iter().map(|f| f.transactions).sum();
+    if finished {
+        let _ = write_frame(
+            &mut sock,
+            &Reply::Result {
+                flows,
+                cost,
+                duration_s,
+            },
+        );
+    }
+    let _ = tx.send(ServerTest {
+        kind: Kind::Summary,
+        bench: spec.kind.bench().into(),
+        role: Role::Server,
+        peer: peer.to_string(),
+        test_id,
+        flows: spec.flows,
+        duration_s,
+        bytes,
+        bits_per_second: bytes as f64 * 8.0 / duration_s.max(1e-9),
+        transactions,
+        rejected_connections: shared.rejected.load(Ordering::Relaxed),
+        errors,
+    });
+}
+
+/// Runs one data connection; false when it named no test or flow that can take it.
+fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> bool {
+    let Some(test) = shared
+        .tests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&test_id)
+        .cloned()
+    else {
+        return false;
+    };
+    let sock = Arc::new(sock);
+    {
+        let mut slots = test.slots.lock().unwrap_or_else(|e| e.into_inner());
+        match slots.streams.get_mut(flow as usize) {
+            Some(slot @ None) if !test.stop.load(Ordering::Relaxed) => *slot = Some(sock.clone()),
+            _ => return false,
+        }
+    }
+    if !shared.cpus.is_empty() {
+        let i = shared.next_cpu.fetch_add(1, Ordering::Relaxed) % shared.cpus.len();
+        let _ = pin_current_thread(&[shared.cpus[i]]);
+    }
+    let before = ThreadUsage::current().unwrap_or_default();
+    let mut cpus = BTreeSet::new();
+    cpus.extend(current_cpu());
+    let mut result = match sock.set_read_timeout(None) {
+        Err(e) => ServerFlow {
+            error: Some(e.to_string()),
+            ..ServerFlow::default()
+        },
+        Ok(()) => match test.spec.kind {
+            TestKind::TcpStream => {
+                stream::receive(&sock, &test.spec, test.seed_id, flow, &test.stop, &mut cpus)
+            }
+            TestKind::TcpRr => rr::respond(&sock, &test.spec, &test.stop, &mut cpus),
+        },
+    };
+    result.flow = flow;
+    cpus.extend(current_cpu());
+    let usage = ThreadUsage::current().unwrap_or_default().since(&before);
+    let mut slots = test.slots.lock().unwrap_or_else(|e| e.into_inner());
+    slots.done[flow as usize] = Some(FlowDone {
+        flow: result,
+        usage,
+        cpus,
+    });
+    test.changed.notify_all();
+    true
+}

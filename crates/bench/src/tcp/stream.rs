@@ -1,0 +1,604 @@
+//! tcp-stream: bulk transfer from the client's flows to the server, measured at both ends.
+
+use crate::report::{Kind, Role};
+use crate::tcp::cost::{CostMeter, us_per_mb};
+use crate::tcp::message::{FlowRate, Sides, StreamInterval, StreamSummary, Verify, jain};
+use crate::tcp::pattern::{Pattern, flow_seed};
+use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
+use crate::tcp::{Session, SockOpts, io_ctx};
+use crate::udp_echo::BenchError;
+use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
+use netsteer_sock::tcp::{set_recv_low_water, tcp_info, wait_readable};
+use netsteer_sock::zerocopy::{
+    Completions, ZeroCopyReceiver, enable_zerocopy_send, is_optmem_full, read_completions,
+    send_zerocopy,
+};
+use std::collections::BTreeSet;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+pub const BENCH: &str = "tcp-stream";
+
+/// The zero-copy receive window (tcp_mmap's chunk) and SO_RCVLOWAT: waking only for a whole
+/// window keeps the kernel mapping rather than falling back to copying a small queue.
+const ZC_WINDOW: usize = 512 << 10;
+const ZC_COPYBUF: usize = 4 << 10;
+
+fn read_buffer_len(write_size: u32) -> usize {
+    (write_size as usize).clamp(64 << 10, 1 << 20)
+}
+
+struct Verifier {
+    pattern: Pattern,
+    first_mismatch: Option<u64>,
+}
+
+impl Verifier {
+    fn check(&mut self, offset: u64, data: &[u8]) {
+        if self.first_mismatch.is_none()
+            && let Some(i) = self.pattern.first_mismatch(offset, data)
+        {
+            self.first_mismatch = Some(offset + i as u64);
+        }
+    }
+}
+
+/// The server side of one flow: read until EOF, counting (and with `verify`, checking) bytes.
+pub(crate) fn receive(
+    sock: &TcpStream,
+    spec: &TestSpec,
+    test_id: u64,
+    flow: u32,
+    stop: &AtomicBool,
+    cpus: &mut BTreeSet<u32>,
+) -> ServerFlow {
+    let buf_len = read_buffer_len(spec.write_size);
+    let mut verifier = spec.verify.then(|| Verifier {
+        pattern: Pattern::new(flow_seed(test_id, flow), buf_len.max(ZC_WINDOW)),
+        first_mismatch: None,
+    });
+    let mut out = ServerFlow::default();
+    let r = if spec.zerocopy_recv {
+        receive_zerocopy(sock, buf_len, &mut verifier, &mut out, stop, cpus)
+    } else {
+        receive_copy(sock, buf_len, &mut verifier, &mut out, stop, cpus)
+    };
+    if let Err(e) = r
+        && !stop.load(Ordering::Relaxed)
+    {
+        out.error = Some(e.to_string());
+    }
+    out.first_mismatch = verifier.and_then(|v| v.first_mismatch);
+    out
+}
+
+fn receive_copy(
+    mut sock: &TcpStream,
+    buf_len: usize,
+    verifier: &mut Option<Verifier>,
+    out: &mut ServerFlow,
+    stop: &AtomicBool,
+    cpus: &mut BTreeSet<u32>,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; buf_len];
+    let mut reads = 0u64;
+    loop {
+        let n = match sock.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if let Some(v) = verifier {
+            v.check(out.bytes, &buf[..n]);
+        }
+        out.bytes += n as u64;
+        out.rx_read_bytes += n as u64;
+        reads += 1;
+        if reads.is_multiple_of(1024) {
+            cpus.extend(current_cpu());
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn receive_zerocopy(
+    mut sock: &TcpStream,
+    buf_len: usize,
+    verifier: &mut Option<Verifier>,
+    out: &mut ServerFlow,
+    stop: &AtomicBool,
+    cpus: &mut BTreeSet<u32>,
+) -> io::Result<()> {
+    let fd = sock.as_fd();
+    let mut zc = ZeroCopyReceiver::new(fd, ZC_WINDOW)?;
+    set_recv_low_water(fd, ZC_WINDOW as u32)?;
+    let mut copybuf = vec![0u8; ZC_COPYBUF];
+    let mut buf = vec![0u8; buf_len];
+    let mut calls = 0u64;
+    loop {
+        calls += 1;
+        if calls.is_multiple_of(256) {
+            cpus.extend(current_cpu());
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Sleep until a whole window (or EOF) is queued; wake every second to see `stop`.
+        if !wait_readable(fd, 1000)? {
+            continue;
+        }
+        let o = zc.receive(fd, &mut copybuf)?;
+        if o.eof {
+            return Ok(());
+        }
+        if let Some(v) = verifier {
+            v.check(out.bytes, zc.mapped());
+            v.check(out.bytes + o.mapped as u64, &copybuf[..o.copied]);
+        }
+        out.bytes += (o.mapped + o.copied) as u64;
+        out.rx_mapped_bytes += o.mapped as u64;
+        out.rx_copybuf_bytes += o.copied as u64;
+        zc.release()?;
+        if o.mapped == 0 && o.copied == 0 {
+            // Nothing mappable at the head (linear data or a partial page): read past it. If
+            // there is no hint either, read() tells EOF from a spurious wake-up.
+            let want = if o.skip_hint > 0 {
+                o.skip_hint.min(buf.len())
+            } else {
+                buf.len()
+            };
+            let n = match sock.read(&mut buf[..want]) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(v) = verifier {
+                v.check(out.bytes, &buf[..n]);
+            }
+            out.bytes += n as u64;
+            out.rx_read_bytes += n as u64;
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    pub target: SocketAddr,
+    pub flows: u32,
+    /// Flow i is pinned to cpus[i % len] (none: not pinned).
+    pub cpus: Vec<u32>,
+    pub write_size: u32,
+    pub duration: Duration,
+    pub interval: Duration,
+    pub nodelay: bool,
+    pub congestion: Option<String>,
+    pub mss: Option<u32>,
+    pub zerocopy_send: bool,
+    pub zerocopy_recv: bool,
+    pub verify: bool,
+    /// Test hook: flip one bit of the byte at this stream offset of flow 0 before sending it,
+    /// so tests can prove `--verify` catches corruption end to end.
+    pub inject_corruption_at: Option<u64>,
+    pub timeout: Duration,
+}
+
+impl StreamConfig {
+    pub fn validate(&self) -> Result<(), BenchError> {
+        let bad = |m: String| Err(BenchError::Config(m));
+        if self.flows == 0 || self.flows > 256 {
+            return bad(format!("--flows {}: 1..=256", self.flows));
+        }
+        if self.write_size == 0 || self.write_size > 64 << 20 {
+            return bad(format!("--write-size {}: 1 B..=64 MiB", self.write_size));
+        }
+        if self.duration.is_zero() {
+            return bad("--duration must be more than 0".into());
+        }
+        if self.interval.is_zero() {
+            return bad("--interval must be more than 0".into());
+        }
+        Ok(())
+    }
+
+    fn spec(&self) -> TestSpec {
+        TestSpec {
+            kind: TestKind::TcpStream,
+            flows: self.flows,
+            duration_s: self.duration.as_secs_f64(),
+            write_size: self.write_size,
+            verify: self.verify,
+            zerocopy_recv: self.zerocopy_recv,
+            mss: self.mss,
+            congestion: self.congestion.clone(),
+            nodelay: self.nodelay,
+            request_size: 1,
+            response_size: 1,
+            wait: "block".into(),
+            busy_poll_us: 0,
+        }
+    }
+}
+
+/// Shared between a sending flow and the reporting thread.
+struct FlowShared {
+    sock: TcpStream,
+    written: AtomicU64,
+}
+
+#[derive(Default)]
+struct FlowEnd {
+    usage: ThreadUsage,
+    cpus: BTreeSet<u32>,
+    zc: Completions,
+    error: Option<BenchError>,
+}
+
+fn send_flow(
+    cfg: &StreamConfig,
+    flow: u32,
+    test_id: u64,
+    shared: &FlowShared,
+    go: &Barrier,
+    stop: &AtomicBool,
+) -> FlowEnd {
+    let mut end = FlowEnd::default();
+    if !cfg.cpus.is_empty() {
+        let cpu = cfg.cpus[flow as usize % cfg.cpus.len()];
+        if let Err(e) = pin_current_thread(&[cpu]) {
+            end.error = Some(io_ctx(format!("pinning flow {flow} to CPU {cpu}"))(e));
+        }
+    }
+    let before = ThreadUsage::current().unwrap_or_default();
+    let pattern = Pattern::new(flow_seed(test_id, flow), cfg.write_size as usize);
+    let len = cfg.write_size as usize;
+    let fd = shared.sock.as_fd();
+    // Corrupted copies must outlive their MSG_ZEROCOPY completions.
+    let mut keep = Vec::new();
+    go.wait();
+    end.cpus.extend(current_cpu());
+    let mut offset = 0u64;
+    let mut calls = 0u64;
+    let mut writes = 0u64;
+    let mut sock = &shared.sock;
+    let result: io::Result<()> = (|| {
+        while !stop.load(Ordering::Relaxed) {
+            let mut data = pattern.slice(offset, len);
+            if flow == 0
+                && let Some(at) = cfg.inject_corruption_at
+                && (offset..offset + len as u64).contains(&at)
+            {
+                let mut bad = data.to_vec();
+                bad[(at - offset) as usize] ^= 0x01;
+                keep.push(bad);
+                data = keep.last().map(Vec::as_slice).unwrap_or(data);
+            }
+            let n = if cfg.zerocopy_send {
+                match send_zerocopy(fd, data) {
+                    Ok(n) => {
+                        calls += 1;
+                        if calls.is_multiple_of(32) {
+                            read_completions(fd, &mut end.zc)?;
+                        }
+                        n
+                    }
+                    // The socket's optmem is full of pending notifications: reap them.
+                    Err(e) if is_optmem_full(&e) => {
+                        read_completions(fd, &mut end.zc)?;
+                        std::thread::yield_now();
+                        0
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                match sock.write(data) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                    Err(e) => return Err(e),
+                }
+            };
+            offset += n as u64;
+            shared.written.store(offset, Ordering::Relaxed);
+            writes += 1;
+            if writes.is_multiple_of(4096) {
+                end.cpus.extend(current_cpu());
+            }
+        }
+        if cfg.zerocopy_send {
+            // Every zero-copy call must complete before its buffer may go.
+            let deadline = Instant::now() + cfg.timeout.max(Duration::from_secs(5));
+            while end.zc.done_through < calls && Instant::now() < deadline {
+                read_completions(fd, &mut end.zc)?;
+                if end.zc.done_through < calls {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+        sock.flush()?;
+        shared.sock.shutdown(Shutdown::Write)
+    })();
+    if let Err(e) = result
+        && end.error.is_none()
+    {
+        end.error = Some(io_ctx(format!("sending on flow {flow}"))(e));
+    }
+    end.cpus.extend(current_cpu());
+    end.usage = ThreadUsage::current().unwrap_or_default().since(&before);
+    end
+}
+
+/// Runs a stream test against the server; `on_interval` gets each interval as it ends.
+pub fn run_stream_client(
+    cfg: &StreamConfig,
+    mut on_interval: impl FnMut(&StreamInterval) -> io::Result<()>,
+) -> Result<StreamSummary, BenchError> {
+    cfg.validate()?;
+    let spec = cfg.spec();
+    let session = Session::open(cfg.target, &spec, cfg.timeout)?;
+    let opts = SockOpts {
+        nodelay: cfg.nodelay,
+        congestion: cfg.congestion.clone(),
+        mss: cfg.mss,
+        busy_poll_us: None,
+    };
+    let mut flows = Vec::new();
+    for f in 0..cfg.flows {
+        let sock = session.data(f, &opts, cfg.timeout)?;
+        if cfg.zerocopy_send {
+            enable_zerocopy_send(sock.as_fd()).map_err(io_ctx("SO_ZEROCOPY"))?;
+        }
+        flows.push(Arc::new(FlowShared {
+            sock,
+            written: AtomicU64::new(0),
+        }));
+    }
+    let mss = tcp_info(flows[0].sock.as_fd()).ok().map(|i| i.snd_mss);
+    let congestion = netsteer_sock::tcp::congestion(flows[0].sock.as_fd()).ok();
+    let go = Arc::new(Barrier::new(cfg.flows as usize + 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let meter = CostMeter::start();
+    let handles: Vec<_> = flows
+        .iter()
+        .enumerate()
+        .map(|(f, shared)| {
+            let (cfg, shared, go, stop) = (cfg.clone(), shared.clone(), go.clone(), stop.clone());
+            let test_id = session.test_id;
+            std::thread::spawn(move || send_flow(&cfg, f as u32, test_id, &shared, &go, &stop))
+        })
+        .collect();
+    go.wait();
+    let t0 = Instant::now();
+    let n = flows.len();
+    let retrans =
+        |f: &FlowShared| tcp_info(f.sock.as_fd()).map_or(0, |i| u64::from(i.total_retrans));
+    let mut last_bytes = vec![0u64; n];
+    let mut last_retr: Vec<u64> = flows.iter().map(|f| retrans(f)).collect();
+    let first_retr = last_retr.clone();
+    let mut last_t = 0.0f64;
+    let mut write_err = None;
+    let mut k = 1u32;
+    let end_at = cfg.duration.as_secs_f64();
+    loop {
+        let next = (cfg.interval.as_secs_f64() * k as f64).min(end_at);
+        let now = t0.elapsed().as_secs_f64();
+        // Flows that failed stop early; the run ends with them.
+        let failed = handles.iter().any(|h| h.is_finished());
+        if now < next && !failed {
+            std::thread::sleep(Duration::from_secs_f64((next - now).min(0.05)));
+            continue;
+        }
+        let last = now >= end_at || failed;
+        if last {
+            stop.store(true, Ordering::Relaxed);
+            // The last interval includes what the flows wrote until they stopped. A sender
+            // blocked on a peer that stopped reading is released by shutting its socket.
+            let deadline = Instant::now() + cfg.timeout.max(Duration::from_secs(5));
+            while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if handles.iter().any(|h| !h.is_finished()) {
+                for f in &flows {
+                    let _ = f.sock.shutdown(Shutdown::Both);
+                }
+            }
+        }
+        let t = t0.elapsed().as_secs_f64();
+        let span = (t - last_t).max(1e-9);
+        let mut rates = Vec::with_capacity(n);
+        for (i, f) in flows.iter().enumerate() {
+            let b = f.written.load(Ordering::Relaxed);
+            let r = retrans(f);
+            rates.push(FlowRate {
+                flow: i as u32,
+                bytes: b - last_bytes[i],
+                bits_per_second: (b - last_bytes[i]) as f64 * 8.0 / span,
+                retransmits: r.saturating_sub(last_retr[i]),
+            });
+            last_bytes[i] = b;
+            last_retr[i] = r;
+        }
+        let bytes = rates.iter().map(|r| r.bytes).sum();
+        let m = StreamInterval {
+            kind: Kind::Interval,
+            bench: BENCH.into(),
+            role: Role::Client,
+            t_s: t,
+            interval_s: span,
+            bytes,
+            bits_per_second: bytes as f64 * 8.0 / span,
+            retransmits: rates.iter().map(|r| r.retransmits).sum(),
+            flows: rates,
+        };
+        if write_err.is_none()
+            && let Err(e) = on_interval(&m)
+        {
+            write_err = Some(e);
+        }
+        last_t = t;
+        k += 1;
+        if last {
+            break;
+        }
+    }
+    let measured_s = last_t.max(1e-9);
+    let mut usage = ThreadUsage::default();
+    let mut cpus = BTreeSet::new();
+    let mut zc = Completions::default();
+    let mut failure = None;
+    for h in handles {
+        let end = h
+            .join()
+            .map_err(|_| BenchError::Config("a flow thread panicked".into()))?;
+        usage.add(&end.usage);
+        cpus.extend(end.cpus);
+        zc.calls += end.zc.calls;
+        zc.copied += end.zc.copied;
+        if let Some(e) = end.error {
+            failure.get_or_insert(e);
+        }
+    }
+    let sent: Vec<u64> = flows
+        .iter()
+        .map(|f| f.written.load(Ordering::Relaxed))
+        .collect();
+    let retr: Vec<u64> = flows
+        .iter()
+        .zip(&first_retr)
+        .map(|(f, r0)| retrans(f).saturating_sub(*r0))
+        .collect();
+    let client_cost = meter.finish(&usage, &cpus);
+    drop(flows);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let (server_flows, server_cost) = session.finish(
+        &Finish {
+            sent_bytes: sent.clone(),
+        },
+        cfg.timeout,
+    )?;
+    if let Some(e) = write_err {
+        return Err(io_ctx("writing the report")(e));
+    }
+    let bytes: u64 = server_flows.iter().map(|f| f.bytes).sum();
+    let per_flow: Vec<FlowRate> = server_flows
+        .iter()
+        .map(|f| FlowRate {
+            flow: f.flow,
+            bytes: f.bytes,
+            bits_per_second: f.bytes as f64 * 8.0 / measured_s,
+            retransmits: retr.get(f.flow as usize).copied().unwrap_or(0),
+        })
+        .collect();
+    let mut problems = Vec::new();
+    for f in &server_flows {
+        let want = sent.get(f.flow as usize).copied().unwrap_or(0);
+        if let Some(at) = f.first_mismatch {
+            problems.push(format!(
+                "flow {}: first corrupt byte at stream offset {at}",
+                f.flow
+            ));
+        }
+        if f.bytes != want {
+            problems.push(format!(
+                "flow {}: sent {want} bytes, {} arrived",
+                f.flow, f.bytes
+            ));
+        }
+        if let Some(e) = &f.error {
+            problems.push(format!("flow {} at the server: {e}", f.flow));
+        }
+    }
+    let mut notes = Vec::new();
+    if !cfg.verify {
+        notes.extend(server_flows.iter().filter_map(|f| {
+            Some(format!(
+                "flow {} at the server: {}",
+                f.flow,
+                f.error.as_ref()?
+            ))
+        }));
+    }
+    if cfg.zerocopy_send && zc.copied > 0 {
+        notes.push(format!(
+            "{} of {} MSG_ZEROCOPY sends were copied by the kernel after all (always on loopback and veth: the pages are copied on local delivery)",
+            zc.copied, zc.calls
+        ));
+    }
+    let (mapped, copybuf, read) = server_flows.iter().fold((0, 0, 0), |a, f| {
+        (
+            a.0 + f.rx_mapped_bytes,
+            a.1 + f.rx_copybuf_bytes,
+            a.2 + f.rx_read_bytes,
+        )
+    });
+    let total_retr: u64 = retr.iter().sum();
+    if cfg.zerocopy_recv && mapped > 0 && total_retr > 0 {
+        notes.push(format!(
+            "{total_retr} retransmitted segments: a retransmitted or collapsed segment no longer sits in whole pages, so its bytes are copied, not mapped"
+        ));
+    }
+    if cfg.zerocopy_recv && bytes > 0 && (mapped as f64) < 0.99 * bytes as f64 {
+        notes.push(format!(
+            "only {:.2}% of the bytes were mapped: TCP_ZEROCOPY_RECEIVE maps whole page-aligned page frags only; use --mss 4108 (4096 + timestamps) and a sender whose skbs hold order-0 pages (--zerocopy-send on loopback)",
+            mapped as f64 * 100.0 / bytes as f64
+        ));
+    }
+    let rates: Vec<f64> = per_flow.iter().map(|f| f.bits_per_second).collect();
+    Ok(StreamSummary {
+        kind: Kind::Summary,
+        bench: BENCH.into(),
+        role: Role::Client,
+        target: cfg.target.to_string(),
+        duration_s: measured_s,
+        flows: cfg.flows,
+        write_size: cfg.write_size,
+        mss,
+        congestion,
+        bits_per_second: bytes as f64 * 8.0 / measured_s,
+        bytes,
+        sent_bytes: sent.iter().sum(),
+        retransmits: total_retr,
+        per_flow,
+        fairness: jain(&rates),
+        cpu_us_per_mb: Sides {
+            client: us_per_mb(client_cost.thread_us(), bytes),
+            server: us_per_mb(server_cost.thread_us(), bytes),
+        },
+        softirq_us_per_mb: Sides {
+            client: us_per_mb(client_cost.softirq_us, bytes),
+            server: us_per_mb(server_cost.softirq_us, bytes),
+        },
+        context_switches: Sides {
+            client: client_cost.voluntary_switches + client_cost.involuntary_switches,
+            server: server_cost.voluntary_switches + server_cost.involuntary_switches,
+        },
+        cost: Sides {
+            client: client_cost,
+            server: server_cost,
+        },
+        rx_mapped_bytes: cfg.zerocopy_recv.then_some(mapped),
+        rx_copybuf_bytes: cfg.zerocopy_recv.then_some(copybuf),
+        rx_read_bytes: cfg.zerocopy_recv.then_some(read),
+        zc_send_completions: cfg.zerocopy_send.then_some(zc.calls),
+        zc_send_copied: cfg.zerocopy_send.then_some(zc.copied),
+        verify: cfg.verify.then(|| Verify {
+            ok: problems.is_empty(),
+            problems: problems.clone(),
+        }),
+        notes,
+    })
+}
