@@ -27,6 +27,8 @@ pub const BENCH: &str = "tcp-stream";
 /// window keeps the kernel mapping rather than falling back to copying a small queue.
 const ZC_WINDOW: usize = 512 << 10;
 const ZC_COPYBUF: usize = 4 << 10;
+/// SO_RCVLOWAT of a copying receiver.
+const COPY_LOW_WATER: usize = 64 << 10;
 
 fn read_buffer_len(write_size: u32) -> usize {
     (write_size as usize).clamp(64 << 10, 1 << 20)
@@ -85,6 +87,11 @@ fn receive_copy(
     cpus: &mut BTreeSet<u32>,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; buf_len];
+    // Wake for 64 KiB at a time, not for every segment: with 16-byte writes a reader woken per
+    // segment spends its CPU on wake-ups (measured on veth, 6 flows × 16 B: the server's CPU per
+    // MiB fell 6×, and the flows ran 20% faster with the sender no longer competing for it).
+    // EOF and shutdown still wake it at once.
+    set_recv_low_water(sock.as_fd(), COPY_LOW_WATER.min(buf_len) as u32)?;
     let mut reads = 0u64;
     loop {
         let n = match sock.read(&mut buf) {

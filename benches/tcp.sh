@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# netsteer bench tcp-stream / tcp-rr beside the anchors, side by side in one run, on loopback
+# and across a veth pair between two namespaces this script creates and removes:
+#   stream, 1 and 2 flows of 128 KiB writes      vs iperf3 -P N            (target ratio >= 1.0)
+#   stream, 6 flows of 16-byte writes, nodelay   vs iperf3 -P 6 -l 16 -N   (seed 003's case)
+#   rr, 14 B and 4 KiB, blocking                 vs sockperf ping-pong --tcp (target p50 ratio <= 1.0;
+#                                                  14 B is sockperf's smallest message)
+#   stream receive: copy vs TCP_ZEROCOPY_RECEIVE (netsteer only: Gbit/s, µs/MB, mapped %)
+# Every tool runs under the same taskset placement: client on CPU 0, server on CPU 1. Each case
+# runs REPEATS times with the tools alternating; tables show min/median/max over the repeats.
+# Usage: benches/tcp.sh [SECONDS_PER_RUN (5)] [REPEATS (3)]. Needs root, iperf3, sockperf,
+# python3: apt-get install -y iperf3 sockperf iproute2 python3
+set -euo pipefail
+secs=${1:-5}
+repeats=${2:-3}
+cd "$(dirname "$0")/.."
+cargo build --release -q -p netsteer
+bin=$PWD/target/release/netsteer
+for t in iperf3 sockperf python3; do
+  command -v $t >/dev/null || { echo "$t missing: apt-get install -y iperf3 sockperf python3"; exit 2; }
+done
+[ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs"; exit 2; }
+
+nsa=nstcp-a-$$; nsb=nstcp-b-$$
+cleanup() {
+  pkill -f "iperf3 -s -1 -p" 2>/dev/null || true
+  pkill -f "sockperf sr --tcp" 2>/dev/null || true
+  pkill -f "tcp-stream server --listen" 2>/dev/null || true
+  ip netns del $nsa 2>/dev/null || true
+  ip netns del $nsb 2>/dev/null || true
+}
+trap cleanup EXIT
+ip netns add $nsa; ip netns add $nsb
+ip -n $nsa link add va type veth peer name vb netns $nsb
+ip -n $nsa addr add 10.224.0.1/24 dev va; ip -n $nsb addr add 10.224.0.2/24 dev vb
+ip -n $nsa link set lo up; ip -n $nsa link set va up
+ip -n $nsb link set lo up; ip -n $nsb link set vb up
+
+results=$(mktemp)
+setpath() { # PATH -> addr, cns, sns
+  if [ "$1" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=10.224.0.2; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
+}
+port() { echo $((20000 + RANDOM % 20000)); }
+
+ns_server() { # starts a netsteer server on $addr:$p in the background
+  "${sns[@]}" taskset -c 1 "$bin" bench tcp-stream server --listen "$addr:$p" >/dev/null 2>&1 &
+  bg=$!
+  sleep 0.4
+}
+# The background server's pid: job specs (%1) are unreliable in a script once earlier jobs are reaped.
+bg=
+stop_bg() { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; bg=; }
+
+stream() { # PATH CASE TOOL FLOWS WRITE NODELAY
+  local path=$1 case=$2 tool=$3 flows=$4 write=$5 nodelay=$6 p; setpath "$path"; p=$(port)
+  if [ "$tool" = iperf3 ]; then
+    local nd=(); [ "$nodelay" = 1 ] && nd=(-N)
+    "${sns[@]}" taskset -c 1 iperf3 -s -1 -p $p -B $addr >/dev/null 2>&1 &
+    bg=$!
+    sleep 0.4
+    local js
+    js=$("${cns[@]}" taskset -c 0 iperf3 -c $addr -p $p -t "$secs" -P "$flows" -l "$write" "${nd[@]}" -J)
+    stop_bg
+    python3 -c 'import json,sys; print(sys.argv[2], json.loads(sys.argv[1])["end"]["sum_received"]["bits_per_second"])' "$js" "stream $path $case iperf3" >> "$results"
+  else
+    local nd=(); [ "$nodelay" = 1 ] && nd=(--nodelay)
+    ns_server
+    local line
+    line=$("${cns[@]}" taskset -c 0 "$bin" bench tcp-stream client $addr:$p --duration "$secs" --flows "$flows" \
+      --write-size "$write" "${nd[@]}" --json | grep '"type":"summary"')
+    stop_bg
+    python3 -c 'import json,sys; print(sys.argv[2], json.loads(sys.argv[1])["bits_per_second"])' "$line" "stream $path $case netsteer" >> "$results"
+  fi
+}
+
+rr() { # PATH SIZE TOOL
+  local path=$1 size=$2 tool=$3 p; setpath "$path"; p=$(port)
+  if [ "$tool" = sockperf ]; then
+    "${sns[@]}" taskset -c 1 sockperf sr --tcp -i $addr -p $p >/dev/null 2>&1 &
+    bg=$!
+    sleep 0.5
+    local out p50 p99
+    out=$("${cns[@]}" taskset -c 0 sockperf pp --tcp -i $addr -p $p -m "$size" -t "$secs" --full-rtt 2>&1)
+    stop_bg
+    p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p')
+    p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p')
+    echo "rr $path $size sockperf $p50 $p99" >> "$results"
+  else
+    ns_server
+    local line
+    line=$("${cns[@]}" taskset -c 0 "$bin" bench tcp-rr client $addr:$p --duration "$secs" --warmup 0.5 \
+      --request-size "$size" --response-size "$size" --json | grep '"type":"summary"')
+    stop_bg
+    python3 -c 'import json,sys; l=json.loads(sys.argv[1])["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000)' "$line" "rr $path $size netsteer" >> "$results"
+  fi
+}
+
+zc() { # PATH VARIANT
+  local path=$1 variant=$2 p args; setpath "$path"; p=$(port)
+  case $variant in
+    copy) args=() ;;
+    copy-4108-zcsend) args=(--mss 4108 --zerocopy-send) ;;
+    zerocopy-4108-zcsend) args=(--mss 4108 --zerocopy-send --zerocopy-recv) ;;
+  esac
+  ns_server
+  local line
+  line=$("${cns[@]}" taskset -c 0 "$bin" bench tcp-stream client $addr:$p --duration "$secs" --congestion cubic \
+    "${args[@]}" --json | grep '"type":"summary"')
+  stop_bg
+  python3 - "$line" "zc $path $variant" >> "$results" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1])
+mb = s["bytes"] / 2**20
+srv = s["cost"]["server"]
+mapped = s.get("rx_mapped_bytes")
+print(sys.argv[2], s["bits_per_second"], s["cpu_us_per_mb"]["server"], s["softirq_us_per_mb"]["server"] or 0,
+      s["cpu_us_per_mb"]["client"], (mapped / s["bytes"] * 100) if mapped is not None else -1, s["retransmits"])
+PY
+}
+
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
+echo "anchors: $(iperf3 --version | head -1 | cut -d' ' -f1-2), sockperf $(sockperf --version 2>&1 | grep -o 'version [0-9.]*' | head -1)"
+echo "runs of ${secs}s, ${repeats} repeats per case, tools alternating"
+for path in loopback veth; do
+  for r in $(seq "$repeats"); do
+    for tool in netsteer iperf3; do
+      stream $path "1 flow, 128 KiB writes" $tool 1 131072 0
+      stream $path "2 flows, 128 KiB writes" $tool 2 131072 0
+      stream $path "6 flows, 16 B writes, nodelay" $tool 6 16 1
+    done
+    for tool in netsteer sockperf; do
+      rr $path 14 $tool
+      rr $path 4096 $tool
+    done
+    for v in copy copy-4108-zcsend zerocopy-4108-zcsend; do zc $path $v; done
+  done
+done
+
+python3 - "$results" <<'PY'
+import sys, statistics
+st, rr, zc = {}, {}, {}
+for l in open(sys.argv[1]):
+    f = l.split()
+    if f[0] == "stream":
+        # stream PATH CASE... TOOL BPS
+        st.setdefault((f[1], " ".join(f[2:-2])), {}).setdefault(f[-2], []).append(float(f[-1]))
+    elif f[0] == "rr":
+        rr.setdefault((f[1], f[2]), {}).setdefault(f[3], []).append((float(f[4]), float(f[5])))
+    else:
+        zc.setdefault((f[1], f[2]), []).append([float(x) for x in f[3:]])
+mmm = lambda v, fmt="{:.2f}": "/".join(fmt.format(x) for x in (min(v), statistics.median(v), max(v)))
+ok = True
+print("\n| path | stream case | netsteer Gbit/s | iperf3 Gbit/s | ratio netsteer/iperf3 |")
+print("|---|---|---|---|---|")
+for (path, case), t in st.items():
+    ns, ip = t["netsteer"], t["iperf3"]
+    r = [a / b for a, b in zip(ns, ip)]
+    if "16 B" not in case:
+        ok &= round(statistics.median(r), 2) >= 1.0
+    g = lambda v: [x / 1e9 for x in v]
+    fmt = "{:.3f}" if "16 B" in case else "{:.2f}"
+    print(f"| {path} | {case} | {mmm(g(ns), fmt)} | {mmm(g(ip), fmt)} | {mmm(r)} |")
+print("\n| path | tcp-rr size | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio |")
+print("|---|---|---|---|---|---|---|---|")
+for (path, size), t in rr.items():
+    ns, sp = t["netsteer"], t["sockperf"]
+    r50 = [a[0] / b[0] for a, b in zip(ns, sp)]
+    r99 = [a[1] / b[1] for a, b in zip(ns, sp)]
+    ok &= round(statistics.median(r50), 2) <= 1.0
+    print(f"| {path} | {size} B | {mmm([x[0] for x in ns])} | {mmm([x[0] for x in sp])} | "
+          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {mmm(r50)} | {mmm(r99)} |")
+print("\n| path | receive (sender) | Gbit/s | server threads µs/MiB | server CPU softirq µs/MiB | client threads µs/MiB | mapped % | retransmits |")
+print("|---|---|---|---|---|---|---|---|")
+names = {"copy": "read() (plain send)", "copy-4108-zcsend": "read() (MSS 4108, MSG_ZEROCOPY)",
+         "zerocopy-4108-zcsend": "TCP_ZEROCOPY_RECEIVE (MSS 4108, MSG_ZEROCOPY)"}
+for (path, v), rows in zc.items():
+    col = lambda i: [r[i] for r in rows]
+    mapped = col(4)
+    print(f"| {path} | {names[v]} | {mmm([x / 1e9 for x in col(0)])} | {mmm(col(1), '{:.0f}')} | "
+          f"{mmm(col(2), '{:.0f}')} | {mmm(col(3), '{:.0f}')} | "
+          f"{mmm(mapped, '{:.3f}') if mapped[0] >= 0 else '-'} | {mmm(col(5), '{:.0f}')} |")
+print("\nvalues: min/median/max over the repeats; ratios of back-to-back runs")
+print("targets (median at two decimals): stream ratio >= 1.00 (1 and 2 flows), rr p50 ratio <= 1.00:",
+      "met" if ok else "NOT met")
+PY
+rm -f "$results"
