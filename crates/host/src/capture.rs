@@ -105,8 +105,7 @@ pub fn write_tree(
     fs::write(&meta_path, json + "\n").map_err(io_err(&meta_path))?;
     if let Some(ethtool) = ethtool {
         let path = join(out, Path::new(TREE_ETHTOOL_FILE));
-        let json = serde_json::to_string_pretty(ethtool).unwrap_or_default();
-        fs::write(&path, json + "\n").map_err(io_err(&path))?;
+        fs::write(&path, crate::ethtool::tree_ethtool_text(ethtool)).map_err(io_err(&path))?;
     }
     Ok(files)
 }

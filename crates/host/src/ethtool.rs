@@ -84,3 +84,208 @@ impl NicSettings {
 
 /// The snapshot file: interface name → settings.
 pub type TreeEthtool = BTreeMap<String, NicSettings>;
+
+/// One NIC setting netsteer can change, named as ethtool netlink names it
+/// (Documentation/networking/ethtool-netlink.rst). Values are numbers; on/off is 1/0.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "knob", content = "name", rename_all = "kebab-case")]
+pub enum NicKnob {
+    /// A feature bit (`rx-gro`, `rx-lro`, `ntuple-filters`).
+    Feature(String),
+    /// A channel count: `combined`, `rx`, `tx` or `other`.
+    Channels(String),
+    /// A coalescing parameter (`rx-usecs`, `adaptive-rx`).
+    Coalesce(String),
+    /// Flow control: `autoneg`, `rx` or `tx`.
+    Pause(String),
+    /// A ring size: `rx` or `tx`.
+    Rings(String),
+}
+
+impl std::fmt::Display for NicKnob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NicKnob::Feature(n) => write!(f, "feature {n}"),
+            NicKnob::Channels(n) => write!(f, "channels {n}"),
+            NicKnob::Coalesce(n) => write!(f, "coalesce {n}"),
+            NicKnob::Pause(n) => write!(f, "pause {n}"),
+            NicKnob::Rings(n) => write!(f, "rings {n}"),
+        }
+    }
+}
+
+fn part<'a, T>(field: &'a Field<T>, what: &str) -> Result<&'a T, String> {
+    match field {
+        Field::Known(v) => Ok(v),
+        Field::Unknown { unknown } => Err(format!("{what}: {unknown}")),
+    }
+}
+
+fn part_mut<'a, T>(field: &'a mut Field<T>, what: &str) -> Result<&'a mut T, String> {
+    match field {
+        Field::Known(v) => Ok(v),
+        Field::Unknown { unknown } => Err(format!("{what}: {unknown}")),
+    }
+}
+
+fn channel_slot<'a>(
+    c: &'a mut Channels,
+    name: &str,
+) -> Result<(&'a mut Option<u32>, Option<u32>), String> {
+    Ok(match name {
+        "combined" => (&mut c.combined, c.combined_max),
+        "rx" => (&mut c.rx, c.rx_max),
+        "tx" => (&mut c.tx, c.tx_max),
+        "other" => (&mut c.other, c.other_max),
+        _ => return Err(format!("no channel count {name:?}")),
+    })
+}
+
+impl NicKnob {
+    /// The current value, or why it cannot be known (the driver lacks the whole part, or this
+    /// parameter).
+    pub fn read(&self, s: &NicSettings) -> Result<u64, String> {
+        match self {
+            NicKnob::Feature(n) => part(&s.features, "features")?
+                .get(n)
+                .map(|f| u64::from(f.active))
+                .ok_or_else(|| format!("the device has no feature {n}")),
+            NicKnob::Channels(n) => {
+                let mut c = part(&s.channels, "channels")?.clone();
+                channel_slot(&mut c, n)?
+                    .0
+                    .map(u64::from)
+                    .ok_or_else(|| format!("the driver reports no {n} channel count"))
+            }
+            NicKnob::Coalesce(n) => part(&s.coalesce, "coalesce")?
+                .get(n)
+                .copied()
+                .ok_or_else(|| format!("the driver does not report coalesce {n}")),
+            NicKnob::Pause(n) => {
+                let p = part(&s.pause, "pause")?;
+                let v = match n.as_str() {
+                    "autoneg" => p.autoneg,
+                    "rx" => p.rx,
+                    "tx" => p.tx,
+                    _ => return Err(format!("no pause parameter {n:?}")),
+                };
+                v.map(u64::from)
+                    .ok_or_else(|| format!("the driver does not report pause {n}"))
+            }
+            NicKnob::Rings(n) => {
+                let r = part(&s.rings, "rings")?;
+                let v = match n.as_str() {
+                    "rx" => r.rx,
+                    "tx" => r.tx,
+                    _ => return Err(format!("no ring parameter {n:?}")),
+                };
+                v.map(u64::from)
+                    .ok_or_else(|| format!("the driver does not report the {n} ring size"))
+            }
+        }
+    }
+
+    /// The largest value the device accepts, when it says (channels, rings, on/off knobs).
+    pub fn limit(&self, s: &NicSettings) -> Option<u64> {
+        match self {
+            NicKnob::Feature(_) | NicKnob::Pause(_) => Some(1),
+            NicKnob::Channels(n) => {
+                let mut c = s.channels.known()?.clone();
+                channel_slot(&mut c, n).ok()?.1.map(u64::from)
+            }
+            NicKnob::Rings(n) => {
+                let r = s.rings.known()?;
+                match n.as_str() {
+                    "rx" => r.rx_max.map(u64::from),
+                    "tx" => r.tx_max.map(u64::from),
+                    _ => None,
+                }
+            }
+            NicKnob::Coalesce(_) => None,
+        }
+    }
+
+    /// False when the driver reports the setting as fixed (`[fixed]` features).
+    pub fn changeable(&self, s: &NicSettings) -> bool {
+        match self {
+            NicKnob::Feature(n) => s
+                .features
+                .known()
+                .and_then(|f| f.get(n))
+                .is_some_and(|f| f.changeable),
+            _ => self.read(s).is_ok(),
+        }
+    }
+
+    /// Records a new value in `s`, as a tree's NIC state does after a write.
+    pub fn store(&self, s: &mut NicSettings, v: u64) -> Result<(), String> {
+        let too_big = || format!("{self}: {v} does not fit");
+        match self {
+            NicKnob::Feature(n) => {
+                let f = part_mut(&mut s.features, "features")?
+                    .get_mut(n)
+                    .ok_or_else(|| format!("the device has no feature {n}"))?;
+                if !f.changeable {
+                    return Err(format!("feature {n} is fixed"));
+                }
+                f.active = v != 0;
+            }
+            NicKnob::Channels(n) => {
+                let c = part_mut(&mut s.channels, "channels")?;
+                let (slot, max) = channel_slot(c, n)?;
+                let v = u32::try_from(v).map_err(|_| too_big())?;
+                if max.is_some_and(|m| v > m) {
+                    return Err(format!(
+                        "channels {n} {v} is above the maximum {}",
+                        max.unwrap_or(0)
+                    ));
+                }
+                *slot = Some(v);
+            }
+            NicKnob::Coalesce(n) => {
+                let c = part_mut(&mut s.coalesce, "coalesce")?;
+                let slot = c
+                    .get_mut(n)
+                    .ok_or_else(|| format!("the driver does not report coalesce {n}"))?;
+                *slot = v;
+            }
+            NicKnob::Pause(n) => {
+                let p = part_mut(&mut s.pause, "pause")?;
+                let slot = match n.as_str() {
+                    "autoneg" => &mut p.autoneg,
+                    "rx" => &mut p.rx,
+                    "tx" => &mut p.tx,
+                    _ => return Err(format!("no pause parameter {n:?}")),
+                };
+                *slot = Some(v != 0);
+            }
+            NicKnob::Rings(n) => {
+                let r = part_mut(&mut s.rings, "rings")?;
+                let (slot, max) = match n.as_str() {
+                    "rx" => (&mut r.rx, r.rx_max),
+                    "tx" => (&mut r.tx, r.tx_max),
+                    _ => return Err(format!("no ring parameter {n:?}")),
+                };
+                let v = u32::try_from(v).map_err(|_| too_big())?;
+                if max.is_some_and(|m| v > m) {
+                    return Err(format!(
+                        "rings {n} {v} is above the maximum {}",
+                        max.unwrap_or(0)
+                    ));
+                }
+                *slot = Some(v);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The one text form of a tree's `ethtool.json`: keys sorted at every level, two-space indent,
+/// a final newline. A tree written this way reads back and writes out byte for byte, which is
+/// what lets `tune apply` then `rollback` leave a tree exactly as it was.
+pub fn tree_ethtool_text(e: &TreeEthtool) -> String {
+    // serde_json's Value keeps object keys in a BTreeMap (no `preserve_order` feature here),
+    // so going through it sorts them.
+    let value = serde_json::to_value(e).unwrap_or_default();
+    serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
+}

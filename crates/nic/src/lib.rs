@@ -1,14 +1,18 @@
 //! NIC settings over ethtool generic netlink (Documentation/networking/ethtool-netlink.rst),
 //! not by parsing `ethtool` text. [`NicBackend`] is the seam: [`Netlink`] talks to the kernel,
-//! [`FakeNic`] serves canned settings to tests and to `--root` trees.
+//! [`FakeNic`] serves canned settings to tests, and [`TreeNic`] reads and writes the NIC state a
+//! `--root` tree recorded (`netsteer/ethtool.json`), so tuning a tree never touches a real NIC.
 
 mod ethnl;
 mod socket;
 
 pub use ethnl::Netlink;
 
-use netsteer_host::ethtool::NicSettings;
+use netsteer_host::ethtool::{
+    NicKnob, NicSettings, TREE_ETHTOOL_FILE, TreeEthtool, tree_ethtool_text,
+};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// Errors from the netlink side, naming the device and the request.
 #[derive(Debug, thiserror::Error)]
@@ -29,13 +33,34 @@ pub enum NicError {
     },
     #[error("generic netlink family {0:?} not found (kernel without ethtool netlink, < 5.6?)")]
     NoFamily(&'static str),
+    #[error("{dev}: {knob}: {reason}")]
+    Refused {
+        dev: String,
+        knob: String,
+        reason: String,
+    },
+    #[error("{path}: {reason}")]
+    Tree { path: PathBuf, reason: String },
 }
 
-/// Reads (and, for tune, will write) NIC settings.
+impl NicError {
+    /// The errno the kernel answered with, if it did.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            NicError::Os { source, .. } | NicError::Socket(source) => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+/// Reads and writes NIC settings.
 pub trait NicBackend {
     /// Everything netsteer reads about one interface; parts the driver lacks are unknown with
     /// the reason, never an error for the whole.
     fn settings(&self, ifname: &str) -> NicSettings;
+
+    /// Changes one setting (ETHTOOL_MSG_*_SET on the live host).
+    fn set(&self, ifname: &str, knob: &NicKnob, value: u64) -> Result<(), NicError>;
 }
 
 /// Canned settings by interface name.
@@ -50,5 +75,67 @@ impl NicBackend for FakeNic {
             .get(ifname)
             .cloned()
             .unwrap_or_else(|| NicSettings::unavailable("no such interface in the fake"))
+    }
+
+    fn set(&self, ifname: &str, knob: &NicKnob, _value: u64) -> Result<(), NicError> {
+        // The fake is read-only by design: tests that write use a `TreeNic`.
+        Err(NicError::Refused {
+            dev: ifname.to_string(),
+            knob: knob.to_string(),
+            reason: "the fake NIC backend is read-only".into(),
+        })
+    }
+}
+
+/// The NIC state of a `--root` tree: reads `netsteer/ethtool.json`, and writes it back in its
+/// one canonical form ([`tree_ethtool_text`]) after each change.
+#[derive(Debug, Clone)]
+pub struct TreeNic {
+    root: PathBuf,
+}
+
+impl TreeNic {
+    pub fn new(root: impl Into<PathBuf>) -> TreeNic {
+        TreeNic { root: root.into() }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.root.join(TREE_ETHTOOL_FILE.trim_start_matches('/'))
+    }
+
+    fn load(&self) -> Result<TreeEthtool, NicError> {
+        netsteer_host::capture::read_tree_ethtool(&self.root).map_err(|e| NicError::Tree {
+            path: self.path(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl NicBackend for TreeNic {
+    fn settings(&self, ifname: &str) -> NicSettings {
+        match self.load() {
+            Ok(mut all) => all.remove(ifname).unwrap_or_else(|| {
+                NicSettings::unavailable(&format!("{TREE_ETHTOOL_FILE} has no entry for {ifname}"))
+            }),
+            Err(e) => NicSettings::unavailable(&e.to_string()),
+        }
+    }
+
+    fn set(&self, ifname: &str, knob: &NicKnob, value: u64) -> Result<(), NicError> {
+        let mut all = self.load()?;
+        let refused = |reason: String| NicError::Refused {
+            dev: ifname.to_string(),
+            knob: knob.to_string(),
+            reason,
+        };
+        let nic = all
+            .get_mut(ifname)
+            .ok_or_else(|| refused(format!("{TREE_ETHTOOL_FILE} has no entry for it")))?;
+        knob.store(nic, value).map_err(refused)?;
+        let path = self.path();
+        std::fs::write(&path, tree_ethtool_text(&all)).map_err(|e| NicError::Tree {
+            path,
+            reason: e.to_string(),
+        })
     }
 }

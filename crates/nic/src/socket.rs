@@ -8,6 +8,8 @@ pub const GENL_HDRLEN: usize = 4;
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
 pub const NLM_F_REQUEST: u16 = 1;
+/// Ask for an acknowledgement: a SET that succeeds is otherwise answered with nothing at all.
+pub const NLM_F_ACK: u16 = 4;
 
 pub struct GenlSocket {
     fd: OwnedFd,
@@ -53,12 +55,28 @@ impl GenlSocket {
     /// Sends one request (`family`, `cmd`, attributes) and returns the payloads (after the genl
     /// header) of the reply messages, or the errno the kernel answered with.
     pub fn request(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        self.request_with(family, cmd, attrs, NLM_F_REQUEST)
+    }
+
+    /// A request whose success is only an acknowledgement (ethtool SET messages).
+    pub fn request_ack(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<()> {
+        self.request_with(family, cmd, attrs, NLM_F_REQUEST | NLM_F_ACK)
+            .map(|_| ())
+    }
+
+    fn request_with(
+        &mut self,
+        family: u16,
+        cmd: u8,
+        attrs: &[u8],
+        flags: u16,
+    ) -> io::Result<Vec<Vec<u8>>> {
         self.seq = self.seq.wrapping_add(1);
         let len = NLMSG_HDRLEN + GENL_HDRLEN + attrs.len();
         let mut msg = Vec::with_capacity(len);
         msg.extend_from_slice(&(len as u32).to_ne_bytes());
         msg.extend_from_slice(&family.to_ne_bytes());
-        msg.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+        msg.extend_from_slice(&flags.to_ne_bytes());
         msg.extend_from_slice(&self.seq.to_ne_bytes());
         msg.extend_from_slice(&0u32.to_ne_bytes());
         msg.extend_from_slice(&[cmd, 1, 0, 0]);
@@ -107,8 +125,9 @@ impl GenlSocket {
                             if body.len() >= GENL_HDRLEN {
                                 replies.push(body[GENL_HDRLEN..].to_vec());
                             }
-                            // A non-dump GET answers with exactly one message.
-                            done = true;
+                            // A non-dump GET answers with exactly one message; a request
+                            // with an ACK flag ends at the acknowledgement instead.
+                            done = flags & NLM_F_ACK == 0;
                         }
                     }
                 }

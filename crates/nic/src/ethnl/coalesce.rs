@@ -1,8 +1,10 @@
-//! ETHTOOL_MSG_COALESCE_GET (19): every parameter the driver reports, by its netlink name.
+//! ETHTOOL_MSG_COALESCE_GET (19): every parameter the driver reports, by its netlink name;
+//! ETHTOOL_MSG_COALESCE_SET (20) of one parameter.
 use super::attr;
 use std::collections::BTreeMap;
 
 pub const CMD: u8 = 19;
+pub const CMD_SET: u8 = 20;
 
 /// (attribute, name, is u8) in ethtool_netlink.h order; names as `ethtool -c` prints them.
 const PARAMS: &[(u16, &str, bool)] = &[
@@ -31,6 +33,24 @@ const PARAMS: &[(u16, &str, bool)] = &[
     (24, "cqe-mode-tx", true),
     (25, "cqe-mode-rx", true),
 ];
+
+pub fn set(name: &str, value: u64) -> Result<Vec<u8>, String> {
+    let (kind, _, is_u8) = PARAMS
+        .iter()
+        .find(|(_, n, _)| *n == name)
+        .ok_or_else(|| format!("no coalesce parameter {name:?}"))?;
+    let mut a = Vec::new();
+    if *is_u8 {
+        let v = u8::try_from(value)
+            .map_err(|_| format!("coalesce {name} {value} does not fit 8 bits"))?;
+        attr::put(&mut a, *kind, &[v]);
+    } else {
+        let v = u32::try_from(value)
+            .map_err(|_| format!("coalesce {name} {value} does not fit 32 bits"))?;
+        attr::put(&mut a, *kind, &v.to_ne_bytes());
+    }
+    Ok(a)
+}
 
 pub fn parse(buf: &[u8]) -> Result<BTreeMap<String, u64>, String> {
     let a = attr::parse(buf)?;

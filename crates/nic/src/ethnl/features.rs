@@ -1,10 +1,12 @@
-//! ETHTOOL_MSG_FEATURES_GET (11). Requested without ETHTOOL_FLAG_COMPACT_BITSETS, so each bitset
+//! ETHTOOL_MSG_FEATURES_GET (11) and ETHTOOL_MSG_FEATURES_SET (12). Requested without ETHTOOL_FLAG_COMPACT_BITSETS, so each bitset
 //! comes as a list of named bits; `hw`, `active` and `nochange` are lists of the set bits.
 use super::attr;
 use netsteer_host::ethtool::Feature;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const CMD: u8 = 11;
+pub const CMD_SET: u8 = 12;
+const A_WANTED: u16 = 3;
 const A_HW: u16 = 2;
 const A_ACTIVE: u16 = 4;
 const A_NOCHANGE: u16 = 5;
@@ -12,6 +14,23 @@ const BITSET_BITS: u16 = 3;
 const BITS_BIT: u16 = 1;
 const BIT_NAME: u16 = 2;
 const BIT_VALUE: u16 = 3;
+
+/// WANTED as a verbose bitset *with* a mask (no NOMASK flag): only the bit listed changes, to
+/// VALUE when the flag is present, else off.
+pub fn set(name: &str, on: bool) -> Vec<u8> {
+    let mut bit = Vec::new();
+    attr::put_str(&mut bit, BIT_NAME, name);
+    if on {
+        attr::put(&mut bit, BIT_VALUE, &[]);
+    }
+    let mut bits = Vec::new();
+    attr::put(&mut bits, BITS_BIT | attr::NLA_F_NESTED, &bit);
+    let mut bitset = Vec::new();
+    attr::put(&mut bitset, BITSET_BITS | attr::NLA_F_NESTED, &bits);
+    let mut a = Vec::new();
+    attr::put(&mut a, A_WANTED | attr::NLA_F_NESTED, &bitset);
+    a
+}
 
 /// Names of the bits set in one verbose bitset. In a list (NOMASK) bitset every listed bit is
 /// set; with a mask, a bit is set when it carries the VALUE flag.
@@ -135,5 +154,20 @@ mod tests {
         assert!(f["a"].active);
         assert!(!f.contains_key("b"));
         assert!(parse(&[9, 0, 2, 0, 1]).is_err());
+        // A SET's WANTED bitset reads back (as a masked bitset) as exactly that bit.
+        let wanted = set("rx-gro", true);
+        let a = attr::parse(&wanted).unwrap();
+        assert_eq!(a[0].0, A_WANTED);
+        let bits = set_bits(a[0].1).unwrap();
+        assert_eq!(
+            bits.into_iter().collect::<Vec<_>>(),
+            vec!["rx-gro".to_string()]
+        );
+        let off = set("rx-gro", false);
+        assert!(
+            set_bits(attr::parse(&off).unwrap()[0].1)
+                .unwrap()
+                .is_empty()
+        );
     }
 }

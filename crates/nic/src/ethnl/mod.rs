@@ -1,4 +1,4 @@
-//! ethtool generic netlink GET requests, one module per message. Message and attribute numbers
+//! ethtool generic netlink GET and SET requests, one module per message. Message and attribute numbers
 //! are our own table (include/uapi/linux/ethtool_netlink.h): Debian 12's 6.1 headers lack
 //! RSS_GET, and the system headers must not decide what we can ask a newer kernel.
 
@@ -12,7 +12,7 @@ mod rss;
 
 use crate::socket::GenlSocket;
 use crate::{NicBackend, NicError};
-use netsteer_host::ethtool::NicSettings;
+use netsteer_host::ethtool::{NicKnob, NicSettings};
 use netsteer_host::field::Field;
 use std::cell::RefCell;
 
@@ -24,6 +24,20 @@ const CTRL_ATTR_FAMILY_NAME: u16 = 2;
 /// Every ethtool request starts with a header nest (attribute 1) naming the device.
 const A_HEADER: u16 = 1;
 const A_HEADER_DEV_NAME: u16 = 2;
+const A_HEADER_FLAGS: u16 = 3;
+/// ETHTOOL_FLAG_OMIT_REPLY: a SET need not echo what it changed; the ACK is the answer.
+const FLAG_OMIT_REPLY: u32 = 1 << 1;
+
+fn header(dev: &str, flags: u32) -> Vec<u8> {
+    let mut header = Vec::new();
+    attr::put_str(&mut header, A_HEADER_DEV_NAME, dev);
+    if flags != 0 {
+        attr::put(&mut header, A_HEADER_FLAGS, &flags.to_ne_bytes());
+    }
+    let mut a = Vec::new();
+    attr::put(&mut a, A_HEADER | attr::NLA_F_NESTED, &header);
+    a
+}
 
 /// The live kernel over ethtool netlink.
 pub struct Netlink {
@@ -61,10 +75,7 @@ impl Netlink {
 
     /// One GET for one device; returns the reply's attributes (raw bytes).
     fn get(&self, dev: &str, request: &'static str, cmd: u8) -> Result<Vec<u8>, NicError> {
-        let mut header = Vec::new();
-        attr::put_str(&mut header, A_HEADER_DEV_NAME, dev);
-        let mut a = Vec::new();
-        attr::put(&mut a, A_HEADER | attr::NLA_F_NESTED, &header);
+        let a = header(dev, 0);
         let replies = self
             .sock
             .borrow_mut()
@@ -101,7 +112,59 @@ impl Netlink {
     }
 }
 
+impl Netlink {
+    /// One SET for one device: the header, then the message's own attributes.
+    fn set(&self, dev: &str, request: &'static str, cmd: u8, body: &[u8]) -> Result<(), NicError> {
+        let mut a = header(dev, FLAG_OMIT_REPLY);
+        a.extend_from_slice(body);
+        self.sock
+            .borrow_mut()
+            .request_ack(self.family, cmd, &a)
+            .map_err(|source| NicError::Os {
+                dev: dev.to_string(),
+                request,
+                source,
+            })
+    }
+}
+
 impl NicBackend for Netlink {
+    fn set(&self, dev: &str, knob: &NicKnob, value: u64) -> Result<(), NicError> {
+        let bad = |reason: String| NicError::Refused {
+            dev: dev.to_string(),
+            knob: knob.to_string(),
+            reason,
+        };
+        let (request, cmd, body) = match knob {
+            NicKnob::Feature(n) => (
+                "features-set",
+                features::CMD_SET,
+                features::set(n, value != 0),
+            ),
+            NicKnob::Channels(n) => (
+                "channels-set",
+                channels::CMD_SET,
+                channels::set(n, value).map_err(bad)?,
+            ),
+            NicKnob::Coalesce(n) => (
+                "coalesce-set",
+                coalesce::CMD_SET,
+                coalesce::set(n, value).map_err(bad)?,
+            ),
+            NicKnob::Pause(n) => (
+                "pause-set",
+                pause::CMD_SET,
+                pause::set(n, value != 0).map_err(bad)?,
+            ),
+            NicKnob::Rings(n) => (
+                "rings-set",
+                rings::CMD_SET,
+                rings::set(n, value).map_err(bad)?,
+            ),
+        };
+        Netlink::set(self, dev, request, cmd, &body)
+    }
+
     fn settings(&self, dev: &str) -> NicSettings {
         NicSettings {
             channels: self.field(dev, "channels-get", channels::CMD, channels::parse),

@@ -1,8 +1,9 @@
-//! ETHTOOL_MSG_PAUSE_GET (21).
+//! ETHTOOL_MSG_PAUSE_GET (21) and ETHTOOL_MSG_PAUSE_SET (22).
 use super::attr;
 use netsteer_host::ethtool::Pause;
 
 pub const CMD: u8 = 21;
+pub const CMD_SET: u8 = 22;
 
 pub fn parse(buf: &[u8]) -> Result<Pause, String> {
     let a = attr::parse(buf)?;
@@ -12,4 +13,16 @@ pub fn parse(buf: &[u8]) -> Result<Pause, String> {
         rx: g(3),
         tx: g(4),
     })
+}
+
+pub fn set(name: &str, on: bool) -> Result<Vec<u8>, String> {
+    let kind = match name {
+        "autoneg" => 2,
+        "rx" => 3,
+        "tx" => 4,
+        _ => return Err(format!("no pause parameter {name:?}")),
+    };
+    let mut a = Vec::new();
+    attr::put(&mut a, kind, &[u8::from(on)]);
+    Ok(a)
 }
