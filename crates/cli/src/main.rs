@@ -8,6 +8,7 @@ mod show;
 mod snapshot;
 mod top;
 mod tui;
+mod tune;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -54,6 +55,11 @@ enum Command {
     /// Per-CPU rates each interval (mpstat's %usr %sys %irq %soft %steal %idle, NET_RX/NET_TX
     /// softirqs, softnet processed/dropped/squeezed, RPS IPIs) and per-queue IRQ rates.
     Top(top::TopArgs),
+    /// Profiles (latency, throughput, balanced) → plan, transactional apply with a journal,
+    /// rollback, drift verification, persistence, and a closed loop that keeps a change only
+    /// if a benchmark says it helped.
+    #[command(subcommand)]
+    Tune(tune::TuneCommand),
 }
 
 /// The host as the user chose it: the live host or a tree.
@@ -114,6 +120,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Top(args) => top::run(&host, &args),
         Command::Doctor(args) => doctor::run(&host, &args),
         Command::Bench(cmd) => bench::run(&host, &cmd),
+        Command::Tune(cmd) => tune::run(&host, &cmd),
     }
 }
 

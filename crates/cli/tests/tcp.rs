@@ -23,7 +23,14 @@ impl Drop for Proc {
 
 fn server(listen: &str, extra: &[&str]) -> (Proc, String) {
     let mut child = Command::new(BIN)
-        .args(["bench", "tcp-stream", "server", "--listen", listen, "--json"])
+        .args([
+            "bench",
+            "tcp-stream",
+            "server",
+            "--listen",
+            listen,
+            "--json",
+        ])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -50,7 +57,11 @@ fn run(args: &[&str]) -> Output {
 /// Parses one line into `T` and checks that writing it back gives the same line.
 fn exact<T: DeserializeOwned + serde::Serialize>(line: &str) -> T {
     let m: T = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    assert_eq!(serde_json::to_string(&m).unwrap(), line, "lossless round trip");
+    assert_eq!(
+        serde_json::to_string(&m).unwrap(),
+        line,
+        "lossless round trip"
+    );
     m
 }
 
@@ -88,10 +99,17 @@ fn stream_json_round_trip_on_ipv4_and_ipv6() {
                 args.extend(["--zerocopy-recv", "--zerocopy-send", "--mss", "4108"]);
             }
             let out = run(&args);
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let (mut intervals, mut summaries) = (Vec::new(), Vec::new());
             for (v, l) in lines(&out) {
-                assert_eq!((v["bench"].as_str(), v["role"].as_str()), (Some("tcp-stream"), Some("client")));
+                assert_eq!(
+                    (v["bench"].as_str(), v["role"].as_str()),
+                    (Some("tcp-stream"), Some("client"))
+                );
                 match v["type"].as_str().unwrap() {
                     "interval" => intervals.push(exact::<StreamInterval>(&l)),
                     "summary" => {
@@ -110,8 +128,14 @@ fn stream_json_round_trip_on_ipv4_and_ipv6() {
                 }
             }
             assert!(intervals.len() >= 3, "{}", intervals.len());
-            assert!(intervals.iter().all(|i| i.kind == Kind::Interval && i.flows.len() == 2));
-            let [s] = summaries.as_slice() else { panic!("{summaries:?}") };
+            assert!(
+                intervals
+                    .iter()
+                    .all(|i| i.kind == Kind::Interval && i.flows.len() == 2)
+            );
+            let [s] = summaries.as_slice() else {
+                panic!("{summaries:?}")
+            };
             assert_eq!((s.kind, s.role, s.flows), (Kind::Summary, Role::Client, 2));
             assert!(s.verify.as_ref().unwrap().ok);
             assert_eq!(s.bytes, s.sent_bytes);
@@ -125,10 +149,29 @@ fn stream_json_round_trip_on_ipv4_and_ipv6() {
 fn rr_json_round_trip_and_server_lines() {
     let (mut srv, addr) = server("127.0.0.1:0", &["--duration", "4"]);
     let out = run(&[
-        "bench", "tcp-rr", "client", &addr, "--duration", "1", "--interval", "0.5", "--warmup", "0.2",
-        "--request-size", "64", "--response-size", "1000", "--pipeline", "2", "--json",
+        "bench",
+        "tcp-rr",
+        "client",
+        &addr,
+        "--duration",
+        "1",
+        "--interval",
+        "0.5",
+        "--warmup",
+        "0.2",
+        "--request-size",
+        "64",
+        "--response-size",
+        "1000",
+        "--pipeline",
+        "2",
+        "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut summary = None;
     let mut n_intervals = 0;
     for (v, l) in lines(&out) {
@@ -183,7 +226,11 @@ impl WaitRef for Child {
         let mut stdout = Vec::new();
         std::io::Read::read_to_end(self.stdout.as_mut().unwrap(), &mut stdout).unwrap();
         let status = self.wait().unwrap();
-        Output { status, stdout, stderr: Vec::new() }
+        Output {
+            status,
+            stdout,
+            stderr: Vec::new(),
+        }
     }
 }
 
@@ -191,10 +238,23 @@ impl WaitRef for Child {
 fn exit_codes_for_corruption_bad_flags_and_dead_servers() {
     let (_srv, addr) = server("127.0.0.1:0", &[]);
     let out = run(&[
-        "bench", "tcp-stream", "client", &addr, "--duration", "0.5", "--verify",
-        "--inject-corruption", "12345", "--json",
+        "bench",
+        "tcp-stream",
+        "client",
+        &addr,
+        "--duration",
+        "0.5",
+        "--verify",
+        "--inject-corruption",
+        "12345",
+        "--json",
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (v, l) = lines(&out).pop().unwrap();
     assert_eq!(v["type"], "summary");
     let s = exact::<StreamSummary>(&l);
@@ -216,11 +276,26 @@ fn exit_codes_for_corruption_bad_flags_and_dead_servers() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{a:?}: {err}");
     }
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let out = run(&["bench", "tcp-rr", "client", &dead, "--json", "--duration", "1"]);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let out = run(&[
+        "bench",
+        "tcp-rr",
+        "client",
+        &dead,
+        "--json",
+        "--duration",
+        "1",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let (_, l) = lines(&out).pop().unwrap();
     let e = exact::<ErrorMessage>(&l);
-    assert_eq!((e.kind, e.role, e.bench.as_str()), (Kind::Error, Role::Client, "tcp-rr"));
+    assert_eq!(
+        (e.kind, e.role, e.bench.as_str()),
+        (Kind::Error, Role::Client, "tcp-rr")
+    );
     assert!(e.message.contains("refused"), "{}", e.message);
 }

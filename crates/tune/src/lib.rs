@@ -1,4 +1,5 @@
 //! netsteer's reasoning about a host: [`doctor`] turns a host view and a load sample into
-//! findings; tuning (plans, apply, rollback) builds on the same model.
+//! findings; [`tune`] turns a profile into a plan and applies it transactionally.
 
 pub mod doctor;
+pub mod tune;

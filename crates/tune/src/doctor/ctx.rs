@@ -156,11 +156,12 @@ impl<'a> Ctx<'a> {
         local.unwrap_or_else(|| self.usable.clone())
     }
 
-    /// Local CPUs in the order queues should take them: one thread per core first, the HT
-    /// siblings after, CPU 0 last (it serves timers and housekeeping on most systems).
+    /// Local CPUs in the order queues should take them: one thread per core first, CPU 0 last
+    /// among those (it serves timers and housekeeping on most systems), then the HT siblings (a
+    /// queue on a sibling shares a core with another queue, which costs more than CPU 0 does).
     pub fn spread_order(&self, nic: &Nic) -> Vec<u32> {
         let mut cpus: Vec<u32> = self.local_cpus(nic).iter().collect();
-        cpus.sort_by_key(|&c| (c == 0, self.is_secondary_thread(c), c));
+        cpus.sort_by_key(|&c| (self.is_secondary_thread(c), c == 0, c));
         cpus
     }
 

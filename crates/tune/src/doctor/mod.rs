@@ -2,7 +2,7 @@
 //! evidence and the exact fix. Nothing here reads the host; the caller supplies the data, so a
 //! snapshot tree, a fixture or a test-built view diagnose the same way as the live host.
 
-mod ctx;
+pub(crate) mod ctx;
 pub mod model;
 pub mod report;
 pub mod rules;

@@ -1,0 +1,605 @@
+//! `netsteer tune`: flags and rendering; the work is in `netsteer_tune::tune`.
+
+use crate::{Host, emit};
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use netsteer_host::{CpuSet, HostFs, read_host};
+use netsteer_nic::{NicBackend, TreeNic};
+use netsteer_tune::tune::closed_loop::{Decision, Metric, decide};
+use netsteer_tune::tune::journal;
+use netsteer_tune::tune::persist::{self, Invocation};
+use netsteer_tune::tune::verify::{VerifyReport, verify};
+use netsteer_tune::tune::{
+    Action, ApplyOptions, ApplyReport, HostBackend, IrqbalancePolicy, Plan, PlanOptions, Profile,
+    RollbackReport, apply, latest_journal, plan, rollback,
+};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Subcommand, Debug)]
+pub enum TuneCommand {
+    /// Compute the profile's desired state and print current → desired per item, with the
+    /// reason. Changes nothing.
+    Plan(PlanArgs),
+    /// Apply a profile: journal every old value, write in dependency order, read each back,
+    /// and on any failure restore everything (all or nothing).
+    Apply(ApplyArgs),
+    /// Restore what a journal recorded (default: the newest one not yet rolled back). Safe
+    /// after a crash in the middle of an apply; running it twice is harmless.
+    Rollback(RollbackArgs),
+    /// Compare the host with the last applied plan; exit 1 on drift.
+    Verify(StateArgs),
+    /// Install a systemd unit (and a udev rule for device add) that re-applies the profile at
+    /// boot and when the interface reappears.
+    Persist(PersistArgs),
+    /// Remove what `persist` installed.
+    Unpersist(StateArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum IrqbalanceArg {
+    /// Leave it running; IRQ pins are skipped (it would move them back).
+    Leave,
+    /// Stop the service; rollback starts it again.
+    Stop,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PlanArgs {
+    #[arg(long, value_name = "latency|throughput|balanced")]
+    profile: Profile,
+    /// Interface to tune (repeat for several); default: every physical NIC that is up.
+    #[arg(long = "dev", value_name = "IF")]
+    devices: Vec<String>,
+    /// Only these CPUs take IRQs, RPS and XPS (a CPU list: 0-3,8).
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
+    #[arg(long, value_enum, default_value = "leave")]
+    irqbalance: IrqbalanceArg,
+    /// Skip NIC settings (channels, GRO, coalescing, flow control).
+    #[arg(long)]
+    no_ethtool: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StateArgs {
+    /// Where journals and the applied plan live (default /var/lib/netsteer; with --root,
+    /// ROOT/var/lib/netsteer).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Closed loop: run this benchmark (with --json) before and after; keep the change only if
+    /// --metric improved by more than the runs' spread, else roll back.
+    #[arg(long, value_name = "COMMAND")]
+    verify_with: Option<String>,
+    #[arg(
+        long,
+        default_value = "p99",
+        value_name = "p50|p99|p999|bits_per_second|transactions_per_second|pps"
+    )]
+    metric: Metric,
+    /// Runs of the benchmark before and after (at least 2, to know the noise).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    repeat: u32,
+    /// Test hook: abort after this many writes, as a crash would.
+    #[arg(long, hide = true, value_name = "K")]
+    crash_after_writes: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct RollbackArgs {
+    /// A journal file (default: the newest in the state directory that is not rolled back).
+    #[arg(value_name = "JOURNAL")]
+    journal: Option<PathBuf>,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PersistArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+fn state_dir(host: &Host, given: &Option<PathBuf>) -> PathBuf {
+    match given {
+        Some(d) => d.clone(),
+        None if host.fs.is_live() => PathBuf::from("/var/lib/netsteer"),
+        None => host.fs.root().join("var/lib/netsteer"),
+    }
+}
+
+/// Writing the live host needs root; a tree only needs its files to be writable.
+fn need_root(host: &Host, what: &str) -> Result<()> {
+    if host.fs.is_live() && effective_uid() != Some(0) {
+        bail!(
+            "{what} writes /proc, /sys and NIC settings: run it as root (or use --root DIR on a tree)"
+        );
+    }
+    Ok(())
+}
+
+/// The effective uid from /proc/self/status (`Uid: real effective saved fs`): the binary keeps
+/// no `unsafe` of its own (that lives in sock and nic).
+fn effective_uid() -> Option<u32> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+}
+
+enum Nic {
+    Live(netsteer_nic::Netlink),
+    Tree(TreeNic),
+    None(netsteer_nic::FakeNic),
+}
+
+impl Nic {
+    fn open(fs: &HostFs, enabled: bool) -> Nic {
+        if !enabled {
+            return Nic::None(netsteer_nic::FakeNic::default());
+        }
+        if fs.is_live() {
+            match netsteer_nic::Netlink::open() {
+                Ok(n) => Nic::Live(n),
+                Err(_) => Nic::None(netsteer_nic::FakeNic::default()),
+            }
+        } else {
+            Nic::Tree(TreeNic::new(fs.root()))
+        }
+    }
+
+    fn backend(&self) -> &dyn NicBackend {
+        match self {
+            Nic::Live(n) => n,
+            Nic::Tree(n) => n,
+            Nic::None(n) => n,
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        !matches!(self, Nic::None(_))
+    }
+}
+
+fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
+    let cpus = a
+        .cpus
+        .as_deref()
+        .map(|c| CpuSet::parse_list(c, None).with_context(|| format!("--cpus {c}")))
+        .transpose()?;
+    Ok(PlanOptions {
+        profile: a.profile,
+        devices: a.devices.clone(),
+        cpus,
+        irqbalance: match a.irqbalance {
+            IrqbalanceArg::Leave => IrqbalancePolicy::Leave,
+            IrqbalanceArg::Stop => IrqbalancePolicy::Stop,
+        },
+        live: host.fs.is_live(),
+    })
+}
+
+fn make_plan(host: &Host, nic: &Nic, opts: &PlanOptions) -> Result<Plan> {
+    let settings = |name: &str| nic.backend().settings(name);
+    let view = read_host(
+        &host.fs,
+        nic.enabled().then_some(&settings as &dyn Fn(&str) -> _),
+    );
+    Ok(plan(&view, opts)?)
+}
+
+fn render_plan(p: &Plan) -> Vec<String> {
+    let (c, k, s) = p.counts();
+    let mut lines = vec![format!(
+        "tune plan: profile {}, {} ({c} to change, {k} already set, {s} skipped){}",
+        p.profile,
+        p.devices.join(", "),
+        p.cpus
+            .as_ref()
+            .map(|c| format!(", CPUs {c}"))
+            .unwrap_or_default()
+    )];
+    for i in &p.items {
+        let cur = i.current.as_deref().map(str::trim).unwrap_or("?");
+        match &i.action {
+            Action::Change => lines.push(format!(
+                "  change  {:<28} {} : {cur} -> {}  ({})",
+                i.id, i.target, i.desired, i.reason
+            )),
+            Action::Keep => lines.push(format!(
+                "  keep    {:<28} {} = {}",
+                i.id, i.target, i.desired
+            )),
+            Action::Skip(why) => lines.push(format!("  skip    {:<28} {} : {why}", i.id, i.target)),
+        }
+    }
+    for n in &p.notes {
+        lines.push(format!("  note: {n}"));
+    }
+    lines
+}
+
+fn print_lines(lines: &[String]) -> Result<()> {
+    let mut out = io::stdout().lock();
+    for l in lines {
+        emit(&mut out, l)?;
+    }
+    Ok(())
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    emit(&mut io::stdout().lock(), &serde_json::to_string(v)?)?;
+    Ok(())
+}
+
+pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
+    match cmd {
+        TuneCommand::Plan(a) => {
+            let nic = Nic::open(&host.fs, !a.no_ethtool);
+            let p = make_plan(host, &nic, &options(host, a)?)?;
+            if a.json {
+                print_json(&p)?;
+            } else {
+                print_lines(&render_plan(&p))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        TuneCommand::Apply(a) => run_apply(host, a),
+        TuneCommand::Rollback(a) => {
+            need_root(host, "tune rollback")?;
+            let dir = state_dir(host, &a.state.state_dir);
+            let path = match &a.journal {
+                Some(p) => p.clone(),
+                None => latest_journal(&dir)?,
+            };
+            let nic = Nic::open(&host.fs, true);
+            let backend = HostBackend {
+                fs: host.fs.clone(),
+                nic: nic.backend(),
+            };
+            let r = rollback(&path, &root_name(&host.fs), &backend)?;
+            if r.status == "restored" || r.status == "nothing-to-do" {
+                // The applied plan no longer describes the host.
+                let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
+            }
+            if a.state.json {
+                print_json(&r)?;
+            } else {
+                print_lines(&render_rollback(&r))?;
+            }
+            Ok(if r.failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            })
+        }
+        TuneCommand::Verify(a) => {
+            let dir = state_dir(host, &a.state_dir);
+            let path = journal::applied_plan_path(&dir);
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "{}: no applied plan (run `netsteer tune apply` first)",
+                    path.display()
+                )
+            })?;
+            let applied: Plan =
+                serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+            let nic = Nic::open(&host.fs, true);
+            let backend = HostBackend {
+                fs: host.fs.clone(),
+                nic: nic.backend(),
+            };
+            let settings = |name: &str| nic.backend().settings(name);
+            let view = read_host(&host.fs, Some(&settings));
+            let r = verify(&applied, &backend, &view);
+            if a.json {
+                print_json(&r)?;
+            } else {
+                print_lines(&render_verify(&r))?;
+            }
+            Ok(if r.drift.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        TuneCommand::Persist(a) => {
+            need_root(host, "tune persist")?;
+            // Validate the invocation now rather than at boot.
+            let nic = Nic::open(&host.fs, !a.plan.no_ethtool);
+            make_plan(host, &nic, &options(host, &a.plan)?)?;
+            let inv = Invocation {
+                profile: a.plan.profile.to_string(),
+                devices: a.plan.devices.clone(),
+                cpus: a.plan.cpus.clone(),
+                irqbalance: match a.plan.irqbalance {
+                    IrqbalanceArg::Leave => "leave".into(),
+                    IrqbalanceArg::Stop => "stop".into(),
+                },
+                state_dir: state_dir(host, &a.state_dir).display().to_string(),
+            };
+            let exe = std::env::current_exe().context("finding the netsteer binary")?;
+            let root = host.fs.root();
+            let unit = persist::in_root(root, persist::UNIT_PATH);
+            let rule = persist::in_root(root, persist::RULE_PATH);
+            for (path, text) in [
+                (&unit, persist::unit_text(&exe, &inv)),
+                (&rule, persist::rule_text(&inv)),
+            ] {
+                journal::write_atomic(path, text.as_bytes())
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            let mut lines = vec![
+                format!("wrote {}", unit.display()),
+                format!("wrote {}", rule.display()),
+            ];
+            if host.fs.is_live() {
+                for args in [
+                    vec!["systemctl", "daemon-reload"],
+                    vec!["systemctl", "enable", persist::UNIT_NAME],
+                    vec!["udevadm", "control", "--reload"],
+                ] {
+                    lines.push(run_tool(&args));
+                }
+            } else {
+                lines.push("with --root: no systemctl or udevadm was run".into());
+            }
+            print_lines(&lines)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        TuneCommand::Unpersist(_) => {
+            need_root(host, "tune unpersist")?;
+            let root = host.fs.root();
+            let mut lines = Vec::new();
+            if host.fs.is_live() {
+                lines.push(run_tool(&["systemctl", "disable", persist::UNIT_NAME]));
+            }
+            for rel in [persist::UNIT_PATH, persist::RULE_PATH] {
+                let p = persist::in_root(root, rel);
+                match std::fs::remove_file(&p) {
+                    Ok(()) => lines.push(format!("removed {}", p.display())),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        lines.push(format!("{}: not there", p.display()))
+                    }
+                    Err(e) => bail!("removing {}: {e}", p.display()),
+                }
+            }
+            if host.fs.is_live() {
+                lines.push(run_tool(&["systemctl", "daemon-reload"]));
+                lines.push(run_tool(&["udevadm", "control", "--reload"]));
+            }
+            print_lines(&lines)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run_tool(args: &[&str]) -> String {
+    match std::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+    {
+        Ok(o) if o.status.success() => format!("ran {}", args.join(" ")),
+        Ok(o) => format!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("{}: {e}", args.join(" ")),
+    }
+}
+
+fn root_name(fs: &HostFs) -> String {
+    let root = fs.root();
+    std::fs::canonicalize(root)
+        .unwrap_or_else(|_| root.to_path_buf())
+        .display()
+        .to_string()
+}
+
+fn run_benchmark(cmd: &str, metric: Metric) -> Result<f64> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .with_context(|| format!("--verify-with {cmd:?}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    metric
+        .from_output(&stdout)
+        .map_err(|e| anyhow::anyhow!("--verify-with {cmd:?} (exit {}): {e}", out.status))
+}
+
+fn runs(cmd: &str, metric: Metric, n: u32, when: &str) -> Result<Vec<f64>> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        let x = run_benchmark(cmd, metric)?;
+        eprintln!("netsteer: {when} run {}/{n}: {metric} = {x}", i + 1);
+        v.push(x);
+    }
+    Ok(v)
+}
+
+#[derive(serde::Serialize)]
+struct ApplyOutput<'a> {
+    #[serde(flatten)]
+    report: &'a ApplyReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    closed_loop: Option<&'a Decision>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rollback: Option<&'a RollbackReport>,
+}
+
+fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
+    let opts = options(host, &a.plan)?;
+    let nic = Nic::open(&host.fs, !a.plan.no_ethtool);
+    let p = make_plan(host, &nic, &opts)?;
+    if a.dry_run {
+        if a.plan.json {
+            print_json(&p)?;
+        } else {
+            let mut lines = render_plan(&p);
+            lines.push("dry run: nothing was changed".into());
+            print_lines(&lines)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    need_root(host, "tune apply")?;
+    if a.verify_with.is_some() && a.repeat < 2 {
+        bail!(
+            "--repeat {}: at least 2 runs on each side are needed to know the noise",
+            a.repeat
+        );
+    }
+    let before = match &a.verify_with {
+        Some(cmd) => Some(runs(cmd, a.metric, a.repeat, "before")?),
+        None => None,
+    };
+    let dir = state_dir(host, &a.state_dir);
+    let backend = HostBackend {
+        fs: host.fs.clone(),
+        nic: nic.backend(),
+    };
+    let mut replan = || make_plan(host, &nic, &opts).map_err(|e| format!("{e:#}"));
+    let report = apply(
+        &p,
+        &root_name(&host.fs),
+        &backend,
+        &dir,
+        &mut replan,
+        &ApplyOptions {
+            crash_after_writes: a.crash_after_writes,
+        },
+    )?;
+    let mut decision = None;
+    let mut undo = None;
+    if report.status == "applied"
+        && let (Some(cmd), Some(before)) = (&a.verify_with, &before)
+    {
+        let after = runs(cmd, a.metric, a.repeat, "after")?;
+        let d = decide(a.metric, before, &after).ok_or_else(|| {
+            anyhow::anyhow!("--verify-with: the benchmark gave no usable {}", a.metric)
+        })?;
+        if !d.keep {
+            let r = rollback(Path::new(&report.journal), &root_name(&host.fs), &backend)?;
+            let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
+            undo = Some(r);
+        }
+        decision = Some(d);
+    }
+    if a.plan.json {
+        print_json(&ApplyOutput {
+            report: &report,
+            closed_loop: decision.as_ref(),
+            rollback: undo.as_ref(),
+        })?;
+    } else {
+        let mut lines = render_apply(&report);
+        if let Some(d) = &decision {
+            lines.push(format!(
+                "closed loop: {} before min/median/max {:.0}/{:.0}/{:.0}, after {:.0}/{:.0}/{:.0}: {} — {}",
+                d.metric,
+                d.before.min,
+                d.before.median,
+                d.before.max,
+                d.after.min,
+                d.after.median,
+                d.after.max,
+                d.why,
+                if d.keep { "kept" } else { "rolled back" }
+            ));
+        }
+        if let Some(r) = &undo {
+            lines.extend(render_rollback(r));
+        }
+        print_lines(&lines)?;
+    }
+    Ok(match (report.status.as_str(), &decision) {
+        ("applied", Some(d)) if !d.keep => ExitCode::from(1),
+        ("applied", _) => ExitCode::SUCCESS,
+        _ => ExitCode::from(2),
+    })
+}
+
+fn render_apply(r: &ApplyReport) -> Vec<String> {
+    let n = |s: &str| r.steps.iter().filter(|x| x.status == s).count();
+    let mut lines = vec![format!(
+        "tune apply: {} ({} changed, {} unchanged, {} skipped, {} restored); journal {}",
+        r.status,
+        n("changed"),
+        n("unchanged"),
+        n("skipped"),
+        n("restored"),
+        r.journal
+    )];
+    for s in &r.steps {
+        let why = s
+            .why
+            .as_deref()
+            .map(|w| format!("  ({w})"))
+            .unwrap_or_default();
+        lines.push(format!(
+            "  {:<9} {:<28} {} : {} -> {}{why}",
+            s.status, s.id, s.target, s.old, s.new
+        ));
+    }
+    if let Some(e) = &r.error {
+        lines.push(format!("error: {e}"));
+    }
+    lines
+}
+
+fn render_rollback(r: &RollbackReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "tune rollback: {} ({} restored, {} failed); journal {}",
+        r.status,
+        r.restored.len(),
+        r.failed.len(),
+        r.journal
+    )];
+    lines.extend(r.restored.iter().map(|i| format!("  restored {i}")));
+    lines.extend(r.failed.iter().map(|i| format!("  FAILED   {i}")));
+    lines
+}
+
+fn render_verify(r: &VerifyReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "tune verify: profile {} on {}: {} item(s) checked, {} drifted",
+        r.profile,
+        r.devices.join(", "),
+        r.checked,
+        r.drift.len()
+    )];
+    for d in &r.drift {
+        lines.push(format!(
+            "  drift {:<28} {} : expected {}, found {} — {}",
+            d.id,
+            d.target,
+            d.expected,
+            d.found.as_deref().unwrap_or("nothing"),
+            d.why
+        ));
+    }
+    lines
+}

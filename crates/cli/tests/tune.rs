@@ -1,0 +1,357 @@
+//! `netsteer --root <copy of a fixture> tune ...` end to end: the plan's JSON reads back into
+//! the library's `Plan`; a dry run changes nothing; a crash (the process aborted) between any
+//! two writes is undone by `rollback`; the closed loop keeps a change that helps and rolls back
+//! one that does not; persist writes its unit inside the root and unpersist removes it.
+
+use netsteer_tune::tune::{Action, Plan};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture(host: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/hosts")
+        .join(host)
+}
+
+/// A scratch copy of a fixture tree (`cp -a` keeps its links as links).
+fn scratch(host: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", fixture(host).display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    dir
+}
+
+/// Relative path → bytes of every regular file (links are never written by tune).
+fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn netsteer(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run netsteer")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn plan_json_round_trips_and_dry_run_changes_nothing() {
+    let tree = scratch("cloudflare-24cpu");
+    let before = files(tree.path());
+    let out = netsteer(
+        tree.path(),
+        &["tune", "plan", "--profile", "balanced", "--json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let plan: Plan = serde_json::from_str(&text).unwrap();
+    assert_eq!(serde_json::to_string(&plan).unwrap() + "\n", text);
+    assert!(plan.items.iter().any(|i| i.action == Action::Change));
+    let out = netsteer(
+        tree.path(),
+        &["tune", "apply", "--profile", "balanced", "--dry-run"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("dry run: nothing was changed"));
+    assert_eq!(files(tree.path()), before);
+}
+
+#[test]
+fn a_crash_between_any_two_writes_is_rolled_back() {
+    let probe = scratch("kvm-virtio-16cpu");
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path().to_str().unwrap();
+    let out = netsteer(
+        probe.path(),
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "throughput",
+            "--state-dir",
+            sd,
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let writes = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["status"] == "changed")
+        .count();
+    assert!(writes >= 5, "{report:#}");
+    for k in 1..=writes {
+        let tree = scratch("kvm-virtio-16cpu");
+        let state = tempfile::tempdir().unwrap();
+        let sd = state.path().to_str().unwrap();
+        let before = files(tree.path());
+        let k_s = k.to_string();
+        let out = netsteer(
+            tree.path(),
+            &[
+                "tune",
+                "apply",
+                "--profile",
+                "throughput",
+                "--state-dir",
+                sd,
+                "--crash-after-writes",
+                &k_s,
+            ],
+        );
+        // Aborted: killed by SIGABRT, no exit code, no journal end.
+        assert_eq!(out.status.code(), None, "k={k}: {}", stdout(&out));
+        assert_ne!(
+            files(tree.path()),
+            before,
+            "k={k}: the crash came before any write"
+        );
+        let out = netsteer(tree.path(), &["tune", "rollback", "--state-dir", sd]);
+        assert_eq!(out.status.code(), Some(0), "k={k}: {}", stdout(&out));
+        assert!(stdout(&out).contains("restored"), "{}", stdout(&out));
+        assert_eq!(
+            files(tree.path()),
+            before,
+            "k={k}: rollback after the crash left a difference"
+        );
+        // Running it again is harmless.
+        let out = netsteer(tree.path(), &["tune", "rollback", "--state-dir", sd]);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(files(tree.path()), before);
+    }
+}
+
+/// A stand-in benchmark whose p99 depends on the tree: 50 µs with RPS on rx-0, else 100 µs
+/// (with ±1 µs of run-to-run noise).
+fn fake_bench(tree: &Path) -> String {
+    let counter = tree.join("bench-runs");
+    format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); echo $((n+1)) > {c}; \
+         if [ \"$(cat {t}/sys/class/net/eth0/queues/rx-0/rps_cpus)\" = 0000 ]; then v=100000; else v=50000; fi; \
+         echo \"{{\\\"type\\\":\\\"summary\\\",\\\"role\\\":\\\"client\\\",\\\"latency_ns\\\":{{\\\"p99\\\":$((v + n % 2 * 1000))}}}}\"",
+        c = counter.display(),
+        t = tree.display()
+    )
+}
+
+#[test]
+fn closed_loop_keeps_what_helps_and_rolls_back_what_does_not() {
+    // Throughput turns RPS on for the single-queue guest: the fake p99 halves → kept.
+    let tree = scratch("kvm-virtio-16cpu");
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path().to_str().unwrap();
+    let bench = fake_bench(tree.path());
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "throughput",
+            "--state-dir",
+            sd,
+            "--verify-with",
+            &bench,
+            "--metric",
+            "p99",
+            "--repeat",
+            "3",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["closed_loop"]["keep"], true, "{v:#}");
+    assert_eq!(v["closed_loop"]["before"]["median"], 100000.0);
+    // Runs 4-6 of the fake: 51000, 50000, 51000.
+    assert_eq!(v["closed_loop"]["after"]["median"], 51000.0);
+    assert!(v.get("rollback").is_none());
+    let rps = std::fs::read_to_string(tree.path().join("sys/class/net/eth0/queues/rx-0/rps_cpus"))
+        .unwrap();
+    assert_ne!(rps.trim(), "0000");
+
+    // Latency leaves RPS off, so the fake metric does not move: within the noise → rolled back,
+    // exit 1, and the tree is as it was.
+    let tree = scratch("kvm-virtio-16cpu");
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path().to_str().unwrap();
+    let before = files(tree.path());
+    let bench = fake_bench(tree.path());
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "latency",
+            "--state-dir",
+            sd,
+            "--verify-with",
+            &bench,
+            "--repeat",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["closed_loop"]["keep"], false);
+    assert_eq!(v["rollback"]["status"], "restored", "{v:#}");
+    let mut after = files(tree.path());
+    after.remove(Path::new("bench-runs"));
+    assert_eq!(after, before);
+
+    // A benchmark without --json output is a clear error, exit 2, nothing applied.
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "latency",
+            "--state-dir",
+            sd,
+            "--verify-with",
+            "echo hello",
+            "--repeat",
+            "2",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no client summary"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn persist_writes_inside_the_root_and_unpersist_removes_it() {
+    let tree = scratch("dev-vm");
+    let out = netsteer(
+        tree.path(),
+        &["tune", "persist", "--profile", "latency", "--dev", "eth0"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unit =
+        std::fs::read_to_string(tree.path().join("etc/systemd/system/netsteer-tune.service"))
+            .unwrap();
+    assert!(
+        unit.contains("tune apply --profile latency --dev eth0"),
+        "{unit}"
+    );
+    assert!(
+        unit.contains("After=network-pre.target sys-subsystem-net-devices-eth0.device"),
+        "{unit}"
+    );
+    let rule = std::fs::read_to_string(tree.path().join("etc/udev/rules.d/90-netsteer-tune.rules"))
+        .unwrap();
+    assert!(
+        rule.contains("KERNEL==\"eth0\"") && rule.contains("SYSTEMD_WANTS"),
+        "{rule}"
+    );
+    assert!(stdout(&out).contains("no systemctl"));
+    let out = netsteer(tree.path(), &["tune", "unpersist"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        !tree
+            .path()
+            .join("etc/systemd/system/netsteer-tune.service")
+            .exists()
+    );
+    assert!(
+        !tree
+            .path()
+            .join("etc/udev/rules.d/90-netsteer-tune.rules")
+            .exists()
+    );
+}
+
+#[test]
+fn bad_flags_name_themselves() {
+    let tree = scratch("dev-vm");
+    for (args, want) in [
+        (vec!["tune", "plan", "--profile", "fast"], "fast"),
+        (
+            vec!["tune", "plan", "--profile", "latency", "--dev", "../../etc"],
+            "--dev",
+        ),
+        (
+            vec!["tune", "plan", "--profile", "latency", "--dev", "eth7"],
+            "no such interface",
+        ),
+        (
+            vec!["tune", "plan", "--profile", "latency", "--cpus", "9-3"],
+            "--cpus",
+        ),
+        (
+            vec!["tune", "verify", "--state-dir", "/nonexistent-netsteer"],
+            "no applied plan",
+        ),
+        (
+            vec!["tune", "rollback", "--state-dir", "/nonexistent-netsteer"],
+            "no journal",
+        ),
+        (
+            vec![
+                "tune",
+                "apply",
+                "--profile",
+                "latency",
+                "--verify-with",
+                "true",
+                "--repeat",
+                "1",
+            ],
+            "--repeat 1",
+        ),
+    ] {
+        let out = netsteer(tree.path(), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,17 @@
+//! `netsteer tune`: profiles → a plan (pure), a transactional apply with a journal, rollback
+//! (also after a crash), drift verification, persistence and the closed-loop decision.
+
+pub mod apply;
+pub mod closed_loop;
+pub mod journal;
+pub mod model;
+pub mod persist;
+pub mod plan;
+pub mod verify;
+
+pub use apply::{
+    ApplyOptions, ApplyReport, Backend, HostBackend, RollbackReport, StepError, apply,
+    latest_journal, rollback,
+};
+pub use model::{Action, Format, Item, ItemKind, Plan, Profile, Target};
+pub use plan::{IrqbalancePolicy, PlanError, PlanOptions, plan};

@@ -1,0 +1,483 @@
+//! `tune` on fixture trees copied to a temp dir: every kind of item is planned where it should
+//! be, apply changes exactly the planned values, rollback makes the tree byte-identical again,
+//! and a failure at any write (fault injection at every k) leaves the tree as it was.
+
+use netsteer_host::{CpuSet, HostFs, read_host};
+use netsteer_nic::{NicBackend, TreeNic};
+use netsteer_tune::tune::journal;
+use netsteer_tune::tune::verify::verify;
+use netsteer_tune::tune::{
+    Action, ApplyOptions, Backend, HostBackend, IrqbalancePolicy, ItemKind, Plan, PlanOptions,
+    Profile, StepError, Target, apply, plan, rollback,
+};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const HOSTS: &[&str] = &[
+    "dev-vm",
+    "kvm-virtio-16cpu",
+    "cloudflare-24cpu",
+    "mlx5-128cpu",
+    "rhel7-4cpu",
+    "tuned-ixgbe-16cpu",
+];
+const PROFILES: &[Profile] = &[Profile::Latency, Profile::Throughput, Profile::Balanced];
+
+fn fixture(host: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/hosts")
+        .join(host)
+}
+
+/// Copies a tree (links kept as links) into a fresh temp dir.
+fn copy_tree(from: &Path) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        for e in fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let (src, dst) = (e.path(), to.join(e.file_name()));
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
+            } else if ft.is_dir() {
+                fs::create_dir(&dst).unwrap();
+                copy(&src, &dst);
+            } else {
+                fs::copy(&src, &dst).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(from, dir.path());
+    dir
+}
+
+/// Every file's bytes and every link's target, by relative path.
+fn contents(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                let mut t = b"link:".to_vec();
+                t.extend(fs::read_link(&p).unwrap().to_string_lossy().bytes());
+                out.insert(rel, t);
+            } else if ft.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn opts(profile: Profile) -> PlanOptions {
+    PlanOptions {
+        profile,
+        devices: Vec::new(),
+        cpus: None,
+        irqbalance: IrqbalancePolicy::Leave,
+        live: false,
+    }
+}
+
+fn plan_tree(root: &Path, o: &PlanOptions) -> Plan {
+    let fs = HostFs::open(root).unwrap();
+    let nic = TreeNic::new(root);
+    let settings = |n: &str| nic.settings(n);
+    let view = read_host(&fs, Some(&settings));
+    plan(&view, o).unwrap()
+}
+
+fn root_name(root: &Path) -> String {
+    fs::canonicalize(root).unwrap().display().to_string()
+}
+
+/// Applies a plan to a tree through `wrap(backend)`.
+fn apply_tree(
+    root: &Path,
+    state: &Path,
+    o: &PlanOptions,
+    wrap: &dyn Fn(&dyn Backend) -> Box<dyn Backend + '_>,
+) -> netsteer_tune::tune::ApplyReport {
+    let p = plan_tree(root, o);
+    let fs = HostFs::open(root).unwrap();
+    let nic = TreeNic::new(root);
+    let backend = HostBackend { fs, nic: &nic };
+    let wrapped = wrap(&backend);
+    let mut replan = || Ok(plan_tree(root, o));
+    apply(
+        &p,
+        &root_name(root),
+        wrapped.as_ref(),
+        state,
+        &mut replan,
+        &ApplyOptions::default(),
+    )
+    .unwrap()
+}
+
+struct Plain<'a>(&'a dyn Backend);
+impl Backend for Plain<'_> {
+    fn read(&self, t: &Target) -> Result<String, StepError> {
+        self.0.read(t)
+    }
+    fn write(&self, t: &Target, v: &str) -> Result<(), StepError> {
+        self.0.write(t, v)
+    }
+}
+
+/// Fails the k-th write: before writing (the kernel refused) or after it (the value changed
+/// but the call reported an error, as a half-done NIC reconfiguration can).
+struct FailAt<'a> {
+    inner: &'a dyn Backend,
+    k: usize,
+    after_write: bool,
+    writes: Cell<usize>,
+}
+
+impl Backend for FailAt<'_> {
+    fn read(&self, t: &Target) -> Result<String, StepError> {
+        self.inner.read(t)
+    }
+    fn write(&self, t: &Target, v: &str) -> Result<(), StepError> {
+        let n = self.writes.get() + 1;
+        self.writes.set(n);
+        if n == self.k {
+            if self.after_write {
+                self.inner.write(t, v)?;
+            }
+            return Err(StepError {
+                target: t.to_string(),
+                errno: Some(libc_einval()),
+                message: format!("injected failure at write {n}"),
+            });
+        }
+        self.inner.write(t, v)
+    }
+}
+
+fn libc_einval() -> i32 {
+    22
+}
+
+#[test]
+fn apply_then_rollback_leaves_every_tree_byte_identical() {
+    let mut kinds_changed = std::collections::BTreeSet::new();
+    for host in HOSTS {
+        for profile in PROFILES {
+            let tree = copy_tree(&fixture(host));
+            let state = tempfile::tempdir().unwrap();
+            let before = contents(tree.path());
+            let o = opts(*profile);
+            let planned = plan_tree(tree.path(), &o);
+            let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+            assert_eq!(report.status, "applied", "{host} {profile}: {report:?}");
+            let changed: Vec<_> = report
+                .steps
+                .iter()
+                .filter(|s| s.status == "changed")
+                .collect();
+            assert_eq!(
+                changed.len(),
+                planned.changes().count()
+                    - report
+                        .steps
+                        .iter()
+                        .filter(|s| s.status != "changed")
+                        .count(),
+                "{host} {profile}: every planned change is changed, unchanged or skipped"
+            );
+            for s in &changed {
+                kinds_changed.insert(s.id.split('/').next().unwrap().to_string());
+            }
+            // The tree now holds the desired values: a fresh plan has nothing left to change
+            // and verify finds no drift.
+            let again = plan_tree(tree.path(), &o);
+            let left: Vec<_> = again.changes().map(|i| i.id.clone()).collect();
+            let skipped: Vec<_> = report
+                .steps
+                .iter()
+                .filter(|s| s.status == "skipped")
+                .map(|s| s.id.clone())
+                .collect();
+            assert!(
+                left.iter().all(|id| skipped.contains(id)),
+                "{host} {profile}: still to change after apply: {left:?}"
+            );
+            let applied: Plan = serde_json::from_slice(
+                &fs::read(journal::applied_plan_path(state.path())).unwrap(),
+            )
+            .unwrap();
+            let fs_ = HostFs::open(tree.path()).unwrap();
+            let nic = TreeNic::new(tree.path());
+            let backend = HostBackend {
+                fs: fs_.clone(),
+                nic: &nic,
+            };
+            let settings = |n: &str| nic.settings(n);
+            let view = read_host(&fs_, Some(&settings));
+            let v = verify(&applied, &backend, &view);
+            let drift: Vec<_> = v
+                .drift
+                .iter()
+                .filter(|d| !skipped.contains(&d.id))
+                .collect();
+            assert!(
+                drift.is_empty(),
+                "{host} {profile}: drift right after apply: {drift:?}"
+            );
+            if !changed.is_empty() {
+                assert_ne!(
+                    contents(tree.path()),
+                    before,
+                    "{host} {profile}: apply changed nothing"
+                );
+            }
+            // Rollback restores every byte; a second rollback has nothing to do.
+            let r = rollback(
+                Path::new(&report.journal),
+                &root_name(tree.path()),
+                &backend,
+            )
+            .unwrap();
+            assert!(r.failed.is_empty(), "{r:?}");
+            assert_eq!(
+                contents(tree.path()),
+                before,
+                "{host} {profile}: rollback left a difference"
+            );
+            let r2 = rollback(
+                Path::new(&report.journal),
+                &root_name(tree.path()),
+                &backend,
+            )
+            .unwrap();
+            assert_eq!(r2.status, "nothing-to-do");
+            assert_eq!(contents(tree.path()), before);
+        }
+    }
+    // Across the fixtures every kind of item was really written at least once.
+    for k in ["irq", "rps", "rfs", "xps", "sysctl", "nic"] {
+        assert!(
+            kinds_changed.contains(k),
+            "no {k} item was ever changed: {kinds_changed:?}"
+        );
+    }
+}
+
+#[test]
+fn a_failure_at_any_write_leaves_the_tree_as_it_was() {
+    for (host, profile) in [
+        ("cloudflare-24cpu", Profile::Throughput),
+        ("dev-vm", Profile::Latency),
+        ("kvm-virtio-16cpu", Profile::Balanced),
+    ] {
+        let o = opts(profile);
+        // How many writes a clean apply makes.
+        let probe = copy_tree(&fixture(host));
+        let st = tempfile::tempdir().unwrap();
+        let clean = apply_tree(probe.path(), st.path(), &o, &|b| Box::new(Plain(b)));
+        let writes = clean
+            .steps
+            .iter()
+            .filter(|s| s.status != "unchanged")
+            .count();
+        assert!(writes >= 4, "{host}: only {writes} writes to test");
+        for after_write in [false, true] {
+            for k in 1..=writes {
+                let tree = copy_tree(&fixture(host));
+                let state = tempfile::tempdir().unwrap();
+                let before = contents(tree.path());
+                let report = apply_tree(tree.path(), state.path(), &o, &|b| {
+                    Box::new(FailAt {
+                        inner: b,
+                        k,
+                        after_write,
+                        writes: Cell::new(0),
+                    })
+                });
+                assert_eq!(report.status, "rolled-back", "{host} k={k}: {report:?}");
+                assert!(report.error.as_deref().unwrap().contains("injected"));
+                assert_eq!(
+                    contents(tree.path()),
+                    before,
+                    "{host} {profile} failing write {k} (after_write {after_write}) left a change"
+                );
+                // Nothing to verify against: a rolled-back apply saves no applied plan.
+                assert!(!journal::applied_plan_path(state.path()).exists());
+            }
+        }
+    }
+}
+
+fn items(p: &Plan, kind: ItemKind) -> Vec<&netsteer_tune::tune::Item> {
+    p.items.iter().filter(|i| i.kind == kind).collect()
+}
+
+#[test]
+fn plans_say_what_they_skip_and_why() {
+    // mlx5-128cpu: irqbalance runs, so IRQ pins are skipped unless it is stopped; managed
+    // IRQs are skipped either way.
+    let p = plan_tree(&fixture("mlx5-128cpu"), &opts(Profile::Throughput));
+    let irqs = items(&p, ItemKind::IrqAffinity);
+    assert!(!irqs.is_empty());
+    assert!(irqs.iter().all(|i| matches!(&i.action, Action::Skip(w) if w.contains("irqbalance") || w.contains("managed"))), "{irqs:?}");
+    let stop = PlanOptions {
+        irqbalance: IrqbalancePolicy::Stop,
+        ..opts(Profile::Throughput)
+    };
+    let p = plan_tree(&fixture("mlx5-128cpu"), &stop);
+    assert!(
+        p.notes.iter().any(|n| n.contains("no service is stopped")),
+        "{:?}",
+        p.notes
+    );
+    assert!(
+        items(&p, ItemKind::IrqAffinity)
+            .iter()
+            .any(|i| i.action == Action::Change)
+    );
+
+    // kvm-virtio-16cpu (seed 003): one queue → RPS over the node without the IRQ CPU, RFS
+    // sized, no XPS (one tx queue), coalescing unsupported is a note, not a silent gap.
+    let p = plan_tree(&fixture("kvm-virtio-16cpu"), &opts(Profile::Throughput));
+    let irq_cpu: CpuSet = items(&p, ItemKind::IrqAffinity)
+        .iter()
+        .map(|i| CpuSet::parse_list(&i.desired, None).unwrap())
+        .fold(CpuSet::new(), |a, b| a.union(&b));
+    let rps = items(&p, ItemKind::Rps);
+    assert_eq!(rps.len(), 1);
+    let rps_set = CpuSet::parse_mask(&rps[0].desired).unwrap();
+    assert_eq!(rps_set.len(), 15);
+    assert!(rps_set.intersection(&irq_cpu).is_empty());
+    assert_eq!(items(&p, ItemKind::RfsFlowCnt)[0].desired, "32768");
+    assert_eq!(items(&p, ItemKind::RfsTable)[0].desired, "32768");
+    assert!(items(&p, ItemKind::Xps).is_empty());
+    assert!(p.notes.iter().any(|n| n.contains("XPS has no effect")));
+    // Latency: no RPS spread, busy polling on.
+    let p = plan_tree(&fixture("kvm-virtio-16cpu"), &opts(Profile::Latency));
+    assert!(
+        items(&p, ItemKind::Rps)
+            .iter()
+            .all(|i| i.desired.trim_start_matches('0').is_empty()
+                || i.desired.chars().all(|c| c == '0' || c == ','))
+    );
+    let busy: Vec<_> = items(&p, ItemKind::Sysctl)
+        .iter()
+        .map(|i| (i.id.clone(), i.desired.clone()))
+        .collect();
+    assert!(
+        busy.contains(&("sysctl/net.core.busy_poll".into(), "50".into())),
+        "{busy:?}"
+    );
+
+    // cloudflare-24cpu (seed 000): 11 queues pinned one per core on the NIC's node, CPU 0 and
+    // the HT siblings last; XPS maps each CPU to the queue it serves; masks at 24-bit width.
+    let p = plan_tree(&fixture("cloudflare-24cpu"), &opts(Profile::Balanced));
+    let pins: Vec<u32> = items(&p, ItemKind::IrqAffinity)
+        .iter()
+        .map(|i| i.desired.parse().unwrap())
+        .collect();
+    assert_eq!(pins.len(), 11);
+    let distinct: std::collections::BTreeSet<_> = pins.iter().collect();
+    assert_eq!(distinct.len(), 11, "{pins:?}");
+    for x in items(&p, ItemKind::Xps) {
+        assert_eq!(x.desired.len(), 6, "24 CPUs → 6 hex digits: {}", x.desired);
+    }
+    // 11 queues on 6 local cores: RSS covers them, so RPS stays off.
+    assert!(
+        items(&p, ItemKind::Rps)
+            .iter()
+            .all(|i| CpuSet::parse_mask(&i.desired).unwrap().is_empty())
+    );
+
+    // tuned-ixgbe-16cpu: already one queue per core; the plan moves no IRQ and sets no RPS.
+    let p = plan_tree(&fixture("tuned-ixgbe-16cpu"), &opts(Profile::Balanced));
+    let moves: Vec<_> = p
+        .changes()
+        .filter(|i| {
+            matches!(
+                i.kind,
+                ItemKind::IrqAffinity | ItemKind::Rps | ItemKind::Xps
+            )
+        })
+        .map(|i| i.id.clone())
+        .collect();
+    assert!(moves.is_empty(), "a well-tuned host got moves: {moves:?}");
+
+    // --cpus restricts every CPU the plan uses.
+    let only = PlanOptions {
+        cpus: Some(CpuSet::parse_list("2-5", None).unwrap()),
+        ..opts(Profile::Throughput)
+    };
+    let p = plan_tree(&fixture("kvm-virtio-16cpu"), &only);
+    for i in items(&p, ItemKind::IrqAffinity) {
+        assert!(
+            CpuSet::parse_list(&i.desired, None)
+                .unwrap()
+                .is_subset(&CpuSet::parse_list("2-5", None).unwrap())
+        );
+    }
+    let rps = CpuSet::parse_mask(&items(&p, ItemKind::Rps)[0].desired).unwrap();
+    assert!(rps.is_subset(&CpuSet::parse_list("2-5", None).unwrap()) && !rps.is_empty());
+}
+
+#[test]
+fn bad_devices_and_cpus_are_refused_by_name() {
+    let fs = HostFs::open(fixture("dev-vm")).unwrap();
+    let view = read_host(&fs, None);
+    for (dev, want) in [
+        ("../eth0", "not an interface name"),
+        ("eth0/../x", "not an interface name"),
+        ("", "not an interface name"),
+        ("a-very-long-interface-name", "not an interface name"),
+        ("eth9", "no such interface"),
+    ] {
+        let o = PlanOptions {
+            devices: vec![dev.into()],
+            ..opts(Profile::Balanced)
+        };
+        let e = plan(&view, &o).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains("--dev"), "{dev}: {e}");
+    }
+    let o = PlanOptions {
+        cpus: Some(CpuSet::parse_list("64-65", None).unwrap()),
+        ..opts(Profile::Balanced)
+    };
+    let e = plan(&view, &o).unwrap_err().to_string();
+    assert!(e.contains("--cpus 64-65"), "{e}");
+}
+
+#[test]
+fn a_rollback_after_a_torn_journal_still_restores() {
+    // A crash while appending leaves half a line: rollback ignores it and restores the rest.
+    let tree = copy_tree(&fixture("kvm-virtio-16cpu"));
+    let state = tempfile::tempdir().unwrap();
+    let before = contents(tree.path());
+    let o = opts(Profile::Throughput);
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    let mut text = fs::read_to_string(&report.journal).unwrap();
+    text.push_str("{\"type\":\"write\",\"id\":\"rps/et");
+    fs::write(&report.journal, text).unwrap();
+    let fs_ = HostFs::open(tree.path()).unwrap();
+    let nic = TreeNic::new(tree.path());
+    let backend = HostBackend { fs: fs_, nic: &nic };
+    let r = rollback(
+        Path::new(&report.journal),
+        &root_name(tree.path()),
+        &backend,
+    )
+    .unwrap();
+    assert_eq!(r.status, "restored", "{r:?}");
+    assert_eq!(contents(tree.path()), before);
+    // A journal for another root is refused by name.
+    let e = rollback(Path::new(&report.journal), "/elsewhere", &backend).unwrap_err();
+    assert!(e.to_string().contains("/elsewhere"), "{e}");
+}
