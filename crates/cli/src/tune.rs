@@ -57,6 +57,17 @@ pub struct PlanArgs {
     cpus: Option<String>,
     #[arg(long, value_enum, default_value = "leave")]
     irqbalance: IrqbalanceArg,
+    /// Keep this rx queue out of the RSS table (for control traffic, as seed 000 does).
+    #[arg(long, value_name = "Q")]
+    reserve_queue: Option<u32>,
+    /// Ports meant for the reserved queue (the plan prints their n-tuple rules).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        requires = "reserve_queue"
+    )]
+    ports: Vec<u16>,
     /// Skip NIC settings (channels, GRO, coalescing, flow control).
     #[arg(long)]
     no_ethtool: bool,
@@ -197,6 +208,8 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
             IrqbalanceArg::Leave => IrqbalancePolicy::Leave,
             IrqbalanceArg::Stop => IrqbalancePolicy::Stop,
         },
+        reserve_queue: a.reserve_queue,
+        ports: a.ports.clone(),
         live: host.fs.is_live(),
     })
 }
@@ -208,6 +221,16 @@ fn make_plan(host: &Host, nic: &Nic, opts: &PlanOptions) -> Result<Plan> {
         nic.enabled().then_some(&settings as &dyn Fn(&str) -> _),
     );
     Ok(plan(&view, opts)?)
+}
+
+/// A value for people: long ones (an RSS table) shortened to their start and length.
+fn short(v: &str) -> String {
+    let v = v.trim();
+    if v.len() <= 48 {
+        return v.to_string();
+    }
+    let head: String = v.chars().take(40).collect();
+    format!("{head}… ({} entries)", v.split_whitespace().count())
 }
 
 fn render_plan(p: &Plan) -> Vec<String> {
@@ -222,7 +245,11 @@ fn render_plan(p: &Plan) -> Vec<String> {
             .unwrap_or_default()
     )];
     for i in &p.items {
-        let cur = i.current.as_deref().map(str::trim).unwrap_or("?");
+        let cur = i
+            .current
+            .as_deref()
+            .map(short)
+            .unwrap_or_else(|| "?".into());
         match &i.action {
             Action::Change => lines.push(format!(
                 "  change  {:<28} {} : {cur} -> {}  ({})",
@@ -339,6 +366,8 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
                     IrqbalanceArg::Stop => "stop".into(),
                 },
                 state_dir: state_dir(host, &a.state_dir).display().to_string(),
+                reserve_queue: a.plan.reserve_queue,
+                ports: a.plan.ports.clone(),
             };
             let exe = std::env::current_exe().context("finding the netsteer binary")?;
             let root = host.fs.root();
@@ -561,7 +590,11 @@ fn render_apply(r: &ApplyReport) -> Vec<String> {
             .unwrap_or_default();
         lines.push(format!(
             "  {:<9} {:<28} {} : {} -> {}{why}",
-            s.status, s.id, s.target, s.old, s.new
+            s.status,
+            s.id,
+            s.target,
+            short(&s.old),
+            short(&s.new)
         ));
     }
     if let Some(e) = &r.error {

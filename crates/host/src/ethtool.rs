@@ -100,6 +100,9 @@ pub enum NicKnob {
     Pause(String),
     /// A ring size: `rx` or `tx`.
     Rings(String),
+    /// The RSS indirection table: entry i is the rx queue of hash bucket i. Its value is the
+    /// queue numbers separated by spaces.
+    RssIndirection,
 }
 
 impl std::fmt::Display for NicKnob {
@@ -110,6 +113,7 @@ impl std::fmt::Display for NicKnob {
             NicKnob::Coalesce(n) => write!(f, "coalesce {n}"),
             NicKnob::Pause(n) => write!(f, "pause {n}"),
             NicKnob::Rings(n) => write!(f, "rings {n}"),
+            NicKnob::RssIndirection => f.write_str("rss indirection"),
         }
     }
 }
@@ -142,10 +146,25 @@ fn channel_slot<'a>(
 }
 
 impl NicKnob {
-    /// The current value, or why it cannot be known (the driver lacks the whole part, or this
-    /// parameter).
-    pub fn read(&self, s: &NicSettings) -> Result<u64, String> {
+    /// The current value as text (a number, or the indirection table), or why it cannot be
+    /// known (the driver lacks the whole part, or this parameter).
+    pub fn read(&self, s: &NicSettings) -> Result<String, String> {
         match self {
+            NicKnob::RssIndirection => {
+                let t = &part(&s.rss, "rss")?.indirection;
+                if t.is_empty() {
+                    return Err("the driver reports no RSS indirection table".into());
+                }
+                Ok(t.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))
+            }
+            _ => self.read_number(s).map(|v| v.to_string()),
+        }
+    }
+
+    /// The current value of a numeric knob.
+    pub fn read_number(&self, s: &NicSettings) -> Result<u64, String> {
+        match self {
+            NicKnob::RssIndirection => Err("the RSS table is not a number".into()),
             NicKnob::Feature(n) => part(&s.features, "features")?
                 .get(n)
                 .map(|f| u64::from(f.active))
@@ -201,7 +220,7 @@ impl NicKnob {
                     _ => None,
                 }
             }
-            NicKnob::Coalesce(_) => None,
+            NicKnob::Coalesce(_) | NicKnob::RssIndirection => None,
         }
     }
 
@@ -217,10 +236,40 @@ impl NicKnob {
         }
     }
 
-    /// Records a new value in `s`, as a tree's NIC state does after a write.
-    pub fn store(&self, s: &mut NicSettings, v: u64) -> Result<(), String> {
+    /// Records a new value given as text, as a tree's NIC state does after a write.
+    pub fn store(&self, s: &mut NicSettings, v: &str) -> Result<(), String> {
+        if *self == NicKnob::RssIndirection {
+            let table = parse_indirection(v)?;
+            let queues = s
+                .channels
+                .known()
+                .and_then(|c| c.combined.filter(|n| *n > 0).or(c.rx))
+                .unwrap_or(u32::MAX);
+            let rss = part_mut(&mut s.rss, "rss")?;
+            if table.len() != rss.indirection.len() {
+                return Err(format!(
+                    "the table has {} entries, the device's has {}",
+                    table.len(),
+                    rss.indirection.len()
+                ));
+            }
+            if let Some(q) = table.iter().find(|q| **q >= queues) {
+                return Err(format!("queue {q} does not exist ({queues} rx queues)"));
+            }
+            rss.indirection = table;
+            return Ok(());
+        }
+        let n: u64 = v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{self}: {v:?} is not a number"))?;
+        self.store_number(s, n)
+    }
+
+    fn store_number(&self, s: &mut NicSettings, v: u64) -> Result<(), String> {
         let too_big = || format!("{self}: {v} does not fit");
         match self {
+            NicKnob::RssIndirection => return Err("the RSS table is not a number".into()),
             NicKnob::Feature(n) => {
                 let f = part_mut(&mut s.features, "features")?
                     .get_mut(n)
@@ -278,6 +327,23 @@ impl NicKnob {
         }
         Ok(())
     }
+}
+
+/// An indirection table written as queue numbers separated by spaces.
+pub fn parse_indirection(v: &str) -> Result<Vec<u32>, String> {
+    v.split_whitespace()
+        .map(|q| {
+            q.parse::<u32>()
+                .map_err(|_| format!("RSS table entry {q:?} is not a queue number"))
+        })
+        .collect::<Result<Vec<u32>, String>>()
+        .and_then(|t| {
+            if t.is_empty() {
+                Err("an empty RSS table".into())
+            } else {
+                Ok(t)
+            }
+        })
 }
 
 /// The one text form of a tree's `ethtool.json`: keys sorted at every level, two-space indent,

@@ -59,8 +59,9 @@ pub trait NicBackend {
     /// the reason, never an error for the whole.
     fn settings(&self, ifname: &str) -> NicSettings;
 
-    /// Changes one setting (ETHTOOL_MSG_*_SET on the live host).
-    fn set(&self, ifname: &str, knob: &NicKnob, value: u64) -> Result<(), NicError>;
+    /// Changes one setting (ETHTOOL_MSG_*_SET on the live host); `value` as [`NicKnob::read`]
+    /// prints it.
+    fn set(&self, ifname: &str, knob: &NicKnob, value: &str) -> Result<(), NicError>;
 }
 
 /// Canned settings by interface name.
@@ -77,7 +78,7 @@ impl NicBackend for FakeNic {
             .unwrap_or_else(|| NicSettings::unavailable("no such interface in the fake"))
     }
 
-    fn set(&self, ifname: &str, knob: &NicKnob, _value: u64) -> Result<(), NicError> {
+    fn set(&self, ifname: &str, knob: &NicKnob, _value: &str) -> Result<(), NicError> {
         // The fake is read-only by design: tests that write use a `TreeNic`.
         Err(NicError::Refused {
             dev: ifname.to_string(),
@@ -121,7 +122,7 @@ impl NicBackend for TreeNic {
         }
     }
 
-    fn set(&self, ifname: &str, knob: &NicKnob, value: u64) -> Result<(), NicError> {
+    fn set(&self, ifname: &str, knob: &NicKnob, value: &str) -> Result<(), NicError> {
         let mut all = self.load()?;
         let refused = |reason: String| NicError::Refused {
             dev: ifname.to_string(),

@@ -89,8 +89,9 @@ pub fn incoming_cpu(fd: BorrowedFd<'_>) -> io::Result<Option<u32>> {
     get_int(fd, libc::SOL_SOCKET, libc::SO_INCOMING_CPU).map(|v| u32::try_from(v).ok())
 }
 
-/// SO_INCOMING_NAPI_ID (4.12+): the NAPI instance of the last packet; 0 when there is none
-/// (loopback, veth without GRO), in which case busy polling has nothing to poll.
+/// SO_INCOMING_NAPI_ID (4.12+): the NAPI instance of the last packet; 0 when the driver marks
+/// none (loopback; veth, which was measured at 0 here with GRO on as well), in which case busy
+/// polling has nothing to poll.
 pub fn incoming_napi_id(fd: BorrowedFd<'_>) -> io::Result<u32> {
     get_int(fd, libc::SOL_SOCKET, libc::SO_INCOMING_NAPI_ID).map(|v| v as u32)
 }

@@ -83,6 +83,8 @@ fn opts(profile: Profile) -> PlanOptions {
         devices: Vec::new(),
         cpus: None,
         irqbalance: IrqbalancePolicy::Leave,
+        reserve_queue: None,
+        ports: Vec::new(),
         live: false,
     }
 }
@@ -480,4 +482,79 @@ fn a_rollback_after_a_torn_journal_still_restores() {
     // A journal for another root is refused by name.
     let e = rollback(Path::new(&report.journal), "/elsewhere", &backend).unwrap_err();
     assert!(e.to_string().contains("/elsewhere"), "{e}");
+}
+
+#[test]
+fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
+    // Seed 000 keeps queue 0 for SSH and BGP: RSS gives it no hash bucket, the other ten queues
+    // share the 128 buckets, and the plan names the n-tuple rules to steer the ports there.
+    let tree = copy_tree(&fixture("cloudflare-24cpu"));
+    let before = contents(tree.path());
+    let o = PlanOptions {
+        reserve_queue: Some(0),
+        ports: vec![22, 179],
+        ..opts(Profile::Balanced)
+    };
+    let p = plan_tree(tree.path(), &o);
+    let rss = items(&p, ItemKind::Rss);
+    assert_eq!(rss.len(), 1);
+    assert_eq!(rss[0].action, Action::Change);
+    let table: Vec<u32> = rss[0]
+        .desired
+        .split(' ')
+        .map(|q| q.parse().unwrap())
+        .collect();
+    assert_eq!(table.len(), 128);
+    assert!(!table.contains(&0));
+    for q in 1..=10 {
+        let n = table.iter().filter(|x| **x == q).count();
+        assert!((12..=13).contains(&n), "queue {q} has {n} buckets");
+    }
+    assert!(
+        rss[0]
+            .reason
+            .contains("ethtool -N eth2 flow-type tcp4 dst-port 179 action 0")
+    );
+    // Without a reservation the driver's even table is already what balanced wants.
+    let plain = plan_tree(tree.path(), &opts(Profile::Balanced));
+    assert_eq!(items(&plain, ItemKind::Rss)[0].action, Action::Keep);
+
+    let state = tempfile::tempdir().unwrap();
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.id == "nic/eth2/rss/indirection" && s.status == "changed"),
+        "{report:?}"
+    );
+    let nic = TreeNic::new(tree.path());
+    let now = nic
+        .settings("eth2")
+        .rss
+        .known()
+        .unwrap()
+        .indirection
+        .clone();
+    assert_eq!(now, table);
+    // A reservation past the last queue is a note, not an item.
+    let far = PlanOptions {
+        reserve_queue: Some(40),
+        ..opts(Profile::Balanced)
+    };
+    let p = plan_tree(tree.path(), &far);
+    assert!(
+        p.notes.iter().any(|n| n.contains("--reserve-queue 40")),
+        "{:?}",
+        p.notes
+    );
+    let fs_ = HostFs::open(tree.path()).unwrap();
+    let backend = HostBackend { fs: fs_, nic: &nic };
+    rollback(
+        Path::new(&report.journal),
+        &root_name(tree.path()),
+        &backend,
+    )
+    .unwrap();
+    assert_eq!(contents(tree.path()), before);
 }

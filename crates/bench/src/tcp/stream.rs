@@ -27,8 +27,9 @@ pub const BENCH: &str = "tcp-stream";
 /// window keeps the kernel mapping rather than falling back to copying a small queue.
 const ZC_WINDOW: usize = 512 << 10;
 const ZC_COPYBUF: usize = 4 << 10;
-/// SO_RCVLOWAT of a copying receiver.
+/// SO_RCVLOWAT of a copying receiver whose sender writes less than SMALL_WRITE at a time.
 const COPY_LOW_WATER: usize = 64 << 10;
+const SMALL_WRITE: u32 = 16 << 10;
 
 fn read_buffer_len(write_size: u32) -> usize {
     (write_size as usize).clamp(64 << 10, 1 << 20)
@@ -67,7 +68,15 @@ pub(crate) fn receive(
     let r = if spec.zerocopy_recv {
         receive_zerocopy(sock, buf_len, &mut verifier, &mut out, stop, cpus)
     } else {
-        receive_copy(sock, buf_len, &mut verifier, &mut out, stop, cpus)
+        receive_copy(
+            sock,
+            buf_len,
+            spec.write_size,
+            &mut verifier,
+            &mut out,
+            stop,
+            cpus,
+        )
     };
     if let Err(e) = r
         && !stop.load(Ordering::Relaxed)
@@ -81,17 +90,22 @@ pub(crate) fn receive(
 fn receive_copy(
     mut sock: &TcpStream,
     buf_len: usize,
+    write_size: u32,
     verifier: &mut Option<Verifier>,
     out: &mut ServerFlow,
     stop: &AtomicBool,
     cpus: &mut BTreeSet<u32>,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; buf_len];
-    // Wake for 64 KiB at a time, not for every segment: with 16-byte writes a reader woken per
-    // segment spends its CPU on wake-ups (measured on veth, 6 flows × 16 B: the server's CPU per
-    // MiB fell 6×, and the flows ran 20% faster with the sender no longer competing for it).
-    // EOF and shutdown still wake it at once.
-    set_recv_low_water(sock.as_fd(), COPY_LOW_WATER.min(buf_len) as u32)?;
+    // With small writes, wake for 64 KiB at a time, not for every segment: a reader woken per
+    // 16-byte segment spends its CPU on wake-ups (6 flows × 16 B: the server's CPU per MiB fell
+    // 6× on veth; on loopback, where the sender's CPU also runs the receive softirq, the flows
+    // ran 5× faster). Not with large writes: there each wake-up already brings a lot, and the
+    // low-water mark cost a third of a loopback bulk flow (BBR, 128 KiB writes: 22-24 Gbit/s
+    // instead of 25-33). EOF and shutdown wake the reader at once either way.
+    if write_size < SMALL_WRITE {
+        set_recv_low_water(sock.as_fd(), COPY_LOW_WATER.min(buf_len) as u32)?;
+    }
     let mut reads = 0u64;
     loop {
         let n = match sock.read(&mut buf) {

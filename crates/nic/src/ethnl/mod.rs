@@ -129,38 +129,47 @@ impl Netlink {
 }
 
 impl NicBackend for Netlink {
-    fn set(&self, dev: &str, knob: &NicKnob, value: u64) -> Result<(), NicError> {
+    fn set(&self, dev: &str, knob: &NicKnob, text: &str) -> Result<(), NicError> {
         let bad = |reason: String| NicError::Refused {
             dev: dev.to_string(),
             knob: knob.to_string(),
             reason,
         };
+        let num = || -> Result<u64, NicError> {
+            text.trim()
+                .parse()
+                .map_err(|_| bad(format!("{text:?} is not a number")))
+        };
         let (request, cmd, body) = match knob {
             NicKnob::Feature(n) => (
                 "features-set",
                 features::CMD_SET,
-                features::set(n, value != 0),
+                features::set(n, num()? != 0),
             ),
             NicKnob::Channels(n) => (
                 "channels-set",
                 channels::CMD_SET,
-                channels::set(n, value).map_err(bad)?,
+                channels::set(n, num()?).map_err(bad)?,
             ),
             NicKnob::Coalesce(n) => (
                 "coalesce-set",
                 coalesce::CMD_SET,
-                coalesce::set(n, value).map_err(bad)?,
+                coalesce::set(n, num()?).map_err(bad)?,
             ),
             NicKnob::Pause(n) => (
                 "pause-set",
                 pause::CMD_SET,
-                pause::set(n, value != 0).map_err(bad)?,
+                pause::set(n, num()? != 0).map_err(bad)?,
             ),
             NicKnob::Rings(n) => (
                 "rings-set",
                 rings::CMD_SET,
-                rings::set(n, value).map_err(bad)?,
+                rings::set(n, num()?).map_err(bad)?,
             ),
+            NicKnob::RssIndirection => {
+                let table = netsteer_host::ethtool::parse_indirection(text).map_err(bad)?;
+                ("rss-set", rss::CMD_SET, rss::set(&table))
+            }
         };
         Netlink::set(self, dev, request, cmd, &body)
     }

@@ -1,8 +1,11 @@
-//! ETHTOOL_MSG_RSS_GET (38, Linux 6.2+): hash function, indirection table, key.
+//! ETHTOOL_MSG_RSS_GET (38, Linux 6.2+): hash function, indirection table, key; and
+//! ETHTOOL_MSG_RSS_SET (48, Linux 6.16+) of the indirection table. Older kernels answer the SET
+//! with EOPNOTSUPP, which tune reports as a skip.
 use super::attr;
 use netsteer_host::ethtool::Rss;
 
 pub const CMD: u8 = 38;
+pub const CMD_SET: u8 = 48;
 const A_HFUNC: u16 = 3;
 const A_INDIR: u16 = 4;
 const A_HKEY: u16 = 5;
@@ -28,4 +31,24 @@ pub fn parse(buf: &[u8]) -> Result<Rss, String> {
         indirection,
         key,
     })
+}
+
+/// The INDIR attribute: the table as native-endian u32s, one per hash bucket.
+pub fn set(table: &[u32]) -> Vec<u8> {
+    let bytes: Vec<u8> = table.iter().flat_map(|q| q.to_ne_bytes()).collect();
+    let mut a = Vec::new();
+    attr::put(&mut a, A_INDIR, &bytes);
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_table_reads_back() {
+        let set = set(&[1, 2, 3, 1]);
+        let rss = parse(&set).unwrap();
+        assert_eq!(rss.indirection, [1, 2, 3, 1]);
+    }
 }

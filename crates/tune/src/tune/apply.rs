@@ -66,7 +66,6 @@ impl Backend for HostBackend<'_> {
                 .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
             Target::Nic { dev, knob } => knob
                 .read(&self.nic.settings(dev))
-                .map(|v| v.to_string())
                 .map_err(|m| step_err(target, None, m)),
             Target::Service { name } => {
                 if !self.fs.is_live() {
@@ -87,15 +86,10 @@ impl Backend for HostBackend<'_> {
                 .fs
                 .write(path, value)
                 .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
-            Target::Nic { dev, knob } => {
-                let v: u64 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| step_err(target, None, format!("{value:?} is not a number")))?;
-                self.nic
-                    .set(dev, knob, v)
-                    .map_err(|e| step_err(target, e.errno(), e.to_string()))
-            }
+            Target::Nic { dev, knob } => self
+                .nic
+                .set(dev, knob, value)
+                .map_err(|e| step_err(target, e.errno(), e.to_string())),
             Target::Service { name } => {
                 if !self.fs.is_live() {
                     return Err(step_err(
@@ -599,6 +593,7 @@ fn kind_of(id: &str) -> ItemKind {
         "nic" if id.contains("/channels/") => ItemKind::Channels,
         "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,
         "nic" if id.contains("/pause/") => ItemKind::Pause,
+        "nic" if id.contains("/rss/") => ItemKind::Rss,
         "nic" => ItemKind::Feature,
         _ => ItemKind::Sysctl,
     }

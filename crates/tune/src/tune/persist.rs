@@ -17,6 +17,8 @@ pub struct Invocation {
     pub cpus: Option<String>,
     pub irqbalance: String,
     pub state_dir: String,
+    pub reserve_queue: Option<u32>,
+    pub ports: Vec<u16>,
 }
 
 impl Invocation {
@@ -37,6 +39,20 @@ impl Invocation {
         }
         a.push("--irqbalance".into());
         a.push(self.irqbalance.clone());
+        if let Some(q) = self.reserve_queue {
+            a.push("--reserve-queue".into());
+            a.push(q.to_string());
+        }
+        if !self.ports.is_empty() {
+            a.push("--ports".into());
+            a.push(
+                self.ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+        }
         a.push("--state-dir".into());
         a.push(self.state_dir.clone());
         a

@@ -39,6 +39,10 @@ pub struct PlanOptions {
     /// Only these CPUs take kernel packet work (IRQs, RPS, XPS).
     pub cpus: Option<CpuSet>,
     pub irqbalance: IrqbalancePolicy,
+    /// A queue kept out of the RSS table (seed 000 reserves one for SSH/BGP).
+    pub reserve_queue: Option<u32>,
+    /// Ports meant for the reserved queue; the plan prints the n-tuple rules for them.
+    pub ports: Vec<u16>,
     /// True on the live host, where services exist; a tree has none to stop.
     pub live: bool,
 }
@@ -114,6 +118,18 @@ impl Builder<'_> {
     }
 
     fn nic_item(&mut self, nic: &Nic, kind: ItemKind, knob: NicKnob, desired: u64, reason: String) {
+        self.nic_text_item(nic, kind, knob, Format::Int, desired.to_string(), reason);
+    }
+
+    fn nic_text_item(
+        &mut self,
+        nic: &Nic,
+        kind: ItemKind,
+        knob: NicKnob,
+        format: Format,
+        desired: String,
+        reason: String,
+    ) {
         let id = format!("nic/{}/{}", nic.name, knob.to_string().replace(' ', "/"));
         let target = Target::Nic {
             dev: nic.name.clone(),
@@ -126,22 +142,78 @@ impl Builder<'_> {
             ),
             Some(s) => match knob.read(s) {
                 Err(why) => (None, Some(why)),
-                Ok(v) if v != desired && !knob.changeable(s) => (
-                    Some(v.to_string()),
-                    Some(format!("{knob} is fixed by the driver")),
-                ),
-                Ok(v) => (Some(v.to_string()), None),
+                Ok(v) if !format.same(&v, &desired) && !knob.changeable(s) => {
+                    (Some(v), Some(format!("{knob} is fixed by the driver")))
+                }
+                Ok(v) => (Some(v), None),
             },
         };
-        self.push(
-            id,
-            kind,
-            target,
-            Format::Int,
-            current,
-            desired.to_string(),
+        self.push(id, kind, target, format, current, desired, reason, skip);
+    }
+
+    /// The RSS indirection table: every active queue gets an equal share of the hash buckets,
+    /// except a queue reserved (`--reserve-queue`) for traffic steered to it by n-tuple rules,
+    /// as seed 000 keeps SSH and BGP away from the data queues.
+    fn rss(&mut self, nic: &Nic, s: &NicSettings) {
+        let Some(rss) = s.rss.known() else {
+            return;
+        };
+        if rss.indirection.is_empty() {
+            return;
+        }
+        let nq = nic.rx_queues.len() as u32;
+        let reserved = self.opts.reserve_queue.filter(|q| *q < nq);
+        if let Some(q) = self.opts.reserve_queue
+            && reserved.is_none()
+        {
+            self.notes.push(format!(
+                "{}: --reserve-queue {q}: the device has {nq} rx queue(s); nothing reserved",
+                nic.name
+            ));
+        }
+        let queues: Vec<u32> = (0..nq).filter(|q| Some(*q) != reserved).collect();
+        if queues.is_empty() {
+            return;
+        }
+        let table: Vec<String> = (0..rss.indirection.len())
+            .map(|i| queues[i % queues.len()].to_string())
+            .collect();
+        let reason = match reserved {
+            None => format!(
+                "RSS: the {} hash buckets shared equally by the {nq} rx queues",
+                table.len()
+            ),
+            Some(q) => {
+                let ports = if self.opts.ports.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; steer its traffic with n-tuple rules (not applied by netsteer): {}",
+                        self.opts
+                            .ports
+                            .iter()
+                            .map(|p| format!(
+                                "ethtool -N {} flow-type tcp4 dst-port {p} action {q}",
+                                nic.name
+                            ))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    )
+                };
+                format!(
+                    "RSS: queue {q} reserved (no hash bucket), the other {} queues share the {} buckets equally{ports}",
+                    queues.len(),
+                    table.len()
+                )
+            }
+        };
+        self.nic_text_item(
+            nic,
+            ItemKind::Rss,
+            NicKnob::RssIndirection,
+            Format::Text,
+            table.join(" "),
             reason,
-            skip,
         );
     }
 
@@ -455,7 +527,7 @@ impl Builder<'_> {
         };
         for kind in kinds {
             let knob = NicKnob::Channels(kind.to_string());
-            let (Ok(current), Some(max)) = (knob.read(s), knob.limit(s)) else {
+            let (Ok(current), Some(max)) = (knob.read_number(s), knob.limit(s)) else {
                 continue;
             };
             if max == 0 {
@@ -640,6 +712,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             b.features(nic, &s);
             b.coalesce(nic, &s);
             b.pause(nic, &s);
+            b.rss(nic, &s);
         } else {
             b.notes.push(format!(
                 "{}: NIC settings (channels, GRO, coalescing, flow control) not read: left alone",
