@@ -57,6 +57,21 @@ fn systemctl(args: &[&str]) -> Result<String, String> {
     }
 }
 
+impl HostBackend<'_> {
+    /// Services exist only on the live host; a tree's are never started or stopped.
+    fn services_allowed(&self, target: &Target) -> Result<(), StepError> {
+        if self.fs.is_live() {
+            Ok(())
+        } else {
+            Err(step_err(
+                target,
+                None,
+                "services are not touched with --root",
+            ))
+        }
+    }
+}
+
 impl Backend for HostBackend<'_> {
     fn read(&self, target: &Target) -> Result<String, StepError> {
         match target {
@@ -68,13 +83,7 @@ impl Backend for HostBackend<'_> {
                 .read(&self.nic.settings(dev))
                 .map_err(|m| step_err(target, None, m)),
             Target::Service { name } => {
-                if !self.fs.is_live() {
-                    return Err(step_err(
-                        target,
-                        None,
-                        "services are not touched with --root",
-                    ));
-                }
+                self.services_allowed(target)?;
                 systemctl(&["is-active", name]).map_err(|m| step_err(target, None, m))
             }
         }
@@ -91,13 +100,7 @@ impl Backend for HostBackend<'_> {
                 .set(dev, knob, value)
                 .map_err(|e| step_err(target, e.errno(), e.to_string())),
             Target::Service { name } => {
-                if !self.fs.is_live() {
-                    return Err(step_err(
-                        target,
-                        None,
-                        "services are not touched with --root",
-                    ));
-                }
+                self.services_allowed(target)?;
                 let verb = if value.trim() == "active" {
                     "start"
                 } else {
