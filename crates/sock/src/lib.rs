@@ -8,6 +8,8 @@
 //! * [`mmsg`]: batches of datagrams in and out with recvmmsg(2)/sendmmsg(2).
 //! * [`cpu`]: the CPU a thread runs on, pinning it, and its CPU time.
 //! * [`tcp`]: TCP_INFO, TCP_MAXSEG, TCP_CONGESTION, low-water marks, waiting for readability.
+//! * [`pipe`]: splice(2) from a socket into a pipe, so another thread can copy the bytes out.
+//! * [`netns`]: moving a thread into a network namespace.
 //! * [`zerocopy`]: MSG_ZEROCOPY sends and completions, TCP_ZEROCOPY_RECEIVE.
 
 #[cfg(not(target_os = "linux"))]
@@ -16,7 +18,9 @@ compile_error!("netsteer-sock uses Linux socket options; it builds on Linux only
 pub mod cpu;
 pub mod mmsg;
 pub mod msg;
+pub mod netns;
 pub mod opt;
+pub mod pipe;
 pub mod tcp;
 pub mod wake;
 pub mod zerocopy;

@@ -170,6 +170,19 @@ pub fn set_buffers(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
     set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v)
 }
 
+/// SO_PRIORITY: the skb priority, which picks the band of a prio/mqprio qdisc on the way out.
+/// 0..=6 need no privilege; 7 and above need CAP_NET_ADMIN (man 7 socket).
+pub fn set_priority(fd: BorrowedFd<'_>, priority: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(priority)
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    set_int(fd, libc::SOL_SOCKET, libc::SO_PRIORITY, v)
+}
+
+/// The socket's SO_PRIORITY.
+pub fn priority(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    Ok(get_int(fd, libc::SOL_SOCKET, libc::SO_PRIORITY)? as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

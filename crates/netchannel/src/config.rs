@@ -1,0 +1,115 @@
+//! Endpoint and socket options.
+
+use crate::sched::{CHANNEL_LIMIT, Policy, WORKER_LIMIT};
+use crate::wire::Class;
+use std::time::Duration;
+
+/// How an endpoint shapes its sessions. The accepting side uses the connecting side's channel
+/// counts (sent in HELLO) and its own values for everything else.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Throughput-class channels per session (≥ 1).
+    pub throughput_channels: u16,
+    /// Latency-class channels per session (0 = latency sockets share nothing and are refused).
+    pub latency_channels: u16,
+    /// Largest DATA payload this side sends (the peer's limit is honoured too).
+    pub max_frame: u32,
+    /// Receive window of each virtual socket: the most bytes a peer may send beyond what the
+    /// app has read. Bounds the memory one socket can hold.
+    pub window: u32,
+    /// Scheduler policy of throughput sockets unless a socket says otherwise.
+    pub policy: Policy,
+    /// Bytes queued on a channel before the scheduler skips it.
+    pub channel_limit: u64,
+    /// Receive copy workers (0 = each channel's I/O thread copies its own bytes).
+    pub copy_workers: usize,
+    /// Bytes pending at a copy worker before it is skipped.
+    pub worker_limit: u64,
+    /// Pipe size per copy worker (≤ /proc/sys/fs/pipe-max-size).
+    pub worker_pipe: usize,
+    /// CPUs for throughput channels' I/O threads, given out round-robin (empty = unpinned).
+    pub io_cpus: Vec<u32>,
+    /// CPUs for latency channels' I/O threads.
+    pub latency_cpus: Vec<u32>,
+    /// CPUs for copy workers.
+    pub copy_cpus: Vec<u32>,
+    /// Throughput-channel senders write frames themselves when the channel is idle, instead
+    /// of handing them to the channel's I/O thread (saves a hand-off; the app thread then
+    /// does the kernel copy). Latency channels always do this.
+    pub inline_send: bool,
+    /// TCP_NOTSENT_LOWAT of throughput channels (None = kernel default).
+    pub throughput_notsent_lowat: Option<u32>,
+    /// TCP_NOTSENT_LOWAT of latency channels: a short kernel queue keeps their frames fresh.
+    pub latency_notsent_lowat: u32,
+    /// SO_PRIORITY of latency channels (selects a prio qdisc band on real NICs).
+    pub latency_priority: u32,
+    /// Latency I/O threads spin this long for data before sleeping, and set SO_BUSY_POLL.
+    pub latency_busy_poll: Duration,
+    /// Most virtual sockets one session may hold (OPENs beyond are reset).
+    pub max_sockets: usize,
+    /// Connections waiting in an accept queue per listening virtual port.
+    pub accept_backlog: usize,
+    /// How long a new channel may take to send its HELLO, and a whole link to assemble.
+    pub hello_timeout: Duration,
+    /// Channel connections in handshake at once; more are closed at once (HELLO floods).
+    pub max_handshakes: usize,
+    /// Links (sessions) half-assembled at once.
+    pub max_pending_links: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            throughput_channels: 2,
+            latency_channels: 1,
+            max_frame: 64 * 1024,
+            window: 4 << 20,
+            policy: Policy::default(),
+            channel_limit: CHANNEL_LIMIT,
+            copy_workers: 0,
+            worker_limit: WORKER_LIMIT,
+            worker_pipe: 1 << 20,
+            io_cpus: Vec::new(),
+            latency_cpus: Vec::new(),
+            copy_cpus: Vec::new(),
+            inline_send: false,
+            throughput_notsent_lowat: None,
+            latency_notsent_lowat: 16 * 1024,
+            latency_priority: 6,
+            latency_busy_poll: Duration::ZERO,
+            max_sockets: 4096,
+            accept_backlog: 128,
+            hello_timeout: Duration::from_secs(5),
+            max_handshakes: 64,
+            max_pending_links: 64,
+        }
+    }
+}
+
+/// Per-socket options.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SocketOptions {
+    pub class: Option<Class>,
+    /// Like NetChannel, a nonzero SO_PRIORITY-style value selects the latency class when
+    /// `class` is not given.
+    pub priority: u32,
+    /// Overrides the endpoint's policy for this socket.
+    pub policy: Option<Policy>,
+}
+
+impl SocketOptions {
+    pub fn latency() -> SocketOptions {
+        SocketOptions {
+            class: Some(Class::Latency),
+            ..SocketOptions::default()
+        }
+    }
+
+    pub fn class(&self) -> Class {
+        match self.class {
+            Some(c) => c,
+            None if self.priority != 0 => Class::Latency,
+            None => Class::Throughput,
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! The endpoint: opens sessions (groups of channels) to peers, accepts them from peers, and
+//! hands out virtual sockets.
+//!
+//! Handshake. The connecting side opens `throughput + latency` TCP connections to the peer's
+//! listen address and sends a HELLO on each, all with one random link id; channel i < the
+//! throughput count is a throughput channel, the rest are latency channels. The accepting
+//! side reads one HELLO per connection (within `hello_timeout`), groups connections by link
+//! id, and when every index has arrived answers a HELLO on each and starts the session.
+//! Anything else — bad magic, another version, a layout that disagrees with the link's first
+//! channel, a duplicate index, too many half-built links or handshakes — closes the offending
+//! connection and is counted in [`Stats::rejected_channels`].
+
+use crate::config::{Config, SocketOptions};
+use crate::copy::CopyPool;
+use crate::session::{Listeners, Session, SessionParts};
+use crate::socket::{VListener, VSocket, lock};
+use crate::wire::{Class, HEADER_LEN, HELLO_LEN, Hello, MAX_CHANNELS, MAX_FRAME_LIMIT, MIN_FRAME, VERSION};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct PendingLink {
+    first: Hello,
+    peer: SocketAddr,
+    slots: Vec<Option<TcpStream>>,
+    since: Instant,
+}
+
+struct Inner {
+    cfg: Arc<Config>,
+    listeners: Arc<Listeners>,
+    pool: Option<Arc<CopyPool>>,
+    outgoing: Mutex<HashMap<SocketAddr, Arc<Session>>>,
+    incoming: Mutex<Vec<Arc<Session>>>,
+    local: Option<SocketAddr>,
+    shutdown: AtomicBool,
+    rejected: AtomicU64,
+    last_rejection: Mutex<Option<String>>,
+    pending: Mutex<HashMap<u64, PendingLink>>,
+    handshakes: AtomicUsize,
+}
+
+/// One channel as [`Endpoint::stats`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelStats {
+    pub index: usize,
+    pub class: Class,
+    pub alive: bool,
+    pub bytes_out: u64,
+    pub frames_out: u64,
+    pub bytes_in: u64,
+    pub frames_in: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionStats {
+    pub peer: SocketAddr,
+    pub link_id: u64,
+    pub accepted: bool,
+    pub sockets: usize,
+    pub orphan_frames: u64,
+    pub protocol_resets: u64,
+    pub channels: Vec<ChannelStats>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stats {
+    pub sessions: Vec<SessionStats>,
+    /// Incoming channel connections closed during the handshake.
+    pub rejected_channels: u64,
+    pub last_rejection: Option<String>,
+    /// Bytes each receive copy worker copied.
+    pub copy_worker_bytes: Vec<u64>,
+}
+
+/// A netchannel endpoint. Dropping it flushes queued frames (up to one second) and closes
+/// every channel; sockets still open then fail with [`crate::Error::Closed`].
+pub struct Endpoint {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local_addr", &self.inner.local)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check(cfg: &Config) -> io::Result<()> {
+    let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+    let total = u32::from(cfg.throughput_channels) + u32::from(cfg.latency_channels);
+    if cfg.throughput_channels == 0 || total > u32::from(MAX_CHANNELS) {
+        return bad(format!(
+            "channels: {} throughput + {} latency (need 1..={MAX_CHANNELS} in all, at least one throughput)",
+            cfg.throughput_channels, cfg.latency_channels
+        ));
+    }
+    if !(MIN_FRAME..=MAX_FRAME_LIMIT).contains(&cfg.max_frame) {
+        return bad(format!("max_frame {} outside {MIN_FRAME}..={MAX_FRAME_LIMIT}", cfg.max_frame));
+    }
+    if cfg.window < cfg.max_frame {
+        return bad(format!("window {} is smaller than max_frame {}", cfg.window, cfg.max_frame));
+    }
+    if cfg.max_sockets == 0 || cfg.accept_backlog == 0 {
+        return bad("max_sockets and accept_backlog must be at least 1".into());
+    }
+    Ok(())
+}
+
+fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+impl Endpoint {
+    /// An endpoint that only connects.
+    pub fn new(cfg: Config) -> io::Result<Endpoint> {
+        Endpoint::build(cfg, None)
+    }
+
+    /// An endpoint that also accepts sessions on `addr` (port 0 picks one; see
+    /// [`Endpoint::local_addr`]).
+    pub fn listen(addr: SocketAddr, cfg: Config) -> io::Result<Endpoint> {
+        let l = TcpListener::bind(addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("listen on {addr}: {e}")))?;
+        Endpoint::build(cfg, Some(l))
+    }
+
+    fn build(cfg: Config, listener: Option<TcpListener>) -> io::Result<Endpoint> {
+        check(&cfg)?;
+        let pool = if cfg.copy_workers > 0 {
+            Some(CopyPool::new(
+                cfg.copy_workers,
+                cfg.worker_pipe,
+                cfg.worker_limit,
+                &cfg.copy_cpus,
+            )?)
+        } else {
+            None
+        };
+        let inner = Arc::new(Inner {
+            cfg: Arc::new(cfg),
+            listeners: Arc::default(),
+            pool,
+            outgoing: Mutex::default(),
+            incoming: Mutex::default(),
+            local: listener.as_ref().map(|l| l.local_addr()).transpose()?,
+            shutdown: AtomicBool::new(false),
+            rejected: AtomicU64::new(0),
+            last_rejection: Mutex::new(None),
+            pending: Mutex::default(),
+            handshakes: AtomicUsize::new(0),
+        });
+        if let Some(l) = listener {
+            let i = inner.clone();
+            std::thread::Builder::new()
+                .name("nc-accept".into())
+                .spawn(move || accept_loop(i, l))?;
+        }
+        Ok(Endpoint { inner })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.inner.local
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// Binds virtual port `port` for incoming virtual connections.
+    pub fn bind(&self, port: u16) -> io::Result<VListener> {
+        let queue = self.inner.listeners.bind(port, self.inner.cfg.accept_backlog)?;
+        Ok(VListener {
+            queue,
+            listeners: self.inner.listeners.clone(),
+        })
+    }
+
+    /// Opens a virtual socket to `port` at `peer`, opening the session first if needed.
+    pub fn connect(&self, peer: SocketAddr, port: u16, opts: SocketOptions) -> io::Result<VSocket> {
+        let session = self.session_to(peer)?;
+        let class = opts.class();
+        let policy = opts.policy.unwrap_or(self.inner.cfg.policy);
+        session.open(port, class, policy)
+    }
+
+    fn session_to(&self, peer: SocketAddr) -> io::Result<Arc<Session>> {
+        let mut out = lock(&self.inner.outgoing);
+        if let Some(s) = out.get(&peer) {
+            if s.channels.iter().any(|c| c.is_alive()) {
+                return Ok(s.clone());
+            }
+        }
+        let s = self.open_session(peer)?;
+        out.insert(peer, s.clone());
+        Ok(s)
+    }
+
+    fn open_session(&self, peer: SocketAddr) -> io::Result<Arc<Session>> {
+        let cfg = &self.inner.cfg;
+        let link_id = random_u64();
+        let total = cfg.throughput_channels + cfg.latency_channels;
+        let ctx = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {peer}: {e}"));
+        let mut streams = Vec::with_capacity(total as usize);
+        for i in 0..total {
+            let mut s = TcpStream::connect_timeout(&peer, cfg.hello_timeout)
+                .map_err(|e| ctx(&format!("channel {i} to"), e))?;
+            s.set_nodelay(true)?;
+            let hello = Hello {
+                version: u16::from(VERSION),
+                link_id,
+                channel_index: i,
+                class: if i < cfg.throughput_channels {
+                    Class::Throughput
+                } else {
+                    Class::Latency
+                },
+                throughput_channels: cfg.throughput_channels,
+                latency_channels: cfg.latency_channels,
+                max_frame: cfg.max_frame,
+            };
+            s.write_all(&hello.encode())
+                .map_err(|e| ctx("HELLO to", e))?;
+            streams.push((s, hello));
+        }
+        let mut peer_max = u32::MAX;
+        for (s, mine) in &mut streams {
+            s.set_read_timeout(Some(cfg.hello_timeout))?;
+            let mut b = [0u8; HEADER_LEN + HELLO_LEN];
+            s.read_exact(&mut b).map_err(|e| ctx("HELLO answer from", e))?;
+            let theirs = Hello::decode(&b).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("HELLO answer from {peer}: {e}"))
+            })?;
+            if theirs.link_id != link_id
+                || theirs.channel_index != mine.channel_index
+                || theirs.throughput_channels != mine.throughput_channels
+                || theirs.latency_channels != mine.latency_channels
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("HELLO answer from {peer} does not match channel {}", mine.channel_index),
+                ));
+            }
+            peer_max = peer_max.min(theirs.max_frame);
+        }
+        Session::start(SessionParts {
+            peer,
+            link_id,
+            cfg: cfg.clone(),
+            peer_max_frame: peer_max,
+            throughput: cfg.throughput_channels as usize,
+            streams: streams.into_iter().map(|(s, _)| s).collect(),
+            listeners: self.inner.listeners.clone(),
+            pool: self.inner.pool.clone(),
+        })
+    }
+
+    fn sessions(&self) -> Vec<(Arc<Session>, bool)> {
+        let mut v: Vec<_> = lock(&self.inner.outgoing)
+            .values()
+            .map(|s| (s.clone(), false))
+            .collect();
+        v.extend(lock(&self.inner.incoming).iter().map(|s| (s.clone(), true)));
+        v
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            sessions: self
+                .sessions()
+                .into_iter()
+                .map(|(s, accepted)| SessionStats {
+                    peer: s.peer,
+                    link_id: s.link_id,
+                    accepted,
+                    sockets: s.socket_count(),
+                    orphan_frames: s.counters.orphan_frames.load(Ordering::Relaxed),
+                    protocol_resets: s.counters.protocol_resets.load(Ordering::Relaxed),
+                    channels: s
+                        .channels
+                        .iter()
+                        .map(|c| ChannelStats {
+                            index: c.index,
+                            class: c.class,
+                            alive: c.is_alive(),
+                            bytes_out: c.counters.bytes_out.load(Ordering::Relaxed),
+                            frames_out: c.counters.frames_out.load(Ordering::Relaxed),
+                            bytes_in: c.counters.bytes_in.load(Ordering::Relaxed),
+                            frames_in: c.counters.frames_in.load(Ordering::Relaxed),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            rejected_channels: self.inner.rejected.load(Ordering::Relaxed),
+            last_rejection: lock(&self.inner.last_rejection).clone(),
+            copy_worker_bytes: self.inner.pool.as_ref().map(|p| p.copied()).unwrap_or_default(),
+        }
+    }
+
+    /// Fault injection: shuts down channel `index` of every session, as a dead path would.
+    pub fn break_channel(&self, index: usize) -> io::Result<()> {
+        for (s, _) in self.sessions() {
+            s.break_channel(index)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        for (s, _) in self.sessions() {
+            s.close(Duration::from_secs(1));
+        }
+        if let Some(p) = &self.inner.pool {
+            p.shutdown();
+        }
+        lock(&self.inner.pending).clear();
+    }
+}
+
+fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
+    while !inner.shutdown.load(Ordering::Acquire) {
+        match netsteer_sock::tcp::wait_readable(l.as_fd(), 200) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        }
+        let (stream, from) = match l.accept() {
+            Ok(x) => x,
+            Err(_) => continue,
+        };
+        if inner.handshakes.load(Ordering::Acquire) >= inner.cfg.max_handshakes {
+            reject(&inner, from, "too many handshakes in progress");
+            continue;
+        }
+        inner.handshakes.fetch_add(1, Ordering::AcqRel);
+        let i = inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nc-hello".into())
+            .spawn(move || {
+                if let Err(why) = handshake(&i, stream, from) {
+                    reject(&i, from, &why);
+                }
+                i.handshakes.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            inner.handshakes.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn reject(inner: &Inner, from: SocketAddr, why: &str) {
+    inner.rejected.fetch_add(1, Ordering::Relaxed);
+    *lock(&inner.last_rejection) = Some(format!("channel from {from}: {why}"));
+}
+
+/// Reads one HELLO and files the connection under its link; starts the session when the
+/// link is complete.
+fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(), String> {
+    let cfg = &inner.cfg;
+    s.set_read_timeout(Some(cfg.hello_timeout)).map_err(|e| e.to_string())?;
+    let mut b = [0u8; HEADER_LEN + HELLO_LEN];
+    s.read_exact(&mut b).map_err(|e| format!("no HELLO: {e}"))?;
+    let hello = Hello::decode(&b).map_err(|e| e.to_string())?;
+    let complete = {
+        let mut pending = lock(&inner.pending);
+        pending.retain(|_, p| p.since.elapsed() < cfg.hello_timeout);
+        if !pending.contains_key(&hello.link_id) {
+            if pending.len() >= cfg.max_pending_links {
+                return Err(format!("{} links already half-open", pending.len()));
+            }
+            pending.insert(
+                hello.link_id,
+                PendingLink {
+                    first: hello,
+                    peer: from,
+                    slots: (0..hello.total_channels()).map(|_| None).collect(),
+                    since: Instant::now(),
+                },
+            );
+        }
+        let link = pending.get_mut(&hello.link_id).expect("inserted");
+        if link.first.throughput_channels != hello.throughput_channels
+            || link.first.latency_channels != hello.latency_channels
+            || link.first.max_frame != hello.max_frame
+            || from.ip() != link.peer.ip()
+        {
+            return Err(format!("HELLO disagrees with link {:#x}", hello.link_id));
+        }
+        let slot = &mut link.slots[hello.channel_index as usize];
+        if slot.is_some() {
+            return Err(format!("duplicate channel {} of link {:#x}", hello.channel_index, hello.link_id));
+        }
+        *slot = Some(s);
+        if link.slots.iter().all(Option::is_some) {
+            pending.remove(&hello.link_id)
+        } else {
+            None
+        }
+    };
+    let Some(link) = complete else {
+        return Ok(());
+    };
+    let mut streams = Vec::with_capacity(link.slots.len());
+    for (i, slot) in link.slots.into_iter().enumerate() {
+        let mut s = slot.expect("complete link");
+        let answer = Hello {
+            channel_index: i as u16,
+            class: if i < link.first.throughput_channels as usize {
+                Class::Throughput
+            } else {
+                Class::Latency
+            },
+            max_frame: cfg.max_frame,
+            ..link.first
+        };
+        s.write_all(&answer.encode()).map_err(|e| format!("HELLO answer: {e}"))?;
+        streams.push(s);
+    }
+    if inner.shutdown.load(Ordering::Acquire) {
+        return Err("endpoint closing".into());
+    }
+    let session = Session::start(SessionParts {
+        peer: link.peer,
+        link_id: link.first.link_id,
+        cfg: cfg.clone(),
+        peer_max_frame: link.first.max_frame,
+        throughput: link.first.throughput_channels as usize,
+        streams,
+        listeners: inner.listeners.clone(),
+        pool: inner.pool.clone(),
+    })
+    .map_err(|e| e.to_string())?;
+    lock(&inner.incoming).push(session);
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! # netchannel
+//!
+//! A user-space counterpart of NetChannel (SIGCOMM'22): the host stack split into **virtual
+//! sockets** (what the application reads and writes), **channels** (independent TCP
+//! connections, each with its own I/O threads) and a **scheduler** that maps one onto the
+//! other. One application thread can then use several cores for one stream, short messages
+//! spread over several network pipelines, and a latency-sensitive socket keeps its own
+//! channels beside bulk traffic.
+//!
+//! ```no_run
+//! use netchannel::{Config, Endpoint, SocketOptions};
+//! use std::io::{Read, Write};
+//! let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default())?;
+//! let listener = server.bind(80)?;
+//! let client = Endpoint::new(Config::default())?;
+//! let mut s = client.connect(server.local_addr().unwrap(), 80, SocketOptions::default())?;
+//! s.write_all(b"hello")?;
+//! s.shutdown_write()?;
+//! let mut got = Vec::new();
+//! listener.accept()?.read_to_end(&mut got)?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! * Wire format, message by message: [`wire`]. Handshake: [`Endpoint`]'s module docs.
+//! * Ordering and flow control: a socket's DATA frames carry 64-bit stream offsets and may
+//!   take any channel of its class; the receiver reorders ([`reorder`]) inside a window the
+//!   sender never exceeds (credits), so a channel reader never has to stop for one slow
+//!   socket and other sockets on the channel keep flowing. FIN carries the final length.
+//! * Scheduling: [`sched`] (round-robin with NetChannel's limits, hash by port, least loaded).
+//! * Copy workers: receive payloads are spliced to worker pipes and copied there (`copy`).
+//! * Latency class: own channels and I/O threads, TCP_NOTSENT_LOWAT, SO_PRIORITY, inline
+//!   send, optional spinning; chosen per socket ([`SocketOptions`]).
+//! * Failure: see the `session` module — sockets with data on a dead channel fail with
+//!   [`Error::ChannelLost`]; others continue.
+
+mod channel;
+mod config;
+mod copy;
+mod endpoint;
+mod error;
+pub mod frame_io;
+pub mod reorder;
+pub mod sched;
+mod session;
+mod socket;
+pub mod wire;
+#[cfg(feature = "tokio")]
+mod async_io;
+
+pub use config::{Config, SocketOptions};
+pub use endpoint::{ChannelStats, Endpoint, SessionStats, Stats};
+pub use error::{Error, ReadError};
+pub use sched::Policy;
+pub use socket::{VListener, VSocket};
+pub use wire::{Class, RstReason};
+#[cfg(feature = "tokio")]
+pub use async_io::AsyncVSocket;

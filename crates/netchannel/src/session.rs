@@ -1,0 +1,705 @@
+//! A session: the channels between this endpoint and one peer endpoint, the virtual sockets
+//! multiplexed over them, and the I/O threads that run them.
+//!
+//! Channel failure. There is no retransmission layer above TCP: bytes a dead channel had
+//! accepted may or may not have reached the peer, and neither side can tell which. So every
+//! socket that had a frame on the dead channel, in either direction, fails with
+//! [`Error::ChannelLost`] (and the peer is told with RST over a surviving channel, in case it
+//! did not see that socket on the dead channel itself). Sockets that never used it carry on,
+//! and new frames avoid it. A receive side that already holds everything up to FIN is not
+//! failed. The alternative — completing over the remaining channels — needs a per-socket
+//! acknowledgement and a copy of every unacknowledged byte at the sender; NetChannel has no
+//! recovery either (module/nd_host.c), and a silent gap is never an option.
+
+use crate::channel::{Channel, Payload, broken};
+use crate::config::Config;
+use crate::copy::CopyPool;
+use crate::error::Error;
+use crate::frame_io::{FrameReader, OutFrame};
+use crate::sched::Load;
+use crate::socket::{ListenQueue, OpenState, VSocket, VsShared, lock};
+use crate::wire::{Class, FrameType, Header, RstReason, flags};
+use bytes::Bytes;
+use netsteer_sock::{cpu, opt, tcp};
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Virtual ports a connecting side gives its sockets.
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=65535;
+
+/// Bound virtual ports of an endpoint.
+#[derive(Default)]
+pub(crate) struct Listeners {
+    map: Mutex<HashMap<u16, Arc<ListenQueue>>>,
+}
+
+impl Listeners {
+    pub fn bind(&self, port: u16, backlog: usize) -> io::Result<Arc<ListenQueue>> {
+        let mut m = lock(&self.map);
+        if m.contains_key(&port) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("virtual port {port} is already bound"),
+            ));
+        }
+        let q = Arc::new(ListenQueue {
+            port,
+            backlog,
+            queue: Mutex::new((Default::default(), false)),
+            cv: Condvar::new(),
+        });
+        m.insert(port, q.clone());
+        Ok(q)
+    }
+
+    pub fn unbind(&self, port: u16) {
+        lock(&self.map).remove(&port);
+    }
+
+    fn get(&self, port: u16) -> Option<Arc<ListenQueue>> {
+        lock(&self.map).get(&port).cloned()
+    }
+}
+
+struct Table {
+    socks: HashMap<(u16, u16), Arc<VsShared>>,
+    next_port: u16,
+}
+
+/// Counters of a session that are not per channel.
+#[derive(Debug, Default)]
+pub(crate) struct SessionCounters {
+    /// Frames for sockets that no longer exist (answered with RST for DATA).
+    pub orphan_frames: AtomicU64,
+    /// Sockets reset because the peer broke the protocol.
+    pub protocol_resets: AtomicU64,
+}
+
+pub(crate) struct Session {
+    pub peer: SocketAddr,
+    pub link_id: u64,
+    pub cfg: Arc<Config>,
+    /// Largest DATA payload we send: the smaller of both sides' max_frame.
+    pub send_frame: u32,
+    pub channels: Vec<Arc<Channel>>,
+    pub throughput: usize,
+    table: Mutex<Table>,
+    listeners: Arc<Listeners>,
+    space: Mutex<()>,
+    space_cv: Condvar,
+    space_waiters: AtomicUsize,
+    pub closing: AtomicBool,
+    pool: Option<Arc<CopyPool>>,
+    pub counters: SessionCounters,
+}
+
+pub(crate) struct SessionParts {
+    pub peer: SocketAddr,
+    pub link_id: u64,
+    pub cfg: Arc<Config>,
+    pub peer_max_frame: u32,
+    pub throughput: usize,
+    pub streams: Vec<TcpStream>,
+    pub listeners: Arc<Listeners>,
+    pub pool: Option<Arc<CopyPool>>,
+}
+
+impl Session {
+    /// Sets the channels' socket options and starts two I/O threads per channel.
+    pub fn start(p: SessionParts) -> io::Result<Arc<Session>> {
+        let cfg = p.cfg.clone();
+        let mut channels = Vec::with_capacity(p.streams.len());
+        for (i, s) in p.streams.into_iter().enumerate() {
+            let class = if i < p.throughput {
+                Class::Throughput
+            } else {
+                Class::Latency
+            };
+            s.set_nodelay(true)?;
+            s.set_read_timeout(None)?;
+            let fd = s.as_fd();
+            match class {
+                Class::Throughput => {
+                    if let Some(l) = cfg.throughput_notsent_lowat {
+                        tcp::set_notsent_low_water(fd, l)?;
+                    }
+                }
+                Class::Latency => {
+                    tcp::set_notsent_low_water(fd, cfg.latency_notsent_lowat)?;
+                    opt::set_priority(fd, cfg.latency_priority)?;
+                    let us = cfg.latency_busy_poll.as_micros() as u32;
+                    if us > 0 {
+                        // Raising SO_BUSY_POLL above net.core.busy_read needs CAP_NET_ADMIN;
+                        // the spin below works without it.
+                        let _ = opt::set_busy_poll(fd, us);
+                    }
+                }
+            }
+            let inline = class == Class::Latency || cfg.inline_send;
+            channels.push(Arc::new(Channel::new(i, class, s, inline)));
+        }
+        let session = Arc::new(Session {
+            peer: p.peer,
+            link_id: p.link_id,
+            send_frame: cfg.max_frame.min(p.peer_max_frame),
+            cfg,
+            throughput: p.throughput,
+            channels,
+            table: Mutex::new(Table {
+                socks: HashMap::new(),
+                next_port: *EPHEMERAL.start(),
+            }),
+            listeners: p.listeners,
+            space: Mutex::new(()),
+            space_cv: Condvar::new(),
+            space_waiters: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
+            pool: p.pool,
+            counters: SessionCounters::default(),
+        });
+        for ch in &session.channels {
+            let cpus = session.cpus_for(ch);
+            let (s, c) = (session.clone(), ch.clone());
+            let cpus2 = cpus.clone();
+            std::thread::Builder::new()
+                .name(format!("nc-tx-{}", ch.index))
+                .spawn(move || {
+                    pin(&cpus2);
+                    if let Some(e) = c.write_loop(|| s.space_freed()) {
+                        s.channel_failed(c.index, &format!("write failed: {e}"));
+                    }
+                })?;
+            let (s, c) = (session.clone(), ch.clone());
+            std::thread::Builder::new()
+                .name(format!("nc-rx-{}", ch.index))
+                .spawn(move || {
+                    pin(&cpus);
+                    s.read_loop(&c);
+                })?;
+        }
+        Ok(session)
+    }
+
+    fn cpus_for(&self, ch: &Channel) -> Vec<u32> {
+        let (list, i) = match ch.class {
+            Class::Throughput => (&self.cfg.io_cpus, ch.index),
+            Class::Latency => (&self.cfg.latency_cpus, ch.index - self.throughput),
+        };
+        if list.is_empty() {
+            Vec::new()
+        } else {
+            vec![list[i % list.len()]]
+        }
+    }
+
+    pub fn class_base(&self, class: Class) -> usize {
+        match class {
+            Class::Throughput => 0,
+            Class::Latency => self.throughput,
+        }
+    }
+
+    pub fn class_channels(&self, class: Class) -> &[Arc<Channel>] {
+        match class {
+            Class::Throughput => &self.channels[..self.throughput],
+            Class::Latency => &self.channels[self.throughput..],
+        }
+    }
+
+    pub fn loads(&self, class: Class) -> Vec<Load> {
+        self.class_channels(class).iter().map(|c| c.load()).collect()
+    }
+
+    pub fn no_channel(&self, class: Class) -> Error {
+        if self.closing.load(Ordering::Acquire) {
+            return Error::Closed;
+        }
+        Error::NoChannel {
+            peer: self.peer,
+            class: match class {
+                Class::Throughput => "throughput",
+                Class::Latency => "latency",
+            },
+        }
+    }
+
+    pub fn lost(&self, channel: usize, e: &io::Error) -> Error {
+        if self.closing.load(Ordering::Acquire) {
+            return Error::Closed;
+        }
+        Error::ChannelLost {
+            peer: self.peer,
+            channel,
+            cause: e.to_string(),
+        }
+    }
+
+    fn space_freed(&self) {
+        if self.space_waiters.load(Ordering::Acquire) > 0 {
+            let _g = lock(&self.space);
+            self.space_cv.notify_all();
+        }
+    }
+
+    /// Waits until some channel of `class` drops below its limit (or dies).
+    pub fn wait_for_space(&self, class: Class) {
+        self.space_waiters.fetch_add(1, Ordering::AcqRel);
+        let g = lock(&self.space);
+        let limit = self.cfg.channel_limit;
+        let full = self
+            .class_channels(class)
+            .iter()
+            .all(|c| !c.is_alive() || c.load().queued >= limit);
+        if full && self.class_channels(class).iter().any(|c| c.is_alive()) {
+            let _ = self.space_cv.wait_timeout(g, Duration::from_millis(50));
+        }
+        self.space_waiters.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Sends a control frame for `vs`: on its hash channel if alive, else on any live
+    /// channel of its class, else of the other class. Control frames ignore the channel
+    /// limit (they are tiny and unblock senders). False if nothing is alive.
+    pub fn send_control(&self, vs: &VsShared, f: OutFrame) -> bool {
+        let own = self.class_channels(vs.class);
+        let base = self.class_base(vs.class);
+        let mut order: Vec<usize> = Vec::with_capacity(self.channels.len());
+        if !own.is_empty() {
+            let home = (vs.hash % own.len() as u64) as usize;
+            order.extend((0..own.len()).map(|k| base + (home + k) % own.len()));
+        }
+        let others: Vec<usize> = (0..self.channels.len())
+            .filter(|i| !order.contains(i))
+            .collect();
+        order.extend(others);
+        let h = Header::decode(&f.header, self.cfg.max_frame).expect("our own header");
+        for i in order {
+            let c = &self.channels[i];
+            if !c.is_alive() {
+                continue;
+            }
+            vs.mark_used(i);
+            if c.send(&h, Payload::Owned(f.payload.clone())).is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn send_raw_control(&self, channel: usize, f: OutFrame) {
+        let h = Header::decode(&f.header, self.cfg.max_frame).expect("our own header");
+        let _ = self.channels[channel].send(&h, Payload::Owned(f.payload));
+    }
+
+    /// Opens a virtual socket to `port` on the peer and waits for OPEN_ACK.
+    pub fn open(
+        self: &Arc<Self>,
+        port: u16,
+        class: Class,
+        policy: crate::sched::Policy,
+    ) -> io::Result<VSocket> {
+        if self.class_channels(class).is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the session to {} has no {class:?} channels", self.peer),
+            ));
+        }
+        let shared = {
+            let mut t = lock(&self.table);
+            if t.socks.len() >= self.cfg.max_sockets.min(EPHEMERAL.len()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("{} virtual sockets already open to {}", t.socks.len(), self.peer),
+                ));
+            }
+            let mut local = t.next_port;
+            while t.socks.contains_key(&(local, port)) {
+                local = if local == *EPHEMERAL.end() { *EPHEMERAL.start() } else { local + 1 };
+            }
+            t.next_port = if local == *EPHEMERAL.end() { *EPHEMERAL.start() } else { local + 1 };
+            let vs = Arc::new(VsShared::new(
+                local,
+                port,
+                class,
+                policy,
+                u64::from(self.cfg.window),
+                OpenState::Opening,
+                0,
+            ));
+            t.socks.insert((local, port), vs.clone());
+            vs
+        };
+        let sock = VSocket {
+            shared: shared.clone(),
+            session: self.clone(),
+        };
+        let mut f = OutFrame::control(FrameType::Open, shared.local, port, self.cfg.window, 0);
+        if class == Class::Latency {
+            f.header[1] |= flags::LAT;
+        }
+        if !self.send_control(&shared, f) {
+            return Err(self.no_channel(class).into());
+        }
+        let deadline = Instant::now() + self.cfg.hello_timeout;
+        let mut tx = lock(&shared.tx);
+        while tx.state == OpenState::Opening {
+            if let Some(e) = &tx.error {
+                return Err(e.clone().into());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer from {} to opening virtual port {port}", self.peer),
+                ));
+            }
+            tx.writer_waiting = true;
+            tx = shared
+                .tx_cv
+                .wait_timeout(tx, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            tx.writer_waiting = false;
+        }
+        if let Some(e) = &tx.error {
+            return Err(e.clone().into());
+        }
+        drop(tx);
+        Ok(sock)
+    }
+
+    pub fn forget(&self, vs: &VsShared) {
+        let mut t = lock(&self.table);
+        if let Some(cur) = t.socks.get(&(vs.local, vs.remote)) {
+            if std::ptr::eq(Arc::as_ptr(cur), vs) {
+                t.socks.remove(&(vs.local, vs.remote));
+            }
+        }
+    }
+
+    pub fn socket_count(&self) -> usize {
+        lock(&self.table).socks.len()
+    }
+
+    fn lookup(&self, h: &Header) -> Option<Arc<VsShared>> {
+        lock(&self.table).socks.get(&(h.dst_port, h.src_port)).cloned()
+    }
+
+    /// The reader loop of a channel's I/O thread.
+    fn read_loop(self: &Arc<Self>, ch: &Arc<Channel>) {
+        let spin = if ch.class == Class::Latency {
+            self.cfg.latency_busy_poll
+        } else {
+            Duration::ZERO
+        };
+        let src = SpinRead {
+            stream: &ch.stream,
+            spin,
+        };
+        // With copy workers the reader must not pull payloads into its own buffer: it reads
+        // headers (24 bytes at a time) and splices payloads to a worker's pipe.
+        let staging = if self.pool.is_some() {
+            crate::wire::HEADER_LEN
+        } else {
+            256 * 1024
+        };
+        let mut r = FrameReader::with_staging(src, self.cfg.max_frame, staging);
+        let cause = loop {
+            let h = match r.next_header() {
+                Ok(Some(h)) => h,
+                Ok(None) => break "the peer closed the channel".to_string(),
+                Err(e) => break format!("read failed: {e}"),
+            };
+            ch.counters
+                .frames_in
+                .fetch_add(1, Ordering::Relaxed);
+            ch.counters.bytes_in.fetch_add(
+                (crate::wire::HEADER_LEN + h.len as usize) as u64,
+                Ordering::Relaxed,
+            );
+            if h.kind == FrameType::Data {
+                if let Some(pool) = &self.pool {
+                    match pool.offer(self, ch, &h, &mut r) {
+                        Ok(true) => continue,
+                        Ok(false) => {}
+                        Err(e) => break format!("splice failed: {e}"),
+                    }
+                }
+            }
+            let payload = match r.payload(&h) {
+                Ok(p) => p,
+                Err(e) => break format!("read failed: {e}"),
+            };
+            if let Err(e) = self.deliver(ch.index, h, payload) {
+                break e;
+            }
+        };
+        self.channel_failed(ch.index, &cause);
+    }
+
+    /// Handles one frame from channel `ch`. Err = the channel must be closed (the peer broke
+    /// the channel-level protocol).
+    pub fn deliver(self: &Arc<Self>, ch: usize, h: Header, payload: Bytes) -> Result<(), String> {
+        match h.kind {
+            FrameType::Data => {
+                let Some(vs) = self.lookup(&h) else {
+                    self.orphan(ch, &h);
+                    return Ok(());
+                };
+                vs.mark_used(ch);
+                let mut rx = lock(&vs.rx);
+                if rx.error.is_some() {
+                    return Ok(());
+                }
+                match rx.re.insert(h.seq, payload, h.flags & flags::EOM != 0) {
+                    Ok(()) => vs.wake_rx(&mut rx),
+                    Err(cause) => {
+                        drop(rx);
+                        self.protocol_reset(&vs, cause);
+                    }
+                }
+            }
+            FrameType::Open => self.accept_open(ch, &h),
+            FrameType::OpenAck => {
+                if let Some(vs) = self.lookup(&h) {
+                    vs.mark_used(ch);
+                    let mut tx = lock(&vs.tx);
+                    tx.state = OpenState::Open;
+                    tx.peer_window = u64::from(h.credit);
+                    vs.wake_tx(&mut tx);
+                } else {
+                    self.counters.orphan_frames.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            FrameType::Credit => {
+                if let Some(vs) = self.lookup(&h) {
+                    vs.mark_used(ch);
+                    let mut tx = lock(&vs.tx);
+                    if h.seq > tx.next_seq {
+                        drop(tx);
+                        self.protocol_reset(
+                            &vs,
+                            crate::reorder::ReorderError::BadFin {
+                                final_seq: h.seq,
+                                have: 0,
+                            },
+                        );
+                        return Ok(());
+                    }
+                    tx.peer_consumed = tx.peer_consumed.max(h.seq);
+                    tx.peer_window = u64::from(h.credit);
+                    vs.wake_tx(&mut tx);
+                } else {
+                    self.counters.orphan_frames.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            FrameType::Fin => {
+                if let Some(vs) = self.lookup(&h) {
+                    vs.mark_used(ch);
+                    let mut rx = lock(&vs.rx);
+                    match rx.re.set_fin(h.seq) {
+                        Ok(()) => vs.wake_rx(&mut rx),
+                        Err(cause) => {
+                            drop(rx);
+                            self.protocol_reset(&vs, cause);
+                        }
+                    }
+                } else {
+                    self.counters.orphan_frames.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            FrameType::Rst => {
+                if let Some(vs) = self.lookup(&h) {
+                    vs.fail(Error::Reset {
+                        peer: self.peer,
+                        port: h.src_port,
+                        reason: RstReason::from_u32(h.credit),
+                    });
+                }
+            }
+            FrameType::Hello => return Err("HELLO after the handshake".into()),
+        }
+        Ok(())
+    }
+
+    /// DATA for a socket we do not have (closed here): tell the peer, as TCP does.
+    fn orphan(&self, ch: usize, h: &Header) {
+        self.counters.orphan_frames.fetch_add(1, Ordering::Relaxed);
+        let f = OutFrame::control(
+            FrameType::Rst,
+            h.dst_port,
+            h.src_port,
+            RstReason::Aborted as u32,
+            0,
+        );
+        self.send_raw_control(ch, f);
+    }
+
+    fn protocol_reset(&self, vs: &Arc<VsShared>, cause: crate::reorder::ReorderError) {
+        self.counters.protocol_resets.fetch_add(1, Ordering::Relaxed);
+        vs.fail(Error::Protocol {
+            peer: self.peer,
+            port: vs.local,
+            cause,
+        });
+        let f = OutFrame::control(
+            FrameType::Rst,
+            vs.local,
+            vs.remote,
+            RstReason::Aborted as u32,
+            0,
+        );
+        self.send_control(vs, f);
+    }
+
+    fn accept_open(self: &Arc<Self>, ch: usize, h: &Header) {
+        let class = if h.flags & flags::LAT != 0 {
+            Class::Latency
+        } else {
+            Class::Throughput
+        };
+        let refuse = |reason: RstReason| {
+            let f = OutFrame::control(FrameType::Rst, h.dst_port, h.src_port, reason as u32, 0);
+            self.send_raw_control(ch, f);
+        };
+        let Some(listener) = self.listeners.get(h.dst_port) else {
+            return refuse(RstReason::Refused);
+        };
+        if self.class_channels(class).is_empty() {
+            return refuse(RstReason::Refused);
+        }
+        let vs = {
+            let mut t = lock(&self.table);
+            if t.socks.len() >= self.cfg.max_sockets {
+                drop(t);
+                return refuse(RstReason::TooManySockets);
+            }
+            if t.socks.contains_key(&(h.dst_port, h.src_port)) {
+                drop(t);
+                return refuse(RstReason::Aborted);
+            }
+            let vs = Arc::new(VsShared::new(
+                h.dst_port,
+                h.src_port,
+                class,
+                self.cfg.policy,
+                u64::from(self.cfg.window),
+                OpenState::Open,
+                u64::from(h.credit),
+            ));
+            t.socks.insert((h.dst_port, h.src_port), vs.clone());
+            vs
+        };
+        vs.mark_used(ch);
+        let mut q = lock(&listener.queue);
+        if q.1 || q.0.len() >= listener.backlog {
+            drop(q);
+            self.forget(&vs);
+            return refuse(RstReason::Refused);
+        }
+        let sock = VSocket {
+            shared: vs,
+            session: self.clone(),
+        };
+        let f = OutFrame::control(FrameType::OpenAck, h.dst_port, h.src_port, self.cfg.window, 0);
+        self.send_raw_control(ch, f);
+        q.0.push_back(sock);
+        listener.cv.notify_one();
+    }
+
+    /// A channel died: close it and fail the sockets that had data on it.
+    pub fn channel_failed(&self, ch: usize, cause: &str) {
+        if !self.channels[ch].close() {
+            return;
+        }
+        let closing = self.closing.load(Ordering::Acquire);
+        let socks: Vec<Arc<VsShared>> = lock(&self.table).socks.values().cloned().collect();
+        for vs in socks {
+            let used = vs.used_channel(ch);
+            let class_dead = !self.class_channels(vs.class).iter().any(|c| c.is_alive());
+            if closing {
+                vs.fail(Error::Closed);
+            } else if used || class_dead {
+                vs.fail(Error::ChannelLost {
+                    peer: self.peer,
+                    channel: ch,
+                    cause: cause.to_string(),
+                });
+                if used {
+                    let f = OutFrame::control(
+                        FrameType::Rst,
+                        vs.local,
+                        vs.remote,
+                        RstReason::ChannelLost as u32,
+                        0,
+                    );
+                    self.send_control(&vs, f);
+                }
+            }
+        }
+        let _g = lock(&self.space);
+        self.space_cv.notify_all();
+    }
+
+    /// Flushes what is queued (up to `linger`) and closes every channel.
+    pub fn close(&self, linger: Duration) {
+        for c in &self.channels {
+            c.drain(linger);
+        }
+        self.closing.store(true, Ordering::Release);
+        for c in &self.channels {
+            self.channel_failed(c.index, "endpoint closed");
+        }
+    }
+
+    /// Shuts one channel's connection down, as a cable pull would (fault injection).
+    pub fn break_channel(&self, ch: usize) -> io::Result<()> {
+        let c = self
+            .channels
+            .get(ch)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no channel {ch}")))?;
+        c.stream.shutdown(std::net::Shutdown::Both).or_else(|e| {
+            if e.kind() == io::ErrorKind::NotConnected {
+                Err(broken())
+            } else {
+                Err(e)
+            }
+        })
+    }
+}
+
+fn pin(cpus: &[u32]) {
+    if !cpus.is_empty() {
+        // Best effort: a CPU outside the cgroup's set leaves the thread unpinned.
+        let _ = cpu::pin_current_thread(cpus);
+    }
+}
+
+/// A channel read that spins (non-blocking polls) for `spin` before sleeping in read(2):
+/// the latency class trades a core for the wake-up latency.
+struct SpinRead<'a> {
+    stream: &'a TcpStream,
+    spin: Duration,
+}
+
+impl Read for SpinRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.spin.is_zero() {
+            let until = Instant::now() + self.spin;
+            while !tcp::wait_readable(self.stream.as_fd(), 0)? && Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+        (&*self.stream).read(buf)
+    }
+}
+
+impl AsFd for SpinRead<'_> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}

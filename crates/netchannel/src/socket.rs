@@ -1,0 +1,578 @@
+//! Virtual sockets: what the application holds. A socket's bytes may travel on any channel
+//! of its class; the receiver puts them back in order ([`crate::reorder`]) and tells the
+//! sender how much it has consumed (CREDIT), so a socket never has more than its window in
+//! flight and a slow reader never stalls a channel that other sockets share.
+
+use crate::channel::Payload;
+use crate::error::Error;
+use crate::frame_io::OutFrame;
+use crate::reorder::Reassembly;
+use crate::sched::{self, Choice, Cursor, Policy};
+use crate::session::Session;
+use crate::wire::{Class, FrameType, Header, RstReason, flags};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(g).unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OpenState {
+    Opening,
+    Open,
+}
+
+pub(crate) struct Rx {
+    pub re: Reassembly,
+    /// `consumed` as last reported to the peer.
+    pub advertised: u64,
+    pub error: Option<Error>,
+    pub reader_waiting: bool,
+    #[cfg(feature = "tokio")]
+    pub waker: Option<std::task::Waker>,
+}
+
+pub(crate) struct Tx {
+    pub state: OpenState,
+    pub next_seq: u64,
+    pub peer_consumed: u64,
+    pub peer_window: u64,
+    pub fin_sent: bool,
+    pub error: Option<Error>,
+    pub cursor: Cursor,
+    pub writer_waiting: bool,
+    #[cfg(feature = "tokio")]
+    pub waker: Option<std::task::Waker>,
+}
+
+pub(crate) struct VsShared {
+    pub local: u16,
+    pub remote: u16,
+    pub class: Class,
+    pub policy: Policy,
+    pub hash: u64,
+    /// Bit i: a frame of this socket went out or came in on channel i. If channel i dies,
+    /// this socket may have lost bytes.
+    pub used: AtomicU64,
+    pub rx: Mutex<Rx>,
+    pub rx_cv: Condvar,
+    pub tx: Mutex<Tx>,
+    pub tx_cv: Condvar,
+}
+
+impl VsShared {
+    pub fn new(
+        local: u16,
+        remote: u16,
+        class: Class,
+        policy: Policy,
+        window: u64,
+        state: OpenState,
+        peer_window: u64,
+    ) -> VsShared {
+        VsShared {
+            local,
+            remote,
+            class,
+            policy,
+            hash: sched::port_hash(local, remote),
+            used: AtomicU64::new(0),
+            rx: Mutex::new(Rx {
+                re: Reassembly::new(window),
+                advertised: 0,
+                error: None,
+                reader_waiting: false,
+                #[cfg(feature = "tokio")]
+                waker: None,
+            }),
+            rx_cv: Condvar::new(),
+            tx: Mutex::new(Tx {
+                state,
+                next_seq: 0,
+                peer_consumed: 0,
+                peer_window,
+                fin_sent: false,
+                error: None,
+                cursor: Cursor::default(),
+                writer_waiting: false,
+                #[cfg(feature = "tokio")]
+                waker: None,
+            }),
+            tx_cv: Condvar::new(),
+        }
+    }
+
+    pub fn mark_used(&self, channel: usize) {
+        self.used.fetch_or(1u64 << channel, Ordering::AcqRel);
+    }
+
+    pub fn used_channel(&self, channel: usize) -> bool {
+        self.used.load(Ordering::Acquire) & (1u64 << channel) != 0
+    }
+
+    pub fn wake_rx(&self, rx: &mut Rx) {
+        if rx.reader_waiting {
+            self.rx_cv.notify_all();
+        }
+        #[cfg(feature = "tokio")]
+        if let Some(w) = rx.waker.take() {
+            w.wake();
+        }
+    }
+
+    pub fn wake_tx(&self, tx: &mut Tx) {
+        if tx.writer_waiting {
+            self.tx_cv.notify_all();
+        }
+        #[cfg(feature = "tokio")]
+        if let Some(w) = tx.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Fails the socket. A receive side that already holds every byte up to FIN is left
+    /// alone: nothing it will read was lost.
+    pub fn fail(&self, e: Error) {
+        let mut rx = lock(&self.rx);
+        if rx.error.is_none() && !rx.re.complete() {
+            rx.error = Some(e.clone());
+        }
+        self.wake_rx(&mut rx);
+        drop(rx);
+        let mut tx = lock(&self.tx);
+        if tx.error.is_none() {
+            tx.error = Some(e);
+        }
+        self.wake_tx(&mut tx);
+    }
+}
+
+/// A virtual socket. `Read`/`Write` are implemented for `VSocket` and `&VSocket`, so one
+/// thread can read while another writes.
+pub struct VSocket {
+    pub(crate) shared: Arc<VsShared>,
+    pub(crate) session: Arc<Session>,
+}
+
+impl std::fmt::Debug for VSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VSocket")
+            .field("local_port", &self.shared.local)
+            .field("peer", &self.session.peer)
+            .field("peer_port", &self.shared.remote)
+            .field("class", &self.shared.class)
+            .finish()
+    }
+}
+
+enum Src<'a> {
+    Slice(&'a [u8]),
+    Owned(Bytes),
+}
+
+impl Src<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Src::Slice(s) => s.len(),
+            Src::Owned(b) => b.len(),
+        }
+    }
+
+    fn part(&self, from: usize, to: usize) -> Payload<'_> {
+        match self {
+            Src::Slice(s) => Payload::Borrowed(&s[from..to]),
+            Src::Owned(b) => Payload::Owned(b.slice(from..to)),
+        }
+    }
+}
+
+impl VSocket {
+    pub fn local_port(&self) -> u16 {
+        self.shared.local
+    }
+
+    pub fn peer_port(&self) -> u16 {
+        self.shared.remote
+    }
+
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.session.peer
+    }
+
+    pub fn class(&self) -> Class {
+        self.shared.class
+    }
+
+    /// Sends all of `data` as one message (the last frame carries EOM), blocking for credit.
+    pub fn send_message(&self, data: &[u8]) -> io::Result<()> {
+        self.send(Src::Slice(data), true).map(|_| ())
+    }
+
+    /// Sends an owned buffer without copying it in user space.
+    pub fn write_owned(&self, data: Bytes) -> io::Result<()> {
+        self.send(Src::Owned(data), false).map(|_| ())
+    }
+
+    /// Waits for `n` bytes of send credit, assigns them a stream offset.
+    fn reserve(&self, want: usize) -> io::Result<(u64, usize)> {
+        let mut tx = lock(&self.shared.tx);
+        loop {
+            if let Some(e) = &tx.error {
+                return Err(e.clone().into());
+            }
+            if tx.fin_sent {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "write after shutdown of the sending side",
+                ));
+            }
+            let avail = (tx.peer_consumed + tx.peer_window).saturating_sub(tx.next_seq);
+            if avail > 0 {
+                let n = want.min(avail as usize);
+                let seq = tx.next_seq;
+                tx.next_seq += n as u64;
+                return Ok((seq, n));
+            }
+            tx.writer_waiting = true;
+            tx = wait(&self.shared.tx_cv, tx);
+            tx.writer_waiting = false;
+        }
+    }
+
+    /// Picks the channel for `len` bytes, waiting while every channel is at its limit.
+    fn pick(&self, len: u64) -> io::Result<usize> {
+        loop {
+            let choice = {
+                let mut tx = lock(&self.shared.tx);
+                let loads = self.session.loads(self.shared.class);
+                sched::choose(
+                    self.shared.policy,
+                    self.session.cfg.channel_limit,
+                    &mut tx.cursor,
+                    &loads,
+                    self.shared.hash,
+                    len,
+                )
+            };
+            match choice {
+                Choice::Channel(i) => return Ok(self.session.class_base(self.shared.class) + i),
+                Choice::NoChannel => {
+                    let e = self.session.no_channel(self.shared.class);
+                    self.shared.fail(e.clone());
+                    return Err(e.into());
+                }
+                Choice::Full => self.session.wait_for_space(self.shared.class),
+            }
+        }
+    }
+
+    fn send(&self, src: Src<'_>, eom: bool) -> io::Result<usize> {
+        let total = src.len();
+        let max = self.session.send_frame as usize;
+        let lat = if self.shared.class == Class::Latency {
+            flags::LAT
+        } else {
+            0
+        };
+        let mut off = 0;
+        while off < total {
+            let (seq, n) = self.reserve(max.min(total - off))?;
+            let ch = self.pick(n as u64)?;
+            let last = off + n == total;
+            let h = Header {
+                kind: FrameType::Data,
+                flags: lat | if eom && last { flags::EOM } else { 0 },
+                src_port: self.shared.local,
+                dst_port: self.shared.remote,
+                len: n as u32,
+                credit: 0,
+                seq,
+            };
+            self.shared.mark_used(ch);
+            if let Err(e) = self.session.channels[ch].send(&h, src.part(off, off + n)) {
+                let err = self.session.lost(ch, &e);
+                self.shared.fail(err.clone());
+                return Err(err.into());
+            }
+            off += n;
+        }
+        Ok(total)
+    }
+
+    /// Sends CREDIT when the reader has consumed a quarter window since the last one.
+    fn credit_due(&self, rx: &mut Rx) -> Option<u64> {
+        let consumed = rx.re.consumed();
+        (consumed - rx.advertised >= rx.re.window() / 4 && !rx.re.at_eof()).then(|| {
+            rx.advertised = consumed;
+            consumed
+        })
+    }
+
+    fn send_credit(&self, consumed: u64) {
+        let window = self.session.cfg.window;
+        let f = OutFrame::control(
+            FrameType::Credit,
+            self.shared.local,
+            self.shared.remote,
+            window,
+            consumed,
+        );
+        self.session.send_control(&self.shared, f);
+    }
+
+    /// Blocks until something is readable (or EOF or an error) and runs `take` on it.
+    fn read_with<T>(&self, mut take: impl FnMut(&mut Rx) -> Option<T>, eof: T) -> io::Result<T> {
+        let mut rx = lock(&self.shared.rx);
+        loop {
+            if let Some(v) = take(&mut rx) {
+                let credit = self.credit_due(&mut rx);
+                drop(rx);
+                if let Some(c) = credit {
+                    self.send_credit(c);
+                }
+                return Ok(v);
+            }
+            if rx.re.at_eof() {
+                return Ok(eof);
+            }
+            if let Some(e) = &rx.error {
+                return Err(e.clone().into());
+            }
+            rx.reader_waiting = true;
+            rx = wait(&self.shared.rx_cv, rx);
+            rx.reader_waiting = false;
+        }
+    }
+
+    /// The next in-order piece of the stream as it arrived (no copy); None at EOF.
+    pub fn read_chunk(&self) -> io::Result<Option<Bytes>> {
+        self.read_with(|rx| rx.re.read_chunk().map(|(b, _)| Some(b)), None)
+    }
+
+    /// Reads one whole message (sent with [`VSocket::send_message`]) into `into`, replacing
+    /// its contents; Ok(false) at EOF.
+    pub fn recv_message(&self, into: &mut Vec<u8>) -> io::Result<bool> {
+        into.clear();
+        self.read_with(
+            |rx| {
+                if !rx.re.has_message() {
+                    return None;
+                }
+                while let Some((b, eom)) = rx.re.read_chunk() {
+                    into.extend_from_slice(&b);
+                    if eom {
+                        break;
+                    }
+                }
+                Some(true)
+            },
+            false,
+        )
+    }
+
+    /// Ends the sending side: FIN carries the final length, so the peer reports EOF only once
+    /// every byte has arrived, whichever channel carried it.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        let mut tx = lock(&self.shared.tx);
+        if tx.fin_sent {
+            return Ok(());
+        }
+        if let Some(e) = &tx.error {
+            return Err(e.clone().into());
+        }
+        tx.fin_sent = true;
+        let seq = tx.next_seq;
+        drop(tx);
+        let f = OutFrame::control(FrameType::Fin, self.shared.local, self.shared.remote, 0, seq);
+        if self.session.send_control(&self.shared, f) {
+            Ok(())
+        } else {
+            Err(self.session.no_channel(self.shared.class).into())
+        }
+    }
+
+    /// Bytes sent that the peer's application has not read yet.
+    pub fn unacknowledged(&self) -> u64 {
+        let tx = lock(&self.shared.tx);
+        tx.next_seq - tx.peer_consumed
+    }
+
+    /// Waits until the peer's application has read everything sent (or `timeout`).
+    pub fn wait_acknowledged(&self, timeout: Duration) -> io::Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut tx = lock(&self.shared.tx);
+        // CREDIT comes only every quarter window; a small remainder is never reported, so
+        // "acknowledged" means within one credit step.
+        let slack = self.session.cfg.window as u64 / 4;
+        loop {
+            if tx.next_seq - tx.peer_consumed < slack.max(1) {
+                return Ok(true);
+            }
+            if let Some(e) = &tx.error {
+                return Err(e.clone().into());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            tx.writer_waiting = true;
+            tx = self
+                .shared
+                .tx_cv
+                .wait_timeout(tx, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            tx.writer_waiting = false;
+        }
+    }
+}
+
+impl Read for &VSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.read_with(
+            |rx| match rx.re.read(buf) {
+                0 => None,
+                n => Some(n),
+            },
+            0,
+        )
+    }
+}
+
+impl Read for VSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+impl Write for &VSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.send(Src::Slice(buf), false)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for VSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for VSocket {
+    /// Like close(2) on TCP: FIN if not sent yet; RST instead if received data was left
+    /// unread (the peer must not believe it was consumed).
+    fn drop(&mut self) {
+        let unread = {
+            let rx = lock(&self.shared.rx);
+            rx.re.held() > 0 && rx.error.is_none()
+        };
+        let healthy = lock(&self.shared.tx).error.is_none();
+        if healthy {
+            if unread {
+                let f = OutFrame::control(
+                    FrameType::Rst,
+                    self.shared.local,
+                    self.shared.remote,
+                    RstReason::Aborted as u32,
+                    0,
+                );
+                self.session.send_control(&self.shared, f);
+            } else {
+                let _ = self.shutdown_write();
+            }
+        }
+        self.session.forget(&self.shared);
+    }
+}
+
+/// Connections waiting to be accepted on one virtual port.
+pub(crate) struct ListenQueue {
+    pub port: u16,
+    pub backlog: usize,
+    pub queue: Mutex<(VecDeque<VSocket>, bool)>,
+    pub cv: Condvar,
+}
+
+/// A bound virtual port.
+pub struct VListener {
+    pub(crate) queue: Arc<ListenQueue>,
+    pub(crate) listeners: Arc<crate::session::Listeners>,
+}
+
+impl VListener {
+    pub fn port(&self) -> u16 {
+        self.queue.port
+    }
+
+    /// Waits for the next virtual connection.
+    pub fn accept(&self) -> io::Result<VSocket> {
+        let mut q = lock(&self.queue.queue);
+        loop {
+            if let Some(s) = q.0.pop_front() {
+                return Ok(s);
+            }
+            if q.1 {
+                return Err(Error::Closed.into());
+            }
+            q = wait(&self.queue.cv, q);
+        }
+    }
+
+    /// Like accept, but gives up after `timeout` with `TimedOut`.
+    pub fn accept_timeout(&self, timeout: Duration) -> io::Result<VSocket> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut q = lock(&self.queue.queue);
+        loop {
+            if let Some(s) = q.0.pop_front() {
+                return Ok(s);
+            }
+            if q.1 {
+                return Err(Error::Closed.into());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection on virtual port {} within {timeout:?}", self.queue.port),
+                ));
+            }
+            q = self
+                .queue
+                .cv
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for VListener {
+    fn drop(&mut self) {
+        self.listeners.unbind(self.queue.port);
+        let mut q = lock(&self.queue.queue);
+        q.1 = true;
+        // Pending connections are dropped, which resets them like an unaccepted TCP backlog.
+        q.0.clear();
+        self.queue.cv.notify_all();
+    }
+}
