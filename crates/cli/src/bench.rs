@@ -29,6 +29,68 @@ pub enum BenchCommand {
     /// TCP request/response (seed 004): exact latency percentiles and transactions/s.
     #[command(subcommand)]
     TcpRr(TcpBench<RrArgs>),
+    /// NetChannel's experiments (seed 004) with the netchannel library, beside plain TCP in
+    /// the same run: E1 one socket vs channels x copy workers, E2 4 KiB messages vs channels,
+    /// E3 latency isolation beside bulk apps, E4 throughput per core.
+    Netchannel(NetchannelArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct NetchannelArgs {
+    /// Experiments to run, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "E1,E2,E3,E4",
+        value_name = "LIST"
+    )]
+    experiment: Vec<String>,
+    /// Seconds per point.
+    #[arg(long, default_value_t = 3.0, value_name = "S")]
+    duration: f64,
+    /// Repeats per point (min/median/max reported).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    repeat: usize,
+    /// Channel counts for E1 and E2.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2",
+        value_name = "LIST"
+    )]
+    channels: Vec<u16>,
+    /// Receive copy-worker counts for E1.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0,1,2",
+        value_name = "LIST"
+    )]
+    copy_workers: Vec<usize>,
+    /// Bulk apps beside the latency app in E3.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    bulk_apps: usize,
+    /// Network namespace (name under /run/netns, or a path) of the client "host".
+    #[arg(long, value_name = "NS")]
+    client_netns: Option<String>,
+    /// Network namespace of the server "host".
+    #[arg(long, value_name = "NS")]
+    server_netns: Option<String>,
+    /// The server's address (its veth address when namespaces are used).
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    server_ip: std::net::IpAddr,
+    /// CPU of the sending app thread.
+    #[arg(long, value_name = "CPU")]
+    sender_cpu: Option<u32>,
+    /// CPU of the receiving app thread.
+    #[arg(long, value_name = "CPU")]
+    receiver_cpu: Option<u32>,
+    /// Keep the latency channels' I/O threads at normal priority in E3 (default: SCHED_FIFO
+    /// when allowed).
+    #[arg(long)]
+    no_realtime: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -344,6 +406,55 @@ pub fn run(_host: &Host, cmd: &BenchCommand) -> Result<ExitCode> {
         BenchCommand::TcpStream(TcpBench::Client(a)) => stream_client(a),
         BenchCommand::TcpRr(TcpBench::Server(a)) => tcp_server(a, tcp::rr::BENCH),
         BenchCommand::TcpRr(TcpBench::Client(a)) => rr_client(a),
+        BenchCommand::Netchannel(a) => netchannel_bench(a),
+    }
+}
+
+fn netns_path(flag: &str, ns: &Option<String>) -> Result<Option<std::path::PathBuf>> {
+    let Some(ns) = ns else { return Ok(None) };
+    let p = if ns.contains('/') {
+        std::path::PathBuf::from(ns)
+    } else {
+        std::path::Path::new("/run/netns").join(ns)
+    };
+    if !p.exists() {
+        bail!("{flag} {ns}: {} does not exist", p.display());
+    }
+    Ok(Some(p))
+}
+
+fn netchannel_bench(a: &NetchannelArgs) -> Result<ExitCode> {
+    use netsteer_bench::netchannel::{self as nc, Experiment};
+    let experiments = a
+        .experiment
+        .iter()
+        .map(|e| match e.to_ascii_uppercase().as_str() {
+            "E1" => Ok(Experiment::E1),
+            "E2" => Ok(Experiment::E2),
+            "E3" => Ok(Experiment::E3),
+            "E4" => Ok(Experiment::E4),
+            other => bail!("--experiment {other}: expected E1, E2, E3 or E4"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let cfg = nc::Config {
+        experiments,
+        duration: seconds("--duration", a.duration)?,
+        repeat: a.repeat,
+        channels: a.channels.clone(),
+        copy_workers: a.copy_workers.clone(),
+        bulk_apps: a.bulk_apps,
+        client_netns: netns_path("--client-netns", &a.client_netns)?,
+        server_netns: netns_path("--server-netns", &a.server_netns)?,
+        server_ip: a.server_ip,
+        sender_cpu: a.sender_cpu,
+        receiver_cpu: a.receiver_cpu,
+        latency_realtime: !a.no_realtime,
+        ..nc::Config::default()
+    };
+    let mut rep = reporter(a.json);
+    match nc::run(&cfg, |s| rep.emit(s)) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => Ok(fail(a.json, nc::message::BENCH, Role::Client, e)),
     }
 }
 

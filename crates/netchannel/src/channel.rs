@@ -106,11 +106,21 @@ impl Channel {
     /// Queues a frame, or writes it at once from the calling thread when the channel is
     /// idle and inline sending is on (nvme-tcp's "try send inline": no hand-off, no wake-up).
     pub fn send(&self, header: &Header, payload: Payload<'_>) -> io::Result<()> {
+        self.send_with(header, payload, true)
+    }
+
+    /// `may_block = false` never writes inline (async callers must not block in write(2)).
+    pub fn send_with(
+        &self,
+        header: &Header,
+        payload: Payload<'_>,
+        may_block: bool,
+    ) -> io::Result<()> {
         let mut q = lock(&self.tx);
         if q.closed {
             return Err(broken());
         }
-        if self.inline && !q.writing && q.frames.is_empty() {
+        if may_block && self.inline && !q.writing && q.frames.is_empty() {
             q.writing = true;
             drop(q);
             let h = header.encode();
@@ -131,7 +141,8 @@ impl Channel {
             header: header.encode(),
             payload: payload.into_owned(),
         };
-        self.queued.fetch_add(frame.wire_len() as u64, Ordering::Relaxed);
+        self.queued
+            .fetch_add(frame.wire_len() as u64, Ordering::Relaxed);
         q.frames.push_back(frame);
         if q.writer_waiting {
             self.tx_cv.notify_all();
@@ -143,7 +154,9 @@ impl Channel {
         self.counters
             .bytes_out
             .fetch_add(bytes as u64, Ordering::Relaxed);
-        self.counters.frames_out.fetch_add(frames, Ordering::Relaxed);
+        self.counters
+            .frames_out
+            .fetch_add(frames, Ordering::Relaxed);
     }
 
     /// Marks the channel dead, drops what was queued and shuts the connection down so both
@@ -171,7 +184,10 @@ impl Channel {
             }
             q = self
                 .tx_cv
-                .wait_timeout(q, (deadline - now).min(std::time::Duration::from_millis(10)))
+                .wait_timeout(
+                    q,
+                    (deadline - now).min(std::time::Duration::from_millis(10)),
+                )
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
@@ -197,7 +213,9 @@ impl Channel {
                 }
                 let mut bytes = 0;
                 while let Some(f) = q.frames.front() {
-                    if batch.len() == BATCH_FRAMES || (bytes > 0 && bytes + f.wire_len() > BATCH_BYTES) {
+                    if batch.len() == BATCH_FRAMES
+                        || (bytes > 0 && bytes + f.wire_len() > BATCH_BYTES)
+                    {
                         break;
                     }
                     bytes += f.wire_len();

@@ -12,7 +12,11 @@ pub struct Config {
     pub throughput_channels: u16,
     /// Latency-class channels per session (0 = latency sockets share nothing and are refused).
     pub latency_channels: u16,
-    /// Largest DATA payload this side sends (the peer's limit is honoured too).
+    /// Largest DATA payload this side sends (the peer's limit is honoured too). Each frame
+    /// costs a header read and a wake-up at the receiver, so large frames keep a channel's
+    /// per-byte cost near plain TCP's (measured in BENCHMARKS.md: 1 MiB frames 0.92× TCP per
+    /// core, 256 KiB 0.73×, 64 KiB 0.66× on this VM). NetChannel's in-kernel PDUs are 62 KB;
+    /// in user space every frame is a system call.
     pub max_frame: u32,
     /// Receive window of each virtual socket: the most bytes a peer may send beyond what the
     /// app has read. Bounds the memory one socket can hold.
@@ -45,6 +49,9 @@ pub struct Config {
     pub latency_priority: u32,
     /// Latency I/O threads spin this long for data before sleeping, and set SO_BUSY_POLL.
     pub latency_busy_poll: Duration,
+    /// Run latency I/O threads under SCHED_FIFO at this priority (the paper's high-priority
+    /// workqueue; needs CAP_SYS_NICE, silently skipped without it). None = normal threads.
+    pub latency_realtime: Option<i32>,
     /// Most virtual sockets one session may hold (OPENs beyond are reset).
     pub max_sockets: usize,
     /// Connections waiting in an accept queue per listening virtual port.
@@ -62,8 +69,8 @@ impl Default for Config {
         Config {
             throughput_channels: 2,
             latency_channels: 1,
-            max_frame: 64 * 1024,
-            window: 4 << 20,
+            max_frame: 1 << 20,
+            window: 8 << 20,
             policy: Policy::default(),
             channel_limit: CHANNEL_LIMIT,
             copy_workers: 0,
@@ -77,6 +84,7 @@ impl Default for Config {
             latency_notsent_lowat: 16 * 1024,
             latency_priority: 6,
             latency_busy_poll: Duration::ZERO,
+            latency_realtime: None,
             max_sockets: 4096,
             accept_backlog: 128,
             hello_timeout: Duration::from_secs(5),

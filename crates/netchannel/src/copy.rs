@@ -9,7 +9,7 @@
 use crate::channel::Channel;
 use crate::frame_io::FrameReader;
 use crate::sched::choose_worker;
-use crate::session::Session;
+use crate::session::{Session, Wakes};
 use crate::socket::lock;
 use crate::wire::Header;
 use bytes::Bytes;
@@ -97,7 +97,7 @@ impl CopyPool {
 
     /// Hands the payload of `h` to a worker. Ok(false): no worker is free (or the payload is
     /// small) and the caller reads it itself.
-    pub fn offer<R: Read + AsFd>(
+    pub fn offer<R: crate::frame_io::Source + AsFd>(
         &self,
         session: &Arc<Session>,
         ch: &Channel,
@@ -195,9 +195,15 @@ impl Worker {
             if job.aborted.load(Ordering::Acquire) {
                 continue;
             }
-            if let Err(cause) = job.session.deliver(job.channel, job.header, Bytes::from(v)) {
+            let mut wakes = Wakes::default();
+            if let Err(cause) =
+                job.session
+                    .deliver(job.channel, job.header, Bytes::from(v), &mut wakes)
+            {
                 job.session.channel_failed(job.channel, &cause);
             }
+            // Workers finish payloads out of order across workers; wake at once.
+            wakes.flush();
         }
     }
 }

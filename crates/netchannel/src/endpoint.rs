@@ -14,7 +14,9 @@ use crate::config::{Config, SocketOptions};
 use crate::copy::CopyPool;
 use crate::session::{Listeners, Session, SessionParts};
 use crate::socket::{VListener, VSocket, lock};
-use crate::wire::{Class, HEADER_LEN, HELLO_LEN, Hello, MAX_CHANNELS, MAX_FRAME_LIMIT, MIN_FRAME, VERSION};
+use crate::wire::{
+    Class, HEADER_LEN, HELLO_LEN, Hello, MAX_CHANNELS, MAX_FRAME_LIMIT, MIN_FRAME, VERSION,
+};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
@@ -65,6 +67,8 @@ pub struct SessionStats {
     pub sockets: usize,
     pub orphan_frames: u64,
     pub protocol_resets: u64,
+    /// DATA frames that arrived ahead of a gap (cross-channel reordering at work).
+    pub out_of_order_frames: u64,
     pub channels: Vec<ChannelStats>,
 }
 
@@ -102,10 +106,16 @@ fn check(cfg: &Config) -> io::Result<()> {
         ));
     }
     if !(MIN_FRAME..=MAX_FRAME_LIMIT).contains(&cfg.max_frame) {
-        return bad(format!("max_frame {} outside {MIN_FRAME}..={MAX_FRAME_LIMIT}", cfg.max_frame));
+        return bad(format!(
+            "max_frame {} outside {MIN_FRAME}..={MAX_FRAME_LIMIT}",
+            cfg.max_frame
+        ));
     }
     if cfg.window < cfg.max_frame {
-        return bad(format!("window {} is smaller than max_frame {}", cfg.window, cfg.max_frame));
+        return bad(format!(
+            "window {} is smaller than max_frame {}",
+            cfg.window, cfg.max_frame
+        ));
     }
     if cfg.max_sockets == 0 || cfg.accept_backlog == 0 {
         return bad("max_sockets and accept_backlog must be at least 1".into());
@@ -183,7 +193,10 @@ impl Endpoint {
 
     /// Binds virtual port `port` for incoming virtual connections.
     pub fn bind(&self, port: u16) -> io::Result<VListener> {
-        let queue = self.inner.listeners.bind(port, self.inner.cfg.accept_backlog)?;
+        let queue = self
+            .inner
+            .listeners
+            .bind(port, self.inner.cfg.accept_backlog)?;
         Ok(VListener {
             queue,
             listeners: self.inner.listeners.clone(),
@@ -214,7 +227,8 @@ impl Endpoint {
         let cfg = &self.inner.cfg;
         let link_id = random_u64();
         let total = cfg.throughput_channels + cfg.latency_channels;
-        let ctx = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {peer}: {e}"));
+        let ctx =
+            |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {peer}: {e}"));
         let mut streams = Vec::with_capacity(total as usize);
         for i in 0..total {
             let mut s = TcpStream::connect_timeout(&peer, cfg.hello_timeout)
@@ -241,9 +255,13 @@ impl Endpoint {
         for (s, mine) in &mut streams {
             s.set_read_timeout(Some(cfg.hello_timeout))?;
             let mut b = [0u8; HEADER_LEN + HELLO_LEN];
-            s.read_exact(&mut b).map_err(|e| ctx("HELLO answer from", e))?;
+            s.read_exact(&mut b)
+                .map_err(|e| ctx("HELLO answer from", e))?;
             let theirs = Hello::decode(&b).map_err(|e| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("HELLO answer from {peer}: {e}"))
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("HELLO answer from {peer}: {e}"),
+                )
             })?;
             if theirs.link_id != link_id
                 || theirs.channel_index != mine.channel_index
@@ -252,7 +270,10 @@ impl Endpoint {
             {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("HELLO answer from {peer} does not match channel {}", mine.channel_index),
+                    format!(
+                        "HELLO answer from {peer} does not match channel {}",
+                        mine.channel_index
+                    ),
                 ));
             }
             peer_max = peer_max.min(theirs.max_frame);
@@ -290,6 +311,7 @@ impl Endpoint {
                     sockets: s.socket_count(),
                     orphan_frames: s.counters.orphan_frames.load(Ordering::Relaxed),
                     protocol_resets: s.counters.protocol_resets.load(Ordering::Relaxed),
+                    out_of_order_frames: s.counters.out_of_order_frames.load(Ordering::Relaxed),
                     channels: s
                         .channels
                         .iter()
@@ -307,7 +329,12 @@ impl Endpoint {
                 .collect(),
             rejected_channels: self.inner.rejected.load(Ordering::Relaxed),
             last_rejection: lock(&self.inner.last_rejection).clone(),
-            copy_worker_bytes: self.inner.pool.as_ref().map(|p| p.copied()).unwrap_or_default(),
+            copy_worker_bytes: self
+                .inner
+                .pool
+                .as_ref()
+                .map(|p| p.copied())
+                .unwrap_or_default(),
         }
     }
 
@@ -335,6 +362,9 @@ impl Drop for Endpoint {
 
 fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
     while !inner.shutdown.load(Ordering::Acquire) {
+        // Half-built links that ran out of time are dropped here, closing their connections,
+        // even when no new connection arrives.
+        lock(&inner.pending).retain(|_, p| p.since.elapsed() < inner.cfg.hello_timeout);
         match netsteer_sock::tcp::wait_readable(l.as_fd(), 200) {
             Ok(true) => {}
             Ok(false) => continue,
@@ -376,7 +406,8 @@ fn reject(inner: &Inner, from: SocketAddr, why: &str) {
 /// link is complete.
 fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(), String> {
     let cfg = &inner.cfg;
-    s.set_read_timeout(Some(cfg.hello_timeout)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(cfg.hello_timeout))
+        .map_err(|e| e.to_string())?;
     let mut b = [0u8; HEADER_LEN + HELLO_LEN];
     s.read_exact(&mut b).map_err(|e| format!("no HELLO: {e}"))?;
     let hello = Hello::decode(&b).map_err(|e| e.to_string())?;
@@ -407,7 +438,10 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         }
         let slot = &mut link.slots[hello.channel_index as usize];
         if slot.is_some() {
-            return Err(format!("duplicate channel {} of link {:#x}", hello.channel_index, hello.link_id));
+            return Err(format!(
+                "duplicate channel {} of link {:#x}",
+                hello.channel_index, hello.link_id
+            ));
         }
         *slot = Some(s);
         if link.slots.iter().all(Option::is_some) {
@@ -432,7 +466,8 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
             max_frame: cfg.max_frame,
             ..link.first
         };
-        s.write_all(&answer.encode()).map_err(|e| format!("HELLO answer: {e}"))?;
+        s.write_all(&answer.encode())
+            .map_err(|e| format!("HELLO answer: {e}"))?;
         streams.push(s);
     }
     if inner.shutdown.load(Ordering::Acquire) {

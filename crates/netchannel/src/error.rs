@@ -7,7 +7,9 @@ use thiserror::Error;
 /// Why a virtual socket or a channel failed. Every variant names what failed.
 #[derive(Debug, Clone, Error)]
 pub enum Error {
-    #[error("channel {channel} to {peer} died ({cause}); this socket had data on it, so bytes may be lost")]
+    #[error(
+        "channel {channel} to {peer} died ({cause}); this socket had data on it, so bytes may be lost"
+    )]
     ChannelLost {
         peer: SocketAddr,
         channel: usize,
@@ -26,7 +28,10 @@ pub enum Error {
         cause: ReorderError,
     },
     #[error("no {class} channel to {peer} is alive")]
-    NoChannel { peer: SocketAddr, class: &'static str },
+    NoChannel {
+        peer: SocketAddr,
+        class: &'static str,
+    },
     #[error("the endpoint was closed")]
     Closed,
 }
@@ -34,7 +39,12 @@ pub enum Error {
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
         let kind = match &e {
-            Error::ChannelLost { .. } | Error::NoChannel { .. } => io::ErrorKind::BrokenPipe,
+            Error::ChannelLost { .. }
+            | Error::NoChannel { .. }
+            | Error::Reset {
+                reason: RstReason::ChannelLost,
+                ..
+            } => io::ErrorKind::BrokenPipe,
             Error::Reset {
                 reason: RstReason::Refused,
                 ..

@@ -10,6 +10,19 @@ use std::io::{self, IoSlice, Read, Write};
 const DIRECT_READ: usize = 16 * 1024;
 const STAGING: usize = 256 * 1024;
 
+/// A byte source that can also fill a vector without zeroing it first (std's read_to_end
+/// reads into spare capacity for sockets), so a large payload costs only the kernel copy.
+pub trait Source: Read {
+    /// Appends exactly `n` bytes to `v`.
+    fn append_exact(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
+        let at = v.len();
+        v.resize(at + n, 0);
+        self.read_exact(&mut v[at..])
+    }
+}
+
+impl Source for &[u8] {}
+
 /// The channel decoder: pulls frames out of a byte stream. Memory is bounded by the staging
 /// buffer plus one payload of at most `max_frame` bytes, whatever the peer sends.
 pub struct FrameReader<R> {
@@ -18,9 +31,12 @@ pub struct FrameReader<R> {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
+    /// The last payload was read directly: the next one probably will be too, so refill
+    /// only up to a header rather than pulling payload bytes through the staging buffer.
+    direct: bool,
 }
 
-impl<R: Read> FrameReader<R> {
+impl<R: Source> FrameReader<R> {
     pub fn new(inner: R, max_frame: u32) -> FrameReader<R> {
         FrameReader::with_staging(inner, max_frame, STAGING)
     }
@@ -34,11 +50,16 @@ impl<R: Read> FrameReader<R> {
             buf: vec![0u8; staging.max(HEADER_LEN)].into_boxed_slice(),
             start: 0,
             end: 0,
+            direct: false,
         }
     }
 
     pub fn get_ref(&self) -> &R {
         &self.inner
+    }
+
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
     }
 
     /// Reads more bytes into the staging buffer; Ok(false) at end of stream.
@@ -51,8 +72,16 @@ impl<R: Read> FrameReader<R> {
             self.end -= self.start;
             self.start = 0;
         }
+        let room = if self.direct {
+            // Enough for one header; more would be payload copied twice.
+            (self.start + HEADER_LEN)
+                .min(self.buf.len())
+                .max(self.end + 1)
+        } else {
+            self.buf.len()
+        };
         loop {
-            match self.inner.read(&mut self.buf[self.end..]) {
+            match self.inner.read(&mut self.buf[self.end..room]) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
                     self.end += n;
@@ -96,12 +125,20 @@ impl<R: Read> FrameReader<R> {
         let len = h.len as usize;
         let have = self.end - self.start;
         if len > have && (len >= DIRECT_READ || len > self.buf.len()) {
-            let mut v = vec![0u8; len];
-            v[..have].copy_from_slice(&self.buf[self.start..self.end]);
+            let mut v = Vec::with_capacity(len);
+            v.extend_from_slice(&self.buf[self.start..self.end]);
             self.start = self.end;
-            read_exact_counted(&mut self.inner, &mut v[have..], have)?;
+            self.direct = true;
+            self.inner.append_exact(&mut v, len - have).map_err(|e| {
+                if e.kind() == io::ErrorKind::UnexpectedEof {
+                    ReadError::Truncated(HEADER_LEN + have)
+                } else {
+                    ReadError::Io(e)
+                }
+            })?;
             return Ok(Bytes::from(v));
         }
+        self.direct = false;
         while self.end - self.start < len {
             if !self.fill()? {
                 return Err(ReadError::Truncated(HEADER_LEN + self.end - self.start));
@@ -125,21 +162,6 @@ impl<R: Read> FrameReader<R> {
     pub fn buffered(&self) -> usize {
         self.end - self.start
     }
-}
-
-fn read_exact_counted(r: &mut impl Read, mut buf: &mut [u8], mut got: usize) -> Result<(), ReadError> {
-    while !buf.is_empty() {
-        match r.read(buf) {
-            Ok(0) => return Err(ReadError::Truncated(HEADER_LEN + got)),
-            Ok(n) => {
-                got += n;
-                buf = &mut buf[n..];
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 /// One frame ready to go out.
@@ -211,6 +233,8 @@ mod tests {
         at: usize,
         cut: usize,
     }
+
+    impl Source for Pieces {}
 
     impl Read for Pieces {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -321,7 +345,14 @@ mod tests {
     fn a_huge_length_is_refused_before_any_allocation() {
         let mut h = data(0, 0).encode();
         h[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
-        let mut r = FrameReader::new(Pieces { data: h.to_vec(), at: 0, cut: 24 }, 65536);
+        let mut r = FrameReader::new(
+            Pieces {
+                data: h.to_vec(),
+                at: 0,
+                cut: 24,
+            },
+            65536,
+        );
         assert!(matches!(r.next_frame(), Err(ReadError::Wire(_))));
     }
 }

@@ -33,6 +33,8 @@
 //! * Failure: see the `session` module — sockets with data on a dead channel fail with
 //!   [`Error::ChannelLost`]; others continue.
 
+#[cfg(feature = "tokio")]
+mod async_io;
 mod channel;
 mod config;
 mod copy;
@@ -44,14 +46,12 @@ pub mod sched;
 mod session;
 mod socket;
 pub mod wire;
-#[cfg(feature = "tokio")]
-mod async_io;
 
+#[cfg(feature = "tokio")]
+pub use async_io::AsyncVSocket;
 pub use config::{Config, SocketOptions};
 pub use endpoint::{ChannelStats, Endpoint, SessionStats, Stats};
 pub use error::{Error, ReadError};
 pub use sched::Policy;
 pub use socket::{VListener, VSocket};
 pub use wire::{Class, RstReason};
-#[cfg(feature = "tokio")]
-pub use async_io::AsyncVSocket;

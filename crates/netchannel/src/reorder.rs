@@ -97,7 +97,9 @@ impl Reassembly {
         self.final_seq == Some(self.consumed)
     }
 
-    pub fn insert(&mut self, seq: u64, data: Bytes, eom: bool) -> Result<(), ReorderError> {
+    /// Adds a piece; Ok(true) if it extended the in-order prefix, Ok(false) if it waits for
+    /// a gap to fill.
+    pub fn insert(&mut self, seq: u64, data: Bytes, eom: bool) -> Result<bool, ReorderError> {
         let end = seq + data.len() as u64;
         let limit = self.consumed + self.window;
         if end > limit {
@@ -118,7 +120,7 @@ impl Reassembly {
             }
         }
         if data.is_empty() && !eom {
-            return Ok(());
+            return Ok(true);
         }
         if seq < self.next {
             return Err(ReorderError::Overlap { seq, end });
@@ -147,11 +149,12 @@ impl Reassembly {
                 self.next += p.data.len() as u64;
                 self.ready.push_back(p);
             }
+            Ok(true)
         } else {
             self.ofo_bytes += piece.data.len() as u64;
             self.ofo.insert(seq, piece);
+            Ok(false)
         }
-        Ok(())
     }
 
     /// Records the final length. Data already beyond it, or a second different FIN, is refused.
@@ -208,26 +211,43 @@ mod tests {
     use proptest::prelude::*;
 
     fn bytes(seq: u64, len: usize) -> Bytes {
-        (0..len).map(|i| ((seq + i as u64) * 31 % 251) as u8).collect()
+        (0..len)
+            .map(|i| ((seq + i as u64) * 31 % 251) as u8)
+            .collect()
     }
 
     #[test]
     fn refuses_overlap_window_and_fin_violations() {
         let mut r = Reassembly::new(100);
         r.insert(10, bytes(10, 10), false).unwrap();
-        assert!(matches!(r.insert(15, bytes(15, 10), false), Err(ReorderError::Overlap { .. })));
-        assert!(matches!(r.insert(5, bytes(5, 6), false), Err(ReorderError::Overlap { .. })));
-        assert!(matches!(r.insert(10, bytes(10, 1), false), Err(ReorderError::Overlap { .. })));
+        assert!(matches!(
+            r.insert(15, bytes(15, 10), false),
+            Err(ReorderError::Overlap { .. })
+        ));
+        assert!(matches!(
+            r.insert(5, bytes(5, 6), false),
+            Err(ReorderError::Overlap { .. })
+        ));
+        assert!(matches!(
+            r.insert(10, bytes(10, 1), false),
+            Err(ReorderError::Overlap { .. })
+        ));
         assert!(matches!(
             r.insert(95, bytes(95, 10), false),
             Err(ReorderError::WindowExceeded { .. })
         ));
         r.insert(0, bytes(0, 10), false).unwrap();
-        assert!(matches!(r.insert(0, bytes(0, 1), false), Err(ReorderError::Overlap { .. })));
+        assert!(matches!(
+            r.insert(0, bytes(0, 1), false),
+            Err(ReorderError::Overlap { .. })
+        ));
         assert!(r.set_fin(15).is_err());
         r.set_fin(30).unwrap();
         assert!(r.set_fin(31).is_err());
-        assert!(matches!(r.insert(25, bytes(25, 10), false), Err(ReorderError::BeyondFin { .. })));
+        assert!(matches!(
+            r.insert(25, bytes(25, 10), false),
+            Err(ReorderError::BeyondFin { .. })
+        ));
         let mut buf = [0u8; 64];
         assert_eq!(r.read(&mut buf), 20);
         assert!(!r.at_eof());

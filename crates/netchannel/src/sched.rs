@@ -146,7 +146,12 @@ mod tests {
     use super::*;
 
     fn loads(q: &[u64]) -> Vec<Load> {
-        q.iter().map(|&queued| Load { alive: true, queued }).collect()
+        q.iter()
+            .map(|&queued| Load {
+                alive: true,
+                queued,
+            })
+            .collect()
     }
 
     #[test]
@@ -158,12 +163,23 @@ mod tests {
         let picks: Vec<_> = (0..14)
             .map(|_| choose(p, CHANNEL_LIMIT, &mut c, &l, 0, chunk))
             .collect();
-        let expect: Vec<_> = [0; 6].iter().chain(&[1; 6]).chain(&[2; 2]).map(|&i| Choice::Channel(i)).collect();
+        let expect: Vec<_> = [0; 6]
+            .iter()
+            .chain(&[1; 6])
+            .chain(&[2; 2])
+            .map(|&i| Choice::Channel(i))
+            .collect();
         assert_eq!(picks, expect);
         // Channel 0 is full: the move from 2 skips it.
         let l = loads(&[CHANNEL_LIMIT, 0, 0]);
-        let mut c = Cursor { current: 2, sent_on_current: STICK_BYTES };
-        assert_eq!(choose(p, CHANNEL_LIMIT, &mut c, &l, 0, chunk), Choice::Channel(1));
+        let mut c = Cursor {
+            current: 2,
+            sent_on_current: STICK_BYTES,
+        };
+        assert_eq!(
+            choose(p, CHANNEL_LIMIT, &mut c, &l, 0, chunk),
+            Choice::Channel(1)
+        );
         // All full: wait.
         let l = loads(&[CHANNEL_LIMIT; 3]);
         assert_eq!(choose(p, CHANNEL_LIMIT, &mut c, &l, 0, chunk), Choice::Full);
@@ -171,7 +187,10 @@ mod tests {
         let mut l = loads(&[0, 0]);
         l[0].alive = false;
         let mut c = Cursor::default();
-        assert_eq!(choose(p, CHANNEL_LIMIT, &mut c, &l, 0, chunk), Choice::Channel(1));
+        assert_eq!(
+            choose(p, CHANNEL_LIMIT, &mut c, &l, 0, chunk),
+            Choice::Channel(1)
+        );
     }
 
     #[test]
@@ -183,20 +202,36 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(choose(Policy::Hash, CHANNEL_LIMIT, &mut c, &l, h, 1), first);
         }
-        let spread: std::collections::BTreeSet<u64> = (0..64u16).map(|p| port_hash(p, 7) % 4).collect();
+        let spread: std::collections::BTreeSet<u64> =
+            (0..64u16).map(|p| port_hash(p, 7) % 4).collect();
         assert_eq!(spread.len(), 4);
         let l = loads(&[500, 100, 300]);
-        assert_eq!(choose(Policy::LeastLoaded, CHANNEL_LIMIT, &mut c, &l, 0, 1), Choice::Channel(1));
+        assert_eq!(
+            choose(Policy::LeastLoaded, CHANNEL_LIMIT, &mut c, &l, 0, 1),
+            Choice::Channel(1)
+        );
         let mut dead = loads(&[0]);
         dead[0].alive = false;
-        assert_eq!(choose(Policy::LeastLoaded, CHANNEL_LIMIT, &mut c, &dead, 0, 1), Choice::NoChannel);
+        assert_eq!(
+            choose(Policy::LeastLoaded, CHANNEL_LIMIT, &mut c, &dead, 0, 1),
+            Choice::NoChannel
+        );
     }
 
     #[test]
     fn workers_over_the_limit_are_skipped() {
         let mut last = 0;
-        assert_eq!(choose_worker(&[0, WORKER_LIMIT, 10], WORKER_LIMIT, &mut last), Some(2));
-        assert_eq!(choose_worker(&[0, WORKER_LIMIT, 10], WORKER_LIMIT, &mut last), Some(0));
-        assert_eq!(choose_worker(&[WORKER_LIMIT; 2], WORKER_LIMIT, &mut last), None);
+        assert_eq!(
+            choose_worker(&[0, WORKER_LIMIT, 10], WORKER_LIMIT, &mut last),
+            Some(2)
+        );
+        assert_eq!(
+            choose_worker(&[0, WORKER_LIMIT, 10], WORKER_LIMIT, &mut last),
+            Some(0)
+        );
+        assert_eq!(
+            choose_worker(&[WORKER_LIMIT; 2], WORKER_LIMIT, &mut last),
+            None
+        );
     }
 }

@@ -29,6 +29,33 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// Bytes readable on a socket after which its reader is woken without waiting for the burst
+/// to end.
+const WAKE_BURST: u64 = 256 * 1024;
+
+/// Sockets whose readers have data but were not woken yet.
+#[derive(Default)]
+pub(crate) struct Wakes(Vec<Arc<VsShared>>);
+
+impl Wakes {
+    fn add(&mut self, vs: &Arc<VsShared>) {
+        if !self.0.iter().any(|v| Arc::ptr_eq(v, vs)) {
+            self.0.push(vs.clone());
+        }
+    }
+
+    pub fn flush(&mut self) {
+        for vs in self.0.drain(..) {
+            let mut rx = lock(&vs.rx);
+            vs.wake_rx(&mut rx);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Virtual ports a connecting side gives its sockets.
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=65535;
 
@@ -78,6 +105,8 @@ pub(crate) struct SessionCounters {
     pub orphan_frames: AtomicU64,
     /// Sockets reset because the peer broke the protocol.
     pub protocol_resets: AtomicU64,
+    /// DATA frames that arrived ahead of a gap and waited in a reorder buffer.
+    pub out_of_order_frames: AtomicU64,
 }
 
 pub(crate) struct Session {
@@ -96,6 +125,9 @@ pub(crate) struct Session {
     pub closing: AtomicBool,
     pool: Option<Arc<CopyPool>>,
     pub counters: SessionCounters,
+    /// Async writers waiting for a channel below its limit.
+    #[cfg(feature = "tokio")]
+    space_wakers: Mutex<Vec<std::task::Waker>>,
 }
 
 pub(crate) struct SessionParts {
@@ -114,6 +146,7 @@ impl Session {
     pub fn start(p: SessionParts) -> io::Result<Arc<Session>> {
         let cfg = p.cfg.clone();
         let mut channels = Vec::with_capacity(p.streams.len());
+        let mut readers = Vec::with_capacity(p.streams.len());
         for (i, s) in p.streams.into_iter().enumerate() {
             let class = if i < p.throughput {
                 Class::Throughput
@@ -141,7 +174,27 @@ impl Session {
                 }
             }
             let inline = class == Class::Latency || cfg.inline_send;
+            let reader = FrameReader::with_staging(
+                SpinRead {
+                    stream: s.try_clone()?,
+                    spin: if class == Class::Latency {
+                        cfg.latency_busy_poll
+                    } else {
+                        Duration::ZERO
+                    },
+                    wakes: Wakes::default(),
+                },
+                cfg.max_frame,
+                // With copy workers the reader must not pull payloads into its own buffer:
+                // it reads headers (24 bytes at a time) and splices payloads to a worker.
+                if cfg.copy_workers > 0 {
+                    crate::wire::HEADER_LEN
+                } else {
+                    256 * 1024
+                },
+            );
             channels.push(Arc::new(Channel::new(i, class, s, inline)));
+            readers.push(reader);
         }
         let session = Arc::new(Session {
             peer: p.peer,
@@ -161,15 +214,22 @@ impl Session {
             closing: AtomicBool::new(false),
             pool: p.pool,
             counters: SessionCounters::default(),
+            #[cfg(feature = "tokio")]
+            space_wakers: Mutex::default(),
         });
-        for ch in &session.channels {
+        for (ch, reader) in session.channels.iter().zip(readers) {
             let cpus = session.cpus_for(ch);
+            let rt = if ch.class == Class::Latency {
+                session.cfg.latency_realtime
+            } else {
+                None
+            };
             let (s, c) = (session.clone(), ch.clone());
             let cpus2 = cpus.clone();
             std::thread::Builder::new()
                 .name(format!("nc-tx-{}", ch.index))
                 .spawn(move || {
-                    pin(&cpus2);
+                    pin(&cpus2, rt);
                     if let Some(e) = c.write_loop(|| s.space_freed()) {
                         s.channel_failed(c.index, &format!("write failed: {e}"));
                     }
@@ -178,8 +238,8 @@ impl Session {
             std::thread::Builder::new()
                 .name(format!("nc-rx-{}", ch.index))
                 .spawn(move || {
-                    pin(&cpus);
-                    s.read_loop(&c);
+                    pin(&cpus, rt);
+                    s.read_loop(&c, reader);
                 })?;
         }
         Ok(session)
@@ -212,7 +272,10 @@ impl Session {
     }
 
     pub fn loads(&self, class: Class) -> Vec<Load> {
-        self.class_channels(class).iter().map(|c| c.load()).collect()
+        self.class_channels(class)
+            .iter()
+            .map(|c| c.load())
+            .collect()
     }
 
     pub fn no_channel(&self, class: Class) -> Error {
@@ -243,7 +306,28 @@ impl Session {
         if self.space_waiters.load(Ordering::Acquire) > 0 {
             let _g = lock(&self.space);
             self.space_cv.notify_all();
+            #[cfg(feature = "tokio")]
+            for w in std::mem::take(&mut *lock(&self.space_wakers)) {
+                w.wake();
+            }
         }
+    }
+
+    /// Registers an async writer to be woken when a channel drains.
+    #[cfg(feature = "tokio")]
+    pub fn wake_on_space(&self, w: &std::task::Waker) {
+        self.space_waiters.fetch_add(1, Ordering::AcqRel);
+        lock(&self.space_wakers).push(w.clone());
+    }
+
+    /// Drops the registration made by `wake_on_space` once it has served.
+    #[cfg(feature = "tokio")]
+    pub fn space_served(&self) {
+        let _ = self
+            .space_waiters
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(1))
+            });
     }
 
     /// Waits until some channel of `class` drops below its limit (or dies).
@@ -313,14 +397,26 @@ impl Session {
             if t.socks.len() >= self.cfg.max_sockets.min(EPHEMERAL.len()) {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrNotAvailable,
-                    format!("{} virtual sockets already open to {}", t.socks.len(), self.peer),
+                    format!(
+                        "{} virtual sockets already open to {}",
+                        t.socks.len(),
+                        self.peer
+                    ),
                 ));
             }
             let mut local = t.next_port;
             while t.socks.contains_key(&(local, port)) {
-                local = if local == *EPHEMERAL.end() { *EPHEMERAL.start() } else { local + 1 };
+                local = if local == *EPHEMERAL.end() {
+                    *EPHEMERAL.start()
+                } else {
+                    local + 1
+                };
             }
-            t.next_port = if local == *EPHEMERAL.end() { *EPHEMERAL.start() } else { local + 1 };
+            t.next_port = if local == *EPHEMERAL.end() {
+                *EPHEMERAL.start()
+            } else {
+                local + 1
+            };
             let vs = Arc::new(VsShared::new(
                 local,
                 port,
@@ -354,7 +450,10 @@ impl Session {
             if now >= deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no answer from {} to opening virtual port {port}", self.peer),
+                    format!(
+                        "no answer from {} to opening virtual port {port}",
+                        self.peer
+                    ),
                 ));
             }
             tx.writer_waiting = true;
@@ -386,64 +485,62 @@ impl Session {
     }
 
     fn lookup(&self, h: &Header) -> Option<Arc<VsShared>> {
-        lock(&self.table).socks.get(&(h.dst_port, h.src_port)).cloned()
+        lock(&self.table)
+            .socks
+            .get(&(h.dst_port, h.src_port))
+            .cloned()
+    }
+
+    /// Reads and handles one frame. Err(cause): the channel is finished.
+    pub fn read_frame(self: &Arc<Self>, ch: &Channel, r: &mut ChannelReader) -> Result<(), String> {
+        let h = match r.next_header() {
+            Ok(Some(h)) => h,
+            Ok(None) => return Err("the peer closed the channel".to_string()),
+            Err(e) => return Err(format!("read failed: {e}")),
+        };
+        ch.counters.frames_in.fetch_add(1, Ordering::Relaxed);
+        ch.counters.bytes_in.fetch_add(
+            (crate::wire::HEADER_LEN + h.len as usize) as u64,
+            Ordering::Relaxed,
+        );
+        if h.kind == FrameType::Data {
+            if let Some(pool) = &self.pool {
+                match pool.offer(self, ch, &h, r) {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(e) => return Err(format!("splice failed: {e}")),
+                }
+            }
+        }
+        let payload = r.payload(&h).map_err(|e| format!("read failed: {e}"))?;
+        self.deliver(ch.index, h, payload, &mut r.get_mut().wakes)
     }
 
     /// The reader loop of a channel's I/O thread.
-    fn read_loop(self: &Arc<Self>, ch: &Arc<Channel>) {
-        let spin = if ch.class == Class::Latency {
-            self.cfg.latency_busy_poll
-        } else {
-            Duration::ZERO
-        };
-        let src = SpinRead {
-            stream: &ch.stream,
-            spin,
-        };
-        // With copy workers the reader must not pull payloads into its own buffer: it reads
-        // headers (24 bytes at a time) and splices payloads to a worker's pipe.
-        let staging = if self.pool.is_some() {
-            crate::wire::HEADER_LEN
-        } else {
-            256 * 1024
-        };
-        let mut r = FrameReader::with_staging(src, self.cfg.max_frame, staging);
+    fn read_loop(self: &Arc<Self>, ch: &Arc<Channel>, mut r: ChannelReader) {
         let cause = loop {
-            let h = match r.next_header() {
-                Ok(Some(h)) => h,
-                Ok(None) => break "the peer closed the channel".to_string(),
-                Err(e) => break format!("read failed: {e}"),
-            };
-            ch.counters
-                .frames_in
-                .fetch_add(1, Ordering::Relaxed);
-            ch.counters.bytes_in.fetch_add(
-                (crate::wire::HEADER_LEN + h.len as usize) as u64,
-                Ordering::Relaxed,
-            );
-            if h.kind == FrameType::Data {
-                if let Some(pool) = &self.pool {
-                    match pool.offer(self, ch, &h, &mut r) {
-                        Ok(true) => continue,
-                        Ok(false) => {}
-                        Err(e) => break format!("splice failed: {e}"),
-                    }
-                }
-            }
-            let payload = match r.payload(&h) {
-                Ok(p) => p,
-                Err(e) => break format!("read failed: {e}"),
-            };
-            if let Err(e) = self.deliver(ch.index, h, payload) {
+            if let Err(e) = self.read_frame(ch, &mut r) {
                 break e;
             }
         };
+        r.get_mut().wakes.flush();
         self.channel_failed(ch.index, &cause);
     }
 
     /// Handles one frame from channel `ch`. Err = the channel must be closed (the peer broke
     /// the channel-level protocol).
-    pub fn deliver(self: &Arc<Self>, ch: usize, h: Header, payload: Bytes) -> Result<(), String> {
+    ///
+    /// Readers of throughput sockets are woken lazily: the socket goes on `wakes`, which the
+    /// caller flushes before it would block (or at once for the latency class, or when a
+    /// burst has piled up). One futex wake per burst instead of per frame keeps the hand-off
+    /// from costing more CPU than the copy.
+    pub fn deliver(
+        self: &Arc<Self>,
+        ch: usize,
+        h: Header,
+        payload: Bytes,
+        wakes: &mut Wakes,
+    ) -> Result<(), String> {
         match h.kind {
             FrameType::Data => {
                 let Some(vs) = self.lookup(&h) else {
@@ -456,7 +553,20 @@ impl Session {
                     return Ok(());
                 }
                 match rx.re.insert(h.seq, payload, h.flags & flags::EOM != 0) {
-                    Ok(()) => vs.wake_rx(&mut rx),
+                    Ok(in_order) => {
+                        if in_order {
+                            if vs.class == Class::Latency || rx.re.readable() >= WAKE_BURST {
+                                vs.wake_rx(&mut rx);
+                            } else {
+                                drop(rx);
+                                wakes.add(&vs);
+                            }
+                        } else {
+                            self.counters
+                                .out_of_order_frames
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                     Err(cause) => {
                         drop(rx);
                         self.protocol_reset(&vs, cause);
@@ -540,7 +650,9 @@ impl Session {
     }
 
     fn protocol_reset(&self, vs: &Arc<VsShared>, cause: crate::reorder::ReorderError) {
-        self.counters.protocol_resets.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .protocol_resets
+            .fetch_add(1, Ordering::Relaxed);
         vs.fail(Error::Protocol {
             peer: self.peer,
             port: vs.local,
@@ -605,7 +717,13 @@ impl Session {
             shared: vs,
             session: self.clone(),
         };
-        let f = OutFrame::control(FrameType::OpenAck, h.dst_port, h.src_port, self.cfg.window, 0);
+        let f = OutFrame::control(
+            FrameType::OpenAck,
+            h.dst_port,
+            h.src_port,
+            self.cfg.window,
+            0,
+        );
         self.send_raw_control(ch, f);
         q.0.push_back(sock);
         listener.cv.notify_one();
@@ -658,10 +776,9 @@ impl Session {
 
     /// Shuts one channel's connection down, as a cable pull would (fault injection).
     pub fn break_channel(&self, ch: usize) -> io::Result<()> {
-        let c = self
-            .channels
-            .get(ch)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no channel {ch}")))?;
+        let c = self.channels.get(ch).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("no channel {ch}"))
+        })?;
         c.stream.shutdown(std::net::Shutdown::Both).or_else(|e| {
             if e.kind() == io::ErrorKind::NotConnected {
                 Err(broken())
@@ -672,33 +789,57 @@ impl Session {
     }
 }
 
-fn pin(cpus: &[u32]) {
+fn pin(cpus: &[u32], realtime: Option<i32>) {
     if !cpus.is_empty() {
         // Best effort: a CPU outside the cgroup's set leaves the thread unpinned.
         let _ = cpu::pin_current_thread(cpus);
     }
+    if let Some(p) = realtime {
+        // Best effort too: without CAP_SYS_NICE the thread stays a normal one.
+        let _ = cpu::set_realtime(p);
+    }
 }
+
+pub(crate) type ChannelReader = FrameReader<SpinRead>;
 
 /// A channel read that spins (non-blocking polls) for `spin` before sleeping in read(2):
 /// the latency class trades a core for the wake-up latency.
-struct SpinRead<'a> {
-    stream: &'a TcpStream,
+pub(crate) struct SpinRead {
+    stream: TcpStream,
     spin: Duration,
+    /// Readers to wake before this thread sleeps.
+    pub wakes: Wakes,
 }
 
-impl Read for SpinRead<'_> {
+impl Read for SpinRead {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.wakes.is_empty() && !tcp::wait_readable(self.stream.as_fd(), 0)? {
+            self.wakes.flush();
+        }
         if !self.spin.is_zero() {
             let until = Instant::now() + self.spin;
             while !tcp::wait_readable(self.stream.as_fd(), 0)? && Instant::now() < until {
                 std::hint::spin_loop();
             }
         }
-        (&*self.stream).read(buf)
+        (&self.stream).read(buf)
     }
 }
 
-impl AsFd for SpinRead<'_> {
+impl crate::frame_io::Source for SpinRead {
+    fn append_exact(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
+        let want = v.len() + n;
+        // read_to_end fills spare capacity without zeroing it (TcpStream reads into
+        // uninitialised buffers); Take stops it at the frame's end.
+        (&self.stream).take(n as u64).read_to_end(v)?;
+        if v.len() < want {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for SpinRead {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.stream.as_fd()
     }

@@ -310,7 +310,7 @@ impl VSocket {
     }
 
     /// Sends CREDIT when the reader has consumed a quarter window since the last one.
-    fn credit_due(&self, rx: &mut Rx) -> Option<u64> {
+    pub(crate) fn credit_due(&self, rx: &mut Rx) -> Option<u64> {
         let consumed = rx.re.consumed();
         (consumed - rx.advertised >= rx.re.window() / 4 && !rx.re.at_eof()).then(|| {
             rx.advertised = consumed;
@@ -318,7 +318,7 @@ impl VSocket {
         })
     }
 
-    fn send_credit(&self, consumed: u64) {
+    pub(crate) fn send_credit(&self, consumed: u64) {
         let window = self.session.cfg.window;
         let f = OutFrame::control(
             FrameType::Credit,
@@ -393,7 +393,13 @@ impl VSocket {
         tx.fin_sent = true;
         let seq = tx.next_seq;
         drop(tx);
-        let f = OutFrame::control(FrameType::Fin, self.shared.local, self.shared.remote, 0, seq);
+        let f = OutFrame::control(
+            FrameType::Fin,
+            self.shared.local,
+            self.shared.remote,
+            0,
+            seq,
+        );
         if self.session.send_control(&self.shared, f) {
             Ok(())
         } else {
@@ -553,7 +559,10 @@ impl VListener {
             if now >= deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no connection on virtual port {} within {timeout:?}", self.queue.port),
+                    format!(
+                        "no connection on virtual port {} within {timeout:?}",
+                        self.queue.port
+                    ),
                 ));
             }
             q = self

@@ -353,7 +353,10 @@ mod tests {
         assert_eq!(Header::decode(&b, 65536), Err(WireError::Version(2)));
         let mut b = good;
         b[1] = 0x80;
-        assert!(matches!(Header::decode(&b, 65536), Err(WireError::Flags(_))));
+        assert!(matches!(
+            Header::decode(&b, 65536),
+            Err(WireError::Flags(_))
+        ));
         let huge = data(0, u32::MAX).encode();
         assert!(matches!(
             Header::decode(&huge, 65536),

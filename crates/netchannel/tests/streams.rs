@@ -21,7 +21,9 @@ fn cfg(channels: u16, policy: Policy) -> Config {
 fn random_writes_arrive_whole_over_1_to_8_channels() {
     for channels in [1u16, 2, 3, 4, 8] {
         for policy in [
-            Policy::RoundRobin { stick_bytes: 64 * 1024 },
+            Policy::RoundRobin {
+                stick_bytes: 64 * 1024,
+            },
             Policy::LeastLoaded,
             Policy::Hash,
         ] {
@@ -59,7 +61,10 @@ fn random_writes_arrive_whole_over_1_to_8_channels() {
                 .filter(|c| c.class == Class::Throughput && c.bytes_out > 1 << 20)
                 .count();
             if policy != Policy::Hash {
-                assert_eq!(used, channels as usize, "every channel carried data: {st:?}");
+                assert_eq!(
+                    used, channels as usize,
+                    "every channel carried data: {st:?}"
+                );
             }
             drop(socks);
         }
@@ -68,9 +73,14 @@ fn random_writes_arrive_whole_over_1_to_8_channels() {
 
 #[test]
 fn messages_keep_their_boundaries_across_channels() {
-    let (server, client) = pair(Config::default(), cfg(4, Policy::RoundRobin { stick_bytes: 1 }));
+    let (server, client) = pair(
+        Config::default(),
+        cfg(4, Policy::RoundRobin { stick_bytes: 1 }),
+    );
     let listener = server.bind(5).unwrap();
-    let s = client.connect(server.local_addr().unwrap(), 5, SocketOptions::default()).unwrap();
+    let s = client
+        .connect(server.local_addr().unwrap(), 5, SocketOptions::default())
+        .unwrap();
     let a = listener.accept().unwrap();
     let t = thread::spawn(move || {
         let mut rng = Lcg(7);
@@ -89,9 +99,15 @@ fn messages_keep_their_boundaries_across_channels() {
         assert!(a.recv_message(&mut m).unwrap());
         let len = 1 + rng.next(200_000);
         assert_eq!(m.len(), len, "message {i}");
-        assert!(m.iter().enumerate().all(|(k, &b)| b == byte(i, k as u64)), "message {i}");
+        assert!(
+            m.iter().enumerate().all(|(k, &b)| b == byte(i, k as u64)),
+            "message {i}"
+        );
     }
-    assert!(!a.recv_message(&mut m).unwrap(), "EOF after the last message");
+    assert!(
+        !a.recv_message(&mut m).unwrap(),
+        "EOF after the last message"
+    );
     drop(t.join().unwrap());
 }
 
@@ -100,6 +116,7 @@ fn a_slow_reader_never_stalls_a_shared_channel() {
     let small = Config {
         throughput_channels: 1,
         window: 256 * 1024,
+        max_frame: 64 * 1024,
         ..Config::default()
     };
     let (server, client) = pair(small.clone(), small);
@@ -120,7 +137,10 @@ fn a_slow_reader_never_stalls_a_shared_channel() {
         fast.shutdown_write().unwrap();
         fast
     });
-    assert_eq!(recv_stream(&fast_peer, 99).map_err(|(_, e)| e).unwrap(), 32 << 20);
+    assert_eq!(
+        recv_stream(&fast_peer, 99).map_err(|(_, e)| e).unwrap(),
+        32 << 20
+    );
     drop(t.join().unwrap());
     drop(server);
     let _ = w.join();
@@ -131,7 +151,14 @@ fn latency_sockets_use_only_latency_channels() {
     let (server, client) = pair(Config::default(), cfg(2, Policy::default()));
     let listener = server.bind(3).unwrap();
     let s = client
-        .connect(server.local_addr().unwrap(), 3, SocketOptions { priority: 6, ..Default::default() })
+        .connect(
+            server.local_addr().unwrap(),
+            3,
+            SocketOptions {
+                priority: 6,
+                ..Default::default()
+            },
+        )
         .unwrap();
     assert_eq!(s.class(), Class::Latency);
     let a = listener.accept().unwrap();
@@ -161,7 +188,9 @@ fn copy_workers_copy_the_payloads() {
     };
     let (server, client) = pair(workers, cfg(1, Policy::default()));
     let listener = server.bind(2).unwrap();
-    let s = client.connect(server.local_addr().unwrap(), 2, SocketOptions::default()).unwrap();
+    let s = client
+        .connect(server.local_addr().unwrap(), 2, SocketOptions::default())
+        .unwrap();
     let a = listener.accept().unwrap();
     let total = 64 << 20;
     let t = thread::spawn(move || {
@@ -172,7 +201,10 @@ fn copy_workers_copy_the_payloads() {
     assert_eq!(recv_stream(&a, 5).map_err(|(_, e)| e).unwrap(), total);
     let copied = server.stats().copy_worker_bytes;
     assert_eq!(copied.len(), 2);
-    assert!(copied.iter().all(|&b| b > 1 << 20), "both workers copied: {copied:?}");
+    assert!(
+        copied.iter().all(|&b| b > 1 << 20),
+        "both workers copied: {copied:?}"
+    );
     drop(t.join().unwrap());
 }
 
@@ -180,7 +212,9 @@ fn copy_workers_copy_the_payloads() {
 fn refused_ports_and_unread_data_reset() {
     let (server, client) = pair(Config::default(), Config::default());
     let addr = server.local_addr().unwrap();
-    let e = client.connect(addr, 4242, SocketOptions::default()).unwrap_err();
+    let e = client
+        .connect(addr, 4242, SocketOptions::default())
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
     let listener = server.bind(8).unwrap();
     let s = client.connect(addr, 8, SocketOptions::default()).unwrap();
@@ -193,6 +227,10 @@ fn refused_ports_and_unread_data_reset() {
     assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
     assert!((&s).write_all(&[1u8; 10]).is_err());
     // A bad configuration is named.
-    let e = netchannel::Endpoint::new(Config { throughput_channels: 0, ..Config::default() }).unwrap_err();
+    let e = netchannel::Endpoint::new(Config {
+        throughput_channels: 0,
+        ..Config::default()
+    })
+    .unwrap_err();
     assert!(e.to_string().contains("channels"), "{e}");
 }

@@ -36,6 +36,21 @@ pub fn pin_current_thread(cpus: &[u32]) -> io::Result<()> {
     }
 }
 
+/// Moves the calling thread to SCHED_FIFO at `priority` (1..=99): it then runs before every
+/// normal thread on its CPU. Needs CAP_SYS_NICE (or an RLIMIT_RTPRIO allowance).
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `param` is a live sched_param; pid 0 means the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// CPU time and context switches of one thread (getrusage(RUSAGE_THREAD), 2.6.26+).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ThreadUsage {

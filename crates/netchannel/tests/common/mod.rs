@@ -18,7 +18,10 @@ pub struct Lcg(pub u64);
 
 impl Lcg {
     pub fn next(&mut self, bound: usize) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 >> 33) as usize) % bound.max(1)
     }
 }
@@ -49,7 +52,12 @@ pub fn recv_stream(mut r: impl Read, seed: u64) -> Result<u64, (u64, io::Error)>
             Ok(0) => return Ok(off),
             Ok(n) => {
                 for (k, &b) in buf[..n].iter().enumerate() {
-                    assert_eq!(b, byte(seed, off + k as u64), "corrupt byte at {}", off + k as u64);
+                    assert_eq!(
+                        b,
+                        byte(seed, off + k as u64),
+                        "corrupt byte at {}",
+                        off + k as u64
+                    );
                 }
                 off += n as u64;
             }

@@ -1,0 +1,251 @@
+//! JSON Lines messages of `netsteer bench netchannel`: one summary per experiment, each with
+//! `"type": "summary"`, `"bench": "netchannel"` and `"experiment"`.
+
+use crate::report::{Kind, Message};
+use crate::stats::LatencySummary;
+use serde::{Deserialize, Serialize};
+
+pub const BENCH: &str = "netchannel";
+
+/// Min, median and max of one quantity over the repeats of a point.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Spread {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return Spread::default();
+        }
+        let n = v.len();
+        Spread {
+            min: v[0],
+            median: if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            },
+            max: v[n - 1],
+        }
+    }
+}
+
+/// Where and how the experiments ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Setup {
+    /// Online CPUs of the machine the run used (both "hosts" share them on loopback/veth).
+    pub cores: usize,
+    /// "loopback" or "veth".
+    pub path: String,
+    pub duration_s: f64,
+    pub repeat: usize,
+    /// Share of CPU time stolen by the hypervisor during the experiment (VM noise).
+    pub steal_pct: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E1Row {
+    pub channels: u16,
+    pub copy_workers: usize,
+    /// Median over the repeats.
+    pub bits_per_second: f64,
+    pub spread: Spread,
+}
+
+/// E1: one virtual socket, one application thread each side, vs channels × copy workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E1 {
+    pub rows: Vec<E1Row>,
+    /// One plain TCP connection, same writes and reads.
+    pub tcp_bits_per_second: f64,
+    pub tcp_spread: Spread,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E2Row {
+    pub channels: u16,
+    pub bits_per_second: f64,
+    pub messages_per_second: f64,
+    pub spread: Spread,
+}
+
+/// E2: 4 KiB messages from one application thread vs channels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E2 {
+    pub message_bytes: usize,
+    pub rows: Vec<E2Row>,
+    pub tcp_bits_per_second: f64,
+    pub tcp_messages_per_second: f64,
+    pub tcp_spread: Spread,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E3Row {
+    /// "plain-tcp", "shared" or "isolated".
+    pub config: String,
+    /// The latency app's round trips, all repeats merged (first 100 of each run dropped).
+    pub latency_ns: LatencySummary,
+    /// p99 of each repeat.
+    pub p99_spread: Spread,
+    /// The bulk apps' total throughput (median over repeats).
+    pub bits_per_second: f64,
+}
+
+/// E3: one latency app (4 KiB ping-pong) beside N bulk apps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E3 {
+    pub bulk_apps: usize,
+    pub message_bytes: usize,
+    pub rows: Vec<E3Row>,
+    /// shared p99 / isolated p99 (medians of the repeats' p99s).
+    pub isolation_p99_gain: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E4Row {
+    /// "inline" (the app thread writes frames itself) or "handoff" (the channel's I/O thread
+    /// writes them).
+    pub mode: String,
+    pub bits_per_second: f64,
+    /// CPUs busy during the run (all threads and softirq, both sides, from /proc/stat).
+    pub cores_used: f64,
+    pub bits_per_second_per_core: f64,
+    pub spread: Spread,
+}
+
+/// E4: throughput per core against raw TCP, one channel, no copy workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E4 {
+    pub rows: Vec<E4Row>,
+    /// Of the "inline" row.
+    pub bits_per_second_per_core: f64,
+    pub tcp_bits_per_second: f64,
+    pub tcp_cores_used: f64,
+    pub tcp_bits_per_second_per_core: f64,
+    pub tcp_spread: Spread,
+    /// bits_per_second_per_core / tcp_bits_per_second_per_core.
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "experiment")]
+pub enum Result {
+    E1(E1),
+    E2(E2),
+    E3(E3),
+    E4(E4),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    pub bench: String,
+    pub setup: Setup,
+    #[serde(flatten)]
+    pub result: Result,
+}
+
+fn gbps(bps: f64) -> String {
+    format!("{:.2} Gbit/s", bps / 1e9)
+}
+
+fn sp(s: &Spread) -> String {
+    format!("[{:.2}..{:.2}]", s.min / 1e9, s.max / 1e9)
+}
+
+impl Message for Summary {
+    fn human(&self) -> Vec<String> {
+        let s = &self.setup;
+        let head = format!(
+            "netchannel {} on {} ({} cores, {:.0} s x {}, steal {:.1}%)",
+            match &self.result {
+                Result::E1(_) => "E1 single-socket throughput",
+                Result::E2(_) => "E2 4 KiB messages",
+                Result::E3(_) => "E3 latency isolation",
+                Result::E4(_) => "E4 throughput per core",
+            },
+            s.path,
+            s.cores,
+            s.duration_s,
+            s.repeat,
+            s.steal_pct
+        );
+        let mut out = vec![head];
+        match &self.result {
+            Result::E1(e) => {
+                out.push(format!(
+                    "  tcp (1 connection)        {} {}",
+                    gbps(e.tcp_bits_per_second),
+                    sp(&e.tcp_spread)
+                ));
+                for r in &e.rows {
+                    out.push(format!(
+                        "  channels {:>2} workers {:>2}    {} {}",
+                        r.channels,
+                        r.copy_workers,
+                        gbps(r.bits_per_second),
+                        sp(&r.spread)
+                    ));
+                }
+            }
+            Result::E2(e) => {
+                out.push(format!(
+                    "  tcp          {} {:.0} msg/s {}",
+                    gbps(e.tcp_bits_per_second),
+                    e.tcp_messages_per_second,
+                    sp(&e.tcp_spread)
+                ));
+                for r in &e.rows {
+                    out.push(format!(
+                        "  channels {:>2}  {} {:.0} msg/s {}",
+                        r.channels,
+                        gbps(r.bits_per_second),
+                        r.messages_per_second,
+                        sp(&r.spread)
+                    ));
+                }
+            }
+            Result::E3(e) => {
+                for r in &e.rows {
+                    out.push(format!(
+                        "  {:<10} p50 {} p99 {} p99.9 {}  bulk {}",
+                        r.config,
+                        crate::report::us(r.latency_ns.p50),
+                        crate::report::us(r.latency_ns.p99),
+                        crate::report::us(r.latency_ns.p999),
+                        gbps(r.bits_per_second)
+                    ));
+                }
+                out.push(format!(
+                    "  isolation cuts p99 by {:.1}x",
+                    e.isolation_p99_gain
+                ));
+            }
+            Result::E4(e) => {
+                out.push(format!(
+                    "  tcp      {} on {:.2} cores = {} per core",
+                    gbps(e.tcp_bits_per_second),
+                    e.tcp_cores_used,
+                    gbps(e.tcp_bits_per_second_per_core)
+                ));
+                for r in &e.rows {
+                    out.push(format!(
+                        "  {:<8} {} on {:.2} cores = {} per core",
+                        r.mode,
+                        gbps(r.bits_per_second),
+                        r.cores_used,
+                        gbps(r.bits_per_second_per_core)
+                    ));
+                }
+                out.push(format!("  per-core ratio (inline / tcp) {:.3}", e.ratio));
+            }
+        }
+        out
+    }
+}

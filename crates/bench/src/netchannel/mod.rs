@@ -1,0 +1,710 @@
+//! `netsteer bench netchannel`: the NetChannel paper's experiments at this machine's scale,
+//! each beside plain TCP run the same way in the same process. Both "hosts" live in this
+//! process: on loopback, or in two network namespaces joined by a veth (threads enter a
+//! namespace to create their sockets, which keep it).
+//!
+//! * E1 — one virtual socket, one app thread per side, 1 MiB writes and reads, across
+//!   channels × receive copy workers; beside one TCP connection (paper Fig. 6a/6b).
+//! * E2 — 4 KiB messages from one app thread across channels (Fig. 6c).
+//! * E3 — one latency app (4 KiB ping-pong) beside N bulk apps: plain TCP, netchannel with
+//!   the latency app on the bulk apps' channels (shared), and on its own latency channel
+//!   (isolated) (Fig. 6d).
+//! * E4 — throughput per core (all CPU busy time of the machine, from /proc/stat) with one
+//!   channel and no workers, against raw TCP (Fig. 8a).
+
+pub mod message;
+
+use crate::report::Kind;
+use crate::stats::LatencyRecorder;
+use message::*;
+use netchannel::{Endpoint, Policy, SocketOptions, VSocket};
+use netsteer_host::HostFs;
+use netsteer_host::sample::read_sample;
+use netsteer_sock::{cpu, netns};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experiment {
+    E1,
+    E2,
+    E3,
+    E4,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub experiments: Vec<Experiment>,
+    pub duration: Duration,
+    pub repeat: usize,
+    /// Channel counts for E1 and E2.
+    pub channels: Vec<u16>,
+    /// Copy-worker counts for E1.
+    pub copy_workers: Vec<usize>,
+    pub bulk_apps: usize,
+    /// Namespace files (e.g. /run/netns/A) of the two hosts; None = this namespace.
+    pub client_netns: Option<PathBuf>,
+    pub server_netns: Option<PathBuf>,
+    /// The server's address (127.0.0.1 on loopback, its veth address otherwise).
+    pub server_ip: IpAddr,
+    /// CPUs of the sending and receiving app threads.
+    pub sender_cpu: Option<u32>,
+    pub receiver_cpu: Option<u32>,
+    /// E3 isolated: run the latency channels' I/O threads under SCHED_FIFO.
+    pub latency_realtime: bool,
+    /// Bytes per write and read in the stream experiments.
+    pub io_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            experiments: vec![
+                Experiment::E1,
+                Experiment::E2,
+                Experiment::E3,
+                Experiment::E4,
+            ],
+            duration: Duration::from_secs(3),
+            repeat: 3,
+            channels: vec![1, 2],
+            copy_workers: vec![0, 1, 2],
+            bulk_apps: 2,
+            client_netns: None,
+            server_netns: None,
+            server_ip: IpAddr::from([127, 0, 0, 1]),
+            sender_cpu: None,
+            receiver_cpu: None,
+            latency_realtime: true,
+            io_bytes: 1 << 20,
+        }
+    }
+}
+
+const MESSAGE: usize = 4096;
+const WARMUP_RTTS: usize = 100;
+
+/// A connection of either kind, as the experiments use it.
+trait Conn: Send + Sync + 'static {
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_all_of(&self, buf: &[u8]) -> io::Result<()>;
+    fn finish(&self) -> io::Result<()>;
+    /// Takes whatever is next without copying it where the API allows (bytes, 0 at EOF).
+    fn drain_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_some(buf)
+    }
+}
+
+impl Conn for TcpStream {
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+    fn write_all_of(&self, buf: &[u8]) -> io::Result<()> {
+        (&*self).write_all(buf)
+    }
+    fn finish(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+impl Conn for VSocket {
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+    fn write_all_of(&self, buf: &[u8]) -> io::Result<()> {
+        (&*self).write_all(buf)
+    }
+    fn finish(&self) -> io::Result<()> {
+        self.shutdown_write()
+    }
+    fn drain_some(&self, _buf: &mut [u8]) -> io::Result<usize> {
+        Ok(self.read_chunk()?.map_or(0, |c| c.len()))
+    }
+}
+
+fn in_netns<T: Send>(
+    ns: Option<&PathBuf>,
+    f: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
+    thread::scope(|s| {
+        s.spawn(|| {
+            if let Some(p) = ns {
+                netns::enter(p)?;
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("set-up thread panicked")))
+    })
+}
+
+fn pin(cpu_id: Option<u32>) {
+    if let Some(c) = cpu_id {
+        let _ = cpu::pin_current_thread(&[c]);
+    }
+}
+
+/// Machine-wide CPU time over a run, from /proc/stat.
+struct Busy {
+    start: Option<netsteer_host::parse::CpuTimes>,
+}
+
+fn cpu_total() -> Option<netsteer_host::parse::CpuTimes> {
+    read_sample(&HostFs::default()).ok().map(|s| s.stat.total)
+}
+
+impl Busy {
+    fn start() -> Busy {
+        Busy { start: cpu_total() }
+    }
+
+    /// (cores busy on average, % stolen) over `secs`.
+    fn finish(&self, secs: f64) -> (f64, f64) {
+        let (Some(a), Some(b)) = (self.start, cpu_total()) else {
+            return (f64::NAN, f64::NAN);
+        };
+        let busy =
+            |c: &netsteer_host::parse::CpuTimes| c.user + c.nice + c.system + c.irq + c.softirq;
+        let ticks = busy(&b).saturating_sub(busy(&a)) as f64;
+        let total = b.total().saturating_sub(a.total()) as f64;
+        let steal = b.steal.saturating_sub(a.steal) as f64;
+        // USER_HZ is 100 on every Linux ABI.
+        (
+            ticks / 100.0 / secs,
+            if total > 0.0 {
+                100.0 * steal / total
+            } else {
+                0.0
+            },
+        )
+    }
+}
+
+struct Net<'a> {
+    cfg: &'a Config,
+}
+
+impl Net<'_> {
+    fn path(&self) -> &'static str {
+        if self.cfg.server_netns.is_some() || self.cfg.client_netns.is_some() {
+            "veth"
+        } else {
+            "loopback"
+        }
+    }
+
+    /// Two endpoints and `opts.len()` virtual sockets: (client sockets, server sockets) in
+    /// the same order.
+    fn nc(
+        &self,
+        server_cfg: netchannel::Config,
+        client_cfg: netchannel::Config,
+        opts: &[SocketOptions],
+    ) -> io::Result<(Endpoint, Endpoint, Vec<VSocket>, Vec<VSocket>)> {
+        let ip = self.cfg.server_ip;
+        let server = in_netns(self.cfg.server_netns.as_ref(), || {
+            Endpoint::listen(SocketAddr::new(ip, 0), server_cfg)
+        })?;
+        let addr = server.local_addr().expect("listening");
+        let listener = server.bind(1)?;
+        let (client, socks) = in_netns(self.cfg.client_netns.as_ref(), || {
+            let c = Endpoint::new(client_cfg)?;
+            let socks = opts
+                .iter()
+                .map(|o| c.connect(addr, 1, *o))
+                .collect::<io::Result<Vec<_>>>()?;
+            Ok((c, socks))
+        })?;
+        let accepted = socks
+            .iter()
+            .map(|_| listener.accept_timeout(Duration::from_secs(10)))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok((server, client, socks, accepted))
+    }
+
+    fn tcp(&self, n: usize) -> io::Result<(Vec<TcpStream>, Vec<TcpStream>)> {
+        let ip = self.cfg.server_ip;
+        let l = in_netns(self.cfg.server_netns.as_ref(), || {
+            TcpListener::bind(SocketAddr::new(ip, 0))
+        })?;
+        let addr = l.local_addr()?;
+        let clients = in_netns(self.cfg.client_netns.as_ref(), || {
+            (0..n)
+                .map(|_| {
+                    let s = TcpStream::connect(addr)?;
+                    s.set_nodelay(true)?;
+                    Ok(s)
+                })
+                .collect::<io::Result<Vec<_>>>()
+        })?;
+        let servers = (0..n)
+            .map(|_| {
+                let s = l.accept()?.0;
+                s.set_nodelay(true)?;
+                Ok(s)
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok((clients, servers))
+    }
+}
+
+/// One timed transfer: bits per second, cores busy, % steal.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    bps: f64,
+    cores: f64,
+    steal: f64,
+}
+
+/// The sender writes `chunk`-byte buffers (as messages if `message`) for `duration`, then
+/// finishes; the receiver drains to EOF. Throughput counts what the receiver got.
+fn transfer<C: Conn>(
+    tx: C,
+    rx: C,
+    cfg: &Config,
+    chunk: usize,
+    message: Option<fn(&C, &[u8]) -> io::Result<()>>,
+) -> io::Result<Point> {
+    let tx = Arc::new(tx);
+    let rx = Arc::new(rx);
+    let (scpu, rcpu, duration) = (cfg.sender_cpu, cfg.receiver_cpu, cfg.duration);
+    let busy = Busy::start();
+    let started = Instant::now();
+    let reader = {
+        let rx = rx.clone();
+        thread::spawn(move || -> io::Result<(u64, Instant)> {
+            pin(rcpu);
+            let mut buf = vec![0u8; 1 << 20];
+            let mut total = 0u64;
+            loop {
+                match rx.drain_some(&mut buf)? {
+                    0 => return Ok((total, Instant::now())),
+                    n => total += n as u64,
+                }
+            }
+        })
+    };
+    let writer = {
+        let tx = tx.clone();
+        thread::spawn(move || -> io::Result<()> {
+            pin(scpu);
+            let buf = vec![0x5au8; chunk];
+            let deadline = started + duration;
+            while Instant::now() < deadline {
+                match message {
+                    Some(send) => send(&tx, &buf)?,
+                    None => tx.write_all_of(&buf)?,
+                }
+            }
+            tx.finish()
+        })
+    };
+    writer
+        .join()
+        .map_err(|_| io::Error::other("writer panicked"))??;
+    let (bytes, end) = reader
+        .join()
+        .map_err(|_| io::Error::other("reader panicked"))??;
+    let secs = (end - started).as_secs_f64();
+    let (cores, steal) = busy.finish(secs);
+    Ok(Point {
+        bps: bytes as f64 * 8.0 / secs,
+        cores,
+        steal,
+    })
+}
+
+fn nc_cfg(channels: u16, workers: usize) -> netchannel::Config {
+    netchannel::Config {
+        throughput_channels: channels,
+        latency_channels: 0,
+        copy_workers: workers,
+        ..netchannel::Config::default()
+    }
+}
+
+fn nc_stream(net: &Net<'_>, cfg: netchannel::Config, read_copy: bool) -> io::Result<Point> {
+    let (_s, _c, mut cs, mut ss) = net.nc(cfg.clone(), cfg, &[SocketOptions::default()])?;
+    let (tx, rx) = (cs.pop().expect("one"), ss.pop().expect("one"));
+    if read_copy {
+        // read(2)-style into the app's buffer, like the TCP baseline.
+        struct Copying(VSocket);
+        impl Conn for Copying {
+            fn read_some(&self, b: &mut [u8]) -> io::Result<usize> {
+                self.0.read_some(b)
+            }
+            fn write_all_of(&self, b: &[u8]) -> io::Result<()> {
+                self.0.write_all_of(b)
+            }
+            fn finish(&self) -> io::Result<()> {
+                self.0.finish()
+            }
+        }
+        transfer(Copying(tx), Copying(rx), net.cfg, net.cfg.io_bytes, None)
+    } else {
+        transfer(tx, rx, net.cfg, net.cfg.io_bytes, None)
+    }
+}
+
+fn tcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<Point> {
+    let (mut c, mut s) = net.tcp(1)?;
+    transfer(
+        c.pop().expect("one"),
+        s.pop().expect("one"),
+        net.cfg,
+        chunk,
+        None,
+    )
+}
+
+fn median_of(points: &[Point], f: impl Fn(&Point) -> f64) -> Spread {
+    Spread::of(&points.iter().map(f).collect::<Vec<_>>())
+}
+
+fn setup(net: &Net<'_>, steal: f64) -> Setup {
+    Setup {
+        cores: thread::available_parallelism().map_or(0, |n| n.get()),
+        path: net.path().into(),
+        duration_s: net.cfg.duration.as_secs_f64(),
+        repeat: net.cfg.repeat,
+        steal_pct: steal,
+    }
+}
+
+fn steal_of(points: &[Point]) -> f64 {
+    median_of(points, |p| p.steal).median
+}
+
+fn e1(net: &Net<'_>) -> io::Result<Summary> {
+    let cfg = net.cfg;
+    let mut all = Vec::new();
+    // Alternate TCP and netchannel points in each repeat so drift hits both alike.
+    let mut tcp = Vec::new();
+    let mut grid: Vec<(u16, usize, Vec<Point>)> = Vec::new();
+    for &c in &cfg.channels {
+        for &w in &cfg.copy_workers {
+            grid.push((c, w, Vec::new()));
+        }
+    }
+    for _ in 0..cfg.repeat.max(1) {
+        tcp.push(tcp_stream(net, cfg.io_bytes)?);
+        for (c, w, pts) in &mut grid {
+            pts.push(nc_stream(net, nc_cfg(*c, *w), true)?);
+        }
+    }
+    all.extend(tcp.iter().copied());
+    let rows = grid
+        .into_iter()
+        .map(|(channels, copy_workers, pts)| {
+            all.extend(pts.iter().copied());
+            let spread = median_of(&pts, |p| p.bps);
+            E1Row {
+                channels,
+                copy_workers,
+                bits_per_second: spread.median,
+                spread,
+            }
+        })
+        .collect();
+    let ts = median_of(&tcp, |p| p.bps);
+    Ok(Summary {
+        kind: Kind::Summary,
+        bench: BENCH.into(),
+        setup: setup(net, steal_of(&all)),
+        result: Result::E1(E1 {
+            rows,
+            tcp_bits_per_second: ts.median,
+            tcp_spread: ts,
+        }),
+    })
+}
+
+fn e2(net: &Net<'_>) -> io::Result<Summary> {
+    let cfg = net.cfg;
+    let mut tcp = Vec::new();
+    let mut rows: Vec<(u16, Vec<Point>)> = cfg.channels.iter().map(|&c| (c, Vec::new())).collect();
+    for _ in 0..cfg.repeat.max(1) {
+        tcp.push(tcp_stream(net, MESSAGE)?);
+        for (c, pts) in &mut rows {
+            let nc = netchannel::Config {
+                // One message per frame, each frame to the next channel (paper's run_np.sh).
+                policy: Policy::RoundRobin { stick_bytes: 1 },
+                ..nc_cfg(*c, 0)
+            };
+            let (_s, _c, mut cs, mut ss) = net.nc(nc.clone(), nc, &[SocketOptions::default()])?;
+            let send: fn(&VSocket, &[u8]) -> io::Result<()> = |s, m| s.send_message(m);
+            pts.push(transfer(
+                cs.pop().expect("one"),
+                ss.pop().expect("one"),
+                cfg,
+                MESSAGE,
+                Some(send),
+            )?);
+        }
+    }
+    let mut all = tcp.clone();
+    let rows = rows
+        .into_iter()
+        .map(|(channels, pts)| {
+            all.extend(pts.iter().copied());
+            let spread = median_of(&pts, |p| p.bps);
+            E2Row {
+                channels,
+                bits_per_second: spread.median,
+                messages_per_second: spread.median / 8.0 / MESSAGE as f64,
+                spread,
+            }
+        })
+        .collect();
+    let ts = median_of(&tcp, |p| p.bps);
+    Ok(Summary {
+        kind: Kind::Summary,
+        bench: BENCH.into(),
+        setup: setup(net, steal_of(&all)),
+        result: Result::E2(E2 {
+            message_bytes: MESSAGE,
+            rows,
+            tcp_bits_per_second: ts.median,
+            tcp_messages_per_second: ts.median / 8.0 / MESSAGE as f64,
+            tcp_spread: ts,
+        }),
+    })
+}
+
+/// One E3 run: the latency app's RTTs and the bulk apps' bits per second.
+fn e3_run<C: Conn>(
+    cfg: &Config,
+    mut clients: Vec<C>,
+    mut servers: Vec<C>,
+) -> io::Result<(LatencyRecorder, f64, f64)> {
+    let lat_client = clients.remove(0);
+    let lat_server = servers.remove(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let bulk_bytes = Arc::new(AtomicU64::new(0));
+    let busy = Busy::start();
+    let started = Instant::now();
+    let echo = thread::spawn(move || {
+        let mut m = vec![0u8; MESSAGE];
+        'run: loop {
+            let mut got = 0;
+            while got < MESSAGE {
+                match lat_server.read_some(&mut m[got..]) {
+                    Ok(0) | Err(_) => break 'run,
+                    Ok(n) => got += n,
+                }
+            }
+            if lat_server.write_all_of(&m).is_err() {
+                break;
+            }
+        }
+    });
+    let mut bulk = Vec::new();
+    for (c, s) in clients.into_iter().zip(servers) {
+        let stop = stop.clone();
+        bulk.push(thread::spawn(move || {
+            let buf = vec![0xa5u8; 1 << 20];
+            while !stop.load(Ordering::Relaxed) {
+                if c.write_all_of(&buf).is_err() {
+                    break;
+                }
+            }
+            let _ = c.finish();
+            c
+        }));
+        let counted = bulk_bytes.clone();
+        bulk.push(thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            while let Ok(n) = s.drain_some(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                counted.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            s
+        }));
+    }
+    let mut rec = LatencyRecorder::new();
+    let msg = vec![0x11u8; MESSAGE];
+    let mut back = vec![0u8; MESSAGE];
+    let deadline = started + cfg.duration;
+    let mut i = 0usize;
+    while Instant::now() < deadline {
+        let t0 = Instant::now();
+        lat_client.write_all_of(&msg)?;
+        let mut got = 0;
+        while got < MESSAGE {
+            match lat_client.read_some(&mut back[got..])? {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "echo server closed",
+                    ));
+                }
+                n => got += n,
+            }
+        }
+        if i >= WARMUP_RTTS {
+            rec.record(t0.elapsed().as_nanos() as u64);
+        }
+        i += 1;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let bps = bulk_bytes.load(Ordering::Relaxed) as f64 * 8.0 / secs;
+    let (_, steal) = busy.finish(secs);
+    stop.store(true, Ordering::Relaxed);
+    lat_client.finish()?;
+    let _ = echo.join();
+    for t in bulk {
+        let _ = t.join();
+    }
+    drop(lat_client);
+    Ok((rec, bps, steal))
+}
+
+fn e3(net: &Net<'_>) -> io::Result<Summary> {
+    let cfg = net.cfg;
+    let n = cfg.bulk_apps;
+    let nc = netchannel::Config {
+        // One throughput channel shared by every bulk app, hashed so sockets keep to it, and
+        // one latency channel (paper run_mix_flow.sh: SRC_PORT hashing, no copy workers).
+        throughput_channels: 1,
+        latency_channels: 1,
+        policy: Policy::Hash,
+        latency_realtime: cfg.latency_realtime.then_some(10),
+        ..netchannel::Config::default()
+    };
+    let configs = ["plain-tcp", "shared", "isolated"];
+    let mut runs: Vec<(LatencyRecorder, Vec<f64>, Vec<f64>)> = configs
+        .iter()
+        .map(|_| (LatencyRecorder::new(), Vec::new(), Vec::new()))
+        .collect();
+    let mut steals = Vec::new();
+    for _ in 0..cfg.repeat.max(1) {
+        for (k, name) in configs.iter().enumerate() {
+            let (rec, bps, steal) = match *name {
+                "plain-tcp" => {
+                    let (c, s) = net.tcp(1 + n)?;
+                    e3_run(cfg, c, s)?
+                }
+                _ => {
+                    let lat = if *name == "isolated" {
+                        SocketOptions::latency()
+                    } else {
+                        SocketOptions::default()
+                    };
+                    let mut opts = vec![lat];
+                    opts.extend((0..n).map(|_| SocketOptions::default()));
+                    let (_s, _c, cs, ss) = net.nc(nc.clone(), nc.clone(), &opts)?;
+                    e3_run(cfg, cs, ss)?
+                }
+            };
+            steals.push(steal);
+            let slot = &mut runs[k];
+            if let Some(sum) = rec.summary() {
+                slot.1.push(sum.p99 as f64);
+            }
+            slot.0.merge(&rec);
+            slot.2.push(bps);
+        }
+    }
+    let rows: Vec<E3Row> = configs
+        .iter()
+        .zip(&runs)
+        .map(|(name, (rec, p99s, bps))| E3Row {
+            config: name.to_string(),
+            latency_ns: rec.summary().unwrap_or_default(),
+            p99_spread: Spread::of(p99s),
+            bits_per_second: Spread::of(bps).median,
+        })
+        .collect();
+    let gain = rows[1].p99_spread.median / rows[2].p99_spread.median;
+    Ok(Summary {
+        kind: Kind::Summary,
+        bench: BENCH.into(),
+        setup: setup(net, Spread::of(&steals).median),
+        result: Result::E3(E3 {
+            bulk_apps: n,
+            message_bytes: MESSAGE,
+            rows,
+            isolation_p99_gain: gain,
+        }),
+    })
+}
+
+fn e4(net: &Net<'_>) -> io::Result<Summary> {
+    let cfg = net.cfg;
+    let mut tcp = Vec::new();
+    let mut inline = Vec::new();
+    let mut handoff = Vec::new();
+    for _ in 0..cfg.repeat.max(1) {
+        tcp.push(tcp_stream(net, cfg.io_bytes)?);
+        let one = nc_cfg(1, 0);
+        inline.push(nc_stream(
+            net,
+            netchannel::Config {
+                inline_send: true,
+                ..one.clone()
+            },
+            false,
+        )?);
+        handoff.push(nc_stream(net, one, false)?);
+    }
+    let per_core = |p: &Point| p.bps / p.cores;
+    let row = |mode: &str, pts: &[Point]| E4Row {
+        mode: mode.into(),
+        bits_per_second: median_of(pts, |p| p.bps).median,
+        cores_used: median_of(pts, |p| p.cores).median,
+        bits_per_second_per_core: median_of(pts, per_core).median,
+        spread: median_of(pts, per_core),
+    };
+    let rows = vec![row("inline", &inline), row("handoff", &handoff)];
+    let tcp_pc = median_of(&tcp, per_core);
+    let mut all = tcp.clone();
+    all.extend(inline.iter().chain(&handoff).copied());
+    Ok(Summary {
+        kind: Kind::Summary,
+        bench: BENCH.into(),
+        setup: setup(net, steal_of(&all)),
+        result: Result::E4(E4 {
+            bits_per_second_per_core: rows[0].bits_per_second_per_core,
+            ratio: rows[0].bits_per_second_per_core / tcp_pc.median,
+            rows,
+            tcp_bits_per_second: median_of(&tcp, |p| p.bps).median,
+            tcp_cores_used: median_of(&tcp, |p| p.cores).median,
+            tcp_bits_per_second_per_core: tcp_pc.median,
+            tcp_spread: tcp_pc,
+        }),
+    })
+}
+
+/// Runs the chosen experiments in order, handing each summary to `emit` as soon as it is done.
+pub fn run(cfg: &Config, mut emit: impl FnMut(&Summary) -> io::Result<()>) -> io::Result<()> {
+    if cfg.channels.is_empty() || cfg.channels.contains(&0) || cfg.copy_workers.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--channels and --copy-workers need at least one value, channels ≥ 1",
+        ));
+    }
+    if cfg.duration.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--duration must be above 0",
+        ));
+    }
+    let net = Net { cfg };
+    for e in &cfg.experiments {
+        let s = match e {
+            Experiment::E1 => e1(&net)?,
+            Experiment::E2 => e2(&net)?,
+            Experiment::E3 => e3(&net)?,
+            Experiment::E4 => e4(&net)?,
+        };
+        emit(&s)?;
+    }
+    Ok(())
+}

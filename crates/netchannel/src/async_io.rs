@@ -1,0 +1,168 @@
+//! A tokio `AsyncRead`/`AsyncWrite` face for virtual sockets (feature `tokio`). The data path
+//! stays on the endpoint's own threads; a task that would block leaves its waker with the
+//! socket (data, credit) or the session (channel space), and the I/O threads wake it.
+
+use crate::channel::Payload;
+use crate::sched::{self, Choice};
+use crate::socket::{VSocket, lock};
+use crate::wire::{Class, FrameType, Header, flags};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// A [`VSocket`] for async code.
+pub struct AsyncVSocket {
+    inner: VSocket,
+    /// A shutdown was requested and has been sent.
+    shut: bool,
+}
+
+impl AsyncVSocket {
+    pub fn new(inner: VSocket) -> AsyncVSocket {
+        AsyncVSocket { inner, shut: false }
+    }
+
+    pub fn get_ref(&self) -> &VSocket {
+        &self.inner
+    }
+
+    pub fn into_inner(self) -> VSocket {
+        self.inner
+    }
+}
+
+impl AsyncRead for AsyncVSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let s = &self.inner;
+        let mut rx = lock(&s.shared.rx);
+        let n = rx.re.read(buf.initialize_unfilled());
+        if n > 0 {
+            buf.advance(n);
+            let credit = s.credit_due(&mut rx);
+            drop(rx);
+            if let Some(c) = credit {
+                s.send_credit(c);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        if rx.re.at_eof() || buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        if let Some(e) = &rx.error {
+            return Poll::Ready(Err(e.clone().into()));
+        }
+        rx.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl AsyncWrite for AsyncVSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let s = &self.inner;
+        let session = &s.session;
+        let (ch, seq, n) = {
+            let mut tx = lock(&s.shared.tx);
+            if let Some(e) = &tx.error {
+                return Poll::Ready(Err(e.clone().into()));
+            }
+            if tx.fin_sent {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "write after shutdown of the sending side",
+                )));
+            }
+            let avail = (tx.peer_consumed + tx.peer_window).saturating_sub(tx.next_seq);
+            if avail == 0 {
+                tx.waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            let n = buf
+                .len()
+                .min(avail as usize)
+                .min(session.send_frame as usize);
+            let loads = session.loads(s.shared.class);
+            let limit = session.cfg.channel_limit;
+            let mut choice = sched::choose(
+                s.shared.policy,
+                limit,
+                &mut tx.cursor,
+                &loads,
+                s.shared.hash,
+                n as u64,
+            );
+            if choice == Choice::Full {
+                session.wake_on_space(cx.waker());
+                // A channel may have drained between the choice and the registration.
+                let loads = session.loads(s.shared.class);
+                choice = sched::choose(
+                    s.shared.policy,
+                    limit,
+                    &mut tx.cursor,
+                    &loads,
+                    s.shared.hash,
+                    n as u64,
+                );
+                if choice == Choice::Full {
+                    return Poll::Pending;
+                }
+                session.space_served();
+            }
+            let ch = match choice {
+                Choice::Channel(i) => session.class_base(s.shared.class) + i,
+                Choice::NoChannel | Choice::Full => {
+                    drop(tx);
+                    let e = session.no_channel(s.shared.class);
+                    s.shared.fail(e.clone());
+                    return Poll::Ready(Err(e.into()));
+                }
+            };
+            let seq = tx.next_seq;
+            tx.next_seq += n as u64;
+            (ch, seq, n)
+        };
+        let h = Header {
+            kind: FrameType::Data,
+            flags: if s.shared.class == Class::Latency {
+                flags::LAT
+            } else {
+                0
+            },
+            src_port: s.shared.local,
+            dst_port: s.shared.remote,
+            len: n as u32,
+            credit: 0,
+            seq,
+        };
+        s.shared.mark_used(ch);
+        if let Err(e) = session.channels[ch].send_with(&h, Payload::Borrowed(&buf[..n]), false) {
+            let err = session.lost(ch, &e);
+            s.shared.fail(err.clone());
+            return Poll::Ready(Err(err.into()));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.shut {
+            self.shut = true;
+            return Poll::Ready(self.inner.shutdown_write());
+        }
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,250 @@
+//! Channel failure mid-stream and hostile peers.
+
+mod common;
+
+use common::*;
+use netchannel::{Config, Endpoint, Policy, SocketOptions, VSocket};
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const HELLO: usize = 24 + 32;
+
+/// Opens sockets until one lands on each of the two hashed channels.
+fn one_per_channel(
+    client: &Endpoint,
+    addr: std::net::SocketAddr,
+    port: u16,
+) -> (VSocket, VSocket, Vec<VSocket>) {
+    let mut spare = Vec::new();
+    let mut on = [None, None];
+    while on.iter().any(Option::is_none) {
+        let s = client
+            .connect(addr, port, SocketOptions::default())
+            .unwrap();
+        let ch = (netchannel::sched::port_hash(s.local_port(), port) % 2) as usize;
+        if on[ch].is_none() {
+            on[ch] = Some(s);
+        } else {
+            spare.push(s);
+        }
+    }
+    let [a, b] = on;
+    (a.unwrap(), b.unwrap(), spare)
+}
+
+#[test]
+fn killing_a_channel_fails_only_its_sockets_and_never_corrupts() {
+    let hash = Config {
+        throughput_channels: 2,
+        latency_channels: 0,
+        policy: Policy::Hash,
+        ..Config::default()
+    };
+    let (server, client) = pair(hash.clone(), hash);
+    let listener = server.bind(4).unwrap();
+    let addr = server.local_addr().unwrap();
+    let (on0, on1, spare) = one_per_channel(&client, addr, 4);
+    let mut accepted = Vec::new();
+    for _ in 0..2 + spare.len() {
+        accepted.push(listener.accept_timeout(Duration::from_secs(5)).unwrap());
+    }
+    let peer_of = |s: &VSocket| {
+        accepted
+            .iter()
+            .position(|a| a.peer_port() == s.local_port())
+            .unwrap()
+    };
+    let (p0, p1) = (peer_of(&on0), peer_of(&on1));
+    let mut accepted: Vec<Option<VSocket>> = accepted.into_iter().map(Some).collect();
+    let r0 = accepted[p0].take().unwrap();
+    let r1 = accepted[p1].take().unwrap();
+    let total = 256u64 << 20;
+    let seeds = (on0.local_port() as u64, on1.local_port() as u64);
+    let w0 = thread::spawn(move || {
+        let r = send_stream(&on0, seeds.0, total).and_then(|_| on0.shutdown_write());
+        (r, on0)
+    });
+    let w1 = thread::spawn(move || {
+        let r = send_stream(&on1, seeds.1, 48 << 20).and_then(|_| on1.shutdown_write());
+        (r, on1)
+    });
+    let rd0 = thread::spawn(move || (recv_stream(&r0, seeds.0), r0));
+    let rd1 = thread::spawn(move || (recv_stream(&r1, seeds.1), r1));
+    thread::sleep(Duration::from_millis(150));
+    client.break_channel(0).unwrap();
+    // The socket on channel 1 completes, every byte checked.
+    let (got1, _r1) = rd1.join().unwrap();
+    assert_eq!(got1.map_err(|(_, e)| e).unwrap(), 48 << 20);
+    assert!(w1.join().unwrap().0.is_ok());
+    // The socket on channel 0 fails with a clear error on both sides; what it delivered
+    // before that was checked byte by byte (recv_stream asserts).
+    let (got0, _r0) = rd0.join().unwrap();
+    let (n, e) = got0.expect_err("the stream on the dead channel must not end cleanly");
+    assert!(n < total);
+    assert!(
+        e.to_string().contains("channel 0") || e.kind() == ErrorKind::ConnectionReset,
+        "{e}"
+    );
+    let (wr0, _s0) = w0.join().unwrap();
+    let e = wr0.expect_err("the writer learns too");
+    assert_eq!(e.kind(), ErrorKind::BrokenPipe, "{e}");
+    // New sockets avoid the dead channel.
+    let s = client
+        .connect(
+            addr,
+            4,
+            SocketOptions {
+                policy: Some(Policy::LeastLoaded),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let a = listener.accept().unwrap();
+    (&s).write_all(b"still here").unwrap();
+    let mut buf = [0u8; 10];
+    (&a).read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"still here");
+}
+
+#[test]
+fn a_round_robin_stream_over_a_dead_channel_errors_instead_of_skipping_bytes() {
+    let rr = Config {
+        throughput_channels: 3,
+        ..Config::default()
+    };
+    let (server, client) = pair(rr.clone(), rr);
+    let listener = server.bind(4).unwrap();
+    let s = client
+        .connect(server.local_addr().unwrap(), 4, SocketOptions::default())
+        .unwrap();
+    let a = listener.accept().unwrap();
+    let w = thread::spawn(move || {
+        let r = send_stream(&s, 77, 1 << 30);
+        (r, s)
+    });
+    let r = thread::spawn(move || (recv_stream(&a, 77), a));
+    thread::sleep(Duration::from_millis(150));
+    server.break_channel(1).unwrap();
+    let (got, _a) = r.join().unwrap();
+    let (n, e) = got.expect_err("must fail");
+    assert!(n > 0 && n < 1 << 30, "{n}");
+    assert!(
+        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+        "{e}"
+    );
+    assert!(w.join().unwrap().0.is_err());
+}
+
+fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HELLO] {
+    netchannel::wire::Hello {
+        version: 1,
+        link_id: link,
+        channel_index: index,
+        class: if index < thpt {
+            netchannel::Class::Throughput
+        } else {
+            netchannel::Class::Latency
+        },
+        throughput_channels: thpt,
+        latency_channels: lat,
+        max_frame: 65536,
+    }
+    .encode()
+}
+
+/// The server closes the connection: read gives EOF or a reset within the deadline.
+fn closed_by_peer(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn hostile_peers_are_cut_off_with_bounded_memory() {
+    let cfg = Config {
+        hello_timeout: Duration::from_millis(800),
+        max_pending_links: 8,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let _l = server.bind(1).unwrap();
+
+    // Not a netchannel peer at all.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789012345678901234567890")
+        .unwrap();
+    assert!(closed_by_peer(&mut s));
+    // A valid one-channel link, then a frame claiming 4 GiB.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&hello(1, 0, 1, 0)).unwrap();
+    let mut answer = [0u8; HELLO];
+    s.read_exact(&mut answer).unwrap();
+    let mut h = netchannel::wire::Header::control(netchannel::wire::FrameType::Data, 1, 1, 0, 0);
+    h.len = 65536;
+    let mut raw = h.encode();
+    raw[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+    s.write_all(&raw).unwrap();
+    assert!(closed_by_peer(&mut s));
+    // An unknown frame type.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&hello(2, 0, 1, 0)).unwrap();
+    s.read_exact(&mut answer).unwrap();
+    let mut raw = h.encode();
+    raw[0] = 200;
+    s.write_all(&raw).unwrap();
+    assert!(closed_by_peer(&mut s));
+    // DATA for a socket that was never opened is answered with RST and dropped.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&hello(3, 0, 1, 0)).unwrap();
+    s.read_exact(&mut answer).unwrap();
+    let mut d = netchannel::wire::Header::control(netchannel::wire::FrameType::Data, 5, 6, 0, 0);
+    d.len = 100;
+    s.write_all(&d.encode()).unwrap();
+    s.write_all(&[0u8; 100]).unwrap();
+    let mut rst = [0u8; 24];
+    s.read_exact(&mut rst).unwrap();
+    assert_eq!(rst[0], netchannel::wire::FrameType::Rst as u8);
+    // A flood of HELLOs for half-built links: at most 8 are kept (until hello_timeout), the
+    // rest are closed at once.
+    let mut flood = Vec::new();
+    for link in 0..64u64 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&hello(1000 + link, 0, 4, 0)).unwrap();
+        flood.push(s);
+    }
+    let t = Instant::now();
+    let mut closed = 0;
+    for s in flood.iter_mut() {
+        if closed_by_peer(s) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 64, "every half-built link is closed in the end");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let st = server.stats();
+    assert!(st.rejected_channels >= 56, "{st:?}");
+    assert!(st.last_rejection.is_some());
+    // A peer that connects and says nothing is dropped after hello_timeout.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    assert!(closed_by_peer(&mut silent));
+    // The endpoint still serves real peers.
+    let client = Endpoint::new(Config::default()).unwrap();
+    let l2 = server.bind(2).unwrap();
+    let c = client.connect(addr, 2, SocketOptions::default()).unwrap();
+    (&c).write_all(b"ok").unwrap();
+    let mut b = [0u8; 2];
+    (&l2.accept().unwrap()).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ok");
+}
