@@ -11,12 +11,27 @@ const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 fn every_experiment_reports_a_summary_that_reads_back() {
     let out = Command::new(BIN)
         .args([
-            "bench", "netchannel", "--json", "--duration", "0.4", "--repeat", "1", "--channels", "1,2",
-            "--copy-workers", "0,1", "--bulk-apps", "1",
+            "bench",
+            "netchannel",
+            "--json",
+            "--duration",
+            "0.4",
+            "--repeat",
+            "1",
+            "--channels",
+            "1,2",
+            "--copy-workers",
+            "0,1",
+            "--bulk-apps",
+            "1",
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<Summary> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -40,7 +55,10 @@ fn every_experiment_reports_a_summary_that_reads_back() {
     match &lines[1].result {
         Exp::E2(e) => {
             assert_eq!(e.message_bytes, 4096);
-            assert!(e.rows.iter().all(|r| r.messages_per_second > 1000.0), "{e:?}");
+            assert!(
+                e.rows.iter().all(|r| r.messages_per_second > 1000.0),
+                "{e:?}"
+            );
         }
         other => panic!("second is E2, got {other:?}"),
     }
@@ -49,7 +67,10 @@ fn every_experiment_reports_a_summary_that_reads_back() {
             let names: Vec<_> = e.rows.iter().map(|r| r.config.as_str()).collect();
             assert_eq!(names, ["plain-tcp", "shared", "isolated"]);
             for r in &e.rows {
-                assert!(r.latency_ns.p50 > 0 && r.latency_ns.p50 <= r.latency_ns.p99, "{r:?}");
+                assert!(
+                    r.latency_ns.p50 > 0 && r.latency_ns.p50 <= r.latency_ns.p99,
+                    "{r:?}"
+                );
                 assert!(r.latency_ns.p99 <= r.latency_ns.p999);
                 assert!(r.bits_per_second > 0.0);
             }
@@ -60,7 +81,10 @@ fn every_experiment_reports_a_summary_that_reads_back() {
     match &lines[3].result {
         Exp::E4(e) => {
             assert!(e.bits_per_second_per_core > 0.0 && e.tcp_bits_per_second_per_core > 0.0);
-            assert!((e.ratio - e.bits_per_second_per_core / e.tcp_bits_per_second_per_core).abs() < 1e-9);
+            assert!(
+                (e.ratio - e.bits_per_second_per_core / e.tcp_bits_per_second_per_core).abs()
+                    < 1e-9
+            );
         }
         other => panic!("fourth is E4, got {other:?}"),
     }
@@ -77,7 +101,11 @@ fn bad_flags_are_named() {
         (vec!["--client-netns", "no-such-ns-xyz"], "--client-netns"),
         (vec!["--channels", "0"], "channels"),
     ] {
-        let out = Command::new(BIN).args(["bench", "netchannel"]).args(&args).output().unwrap();
+        let out = Command::new(BIN)
+            .args(["bench", "netchannel"])
+            .args(&args)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");

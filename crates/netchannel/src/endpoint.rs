@@ -213,10 +213,10 @@ impl Endpoint {
 
     fn session_to(&self, peer: SocketAddr) -> io::Result<Arc<Session>> {
         let mut out = lock(&self.inner.outgoing);
-        if let Some(s) = out.get(&peer) {
-            if s.channels.iter().any(|c| c.is_alive()) {
-                return Ok(s.clone());
-            }
+        if let Some(s) = out.get(&peer)
+            && s.channels.iter().any(|c| c.is_alive())
+        {
+            return Ok(s.clone());
         }
         let s = self.open_session(peer)?;
         out.insert(peer, s.clone());

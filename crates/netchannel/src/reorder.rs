@@ -110,14 +110,14 @@ impl Reassembly {
                 window: self.window,
             });
         }
-        if let Some(f) = self.final_seq {
-            if end > f {
-                return Err(ReorderError::BeyondFin {
-                    seq,
-                    end,
-                    final_seq: f,
-                });
-            }
+        if let Some(f) = self.final_seq
+            && end > f
+        {
+            return Err(ReorderError::BeyondFin {
+                seq,
+                end,
+                final_seq: f,
+            });
         }
         if data.is_empty() && !eom {
             return Ok(true);
@@ -125,15 +125,15 @@ impl Reassembly {
         if seq < self.next {
             return Err(ReorderError::Overlap { seq, end });
         }
-        if let Some((&s, p)) = self.ofo.range(..=seq).next_back() {
-            if s + p.data.len() as u64 > seq || s == seq {
-                return Err(ReorderError::Overlap { seq, end });
-            }
+        if let Some((&s, p)) = self.ofo.range(..=seq).next_back()
+            && (s + p.data.len() as u64 > seq || s == seq)
+        {
+            return Err(ReorderError::Overlap { seq, end });
         }
-        if let Some((&s, _)) = self.ofo.range(seq..).next() {
-            if s < end || s == seq {
-                return Err(ReorderError::Overlap { seq, end });
-            }
+        if let Some((&s, _)) = self.ofo.range(seq..).next()
+            && (s < end || s == seq)
+        {
+            return Err(ReorderError::Overlap { seq, end });
         }
         self.highest_end = self.highest_end.max(end);
         let piece = Piece { data, eom };

@@ -473,10 +473,10 @@ impl Session {
 
     pub fn forget(&self, vs: &VsShared) {
         let mut t = lock(&self.table);
-        if let Some(cur) = t.socks.get(&(vs.local, vs.remote)) {
-            if std::ptr::eq(Arc::as_ptr(cur), vs) {
-                t.socks.remove(&(vs.local, vs.remote));
-            }
+        if let Some(cur) = t.socks.get(&(vs.local, vs.remote))
+            && std::ptr::eq(Arc::as_ptr(cur), vs)
+        {
+            t.socks.remove(&(vs.local, vs.remote));
         }
     }
 
@@ -503,13 +503,13 @@ impl Session {
             (crate::wire::HEADER_LEN + h.len as usize) as u64,
             Ordering::Relaxed,
         );
-        if h.kind == FrameType::Data {
-            if let Some(pool) = &self.pool {
-                match pool.offer(self, ch, &h, r) {
-                    Ok(true) => return Ok(()),
-                    Ok(false) => {}
-                    Err(e) => return Err(format!("splice failed: {e}")),
-                }
+        if h.kind == FrameType::Data
+            && let Some(pool) = &self.pool
+        {
+            match pool.offer(self, ch, &h, r) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => return Err(format!("splice failed: {e}")),
             }
         }
         let payload = r.payload(&h).map_err(|e| format!("read failed: {e}"))?;
@@ -779,11 +779,11 @@ impl Session {
         let c = self.channels.get(ch).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, format!("no channel {ch}"))
         })?;
-        c.stream.shutdown(std::net::Shutdown::Both).or_else(|e| {
+        c.stream.shutdown(std::net::Shutdown::Both).map_err(|e| {
             if e.kind() == io::ErrorKind::NotConnected {
-                Err(broken())
+                broken()
             } else {
-                Err(e)
+                e
             }
         })
     }

@@ -94,6 +94,10 @@ trait Conn: Send + Sync + 'static {
     fn read_some(&self, buf: &mut [u8]) -> io::Result<usize>;
     fn write_all_of(&self, buf: &[u8]) -> io::Result<()>;
     fn finish(&self) -> io::Result<()>;
+    /// Sends one message (a byte stream has no boundaries: a plain write).
+    fn send_message(&self, m: &[u8]) -> io::Result<()> {
+        self.write_all_of(m)
+    }
     /// Takes whatever is next without copying it where the API allows (bytes, 0 at EOF).
     fn drain_some(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read_some(buf)
@@ -121,6 +125,9 @@ impl Conn for VSocket {
     }
     fn finish(&self) -> io::Result<()> {
         self.shutdown_write()
+    }
+    fn send_message(&self, m: &[u8]) -> io::Result<()> {
+        VSocket::send_message(self, m)
     }
     fn drain_some(&self, _buf: &mut [u8]) -> io::Result<usize> {
         Ok(self.read_chunk()?.map_or(0, |c| c.len()))
@@ -268,7 +275,7 @@ fn transfer<C: Conn>(
     rx: C,
     cfg: &Config,
     chunk: usize,
-    message: Option<fn(&C, &[u8]) -> io::Result<()>>,
+    messages: bool,
 ) -> io::Result<Point> {
     let tx = Arc::new(tx);
     let rx = Arc::new(rx);
@@ -296,9 +303,10 @@ fn transfer<C: Conn>(
             let buf = vec![0x5au8; chunk];
             let deadline = started + duration;
             while Instant::now() < deadline {
-                match message {
-                    Some(send) => send(&tx, &buf)?,
-                    None => tx.write_all_of(&buf)?,
+                if messages {
+                    tx.send_message(&buf)?;
+                } else {
+                    tx.write_all_of(&buf)?;
                 }
             }
             tx.finish()
@@ -345,9 +353,9 @@ fn nc_stream(net: &Net<'_>, cfg: netchannel::Config, read_copy: bool) -> io::Res
                 self.0.finish()
             }
         }
-        transfer(Copying(tx), Copying(rx), net.cfg, net.cfg.io_bytes, None)
+        transfer(Copying(tx), Copying(rx), net.cfg, net.cfg.io_bytes, false)
     } else {
-        transfer(tx, rx, net.cfg, net.cfg.io_bytes, None)
+        transfer(tx, rx, net.cfg, net.cfg.io_bytes, false)
     }
 }
 
@@ -358,7 +366,7 @@ fn tcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<Point> {
         s.pop().expect("one"),
         net.cfg,
         chunk,
-        None,
+        false,
     )
 }
 
@@ -437,13 +445,12 @@ fn e2(net: &Net<'_>) -> io::Result<Summary> {
                 ..nc_cfg(*c, 0)
             };
             let (_s, _c, mut cs, mut ss) = net.nc(nc.clone(), nc, &[SocketOptions::default()])?;
-            let send: fn(&VSocket, &[u8]) -> io::Result<()> = |s, m| s.send_message(m);
             pts.push(transfer(
                 cs.pop().expect("one"),
                 ss.pop().expect("one"),
                 cfg,
                 MESSAGE,
-                Some(send),
+                true,
             )?);
         }
     }
