@@ -54,6 +54,10 @@ pub struct Config {
     pub latency_realtime: Option<i32>,
     /// Most virtual sockets one session may hold (OPENs beyond are reset).
     pub max_sockets: usize,
+    /// Most bytes a peer may make this side buffer for one session: open sockets × window.
+    /// With the window this caps the sockets a session may open, so a hostile peer that
+    /// opens sockets and fills their windows is bounded.
+    pub session_memory: u64,
     /// Connections waiting in an accept queue per listening virtual port.
     pub accept_backlog: usize,
     /// How long a new channel may take to send its HELLO, and a whole link to assemble.
@@ -86,6 +90,7 @@ impl Default for Config {
             latency_busy_poll: Duration::ZERO,
             latency_realtime: None,
             max_sockets: 4096,
+            session_memory: 1 << 30,
             accept_backlog: 128,
             hello_timeout: Duration::from_secs(5),
             max_handshakes: 64,

@@ -374,6 +374,13 @@ impl Session {
         false
     }
 
+    /// Sockets this session may hold: the configured maximum, and no more than the session's
+    /// memory allows at one window each.
+    fn socket_limit(&self) -> usize {
+        let by_memory = self.cfg.session_memory / u64::from(self.cfg.window.max(1));
+        self.cfg.max_sockets.min(by_memory.max(1) as usize)
+    }
+
     fn send_raw_control(&self, channel: usize, f: OutFrame) {
         let h = Header::decode(&f.header, self.cfg.max_frame).expect("our own header");
         let _ = self.channels[channel].send(&h, Payload::Owned(f.payload));
@@ -394,7 +401,7 @@ impl Session {
         }
         let shared = {
             let mut t = lock(&self.table);
-            if t.socks.len() >= self.cfg.max_sockets.min(EPHEMERAL.len()) {
+            if t.socks.len() >= self.socket_limit().min(EPHEMERAL.len()) {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrNotAvailable,
                     format!(
@@ -686,7 +693,7 @@ impl Session {
         }
         let vs = {
             let mut t = lock(&self.table);
-            if t.socks.len() >= self.cfg.max_sockets {
+            if t.socks.len() >= self.socket_limit() {
                 drop(t);
                 return refuse(RstReason::TooManySockets);
             }

@@ -239,6 +239,26 @@ fn hostile_peers_are_cut_off_with_bounded_memory() {
     // A peer that connects and says nothing is dropped after hello_timeout.
     let mut silent = TcpStream::connect(addr).unwrap();
     assert!(closed_by_peer(&mut silent));
+    // A peer may open only as many sockets as session_memory / window allows.
+    let tight = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            window: 1 << 20,
+            session_memory: 3 << 20,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let _tl = tight.bind(5).unwrap();
+    let c = Endpoint::new(Config::default()).unwrap();
+    let ta = tight.local_addr().unwrap();
+    let held: Vec<_> = (0..3)
+        .map(|_| c.connect(ta, 5, SocketOptions::default()).unwrap())
+        .collect();
+    let e = c.connect(ta, 5, SocketOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    assert!(e.to_string().contains("TooManySockets"), "{e}");
+    drop(held);
     // The endpoint still serves real peers.
     let client = Endpoint::new(Config::default()).unwrap();
     let l2 = server.bind(2).unwrap();
