@@ -268,3 +268,49 @@ fn hostile_peers_are_cut_off_with_bounded_memory() {
     (&l2.accept().unwrap()).read_exact(&mut b).unwrap();
     assert_eq!(&b, b"ok");
 }
+
+#[test]
+fn copy_workers_survive_a_channel_dying_mid_payload() {
+    let workers = Config {
+        throughput_channels: 1,
+        latency_channels: 0,
+        copy_workers: 2,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), workers).unwrap();
+    let addr = server.local_addr().unwrap();
+    let listener = server.bind(6).unwrap();
+    let one = Config {
+        throughput_channels: 1,
+        latency_channels: 0,
+        ..Config::default()
+    };
+    for round in 0..3u64 {
+        let client = Endpoint::new(one.clone()).unwrap();
+        let s = client.connect(addr, 6, SocketOptions::default()).unwrap();
+        let a = listener.accept_timeout(Duration::from_secs(5)).unwrap();
+        let w = thread::spawn(move || {
+            let r = send_stream(&s, round, 1 << 30);
+            (r, s)
+        });
+        let r = thread::spawn(move || (recv_stream(&a, round), a));
+        thread::sleep(Duration::from_millis(100 + 30 * round));
+        client.break_channel(0).unwrap();
+        let (got, _a) = r.join().unwrap();
+        let (n, e) = got.expect_err("must fail");
+        assert!(n < 1 << 30, "{n} {e}");
+        assert!(w.join().unwrap().0.is_err());
+    }
+    // The workers' pipes are still in step: a fresh session streams through them intact.
+    let client = Endpoint::new(one).unwrap();
+    let s = client.connect(addr, 6, SocketOptions::default()).unwrap();
+    let a = listener.accept_timeout(Duration::from_secs(5)).unwrap();
+    let w = thread::spawn(move || {
+        send_stream(&s, 9, 32 << 20).unwrap();
+        s.shutdown_write().unwrap();
+        s
+    });
+    assert_eq!(recv_stream(&a, 9).map_err(|(_, e)| e).unwrap(), 32 << 20);
+    drop(w.join().unwrap());
+    assert!(server.stats().copy_worker_bytes.iter().all(|&b| b > 0));
+}
