@@ -1,7 +1,7 @@
 //! Reading frames off a channel and writing them whole.
 
 use crate::error::ReadError;
-use crate::wire::{FrameType, HEADER_LEN, Header};
+use crate::wire::{HEADER_LEN, Header};
 use bytes::Bytes;
 use std::io::{self, IoSlice, Read, Write};
 
@@ -171,18 +171,6 @@ pub struct OutFrame {
 }
 
 impl OutFrame {
-    pub fn new(h: &Header, payload: Bytes) -> OutFrame {
-        debug_assert_eq!(h.len as usize, payload.len());
-        OutFrame {
-            header: h.encode(),
-            payload,
-        }
-    }
-
-    pub fn control(kind: FrameType, src: u16, dst: u16, credit: u32, seq: u64) -> OutFrame {
-        OutFrame::new(&Header::control(kind, src, dst, credit, seq), Bytes::new())
-    }
-
     pub fn wire_len(&self) -> usize {
         HEADER_LEN + self.payload.len()
     }
@@ -224,7 +212,7 @@ pub fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::flags;
+    use crate::wire::{FrameType, flags};
     use proptest::prelude::*;
 
     /// A reader that returns at most `cut` bytes per call, like a socket under load.

@@ -15,7 +15,7 @@ use crate::channel::{Channel, Payload, broken};
 use crate::config::Config;
 use crate::copy::CopyPool;
 use crate::error::Error;
-use crate::frame_io::{FrameReader, OutFrame};
+use crate::frame_io::FrameReader;
 use crate::sched::Load;
 use crate::socket::{ListenQueue, OpenState, VSocket, VsShared, lock};
 use crate::wire::{Class, FrameType, Header, RstReason, flags};
@@ -348,7 +348,7 @@ impl Session {
     /// Sends a control frame for `vs`: on its hash channel if alive, else on any live
     /// channel of its class, else of the other class. Control frames ignore the channel
     /// limit (they are tiny and unblock senders). False if nothing is alive.
-    pub fn send_control(&self, vs: &VsShared, f: OutFrame) -> bool {
+    pub fn send_control(&self, vs: &VsShared, h: Header) -> bool {
         let own = self.class_channels(vs.class);
         let base = self.class_base(vs.class);
         let mut order: Vec<usize> = Vec::with_capacity(self.channels.len());
@@ -360,14 +360,13 @@ impl Session {
             .filter(|i| !order.contains(i))
             .collect();
         order.extend(others);
-        let h = Header::decode(&f.header, self.cfg.max_frame).expect("our own header");
         for i in order {
             let c = &self.channels[i];
             if !c.is_alive() {
                 continue;
             }
             vs.mark_used(i);
-            if c.send(&h, Payload::Owned(f.payload.clone())).is_ok() {
+            if c.send(&h, Payload::Owned(Bytes::new())).is_ok() {
                 return true;
             }
         }
@@ -381,9 +380,8 @@ impl Session {
         self.cfg.max_sockets.min(by_memory.max(1) as usize)
     }
 
-    fn send_raw_control(&self, channel: usize, f: OutFrame) {
-        let h = Header::decode(&f.header, self.cfg.max_frame).expect("our own header");
-        let _ = self.channels[channel].send(&h, Payload::Owned(f.payload));
+    fn send_raw_control(&self, channel: usize, h: Header) {
+        let _ = self.channels[channel].send(&h, Payload::Owned(Bytes::new()));
     }
 
     /// Opens a virtual socket to `port` on the peer and waits for OPEN_ACK.
@@ -440,42 +438,24 @@ impl Session {
             shared: shared.clone(),
             session: self.clone(),
         };
-        let mut f = OutFrame::control(FrameType::Open, shared.local, port, self.cfg.window, 0);
+        let mut f = Header::control(FrameType::Open, shared.local, port, self.cfg.window, 0);
         if class == Class::Latency {
-            f.header[1] |= flags::LAT;
+            f.flags |= flags::LAT;
         }
         if !self.send_control(&shared, f) {
             return Err(self.no_channel(class).into());
         }
         let deadline = Instant::now() + self.cfg.hello_timeout;
-        let mut tx = lock(&shared.tx);
-        while tx.state == OpenState::Opening {
-            if let Some(e) = &tx.error {
-                return Err(e.clone().into());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "no answer from {} to opening virtual port {port}",
-                        self.peer
-                    ),
-                ));
-            }
-            tx.writer_waiting = true;
-            tx = shared
-                .tx_cv
-                .wait_timeout(tx, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            tx.writer_waiting = false;
+        match shared.wait_tx(deadline, |tx| (tx.state == OpenState::Open).then_some(()))? {
+            Some(()) => Ok(sock),
+            None => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no answer from {} to opening virtual port {port}",
+                    self.peer
+                ),
+            )),
         }
-        if let Some(e) = &tx.error {
-            return Err(e.clone().into());
-        }
-        drop(tx);
-        Ok(sock)
     }
 
     pub fn forget(&self, vs: &VsShared) {
@@ -646,7 +626,7 @@ impl Session {
     /// DATA for a socket we do not have (closed here): tell the peer, as TCP does.
     fn orphan(&self, ch: usize, h: &Header) {
         self.counters.orphan_frames.fetch_add(1, Ordering::Relaxed);
-        let f = OutFrame::control(
+        let f = Header::control(
             FrameType::Rst,
             h.dst_port,
             h.src_port,
@@ -665,7 +645,7 @@ impl Session {
             port: vs.local,
             cause,
         });
-        let f = OutFrame::control(
+        let f = Header::control(
             FrameType::Rst,
             vs.local,
             vs.remote,
@@ -682,7 +662,7 @@ impl Session {
             Class::Throughput
         };
         let refuse = |reason: RstReason| {
-            let f = OutFrame::control(FrameType::Rst, h.dst_port, h.src_port, reason as u32, 0);
+            let f = Header::control(FrameType::Rst, h.dst_port, h.src_port, reason as u32, 0);
             self.send_raw_control(ch, f);
         };
         let Some(listener) = self.listeners.get(h.dst_port) else {
@@ -724,7 +704,7 @@ impl Session {
             shared: vs,
             session: self.clone(),
         };
-        let f = OutFrame::control(
+        let f = Header::control(
             FrameType::OpenAck,
             h.dst_port,
             h.src_port,
@@ -755,7 +735,7 @@ impl Session {
                     cause: cause.to_string(),
                 });
                 if used {
-                    let f = OutFrame::control(
+                    let f = Header::control(
                         FrameType::Rst,
                         vs.local,
                         vs.remote,

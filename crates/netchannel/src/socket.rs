@@ -5,7 +5,6 @@
 
 use crate::channel::Payload;
 use crate::error::Error;
-use crate::frame_io::OutFrame;
 use crate::reorder::Reassembly;
 use crate::sched::{self, Choice, Cursor, Policy};
 use crate::session::Session;
@@ -109,6 +108,35 @@ impl VsShared {
                 waker: None,
             }),
             tx_cv: Condvar::new(),
+        }
+    }
+
+    /// Waits on the send side until `done` gives a value (Some), an error arrives (Err), or
+    /// `deadline` passes (None).
+    pub fn wait_tx<T>(
+        &self,
+        deadline: std::time::Instant,
+        mut done: impl FnMut(&Tx) -> Option<T>,
+    ) -> io::Result<Option<T>> {
+        let mut tx = lock(&self.tx);
+        loop {
+            if let Some(v) = done(&tx) {
+                return Ok(Some(v));
+            }
+            if let Some(e) = &tx.error {
+                return Err(e.clone().into());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            tx.writer_waiting = true;
+            tx = self
+                .tx_cv
+                .wait_timeout(tx, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            tx.writer_waiting = false;
         }
     }
 
@@ -320,7 +348,7 @@ impl VSocket {
 
     pub(crate) fn send_credit(&self, consumed: u64) {
         let window = self.session.cfg.window;
-        let f = OutFrame::control(
+        let f = Header::control(
             FrameType::Credit,
             self.shared.local,
             self.shared.remote,
@@ -393,7 +421,7 @@ impl VSocket {
         tx.fin_sent = true;
         let seq = tx.next_seq;
         drop(tx);
-        let f = OutFrame::control(
+        let f = Header::control(
             FrameType::Fin,
             self.shared.local,
             self.shared.remote,
@@ -415,31 +443,14 @@ impl VSocket {
 
     /// Waits until the peer's application has read everything sent (or `timeout`).
     pub fn wait_acknowledged(&self, timeout: Duration) -> io::Result<bool> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut tx = lock(&self.shared.tx);
         // CREDIT comes only every quarter window; a small remainder is never reported, so
         // "acknowledged" means within one credit step.
-        let slack = self.session.cfg.window as u64 / 4;
-        loop {
-            if tx.next_seq - tx.peer_consumed < slack.max(1) {
-                return Ok(true);
-            }
-            if let Some(e) = &tx.error {
-                return Err(e.clone().into());
-            }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            tx.writer_waiting = true;
-            tx = self
-                .shared
-                .tx_cv
-                .wait_timeout(tx, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            tx.writer_waiting = false;
-        }
+        let slack = (u64::from(self.session.cfg.window) / 4).max(1);
+        let deadline = std::time::Instant::now() + timeout;
+        let done = self.shared.wait_tx(deadline, |tx| {
+            (tx.next_seq - tx.peer_consumed < slack).then_some(())
+        })?;
+        Ok(done.is_some())
     }
 }
 
@@ -495,7 +506,7 @@ impl Drop for VSocket {
         let healthy = lock(&self.shared.tx).error.is_none();
         if healthy {
             if unread {
-                let f = OutFrame::control(
+                let f = Header::control(
                     FrameType::Rst,
                     self.shared.local,
                     self.shared.remote,
@@ -532,21 +543,15 @@ impl VListener {
 
     /// Waits for the next virtual connection.
     pub fn accept(&self) -> io::Result<VSocket> {
-        let mut q = lock(&self.queue.queue);
-        loop {
-            if let Some(s) = q.0.pop_front() {
-                return Ok(s);
-            }
-            if q.1 {
-                return Err(Error::Closed.into());
-            }
-            q = wait(&self.queue.cv, q);
-        }
+        self.accept_until(None)
     }
 
     /// Like accept, but gives up after `timeout` with `TimedOut`.
     pub fn accept_timeout(&self, timeout: Duration) -> io::Result<VSocket> {
-        let deadline = std::time::Instant::now() + timeout;
+        self.accept_until(Some(std::time::Instant::now() + timeout))
+    }
+
+    fn accept_until(&self, deadline: Option<std::time::Instant>) -> io::Result<VSocket> {
         let mut q = lock(&self.queue.queue);
         loop {
             if let Some(s) = q.0.pop_front() {
@@ -555,22 +560,23 @@ impl VListener {
             if q.1 {
                 return Err(Error::Closed.into());
             }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "no connection on virtual port {} within {timeout:?}",
-                        self.queue.port
-                    ),
-                ));
-            }
-            q = self
-                .queue
-                .cv
-                .wait_timeout(q, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            q = match deadline {
+                None => wait(&self.queue.cv, q),
+                Some(d) => {
+                    let now = std::time::Instant::now();
+                    if now >= d {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("no connection on virtual port {} in time", self.queue.port),
+                        ));
+                    }
+                    self.queue
+                        .cv
+                        .wait_timeout(q, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
         }
     }
 }

@@ -268,15 +268,20 @@ struct Point {
     steal: f64,
 }
 
-/// The sender writes `chunk`-byte buffers (as messages if `message`) for `duration`, then
-/// finishes; the receiver drains to EOF. Throughput counts what the receiver got.
-fn transfer<C: Conn>(
-    tx: C,
-    rx: C,
-    cfg: &Config,
+/// What one transfer sends and how it reads.
+#[derive(Debug, Clone, Copy)]
+struct Traffic {
+    /// Bytes per write (or per message).
     chunk: usize,
+    /// Send each chunk as a message (EOM-delimited on netchannel).
     messages: bool,
-) -> io::Result<Point> {
+    /// Read into the app's buffer (`read`) rather than taking chunks as they arrived.
+    copy_reads: bool,
+}
+
+/// The sender writes `traffic.chunk`-byte buffers for `duration`, then finishes; the receiver
+/// drains to EOF. Throughput counts what the receiver got.
+fn transfer<C: Conn>(tx: C, rx: C, cfg: &Config, traffic: Traffic) -> io::Result<Point> {
     let tx = Arc::new(tx);
     let rx = Arc::new(rx);
     let (scpu, rcpu, duration) = (cfg.sender_cpu, cfg.receiver_cpu, cfg.duration);
@@ -289,7 +294,12 @@ fn transfer<C: Conn>(
             let mut buf = vec![0u8; 1 << 20];
             let mut total = 0u64;
             loop {
-                match rx.drain_some(&mut buf)? {
+                let n = if traffic.copy_reads {
+                    rx.read_some(&mut buf)?
+                } else {
+                    rx.drain_some(&mut buf)?
+                };
+                match n {
                     0 => return Ok((total, Instant::now())),
                     n => total += n as u64,
                 }
@@ -300,10 +310,10 @@ fn transfer<C: Conn>(
         let tx = tx.clone();
         thread::spawn(move || -> io::Result<()> {
             pin(scpu);
-            let buf = vec![0x5au8; chunk];
+            let buf = vec![0x5au8; traffic.chunk];
             let deadline = started + duration;
             while Instant::now() < deadline {
-                if messages {
+                if traffic.messages {
                     tx.send_message(&buf)?;
                 } else {
                     tx.write_all_of(&buf)?;
@@ -339,34 +349,26 @@ fn nc_cfg(channels: u16, workers: usize) -> netchannel::Config {
 fn nc_stream(net: &Net<'_>, cfg: netchannel::Config, read_copy: bool) -> io::Result<Point> {
     let (_s, _c, mut cs, mut ss) = net.nc(cfg.clone(), cfg, &[SocketOptions::default()])?;
     let (tx, rx) = (cs.pop().expect("one"), ss.pop().expect("one"));
-    if read_copy {
-        // read(2)-style into the app's buffer, like the TCP baseline.
-        struct Copying(VSocket);
-        impl Conn for Copying {
-            fn read_some(&self, b: &mut [u8]) -> io::Result<usize> {
-                self.0.read_some(b)
-            }
-            fn write_all_of(&self, b: &[u8]) -> io::Result<()> {
-                self.0.write_all_of(b)
-            }
-            fn finish(&self) -> io::Result<()> {
-                self.0.finish()
-            }
-        }
-        transfer(Copying(tx), Copying(rx), net.cfg, net.cfg.io_bytes, false)
-    } else {
-        transfer(tx, rx, net.cfg, net.cfg.io_bytes, false)
-    }
+    let traffic = Traffic {
+        chunk: net.cfg.io_bytes,
+        messages: false,
+        copy_reads: read_copy,
+    };
+    transfer(tx, rx, net.cfg, traffic)
 }
 
 fn tcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<Point> {
     let (mut c, mut s) = net.tcp(1)?;
+    let traffic = Traffic {
+        chunk,
+        messages: false,
+        copy_reads: true,
+    };
     transfer(
         c.pop().expect("one"),
         s.pop().expect("one"),
         net.cfg,
-        chunk,
-        false,
+        traffic,
     )
 }
 
@@ -445,12 +447,16 @@ fn e2(net: &Net<'_>) -> io::Result<Summary> {
                 ..nc_cfg(*c, 0)
             };
             let (_s, _c, mut cs, mut ss) = net.nc(nc.clone(), nc, &[SocketOptions::default()])?;
+            let traffic = Traffic {
+                chunk: MESSAGE,
+                messages: true,
+                copy_reads: false,
+            };
             pts.push(transfer(
                 cs.pop().expect("one"),
                 ss.pop().expect("one"),
                 cfg,
-                MESSAGE,
-                true,
+                traffic,
             )?);
         }
     }
