@@ -83,8 +83,11 @@ fn killing_a_channel_fails_only_its_sockets_and_never_corrupts() {
     let (got0, _r0) = rd0.join().unwrap();
     let (n, e) = got0.expect_err("the stream on the dead channel must not end cleanly");
     assert!(n < total);
+    // Either this side saw channel 0 die, or the peer's RST(ChannelLost) came first: both
+    // are the documented BrokenPipe.
+    assert_eq!(e.kind(), ErrorKind::BrokenPipe, "{e}");
     assert!(
-        e.to_string().contains("channel 0") || e.kind() == ErrorKind::ConnectionReset,
+        e.to_string().contains("channel 0") || e.to_string().contains("ChannelLost"),
         "{e}"
     );
     let (wr0, _s0) = w0.join().unwrap();
