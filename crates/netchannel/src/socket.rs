@@ -171,16 +171,17 @@ impl VsShared {
     /// Fails the socket. A receive side that already holds every byte up to FIN is left
     /// alone: nothing it will read was lost.
     pub fn fail(&self, e: Error) {
+        // Both halves change under both locks (always taken rx first), so no thread sees the
+        // read side failed while its write still succeeds.
         let mut rx = lock(&self.rx);
+        let mut tx = lock(&self.tx);
         if rx.error.is_none() && !rx.re.complete() {
             rx.error = Some(e.clone());
         }
-        self.wake_rx(&mut rx);
-        drop(rx);
-        let mut tx = lock(&self.tx);
         if tx.error.is_none() {
             tx.error = Some(e);
         }
+        self.wake_rx(&mut rx);
         self.wake_tx(&mut tx);
     }
 }
