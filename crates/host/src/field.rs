@@ -26,6 +26,14 @@ impl<T> Field<T> {
         }
     }
 
+    /// Why the value is unknown, if it is.
+    pub fn unknown_reason(&self) -> Option<&str> {
+        match self {
+            Field::Unknown { unknown } => Some(unknown),
+            Field::Known(_) => None,
+        }
+    }
+
     pub fn into_known(self) -> Option<T> {
         match self {
             Field::Known(v) => Some(v),

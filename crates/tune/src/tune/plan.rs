@@ -388,10 +388,7 @@ impl Builder<'_> {
         let queues = nic.rx_queues.clone();
         for (i, q) in queues.iter().enumerate() {
             let current = q.rps_cpus.known().map(|s| self.ctx.mask(s));
-            let skip = match &q.rps_cpus {
-                Field::Unknown { unknown } => Some(unknown.clone()),
-                _ => None,
-            };
+            let skip = q.rps_cpus.unknown_reason().map(str::to_string);
             let mask = self.ctx.mask(&per_queue[i]);
             self.push(
                 format!("rps/{}/rx-{}", nic.name, q.index),
@@ -425,10 +422,7 @@ impl Builder<'_> {
         let per_queue = flow_cnt_per_queue(RFS_ENTRIES, nic.rx_queues.len());
         for q in &queues {
             let current = q.rps_flow_cnt.known().map(u64::to_string);
-            let skip = match &q.rps_flow_cnt {
-                Field::Unknown { unknown } => Some(unknown.clone()),
-                _ => None,
-            };
+            let skip = q.rps_flow_cnt.unknown_reason().map(str::to_string);
             self.push(
                 format!("rfs/{}/rx-{}", nic.name, q.index),
                 ItemKind::RfsFlowCnt,
@@ -481,10 +475,7 @@ impl Builder<'_> {
         for q in &queues {
             let want = masks.get(&q.index).cloned().unwrap_or_default();
             let current = q.xps_cpus.known().map(|s| self.ctx.mask(s));
-            let skip = match &q.xps_cpus {
-                Field::Unknown { unknown } => Some(unknown.clone()),
-                _ => None,
-            };
+            let skip = q.xps_cpus.unknown_reason().map(str::to_string);
             let reason = if want.is_empty() {
                 format!(
                     "more tx queues ({ntx}) than CPUs: tx-{} gets no CPU",
