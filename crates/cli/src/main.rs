@@ -78,30 +78,25 @@ impl Host {
         Ok(Host { fs })
     }
 
-    /// NIC settings for one interface: from the tree's recorded file for `--root`, else over
-    /// ethtool netlink on the live host.
-    pub fn nic_settings_source(&self) -> Box<dyn Fn(&str) -> NicSettings> {
+    /// Where NIC settings come from: ethtool netlink on the live host, the tree's recorded
+    /// state (`netsteer/ethtool.json`) under `--root`. Err(reason) when netlink cannot be
+    /// opened.
+    pub fn nic_backend(&self) -> std::result::Result<Box<dyn netsteer_nic::NicBackend>, String> {
         if self.fs.is_live() {
-            use netsteer_nic::NicBackend;
-            match netsteer_nic::Netlink::open() {
-                Ok(nl) => Box::new(move |name: &str| nl.settings(name)),
-                Err(e) => {
-                    let reason = e.to_string();
-                    Box::new(move |_: &str| NicSettings::unavailable(&reason))
-                }
-            }
+            netsteer_nic::Netlink::open()
+                .map(|nl| Box::new(nl) as Box<dyn netsteer_nic::NicBackend>)
+                .map_err(|e| e.to_string())
         } else {
-            match netsteer_host::capture::read_tree_ethtool(self.fs.root()) {
-                Ok(map) => Box::new(move |name: &str| {
-                    map.get(name)
-                        .cloned()
-                        .unwrap_or_else(|| NicSettings::unavailable("not recorded in this tree"))
-                }),
-                Err(e) => {
-                    let reason = format!("{e}");
-                    Box::new(move |_: &str| NicSettings::unavailable(&reason))
-                }
-            }
+            Ok(Box::new(netsteer_nic::TreeNic::new(self.fs.root())))
+        }
+    }
+
+    /// NIC settings for one interface, with the reason in place of values when there is no
+    /// backend.
+    pub fn nic_settings_source(&self) -> Box<dyn Fn(&str) -> NicSettings> {
+        match self.nic_backend() {
+            Ok(backend) => Box::new(move |name: &str| backend.settings(name)),
+            Err(reason) => Box::new(move |_: &str| NicSettings::unavailable(&reason)),
         }
     }
 }

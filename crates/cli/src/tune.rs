@@ -4,7 +4,7 @@ use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use netsteer_host::{CpuSet, HostFs, read_host};
-use netsteer_nic::{NicBackend, TreeNic};
+use netsteer_nic::NicBackend;
 use netsteer_tune::tune::closed_loop::{Decision, Metric, decide};
 use netsteer_tune::tune::journal;
 use netsteer_tune::tune::persist::{self, Invocation};
@@ -160,37 +160,33 @@ fn effective_uid() -> Option<u32> {
         })
 }
 
-enum Nic {
-    Live(netsteer_nic::Netlink),
-    Tree(TreeNic),
-    None(netsteer_nic::FakeNic),
+/// The NIC backend tune reads and writes through; a disabled one (`--no-ethtool`, or no
+/// netlink) knows no NIC and refuses every write.
+struct Nic {
+    backend: Box<dyn NicBackend>,
+    enabled: bool,
 }
 
 impl Nic {
-    fn open(fs: &HostFs, enabled: bool) -> Nic {
-        if !enabled {
-            return Nic::None(netsteer_nic::FakeNic::default());
-        }
-        if fs.is_live() {
-            match netsteer_nic::Netlink::open() {
-                Ok(n) => Nic::Live(n),
-                Err(_) => Nic::None(netsteer_nic::FakeNic::default()),
-            }
-        } else {
-            Nic::Tree(TreeNic::new(fs.root()))
+    fn open(host: &Host, enabled: bool) -> Nic {
+        match enabled.then(|| host.nic_backend().ok()).flatten() {
+            Some(backend) => Nic {
+                backend,
+                enabled: true,
+            },
+            None => Nic {
+                backend: Box::new(netsteer_nic::FakeNic::default()),
+                enabled: false,
+            },
         }
     }
 
     fn backend(&self) -> &dyn NicBackend {
-        match self {
-            Nic::Live(n) => n,
-            Nic::Tree(n) => n,
-            Nic::None(n) => n,
-        }
+        self.backend.as_ref()
     }
 
     fn enabled(&self) -> bool {
-        !matches!(self, Nic::None(_))
+        self.enabled
     }
 }
 
@@ -284,7 +280,7 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
     match cmd {
         TuneCommand::Plan(a) => {
-            let nic = Nic::open(&host.fs, !a.no_ethtool);
+            let nic = Nic::open(host, !a.no_ethtool);
             let p = make_plan(host, &nic, &options(host, a)?)?;
             if a.json {
                 print_json(&p)?;
@@ -301,7 +297,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
                 Some(p) => p.clone(),
                 None => latest_journal(&dir)?,
             };
-            let nic = Nic::open(&host.fs, true);
+            let nic = Nic::open(host, true);
             let backend = HostBackend {
                 fs: host.fs.clone(),
                 nic: nic.backend(),
@@ -333,7 +329,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             })?;
             let applied: Plan =
                 serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
-            let nic = Nic::open(&host.fs, true);
+            let nic = Nic::open(host, true);
             let backend = HostBackend {
                 fs: host.fs.clone(),
                 nic: nic.backend(),
@@ -355,7 +351,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
         TuneCommand::Persist(a) => {
             need_root(host, "tune persist")?;
             // Validate the invocation now rather than at boot.
-            let nic = Nic::open(&host.fs, !a.plan.no_ethtool);
+            let nic = Nic::open(host, !a.plan.no_ethtool);
             make_plan(host, &nic, &options(host, &a.plan)?)?;
             let inv = Invocation {
                 profile: a.plan.profile.to_string(),
@@ -482,7 +478,7 @@ struct ApplyOutput<'a> {
 
 fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
     let opts = options(host, &a.plan)?;
-    let nic = Nic::open(&host.fs, !a.plan.no_ethtool);
+    let nic = Nic::open(host, !a.plan.no_ethtool);
     let p = make_plan(host, &nic, &opts)?;
     if a.dry_run {
         if a.plan.json {
