@@ -117,7 +117,6 @@ impl AsyncWrite for AsyncVSocket {
                 if choice == Choice::Full {
                     return Poll::Pending;
                 }
-                session.space_served();
             }
             let ch = match choice {
                 Choice::Channel(i) => session.class_base(s.shared.class) + i,

@@ -173,9 +173,8 @@ impl Channel {
         was
     }
 
-    /// Waits until everything queued has been written (or `timeout` passes).
-    pub fn drain(&self, timeout: std::time::Duration) {
-        let deadline = std::time::Instant::now() + timeout;
+    /// Waits until everything queued has been written (or `deadline` passes).
+    pub fn drain(&self, deadline: std::time::Instant) {
         let mut q = lock(&self.tx);
         while (!q.frames.is_empty() || q.writing) && !q.closed {
             let now = std::time::Instant::now();

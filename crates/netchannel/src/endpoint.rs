@@ -350,8 +350,10 @@ impl Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.inner.shutdown.store(true, Ordering::Release);
+        // One second in all to flush what is queued, however many sessions there are.
+        let deadline = Instant::now() + Duration::from_secs(1);
         for (s, _) in self.sessions() {
-            s.close(Duration::from_secs(1));
+            s.close(deadline);
         }
         if let Some(p) = &self.inner.pool {
             p.shutdown();

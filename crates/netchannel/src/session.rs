@@ -125,9 +125,12 @@ pub(crate) struct Session {
     pub closing: AtomicBool,
     pool: Option<Arc<CopyPool>>,
     pub counters: SessionCounters,
-    /// Async writers waiting for a channel below its limit.
+    /// Async writers waiting for a channel below its limit, and how many there are (read
+    /// without the lock on every drained batch).
     #[cfg(feature = "tokio")]
     space_wakers: Mutex<Vec<std::task::Waker>>,
+    #[cfg(feature = "tokio")]
+    async_space_waiters: AtomicUsize,
 }
 
 pub(crate) struct SessionParts {
@@ -216,6 +219,8 @@ impl Session {
             counters: SessionCounters::default(),
             #[cfg(feature = "tokio")]
             space_wakers: Mutex::default(),
+            #[cfg(feature = "tokio")]
+            async_space_waiters: AtomicUsize::new(0),
         });
         for (ch, reader) in session.channels.iter().zip(readers) {
             let cpus = session.cpus_for(ch);
@@ -306,28 +311,29 @@ impl Session {
         if self.space_waiters.load(Ordering::Acquire) > 0 {
             let _g = lock(&self.space);
             self.space_cv.notify_all();
-            #[cfg(feature = "tokio")]
-            for w in std::mem::take(&mut *lock(&self.space_wakers)) {
+        }
+        #[cfg(feature = "tokio")]
+        if self.async_space_waiters.load(Ordering::Acquire) > 0 {
+            let wakers = {
+                let mut list = lock(&self.space_wakers);
+                self.async_space_waiters.store(0, Ordering::Release);
+                std::mem::take(&mut *list)
+            };
+            for w in wakers {
                 w.wake();
             }
         }
     }
 
-    /// Registers an async writer to be woken when a channel drains.
+    /// Registers an async writer to be woken when a channel drains (once).
     #[cfg(feature = "tokio")]
     pub fn wake_on_space(&self, w: &std::task::Waker) {
-        self.space_waiters.fetch_add(1, Ordering::AcqRel);
-        lock(&self.space_wakers).push(w.clone());
-    }
-
-    /// Drops the registration made by `wake_on_space` once it has served.
-    #[cfg(feature = "tokio")]
-    pub fn space_served(&self) {
-        let _ = self
-            .space_waiters
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                Some(v.saturating_sub(1))
-            });
+        let mut list = lock(&self.space_wakers);
+        if !list.iter().any(|x| x.will_wake(w)) {
+            list.push(w.clone());
+        }
+        self.async_space_waiters
+            .store(list.len(), Ordering::Release);
     }
 
     /// Waits until some channel of `class` drops below its limit (or dies).
@@ -750,10 +756,10 @@ impl Session {
         self.space_cv.notify_all();
     }
 
-    /// Flushes what is queued (up to `linger`) and closes every channel.
-    pub fn close(&self, linger: Duration) {
+    /// Flushes what is queued (until `deadline`) and closes every channel.
+    pub fn close(&self, deadline: Instant) {
         for c in &self.channels {
-            c.drain(linger);
+            c.drain(deadline);
         }
         self.closing.store(true, Ordering::Release);
         for c in &self.channels {
