@@ -821,12 +821,12 @@ impl Read for SpinRead {
 
 impl crate::frame_io::Source for SpinRead {
     fn append_exact(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
+        // Straight into the vector's spare capacity: no zero-fill, one recv per arrival.
         let want = v.len() + n;
-        // read_to_end fills spare capacity without zeroing it (TcpStream reads into
-        // uninitialised buffers); Take stops it at the frame's end.
-        (&self.stream).take(n as u64).read_to_end(v)?;
-        if v.len() < want {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        while v.len() < want {
+            if tcp::recv_append(self.stream.as_fd(), v, want - v.len())? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
         }
         Ok(())
     }
