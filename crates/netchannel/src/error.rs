@@ -1,4 +1,3 @@
-use crate::reorder::ReorderError;
 use crate::wire::{RstReason, WireError};
 use std::io;
 use std::net::SocketAddr;
@@ -25,7 +24,7 @@ pub enum Error {
     Protocol {
         peer: SocketAddr,
         port: u16,
-        cause: ReorderError,
+        cause: String,
     },
     #[error("no {class} channel to {peer} is alive")]
     NoChannel {

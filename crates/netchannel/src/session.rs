@@ -583,13 +583,14 @@ impl Session {
                     vs.mark_used(ch);
                     let mut tx = lock(&vs.tx);
                     if h.seq > tx.next_seq {
+                        let sent = tx.next_seq;
                         drop(tx);
                         self.protocol_reset(
                             &vs,
-                            crate::reorder::ReorderError::BadFin {
-                                final_seq: h.seq,
-                                have: 0,
-                            },
+                            format!(
+                                "CREDIT says {} bytes consumed, only {sent} were sent",
+                                h.seq
+                            ),
                         );
                         return Ok(());
                     }
@@ -642,14 +643,14 @@ impl Session {
         self.send_raw_control(ch, f);
     }
 
-    fn protocol_reset(&self, vs: &Arc<VsShared>, cause: crate::reorder::ReorderError) {
+    fn protocol_reset(&self, vs: &Arc<VsShared>, cause: impl std::fmt::Display) {
         self.counters
             .protocol_resets
             .fetch_add(1, Ordering::Relaxed);
         vs.fail(Error::Protocol {
             peer: self.peer,
             port: vs.local,
-            cause,
+            cause: cause.to_string(),
         });
         let f = Header::control(
             FrameType::Rst,

@@ -219,6 +219,27 @@ fn hostile_peers_are_cut_off_with_bounded_memory() {
     let mut rst = [0u8; 24];
     s.read_exact(&mut rst).unwrap();
     assert_eq!(rst[0], netchannel::wire::FrameType::Rst as u8);
+    // A socket opened properly, then DATA beyond its window: that socket is reset (RST back,
+    // InvalidData for the app), the channel stays up.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&hello(4, 0, 1, 0)).unwrap();
+    s.read_exact(&mut answer).unwrap();
+    let open = netchannel::wire::Header::control(netchannel::wire::FrameType::Open, 9, 1, 65536, 0);
+    s.write_all(&open.encode()).unwrap();
+    let mut ack = [0u8; 24];
+    s.read_exact(&mut ack).unwrap();
+    assert_eq!(ack[0], netchannel::wire::FrameType::OpenAck as u8);
+    let victim = _l.accept_timeout(Duration::from_secs(5)).unwrap();
+    let mut d =
+        netchannel::wire::Header::control(netchannel::wire::FrameType::Data, 9, 1, 0, 64 << 20);
+    d.len = 10;
+    s.write_all(&d.encode()).unwrap();
+    s.write_all(&[0u8; 10]).unwrap();
+    s.read_exact(&mut rst).unwrap();
+    assert_eq!(rst[0], netchannel::wire::FrameType::Rst as u8);
+    let e = (&victim).read(&mut [0u8; 8]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    assert!(e.to_string().contains("window"), "{e}");
     // A flood of HELLOs for half-built links: at most 8 are kept (until hello_timeout), the
     // rest are closed at once.
     let mut flood = Vec::new();
