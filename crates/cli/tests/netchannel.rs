@@ -46,7 +46,9 @@ fn every_experiment_reports_a_summary_that_reads_back() {
     }
     match &lines[0].result {
         Exp::E1(e) => {
-            assert_eq!(e.rows.len(), 4);
+            // 1 and 2 channels × (no workers, 1 receive worker, 1 receive + 1 send worker).
+            assert_eq!(e.rows.len(), 6);
+            assert!(e.rows.iter().any(|r| r.send_copy_workers == 1));
             assert!(e.tcp_bits_per_second > 1e8);
             assert!(e.rows.iter().all(|r| r.bits_per_second > 1e8), "{e:?}");
         }

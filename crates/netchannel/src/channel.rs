@@ -3,14 +3,17 @@
 //! receiver orders a socket's bytes by `seq`, so a channel only has to write each frame whole.
 
 use crate::frame_io::{OutFrame, write_all_vectored};
-use crate::sched::Load;
-use crate::wire::{Class, Header};
+use crate::sched::{Load, choose_worker};
+use crate::wire::{Class, FrameType, Header};
 use bytes::Bytes;
+use netsteer_sock::pipe::{Pipe, splice_into};
 use std::collections::VecDeque;
-use std::io;
+use std::fs::File;
+use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A writer loop sends at most this much per writev(2), so queued control frames of other
 /// sockets wait for at most one batch.
@@ -23,6 +26,50 @@ struct TxQueue {
     writing: bool,
     writer_waiting: bool,
     closed: bool,
+    /// The send copy worker chosen last (round-robin).
+    last_worker: usize,
+}
+
+/// Payloads at least this large go through a send copy worker when the channel has some.
+const SEND_OFFLOAD_MIN: usize = 64 * 1024;
+
+/// A send copy worker of one channel. It write(2)s queued payloads into its pipe — the
+/// user→kernel copy, on its own core — and the channel's writer splice(2)s them from the pipe
+/// into the socket, which moves page references. A TCP socket takes one writer at a time
+/// (tcp_sendmsg holds the socket lock while it copies), so without this the copies of one
+/// channel all run on its writer thread. Each channel has its own workers so every pipe holds
+/// payloads in exactly the order that channel's writer takes them.
+struct SendWorker {
+    /// The pipe's read end, taken (closed) when the channel closes so a worker blocked on a
+    /// full pipe gets EPIPE.
+    read_end: Mutex<Option<File>>,
+    jobs: Mutex<(VecDeque<Bytes>, bool)>,
+    cv: Condvar,
+    /// Bytes handed to the worker and not yet spliced out.
+    pending: AtomicU64,
+}
+
+impl SendWorker {
+    fn run(&self, mut write_end: File) {
+        loop {
+            let job = {
+                let mut j = lock(&self.jobs);
+                loop {
+                    if j.1 {
+                        // Dropping the write end ends any splice waiting for data.
+                        return;
+                    }
+                    if let Some(b) = j.0.pop_front() {
+                        break b;
+                    }
+                    j = self.cv.wait(j).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            if write_end.write_all(&job).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// Counters of one channel.
@@ -32,6 +79,8 @@ pub(crate) struct Counters {
     pub frames_out: AtomicU64,
     pub bytes_in: AtomicU64,
     pub frames_in: AtomicU64,
+    /// Payload bytes a send copy worker copied.
+    pub send_copied: AtomicU64,
 }
 
 pub(crate) struct Channel {
@@ -44,6 +93,16 @@ pub(crate) struct Channel {
     alive: AtomicBool,
     inline: bool,
     pub counters: Counters,
+    send_workers: Vec<Arc<SendWorker>>,
+    worker_limit: u64,
+}
+
+/// How a channel copies outgoing payloads.
+pub(crate) struct SendCopy<'a> {
+    pub workers: usize,
+    pub pipe: usize,
+    pub limit: u64,
+    pub cpus: &'a [u32],
 }
 
 /// A DATA payload: borrowed from the app when the frame is written inline, owned otherwise.
@@ -78,8 +137,40 @@ pub(crate) fn broken() -> io::Error {
 }
 
 impl Channel {
-    pub fn new(index: usize, class: Class, stream: TcpStream, inline: bool) -> Channel {
-        Channel {
+    pub fn new(
+        index: usize,
+        class: Class,
+        stream: TcpStream,
+        inline: bool,
+        copy: SendCopy<'_>,
+    ) -> io::Result<Channel> {
+        let mut send_workers = Vec::with_capacity(copy.workers);
+        for w in 0..copy.workers {
+            let pipe = Pipe::new(copy.pipe).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("send copy worker pipe of {} bytes: {e}", copy.pipe),
+                )
+            })?;
+            let worker = Arc::new(SendWorker {
+                read_end: Mutex::new(Some(pipe.read)),
+                jobs: Mutex::new((VecDeque::new(), false)),
+                cv: Condvar::new(),
+                pending: AtomicU64::new(0),
+            });
+            let (wk, write_end) = (worker.clone(), pipe.write);
+            let cpu = (!copy.cpus.is_empty()).then(|| copy.cpus[(index + w) % copy.cpus.len()]);
+            std::thread::Builder::new()
+                .name(format!("nc-scopy-{index}-{w}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        let _ = netsteer_sock::cpu::pin_current_thread(&[c]);
+                    }
+                    wk.run(write_end);
+                })?;
+            send_workers.push(worker);
+        }
+        Ok(Channel {
             index,
             class,
             stream,
@@ -89,7 +180,9 @@ impl Channel {
             alive: AtomicBool::new(true),
             inline,
             counters: Counters::default(),
-        }
+            send_workers,
+            worker_limit: copy.limit,
+        })
     }
 
     pub fn is_alive(&self) -> bool {
@@ -137,16 +230,84 @@ impl Channel {
             }
             return res;
         }
-        let frame = OutFrame {
+        let mut frame = OutFrame {
             header: header.encode(),
             payload: payload.into_owned(),
+            via: None,
         };
+        if header.kind == FrameType::Data && frame.payload.len() >= SEND_OFFLOAD_MIN {
+            frame.via = self.offload(&mut q, &frame.payload);
+        }
         self.queued
             .fetch_add(frame.wire_len() as u64, Ordering::Relaxed);
         q.frames.push_back(frame);
         if q.writer_waiting {
             self.tx_cv.notify_all();
         }
+        Ok(())
+    }
+
+    /// Hands a payload to a send copy worker, in queue order (the caller holds the queue).
+    fn offload(&self, q: &mut TxQueue, payload: &Bytes) -> Option<usize> {
+        if self.send_workers.is_empty() {
+            return None;
+        }
+        let pending: Vec<u64> = self
+            .send_workers
+            .iter()
+            .map(|w| w.pending.load(Ordering::Relaxed))
+            .collect();
+        let w = choose_worker(&pending, self.worker_limit, &mut q.last_worker)?;
+        let worker = &self.send_workers[w];
+        worker
+            .pending
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        let mut jobs = lock(&worker.jobs);
+        jobs.0.push_back(payload.clone());
+        worker.cv.notify_one();
+        Some(w)
+    }
+
+    /// Writes a batch: runs of directly written frames with writev, and payloads held by
+    /// send copy workers spliced from their pipes after their headers.
+    fn write_batch(&self, batch: &[OutFrame]) -> io::Result<()> {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * batch.len());
+        for f in batch {
+            parts.push(&f.header);
+            match f.via {
+                None => parts.push(&f.payload),
+                Some(w) => {
+                    write_all_vectored(&mut &self.stream, &parts)?;
+                    parts.clear();
+                    self.splice_from(w, f.payload.len())?;
+                }
+            }
+        }
+        write_all_vectored(&mut &self.stream, &parts)
+    }
+
+    fn splice_from(&self, w: usize, len: usize) -> io::Result<()> {
+        let worker = &self.send_workers[w];
+        let end = lock(&worker.read_end);
+        let Some(pipe) = end.as_ref() else {
+            return Err(broken());
+        };
+        let mut left = len;
+        while left > 0 {
+            match splice_into(pipe.as_fd(), self.stream.as_fd(), left)? {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "send copy worker stopped",
+                    ));
+                }
+                n => left -= n,
+            }
+        }
+        worker.pending.fetch_sub(len as u64, Ordering::Relaxed);
+        self.counters
+            .send_copied
+            .fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -170,6 +331,15 @@ impl Channel {
         self.tx_cv.notify_all();
         drop(q);
         let _ = self.stream.shutdown(Shutdown::Both);
+        for w in &self.send_workers {
+            let mut jobs = lock(&w.jobs);
+            jobs.1 = true;
+            jobs.0.clear();
+            w.cv.notify_all();
+            drop(jobs);
+            // Waits for a splice in progress (the shutdown or the worker's exit ends it).
+            lock(&w.read_end).take();
+        }
         was
     }
 
@@ -222,11 +392,7 @@ impl Channel {
                 }
                 q.writing = true;
             }
-            let parts: Vec<&[u8]> = batch
-                .iter()
-                .flat_map(|f| [&f.header[..], &f.payload[..]])
-                .collect();
-            let res = write_all_vectored(&mut &self.stream, &parts);
+            let res = self.write_batch(&batch);
             let bytes: usize = batch.iter().map(OutFrame::wire_len).sum();
             // close() may have zeroed the count meanwhile.
             let _ = self

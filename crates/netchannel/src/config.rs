@@ -25,8 +25,13 @@ pub struct Config {
     pub policy: Policy,
     /// Bytes queued on a channel before the scheduler skips it.
     pub channel_limit: u64,
-    /// Receive copy workers (0 = each channel's I/O thread copies its own bytes).
+    /// Receive copy workers, shared by all channels (0 = each channel's I/O thread copies its
+    /// own bytes).
     pub copy_workers: usize,
+    /// Send copy workers per throughput channel (0 = the channel's writer copies). Each
+    /// write(2)s payloads of 64 KiB or more into its pipe and the writer splices them out, so
+    /// one channel's user→kernel copies run on several cores.
+    pub send_copy_workers: usize,
     /// Bytes pending at a copy worker before it is skipped.
     pub worker_limit: u64,
     /// Pipe size per copy worker (≤ /proc/sys/fs/pipe-max-size).
@@ -78,6 +83,7 @@ impl Default for Config {
             policy: Policy::default(),
             channel_limit: CHANNEL_LIMIT,
             copy_workers: 0,
+            send_copy_workers: 0,
             worker_limit: WORKER_LIMIT,
             worker_pipe: 1 << 20,
             io_cpus: Vec::new(),

@@ -57,6 +57,8 @@ pub struct ChannelStats {
     pub frames_out: u64,
     pub bytes_in: u64,
     pub frames_in: u64,
+    /// Payload bytes this channel's send copy workers copied.
+    pub send_copied: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -323,6 +325,7 @@ impl Endpoint {
                             frames_out: c.counters.frames_out.load(Ordering::Relaxed),
                             bytes_in: c.counters.bytes_in.load(Ordering::Relaxed),
                             frames_in: c.counters.frames_in.load(Ordering::Relaxed),
+                            send_copied: c.counters.send_copied.load(Ordering::Relaxed),
                         })
                         .collect(),
                 })

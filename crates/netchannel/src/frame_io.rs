@@ -168,6 +168,8 @@ impl<R: Source> FrameReader<R> {
 pub struct OutFrame {
     pub header: [u8; HEADER_LEN],
     pub payload: Bytes,
+    /// The send copy worker whose pipe carries the payload (None: written from `payload`).
+    pub via: Option<usize>,
 }
 
 impl OutFrame {

@@ -27,7 +27,8 @@
 //!   sender never exceeds (credits), so a channel reader never has to stop for one slow
 //!   socket and other sockets on the channel keep flowing. FIN carries the final length.
 //! * Scheduling: [`sched`] (round-robin with NetChannel's limits, hash by port, least loaded).
-//! * Copy workers: receive payloads are spliced to worker pipes and copied there (`copy`).
+//! * Copy workers: receive payloads are spliced to worker pipes and copied there (`copy`);
+//!   send payloads are copied into per-channel worker pipes and spliced into the socket.
 //! * Latency class: own channels and I/O threads, TCP_NOTSENT_LOWAT, SO_PRIORITY, inline
 //!   send, optional spinning; chosen per socket ([`SocketOptions`]).
 //! * Failure: see the `session` module — sockets with data on a dead channel fail with

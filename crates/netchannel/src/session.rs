@@ -196,7 +196,17 @@ impl Session {
                     256 * 1024
                 },
             );
-            channels.push(Arc::new(Channel::new(i, class, s, inline)));
+            let copy = crate::channel::SendCopy {
+                workers: if class == Class::Throughput {
+                    cfg.send_copy_workers
+                } else {
+                    0
+                },
+                pipe: cfg.worker_pipe,
+                limit: cfg.worker_limit,
+                cpus: &cfg.copy_cpus,
+            };
+            channels.push(Arc::new(Channel::new(i, class, s, inline, copy)?));
             readers.push(reader);
         }
         let session = Arc::new(Session {

@@ -295,6 +295,8 @@ fn hostile_peers_are_cut_off_with_bounded_memory() {
 
 #[test]
 fn copy_workers_survive_a_channel_dying_mid_payload() {
+    // Receive workers on the server, send workers on the client: both lose their channel
+    // in the middle of payloads, and neither hangs nor desynchronises.
     let workers = Config {
         throughput_channels: 1,
         latency_channels: 0,
@@ -307,6 +309,7 @@ fn copy_workers_survive_a_channel_dying_mid_payload() {
     let one = Config {
         throughput_channels: 1,
         latency_channels: 0,
+        send_copy_workers: 2,
         ..Config::default()
     };
     for round in 0..3u64 {

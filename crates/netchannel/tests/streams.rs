@@ -186,7 +186,11 @@ fn copy_workers_copy_the_payloads() {
         copy_workers: 2,
         ..Config::default()
     };
-    let (server, client) = pair(workers, cfg(1, Policy::default()));
+    let senders = Config {
+        send_copy_workers: 2,
+        ..cfg(1, Policy::default())
+    };
+    let (server, client) = pair(workers, senders);
     let listener = server.bind(2).unwrap();
     let s = client
         .connect(server.local_addr().unwrap(), 2, SocketOptions::default())
@@ -203,8 +207,10 @@ fn copy_workers_copy_the_payloads() {
     assert_eq!(copied.len(), 2);
     assert!(
         copied.iter().all(|&b| b > 1 << 20),
-        "both workers copied: {copied:?}"
+        "both receive workers copied: {copied:?}"
     );
+    let sent = client.stats().sessions[0].channels[0].send_copied;
+    assert!(sent > 8 << 20, "the send workers copied {sent} bytes");
     drop(t.join().unwrap());
 }
 

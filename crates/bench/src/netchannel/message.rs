@@ -51,7 +51,10 @@ pub struct Setup {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct E1Row {
     pub channels: u16,
+    /// Receive copy workers (one pool per side).
     pub copy_workers: usize,
+    /// Send copy workers per channel.
+    pub send_copy_workers: usize,
     /// Median over the repeats.
     pub bits_per_second: f64,
     pub spread: Spread,
@@ -180,15 +183,16 @@ impl Message for Summary {
         match &self.result {
             Result::E1(e) => {
                 out.push(format!(
-                    "  tcp (1 connection)        {} {}",
+                    "  tcp (1 connection)                   {} {}",
                     gbps(e.tcp_bits_per_second),
                     sp(&e.tcp_spread)
                 ));
                 for r in &e.rows {
                     out.push(format!(
-                        "  channels {:>2} workers {:>2}    {} {}",
+                        "  channels {:>2} workers rx {:>2} tx {:>2}  {} {}",
                         r.channels,
                         r.copy_workers,
+                        r.send_copy_workers,
                         gbps(r.bits_per_second),
                         sp(&r.spread)
                     ));

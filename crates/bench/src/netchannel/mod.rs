@@ -4,7 +4,7 @@
 //! namespace to create their sockets, which keep it).
 //!
 //! * E1 — one virtual socket, one app thread per side, 1 MiB writes and reads, across
-//!   channels × receive copy workers; beside one TCP connection (paper Fig. 6a/6b).
+//!   channels × copy workers (receive and send); beside one TCP connection (paper Fig. 6a/6b).
 //! * E2 — 4 KiB messages from one app thread across channels (Fig. 6c).
 //! * E3 — one latency app (4 KiB ping-pong) beside N bulk apps: plain TCP, netchannel with
 //!   the latency app on the bulk apps' channels (shared), and on its own latency channel
@@ -395,27 +395,37 @@ fn e1(net: &Net<'_>) -> io::Result<Summary> {
     let mut all = Vec::new();
     // Alternate TCP and netchannel points in each repeat so drift hits both alike.
     let mut tcp = Vec::new();
-    let mut grid: Vec<(u16, usize, Vec<Point>)> = Vec::new();
+    // (channels, receive workers, send workers per channel): receive workers alone, then
+    // both directions (NetChannel's nd_num_dc_thread serves both).
+    let mut grid: Vec<(u16, usize, usize, Vec<Point>)> = Vec::new();
     for &c in &cfg.channels {
         for &w in &cfg.copy_workers {
-            grid.push((c, w, Vec::new()));
+            grid.push((c, w, 0, Vec::new()));
+            if w > 0 {
+                grid.push((c, w, w, Vec::new()));
+            }
         }
     }
     for _ in 0..cfg.repeat.max(1) {
         tcp.push(tcp_stream(net, cfg.io_bytes)?);
-        for (c, w, pts) in &mut grid {
-            pts.push(nc_stream(net, nc_cfg(*c, *w), true)?);
+        for (c, w, sw, pts) in &mut grid {
+            let nc = netchannel::Config {
+                send_copy_workers: *sw,
+                ..nc_cfg(*c, *w)
+            };
+            pts.push(nc_stream(net, nc, true)?);
         }
     }
     all.extend(tcp.iter().copied());
     let rows = grid
         .into_iter()
-        .map(|(channels, copy_workers, pts)| {
+        .map(|(channels, copy_workers, send_copy_workers, pts)| {
             all.extend(pts.iter().copied());
             let spread = median_of(&pts, |p| p.bps);
             E1Row {
                 channels,
                 copy_workers,
+                send_copy_workers,
                 bits_per_second: spread.median,
                 spread,
             }
