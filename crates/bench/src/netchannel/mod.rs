@@ -386,6 +386,15 @@ fn setup(net: &Net<'_>, steal: f64) -> Setup {
     }
 }
 
+fn summary(net: &Net<'_>, steal: f64, result: Result) -> Summary {
+    Summary {
+        kind: Kind::Summary,
+        bench: BENCH.into(),
+        setup: setup(net, steal),
+        result,
+    }
+}
+
 fn steal_of(points: &[Point]) -> f64 {
     median_of(points, |p| p.steal).median
 }
@@ -432,16 +441,15 @@ fn e1(net: &Net<'_>) -> io::Result<Summary> {
         })
         .collect();
     let ts = median_of(&tcp, |p| p.bps);
-    Ok(Summary {
-        kind: Kind::Summary,
-        bench: BENCH.into(),
-        setup: setup(net, steal_of(&all)),
-        result: Result::E1(E1 {
+    Ok(summary(
+        net,
+        steal_of(&all),
+        Result::E1(E1 {
             rows,
             tcp_bits_per_second: ts.median,
             tcp_spread: ts,
         }),
-    })
+    ))
 }
 
 fn e2(net: &Net<'_>) -> io::Result<Summary> {
@@ -485,18 +493,17 @@ fn e2(net: &Net<'_>) -> io::Result<Summary> {
         })
         .collect();
     let ts = median_of(&tcp, |p| p.bps);
-    Ok(Summary {
-        kind: Kind::Summary,
-        bench: BENCH.into(),
-        setup: setup(net, steal_of(&all)),
-        result: Result::E2(E2 {
+    Ok(summary(
+        net,
+        steal_of(&all),
+        Result::E2(E2 {
             message_bytes: MESSAGE,
             rows,
             tcp_bits_per_second: ts.median,
             tcp_messages_per_second: ts.median / 8.0 / MESSAGE as f64,
             tcp_spread: ts,
         }),
-    })
+    ))
 }
 
 /// One E3 run: the latency app's RTTs and the bulk apps' bits per second.
@@ -646,17 +653,16 @@ fn e3(net: &Net<'_>) -> io::Result<Summary> {
         })
         .collect();
     let gain = rows[1].p99_spread.median / rows[2].p99_spread.median;
-    Ok(Summary {
-        kind: Kind::Summary,
-        bench: BENCH.into(),
-        setup: setup(net, Spread::of(&steals).median),
-        result: Result::E3(E3 {
+    Ok(summary(
+        net,
+        Spread::of(&steals).median,
+        Result::E3(E3 {
             bulk_apps: n,
             message_bytes: MESSAGE,
             rows,
             isolation_p99_gain: gain,
         }),
-    })
+    ))
 }
 
 fn e4(net: &Net<'_>) -> io::Result<Summary> {
@@ -689,11 +695,10 @@ fn e4(net: &Net<'_>) -> io::Result<Summary> {
     let tcp_pc = median_of(&tcp, per_core);
     let mut all = tcp.clone();
     all.extend(inline.iter().chain(&handoff).copied());
-    Ok(Summary {
-        kind: Kind::Summary,
-        bench: BENCH.into(),
-        setup: setup(net, steal_of(&all)),
-        result: Result::E4(E4 {
+    Ok(summary(
+        net,
+        steal_of(&all),
+        Result::E4(E4 {
             bits_per_second_per_core: rows[0].bits_per_second_per_core,
             ratio: rows[0].bits_per_second_per_core / tcp_pc.median,
             rows,
@@ -702,7 +707,7 @@ fn e4(net: &Net<'_>) -> io::Result<Summary> {
             tcp_bits_per_second_per_core: tcp_pc.median,
             tcp_spread: tcp_pc,
         }),
-    })
+    ))
 }
 
 /// Runs the chosen experiments in order, handing each summary to `emit` as soon as it is done.
