@@ -331,8 +331,11 @@ mod tests {
         assert_eq!(done.calls, calls);
         // Loopback always copies zero-copy sends on delivery.
         assert_eq!(done.copied, calls);
+        // Usually 99.99 % is mapped; when the sender's pushes end mid-page the kernel copies
+        // those pages' leftovers instead, which was seen at up to 1.3 % (2 of 12 runs of the
+        // crate's tests in parallel). Broken zero-copy maps 0 %; 95 % separates the two.
         assert!(
-            mapped as f64 / total as f64 > 0.99,
+            mapped as f64 / total as f64 > 0.95,
             "mapped {mapped} copied {copied}"
         );
         drop(c);
