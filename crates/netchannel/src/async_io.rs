@@ -3,9 +3,8 @@
 //! socket (data, credit) or the session (channel space), and the I/O threads wake it.
 
 use crate::channel::Payload;
-use crate::sched::{self, Choice};
+use crate::sched::Choice;
 use crate::socket::{VSocket, lock};
-use crate::wire::{Class, FrameType, Header, flags};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -74,16 +73,10 @@ impl AsyncWrite for AsyncVSocket {
         let session = &s.session;
         let (ch, seq, n) = {
             let mut tx = lock(&s.shared.tx);
-            if let Some(e) = &tx.error {
-                return Poll::Ready(Err(e.clone().into()));
+            if let Err(e) = tx.check_writable() {
+                return Poll::Ready(Err(e));
             }
-            if tx.fin_sent {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "write after shutdown of the sending side",
-                )));
-            }
-            let avail = (tx.peer_consumed + tx.peer_window).saturating_sub(tx.next_seq);
+            let avail = tx.credit();
             if avail == 0 {
                 tx.waker = Some(cx.waker().clone());
                 return Poll::Pending;
@@ -92,28 +85,11 @@ impl AsyncWrite for AsyncVSocket {
                 .len()
                 .min(avail as usize)
                 .min(session.send_frame as usize);
-            let loads = session.loads(s.shared.class);
-            let limit = session.cfg.channel_limit;
-            let mut choice = sched::choose(
-                s.shared.policy,
-                limit,
-                &mut tx.cursor,
-                &loads,
-                s.shared.hash,
-                n as u64,
-            );
+            let mut choice = s.choose(&mut tx, n as u64);
             if choice == Choice::Full {
                 session.wake_on_space(cx.waker());
                 // A channel may have drained between the choice and the registration.
-                let loads = session.loads(s.shared.class);
-                choice = sched::choose(
-                    s.shared.policy,
-                    limit,
-                    &mut tx.cursor,
-                    &loads,
-                    s.shared.hash,
-                    n as u64,
-                );
+                choice = s.choose(&mut tx, n as u64);
                 if choice == Choice::Full {
                     return Poll::Pending;
                 }
@@ -122,33 +98,13 @@ impl AsyncWrite for AsyncVSocket {
                 Choice::Channel(i) => session.class_base(s.shared.class) + i,
                 Choice::NoChannel | Choice::Full => {
                     drop(tx);
-                    let e = session.no_channel(s.shared.class);
-                    s.shared.fail(e.clone());
-                    return Poll::Ready(Err(e.into()));
+                    return Poll::Ready(Err(s.no_channel()));
                 }
             };
-            let seq = tx.next_seq;
-            tx.next_seq += n as u64;
-            (ch, seq, n)
+            (ch, tx.take_seq(n), n)
         };
-        let h = Header {
-            kind: FrameType::Data,
-            flags: if s.shared.class == Class::Latency {
-                flags::LAT
-            } else {
-                0
-            },
-            src_port: s.shared.local,
-            dst_port: s.shared.remote,
-            len: n as u32,
-            credit: 0,
-            seq,
-        };
-        s.shared.mark_used(ch);
-        if let Err(e) = session.channels[ch].send_with(&h, Payload::Borrowed(&buf[..n]), false) {
-            let err = session.lost(ch, &e);
-            s.shared.fail(err.clone());
-            return Poll::Ready(Err(err.into()));
+        if let Err(e) = s.send_data(ch, seq, Payload::Borrowed(&buf[..n]), false, false) {
+            return Poll::Ready(Err(e));
         }
         Poll::Ready(Ok(n))
     }

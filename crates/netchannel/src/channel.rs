@@ -112,6 +112,10 @@ pub(crate) enum Payload<'a> {
 }
 
 impl Payload<'_> {
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
     fn as_slice(&self) -> &[u8] {
         match self {
             Payload::Borrowed(s) => s,

@@ -54,6 +54,34 @@ pub(crate) struct Tx {
     pub waker: Option<std::task::Waker>,
 }
 
+impl Tx {
+    /// Err if nothing more may be written: the socket failed or its sending side was shut.
+    pub fn check_writable(&self) -> io::Result<()> {
+        if let Some(e) = &self.error {
+            return Err(e.clone().into());
+        }
+        if self.fin_sent {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "write after shutdown of the sending side",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes the peer's window still allows.
+    pub fn credit(&self) -> u64 {
+        (self.peer_consumed + self.peer_window).saturating_sub(self.next_seq)
+    }
+
+    /// Takes `n` bytes of the stream: their offset.
+    pub fn take_seq(&mut self, n: usize) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += n as u64;
+        seq
+    }
+}
+
 pub(crate) struct VsShared {
     pub local: u16,
     pub remote: u16,
@@ -256,21 +284,11 @@ impl VSocket {
     fn reserve(&self, want: usize) -> io::Result<(u64, usize)> {
         let mut tx = lock(&self.shared.tx);
         loop {
-            if let Some(e) = &tx.error {
-                return Err(e.clone().into());
-            }
-            if tx.fin_sent {
-                return Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "write after shutdown of the sending side",
-                ));
-            }
-            let avail = (tx.peer_consumed + tx.peer_window).saturating_sub(tx.next_seq);
+            tx.check_writable()?;
+            let avail = tx.credit();
             if avail > 0 {
                 let n = want.min(avail as usize);
-                let seq = tx.next_seq;
-                tx.next_seq += n as u64;
-                return Ok((seq, n));
+                return Ok((tx.take_seq(n), n));
             }
             tx.writer_waiting = true;
             tx = wait(&self.shared.tx_cv, tx);
@@ -281,58 +299,77 @@ impl VSocket {
     /// Picks the channel for `len` bytes, waiting while every channel is at its limit.
     fn pick(&self, len: u64) -> io::Result<usize> {
         loop {
-            let choice = {
-                let mut tx = lock(&self.shared.tx);
-                let loads = self.session.loads(self.shared.class);
-                sched::choose(
-                    self.shared.policy,
-                    self.session.cfg.channel_limit,
-                    &mut tx.cursor,
-                    &loads,
-                    self.shared.hash,
-                    len,
-                )
-            };
+            let choice = self.choose(&mut lock(&self.shared.tx), len);
             match choice {
                 Choice::Channel(i) => return Ok(self.session.class_base(self.shared.class) + i),
-                Choice::NoChannel => {
-                    let e = self.session.no_channel(self.shared.class);
-                    self.shared.fail(e.clone());
-                    return Err(e.into());
-                }
+                Choice::NoChannel => return Err(self.no_channel()),
                 Choice::Full => self.session.wait_for_space(self.shared.class),
             }
         }
     }
 
-    fn send(&self, src: Src<'_>, eom: bool) -> io::Result<usize> {
-        let total = src.len();
-        let max = self.session.send_frame as usize;
+    /// The scheduler's choice among this socket's class for `len` bytes.
+    pub(crate) fn choose(&self, tx: &mut Tx, len: u64) -> Choice {
+        let loads = self.session.loads(self.shared.class);
+        sched::choose(
+            self.shared.policy,
+            self.session.cfg.channel_limit,
+            &mut tx.cursor,
+            &loads,
+            self.shared.hash,
+            len,
+        )
+    }
+
+    /// Fails the socket because its class has no live channel; the error to return.
+    pub(crate) fn no_channel(&self) -> io::Error {
+        let e = self.session.no_channel(self.shared.class);
+        self.shared.fail(e.clone());
+        e.into()
+    }
+
+    /// Sends one DATA frame on channel `ch`; a channel that refuses fails the socket.
+    pub(crate) fn send_data(
+        &self,
+        ch: usize,
+        seq: u64,
+        payload: Payload<'_>,
+        eom: bool,
+        may_block: bool,
+    ) -> io::Result<()> {
         let lat = if self.shared.class == Class::Latency {
             flags::LAT
         } else {
             0
         };
+        let h = Header {
+            kind: FrameType::Data,
+            flags: lat | if eom { flags::EOM } else { 0 },
+            src_port: self.shared.local,
+            dst_port: self.shared.remote,
+            len: payload.len() as u32,
+            credit: 0,
+            seq,
+        };
+        self.shared.mark_used(ch);
+        self.session.channels[ch]
+            .send_with(&h, payload, may_block)
+            .map_err(|e| {
+                let err = self.session.lost(ch, &e);
+                self.shared.fail(err.clone());
+                err.into()
+            })
+    }
+
+    fn send(&self, src: Src<'_>, eom: bool) -> io::Result<usize> {
+        let total = src.len();
+        let max = self.session.send_frame as usize;
         let mut off = 0;
         while off < total {
             let (seq, n) = self.reserve(max.min(total - off))?;
             let ch = self.pick(n as u64)?;
             let last = off + n == total;
-            let h = Header {
-                kind: FrameType::Data,
-                flags: lat | if eom && last { flags::EOM } else { 0 },
-                src_port: self.shared.local,
-                dst_port: self.shared.remote,
-                len: n as u32,
-                credit: 0,
-                seq,
-            };
-            self.shared.mark_used(ch);
-            if let Err(e) = self.session.channels[ch].send(&h, src.part(off, off + n)) {
-                let err = self.session.lost(ch, &e);
-                self.shared.fail(err.clone());
-                return Err(err.into());
-            }
+            self.send_data(ch, seq, src.part(off, off + n), eom && last, true)?;
             off += n;
         }
         Ok(total)
