@@ -5,6 +5,7 @@
 use crate::frame_io::{OutFrame, write_all_vectored};
 use crate::sched::{Load, choose_worker};
 use crate::wire::{Class, FrameType, Header};
+use crate::work::WorkQueue;
 use bytes::Bytes;
 use netsteer_sock::pipe::{Pipe, splice_into};
 use std::collections::VecDeque;
@@ -43,28 +44,15 @@ struct SendWorker {
     /// The pipe's read end, taken (closed) when the channel closes so a worker blocked on a
     /// full pipe gets EPIPE.
     read_end: Mutex<Option<File>>,
-    jobs: Mutex<(VecDeque<Bytes>, bool)>,
-    cv: Condvar,
+    jobs: WorkQueue<Bytes>,
     /// Bytes handed to the worker and not yet spliced out.
     pending: AtomicU64,
 }
 
 impl SendWorker {
     fn run(&self, mut write_end: File) {
-        loop {
-            let job = {
-                let mut j = lock(&self.jobs);
-                loop {
-                    if j.1 {
-                        // Dropping the write end ends any splice waiting for data.
-                        return;
-                    }
-                    if let Some(b) = j.0.pop_front() {
-                        break b;
-                    }
-                    j = self.cv.wait(j).unwrap_or_else(|p| p.into_inner());
-                }
-            };
+        // Returning drops the write end, which ends any splice waiting for data.
+        while let Some(job) = self.jobs.next() {
             if write_end.write_all(&job).is_err() {
                 return;
             }
@@ -158,8 +146,7 @@ impl Channel {
             })?;
             let worker = Arc::new(SendWorker {
                 read_end: Mutex::new(Some(pipe.read)),
-                jobs: Mutex::new((VecDeque::new(), false)),
-                cv: Condvar::new(),
+                jobs: WorkQueue::new(),
                 pending: AtomicU64::new(0),
             });
             let (wk, write_end) = (worker.clone(), pipe.write);
@@ -266,9 +253,7 @@ impl Channel {
         worker
             .pending
             .fetch_add(payload.len() as u64, Ordering::Relaxed);
-        let mut jobs = lock(&worker.jobs);
-        jobs.0.push_back(payload.clone());
-        worker.cv.notify_one();
+        worker.jobs.push(payload.clone());
         Some(w)
     }
 
@@ -336,11 +321,7 @@ impl Channel {
         drop(q);
         let _ = self.stream.shutdown(Shutdown::Both);
         for w in &self.send_workers {
-            let mut jobs = lock(&w.jobs);
-            jobs.1 = true;
-            jobs.0.clear();
-            w.cv.notify_all();
-            drop(jobs);
+            w.jobs.close(true);
             // Waits for a splice in progress (the shutdown or the worker's exit ends it).
             lock(&w.read_end).take();
         }

@@ -12,13 +12,13 @@ use crate::sched::choose_worker;
 use crate::session::{Session, Wakes};
 use crate::socket::lock;
 use crate::wire::Header;
+use crate::work::WorkQueue;
 use bytes::Bytes;
 use netsteer_sock::pipe::{Pipe, splice_into};
-use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 /// Payloads smaller than this are cheaper to copy than to hand off.
 const MIN_OFFLOAD: u32 = 4096;
@@ -32,18 +32,11 @@ struct Job {
     aborted: Arc<AtomicBool>,
 }
 
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    closed: bool,
-}
-
 struct Worker {
     pipe: Pipe,
     /// Held while a payload is spliced in, so payloads of different channels never interleave.
     feed: Mutex<()>,
-    queue: Mutex<Queue>,
-    cv: Condvar,
+    queue: WorkQueue<Job>,
     pending: AtomicU64,
     copied: AtomicU64,
 }
@@ -63,8 +56,7 @@ impl CopyPool {
                     io::Error::new(e.kind(), format!("copy worker pipe of {pipe} bytes: {e}"))
                 })?,
                 feed: Mutex::new(()),
-                queue: Mutex::new(Queue::default()),
-                cv: Condvar::new(),
+                queue: WorkQueue::new(),
                 pending: AtomicU64::new(0),
                 copied: AtomicU64::new(0),
             });
@@ -124,15 +116,13 @@ impl CopyPool {
         {
             // The job goes in first: the worker then drains the pipe while we fill it, so a
             // payload larger than the pipe cannot deadlock.
-            let mut q = lock(&w.queue);
-            q.jobs.push_back(Job {
+            w.queue.push(Job {
                 session: session.clone(),
                 channel: ch.index,
                 header: *h,
                 head: head.clone(),
                 aborted: aborted.clone(),
             });
-            w.cv.notify_one();
         }
         let mut left = len - head.len();
         while left > 0 {
@@ -160,28 +150,15 @@ impl CopyPool {
 
     pub fn shutdown(&self) {
         for w in &self.workers {
-            let mut q = lock(&w.queue);
-            q.closed = true;
-            w.cv.notify_all();
+            // Jobs already queued are copied first: their bytes are in the pipe.
+            w.queue.close(false);
         }
     }
 }
 
 impl Worker {
     fn run(&self) {
-        loop {
-            let job = {
-                let mut q = lock(&self.queue);
-                loop {
-                    if let Some(j) = q.jobs.pop_front() {
-                        break j;
-                    }
-                    if q.closed {
-                        return;
-                    }
-                    q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner());
-                }
-            };
+        while let Some(job) = self.queue.next() {
             let len = job.header.len as usize;
             let mut v = vec![0u8; len];
             v[..job.head.len()].copy_from_slice(&job.head);

@@ -47,6 +47,7 @@ pub mod sched;
 mod session;
 mod socket;
 pub mod wire;
+mod work;
 
 #[cfg(feature = "tokio")]
 pub use async_io::AsyncVSocket;
