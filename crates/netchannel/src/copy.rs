@@ -14,8 +14,9 @@ use crate::socket::lock;
 use crate::wire::Header;
 use crate::work::WorkQueue;
 use bytes::Bytes;
+use netsteer_sock::buf::read_append_exact;
 use netsteer_sock::pipe::{Pipe, splice_into};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -160,9 +161,9 @@ impl Worker {
     fn run(&self) {
         while let Some(job) = self.queue.next() {
             let len = job.header.len as usize;
-            let mut v = vec![0u8; len];
-            v[..job.head.len()].copy_from_slice(&job.head);
-            let res = (&self.pipe.read).read_exact(&mut v[job.head.len()..]);
+            let mut v = Vec::with_capacity(len);
+            v.extend_from_slice(&job.head);
+            let res = read_append_exact(self.pipe.read.as_fd(), &mut v, len - job.head.len());
             self.pending.fetch_sub(len as u64, Ordering::Relaxed);
             if res.is_err() {
                 // Our own pipe failed: nothing sensible is left to copy.

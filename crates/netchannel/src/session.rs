@@ -832,14 +832,8 @@ impl Read for SpinRead {
 
 impl crate::frame_io::Source for SpinRead {
     fn append_exact(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
-        // Straight into the vector's spare capacity: no zero-fill, one recv per arrival.
-        let want = v.len() + n;
-        while v.len() < want {
-            if tcp::recv_append(self.stream.as_fd(), v, want - v.len())? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
-        Ok(())
+        // Straight into the vector's spare capacity: no zero-fill, one read per arrival.
+        netsteer_sock::buf::read_append_exact(self.stream.as_fd(), v, n)
     }
 }
 

@@ -6,6 +6,7 @@
 //!   kernel processed a socket's packets (SO_INCOMING_CPU, SO_INCOMING_NAPI_ID), SO_TIMESTAMPING.
 //! * [`msg`]: one datagram with its kernel timestamps, and TX timestamps from the error queue.
 //! * [`mmsg`]: batches of datagrams in and out with recvmmsg(2)/sendmmsg(2).
+//! * [`buf`]: reading a socket or pipe into a vector's spare capacity.
 //! * [`cpu`]: the CPU a thread runs on, pinning it, and its CPU time.
 //! * [`tcp`]: TCP_INFO, TCP_MAXSEG, TCP_CONGESTION, low-water marks, waiting for readability.
 //! * [`pipe`]: splice(2) from a socket into a pipe, so another thread can copy the bytes out.
@@ -15,6 +16,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("netsteer-sock uses Linux socket options; it builds on Linux only");
 
+pub mod buf;
 pub mod cpu;
 pub mod mmsg;
 pub mod msg;

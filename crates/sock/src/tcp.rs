@@ -116,33 +116,6 @@ pub fn congestion(fd: BorrowedFd<'_>) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-/// Reads up to `max` bytes from a stream socket into `buf`'s spare capacity (growing it if
-/// needed) without zero-filling it first, in one recv(2); returns the count (0 = end of
-/// stream). std's `read_to_end` would do the same but starts at 8 KiB per call and doubles,
-/// costing several system calls per large frame.
-pub fn recv_append(fd: BorrowedFd<'_>, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
-    buf.reserve(max);
-    let spare = buf.spare_capacity_mut();
-    let want = max.min(spare.len());
-    loop {
-        // SAFETY: `spare` is the vector's uninitialised spare capacity, at least `want` bytes
-        // long; recv(2) writes at most `want` bytes there and nothing else.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), spare.as_mut_ptr().cast(), want, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let n = n as usize;
-        // SAFETY: the kernel initialised the first `n` (≤ want ≤ spare) bytes after the
-        // current length.
-        unsafe { buf.set_len(buf.len() + n) };
-        return Ok(n);
-    }
-}
-
 /// SO_RCVLOWAT: poll(2) and blocking reads wait for this many bytes (or EOF).
 pub fn set_recv_low_water(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
     let v =
@@ -185,28 +158,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsFd;
-
-    #[test]
-    fn recv_append_fills_spare_capacity_exactly() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (s, _) = l.accept().unwrap();
-        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        let w = std::thread::spawn(move || {
-            c.write_all(&data).unwrap();
-            data
-        });
-        let mut got = vec![7u8; 3];
-        while got.len() < 3 + 300_000 {
-            let left = 3 + 300_000 - got.len();
-            let n = recv_append(s.as_fd(), &mut got, left.min(70_000)).unwrap();
-            assert!(n > 0 && n <= 70_000);
-        }
-        let data = w.join().unwrap();
-        assert_eq!(&got[..3], &[7, 7, 7]);
-        assert_eq!(&got[3..], &data[..]);
-        drop(data);
-    }
 
     #[test]
     fn info_mss_congestion_on_loopback() {
