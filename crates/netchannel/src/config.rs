@@ -71,6 +71,8 @@ pub struct Config {
     pub max_handshakes: usize,
     /// Links (sessions) half-assembled at once.
     pub max_pending_links: usize,
+    /// Sessions accepted from peers and alive at once; a link completed beyond it is closed.
+    pub max_sessions: usize,
 }
 
 impl Default for Config {
@@ -101,6 +103,7 @@ impl Default for Config {
             hello_timeout: Duration::from_secs(5),
             max_handshakes: 64,
             max_pending_links: 64,
+            max_sessions: 256,
         }
     }
 }

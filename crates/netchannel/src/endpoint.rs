@@ -113,14 +113,17 @@ fn check(cfg: &Config) -> io::Result<()> {
             cfg.max_frame
         ));
     }
+    netsteer_sock::cpu::check_cpus("io_cpus", &cfg.io_cpus)?;
+    netsteer_sock::cpu::check_cpus("latency_cpus", &cfg.latency_cpus)?;
+    netsteer_sock::cpu::check_cpus("copy_cpus", &cfg.copy_cpus)?;
     if cfg.window < cfg.max_frame {
         return bad(format!(
             "window {} is smaller than max_frame {}",
             cfg.window, cfg.max_frame
         ));
     }
-    if cfg.max_sockets == 0 || cfg.accept_backlog == 0 {
-        return bad("max_sockets and accept_backlog must be at least 1".into());
+    if cfg.max_sockets == 0 || cfg.accept_backlog == 0 || cfg.max_sessions == 0 {
+        return bad("max_sockets, max_sessions and accept_backlog must be at least 1".into());
     }
     Ok(())
 }
@@ -215,9 +218,8 @@ impl Endpoint {
 
     fn session_to(&self, peer: SocketAddr) -> io::Result<Arc<Session>> {
         let mut out = lock(&self.inner.outgoing);
-        if let Some(s) = out.get(&peer)
-            && s.channels.iter().any(|c| c.is_alive())
-        {
+        out.retain(|_, s| s.is_alive());
+        if let Some(s) = out.get(&peer) {
             return Ok(s.clone());
         }
         let s = self.open_session(peer)?;
@@ -370,6 +372,9 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
         // Half-built links that ran out of time are dropped here, closing their connections,
         // even when no new connection arrives.
         lock(&inner.pending).retain(|_, p| p.since.elapsed() < inner.cfg.hello_timeout);
+        // Sessions whose channels are all gone are forgotten (their threads have ended), so
+        // neither the list nor the cap below fills up with the dead.
+        lock(&inner.incoming).retain(|s| s.is_alive());
         match netsteer_sock::tcp::wait_readable(l.as_fd(), 200) {
             Ok(true) => {}
             Ok(false) => continue,
@@ -382,23 +387,43 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
             Ok(x) => x,
             Err(_) => continue,
         };
-        if inner.handshakes.load(Ordering::Acquire) >= inner.cfg.max_handshakes {
+        let Some(slot) = HandshakeSlot::take(&inner) else {
             reject(&inner, from, "too many handshakes in progress");
             continue;
-        }
-        inner.handshakes.fetch_add(1, Ordering::AcqRel);
+        };
         let i = inner.clone();
-        let spawned = std::thread::Builder::new()
+        // A failed spawn drops the closure, and with it the slot.
+        let _ = std::thread::Builder::new()
             .name("nc-hello".into())
             .spawn(move || {
+                let _slot = slot;
                 if let Err(why) = handshake(&i, stream, from) {
                     reject(&i, from, &why);
                 }
-                i.handshakes.fetch_sub(1, Ordering::AcqRel);
             });
-        if spawned.is_err() {
-            inner.handshakes.fetch_sub(1, Ordering::AcqRel);
-        }
+    }
+}
+
+/// One of `max_handshakes` places, given back when dropped: on return, on a failed spawn and
+/// while a panicking handshake thread unwinds. A place that leaked would, after
+/// `max_handshakes` of them, refuse every new session for good.
+struct HandshakeSlot(Arc<Inner>);
+
+impl HandshakeSlot {
+    fn take(inner: &Arc<Inner>) -> Option<HandshakeSlot> {
+        inner
+            .handshakes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < inner.cfg.max_handshakes).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| HandshakeSlot(inner.clone()))
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.0.handshakes.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -458,6 +483,16 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
     let Some(link) = complete else {
         return Ok(());
     };
+    // Held from the check to the push, so two links completing at once cannot both take the
+    // last place. The writes below are 56-byte answers into fresh sockets: they do not block.
+    let mut incoming = lock(&inner.incoming);
+    incoming.retain(|s| s.is_alive());
+    if incoming.len() >= cfg.max_sessions {
+        return Err(format!(
+            "{} sessions already accepted (max_sessions)",
+            incoming.len()
+        ));
+    }
     let mut streams = Vec::with_capacity(link.slots.len());
     for (i, slot) in link.slots.into_iter().enumerate() {
         let mut s = slot.expect("complete link");
@@ -489,6 +524,6 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         pool: inner.pool.clone(),
     })
     .map_err(|e| e.to_string())?;
-    lock(&inner.incoming).push(session);
+    incoming.push(session);
     Ok(())
 }

@@ -147,6 +147,19 @@ pub(crate) struct SessionParts {
 impl Session {
     /// Sets the channels' socket options and starts two I/O threads per channel.
     pub fn start(p: SessionParts) -> io::Result<Arc<Session>> {
+        if p.throughput == 0 || p.throughput > p.streams.len() {
+            // The handshake checks this; a session with a slice bound past its channels
+            // would panic on the first frame of a class.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} throughput channels of {} in the session with {}",
+                    p.throughput,
+                    p.streams.len(),
+                    p.peer
+                ),
+            ));
+        }
         let cfg = p.cfg.clone();
         let mut channels = Vec::with_capacity(p.streams.len());
         let mut readers = Vec::with_capacity(p.streams.len());
@@ -244,6 +257,7 @@ impl Session {
             std::thread::Builder::new()
                 .name(format!("nc-tx-{}", ch.index))
                 .spawn(move || {
+                    let _g = FailOnUnwind(&s, c.index, "writer");
                     pin(&cpus2, rt);
                     if let Some(e) = c.write_loop(|| s.space_freed()) {
                         s.channel_failed(c.index, &format!("write failed: {e}"));
@@ -253,6 +267,7 @@ impl Session {
             std::thread::Builder::new()
                 .name(format!("nc-rx-{}", ch.index))
                 .spawn(move || {
+                    let _g = FailOnUnwind(&s, c.index, "reader");
                     pin(&cpus, rt);
                     s.read_loop(&c, reader);
                 })?;
@@ -270,6 +285,11 @@ impl Session {
         } else {
             vec![list[i % list.len()]]
         }
+    }
+
+    /// False once every channel is closed: the session's threads have ended or are ending.
+    pub fn is_alive(&self) -> bool {
+        self.channels.iter().any(|c| c.is_alive())
     }
 
     pub fn class_base(&self, class: Class) -> usize {
@@ -790,6 +810,21 @@ impl Session {
                 e
             }
         })
+    }
+}
+
+/// Closes a channel (failing its sockets as a dead path would) when its I/O thread unwinds
+/// from a panic: a bug must cost one channel, never a zombie session whose sockets wait forever.
+struct FailOnUnwind<'a>(&'a Session, usize, &'static str);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.channel_failed(
+                self.1,
+                &format!("internal error: the {} thread panicked", self.2),
+            );
+        }
     }
 }
 

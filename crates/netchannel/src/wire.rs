@@ -196,8 +196,10 @@ pub struct Hello {
 }
 
 impl Hello {
-    pub fn total_channels(&self) -> u16 {
-        self.throughput_channels + self.latency_channels
+    /// Both counts come from the peer: added in 32 bits so 0xFFFF + 2 cannot wrap to 1 and
+    /// slip past the `MAX_CHANNELS` check.
+    pub fn total_channels(&self) -> u32 {
+        u32::from(self.throughput_channels) + u32::from(self.latency_channels)
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN + HELLO_LEN] {
@@ -254,8 +256,8 @@ impl Hello {
             max_frame: u32::from_be_bytes(p[21..25].try_into().expect("4 bytes")),
         };
         if hello.throughput_channels == 0
-            || hello.total_channels() > MAX_CHANNELS
-            || hello.channel_index >= hello.total_channels()
+            || hello.total_channels() > u32::from(MAX_CHANNELS)
+            || u32::from(hello.channel_index) >= hello.total_channels()
         {
             return Err(WireError::Channels {
                 index: hello.channel_index,

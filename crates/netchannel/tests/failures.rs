@@ -341,3 +341,117 @@ fn copy_workers_survive_a_channel_dying_mid_payload() {
     drop(w.join().unwrap());
     assert!(server.stats().copy_worker_bytes.iter().all(|&b| b > 0));
 }
+
+/// Seed of the hardening issue, item 1: 0xFFFF + 2 throughput/latency channels used to wrap to
+/// 1 in release (a session whose first OPEN panicked its reader) and to panic the handshake
+/// thread in debug, leaking its handshake slot until none was left.
+#[test]
+fn channel_counts_that_overflow_are_refused_and_leak_nothing() {
+    let cfg = Config {
+        max_handshakes: 8,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let _l = server.bind(1).unwrap();
+    for link in 0..3 * 8u64 {
+        let mut raw = hello(7000 + link, 0, 1, 0);
+        // throughput 0xFFFF, latency 2 (offsets of the HELLO payload after the 24-byte header).
+        raw[24 + 17..24 + 19].copy_from_slice(&0xFFFFu16.to_be_bytes());
+        raw[24 + 19..24 + 21].copy_from_slice(&2u16.to_be_bytes());
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&raw).unwrap();
+        assert!(closed_by_peer(&mut s), "link {link} was not refused");
+    }
+    assert!(server.stats().sessions.is_empty());
+    assert!(
+        server
+            .stats()
+            .last_rejection
+            .unwrap()
+            .contains("65535 throughput"),
+        "{:?}",
+        server.stats().last_rejection
+    );
+    // Every handshake slot came back: a real peer still gets in.
+    let client = Endpoint::new(Config::default()).unwrap();
+    let c = client.connect(addr, 1, SocketOptions::default()).unwrap();
+    (&c).write_all(b"ok").unwrap();
+    let mut b = [0u8; 2];
+    (&_l.accept().unwrap()).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ok");
+}
+
+/// Item 2: accepted sessions that died are forgotten, and live ones are capped.
+#[test]
+fn dead_sessions_are_removed_and_accepted_sessions_are_capped() {
+    let cfg = Config {
+        max_sessions: 4,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let mut answer = [0u8; HELLO];
+    // 12 one-channel sessions, each closed by its peer after the handshake.
+    for link in 0..12u64 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&hello(9000 + link, 0, 1, 0)).unwrap();
+        s.read_exact(&mut answer).unwrap();
+        drop(s);
+        let t = Instant::now();
+        while server
+            .stats()
+            .sessions
+            .iter()
+            .any(|x| x.link_id == 9000 + link)
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+            // The accept loop prunes on its own 200 ms tick; stats lists only live ones.
+        }
+    }
+    let alive = |st: &netchannel::Stats| {
+        st.sessions
+            .iter()
+            .filter(|s| s.channels.iter().any(|c| c.alive))
+            .count()
+    };
+    // Four live sessions fill the cap; a fifth link is closed after its HELLO.
+    let mut held = Vec::new();
+    for link in 0..4u64 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&hello(9100 + link, 0, 1, 0)).unwrap();
+        s.read_exact(&mut answer).unwrap();
+        held.push(s);
+    }
+    let mut extra = TcpStream::connect(addr).unwrap();
+    extra.write_all(&hello(9200, 0, 1, 0)).unwrap();
+    assert!(closed_by_peer(&mut extra));
+    let st = server.stats();
+    assert_eq!(alive(&st), 4, "{st:?}");
+    assert!(st.sessions.len() <= 5, "dead sessions kept: {st:?}");
+    assert!(
+        st.last_rejection
+            .as_deref()
+            .unwrap_or("")
+            .contains("max_sessions"),
+        "{st:?}"
+    );
+    // Once they go, room is made again.
+    drop(held);
+    let t = Instant::now();
+    loop {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&hello(9300 + t.elapsed().as_millis() as u64, 0, 1, 0))
+            .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        if s.read_exact(&mut answer).is_ok() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no room after the sessions died"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -36,6 +36,64 @@ pub fn pin_current_thread(cpus: &[u32]) -> io::Result<()> {
     }
 }
 
+/// The CPUs the calling thread may run on (sched_getaffinity(2)): the cgroup's cpuset and any
+/// taskset the process was started under.
+pub fn allowed_cpus() -> io::Result<Vec<u32>> {
+    // SAFETY: cpu_set_t is a plain bitmap for which all-zero bytes are a valid (empty) value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t and its exact size is passed; the kernel writes at
+    // most that many bytes. pid 0 means the calling thread.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = 8 * size_of::<libc::cpu_set_t>();
+    // SAFETY: every index is below the bitmap's size in bits, so CPU_ISSET reads within `set`.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .map(|c| c as u32)
+        .collect())
+}
+
+/// Checks up front that every CPU asked for is one this process may run on, so a typo such
+/// as `--cpu 99` is an error naming the CPU instead of a silently unpinned run.
+/// `what` names the flag or setting in the message.
+pub fn check_cpus(what: &str, cpus: &[u32]) -> io::Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    let allowed = allowed_cpus()?;
+    if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{what}: CPU {bad} is not one this process may run on (allowed: {})",
+                list(&allowed)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `0-3,6` form of a sorted CPU list.
+fn list(cpus: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
 /// Moves the calling thread to SCHED_FIFO at `priority` (1..=99): it then runs before every
 /// normal thread on its CPU. Needs CAP_SYS_NICE (or an RLIMIT_RTPRIO allowance).
 pub fn set_realtime(priority: i32) -> io::Result<()> {
@@ -123,5 +181,21 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_outside_the_allowed_set_is_named() {
+        let allowed = allowed_cpus().unwrap();
+        assert!(!allowed.is_empty());
+        check_cpus("--cpu", &allowed).unwrap();
+        let e = check_cpus("--cpu", &[9999]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().starts_with("--cpu: CPU 9999 is not"), "{e}");
+        assert_eq!(list(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
     }
 }
