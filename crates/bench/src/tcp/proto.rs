@@ -175,6 +175,39 @@ pub fn read_preamble(r: &mut impl Read) -> io::Result<()> {
     Ok(())
 }
 
+/// Reads from a socket against one deadline for a whole exchange, not a timeout per read: a
+/// peer dripping one byte a second would otherwise keep a per-read timeout from ever firing
+/// and hold its connection slot forever (slowloris).
+pub struct DeadlineReader<'a> {
+    sock: &'a std::net::TcpStream,
+    deadline: std::time::Instant,
+}
+
+impl<'a> DeadlineReader<'a> {
+    pub fn new(sock: &'a std::net::TcpStream, limit: Duration) -> Self {
+        DeadlineReader {
+            sock,
+            deadline: std::time::Instant::now() + limit,
+        }
+    }
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer did not finish its hello in time",
+            ));
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        (&mut &*self.sock).read(buf)
+    }
+}
+
 pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     if body.len() > MAX_FRAME {

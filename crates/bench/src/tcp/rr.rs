@@ -147,6 +147,8 @@ impl RrConfig {
         if self.duration.is_zero() || self.interval.is_zero() {
             return bad("--duration and --interval must be more than 0".into());
         }
+        netsteer_sock::cpu::check_cpus("--cpu", &self.cpus)
+            .map_err(|e| BenchError::Config(e.to_string()))?;
         Ok(())
     }
 
@@ -314,11 +316,15 @@ pub fn run_rr_client(
                 clock.clone(),
             );
             std::thread::spawn(move || {
-                if !cfg.cpus.is_empty() {
-                    let _ = pin_current_thread(&[cfg.cpus[f % cfg.cpus.len()]]);
-                }
+                let pinned = match cfg.cpus.get(f % cfg.cpus.len().max(1)) {
+                    Some(&cpu) => pin_current_thread(&[cpu])
+                        .map_err(io_ctx(format!("pinning flow {f} to CPU {cpu}"))),
+                    None => Ok(()),
+                };
                 go.wait();
-                if let Err(e) = run_flow(&cfg, f as u32, &sock, &*clock, plan, &tx, &stop) {
+                if let Err(e) =
+                    pinned.and_then(|()| run_flow(&cfg, f as u32, &sock, &*clock, plan, &tx, &stop))
+                {
                     let _ = tx.send(FlowMsg::Failed(e));
                 }
             })

@@ -12,8 +12,8 @@ use crate::report::{Kind, Role};
 use crate::tcp::cost::CostMeter;
 use crate::tcp::message::ServerTest;
 use crate::tcp::proto::{
-    CONTROL_GRACE_S, Finish, Hello, Reply, ServerFlow, TestKind, TestSpec, read_frame,
-    read_preamble, write_frame, write_preamble,
+    CONTROL_GRACE_S, DeadlineReader, Finish, Hello, Reply, ServerFlow, TestKind, TestSpec,
+    read_frame, read_preamble, write_frame, write_preamble,
 };
 use crate::tcp::{rr, stream};
 use crate::udp_echo::BenchError;
@@ -127,6 +127,8 @@ impl Server {
                 "--max-connections must be at least 1".into(),
             ));
         }
+        netsteer_sock::cpu::check_cpus("--cpu", &cfg.cpus)
+            .map_err(|e| BenchError::Config(e.to_string()))?;
         let listener = TcpListener::bind(cfg.listen).map_err(|source| BenchError::Io {
             what: format!("listening on {}", cfg.listen),
             source,
@@ -187,7 +189,7 @@ impl Server {
             };
             if shared.open.load(Ordering::Relaxed) >= shared.max_connections {
                 shared.rejected.fetch_add(1, Ordering::Relaxed);
-                drop(sock);
+                refuse_full(sock, shared.max_connections);
                 continue;
             }
             shared.open.fetch_add(1, Ordering::Relaxed);
@@ -223,6 +225,29 @@ impl Server {
     }
 }
 
+/// Tells a client the server is full instead of a bare reset: the preamble and a `Rejected`
+/// reply, written without blocking the accept loop (a fresh socket's send buffer takes them),
+/// then FIN. What the client already sent is read off first, so the close is not a RST that
+/// could race the reply.
+fn refuse_full(mut sock: TcpStream, max: usize) {
+    if sock.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match io::Read::read(&mut sock, &mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let error = format!(
+        "the server is full: all {max} connection slots are in use (its --max-connections); try again later"
+    );
+    let _ = write_preamble(&mut sock);
+    let _ = write_frame(&mut sock, &Reply::Rejected { error });
+    let _ = sock.shutdown(Shutdown::Write);
+}
+
 fn random_id() -> u64 {
     let mut h = RandomState::new().build_hasher();
     h.write_u128(
@@ -233,12 +258,12 @@ fn random_id() -> u64 {
     h.finish()
 }
 
-fn handle(shared: &Shared, mut sock: TcpStream, peer: SocketAddr, tx: &mpsc::Sender<ServerTest>) {
+fn handle(shared: &Shared, sock: TcpStream, peer: SocketAddr, tx: &mpsc::Sender<ServerTest>) {
     let hello = (|| {
-        sock.set_read_timeout(Some(shared.hello_timeout))?;
         sock.set_nodelay(true)?;
-        read_preamble(&mut sock)?;
-        read_frame::<Hello>(&mut sock)
+        let mut r = DeadlineReader::new(&sock, shared.hello_timeout);
+        read_preamble(&mut r)?;
+        read_frame::<Hello>(&mut r)
     })();
     match hello {
         Ok(Hello::Control { spec }) => control(shared, sock, peer, spec, tx),
@@ -387,9 +412,12 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> bool {
             _ => return false,
         }
     }
+    let mut pin_error = None;
     if !shared.cpus.is_empty() {
         let i = shared.next_cpu.fetch_add(1, Ordering::Relaxed) % shared.cpus.len();
-        let _ = pin_current_thread(&[shared.cpus[i]]);
+        if let Err(e) = pin_current_thread(&[shared.cpus[i]]) {
+            pin_error = Some(format!("pinning to CPU {}: {e}", shared.cpus[i]));
+        }
     }
     let before = ThreadUsage::current().unwrap_or_default();
     let mut cpus = BTreeSet::new();
@@ -407,6 +435,9 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> bool {
         },
     };
     result.flow = flow;
+    if result.error.is_none() {
+        result.error = pin_error;
+    }
     cpus.extend(current_cpu());
     let usage = ThreadUsage::current().unwrap_or_default().since(&before);
     let mut slots = test.slots.lock().unwrap_or_else(|e| e.into_inner());

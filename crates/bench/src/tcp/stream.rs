@@ -219,6 +219,8 @@ pub struct StreamConfig {
 impl StreamConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let bad = |m: String| Err(BenchError::Config(m));
+        netsteer_sock::cpu::check_cpus("--cpu", &self.cpus)
+            .map_err(|e| BenchError::Config(e.to_string()))?;
         if self.flows == 0 || self.flows > 256 {
             return bad(format!("--flows {}: 1..=256", self.flows));
         }
