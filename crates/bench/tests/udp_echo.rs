@@ -4,6 +4,7 @@
 
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
+use netsteer_bench::udp_echo::limit::Limits;
 use netsteer_bench::udp_echo::message::{ClientInterval, ClientSummary, ServerSummary};
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
 use netsteer_bench::udp_echo::{BenchError, Wait};
@@ -31,6 +32,10 @@ impl Running {
 }
 
 fn server(listen: &str, threads: usize, wait: Wait) -> Running {
+    limited_server(listen, threads, wait, Limits::default())
+}
+
+fn limited_server(listen: &str, threads: usize, wait: Wait, limits: Limits) -> Running {
     let cfg = ServerConfig {
         listen: listen.parse().unwrap(),
         threads,
@@ -39,6 +44,7 @@ fn server(listen: &str, threads: usize, wait: Wait) -> Running {
         busy_poll_us: 50,
         interval: Duration::from_millis(100),
         duration: None,
+        limits,
     };
     let s = Server::bind(&cfg).unwrap();
     let addr = s.local_addr();
@@ -344,4 +350,63 @@ fn server_drains_a_burst_from_many_sockets_at_once() {
     }
     let s = srv.finish();
     assert_eq!(s.echoed, 64 * 50);
+}
+
+/// Hardening item 4: answers are rate-limited per source address (and in all), so the echo
+/// server cannot be aimed at a third party; what was not answered is counted.
+#[test]
+fn rate_limits_cap_answers_per_source_and_count_the_rest() {
+    let srv = limited_server(
+        "127.0.0.1:0",
+        1,
+        Wait::Block,
+        Limits {
+            per_source: Some(50),
+            global: None,
+        },
+    );
+    let flood = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let other = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let t0 = std::time::Instant::now();
+    for i in 0..500u32 {
+        flood.send_to(&i.to_be_bytes(), srv.addr).unwrap();
+    }
+    // Another source still gets its answers while the first is over its limit.
+    other
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    for i in 0..5u32 {
+        other.send_to(&i.to_be_bytes(), srv.addr).unwrap();
+        let mut b = [0u8; 16];
+        let (n, _) = other.recv_from(&mut b).unwrap();
+        assert_eq!(&b[..n], &i.to_be_bytes());
+    }
+    flood.set_nonblocking(true).unwrap();
+    let mut answered = 0u64;
+    let mut b = [0u8; 16];
+    let until = std::time::Instant::now() + Duration::from_millis(300);
+    while std::time::Instant::now() < until {
+        match flood.recv_from(&mut b) {
+            Ok(_) => answered += 1,
+            Err(_) => thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    let s = srv.finish();
+    let elapsed = t0.elapsed().as_secs_f64();
+    // Never more than the bucket allows over the time that actually passed.
+    let bound = 32 + (50.0 * elapsed).ceil() as u64;
+    assert!(
+        answered <= bound,
+        "{answered} answers > {bound} ({elapsed:.2} s)"
+    );
+    assert!(answered >= 32, "the burst is answered: {answered}");
+    assert_eq!(s.received, 505, "{s:?}");
+    assert_eq!(
+        s.echoed + s.rate_limited + s.send_errors,
+        s.received,
+        "{s:?}"
+    );
+    assert_eq!(s.send_errors, 0, "{s:?}");
+    assert!(s.rate_limited >= 500 - bound, "{s:?}");
+    assert_eq!(s.limit_per_source_pps, Some(50));
 }

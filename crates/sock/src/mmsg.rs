@@ -19,6 +19,8 @@ pub struct Batch {
     /// Bytes received in each slot (before truncation to `cap`) and whether it was cut.
     lens: Vec<usize>,
     truncated: Vec<bool>,
+    /// Scratch for `echo_where`: which received datagrams go back.
+    kept: Vec<bool>,
     filled: usize,
 }
 
@@ -44,6 +46,7 @@ impl Batch {
             hdrs: vec![zeroed(); n],
             lens: vec![0; n],
             truncated: vec![false; n],
+            kept: vec![false; n],
             filled: 0,
         };
         let base = b.bufs.as_mut_ptr();
@@ -116,19 +119,36 @@ impl Batch {
     /// were sent and the first error of those that could not be (each failing datagram is
     /// skipped, so one bad peer cannot stall the others).
     pub fn echo(&mut self, fd: BorrowedFd<'_>) -> (usize, usize, Option<io::Error>) {
+        self.echo_where(fd, |_| true)
+    }
+
+    /// As [`Batch::echo`], for the datagrams `keep(i)` says yes to (a rate limiter's pick);
+    /// each run of kept ones goes out in one sendmmsg.
+    pub fn echo_where(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        mut keep: impl FnMut(usize) -> bool,
+    ) -> (usize, usize, Option<io::Error>) {
         for i in 0..self.filled {
             self.iovs[i].iov_len = self.lens[i];
+            self.kept[i] = keep(i);
         }
+        let kept = &self.kept;
         let (mut sent, mut failed, mut first_err) = (0, 0, None);
         let mut at = 0;
         while at < self.filled {
-            // SAFETY: headers `at..filled` are the received ones; their iovecs now carry the
-            // received lengths and their names the senders' addresses, all inside this batch.
+            if !kept[at] {
+                at += 1;
+                continue;
+            }
+            let end = (at..self.filled).find(|&j| !kept[j]).unwrap_or(self.filled);
+            // SAFETY: headers `at..end` are received ones; their iovecs now carry the received
+            // lengths and their names the senders' addresses, all inside this batch.
             let rc = unsafe {
                 libc::sendmmsg(
                     fd.as_raw_fd(),
                     self.hdrs[at..].as_mut_ptr(),
-                    (self.filled - at) as libc::c_uint,
+                    (end - at) as libc::c_uint,
                     0,
                 )
             };

@@ -91,6 +91,9 @@ pub struct ServerInterval {
     pub empty: u64,
     pub truncated: u64,
     pub send_errors: u64,
+    /// Datagrams not answered because a rate limit was reached.
+    #[serde(default)]
+    pub rate_limited: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +111,18 @@ pub struct ServerSummary {
     pub empty: u64,
     pub truncated: u64,
     pub send_errors: u64,
+    /// Datagrams not answered because a rate limit was reached.
+    #[serde(default)]
+    pub rate_limited: u64,
+    /// Answers per second allowed per source address and in all (None: unlimited).
+    #[serde(default)]
+    pub limit_per_source_pps: Option<u32>,
+    #[serde(default)]
+    pub limit_global_pps: Option<u32>,
+}
+
+fn pps_limit(l: Option<u32>) -> String {
+    l.map_or("unlimited".into(), |v| format!("{v}/s"))
 }
 
 fn cpus(v: &[u32]) -> String {
@@ -222,14 +237,15 @@ impl Message for ClientSummary {
 impl Message for ServerInterval {
     fn human(&self) -> Vec<String> {
         vec![format!(
-            "server pps={:>7.0} received={} echoed={} bytes={} empty={} truncated={} send-errors={}",
+            "server pps={:>7.0} received={} echoed={} bytes={} empty={} truncated={} send-errors={} rate-limited={}",
             self.pps,
             self.received,
             self.echoed,
             self.bytes,
             self.empty,
             self.truncated,
-            self.send_errors
+            self.send_errors,
+            self.rate_limited
         )]
     }
 }
@@ -237,7 +253,7 @@ impl Message for ServerInterval {
 impl Message for ServerSummary {
     fn human(&self) -> Vec<String> {
         vec![format!(
-            "--- server {} ({} thread(s)) summary: {:.2} s, received {} echoed {} bytes {} empty {} truncated {} send-errors {}",
+            "--- server {} ({} thread(s)) summary: {:.2} s, received {} echoed {} bytes {} empty {} truncated {} send-errors {} rate-limited {} (limits: {} per source, {} in all)",
             self.listen,
             self.threads,
             self.duration_s,
@@ -246,7 +262,10 @@ impl Message for ServerSummary {
             self.bytes,
             self.empty,
             self.truncated,
-            self.send_errors
+            self.send_errors,
+            self.rate_limited,
+            pps_limit(self.limit_per_source_pps),
+            pps_limit(self.limit_global_pps),
         )]
     }
 }

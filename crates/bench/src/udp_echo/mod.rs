@@ -3,6 +3,7 @@
 //! with percentiles, loss accounting, wait modes, pinning and kernel timestamps).
 
 pub mod client;
+pub mod limit;
 pub mod message;
 pub mod payload;
 pub mod server;
@@ -13,6 +14,7 @@ use std::str::FromStr;
 
 /// How a thread waits for the next datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Wait {
     /// Sleep in the receive call until the interrupt path wakes it.
     #[default]

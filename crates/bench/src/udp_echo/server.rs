@@ -1,6 +1,7 @@
 //! The echo server: one SO_REUSEPORT socket per thread, bursts drained with recvmmsg(2) and
 //! answered with sendmmsg(2), every datagram sent back verbatim to whoever sent it.
 
+use super::limit::{Limiter, Limits};
 use super::message::{BENCH, Kind, Role, ServerInterval, ServerSummary};
 use super::{BenchError, Wait, io_err};
 use crate::clock::Clock;
@@ -31,6 +32,8 @@ pub struct ServerConfig {
     pub busy_poll_us: u32,
     pub interval: Duration,
     pub duration: Option<Duration>,
+    /// Answer rate limits (see [`super::limit`]); the global one is shared out over threads.
+    pub limits: Limits,
 }
 
 /// One thread's counters. Only that thread writes them (a relaxed load and store, no locked
@@ -43,6 +46,7 @@ struct Counters {
     empty: AtomicU64,
     truncated: AtomicU64,
     send_errors: AtomicU64,
+    rate_limited: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -53,6 +57,7 @@ struct Snapshot {
     empty: u64,
     truncated: u64,
     send_errors: u64,
+    rate_limited: u64,
 }
 
 impl Snapshot {
@@ -62,6 +67,7 @@ impl Snapshot {
         self.bytes += o.bytes;
         self.empty += o.empty;
         self.truncated += o.truncated;
+        self.rate_limited += o.rate_limited;
         self.send_errors += o.send_errors;
         self
     }
@@ -86,6 +92,7 @@ impl Counters {
             empty: r(&self.empty),
             truncated: r(&self.truncated),
             send_errors: r(&self.send_errors),
+            rate_limited: r(&self.rate_limited),
         }
     }
 }
@@ -189,6 +196,7 @@ impl Server {
                     empty: cur.empty - last.empty,
                     truncated: cur.truncated - last.truncated,
                     send_errors: cur.send_errors - last.send_errors,
+                    rate_limited: cur.rate_limited - last.rate_limited,
                 };
                 if let Err(e) = on_interval(&m) {
                     result = Err(e);
@@ -236,11 +244,33 @@ impl Server {
             empty: total.empty,
             truncated: total.truncated,
             send_errors: total.send_errors,
+            rate_limited: total.rate_limited,
+            limit_per_source_pps: self.cfg.limits.per_source,
+            limit_global_pps: self.cfg.limits.global,
         })
     }
 }
 
-fn count(c: &Counters, received: u64, echoed: u64, bytes: u64, empty: u64, truncated: u64) {
+/// What one receive brought and what became of it.
+#[derive(Default)]
+struct Tally {
+    received: u64,
+    echoed: u64,
+    bytes: u64,
+    empty: u64,
+    truncated: u64,
+    limited: u64,
+}
+
+fn count(c: &Counters, t: Tally) {
+    let Tally {
+        received,
+        echoed,
+        bytes,
+        empty,
+        truncated,
+        limited,
+    } = t;
     bump(&c.received, received);
     bump(&c.echoed, echoed);
     bump(&c.bytes, bytes);
@@ -250,21 +280,67 @@ fn count(c: &Counters, received: u64, echoed: u64, bytes: u64, empty: u64, trunc
     if truncated > 0 {
         bump(&c.truncated, truncated);
     }
-    if received > echoed {
-        bump(&c.send_errors, received - echoed);
+    if limited > 0 {
+        bump(&c.rate_limited, limited);
+    }
+    if received > echoed + limited {
+        bump(&c.send_errors, received - echoed - limited);
     }
 }
 
-fn echo_batch(batch: &mut Batch, fd: std::os::fd::BorrowedFd<'_>, n: usize, c: &Counters) {
-    let (mut bytes, mut empty, mut truncated) = (0u64, 0u64, 0u64);
+fn echo_batch(
+    batch: &mut Batch,
+    fd: std::os::fd::BorrowedFd<'_>,
+    n: usize,
+    c: &Counters,
+    limiter: &mut Option<TimedLimiter>,
+) {
+    let mut t = Tally {
+        received: n as u64,
+        ..Tally::default()
+    };
     for i in 0..n {
         let (data, cut, _) = batch.datagram(i);
-        bytes += data.len() as u64;
-        empty += u64::from(data.is_empty());
-        truncated += u64::from(cut);
+        t.bytes += data.len() as u64;
+        t.empty += u64::from(data.is_empty());
+        t.truncated += u64::from(cut);
     }
-    let (sent, _, _) = batch.echo(fd);
-    count(c, n as u64, sent as u64, bytes, empty, truncated);
+    let (sent, _, _) = match limiter {
+        None => batch.echo(fd),
+        Some(l) => {
+            let allowed: Vec<bool> = (0..n)
+                .map(|i| batch.datagram(i).2.is_some_and(|from| l.allow(from)))
+                .collect();
+            t.limited = allowed.iter().filter(|a| !**a).count() as u64;
+            batch.echo_where(fd, |i| allowed[i])
+        }
+    };
+    t.echoed = sent as u64;
+    count(c, t);
+}
+
+/// A limiter with its own monotonic origin (only built when a limit is set: the unlimited
+/// path reads no clock).
+struct TimedLimiter {
+    limiter: Limiter,
+    origin: std::time::Instant,
+}
+
+impl TimedLimiter {
+    fn allow(&mut self, from: SocketAddr) -> bool {
+        let now = self.origin.elapsed().as_nanos() as u64;
+        self.limiter.allow(canonical_ip(from), now)
+    }
+}
+
+/// An IPv4 client of a `[::]` socket arrives as `::ffff:a.b.c.d`: one bucket either way.
+fn canonical_ip(a: SocketAddr) -> std::net::IpAddr {
+    match a.ip() {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        ip => ip,
+    }
 }
 
 fn serve(
@@ -292,6 +368,17 @@ fn serve(
     }
     let mut batch = Batch::new(MAX_BATCH, SLOT);
     let mut single = vec![0u8; SLOT];
+    let mut limiter = (!cfg.limits.is_unlimited()).then(|| TimedLimiter {
+        limiter: Limiter::new(Limits {
+            per_source: cfg.limits.per_source,
+            // Each thread takes its share of the global rate.
+            global: cfg
+                .limits
+                .global
+                .map(|g| g.div_ceil(cfg.threads.max(1) as u32)),
+        }),
+        origin: std::time::Instant::now(),
+    });
     let dontwait = cfg.wait == Wait::Spin;
     // Ping-pong traffic is served with recvfrom/sendto, which cost less per datagram than
     // the mmsg calls (no msghdr to copy in); bursts switch to recvmmsg/sendmmsg batches. Every
@@ -319,14 +406,21 @@ fn serve(
                 Err(e) => return Err(fail(e)),
             };
             let (len, cut) = (len.min(SLOT), len > SLOT);
-            let sent = from.is_some_and(|to| sock.send_to(&single[..len], to).is_ok());
+            let allowed = match (&mut limiter, from) {
+                (Some(l), Some(to)) => l.allow(to),
+                _ => true,
+            };
+            let sent = allowed && from.is_some_and(|to| sock.send_to(&single[..len], to).is_ok());
             count(
                 c,
-                1,
-                u64::from(sent),
-                len as u64,
-                u64::from(len == 0),
-                u64::from(cut),
+                Tally {
+                    received: 1,
+                    echoed: u64::from(sent),
+                    bytes: len as u64,
+                    empty: u64::from(len == 0),
+                    truncated: u64::from(cut),
+                    limited: u64::from(!allowed),
+                },
             );
             since_probe += 1;
             if since_probe < PROBE {
@@ -335,7 +429,7 @@ fn serve(
             since_probe = 0;
             match batch.recv(fd, MAX_BATCH, true) {
                 Ok(n) => {
-                    echo_batch(&mut batch, fd, n, c);
+                    echo_batch(&mut batch, fd, n, c, &mut limiter);
                     // One waiting datagram is ping-pong overlapping (the peer answered while
                     // we were still in sendto); a backlog is two or more.
                     if n >= 2 {
@@ -353,7 +447,7 @@ fn serve(
             Err(e) if quiet(&e) => continue,
             Err(e) => return Err(fail(e)),
         };
-        echo_batch(&mut batch, fd, n, c);
+        echo_batch(&mut batch, fd, n, c, &mut limiter);
         want = if n == want {
             (want * 2).min(MAX_BATCH)
         } else if n * 2 < want {
