@@ -31,8 +31,12 @@ pub struct SnapshotMeta {
 
 /// Reads a tree's metadata, if it has any.
 pub fn read_meta(root: &Path) -> Option<SnapshotMeta> {
-    let text = fs::read_to_string(join(root, Path::new(TREE_META_FILE))).ok()?;
-    serde_json::from_str(&text).ok()
+    let bytes = crate::fs::read_regular(
+        &join(root, Path::new(TREE_META_FILE)),
+        crate::fs::MAX_FILE_BYTES,
+    )
+    .ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 fn join(root: &Path, host_path: &Path) -> PathBuf {
@@ -113,11 +117,13 @@ pub fn write_tree(
 /// The NIC settings a tree recorded, by interface.
 pub fn read_tree_ethtool(root: &Path) -> Result<TreeEthtool> {
     let path = join(root, Path::new(TREE_ETHTOOL_FILE));
-    let text = fs::read_to_string(&path).map_err(|source| HostError::Io {
-        path: TREE_ETHTOOL_FILE.into(),
-        source,
+    let text = crate::fs::read_regular(&path, crate::fs::MAX_FILE_BYTES).map_err(|source| {
+        HostError::Io {
+            path: TREE_ETHTOOL_FILE.into(),
+            source,
+        }
     })?;
-    serde_json::from_str(&text).map_err(|e| HostError::Parse {
+    serde_json::from_slice(&text).map_err(|e| HostError::Parse {
         path: TREE_ETHTOOL_FILE.into(),
         source: crate::error::ParseError::new(e.line(), e.to_string()),
     })

@@ -21,6 +21,62 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Linux's own limit on symlinks followed in one lookup (MAXSYMLINKS).
 const MAX_LINK_HOPS: usize = 40;
 
+/// Most bytes read from any one file. The largest file netsteer reads on a real host is
+/// `/proc/interrupts`: about 11 bytes per CPU per line, so 4096 CPUs × 1000 IRQs is ~45 MB at
+/// the very worst and a 256-CPU host ~3 MB. A file beyond this is not a kernel file; reading
+/// it whole once cost 677 MB and 32 s for a 200 MB `proc/interrupts` in a tree.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads a whole regular file of at most `limit` bytes. Opened with `O_NONBLOCK` and checked
+/// with `fstat` first: a FIFO planted in a tree would otherwise block `open(2)` forever, and a
+/// device would never end. (procfs and sysfs files are regular files to `fstat`.)
+pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    check_regular(&file)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "larger than {} MiB, far beyond any kernel file of a real host; not read",
+                limit >> 20
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn check_regular(file: &fs::File) -> io::Result<()> {
+    let ft = file.metadata()?.file_type();
+    if ft.is_file() {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let kind = if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a plain file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file ({kind})"),
+    ))
+}
+
 /// What a [`Recorder`] saw at one host path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
@@ -243,7 +299,7 @@ impl HostFs {
     pub fn read(&self, host_path: impl AsRef<Path>) -> Result<String> {
         let host_path = host_path.as_ref();
         let (resolved, real) = self.resolve(host_path)?;
-        let bytes = fs::read(&real).map_err(|source| HostError::Io {
+        let bytes = read_regular(&real, MAX_FILE_BYTES).map_err(|source| HostError::Io {
             path: host_path.to_path_buf(),
             source,
         })?;
@@ -341,6 +397,48 @@ impl HostFs {
         Ok(self.resolve_in_root(host_path.as_ref())?.0)
     }
 
+    /// The real path under the root for a directory netsteer will create and write (a state
+    /// directory): the part that exists is resolved inside the root like every read — a link
+    /// in it, even an absolute one, cannot point outside — and the part that does not exist yet
+    /// is appended as plain names.
+    pub fn real_path_for_write(&self, host_path: impl AsRef<Path>) -> Result<PathBuf> {
+        let host_path = host_path.as_ref();
+        if self.is_live() {
+            return Ok(host_path.to_path_buf());
+        }
+        let parts = Self::components(host_path);
+        if parts.iter().any(|p| *p == OsStr::new("..")) {
+            return Err(HostError::Io {
+                path: host_path.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "`..` in a state path"),
+            });
+        }
+        // Component by component: each one that exists is resolved inside the root (a link
+        // whose target is not in the tree is an error, never followed by the OS), so the real
+        // path returned crosses no link at all; the rest does not exist yet.
+        let mut resolved = PathBuf::from("/");
+        let mut existing = 0;
+        while existing < parts.len() {
+            let candidate = resolved.join(parts[existing]);
+            if fs::symlink_metadata(self.real(&candidate)).is_err() {
+                break;
+            }
+            resolved = self.resolve_in_root(&candidate)?.0;
+            existing += 1;
+        }
+        let mut real = self.real(&resolved);
+        if existing > 0 && !real.is_dir() {
+            return Err(HostError::Io {
+                path: resolved,
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not a directory"),
+            });
+        }
+        for p in &parts[existing..] {
+            real.push(p);
+        }
+        Ok(real)
+    }
+
     pub fn exists(&self, host_path: impl AsRef<Path>) -> bool {
         self.resolve(host_path.as_ref())
             .map(|(_, real)| real.exists())
@@ -364,7 +462,7 @@ impl HostFs {
                 source,
             })?;
         if let Some(rec) = &self.recorder
-            && let Ok(content) = fs::read(&real)
+            && let Ok(content) = read_regular(&real, MAX_FILE_BYTES)
             && let Ok(mut rec) = rec.lock()
         {
             // A snapshot must carry the file whose mode was asked about, with that mode.
@@ -400,11 +498,28 @@ impl HostFs {
             path: host_path.to_path_buf(),
             source,
         };
+        // Said by type before opening (opening a FIFO for writing with no reader fails with
+        // the obscure ENXIO), and O_NONBLOCK in case it was swapped in between: a blocking
+        // open would wait for a reader forever.
+        if let Ok(meta) = fs::metadata(&real)
+            && !meta.is_file()
+        {
+            return Err(io_err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        use std::os::unix::fs::OpenOptionsExt;
         let mut file = fs::OpenOptions::new()
             .write(true)
-            .truncate(!self.is_live())
+            .custom_flags(libc::O_NONBLOCK)
             .open(&real)
             .map_err(io_err)?;
+        check_regular(&file).map_err(io_err)?;
+        if !self.is_live() {
+            // A tree's file holds just the value; sysfs takes the write as it is.
+            file.set_len(0).map_err(io_err)?;
+        }
         file.write_all(value.as_bytes()).map_err(io_err)?;
         Ok(())
     }
@@ -491,6 +606,83 @@ mod tests {
         assert!(matches!(err, HostError::NotAHostTree { .. }));
         assert!(err.to_string().contains("not a host tree"));
         assert!(HostFs::open(dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn fifos_and_huge_files_are_refused_not_waited_on() {
+        let dir = tree();
+        let r = dir.path();
+        let fifo = r.join("proc/interrupts");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let fs = HostFs::open(r).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = fs.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((
+                f2.read("/proc/interrupts")
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                f2.write("/proc/interrupts", "1").map_err(|e| e.to_string()),
+            ));
+        });
+        let (read, write) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a FIFO must not block");
+        let read = read.unwrap_err();
+        assert!(
+            read.contains("/proc/interrupts: not a regular file (a FIFO)"),
+            "{read}"
+        );
+        assert!(write.unwrap_err().contains("not a regular file"));
+        // A file past the cap is refused with the reason, without reading it all.
+        let big = fs::File::create(r.join("proc/softirqs")).unwrap();
+        big.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let e = fs.read("/proc/softirqs").unwrap_err().to_string();
+        assert!(e.contains("/proc/softirqs: larger than 64 MiB"), "{e}");
+        // At the cap exactly it is read.
+        big.set_len(MAX_FILE_BYTES).unwrap();
+        assert_eq!(
+            fs.read("/proc/softirqs").unwrap().len() as u64,
+            MAX_FILE_BYTES
+        );
+    }
+
+    #[test]
+    fn a_state_directory_behind_a_link_stays_inside_the_root() {
+        let dir = tree();
+        let r = dir.path();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(r.join("var")).unwrap();
+        // ROOT/var/lib -> /elsewhere (absolute, outside the tree): refused, not followed.
+        symlink(outside.path(), r.join("var/lib")).unwrap();
+        let fs = HostFs::open(r).unwrap();
+        assert!(fs.real_path_for_write("/var/lib/netsteer").is_err());
+        assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0);
+        // ROOT/var/lib -> /data: taken inside the root, as reads are.
+        fs::remove_file(r.join("var/lib")).unwrap();
+        fs::create_dir_all(r.join("data")).unwrap();
+        symlink("/data", r.join("var/lib")).unwrap();
+        assert_eq!(
+            fs.real_path_for_write("/var/lib/netsteer").unwrap(),
+            r.join("data/netsteer")
+        );
+        // A relative link that climbs out stops at the root.
+        fs::remove_file(r.join("var/lib")).unwrap();
+        symlink("../../../../../../../..", r.join("var/lib")).unwrap();
+        let real = fs.real_path_for_write("/var/lib/netsteer").unwrap();
+        assert_eq!(real, r.join("netsteer"));
+        // Nothing existing: plain names under the root.
+        fs::remove_file(r.join("var/lib")).unwrap();
+        assert_eq!(
+            fs.real_path_for_write("/var/lib/netsteer").unwrap(),
+            r.join("var/lib/netsteer")
+        );
     }
 
     #[test]

@@ -106,6 +106,10 @@ pub struct Nic {
     pub threaded: Field<String>,
     pub rx_queues: Vec<RxQueue>,
     pub tx_queues: Vec<TxQueue>,
+    /// Why `queues/` could not be listed (then both queue lists are empty for that reason,
+    /// not because the device has none).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub queues_unknown: Option<String>,
     pub irqs: Vec<NicIrq>,
     /// Settings read over ethtool netlink (absent when not asked for).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -220,7 +224,10 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
         ),
     };
 
-    let queue_names = fs.read_dir(format!("{dir}/queues")).unwrap_or_default();
+    let (queue_names, queues_unknown) = match fs.read_dir(format!("{dir}/queues")) {
+        Ok(names) => (names, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
     let mut rx_idx: Vec<u32> = queue_names
         .iter()
         .filter_map(|q| q.strip_prefix("rx-")?.parse().ok())
@@ -311,6 +318,7 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
         rx_queues,
         tx_queues,
         irqs,
+        queues_unknown,
         settings: None,
     }
 }

@@ -33,9 +33,20 @@ pub struct HostView {
     pub problems: Vec<String>,
 }
 
+/// Marks the problem recorded when /proc/interrupts could not be read.
+const IRQS_UNKNOWN: &str = " (NIC IRQs unknown)";
+
 impl HostView {
     pub fn nic(&self, name: &str) -> Option<&Nic> {
         self.nics.iter().find(|n| n.name == name)
+    }
+
+    /// Why no NIC IRQ is known, when /proc/interrupts could not be read: then every NIC looks
+    /// interrupt-less, and nothing about IRQ placement may be decided from this view.
+    pub fn irqs_unknown(&self) -> Option<&str> {
+        self.problems
+            .iter()
+            .find_map(|p| p.strip_suffix(IRQS_UNKNOWN))
     }
 }
 
@@ -74,7 +85,7 @@ pub fn read_host(fs: &HostFs, settings: Option<&dyn Fn(&str) -> NicSettings>) ->
     let topology = read_topology(fs, stat_cpus.as_ref());
     let interrupts: Option<Interrupts> = fs
         .read_parsed("/proc/interrupts", parse_interrupts)
-        .map_err(|e| problems.push(format!("{e} (NIC IRQs unknown)")))
+        .map_err(|e| problems.push(format!("{e}{IRQS_UNKNOWN}")))
         .ok();
     let names = list_interfaces(fs)
         .map_err(|e| problems.push(format!("{e} (no interfaces listed)")))
