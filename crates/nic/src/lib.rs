@@ -88,6 +88,28 @@ impl NicBackend for FakeNic {
     }
 }
 
+/// No NIC backend, and why: `--no-ethtool`, or the netlink socket that could not be opened.
+/// Reads are unknown with that reason and writes are refused with it (a rollback that must
+/// restore a NIC setting then says what stopped it, not that some other backend is read-only).
+#[derive(Debug, Clone)]
+pub struct NoNic {
+    pub reason: String,
+}
+
+impl NicBackend for NoNic {
+    fn settings(&self, _ifname: &str) -> NicSettings {
+        NicSettings::unavailable(&self.reason)
+    }
+
+    fn set(&self, ifname: &str, knob: &NicKnob, _value: &str) -> Result<(), NicError> {
+        Err(NicError::Refused {
+            dev: ifname.to_string(),
+            knob: knob.to_string(),
+            reason: format!("NIC settings cannot be changed: {}", self.reason),
+        })
+    }
+}
+
 /// The NIC state of a `--root` tree: reads `netsteer/ethtool.json`, and writes it back in its
 /// one canonical form ([`tree_ethtool_text`]) after each change.
 #[derive(Debug, Clone)]

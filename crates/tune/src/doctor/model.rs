@@ -28,9 +28,13 @@ impl fmt::Display for Severity {
 /// frames cost latency but save CPU or drops, so they are findings only for `latency`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Goal {
+    /// Round trips first: also flags interrupt coalescing and pause frames.
     Latency,
+    /// Packets per CPU first.
     Throughput,
+    /// Spread the work; neither extreme.
     #[default]
     Balanced,
 }

@@ -5,12 +5,21 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Metric {
+    /// Median latency (lower is better).
     P50,
+    /// 99th percentile latency (lower is better).
     P99,
+    /// 99.9th percentile latency (lower is better).
     P999,
+    /// Throughput (higher is better).
+    #[cfg_attr(feature = "clap", value(name = "bits_per_second"))]
     BitsPerSecond,
+    /// Request/response rate (higher is better).
+    #[cfg_attr(feature = "clap", value(name = "transactions_per_second"))]
     TransactionsPerSecond,
+    /// Echoed datagrams per second (higher is better).
     Pps,
 }
 

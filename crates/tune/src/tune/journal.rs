@@ -55,7 +55,13 @@ pub struct Journal {
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    File::open(dir).and_then(|d| d.sync_all()).map_err(at(dir))
+}
+
+/// Names the file in an I/O error ("No space left on device" alone does not say where), with
+/// the same kind so callers can still tell NotFound from the rest.
+fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 impl Journal {
@@ -63,7 +69,7 @@ impl Journal {
     /// directory so the file survives a crash.
     pub fn create(state_dir: &Path, started_unix: u64) -> io::Result<Journal> {
         let dir = state_dir.join("journal");
-        fs::create_dir_all(&dir)?;
+        fs::create_dir_all(&dir).map_err(at(&dir))?;
         let mut n = 0;
         loop {
             let name = if n == 0 {
@@ -78,14 +84,17 @@ impl Journal {
                     return Ok(Journal { path, file });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => n += 1,
-                Err(e) => return Err(e),
+                Err(e) => return Err(at(&path)(e)),
             }
         }
     }
 
     /// Re-opens an existing journal to append (rollback's own record).
     pub fn reopen(path: &Path) -> io::Result<Journal> {
-        let file = OpenOptions::new().append(true).open(path)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(at(path))?;
         Ok(Journal {
             path: path.to_path_buf(),
             file,
@@ -100,19 +109,22 @@ impl Journal {
     pub fn append(&mut self, r: &Record) -> io::Result<()> {
         let mut line = serde_json::to_string(r).map_err(io::Error::other)?;
         line.push('\n');
-        self.file.write_all(line.as_bytes())?;
-        self.file.sync_data()
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.sync_data())
+            .map_err(at(&self.path))
     }
 }
 
 /// Reads a journal. A torn last line (a crash in the middle of an append) is ignored: its
 /// step had not started, since every record is synced before its step.
 pub fn read(path: &Path) -> io::Result<Vec<Record>> {
-    let file = File::open(path)?;
+    let file = File::open(path).map_err(at(path))?;
     let mut out = Vec::new();
     let lines: Vec<String> = io::BufReader::new(file)
         .lines()
-        .collect::<io::Result<_>>()?;
+        .collect::<io::Result<_>>()
+        .map_err(at(path))?;
     let n = lines.len();
     for (i, line) in lines.into_iter().enumerate() {
         if line.trim().is_empty() {
@@ -179,7 +191,7 @@ pub fn applied_plan_path(state_dir: &Path) -> PathBuf {
 /// Writes a file atomically: a temporary file in the same directory, synced, renamed over.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
+    fs::create_dir_all(dir).map_err(at(dir))?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
         path.file_name()
@@ -187,11 +199,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .unwrap_or_default(),
         std::process::id()
     ));
-    {
-        let mut f = File::create(&tmp)?;
+    let written = File::create(&tmp).and_then(|mut f| {
         f.write_all(bytes)?;
-        f.sync_all()?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(at(path)(e));
     }
-    fs::rename(&tmp, path)?;
+    fs::rename(&tmp, path).map_err(at(path))?;
     sync_dir(dir)
 }

@@ -10,6 +10,7 @@ pub const PLAN_SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Profile {
     /// Shortest round trips: busy polling, no interrupt coalescing, no flow control pauses.
     Latency,

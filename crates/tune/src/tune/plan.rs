@@ -59,6 +59,8 @@ pub enum PlanError {
     NoCpus(String, String),
     #[error("no interface to tune: no physical NIC is up; name one with --dev")]
     NothingToTune,
+    #[error("{0}: without it no NIC IRQ is known, so IRQ affinity, RPS and XPS cannot be planned")]
+    IrqsUnknown(String),
 }
 
 /// An interface name the kernel could have made (dev_valid_name in net/core/dev.c): the name
@@ -330,7 +332,31 @@ impl Builder<'_> {
         by_queue
     }
 
+    /// A device whose `queues/` could not be listed gets one skipped item naming why, instead
+    /// of no RPS/RFS/XPS items at all (which would read as "nothing to do").
+    fn queues_unreadable(&mut self, nic: &Nic, kind: ItemKind, what: &str) -> bool {
+        let Some(why) = &nic.queues_unknown else {
+            return false;
+        };
+        self.push(
+            format!("{what}/{}", nic.name),
+            kind,
+            Target::File {
+                path: format!("/sys/class/net/{}/queues", nic.name),
+            },
+            Format::Mask,
+            None,
+            "?".into(),
+            format!("{what}: the device's queues could not be listed"),
+            Some(why.clone()),
+        );
+        true
+    }
+
     fn rps(&mut self, nic: &Nic, irq_cpus: &CpuSet) {
+        if self.queues_unreadable(nic, ItemKind::Rps, "rps") {
+            return;
+        }
         let profile = self.opts.profile;
         let local = self.ctx.local_cpus(nic);
         let nq = nic.rx_queues.len();
@@ -447,6 +473,9 @@ impl Builder<'_> {
     /// XPS: each CPU sends on the queue whose IRQ it serves, so transmit completions stay on
     /// the CPU that sent (scaling.rst, XPS).
     fn xps(&mut self, nic: &Nic, queue_cpu: &BTreeMap<u32, u32>) {
+        if self.queues_unreadable(nic, ItemKind::Xps, "xps") {
+            return;
+        }
         let ntx = nic.tx_queues.len();
         if ntx < 2 {
             if ntx == 1 {
@@ -623,6 +652,9 @@ impl Builder<'_> {
 /// Computes the plan: the desired value of every knob the profile cares about, for the chosen
 /// interfaces, and whether each must change.
 pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    if let Some(why) = view.irqs_unknown() {
+        return Err(PlanError::IrqsUnknown(why.to_string()));
+    }
     for d in &opts.devices {
         if !valid_device_name(d) {
             return Err(PlanError::BadDevice(d.clone()));
