@@ -1,12 +1,16 @@
 use crate::Host;
+use crate::args::Seconds;
 use anyhow::{Context, Result, bail};
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, Subcommand};
 use netsteer_bench::clock::{Clock, MonotonicClock};
+use netsteer_bench::netchannel::Experiment;
 use netsteer_bench::report::{ErrorMessage, Kind, Role};
 use netsteer_bench::report::{Format, Reporter};
 use netsteer_bench::tcp;
 use netsteer_bench::udp_echo::Wait;
 use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
+use netsteer_bench::udp_echo::limit::Limits;
 use netsteer_bench::udp_echo::message::BENCH as UDP_ECHO;
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
 use netsteer_host::CpuSet;
@@ -40,35 +44,44 @@ pub struct NetchannelArgs {
     /// Experiments to run, in order.
     #[arg(
         long,
+        value_enum,
+        ignore_case = true,
         value_delimiter = ',',
         default_value = "E1,E2,E3,E4",
         value_name = "LIST"
     )]
-    experiment: Vec<String>,
+    experiment: Vec<Experiment>,
     /// Seconds per point.
-    #[arg(long, default_value_t = 3.0, value_name = "S")]
-    duration: f64,
+    #[arg(
+        long,
+        default_value = "3",
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    duration: Seconds,
     /// Repeats per point (min/median/max reported).
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..=100))]
     repeat: usize,
-    /// Channel counts for E1 and E2.
+    /// Channel counts for E1 and E2 (each 1 to 64).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "1,2",
-        value_name = "LIST"
+        value_name = "LIST",
+        value_parser = clap::value_parser!(u16).range(1..=64)
     )]
     channels: Vec<u16>,
-    /// Receive copy-worker counts for E1.
+    /// Receive copy-worker counts for E1 (each 0 to 64).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "0,1,2",
-        value_name = "LIST"
+        value_name = "LIST",
+        value_parser = RangedU64ValueParser::<usize>::new().range(0..=64)
     )]
     copy_workers: Vec<usize>,
-    /// Bulk apps beside the latency app in E3.
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    /// Bulk apps beside the latency app in E3 (1 to 64).
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..=64))]
     bulk_apps: usize,
     /// Network namespace (name under /run/netns, or a path) of the client "host".
     #[arg(long, value_name = "NS")]
@@ -89,6 +102,7 @@ pub struct NetchannelArgs {
     /// when allowed).
     #[arg(long)]
     no_realtime: bool,
+    /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
 }
@@ -103,17 +117,20 @@ pub enum TcpBench<C: clap::Args> {
 
 #[derive(Args, Debug)]
 pub struct TcpServerArgs {
-    #[arg(long, default_value = "0.0.0.0:4322", value_name = "ADDR:PORT")]
+    /// Address to listen on. Loopback by default: give a routable address (or `0.0.0.0:4322`)
+    /// to serve other hosts.
+    #[arg(long, default_value = "127.0.0.1:4322", value_name = "ADDR:PORT")]
     listen: String,
     /// Pin data threads round-robin over these CPUs.
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
-    /// Connections served at once; more are closed at accept.
-    #[arg(long, default_value_t = 1024, value_name = "N")]
+    /// Connections served at once; more are told the server is full and closed.
+    #[arg(long, default_value_t = 1024, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..=65536))]
     max_connections: usize,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
-    duration: Option<f64>,
+    duration: Option<Seconds>,
+    /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
 }
@@ -123,29 +140,31 @@ pub struct StreamArgs {
     /// The server, `HOST:PORT` (port 4322 by default).
     #[arg(value_name = "HOST:PORT")]
     target: String,
-    /// Flows (connections), one sending thread each.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Flows (connections), one sending thread each (1 to 256).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     flows: u32,
     /// Pin flow i to the i-th CPU of this list.
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
     /// Bytes per write (16 reproduces seed 003's tiny writes; iperf3's default is 128 KiB).
-    #[arg(long, default_value_t = 131_072, value_name = "BYTES")]
+    #[arg(long, default_value_t = 131_072, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=64 << 20))]
     write_size: u32,
+    /// Seconds to send.
     #[arg(
         long,
-        default_value_t = 10.0,
+        default_value = "10",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    duration: f64,
+    duration: Seconds,
+    /// Seconds between report lines.
     #[arg(
         long,
-        default_value_t = 1.0,
+        default_value = "1",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    interval: f64,
+    interval: Seconds,
     /// TCP_NODELAY on the data connections (iperf3 -N).
     #[arg(long)]
     nodelay: bool,
@@ -159,7 +178,7 @@ pub struct StreamArgs {
     #[arg(long)]
     zerocopy_recv: bool,
     /// TCP_MAXSEG for the data connections (4108 = one page of payload per segment).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(88..=65535))]
     mss: Option<u32>,
     /// The server checks every byte against the sender's pattern; a mismatch exits 1.
     #[arg(long)]
@@ -170,11 +189,12 @@ pub struct StreamArgs {
     /// Seconds to wait for the server (connect, results).
     #[arg(
         long,
-        default_value_t = 5.0,
+        default_value = "5",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    timeout: f64,
+    timeout: Seconds,
+    /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
 }
@@ -184,56 +204,66 @@ pub struct RrArgs {
     /// The server, `HOST:PORT` (port 4322 by default).
     #[arg(value_name = "HOST:PORT")]
     target: String,
-    #[arg(long, default_value_t = 4096, value_name = "BYTES")]
+    /// Bytes per request (1 B to 16 MiB).
+    #[arg(long, default_value_t = 4096, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=16 << 20))]
     request_size: u32,
-    #[arg(long, default_value_t = 4096, value_name = "BYTES")]
+    /// Bytes per response (1 B to 16 MiB).
+    #[arg(long, default_value_t = 4096, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=16 << 20))]
     response_size: u32,
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Flows (connections), one thread each (1 to 256).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     flows: u32,
-    /// Requests each flow keeps outstanding.
-    #[arg(long, default_value_t = 1, value_name = "DEPTH")]
+    /// Requests each flow keeps outstanding (1 to 1024).
+    #[arg(long, default_value_t = 1, value_name = "DEPTH", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pipeline: u32,
     /// Pin flow i to the i-th CPU of this list.
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
     /// How both sides wait for data (the server follows the client's choice).
-    #[arg(long, default_value = "block", value_name = "block|spin|busy-poll")]
+    #[arg(long, value_enum, default_value = "block")]
     wait: Wait,
-    #[arg(long, default_value_t = 50, value_name = "USEC")]
+    /// SO_BUSY_POLL µs for `--wait busy-poll` (up to 1 s).
+    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     busy_poll: u32,
+    /// Seconds to measure after the warm-up.
     #[arg(
         long,
-        default_value_t = 10.0,
+        default_value = "10",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    duration: f64,
+    duration: Seconds,
+    /// Seconds between report lines.
     #[arg(
         long,
-        default_value_t = 1.0,
+        default_value = "1",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    interval: f64,
+    interval: Seconds,
+    /// Seconds of round trips before measuring (not reported).
     #[arg(
         long,
-        default_value_t = 0.0,
+        default_value = "0",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    warmup: f64,
+    warmup: Seconds,
+    /// Congestion control algorithm (TCP_CONGESTION).
     #[arg(long, value_name = "ALG")]
     congestion: Option<String>,
-    #[arg(long, value_name = "BYTES")]
+    /// TCP_MAXSEG for the data connections.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(88..=65535))]
     mss: Option<u32>,
     /// Seconds a response may be late before the run ends with an error.
     #[arg(
         long,
-        default_value_t = 5.0,
+        default_value = "5",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    timeout: f64,
+    timeout: Seconds,
+    /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
 }
@@ -248,31 +278,41 @@ pub enum UdpEcho {
 
 #[derive(Args, Debug)]
 pub struct ServerArgs {
-    /// Address to listen on (`[::]:4321` serves IPv6 and IPv4).
-    #[arg(long, default_value = "0.0.0.0:4321", value_name = "ADDR:PORT")]
+    /// Address to listen on. Loopback by default: give a routable address (or `0.0.0.0:4321`,
+    /// `[::]:4321` for IPv6 and IPv4) to serve other hosts; answers are then rate-limited.
+    #[arg(long, default_value = "127.0.0.1:4321", value_name = "ADDR:PORT")]
     listen: String,
-    /// Threads, one SO_REUSEPORT socket each.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Threads, one SO_REUSEPORT socket each (1 to 1024).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     threads: usize,
     /// Pin thread i to the i-th CPU of this list (`1`, `2-3`, `0,4`).
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
-    #[arg(long, default_value = "block", value_name = "block|spin|busy-poll")]
+    /// How each thread waits for the next datagram.
+    #[arg(long, value_enum, default_value = "block")]
     wait: Wait,
-    /// SO_BUSY_POLL µs for `--wait busy-poll`.
-    #[arg(long, default_value_t = 50, value_name = "USEC")]
+    /// SO_BUSY_POLL µs for `--wait busy-poll` (up to 1 s).
+    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     busy_poll: u32,
+    /// Answers per second to one source address; 0 = unlimited. Default: unlimited on a
+    /// loopback address, 10000 on any other (an echo server must not be a reflector).
+    #[arg(long, value_name = "PPS")]
+    max_pps_per_source: Option<u32>,
+    /// Answers per second in all; 0 = unlimited. Default: unlimited on a loopback address,
+    /// 100000 on any other.
+    #[arg(long, value_name = "PPS")]
+    max_pps: Option<u32>,
     /// Seconds between report lines (only intervals with traffic are reported).
     #[arg(
         long,
-        default_value_t = 1.0,
+        default_value = "1",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    interval: f64,
+    interval: Seconds,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
-    duration: Option<f64>,
+    duration: Option<Seconds>,
     /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
@@ -283,34 +323,36 @@ pub struct ClientArgs {
     /// Servers to ping, each `HOST:PORT` (`[::1]:4321`); the port defaults to 4321.
     #[arg(required = true, value_name = "HOST:PORT")]
     targets: Vec<String>,
-    /// Datagram size in bytes (at least 28: sequence, send time and checksum ride in it).
-    #[arg(long, default_value_t = 32, value_name = "BYTES")]
+    /// Datagram size in bytes (28 to 65507: sequence, send time and checksum ride in it).
+    #[arg(long, default_value_t = 32, value_name = "BYTES", value_parser = RangedU64ValueParser::<usize>::new().range(28..=65507))]
     size: usize,
     /// Seconds to measure after the warm-up (default 10 unless --count is given).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
-    duration: Option<f64>,
+    duration: Option<Seconds>,
     /// Round trips per flow instead of a duration.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
+    /// Seconds between report lines.
     #[arg(
         long,
-        default_value_t = 1.0,
+        default_value = "1",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    interval: f64,
+    interval: Seconds,
     /// Seconds of round trips before measuring (not reported).
     #[arg(
         long,
-        default_value_t = 0.0,
+        default_value = "0",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    warmup: f64,
-    #[arg(long, default_value = "block", value_name = "block|spin|busy-poll")]
+    warmup: Seconds,
+    /// How each flow waits for its echo.
+    #[arg(long, value_enum, default_value = "block")]
     wait: Wait,
-    /// SO_BUSY_POLL µs for `--wait busy-poll`.
-    #[arg(long, default_value_t = 50, value_name = "USEC")]
+    /// SO_BUSY_POLL µs for `--wait busy-poll` (up to 1 s).
+    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     busy_poll: u32,
     /// Pin flow i to the i-th CPU of this list.
     #[arg(long, value_name = "LIST")]
@@ -318,30 +360,23 @@ pub struct ClientArgs {
     /// Fixed source port of the first flow (the others count up), as seed 000 does.
     #[arg(long, value_name = "PORT")]
     src_port: Option<u16>,
-    /// Flows (sockets and threads) per target, each with its own source port.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Flows (sockets and threads) per target, each with its own source port (1 to 1024).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     flows: usize,
     /// Seconds to wait for each echo before counting it lost; three in a row end the run.
     #[arg(
         long,
-        default_value_t = 1.0,
+        default_value = "1",
         value_name = "S",
         allow_negative_numbers = true
     )]
-    timeout: f64,
+    timeout: Seconds,
     /// SO_TIMESTAMPING: split each round trip into send-side and kernel-delivery time.
     #[arg(long)]
     timestamp: bool,
     /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
-}
-
-fn seconds(flag: &str, v: f64) -> Result<Duration> {
-    if !v.is_finite() || v < 0.0 {
-        bail!("{flag} {v}: must be a number of seconds, 0 or more");
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 fn cpus(list: Option<&str>) -> Result<Vec<u32>> {
@@ -424,21 +459,10 @@ fn netns_path(flag: &str, ns: &Option<String>) -> Result<Option<std::path::PathB
 }
 
 fn netchannel_bench(a: &NetchannelArgs) -> Result<ExitCode> {
-    use netsteer_bench::netchannel::{self as nc, Experiment};
-    let experiments = a
-        .experiment
-        .iter()
-        .map(|e| match e.to_ascii_uppercase().as_str() {
-            "E1" => Ok(Experiment::E1),
-            "E2" => Ok(Experiment::E2),
-            "E3" => Ok(Experiment::E3),
-            "E4" => Ok(Experiment::E4),
-            other => bail!("--experiment {other}: expected E1, E2, E3 or E4"),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    use netsteer_bench::netchannel as nc;
     let cfg = nc::Config {
-        experiments,
-        duration: seconds("--duration", a.duration)?,
+        experiments: a.experiment.clone(),
+        duration: a.duration.get(),
         repeat: a.repeat,
         channels: a.channels.clone(),
         copy_workers: a.copy_workers.clone(),
@@ -472,7 +496,7 @@ fn tcp_server(a: &TcpServerArgs, bench: &str) -> Result<ExitCode> {
         cpus: cpus(a.cpu.as_deref())?,
         max_connections: a.max_connections,
         hello_timeout: tcp::proto::HELLO_TIMEOUT,
-        duration: a.duration.map(|d| seconds("--duration", d)).transpose()?,
+        duration: a.duration.map(Seconds::get),
     };
     let server = match tcp::server::Server::bind(cfg) {
         Ok(s) => s,
@@ -504,8 +528,8 @@ fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
         flows: a.flows,
         cpus: cpus(a.cpu.as_deref())?,
         write_size: a.write_size,
-        duration: seconds("--duration", a.duration)?,
-        interval: seconds("--interval", a.interval)?,
+        duration: a.duration.get(),
+        interval: a.interval.get(),
         nodelay: a.nodelay,
         congestion: a.congestion.clone(),
         mss: a.mss,
@@ -513,7 +537,7 @@ fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
         zerocopy_recv: a.zerocopy_recv,
         verify: a.verify,
         inject_corruption_at: a.inject_corruption,
-        timeout: seconds("--timeout", a.timeout)?,
+        timeout: a.timeout.get(),
     };
     let mut out = reporter(a.json);
     match tcp::stream::run_stream_client(&cfg, |m| out.emit(m)) {
@@ -543,10 +567,10 @@ fn rr_client(a: &RrArgs) -> Result<ExitCode> {
         pipeline: a.pipeline,
         wait: a.wait,
         busy_poll_us: a.busy_poll,
-        duration: seconds("--duration", a.duration)?,
-        interval: seconds("--interval", a.interval)?,
-        warmup: seconds("--warmup", a.warmup)?,
-        timeout: seconds("--timeout", a.timeout)?,
+        duration: a.duration.get(),
+        interval: a.interval.get(),
+        warmup: a.warmup.get(),
+        timeout: a.timeout.get(),
         congestion: a.congestion.clone(),
         mss: a.mss,
     };
@@ -577,8 +601,9 @@ fn server(a: &ServerArgs) -> Result<ExitCode> {
         cpus: cpus(a.cpu.as_deref())?,
         wait: a.wait,
         busy_poll_us: a.busy_poll,
-        interval: seconds("--interval", a.interval)?,
-        duration: a.duration.map(|d| seconds("--duration", d)).transpose()?,
+        interval: a.interval.get(),
+        duration: a.duration.map(Seconds::get),
+        limits: echo_limits(listen, a.max_pps_per_source, a.max_pps),
     };
     let server = match Server::bind(&cfg) {
         Ok(s) => s,
@@ -602,6 +627,23 @@ fn server(a: &ServerArgs) -> Result<ExitCode> {
     }
 }
 
+/// The echo server's answer limits: what was asked (0 = unlimited), else none on loopback —
+/// nothing there can reach a third party — and a reflector-proof default anywhere else.
+fn echo_limits(listen: SocketAddr, per_source: Option<u32>, global: Option<u32>) -> Limits {
+    let loopback = listen.ip().is_loopback()
+        || matches!(listen.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+    let pick = |asked: Option<u32>, remote_default: u32| match asked {
+        Some(0) => None,
+        Some(v) => Some(v),
+        None if loopback => None,
+        None => Some(remote_default),
+    };
+    Limits {
+        per_source: pick(per_source, 10_000),
+        global: pick(global, 100_000),
+    }
+}
+
 fn client(a: &ClientArgs) -> Result<ExitCode> {
     let targets = a
         .targets
@@ -609,7 +651,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         .map(|t| resolve(t, 4321))
         .collect::<Result<Vec<_>>>()?;
     let duration = match (a.duration, a.count) {
-        (Some(d), _) => Some(seconds("--duration", d)?),
+        (Some(d), _) => Some(d.get()),
         (None, Some(_)) => None,
         (None, None) => Some(Duration::from_secs(10)),
     };
@@ -618,14 +660,14 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         size: a.size,
         duration,
         count: a.count,
-        interval: seconds("--interval", a.interval)?,
-        warmup: seconds("--warmup", a.warmup)?,
+        interval: a.interval.get(),
+        warmup: a.warmup.get(),
         wait: a.wait,
         busy_poll_us: a.busy_poll,
         cpus: cpus(a.cpu.as_deref())?,
         src_port: a.src_port,
         flows: a.flows,
-        timeout: seconds("--timeout", a.timeout)?,
+        timeout: a.timeout.get(),
         timestamp: a.timestamp,
     };
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());

@@ -1,3 +1,4 @@
+use crate::args::Seconds;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -15,17 +16,13 @@ pub struct DoctorArgs {
     /// `--root`, where the tree's since-boot counters are used.
     #[arg(
         long,
-        default_value_t = 3.0,
+        default_value = "3",
         value_name = "SECONDS",
         allow_negative_numbers = true
     )]
-    sample: f64,
+    sample: Seconds,
     /// What the host is for: `latency` adds the coalescing and pause-frame rules.
-    #[arg(
-        long,
-        default_value = "balanced",
-        value_name = "latency|throughput|balanced"
-    )]
+    #[arg(long, value_enum, default_value = "balanced")]
     goal: Goal,
     /// Add the application's view: its threads' CPUs against the interrupt CPUs.
     #[arg(long, value_name = "PID")]
@@ -47,15 +44,21 @@ fn read_counters(host: &Host) -> Result<(CounterSample, netsteer_host::sample::N
     Ok((s, read_net_counters(&host.fs)))
 }
 
-fn measure_load(host: &Host, seconds: f64) -> Result<(Load, Vec<String>)> {
+/// The load, the problems met, and whether /proc/interrupts could be read.
+fn measure_load(host: &Host, sample: Duration) -> Result<(Load, Vec<String>, bool)> {
     let (s0, n0) = read_counters(host)?;
     let mut problems: Vec<String> = s0.problems.iter().chain(&n0.problems).cloned().collect();
-    if host.fs.is_live() && seconds > 0.0 {
+    if host.fs.is_live() && !sample.is_zero() {
         let t0 = Instant::now();
-        std::thread::sleep(Duration::from_secs_f64(seconds));
+        std::thread::sleep(sample);
         let (s1, n1) = read_counters(host)?;
         let dt = t0.elapsed().as_secs_f64();
-        return Ok((Load::sampled((&s0, &n0), (&s1, &n1), dt), problems));
+        let interrupts = s0.interrupts.is_some() && s1.interrupts.is_some();
+        return Ok((
+            Load::sampled((&s0, &n0), (&s1, &n1), dt),
+            problems,
+            interrupts,
+        ));
     }
     let uptime = match host.fs.read_parsed("/proc/uptime", parse_uptime) {
         Ok(u) => Some(u),
@@ -66,7 +69,8 @@ fn measure_load(host: &Host, seconds: f64) -> Result<(Load, Vec<String>)> {
     }
     .filter(|u| *u > 0.0)
     .context("no uptime: neither /proc/uptime nor /proc/stat ticks give one")?;
-    Ok((Load::since_boot(&s0, &n0, uptime), problems))
+    let interrupts = s0.interrupts.is_some();
+    Ok((Load::since_boot(&s0, &n0, uptime), problems, interrupts))
 }
 
 pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
@@ -77,25 +81,33 @@ pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if !(args.sample.is_finite() && args.sample >= 0.0) {
-        bail!(
-            "--sample {}: must be a number of seconds, 0 or more",
-            args.sample
-        );
-    }
     let settings = host.nic_settings_source();
     let view = read_host(&host.fs, (!args.no_ethtool).then_some(&*settings));
     let app = match args.pid {
         Some(pid) => Some(read_process(&host.fs, pid).with_context(|| format!("--pid {pid}"))?),
         None => None,
     };
-    let (load, problems) = match measure_load(host, args.sample) {
-        Ok((l, p)) => (Some(l), p),
-        // Without counters the static rules still run; the report says why rates are missing.
-        Err(e) => (
-            None,
-            vec![format!("{e:#} (rules that need rates were skipped)")],
-        ),
+    // /proc/stat and /proc/interrupts are doctor's core inputs: without them the spread and
+    // drop rules cannot run, and "no finding" would read as "healthy" to a script or a fleet
+    // job. The static rules still run and print, but the exit code says the run failed.
+    let mut missing_core = Vec::new();
+    let (load, problems) = match measure_load(host, args.sample.get()) {
+        Ok((l, p, interrupts_read)) => {
+            if !interrupts_read {
+                missing_core.push("/proc/interrupts".to_string());
+            }
+            (Some(l), p)
+        }
+        Err(e) => {
+            missing_core.push(crate::error_text(&e));
+            (
+                None,
+                vec![format!(
+                    "{} (rules that need rates were skipped)",
+                    crate::error_text(&e)
+                )],
+            )
+        }
     };
     let mut report = diagnose(&view, load.as_ref(), args.goal, app.as_ref());
     report.problems.extend(problems);
@@ -105,6 +117,12 @@ pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
         for line in render(&report).lines() {
             emit(&mut out, line)?;
         }
+    }
+    if !missing_core.is_empty() {
+        bail!(
+            "doctor could not read its core inputs ({}); the report above is incomplete",
+            missing_core.join("; ")
+        );
     }
     Ok(ExitCode::from(report.exit_code()))
 }

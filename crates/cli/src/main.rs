@@ -2,6 +2,7 @@
 //! picks the data sources (live host or a `--root` tree) and maps errors to exit codes
 //! (0 ok, 1 findings or threshold failed, 2 error).
 
+mod args;
 mod bench;
 mod doctor;
 mod show;
@@ -17,6 +18,27 @@ use netsteer_host::ethtool::NicSettings;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = io::Error::from_raw_os_error(2);
+        let host = netsteer_host::HostError::Io {
+            path: "/proc/stat".into(),
+            source: io,
+        };
+        let e = anyhow::Error::new(host).context("reading counters");
+        assert_eq!(
+            error_text(&e),
+            "reading counters: /proc/stat: No such file or directory (os error 2)"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&plain), "outer: inner");
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -119,6 +141,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// The error and its causes joined by ": ", as `{:#}` does, but without a cause its parent's
+/// message already ends with: library errors such as `"{path}: {source}"` print their cause
+/// and also return it from `source()`, which `{:#}` would print twice.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if out.ends_with(&msg) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&msg);
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -140,7 +180,7 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("netsteer: error: {e:#}");
+            eprintln!("netsteer: error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }

@@ -1,3 +1,4 @@
+use crate::args::Seconds;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -6,13 +7,18 @@ use netsteer_host::sample::{QueueRate, Rates, TopInterval, rates, read_sample};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, IsTerminal};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Args, Debug)]
 pub struct TopArgs {
-    /// Seconds between samples.
-    #[arg(long, default_value_t = 1.0, value_name = "S")]
-    interval: f64,
+    /// Seconds between samples (more than 0).
+    #[arg(
+        long,
+        default_value = "1",
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    interval: Seconds,
     /// Stop after this many intervals (default: until interrupted, or `q` in the live view).
     #[arg(long, value_name = "N")]
     count: Option<u64>,
@@ -123,7 +129,7 @@ pub fn plain_lines(m: &TopInterval, seq: u64) -> Vec<String> {
 }
 
 pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
-    if !(args.interval.is_finite() && args.interval > 0.0 && args.interval <= 3600.0) {
+    if args.interval.get().is_zero() || args.interval.get().as_secs_f64() > 3600.0 {
         bail!(
             "--interval {}: must be a number of seconds above 0 and at most 3600",
             args.interval
@@ -143,7 +149,7 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
         })
         .collect();
     let wanted: BTreeSet<u32> = labels.keys().copied().collect();
-    let interval = Duration::from_secs_f64(args.interval);
+    let interval = args.interval.get();
     let tui = !args.json && !args.plain && io::stdout().is_terminal();
 
     let mut prev = read_sample(&host.fs).context("first sample")?;
@@ -156,7 +162,17 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
         let cur = read_sample(&host.fs).context("sample")?;
         let at = Instant::now();
         let r = rates(&prev, &cur, (at - prev_at).as_secs_f64(), Some(&wanted));
-        let problems = cur.problems.clone();
+        let mut problems = cur.problems.clone();
+        if !host.fs.is_live() {
+            // A tree is one moment: both samples read the same counters.
+            problems.insert(
+                0,
+                format!(
+                    "--root {}: rates need two live samples and a tree holds one moment, so every rate is 0; run top on the live host (or `doctor --root` for since-boot averages)",
+                    host.fs.root().display()
+                ),
+            );
+        }
         prev = cur;
         prev_at = at;
         Ok(interval_message(r, &labels, problems))

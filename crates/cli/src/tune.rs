@@ -47,7 +47,8 @@ pub enum IrqbalanceArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
-    #[arg(long, value_name = "latency|throughput|balanced")]
+    /// What to tune for.
+    #[arg(long, value_enum)]
     profile: Profile,
     /// Interface to tune (repeat for several); default: every physical NIC that is up.
     #[arg(long = "dev", value_name = "IF")]
@@ -98,14 +99,11 @@ pub struct ApplyArgs {
     /// --metric improved by more than the runs' spread, else roll back.
     #[arg(long, value_name = "COMMAND")]
     verify_with: Option<String>,
-    #[arg(
-        long,
-        default_value = "p99",
-        value_name = "p50|p99|p999|bits_per_second|transactions_per_second|pps"
-    )]
+    /// Which number of the benchmark's JSON summary decides.
+    #[arg(long, value_enum, default_value = "p99")]
     metric: Metric,
-    /// Runs of the benchmark before and after (at least 2, to know the noise).
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    /// Runs of the benchmark before and after (2 to 100: at least 2, to know the noise).
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100))]
     repeat: u32,
     /// Test hook: abort after this many writes, as a crash would.
     #[arg(long, hide = true, value_name = "K")]
@@ -129,11 +127,16 @@ pub struct PersistArgs {
     state_dir: Option<PathBuf>,
 }
 
-fn state_dir(host: &Host, given: &Option<PathBuf>) -> PathBuf {
+/// The state directory: as given, or `/var/lib/netsteer` on the live host, or that path
+/// resolved inside the `--root` tree (a link such as `ROOT/var/lib -> /elsewhere` must not carry
+/// the journal out of the tree).
+fn state_dir(host: &Host, given: &Option<PathBuf>) -> Result<PathBuf> {
     match given {
-        Some(d) => d.clone(),
-        None if host.fs.is_live() => PathBuf::from("/var/lib/netsteer"),
-        None => host.fs.root().join("var/lib/netsteer"),
+        Some(d) => Ok(d.clone()),
+        None => host
+            .fs
+            .real_path_for_write("/var/lib/netsteer")
+            .context("the state directory"),
     }
 }
 
@@ -169,15 +172,22 @@ struct Nic {
 
 impl Nic {
     fn open(host: &Host, enabled: bool) -> Nic {
-        match enabled.then(|| host.nic_backend().ok()).flatten() {
-            Some(backend) => Nic {
-                backend,
-                enabled: true,
-            },
-            None => Nic {
-                backend: Box::new(netsteer_nic::FakeNic::default()),
-                enabled: false,
-            },
+        let reason = if enabled {
+            match host.nic_backend() {
+                Ok(backend) => {
+                    return Nic {
+                        backend,
+                        enabled: true,
+                    };
+                }
+                Err(e) => format!("ethtool netlink could not be opened: {e}"),
+            }
+        } else {
+            "--no-ethtool was given".to_string()
+        };
+        Nic {
+            backend: Box::new(netsteer_nic::NoNic { reason }),
+            enabled: false,
         }
     }
 
@@ -292,7 +302,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
         TuneCommand::Apply(a) => run_apply(host, a),
         TuneCommand::Rollback(a) => {
             need_root(host, "tune rollback")?;
-            let dir = state_dir(host, &a.state.state_dir);
+            let dir = state_dir(host, &a.state.state_dir)?;
             let path = match &a.journal {
                 Some(p) => p.clone(),
                 None => latest_journal(&dir)?,
@@ -319,7 +329,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             })
         }
         TuneCommand::Verify(a) => {
-            let dir = state_dir(host, &a.state_dir);
+            let dir = state_dir(host, &a.state_dir)?;
             let path = journal::applied_plan_path(&dir);
             let text = std::fs::read_to_string(&path).with_context(|| {
                 format!(
@@ -361,7 +371,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
                     IrqbalanceArg::Leave => "leave".into(),
                     IrqbalanceArg::Stop => "stop".into(),
                 },
-                state_dir: state_dir(host, &a.state_dir).display().to_string(),
+                state_dir: state_dir(host, &a.state_dir)?.display().to_string(),
                 reserve_queue: a.plan.reserve_queue,
                 ports: a.plan.ports.clone(),
             };
@@ -501,12 +511,12 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
         Some(cmd) => Some(runs(cmd, a.metric, a.repeat, "before")?),
         None => None,
     };
-    let dir = state_dir(host, &a.state_dir);
+    let dir = state_dir(host, &a.state_dir)?;
     let backend = HostBackend {
         fs: host.fs.clone(),
         nic: nic.backend(),
     };
-    let mut replan = || make_plan(host, &nic, &opts).map_err(|e| format!("{e:#}"));
+    let mut replan = || make_plan(host, &nic, &opts).map_err(|e| crate::error_text(&e));
     let report = apply(
         &p,
         &root_name(&host.fs),

@@ -98,7 +98,7 @@ fn every_experiment_reports_a_summary_that_reads_back() {
 #[test]
 fn bad_flags_are_named() {
     for (args, needle) in [
-        (vec!["--experiment", "E9"], "--experiment E9"),
+        (vec!["--experiment", "E9"], "--experiment <LIST>"),
         (vec!["--duration=-1"], "--duration"),
         (vec!["--client-netns", "no-such-ns-xyz"], "--client-netns"),
         (vec!["--channels", "0"], "channels"),

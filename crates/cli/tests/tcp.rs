@@ -264,8 +264,8 @@ fn exit_codes_for_corruption_bad_flags_and_dead_servers() {
     );
 
     for (args, needle) in [
-        (vec!["--flows", "0"], "--flows 0"),
-        (vec!["--write-size", "0"], "--write-size 0"),
+        (vec!["--flows", "0"], "--flows <N>"),
+        (vec!["--write-size", "0"], "--write-size <BYTES>"),
         (vec!["--congestion", "nosuchcc"], "nosuchcc"),
         (vec!["--duration", "-1"], "--duration"),
     ] {

@@ -346,7 +346,7 @@ fn bad_flags_name_themselves() {
                 "--repeat",
                 "1",
             ],
-            "--repeat 1",
+            "--repeat <N>",
         ),
     ] {
         let out = netsteer(tree.path(), &args);

@@ -172,7 +172,7 @@ fn dead_server_gives_an_error_message_and_exit_2() {
     assert!(e.message.contains("no echo from"), "{}", e.message);
     // Bad flags are named.
     for (args, needle) in [
-        (vec!["--size", "4"], "--size 4"),
+        (vec!["--size", "4"], "--size <BYTES>"),
         (vec!["--cpu", "x"], "--cpu x"),
         (vec!["--wait", "nap"], "nap"),
         (vec!["--interval", "-1"], "--interval"),

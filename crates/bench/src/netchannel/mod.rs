@@ -30,10 +30,19 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Experiment {
+    /// One socket: 1 vs N channels × receive copy workers.
+    #[cfg_attr(feature = "clap", value(name = "E1"))]
     E1,
+    /// 4 KiB messages: throughput vs channel count.
+    #[cfg_attr(feature = "clap", value(name = "E2"))]
     E2,
+    /// A latency app's tail beside bulk apps, shared vs isolated channels.
+    #[cfg_attr(feature = "clap", value(name = "E3"))]
     E3,
+    /// Throughput per core against plain TCP.
+    #[cfg_attr(feature = "clap", value(name = "E4"))]
     E4,
 }
 
@@ -223,13 +232,31 @@ impl Net<'_> {
             let c = Endpoint::new(client_cfg)?;
             let socks = opts
                 .iter()
-                .map(|o| c.connect(addr, 1, *o))
+                .enumerate()
+                .map(|(i, o)| {
+                    c.connect(addr, 1, *o).map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("netchannel socket {i} of {} to {addr}: {e}", opts.len()),
+                        )
+                    })
+                })
                 .collect::<io::Result<Vec<_>>>()?;
             Ok((c, socks))
         })?;
         let accepted = socks
             .iter()
-            .map(|_| listener.accept_timeout(Duration::from_secs(10)))
+            .enumerate()
+            .map(|(i, _)| {
+                listener
+                    .accept_timeout(Duration::from_secs(10))
+                    .map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("accepting netchannel socket {i} on {addr}: {e}"),
+                        )
+                    })
+            })
             .collect::<io::Result<Vec<_>>>()?;
         Ok((server, client, socks, accepted))
     }
@@ -242,8 +269,13 @@ impl Net<'_> {
         let addr = l.local_addr()?;
         let clients = in_netns(self.cfg.client_netns.as_ref(), || {
             (0..n)
-                .map(|_| {
-                    let s = TcpStream::connect(addr)?;
+                .map(|i| {
+                    let s = TcpStream::connect(addr).map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("TCP connection {i} of {n} to {addr}: {e}"),
+                        )
+                    })?;
                     s.set_nodelay(true)?;
                     Ok(s)
                 })
@@ -724,6 +756,10 @@ pub fn run(cfg: &Config, mut emit: impl FnMut(&Summary) -> io::Result<()>) -> io
             "--duration must be above 0",
         ));
     }
+    // Checked up front: a CPU the process may not use would otherwise leave a thread unpinned
+    // and the run silently different from what was asked.
+    cpu::check_cpus("--sender-cpu", cfg.sender_cpu.as_slice())?;
+    cpu::check_cpus("--receiver-cpu", cfg.receiver_cpu.as_slice())?;
     let net = Net { cfg };
     for e in &cfg.experiments {
         let s = match e {

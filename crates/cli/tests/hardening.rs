@@ -1,0 +1,397 @@
+//! Hostile and careless input to the binary: each test is a finding of the hardening review,
+//! and fails on the code before its fix. Bad input must give a clear error naming the flag or
+//! file (exit 2), never a panic (exit 101), a hang, or a write outside `--root`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn fixture(host: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/hosts")
+        .join(host)
+}
+
+fn scratch(host: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", fixture(host).display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    dir
+}
+
+/// Runs netsteer with a deadline: a hang is a failure, not a stuck suite.
+fn run_for(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run netsteer");
+    let t = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "netsteer {args:?} still running after {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    run_for(args, Duration::from_secs(60))
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn root_args<'a>(root: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--root", root];
+    v.extend_from_slice(rest);
+    v
+}
+
+/// Item 5: `ROOT/var/lib -> /elsewhere` must not carry the journal out of the tree.
+#[test]
+fn state_directory_behind_a_link_never_writes_outside_the_root() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tree.path().join("var")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), tree.path().join("var/lib")).unwrap();
+    let o = run(&root_args(
+        root,
+        &["tune", "apply", "--profile", "throughput"],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("the state directory"), "{}", err(&o));
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "something was written outside the root"
+    );
+    // A link that stays inside the tree is followed inside it.
+    std::fs::remove_file(tree.path().join("var/lib")).unwrap();
+    std::fs::create_dir_all(tree.path().join("data")).unwrap();
+    std::os::unix::fs::symlink("/data", tree.path().join("var/lib")).unwrap();
+    let o = run(&root_args(
+        root,
+        &["tune", "apply", "--profile", "throughput"],
+    ));
+    assert!(o.status.code() != Some(101), "{}", err(&o));
+    assert!(
+        tree.path().join("data/netsteer/journal").is_dir(),
+        "{}{}",
+        out(&o),
+        err(&o)
+    );
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+}
+
+/// Item 6: a FIFO in a tree is refused with a clear message, never waited on.
+#[test]
+fn a_fifo_in_the_tree_is_an_error_not_a_hang() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    let fifo = tree.path().join("proc/interrupts");
+    std::fs::remove_file(&fifo).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let snap = tempfile::tempdir().unwrap();
+    let snap_dir = snap.path().join("s");
+    for cmd in [
+        vec!["show"],
+        vec!["doctor"],
+        vec!["tune", "plan", "--profile", "throughput"],
+        vec!["snapshot", "--output", snap_dir.to_str().unwrap()],
+    ] {
+        let o = run_for(&root_args(root, &cmd), Duration::from_secs(30));
+        assert_ne!(o.status.code(), Some(101), "{cmd:?}: {}", err(&o));
+        let all = out(&o) + &err(&o);
+        assert!(
+            all.contains("/proc/interrupts: not a regular file (a FIFO)"),
+            "{cmd:?}: {all}"
+        );
+    }
+}
+
+/// Item 7: a file far larger than any kernel file is refused quickly, with the reason.
+#[test]
+fn a_huge_proc_file_is_refused_not_read_whole() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(tree.path().join("proc/interrupts"))
+        .unwrap();
+    f.set_len(200 << 20).unwrap();
+    let o = run_for(
+        &root_args(root, &["show", "--json"]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(out(&o).contains("larger than 64 MiB"), "{}", out(&o));
+}
+
+/// Item 8: huge finite seconds and absurd counts are flag errors (exit 2), not panics.
+#[test]
+fn absurd_numbers_are_flag_errors_not_panics() {
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "bench",
+                "udp-echo",
+                "client",
+                "127.0.0.1:9",
+                "--duration",
+                "1e20",
+            ],
+            "--duration",
+        ),
+        (
+            vec![
+                "bench",
+                "udp-echo",
+                "client",
+                "127.0.0.1:9",
+                "--timeout",
+                "1e20",
+            ],
+            "--timeout",
+        ),
+        (
+            vec![
+                "bench",
+                "udp-echo",
+                "client",
+                "127.0.0.1:9",
+                "--warmup",
+                "1e20",
+            ],
+            "--warmup",
+        ),
+        (
+            vec![
+                "bench",
+                "udp-echo",
+                "client",
+                "127.0.0.1:9",
+                "--interval",
+                "1e20",
+            ],
+            "--interval",
+        ),
+        (
+            vec!["bench", "udp-echo", "server", "--duration", "1e20"],
+            "--duration",
+        ),
+        (
+            vec!["bench", "udp-echo", "server", "--interval", "inf"],
+            "--interval",
+        ),
+        (
+            vec![
+                "bench",
+                "tcp-stream",
+                "client",
+                "127.0.0.1:9",
+                "--duration",
+                "1e20",
+            ],
+            "--duration",
+        ),
+        (
+            vec!["bench", "tcp-stream", "server", "--duration", "1e20"],
+            "--duration",
+        ),
+        (
+            vec![
+                "bench",
+                "tcp-rr",
+                "client",
+                "127.0.0.1:9",
+                "--warmup",
+                "1e20",
+            ],
+            "--warmup",
+        ),
+        (
+            vec![
+                "bench",
+                "tcp-rr",
+                "client",
+                "127.0.0.1:9",
+                "--flows",
+                "100000",
+            ],
+            "--flows",
+        ),
+        (
+            vec!["bench", "netchannel", "--duration", "1e20"],
+            "--duration",
+        ),
+        (
+            vec!["bench", "netchannel", "--copy-workers", "99999999999"],
+            "--copy-workers",
+        ),
+        (
+            vec!["bench", "netchannel", "--bulk-apps", "65536"],
+            "--bulk-apps",
+        ),
+        (vec!["bench", "netchannel", "--channels", "0"], "--channels"),
+        (
+            vec!["bench", "netchannel", "--experiment", "E9"],
+            "--experiment",
+        ),
+        (vec!["doctor", "--sample", "1e20"], "--sample"),
+        (vec!["doctor", "--sample", "-1"], "--sample"),
+        (vec!["doctor", "--goal", "fastest"], "--goal"),
+        (vec!["top", "--interval", "1e20"], "--interval"),
+        (vec!["tune", "plan", "--profile", "nope"], "--profile"),
+    ];
+    for (args, flag) in cases {
+        let o = run_for(&args, Duration::from_secs(20));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", err(&o));
+        assert!(err(&o).contains(flag), "{args:?}: {}", err(&o));
+        assert!(!err(&o).contains("panicked"), "{args:?}: {}", err(&o));
+    }
+}
+
+/// Item 9: a run that could not read its core inputs must not exit 0 ("healthy").
+#[test]
+fn doctor_without_its_core_inputs_does_not_exit_0() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    std::fs::remove_file(tree.path().join("proc/interrupts")).unwrap();
+    let o = run(&root_args(root, &["doctor"]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(
+        err(&o).contains("core inputs (/proc/interrupts)"),
+        "{}",
+        err(&o)
+    );
+    std::fs::remove_file(tree.path().join("proc/stat")).unwrap();
+    let o = run(&root_args(root, &["doctor"]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    let e = err(&o);
+    assert!(e.contains("/proc/stat"), "{e}");
+    // The cause is said once, not twice.
+    assert_eq!(e.matches("(os error 2)").count(), 1, "{e}");
+}
+
+/// Item 9: RPS/RFS/XPS items for a device whose queues cannot be listed are skipped with the
+/// reason, not silently left out.
+#[test]
+fn plan_says_why_queue_items_are_skipped() {
+    let tree = scratch("kvm-virtio-16cpu");
+    let root = tree.path().to_str().unwrap();
+    let net = tree.path().join("sys/class/net/eth0");
+    let queues = std::fs::canonicalize(&net).unwrap().join("queues");
+    std::fs::remove_dir_all(&queues).unwrap();
+    std::fs::write(&queues, "not a directory\n").unwrap();
+    let o = run(&root_args(
+        root,
+        &["tune", "plan", "--profile", "throughput", "--json"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let plan: netsteer_tune::tune::Plan = serde_json::from_slice(&o.stdout).unwrap();
+    for id in ["rps/eth0", "xps/eth0"] {
+        let item = plan.items.iter().find(|i| i.id == id).unwrap_or_else(|| {
+            panic!(
+                "no {id} item: {:?}",
+                plan.items.iter().map(|i| &i.id).collect::<Vec<_>>()
+            )
+        });
+        match &item.action {
+            netsteer_tune::tune::Action::Skip(why) => {
+                assert!(why.contains("queues"), "{why}")
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+}
+
+/// Item 9: a CPU the process may not run on is an error naming it, not a silently unpinned
+/// run (the check comes before any connection is made).
+#[test]
+fn pinning_to_a_cpu_that_does_not_exist_is_an_error() {
+    for args in [
+        vec!["bench", "tcp-rr", "client", "127.0.0.1:9", "--cpu", "999"],
+        vec![
+            "bench",
+            "tcp-stream",
+            "client",
+            "127.0.0.1:9",
+            "--cpu",
+            "999",
+        ],
+        vec![
+            "bench",
+            "tcp-rr",
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--cpu",
+            "999",
+        ],
+        vec![
+            "bench",
+            "netchannel",
+            "--sender-cpu",
+            "999",
+            "--experiment",
+            "E4",
+        ],
+    ] {
+        let o = run_for(&args, Duration::from_secs(20));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("CPU 999 is not one this process may run on"),
+            "{args:?}: {}",
+            err(&o)
+        );
+    }
+}
+
+/// Item 13: `top --root` says why its rates are zero.
+#[test]
+fn top_on_a_tree_says_rates_need_live_samples() {
+    let o = run(&[
+        "--root",
+        fixture("dev-vm").to_str().unwrap(),
+        "top",
+        "--count",
+        "1",
+        "--interval",
+        "0.05",
+        "--plain",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).contains("rates need two live samples"),
+        "{}",
+        out(&o)
+    );
+}
