@@ -75,11 +75,11 @@ fn doctor_in(ns: &Netns) -> Report {
 #[test]
 fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
     if !is_root() || std::process::Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: needs root and iproute2");
+        common::cannot_run("needs root and iproute2");
         return;
     }
     if online_cpus() < 2 {
-        eprintln!("SKIPPED: needs two online CPUs");
+        common::cannot_run("needs two online CPUs");
         return;
     }
     let a = Netns::create();

@@ -14,7 +14,7 @@ use std::process::Command;
 #[test]
 fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
     if !is_root() || Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: needs root and iproute2");
+        common::cannot_run("needs root and iproute2");
         return;
     }
     let ns = Netns::create();

@@ -36,7 +36,7 @@ fn usable() -> bool {
         .and_then(|s| netsteer_host::CpuSet::parse_list(&s, None).ok())
         .is_some_and(|s| s.len() >= 2);
     if !is_root() || !tools || !cpus {
-        eprintln!("SKIPPED: needs root, iproute2, ethtool and two online CPUs");
+        common::cannot_run("needs root, iproute2, ethtool and two online CPUs");
         return false;
     }
     true

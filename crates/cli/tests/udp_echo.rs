@@ -2,6 +2,8 @@
 //! message types, IPv6, the error message of a dead server, and interop with a third-party
 //! echo server and a raw-bytes client (socat).
 
+mod common;
+
 use netsteer_bench::udp_echo::message::{
     ClientInterval, ClientSummary, ErrorMessage, Kind, Role, ServerInterval, ServerSummary,
 };
@@ -203,7 +205,7 @@ fn have(cmd: &str) -> bool {
 #[test]
 fn interop_with_socat_both_ways() {
     if !have("socat") {
-        eprintln!("SKIPPED: socat is not installed (apt-get install socat)");
+        common::cannot_run("socat is not installed (apt-get install socat)");
         return;
     }
     // Our client against socat's echo (one child per peer, PIPE echoes what it reads).

@@ -100,7 +100,7 @@ impl Drop for Lab {
 #[test]
 fn streams_survive_loss_and_reordering_across_a_veth() {
     if !is_root() {
-        eprintln!("skipped: needs root for namespaces");
+        common::cannot_run("needs root for namespaces");
         return;
     }
     let lab = Lab::new();
