@@ -167,3 +167,61 @@ fn live_run_with_a_pid_reads_back() {
     assert!(load.seconds >= 0.2);
     assert_eq!(code, Some(i32::from(r.exit_code())));
 }
+
+/// Hardening item 12: on seed 003's guest, doctor's fix and the `tune apply` it recommends are
+/// the same writes (one planner), and the planner keeps the receive IRQ where it already is
+/// (CPU 9 is acceptable), so RPS is everything but CPU 9 in both.
+#[test]
+fn doctor_fix_steps_are_the_writes_of_the_tune_it_recommends() {
+    let (r, _) = doctor("kvm-virtio-16cpu", &[]);
+    for id in ["softirq-hot-cpu", "single-queue-no-rps"] {
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.id == id)
+            .unwrap_or_else(|| panic!("no {id}"));
+        assert_eq!(
+            f.fix.tune.as_deref(),
+            Some("netsteer tune apply --profile throughput --dev eth0")
+        );
+        let out = netsteer(&[
+            "--root",
+            root("kvm-virtio-16cpu").to_str().unwrap(),
+            "tune",
+            "plan",
+            "--profile",
+            "throughput",
+            "--dev",
+            "eth0",
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(0));
+        let plan: netsteer_tune::tune::Plan = serde_json::from_slice(&out.stdout).unwrap();
+        use netsteer_tune::tune::{Action, ItemKind};
+        let irq48 = plan.items.iter().find(|i| i.id == "irq/48").unwrap();
+        assert_eq!(irq48.action, Action::Keep, "the rx IRQ stays on CPU 9");
+        let writes: Vec<String> = plan
+            .items
+            .iter()
+            .filter(|i| i.action == Action::Change)
+            .filter(|i| {
+                matches!(
+                    i.kind,
+                    ItemKind::IrqAffinity
+                        | ItemKind::Rps
+                        | ItemKind::RfsTable
+                        | ItemKind::RfsFlowCnt
+                )
+            })
+            .filter_map(|i| i.shell_command())
+            .collect();
+        assert_eq!(f.fix.steps, writes, "{id}");
+        assert!(
+            f.fix
+                .steps
+                .contains(&"echo fdff > /sys/class/net/eth0/queues/rx-0/rps_cpus".to_string()),
+            "{:?}",
+            f.fix.steps
+        );
+    }
+}

@@ -60,6 +60,23 @@ fn load(
     })
 }
 
+/// CPU 1's idle + iowait ticks from /proc/stat.
+fn cpu1_idle_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let line = stat.lines().find(|l| l.starts_with("cpu1 ")).unwrap();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    v[3] + v[4]
+}
+
+/// USER_HZ: 100 on every Linux architecture netsteer runs on (the /proc/stat unit).
+fn ticks_per_second() -> f64 {
+    100.0
+}
+
 fn doctor_in(ns: &Netns) -> Report {
     let bin = env!("CARGO_BIN_EXE_netsteer");
     let out = ns.exec(&[bin, "doctor", "--sample", "2", "--json"]);
@@ -98,7 +115,9 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
     let sender = load(a.path(), 0, 64, stop.clone(), sent.clone());
     thread::sleep(Duration::from_millis(500));
 
+    let idle0 = cpu1_idle_ticks();
     let before = doctor_in(&b);
+    let idle1 = cpu1_idle_ticks();
     assert_eq!(before.load.as_ref().unwrap().source, LoadSource::Sampled);
     let hot = before.findings.iter().find(|f| f.id == "softirq-hot-cpu");
     let single = before
@@ -123,8 +142,21 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
             eprintln!("{when}: {} {:?}", f.id, f.evidence);
         }
     }
-    let hot = hot.unwrap_or_else(|| panic!("no softirq-hot-cpu with RPS off: {before:#?}"));
-    assert_eq!(hot.subjects.cpus, [0], "{hot:#?}");
+    // softirq-hot-cpu fires only while the other CPUs have room (its contract, tested on
+    // fixtures in crates/tune/tests/rules.rs). CI may run this beside a busy CPU 1, so it is
+    // asserted when CPU 1 was mostly idle during doctor's sample, and otherwise must not name
+    // any CPU but 0.
+    let cpu1_idle = (idle1 - idle0) as f64 / (2.0 * ticks_per_second());
+    eprintln!(
+        "CPU 1 idle during the RPS-off sample: {:.0}%",
+        cpu1_idle * 100.0
+    );
+    if cpu1_idle >= 0.6 {
+        let hot = hot.unwrap_or_else(|| panic!("no softirq-hot-cpu with RPS off: {before:#?}"));
+        assert_eq!(hot.subjects.cpus, [0], "{hot:#?}");
+    } else if let Some(hot) = hot {
+        assert_eq!(hot.subjects.cpus, [0], "{hot:#?}");
+    }
     let single = single.unwrap_or_else(|| panic!("no single-queue-no-rps: {before:#?}"));
     assert_eq!(single.subjects.devices, ["nsdocb"]);
     assert!(rps_step.is_some(), "{single:#?}");

@@ -190,6 +190,19 @@ impl Item {
     pub fn phase(&self) -> u8 {
         self.kind.phase()
     }
+
+    /// The shell command that makes this item's change by hand, for a file target: a sysctl
+    /// as `sysctl -w`, anything else as `echo VALUE > PATH` (doctor prints these as the exact
+    /// fix, so they are the very writes `tune apply` would make).
+    pub fn shell_command(&self) -> Option<String> {
+        let Target::File { path } = &self.target else {
+            return None;
+        };
+        Some(match path.strip_prefix("/proc/sys/") {
+            Some(key) => format!("sysctl -w {}={}", key.replace('/', "."), self.desired),
+            None => format!("echo {} > {path}", self.desired),
+        })
+    }
 }
 
 /// The desired state of a host for one profile, and how to get there from the current one.

@@ -267,33 +267,55 @@ impl Builder<'_> {
         let mut queues: Vec<u32> = nic.queue_irqs().filter_map(queue_of).collect();
         queues.sort_unstable();
         queues.dedup();
-        // The CPUs the queues get: the first of the order (all of it, cycling, when there are
-        // more queues than CPUs). A queue already alone on one of them stays there, so a
-        // well-placed NIC plans no moves; the others take what is left, in order.
-        let chosen: Vec<u32> = (0..queues.len()).map(|i| order[i % order.len()]).collect();
-        let mut free: Vec<u32> = chosen.clone();
+        // A queue whose receive IRQ already sits alone on an acceptable CPU (one of `order`:
+        // local, usable, inside --cpus) stays there: a well-placed NIC plans no moves, and
+        // doctor — which plans through this function — never proposes moving an IRQ it has
+        // no complaint about. Each CPU takes at most its share of queues (one each while
+        // there are enough CPUs); the other queues take the first free CPUs of the order.
+        let share = queues.len().div_ceil(order.len()).max(1);
+        let mut load: BTreeMap<u32, usize> = BTreeMap::new();
         let current_cpu = |q: u32| -> Option<u32> {
-            let mut cpus = nic
+            let single = |i: &NicIrq| {
+                let set = i.affinity.requested.known()?;
+                (set.len() == 1).then(|| set.lowest()).flatten()
+            };
+            let of_queue: Vec<&NicIrq> = nic
                 .queue_irqs()
                 .filter(|i| queue_of(i) == Some(q))
-                .map(|i| i.affinity.requested.known().cloned().unwrap_or_default());
-            let first = cpus.next()?;
-            (first.len() == 1 && cpus.all(|c| c == first))
-                .then(|| first.lowest())
-                .flatten()
+                .collect();
+            // The receive IRQ decides: its CPU runs the queue's NET_RX softirq. A transmit
+            // IRQ of the same queue follows it.
+            let rx = of_queue
+                .iter()
+                .filter(|i| !matches!(i.role, IrqRole::Tx(_)))
+                .find_map(|i| single(i));
+            rx.or_else(|| {
+                let first = single(of_queue.first()?)?;
+                of_queue
+                    .iter()
+                    .all(|i| single(i) == Some(first))
+                    .then_some(first)
+            })
         };
         for q in &queues {
             if let Some(cpu) = current_cpu(*q)
-                && let Some(pos) = free.iter().position(|c| *c == cpu)
+                && order.contains(&cpu)
+                && load.get(&cpu).copied().unwrap_or(0) < share
             {
                 by_queue.insert(*q, cpu);
-                free.remove(pos);
+                *load.entry(cpu).or_default() += 1;
             }
         }
         for q in &queues {
-            if !by_queue.contains_key(q) && !free.is_empty() {
-                by_queue.insert(*q, free.remove(0));
+            if by_queue.contains_key(q) {
+                continue;
             }
+            let cpu = (1..=share)
+                .find_map(|n| order.iter().find(|c| load.get(c).copied().unwrap_or(0) < n))
+                .copied()
+                .unwrap_or(order[0]);
+            by_queue.insert(*q, cpu);
+            *load.entry(cpu).or_default() += 1;
         }
         let irqs: Vec<NicIrq> = nic.queue_irqs().cloned().collect();
         for irq in irqs {

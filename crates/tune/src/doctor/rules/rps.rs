@@ -3,6 +3,7 @@
 
 use crate::doctor::ctx::{Ctx, cpus_text, pct, queue_writes, rate};
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
+use crate::tune::{Action, IrqbalancePolicy, Item, ItemKind, PlanOptions, Profile};
 use netsteer_host::CpuSet;
 use netsteer_host::nic::Nic;
 
@@ -43,31 +44,58 @@ fn rps_on(nic: &Nic) -> bool {
         .any(|q| q.rps_cpus.known().is_some_and(|s| !s.is_empty()))
 }
 
-/// RPS over the NIC's local CPUs without the CPUs taking its receive interrupts (they already
-/// do the driver and GRO work), plus RFS sized for the device.
+/// The RPS/RFS change `netsteer tune apply --profile throughput --dev NIC` would make, taken
+/// from the planner itself so doctor's steps and tune's writes cannot disagree: RPS over the
+/// NIC's local CPUs without those taking its receive interrupts, RFS sized for the device, and
+/// any IRQ pin the plan makes first (it keeps an IRQ already on an acceptable CPU).
 pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
-    let local = ctx.local_cpus(nic);
-    let irq_cpus = ctx
-        .rx_irqs(nic)
+    let items = planned(
+        ctx,
+        nic,
+        Profile::Throughput,
+        &[
+            ItemKind::IrqAffinity,
+            ItemKind::Rps,
+            ItemKind::RfsTable,
+            ItemKind::RfsFlowCnt,
+        ],
+    );
+    let cpus = items
         .iter()
-        .fold(CpuSet::new(), |acc, i| acc.union(&ctx.irq_cpus(i)));
-    let without_irq = local.difference(&irq_cpus);
-    let cpus = if without_irq.is_empty() {
-        local
-    } else {
-        without_irq
-    };
-    let mask = ctx.mask(&cpus);
-    let values: Vec<(u32, String)> = nic
-        .rx_queues
+        .filter(|i| i.kind == ItemKind::Rps)
+        .filter_map(|i| CpuSet::parse_mask(&i.desired).ok())
+        .fold(CpuSet::new(), |acc, s| acc.union(&s));
+    let steps = items
         .iter()
-        .map(|q| (q.index, mask.clone()))
+        .filter(|i| i.action == Action::Change)
+        .filter_map(|i| i.shell_command())
         .collect();
-    let mut steps = queue_writes(nic, "rx", "rps_cpus", &values);
-    steps.extend(rfs_steps(ctx, nic));
     RpsPlan { cpus, steps }
 }
 
+/// The items of `kinds` in the plan `tune` makes for this one NIC (all actions, in plan
+/// order); none when the planner refuses.
+pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Vec<Item> {
+    let opts = PlanOptions {
+        profile,
+        devices: vec![nic.name.clone()],
+        cpus: None,
+        irqbalance: IrqbalancePolicy::Leave,
+        reserve_queue: None,
+        ports: Vec::new(),
+        live: false,
+    };
+    match crate::tune::plan(ctx.view, &opts) {
+        Ok(p) => p
+            .items
+            .into_iter()
+            .filter(|i| kinds.contains(&i.kind))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// RFS for a device whose RPS (or RSS) is already set: the global table and each queue's share.
 fn rfs_steps(ctx: &Ctx, nic: &Nic) -> Vec<String> {
     let mut steps = Vec::new();
     let entries = ctx.view.sysctls.rps_sock_flow_entries.known().copied();

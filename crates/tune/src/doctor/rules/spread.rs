@@ -4,6 +4,7 @@
 use super::rps::tune_cmd;
 use crate::doctor::ctx::{Ctx, capped, cpus_text, rate};
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
+use crate::tune::{Action, ItemKind, Profile};
 use netsteer_host::CpuSet;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::{Nic, NicIrq};
@@ -34,15 +35,13 @@ pub fn irq_assignment(ctx: &Ctx, nic: &Nic) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// The IRQ pins `netsteer tune apply --profile throughput --dev NIC` would write, from the
+/// planner itself (one CPU per queue, IRQs already well placed left alone).
 pub fn irq_spread_steps(ctx: &Ctx, nic: &Nic) -> Vec<String> {
-    irq_assignment(ctx, nic)
-        .into_iter()
-        .filter(|(irq, cpu)| {
-            nic.irq(*irq)
-                .and_then(|i| i.affinity.requested.known())
-                .is_none_or(|r| r.len() != 1 || !r.contains(*cpu))
-        })
-        .map(|(irq, cpu)| format!("echo {cpu} > /proc/irq/{irq}/smp_affinity_list"))
+    super::rps::planned(ctx, nic, Profile::Throughput, &[ItemKind::IrqAffinity])
+        .iter()
+        .filter(|i| i.action == Action::Change)
+        .filter_map(|i| i.shell_command())
         .collect()
 }
 
