@@ -22,10 +22,12 @@ done
 [ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs"; exit 2; }
 
 nsa=nstcp-a-$$; nsb=nstcp-b-$$
+# The background server's pid: servers are stopped by pid, never by a name pattern that could
+# match a user's own iperf3 or sockperf (job specs are unreliable once earlier jobs are reaped).
+bg=
+stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
 cleanup() {
-  pkill -f "iperf3 -s -1 -p" 2>/dev/null || true
-  pkill -f "sockperf sr --tcp" 2>/dev/null || true
-  pkill -f "tcp-stream server --listen" 2>/dev/null || true
+  stop_bg
   ip netns del $nsa 2>/dev/null || true
   ip netns del $nsb 2>/dev/null || true
 }
@@ -47,9 +49,6 @@ ns_server() { # starts a netsteer server on $addr:$p in the background
   bg=$!
   sleep 0.4
 }
-# The background server's pid: job specs (%1) are unreliable in a script once earlier jobs are reaped.
-bg=
-stop_bg() { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; bg=; }
 
 stream() { # PATH CASE TOOL FLOWS WRITE NODELAY
   local path=$1 case=$2 tool=$3 flows=$4 write=$5 nodelay=$6 p; setpath "$path"; p=$(port)

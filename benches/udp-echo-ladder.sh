@@ -17,8 +17,10 @@ cargo build --release -q -p netsteer
 bin=$PWD/target/release/netsteer
 command -v ethtool >/dev/null || { echo "ethtool missing: apt-get install -y ethtool"; exit 2; }
 nsa=nsladder-a-$$; nsb=nsladder-b-$$
+bg=
+stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
 cleanup() {
-  pkill -f "udp-echo server --listen 10.223.0.2" 2>/dev/null || true
+  stop_bg
   ip netns del $nsa 2>/dev/null || true
   ip netns del $nsb 2>/dev/null || true
 }
@@ -34,12 +36,14 @@ rps() { "${A[@]}" sh -c "echo $1 > /sys/class/net/va/queues/rx-0/rps_cpus"; }
 out=$(mktemp)
 rung() { # NAME WAIT
   local name=$1 wait=$2 port=$((30000 + RANDOM % 20000))
-  "${B[@]}" "$bin" bench udp-echo server --listen 10.223.0.2:$port --cpu 1 --wait "$wait" --busy-poll 50 >/dev/null 2>&1 &
+  "${B[@]}" "$bin" bench udp-echo server --listen 10.223.0.2:$port --cpu 1 --wait "$wait" --busy-poll 50 \
+    --max-pps-per-source 0 --max-pps 0 >/dev/null 2>&1 &
+  bg=$!
   sleep 0.5
   local line
   line=$("${A[@]}" "$bin" bench udp-echo client 10.223.0.2:$port --cpu 0 --wait "$wait" --busy-poll 50 \
     --size 32 --warmup 0.5 --duration "$secs" --timestamp --json | grep '"type":"summary"')
-  kill %1 2>/dev/null || true; wait 2>/dev/null || true
+  stop_bg
   echo "$name|$line" >> "$out"
 }
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"

@@ -17,9 +17,12 @@ command -v sockperf >/dev/null || { echo "sockperf missing: apt-get install -y s
 [ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs"; exit 2; }
 
 nsa=nsbench-a-$$; nsb=nsbench-b-$$
+# The background server's pid: stopped by pid, never by a name pattern that could match a
+# user's own sockperf or netsteer.
+bg=
+stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
 cleanup() {
-  pkill -f "sockperf sr -i" 2>/dev/null || true
-  pkill -f "udp-echo server --listen" 2>/dev/null || true
+  stop_bg
   ip netns del $nsa 2>/dev/null || true
   ip netns del $nsb 2>/dev/null || true
 }
@@ -40,22 +43,26 @@ run() {
   if [ "$tool" = sockperf ]; then
     local nb=(); [ "$mode" = spin ] && nb=(--nonblocked)
     "${sns[@]}" taskset -c $scpu sockperf sr -i $addr -p $port "${nb[@]}" >/dev/null 2>&1 &
+    bg=$!
     sleep 0.5
     local out
     out=$("${cns[@]}" taskset -c $ccpu sockperf pp -i $addr -p $port -m 32 -t "$secs" --full-rtt "${nb[@]}" 2>&1)
-    kill %1 2>/dev/null || true; wait 2>/dev/null || true
+    stop_bg
     local p50 p99
     p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p')
     p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p')
     echo "$env $place $mode sockperf $p50 $p99" >> "$results"
   else
     local wait=block; [ "$mode" = spin ] && wait=spin
-    "${sns[@]}" "$bin" bench udp-echo server --listen $addr:$port --cpu $scpu --wait $wait >/dev/null 2>&1 &
+    # Rate limits off: the veth address is not loopback, and a benchmark must not be throttled.
+    "${sns[@]}" "$bin" bench udp-echo server --listen $addr:$port --cpu $scpu --wait $wait \
+      --max-pps-per-source 0 --max-pps 0 >/dev/null 2>&1 &
+    bg=$!
     sleep 0.5
     local line
     line=$("${cns[@]}" "$bin" bench udp-echo client $addr:$port --cpu $ccpu --wait $wait --size 32 \
       --warmup 0.5 --duration "$secs" --json | grep '"type":"summary"')
-    kill %1 2>/dev/null || true; wait 2>/dev/null || true
+    stop_bg
     python3 -c 'import json,sys; l=json.loads(sys.argv[1])["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000)' \
       "$line" "$env $place $mode netsteer" >> "$results"
   fi

@@ -68,7 +68,9 @@ enum Command {
     /// Copy every file netsteer reads (plus NIC settings read over netlink) into DIR, so that
     /// `--root DIR` reproduces `show` offline: a support bundle.
     Snapshot(snapshot::SnapshotArgs),
-    /// Benchmarks: `udp-echo` round trips (server and client).
+    /// Benchmarks, each beside its anchor tool's numbers: `udp-echo` round trips (sockperf),
+    /// `tcp-stream` bulk transfer and `tcp-rr` request/response (iperf3, sockperf), and
+    /// `netchannel`'s experiments against plain TCP.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// Find what keeps packet processing from scaling or from being fast: findings with
@@ -82,6 +84,20 @@ enum Command {
     /// if a benchmark says it helped.
     #[command(subcommand)]
     Tune(tune::TuneCommand),
+    /// Print a shell completion script (e.g. `netsteer completions bash >
+    /// /etc/bash_completion.d/netsteer`).
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (netsteer.1 and one per subcommand) into DIR, generated from these
+    /// very flag definitions.
+    Man {
+        /// Directory to write the pages to (created if absent).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 /// The host as the user chose it: the live host or a tree.
@@ -130,6 +146,24 @@ pub fn emit(out: &mut impl Write, line: &str) -> io::Result<()> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    use clap::CommandFactory;
+    match &cli.command {
+        Command::Completions { shell } => {
+            // Into a buffer first: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "netsteer", &mut script);
+            io::stdout().write_all(&script)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man { out } => {
+            std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
+            clap_mangen::generate_to(Cli::command(), out)
+                .with_context(|| format!("writing man pages to {}", out.display()))?;
+            eprintln!("netsteer: man pages written to {}", out.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let host = Host::open(&cli.global)?;
     match cli.command {
         Command::Show(args) => show::run(&host, &args),
@@ -138,6 +172,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Doctor(args) => doctor::run(&host, &args),
         Command::Bench(cmd) => bench::run(&host, &cmd),
         Command::Tune(cmd) => tune::run(&host, &cmd),
+        Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),
     }
 }
 
@@ -183,5 +218,45 @@ fn main() -> ExitCode {
             eprintln!("netsteer: error: {}", error_text(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag and argument says what it is for (`--help` is the manual most users read).
+    #[test]
+    fn every_flag_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                if a.is_hide_set() || a.get_id() == "help" || a.get_id() == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {} (no about)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "netsteer", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{} without help:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

@@ -56,6 +56,7 @@ pub struct PlanArgs {
     /// Only these CPUs take IRQs, RPS and XPS (a CPU list: 0-3,8).
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
+    /// What to do about a running irqbalance, which would move pinned IRQs back.
     #[arg(long, value_enum, default_value = "leave")]
     irqbalance: IrqbalanceArg,
     /// Keep this rx queue out of the RSS table (for control traffic, as seed 000 does).
@@ -72,6 +73,7 @@ pub struct PlanArgs {
     /// Skip NIC settings (channels, GRO, coalescing, flow control).
     #[arg(long)]
     no_ethtool: bool,
+    /// One JSON document instead of the text report (see README).
     #[arg(long)]
     json: bool,
 }
@@ -80,8 +82,11 @@ pub struct PlanArgs {
 pub struct StateArgs {
     /// Where journals and the applied plan live (default /var/lib/netsteer; with --root,
     /// ROOT/var/lib/netsteer).
+    /// Where journals and the applied plan live (default /var/lib/netsteer; with --root, that
+    /// path inside the tree).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// One JSON document instead of the text report (see README).
     #[arg(long)]
     json: bool,
 }
@@ -93,6 +98,8 @@ pub struct ApplyArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Where journals and the applied plan live (default /var/lib/netsteer; with --root, that
+    /// path inside the tree).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// Closed loop: run this benchmark (with --json) before and after; keep the change only if
@@ -123,6 +130,8 @@ pub struct RollbackArgs {
 pub struct PersistArgs {
     #[command(flatten)]
     plan: PlanArgs,
+    /// Where journals and the applied plan live (default /var/lib/netsteer; with --root, that
+    /// path inside the tree).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
 }

@@ -24,8 +24,10 @@ fn scratch(host: &str) -> tempfile::TempDir {
     dir
 }
 
-/// Runs netsteer with a deadline: a hang is a failure, not a stuck suite.
+/// Runs netsteer with a deadline: a hang is a failure, not a stuck suite. The output is read
+/// while it runs (a full pipe would otherwise stall the child).
 fn run_for(args: &[&str], limit: Duration) -> Output {
+    use std::io::Read;
     let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
         .args(args)
         .stdin(Stdio::null())
@@ -33,20 +35,34 @@ fn run_for(args: &[&str], limit: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run netsteer");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let so = drain(Box::new(child.stdout.take().unwrap()));
+    let se = drain(Box::new(child.stderr.take().unwrap()));
     let t = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
         }
         if t.elapsed() > limit {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
+            let _ = child.wait();
             panic!(
                 "netsteer {args:?} still running after {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&se.join().unwrap())
             );
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: so.join().unwrap(),
+        stderr: se.join().unwrap(),
     }
 }
 
@@ -393,5 +409,45 @@ fn top_on_a_tree_says_rates_need_live_samples() {
         out(&o).contains("rates need two live samples"),
         "{}",
         out(&o)
+    );
+}
+
+/// Item 13: choice flags list their values, shells get completions and the man pages come from
+/// the same definitions.
+#[test]
+fn help_lists_choices_and_completions_and_man_pages_are_generated() {
+    let o = run(&["bench", "--help"]);
+    assert!(out(&o).contains("tcp-stream"), "{}", out(&o));
+    let o = run(&["bench", "udp-echo", "client", "--help"]);
+    assert!(out(&o).contains("block"), "{}", out(&o));
+    assert!(out(&o).contains("busy-poll"), "{}", out(&o));
+    let o = run(&["doctor", "--help"]);
+    assert!(
+        out(&o).contains("latency") && out(&o).contains("throughput"),
+        "{}",
+        out(&o)
+    );
+    let o = run(&["completions", "bash"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        out(&o).contains("--max-pps-per-source"),
+        "bash completion lacks a flag"
+    );
+    let o = run(&["completions", "fish"]);
+    assert!(out(&o).contains("netsteer"), "{}", out(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["man", "--out", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let page = std::fs::read_to_string(dir.path().join("netsteer-doctor.1")).unwrap();
+    assert!(
+        page.contains("\\-\\-goal") || page.contains("--goal"),
+        "{page}"
+    );
+    assert!(page.contains("balanced"), "{page}");
+    assert!(dir.path().join("netsteer.1").is_file());
+    assert!(
+        dir.path()
+            .join("netsteer-bench-udp-echo-server.1")
+            .is_file()
     );
 }
