@@ -2,27 +2,12 @@
 //! and fails on the code before its fix. Bad input must give a clear error naming the flag or
 //! file (exit 2), never a panic (exit 101), a hang, or a write outside `--root`.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{fixture, scratch};
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn fixture(host: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/hosts")
-        .join(host)
-}
-
-fn scratch(host: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", fixture(host).display()))
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    dir
-}
 
 /// Runs netsteer with a deadline: a hang is a failure, not a stuck suite. The output is read
 /// while it runs (a full pipe would otherwise stall the child).

@@ -3,29 +3,13 @@
 //! two writes is undone by `rollback`; the closed loop keeps a change that helps and rolls back
 //! one that does not; persist writes its unit inside the root and unpersist removes it.
 
+mod common;
+
+use common::scratch;
 use netsteer_tune::tune::{Action, Plan};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn fixture(host: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/hosts")
-        .join(host)
-}
-
-/// A scratch copy of a fixture tree (`cp -a` keeps its links as links).
-fn scratch(host: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", fixture(host).display()))
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    dir
-}
 
 /// Relative path → bytes of every regular file (links are never written by tune).
 fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {

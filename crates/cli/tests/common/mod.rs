@@ -84,3 +84,23 @@ pub fn cannot_run(why: &str) {
     }
     eprintln!("SKIPPED: {why}");
 }
+
+/// A fixture host tree of the repository.
+pub fn fixture(host: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/hosts")
+        .join(host)
+}
+
+/// A scratch copy of a fixture tree (`cp -a` keeps its links as links).
+pub fn scratch(host: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", fixture(host).display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    dir
+}
