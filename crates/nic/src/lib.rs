@@ -162,3 +162,21 @@ impl NicBackend for TreeNic {
         })
     }
 }
+
+#[cfg(test)]
+mod no_nic_tests {
+    use super::*;
+
+    #[test]
+    fn no_nic_says_why_instead_of_pretending_to_be_a_fake() {
+        let n = NoNic {
+            reason: "ethtool netlink could not be opened: Permission denied".into(),
+        };
+        let e = n
+            .set("eth0", &NicKnob::Channels("combined".into()), "4")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Permission denied"), "{e}");
+        assert!(!e.contains("fake"), "{e}");
+    }
+}

@@ -210,3 +210,35 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::rename(&tmp, path).map_err(at(path))?;
     sync_dir(dir)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "No space left on device" alone does not say where: every journal error names its file.
+    #[test]
+    fn errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("state");
+        fs::write(&not_a_dir, "x").unwrap();
+        let e = Journal::create(&not_a_dir, 1).err().unwrap();
+        assert!(
+            e.to_string().starts_with(&not_a_dir.display().to_string()),
+            "{e}"
+        );
+        let e = read(&dir.path().join("missing.jsonl")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("missing.jsonl"), "{e}");
+        let e = write_atomic(&not_a_dir.join("applied.json"), b"{}").unwrap_err();
+        assert!(e.to_string().contains("state"), "{e}");
+        // A full disk: /dev/full answers every write with ENOSPC.
+        if Path::new("/dev/full").exists() {
+            let mut j = Journal {
+                path: PathBuf::from("/dev/full"),
+                file: OpenOptions::new().append(true).open("/dev/full").unwrap(),
+            };
+            let e = j.append(&Record::Write { id: "irq/1".into() }).unwrap_err();
+            assert!(e.to_string().starts_with("/dev/full: "), "{e}");
+        }
+    }
+}
