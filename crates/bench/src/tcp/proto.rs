@@ -200,7 +200,7 @@ impl Read for DeadlineReader<'_> {
         if left.is_zero() {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                "the peer did not finish its hello in time",
+                "the peer did not send its whole message before the deadline",
             ));
         }
         self.sock.set_read_timeout(Some(left))?;

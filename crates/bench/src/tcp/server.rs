@@ -311,11 +311,13 @@ fn control(
     let meter = CostMeter::start();
     let started = Instant::now();
     let mut errors = Vec::new();
+    // One deadline for the whole Finish frame (spec.check() bounds duration_s): a client
+    // dripping it a byte at a time must not hold its slot past the test.
     let finish = write_frame(&mut sock, &Reply::Accepted { test_id }).and_then(|()| {
-        sock.set_read_timeout(Some(Duration::from_secs_f64(
-            spec.duration_s + CONTROL_GRACE_S,
-        )))?;
-        read_frame::<Finish>(&mut sock)
+        read_frame::<Finish>(&mut DeadlineReader::new(
+            &sock,
+            Duration::from_secs_f64(spec.duration_s + CONTROL_GRACE_S),
+        ))
     });
     let finished = finish.is_ok();
     match finish {
