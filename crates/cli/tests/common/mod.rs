@@ -3,55 +3,43 @@
 #![allow(dead_code)]
 
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
+/// One network namespace of its own lab (`netsteer_lab`): deleted when dropped, also while a
+/// failed assertion unwinds, and by the next run if this one is killed.
 pub struct Netns {
     pub name: String,
+    host: netsteer_lab::NsHost,
+    _lab: netsteer_lab::Lab,
 }
 
 impl Netns {
     /// The namespace's file, for setns(2).
     pub fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
+        self.host.path()
     }
 
     pub fn create() -> Netns {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let name = format!("nsteer-t{}-{seq}-{nanos}", std::process::id());
-        run("ip", &["netns", "add", &name]);
-        Netns { name }
+        let mut lab = netsteer_lab::Lab::new("t").expect("lab");
+        let host = lab.host("h", true).expect("namespace");
+        Netns {
+            name: host.name().to_string(),
+            host,
+            _lab: lab,
+        }
     }
 
+    /// Runs a program inside; the output whatever the exit status.
     pub fn exec(&self, args: &[&str]) -> Output {
-        let mut full = vec!["netns", "exec", &self.name];
-        full.extend_from_slice(args);
-        Command::new("ip")
-            .args(&full)
+        self.host
+            .command(None, args[0], &args[1..])
             .output()
             .expect("ip netns exec")
     }
 
     pub fn sh(&self, script: &str) {
-        let out = self.exec(&["sh", "-c", script]);
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        if let Err(e) = self.host.sh(script) {
+            panic!("{script}: {e}");
+        }
     }
 }
 

@@ -1,0 +1,159 @@
+//! The lab: hosts made of network namespaces, joined by veth links, with processes started
+//! inside them on chosen CPUs — the apparatus of the seeds' two-host experiments, made on one
+//! machine and always taken down again.
+//!
+//! Cleanup follows the kernel selftests (`tools/testing/selftests/net/lib.sh`, `defer.sh`):
+//! every set-up step registers its undo right next to it ([`Cleanup`]), and the undo steps run
+//! in reverse order when the [`Lab`] is dropped — on success, on an error, and while a panic
+//! unwinds. A run killed with SIGKILL cannot clean up, so every lab also leaves a record
+//! (`/run/netsteer-lab/<prefix>`) naming its owner process; [`clean_stale`] (run by every new
+//! lab, and by `netsteer lab clean`) removes the namespaces of records whose owner is gone, and
+//! nothing else. Everything a lab makes lives inside its own namespaces (veths are created
+//! there, never in the root namespace), so the host's real network is never touched.
+
+mod cleanup;
+mod netns;
+mod record;
+
+pub use cleanup::Cleanup;
+pub use netns::{LinkSpec, NsHost, Veth};
+pub use record::{RECORD_DIR, Record, clean_stale};
+
+use std::io;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+    #[error("{command}: exit {code:?}: {stderr}")]
+    Command {
+        command: String,
+        code: Option<i32>,
+        stderr: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = LabError> = std::result::Result<T, E>;
+
+/// Runs a command to completion; an error names the command and carries its stderr.
+pub(crate) fn run(program: &str, args: &[&str]) -> Result<Output> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|source| LabError::Io {
+            what: format!("running {program}"),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(LabError::Command {
+            command: format!("{program} {}", args.join(" ")),
+            code: out.status.code(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// One lab: a unique prefix, the hosts and links made under it, and their cleanup.
+pub struct Lab {
+    prefix: String,
+    hosts: Vec<NsHost>,
+    links: Vec<Veth>,
+    // Declared last: dropped after the handles above, and it undoes everything they name.
+    cleanup: Cleanup,
+}
+
+impl std::fmt::Debug for Lab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lab")
+            .field("prefix", &self.prefix)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lab {
+    /// A new lab whose namespaces are named `nsl<pid>x<n>-<tag>-<host>`. Removes the leftovers
+    /// of labs whose process is gone first. Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN).
+    pub fn new(tag: &str) -> Result<Lab> {
+        if tag.is_empty()
+            || tag.len() > 16
+            || !tag.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(LabError::Invalid(format!(
+                "lab tag {tag:?}: 1-16 letters, digits or '-'"
+            )));
+        }
+        clean_stale()?;
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let prefix = format!(
+            "nsl{}x{}-{tag}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let cleanup = Cleanup::default();
+        let rec = Record::create(&prefix)?;
+        let path = rec.path().to_path_buf();
+        // The record goes last, after every namespace it names is gone.
+        cleanup.defer(format!("remove {}", path.display()), move || {
+            let _ = std::fs::remove_file(&path);
+        });
+        Ok(Lab {
+            prefix,
+            hosts: Vec::new(),
+            links: Vec::new(),
+            cleanup,
+        })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A new host: a network namespace with loopback up and IPv6 off (unless `ipv6`), so no
+    /// router solicitations or DAD traffic mix into measurements.
+    pub fn host(&mut self, name: &str, ipv6: bool) -> Result<NsHost> {
+        if self.hosts.iter().any(|h| h.short_name() == name) {
+            return Err(LabError::Invalid(format!("host {name} exists already")));
+        }
+        let host = NsHost::create(&self.prefix, name, &self.cleanup)?;
+        host.sysctl(
+            "net.ipv6.conf.all.disable_ipv6",
+            if ipv6 { "0" } else { "1" },
+        )?;
+        host.sysctl(
+            "net.ipv6.conf.default.disable_ipv6",
+            if ipv6 { "0" } else { "1" },
+        )?;
+        host.ip(&["link", "set", "lo", "up"])?;
+        self.hosts.push(host.clone());
+        Ok(host)
+    }
+
+    /// A veth link between two hosts of this lab, addressed and up.
+    pub fn link(&mut self, a: &NsHost, b: &NsHost, spec: &LinkSpec) -> Result<Veth> {
+        let v = Veth::create(a, b, spec, self.links.len())?;
+        self.links.push(v.clone());
+        Ok(v)
+    }
+
+    pub fn hosts(&self) -> &[NsHost] {
+        &self.hosts
+    }
+
+    /// Registers an undo step of the caller's own (a qdisc, a sysctl inside a host): it runs
+    /// before the namespaces are deleted.
+    pub fn defer(&self, what: impl Into<String>, f: impl FnOnce() + Send + 'static) {
+        self.cleanup.defer(what, f);
+    }
+
+    /// Takes the lab down now and reports the undo steps that failed (dropping does the same,
+    /// silently).
+    pub fn close(self) -> Vec<String> {
+        self.cleanup.run_all()
+    }
+}

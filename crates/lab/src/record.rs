@@ -1,0 +1,120 @@
+//! Records that let a later run remove what a killed run left behind.
+//!
+//! A lab writes `/run/netsteer-lab/<prefix>` holding its process id and that process's start
+//! time (field 22 of `/proc/PID/stat`, so a reused pid is not mistaken for the owner). A record
+//! whose owner is gone marks the namespaces named `<prefix>-*` as leftovers.
+
+use crate::{LabError, Result, run};
+use std::path::{Path, PathBuf};
+
+/// Where records live (tmpfs: gone at reboot, like the namespaces they name).
+pub const RECORD_DIR: &str = "/run/netsteer-lab";
+
+/// The record of one live lab; the lab removes it last when it closes.
+#[derive(Debug)]
+pub struct Record {
+    path: PathBuf,
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+impl Record {
+    pub fn create(prefix: &str) -> Result<Record> {
+        let io = |what: String| move |source| LabError::Io { what, source };
+        std::fs::create_dir_all(RECORD_DIR).map_err(io(format!("creating {RECORD_DIR}")))?;
+        let pid = std::process::id();
+        let started = start_time(pid).unwrap_or(0);
+        let path = Path::new(RECORD_DIR).join(prefix);
+        std::fs::write(&path, format!("{pid} {started}\n"))
+            .map_err(io(format!("writing {}", path.display())))?;
+        Ok(Record { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// True while the process that wrote `text` ("pid starttime") still runs.
+fn owner_alive(text: &str) -> bool {
+    let mut f = text.split_whitespace();
+    let (Some(pid), Some(started)) = (
+        f.next().and_then(|p| p.parse::<u32>().ok()),
+        f.next().and_then(|s| s.parse::<u64>().ok()),
+    ) else {
+        return false;
+    };
+    start_time(pid) == Some(started)
+}
+
+/// Deletes a namespace after killing what still runs in it (`ip netns pids`), as the kernel
+/// selftests' `cleanup_ns` does: a namespace with live processes outlives `ip netns del`.
+pub(crate) fn delete_namespace(name: &str) -> std::result::Result<(), String> {
+    if let Ok(out) = run("ip", &["netns", "pids", name]) {
+        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = run("kill", &["-9", pid]);
+        }
+    }
+    run("ip", &["netns", "del", name])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Removes the namespaces of every lab whose process is gone, and their records; returns the
+/// namespaces removed. Labs of live processes (this one included) are left alone, and so is
+/// every namespace that no record names.
+pub fn clean_stale() -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let entries = match std::fs::read_dir(RECORD_DIR) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
+        Err(source) => {
+            return Err(LabError::Io {
+                what: format!("listing {RECORD_DIR}"),
+                source,
+            });
+        }
+    };
+    let namespaces: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    for entry in entries.filter_map(|e| e.ok()) {
+        let prefix = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        if owner_alive(&text) {
+            continue;
+        }
+        let mine = format!("{prefix}-");
+        for ns in namespaces.iter().filter(|n| n.starts_with(&mine)) {
+            if delete_namespace(ns).is_ok() {
+                removed.push(ns.clone());
+            }
+        }
+        let _ = std::fs::remove_file(entry.path());
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_alive_only_with_its_own_process_and_start_time() {
+        let me = std::process::id();
+        let t = start_time(me).unwrap();
+        assert!(owner_alive(&format!("{me} {t}")));
+        assert!(!owner_alive(&format!("{me} {}", t + 1)), "a reused pid");
+        assert!(!owner_alive("4194305 1"), "no such pid");
+        assert!(!owner_alive("garbage"));
+    }
+}
