@@ -96,7 +96,7 @@ fn rr_cfg(addr: SocketAddr) -> RrConfig {
         duration: Duration::from_millis(600),
         interval: Duration::from_millis(200),
         warmup: Duration::from_millis(100),
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(10),
         congestion: None,
         mss: None,
     }
@@ -314,7 +314,7 @@ fn server_survives_garbage_silence_floods_and_vanishing_clients() {
     .unwrap();
     hostile.push(send_raw(srv.addr, &frame));
     for s in hostile {
-        assert!(closed_within(s, Duration::from_secs(2)));
+        assert!(closed_within(s, Duration::from_secs(15)));
     }
     // Slowloris: silent connections beyond the limit are closed at once, the rest after the
     // hello timeout.
@@ -322,9 +322,10 @@ fn server_survives_garbage_silence_floods_and_vanishing_clients() {
         .map(|_| TcpStream::connect(srv.addr).unwrap())
         .collect();
     for s in silent {
-        assert!(closed_within(s, Duration::from_secs(3)));
+        assert!(closed_within(s, Duration::from_secs(15)));
     }
-    assert!(t.elapsed() < Duration::from_secs(6));
+    // Liveness, not speed: generous for a loaded 2-core machine.
+    assert!(t.elapsed() < Duration::from_secs(30));
 
     // A client that vanishes mid-test: control and data open, some bytes, then gone.
     {
@@ -358,7 +359,7 @@ fn server_survives_garbage_silence_floods_and_vanishing_clients() {
         let mut dup = TcpStream::connect(srv.addr).unwrap();
         proto::write_preamble(&mut dup).unwrap();
         proto::write_frame(&mut dup, &Hello::Data { test_id, flow: 0 }).unwrap();
-        assert!(closed_within(dup, Duration::from_secs(2)));
+        assert!(closed_within(dup, Duration::from_secs(15)));
         drop(control);
         // The server ends the test and closes the data connection.
         assert!(closed_within(data, Duration::from_secs(5)));
@@ -477,7 +478,7 @@ fn dead_server_and_bad_config_are_errors_not_hangs() {
     )
     .unwrap_err();
     assert!(matches!(e, BenchError::NoEcho { .. }), "{e}");
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     fake.join().unwrap();
 }
 

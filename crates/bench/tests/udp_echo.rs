@@ -247,14 +247,14 @@ fn a_dead_server_ends_in_an_error_not_a_hang() {
         matches!(&err, BenchError::NoEcho { hint, .. } if hint.contains("nothing listens")),
         "{err}"
     );
-    assert!(t.elapsed() < Duration::from_secs(3));
+    assert!(t.elapsed() < Duration::from_secs(15));
     // Something listens but never answers: three timeouts.
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     cfg.targets = vec![silent.local_addr().unwrap()];
     let t = std::time::Instant::now();
     let err = run_client(&cfg, clock(), |_| Ok(())).unwrap_err();
     assert!(err.to_string().contains("no echo from"), "{err}");
-    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(3));
+    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(15));
 }
 
 #[test]
