@@ -97,6 +97,8 @@ impl Default for Config {
 
 const MESSAGE: usize = 4096;
 const WARMUP_RTTS: usize = 100;
+/// Round trips a latency row needs after the warm-up before its percentiles mean anything.
+const MIN_SAMPLES: u64 = 200;
 
 /// A connection of either kind, as the experiments use it.
 trait Conn: Send + Sync + 'static {
@@ -594,8 +596,28 @@ fn e3_run<C: Conn>(
     let msg = vec![0x11u8; MESSAGE];
     let mut back = vec![0u8; MESSAGE];
     let deadline = started + cfg.duration;
+    // A percentile of nothing is not a measurement: the run goes on past its duration until
+    // MIN_SAMPLES round trips were recorded after the warm-up (a loaded machine or a short
+    // --duration may not reach them in time), and fails, rather than report zeros, if even
+    // 10 × the duration (at least 10 s) is not enough.
+    let hard_deadline = started + (cfg.duration * 10).max(Duration::from_secs(10));
     let mut i = 0usize;
-    while Instant::now() < deadline {
+    loop {
+        let now = Instant::now();
+        if now >= deadline && rec.count() >= MIN_SAMPLES {
+            break;
+        }
+        if now >= hard_deadline {
+            stop.store(true, Ordering::Relaxed);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "E3: only {} latency round trips after the warm-up in {:.1} s",
+                    rec.count(),
+                    started.elapsed().as_secs_f64()
+                ),
+            ));
+        }
         let t0 = Instant::now();
         lat_client.write_all_of(&msg)?;
         let mut got = 0;

@@ -15,7 +15,7 @@ use crate::udp_echo::{BenchError, Wait};
 use cost::SideCost;
 use proto::{Finish, Hello, Reply, ServerFlow, TestSpec};
 use socket2::{Domain, Socket, Type};
-use std::io;
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -93,10 +93,16 @@ impl Session {
         control
             .set_read_timeout(Some(timeout))
             .map_err(io_ctx(what.clone()))?;
-        proto::write_preamble(&mut control).map_err(io_ctx(what.clone()))?;
-        proto::write_frame(&mut control, &Hello::Control { spec: spec.clone() })
+        // Preamble and hello in one write; if the write fails (a full server may have closed
+        // its side already), its answer may still be waiting to be read.
+        let mut hello = Vec::new();
+        proto::write_preamble(&mut hello).map_err(io_ctx(what.clone()))?;
+        proto::write_frame(&mut hello, &Hello::Control { spec: spec.clone() })
             .map_err(io_ctx(what.clone()))?;
-        proto::read_preamble(&mut control).map_err(io_ctx(what.clone()))?;
+        let sent = control.write_all(&hello);
+        if let Err(e) = proto::read_preamble(&mut control) {
+            return Err(io_ctx(what)(sent.err().unwrap_or(e)));
+        }
         match proto::read_frame::<Reply>(&mut control).map_err(io_ctx(what.clone()))? {
             Reply::Accepted { test_id } => Ok(Session {
                 control,

@@ -160,6 +160,7 @@ impl Server {
         let started = Instant::now();
         let mut totals = ServerTotals::default();
         let mut write_err = None;
+        let mut refused = Refused::default();
         loop {
             for m in rx.try_iter() {
                 totals.tests += 1;
@@ -174,6 +175,7 @@ impl Server {
             {
                 break;
             }
+            refused.drain();
             // Accepting is not on any timed path: waking every 100 ms to look at the stop flag
             // is simpler than a wake-up signal.
             if !wait_readable(self.listener.as_fd(), 100).map_err(|source| BenchError::Io {
@@ -189,7 +191,9 @@ impl Server {
             };
             if shared.open.load(Ordering::Relaxed) >= shared.max_connections {
                 shared.rejected.fetch_add(1, Ordering::Relaxed);
-                refuse_full(sock, shared.max_connections);
+                if let Some(s) = refuse_full(sock, shared.max_connections) {
+                    refused.push(s);
+                }
                 continue;
             }
             shared.open.fetch_add(1, Ordering::Relaxed);
@@ -227,25 +231,54 @@ impl Server {
 
 /// Tells a client the server is full instead of a bare reset: the preamble and a `Rejected`
 /// reply, written without blocking the accept loop (a fresh socket's send buffer takes them),
-/// then FIN. What the client already sent is read off first, so the close is not a RST that
-/// could race the reply.
-fn refuse_full(mut sock: TcpStream, max: usize) {
-    if sock.set_nonblocking(true).is_err() {
-        return;
-    }
-    let mut sink = [0u8; 4096];
-    for _ in 0..16 {
-        match io::Read::read(&mut sock, &mut sink) {
-            Ok(n) if n > 0 => {}
-            _ => break,
-        }
-    }
+/// then FIN. The socket is kept (see [`Refused`]) so that what the client still sends is read
+/// and dropped: closing at once would answer that data with RST, which can reach the client
+/// before it reads the reply.
+fn refuse_full(mut sock: TcpStream, max: usize) -> Option<TcpStream> {
+    sock.set_nonblocking(true).ok()?;
     let error = format!(
         "the server is full: all {max} connection slots are in use (its --max-connections); try again later"
     );
     let _ = write_preamble(&mut sock);
     let _ = write_frame(&mut sock, &Reply::Rejected { error });
     let _ = sock.shutdown(Shutdown::Write);
+    Some(sock)
+}
+
+/// Refused connections kept open for reading until their client closes, at most
+/// `REFUSED_LINGER` and at most `REFUSED_MAX` of them (the oldest is dropped first), so a
+/// flood of connections costs bounded memory and no thread.
+#[derive(Default)]
+struct Refused(std::collections::VecDeque<(TcpStream, Instant)>);
+
+const REFUSED_LINGER: Duration = Duration::from_secs(2);
+const REFUSED_MAX: usize = 256;
+
+impl Refused {
+    fn push(&mut self, s: TcpStream) {
+        if self.0.len() >= REFUSED_MAX {
+            self.0.pop_front();
+        }
+        self.0.push_back((s, Instant::now()));
+    }
+
+    /// Reads off what the refused clients sent; forgets those that closed or lingered enough.
+    fn drain(&mut self) {
+        let mut sink = [0u8; 4096];
+        self.0.retain_mut(|(s, since)| {
+            if since.elapsed() >= REFUSED_LINGER {
+                return false;
+            }
+            loop {
+                match io::Read::read(s, &mut sink) {
+                    Ok(0) => return false,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                    Err(_) => return false,
+                }
+            }
+        });
+    }
 }
 
 fn random_id() -> u64 {
