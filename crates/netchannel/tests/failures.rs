@@ -427,6 +427,12 @@ fn dead_sessions_are_removed_and_accepted_sessions_are_capped() {
     let mut extra = TcpStream::connect(addr).unwrap();
     extra.write_all(&hello(9200, 0, 1, 0)).unwrap();
     assert!(closed_by_peer(&mut extra));
+    // The connection closes as the handshake thread returns; the rejection is counted just
+    // after, so wait for it.
+    let t = Instant::now();
+    while server.stats().last_rejection.is_none() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let st = server.stats();
     assert_eq!(alive(&st), 4, "{st:?}");
     assert!(st.sessions.len() <= 5, "dead sessions kept: {st:?}");
