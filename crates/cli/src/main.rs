@@ -84,6 +84,9 @@ enum Command {
     /// if a benchmark says it helped.
     #[command(subcommand)]
     Tune(tune::TuneCommand),
+    /// The lab of network namespaces (scenarios are not built yet).
+    #[command(subcommand)]
+    Lab(LabCommand),
     /// Print a shell completion script (e.g. `netsteer completions bash >
     /// /etc/bash_completion.d/netsteer`).
     Completions {
@@ -98,6 +101,14 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum LabCommand {
+    /// Remove the namespaces of lab runs whose process is gone (a run killed with SIGKILL
+    /// cannot clean up; its record in /run/netsteer-lab says what it made). Live labs and
+    /// namespaces no record names are left alone.
+    Clean,
 }
 
 /// The host as the user chose it: the live host or a tree.
@@ -155,6 +166,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             io::stdout().write_all(&script)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Lab(LabCommand::Clean) => {
+            let removed = netsteer_lab::clean_stale().context("lab clean")?;
+            let mut out = io::stdout().lock();
+            for ns in &removed {
+                emit(&mut out, &format!("removed namespace {ns}"))?;
+            }
+            emit(
+                &mut out,
+                &format!(
+                    "netsteer lab clean: {} leftover namespace(s) removed",
+                    removed.len()
+                ),
+            )?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Man { out } => {
             std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
             clap_mangen::generate_to(Cli::command(), out)
@@ -172,7 +198,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Doctor(args) => doctor::run(&host, &args),
         Command::Bench(cmd) => bench::run(&host, &cmd),
         Command::Tune(cmd) => tune::run(&host, &cmd),
-        Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),
+        Command::Completions { .. } | Command::Man { .. } | Command::Lab(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 

@@ -11,8 +11,13 @@ mod common;
 use common::{Netns, is_root};
 use std::process::Command;
 
+/// Every new lab cleans dead labs' leftovers: the tests of this file run one at a time so the
+/// other one's lab cannot clean what `lab clean` is to be tested on.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !is_root() || Command::new("ip").arg("-V").output().is_err() {
         common::cannot_run("needs root and iproute2");
         return;
@@ -103,4 +108,52 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
     let b: HostView = serde_json::from_slice(&offline.stdout).unwrap();
     assert_eq!(a.nics, b.nics);
     assert_eq!(a.sysctls, b.sysctls);
+}
+
+/// `netsteer lab clean` removes the namespaces of a lab whose process is gone, and only those.
+#[test]
+fn lab_clean_removes_a_dead_runs_leftovers_only() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() || Command::new("ip").arg("-V").output().is_err() {
+        common::cannot_run("needs root and iproute2");
+        return;
+    }
+    // A record whose owner cannot exist (pid above the kernel's maximum), and its namespace.
+    let prefix = format!("nsldead{}x0-t", std::process::id());
+    std::fs::create_dir_all(netsteer_lab::RECORD_DIR).unwrap();
+    let record = std::path::Path::new(netsteer_lab::RECORD_DIR).join(&prefix);
+    std::fs::write(&record, "4194305 1\n").unwrap();
+    let leftover = format!("{prefix}-h");
+    let bystander = format!("nslalive{}", std::process::id());
+    for ns in [&leftover, &bystander] {
+        assert!(
+            Command::new("ip")
+                .args(["netns", "add", ns])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "clean"])
+        .output()
+        .unwrap();
+    let kept = std::path::Path::new("/run/netns").join(&bystander).exists();
+    let _ = Command::new("ip")
+        .args(["netns", "del", &bystander])
+        .status();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("removed namespace {leftover}")),
+        "{text}"
+    );
+    assert!(!std::path::Path::new("/run/netns").join(&leftover).exists());
+    assert!(!record.exists());
+    assert!(kept, "a namespace no record names was removed");
 }

@@ -174,10 +174,18 @@ impl Worker {
                 continue;
             }
             let mut wakes = Wakes::default();
-            if let Err(cause) =
+            // A bug in delivery must cost this frame's channel, not the worker: a dead worker
+            // would leave every later payload offered to it stuck in its pipe.
+            let delivered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 job.session
                     .deliver(job.channel, job.header, Bytes::from(v), &mut wakes)
-            {
+            }));
+            let failure = match delivered {
+                Ok(Ok(())) => None,
+                Ok(Err(cause)) => Some(cause),
+                Err(_) => Some("internal error: delivery panicked in a copy worker".to_string()),
+            };
+            if let Some(cause) = failure {
                 job.session.channel_failed(job.channel, &cause);
             }
             // Workers finish payloads out of order across workers; wake at once.
