@@ -39,6 +39,19 @@ pub enum LabError {
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
 
+/// True when this process's effective uid is 0 (labs need CAP_SYS_ADMIN and CAP_NET_ADMIN),
+/// read from /proc/self/status: no `unsafe` outside sock and nic.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+        })
+        .is_some_and(|euid| euid == "0")
+}
+
 /// Runs a command to completion; an error names the command and carries its stderr.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<Output> {
     let out = Command::new(program)

@@ -2,21 +2,10 @@
 //! the owning process was killed with SIGKILL (the next lab removes the leftovers, and nothing
 //! else).
 
-use netsteer_lab::{Lab, LinkSpec, clean_stale};
+use netsteer_lab::{Lab, LinkSpec, clean_stale, is_root};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(str::to_string)
-        })
-        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
-}
 
 /// Under CI a live test that cannot run fails instead of passing.
 fn can_run() -> bool {

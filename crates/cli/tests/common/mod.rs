@@ -52,16 +52,8 @@ pub fn run(cmd: &str, args: &[&str]) {
     );
 }
 
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(str::to_string)
-        })
-        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
-}
+#[allow(unused_imports)]
+pub use netsteer_lab::is_root;
 
 /// A live test that cannot run on this machine. Under CI (`CI=true`) that is a failure, not a
 /// pass: libtest hides a passing test's output, so a quiet skip would turn CI green having
