@@ -84,7 +84,8 @@ enum Command {
     /// if a benchmark says it helped.
     #[command(subcommand)]
     Tune(tune::TuneCommand),
-    /// The lab of network namespaces (scenarios are not built yet).
+    /// The lab: scenarios of the seeds run between namespace hosts, before and after a tune
+    /// change, with a report.
     #[command(subcommand)]
     Lab(LabCommand),
     /// Print a shell completion script (e.g. `netsteer completions bash >
@@ -105,6 +106,26 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum LabCommand {
+    /// List the shipped scenarios.
+    List,
+    /// Run a scenario (a shipped name or a TOML file): every workload before and after the
+    /// change, alternated, then roll back and check the host is as before.
+    Run {
+        /// Scenario name (`netsteer lab list`) or path to a .toml file.
+        scenario: String,
+        /// Repeats of each variant (overrides the scenario's).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+        repeat: Option<u32>,
+        /// Seconds per workload run (overrides the scenario's; 0.2 to 3600).
+        #[arg(long, value_name = "S", allow_negative_numbers = true)]
+        duration: Option<args::Seconds>,
+        /// Write a self-contained HTML report (inline SVG, no external URL) to this file.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// JSON Lines: one `run` message per workload run, then a `summary` (see README).
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove the namespaces of lab runs whose process is gone (a run killed with SIGKILL
     /// cannot clean up; its record in /run/netsteer-lab says what it made). Live labs and
     /// namespaces no record names are left alone.
@@ -166,6 +187,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
             io::stdout().write_all(&script)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Lab(LabCommand::List) => {
+            let mut out = io::stdout().lock();
+            for name in netsteer_lab::scenario::list()? {
+                let scn = netsteer_lab::scenario::load(&name)?;
+                emit(&mut out, &format!("{name:<12} {}", scn.description))?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Lab(LabCommand::Run {
+            scenario,
+            repeat,
+            duration,
+            report,
+            json,
+        }) => {
+            return lab_run(scenario, *repeat, *duration, report.as_deref(), *json);
+        }
         Command::Lab(LabCommand::Clean) => {
             let removed = netsteer_lab::clean_stale().context("lab clean")?;
             let mut out = io::stdout().lock();
@@ -202,6 +240,90 @@ fn run(cli: Cli) -> Result<ExitCode> {
             unreachable!("handled above")
         }
     }
+}
+
+fn lab_run(
+    scenario: &str,
+    repeat: Option<u32>,
+    duration: Option<args::Seconds>,
+    report: Option<&std::path::Path>,
+    json: bool,
+) -> Result<ExitCode> {
+    use netsteer_lab::run::{Message, RunOptions};
+    let scn = netsteer_lab::scenario::load(scenario)?;
+    let opts = RunOptions {
+        netsteer: std::env::current_exe().context("the netsteer binary")?,
+        repeats: repeat,
+        duration_s: duration.map(|d| d.get().as_secs_f64()),
+    };
+    let mut runs = Vec::new();
+    let mut out = io::stdout().lock();
+    let summary = netsteer_lab::run::run(&scn, &opts, |m| {
+        if json {
+            emit(
+                &mut out,
+                &serde_json::to_string(m).map_err(io::Error::other)?,
+            )?;
+        }
+        if let Message::Run(r) = m {
+            eprintln!(
+                "netsteer lab: {} repeat {} {:<6} {:<20} {:>8.3} Gbit/s  packets per CPU {}",
+                r.scenario,
+                r.repeat,
+                r.variant,
+                r.tool,
+                r.bits_per_second / 1e9,
+                r.per_cpu
+                    .iter()
+                    .map(|p| format!("{}:{:.0}%", p.cpu, p.share * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            runs.push(r.clone());
+        }
+        Ok(())
+    })?;
+    if !json {
+        for row in &summary.rows {
+            let d = &row.decision;
+            emit(
+                &mut out,
+                &format!(
+                    "{}: {:.3} -> {:.3} Gbit/s (median; min-max {:.3}-{:.3} -> {:.3}-{:.3}), {:+.1} % vs noise {:.1} %: {}",
+                    row.tool,
+                    d.before.median / 1e9,
+                    d.after.median / 1e9,
+                    d.before.min / 1e9,
+                    d.before.max / 1e9,
+                    d.after.min / 1e9,
+                    d.after.max / 1e9,
+                    d.improvement_pct,
+                    d.noise_pct,
+                    if d.keep {
+                        "beyond the noise"
+                    } else {
+                        "within the noise"
+                    }
+                ),
+            )?;
+        }
+        emit(
+            &mut out,
+            &format!(
+                "host restored after the last rollback: {}",
+                if summary.restored { "yes" } else { "NO" }
+            ),
+        )?;
+    }
+    if let Some(path) = report {
+        std::fs::write(path, netsteer_lab::report::html(&summary, &runs))
+            .with_context(|| format!("--report {}", path.display()))?;
+    }
+    Ok(if summary.restored {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The error and its causes joined by ": ", as `{:#}` does, but without a cause its parent's

@@ -157,3 +157,81 @@ fn lab_clean_removes_a_dead_runs_leftovers_only() {
     assert!(!record.exists());
     assert!(kept, "a namespace no record names was removed");
 }
+
+/// `netsteer lab run seed-003` end to end, briefly: both workloads (netsteer's tcp-stream and
+/// iperf3 -l 16) run before and after `tune apply --profile throughput` in the server host,
+/// the JSON Lines read back into the library's types, the host is restored, and the HTML
+/// report stands alone.
+#[test]
+fn lab_run_seed_003_reads_back_and_restores_the_host() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() || Command::new("iperf3").arg("--version").output().is_err() {
+        common::cannot_run("needs root, iproute2 and iperf3");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("seed-003.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args([
+            "lab",
+            "run",
+            "seed-003",
+            "--repeat",
+            "1",
+            "--duration",
+            "0.5",
+            "--json",
+        ])
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use netsteer_lab::run::Message;
+    let msgs: Vec<Message> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let runs: Vec<_> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            Message::Run(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs.len(), 4, "2 tools x before/after");
+    for r in &runs {
+        assert!(r.bits_per_second > 0.0, "{r:?}");
+        let total: f64 = r.per_cpu.iter().map(|p| p.share).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{r:?}");
+    }
+    let Some(Message::Summary(s)) = msgs.last() else {
+        panic!("no summary last")
+    };
+    assert!(s.restored, "{:?}", s.restore_problems);
+    let tools: Vec<&str> = s.rows.iter().map(|r| r.tool.as_str()).collect();
+    assert_eq!(tools, ["netsteer-tcp-stream", "iperf3"]);
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("<svg") && html.contains("seed-003"));
+    let external: Vec<&str> = html
+        .match_indices("http")
+        .map(|(i, _)| &html[i..(i + 30).min(html.len())])
+        .filter(|u| !u.starts_with("http://www.w3.org/2000/svg"))
+        .collect();
+    assert!(external.is_empty(), "{external:?}");
+    // Nothing of the lab is left.
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("-lab-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -14,6 +14,9 @@
 mod cleanup;
 mod netns;
 mod record;
+pub mod report;
+pub mod run;
+pub mod scenario;
 
 pub use cleanup::Cleanup;
 pub use netns::{LinkSpec, NsHost, Veth};
