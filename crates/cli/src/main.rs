@@ -242,6 +242,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// A measure for reading: Gbit/s for bit/s, whole units otherwise.
+fn scaled(v: f64, unit: &str) -> String {
+    if unit == "bit/s" {
+        format!("{:.3} Gbit/s", v / 1e9)
+    } else {
+        format!("{v:.0} {unit}")
+    }
+}
+
 fn lab_run(
     scenario: &str,
     repeat: Option<u32>,
@@ -267,12 +276,12 @@ fn lab_run(
         }
         if let Message::Run(r) = m {
             eprintln!(
-                "netsteer lab: {} repeat {} {:<6} {:<20} {:>8.3} Gbit/s  packets per CPU {}",
+                "netsteer lab: {} repeat {} {:<6} {:<20} {:>14}  packets per CPU {}",
                 r.scenario,
                 r.repeat,
                 r.variant,
                 r.tool,
-                r.bits_per_second / 1e9,
+                scaled(r.value, &r.unit),
                 r.per_cpu
                     .iter()
                     .map(|p| format!("{}:{:.0}%", p.cpu, p.share * 100.0))
@@ -283,27 +292,27 @@ fn lab_run(
         }
         Ok(())
     })?;
+    let unit_of = |tool: &str| {
+        runs.iter()
+            .find(|r: &&netsteer_lab::run::RunRecord| r.tool == tool)
+            .map_or(String::new(), |r| r.unit.clone())
+    };
     if !json {
         for row in &summary.rows {
             let d = &row.decision;
+            let unit = unit_of(&row.tool);
             emit(
                 &mut out,
                 &format!(
-                    "{}: {:.3} -> {:.3} Gbit/s (median; min-max {:.3}-{:.3} -> {:.3}-{:.3}), {:+.1} % vs noise {:.1} %: {}",
+                    "{}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
                     row.tool,
-                    d.before.median / 1e9,
-                    d.after.median / 1e9,
-                    d.before.min / 1e9,
-                    d.before.max / 1e9,
-                    d.after.min / 1e9,
-                    d.after.max / 1e9,
-                    d.improvement_pct,
-                    d.noise_pct,
-                    if d.keep {
-                        "beyond the noise"
-                    } else {
-                        "within the noise"
-                    }
+                    scaled(d.before.median, &unit),
+                    scaled(d.after.median, &unit),
+                    scaled(d.before.min, &unit),
+                    scaled(d.before.max, &unit),
+                    scaled(d.after.min, &unit),
+                    scaled(d.after.max, &unit),
+                    d.why
                 ),
             )?;
         }

@@ -206,7 +206,7 @@ fn lab_run_seed_003_reads_back_and_restores_the_host() {
         .collect();
     assert_eq!(runs.len(), 4, "2 tools x before/after");
     for r in &runs {
-        assert!(r.bits_per_second > 0.0, "{r:?}");
+        assert!(r.value > 0.0 && r.unit == "bit/s", "{r:?}");
         let total: f64 = r.per_cpu.iter().map(|p| p.share).sum();
         assert!((total - 1.0).abs() < 1e-9, "{r:?}");
     }
@@ -234,4 +234,69 @@ fn lab_run_seed_003_reads_back_and_restores_the_host() {
         })
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// `netsteer lab run seed-001`: the real applications (nginx driven by wrk, memcached driven by
+/// memcaslap) run in the lab hosts before and after the change, report requests per second and
+/// leave the host as it was.
+#[test]
+fn lab_run_seed_001_drives_real_applications() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let have = |p: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {p}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !is_root()
+        || !["nginx", "wrk", "memcached", "memcaslap"]
+            .iter()
+            .all(|p| have(p))
+    {
+        common::cannot_run("needs root, nginx, wrk, memcached and memcaslap (libmemcached-tools)");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args([
+            "lab",
+            "run",
+            "seed-001",
+            "--repeat",
+            "1",
+            "--duration",
+            "0.5",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use netsteer_lab::run::Message;
+    let msgs: Vec<Message> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let mut tools = std::collections::BTreeSet::new();
+    for m in &msgs {
+        if let Message::Run(r) = m {
+            assert!(r.value > 0.0 && r.unit == "requests/s", "{r:?}");
+            tools.insert(r.tool.clone());
+            if r.tool == "nginx-wrk" {
+                assert!(r.p99_us.is_some_and(|p| p > 0.0), "{r:?}");
+            }
+        }
+    }
+    assert_eq!(
+        tools.into_iter().collect::<Vec<_>>(),
+        ["memcached-memcaslap", "nginx-wrk"]
+    );
+    let Some(Message::Summary(s)) = msgs.last() else {
+        panic!("no summary last")
+    };
+    assert!(s.restored, "{:?}", s.restore_problems);
+    assert_eq!(s.rows.len(), 2);
 }

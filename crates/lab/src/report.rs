@@ -11,12 +11,24 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-fn gbit(bps: f64) -> String {
-    format!("{:.3}", bps / 1e9)
+/// A measure in its unit, scaled for reading: Gbit/s for bit/s, plain for requests/s.
+fn show(v: f64, unit: &str) -> String {
+    if unit == "bit/s" {
+        format!("{:.3} Gbit/s", v / 1e9)
+    } else {
+        format!("{v:.0} {unit}")
+    }
+}
+
+/// The unit a row's values are in (from its runs).
+fn unit_of<'a>(row: &Row, runs: &'a [RunRecord]) -> &'a str {
+    runs.iter()
+        .find(|r| r.tool == row.tool)
+        .map_or("", |r| r.unit.as_str())
 }
 
 /// Bars for before and after at the median, with min–max whiskers, on one scale.
-fn bars(row: &Row) -> String {
+fn bars(row: &Row, unit: &str) -> String {
     let (w, h, left, bar_h) = (560.0, 120.0, 70.0, 28.0);
     let d = &row.decision;
     let top = d.before.max.max(d.after.max).max(1.0);
@@ -39,7 +51,7 @@ fn bars(row: &Row) -> String {
         let y = 15.0 + i as f64 * 50.0;
         let _ = write!(
             s,
-            r#"<text x="0" y="{ty}" font-size="13">{label}</text><rect x="{left}" y="{y}" width="{bw:.1}" height="{bar_h}" fill="{color}"/><line x1="{x0:.1}" x2="{x1:.1}" y1="{my}" y2="{my}" stroke="black"/><line x1="{x0:.1}" x2="{x0:.1}" y1="{y0}" y2="{y1}" stroke="black"/><line x1="{x1:.1}" x2="{x1:.1}" y1="{y0}" y2="{y1}" stroke="black"/><text x="{tx:.1}" y="{ty}" font-size="12">{med} Gbit/s</text>"#,
+            r#"<text x="0" y="{ty}" font-size="13">{label}</text><rect x="{left}" y="{y}" width="{bw:.1}" height="{bar_h}" fill="{color}"/><line x1="{x0:.1}" x2="{x1:.1}" y1="{my}" y2="{my}" stroke="black"/><line x1="{x0:.1}" x2="{x0:.1}" y1="{y0}" y2="{y1}" stroke="black"/><line x1="{x1:.1}" x2="{x1:.1}" y1="{y0}" y2="{y1}" stroke="black"/><text x="{tx:.1}" y="{ty}" font-size="12">{med}</text>"#,
             ty = y + 19.0,
             bw = x(sp.median) - left,
             x0 = x(sp.min),
@@ -48,7 +60,7 @@ fn bars(row: &Row) -> String {
             y0 = y + 6.0,
             y1 = y + bar_h - 6.0,
             tx = x(sp.max) + 6.0,
-            med = gbit(sp.median),
+            med = show(sp.median, unit),
         );
     }
     s.push_str("</svg>");
@@ -114,7 +126,7 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
         let d = &row.decision;
         let _ = write!(
             s,
-            "<h2>{tool}</h2><p class=\"{cls}\">{verdict}: {why} (median {b} → {a} Gbit/s, {imp:+.1} %, noise {noise:.1} %)</p>{svg}<p>Share of the packets each CPU processed (softnet), median over the runs:</p>{table}",
+            "<h2>{tool}</h2><p class=\"{cls}\">{verdict}: {why} (median {b} → {a}, {imp:+.1} %, noise {noise:.1} %)</p>{svg}<p>Share of the packets each CPU processed (softnet), median over the runs:</p>{table}",
             tool = esc(&row.tool),
             cls = if d.keep { "keep" } else { "undo" },
             verdict = if d.keep {
@@ -123,15 +135,15 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
                 "not beyond the noise"
             },
             why = esc(&d.why),
-            b = gbit(d.before.median),
-            a = gbit(d.after.median),
+            b = show(d.before.median, unit_of(row, runs)),
+            a = show(d.after.median, unit_of(row, runs)),
             imp = d.improvement_pct,
             noise = d.noise_pct,
-            svg = bars(row),
+            svg = bars(row, unit_of(row, runs)),
             table = share_table(row),
         );
     }
-    s.push_str("<h2>Runs</h2><table><tr><th>repeat</th><th>variant</th><th>tool</th><th>Gbit/s</th><th>share per CPU</th></tr>");
+    s.push_str("<h2>Runs</h2><table><tr><th>repeat</th><th>variant</th><th>tool</th><th>measured</th><th>p99</th><th>share per CPU</th></tr>");
     for r in runs {
         let share: Vec<String> = r
             .per_cpu
@@ -140,11 +152,12 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
             .collect();
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             r.repeat,
             esc(&r.variant),
             esc(&r.tool),
-            gbit(r.bits_per_second),
+            show(r.value, &r.unit),
+            r.p99_us.map_or("-".into(), |p| format!("{p:.0} µs")),
             share.join(", ")
         );
     }

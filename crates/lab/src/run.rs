@@ -34,7 +34,12 @@ pub struct RunRecord {
     /// `before` or `after`.
     pub variant: String,
     pub tool: String,
-    pub bits_per_second: f64,
+    /// What the workload measured, in `unit` (the receiver's bits per second, or requests
+    /// per second for an application).
+    pub value: f64,
+    pub unit: String,
+    /// The load generator's 99th percentile latency, where it reports one (wrk).
+    pub p99_us: Option<f64>,
     /// Packets each CPU processed (softnet_stat) during the run, and its share of all.
     pub per_cpu: Vec<CpuPackets>,
 }
@@ -194,6 +199,64 @@ struct Hosts<'a> {
     scn: &'a Scenario,
     opts: &'a RunOptions,
     duration_s: f64,
+    /// The run's own directory (tune state, application configs), removed by the lab.
+    scratch: PathBuf,
+}
+
+/// iperf3, wrk and memcaslap take whole seconds.
+fn whole_seconds(s: f64) -> String {
+    (s.ceil() as u64).max(1).to_string()
+}
+
+/// A minimal nginx: one worker, a 612-byte page (nginx's own default page size), no access
+/// log, everything under `dir` (nothing of the host's nginx set-up is used or touched).
+fn write_nginx_config(dir: &std::path::Path) -> Result<()> {
+    let io = |what: &str| {
+        let what = format!("{what} in {}", dir.display());
+        move |source| LabError::Io { what, source }
+    };
+    std::fs::create_dir_all(dir.join("www")).map_err(io("creating www/"))?;
+    std::fs::write(dir.join("www/index.html"), "x".repeat(612)).map_err(io("index.html"))?;
+    let d = dir.display();
+    let conf = format!(
+        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/tmp; \
+         server {{ listen {SERVER_ADDR}:8080 reuseport; root {d}/www; }} }}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).map_err(io("nginx.conf"))
+}
+
+/// Requests/s and the 99th percentile (µs) from `wrk --latency`.
+fn parse_wrk(out: &str) -> Result<(f64, Option<f64>)> {
+    let rps = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .ok_or_else(|| LabError::Invalid(format!("wrk: no Requests/sec in {out:?}")))?;
+    let p99 = out.lines().find_map(|l| {
+        let v = l.trim().strip_prefix("99%")?.trim();
+        let (num, mult) = if let Some(n) = v.strip_suffix("us") {
+            (n, 1.0)
+        } else if let Some(n) = v.strip_suffix("ms") {
+            (n, 1e3)
+        } else {
+            (v.strip_suffix('s')?, 1e6)
+        };
+        num.parse::<f64>().ok().map(|x| x * mult)
+    });
+    Ok((rps, p99))
+}
+
+/// Operations per second from memcaslap's closing `TPS:` line.
+fn parse_memcaslap(out: &str) -> Result<f64> {
+    out.lines()
+        .rev()
+        .find_map(|l| {
+            let rest = &l[l.find("TPS:")? + 4..];
+            rest.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .ok_or_else(|| LabError::Invalid(format!("memcaslap: no TPS in {out:?}")))
 }
 
 impl Hosts<'_> {
@@ -201,8 +264,8 @@ impl Hosts<'_> {
         self.opts.netsteer.display().to_string()
     }
 
-    /// Runs one workload; its bits per second (as the receiver counted them).
-    fn workload(&self, w: &Workload) -> Result<f64> {
+    /// Runs one workload: its measure (in `w.tool.unit()`) and p99 latency in µs if known.
+    fn workload(&self, w: &Workload) -> Result<(f64, Option<f64>)> {
         let topo = &self.scn.topology;
         match w.tool {
             Tool::NetsteerTcpStream => {
@@ -216,7 +279,7 @@ impl Hosts<'_> {
                 wait_listening(self.server, 4322)?;
                 let (flows, write, dur) = (
                     w.flows.to_string(),
-                    w.write_size.to_string(),
+                    w.write_size.unwrap_or(131_072).to_string(),
                     self.duration_s.to_string(),
                 );
                 let mut args = vec![
@@ -242,6 +305,7 @@ impl Hosts<'_> {
                 let out = self.client.exec(&args)?;
                 Metric::BitsPerSecond
                     .from_output(&stdout_of(&out))
+                    .map(|v| (v, None))
                     .map_err(|e| LabError::Invalid(format!("netsteer tcp-stream: {e}")))
             }
             Tool::Iperf3 => {
@@ -254,8 +318,8 @@ impl Hosts<'_> {
                 // iperf3 takes whole seconds.
                 let (flows, write, dur) = (
                     w.flows.to_string(),
-                    w.write_size.to_string(),
-                    (self.duration_s.ceil() as u64).max(1).to_string(),
+                    w.write_size.unwrap_or(131_072).to_string(),
+                    whole_seconds(self.duration_s),
                 );
                 let mut args = vec![
                     "taskset",
@@ -282,7 +346,74 @@ impl Hosts<'_> {
                     .map_err(|e| LabError::Invalid(format!("iperf3 -J: {e}")))?;
                 v["end"]["sum_received"]["bits_per_second"]
                     .as_f64()
+                    .map(|v| (v, None))
                     .ok_or_else(|| LabError::Invalid("iperf3 -J: no end.sum_received".into()))
+            }
+            Tool::NginxWrk => {
+                let dir = self.scratch.join("nginx");
+                write_nginx_config(&dir)?;
+                let (prefix, conf) = (
+                    dir.display().to_string(),
+                    dir.join("nginx.conf").display().to_string(),
+                );
+                let _server = Server(self.server.spawn(
+                    Some(&topo.server_cpus),
+                    "nginx",
+                    &["-p", &prefix, "-c", &conf],
+                )?);
+                wait_listening(self.server, 8080)?;
+                let (conns, dur) = (w.flows.to_string(), whole_seconds(self.duration_s));
+                let url = format!("http://{SERVER_ADDR}:8080/");
+                let out = self.client.exec(&[
+                    "taskset",
+                    "-c",
+                    &topo.client_cpus,
+                    "wrk",
+                    "-t",
+                    "1",
+                    "-c",
+                    &conns,
+                    "-d",
+                    &format!("{dur}s"),
+                    "--latency",
+                    &url,
+                ])?;
+                parse_wrk(&stdout_of(&out))
+            }
+            Tool::MemcachedMemcaslap => {
+                let _server = Server(self.server.spawn(
+                    Some(&topo.server_cpus),
+                    "memcached",
+                    &[
+                        "-u",
+                        "root",
+                        "-l",
+                        SERVER_ADDR,
+                        "-p",
+                        "11211",
+                        "-t",
+                        "1",
+                        "-U",
+                        "0",
+                    ],
+                )?);
+                wait_listening(self.server, 11211)?;
+                let (conns, dur) = (w.flows.to_string(), whole_seconds(self.duration_s));
+                let out = self.client.exec(&[
+                    "taskset",
+                    "-c",
+                    &topo.client_cpus,
+                    "memcaslap",
+                    "-s",
+                    &format!("{SERVER_ADDR}:11211"),
+                    "-t",
+                    &format!("{dur}s"),
+                    "-T",
+                    "1",
+                    "-c",
+                    &conns,
+                ])?;
+                parse_memcaslap(&stdout_of(&out)).map(|v| (v, None))
             }
         }
     }
@@ -362,18 +493,23 @@ pub fn run(
             mtu: None,
         },
     )?;
-    let state = std::env::temp_dir().join(format!("{}-tune", lab.prefix()));
-    let state_for_cleanup = state.clone();
-    lab.defer(format!("remove {}", state.display()), move || {
-        let _ = std::fs::remove_dir_all(&state_for_cleanup);
+    let scratch = std::env::temp_dir().join(lab.prefix());
+    std::fs::create_dir_all(&scratch).map_err(|source| LabError::Io {
+        what: format!("creating {}", scratch.display()),
+        source,
+    })?;
+    let for_cleanup = scratch.clone();
+    lab.defer(format!("remove {}", scratch.display()), move || {
+        let _ = std::fs::remove_dir_all(&for_cleanup);
     });
-    let state = state.display().to_string();
+    let state = scratch.join("tune").display().to_string();
     let h = Hosts {
         client: &client,
         server: &server,
         scn,
         opts,
         duration_s,
+        scratch,
     };
     let before_files = h.change_files()?;
     let bin = h.netsteer();
@@ -396,10 +532,10 @@ pub fn run(
             }
             for w in &scn.workloads {
                 let p0 = softnet_processed()?;
-                let bps = h.workload(w);
+                let measured = h.workload(w);
                 let processed = delta(&p0, &softnet_processed()?);
-                let bps = match bps {
-                    Ok(b) => b,
+                let (value, p99_us) = match measured {
+                    Ok(m) => m,
                     Err(e) => {
                         if variant == "after" {
                             let _ = server.exec(&[&bin, "tune", "rollback", "--state-dir", &state]);
@@ -412,7 +548,9 @@ pub fn run(
                     repeat,
                     variant: variant.into(),
                     tool: w.tool.name().into(),
-                    bits_per_second: bps,
+                    value,
+                    unit: w.tool.unit().into(),
+                    p99_us,
                     per_cpu: per_cpu(&processed),
                 };
                 emit(&Message::Run(r.clone())).map_err(out_err)?;
@@ -502,8 +640,12 @@ pub fn row(tool: &str, runs: &[RunRecord]) -> Option<Row> {
             .collect()
     };
     let (b, a) = (of("before"), of("after"));
-    let bps = |v: &[&RunRecord]| v.iter().map(|r| r.bits_per_second).collect::<Vec<_>>();
-    let decision = decide(Metric::BitsPerSecond, &bps(&b), &bps(&a))?;
+    let values = |v: &[&RunRecord]| v.iter().map(|r| r.value).collect::<Vec<_>>();
+    let metric = match b.first()?.unit.as_str() {
+        "bit/s" => Metric::BitsPerSecond,
+        _ => Metric::TransactionsPerSecond,
+    };
+    let decision = decide(metric, &values(&b), &values(&a))?;
     let (sb, sa) = (median_shares(&b), median_shares(&a));
     let cpus: std::collections::BTreeSet<u32> = sb.keys().chain(sa.keys()).copied().collect();
     Some(Row {
@@ -531,7 +673,9 @@ mod tests {
             repeat: 1,
             variant: variant.into(),
             tool: tool.into(),
-            bits_per_second: bps,
+            value: bps,
+            unit: "bit/s".into(),
+            p99_us: None,
             per_cpu: per_cpu(&processed),
         }
     }
@@ -552,6 +696,22 @@ mod tests {
         assert_eq!(r.per_cpu[1].after, Some(0.55));
         // Only "before" runs for y: no comparison.
         assert!(row("y", &runs).is_none());
+    }
+
+    #[test]
+    fn the_load_generators_outputs_are_read() {
+        let wrk = "  Latency Distribution\n     50%  291.00us\n     99%    1.20ms\n  105827 requests in 2.00s, 24.22MB read\nRequests/sec:  52875.72\n";
+        assert_eq!(parse_wrk(wrk).unwrap(), (52875.72, Some(1200.0)));
+        assert_eq!(
+            parse_wrk("Requests/sec: 10\n     99%  2.5s\n").unwrap().1,
+            Some(2.5e6)
+        );
+        assert!(parse_wrk("garbage").is_err());
+        let slap = "get_misses: 0\n\nRun time: 2.0s Ops: 179272 TPS: 89620 Net_rate: 100.3M/s\n";
+        assert_eq!(parse_memcaslap(slap).unwrap(), 89620.0);
+        assert!(parse_memcaslap("nothing").is_err());
+        assert_eq!(whole_seconds(0.4), "1");
+        assert_eq!(whole_seconds(2.5), "3");
     }
 
     #[test]

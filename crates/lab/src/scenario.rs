@@ -38,6 +38,12 @@ pub enum Tool {
     /// iperf3 from Debian (`iperf3 -s -1` / `iperf3 -c -J`).
     #[serde(rename = "iperf3")]
     Iperf3,
+    /// nginx (Debian `nginx-light`) serving a small static file, driven by wrk.
+    #[serde(rename = "nginx-wrk")]
+    NginxWrk,
+    /// memcached driven by memcaslap (Debian `memcached`, `libmemcached-tools`).
+    #[serde(rename = "memcached-memcaslap")]
+    MemcachedMemcaslap,
 }
 
 impl Tool {
@@ -45,6 +51,17 @@ impl Tool {
         match self {
             Tool::NetsteerTcpStream => "netsteer-tcp-stream",
             Tool::Iperf3 => "iperf3",
+            Tool::NginxWrk => "nginx-wrk",
+            Tool::MemcachedMemcaslap => "memcached-memcaslap",
+        }
+    }
+
+    /// What a run of this tool measures: bits per second for the stream tools, requests per
+    /// second for the applications.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Tool::NetsteerTcpStream | Tool::Iperf3 => "bit/s",
+            Tool::NginxWrk | Tool::MemcachedMemcaslap => "requests/s",
         }
     }
 }
@@ -53,8 +70,11 @@ impl Tool {
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     pub tool: Tool,
+    /// Connections (streams, or the load generator's concurrent connections).
     pub flows: u32,
-    pub write_size: u32,
+    /// Bytes per write of the stream tools (not used by the applications).
+    #[serde(default)]
+    pub write_size: Option<u32>,
     #[serde(default)]
     pub nodelay: bool,
 }
@@ -140,9 +160,13 @@ pub fn parse(text: &str) -> std::result::Result<Scenario, String> {
         return Err("no [[workloads]]".into());
     }
     for w in &s.workloads {
-        if !(1..=128).contains(&w.flows) || !(1..=1 << 20).contains(&w.write_size) {
+        let stream = matches!(w.tool, Tool::NetsteerTcpStream | Tool::Iperf3);
+        if !(1..=1024).contains(&w.flows)
+            || stream != w.write_size.is_some()
+            || w.write_size.is_some_and(|n| !(1..=1 << 20).contains(&n))
+        {
             return Err(format!(
-                "workload {}: flows 1 to 128, write_size 1 B to 1 MiB",
+                "workload {}: flows 1 to 1024, write_size 1 B to 1 MiB for the stream tools only",
                 w.tool.name()
             ));
         }
