@@ -111,7 +111,8 @@ enum LabCommand {
     /// Run a scenario (a shipped name or a TOML file): every workload before and after the
     /// change, alternated, then roll back and check the host is as before.
     Run {
-        /// Scenario name (`netsteer lab list`) or path to a .toml file.
+        /// Scenario name (`netsteer lab list`), `all` for every shipped one, or a path to a
+        /// .toml file.
         scenario: String,
         /// Repeats of each variant (overrides the scenario's).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -119,7 +120,8 @@ enum LabCommand {
         /// Seconds per workload run (overrides the scenario's; 0.2 to 3600).
         #[arg(long, value_name = "S", allow_negative_numbers = true)]
         duration: Option<args::Seconds>,
-        /// Write a self-contained HTML report (inline SVG, no external URL) to this file.
+        /// Write a self-contained HTML report (inline SVG, no external URL) to this file (with
+        /// `all`: a directory, one NAME.html each).
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
         /// JSON Lines: one `run` message per workload run, then a `summary` (see README).
@@ -258,6 +260,37 @@ fn lab_run(
     report: Option<&std::path::Path>,
     json: bool,
 ) -> Result<ExitCode> {
+    // Before any thread starts: Ctrl-C or a kill takes the lab down before the process exits.
+    netsteer_lab::clean_up_on_termination()?;
+    let names = if scenario == "all" {
+        netsteer_lab::scenario::list()?
+    } else {
+        vec![scenario.to_string()]
+    };
+    let mut code = ExitCode::SUCCESS;
+    for name in &names {
+        let report = match (report, names.len() > 1) {
+            (Some(dir), true) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("--report {}", dir.display()))?;
+                Some(dir.join(format!("{name}.html")))
+            }
+            (r, _) => r.map(std::path::Path::to_path_buf),
+        };
+        if lab_run_one(name, repeat, duration, report.as_deref(), json)? != ExitCode::SUCCESS {
+            code = ExitCode::from(1);
+        }
+    }
+    Ok(code)
+}
+
+fn lab_run_one(
+    scenario: &str,
+    repeat: Option<u32>,
+    duration: Option<args::Seconds>,
+    report: Option<&std::path::Path>,
+    json: bool,
+) -> Result<ExitCode> {
     use netsteer_lab::run::{Message, RunOptions};
     let scn = netsteer_lab::scenario::load(scenario)?;
     let opts = RunOptions {
@@ -276,7 +309,7 @@ fn lab_run(
         }
         if let Message::Run(r) = m {
             eprintln!(
-                "netsteer lab: {} repeat {} {:<6} {:<20} {:>14}  packets per CPU {}",
+                "netsteer lab: {} repeat {} {:<6} {:<20} {:>14}  per CPU packets/%soft {}",
                 r.scenario,
                 r.repeat,
                 r.variant,
@@ -284,7 +317,7 @@ fn lab_run(
                 scaled(r.value, &r.unit),
                 r.per_cpu
                     .iter()
-                    .map(|p| format!("{}:{:.0}%", p.cpu, p.share * 100.0))
+                    .map(|p| format!("{}:{:.0}%/{:.0}", p.cpu, p.share * 100.0, p.soft))
                     .collect::<Vec<_>>()
                     .join(" ")
             );

@@ -300,3 +300,52 @@ fn lab_run_seed_001_drives_real_applications() {
     assert!(s.restored, "{:?}", s.restore_problems);
     assert_eq!(s.rows.len(), 2);
 }
+
+/// A `lab run` stopped with SIGTERM (or Ctrl-C) takes its lab down before it exits.
+#[test]
+fn lab_run_stopped_by_sigterm_leaves_nothing() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() || Command::new("iperf3").arg("--version").output().is_err() {
+        common::cannot_run("needs root, iproute2 and iperf3");
+        return;
+    }
+    let lab_namespaces = || -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.contains("-lab-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "run", "seed-003", "--repeat", "3", "--duration", "5"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while lab_namespaces().len() < 2 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no lab appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{err}");
+    assert!(err.contains("signal 15"), "{err}");
+    assert!(lab_namespaces().is_empty(), "{:?}", lab_namespaces());
+}

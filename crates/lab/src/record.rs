@@ -104,6 +104,67 @@ pub fn clean_stale() -> Result<Vec<String>> {
     Ok(removed)
 }
 
+/// Removes the namespaces and scratch directories of this process's own labs, and their
+/// records: what a signal handler thread does before the process exits (the labs' own cleanup
+/// stacks will not run then). Returns the namespaces removed.
+pub fn clean_own() -> Vec<String> {
+    let me = std::process::id();
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(RECORD_DIR) else {
+        return removed;
+    };
+    let namespaces: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    for entry in entries.filter_map(|e| e.ok()) {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        if text.split_whitespace().next() != Some(me.to_string().as_str()) {
+            continue;
+        }
+        let prefix = entry.file_name().to_string_lossy().into_owned();
+        let mine = format!("{prefix}-");
+        for ns in namespaces.iter().filter(|n| n.starts_with(&mine)) {
+            if delete_namespace(ns).is_ok() {
+                removed.push(ns.clone());
+            }
+        }
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&prefix));
+        let _ = std::fs::remove_file(entry.path());
+    }
+    removed
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP end the process only after its labs are taken down: the
+/// signals are blocked (call this before starting threads) and a thread waits for them, cleans
+/// up and exits with 128 + the signal's number, as a shell reports a killed command.
+pub fn clean_up_on_termination() -> Result<()> {
+    netsteer_sock::signal::block_termination().map_err(|source| LabError::Io {
+        what: "blocking SIGINT/SIGTERM/SIGHUP".into(),
+        source,
+    })?;
+    std::thread::Builder::new()
+        .name("lab-signals".into())
+        .spawn(|| {
+            if let Ok(sig) = netsteer_sock::signal::wait_termination() {
+                let removed = clean_own();
+                eprintln!(
+                    "netsteer lab: signal {sig}: removed {} namespace(s), exiting",
+                    removed.len()
+                );
+                std::process::exit(128 + sig);
+            }
+        })
+        .map_err(|source| LabError::Io {
+            what: "starting the signal thread".into(),
+            source,
+        })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,16 +69,21 @@ fn bars(row: &Row, unit: &str) -> String {
 
 fn share_table(row: &Row) -> String {
     let mut s = String::from(
-        "<table><tr><th>CPU</th><th>packets processed, before</th><th>after</th></tr>",
+        "<table><tr><th>CPU</th><th>packets processed, before</th><th>after</th><th>%soft before</th><th>after</th><th>%idle before</th><th>after</th></tr>",
     );
-    let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0} %", v * 100.0));
+    let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0} %", v * 100.0));
+    let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
     for c in &row.per_cpu {
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             c.cpu,
-            pct(c.before),
-            pct(c.after)
+            share(c.before),
+            share(c.after),
+            pct(c.soft_before),
+            pct(c.soft_after),
+            pct(c.idle_before),
+            pct(c.idle_after)
         );
     }
     s.push_str("</table>");
@@ -126,7 +131,7 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
         let d = &row.decision;
         let _ = write!(
             s,
-            "<h2>{tool}</h2><p class=\"{cls}\">{verdict}: {why} (median {b} → {a}, {imp:+.1} %, noise {noise:.1} %)</p>{svg}<p>Share of the packets each CPU processed (softnet), median over the runs:</p>{table}",
+            "<h2>{tool}</h2><p class=\"{cls}\">{verdict}: {why} (median {b} → {a}, {imp:+.1} %, noise {noise:.1} %)</p>{svg}<p>Per CPU, medians over the runs: share of the packets processed (softnet_stat), and mpstat's %soft and %idle (/proc/stat):</p>{table}",
             tool = esc(&row.tool),
             cls = if d.keep { "keep" } else { "undo" },
             verdict = if d.keep {
@@ -148,7 +153,17 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
         let share: Vec<String> = r
             .per_cpu
             .iter()
-            .map(|p| format!("{}: {:.0} %", p.cpu, p.share * 100.0))
+            .map(|p| {
+                format!(
+                    "{}: {:.0} % (usr {:.0} sys {:.0} soft {:.0} idle {:.0})",
+                    p.cpu,
+                    p.share * 100.0,
+                    p.usr,
+                    p.sys,
+                    p.soft,
+                    p.idle
+                )
+            })
             .collect();
         let _ = write!(
             s,

@@ -44,20 +44,32 @@ pub struct RunRecord {
     pub per_cpu: Vec<CpuPackets>,
 }
 
+/// One CPU during one run: the packets it processed (softnet_stat) and, as mpstat prints
+/// them, where its time went (/proc/stat; % of the CPU's time).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuPackets {
     pub cpu: u32,
     pub processed: u64,
     /// 0..=1 of all packets processed during the run.
     pub share: f64,
+    pub usr: f64,
+    pub sys: f64,
+    pub irq: f64,
+    pub soft: f64,
+    pub idle: f64,
 }
 
-/// One CPU's median share of the packets, before and after the change.
+/// One CPU before and after the change: medians over the runs of its share of the packets
+/// and of its %soft and %idle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuShares {
     pub cpu: u32,
     pub before: Option<f64>,
     pub after: Option<f64>,
+    pub soft_before: Option<f64>,
+    pub soft_after: Option<f64>,
+    pub idle_before: Option<f64>,
+    pub idle_after: Option<f64>,
 }
 
 /// One tool's before/after comparison.
@@ -117,6 +129,16 @@ fn softnet_processed() -> Result<BTreeMap<u32, u64>> {
         .collect())
 }
 
+fn cpu_times() -> Result<BTreeMap<u32, netsteer_host::parse::CpuTimes>> {
+    let text = std::fs::read_to_string("/proc/stat").map_err(|source| LabError::Io {
+        what: "/proc/stat".into(),
+        source,
+    })?;
+    netsteer_host::parse::parse_proc_stat(&text)
+        .map(|s| s.cpus)
+        .map_err(|e| LabError::Invalid(format!("/proc/stat: {e}")))
+}
+
 /// (steal, total) jiffies from /proc/stat's `cpu` line.
 fn steal_and_total() -> (u64, u64) {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -148,17 +170,36 @@ fn delta(a: &BTreeMap<u32, u64>, b: &BTreeMap<u32, u64>) -> BTreeMap<u32, u64> {
         .collect()
 }
 
-fn per_cpu(p: &BTreeMap<u32, u64>) -> Vec<CpuPackets> {
+type Times = BTreeMap<u32, netsteer_host::parse::CpuTimes>;
+
+fn per_cpu(p: &BTreeMap<u32, u64>, t0: &Times, t1: &Times) -> Vec<CpuPackets> {
     let total: u64 = p.values().sum();
     p.iter()
-        .map(|(c, v)| CpuPackets {
-            cpu: *c,
-            processed: *v,
-            share: if total == 0 {
-                0.0
-            } else {
-                *v as f64 / total as f64
-            },
+        .map(|(c, v)| {
+            // mpstat's percentages: each column's delta over the total delta.
+            let (a, b) = (t0.get(c), t1.get(c));
+            let pct = |f: fn(&netsteer_host::parse::CpuTimes) -> u64| -> f64 {
+                match (a, b) {
+                    (Some(a), Some(b)) if b.total() > a.total() => {
+                        f(b).saturating_sub(f(a)) as f64 / (b.total() - a.total()) as f64 * 100.0
+                    }
+                    _ => 0.0,
+                }
+            };
+            CpuPackets {
+                cpu: *c,
+                processed: *v,
+                share: if total == 0 {
+                    0.0
+                } else {
+                    *v as f64 / total as f64
+                },
+                usr: pct(|t| t.user + t.nice),
+                sys: pct(|t| t.system),
+                irq: pct(|t| t.irq),
+                soft: pct(|t| t.softirq),
+                idle: pct(|t| t.idle + t.iowait),
+            }
         })
         .collect()
 }
@@ -531,9 +572,10 @@ pub fn run(
                 ])?;
             }
             for w in &scn.workloads {
-                let p0 = softnet_processed()?;
+                let (p0, t0) = (softnet_processed()?, cpu_times()?);
                 let measured = h.workload(w);
                 let processed = delta(&p0, &softnet_processed()?);
+                let t1 = cpu_times()?;
                 let (value, p99_us) = match measured {
                     Ok(m) => m,
                     Err(e) => {
@@ -551,7 +593,7 @@ pub fn run(
                     value,
                     unit: w.tool.unit().into(),
                     p99_us,
-                    per_cpu: per_cpu(&processed),
+                    per_cpu: per_cpu(&processed, &t0, &t1),
                 };
                 emit(&Message::Run(r.clone())).map_err(out_err)?;
                 runs.push(r);
@@ -619,12 +661,12 @@ pub fn run(
     Ok(summary)
 }
 
-/// Median share per CPU over runs.
-fn median_shares(runs: &[&RunRecord]) -> BTreeMap<u32, f64> {
+/// The median of one per-CPU figure over runs, by CPU.
+fn median_per_cpu(runs: &[&RunRecord], f: fn(&CpuPackets) -> f64) -> BTreeMap<u32, f64> {
     let mut per: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for r in runs {
         for p in &r.per_cpu {
-            per.entry(p.cpu).or_default().push(p.share);
+            per.entry(p.cpu).or_default().push(f(p));
         }
     }
     per.into_iter()
@@ -646,7 +688,18 @@ pub fn row(tool: &str, runs: &[RunRecord]) -> Option<Row> {
         _ => Metric::TransactionsPerSecond,
     };
     let decision = decide(metric, &values(&b), &values(&a))?;
-    let (sb, sa) = (median_shares(&b), median_shares(&a));
+    let (sb, sa) = (
+        median_per_cpu(&b, |p| p.share),
+        median_per_cpu(&a, |p| p.share),
+    );
+    let (softb, softa) = (
+        median_per_cpu(&b, |p| p.soft),
+        median_per_cpu(&a, |p| p.soft),
+    );
+    let (idleb, idlea) = (
+        median_per_cpu(&b, |p| p.idle),
+        median_per_cpu(&a, |p| p.idle),
+    );
     let cpus: std::collections::BTreeSet<u32> = sb.keys().chain(sa.keys()).copied().collect();
     Some(Row {
         tool: tool.into(),
@@ -657,6 +710,10 @@ pub fn row(tool: &str, runs: &[RunRecord]) -> Option<Row> {
                 cpu,
                 before: sb.get(&cpu).copied(),
                 after: sa.get(&cpu).copied(),
+                soft_before: softb.get(&cpu).copied(),
+                soft_after: softa.get(&cpu).copied(),
+                idle_before: idleb.get(&cpu).copied(),
+                idle_after: idlea.get(&cpu).copied(),
             })
             .collect(),
     })
@@ -676,7 +733,7 @@ mod tests {
             value: bps,
             unit: "bit/s".into(),
             p99_us: None,
-            per_cpu: per_cpu(&processed),
+            per_cpu: per_cpu(&processed, &Times::new(), &Times::new()),
         }
     }
 
@@ -719,6 +776,21 @@ mod tests {
         let a: BTreeMap<u32, u64> = [(0, u64::from(u32::MAX) - 1), (1, 5)].into();
         let b: BTreeMap<u32, u64> = [(0, 3), (1, 9)].into();
         assert_eq!(delta(&a, &b), [(0, 5), (1, 4)].into());
-        assert_eq!(per_cpu(&[(0, 0), (1, 0)].into())[0].share, 0.0);
+        let none = Times::new();
+        assert_eq!(
+            per_cpu(&[(0, 0), (1, 0)].into(), &none, &none)[0].share,
+            0.0
+        );
+        // mpstat's arithmetic: 50 of 200 ticks in softirq is 25 %.
+        let t = |user, softirq, idle| netsteer_host::parse::CpuTimes {
+            user,
+            softirq,
+            idle,
+            ..Default::default()
+        };
+        let t0: Times = [(0, t(0, 0, 0))].into();
+        let t1: Times = [(0, t(100, 50, 50))].into();
+        let c = &per_cpu(&[(0, 7)].into(), &t0, &t1)[0];
+        assert_eq!((c.usr, c.soft, c.idle, c.share), (50.0, 25.0, 25.0, 1.0));
     }
 }

@@ -23,6 +23,7 @@ pub mod msg;
 pub mod netns;
 pub mod opt;
 pub mod pipe;
+pub mod signal;
 pub mod tcp;
 pub mod wake;
 pub mod zerocopy;
