@@ -277,7 +277,10 @@ fn lab_run(
             }
             (r, _) => r.map(std::path::Path::to_path_buf),
         };
-        if lab_run_one(name, repeat, duration, report.as_deref(), json)? != ExitCode::SUCCESS {
+        let one = lab_run_one(name, repeat, duration, report.as_deref(), json);
+        // A signal being handled makes the lab's commands fail; its exit status wins.
+        netsteer_lab::wait_if_terminating();
+        if one? != ExitCode::SUCCESS {
             code = ExitCode::from(1);
         }
     }

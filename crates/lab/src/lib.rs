@@ -20,7 +20,9 @@ pub mod scenario;
 
 pub use cleanup::Cleanup;
 pub use netns::{LinkSpec, NsHost, Veth};
-pub use record::{RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination};
+pub use record::{
+    RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, wait_if_terminating,
+};
 
 use std::io;
 use std::process::{Command, Output};

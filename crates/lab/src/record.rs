@@ -138,6 +138,17 @@ pub fn clean_own() -> Vec<String> {
     removed
 }
 
+static TERMINATING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Called by the thread that ran a lab before it returns: while a termination signal is being
+/// handled (the labs are coming down, so their commands fail), it waits for the signal thread
+/// to end the process, so the exit status is the signal's and not that of a failed command.
+pub fn wait_if_terminating() {
+    while TERMINATING.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Makes SIGINT, SIGTERM and SIGHUP end the process only after its labs are taken down: the
 /// signals are blocked (call this before starting threads) and a thread waits for them, cleans
 /// up and exits with 128 + the signal's number, as a shell reports a killed command.
@@ -150,6 +161,7 @@ pub fn clean_up_on_termination() -> Result<()> {
         .name("lab-signals".into())
         .spawn(|| {
             if let Ok(sig) = netsteer_sock::signal::wait_termination() {
+                TERMINATING.store(true, std::sync::atomic::Ordering::Release);
                 let removed = clean_own();
                 eprintln!(
                     "netsteer lab: signal {sig}: removed {} namespace(s), exiting",
