@@ -158,6 +158,26 @@ fn lab_clean_removes_a_dead_runs_leftovers_only() {
     assert!(kept, "a namespace no record names was removed");
 }
 
+/// Runs `netsteer lab run ARGS...` (with --json among them), which must succeed, and reads its
+/// JSON Lines back into the library's messages.
+fn lab_run_json(args: &[&str]) -> Vec<netsteer_lab::run::Message> {
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "run"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 /// `netsteer lab run seed-003` end to end, briefly: both workloads (netsteer's tcp-stream and
 /// iperf3 -l 16) run before and after `tune apply --profile throughput` in the server host,
 /// the JSON Lines read back into the library's types, the host is restored, and the HTML
@@ -171,32 +191,18 @@ fn lab_run_seed_003_reads_back_and_restores_the_host() {
     }
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("seed-003.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args([
-            "lab",
-            "run",
-            "seed-003",
-            "--repeat",
-            "1",
-            "--duration",
-            "0.5",
-            "--json",
-        ])
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let report_arg = report.display().to_string();
+    let msgs = lab_run_json(&[
+        "seed-003",
+        "--repeat",
+        "1",
+        "--duration",
+        "0.5",
+        "--json",
+        "--report",
+        &report_arg,
+    ]);
     use netsteer_lab::run::Message;
-    let msgs: Vec<Message> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
     let runs: Vec<_> = msgs
         .iter()
         .filter_map(|m| match m {
@@ -256,30 +262,8 @@ fn lab_run_seed_001_drives_real_applications() {
         common::cannot_run("needs root, nginx, wrk, memcached and memcaslap (libmemcached-tools)");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args([
-            "lab",
-            "run",
-            "seed-001",
-            "--repeat",
-            "1",
-            "--duration",
-            "0.5",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let msgs = lab_run_json(&["seed-001", "--repeat", "1", "--duration", "0.5", "--json"]);
     use netsteer_lab::run::Message;
-    let msgs: Vec<Message> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
     let mut tools = std::collections::BTreeSet::new();
     for m in &msgs {
         if let Message::Run(r) = m {

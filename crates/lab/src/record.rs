@@ -69,49 +69,20 @@ pub(crate) fn delete_namespace(name: &str) -> std::result::Result<(), String> {
 /// namespaces removed. Labs of live processes (this one included) are left alone, and so is
 /// every namespace that no record names.
 pub fn clean_stale() -> Result<Vec<String>> {
+    remove_labs(|text| !owner_alive(text)).map_err(|source| LabError::Io {
+        what: format!("listing {RECORD_DIR}"),
+        source,
+    })
+}
+
+/// Removes every lab whose record text `select` picks: the namespaces named after it (with
+/// what runs in them), its scratch directory, then the record. Returns the namespaces removed.
+fn remove_labs(select: impl Fn(&str) -> bool) -> std::io::Result<Vec<String>> {
     let mut removed = Vec::new();
     let entries = match std::fs::read_dir(RECORD_DIR) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
-        Err(source) => {
-            return Err(LabError::Io {
-                what: format!("listing {RECORD_DIR}"),
-                source,
-            });
-        }
-    };
-    let namespaces: Vec<String> = std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    for entry in entries.filter_map(|e| e.ok()) {
-        let prefix = entry.file_name().to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        if owner_alive(&text) {
-            continue;
-        }
-        let mine = format!("{prefix}-");
-        for ns in namespaces.iter().filter(|n| n.starts_with(&mine)) {
-            if delete_namespace(ns).is_ok() {
-                removed.push(ns.clone());
-            }
-        }
-        let _ = std::fs::remove_file(entry.path());
-    }
-    Ok(removed)
-}
-
-/// Removes the namespaces and scratch directories of this process's own labs, and their
-/// records: what a signal handler thread does before the process exits (the labs' own cleanup
-/// stacks will not run then). Returns the namespaces removed.
-pub fn clean_own() -> Vec<String> {
-    let me = std::process::id();
-    let mut removed = Vec::new();
-    let Ok(entries) = std::fs::read_dir(RECORD_DIR) else {
-        return removed;
+        Err(e) => return Err(e),
     };
     let namespaces: Vec<String> = std::fs::read_dir("/run/netns")
         .map(|d| {
@@ -122,7 +93,7 @@ pub fn clean_own() -> Vec<String> {
         .unwrap_or_default();
     for entry in entries.filter_map(|e| e.ok()) {
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        if text.split_whitespace().next() != Some(me.to_string().as_str()) {
+        if !select(&text) {
             continue;
         }
         let prefix = entry.file_name().to_string_lossy().into_owned();
@@ -135,7 +106,15 @@ pub fn clean_own() -> Vec<String> {
         let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&prefix));
         let _ = std::fs::remove_file(entry.path());
     }
-    removed
+    Ok(removed)
+}
+
+/// Removes the namespaces and scratch directories of this process's own labs, and their
+/// records: what a signal handler thread does before the process exits (the labs' own cleanup
+/// stacks will not run then). Returns the namespaces removed.
+pub fn clean_own() -> Vec<String> {
+    let me = std::process::id().to_string();
+    remove_labs(|text| text.split_whitespace().next() == Some(me.as_str())).unwrap_or_default()
 }
 
 static TERMINATING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
