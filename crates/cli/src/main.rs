@@ -244,15 +244,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// A measure for reading: Gbit/s for bit/s, whole units otherwise.
-fn scaled(v: f64, unit: &str) -> String {
-    if unit == "bit/s" {
-        format!("{:.3} Gbit/s", v / 1e9)
-    } else {
-        format!("{v:.0} {unit}")
-    }
-}
-
 fn lab_run(
     scenario: &str,
     repeat: Option<u32>,
@@ -317,7 +308,7 @@ fn lab_run_one(
                 r.repeat,
                 r.variant,
                 r.tool,
-                scaled(r.value, &r.unit),
+                netsteer_lab::report::show(r.value, &r.unit),
                 r.per_cpu
                     .iter()
                     .map(|p| format!("{}:{:.0}%/{:.0}", p.cpu, p.share * 100.0, p.soft))
@@ -328,26 +319,21 @@ fn lab_run_one(
         }
         Ok(())
     })?;
-    let unit_of = |tool: &str| {
-        runs.iter()
-            .find(|r: &&netsteer_lab::run::RunRecord| r.tool == tool)
-            .map_or(String::new(), |r| r.unit.clone())
-    };
     if !json {
         for row in &summary.rows {
             let d = &row.decision;
-            let unit = unit_of(&row.tool);
+            let unit = &row.unit;
             emit(
                 &mut out,
                 &format!(
                     "{}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
                     row.tool,
-                    scaled(d.before.median, &unit),
-                    scaled(d.after.median, &unit),
-                    scaled(d.before.min, &unit),
-                    scaled(d.before.max, &unit),
-                    scaled(d.after.min, &unit),
-                    scaled(d.after.max, &unit),
+                    netsteer_lab::report::show(d.before.median, unit),
+                    netsteer_lab::report::show(d.after.median, unit),
+                    netsteer_lab::report::show(d.before.min, unit),
+                    netsteer_lab::report::show(d.before.max, unit),
+                    netsteer_lab::report::show(d.after.min, unit),
+                    netsteer_lab::report::show(d.after.max, unit),
                     d.why
                 ),
             )?;

@@ -12,7 +12,7 @@ fn esc(s: &str) -> String {
 }
 
 /// A measure in its unit, scaled for reading: Gbit/s for bit/s, plain for requests/s.
-fn show(v: f64, unit: &str) -> String {
+pub fn show(v: f64, unit: &str) -> String {
     if unit == "bit/s" {
         format!("{:.3} Gbit/s", v / 1e9)
     } else {
@@ -20,15 +20,8 @@ fn show(v: f64, unit: &str) -> String {
     }
 }
 
-/// The unit a row's values are in (from its runs).
-fn unit_of<'a>(row: &Row, runs: &'a [RunRecord]) -> &'a str {
-    runs.iter()
-        .find(|r| r.tool == row.tool)
-        .map_or("", |r| r.unit.as_str())
-}
-
 /// Bars for before and after at the median, with min–max whiskers, on one scale.
-fn bars(row: &Row, unit: &str) -> String {
+fn bars(row: &Row) -> String {
     let (w, h, left, bar_h) = (560.0, 120.0, 70.0, 28.0);
     let d = &row.decision;
     let top = d.before.max.max(d.after.max).max(1.0);
@@ -60,7 +53,7 @@ fn bars(row: &Row, unit: &str) -> String {
             y0 = y + 6.0,
             y1 = y + bar_h - 6.0,
             tx = x(sp.max) + 6.0,
-            med = show(sp.median, unit),
+            med = show(sp.median, &row.unit),
         );
     }
     s.push_str("</svg>");
@@ -140,11 +133,11 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
                 "not beyond the noise"
             },
             why = esc(&d.why),
-            b = show(d.before.median, unit_of(row, runs)),
-            a = show(d.after.median, unit_of(row, runs)),
+            b = show(d.before.median, &row.unit),
+            a = show(d.after.median, &row.unit),
             imp = d.improvement_pct,
             noise = d.noise_pct,
-            svg = bars(row, unit_of(row, runs)),
+            svg = bars(row),
             table = share_table(row),
         );
     }

@@ -76,6 +76,8 @@ pub struct CpuShares {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     pub tool: String,
+    /// The unit of the decision's values (the runs' `unit`).
+    pub unit: String,
     pub decision: Decision,
     /// Median share of the packets per CPU over the runs.
     pub per_cpu: Vec<CpuShares>,
@@ -139,20 +141,12 @@ fn cpu_times() -> Result<BTreeMap<u32, netsteer_host::parse::CpuTimes>> {
         .map_err(|e| LabError::Invalid(format!("/proc/stat: {e}")))
 }
 
-/// (steal, total) jiffies from /proc/stat's `cpu` line.
+/// (steal, total) jiffies from /proc/stat's aggregate `cpu` line (total as mpstat sums it).
 fn steal_and_total() -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
-        return (0, 0);
-    };
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest is inside user).
-    let total = v.iter().take(8).sum();
-    (v.get(7).copied().unwrap_or(0), total)
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|t| netsteer_host::parse::parse_proc_stat(&t).ok())
+        .map_or((0, 0), |s| (s.total.steal, s.total.total()))
 }
 
 fn delta(a: &BTreeMap<u32, u64>, b: &BTreeMap<u32, u64>) -> BTreeMap<u32, u64> {
@@ -683,7 +677,8 @@ pub fn row(tool: &str, runs: &[RunRecord]) -> Option<Row> {
     };
     let (b, a) = (of("before"), of("after"));
     let values = |v: &[&RunRecord]| v.iter().map(|r| r.value).collect::<Vec<_>>();
-    let metric = match b.first()?.unit.as_str() {
+    let unit = b.first()?.unit.clone();
+    let metric = match unit.as_str() {
         "bit/s" => Metric::BitsPerSecond,
         _ => Metric::TransactionsPerSecond,
     };
@@ -703,6 +698,7 @@ pub fn row(tool: &str, runs: &[RunRecord]) -> Option<Row> {
     let cpus: std::collections::BTreeSet<u32> = sb.keys().chain(sa.keys()).copied().collect();
     Some(Row {
         tool: tool.into(),
+        unit,
         decision,
         per_cpu: cpus
             .into_iter()

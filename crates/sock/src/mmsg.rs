@@ -122,16 +122,18 @@ impl Batch {
         self.echo_where(fd, |_| true)
     }
 
-    /// As [`Batch::echo`], for the datagrams `keep(i)` says yes to (a rate limiter's pick);
-    /// each run of kept ones goes out in one sendmmsg.
+    /// As [`Batch::echo`], for the datagrams whose sender `keep` says yes to (a rate
+    /// limiter's pick); each run of kept ones goes out in one sendmmsg. Datagrams not kept
+    /// are neither sent nor counted as failed.
     pub fn echo_where(
         &mut self,
         fd: BorrowedFd<'_>,
-        mut keep: impl FnMut(usize) -> bool,
+        mut keep: impl FnMut(Option<SocketAddr>) -> bool,
     ) -> (usize, usize, Option<io::Error>) {
         for i in 0..self.filled {
             self.iovs[i].iov_len = self.lens[i];
-            self.kept[i] = keep(i);
+            let from = sockaddr_to_std(&self.addrs[i], self.hdrs[i].msg_hdr.msg_namelen);
+            self.kept[i] = keep(from);
         }
         let kept = &self.kept;
         let (mut sent, mut failed, mut first_err) = (0, 0, None);

@@ -305,16 +305,14 @@ fn echo_batch(
         t.empty += u64::from(data.is_empty());
         t.truncated += u64::from(cut);
     }
-    let (sent, _, _) = match limiter {
+    let (sent, failed, _) = match limiter {
         None => batch.echo(fd),
-        Some(l) => {
-            let allowed: Vec<bool> = (0..n)
-                .map(|i| batch.datagram(i).2.is_some_and(|from| l.allow(from)))
-                .collect();
-            t.limited = allowed.iter().filter(|a| !**a).count() as u64;
-            batch.echo_where(fd, |i| allowed[i])
-        }
+        Some(l) => batch.echo_where(fd, |from| from.is_some_and(|f| l.allow(f))),
     };
+    if limiter.is_some() {
+        // What was neither sent nor failed was held back by the limiter.
+        t.limited = (n - sent - failed) as u64;
+    }
     t.echoed = sent as u64;
     count(c, t);
 }
