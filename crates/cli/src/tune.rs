@@ -10,8 +10,8 @@ use netsteer_tune::tune::journal;
 use netsteer_tune::tune::persist::{self, Invocation};
 use netsteer_tune::tune::verify::{VerifyReport, verify};
 use netsteer_tune::tune::{
-    Action, ApplyOptions, ApplyReport, HostBackend, IrqbalancePolicy, Plan, PlanOptions, Profile,
-    RollbackReport, apply, latest_journal, plan, rollback,
+    Action, ApplyOptions, ApplyReport, HostBackend, IrqbalancePolicy, Knob, Plan, PlanOptions,
+    Profile, RollbackReport, apply, latest_journal, plan, rollback,
 };
 use std::io;
 use std::path::{Path, PathBuf};
@@ -47,9 +47,14 @@ pub enum IrqbalanceArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
-    /// What to tune for.
+    /// What to tune for (`none`: only the --set knobs).
     #[arg(long, value_enum)]
     profile: Profile,
+    /// An explicit knob, written after the profile's items (repeatable): a sysctl under
+    /// /proc/sys/net, a queue's rps_cpus/rps_flow_cnt/xps_cpus/xps_rxqs, or an IRQ's
+    /// smp_affinity[_list]. Journaled and rolled back like the profile's items.
+    #[arg(long = "set", value_name = "PATH=VALUE", value_parser = parse_knob)]
+    knobs: Vec<Knob>,
     /// Interface to tune (repeat for several); default: every physical NIC that is up.
     #[arg(long = "dev", value_name = "IF")]
     devices: Vec<String>,
@@ -209,6 +214,10 @@ impl Nic {
     }
 }
 
+fn parse_knob(s: &str) -> Result<Knob, String> {
+    Knob::parse(s).map_err(|e| e.to_string())
+}
+
 fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
     let cpus = a
         .cpus
@@ -226,6 +235,15 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
         reserve_queue: a.reserve_queue,
         ports: a.ports.clone(),
         live: host.fs.is_live(),
+        // Read through the host's root, like every other current value of the plan.
+        knobs: a
+            .knobs
+            .iter()
+            .map(|k| Knob {
+                current: host.fs.read_value(&k.path).ok(),
+                ..k.clone()
+            })
+            .collect(),
     })
 }
 
@@ -374,6 +392,12 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             make_plan(host, &nic, &options(host, &a.plan)?)?;
             let inv = Invocation {
                 profile: a.plan.profile.to_string(),
+                knobs: a
+                    .plan
+                    .knobs
+                    .iter()
+                    .map(|k| format!("{}={}", k.path, k.value))
+                    .collect(),
                 devices: a.plan.devices.clone(),
                 cpus: a.plan.cpus.clone(),
                 irqbalance: match a.plan.irqbalance {

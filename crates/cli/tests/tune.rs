@@ -339,3 +339,95 @@ fn bad_flags_name_themselves() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn explicit_knobs_are_applied_journaled_and_rolled_back() {
+    let tree = scratch("cloudflare-24cpu");
+    let before = files(tree.path());
+    let state = tempfile::tempdir().unwrap();
+    let state_arg = state.path().to_str().unwrap();
+    let rps = "/sys/class/net/eth2/queues/rx-1/rps_cpus";
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "none",
+            "--set",
+            &format!("{rps}=f00"),
+            "--set",
+            "/proc/sys/net/core/busy_poll=50",
+            "--state-dir",
+            state_arg,
+            "--json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = tree.path();
+    let read = |p: &str| std::fs::read_to_string(root.join(&p[1..])).unwrap();
+    assert_eq!(read("/proc/sys/net/core/busy_poll").trim(), "50");
+    // The tree's /sys/class/net/eth2 is a link into /sys/devices: the write went through it.
+    assert_eq!(read(rps).trim(), "f00");
+    // Nothing but the two knobs changed.
+    let changed: Vec<_> = files(root)
+        .into_iter()
+        .filter(|(p, b)| before.get(p) != Some(b))
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(changed.len(), 2, "{changed:?}");
+    let out = netsteer(root, &["tune", "rollback", "--state-dir", state_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(files(root), before, "rollback restores every byte");
+
+    // A profile's plan with a knob on top: the knob replaces the profile's own item.
+    let out = netsteer(
+        root,
+        &[
+            "tune",
+            "plan",
+            "--profile",
+            "throughput",
+            "--set",
+            &format!("{rps}=1"),
+            "--json",
+        ],
+    );
+    let plan: Plan = serde_json::from_str(&stdout(&out)).unwrap();
+    let on_rps: Vec<_> = plan
+        .items
+        .iter()
+        .filter(|i| i.target.to_string() == rps)
+        .collect();
+    assert_eq!(on_rps.len(), 1, "{on_rps:?}");
+    assert_eq!(on_rps[0].desired, "1");
+
+    // Refused knobs: not a tuned file, an escape, no knobs at all. Nothing is written.
+    for args in [
+        vec!["--profile", "none", "--set", "/etc/passwd=x"],
+        vec![
+            "--profile",
+            "none",
+            "--set",
+            "/proc/sys/net/../../../etc/passwd=x",
+        ],
+        vec!["--profile", "none", "--set", "/proc/sys/net/core/busy_poll"],
+        vec!["--profile", "none"],
+    ] {
+        let mut a = vec!["tune", "apply", "--state-dir", state_arg];
+        a.extend(args.iter().copied());
+        let out = netsteer(root, &a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("--set") || err.contains("--profile none"),
+            "{err}"
+        );
+    }
+    assert_eq!(files(root), before);
+}

@@ -86,6 +86,7 @@ fn opts(profile: Profile) -> PlanOptions {
         reserve_queue: None,
         ports: Vec::new(),
         live: false,
+        knobs: Vec::new(),
     }
 }
 

@@ -14,4 +14,4 @@ pub use apply::{
     latest_journal, rollback,
 };
 pub use model::{Action, Format, Item, ItemKind, Plan, Profile, Target};
-pub use plan::{IrqbalancePolicy, PlanError, PlanOptions, plan};
+pub use plan::{IrqbalancePolicy, Knob, PlanError, PlanOptions, plan};

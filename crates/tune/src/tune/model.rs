@@ -19,6 +19,8 @@ pub enum Profile {
     Throughput,
     /// Spread the work (queues, IRQs, RPS/RFS, XPS) without the latency or CPU-hungry extras.
     Balanced,
+    /// No profile: only the explicit knobs given with `--set PATH=VALUE`.
+    None,
 }
 
 impl fmt::Display for Profile {
@@ -27,6 +29,7 @@ impl fmt::Display for Profile {
             Profile::Latency => "latency",
             Profile::Throughput => "throughput",
             Profile::Balanced => "balanced",
+            Profile::None => "none",
         })
     }
 }
@@ -38,8 +41,9 @@ impl std::str::FromStr for Profile {
             "latency" => Ok(Profile::Latency),
             "throughput" => Ok(Profile::Throughput),
             "balanced" => Ok(Profile::Balanced),
+            "none" => Ok(Profile::None),
             _ => Err(format!(
-                "unknown profile {s:?} (latency, throughput or balanced)"
+                "unknown profile {s:?} (latency, throughput, balanced or none)"
             )),
         }
     }

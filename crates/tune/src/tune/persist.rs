@@ -19,6 +19,9 @@ pub struct Invocation {
     pub state_dir: String,
     pub reserve_queue: Option<u32>,
     pub ports: Vec<u16>,
+    /// Explicit knobs as `PATH=VALUE` (`--set`).
+    #[serde(default)]
+    pub knobs: Vec<String>,
 }
 
 impl Invocation {
@@ -52,6 +55,10 @@ impl Invocation {
                     .collect::<Vec<_>>()
                     .join(","),
             );
+        }
+        for k in &self.knobs {
+            a.push("--set".into());
+            a.push(k.clone());
         }
         a.push("--state-dir".into());
         a.push(self.state_dir.clone());

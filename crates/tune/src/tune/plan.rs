@@ -45,6 +45,78 @@ pub struct PlanOptions {
     pub ports: Vec<u16>,
     /// True on the live host, where services exist; a tree has none to stop.
     pub live: bool,
+    /// Explicit knobs (`--set PATH=VALUE`), planned after the profile's items; one on the same
+    /// file as a profile item replaces it.
+    pub knobs: Vec<Knob>,
+}
+
+/// One explicit knob: a kernel file and the value to write into it. Only the files netsteer
+/// tunes are accepted — sysctls, per-queue RPS/XPS/RFS files and IRQ affinities — so a typo
+/// cannot turn `tune apply` into a general file writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knob {
+    pub path: String,
+    pub value: String,
+    /// What the file holds now, read by the caller through its `HostFs` (plan stays pure).
+    pub current: Option<String>,
+}
+
+impl Knob {
+    /// Parses `PATH=VALUE`.
+    pub fn parse(s: &str) -> Result<Knob, PlanError> {
+        let bad = |why: &str| PlanError::BadKnob(s.to_string(), why.to_string());
+        let (path, value) = s
+            .split_once('=')
+            .ok_or_else(|| bad("expected PATH=VALUE"))?;
+        let value = value.trim();
+        if value.is_empty() || value.len() > 4096 || value.contains('\n') {
+            return Err(bad("the value must be one line of 1 to 4096 bytes"));
+        }
+        if path.split('/').any(|c| c == ".." || c == ".") || path.contains("//") {
+            return Err(bad("no '.', '..' or '//' in the path"));
+        }
+        if Knob::kind_of(path).is_none() {
+            return Err(bad(
+                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /proc/irq/N/smp_affinity[_list])",
+            ));
+        }
+        Ok(Knob {
+            path: path.to_string(),
+            value: value.to_string(),
+            current: None,
+        })
+    }
+
+    /// The kind and format of the file at `path`, or None if netsteer does not tune it.
+    pub fn kind_of(path: &str) -> Option<(ItemKind, Format)> {
+        let parts: Vec<&str> = path.split('/').collect();
+        match parts.as_slice() {
+            ["", "proc", "sys", "net", rest @ ..] if !rest.is_empty() => {
+                Some((ItemKind::Sysctl, Format::Text))
+            }
+            ["", "proc", "irq", n, "smp_affinity"] if n.parse::<u32>().is_ok() => {
+                Some((ItemKind::IrqAffinity, Format::Mask))
+            }
+            ["", "proc", "irq", n, "smp_affinity_list"] if n.parse::<u32>().is_ok() => {
+                Some((ItemKind::IrqAffinity, Format::List))
+            }
+            ["", "sys", "class", "net", dev, "queues", q, file] if valid_device_name(dev) => {
+                let rx = q
+                    .strip_prefix("rx-")
+                    .is_some_and(|n| n.parse::<u32>().is_ok());
+                let tx = q
+                    .strip_prefix("tx-")
+                    .is_some_and(|n| n.parse::<u32>().is_ok());
+                match *file {
+                    "rps_cpus" if rx => Some((ItemKind::Rps, Format::Mask)),
+                    "rps_flow_cnt" if rx => Some((ItemKind::RfsFlowCnt, Format::Int)),
+                    "xps_cpus" | "xps_rxqs" if tx => Some((ItemKind::Xps, Format::Mask)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +131,10 @@ pub enum PlanError {
     NoCpus(String, String),
     #[error("no interface to tune: no physical NIC is up; name one with --dev")]
     NothingToTune,
+    #[error("--set {0:?}: {1}")]
+    BadKnob(String, String),
+    #[error("--profile none plans nothing by itself: give the knobs with --set PATH=VALUE")]
+    NoKnobs,
     #[error("{0}: without it no NIC IRQ is known, so IRQ affinity, RPS and XPS cannot be planned")]
     IrqsUnknown(String),
 }
@@ -626,7 +702,7 @@ impl Builder<'_> {
                     "latency: interrupt at once, no moderation delay",
                 ),
             ],
-            Profile::Throughput | Profile::Balanced => &[(
+            Profile::Throughput | Profile::Balanced | Profile::None => &[(
                 "adaptive-rx",
                 1,
                 "adaptive moderation: few interrupts under load, quick ones when idle",
@@ -674,6 +750,21 @@ impl Builder<'_> {
 /// Computes the plan: the desired value of every knob the profile cares about, for the chosen
 /// interfaces, and whether each must change.
 pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    if opts.profile == Profile::None {
+        if opts.knobs.is_empty() {
+            return Err(PlanError::NoKnobs);
+        }
+        let mut p = Plan {
+            schema_version: PLAN_SCHEMA_VERSION,
+            profile: Profile::None,
+            devices: opts.devices.clone(),
+            cpus: None,
+            items: Vec::new(),
+            notes: Vec::new(),
+        };
+        add_knobs(&mut p, &opts.knobs);
+        return Ok(p);
+    }
     if let Some(why) = view.irqs_unknown() {
         return Err(PlanError::IrqsUnknown(why.to_string()));
     }
@@ -689,7 +780,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let goal = match opts.profile {
         Profile::Latency => Goal::Latency,
         Profile::Throughput => Goal::Throughput,
-        Profile::Balanced => Goal::Balanced,
+        Profile::Balanced | Profile::None => Goal::Balanced,
     };
     let mut ctx = Ctx::new(view, None, goal, None);
     if let Some(cpus) = &opts.cpus {
@@ -825,16 +916,47 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
                 format!("throughput: per-CPU backlog of {THROUGHPUT_BACKLOG} packets before drops (RPS enqueues there)"),
             );
         }
-        Profile::Balanced => {}
+        Profile::Balanced | Profile::None => {}
     }
 
     b.items.sort_by_key(|i| i.phase());
-    Ok(Plan {
+    let mut p = Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         profile: opts.profile,
         devices: nics.iter().map(|n| n.name.clone()).collect(),
         cpus: opts.cpus.as_ref().map(CpuSet::to_list),
         items: b.items,
         notes: b.notes,
-    })
+    };
+    add_knobs(&mut p, &opts.knobs);
+    Ok(p)
+}
+
+/// Adds the explicit knobs to a plan: each replaces a profile item on the same file, or joins
+/// the plan in its kind's phase (so an RPS mask is still written after the IRQ it follows).
+fn add_knobs(p: &mut Plan, knobs: &[Knob]) {
+    for k in knobs {
+        let Some((kind, format)) = Knob::kind_of(&k.path) else {
+            continue;
+        };
+        p.items
+            .retain(|i| !matches!(&i.target, Target::File { path } if *path == k.path));
+        p.items.push(Item {
+            id: format!("set{}", k.path),
+            kind,
+            target: Target::File {
+                path: k.path.clone(),
+            },
+            format,
+            label: None,
+            current: k.current.clone(),
+            desired: k.value.clone(),
+            reason: "set explicitly (--set)".into(),
+            action: match &k.current {
+                Some(_) => change_or_keep(k.current.as_deref(), &k.value, format),
+                None => Action::Skip(format!("{}: not readable here", k.path)),
+            },
+        });
+    }
+    p.items.sort_by_key(|i| i.phase());
 }

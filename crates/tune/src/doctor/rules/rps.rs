@@ -84,6 +84,7 @@ pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Ve
         reserve_queue: None,
         ports: Vec::new(),
         live: false,
+        knobs: Vec::new(),
     };
     match crate::tune::plan(ctx.view, &opts) {
         Ok(p) => p
