@@ -303,8 +303,9 @@ fn lab_run_one(
         }
         if let Message::Run(r) = m {
             eprintln!(
-                "netsteer lab: {} repeat {} {:<6} {:<20} {:>14}  per CPU packets/%soft {}",
+                "netsteer lab: {} [{:>5.0} s] repeat {} {:<10} {:<20} {:>14}  per CPU packets/%soft {}",
                 r.scenario,
+                r.started_s + r.elapsed_s,
                 r.repeat,
                 r.variant,
                 r.tool,
@@ -326,8 +327,10 @@ fn lab_run_one(
             emit(
                 &mut out,
                 &format!(
-                    "{}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
+                    "{} {} against {}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
                     row.tool,
+                    row.variant,
+                    row.baseline,
                     netsteer_lab::report::show(d.before.median, unit),
                     netsteer_lab::report::show(d.after.median, unit),
                     netsteer_lab::report::show(d.before.min, unit),
@@ -337,6 +340,9 @@ fn lab_run_one(
                     d.why
                 ),
             )?;
+        }
+        for l in &summary.limits {
+            emit(&mut out, &format!("what this lab cannot show: {l}"))?;
         }
         emit(
             &mut out,

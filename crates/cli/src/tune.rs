@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use netsteer_host::{CpuSet, HostFs, read_host};
 use netsteer_nic::NicBackend;
-use netsteer_tune::tune::closed_loop::{Decision, Metric, decide};
+use netsteer_tune::tune::closed_loop::{Decision, Metric};
 use netsteer_tune::tune::journal;
 use netsteer_tune::tune::persist::{self, Invocation};
 use netsteer_tune::tune::verify::{VerifyReport, verify};
@@ -499,14 +499,47 @@ fn run_benchmark(cmd: &str, metric: Metric) -> Result<f64> {
         .map_err(|e| anyhow::anyhow!("--verify-with {cmd:?} (exit {}): {e}", out.status))
 }
 
-fn runs(cmd: &str, metric: Metric, n: u32, when: &str) -> Result<Vec<f64>> {
-    let mut v = Vec::new();
-    for i in 0..n {
-        let x = run_benchmark(cmd, metric)?;
-        eprintln!("netsteer: {when} run {}/{n}: {metric} = {x}", i + 1);
-        v.push(x);
+/// The closed loop's executor for `--verify-with`: variant 0 is the host as it is, variant 1
+/// the applied plan. The runs are sequential (all before, apply once, all after), because a
+/// kept change must stay applied; leaving does nothing, the decision rolls back.
+struct VerifyExecutor<'a> {
+    cmd: &'a str,
+    metric: Metric,
+    repeat: u32,
+    apply: &'a mut dyn FnMut() -> Result<ApplyReport>,
+    report: Option<ApplyReport>,
+}
+
+impl netsteer_lab::closed_loop::Executor for VerifyExecutor<'_> {
+    type Measure = f64;
+
+    fn enter(&mut self, variant: usize) -> netsteer_lab::Result<()> {
+        if variant == 1 {
+            let r = (self.apply)().map_err(|e| netsteer_lab::LabError::Invalid(format!("{e:#}")))?;
+            let applied = r.status == "applied";
+            self.report = Some(r);
+            if !applied {
+                return Err(netsteer_lab::LabError::Invalid("the apply failed".into()));
+            }
+        }
+        Ok(())
     }
-    Ok(v)
+
+    fn measure(&mut self, variant: usize, repeat: u32) -> netsteer_lab::Result<f64> {
+        let x = run_benchmark(self.cmd, self.metric)
+            .map_err(|e| netsteer_lab::LabError::Invalid(format!("{e:#}")))?;
+        eprintln!(
+            "netsteer: {} run {repeat}/{}: {} = {x}",
+            if variant == 0 { "before" } else { "after" },
+            self.repeat,
+            self.metric
+        );
+        Ok(x)
+    }
+
+    fn leave(&mut self, _variant: usize) -> netsteer_lab::Result<()> {
+        Ok(())
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -540,42 +573,74 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
             a.repeat
         );
     }
-    let before = match &a.verify_with {
-        Some(cmd) => Some(runs(cmd, a.metric, a.repeat, "before")?),
-        None => None,
-    };
     let dir = state_dir(host, &a.state_dir)?;
     let backend = HostBackend {
         fs: host.fs.clone(),
         nic: nic.backend(),
     };
     let mut replan = || make_plan(host, &nic, &opts).map_err(|e| crate::error_text(&e));
-    let report = apply(
-        &p,
-        &root_name(&host.fs),
-        &backend,
-        &dir,
-        &mut replan,
-        &ApplyOptions {
-            crash_after_writes: a.crash_after_writes,
-        },
-    )?;
+    let mut do_apply = || -> Result<ApplyReport> {
+        Ok(apply(
+            &p,
+            &root_name(&host.fs),
+            &backend,
+            &dir,
+            &mut replan,
+            &ApplyOptions {
+                crash_after_writes: a.crash_after_writes,
+            },
+        )?)
+    };
     let mut decision = None;
     let mut undo = None;
-    if report.status == "applied"
-        && let (Some(cmd), Some(before)) = (&a.verify_with, &before)
-    {
-        let after = runs(cmd, a.metric, a.repeat, "after")?;
-        let d = decide(a.metric, before, &after).ok_or_else(|| {
-            anyhow::anyhow!("--verify-with: the benchmark gave no usable {}", a.metric)
-        })?;
-        if !d.keep {
-            let r = rollback(Path::new(&report.journal), &root_name(&host.fs), &backend)?;
-            let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
-            undo = Some(r);
+    let report = match &a.verify_with {
+        None => do_apply()?,
+        Some(cmd) => {
+            use netsteer_lab::closed_loop::{Order, decide_all, run};
+            let mut exec = VerifyExecutor {
+                cmd,
+                metric: a.metric,
+                repeat: a.repeat,
+                apply: &mut do_apply,
+                report: None,
+            };
+            let clock = netsteer_bench::clock::MonotonicClock::default();
+            let runs = run(&mut exec, 2, a.repeat, Order::Sequential, &clock, |_| Ok(()));
+            let report = exec.report.take();
+            match (runs, report) {
+                (Ok(runs), Some(report)) => {
+                    let d = decide_all(a.metric, 2, &runs, |v| Some(*v))
+                        .pop()
+                        .flatten()
+                        .ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "--verify-with: the benchmark gave no usable {}",
+                                a.metric
+                            )
+                        })?;
+                    if !d.keep {
+                        let r =
+                            rollback(Path::new(&report.journal), &root_name(&host.fs), &backend)?;
+                        let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
+                        undo = Some(r);
+                    }
+                    decision = Some(d);
+                    report
+                }
+                // The apply itself failed (and restored everything): report it as without
+                // the closed loop.
+                (Err(_), Some(report)) if report.status != "applied" => report,
+                (Err(e), Some(report)) => {
+                    // An "after" run failed: the change is not verified, so it is undone.
+                    let _ = rollback(Path::new(&report.journal), &root_name(&host.fs), &backend);
+                    let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
+                    bail!("--verify-with: {e}; the change was rolled back");
+                }
+                (Err(e), None) => bail!("--verify-with: {e}"),
+                (Ok(_), None) => bail!("--verify-with: the change was never applied"),
+            }
         }
-        decision = Some(d);
-    }
+    };
     if a.plan.json {
         print_json(&ApplyOutput {
             report: &report,

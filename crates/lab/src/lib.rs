@@ -12,11 +12,13 @@
 //! there, never in the root namespace), so the host's real network is never touched.
 
 mod cleanup;
+pub mod closed_loop;
 mod netns;
 mod record;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod workload;
 
 pub use cleanup::Cleanup;
 pub use netns::{LinkSpec, NsHost, Veth};

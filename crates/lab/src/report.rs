@@ -1,7 +1,7 @@
 //! The self-contained HTML report of a scenario: inline SVG and CSS, no script, no external
 //! URL, readable offline (mailed, attached to a ticket).
 
-use crate::run::{Row, RunRecord, Summary};
+use crate::run::{Row, RunRecord, Summary, VariantStats};
 use std::fmt::Write as _;
 
 fn esc(s: &str) -> String {
@@ -11,58 +11,165 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A measure in its unit, scaled for reading: Gbit/s for bit/s, plain for requests/s.
+/// A measure in its unit, scaled for reading: Gbit/s for bit/s, µs for ns, plain for
+/// requests/s.
 pub fn show(v: f64, unit: &str) -> String {
-    if unit == "bit/s" {
-        format!("{:.3} Gbit/s", v / 1e9)
-    } else {
-        format!("{v:.0} {unit}")
+    match unit {
+        "bit/s" => format!("{:.3} Gbit/s", v / 1e9),
+        "ns" => format!("{:.1} µs", v / 1e3),
+        _ => format!("{v:.0} {unit}"),
     }
 }
 
-/// Bars for before and after at the median, with min–max whiskers, on one scale.
-fn bars(row: &Row) -> String {
-    let (w, h, left, bar_h) = (560.0, 120.0, 70.0, 28.0);
-    let d = &row.decision;
-    let top = d.before.max.max(d.after.max).max(1.0);
-    let x = |v: f64| left + (w - left - 20.0) * v / top;
+/// Colours of the variants, in order (the baseline grey).
+const COLORS: [&str; 8] = [
+    "#8a8a8a", "#1971c2", "#e8590c", "#2b8a3e", "#9c36b5", "#c92a2a", "#0c8599", "#5c940d",
+];
+
+fn color(i: usize) -> &'static str {
+    COLORS[i % COLORS.len()]
+}
+
+/// One bar per variant at the median, with min–max whiskers, on one scale; a variant's bar is
+/// green when it was decided beyond the noise against the baseline, red when not.
+fn bars(tool: &str, summary: &Summary) -> String {
+    let stats: Vec<&VariantStats> = summary.stats.iter().filter(|s| s.tool == tool).collect();
+    let Some(first) = stats.first() else {
+        return String::new();
+    };
+    let (w, left, bar_h, gap) = (640.0, 110.0, 24.0, 34.0);
+    let h = 10.0 + gap * stats.len() as f64;
+    let top = stats
+        .iter()
+        .map(|s| s.value.max)
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
+    let x = |v: f64| left + (w - left - 130.0) * v / top;
     let mut s = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{} before and after">"#,
-        esc(&row.tool)
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{} per variant">"#,
+        esc(tool)
     );
-    for (i, (label, sp, color)) in [
-        ("before", &d.before, "#8a8a8a"),
-        (
-            "after",
-            &d.after,
-            if d.keep { "#2b8a3e" } else { "#c92a2a" },
-        ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let y = 15.0 + i as f64 * 50.0;
+    for (i, st) in stats.iter().enumerate() {
+        let kept = summary
+            .rows
+            .iter()
+            .find(|r| r.tool == tool && r.variant == st.variant)
+            .map(|r| r.decision.keep);
+        let fill = match kept {
+            None => "#8a8a8a",
+            Some(true) => "#2b8a3e",
+            Some(false) => "#c92a2a",
+        };
+        let y = 8.0 + i as f64 * gap;
+        let sp = &st.value;
         let _ = write!(
             s,
-            r#"<text x="0" y="{ty}" font-size="13">{label}</text><rect x="{left}" y="{y}" width="{bw:.1}" height="{bar_h}" fill="{color}"/><line x1="{x0:.1}" x2="{x1:.1}" y1="{my}" y2="{my}" stroke="black"/><line x1="{x0:.1}" x2="{x0:.1}" y1="{y0}" y2="{y1}" stroke="black"/><line x1="{x1:.1}" x2="{x1:.1}" y1="{y0}" y2="{y1}" stroke="black"/><text x="{tx:.1}" y="{ty}" font-size="12">{med}</text>"#,
-            ty = y + 19.0,
-            bw = x(sp.median) - left,
+            r#"<text x="0" y="{ty}" font-size="13">{label}</text><rect x="{left}" y="{y}" width="{bw:.1}" height="{bar_h}" fill="{fill}"/><line x1="{x0:.1}" x2="{x1:.1}" y1="{my}" y2="{my}" stroke="black"/><line x1="{x0:.1}" x2="{x0:.1}" y1="{y0}" y2="{y1}" stroke="black"/><line x1="{x1:.1}" x2="{x1:.1}" y1="{y0}" y2="{y1}" stroke="black"/><text x="{tx:.1}" y="{ty}" font-size="12">{med}</text>"#,
+            label = esc(&st.variant),
+            ty = y + 17.0,
+            bw = (x(sp.median) - left).max(0.5),
             x0 = x(sp.min),
             x1 = x(sp.max),
             my = y + bar_h / 2.0,
-            y0 = y + 6.0,
-            y1 = y + bar_h - 6.0,
+            y0 = y + 5.0,
+            y1 = y + bar_h - 5.0,
             tx = x(sp.max) + 6.0,
-            med = show(sp.median, &row.unit),
+            med = show(sp.median, &first.unit),
         );
     }
     s.push_str("</svg>");
     s
 }
 
+/// The round-trip CDF of every variant (medians of each percentile point over the runs), on a
+/// logarithmic time axis, percentiles up the side.
+fn cdf(tool: &str, summary: &Summary) -> String {
+    let stats: Vec<(usize, &VariantStats)> = summary
+        .stats
+        .iter()
+        .filter(|s| s.tool == tool && s.latency_points.len() >= 2)
+        .enumerate()
+        .collect();
+    if stats.is_empty() {
+        return String::new();
+    }
+    let all = stats.iter().flat_map(|(_, s)| s.latency_points.iter());
+    let (lo, hi) = all.fold((f64::MAX, 0.0f64), |(lo, hi), [_, v]| {
+        (lo.min(v.max(1.0)), hi.max(*v))
+    });
+    let (lo, hi) = (
+        lo.log10().floor(),
+        hi.max(lo * 10.0)
+            .log10()
+            .ceil()
+            .max(lo.log10().floor() + 1.0),
+    );
+    let (w, h, left, bottom, top) = (640.0, 300.0, 50.0, 40.0, 10.0);
+    let x = |ns: f64| left + (w - left - 150.0) * (ns.max(1.0).log10() - lo) / (hi - lo);
+    let y = |p: f64| top + (h - top - bottom) * (1.0 - p / 100.0);
+    let mut s = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{} round-trip CDF"><rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>"##,
+        esc(tool),
+        pw = w - left - 150.0,
+        ph = h - top - bottom,
+    );
+    let mut d = lo;
+    while d <= hi {
+        let ns = 10f64.powf(d);
+        let label = if ns >= 1e6 {
+            format!("{} ms", ns / 1e6)
+        } else if ns >= 1e3 {
+            format!("{} µs", ns / 1e3)
+        } else {
+            format!("{ns} ns")
+        };
+        let _ = write!(
+            s,
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{top}" y2="{yb}" stroke="#eee"/><text x="{xx:.1}" y="{ty}" font-size="11" text-anchor="middle">{label}</text>"##,
+            xx = x(ns),
+            yb = h - bottom,
+            ty = h - bottom + 14.0
+        );
+        d += 1.0;
+    }
+    for p in [0.0, 50.0, 90.0, 99.0, 100.0] {
+        let _ = write!(
+            s,
+            r#"<text x="{tx}" y="{ty:.1}" font-size="11" text-anchor="end">{p}%</text>"#,
+            tx = left - 4.0,
+            ty = y(p) + 4.0
+        );
+    }
+    for (i, st) in &stats {
+        let pts: Vec<String> = st
+            .latency_points
+            .iter()
+            .map(|[p, v]| format!("{:.1},{:.1}", x(*v), y(*p)))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"/><text x="{lx}" y="{ly}" font-size="12" fill="{c}">{n}</text>"#,
+            pts.join(" "),
+            c = color(*i),
+            lx = w - 140.0,
+            ly = top + 14.0 + *i as f64 * 16.0,
+            n = esc(&st.variant)
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{cx}" y="{ty}" font-size="11" text-anchor="middle">round trip (log scale)</text></svg>"#,
+        cx = left + (w - left - 150.0) / 2.0,
+        ty = h - 8.0
+    );
+    s
+}
+
 fn share_table(row: &Row) -> String {
-    let mut s = String::from(
-        "<table><tr><th>CPU</th><th>packets processed, before</th><th>after</th><th>%soft before</th><th>after</th><th>%idle before</th><th>after</th></tr>",
+    let mut s = format!(
+        "<table><tr><th>CPU</th><th>packets processed, {b}</th><th>{a}</th><th>%soft {b}</th><th>{a}</th><th>%idle {b}</th><th>{a}</th></tr>",
+        b = esc(&row.baseline),
+        a = esc(&row.variant)
     );
     let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0} %", v * 100.0));
     let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
@@ -83,18 +190,63 @@ fn share_table(row: &Row) -> String {
     s
 }
 
+fn extra_table(tool: &str, summary: &Summary) -> String {
+    let stats: Vec<&VariantStats> = summary.stats.iter().filter(|s| s.tool == tool).collect();
+    let keys: std::collections::BTreeSet<&String> =
+        stats.iter().flat_map(|s| s.extra.keys()).collect();
+    if keys.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("<p>Other measures, medians over the runs:</p><table><tr><th></th>");
+    for st in &stats {
+        let _ = write!(s, "<th>{}</th>", esc(&st.variant));
+    }
+    s.push_str("</tr>");
+    for k in keys {
+        let _ = write!(s, "<tr><th>{}</th>", esc(k));
+        for st in &stats {
+            let v = st.extra.get(k).map_or("-".into(), |v| {
+                if v.abs() >= 1e6 {
+                    format!("{v:.3e}")
+                } else {
+                    format!("{v:.2}")
+                }
+            });
+            let _ = write!(s, "<td>{v}</td>");
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table>");
+    s
+}
+
 pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
     let e = &summary.environment;
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<!DOCTYPE html><html><head><meta charset="utf-8"><title>netsteer lab: {name}</title><style>body{{font-family:sans-serif;max-width:900px;margin:2em auto}}table{{border-collapse:collapse;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}.keep{{color:#2b8a3e}}.undo{{color:#c92a2a}}</style></head><body><h1>netsteer lab: {name}</h1><p>{desc}</p><p>Change: <code>{change}</code>; {repeats} repeat(s) of {dur} s per workload, before and after alternated; the change is rolled back after every "after" run.</p>"#,
+        r#"<!DOCTYPE html><html><head><meta charset="utf-8"><title>netsteer lab: {name}</title><style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}table{{border-collapse:collapse;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}.keep{{color:#2b8a3e}}.undo{{color:#c92a2a}}.limits{{background:#fff4e6;padding:.5em 1em}}</style></head><body><h1>netsteer lab: {name}</h1><p>{desc}</p><p>{repeats} repeat(s) of {dur} s per workload; the variants alternate repeat by repeat, and a variant that changes the host is rolled back after its runs. Each variant after the first is decided against the first: beyond the noise only if its median moved the right way by more than the larger min–max spread.</p><table><tr><th>variant</th><th>change</th></tr>"#,
         name = esc(&summary.scenario),
         desc = esc(&summary.description),
-        change = esc(&summary.change),
         repeats = summary.repeats,
         dur = summary.duration_s,
     );
+    for v in &summary.variants {
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td style=\"text-align:left\"><code>{}</code></td></tr>",
+            esc(&v.name),
+            esc(&v.change)
+        );
+    }
+    s.push_str("</table>");
+    if !summary.limits.is_empty() {
+        s.push_str("<div class=\"limits\"><b>What this lab cannot show:</b><ul>");
+        for l in &summary.limits {
+            let _ = write!(s, "<li>{}</li>", esc(l));
+        }
+        s.push_str("</ul></div>");
+    }
     let _ = write!(
         s,
         "<h2>Environment</h2><table><tr><th>kernel</th><td>{}</td></tr><tr><th>CPUs</th><td>{}</td></tr><tr><th>steal</th><td>{:.1} %</td></tr><tr><th>netsteer</th><td>{}</td></tr>",
@@ -112,7 +264,7 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
         "<p>Host restored after the last rollback: <b class=\"{}\">{}</b></p>",
         if summary.restored { "keep" } else { "undo" },
         if summary.restored {
-            "yes, every file the change wrote reads as before"
+            "yes, every file the variants wrote reads as before"
         } else {
             "NO"
         }
@@ -120,26 +272,34 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
     for p in &summary.restore_problems {
         let _ = write!(s, "<p class=\"undo\">{}</p>", esc(p));
     }
-    for row in &summary.rows {
-        let d = &row.decision;
-        let _ = write!(
-            s,
-            "<h2>{tool}</h2><p class=\"{cls}\">{verdict}: {why} (median {b} → {a}, {imp:+.1} %, noise {noise:.1} %)</p>{svg}<p>Per CPU, medians over the runs: share of the packets processed (softnet_stat), and mpstat's %soft and %idle (/proc/stat):</p>{table}",
-            tool = esc(&row.tool),
-            cls = if d.keep { "keep" } else { "undo" },
-            verdict = if d.keep {
-                "beyond the noise"
-            } else {
-                "not beyond the noise"
-            },
-            why = esc(&d.why),
-            b = show(d.before.median, &row.unit),
-            a = show(d.after.median, &row.unit),
-            imp = d.improvement_pct,
-            noise = d.noise_pct,
-            svg = bars(row),
-            table = share_table(row),
-        );
+    let mut tools: Vec<&str> = summary.stats.iter().map(|s| s.tool.as_str()).collect();
+    tools.dedup();
+    for tool in tools {
+        let _ = write!(s, "<h2>{}</h2>", esc(tool));
+        s.push_str(&cdf(tool, summary));
+        s.push_str(&bars(tool, summary));
+        for row in summary.rows.iter().filter(|r| r.tool == tool) {
+            let d = &row.decision;
+            let _ = write!(
+                s,
+                "<h3>{v} against {b}</h3><p class=\"{cls}\">{verdict}: {why} (median {mb} → {ma}, {imp:+.1} %, noise {noise:.1} %)</p><p>Per CPU, medians over the runs: share of the packets processed (softnet_stat), and mpstat's %soft and %idle (/proc/stat):</p>{table}",
+                v = esc(&row.variant),
+                b = esc(&row.baseline),
+                cls = if d.keep { "keep" } else { "undo" },
+                verdict = if d.keep {
+                    "beyond the noise"
+                } else {
+                    "not beyond the noise"
+                },
+                why = esc(&d.why),
+                mb = show(d.before.median, &row.unit),
+                ma = show(d.after.median, &row.unit),
+                imp = d.improvement_pct,
+                noise = d.noise_pct,
+                table = share_table(row),
+            );
+        }
+        s.push_str(&extra_table(tool, summary));
     }
     s.push_str("<h2>Runs</h2><table><tr><th>repeat</th><th>variant</th><th>tool</th><th>measured</th><th>p99</th><th>share per CPU</th></tr>");
     for r in runs {

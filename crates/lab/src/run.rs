@@ -1,26 +1,30 @@
-//! Running a scenario: make the lab, run every workload before and after the change (the change
-//! applied and rolled back by `netsteer tune` inside the server host, alternated repeat by
-//! repeat), count the packets each CPU processed during each run, decide with the closed loop's
-//! rule (kept only beyond the noise), and check that the server host is exactly as before.
+//! Running a scenario: make the lab, then run every workload in every variant, alternated
+//! repeat by repeat through the closed loop ([`crate::closed_loop`]); a variant that changes
+//! the host is applied by `netsteer tune` inside the server host and rolled back after its
+//! runs. Each run counts the packets every CPU processed; each variant is decided against the
+//! first with the closed loop's rule (kept only beyond the noise); at the end the server host
+//! must read exactly as before.
 
-use crate::scenario::{Scenario, Tool, Workload};
-use crate::{Lab, LabError, LinkSpec, NsHost, Result};
+use crate::closed_loop::{self, Executor, Order, Timed};
+use crate::scenario::{Scenario, Variant};
+use crate::workload::{self, CLIENT_ADDR, Measured, Place, SERVER_ADDR};
+use crate::{Lab, LabError, LinkSpec, Result};
+use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_host::parse::parse_softnet_stat;
 use netsteer_tune::tune::closed_loop::{Decision, Metric, Spread, decide};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-const CLIENT_ADDR: &str = "10.77.0.1";
-const SERVER_ADDR: &str = "10.77.0.2";
-/// The server's device on the lab link (see `Veth::create`).
-const SERVER_DEV: &str = "v0b";
+/// The server's device on the lab link (see `Veth::create`); the client's is `v0a`.
+pub const SERVER_DEV: &str = "v0b";
+pub const CLIENT_DEV: &str = "v0a";
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// The `netsteer` binary run inside the hosts (benchmarks, tune).
+    /// The `netsteer` binary run inside the server host for `tune`.
     pub netsteer: PathBuf,
     pub repeats: Option<u32>,
     pub duration_s: Option<f64>,
@@ -31,15 +35,24 @@ pub struct RunOptions {
 pub struct RunRecord {
     pub scenario: String,
     pub repeat: u32,
-    /// `before` or `after`.
+    /// The variant's name (the scenario's `[[variants]]`).
     pub variant: String,
     pub tool: String,
-    /// What the workload measured, in `unit` (the receiver's bits per second, or requests
-    /// per second for an application).
+    /// What the workload measured, in `unit`: the receiver's bits per second, requests per
+    /// second for an application, the median round trip in ns for an echo tool.
     pub value: f64,
     pub unit: String,
-    /// The load generator's 99th percentile latency, where it reports one (wrk).
+    /// The 99th percentile round trip, where the tool reports one (wrk, the echo tools).
     pub p99_us: Option<f64>,
+    /// Points of the round-trip CDF, `[percentile 0-100, ns]` (echo tools).
+    #[serde(default)]
+    pub latency_points: Vec<[f64; 2]>,
+    /// Secondary measures by name (README: `rx_mapped_pct`, `cpu_us_per_mib_client`, ...).
+    #[serde(default)]
+    pub extra: BTreeMap<String, f64>,
+    /// When the run started, seconds after the first run started, and how long it took.
+    pub started_s: f64,
+    pub elapsed_s: f64,
     /// Packets each CPU processed (softnet_stat) during the run, and its share of all.
     pub per_cpu: Vec<CpuPackets>,
 }
@@ -59,8 +72,8 @@ pub struct CpuPackets {
     pub idle: f64,
 }
 
-/// One CPU before and after the change: medians over the runs of its share of the packets
-/// and of its %soft and %idle.
+/// One CPU in the baseline and in a variant: medians over the runs of its share of the
+/// packets and of its %soft and %idle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuShares {
     pub cpu: u32,
@@ -72,15 +85,37 @@ pub struct CpuShares {
     pub idle_after: Option<f64>,
 }
 
-/// One tool's before/after comparison.
+/// One tool in one variant against the baseline (the first variant).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     pub tool: String,
     /// The unit of the decision's values (the runs' `unit`).
     pub unit: String,
+    pub baseline: String,
+    pub variant: String,
     pub decision: Decision,
-    /// Median share of the packets per CPU over the runs.
     pub per_cpu: Vec<CpuShares>,
+}
+
+/// One tool in one variant: the spread of its measure and the medians of everything else.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantStats {
+    pub tool: String,
+    pub variant: String,
+    pub unit: String,
+    pub value: Spread,
+    /// Median of each extra measure over the runs.
+    pub extra: BTreeMap<String, f64>,
+    /// Median of each CDF point over the runs, `[percentile, ns]`.
+    pub latency_points: Vec<[f64; 2]>,
+}
+
+/// A variant as the report names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantInfo {
+    pub name: String,
+    /// What entering it does (the tune command, the echo tools' wait mode).
+    pub change: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,10 +135,14 @@ pub struct Summary {
     pub description: String,
     pub repeats: u32,
     pub duration_s: f64,
-    pub change: String,
+    pub variants: Vec<VariantInfo>,
+    /// What this scenario cannot show on this lab (from the scenario file).
+    pub limits: Vec<String>,
     pub environment: Environment,
+    /// Every variant after the first against the first, per tool.
     pub rows: Vec<Row>,
-    /// Every file the change wrote reads as before, after the last rollback.
+    pub stats: Vec<VariantStats>,
+    /// Every file a variant wrote reads as before, after the last rollback.
     pub restored: bool,
     pub restore_problems: Vec<String>,
 }
@@ -202,300 +241,103 @@ fn stdout_of(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A server process that is killed and reaped when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits until something listens on `port` inside `host` (ss), for at most 5 s.
-fn wait_listening(host: &NsHost, port: u16) -> Result<()> {
-    for _ in 0..100 {
-        if let Ok(o) = host.exec(&["ss", "-Htln", &format!("sport = :{port}")])
-            && !stdout_of(&o).trim().is_empty()
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(LabError::Invalid(format!(
-        "no server listened on port {port} in {} within 5 s",
-        host.name()
-    )))
-}
-
-struct Hosts<'a> {
-    client: &'a NsHost,
-    server: &'a NsHost,
+/// The lab's executor: a variant is entered with `tune apply` in the server host (if it
+/// changes anything) and left with `tune rollback`; a measurement runs every workload once.
+struct LabExecutor<'a> {
     scn: &'a Scenario,
-    opts: &'a RunOptions,
-    duration_s: f64,
-    /// The run's own directory (tune state, application configs), removed by the lab.
-    scratch: PathBuf,
+    netsteer: String,
+    place: Place<'a>,
+    state: String,
 }
 
-/// iperf3, wrk and memcaslap take whole seconds.
-fn whole_seconds(s: f64) -> String {
-    (s.ceil() as u64).max(1).to_string()
-}
+/// One measurement: every workload of the scenario, with its per-CPU counts.
+type Measures = Vec<(usize, Measured, Vec<CpuPackets>)>;
 
-/// A minimal nginx: one worker, a 612-byte page (nginx's own default page size), no access
-/// log, everything under `dir` (nothing of the host's nginx set-up is used or touched).
-fn write_nginx_config(dir: &std::path::Path) -> Result<()> {
-    let io = |what: &str| {
-        let what = format!("{what} in {}", dir.display());
-        move |source| LabError::Io { what, source }
-    };
-    std::fs::create_dir_all(dir.join("www")).map_err(io("creating www/"))?;
-    std::fs::write(dir.join("www/index.html"), "x".repeat(612)).map_err(io("index.html"))?;
-    let d = dir.display();
-    let conf = format!(
-        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-         events {{ worker_connections 4096; }}\n\
-         http {{ access_log off; client_body_temp_path {d}/tmp; \
-         server {{ listen {SERVER_ADDR}:8080 reuseport; root {d}/www; }} }}\n"
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).map_err(io("nginx.conf"))
-}
-
-/// Requests/s and the 99th percentile (µs) from `wrk --latency`.
-fn parse_wrk(out: &str) -> Result<(f64, Option<f64>)> {
-    let rps = out
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .ok_or_else(|| LabError::Invalid(format!("wrk: no Requests/sec in {out:?}")))?;
-    let p99 = out.lines().find_map(|l| {
-        let v = l.trim().strip_prefix("99%")?.trim();
-        let (num, mult) = if let Some(n) = v.strip_suffix("us") {
-            (n, 1.0)
-        } else if let Some(n) = v.strip_suffix("ms") {
-            (n, 1e3)
-        } else {
-            (v.strip_suffix('s')?, 1e6)
-        };
-        num.parse::<f64>().ok().map(|x| x * mult)
-    });
-    Ok((rps, p99))
-}
-
-/// Operations per second from memcaslap's closing `TPS:` line.
-fn parse_memcaslap(out: &str) -> Result<f64> {
-    out.lines()
-        .rev()
-        .find_map(|l| {
-            let rest = &l[l.find("TPS:")? + 4..];
-            rest.split_whitespace().next()?.parse::<f64>().ok()
-        })
-        .ok_or_else(|| LabError::Invalid(format!("memcaslap: no TPS in {out:?}")))
-}
-
-impl Hosts<'_> {
-    fn netsteer(&self) -> String {
-        self.opts.netsteer.display().to_string()
+impl LabExecutor<'_> {
+    fn tune(&self, args: &[String]) -> Result<std::process::Output> {
+        let mut full: Vec<&str> = vec![&self.netsteer, "tune"];
+        full.extend(args.iter().map(String::as_str));
+        self.place.server.exec(&full)
     }
 
-    /// Runs one workload: its measure (in `w.tool.unit()`) and p99 latency in µs if known.
-    fn workload(&self, w: &Workload) -> Result<(f64, Option<f64>)> {
-        let topo = &self.scn.topology;
-        match w.tool {
-            Tool::NetsteerTcpStream => {
-                let listen = format!("{SERVER_ADDR}:4322");
-                let bin = self.netsteer();
-                let _server = Server(self.server.spawn(
-                    Some(&topo.server_cpus),
-                    &bin,
-                    &["bench", "tcp-stream", "server", "--listen", &listen],
-                )?);
-                wait_listening(self.server, 4322)?;
-                let (flows, write, dur) = (
-                    w.flows.to_string(),
-                    w.write_size.unwrap_or(131_072).to_string(),
-                    self.duration_s.to_string(),
-                );
-                let mut args = vec![
-                    "taskset",
-                    "-c",
-                    &topo.client_cpus,
-                    &bin,
-                    "bench",
-                    "tcp-stream",
-                    "client",
-                    &listen,
-                    "--flows",
-                    &flows,
-                    "--write-size",
-                    &write,
-                    "--duration",
-                    &dur,
-                    "--json",
-                ];
-                if w.nodelay {
-                    args.push("--nodelay");
-                }
-                let out = self.client.exec(&args)?;
-                Metric::BitsPerSecond
-                    .from_output(&stdout_of(&out))
-                    .map(|v| (v, None))
-                    .map_err(|e| LabError::Invalid(format!("netsteer tcp-stream: {e}")))
-            }
-            Tool::Iperf3 => {
-                let _server = Server(self.server.spawn(
-                    Some(&topo.server_cpus),
-                    "iperf3",
-                    &["-s", "-1", "-p", "5201", "-B", SERVER_ADDR],
-                )?);
-                wait_listening(self.server, 5201)?;
-                // iperf3 takes whole seconds.
-                let (flows, write, dur) = (
-                    w.flows.to_string(),
-                    w.write_size.unwrap_or(131_072).to_string(),
-                    whole_seconds(self.duration_s),
-                );
-                let mut args = vec![
-                    "taskset",
-                    "-c",
-                    &topo.client_cpus,
-                    "iperf3",
-                    "-c",
-                    SERVER_ADDR,
-                    "-p",
-                    "5201",
-                    "-t",
-                    &dur,
-                    "-P",
-                    &flows,
-                    "-l",
-                    &write,
-                    "-J",
-                ];
-                if w.nodelay {
-                    args.push("-N");
-                }
-                let out = self.client.exec(&args)?;
-                let v: serde_json::Value = serde_json::from_str(&stdout_of(&out))
-                    .map_err(|e| LabError::Invalid(format!("iperf3 -J: {e}")))?;
-                v["end"]["sum_received"]["bits_per_second"]
-                    .as_f64()
-                    .map(|v| (v, None))
-                    .ok_or_else(|| LabError::Invalid("iperf3 -J: no end.sum_received".into()))
-            }
-            Tool::NginxWrk => {
-                let dir = self.scratch.join("nginx");
-                write_nginx_config(&dir)?;
-                let (prefix, conf) = (
-                    dir.display().to_string(),
-                    dir.join("nginx.conf").display().to_string(),
-                );
-                let _server = Server(self.server.spawn(
-                    Some(&topo.server_cpus),
-                    "nginx",
-                    &["-p", &prefix, "-c", &conf],
-                )?);
-                wait_listening(self.server, 8080)?;
-                let (conns, dur) = (w.flows.to_string(), whole_seconds(self.duration_s));
-                let url = format!("http://{SERVER_ADDR}:8080/");
-                let out = self.client.exec(&[
-                    "taskset",
-                    "-c",
-                    &topo.client_cpus,
-                    "wrk",
-                    "-t",
-                    "1",
-                    "-c",
-                    &conns,
-                    "-d",
-                    &format!("{dur}s"),
-                    "--latency",
-                    &url,
-                ])?;
-                parse_wrk(&stdout_of(&out))
-            }
-            Tool::MemcachedMemcaslap => {
-                let _server = Server(self.server.spawn(
-                    Some(&topo.server_cpus),
-                    "memcached",
-                    &[
-                        "-u",
-                        "root",
-                        "-l",
-                        SERVER_ADDR,
-                        "-p",
-                        "11211",
-                        "-t",
-                        "1",
-                        "-U",
-                        "0",
-                    ],
-                )?);
-                wait_listening(self.server, 11211)?;
-                let (conns, dur) = (w.flows.to_string(), whole_seconds(self.duration_s));
-                let out = self.client.exec(&[
-                    "taskset",
-                    "-c",
-                    &topo.client_cpus,
-                    "memcaslap",
-                    "-s",
-                    &format!("{SERVER_ADDR}:11211"),
-                    "-t",
-                    &format!("{dur}s"),
-                    "-T",
-                    "1",
-                    "-c",
-                    &conns,
-                ])?;
-                parse_memcaslap(&stdout_of(&out)).map(|v| (v, None))
-            }
-        }
-    }
-
-    /// The files the change writes (the plan's file targets) and their contents now.
+    /// The files any variant writes (the plans' file targets) and their contents now.
     fn change_files(&self) -> Result<BTreeMap<String, String>> {
-        let bin = self.netsteer();
-        let out = self.server.exec(&[
-            &bin,
-            "tune",
-            "plan",
-            "--profile",
-            &self.scn.change.profile,
-            "--dev",
-            SERVER_DEV,
-            "--json",
-        ])?;
-        let plan: netsteer_tune::tune::Plan = serde_json::from_str(&stdout_of(&out))
-            .map_err(|e| LabError::Invalid(format!("tune plan --json: {e}")))?;
         let mut files = BTreeMap::new();
-        for item in &plan.items {
-            if let netsteer_tune::tune::Target::File { path } = &item.target {
-                let content = self
-                    .server
-                    .exec(&["cat", path])
-                    .map(|o| stdout_of(&o))
-                    .unwrap_or_else(|e| format!("<unreadable: {e}>"));
-                files.insert(path.clone(), content);
+        for v in self.scn.variants.iter().filter(|v| v.changes_host()) {
+            let mut args = vec!["plan".to_string()];
+            args.extend(v.tune_args(SERVER_DEV));
+            args.push("--json".into());
+            let out = self.tune(&args)?;
+            let plan: netsteer_tune::tune::Plan = serde_json::from_str(&stdout_of(&out))
+                .map_err(|e| LabError::Invalid(format!("tune plan --json: {e}")))?;
+            for item in &plan.items {
+                if let netsteer_tune::tune::Target::File { path } = &item.target {
+                    let content = self
+                        .place
+                        .server
+                        .exec(&["cat", path])
+                        .map(|o| stdout_of(&o))
+                        .unwrap_or_else(|e| format!("<unreadable: {e}>"));
+                    files.insert(path.clone(), content);
+                }
             }
         }
         Ok(files)
     }
 }
 
-fn tool_version(program: &str, arg: &str) -> String {
-    std::process::Command::new(program)
-        .arg(arg)
-        .stdin(Stdio::null())
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "?".into())
+impl Executor for LabExecutor<'_> {
+    type Measure = Measures;
+
+    fn enter(&mut self, variant: usize) -> Result<()> {
+        let v = &self.scn.variants[variant];
+        if v.changes_host() {
+            let mut args = vec!["apply".to_string()];
+            args.extend(v.tune_args(SERVER_DEV));
+            args.extend(["--state-dir".into(), self.state.clone()]);
+            self.tune(&args)?;
+        }
+        Ok(())
+    }
+
+    fn measure(&mut self, variant: usize, _repeat: u32) -> Result<Measures> {
+        let v: &Variant = &self.scn.variants[variant];
+        let mut out = Vec::new();
+        for (i, w) in self.scn.workloads.iter().enumerate() {
+            let (p0, t0) = (softnet_processed()?, cpu_times()?);
+            let m = workload::run(&self.place, w, v)?;
+            let processed = delta(&p0, &softnet_processed()?);
+            let t1 = cpu_times()?;
+            out.push((i, m, per_cpu(&processed, &t0, &t1)));
+        }
+        Ok(out)
+    }
+
+    fn leave(&mut self, variant: usize) -> Result<()> {
+        if self.scn.variants[variant].changes_host() {
+            self.tune(&["rollback".into(), "--state-dir".into(), self.state.clone()])?;
+        }
+        Ok(())
+    }
+}
+
+fn cpus_of(list: &str) -> Result<Vec<u32>> {
+    netsteer_host::CpuSet::parse_list(list, None)
+        .map(|c| c.iter().collect())
+        .map_err(|e| LabError::Invalid(format!("CPU list {list:?}: {e}")))
+}
+
+fn mask_of(cpus: &[u32]) -> String {
+    let mut words = vec![0u32; cpus.iter().max().map_or(1, |m| *m as usize / 32 + 1)];
+    for c in cpus {
+        words[*c as usize / 32] |= 1 << (c % 32);
+    }
+    words
+        .iter()
+        .rev()
+        .map(|w| format!("{w:08x}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Runs the scenario; every run and then the summary go to `emit` as they are done.
@@ -515,6 +357,13 @@ pub fn run(
         what: "writing the report".into(),
         source,
     };
+    let (client_cpus, server_cpus) = (
+        cpus_of(&scn.topology.client_cpus)?,
+        cpus_of(&scn.topology.server_cpus)?,
+    );
+    netsteer_sock::cpu::check_cpus("client_cpus", &client_cpus)
+        .and_then(|()| netsteer_sock::cpu::check_cpus("server_cpus", &server_cpus))
+        .map_err(|e| LabError::Invalid(format!("scenario {}: {e}", scn.name)))?;
     let mut lab = Lab::new("lab")?;
     let client = lab.host("client", false)?;
     let server = lab.host("server", false)?;
@@ -525,9 +374,17 @@ pub fn run(
             queues: scn.topology.queues,
             addr_a: Some(format!("{CLIENT_ADDR}/24")),
             addr_b: Some(format!("{SERVER_ADDR}/24")),
-            mtu: None,
+            mtu: scn.topology.mtu,
         },
     )?;
+    if scn.topology.client_rps {
+        let mask = mask_of(&client_cpus);
+        for q in 0..scn.topology.queues {
+            client.sh(&format!(
+                "echo {mask} > /sys/class/net/{CLIENT_DEV}/queues/rx-{q}/rps_cpus"
+            ))?;
+        }
+    }
     let scratch = std::env::temp_dir().join(lab.prefix());
     std::fs::create_dir_all(&scratch).map_err(|source| LabError::Io {
         what: format!("creating {}", scratch.display()),
@@ -537,68 +394,54 @@ pub fn run(
     lab.defer(format!("remove {}", scratch.display()), move || {
         let _ = std::fs::remove_dir_all(&for_cleanup);
     });
-    let state = scratch.join("tune").display().to_string();
-    let h = Hosts {
-        client: &client,
-        server: &server,
+    let mut exec = LabExecutor {
         scn,
-        opts,
-        duration_s,
-        scratch,
+        netsteer: opts.netsteer.display().to_string(),
+        state: scratch.join("tune").display().to_string(),
+        place: Place {
+            client: &client,
+            server: &server,
+            client_cpus,
+            server_cpus,
+            duration: Duration::from_secs_f64(duration_s),
+            scratch: &scratch,
+        },
     };
-    let before_files = h.change_files()?;
-    let bin = h.netsteer();
+    let before_files = exec.change_files()?;
     let (steal0, total0) = steal_and_total();
+    let clock = MonotonicClock::default();
     let mut runs: Vec<RunRecord> = Vec::new();
-    for repeat in 1..=repeats {
-        for variant in ["before", "after"] {
-            if variant == "after" {
-                server.exec(&[
-                    &bin,
-                    "tune",
-                    "apply",
-                    "--profile",
-                    &scn.change.profile,
-                    "--dev",
-                    SERVER_DEV,
-                    "--state-dir",
-                    &state,
-                ])?;
-            }
-            for w in &scn.workloads {
-                let (p0, t0) = (softnet_processed()?, cpu_times()?);
-                let measured = h.workload(w);
-                let processed = delta(&p0, &softnet_processed()?);
-                let t1 = cpu_times()?;
-                let (value, p99_us) = match measured {
-                    Ok(m) => m,
-                    Err(e) => {
-                        if variant == "after" {
-                            let _ = server.exec(&[&bin, "tune", "rollback", "--state-dir", &state]);
-                        }
-                        return Err(e);
-                    }
-                };
+    closed_loop::run(
+        &mut exec,
+        scn.variants.len(),
+        repeats,
+        Order::Alternated,
+        &clock as &dyn Clock,
+        |t: &Timed<Measures>| {
+            for (i, m, cpus) in &t.measure {
+                let tool = scn.workloads[*i].tool;
                 let r = RunRecord {
                     scenario: scn.name.clone(),
-                    repeat,
-                    variant: variant.into(),
-                    tool: w.tool.name().into(),
-                    value,
-                    unit: w.tool.unit().into(),
-                    p99_us,
-                    per_cpu: per_cpu(&processed, &t0, &t1),
+                    repeat: t.repeat,
+                    variant: scn.variants[t.variant].name.clone(),
+                    tool: tool.name().into(),
+                    value: m.value,
+                    unit: tool.unit().into(),
+                    p99_us: m.p99_us,
+                    latency_points: m.latency_points.iter().map(|(p, v)| [*p, *v]).collect(),
+                    extra: m.extra.clone(),
+                    started_s: t.started_ns as f64 / 1e9,
+                    elapsed_s: t.elapsed_ns as f64 / 1e9,
+                    per_cpu: cpus.clone(),
                 };
                 emit(&Message::Run(r.clone())).map_err(out_err)?;
                 runs.push(r);
             }
-            if variant == "after" {
-                server.exec(&[&bin, "tune", "rollback", "--state-dir", &state])?;
-            }
-        }
-    }
+            Ok(())
+        },
+    )?;
     let (steal1, total1) = steal_and_total();
-    let after_files = h.change_files()?;
+    let after_files = exec.change_files()?;
     let restore_problems: Vec<String> = before_files
         .iter()
         .filter(|(path, content)| after_files.get(*path) != Some(content))
@@ -610,22 +453,44 @@ pub fn run(
             )
         })
         .collect();
-    let rows = scn
-        .workloads
-        .iter()
-        .filter_map(|w| row(w.tool.name(), &runs))
-        .collect();
+    let mut tool_names: Vec<&str> = scn.workloads.iter().map(|w| w.tool.name()).collect();
+    tool_names.dedup();
+    let baseline = &scn.variants[0].name;
+    let mut rows = Vec::new();
+    let mut stats = Vec::new();
+    for tool in &tool_names {
+        for v in &scn.variants {
+            stats.extend(variant_stats(tool, &v.name, &runs));
+            if v.name != *baseline {
+                rows.extend(row(tool, baseline, &v.name, &runs));
+            }
+        }
+    }
     let mut tools = BTreeMap::new();
-    tools.insert("iperf3".into(), tool_version("iperf3", "--version"));
+    for w in &scn.workloads {
+        let (prog, arg) = match w.tool {
+            crate::scenario::Tool::Iperf3 => ("iperf3", "--version"),
+            crate::scenario::Tool::NginxWrk => ("wrk", "--version"),
+            crate::scenario::Tool::MemcachedMemcaslap => ("memcached", "--version"),
+            crate::scenario::Tool::Sockperf => ("sockperf", "--version"),
+            _ => continue,
+        };
+        tools.insert(prog.to_string(), tool_version(prog, arg));
+    }
     let summary = Summary {
         scenario: scn.name.clone(),
         description: scn.description.clone(),
         repeats,
         duration_s,
-        change: format!(
-            "netsteer tune apply --profile {} --dev {SERVER_DEV}",
-            scn.change.profile
-        ),
+        variants: scn
+            .variants
+            .iter()
+            .map(|v| VariantInfo {
+                name: v.name.clone(),
+                change: v.describe(SERVER_DEV),
+            })
+            .collect(),
+        limits: scn.limits.clone(),
         environment: Environment {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .unwrap_or_default()
@@ -641,10 +506,12 @@ pub fn run(
             },
         },
         rows,
+        stats,
         restored: restore_problems.is_empty(),
         restore_problems,
     };
     emit(&Message::Summary(summary.clone())).map_err(out_err)?;
+    drop(exec);
     let failed = lab.close();
     if !failed.is_empty() {
         return Err(LabError::Invalid(format!(
@@ -653,6 +520,21 @@ pub fn run(
         )));
     }
     Ok(summary)
+}
+
+fn tool_version(program: &str, arg: &str) -> String {
+    std::process::Command::new(program)
+        .arg(arg)
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "?".into())
 }
 
 /// The median of one per-CPU figure over runs, by CPU.
@@ -668,21 +550,61 @@ fn median_per_cpu(runs: &[&RunRecord], f: fn(&CpuPackets) -> f64) -> BTreeMap<u3
         .collect()
 }
 
-/// The before/after comparison of one tool's runs.
-pub fn row(tool: &str, runs: &[RunRecord]) -> Option<Row> {
-    let of = |variant: &str| -> Vec<&RunRecord> {
-        runs.iter()
-            .filter(|r| r.tool == tool && r.variant == variant)
-            .collect()
-    };
-    let (b, a) = (of("before"), of("after"));
+fn metric_of(unit: &str) -> Metric {
+    match unit {
+        "bit/s" => Metric::BitsPerSecond,
+        "ns" => Metric::P50,
+        _ => Metric::TransactionsPerSecond,
+    }
+}
+
+fn of<'a>(runs: &'a [RunRecord], tool: &str, variant: &str) -> Vec<&'a RunRecord> {
+    runs.iter()
+        .filter(|r| r.tool == tool && r.variant == variant)
+        .collect()
+}
+
+/// One tool in one variant: the spread of its measure, the medians of the rest.
+pub fn variant_stats(tool: &str, variant: &str, runs: &[RunRecord]) -> Option<VariantStats> {
+    let rs = of(runs, tool, variant);
+    let value = Spread::of(&rs.iter().map(|r| r.value).collect::<Vec<_>>())?;
+    let mut extra: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut points: BTreeMap<u64, (f64, Vec<f64>)> = BTreeMap::new();
+    for r in &rs {
+        for (k, v) in &r.extra {
+            extra.entry(k.clone()).or_default().push(*v);
+        }
+        for [p, v] in &r.latency_points {
+            // Keyed by the percentile in thousandths, so 99.9 and 99.99 stay apart.
+            points
+                .entry((p * 1000.0).round() as u64)
+                .or_insert((*p, Vec::new()))
+                .1
+                .push(*v);
+        }
+    }
+    Some(VariantStats {
+        tool: tool.into(),
+        variant: variant.into(),
+        unit: rs[0].unit.clone(),
+        value,
+        extra: extra
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, Spread::of(&v)?.median)))
+            .collect(),
+        latency_points: points
+            .into_values()
+            .filter_map(|(p, v)| Some([p, Spread::of(&v)?.median]))
+            .collect(),
+    })
+}
+
+/// One tool's runs in `variant` against its runs in `baseline`.
+pub fn row(tool: &str, baseline: &str, variant: &str, runs: &[RunRecord]) -> Option<Row> {
+    let (b, a) = (of(runs, tool, baseline), of(runs, tool, variant));
     let values = |v: &[&RunRecord]| v.iter().map(|r| r.value).collect::<Vec<_>>();
     let unit = b.first()?.unit.clone();
-    let metric = match unit.as_str() {
-        "bit/s" => Metric::BitsPerSecond,
-        _ => Metric::TransactionsPerSecond,
-    };
-    let decision = decide(metric, &values(&b), &values(&a))?;
+    let decision = decide(metric_of(&unit), &values(&b), &values(&a))?;
     let (sb, sa) = (
         median_per_cpu(&b, |p| p.share),
         median_per_cpu(&a, |p| p.share),
@@ -699,6 +621,8 @@ pub fn row(tool: &str, runs: &[RunRecord]) -> Option<Row> {
     Some(Row {
         tool: tool.into(),
         unit,
+        baseline: baseline.into(),
+        variant: variant.into(),
         decision,
         per_cpu: cpus
             .into_iter()
@@ -729,6 +653,10 @@ mod tests {
             value: bps,
             unit: "bit/s".into(),
             p99_us: None,
+            latency_points: vec![[50.0, bps], [100.0, bps * 2.0]],
+            extra: [("x".to_string(), bps)].into(),
+            started_s: 0.0,
+            elapsed_s: 1.0,
             per_cpu: per_cpu(&processed, &Times::new(), &Times::new()),
         }
     }
@@ -742,29 +670,20 @@ mod tests {
             rec("x", "after", 16.0, 40, 60),
             rec("y", "before", 1.0, 1, 1),
         ];
-        let r = row("x", &runs).unwrap();
+        let r = row("x", "before", "after", &runs).unwrap();
         assert!(r.decision.keep, "{r:?}");
         assert_eq!(r.decision.before.median, 10.5);
         assert_eq!(r.per_cpu[0].before, Some(0.95));
         assert_eq!(r.per_cpu[1].after, Some(0.55));
         // Only "before" runs for y: no comparison.
-        assert!(row("y", &runs).is_none());
-    }
-
-    #[test]
-    fn the_load_generators_outputs_are_read() {
-        let wrk = "  Latency Distribution\n     50%  291.00us\n     99%    1.20ms\n  105827 requests in 2.00s, 24.22MB read\nRequests/sec:  52875.72\n";
-        assert_eq!(parse_wrk(wrk).unwrap(), (52875.72, Some(1200.0)));
-        assert_eq!(
-            parse_wrk("Requests/sec: 10\n     99%  2.5s\n").unwrap().1,
-            Some(2.5e6)
-        );
-        assert!(parse_wrk("garbage").is_err());
-        let slap = "get_misses: 0\n\nRun time: 2.0s Ops: 179272 TPS: 89620 Net_rate: 100.3M/s\n";
-        assert_eq!(parse_memcaslap(slap).unwrap(), 89620.0);
-        assert!(parse_memcaslap("nothing").is_err());
-        assert_eq!(whole_seconds(0.4), "1");
-        assert_eq!(whole_seconds(2.5), "3");
+        assert!(row("y", "before", "after", &runs).is_none());
+        let st = variant_stats("x", "after", &runs).unwrap();
+        assert_eq!((st.value.min, st.value.max), (15.0, 16.0));
+        assert_eq!(st.extra["x"], 15.5);
+        assert_eq!(st.latency_points, [[50.0, 15.5], [100.0, 31.0]]);
+        assert!(variant_stats("x", "nowhere", &runs).is_none());
+        assert_eq!(mask_of(&[1]), "00000002");
+        assert_eq!(mask_of(&[0, 33]), "00000002,00000001");
     }
 
     #[test]

@@ -13,14 +13,19 @@ pub struct Scenario {
     pub description: String,
     /// Seconds per workload run.
     pub duration_s: f64,
-    /// Runs of each variant (before, after), alternated.
+    /// Runs of each variant, alternated (A B C A B C ...).
     pub repeats: u32,
+    /// What this scenario cannot show on a lab of namespaces (said in the report, not hidden).
+    #[serde(default)]
+    pub limits: Vec<String>,
     pub topology: Topology,
     pub workloads: Vec<Workload>,
-    pub change: Change,
+    /// The states compared; the first is the baseline every other one is decided against.
+    pub variants: Vec<Variant>,
 }
 
-/// Two hosts, `client` and `server`, joined by one veth link.
+/// Two hosts, `client` and `server`, joined by one veth link (`v0a` in the client, `v0b` in
+/// the server).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
@@ -28,11 +33,19 @@ pub struct Topology {
     /// CPU list the client's processes run on (taskset).
     pub client_cpus: String,
     pub server_cpus: String,
+    /// Keep the client's receive work on the client's CPUs (RPS on `v0a`). The client stands
+    /// for another machine: without this, a veth processes the server's answers on the
+    /// server's CPU (the sender's) and mixes them into the server's picture.
+    #[serde(default)]
+    pub client_rps: bool,
+    /// The link's MTU (default the veth's 1500).
+    #[serde(default)]
+    pub mtu: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Tool {
-    /// `netsteer bench tcp-stream` (server in the server host, client in the client host).
+    /// `netsteer bench tcp-stream`, called as a library inside the two hosts.
     #[serde(rename = "netsteer-tcp-stream")]
     NetsteerTcpStream,
     /// iperf3 from Debian (`iperf3 -s -1` / `iperf3 -c -J`).
@@ -44,6 +57,15 @@ pub enum Tool {
     /// memcached driven by memcaslap (Debian `memcached`, `libmemcached-tools`).
     #[serde(rename = "memcached-memcaslap")]
     MemcachedMemcaslap,
+    /// `netsteer bench udp-echo`, called as a library, with kernel timestamps.
+    #[serde(rename = "netsteer-udp-echo")]
+    NetsteerUdpEcho,
+    /// sockperf ping-pong (Debian `sockperf`), full round trips.
+    #[serde(rename = "sockperf")]
+    Sockperf,
+    /// `netsteer bench netchannel` (experiments E1-E4), called as a library between the hosts.
+    #[serde(rename = "netsteer-netchannel")]
+    NetsteerNetchannel,
 }
 
 impl Tool {
@@ -53,16 +75,28 @@ impl Tool {
             Tool::Iperf3 => "iperf3",
             Tool::NginxWrk => "nginx-wrk",
             Tool::MemcachedMemcaslap => "memcached-memcaslap",
+            Tool::NetsteerUdpEcho => "netsteer-udp-echo",
+            Tool::Sockperf => "sockperf",
+            Tool::NetsteerNetchannel => "netsteer-netchannel",
         }
     }
 
     /// What a run of this tool measures: bits per second for the stream tools, requests per
-    /// second for the applications.
+    /// second for the applications, the median round trip for the echo tools.
     pub fn unit(self) -> &'static str {
         match self {
-            Tool::NetsteerTcpStream | Tool::Iperf3 => "bit/s",
+            Tool::NetsteerTcpStream | Tool::Iperf3 | Tool::NetsteerNetchannel => "bit/s",
             Tool::NginxWrk | Tool::MemcachedMemcaslap => "requests/s",
+            Tool::NetsteerUdpEcho | Tool::Sockperf => "ns",
         }
+    }
+
+    fn stream(self) -> bool {
+        matches!(self, Tool::NetsteerTcpStream | Tool::Iperf3)
+    }
+
+    fn echo(self) -> bool {
+        matches!(self, Tool::NetsteerUdpEcho | Tool::Sockperf)
     }
 }
 
@@ -70,21 +104,129 @@ impl Tool {
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     pub tool: Tool,
-    /// Connections (streams, or the load generator's concurrent connections).
+    /// Connections (streams, the load generator's connections, echo flows).
+    #[serde(default = "one")]
     pub flows: u32,
-    /// Bytes per write of the stream tools (not used by the applications).
+    /// Bytes per write of the stream tools.
     #[serde(default)]
     pub write_size: Option<u32>,
+    /// Datagram bytes of the echo tools (default 32).
+    #[serde(default)]
+    pub size: Option<u32>,
     #[serde(default)]
     pub nodelay: bool,
+    /// netsteer-tcp-stream: receive with TCP_ZEROCOPY_RECEIVE (mapped pages) instead of copies.
+    #[serde(default)]
+    pub zerocopy_recv: bool,
+    /// netsteer-tcp-stream: MSG_ZEROCOPY sends (the receiver can map only whole pages).
+    #[serde(default)]
+    pub zerocopy_send: bool,
+    /// netsteer-tcp-stream: TCP_MAXSEG (4108 puts 4096 payload bytes in a segment with
+    /// timestamps, what mapping needs).
+    #[serde(default)]
+    pub mss: Option<u32>,
+    /// netsteer-netchannel: which experiments (default E1 and E4).
+    #[serde(default)]
+    pub experiments: Vec<String>,
 }
 
-/// The change between "before" and "after": `netsteer tune apply --profile P` on the server
-/// host's link device, rolled back after every "after" run.
+fn one() -> u32 {
+    1
+}
+
+/// How the echo tools wait for a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Wait {
+    /// Sleep in the receive call until the softirq wakes the thread.
+    Block,
+    /// Non-blocking receive in a loop (sockperf `--nonblocked`).
+    Spin,
+    /// Blocking receive with SO_BUSY_POLL (sockperf `--lls`).
+    BusyPoll,
+}
+
+/// One state of the system: a `tune` change in the server host (a profile, explicit knobs,
+/// or both) and how the echo tools wait. An empty variant is the host as the lab made it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Change {
-    pub profile: String,
+pub struct Variant {
+    pub name: String,
+    /// `netsteer tune apply --profile` on the server's `v0b`.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// `--cpus`: the CPUs that profile may give packet work to.
+    #[serde(default)]
+    pub cpus: Option<String>,
+    /// Explicit knobs, `PATH=VALUE` (`--set`), in the server host.
+    #[serde(default)]
+    pub set: Vec<String>,
+    /// Echo tools: how to wait (default block).
+    #[serde(default)]
+    pub wait: Option<Wait>,
+    /// Echo tools with `wait = "busy-poll"`: SO_BUSY_POLL in µs (default 50).
+    #[serde(default)]
+    pub busy_poll_us: Option<u32>,
+    /// netsteer-tcp-stream: receive with TCP_ZEROCOPY_RECEIVE (overrides the workload's).
+    #[serde(default)]
+    pub zerocopy_recv: Option<bool>,
+}
+
+impl Variant {
+    /// True when entering it changes the server host (a `tune apply` to roll back).
+    pub fn changes_host(&self) -> bool {
+        self.profile.is_some() || !self.set.is_empty()
+    }
+
+    /// The `netsteer tune` arguments after `apply`/`plan`: profile, CPUs, knobs, device.
+    pub fn tune_args(&self, dev: &str) -> Vec<String> {
+        let mut a = vec![
+            "--profile".to_string(),
+            self.profile.clone().unwrap_or_else(|| "none".into()),
+            "--dev".into(),
+            dev.into(),
+        ];
+        if let Some(c) = &self.cpus {
+            a.extend(["--cpus".into(), c.clone()]);
+        }
+        for k in &self.set {
+            a.extend(["--set".into(), k.clone()]);
+        }
+        a
+    }
+
+    /// How the variant reads as a change, for reports.
+    pub fn describe(&self, dev: &str) -> String {
+        let mut parts = Vec::new();
+        if self.changes_host() {
+            parts.push(format!(
+                "netsteer tune apply {}",
+                self.tune_args(dev).join(" ")
+            ));
+        }
+        if let Some(w) = self.wait {
+            parts.push(match w {
+                Wait::Block => "echo tools block".into(),
+                Wait::Spin => "echo tools spin".into(),
+                Wait::BusyPoll => format!(
+                    "echo tools busy-poll {} µs",
+                    self.busy_poll_us.unwrap_or(50)
+                ),
+            });
+        }
+        if let Some(z) = self.zerocopy_recv {
+            parts.push(if z {
+                "netsteer-tcp-stream receives zero-copy".into()
+            } else {
+                "netsteer-tcp-stream receives by copying".into()
+            });
+        }
+        if parts.is_empty() {
+            "the lab as made (no change)".into()
+        } else {
+            parts.join("; ")
+        }
+    }
 }
 
 /// The directory of shipped scenarios: `NETSTEER_SCENARIOS`, else `scenarios/` of the source
@@ -156,26 +298,87 @@ pub fn parse(text: &str) -> std::result::Result<Scenario, String> {
         netsteer_host::CpuSet::parse_list(list, None)
             .map_err(|e| format!("topology.{what} {list:?}: {e}"))?;
     }
+    if s.topology.mtu.is_some_and(|m| !(576..=65535).contains(&m)) {
+        return Err("topology.mtu: 576 to 65535".into());
+    }
     if s.workloads.is_empty() {
         return Err("no [[workloads]]".into());
     }
     for w in &s.workloads {
-        let stream = matches!(w.tool, Tool::NetsteerTcpStream | Tool::Iperf3);
-        if !(1..=1024).contains(&w.flows)
-            || stream != w.write_size.is_some()
+        let name = w.tool.name();
+        if !(1..=1024).contains(&w.flows) {
+            return Err(format!("workload {name}: flows {}: 1 to 1024", w.flows));
+        }
+        if w.tool.stream() != w.write_size.is_some()
             || w.write_size.is_some_and(|n| !(1..=1 << 20).contains(&n))
         {
             return Err(format!(
-                "workload {}: flows 1 to 1024, write_size 1 B to 1 MiB for the stream tools only",
-                w.tool.name()
+                "workload {name}: write_size 1 B to 1 MiB, for the stream tools only"
             ));
         }
+        if w.size.is_some() && !w.tool.echo() || w.size.is_some_and(|n| !(32..=65507).contains(&n))
+        {
+            return Err(format!(
+                "workload {name}: size 32 to 65507 B, for the echo tools only"
+            ));
+        }
+        if (w.zerocopy_recv || w.zerocopy_send || w.mss.is_some())
+            && w.tool != Tool::NetsteerTcpStream
+        {
+            return Err(format!(
+                "workload {name}: zerocopy_recv, zerocopy_send and mss are for netsteer-tcp-stream"
+            ));
+        }
+        for e in &w.experiments {
+            if w.tool != Tool::NetsteerNetchannel || !["E1", "E2", "E3", "E4"].contains(&e.as_str())
+            {
+                return Err(format!(
+                    "workload {name}: experiments {e:?}: E1-E4, for netsteer-netchannel only"
+                ));
+            }
+        }
     }
-    if !["latency", "throughput", "balanced"].contains(&s.change.profile.as_str()) {
-        return Err(format!(
-            "change.profile {:?}: latency, throughput or balanced",
-            s.change.profile
-        ));
+    if s.variants.is_empty() || s.variants.len() > 16 {
+        return Err("[[variants]]: 1 to 16 (the first is the baseline)".into());
+    }
+    for (i, v) in s.variants.iter().enumerate() {
+        if v.name.is_empty()
+            || v.name.len() > 32
+            || !v
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || s.variants[..i].iter().any(|o| o.name == v.name)
+        {
+            return Err(format!(
+                "variant {:?}: a unique name of 1-32 letters, digits, '-' or '_'",
+                v.name
+            ));
+        }
+        if let Some(p) = &v.profile
+            && !["latency", "throughput", "balanced"].contains(&p.as_str())
+        {
+            return Err(format!(
+                "variant {}: profile {p:?}: latency, throughput or balanced",
+                v.name
+            ));
+        }
+        if let Some(c) = &v.cpus {
+            if v.profile.is_none() {
+                return Err(format!("variant {}: cpus needs a profile", v.name));
+            }
+            netsteer_host::CpuSet::parse_list(c, None)
+                .map_err(|e| format!("variant {}: cpus {c:?}: {e}", v.name))?;
+        }
+        for k in &v.set {
+            netsteer_tune::tune::Knob::parse(k)
+                .map_err(|e| format!("variant {}: set: {e}", v.name))?;
+        }
+        if v.busy_poll_us
+            .is_some_and(|u| !(1..=1_000_000).contains(&u))
+        {
+            return Err(format!("variant {}: busy_poll_us 1 to 1000000", v.name));
+        }
     }
     Ok(s)
 }
@@ -203,6 +406,27 @@ mod tests {
             ("queues = 1", "queues = 999", "queues 999"),
             ("client_cpus = \"0\"", "client_cpus = \"x\"", "client_cpus"),
             ("profile = \"throughput\"", "profile = \"fast\"", "profile"),
+            ("name = \"rps\"", "name = \"before\"", "unique name"),
+            (
+                "name = \"rps\"",
+                "name = \"rps\"\nset = [\"/etc/passwd=1\"]",
+                "not a knob",
+            ),
+            (
+                "name = \"rps\"",
+                "name = \"rps\"\ncpus = \"0\"\nwait = \"spin\"\nbusy_poll_us = 0",
+                "busy_poll_us",
+            ),
+            (
+                "write_size = 16",
+                "write_size = 16\nsize = 64",
+                "echo tools only",
+            ),
+            (
+                "tool = \"iperf3\"",
+                "tool = \"iperf3\"\nzerocopy_recv = true",
+                "zerocopy",
+            ),
             ("flows = 6", "flows = 0", "flows"),
             ("tool = \"iperf3\"", "tool = \"netperf\"", "netperf"),
             ("queues = 1", "queues = 1\nextra = 1", "extra"),
