@@ -515,7 +515,8 @@ impl netsteer_lab::closed_loop::Executor for VerifyExecutor<'_> {
 
     fn enter(&mut self, variant: usize) -> netsteer_lab::Result<()> {
         if variant == 1 {
-            let r = (self.apply)().map_err(|e| netsteer_lab::LabError::Invalid(format!("{e:#}")))?;
+            let r =
+                (self.apply)().map_err(|e| netsteer_lab::LabError::Invalid(format!("{e:#}")))?;
             let applied = r.status == "applied";
             self.report = Some(r);
             if !applied {
@@ -605,7 +606,14 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
                 report: None,
             };
             let clock = netsteer_bench::clock::MonotonicClock::default();
-            let runs = run(&mut exec, 2, a.repeat, Order::Sequential, &clock, |_| Ok(()));
+            let runs = run(
+                &mut exec,
+                2,
+                a.repeat,
+                Order::Sequential,
+                &clock,
+                |_| Ok(()),
+            );
             let report = exec.report.take();
             match (runs, report) {
                 (Ok(runs), Some(report)) => {
