@@ -407,9 +407,10 @@ mod tests {
             ("client_cpus = \"0\"", "client_cpus = \"x\"", "client_cpus"),
             ("profile = \"throughput\"", "profile = \"fast\"", "profile"),
             ("name = \"rps\"", "name = \"before\"", "unique name"),
+            ("rx-0/rps_cpus=2", "../../../../etc/passwd=1", "'..'"),
             (
-                "name = \"rps\"",
-                "name = \"rps\"\nset = [\"/etc/passwd=1\"]",
+                "set = [\"/sys",
+                "set = [\"/etc/passwd=1\", \"/sys",
                 "not a knob",
             ),
             (
