@@ -335,22 +335,32 @@ fn lab_run_all_scenarios_briefly() {
     assert!(lab_namespaces().is_empty(), "{:?}", lab_namespaces());
 }
 
+/// Starts `netsteer lab run seed-003` in the background (stderr piped, for its progress lines),
+/// for the tests that stop it with a signal; None when it cannot run here.
+fn spawn_seed_003(repeat: &str, duration: &str) -> Option<std::process::Child> {
+    if !is_root() || Command::new("iperf3").arg("--version").output().is_err() {
+        common::cannot_run("needs root, iproute2 and iperf3");
+        return None;
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "run", "seed-003", "--repeat", repeat])
+        .args(["--duration", duration])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    Some(child)
+}
+
 /// `kill -9` in the middle of a scenario cannot clean up; `netsteer lab clean` then removes
 /// every namespace, process and record of that run, and the tune change it made dies with its
 /// namespace (the lab's changes are all inside it).
 #[test]
 fn lab_run_killed_with_sigkill_is_cleaned_by_lab_clean() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !is_root() || Command::new("iperf3").arg("--version").output().is_err() {
-        common::cannot_run("needs root, iproute2 and iperf3");
+    let Some(mut child) = spawn_seed_003("5", "3") else {
         return;
-    }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "run", "seed-003", "--repeat", "5", "--duration", "3"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    };
     let pid = child.id();
     // Wait until the "after" variant runs: the change is applied then.
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
@@ -444,16 +454,9 @@ fn lab_run_killed_with_sigkill_is_cleaned_by_lab_clean() {
 #[test]
 fn lab_run_stopped_by_sigterm_leaves_nothing() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !is_root() || Command::new("iperf3").arg("--version").output().is_err() {
-        common::cannot_run("needs root, iproute2 and iperf3");
+    let Some(mut child) = spawn_seed_003("3", "5") else {
         return;
-    }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "run", "seed-003", "--repeat", "3", "--duration", "5"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    };
     let t = std::time::Instant::now();
     while lab_namespaces().len() < 2 {
         assert!(

@@ -97,13 +97,8 @@ fn cdf(tool: &str, summary: &Summary) -> String {
     let (lo, hi) = all.fold((f64::MAX, 0.0f64), |(lo, hi), [_, v]| {
         (lo.min(v.max(1.0)), hi.max(*v))
     });
-    let (lo, hi) = (
-        lo.log10().floor(),
-        hi.max(lo * 10.0)
-            .log10()
-            .ceil()
-            .max(lo.log10().floor() + 1.0),
-    );
+    // Whole decades, at least one: ceil(log(10·lo)) is already past floor(log(lo)).
+    let (lo, hi) = (lo.log10().floor(), hi.max(lo * 10.0).log10().ceil());
     let (w, h, left, bottom, top) = (640.0, 300.0, 50.0, 40.0, 10.0);
     let x = |ns: f64| left + (w - left - 150.0) * (ns.max(1.0).log10() - lo) / (hi - lo);
     let y = |p: f64| top + (h - top - bottom) * (1.0 - p / 100.0);

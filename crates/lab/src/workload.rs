@@ -52,8 +52,8 @@ impl Place<'_> {
     }
 }
 
-fn invalid(what: &str) -> impl Fn(String) -> LabError + '_ {
-    move |e| LabError::Invalid(format!("{what}: {e}"))
+fn invalid(what: &str, e: impl std::fmt::Display) -> LabError {
+    LabError::Invalid(format!("{what}: {e}"))
 }
 
 /// Runs `f` on a thread inside `host`'s network namespace, pinned to `cpus`. Sockets made
@@ -201,17 +201,14 @@ fn tcp_stream(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
     };
     let s = client_server(
         p,
-        || Server::bind(scfg).map_err(|e| invalid("tcp-stream server")(e.to_string())),
+        || Server::bind(scfg).map_err(|e| invalid("tcp-stream server", e)),
         |server, stop| {
             server
                 .run(&stop, |_| Ok(()))
                 .map(|_| ())
-                .map_err(|e| invalid("tcp-stream server")(e.to_string()))
+                .map_err(|e| invalid("tcp-stream server", e))
         },
-        || {
-            run_stream_client(&ccfg, |_| Ok(()))
-                .map_err(|e| invalid("tcp-stream client")(e.to_string()))
-        },
+        || run_stream_client(&ccfg, |_| Ok(())).map_err(|e| invalid("tcp-stream client", e)),
     )?;
     let mut extra = BTreeMap::new();
     if let (Some(mapped), true) = (s.rx_mapped_bytes, s.bytes > 0) {
@@ -296,17 +293,14 @@ fn udp_echo(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
     let client_clock = clock.clone();
     let mut s = client_server(
         p,
-        || Server::bind(&scfg).map_err(|e| invalid("udp-echo server")(e.to_string())),
+        || Server::bind(&scfg).map_err(|e| invalid("udp-echo server", e)),
         move |server, stop| {
             server
                 .run(stop, clock, |_| Ok(()))
                 .map(|_| ())
-                .map_err(|e| invalid("udp-echo server")(e.to_string()))
+                .map_err(|e| invalid("udp-echo server", e))
         },
-        || {
-            run_client(&ccfg, client_clock, |_| Ok(()))
-                .map_err(|e| invalid("udp-echo client")(e.to_string()))
-        },
+        || run_client(&ccfg, client_clock, |_| Ok(())).map_err(|e| invalid("udp-echo client", e)),
     )?;
     let s = s
         .pop()
@@ -449,7 +443,7 @@ fn iperf3(p: &Place<'_>, w: &Workload) -> Result<Measured> {
     }
     let out = p.client.exec(&args)?;
     let v: serde_json::Value =
-        serde_json::from_str(&stdout_of(&out)).map_err(|e| invalid("iperf3 -J")(e.to_string()))?;
+        serde_json::from_str(&stdout_of(&out)).map_err(|e| invalid("iperf3 -J", e))?;
     let bps = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .ok_or_else(|| LabError::Invalid("iperf3 -J: no end.sum_received".into()))?;

@@ -72,16 +72,9 @@ pub fn pair(server: Config, client: Config) -> (Endpoint, Endpoint) {
     (s, c)
 }
 
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
+// The lab's root check; only the namespace tests use it, the other test files share this module.
+#[allow(unused_imports)]
+pub use netsteer_lab::is_root;
 
 /// A live test that cannot run on this machine. Under CI (`CI=true`) that is a failure, not a
 /// pass: libtest hides a passing test's output, so a quiet skip would turn CI green having
