@@ -21,8 +21,9 @@ fn set() -> libc::sigset_t {
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and so in every thread it starts
-/// afterwards (threads inherit the mask; programs started with `std::process::Command` get an
-/// empty mask back). Call it before starting threads, then [`wait_termination`] in one of them.
+/// afterwards (threads inherit the mask, and so do programs started from them: see
+/// [`unblock_termination_in`]). Call it before starting threads, then [`wait_termination`] in
+/// one of them.
 pub fn block_termination() -> io::Result<()> {
     let s = set();
     // SAFETY: `s` is initialized; a null old-set pointer is allowed.
@@ -48,6 +49,27 @@ pub fn wait_termination() -> io::Result<i32> {
     }
 }
 
+/// Makes the program `cmd` starts begin with SIGINT, SIGTERM and SIGHUP unblocked. A child
+/// inherits its parent's signal mask across fork and execve (signal(7)), and std's `Command`
+/// leaves it alone: without this, a program started by a process that called
+/// [`block_termination`] would ignore Ctrl-C and `kill`.
+pub fn unblock_termination_in(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let s = set();
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: it makes one, sigprocmask(2), on a sigset_t it
+    // owns (a copy, made before the fork), and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sigprocmask(libc::SIG_UNBLOCK, &s, std::ptr::null_mut()) == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +84,27 @@ mod tests {
             wait_termination().unwrap()
         });
         assert_eq!(h.join().unwrap(), libc::SIGTERM);
+    }
+
+    #[test]
+    fn a_started_program_gets_the_termination_signals_unblocked() {
+        let h = std::thread::spawn(|| {
+            block_termination().unwrap();
+            let blocked = |unblock: bool| {
+                let mut c = std::process::Command::new("grep");
+                c.args(["^SigBlk:", "/proc/self/status"]);
+                if unblock {
+                    unblock_termination_in(&mut c);
+                }
+                let out = c.output().unwrap();
+                let line = String::from_utf8(out.stdout).unwrap();
+                u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+            };
+            (blocked(false), blocked(true))
+        });
+        let (inherited, unblocked) = h.join().unwrap();
+        let term = 1u64 << (libc::SIGTERM - 1);
+        assert_ne!(inherited & term, 0, "the mask is inherited: {inherited:x}");
+        assert_eq!(unblocked & term, 0, "and undone: {unblocked:x}");
     }
 }
