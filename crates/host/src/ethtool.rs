@@ -66,6 +66,10 @@ pub struct NicSettings {
     pub coalesce: Field<BTreeMap<String, u64>>,
     pub pause: Field<Pause>,
     pub rss: Field<Rss>,
+    /// The link's kind as rtnetlink names it (IFLA_INFO_KIND: `veth`, `bridge`, `bond`, ...);
+    /// absent for links without one (physical NICs, loopback) and when it was not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_kind: Option<String>,
 }
 
 impl NicSettings {
@@ -78,6 +82,7 @@ impl NicSettings {
             coalesce: Field::unknown(reason),
             pause: Field::unknown(reason),
             rss: Field::unknown(reason),
+            link_kind: None,
         }
     }
 }

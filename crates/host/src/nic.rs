@@ -117,6 +117,18 @@ pub struct Nic {
 }
 
 impl Nic {
+    /// Takes the kind rtnetlink reported with the settings (IFLA_INFO_KIND) over the one
+    /// guessed from sysfs, for virtual devices (a physical NIC keeps `physical`).
+    pub fn take_link_kind(&mut self) {
+        if self.kind == "physical" {
+            return;
+        }
+        if let Some(kind) = self.settings.as_ref().and_then(|s| s.link_kind.clone()) {
+            self.driver = Field::Known(kind.clone());
+            self.kind = kind;
+        }
+    }
+
     pub fn is_virtual(&self) -> bool {
         self.kind != "physical"
     }

@@ -95,6 +95,7 @@ pub fn read_host(fs: &HostFs, settings: Option<&dyn Fn(&str) -> NicSettings>) ->
         .map(|name| {
             let mut nic = read_nic(fs, name, interrupts.as_ref(), topology.nr_cpu_ids);
             nic.settings = settings.map(|f| f(name));
+            nic.take_link_kind();
             nic
         })
         .collect();
@@ -106,5 +107,34 @@ pub fn read_host(fs: &HostFs, settings: Option<&dyn Fn(&str) -> NicSettings>) ->
         topology,
         nics,
         problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two fresh namespaces both number their first veth 2: sysfs then shows iflink ==
+    /// ifindex and the veth looks like any virtual device; rtnetlink's kind corrects it.
+    #[test]
+    fn the_link_kind_from_rtnetlink_wins_over_the_sysfs_guess() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = dir.path().join("sys/class/net/v0a");
+        std::fs::create_dir_all(&net).unwrap();
+        std::fs::create_dir_all(dir.path().join("proc")).unwrap();
+        std::fs::write(dir.path().join("proc/stat"), "cpu0 1 0 0 0 0 0 0 0 0 0\n").unwrap();
+        for (f, v) in [("ifindex", "2"), ("iflink", "2"), ("type", "1")] {
+            std::fs::write(net.join(f), format!("{v}\n")).unwrap();
+        }
+        let fs = HostFs::open(dir.path()).unwrap();
+        let guessed = read_host(&fs, None);
+        assert_eq!(guessed.nics[0].kind, "virtual");
+        let with_kind = |_: &str| NicSettings {
+            link_kind: Some("veth".into()),
+            ..NicSettings::unavailable("test")
+        };
+        let told = read_host(&fs, Some(&with_kind));
+        assert_eq!(told.nics[0].kind, "veth");
+        assert_eq!(told.nics[0].driver, Field::Known("veth".into()));
     }
 }

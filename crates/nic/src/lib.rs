@@ -3,7 +3,9 @@
 //! [`FakeNic`] serves canned settings to tests, and [`TreeNic`] reads and writes the NIC state a
 //! `--root` tree recorded (`netsteer/ethtool.json`), so tuning a tree never touches a real NIC.
 
+mod attr;
 mod ethnl;
+pub mod rtnl;
 mod socket;
 
 pub use ethnl::Netlink;

@@ -1,29 +1,39 @@
-//! A blocking generic-netlink socket: the only `unsafe` of this crate.
+//! A blocking netlink socket, generic (ethtool) or route (rtnetlink): the only `unsafe` of
+//! this crate.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub const NLMSG_HDRLEN: usize = 16;
-pub const GENL_HDRLEN: usize = 4;
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
 pub const NLM_F_REQUEST: u16 = 1;
 /// Ask for an acknowledgement: a SET that succeeds is otherwise answered with nothing at all.
 pub const NLM_F_ACK: u16 = 4;
 
-pub struct GenlSocket {
+pub struct NlSocket {
     fd: OwnedFd,
     seq: u32,
 }
 
-impl GenlSocket {
-    pub fn open() -> io::Result<GenlSocket> {
+impl NlSocket {
+    /// A generic netlink socket (ethtool, netdev families).
+    pub fn generic() -> io::Result<NlSocket> {
+        Self::open(libc::NETLINK_GENERIC)
+    }
+
+    /// An rtnetlink socket (links, addresses).
+    pub fn route() -> io::Result<NlSocket> {
+        Self::open(libc::NETLINK_ROUTE)
+    }
+
+    fn open(protocol: libc::c_int) -> io::Result<NlSocket> {
         // SAFETY: socket(2) with constant arguments; the result is checked before use.
         let fd = unsafe {
             libc::socket(
                 libc::AF_NETLINK,
                 libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_GENERIC,
+                protocol,
             )
         };
         if fd < 0 {
@@ -49,37 +59,50 @@ impl GenlSocket {
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(GenlSocket { fd, seq: 1 })
+        Ok(NlSocket { fd, seq: 1 })
     }
 
     /// Sends one request (`family`, `cmd`, attributes) and returns the payloads (after the genl
     /// header) of the reply messages, or the errno the kernel answered with.
     pub fn request(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<Vec<u8>>> {
-        self.request_with(family, cmd, attrs, NLM_F_REQUEST)
+        self.request_with(family, &[cmd, 1, 0, 0], attrs, NLM_F_REQUEST)
     }
 
     /// A request whose success is only an acknowledgement (ethtool SET messages).
     pub fn request_ack(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<()> {
-        self.request_with(family, cmd, attrs, NLM_F_REQUEST | NLM_F_ACK)
+        self.request_with(family, &[cmd, 1, 0, 0], attrs, NLM_F_REQUEST | NLM_F_ACK)
             .map(|_| ())
     }
 
+    /// A route-netlink request: message type (RTM_GETLINK ...), its fixed header (ifinfomsg
+    /// ...) and attributes; returns the replies' bodies after a header of the same size.
+    pub fn route_request(
+        &mut self,
+        msg_type: u16,
+        fixed: &[u8],
+        attrs: &[u8],
+    ) -> io::Result<Vec<Vec<u8>>> {
+        self.request_with(msg_type, fixed, attrs, NLM_F_REQUEST)
+    }
+
+    /// Sends a message of type `msg_type` made of a fixed header (genl's 4 bytes, rtnl's
+    /// ifinfomsg) and attributes; replies are returned without that header.
     fn request_with(
         &mut self,
-        family: u16,
-        cmd: u8,
+        msg_type: u16,
+        fixed: &[u8],
         attrs: &[u8],
         flags: u16,
     ) -> io::Result<Vec<Vec<u8>>> {
         self.seq = self.seq.wrapping_add(1);
-        let len = NLMSG_HDRLEN + GENL_HDRLEN + attrs.len();
+        let len = NLMSG_HDRLEN + fixed.len() + attrs.len();
         let mut msg = Vec::with_capacity(len);
         msg.extend_from_slice(&(len as u32).to_ne_bytes());
-        msg.extend_from_slice(&family.to_ne_bytes());
+        msg.extend_from_slice(&msg_type.to_ne_bytes());
         msg.extend_from_slice(&flags.to_ne_bytes());
         msg.extend_from_slice(&self.seq.to_ne_bytes());
         msg.extend_from_slice(&0u32.to_ne_bytes());
-        msg.extend_from_slice(&[cmd, 1, 0, 0]);
+        msg.extend_from_slice(fixed);
         msg.extend_from_slice(attrs);
         // SAFETY: `msg` is a valid buffer of `msg.len()` bytes; a NULL address sends to the kernel.
         let sent = unsafe { libc::send(self.fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
@@ -122,8 +145,8 @@ impl GenlSocket {
                         }
                         NLMSG_DONE => done = true,
                         _ => {
-                            if body.len() >= GENL_HDRLEN {
-                                replies.push(body[GENL_HDRLEN..].to_vec());
+                            if body.len() >= fixed.len() {
+                                replies.push(body[fixed.len()..].to_vec());
                             }
                             // A non-dump GET answers with exactly one message; a request
                             // with an ACK flag ends at the acknowledgement instead.

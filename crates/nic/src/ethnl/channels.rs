@@ -1,5 +1,5 @@
 //! ETHTOOL_MSG_CHANNELS_GET (17) and ETHTOOL_MSG_CHANNELS_SET (18).
-use super::attr;
+use crate::attr;
 use netsteer_host::ethtool::Channels;
 
 pub const CMD: u8 = 17;

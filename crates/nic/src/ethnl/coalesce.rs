@@ -1,6 +1,6 @@
 //! ETHTOOL_MSG_COALESCE_GET (19): every parameter the driver reports, by its netlink name;
 //! ETHTOOL_MSG_COALESCE_SET (20) of one parameter.
-use super::attr;
+use crate::attr;
 use std::collections::BTreeMap;
 
 pub const CMD: u8 = 19;

@@ -1,6 +1,6 @@
 //! ETHTOOL_MSG_FEATURES_GET (11) and ETHTOOL_MSG_FEATURES_SET (12). Requested without ETHTOOL_FLAG_COMPACT_BITSETS, so each bitset
 //! comes as a list of named bits; `hw`, `active` and `nochange` are lists of the set bits.
-use super::attr;
+use crate::attr;
 use netsteer_host::ethtool::Feature;
 use std::collections::{BTreeMap, BTreeSet};
 

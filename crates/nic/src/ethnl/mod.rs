@@ -2,7 +2,6 @@
 //! are our own table (include/uapi/linux/ethtool_netlink.h): Debian 12's 6.1 headers lack
 //! RSS_GET, and the system headers must not decide what we can ask a newer kernel.
 
-mod attr;
 mod channels;
 mod coalesce;
 mod features;
@@ -10,7 +9,8 @@ mod pause;
 mod rings;
 mod rss;
 
-use crate::socket::GenlSocket;
+use crate::attr;
+use crate::socket::NlSocket;
 use crate::{NicBackend, NicError};
 use netsteer_host::ethtool::{NicKnob, NicSettings};
 use netsteer_host::field::Field;
@@ -41,7 +41,10 @@ fn header(dev: &str, flags: u32) -> Vec<u8> {
 
 /// The live kernel over ethtool netlink.
 pub struct Netlink {
-    sock: RefCell<GenlSocket>,
+    sock: RefCell<NlSocket>,
+    /// rtnetlink, for the link's kind (None when it could not be opened; the kind is then
+    /// left to sysfs).
+    route: Option<RefCell<NlSocket>>,
     family: u16,
 }
 
@@ -53,7 +56,7 @@ impl std::fmt::Debug for Netlink {
 
 impl Netlink {
     pub fn open() -> Result<Netlink, NicError> {
-        let mut sock = GenlSocket::open().map_err(NicError::Socket)?;
+        let mut sock = NlSocket::generic().map_err(NicError::Socket)?;
         let mut a = Vec::new();
         attr::put_str(&mut a, CTRL_ATTR_FAMILY_NAME, "ethtool");
         let replies = sock
@@ -69,6 +72,7 @@ impl Netlink {
             .ok_or(NicError::NoFamily("ethtool"))?;
         Ok(Netlink {
             sock: RefCell::new(sock),
+            route: NlSocket::route().ok().map(RefCell::new),
             family,
         })
     }
@@ -182,6 +186,17 @@ impl NicBackend for Netlink {
             coalesce: self.field(dev, "coalesce-get", coalesce::CMD, coalesce::parse),
             pause: self.field(dev, "pause-get", pause::CMD, pause::parse),
             rss: self.field(dev, "rss-get", rss::CMD, rss::parse),
+            link_kind: self.route.as_ref().and_then(|r| {
+                let replies = r
+                    .borrow_mut()
+                    .route_request(
+                        crate::rtnl::link::RTM_GETLINK,
+                        &crate::rtnl::link::ifinfomsg(0),
+                        &crate::rtnl::link::get(dev),
+                    )
+                    .ok()?;
+                crate::rtnl::link::parse_kind(replies.first()?).ok()?
+            }),
         }
     }
 }

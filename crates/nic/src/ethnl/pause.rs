@@ -1,5 +1,5 @@
 //! ETHTOOL_MSG_PAUSE_GET (21) and ETHTOOL_MSG_PAUSE_SET (22).
-use super::attr;
+use crate::attr;
 use netsteer_host::ethtool::Pause;
 
 pub const CMD: u8 = 21;

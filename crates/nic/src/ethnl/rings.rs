@@ -1,5 +1,5 @@
 //! ETHTOOL_MSG_RINGS_GET (15) and ETHTOOL_MSG_RINGS_SET (16).
-use super::attr;
+use crate::attr;
 use netsteer_host::ethtool::Rings;
 
 pub const CMD: u8 = 15;

@@ -1,7 +1,7 @@
 //! ETHTOOL_MSG_RSS_GET (38, Linux 6.2+): hash function, indirection table, key; and
 //! ETHTOOL_MSG_RSS_SET (48, Linux 6.16+) of the indirection table. Older kernels answer the SET
 //! with EOPNOTSUPP, which tune reports as a skip.
-use super::attr;
+use crate::attr;
 use netsteer_host::ethtool::Rss;
 
 pub const CMD: u8 = 38;
