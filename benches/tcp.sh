@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # netsteer bench tcp-stream / tcp-rr beside the anchors, side by side in one run, on loopback
-# and across a veth pair between two namespaces this script creates and removes:
+# and across the veth link of `netsteer lab with` (benches/lib.sh):
 #   stream, 1 and 2 flows of 128 KiB writes      vs iperf3 -P N            (target ratio >= 1.0)
 #   stream, 6 flows of 16-byte writes, nodelay   vs iperf3 -P 6 -l 16 -N   (seed 003's case)
 #   rr, 14 B and 4 KiB, blocking                 vs sockperf ping-pong --tcp (target p50 ratio <= 1.0;
@@ -13,34 +13,22 @@
 set -euo pipefail
 secs=${1:-5}
 repeats=${2:-3}
-cd "$(dirname "$0")/.."
-cargo build --release -q -p netsteer
-bin=$PWD/target/release/netsteer
+. "$(dirname "$0")/lib.sh"
+in_lab -- "$@"
 for t in iperf3 sockperf python3; do
   command -v $t >/dev/null || { echo "$t missing: apt-get install -y iperf3 sockperf python3"; exit 2; }
 done
 [ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs"; exit 2; }
 
-nsa=nstcp-a-$$; nsb=nstcp-b-$$
 # The background server's pid: servers are stopped by pid, never by a name pattern that could
 # match a user's own iperf3 or sockperf (job specs are unreliable once earlier jobs are reaped).
 bg=
 stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
-cleanup() {
-  stop_bg
-  ip netns del $nsa 2>/dev/null || true
-  ip netns del $nsb 2>/dev/null || true
-}
-trap cleanup EXIT
-ip netns add $nsa; ip netns add $nsb
-ip -n $nsa link add va type veth peer name vb netns $nsb
-ip -n $nsa addr add 10.224.0.1/24 dev va; ip -n $nsb addr add 10.224.0.2/24 dev vb
-ip -n $nsa link set lo up; ip -n $nsa link set va up
-ip -n $nsb link set lo up; ip -n $nsb link set vb up
+trap stop_bg EXIT
 
 results=$(mktemp)
 setpath() { # PATH -> addr, cns, sns
-  if [ "$1" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=10.224.0.2; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
+  if [ "$1" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=$server_addr; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
 }
 port() { echo $((20000 + RANDOM % 20000)); }
 

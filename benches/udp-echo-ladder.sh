@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Seed 000's ladder reproduced on a veth pair between two namespaces this script creates and
-# removes: client in one (CPU 0), server in the other (CPU 1), 32-byte datagrams, with
+# Seed 000's ladder reproduced on the veth link of `netsteer lab with` (benches/lib.sh):
+# client in one (CPU 0), server in the other (CPU 1), 32-byte datagrams, with
 # --timestamp so each rung shows where the microseconds go (rx delivery = kernel RX stamp ->
 # application, seed 000's `packet=`; tx send = send call -> kernel TX stamp).
 #   1 block                 blocking receives, veth GRO off (no NAPI)
@@ -12,36 +12,24 @@
 set -euo pipefail
 secs=${1:-5}
 repeats=${2:-3}
-cd "$(dirname "$0")/.."
-cargo build --release -q -p netsteer
-bin=$PWD/target/release/netsteer
+. "$(dirname "$0")/lib.sh"
+in_lab -- "$@"
 command -v ethtool >/dev/null || { echo "ethtool missing: apt-get install -y ethtool"; exit 2; }
-nsa=nsladder-a-$$; nsb=nsladder-b-$$
 bg=
 stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
-cleanup() {
-  stop_bg
-  ip netns del $nsa 2>/dev/null || true
-  ip netns del $nsb 2>/dev/null || true
-}
-trap cleanup EXIT
-ip netns add $nsa; ip netns add $nsb
-ip -n $nsa link add va type veth peer name vb netns $nsb
-ip -n $nsa addr add 10.223.0.1/24 dev va; ip -n $nsb addr add 10.223.0.2/24 dev vb
-ip -n $nsa link set lo up; ip -n $nsa link set va up
-ip -n $nsb link set lo up; ip -n $nsb link set vb up
+trap stop_bg EXIT
 A=(ip netns exec $nsa); B=(ip netns exec $nsb)
-gro() { "${A[@]}" ethtool -K va gro "$1" >/dev/null; "${B[@]}" ethtool -K vb gro "$1" >/dev/null; }
-rps() { "${A[@]}" sh -c "echo $1 > /sys/class/net/va/queues/rx-0/rps_cpus"; }
+gro() { "${A[@]}" ethtool -K $va gro "$1" >/dev/null; "${B[@]}" ethtool -K $vb gro "$1" >/dev/null; }
+rps() { "${A[@]}" sh -c "echo $1 > /sys/class/net/$va/queues/rx-0/rps_cpus"; }
 out=$(mktemp)
 rung() { # NAME WAIT
   local name=$1 wait=$2 port=$((30000 + RANDOM % 20000))
-  "${B[@]}" "$bin" bench udp-echo server --listen 10.223.0.2:$port --cpu 1 --wait "$wait" --busy-poll 50 \
+  "${B[@]}" "$bin" bench udp-echo server --listen $server_addr:$port --cpu 1 --wait "$wait" --busy-poll 50 \
     --max-pps-per-source 0 --max-pps 0 >/dev/null 2>&1 &
   bg=$!
   sleep 0.5
   local line
-  line=$("${A[@]}" "$bin" bench udp-echo client 10.223.0.2:$port --cpu 0 --wait "$wait" --busy-poll 50 \
+  line=$("${A[@]}" "$bin" bench udp-echo client $server_addr:$port --cpu 0 --wait "$wait" --busy-poll 50 \
     --size 32 --warmup 0.5 --duration "$secs" --timestamp --json | grep '"type":"summary"')
   stop_bg
   echo "$name|$line" >> "$out"

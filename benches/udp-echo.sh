@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # netsteer bench udp-echo beside sockperf ping-pong (the anchor), side by side in one run: the
 # same 32-byte payload and CPU placement (client CPU 0 / server CPU 1, and both on CPU 0), in
-# blocking and spin modes (sockperf --nonblocked), on loopback and across a veth pair between
-# two namespaces this script creates and removes. Each case runs REPEATS times, the two tools
+# blocking and spin modes (sockperf --nonblocked), on loopback and across the veth link of
+# `netsteer lab with` (benches/lib.sh). Each case runs REPEATS times, the two tools
 # alternating; it prints p50/p99 for both and the netsteer/sockperf ratios (min/median/max over
 # the repeats). Targets: p50 ratio <= 1.00 and p99 ratio <= 1.05.
 # Usage: benches/udp-echo.sh [SECONDS_PER_RUN (5)] [REPEATS (3)]. Needs root (namespaces),
@@ -10,34 +10,22 @@
 set -euo pipefail
 secs=${1:-5}
 repeats=${2:-3}
-cd "$(dirname "$0")/.."
-cargo build --release -q -p netsteer
-bin=$PWD/target/release/netsteer
+. "$(dirname "$0")/lib.sh"
+in_lab -- "$@"
 command -v sockperf >/dev/null || { echo "sockperf missing: apt-get install -y sockperf"; exit 2; }
 [ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs"; exit 2; }
 
-nsa=nsbench-a-$$; nsb=nsbench-b-$$
 # The background server's pid: stopped by pid, never by a name pattern that could match a
 # user's own sockperf or netsteer.
 bg=
 stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
-cleanup() {
-  stop_bg
-  ip netns del $nsa 2>/dev/null || true
-  ip netns del $nsb 2>/dev/null || true
-}
-trap cleanup EXIT
-ip netns add $nsa; ip netns add $nsb
-ip -n $nsa link add va type veth peer name vb netns $nsb
-ip -n $nsa addr add 10.222.0.1/24 dev va; ip -n $nsb addr add 10.222.0.2/24 dev vb
-ip -n $nsa link set lo up; ip -n $nsa link set va up
-ip -n $nsb link set lo up; ip -n $nsb link set vb up
+trap stop_bg EXIT
 
 results=$(mktemp)
 # run ENV PLACEMENT MODE TOOL -> appends "env placement mode tool p50_us p99_us" to $results
 run() {
   local env=$1 place=$2 mode=$3 tool=$4 addr cns sns ccpu scpu port
-  if [ "$env" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=10.222.0.2; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
+  if [ "$env" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=$server_addr; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
   ccpu=0; if [ "$place" = cross ]; then scpu=1; else scpu=0; fi
   port=$((20000 + RANDOM % 20000))
   if [ "$tool" = sockperf ]; then

@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod doctor;
+mod lab;
 mod show;
 mod snapshot;
 mod top;
@@ -87,7 +88,7 @@ enum Command {
     /// The lab: scenarios of the seeds run between namespace hosts, before and after a tune
     /// change, with a report.
     #[command(subcommand)]
-    Lab(LabCommand),
+    Lab(lab::LabCommand),
     /// Print a shell completion script (e.g. `netsteer completions bash >
     /// /etc/bash_completion.d/netsteer`).
     Completions {
@@ -102,36 +103,6 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
-}
-
-#[derive(Subcommand, Debug)]
-enum LabCommand {
-    /// List the shipped scenarios.
-    List,
-    /// Run a scenario (a shipped name or a TOML file): every workload before and after the
-    /// change, alternated, then roll back and check the host is as before.
-    Run {
-        /// Scenario name (`netsteer lab list`), `all` for every shipped one, or a path to a
-        /// .toml file.
-        scenario: String,
-        /// Repeats of each variant (overrides the scenario's).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
-        repeat: Option<u32>,
-        /// Seconds per workload run (overrides the scenario's; 0.2 to 3600).
-        #[arg(long, value_name = "S", allow_negative_numbers = true)]
-        duration: Option<args::Seconds>,
-        /// Write a self-contained HTML report (inline SVG, no external URL) to this file (with
-        /// `all`: a directory, one NAME.html each).
-        #[arg(long, value_name = "FILE")]
-        report: Option<PathBuf>,
-        /// JSON Lines: one `run` message per workload run, then a `summary` (see README).
-        #[arg(long)]
-        json: bool,
-    },
-    /// Remove the namespaces of lab runs whose process is gone (a run killed with SIGKILL
-    /// cannot clean up; its record in /run/netsteer-lab says what it made). Live labs and
-    /// namespaces no record names are left alone.
-    Clean,
 }
 
 /// The host as the user chose it: the live host or a tree.
@@ -189,38 +160,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             io::stdout().write_all(&script)?;
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Lab(LabCommand::List) => {
-            let mut out = io::stdout().lock();
-            for name in netsteer_lab::scenario::list()? {
-                let scn = netsteer_lab::scenario::load(&name)?;
-                emit(&mut out, &format!("{name:<12} {}", scn.description))?;
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        Command::Lab(LabCommand::Run {
-            scenario,
-            repeat,
-            duration,
-            report,
-            json,
-        }) => {
-            return lab_run(scenario, *repeat, *duration, report.as_deref(), *json);
-        }
-        Command::Lab(LabCommand::Clean) => {
-            let removed = netsteer_lab::clean_stale().context("lab clean")?;
-            let mut out = io::stdout().lock();
-            for ns in &removed {
-                emit(&mut out, &format!("removed namespace {ns}"))?;
-            }
-            emit(
-                &mut out,
-                &format!(
-                    "netsteer lab clean: {} leftover namespace(s) removed",
-                    removed.len()
-                ),
-            )?;
-            return Ok(ExitCode::SUCCESS);
-        }
+        Command::Lab(cmd) => return lab::run(cmd),
         Command::Man { out } => {
             std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
             clap_mangen::generate_to(Cli::command(), out)
@@ -242,125 +182,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             unreachable!("handled above")
         }
     }
-}
-
-fn lab_run(
-    scenario: &str,
-    repeat: Option<u32>,
-    duration: Option<args::Seconds>,
-    report: Option<&std::path::Path>,
-    json: bool,
-) -> Result<ExitCode> {
-    // Before any thread starts: Ctrl-C or a kill takes the lab down before the process exits.
-    netsteer_lab::clean_up_on_termination()?;
-    let names = if scenario == "all" {
-        netsteer_lab::scenario::list()?
-    } else {
-        vec![scenario.to_string()]
-    };
-    let mut code = ExitCode::SUCCESS;
-    for name in &names {
-        let report = match (report, names.len() > 1) {
-            (Some(dir), true) => {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("--report {}", dir.display()))?;
-                Some(dir.join(format!("{name}.html")))
-            }
-            (r, _) => r.map(std::path::Path::to_path_buf),
-        };
-        let one = lab_run_one(name, repeat, duration, report.as_deref(), json);
-        // A signal being handled makes the lab's commands fail; its exit status wins.
-        netsteer_lab::wait_if_terminating();
-        if one? != ExitCode::SUCCESS {
-            code = ExitCode::from(1);
-        }
-    }
-    Ok(code)
-}
-
-fn lab_run_one(
-    scenario: &str,
-    repeat: Option<u32>,
-    duration: Option<args::Seconds>,
-    report: Option<&std::path::Path>,
-    json: bool,
-) -> Result<ExitCode> {
-    use netsteer_lab::run::{Message, RunOptions};
-    let scn = netsteer_lab::scenario::load(scenario)?;
-    let opts = RunOptions {
-        netsteer: std::env::current_exe().context("the netsteer binary")?,
-        repeats: repeat,
-        duration_s: duration.map(|d| d.get().as_secs_f64()),
-    };
-    let mut runs = Vec::new();
-    let mut out = io::stdout().lock();
-    let summary = netsteer_lab::run::run(&scn, &opts, |m| {
-        if json {
-            emit(
-                &mut out,
-                &serde_json::to_string(m).map_err(io::Error::other)?,
-            )?;
-        }
-        if let Message::Run(r) = m {
-            eprintln!(
-                "netsteer lab: {} [{:>5.0} s] repeat {} {:<10} {:<20} {:>14}  per CPU packets/%soft {}",
-                r.scenario,
-                r.started_s + r.elapsed_s,
-                r.repeat,
-                r.variant,
-                r.tool,
-                netsteer_lab::report::show(r.value, &r.unit),
-                r.per_cpu
-                    .iter()
-                    .map(|p| format!("{}:{:.0}%/{:.0}", p.cpu, p.share * 100.0, p.soft))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
-            runs.push(r.clone());
-        }
-        Ok(())
-    })?;
-    if !json {
-        for row in &summary.rows {
-            let d = &row.decision;
-            let unit = &row.unit;
-            emit(
-                &mut out,
-                &format!(
-                    "{} {} against {}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
-                    row.tool,
-                    row.variant,
-                    row.baseline,
-                    netsteer_lab::report::show(d.before.median, unit),
-                    netsteer_lab::report::show(d.after.median, unit),
-                    netsteer_lab::report::show(d.before.min, unit),
-                    netsteer_lab::report::show(d.before.max, unit),
-                    netsteer_lab::report::show(d.after.min, unit),
-                    netsteer_lab::report::show(d.after.max, unit),
-                    d.why
-                ),
-            )?;
-        }
-        for l in &summary.limits {
-            emit(&mut out, &format!("what this lab cannot show: {l}"))?;
-        }
-        emit(
-            &mut out,
-            &format!(
-                "host restored after the last rollback: {}",
-                if summary.restored { "yes" } else { "NO" }
-            ),
-        )?;
-    }
-    if let Some(path) = report {
-        std::fs::write(path, netsteer_lab::report::html(&summary, &runs))
-            .with_context(|| format!("--report {}", path.display()))?;
-    }
-    Ok(if summary.restored {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 /// The error and its causes joined by ": ", as `{:#}` does, but without a cause its parent's

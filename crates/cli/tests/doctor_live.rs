@@ -8,16 +8,14 @@
 
 mod common;
 
-use common::{Netns, is_root};
+use common::{Netns, Pair, is_root};
+use netsteer_lab::pair::{CLIENT_ADDR as A_ADDR, SERVER_ADDR as B_ADDR};
 use netsteer_tune::doctor::{LoadSource, Report};
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
-
-const A_ADDR: &str = "10.213.77.1";
-const B_ADDR: &str = "10.213.77.2";
 
 fn online_cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/online")
@@ -99,16 +97,8 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
         common::cannot_run("needs two online CPUs");
         return;
     }
-    let a = Netns::create();
-    let b = Netns::create();
-    a.sh(&format!(
-        "ip link add nsdoca type veth peer name nsdocb netns {} && ip addr add {A_ADDR}/24 dev nsdoca \
-         && ip link set lo up && ip link set nsdoca up",
-        b.name
-    ));
-    b.sh(&format!(
-        "ip addr add {B_ADDR}/24 dev nsdocb && ip link set lo up && ip link set nsdocb up"
-    ));
+    let pair = Pair::create(1);
+    let (a, b) = (&pair.client, &pair.server);
 
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -116,7 +106,7 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
     thread::sleep(Duration::from_millis(500));
 
     let idle0 = cpu1_idle_ticks();
-    let before = doctor_in(&b);
+    let before = doctor_in(b);
     let idle1 = cpu1_idle_ticks();
     assert_eq!(before.load.as_ref().unwrap().source, LoadSource::Sampled);
     let hot = before.findings.iter().find(|f| f.id == "softirq-hot-cpu");
@@ -133,7 +123,7 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
         b.sh(step);
     }
     thread::sleep(Duration::from_millis(500));
-    let after = doctor_in(&b);
+    let after = doctor_in(b);
     stop.store(true, Ordering::Relaxed);
     sender.join().unwrap();
 
@@ -158,7 +148,7 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
         assert_eq!(hot.subjects.cpus, [0], "{hot:#?}");
     }
     let single = single.unwrap_or_else(|| panic!("no single-queue-no-rps: {before:#?}"));
-    assert_eq!(single.subjects.devices, ["nsdocb"]);
+    assert_eq!(single.subjects.devices, ["v0b"]);
     assert!(rps_step.is_some(), "{single:#?}");
     assert!(sent.load(Ordering::Relaxed) > 10_000);
     let ids: Vec<&str> = after.findings.iter().map(|f| f.id.as_str()).collect();

@@ -1,14 +1,14 @@
-//! Root-only: a uniquely named network namespace with a 4-queue veth pair, RPS/RFS/XPS written
-//! inside it, and `netsteer show` run inside it must report exactly those values. The namespace
-//! (and with it the veth pair) is deleted by a drop guard, also when an assertion fails. Nothing
-//! in the root namespace is touched. Skipped, with a message, when not root.
+//! Root-only: the lab's client host with its end of a 4-queue veth link, RPS/RFS/XPS written
+//! inside it, and `netsteer show` run inside it must report exactly those values. The lab's
+//! namespaces are deleted by a drop guard, also when an assertion fails. Nothing in the root
+//! namespace is touched. Without root: a failure under CI=true, a skip with a message otherwise.
 
 use netsteer_host::CpuSet;
 use netsteer_host::field::Field;
 use netsteer_host::view::HostView;
 mod common;
 
-use common::{Netns, is_root};
+use common::{Pair, is_root};
 use std::process::Command;
 
 /// Every new lab cleans dead labs' leftovers: the tests of this file run one at a time so the
@@ -22,8 +22,8 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
         common::cannot_run("needs root and iproute2");
         return;
     }
-    let ns = Netns::create();
-    ns.sh("ip link add nsva numrxqueues 4 numtxqueues 4 type veth peer name nsvb numrxqueues 4 numtxqueues 4 && ip link set nsva up && ip link set nsvb up");
+    let pair = Pair::create(4);
+    let ns = &pair.client;
 
     // Masks at this host's exact width.
     let possible = CpuSet::parse_list(
@@ -34,7 +34,7 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
     let nbits = netsteer_host::cpuset::nr_cpu_ids(&possible);
     let last = possible.max().unwrap();
     let last_only = CpuSet::from_iter([last]);
-    let q = "/sys/class/net/nsva/queues";
+    let q = "/sys/class/net/v0a/queues";
     ns.sh(&format!(
         "echo {} > {q}/rx-1/rps_cpus && echo {} > {q}/rx-2/rps_cpus && echo 100 > {q}/rx-3/rps_flow_cnt \
          && echo {} > {q}/tx-0/xps_cpus && echo 4 > {q}/tx-2/xps_rxqs",
@@ -44,14 +44,14 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
     ));
 
     let bin = env!("CARGO_BIN_EXE_netsteer");
-    let out = ns.exec(&[bin, "show", "--json", "--dev", "nsva"]);
+    let out = ns.exec(&[bin, "show", "--json", "--dev", "v0a"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let v: HostView = serde_json::from_slice(&out.stdout).unwrap();
-    let nic = v.nic("nsva").expect("veth listed");
+    let nic = v.nic("v0a").expect("veth listed");
     assert_eq!(nic.kind, "veth");
     assert!(nic.irqs.is_empty(), "virtual devices have no IRQs");
     assert_eq!(nic.rx_queues.len(), 4);
@@ -87,7 +87,7 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let live = ns.exec(&[bin, "show", "--json", "--dev", "nsva"]);
+    let live = ns.exec(&[bin, "show", "--json", "--dev", "v0a"]);
     let offline = Command::new(bin)
         .args([
             "--root",
@@ -95,7 +95,7 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
             "show",
             "--json",
             "--dev",
-            "nsva",
+            "v0a",
         ])
         .output()
         .unwrap();
@@ -480,4 +480,110 @@ fn lab_run_stopped_by_sigterm_leaves_nothing() {
     assert_eq!(status.code(), Some(128 + 15), "{err}");
     assert!(err.contains("signal 15"), "{err}");
     assert!(lab_namespaces().is_empty(), "{:?}", lab_namespaces());
+}
+
+/// `netsteer lab with`: the command sees the lab in its environment and can use both hosts and
+/// the link; its exit status is `lab with`'s; the lab is gone afterwards.
+#[test]
+fn lab_with_lends_the_lab_to_a_command_and_takes_it_down() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() || Command::new("socat").arg("-V").output().is_err() {
+        common::cannot_run("needs root, iproute2 and socat");
+        return;
+    }
+    let script = r#"set -e
+echo "prefix $NETSTEER_LAB_PREFIX"
+ip netns exec "$NETSTEER_LAB_CLIENT_NS" ls "/sys/class/net/$NETSTEER_LAB_CLIENT_DEV/queues"
+ip netns exec "$NETSTEER_LAB_SERVER_NS" socat -T 10 -u "UDP-RECVFROM:9999,bind=$NETSTEER_LAB_SERVER_ADDR" STDOUT &
+sleep 0.3
+echo across | ip netns exec "$NETSTEER_LAB_CLIENT_NS" socat -u STDIN "UDP-SENDTO:$NETSTEER_LAB_SERVER_ADDR:9999"
+wait
+exit 7"#;
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "with", "--queues", "2", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("rx-1") && !text.contains("rx-2"), "{text}");
+    assert!(text.contains("across"), "{text}");
+    let prefix = text
+        .lines()
+        .find_map(|l| l.strip_prefix("prefix "))
+        .unwrap()
+        .to_string();
+    assert!(!prefix.is_empty());
+    assert!(
+        !namespaces_named(&prefix),
+        "the lab outlived its command: {prefix}"
+    );
+
+    // A bad flag changes nothing and says which.
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "with", "--client-rps", "4095", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CPU 4095"));
+}
+
+/// SIGTERM to `netsteer lab with` stops the command first (its trap runs while the lab
+/// still exists), then takes the lab down, and exits 143 as a shell reports a kill.
+#[test]
+fn lab_with_stops_its_command_and_cleans_up_on_sigterm() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() || Command::new("ip").arg("-V").output().is_err() {
+        common::cannot_run("needs root and iproute2");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("trap");
+    let script = format!(
+        r#"trap 'test -e "/run/netns/$NETSTEER_LAB_SERVER_NS" && echo lab-still-there > {}; exit 0' TERM
+echo "prefix $NETSTEER_LAB_PREFIX"
+while :; do sleep 0.1; done"#,
+        mark.display()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "with", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let prefix = line.trim().strip_prefix("prefix ").unwrap().to_string();
+    assert!(namespaces_named(&prefix));
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(
+        std::fs::read_to_string(&mark).unwrap_or_default().trim(),
+        "lab-still-there"
+    );
+    assert!(!namespaces_named(&prefix), "{prefix} left behind");
+}
+
+fn namespaces_named(prefix: &str) -> bool {
+    std::fs::read_dir("/run/netns").is_ok_and(|d| {
+        d.filter_map(|e| e.ok()).any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{prefix}-"))
+        })
+    })
 }

@@ -11,7 +11,8 @@
 
 mod common;
 
-use common::{Netns, is_root};
+use common::{Netns, Pair, is_root};
+use netsteer_lab::pair::{CLIENT_ADDR as A_ADDR, SERVER_ADDR as B_ADDR};
 use netsteer_tune::tune::verify::VerifyReport;
 use std::net::UdpSocket;
 use std::process::{Command, Output};
@@ -75,27 +76,22 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
     if !usable() {
         return;
     }
-    let a = Netns::create();
-    let b = Netns::create();
-    a.sh(&format!(
-        "ip link add tva numtxqueues 4 numrxqueues 4 type veth peer name tvb numtxqueues 4 numrxqueues 4 netns {} \
-         && ip link set lo up && ip link set tva up",
-        b.name
-    ));
-    b.sh("ip link set lo up && ip link set tvb up && ethtool -L tvb rx 1 tx 1");
+    let pair = Pair::create(4);
+    let b = &pair.server;
+    b.sh("ethtool -L v0b rx 1 tx 1");
     let state_dir = tempfile::tempdir().unwrap();
     let sd = state_dir.path().to_str().unwrap();
-    let before = state(&b, "tvb");
+    let before = state(b, "v0b");
 
     let out = netsteer_in(
-        &b,
+        b,
         &[
             "tune",
             "apply",
             "--profile",
             "throughput",
             "--dev",
-            "tvb",
+            "v0b",
             "--state-dir",
             sd,
             "--json",
@@ -118,15 +114,15 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
         .collect();
     eprintln!("changed: {changed:?}");
     for want in [
-        "nic/tvb/channels/rx",
-        "nic/tvb/channels/tx",
-        "nic/tvb/feature/rx-gro",
-        "rps/tvb/rx-0",
-        "rps/tvb/rx-1",
-        "rfs/tvb/rx-0",
-        "rfs/tvb/rx-1",
-        "xps/tvb/tx-0",
-        "xps/tvb/tx-1",
+        "nic/v0b/channels/rx",
+        "nic/v0b/channels/tx",
+        "nic/v0b/feature/rx-gro",
+        "rps/v0b/rx-0",
+        "rps/v0b/rx-1",
+        "rfs/v0b/rx-0",
+        "rfs/v0b/rx-1",
+        "xps/v0b/tx-0",
+        "xps/v0b/tx-1",
     ] {
         assert!(
             changed.iter().any(|c| c == want),
@@ -135,7 +131,7 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
     }
     // The global RFS table and budgets are not in this namespace: skipped, not touched.
     assert!(!changed.iter().any(|c| c.starts_with("sysctl/")));
-    let now = state(&b, "tvb");
+    let now = state(b, "v0b");
     assert!(
         now.contains("rx-1/rps_cpus=3") && now.contains("rx-0/rps_flow_cnt=16384"),
         "{now}"
@@ -143,44 +139,41 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
     assert!(now.contains("generic-receive-offload: on"), "{now}");
 
     // No drift right after apply.
-    let out = netsteer_in(&b, &["tune", "verify", "--state-dir", sd, "--json"]);
+    let out = netsteer_in(b, &["tune", "verify", "--state-dir", sd, "--json"]);
     let v: VerifyReport = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v.drift.is_empty() && out.status.code() == Some(0), "{v:#?}");
 
     // ethtool -L down and up recreates rx-1/tx-1 with RPS/RFS/XPS reset: drift, exit 1.
-    b.sh("ethtool -L tvb rx 1 tx 1 && ethtool -L tvb rx 2 tx 2");
-    let out = netsteer_in(&b, &["tune", "verify", "--state-dir", sd, "--json"]);
+    b.sh("ethtool -L v0b rx 1 tx 1 && ethtool -L v0b rx 2 tx 2");
+    let out = netsteer_in(b, &["tune", "verify", "--state-dir", sd, "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: VerifyReport = serde_json::from_slice(&out.stdout).unwrap();
     let drifted: Vec<&str> = v.drift.iter().map(|d| d.id.as_str()).collect();
     assert!(
-        drifted.contains(&"rps/tvb/rx-1") && drifted.contains(&"xps/tvb/tx-1"),
+        drifted.contains(&"rps/v0b/rx-1") && drifted.contains(&"xps/v0b/tx-1"),
         "{v:#?}"
     );
     assert!(
-        !drifted.contains(&"rps/tvb/rx-0"),
+        !drifted.contains(&"rps/v0b/rx-0"),
         "rx-0 survives a channel change: {v:#?}"
     );
-    let why = &v.drift.iter().find(|d| d.id == "rps/tvb/rx-1").unwrap().why;
+    let why = &v.drift.iter().find(|d| d.id == "rps/v0b/rx-1").unwrap().why;
     assert!(why.contains("recreated"), "{why}");
 
     // Rollback restores the recorded values (channels back to 1/1 removes rx-1 again).
-    let out = netsteer_in(&b, &["tune", "rollback", "--state-dir", sd, "--json"]);
+    let out = netsteer_in(b, &["tune", "rollback", "--state-dir", sd, "--json"]);
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert_eq!(state(&b, "tvb"), before);
+    assert_eq!(state(b, "v0b"), before);
     // Twice is harmless.
-    let out = netsteer_in(&b, &["tune", "rollback", "--state-dir", sd, "--json"]);
+    let out = netsteer_in(b, &["tune", "rollback", "--state-dir", sd, "--json"]);
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(state(&b, "tvb"), before);
+    assert_eq!(state(b, "v0b"), before);
 }
-
-const A_ADDR: &str = "10.213.78.1";
-const B_ADDR: &str = "10.213.78.2";
 
 /// Packets processed in NET_RX per CPU: /proc/net/softnet_stat column 1 (global, one row per
 /// online CPU). Runs of the softirq (/proc/softirqs) undercount the RPS target, which takes
@@ -212,16 +205,8 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
     if !usable() {
         return;
     }
-    let a = Netns::create();
-    let b = Netns::create();
-    a.sh(&format!(
-        "ip link add s3a type veth peer name s3b netns {} && ip addr add {A_ADDR}/24 dev s3a \
-         && ip link set lo up && ip link set s3a up",
-        b.name
-    ));
-    b.sh(&format!(
-        "ip addr add {B_ADDR}/24 dev s3b && ip link set lo up && ip link set s3b up"
-    ));
+    let pair = Pair::create(1);
+    let (a, b) = (&pair.client, &pair.server);
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let (stop, ns) = (stop.clone(), a.path());
@@ -248,14 +233,14 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
 
     let before = shares();
     let out = netsteer_in(
-        &b,
+        b,
         &[
             "tune",
             "apply",
             "--profile",
             "throughput",
             "--dev",
-            "s3b",
+            "v0b",
             "--state-dir",
             sd,
         ],
@@ -263,7 +248,7 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
     let applied = String::from_utf8_lossy(&out.stdout).to_string();
     thread::sleep(Duration::from_millis(300));
     let during = shares();
-    let out2 = netsteer_in(&b, &["tune", "rollback", "--state-dir", sd]);
+    let out2 = netsteer_in(b, &["tune", "rollback", "--state-dir", sd]);
     thread::sleep(Duration::from_millis(300));
     let after = shares();
     stop.store(true, Ordering::Relaxed);
@@ -294,7 +279,7 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
         "{}",
         String::from_utf8_lossy(&out2.stdout)
     );
-    assert!(applied.contains("rps/s3b/rx-0"), "{applied}");
+    assert!(applied.contains("rps/v0b/rx-0"), "{applied}");
     // CPU 0 sends and, with RPS off, processes everything; tuned, CPU 1 takes a real share.
     assert!(before[0] > 0.8, "before: {}", pct(&before));
     assert!(during[1] > 0.25, "tuned: {}", pct(&during));

@@ -14,7 +14,9 @@
 mod cleanup;
 pub mod closed_loop;
 mod netns;
+pub mod pair;
 mod record;
+pub mod remote;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -22,9 +24,12 @@ pub mod workload;
 
 pub use cleanup::Cleanup;
 pub use netns::{LinkSpec, NsHost, Veth};
+pub use pair::{Pair, PairSpec};
 pub use record::{
-    RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, wait_if_terminating,
+    RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, stop_on_termination,
+    wait_if_terminating,
 };
+pub use remote::{Remote, SshHost};
 
 use std::io;
 use std::process::{Command, Output};
@@ -83,6 +88,8 @@ pub struct Lab {
     prefix: String,
     hosts: Vec<NsHost>,
     links: Vec<Veth>,
+    /// The hosts made by [`Lab::switch`].
+    switches: Vec<String>,
     // Declared last: dropped after the handles above, and it undoes everything they name.
     cleanup: Cleanup,
 }
@@ -126,6 +133,7 @@ impl Lab {
             prefix,
             hosts: Vec::new(),
             links: Vec::new(),
+            switches: Vec::new(),
             cleanup,
         })
     }
@@ -158,6 +166,38 @@ impl Lab {
     pub fn link(&mut self, a: &NsHost, b: &NsHost, spec: &LinkSpec) -> Result<Veth> {
         let v = Veth::create(a, b, spec, self.links.len())?;
         self.links.push(v.clone());
+        Ok(v)
+    }
+
+    /// A switch: a host holding one Linux bridge, `br0`, that other hosts join with
+    /// [`Lab::attach`]. It forwards frames between them as a top-of-rack switch would
+    /// (learning, STP off so a port forwards at once) and has no address of its own, so a
+    /// three-host topology (clients and a server, or a load balancer and its backends) needs
+    /// no routing.
+    pub fn switch(&mut self, name: &str) -> Result<NsHost> {
+        let sw = self.host(name, false)?;
+        sw.ip(&["link", "add", "br0", "type", "bridge", "stp_state", "0"])?;
+        sw.ip(&["link", "set", "br0", "up"])?;
+        self.switches.push(sw.name().to_string());
+        Ok(sw)
+    }
+
+    /// Joins `host` to a switch of this lab: a veth whose host end is `dev_a` (addressed with
+    /// `spec.addr_a`) and whose other end is a port of the switch's bridge.
+    pub fn attach(&mut self, host: &NsHost, switch: &NsHost, spec: &LinkSpec) -> Result<Veth> {
+        if !self.switches.iter().any(|s| s == switch.name()) {
+            return Err(LabError::Invalid(format!(
+                "{} is not a switch of this lab",
+                switch.short_name()
+            )));
+        }
+        if spec.addr_b.is_some() {
+            return Err(LabError::Invalid(
+                "a switch port has no address (addr_b)".into(),
+            ));
+        }
+        let v = self.link(host, switch, spec)?;
+        switch.ip(&["link", "set", &v.dev_b, "master", "br0"])?;
         Ok(v)
     }
 

@@ -1,8 +1,8 @@
 //! Hosts (network namespaces) and the veth links between them.
 
 use crate::record::delete_namespace;
-use crate::{Cleanup, LabError, Result, run};
-use std::process::{Child, Command, Output, Stdio};
+use crate::{Cleanup, LabError, Remote, Result, run};
+use std::process::{Command, Output};
 
 /// A lab host: one network namespace. Cheap to clone; the lab owns its lifetime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,18 +48,6 @@ impl NsHost {
         format!("/run/netns/{}", self.name)
     }
 
-    /// Runs a program inside the host and waits; a non-zero exit is an error with its stderr.
-    pub fn exec(&self, args: &[&str]) -> Result<Output> {
-        let mut full = vec!["netns", "exec", &self.name];
-        full.extend_from_slice(args);
-        run("ip", &full)
-    }
-
-    /// Runs a shell script inside the host.
-    pub fn sh(&self, script: &str) -> Result<Output> {
-        self.exec(&["sh", "-c", script])
-    }
-
     /// `ip -n HOST ARGS...`.
     pub fn ip(&self, args: &[&str]) -> Result<Output> {
         let mut full = vec!["-n", &self.name];
@@ -77,12 +65,20 @@ impl NsHost {
         self.exec(&["sysctl", "-qw", &format!("{key}={value}")])
             .map(|_| ())
     }
+}
 
-    /// A command to start inside the host, on `cpus` (taskset) when given; the caller
-    /// spawns it (and should register its stop with [`crate::Lab::defer`], or keep the
-    /// [`Child`]): the namespace's cleanup kills whatever still runs in it anyway.
-    pub fn command(&self, cpus: Option<&str>, program: &str, args: &[&str]) -> Command {
+impl Remote for NsHost {
+    fn label(&self) -> &str {
+        &self.name
+    }
+
+    /// `ip netns exec NAME [taskset -c CPUS] PROGRAM ARGS`; the namespace's cleanup kills
+    /// whatever still runs in it.
+    fn command(&self, cpus: Option<&str>, program: &str, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
+        // A lab run blocks the termination signals for its signal thread; what it starts must
+        // still stop on them.
+        netsteer_sock::signal::unblock_termination_in(&mut c);
         c.args(["netns", "exec", &self.name]);
         if let Some(list) = cpus {
             c.args(["taskset", "-c", list]);
@@ -91,17 +87,8 @@ impl NsHost {
         c
     }
 
-    /// Starts a program inside the host, output discarded, stdin closed.
-    pub fn spawn(&self, cpus: Option<&str>, program: &str, args: &[&str]) -> Result<Child> {
-        self.command(cpus, program, args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|source| LabError::Io {
-                what: format!("starting {program} in {}", self.name),
-                source,
-            })
+    fn netns_path(&self) -> Option<String> {
+        Some(self.path())
     }
 }
 

@@ -117,6 +117,35 @@ pub fn clean_own() -> Vec<String> {
     remove_labs(|text| text.split_whitespace().next() == Some(me.as_str())).unwrap_or_default()
 }
 
+/// Programs the lab lent itself to (`netsteer lab with`): stopped before the lab goes.
+static STOP_FIRST: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers a child process that a termination signal stops (SIGTERM, then up to 5 s for it
+/// to exit) before the labs are taken down: a script running inside the lab gets to run its
+/// own cleanup while the namespaces still exist, and is never left running without them.
+pub fn stop_on_termination(pid: u32) {
+    STOP_FIRST
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(pid);
+}
+
+fn stop_children() {
+    let pids = std::mem::take(&mut *STOP_FIRST.lock().unwrap_or_else(|p| p.into_inner()));
+    for pid in &pids {
+        let _ = run("kill", &["-TERM", &pid.to_string()]);
+    }
+    // The thread that waits for the child reaps it, so its /proc entry goes when it exits.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline
+        && pids
+            .iter()
+            .any(|p| Path::new(&format!("/proc/{p}")).exists())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 static TERMINATING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Called by the thread that ran a lab before it returns: while a termination signal is being
@@ -141,6 +170,7 @@ pub fn clean_up_on_termination() -> Result<()> {
         .spawn(|| {
             if let Ok(sig) = netsteer_sock::signal::wait_termination() {
                 TERMINATING.store(true, std::sync::atomic::Ordering::Release);
+                stop_children();
                 let removed = clean_own();
                 eprintln!(
                     "netsteer lab: signal {sig}: removed {} namespace(s), exiting",

@@ -6,9 +6,10 @@
 //! must read exactly as before.
 
 use crate::closed_loop::{self, Executor, Order, Timed};
+use crate::pair::{Pair, PairSpec};
 use crate::scenario::{Scenario, Variant};
-use crate::workload::{self, CLIENT_ADDR, Measured, Place, SERVER_ADDR};
-use crate::{Lab, LabError, LinkSpec, Result};
+use crate::workload::{self, Measured, Place};
+use crate::{LabError, Remote, Result};
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_host::parse::parse_softnet_stat;
 use netsteer_tune::tune::closed_loop::{Decision, Metric, Spread, decide};
@@ -18,9 +19,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-/// The server's device on the lab link (see `Veth::create`); the client's is `v0a`.
-pub const SERVER_DEV: &str = "v0b";
-pub const CLIENT_DEV: &str = "v0a";
+pub use crate::pair::{CLIENT_DEV, SERVER_DEV};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -37,6 +36,7 @@ pub struct RunRecord {
     pub repeat: u32,
     /// The variant's name (the scenario's `[[variants]]`).
     pub variant: String,
+    /// The workload's label: its tool's name unless the scenario gave it a `label`.
     pub tool: String,
     /// What the workload measured, in `unit`: the receiver's bits per second, requests per
     /// second for an application, the median round trip in ns for an echo tool.
@@ -351,31 +351,19 @@ pub fn run(
     netsteer_sock::cpu::check_cpus("client_cpus", &client_cpus)
         .and_then(|()| netsteer_sock::cpu::check_cpus("server_cpus", &server_cpus))
         .map_err(|e| LabError::Invalid(format!("scenario {}: {e}", scn.name)))?;
-    let mut lab = Lab::new("lab")?;
-    let client = lab.host("client", false)?;
-    let server = lab.host("server", false)?;
-    lab.link(
-        &client,
-        &server,
-        &LinkSpec {
+    let pair = Pair::new(
+        "lab",
+        &PairSpec {
             queues: scn.topology.queues,
-            addr_a: Some(format!("{CLIENT_ADDR}/24")),
-            addr_b: Some(format!("{SERVER_ADDR}/24")),
             mtu: scn.topology.mtu,
+            ipv6: false,
+            client_rps: scn
+                .topology
+                .client_rps
+                .then(|| client_cpus.iter().copied().collect()),
         },
     )?;
-    if scn.topology.client_rps {
-        let set: netsteer_host::CpuSet = client_cpus.iter().copied().collect();
-        // The narrowest width that holds the set: bitmap_parse() takes any shorter mask.
-        let mask = set
-            .to_mask(netsteer_host::cpuset::nr_cpu_ids(&set))
-            .map_err(|e| LabError::Invalid(format!("client_cpus: {e}")))?;
-        for q in 0..scn.topology.queues {
-            client.sh(&format!(
-                "echo {mask} > /sys/class/net/{CLIENT_DEV}/queues/rx-{q}/rps_cpus"
-            ))?;
-        }
-    }
+    let (client, server, lab) = (&pair.client, &pair.server, &pair.lab);
     let scratch = std::env::temp_dir().join(lab.prefix());
     std::fs::create_dir_all(&scratch).map_err(|source| LabError::Io {
         what: format!("creating {}", scratch.display()),
@@ -390,8 +378,8 @@ pub fn run(
         netsteer: opts.netsteer.display().to_string(),
         state: scratch.join("tune").display().to_string(),
         place: Place {
-            client: &client,
-            server: &server,
+            client: client as &dyn Remote,
+            server: server as &dyn Remote,
             client_cpus,
             server_cpus,
             duration: Duration::from_secs_f64(duration_s),
@@ -410,12 +398,13 @@ pub fn run(
         &clock as &dyn Clock,
         |t: &Timed<Measures>| {
             for (i, m, cpus) in &t.measure {
-                let tool = scn.workloads[*i].tool;
+                let w = &scn.workloads[*i];
+                let tool = w.tool;
                 let r = RunRecord {
                     scenario: scn.name.clone(),
                     repeat: t.repeat,
                     variant: scn.variants[t.variant].name.clone(),
-                    tool: tool.name().into(),
+                    tool: w.label().into(),
                     value: m.value,
                     unit: tool.unit().into(),
                     p99_us: m.p99_us,
@@ -444,8 +433,8 @@ pub fn run(
             )
         })
         .collect();
-    let mut tool_names: Vec<&str> = scn.workloads.iter().map(|w| w.tool.name()).collect();
-    tool_names.dedup();
+    // Labels are unique (scenario::validate), so each names one workload's runs.
+    let tool_names: Vec<&str> = scn.workloads.iter().map(|w| w.label()).collect();
     let baseline = &scn.variants[0].name;
     let mut rows = Vec::new();
     let mut stats = Vec::new();
@@ -503,7 +492,7 @@ pub fn run(
     };
     emit(&Message::Summary(summary.clone())).map_err(out_err)?;
     drop(exec);
-    let failed = lab.close();
+    let failed = pair.close();
     if !failed.is_empty() {
         return Err(LabError::Invalid(format!(
             "lab cleanup failed: {}",

@@ -104,6 +104,10 @@ impl Tool {
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     pub tool: Tool,
+    /// The workload's name in results (default: the tool's); needed when one scenario runs a
+    /// tool twice (say 1 and 16 flows), and then unique.
+    #[serde(default)]
+    pub label: Option<String>,
     /// Connections (streams, the load generator's connections, echo flows).
     #[serde(default = "one")]
     pub flows: u32,
@@ -128,6 +132,13 @@ pub struct Workload {
     /// netsteer-netchannel: which experiments (default E1 and E4).
     #[serde(default)]
     pub experiments: Vec<String>,
+}
+
+impl Workload {
+    /// The name its runs and rows carry.
+    pub fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or(self.tool.name())
+    }
 }
 
 fn one() -> u32 {
@@ -304,8 +315,24 @@ pub fn parse(text: &str) -> std::result::Result<Scenario, String> {
     if s.workloads.is_empty() {
         return Err("no [[workloads]]".into());
     }
+    let mut labels = std::collections::BTreeSet::new();
     for w in &s.workloads {
-        let name = w.tool.name();
+        let name = w.label();
+        if name.is_empty()
+            || name.len() > 40
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(format!(
+                "workload label {name:?}: 1-40 letters, digits, '-', '_' or '.'"
+            ));
+        }
+        if !labels.insert(name) {
+            return Err(format!(
+                "two workloads named {name}: give one a label = \"...\""
+            ));
+        }
         if !(1..=1024).contains(&w.flows) {
             return Err(format!("workload {name}: flows {}: 1 to 1024", w.flows));
         }
@@ -431,10 +458,29 @@ mod tests {
             ("flows = 6", "flows = 0", "flows"),
             ("tool = \"iperf3\"", "tool = \"netperf\"", "netperf"),
             ("queues = 1", "queues = 1\nextra = 1", "extra"),
+            (
+                "tool = \"iperf3\"",
+                "tool = \"netsteer-tcp-stream\"",
+                "two workloads named netsteer-tcp-stream",
+            ),
+            (
+                "tool = \"iperf3\"",
+                "tool = \"iperf3\"\nlabel = \"a b\"",
+                "workload label",
+            ),
         ] {
             let e = parse(&good.replacen(from, to, 1)).unwrap_err();
             assert!(e.contains(want), "{from} -> {to}: {e}");
         }
         assert!(load("/nonexistent/x.toml").is_err());
+        // One tool twice is fine once labelled apart; runs then carry the labels.
+        let twice = good.replacen(
+            "tool = \"iperf3\"",
+            "tool = \"netsteer-tcp-stream\"\nlabel = \"netsteer-second\"",
+            1,
+        );
+        let scn = parse(&twice).unwrap();
+        let labels: Vec<&str> = scn.workloads.iter().map(Workload::label).collect();
+        assert_eq!(labels, ["netsteer-tcp-stream", "netsteer-second"]);
     }
 }

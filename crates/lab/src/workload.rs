@@ -4,7 +4,7 @@
 //! memcached+memcaslap, sockperf) run as processes inside the hosts, pinned with taskset.
 
 use crate::scenario::{Tool, Variant, Wait, Workload};
-use crate::{LabError, NsHost, Result};
+use crate::{LabError, Remote, Result};
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::stats::LatencySummary;
 use std::collections::BTreeMap;
@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub const CLIENT_ADDR: &str = "10.77.0.1";
-pub const SERVER_ADDR: &str = "10.77.0.2";
+pub use crate::pair::{CLIENT_ADDR, SERVER_ADDR};
 
 /// What one run of a workload measured.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,8 +32,8 @@ pub struct Measured {
 
 /// Where a workload runs.
 pub struct Place<'a> {
-    pub client: &'a NsHost,
-    pub server: &'a NsHost,
+    pub client: &'a dyn Remote,
+    pub server: &'a dyn Remote,
     pub client_cpus: Vec<u32>,
     pub server_cpus: Vec<u32>,
     pub duration: Duration,
@@ -56,20 +55,30 @@ fn invalid(what: &str, e: impl std::fmt::Display) -> LabError {
     LabError::Invalid(format!("{what}: {e}"))
 }
 
+/// The namespace file of a host this process can enter: netsteer's own benchmarks run
+/// in-process, so they need a namespace host (see [`crate::remote`]).
+fn namespace_of(host: &dyn Remote) -> Result<String> {
+    host.netns_path().ok_or_else(|| {
+        LabError::Invalid(format!(
+            "{}: netsteer's benchmarks run in-process and need a namespace host",
+            host.label()
+        ))
+    })
+}
+
 /// Runs `f` on a thread inside `host`'s network namespace, pinned to `cpus`. Sockets made
 /// there belong to the host; threads it starts inherit the namespace.
 fn in_host<T: Send>(
-    host: &NsHost,
+    host: &dyn Remote,
     cpus: &[u32],
     f: impl FnOnce() -> Result<T> + Send,
 ) -> Result<T> {
+    let ns = namespace_of(host)?;
     std::thread::scope(|s| {
         s.spawn(|| {
-            netsteer_sock::netns::enter(Path::new(&host.path())).map_err(|source| {
-                LabError::Io {
-                    what: format!("entering {}", host.name()),
-                    source,
-                }
+            netsteer_sock::netns::enter(Path::new(&ns)).map_err(|source| LabError::Io {
+                what: format!("entering {}", host.label()),
+                source,
             })?;
             if !cpus.is_empty() {
                 netsteer_sock::cpu::pin_current_thread(cpus).map_err(|source| LabError::Io {
@@ -138,7 +147,7 @@ fn stdout_of(o: &std::process::Output) -> String {
 }
 
 /// Waits until something listens on `port` inside `host` (ss), for at most 5 s.
-fn wait_listening(host: &NsHost, port: u16, udp: bool) -> Result<()> {
+fn wait_listening(host: &dyn Remote, port: u16, udp: bool) -> Result<()> {
     let flags = if udp { "-Huln" } else { "-Htln" };
     for _ in 0..100 {
         if let Ok(o) = host.exec(&["ss", flags, &format!("sport = :{port}")])
@@ -150,7 +159,7 @@ fn wait_listening(host: &NsHost, port: u16, udp: bool) -> Result<()> {
     }
     Err(LabError::Invalid(format!(
         "no server listened on port {port} in {} within 5 s",
-        host.name()
+        host.label()
     )))
 }
 
@@ -351,8 +360,8 @@ fn netchannel(p: &Place<'_>, w: &Workload) -> Result<Measured> {
         experiments,
         duration: p.duration,
         repeat: 1,
-        client_netns: Some(PathBuf::from(p.client.path())),
-        server_netns: Some(PathBuf::from(p.server.path())),
+        client_netns: Some(PathBuf::from(namespace_of(p.client)?)),
+        server_netns: Some(PathBuf::from(namespace_of(p.server)?)),
         server_ip: Place::server_ip(),
         sender_cpu: p.client_cpus.first().copied(),
         receiver_cpu: p.server_cpus.first().copied(),

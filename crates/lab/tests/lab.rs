@@ -2,7 +2,7 @@
 //! the owning process was killed with SIGKILL (the next lab removes the leftovers, and nothing
 //! else).
 
-use netsteer_lab::{Lab, LinkSpec, clean_stale, is_root};
+use netsteer_lab::{Lab, LinkSpec, Remote, clean_stale, is_root};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -86,7 +86,7 @@ fn two_hosts_a_four_queue_link_traffic_and_nothing_left() {
         .command(
             Some("0"),
             "socat",
-            &["-u", "UDP-RECV:9999,bind=10.231.0.2", "STDOUT"],
+            &["-T", "10", "-u", "UDP-RECV:9999,bind=10.231.0.2", "STDOUT"],
         )
         .stdout(Stdio::piped())
         .spawn()
@@ -109,6 +109,73 @@ fn two_hosts_a_four_queue_link_traffic_and_nothing_left() {
             .join(&prefix)
             .exists()
     );
+}
+
+#[test]
+fn three_hosts_on_a_switch_reach_each_other() {
+    let _s = serial();
+    if !can_run() {
+        return;
+    }
+    let mut lab = Lab::new("tsw").unwrap();
+    let prefix = lab.prefix().to_string();
+    let sw = lab.switch("sw").unwrap();
+    let hosts: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let h = lab.host(name, false).unwrap();
+            lab.attach(
+                &h,
+                &sw,
+                &LinkSpec {
+                    addr_a: Some(format!("10.232.0.{}/24", i + 1)),
+                    ..LinkSpec::default()
+                },
+            )
+            .unwrap();
+            h
+        })
+        .collect();
+    // Only a switch takes ports, and a port takes no address.
+    assert!(
+        lab.attach(&hosts[0], &hosts[1], &LinkSpec::default())
+            .is_err()
+    );
+    let addressed = LinkSpec {
+        addr_b: Some("10.232.0.9/24".into()),
+        ..LinkSpec::default()
+    };
+    assert!(lab.attach(&hosts[0], &sw, &addressed).is_err());
+    let ports = sw
+        .exec(&["ip", "-br", "link", "show", "master", "br0"])
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ports.stdout).lines().count(), 3);
+    // a and b both send to c through the bridge (socat -T: a lost datagram ends the test
+    // with a failure after 10 s, not a hang).
+    let mut server = hosts[2]
+        .command(
+            None,
+            "socat",
+            &["-T", "10", "-u", "UDP-RECV:9999,bind=10.232.0.3", "STDOUT"],
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    for (i, h) in hosts[..2].iter().enumerate() {
+        h.sh(&format!(
+            "echo from-{i} | socat -u STDIN UDP-SENDTO:10.232.0.3:9999"
+        ))
+        .unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), format!("from-{i}"));
+    }
+    assert!(lab.close().is_empty());
+    let _ = server.wait();
+    assert!(namespaces_with(&prefix).is_empty());
 }
 
 #[test]

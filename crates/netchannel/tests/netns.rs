@@ -7,7 +7,8 @@ mod common;
 
 use common::*;
 use netchannel::{Config, Endpoint, Policy, SocketOptions};
-use netsteer_lab::{LinkSpec, NsHost};
+use netsteer_lab::pair::SERVER_ADDR;
+use netsteer_lab::{NsHost, Pair, PairSpec, Remote};
 use std::thread;
 use std::time::Duration;
 
@@ -16,26 +17,17 @@ use std::time::Duration;
 struct Lab {
     a: NsHost,
     b: NsHost,
-    _lab: netsteer_lab::Lab,
+    _pair: Pair,
 }
 
 impl Lab {
     fn new() -> Lab {
-        let mut lab = netsteer_lab::Lab::new("ncloss").unwrap();
-        let a = lab.host("a", false).unwrap();
-        let b = lab.host("b", false).unwrap();
-        lab.link(
-            &a,
-            &b,
-            &LinkSpec {
-                queues: 1,
-                addr_a: Some("10.213.0.1/24".into()),
-                addr_b: Some("10.213.0.2/24".into()),
-                mtu: None,
-            },
-        )
-        .unwrap();
-        Lab { a, b, _lab: lab }
+        let pair = Pair::new("ncloss", &PairSpec::default()).unwrap();
+        Lab {
+            a: pair.client.clone(),
+            b: pair.server.clone(),
+            _pair: pair,
+        }
     }
 
     /// Puts loss (and reordering, with netem) on both directions; returns what was used.
@@ -98,7 +90,7 @@ fn streams_survive_loss_and_reordering_across_a_veth() {
     let server_cfg = cfg.clone();
     let server = thread::spawn(move || {
         netsteer_sock::netns::enter(&nb).unwrap();
-        Endpoint::listen("10.213.0.2:0".parse().unwrap(), server_cfg).unwrap()
+        Endpoint::listen(format!("{SERVER_ADDR}:0").parse().unwrap(), server_cfg).unwrap()
     })
     .join()
     .unwrap();

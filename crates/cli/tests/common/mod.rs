@@ -2,6 +2,7 @@
 //! (also when an assertion fails), and a root check.
 #![allow(dead_code)]
 
+use netsteer_lab::Remote;
 use std::process::{Command, Output};
 
 /// One network namespace of its own lab (`netsteer_lab`): deleted when dropped, also while a
@@ -9,7 +10,39 @@ use std::process::{Command, Output};
 pub struct Netns {
     pub name: String,
     host: netsteer_lab::NsHost,
-    _lab: netsteer_lab::Lab,
+    _lab: Option<netsteer_lab::Lab>,
+}
+
+/// The lab's two hosts (`client` and `server`) joined by a veth link with `queues` queues,
+/// addressed `netsteer_lab::pair::{CLIENT_ADDR, SERVER_ADDR}`, devices `v0a` (client) and
+/// `v0b` (server); all gone when dropped.
+pub struct Pair {
+    pub client: Netns,
+    pub server: Netns,
+    _pair: netsteer_lab::Pair,
+}
+
+impl Pair {
+    pub fn create(queues: u32) -> Pair {
+        let pair = netsteer_lab::Pair::new(
+            "t",
+            &netsteer_lab::PairSpec {
+                queues,
+                ..Default::default()
+            },
+        )
+        .expect("lab pair");
+        let wrap = |host: &netsteer_lab::NsHost| Netns {
+            name: host.name().to_string(),
+            host: host.clone(),
+            _lab: None,
+        };
+        Pair {
+            client: wrap(&pair.client),
+            server: wrap(&pair.server),
+            _pair: pair,
+        }
+    }
 }
 
 impl Netns {
@@ -24,7 +57,7 @@ impl Netns {
         Netns {
             name: host.name().to_string(),
             host,
-            _lab: lab,
+            _lab: Some(lab),
         }
     }
 

@@ -1,0 +1,268 @@
+//! `netsteer lab`: list, run and clean scenarios, and `with`, which lends the two-host lab to
+//! any command (the benchmark scripts run inside it). The lab crate does the work.
+
+use crate::{args, emit};
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// List the shipped scenarios.
+    List,
+    /// Run a scenario (a shipped name or a TOML file): every workload before and after the
+    /// change, alternated, then roll back and check the host is as before.
+    Run {
+        /// Scenario name (`netsteer lab list`), `all` for every shipped one, or a path to a
+        /// .toml file.
+        scenario: String,
+        /// Repeats of each variant (overrides the scenario's).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+        repeat: Option<u32>,
+        /// Seconds per workload run (overrides the scenario's; 0.2 to 3600).
+        #[arg(long, value_name = "S", allow_negative_numbers = true)]
+        duration: Option<args::Seconds>,
+        /// Write a self-contained HTML report (inline SVG, no external URL) to this file (with
+        /// `all`: a directory, one NAME.html each).
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// JSON Lines: one `run` message per workload run, then a `summary` (see README).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the namespaces of lab runs whose process is gone (a run killed with SIGKILL
+    /// cannot clean up; its record in /run/netsteer-lab says what it made). Live labs and
+    /// namespaces no record names are left alone.
+    Clean,
+    /// Make the two-host lab (namespaces `client` and `server` joined by a veth link), run
+    /// COMMAND in the root namespace with the lab described in its environment
+    /// (NETSTEER_LAB_CLIENT_NS, NETSTEER_LAB_SERVER_ADDR, ...; README), then take the lab down,
+    /// also on Ctrl-C or a kill. Exits with COMMAND's status (2 when the lab cannot be made).
+    With(WithArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WithArgs {
+    /// rx and tx queues on each end of the link.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    queues: u32,
+    /// The link's MTU (veth default 1500).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(68..=65535))]
+    mtu: Option<u32>,
+    /// IPv6 on the link as well (fd77::1 client, fd77::2 server); off by default so no router
+    /// solicitation or DAD packet mixes into a measurement.
+    #[arg(long)]
+    ipv6: bool,
+    /// Process the client's receive work on these CPUs (RPS on the client's end), as if the
+    /// client were another machine; e.g. `0` or `0-1`.
+    #[arg(long, value_name = "CPULIST")]
+    client_rps: Option<String>,
+    /// The program to run, and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<std::ffi::OsString>,
+}
+
+fn with(w: &WithArgs) -> Result<ExitCode> {
+    use std::os::unix::process::ExitStatusExt;
+    let client_rps = match &w.client_rps {
+        None => None,
+        Some(list) => Some(
+            netsteer_host::CpuSet::parse_list(list, None)
+                .with_context(|| format!("--client-rps {list}"))?,
+        ),
+    };
+    // Before any thread starts: a signal stops COMMAND, then takes the lab down.
+    netsteer_lab::clean_up_on_termination()?;
+    let pair = netsteer_lab::Pair::new(
+        "with",
+        &netsteer_lab::PairSpec {
+            queues: w.queues,
+            mtu: w.mtu,
+            ipv6: w.ipv6,
+            client_rps,
+        },
+    )
+    .context("making the lab")?;
+    let program = &w.command[0];
+    let mut child = pair
+        .command(program)
+        .args(&w.command[1..])
+        .spawn()
+        .with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    netsteer_lab::stop_on_termination(child.id());
+    let status = child.wait();
+    netsteer_lab::wait_if_terminating();
+    let failed = pair.close();
+    let status = status.with_context(|| format!("waiting for {}", program.to_string_lossy()))?;
+    if !failed.is_empty() {
+        anyhow::bail!("lab cleanup failed: {}", failed.join("; "));
+    }
+    // As a shell reports it: the exit code, or 128 + the signal that ended COMMAND.
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(2);
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(2)))
+}
+
+pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
+    match cmd {
+        LabCommand::List => {
+            let mut out = io::stdout().lock();
+            for name in netsteer_lab::scenario::list()? {
+                let scn = netsteer_lab::scenario::load(&name)?;
+                emit(&mut out, &format!("{name:<12} {}", scn.description))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LabCommand::Run {
+            scenario,
+            repeat,
+            duration,
+            report,
+            json,
+        } => lab_run(scenario, *repeat, *duration, report.as_deref(), *json),
+        LabCommand::With(w) => with(w),
+        LabCommand::Clean => {
+            let removed = netsteer_lab::clean_stale().context("lab clean")?;
+            let mut out = io::stdout().lock();
+            for ns in &removed {
+                emit(&mut out, &format!("removed namespace {ns}"))?;
+            }
+            emit(
+                &mut out,
+                &format!(
+                    "netsteer lab clean: {} leftover namespace(s) removed",
+                    removed.len()
+                ),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn lab_run(
+    scenario: &str,
+    repeat: Option<u32>,
+    duration: Option<args::Seconds>,
+    report: Option<&std::path::Path>,
+    json: bool,
+) -> Result<ExitCode> {
+    // Before any thread starts: Ctrl-C or a kill takes the lab down before the process exits.
+    netsteer_lab::clean_up_on_termination()?;
+    let names = if scenario == "all" {
+        netsteer_lab::scenario::list()?
+    } else {
+        vec![scenario.to_string()]
+    };
+    let mut code = ExitCode::SUCCESS;
+    for name in &names {
+        let report = match (report, names.len() > 1) {
+            (Some(dir), true) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("--report {}", dir.display()))?;
+                Some(dir.join(format!("{name}.html")))
+            }
+            (r, _) => r.map(std::path::Path::to_path_buf),
+        };
+        let one = lab_run_one(name, repeat, duration, report.as_deref(), json);
+        // A signal being handled makes the lab's commands fail; its exit status wins.
+        netsteer_lab::wait_if_terminating();
+        if one? != ExitCode::SUCCESS {
+            code = ExitCode::from(1);
+        }
+    }
+    Ok(code)
+}
+
+fn lab_run_one(
+    scenario: &str,
+    repeat: Option<u32>,
+    duration: Option<args::Seconds>,
+    report: Option<&std::path::Path>,
+    json: bool,
+) -> Result<ExitCode> {
+    use netsteer_lab::run::{Message, RunOptions};
+    let scn = netsteer_lab::scenario::load(scenario)?;
+    let opts = RunOptions {
+        netsteer: std::env::current_exe().context("the netsteer binary")?,
+        repeats: repeat,
+        duration_s: duration.map(|d| d.get().as_secs_f64()),
+    };
+    let mut runs = Vec::new();
+    let mut out = io::stdout().lock();
+    let summary = netsteer_lab::run::run(&scn, &opts, |m| {
+        if json {
+            emit(
+                &mut out,
+                &serde_json::to_string(m).map_err(io::Error::other)?,
+            )?;
+        }
+        if let Message::Run(r) = m {
+            eprintln!(
+                "netsteer lab: {} [{:>5.0} s] repeat {} {:<10} {:<20} {:>14}  per CPU packets/%soft {}",
+                r.scenario,
+                r.started_s + r.elapsed_s,
+                r.repeat,
+                r.variant,
+                r.tool,
+                netsteer_lab::report::show(r.value, &r.unit),
+                r.per_cpu
+                    .iter()
+                    .map(|p| format!("{}:{:.0}%/{:.0}", p.cpu, p.share * 100.0, p.soft))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            runs.push(r.clone());
+        }
+        Ok(())
+    })?;
+    if !json {
+        for row in &summary.rows {
+            let d = &row.decision;
+            let unit = &row.unit;
+            emit(
+                &mut out,
+                &format!(
+                    "{} {} against {}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
+                    row.tool,
+                    row.variant,
+                    row.baseline,
+                    netsteer_lab::report::show(d.before.median, unit),
+                    netsteer_lab::report::show(d.after.median, unit),
+                    netsteer_lab::report::show(d.before.min, unit),
+                    netsteer_lab::report::show(d.before.max, unit),
+                    netsteer_lab::report::show(d.after.min, unit),
+                    netsteer_lab::report::show(d.after.max, unit),
+                    d.why
+                ),
+            )?;
+        }
+        for l in &summary.limits {
+            emit(&mut out, &format!("what this lab cannot show: {l}"))?;
+        }
+        emit(
+            &mut out,
+            &format!(
+                "host restored after the last rollback: {}",
+                if summary.restored { "yes" } else { "NO" }
+            ),
+        )?;
+    }
+    if let Some(path) = report {
+        std::fs::write(path, netsteer_lab::report::html(&summary, &runs))
+            .with_context(|| format!("--report {}", path.display()))?;
+    }
+    Ok(if summary.restored {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
