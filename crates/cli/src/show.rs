@@ -218,6 +218,98 @@ fn render_nic(o: &mut String, n: &Nic) {
     }
     if let Some(s) = &n.settings {
         render_settings(o, s);
+        render_netdev(o, n, s);
+    }
+}
+
+fn ns(v: Option<u64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(0) => "0".into(),
+        Some(v) if v % 1_000_000 == 0 => format!("{} ms", v / 1_000_000),
+        Some(v) if v % 1_000 == 0 => format!("{} µs", v / 1_000),
+        Some(v) => format!("{v} ns"),
+    }
+}
+
+/// queue → NAPI → IRQ → CPU, and each NAPI's kthread and settings (netdev netlink).
+fn render_netdev(o: &mut String, n: &Nic, s: &netsteer_host::ethtool::NicSettings) {
+    use netsteer_host::nic::IrqSource;
+    let nd = match s.netdev() {
+        Ok(nd) => nd,
+        Err(why) => {
+            let _ = writeln!(o, "  napi: unavailable ({why})");
+            return;
+        }
+    };
+    if let Some(x) = nd.xdp_features.filter(|x| *x != 0) {
+        let _ = writeln!(
+            o,
+            "  xdp: {}{}",
+            netsteer_host::netdev::xdp_feature_names(x),
+            nd.xdp_zc_max_segs
+                .map_or(String::new(), |z| format!("  zero-copy max segments {z}"))
+        );
+    }
+    if n.napis.is_empty() {
+        let _ = writeln!(
+            o,
+            "  napi: none{}",
+            if n.kind == "veth" {
+                " (a veth has NAPIs only with GRO on or XDP attached)"
+            } else {
+                ""
+            }
+        );
+    }
+    for p in &n.napis {
+        let mut queues: Vec<String> = p.rx_queues.iter().map(|q| format!("rx-{q}")).collect();
+        queues.extend(p.tx_queues.iter().map(|q| format!("tx-{q}")));
+        let queues = if queues.is_empty() {
+            "queues not linked by the driver".to_string()
+        } else {
+            queues.join(",")
+        };
+        let irq = match (p.irq, p.irq_source, &p.irq_cpus) {
+            (Some(i), src, cpus) => format!(
+                "irq {i}{} → CPU {}",
+                if src == Some(IrqSource::InterruptsName) {
+                    " (by /proc/interrupts name)"
+                } else {
+                    ""
+                },
+                cpus.as_ref().map_or("?".into(), |c| c.to_string())
+            ),
+            (None, ..) => "no IRQ".into(),
+        };
+        let thread = match (&p.thread, p.threaded) {
+            (Some(t), _) => format!(
+                "threaded: kthread {} on CPU {} (allowed {})",
+                t.pid, t.last_cpu, t.allowed
+            ),
+            (None, Some(true)) => "threaded (no kthread reported)".into(),
+            (None, Some(false)) => "threaded off".into(),
+            (None, None) => "threaded -".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  napi {:<6} {queues}  {irq}  defer-hard-irqs {}  gro-flush-timeout {}  irq-suspend-timeout {}  {thread}",
+            p.id,
+            p.defer_hard_irqs.map_or("-".into(), |d| d.to_string()),
+            ns(p.gro_flush_timeout_ns),
+            ns(p.irq_suspend_timeout_ns),
+        );
+    }
+    for q in &nd.qstats {
+        let _ = writeln!(
+            o,
+            "  {}-{:<4} packets {}  bytes {}{}",
+            q.kind,
+            q.id,
+            q.packets.map_or("-".into(), |v| v.to_string()),
+            q.bytes.map_or("-".into(), |v| v.to_string()),
+            q.drops.map_or(String::new(), |d| format!("  drops {d}"))
+        );
     }
 }
 

@@ -10,8 +10,8 @@ use netsteer_tune::tune::journal;
 use netsteer_tune::tune::persist::{self, Invocation};
 use netsteer_tune::tune::verify::{VerifyReport, verify};
 use netsteer_tune::tune::{
-    Action, ApplyOptions, ApplyReport, HostBackend, IrqbalancePolicy, Knob, Plan, PlanOptions,
-    Profile, RollbackReport, apply, latest_journal, plan, rollback,
+    Action, ApplyOptions, ApplyReport, HostBackend, IrqbalancePolicy, Knob, NapiMode, Plan,
+    PlanOptions, Profile, RollbackReport, apply, latest_journal, plan, rollback,
 };
 use std::io;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,11 @@ pub struct PlanArgs {
     /// smp_affinity[_list]. Journaled and rolled back like the profile's items.
     #[arg(long = "set", value_name = "PATH=VALUE", value_parser = parse_knob)]
     knobs: Vec<Knob>,
+    /// Per-NAPI settings for every NAPI of the tuned devices, set over netdev netlink
+    /// (NAPI_SET) and rolled back like the rest. Without it the latency profile only turns
+    /// hard-IRQ deferral off. With `--profile none`, only these are planned.
+    #[arg(long, value_enum, value_name = "MODE")]
+    napi: Option<NapiMode>,
     /// Interface to tune (repeat for several); default: every physical NIC that is up.
     #[arg(long = "dev", value_name = "IF")]
     devices: Vec<String>,
@@ -244,6 +249,7 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
                 ..k.clone()
             })
             .collect(),
+        napi: a.napi,
     })
 }
 
@@ -407,6 +413,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
                 state_dir: state_dir(host, &a.state_dir)?.display().to_string(),
                 reserve_queue: a.plan.reserve_queue,
                 ports: a.plan.ports.clone(),
+                napi: a.plan.napi.map(|m| m.to_string()),
             };
             let exe = std::env::current_exe().context("finding the netsteer binary")?;
             let root = host.fs.root();

@@ -285,3 +285,112 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
     assert!(during[1] > 0.25, "tuned: {}", pct(&during));
     assert!(after[0] > 0.8, "after rollback: {}", pct(&after));
 }
+
+/// Per-NAPI settings through netdev netlink: a 2-queue veth with GRO on has a NAPI per rx
+/// queue. `show --json` lists them; `tune apply --profile none --napi irq-suspend` sets
+/// defer-hard-irqs, gro-flush-timeout and irq-suspend-timeout on each; `--napi threaded`
+/// starts a `napi/<dev>-<id>` kthread per NAPI, which `show` reports; `verify` is clean after
+/// each apply and `rollback` restores every value, the kthreads gone.
+#[test]
+fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
+    if !usable() {
+        return;
+    }
+    let pair = Pair::create(2);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let napis = |ns: &Netns| -> Vec<netsteer_host::nic::NapiView> {
+        let out = netsteer_in(ns, &["show", "--json", "--dev", "v0b"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: netsteer_host::view::HostView = serde_json::from_slice(&out.stdout).unwrap();
+        let nic = v.nic("v0b").unwrap();
+        assert_eq!(nic.kind, "veth");
+        nic.napis.clone()
+    };
+    let before = napis(b);
+    assert_eq!(
+        before.len(),
+        2,
+        "one NAPI per rx queue with GRO on: {before:#?}"
+    );
+    assert!(
+        before
+            .iter()
+            .all(|n| n.thread.is_none() && n.threaded == Some(false))
+    );
+    // By name and id: the test's own NAPIs, not another lab's v0b.
+    let names: Vec<String> = before
+        .iter()
+        .map(|n| format!("napi/v0b-{}", n.id))
+        .collect();
+    let kthreads = || {
+        text(b, "ps -e -o comm=")
+            .lines()
+            .filter(|c| names.iter().any(|n| n == c.trim()))
+            .count()
+    };
+    let state_dir = tempfile::tempdir().unwrap();
+    let sd = state_dir.path().to_str().unwrap();
+    let ok = |out: Output| {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+
+    for mode in ["irq-suspend", "threaded"] {
+        let out = ok(netsteer_in(
+            b,
+            &[
+                "tune",
+                "apply",
+                "--profile",
+                "none",
+                "--napi",
+                mode,
+                "--dev",
+                "v0b",
+                "--state-dir",
+                sd,
+                "--json",
+            ],
+        ));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let changed = report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["status"] == "changed")
+            .count();
+        let now = napis(b);
+        if mode == "irq-suspend" {
+            assert_eq!(changed, 6, "{report:#}");
+            for n in &now {
+                assert_eq!(n.defer_hard_irqs, Some(2));
+                assert_eq!(n.gro_flush_timeout_ns, Some(200_000));
+                assert_eq!(n.irq_suspend_timeout_ns, Some(20_000_000));
+            }
+        } else {
+            assert_eq!(changed, 2, "{report:#}");
+            for n in &now {
+                let t = n.thread.as_ref().expect("a kthread per threaded NAPI");
+                assert!(t.pid > 0 && t.allowed.known().is_some(), "{n:#?}");
+            }
+            assert_eq!(kthreads(), 2);
+        }
+        let out = netsteer_in(b, &["tune", "verify", "--state-dir", sd, "--json"]);
+        let v: VerifyReport = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v.drift.is_empty() && out.status.code() == Some(0), "{v:#?}");
+        ok(netsteer_in(b, &["tune", "rollback", "--state-dir", sd]));
+        assert_eq!(napis(b), before, "{mode} rolled back");
+        assert_eq!(kthreads(), 0, "the kthreads go with threaded off");
+    }
+}

@@ -2,6 +2,7 @@
 //! snapshot tree can carry them (`netsteer/ethtool.json`) and `--root` reproduces them offline.
 
 use crate::field::Field;
+use crate::netdev::{NapiAttr, Netdev};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -70,6 +71,31 @@ pub struct NicSettings {
     /// absent for links without one (physical NICs, loopback) and when it was not read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_kind: Option<String>,
+    /// NAPIs, queues and per-queue counters from the `netdev` netlink family; absent in trees
+    /// captured before netsteer read it (and then absent when such a tree is written back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<Field<Netdev>>,
+}
+
+impl NicSettings {
+    /// The netdev data, or why there is none.
+    pub fn netdev(&self) -> Result<&Netdev, String> {
+        match &self.netdev {
+            None => {
+                Err("netdev data not recorded (a tree captured before netsteer read it)".into())
+            }
+            Some(f) => part(f, "netdev"),
+        }
+    }
+}
+
+/// The NAPI `id` of a device's netdev data, or why there is none.
+fn napi_of(s: &NicSettings, id: u32) -> Result<&crate::netdev::Napi, String> {
+    s.netdev()?
+        .napis
+        .iter()
+        .find(|n| n.id == id)
+        .ok_or_else(|| format!("the device has no NAPI {id} (now)"))
 }
 
 impl NicSettings {
@@ -83,6 +109,7 @@ impl NicSettings {
             pause: Field::unknown(reason),
             rss: Field::unknown(reason),
             link_kind: None,
+            netdev: Some(Field::unknown(reason)),
         }
     }
 }
@@ -108,6 +135,8 @@ pub enum NicKnob {
     /// The RSS indirection table: entry i is the rx queue of hash bucket i. Its value is the
     /// queue numbers separated by spaces.
     RssIndirection,
+    /// A per-NAPI setting (NETDEV_CMD_NAPI_SET), by NAPI id.
+    Napi(u32, NapiAttr),
 }
 
 impl std::fmt::Display for NicKnob {
@@ -119,6 +148,7 @@ impl std::fmt::Display for NicKnob {
             NicKnob::Pause(n) => write!(f, "pause {n}"),
             NicKnob::Rings(n) => write!(f, "rings {n}"),
             NicKnob::RssIndirection => f.write_str("rss indirection"),
+            NicKnob::Napi(id, a) => write!(f, "napi {id} {a}"),
         }
     }
 }
@@ -170,6 +200,9 @@ impl NicKnob {
     pub fn read_number(&self, s: &NicSettings) -> Result<u64, String> {
         match self {
             NicKnob::RssIndirection => Err("the RSS table is not a number".into()),
+            NicKnob::Napi(id, a) => a
+                .read(napi_of(s, *id)?)
+                .ok_or_else(|| format!("the kernel does not report NAPI {id}'s {a}")),
             NicKnob::Feature(n) => part(&s.features, "features")?
                 .get(n)
                 .map(|f| u64::from(f.active))
@@ -212,7 +245,9 @@ impl NicKnob {
     /// The largest value the device accepts, when it says (channels, rings, on/off knobs).
     pub fn limit(&self, s: &NicSettings) -> Option<u64> {
         match self {
-            NicKnob::Feature(_) | NicKnob::Pause(_) => Some(1),
+            NicKnob::Feature(_) | NicKnob::Pause(_) | NicKnob::Napi(_, NapiAttr::Threaded) => {
+                Some(1)
+            }
             NicKnob::Channels(n) => {
                 let mut c = s.channels.known()?.clone();
                 channel_slot(&mut c, n).ok()?.1.map(u64::from)
@@ -225,7 +260,8 @@ impl NicKnob {
                     _ => None,
                 }
             }
-            NicKnob::Coalesce(_) | NicKnob::RssIndirection => None,
+            NicKnob::Napi(_, NapiAttr::DeferHardIrqs) => Some(i32::MAX as u64),
+            NicKnob::Coalesce(_) | NicKnob::RssIndirection | NicKnob::Napi(..) => None,
         }
     }
 
@@ -275,6 +311,18 @@ impl NicKnob {
         let too_big = || format!("{self}: {v} does not fit");
         match self {
             NicKnob::RssIndirection => return Err("the RSS table is not a number".into()),
+            NicKnob::Napi(id, a) => {
+                let netdev = s
+                    .netdev
+                    .as_mut()
+                    .ok_or("netdev data not recorded in this tree")?;
+                let napi = part_mut(netdev, "netdev")?
+                    .napis
+                    .iter_mut()
+                    .find(|n| n.id == *id)
+                    .ok_or_else(|| format!("the device has no NAPI {id} (now)"))?;
+                a.store(napi, v)?;
+            }
             NicKnob::Feature(n) => {
                 let f = part_mut(&mut s.features, "features")?
                     .get_mut(n)

@@ -16,6 +16,7 @@ pub mod ethtool;
 pub mod field;
 pub mod fs;
 pub mod irqname;
+pub mod netdev;
 pub mod nic;
 pub mod parse;
 pub mod process;

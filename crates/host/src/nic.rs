@@ -114,6 +114,111 @@ pub struct Nic {
     /// Settings read over ethtool netlink (absent when not asked for).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub settings: Option<NicSettings>,
+    /// The NAPI instances, each resolved to its queues, IRQ, CPUs and kthread (from the
+    /// settings' netdev data; empty when it was not read or the device has none).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub napis: Vec<NapiView>,
+}
+
+/// How a NAPI's IRQ was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IrqSource {
+    /// The kernel links them (netdev's napi `irq` attribute).
+    Netdev,
+    /// The driver does not (virtio_net): the IRQ of the queue the NAPI serves, by its name in
+    /// /proc/interrupts.
+    InterruptsName,
+}
+
+/// A threaded NAPI's kthread (`napi/<dev>-<id>`): where it last ran and where it may run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NapiThread {
+    pub pid: u32,
+    pub last_cpu: Field<u32>,
+    pub allowed: Field<CpuSet>,
+}
+
+/// One NAPI: queue → NAPI → IRQ → CPU, and its kthread, with the per-NAPI settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NapiView {
+    pub id: u32,
+    pub rx_queues: Vec<u32>,
+    pub tx_queues: Vec<u32>,
+    pub irq: Option<u32>,
+    pub irq_source: Option<IrqSource>,
+    /// Where the IRQ is delivered now (`effective_affinity_list`).
+    pub irq_cpus: Option<Field<CpuSet>>,
+    pub thread: Option<NapiThread>,
+    pub defer_hard_irqs: Option<u32>,
+    pub gro_flush_timeout_ns: Option<u64>,
+    pub irq_suspend_timeout_ns: Option<u64>,
+    pub threaded: Option<bool>,
+}
+
+/// Resolves the netdev data of `nic`'s settings into [`NapiView`]s, reading the IRQs'
+/// affinities and kthreads' placement through `fs` (so a snapshot tree carries them).
+pub fn resolve_napis(fs: &HostFs, nic: &Nic, nr_cpu_ids: u32) -> Vec<NapiView> {
+    let Some(netdev) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) else {
+        return Vec::new();
+    };
+    netdev
+        .napis
+        .iter()
+        .map(|n| {
+            let serves = |kind| -> Vec<u32> {
+                netdev
+                    .queues
+                    .iter()
+                    .filter(|q| q.kind == kind && q.napi_id == Some(n.id))
+                    .map(|q| q.id)
+                    .collect()
+            };
+            let rx_queues = serves(crate::netdev::QueueType::Rx);
+            let tx_queues = serves(crate::netdev::QueueType::Tx);
+            let by_name = || {
+                rx_queues
+                    .iter()
+                    .filter_map(|q| nic.rx_queues.iter().find(|r| r.index == *q))
+                    .find_map(|r| r.irqs.first().copied())
+            };
+            let (irq, irq_source) = match (n.irq, by_name()) {
+                (Some(i), _) => (Some(i), Some(IrqSource::Netdev)),
+                (None, Some(i)) => (Some(i), Some(IrqSource::InterruptsName)),
+                (None, None) => (None, None),
+            };
+            let irq_cpus = irq.map(|i| match nic.irq(i) {
+                Some(known) => known.affinity.effective.clone(),
+                None => read_irq_affinity(fs, i, nr_cpu_ids).effective,
+            });
+            let thread = n.pid.map(|pid| NapiThread {
+                pid,
+                last_cpu: fs
+                    .read_parsed(format!("/proc/{pid}/stat"), crate::process::parse_task_stat)
+                    .map(|(_, cpu, _)| cpu)
+                    .into(),
+                allowed: fs
+                    .read_parsed(
+                        format!("/proc/{pid}/status"),
+                        crate::process::parse_status_allowed,
+                    )
+                    .into(),
+            });
+            NapiView {
+                id: n.id,
+                rx_queues,
+                tx_queues,
+                irq,
+                irq_source,
+                irq_cpus,
+                thread,
+                defer_hard_irqs: n.defer_hard_irqs,
+                gro_flush_timeout_ns: n.gro_flush_timeout_ns,
+                irq_suspend_timeout_ns: n.irq_suspend_timeout_ns,
+                threaded: n.threaded,
+            }
+        })
+        .collect()
 }
 
 impl Nic {
@@ -332,6 +437,7 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
         irqs,
         queues_unknown,
         settings: None,
+        napis: Vec::new(),
     }
 }
 

@@ -96,6 +96,7 @@ pub fn read_host(fs: &HostFs, settings: Option<&dyn Fn(&str) -> NicSettings>) ->
             let mut nic = read_nic(fs, name, interrupts.as_ref(), topology.nr_cpu_ids);
             nic.settings = settings.map(|f| f(name));
             nic.take_link_kind();
+            nic.napis = crate::nic::resolve_napis(fs, &nic, topology.nr_cpu_ids);
             nic
         })
         .collect();

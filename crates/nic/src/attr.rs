@@ -45,6 +45,23 @@ pub fn u32_of(p: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(p.get(..4)?.try_into().ok()?))
 }
 
+/// A netlink `uint`: 4 bytes when the value fits, else 8 (netlink.rst, "uint").
+pub fn uint_of(p: &[u8]) -> Option<u64> {
+    match p.len() {
+        4 => u32_of(p).map(u64::from),
+        8 => Some(u64::from_ne_bytes(p.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// Appends a `uint` the way the kernel sends one: 4 bytes when it fits.
+pub fn put_uint(buf: &mut Vec<u8>, kind: u16, v: u64) {
+    match u32::try_from(v) {
+        Ok(small) => put(buf, kind, &small.to_ne_bytes()),
+        Err(_) => put(buf, kind, &v.to_ne_bytes()),
+    }
+}
+
 pub fn u16_of(p: &[u8]) -> Option<u16> {
     Some(u16::from_ne_bytes(p.get(..2)?.try_into().ok()?))
 }
@@ -79,5 +96,13 @@ mod tests {
         assert!(parse(&[200, 0, 1, 0, 0]).is_err());
         assert!(parse(&[2, 0, 1, 0]).is_err());
         assert_eq!(u32_of(&[1, 2]), None);
+        let mut u = Vec::new();
+        put_uint(&mut u, 1, 7);
+        put_uint(&mut u, 2, 1 << 40);
+        let a = parse(&u).unwrap();
+        assert_eq!((a[0].1.len(), a[1].1.len()), (4, 8));
+        assert_eq!(uint_of(a[0].1), Some(7));
+        assert_eq!(uint_of(a[1].1), Some(1 << 40));
+        assert_eq!(uint_of(&[1, 2, 3]), None);
     }
 }

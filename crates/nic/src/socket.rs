@@ -10,6 +10,9 @@ pub const NLMSG_DONE: u16 = 3;
 pub const NLM_F_REQUEST: u16 = 1;
 /// Ask for an acknowledgement: a SET that succeeds is otherwise answered with nothing at all.
 pub const NLM_F_ACK: u16 = 4;
+/// NLM_F_ROOT | NLM_F_MATCH: every object (or every object a filter attribute selects), in as
+/// many messages as it takes, ended by NLMSG_DONE.
+pub const NLM_F_DUMP: u16 = 0x300;
 
 pub struct NlSocket {
     fd: OwnedFd,
@@ -65,34 +68,46 @@ impl NlSocket {
     /// Sends one request (`family`, `cmd`, attributes) and returns the payloads (after the genl
     /// header) of the reply messages, or the errno the kernel answered with.
     pub fn request(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<Vec<u8>>> {
-        self.request_with(family, &[cmd, 1, 0, 0], attrs, NLM_F_REQUEST)
+        self.request_with(family, &[cmd, 1, 0, 0], attrs, NLM_F_REQUEST, 4)
+    }
+
+    /// A generic-netlink dump: every reply message's payload (after the genl header).
+    pub fn dump(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        self.request_with(
+            family,
+            &[cmd, 1, 0, 0],
+            attrs,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            4,
+        )
     }
 
     /// A request whose success is only an acknowledgement (ethtool SET messages).
     pub fn request_ack(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<()> {
-        self.request_with(family, &[cmd, 1, 0, 0], attrs, NLM_F_REQUEST | NLM_F_ACK)
+        self.request_with(family, &[cmd, 1, 0, 0], attrs, NLM_F_REQUEST | NLM_F_ACK, 4)
             .map(|_| ())
     }
 
     /// A route-netlink request: message type (RTM_GETLINK ...), its fixed header (ifinfomsg
-    /// ...) and attributes; returns the replies' bodies after a header of the same size.
+    /// ...) and attributes; returns the replies' whole bodies (their own fixed header first).
     pub fn route_request(
         &mut self,
         msg_type: u16,
         fixed: &[u8],
         attrs: &[u8],
     ) -> io::Result<Vec<Vec<u8>>> {
-        self.request_with(msg_type, fixed, attrs, NLM_F_REQUEST)
+        self.request_with(msg_type, fixed, attrs, NLM_F_REQUEST, 0)
     }
 
     /// Sends a message of type `msg_type` made of a fixed header (genl's 4 bytes, rtnl's
-    /// ifinfomsg) and attributes; replies are returned without that header.
+    /// ifinfomsg) and attributes; replies are returned without their first `strip` bytes.
     fn request_with(
         &mut self,
         msg_type: u16,
         fixed: &[u8],
         attrs: &[u8],
         flags: u16,
+        strip: usize,
     ) -> io::Result<Vec<Vec<u8>>> {
         self.seq = self.seq.wrapping_add(1);
         let len = NLMSG_HDRLEN + fixed.len() + attrs.len();
@@ -145,12 +160,12 @@ impl NlSocket {
                         }
                         NLMSG_DONE => done = true,
                         _ => {
-                            if body.len() >= fixed.len() {
-                                replies.push(body[fixed.len()..].to_vec());
+                            if body.len() >= strip {
+                                replies.push(body[strip..].to_vec());
                             }
-                            // A non-dump GET answers with exactly one message; a request
-                            // with an ACK flag ends at the acknowledgement instead.
-                            done = flags & NLM_F_ACK == 0;
+                            // A plain GET answers with exactly one message; a request with
+                            // an ACK flag ends at the acknowledgement, a dump at NLMSG_DONE.
+                            done = flags & (NLM_F_ACK | NLM_F_DUMP) == 0;
                         }
                     }
                 }

@@ -87,6 +87,7 @@ fn opts(profile: Profile) -> PlanOptions {
         ports: Vec::new(),
         live: false,
         knobs: Vec::new(),
+        napi: None,
     }
 }
 

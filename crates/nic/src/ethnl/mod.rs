@@ -14,6 +14,7 @@ use crate::socket::NlSocket;
 use crate::{NicBackend, NicError};
 use netsteer_host::ethtool::{NicKnob, NicSettings};
 use netsteer_host::field::Field;
+use netsteer_host::netdev::NapiAttr;
 use std::cell::RefCell;
 
 const GENL_ID_CTRL: u16 = 0x10;
@@ -46,6 +47,25 @@ pub struct Netlink {
     /// left to sysfs).
     route: Option<RefCell<NlSocket>>,
     family: u16,
+    /// The netdev family's id, when the kernel has it.
+    netdev: Option<u16>,
+}
+
+/// Resolves a generic netlink family's id by name (CTRL_CMD_GETFAMILY).
+fn family_id(sock: &mut NlSocket, name: &'static str) -> Result<u16, NicError> {
+    let mut a = Vec::new();
+    attr::put_str(&mut a, CTRL_ATTR_FAMILY_NAME, name);
+    let replies = sock
+        .request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, &a)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) => NicError::NoFamily(name),
+            _ => NicError::Socket(e),
+        })?;
+    replies
+        .iter()
+        .filter_map(|r| attr::parse(r).ok())
+        .find_map(|attrs| attr::find(&attrs, CTRL_ATTR_FAMILY_ID).and_then(attr::u16_of))
+        .ok_or(NicError::NoFamily(name))
 }
 
 impl std::fmt::Debug for Netlink {
@@ -57,24 +77,37 @@ impl std::fmt::Debug for Netlink {
 impl Netlink {
     pub fn open() -> Result<Netlink, NicError> {
         let mut sock = NlSocket::generic().map_err(NicError::Socket)?;
-        let mut a = Vec::new();
-        attr::put_str(&mut a, CTRL_ATTR_FAMILY_NAME, "ethtool");
-        let replies = sock
-            .request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, &a)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOENT) => NicError::NoFamily("ethtool"),
-                _ => NicError::Socket(e),
-            })?;
-        let family = replies
-            .iter()
-            .filter_map(|r| attr::parse(r).ok())
-            .find_map(|attrs| attr::find(&attrs, CTRL_ATTR_FAMILY_ID).and_then(attr::u16_of))
-            .ok_or(NicError::NoFamily("ethtool"))?;
+        let family = family_id(&mut sock, "ethtool")?;
+        // Kernels before 6.1 have no netdev family; its parts are then unknown with the reason.
+        let netdev = family_id(&mut sock, "netdev").ok();
         Ok(Netlink {
             sock: RefCell::new(sock),
             route: NlSocket::route().ok().map(RefCell::new),
             family,
+            netdev,
         })
+    }
+
+    /// The link's ifindex and kind over rtnetlink.
+    fn link(&self, dev: &str) -> Result<crate::rtnl::link::Link, String> {
+        use crate::rtnl::link;
+        let route = self
+            .route
+            .as_ref()
+            .ok_or("no rtnetlink socket could be opened")?;
+        let replies = route
+            .borrow_mut()
+            .route_request(link::RTM_GETLINK, &link::ifinfomsg(0), &link::get(dev))
+            .map_err(|e| format!("RTM_GETLINK {dev}: {e}"))?;
+        link::parse(replies.first().ok_or("RTM_GETLINK: no reply")?)
+    }
+
+    /// NAPIs, queues and counters of the device with this index.
+    fn netdev(&self, ifindex: u32) -> Field<netsteer_host::netdev::Netdev> {
+        let Some(family) = self.netdev else {
+            return Field::unknown("the kernel has no netdev netlink family (before 6.1)");
+        };
+        crate::netdev::read(&mut self.sock.borrow_mut(), family, ifindex).into()
     }
 
     /// One GET for one device; returns the reply's attributes (raw bytes).
@@ -132,6 +165,38 @@ impl Netlink {
     }
 }
 
+impl Netlink {
+    /// NAPI_SET, only for a NAPI the device has now: ids are global and a NAPI that went away
+    /// (channels changed) may come back under the same id on another device.
+    fn napi_set(&self, dev: &str, id: u32, a: NapiAttr, v: u64) -> Result<(), NicError> {
+        let refused = |reason: String| NicError::Refused {
+            dev: dev.to_string(),
+            knob: format!("napi {id} {a}"),
+            reason,
+        };
+        let family = self
+            .netdev
+            .ok_or_else(|| refused("the kernel has no netdev netlink family".into()))?;
+        let link = self.link(dev).map_err(refused)?;
+        let mine = match self.netdev(link.index) {
+            Field::Known(n) => n.napis.iter().any(|n| n.id == id),
+            Field::Unknown { unknown } => return Err(refused(unknown)),
+        };
+        if !mine {
+            return Err(refused(format!("{dev} has no NAPI {id} (now)")));
+        }
+        let body = crate::netdev::napi::set(id, a, v).map_err(refused)?;
+        self.sock
+            .borrow_mut()
+            .request_ack(family, crate::netdev::napi::CMD_SET, &body)
+            .map_err(|source| NicError::Os {
+                dev: dev.to_string(),
+                request: "napi-set",
+                source,
+            })
+    }
+}
+
 impl NicBackend for Netlink {
     fn set(&self, dev: &str, knob: &NicKnob, text: &str) -> Result<(), NicError> {
         let bad = |reason: String| NicError::Refused {
@@ -144,7 +209,11 @@ impl NicBackend for Netlink {
                 .parse()
                 .map_err(|_| bad(format!("{text:?} is not a number")))
         };
+        if let NicKnob::Napi(id, a) = knob {
+            return self.napi_set(dev, *id, *a, num()?);
+        }
         let (request, cmd, body) = match knob {
+            NicKnob::Napi(..) => unreachable!("handled above"),
             NicKnob::Feature(n) => (
                 "features-set",
                 features::CMD_SET,
@@ -179,6 +248,7 @@ impl NicBackend for Netlink {
     }
 
     fn settings(&self, dev: &str) -> NicSettings {
+        let link = self.link(dev);
         NicSettings {
             channels: self.field(dev, "channels-get", channels::CMD, channels::parse),
             rings: self.field(dev, "rings-get", rings::CMD, rings::parse),
@@ -186,16 +256,10 @@ impl NicBackend for Netlink {
             coalesce: self.field(dev, "coalesce-get", coalesce::CMD, coalesce::parse),
             pause: self.field(dev, "pause-get", pause::CMD, pause::parse),
             rss: self.field(dev, "rss-get", rss::CMD, rss::parse),
-            link_kind: self.route.as_ref().and_then(|r| {
-                let replies = r
-                    .borrow_mut()
-                    .route_request(
-                        crate::rtnl::link::RTM_GETLINK,
-                        &crate::rtnl::link::ifinfomsg(0),
-                        &crate::rtnl::link::get(dev),
-                    )
-                    .ok()?;
-                crate::rtnl::link::parse_kind(replies.first()?).ok()?
+            link_kind: link.as_ref().ok().and_then(|l| l.kind.clone()),
+            netdev: Some(match &link {
+                Ok(l) => self.netdev(l.index),
+                Err(e) => Field::unknown(e),
             }),
         }
     }

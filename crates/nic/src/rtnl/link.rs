@@ -40,8 +40,27 @@ pub fn get(dev: &str) -> Vec<u8> {
     a
 }
 
-/// The kind from an RTM_NEWLINK body (after its ifinfomsg): `None` for a link without one
-/// (a physical NIC, loopback).
+/// What one RTM_NEWLINK says of the link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub index: u32,
+    /// `None` for a link without one (a physical NIC, loopback).
+    pub kind: Option<String>,
+}
+
+/// Reads an RTM_NEWLINK body: its ifinfomsg, then the attributes.
+pub fn parse(body: &[u8]) -> Result<Link, String> {
+    let hdr = body
+        .get(..16)
+        .ok_or_else(|| format!("RTM_NEWLINK of {} bytes: no ifinfomsg", body.len()))?;
+    let index = i32::from_ne_bytes(hdr[4..8].try_into().expect("4 bytes"));
+    Ok(Link {
+        index: u32::try_from(index).map_err(|_| format!("ifindex {index}"))?,
+        kind: parse_kind(&body[16..])?,
+    })
+}
+
+/// The kind from the attributes of an RTM_NEWLINK.
 pub fn parse_kind(body: &[u8]) -> Result<Option<String>, String> {
     let a = attr::parse(body)?;
     let Some(info) = attr::find(&a, Ifla::Linkinfo as u16) else {
@@ -85,5 +104,16 @@ mod tests {
         let mut bad = Vec::new();
         attr::put(&mut bad, Ifla::Linkinfo as u16, &[200, 0, 1, 0]);
         assert!(parse_kind(&bad).is_err());
+
+        let mut whole = ifinfomsg(5).to_vec();
+        whole.extend_from_slice(&body);
+        assert_eq!(
+            parse(&whole).unwrap(),
+            Link {
+                index: 5,
+                kind: Some("veth".into())
+            }
+        );
+        assert!(parse(&whole[..10]).is_err());
     }
 }

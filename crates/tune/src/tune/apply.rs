@@ -597,6 +597,7 @@ fn kind_of(id: &str) -> ItemKind {
         "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,
         "nic" if id.contains("/pause/") => ItemKind::Pause,
         "nic" if id.contains("/rss/") => ItemKind::Rss,
+        "nic" if id.contains("/napi/") => ItemKind::Napi,
         "nic" => ItemKind::Feature,
         _ => ItemKind::Sysctl,
     }

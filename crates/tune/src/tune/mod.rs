@@ -13,5 +13,5 @@ pub use apply::{
     ApplyOptions, ApplyReport, Backend, HostBackend, RollbackReport, StepError, apply,
     latest_journal, rollback,
 };
-pub use model::{Action, Format, Item, ItemKind, Plan, Profile, Target};
+pub use model::{Action, Format, Item, ItemKind, NapiMode, Plan, Profile, Target};
 pub use plan::{IrqbalancePolicy, Knob, PlanError, PlanOptions, plan};

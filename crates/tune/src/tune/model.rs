@@ -23,6 +23,86 @@ pub enum Profile {
     None,
 }
 
+/// Per-NAPI settings (netdev netlink NAPI_SET), named after the modes of
+/// Documentation/networking/napi.rst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum NapiMode {
+    /// Interrupt-driven: no hard-IRQ deferral, no IRQ suspension, no NAPI kthread (the
+    /// kernel's defaults).
+    Irq,
+    /// For applications that busy-poll with SO_PREFER_BUSY_POLL: defer-hard-irqs 2 and
+    /// gro-flush-timeout 200 µs keep the queue's interrupts off while the application polls.
+    PreferBusyPoll,
+    /// IRQ suspension (6.13+) for epoll busy pollers (EPIOCSPARAMS prefer_busy_poll): as
+    /// prefer-busy-poll, plus irq-suspend-timeout 20 ms.
+    IrqSuspend,
+    /// Each NAPI polled by its own kernel thread (`napi/<dev>-<id>`), which the scheduler
+    /// places and which can be pinned, instead of in softirq context.
+    Threaded,
+}
+
+impl NapiMode {
+    /// The settings the mode writes, with why.
+    pub fn settings(self) -> &'static [(netsteer_host::netdev::NapiAttr, u64, &'static str)] {
+        use netsteer_host::netdev::NapiAttr::*;
+        const DEFER: &str = "napi.rst: interrupts stay masked for this many empty polls, so a busy-polling application keeps the queue to itself";
+        const GRO: &str =
+            "napi.rst: the timer that ends a deferral if the application stops polling";
+        match self {
+            NapiMode::Irq => &[
+                (
+                    DeferHardIrqs,
+                    0,
+                    "interrupt-driven: every packet raises its IRQ at once",
+                ),
+                (
+                    GroFlushTimeout,
+                    0,
+                    "interrupt-driven: no timer holds packets back",
+                ),
+                (
+                    IrqSuspendTimeout,
+                    0,
+                    "interrupt-driven: IRQs are never suspended",
+                ),
+                (Threaded, 0, "NAPI runs in softirq on the IRQ's CPU"),
+            ],
+            NapiMode::PreferBusyPoll => &[
+                (DeferHardIrqs, 2, DEFER),
+                (GroFlushTimeout, 200_000, GRO),
+                (IrqSuspendTimeout, 0, "prefer-busy-poll without suspension"),
+            ],
+            NapiMode::IrqSuspend => &[
+                (DeferHardIrqs, 2, DEFER),
+                (GroFlushTimeout, 200_000, GRO),
+                (
+                    IrqSuspendTimeout,
+                    20_000_000,
+                    "napi.rst: IRQs stay suspended while the epoll busy poller finds work, up to 20 ms (>> gro-flush-timeout); acts only with prefer_busy_poll",
+                ),
+            ],
+            NapiMode::Threaded => &[(
+                Threaded,
+                1,
+                "a kthread per NAPI: schedulable and pinnable, off the IRQ's CPU",
+            )],
+        }
+    }
+}
+
+impl fmt::Display for NapiMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NapiMode::Irq => "irq",
+            NapiMode::PreferBusyPoll => "prefer-busy-poll",
+            NapiMode::IrqSuspend => "irq-suspend",
+            NapiMode::Threaded => "threaded",
+        })
+    }
+}
+
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -65,6 +145,11 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::File { path } => f.write_str(path),
+            // NAPI settings go over the netdev family, everything else over ethtool's.
+            Target::Nic {
+                dev,
+                knob: knob @ NicKnob::Napi(..),
+            } => write!(f, "netdev {dev} {knob}"),
             Target::Nic { dev, knob } => write!(f, "ethtool {dev} {knob}"),
             Target::Service { name } => write!(f, "service {name}"),
         }
@@ -121,6 +206,8 @@ pub enum ItemKind {
     RfsFlowCnt,
     Xps,
     Sysctl,
+    /// A per-NAPI setting (netdev netlink).
+    Napi,
 }
 
 impl ItemKind {
@@ -132,7 +219,8 @@ impl ItemKind {
             ItemKind::Irqbalance => 0,
             ItemKind::Channels => 1,
             ItemKind::Feature | ItemKind::Coalesce | ItemKind::Pause | ItemKind::Rss => 2,
-            ItemKind::IrqAffinity => 3,
+            // After channels and features: a channel change or GRO on (veth) makes the NAPIs.
+            ItemKind::IrqAffinity | ItemKind::Napi => 3,
             ItemKind::Rps | ItemKind::RfsTable | ItemKind::RfsFlowCnt | ItemKind::Xps => 4,
             ItemKind::Sysctl => 5,
         }
@@ -147,6 +235,7 @@ impl fmt::Display for ItemKind {
             ItemKind::Feature => "feature",
             ItemKind::Coalesce => "coalesce",
             ItemKind::Pause => "pause",
+            ItemKind::Napi => "napi",
             ItemKind::Rss => "rss",
             ItemKind::IrqAffinity => "irq-affinity",
             ItemKind::Rps => "rps",

@@ -22,6 +22,9 @@ pub struct Invocation {
     /// Explicit knobs as `PATH=VALUE` (`--set`).
     #[serde(default)]
     pub knobs: Vec<String>,
+    /// `--napi MODE`: per-NAPI settings, planned again at boot for the NAPI ids of then.
+    #[serde(default)]
+    pub napi: Option<String>,
 }
 
 impl Invocation {
@@ -59,6 +62,10 @@ impl Invocation {
         for k in &self.knobs {
             a.push("--set".into());
             a.push(k.clone());
+        }
+        if let Some(m) = &self.napi {
+            a.push("--napi".into());
+            a.push(m.clone());
         }
         a.push("--state-dir".into());
         a.push(self.state_dir.clone());

@@ -1,7 +1,9 @@
 //! Profiles → desired state → a plan. Pure: a host view in, items out; nothing is read or
 //! written here, so every decision can be tested on fixture trees.
 
-use super::model::{Action, Format, Item, ItemKind, PLAN_SCHEMA_VERSION, Plan, Profile, Target};
+use super::model::{
+    Action, Format, Item, ItemKind, NapiMode, PLAN_SCHEMA_VERSION, Plan, Profile, Target,
+};
 use crate::doctor::ctx::Ctx;
 use crate::doctor::model::Goal;
 use crate::doctor::rules::rps::{RFS_ENTRIES, flow_cnt_per_queue};
@@ -9,6 +11,7 @@ use netsteer_host::CpuSet;
 use netsteer_host::ethtool::{NicKnob, NicSettings};
 use netsteer_host::field::Field;
 use netsteer_host::irqname::IrqRole;
+use netsteer_host::netdev::NapiAttr;
 use netsteer_host::nic::{Nic, NicIrq};
 use netsteer_host::view::HostView;
 use std::collections::BTreeMap;
@@ -48,6 +51,9 @@ pub struct PlanOptions {
     /// Explicit knobs (`--set PATH=VALUE`), planned after the profile's items; one on the same
     /// file as a profile item replaces it.
     pub knobs: Vec<Knob>,
+    /// Per-NAPI settings for every NAPI of the tuned devices (`--napi`); the latency profile
+    /// without it turns hard-IRQ deferral off.
+    pub napi: Option<NapiMode>,
 }
 
 /// One explicit knob: a kernel file and the value to write into it. Only the files netsteer
@@ -133,7 +139,9 @@ pub enum PlanError {
     NothingToTune,
     #[error("--set {0:?}: {1}")]
     BadKnob(String, String),
-    #[error("--profile none plans nothing by itself: give the knobs with --set PATH=VALUE")]
+    #[error(
+        "--profile none plans nothing by itself: give knobs with --set PATH=VALUE or per-NAPI settings with --napi"
+    )]
     NoKnobs,
     #[error("{0}: without it no NIC IRQ is known, so IRQ affinity, RPS and XPS cannot be planned")]
     IrqsUnknown(String),
@@ -665,6 +673,65 @@ impl Builder<'_> {
         }
     }
 
+    /// Per-NAPI items: the mode's settings on every NAPI the device has now (netdev netlink).
+    fn napis(&mut self, nic: &Nic, s: &NicSettings, mode: Option<NapiMode>) {
+        let settings: Vec<(NapiAttr, u64, String)> = match (mode, self.opts.profile) {
+            (Some(m), _) => m
+                .settings()
+                .iter()
+                .map(|(a, v, why)| (*a, *v, format!("napi {m}: {why}")))
+                .collect(),
+            (None, Profile::Latency) => NapiMode::Irq.settings()[..2]
+                .iter()
+                .map(|(a, v, _)| {
+                    (
+                        *a,
+                        *v,
+                        "latency: a deferred hard IRQ holds packets until gro-flush-timeout unless an application busy-polls (--napi prefer-busy-poll if one does)".to_string(),
+                    )
+                })
+                .collect(),
+            (None, _) => return,
+        };
+        let nd = match s.netdev() {
+            Ok(nd) => nd,
+            Err(why) => {
+                if mode.is_some() {
+                    self.notes.push(format!(
+                        "{}: per-NAPI settings not planned: {why}",
+                        nic.name
+                    ));
+                }
+                return;
+            }
+        };
+        if nd.napis.is_empty() {
+            if mode.is_some() {
+                self.notes.push(format!(
+                    "{}: no NAPI instances now{}; per-NAPI settings not planned (tune again once they exist)",
+                    nic.name,
+                    if nic.kind == "veth" {
+                        " (a veth gets them with GRO on or XDP attached)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            return;
+        }
+        for n in &nd.napis {
+            for (attr, v, why) in &settings {
+                self.nic_item(
+                    nic,
+                    ItemKind::Napi,
+                    NicKnob::Napi(n.id, *attr),
+                    *v,
+                    why.clone(),
+                );
+            }
+        }
+    }
+
     fn features(&mut self, nic: &Nic, s: &NicSettings) {
         let has = |n: &str| s.features.known().is_some_and(|f| f.contains_key(n));
         if has("rx-gro") {
@@ -751,16 +818,40 @@ impl Builder<'_> {
 /// interfaces, and whether each must change.
 pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     if opts.profile == Profile::None {
-        if opts.knobs.is_empty() {
+        if opts.knobs.is_empty() && opts.napi.is_none() {
             return Err(PlanError::NoKnobs);
+        }
+        let mut b = Builder {
+            ctx: Ctx::new(view, None, Goal::Balanced, None),
+            opts,
+            items: Vec::new(),
+            notes: Vec::new(),
+        };
+        if opts.napi.is_some() {
+            // Only the per-NAPI settings, on the devices named (every one when none is).
+            for d in &opts.devices {
+                if view.nic(d).is_none() {
+                    let known: Vec<&str> = view.nics.iter().map(|n| n.name.as_str()).collect();
+                    return Err(PlanError::NoDevice(d.clone(), known.join(", ")));
+                }
+            }
+            for nic in view
+                .nics
+                .iter()
+                .filter(|n| opts.devices.is_empty() || opts.devices.contains(&n.name))
+            {
+                if let Some(s) = &nic.settings {
+                    b.napis(nic, s, opts.napi);
+                }
+            }
         }
         let mut p = Plan {
             schema_version: PLAN_SCHEMA_VERSION,
             profile: Profile::None,
             devices: opts.devices.clone(),
             cpus: None,
-            items: Vec::new(),
-            notes: Vec::new(),
+            items: b.items,
+            notes: b.notes,
         };
         add_knobs(&mut p, &opts.knobs);
         return Ok(p);
@@ -849,6 +940,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             b.coalesce(nic, &s);
             b.pause(nic, &s);
             b.rss(nic, &s);
+            b.napis(nic, &s, opts.napi);
         } else {
             b.notes.push(format!(
                 "{}: NIC settings (channels, GRO, coalescing, flow control) not read: left alone",

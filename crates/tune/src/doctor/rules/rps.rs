@@ -85,6 +85,7 @@ pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Ve
         ports: Vec::new(),
         live: false,
         knobs: Vec::new(),
+        napi: None,
     };
     match crate::tune::plan(ctx.view, &opts) {
         Ok(p) => p

@@ -1,0 +1,199 @@
+//! What the `netdev` generic netlink family tells about a device (read by `netsteer-nic`;
+//! Documentation/netlink/specs/netdev.yaml): its NAPI instances with their per-NAPI settings,
+//! which queue each NAPI serves, per-queue counters, and XDP features. None of it is in sysfs:
+//! per-NAPI `defer-hard-irqs`, `gro-flush-timeout`, `irq-suspend-timeout` and `threaded` can
+//! differ from the device-wide sysfs files, which only report what was last written there.
+
+use serde::{Deserialize, Serialize};
+
+/// One NAPI instance (NETDEV_CMD_NAPI_GET).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Napi {
+    pub id: u32,
+    /// The hard IRQ that schedules it; absent for drivers that do not link it (virtio_net,
+    /// veth), where the IRQ is found by name in /proc/interrupts or there is none.
+    pub irq: Option<u32>,
+    /// The kthread polling it when threaded (`napi/<dev>-<id>`).
+    pub pid: Option<u32>,
+    pub defer_hard_irqs: Option<u32>,
+    pub gro_flush_timeout_ns: Option<u64>,
+    /// IRQ suspension (6.13): how long a busy-polling application may keep the queue's
+    /// interrupts off (acts only with prefer-busy-poll, Documentation/networking/napi.rst).
+    pub irq_suspend_timeout_ns: Option<u64>,
+    pub threaded: Option<bool>,
+}
+
+/// rx or tx.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    Rx,
+    Tx,
+}
+
+impl std::fmt::Display for QueueType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QueueType::Rx => "rx",
+            QueueType::Tx => "tx",
+        })
+    }
+}
+
+/// One queue (NETDEV_CMD_QUEUE_GET) and the NAPI serving it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queue {
+    pub id: u32,
+    #[serde(rename = "type")]
+    pub kind: QueueType,
+    pub napi_id: Option<u32>,
+    /// An AF_XDP socket is bound to it.
+    #[serde(default)]
+    pub xsk: bool,
+}
+
+/// Per-queue counters (NETDEV_CMD_QSTATS_GET, scope queue), where the driver keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    #[serde(rename = "type")]
+    pub kind: QueueType,
+    pub id: u32,
+    pub packets: Option<u64>,
+    pub bytes: Option<u64>,
+    /// rx: allocation failures and hardware drops; tx: hardware drops.
+    pub drops: Option<u64>,
+}
+
+/// Everything the family reports for one device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Netdev {
+    pub napis: Vec<Napi>,
+    pub queues: Vec<Queue>,
+    /// Empty when the driver keeps no per-queue counters.
+    #[serde(default)]
+    pub qstats: Vec<QueueStats>,
+    /// XDP feature flags (NETDEV_XDP_ACT_*: basic 1, redirect 2, ndo-xmit 4, xsk-zerocopy 8,
+    /// hw-offload 16, rx-sg 32, ndo-xmit-sg 64).
+    pub xdp_features: Option<u64>,
+    pub xdp_zc_max_segs: Option<u32>,
+}
+
+/// The XDP feature names of NETDEV_XDP_ACT_* bits, in bit order.
+pub const XDP_FEATURES: [&str; 7] = [
+    "basic",
+    "redirect",
+    "ndo-xmit",
+    "xsk-zerocopy",
+    "hw-offload",
+    "rx-sg",
+    "ndo-xmit-sg",
+];
+
+/// `basic,redirect,...` for a feature mask (unknown bits as `bitN`).
+pub fn xdp_feature_names(mask: u64) -> String {
+    (0..64)
+        .filter(|b| mask & (1 << b) != 0)
+        .map(|b| {
+            XDP_FEATURES
+                .get(b as usize)
+                .map_or_else(|| format!("bit{b}"), |n| n.to_string())
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A per-NAPI setting netsteer can change with NETDEV_CMD_NAPI_SET.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NapiAttr {
+    DeferHardIrqs,
+    GroFlushTimeout,
+    IrqSuspendTimeout,
+    Threaded,
+}
+
+impl NapiAttr {
+    pub const ALL: [NapiAttr; 4] = [
+        NapiAttr::DeferHardIrqs,
+        NapiAttr::GroFlushTimeout,
+        NapiAttr::IrqSuspendTimeout,
+        NapiAttr::Threaded,
+    ];
+
+    /// The attribute's name in netdev.yaml.
+    pub fn name(self) -> &'static str {
+        match self {
+            NapiAttr::DeferHardIrqs => "defer-hard-irqs",
+            NapiAttr::GroFlushTimeout => "gro-flush-timeout",
+            NapiAttr::IrqSuspendTimeout => "irq-suspend-timeout",
+            NapiAttr::Threaded => "threaded",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<NapiAttr> {
+        Self::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The current value (threaded as 0/1); `None` when the kernel did not report it.
+    pub fn read(self, n: &Napi) -> Option<u64> {
+        match self {
+            NapiAttr::DeferHardIrqs => n.defer_hard_irqs.map(u64::from),
+            NapiAttr::GroFlushTimeout => n.gro_flush_timeout_ns,
+            NapiAttr::IrqSuspendTimeout => n.irq_suspend_timeout_ns,
+            NapiAttr::Threaded => n.threaded.map(u64::from),
+        }
+    }
+
+    /// Stores a value as NAPI_SET would (a tree's recorded state); the kernel's limits:
+    /// defer-hard-irqs is an s32 ≥ 0 (napi_set_defer_hard_irqs), threaded 0 or 1.
+    pub fn store(self, n: &mut Napi, v: u64) -> Result<(), String> {
+        match self {
+            NapiAttr::DeferHardIrqs => {
+                let v = u32::try_from(v)
+                    .ok()
+                    .filter(|v| *v <= i32::MAX as u32)
+                    .ok_or_else(|| format!("defer-hard-irqs {v}: 0 to {}", i32::MAX))?;
+                n.defer_hard_irqs = Some(v);
+            }
+            NapiAttr::GroFlushTimeout => n.gro_flush_timeout_ns = Some(v),
+            NapiAttr::IrqSuspendTimeout => n.irq_suspend_timeout_ns = Some(v),
+            NapiAttr::Threaded => {
+                if v > 1 {
+                    return Err(format!("threaded {v}: 0 or 1"));
+                }
+                n.threaded = Some(v == 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for NapiAttr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn napi_attrs_read_store_and_refuse_what_the_kernel_would() {
+        let mut n = Napi {
+            id: 9,
+            ..Napi::default()
+        };
+        for a in NapiAttr::ALL {
+            assert_eq!(NapiAttr::parse(a.name()), Some(a));
+            assert_eq!(a.read(&n), None);
+            a.store(&mut n, 1).unwrap();
+            assert_eq!(a.read(&n), Some(1));
+        }
+        assert!(NapiAttr::Threaded.store(&mut n, 2).is_err());
+        assert!(NapiAttr::DeferHardIrqs.store(&mut n, 1 << 31).is_err());
+        assert_eq!(NapiAttr::parse("busy"), None);
+        assert_eq!(xdp_feature_names(0b1001), "basic,xsk-zerocopy");
+        assert_eq!(xdp_feature_names(1 << 9), "bit9");
+    }
+}

@@ -1,0 +1,48 @@
+//! The `netdev` generic netlink family (Documentation/netlink/specs/netdev.yaml), one module
+//! per message: what a device's NAPIs, queues and counters are, and NAPI_SET. Numbers are our
+//! own named table (include/uapi/linux/netdev.h), as for ethtool.
+
+pub mod dev;
+pub mod napi;
+pub mod qstats;
+pub mod queue;
+
+use crate::socket::NlSocket;
+use netsteer_host::netdev::Netdev;
+
+/// Reads everything the family says about one device. The NAPI and queue dumps must work;
+/// queue counters and XDP features are optional (drivers without qstats answer EOPNOTSUPP,
+/// and kernels before 6.8 lack the command).
+fn each<T>(replies: Vec<Vec<u8>>, f: fn(&[u8]) -> Result<T, String>) -> Result<Vec<T>, String> {
+    replies.iter().map(|r| f(r)).collect()
+}
+
+pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, String> {
+    let napis = sock
+        .dump(family, napi::CMD, &napi::dump(ifindex))
+        .map_err(|e| format!("napi-get: {e}"))?;
+    let mut napis = each(napis, napi::parse)?;
+    napis.sort_by_key(|n| n.id);
+    let queues = sock
+        .dump(family, queue::CMD, &queue::dump(ifindex))
+        .map_err(|e| format!("queue-get: {e}"))?;
+    let mut queues = each(queues, queue::parse)?;
+    queues.sort_by_key(|q| (q.kind, q.id));
+    let mut qstats = match sock.dump(family, qstats::CMD, &qstats::dump(ifindex)) {
+        Ok(r) => each(r, qstats::parse)?,
+        Err(_) => Vec::new(),
+    };
+    qstats.sort_by_key(|q| (q.kind, q.id));
+    let (xdp_features, xdp_zc_max_segs) = sock
+        .request(family, dev::CMD, &dev::get(ifindex))
+        .ok()
+        .and_then(|r| r.first().and_then(|b| dev::parse(b).ok()))
+        .unwrap_or((None, None));
+    Ok(Netdev {
+        napis,
+        queues,
+        qstats,
+        xdp_features,
+        xdp_zc_max_segs,
+    })
+}
