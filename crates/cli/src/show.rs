@@ -223,13 +223,7 @@ fn render_nic(o: &mut String, n: &Nic) {
 }
 
 fn ns(v: Option<u64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(0) => "0".into(),
-        Some(v) if v % 1_000_000 == 0 => format!("{} ms", v / 1_000_000),
-        Some(v) if v % 1_000 == 0 => format!("{} µs", v / 1_000),
-        Some(v) => format!("{v} ns"),
-    }
+    v.map_or("-".into(), netsteer_host::netdev::ns_text)
 }
 
 /// queue → NAPI → IRQ → CPU, and each NAPI's kthread and settings (netdev netlink).

@@ -78,6 +78,19 @@ pub struct Netdev {
     pub xdp_zc_max_segs: Option<u32>,
 }
 
+/// A duration in ns as people read it: `0`, `200 µs`, `20 ms`, `1500 ns`.
+pub fn ns_text(v: u64) -> String {
+    if v == 0 {
+        "0".into()
+    } else if v.is_multiple_of(1_000_000) {
+        format!("{} ms", v / 1_000_000)
+    } else if v.is_multiple_of(1_000) {
+        format!("{} µs", v / 1_000)
+    } else {
+        format!("{v} ns")
+    }
+}
+
 /// The XDP feature names of NETDEV_XDP_ACT_* bits, in bit order.
 pub const XDP_FEATURES: [&str; 7] = [
     "basic",

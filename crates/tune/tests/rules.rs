@@ -561,3 +561,80 @@ fn softirq_hot_cpu_blames_only_nics_whose_interrupts_land_there() {
     );
     assert!(f.fix.tune.is_none());
 }
+
+/// ixgbe-napi-16cpu: the netdev view of a 6.13 host where NAPI 8196 defers IRQs and NAPI 8199
+/// is threaded while sysfs says neither, NAPI 8198 suspends IRQs without deferral, and the
+/// kthread of NAPI 8199 last ran on CPU 14. tuned-ixgbe-16cpu (no netdev view recorded) and
+/// the same host with every NAPI as sysfs says stay quiet.
+#[test]
+fn napi_rules_fire_on_the_netdev_view_and_stay_quiet_when_it_agrees() {
+    let (v, l) = host("ixgbe-napi-16cpu");
+    let r = run(&v, &l, Goal::Balanced);
+    let f = one(&r, "napi-sysfs-mismatch");
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence.len(), 2, "{:#?}", f.evidence);
+    assert!(
+        f.evidence[0].starts_with("NAPI 8196: defer-hard-irqs 2"),
+        "{:#?}",
+        f.evidence
+    );
+    assert!(f.evidence[1].starts_with("NAPI 8199: threaded 1 (sysfs threaded 0)"));
+    assert!(
+        f.fix
+            .steps
+            .iter()
+            .any(|s| s.contains("\"id\": 8196") && s.contains("\"gro-flush-timeout\": 0"))
+    );
+    let s = one(&r, "irq-suspend-misconfigured");
+    assert!(
+        s.evidence[0].contains(
+            "NAPI 8198: irq-suspend-timeout 20 ms with defer-hard-irqs 0, gro-flush-timeout 0"
+        ),
+        "{:#?}",
+        s.evidence
+    );
+    // Placement: quiet without an application or a second node ...
+    absent(&r, "napi-thread-placement");
+    // ... and a warning when the application runs where the kthread does.
+    let a = app(14, "14");
+    let with_app = diagnose(&v, Some(&l), Goal::Balanced, Some(&a));
+    let p = one(&with_app, "napi-thread-placement");
+    assert_eq!(p.severity, Severity::Warning);
+    assert!(
+        p.evidence[0].contains("pid 4321") && p.evidence[0].contains("CPU 14"),
+        "{:#?}",
+        p.evidence
+    );
+    // Beside its IRQ (CPU 6), which the application does not use.
+    assert_eq!(p.fix.steps, ["taskset -pc 6 4321"]);
+
+    for quiet in ["tuned-ixgbe-16cpu", "dev-vm", "mlx5-128cpu"] {
+        let (v, l) = host(quiet);
+        let r = run(&v, &l, Goal::Latency);
+        for id in [
+            "napi-sysfs-mismatch",
+            "irq-suspend-misconfigured",
+            "napi-thread-placement",
+        ] {
+            absent(&r, id);
+        }
+    }
+    // Every NAPI as sysfs says, suspension with its companions: quiet.
+    let (mut v, l) = host("ixgbe-napi-16cpu");
+    let eth0 = v.nics.iter_mut().find(|n| n.name == "eth0").unwrap();
+    for n in &mut eth0.napis {
+        n.defer_hard_irqs = Some(0);
+        n.gro_flush_timeout_ns = Some(0);
+        n.threaded = Some(false);
+        n.thread = None;
+        n.irq_suspend_timeout_ns = Some(0);
+    }
+    let r = diagnose(&v, Some(&l), Goal::Latency, Some(&app(14, "14")));
+    for id in [
+        "napi-sysfs-mismatch",
+        "irq-suspend-misconfigured",
+        "napi-thread-placement",
+    ] {
+        absent(&r, id);
+    }
+}

@@ -7,8 +7,8 @@ use netsteer_nic::{NicBackend, TreeNic};
 use netsteer_tune::tune::journal;
 use netsteer_tune::tune::verify::verify;
 use netsteer_tune::tune::{
-    Action, ApplyOptions, Backend, HostBackend, IrqbalancePolicy, ItemKind, Plan, PlanOptions,
-    Profile, StepError, Target, apply, plan, rollback,
+    Action, ApplyOptions, Backend, HostBackend, IrqbalancePolicy, ItemKind, NapiMode, Plan,
+    PlanOptions, Profile, StepError, Target, apply, plan, rollback,
 };
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -22,6 +22,7 @@ const HOSTS: &[&str] = &[
     "mlx5-128cpu",
     "rhel7-4cpu",
     "tuned-ixgbe-16cpu",
+    "ixgbe-napi-16cpu",
 ];
 const PROFILES: &[Profile] = &[Profile::Latency, Profile::Throughput, Profile::Balanced];
 
@@ -559,4 +560,75 @@ fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
     )
     .unwrap();
     assert_eq!(contents(tree.path()), before);
+}
+
+/// Per-NAPI items on a tree (ixgbe-napi-16cpu): the latency profile turns NAPI 8196's hard-IRQ
+/// deferral off; `--napi irq-suspend` with `--profile none` plans the three settings on all
+/// eight NAPIs and nothing else; applying writes them into the tree's recorded NIC state and
+/// rollback restores it byte for byte. A tree without a netdev view says why it plans none.
+#[test]
+fn napi_items_plan_apply_and_roll_back_on_a_tree() {
+    let tree = copy_tree(&fixture("ixgbe-napi-16cpu"));
+    let before = contents(tree.path());
+    let latency = plan_tree(tree.path(), &opts(Profile::Latency));
+    let napi: Vec<_> = items(&latency, ItemKind::Napi);
+    assert_eq!(napi.len(), 16, "defer and gro-flush on 8 NAPIs: {napi:#?}");
+    let changes: Vec<&str> = napi
+        .iter()
+        .filter(|i| i.action == Action::Change)
+        .map(|i| i.id.as_str())
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            "nic/eth0/napi/8196/defer-hard-irqs",
+            "nic/eth0/napi/8196/gro-flush-timeout"
+        ]
+    );
+
+    let o = PlanOptions {
+        napi: Some(NapiMode::IrqSuspend),
+        devices: vec!["eth0".into()],
+        ..opts(Profile::None)
+    };
+    let p = plan_tree(tree.path(), &o);
+    assert!(p.items.iter().all(|i| i.kind == ItemKind::Napi));
+    assert_eq!(p.items.len(), 24);
+    let state = tempfile::tempdir().unwrap();
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    let nd = TreeNic::new(tree.path()).settings("eth0");
+    let nd = nd.netdev().unwrap();
+    for n in &nd.napis {
+        assert_eq!(
+            (
+                n.defer_hard_irqs,
+                n.gro_flush_timeout_ns,
+                n.irq_suspend_timeout_ns
+            ),
+            (Some(2), Some(200_000), Some(20_000_000)),
+            "NAPI {}",
+            n.id
+        );
+    }
+    let nic = TreeNic::new(tree.path());
+    let backend = HostBackend {
+        fs: HostFs::open(tree.path()).unwrap(),
+        nic: &nic,
+    };
+    let r = rollback(
+        Path::new(&report.journal),
+        &root_name(tree.path()),
+        &backend,
+    )
+    .unwrap();
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(contents(tree.path()), before);
+
+    let old = plan_tree(&fixture("tuned-ixgbe-16cpu"), &o);
+    assert!(old.items.is_empty());
+    assert!(
+        old.notes.iter().any(|n| n.contains("not recorded")),
+        "{:?}",
+        old.notes
+    );
 }

@@ -11,7 +11,7 @@ pub use ctx::Ctx;
 pub use model::{App, Finding, Fix, Goal, Load, LoadSource, Severity, Subjects};
 pub use report::{Report, diagnose};
 
-use rules::{cpu, drops, latency, rps, spread, tx};
+use rules::{cpu, drops, latency, napi, rps, spread, tx};
 
 pub struct Rule {
     pub id: &'static str,
@@ -111,6 +111,21 @@ pub const RULES: &[Rule] = &[
         id: "app-on-irq-cpu",
         looks_for: "the application (--pid) on the CPU of the receive interrupts",
         check: latency::app_on_irq_cpu,
+    },
+    Rule {
+        id: "napi-sysfs-mismatch",
+        looks_for: "per-NAPI settings (netdev netlink) that differ from what the device's sysfs files say",
+        check: napi::napi_sysfs_mismatch,
+    },
+    Rule {
+        id: "irq-suspend-misconfigured",
+        looks_for: "irq-suspend-timeout set without defer-hard-irqs and gro-flush-timeout below it",
+        check: napi::irq_suspend_misconfigured,
+    },
+    Rule {
+        id: "napi-thread-placement",
+        looks_for: "threaded NAPI kthreads on the application's CPU or another NUMA node",
+        check: napi::napi_thread_placement,
     },
     Rule {
         id: "cpu-steal",

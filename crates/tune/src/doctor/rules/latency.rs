@@ -10,6 +10,13 @@ use netsteer_host::nic::Nic;
 /// A device that never gets a NAPI id onto its packets: busy polling a socket fed by it has
 /// nothing to poll (net/core/dev.c napi_busy_loop() needs skb->napi_id).
 fn lacks_napi(nic: &Nic) -> Option<&'static str> {
+    // The netdev family says it outright when it was read.
+    if let Some(nd) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) {
+        return nd
+            .napis
+            .is_empty()
+            .then_some("the device has no NAPI instance (netdev netlink napi-get lists none)");
+    }
     let driver = nic.driver.known().map(String::as_str).unwrap_or("");
     let gro_on = nic
         .settings

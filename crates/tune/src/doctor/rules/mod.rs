@@ -3,6 +3,7 @@
 pub mod cpu;
 pub mod drops;
 pub mod latency;
+pub mod napi;
 pub mod rps;
 pub mod spread;
 pub mod tx;
