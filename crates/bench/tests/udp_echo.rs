@@ -42,6 +42,8 @@ fn limited_server(listen: &str, threads: usize, wait: Wait, limits: Limits) -> R
         cpus: vec![],
         wait,
         busy_poll_us: 50,
+        busy_poll_budget: 0,
+        prefer_busy_poll: false,
         interval: Duration::from_millis(100),
         duration: None,
         limits,
@@ -64,6 +66,9 @@ fn client_cfg(target: SocketAddr) -> ClientConfig {
         warmup: Duration::ZERO,
         wait: Wait::Block,
         busy_poll_us: 50,
+        busy_poll_budget: 0,
+        prefer_busy_poll: false,
+        rate: None,
         cpus: vec![],
         src_port: None,
         flows: 1,
@@ -409,4 +414,69 @@ fn rate_limits_cap_answers_per_source_and_count_the_rest() {
     assert_eq!(s.send_errors, 0, "{s:?}");
     assert!(s.rate_limited >= 500 - bound, "{s:?}");
     assert_eq!(s.limit_per_source_pps, Some(50));
+}
+
+/// The epoll modes echo everything (epoll-busy with its per-context busy polling where the
+/// kernel has it, 6.9+, and a clear error where it does not); the server reports its wait mode
+/// and the CPU time it used; a paced client never sends faster than its rate.
+#[test]
+fn epoll_modes_cpu_accounting_and_a_paced_client() {
+    for wait in [Wait::Epoll, Wait::EpollBusy] {
+        let cfg = ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            threads: 1,
+            cpus: vec![],
+            wait,
+            busy_poll_us: 20,
+            busy_poll_budget: 16,
+            prefer_busy_poll: true,
+            interval: Duration::from_millis(100),
+            duration: None,
+            limits: Limits::default(),
+        };
+        let s = Server::bind(&cfg).unwrap();
+        let addr = s.local_addr();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let handle = thread::spawn(move || s.run(st, clock(), |_| Ok(())));
+        let mut c = client_cfg(addr);
+        c.wait = wait;
+        c.count = Some(500);
+        c.prefer_busy_poll = true;
+        let client = run_client(&c, clock(), |_| Ok(()));
+        stop.store(true, Ordering::Relaxed);
+        let served = handle.join().unwrap();
+        match (client, served) {
+            (Ok(summaries), Ok(served)) => {
+                check_clean(&summaries[0], 500);
+                assert_eq!(summaries[0].wait, wait.to_string());
+                assert_eq!(served.echoed, 500);
+                assert_eq!(served.wait, wait.to_string());
+                assert!(served.cpu_us > 0 && served.cpu_us_per_echo().is_some());
+            }
+            (c, s) => {
+                let e = format!("{:?} {:?}", c.err(), s.err());
+                assert!(
+                    wait == Wait::EpollBusy && e.contains("needs Linux 6.9+"),
+                    "{wait}: {e}"
+                );
+            }
+        }
+    }
+
+    let srv = server("127.0.0.1:0", 1, Wait::Block);
+    let mut c = client_cfg(srv.addr);
+    c.count = None;
+    c.duration = Some(Duration::from_millis(500));
+    c.rate = Some(200);
+    let (_, summaries) = run(&c);
+    // At most one send per 5 ms over 0.5 s (the first goes at once).
+    let sent = summaries[0].sent;
+    assert!(
+        (1..=101).contains(&sent),
+        "{sent} sends at 200/s over 0.5 s"
+    );
+    c.rate = Some(0);
+    assert!(run_client(&c, clock(), |_| Ok(())).is_err());
+    srv.finish();
 }

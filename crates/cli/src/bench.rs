@@ -14,6 +14,8 @@ use netsteer_bench::udp_echo::limit::Limits;
 use netsteer_bench::udp_echo::message::BENCH as UDP_ECHO;
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
 use netsteer_host::CpuSet;
+use netsteer_host::netdev::NapiAttr;
+use netsteer_nic::napi_override::NapiOverride;
 use std::io::{self, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -219,12 +221,9 @@ pub struct RrArgs {
     /// Pin flow i to the i-th CPU of this list.
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
-    /// How both sides wait for data (the server follows the client's choice).
-    #[arg(long, value_enum, default_value = "block")]
-    wait: Wait,
-    /// SO_BUSY_POLL µs for `--wait busy-poll` (up to 1 s).
-    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    busy_poll: u32,
+    /// How both sides wait (the server follows the client's choice).
+    #[command(flatten)]
+    wait: WaitArgs,
     /// Seconds to measure after the warm-up.
     #[arg(
         long,
@@ -276,6 +275,27 @@ pub enum UdpEcho {
     Client(ClientArgs),
 }
 
+/// How a benchmark thread waits for data, shared by udp-echo and tcp-rr.
+#[derive(Args, Debug, Clone)]
+pub struct WaitArgs {
+    /// block: sleep in the receive; spin: non-blocking receives in a loop; busy-poll:
+    /// SO_BUSY_POLL; epoll: sleep in epoll_wait; epoll-busy: epoll_wait busy-polling per
+    /// context (EPIOCSPARAMS, 6.9+).
+    #[arg(long, value_enum, default_value = "block")]
+    wait: Wait,
+    /// Busy-poll µs for `--wait busy-poll` and `epoll-busy` (up to 1 s).
+    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    busy_poll: u32,
+    /// Packets per busy-poll round (SO_BUSY_POLL_BUDGET / the epoll context's budget; 0: the
+    /// kernel's 8; above 64 needs CAP_NET_ADMIN).
+    #[arg(long, default_value_t = 0, value_name = "PACKETS")]
+    busy_poll_budget: u16,
+    /// Prefer busy polling (SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll): the
+    /// device's interrupts stay deferred while the application polls (with defer-hard-irqs).
+    #[arg(long)]
+    prefer_busy_poll: bool,
+}
+
 #[derive(Args, Debug)]
 pub struct ServerArgs {
     /// Address to listen on. Loopback by default: give a routable address (or `0.0.0.0:4321`,
@@ -289,11 +309,17 @@ pub struct ServerArgs {
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
     /// How each thread waits for the next datagram.
-    #[arg(long, value_enum, default_value = "block")]
-    wait: Wait,
-    /// SO_BUSY_POLL µs for `--wait busy-poll` (up to 1 s).
-    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    busy_poll: u32,
+    #[command(flatten)]
+    wait: WaitArgs,
+    /// IRQ suspension for the run (6.13+): set irq-suspend-timeout to NS, defer-hard-irqs to 2
+    /// and gro-flush-timeout to 200 µs on every NAPI of `--dev`, and restore them after
+    /// (also on Ctrl-C or SIGTERM). Needs `--wait epoll-busy --prefer-busy-poll`, the only
+    /// mode in which suspension acts.
+    #[arg(long, value_name = "NS", requires = "dev", value_parser = clap::value_parser!(u64).range(1..=10_000_000_000))]
+    irq_suspend: Option<u64>,
+    /// The device whose NAPIs `--irq-suspend` sets (the one the clients' packets arrive on).
+    #[arg(long, value_name = "IF")]
+    dev: Option<String>,
     /// Answers per second to one source address; 0 = unlimited. Default: unlimited on a
     /// loopback address, 10000 on any other (an echo server must not be a reflector).
     #[arg(long, value_name = "PPS")]
@@ -349,11 +375,12 @@ pub struct ClientArgs {
     )]
     warmup: Seconds,
     /// How each flow waits for its echo.
-    #[arg(long, value_enum, default_value = "block")]
-    wait: Wait,
-    /// SO_BUSY_POLL µs for `--wait busy-poll` (up to 1 s).
-    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    busy_poll: u32,
+    #[command(flatten)]
+    wait: WaitArgs,
+    /// Round trips per second per flow (default: as fast as the echoes come back); a paced
+    /// client shows what a wait mode costs the server at a fixed load.
+    #[arg(long, value_name = "PER_S", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    rate: Option<u32>,
     /// Pin flow i to the i-th CPU of this list.
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
@@ -433,9 +460,9 @@ fn fail(json: bool, bench: &str, role: Role, e: impl std::fmt::Display) -> ExitC
     ExitCode::from(2)
 }
 
-pub fn run(_host: &Host, cmd: &BenchCommand) -> Result<ExitCode> {
+pub fn run(host: &Host, cmd: &BenchCommand) -> Result<ExitCode> {
     match cmd {
-        BenchCommand::UdpEcho(UdpEcho::Server(a)) => server(a),
+        BenchCommand::UdpEcho(UdpEcho::Server(a)) => server(host, a),
         BenchCommand::UdpEcho(UdpEcho::Client(a)) => client(a),
         BenchCommand::TcpStream(TcpBench::Server(a)) => tcp_server(a, tcp::stream::BENCH),
         BenchCommand::TcpStream(TcpBench::Client(a)) => stream_client(a),
@@ -565,8 +592,10 @@ fn rr_client(a: &RrArgs) -> Result<ExitCode> {
         request_size: a.request_size,
         response_size: a.response_size,
         pipeline: a.pipeline,
-        wait: a.wait,
-        busy_poll_us: a.busy_poll,
+        wait: a.wait.wait,
+        busy_poll_us: a.wait.busy_poll,
+        busy_poll_budget: a.wait.busy_poll_budget,
+        prefer_busy_poll: a.wait.prefer_busy_poll,
         duration: a.duration.get(),
         interval: a.interval.get(),
         warmup: a.warmup.get(),
@@ -588,7 +617,12 @@ fn rr_client(a: &RrArgs) -> Result<ExitCode> {
     }
 }
 
-fn server(a: &ServerArgs) -> Result<ExitCode> {
+fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
+    if a.irq_suspend.is_some() && !(a.wait.wait == Wait::EpollBusy && a.wait.prefer_busy_poll) {
+        bail!(
+            "--irq-suspend acts only for an epoll busy poller that prefers busy polling: add --wait epoll-busy --prefer-busy-poll"
+        );
+    }
     let listen: SocketAddr = a
         .listen
         .to_socket_addrs()
@@ -599,8 +633,10 @@ fn server(a: &ServerArgs) -> Result<ExitCode> {
         listen,
         threads: a.threads,
         cpus: cpus(a.cpu.as_deref())?,
-        wait: a.wait,
-        busy_poll_us: a.busy_poll,
+        wait: a.wait.wait,
+        busy_poll_us: a.wait.busy_poll,
+        busy_poll_budget: a.wait.busy_poll_budget,
+        prefer_busy_poll: a.wait.prefer_busy_poll,
         interval: a.interval.get(),
         duration: a.duration.map(Seconds::get),
         limits: echo_limits(listen, a.max_pps_per_source, a.max_pps),
@@ -618,7 +654,39 @@ fn server(a: &ServerArgs) -> Result<ExitCode> {
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
     let mut out = reporter(a.json);
     let stop = Arc::new(AtomicBool::new(false));
-    match server.run(stop, clock, |m| out.emit(m)) {
+    // Before the server's threads start: Ctrl-C or a kill ends the run with a summary and the
+    // NAPI settings put back.
+    netsteer_bench::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
+    let backend;
+    let suspended = match (a.irq_suspend, &a.dev) {
+        (Some(ns), Some(dev)) => {
+            backend = host
+                .nic_backend()
+                .map_err(|e| anyhow::anyhow!("--irq-suspend: {e}"))?;
+            let o = NapiOverride::apply(
+                backend.as_ref(),
+                dev,
+                &[
+                    (NapiAttr::DeferHardIrqs, IRQ_SUSPEND_DEFER),
+                    (NapiAttr::GroFlushTimeout, IRQ_SUSPEND_GRO_NS),
+                    (NapiAttr::IrqSuspendTimeout, ns),
+                ],
+            )
+            .with_context(|| format!("--irq-suspend {ns} --dev {dev}"))?;
+            eprintln!(
+                "netsteer: {dev}: IRQ suspension {ns} ns, defer-hard-irqs {IRQ_SUSPEND_DEFER}, gro-flush-timeout {IRQ_SUSPEND_GRO_NS} ns on every NAPI for the run"
+            );
+            Some(o)
+        }
+        _ => None,
+    };
+    let result = server.run(stop, clock, |m| out.emit(m));
+    if let Some(o) = suspended {
+        for f in o.restore() {
+            eprintln!("netsteer: error: restoring {f}");
+        }
+    }
+    match result {
         Ok(summary) => {
             out.emit(&summary)?;
             Ok(ExitCode::SUCCESS)
@@ -626,6 +694,12 @@ fn server(a: &ServerArgs) -> Result<ExitCode> {
         Err(e) => Ok(fail(a.json, UDP_ECHO, Role::Server, e)),
     }
 }
+
+/// napi.rst's companions of IRQ suspension: the deferral that keeps interrupts off between
+/// polls and the timer that ends a suspension an application abandons (well below the
+/// suspension itself).
+const IRQ_SUSPEND_DEFER: u64 = 2;
+const IRQ_SUSPEND_GRO_NS: u64 = 200_000;
 
 /// The echo server's answer limits: what was asked (0 = unlimited), else none on loopback —
 /// nothing there can reach a third party — and a reflector-proof default anywhere else.
@@ -662,8 +736,11 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         count: a.count,
         interval: a.interval.get(),
         warmup: a.warmup.get(),
-        wait: a.wait,
-        busy_poll_us: a.busy_poll,
+        wait: a.wait.wait,
+        busy_poll_us: a.wait.busy_poll,
+        busy_poll_budget: a.wait.busy_poll_budget,
+        prefer_busy_poll: a.wait.prefer_busy_poll,
+        rate: a.rate,
         cpus: cpus(a.cpu.as_deref())?,
         src_port: a.src_port,
         flows: a.flows,

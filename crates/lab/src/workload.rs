@@ -274,6 +274,8 @@ fn udp_echo(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         cpus: p.server_cpus.clone(),
         wait,
         busy_poll_us,
+        busy_poll_budget: 0,
+        prefer_busy_poll: false,
         interval: Duration::from_secs(1),
         duration: None,
         // The lab's own client, inside the lab's own namespaces: no reflection to limit.
@@ -292,6 +294,9 @@ fn udp_echo(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         warmup,
         wait,
         busy_poll_us,
+        busy_poll_budget: 0,
+        prefer_busy_poll: false,
+        rate: None,
         cpus: p.client_cpus.clone(),
         src_port: None,
         flows: w.flows as usize,

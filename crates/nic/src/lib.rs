@@ -5,6 +5,7 @@
 
 mod attr;
 mod ethnl;
+pub mod napi_override;
 pub mod netdev;
 pub mod rtnl;
 mod socket;

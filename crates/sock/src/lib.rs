@@ -8,6 +8,7 @@
 //! * [`mmsg`]: batches of datagrams in and out with recvmmsg(2)/sendmmsg(2).
 //! * [`buf`]: reading a socket or pipe into a vector's spare capacity.
 //! * [`cpu`]: the CPU a thread runs on, pinning it, and its CPU time.
+//! * [`epoll`]: an epoll instance with per-context busy polling (EPIOCSPARAMS).
 //! * [`tcp`]: TCP_INFO, TCP_MAXSEG, TCP_CONGESTION, low-water marks, waiting for readability.
 //! * [`pipe`]: splice(2) from a socket into a pipe, so another thread can copy the bytes out.
 //! * [`netns`]: moving a thread into a network namespace.
@@ -18,6 +19,7 @@ compile_error!("netsteer-sock uses Linux socket options; it builds on Linux only
 
 pub mod buf;
 pub mod cpu;
+pub mod epoll;
 pub mod mmsg;
 pub mod msg;
 pub mod netns;

@@ -435,6 +435,46 @@ fn busy_poll_ineffective_on_a_device_without_napi() {
     });
     let r = run(&v, &l, Goal::Latency);
     assert_eq!(one(&r, "busy-poll-ineffective").subjects.devices, ["ifb0"]);
+    // GRO on gives veth its NAPI, but a local socket's UDP (TSO on the sender) only reaches
+    // it with UDP GRO forwarding on as well.
+    let with = |on: &[&str]| {
+        let mut s = NicSettings::unavailable("test");
+        s.features = Field::Known(
+            ["rx-gro", "rx-udp-gro-forwarding", "rx-gro-list"]
+                .iter()
+                .map(|f| {
+                    let active = on.contains(f);
+                    (
+                        f.to_string(),
+                        netsteer_host::ethtool::Feature {
+                            active,
+                            changeable: true,
+                        },
+                    )
+                })
+                .collect(),
+        );
+        s
+    };
+    let set = |v: &mut HostView, s: NicSettings| {
+        v.nics
+            .iter_mut()
+            .find(|n| n.name == "ifb0")
+            .unwrap()
+            .settings = Some(s);
+    };
+    set(&mut v, with(&["rx-gro"]));
+    let r = run(&v, &l, Goal::Latency);
+    let f = one(&r, "busy-poll-ineffective");
+    assert!(
+        f.evidence[1].contains("rx-udp-gro-forwarding"),
+        "{:#?}",
+        f.evidence
+    );
+    assert!(f.fix.steps[0].contains("rx-udp-gro-forwarding on"));
+    set(&mut v, with(&["rx-gro", "rx-udp-gro-forwarding"]));
+    absent(&run(&v, &l, Goal::Latency), "busy-poll-ineffective");
+    set(&mut v, with(&["rx-gro"]));
     v.sysctls.busy_read = Field::Known(0);
     absent(&run(&v, &l, Goal::Latency), "busy-poll-ineffective");
 }

@@ -65,6 +65,22 @@ pub struct TestSpec {
     /// `block`, `spin` or `busy-poll`, and SO_BUSY_POLL µs.
     pub wait: String,
     pub busy_poll_us: u32,
+    /// Packets per busy-poll round (0: the kernel's default); absent from older clients.
+    #[serde(default)]
+    pub busy_poll_budget: u16,
+    #[serde(default)]
+    pub prefer_busy_poll: bool,
+}
+
+impl TestSpec {
+    /// The busy-poll settings both sides use.
+    pub fn busy(&self) -> crate::waiter::Busy {
+        crate::waiter::Busy {
+            usecs: self.busy_poll_us,
+            budget: self.busy_poll_budget,
+            prefer: self.prefer_busy_poll,
+        }
+    }
 }
 
 /// Seconds past the announced duration the server waits for a control message.
@@ -258,6 +274,8 @@ mod tests {
             response_size: 4096,
             wait: "block".into(),
             busy_poll_us: 50,
+            busy_poll_budget: 0,
+            prefer_busy_poll: false,
         }
     }
 

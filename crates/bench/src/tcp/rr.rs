@@ -10,6 +10,7 @@ use crate::tcp::message::{RrInterval, RrSummary, Sides};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
 use crate::tcp::{Session, SockOpts, io_ctx, wait_of};
 use crate::udp_echo::{BenchError, Wait};
+use crate::waiter::{Busy, Waiter};
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{self, Read, Write};
@@ -22,7 +23,12 @@ pub const BENCH: &str = "tcp-rr";
 
 /// Reads exactly `buf.len()` bytes. Ok(false) when the peer closed before the first byte (a
 /// clean end between transactions). In spin mode the socket is non-blocking and this loops.
-fn read_full(mut sock: &TcpStream, buf: &mut [u8], stop: &AtomicBool) -> io::Result<bool> {
+fn read_full(
+    mut sock: &TcpStream,
+    buf: &mut [u8],
+    stop: &AtomicBool,
+    waiter: &Waiter,
+) -> io::Result<bool> {
     let mut got = 0;
     while got < buf.len() {
         match sock.read(&mut buf[got..]) {
@@ -38,7 +44,7 @@ fn read_full(mut sock: &TcpStream, buf: &mut [u8], stop: &AtomicBool) -> io::Res
                 if stop.load(Ordering::Relaxed) {
                     return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
                 }
-                std::hint::spin_loop();
+                waiter.idle()?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -65,15 +71,12 @@ fn write_full(mut sock: &TcpStream, buf: &[u8], stop: &AtomicBool) -> io::Result
     Ok(())
 }
 
-fn set_wait(sock: &TcpStream, wait: Wait, busy_poll_us: u32) -> io::Result<()> {
-    match wait {
-        Wait::Block => Ok(()),
-        Wait::Spin => sock.set_nonblocking(true),
-        Wait::BusyPoll => {
-            use std::os::fd::AsFd;
-            netsteer_sock::opt::set_busy_poll(sock.as_fd(), busy_poll_us)
-        }
-    }
+/// Prepares a flow's socket for its wait mode (in the thread that will wait: the epoll
+/// instance is that thread's).
+fn set_wait(sock: &TcpStream, wait: Wait, busy: Busy) -> io::Result<Waiter> {
+    use std::os::fd::AsFd;
+    sock.set_nonblocking(wait.nonblocking())?;
+    Waiter::new(sock.as_fd(), wait, busy)
 }
 
 /// The server side of one flow: answer each request with a response until the client closes.
@@ -88,8 +91,8 @@ pub(crate) fn respond(
     let resp = vec![0x5au8; spec.response_size as usize];
     let r: io::Result<()> = (|| {
         sock.set_nodelay(true)?;
-        set_wait(sock, wait_of(spec), spec.busy_poll_us)?;
-        while read_full(sock, &mut req, stop)? {
+        let waiter = set_wait(sock, wait_of(spec), spec.busy())?;
+        while read_full(sock, &mut req, stop, &waiter)? {
             write_full(sock, &resp, stop)?;
             out.transactions += 1;
             out.bytes += req.len() as u64;
@@ -118,6 +121,10 @@ pub struct RrConfig {
     pub pipeline: u32,
     pub wait: Wait,
     pub busy_poll_us: u32,
+    /// Packets per busy-poll round (0: the kernel's default).
+    pub busy_poll_budget: u16,
+    /// SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll.
+    pub prefer_busy_poll: bool,
     pub duration: Duration,
     pub interval: Duration,
     pub warmup: Duration,
@@ -167,6 +174,8 @@ impl RrConfig {
             response_size: self.response_size,
             wait: self.wait.to_string(),
             busy_poll_us: self.busy_poll_us,
+            busy_poll_budget: self.busy_poll_budget,
+            prefer_busy_poll: self.prefer_busy_poll,
         }
     }
 }
@@ -202,6 +211,16 @@ fn run_flow(
     stop: &AtomicBool,
 ) -> Result<(), BenchError> {
     let what = || format!("flow {flow}");
+    let waiter = set_wait(
+        sock,
+        cfg.wait,
+        Busy {
+            usecs: cfg.busy_poll_us,
+            budget: cfg.busy_poll_budget,
+            prefer: cfg.prefer_busy_poll,
+        },
+    )
+    .map_err(io_ctx(format!("flow {flow}: --wait {}", cfg.wait)))?;
     let before = ThreadUsage::current().unwrap_or_default();
     let mut cpus = BTreeSet::new();
     cpus.extend(current_cpu());
@@ -216,7 +235,7 @@ fn run_flow(
         write_full(sock, &req, stop).map_err(io_ctx(what()))?;
     }
     while let Some(t_sent) = sent_at.front().copied() {
-        if !read_full(sock, &mut resp, stop).map_err(io_ctx(what()))? {
+        if !read_full(sock, &mut resp, stop, &waiter).map_err(io_ctx(what()))? {
             return Err(BenchError::Config(format!(
                 "{}: the server closed the connection",
                 what()
@@ -281,16 +300,12 @@ pub fn run_rr_client(
         nodelay: true,
         congestion: cfg.congestion.clone(),
         mss: cfg.mss,
-        busy_poll_us: (cfg.wait == Wait::BusyPoll).then_some(cfg.busy_poll_us),
+        // Each flow's thread sets its wait mode up itself (set_wait).
+        busy_poll_us: None,
     };
     let mut socks = Vec::new();
     for f in 0..cfg.flows {
-        let s = session.data(f, &opts, cfg.timeout)?;
-        if cfg.wait == Wait::Spin {
-            s.set_nonblocking(true)
-                .map_err(io_ctx("non-blocking socket"))?;
-        }
-        socks.push(Arc::new(s));
+        socks.push(Arc::new(session.data(f, &opts, cfg.timeout)?));
     }
     let go = Arc::new(Barrier::new(cfg.flows as usize + 1));
     let stop = Arc::new(AtomicBool::new(false));

@@ -251,6 +251,8 @@ impl StreamConfig {
             response_size: 1,
             wait: "block".into(),
             busy_poll_us: 0,
+            busy_poll_budget: 0,
+            prefer_busy_poll: false,
         }
     }
 }

@@ -7,6 +7,7 @@ use super::payload::{self, Header, MIN_SIZE};
 use super::{BenchError, Wait, io_err};
 use crate::clock::{Clock, realtime_ns};
 use crate::stats::{LatencyRecorder, spread};
+use crate::waiter::{Busy, Waiter};
 use netsteer_sock::{cpu, msg, opt};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::{BTreeMap, BTreeSet};
@@ -61,6 +62,13 @@ pub struct ClientConfig {
     pub warmup: Duration,
     pub wait: Wait,
     pub busy_poll_us: u32,
+    /// Packets per busy-poll round (0: the kernel's default).
+    pub busy_poll_budget: u16,
+    /// SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll.
+    pub prefer_busy_poll: bool,
+    /// Round trips per second per flow (None: as fast as the echoes come back). A paced
+    /// client shows what a wait mode costs the server at a fixed load.
+    pub rate: Option<u32>,
     /// Flow thread i runs on `cpus[i % len]`; empty = not pinned.
     pub cpus: Vec<u32>,
     /// Source port of the first flow; the others count up from it.
@@ -95,6 +103,9 @@ impl ClientConfig {
         }
         if self.duration.is_none() && self.count.is_none() {
             return bad("give --duration or --count".into());
+        }
+        if self.rate.is_some_and(|r| r == 0 || r > 10_000_000) {
+            return bad("--rate: 1 to 10000000 round trips per second".into());
         }
         if let Some(p) = self.src_port {
             let last = u32::from(p) + (self.targets.len() * self.flows) as u32 - 1;
@@ -208,6 +219,7 @@ struct FlowRun<'a> {
     clock: &'a dyn Clock,
     flow: &'a Flow,
     sock: UdpSocket,
+    waiter: Waiter,
     tx: &'a mpsc::Sender<FlowMsg>,
     plan: Plan,
     /// Set when another flow failed: every flow ends.
@@ -220,7 +232,7 @@ struct FlowRun<'a> {
 impl FlowRun<'_> {
     fn recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
         let fd = self.sock.as_fd();
-        let spin = self.cfg.wait == Wait::Spin;
+        let spin = self.cfg.wait.nonblocking();
         let r = if self.cfg.timestamp {
             msg::recv_msg(fd, buf, spin).map(|m| Rx {
                 len: if m.truncated { usize::MAX } else { m.len },
@@ -236,6 +248,12 @@ impl FlowRun<'_> {
         };
         match r {
             Ok(rx) => Ok(Recv::Got(rx)),
+            // Nothing yet on an epoll-mode socket: sleep in epoll_wait (the reporting thread's
+            // signal ends it at a deadline, as it ends a blocking receive).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.cfg.wait != Wait::Spin => {
+                self.waiter.idle()?;
+                Ok(Recv::Nothing)
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -266,6 +284,10 @@ impl FlowRun<'_> {
         let mut lost_in_a_row = 0u32;
         let mut refused = false;
         let mut seq = 0u64;
+        // Paced sends: the k-th goes at start + k / rate (a late one goes at once; the gap is
+        // not made up in a burst).
+        let gap_ns = cfg.rate.map(|r| 1_000_000_000 / u64::from(r));
+        let mut next_send = self.clock.now_ns();
         let flush = |acc: &mut Acc,
                      total: &mut Acc,
                      index: &mut u64,
@@ -302,6 +324,13 @@ impl FlowRun<'_> {
                 || self.stop.load(Ordering::Relaxed);
             if finished {
                 break;
+            }
+            if let Some(gap) = gap_ns {
+                if now < next_send {
+                    std::thread::sleep(Duration::from_nanos(next_send - now));
+                    continue;
+                }
+                next_send = next_send.max(now.saturating_sub(gap)) + gap;
             }
             // The payload carries the loop's clock reading; the round trip is timed from just
             // before the send call, so encoding is not part of it.
@@ -483,7 +512,7 @@ impl FlowRun<'_> {
     }
 }
 
-fn setup_socket(cfg: &ClientConfig, flow: &Flow) -> Result<UdpSocket, BenchError> {
+fn setup_socket(cfg: &ClientConfig, flow: &Flow) -> Result<(UdpSocket, Waiter), BenchError> {
     let ctx = |what: &str| format!("{what} (flow {} to {})", flow.id, flow.addr);
     let sock = connect(flow).map_err(io_err(match flow.src_port {
         Some(p) => ctx(&format!("binding source port {p} and connecting")),
@@ -493,17 +522,20 @@ fn setup_socket(cfg: &ClientConfig, flow: &Flow) -> Result<UdpSocket, BenchError
     // Blocking receives sleep without a timeout: a timeout arms a kernel timer on every
     // sleep (about 0.2 µs per round trip here). The reporting thread interrupts a flow whose
     // echo is overdue or whose interval has ended (see `wake_at`).
-    if cfg.wait == Wait::Spin {
+    if cfg.wait.nonblocking() {
         sock.set_nonblocking(true)
             .map_err(io_err(ctx("non-blocking socket")))?;
     }
-    if cfg.wait == Wait::BusyPoll {
-        opt::set_busy_poll(fd, cfg.busy_poll_us).map_err(io_err(ctx(&format!(
-            "SO_BUSY_POLL {} µs (above net.core.busy_read it needs CAP_NET_ADMIN)",
-            cfg.busy_poll_us
-        ))))?;
-        let _ = opt::set_prefer_busy_poll(fd, true);
-    }
+    let waiter = Waiter::new(
+        fd,
+        cfg.wait,
+        Busy {
+            usecs: cfg.busy_poll_us,
+            budget: cfg.busy_poll_budget,
+            prefer: cfg.prefer_busy_poll,
+        },
+    )
+    .map_err(io_err(ctx(&format!("--wait {}", cfg.wait))))?;
     if cfg.timestamp {
         opt::set_timestamping(fd, opt::stamp::ROUND_TRIP)
             .map_err(io_err(ctx("SO_TIMESTAMPING")))?;
@@ -511,7 +543,7 @@ fn setup_socket(cfg: &ClientConfig, flow: &Flow) -> Result<UdpSocket, BenchError
     if let Some(c) = flow.cpu {
         cpu::pin_current_thread(&[c]).map_err(io_err(ctx(&format!("--cpu {c}"))))?;
     }
-    Ok(sock)
+    Ok((sock, waiter))
 }
 
 /// Per-target merge of the flows' intervals.
@@ -585,12 +617,13 @@ pub fn run_client(
             wakes.push(wake_at.clone());
             let (cfg, clock, tx, stop) = (cfg.clone(), clock.clone(), tx.clone(), stop.clone());
             handles.push(std::thread::spawn(move || {
-                let result = setup_socket(&cfg, &flow).and_then(|sock| {
+                let result = setup_socket(&cfg, &flow).and_then(|(sock, waiter)| {
                     let run = FlowRun {
                         cfg: &cfg,
                         clock: &*clock,
                         flow: &flow,
                         sock,
+                        waiter,
                         tx: &tx,
                         plan,
                         stop: &stop,
@@ -713,7 +746,7 @@ pub fn run_client(
             if cfg.timestamp && !a.hw_stamps {
                 notes.push("no hardware timestamps: this NIC/driver gives none (loopback and veth never do); the split uses software stamps".into());
             }
-            if cfg.wait == Wait::BusyPoll && napi[t] == Some(0) {
+            if matches!(cfg.wait, Wait::BusyPoll | Wait::EpollBusy) && napi[t] == Some(0) {
                 notes.push("SO_INCOMING_NAPI_ID is 0: these packets have no NAPI context (loopback, veth without GRO), so busy polling had nothing to poll".into());
             }
             if a.tx_send.count() == 0 && cfg.timestamp {

@@ -119,6 +119,20 @@ pub struct ServerSummary {
     pub limit_per_source_pps: Option<u32>,
     #[serde(default)]
     pub limit_global_pps: Option<u32>,
+    /// How the server threads waited (`block`, `spin`, `busy-poll`, `epoll`, `epoll-busy`).
+    #[serde(default)]
+    pub wait: String,
+    /// User + system CPU time of the server threads over the run (getrusage per thread), µs:
+    /// what a wait mode costs (softirq work on their CPUs is not in it).
+    #[serde(default)]
+    pub cpu_us: u64,
+}
+
+impl ServerSummary {
+    /// CPU µs per echoed datagram.
+    pub fn cpu_us_per_echo(&self) -> Option<f64> {
+        (self.echoed > 0).then(|| self.cpu_us as f64 / self.echoed as f64)
+    }
 }
 
 fn pps_limit(l: Option<u32>) -> String {
@@ -253,9 +267,10 @@ impl Message for ServerInterval {
 impl Message for ServerSummary {
     fn human(&self) -> Vec<String> {
         vec![format!(
-            "--- server {} ({} thread(s)) summary: {:.2} s, received {} echoed {} bytes {} empty {} truncated {} send-errors {} rate-limited {} (limits: {} per source, {} in all)",
+            "--- server {} ({} thread(s), wait {}) summary: {:.2} s, received {} echoed {} bytes {} empty {} truncated {} send-errors {} rate-limited {} (limits: {} per source, {} in all); CPU {:.3} s{}",
             self.listen,
             self.threads,
+            self.wait,
             self.duration_s,
             self.received,
             self.echoed,
@@ -266,6 +281,9 @@ impl Message for ServerSummary {
             self.rate_limited,
             pps_limit(self.limit_per_source_pps),
             pps_limit(self.limit_global_pps),
+            self.cpu_us as f64 / 1e6,
+            self.cpu_us_per_echo()
+                .map_or(String::new(), |c| format!(" ({c:.2} µs per echo)")),
         )]
     }
 }

@@ -23,6 +23,11 @@ pub enum Wait {
     Spin,
     /// Blocking receive with SO_BUSY_POLL: the kernel polls the device queue first.
     BusyPoll,
+    /// Non-blocking socket, sleep in epoll_wait (how event-driven servers wait).
+    Epoll,
+    /// As epoll, with the epoll context busy polling (EPIOCSPARAMS, 6.9+): the mode IRQ
+    /// suspension needs (with --prefer-busy-poll).
+    EpollBusy,
 }
 
 impl fmt::Display for Wait {
@@ -31,6 +36,8 @@ impl fmt::Display for Wait {
             Wait::Block => "block",
             Wait::Spin => "spin",
             Wait::BusyPoll => "busy-poll",
+            Wait::Epoll => "epoll",
+            Wait::EpollBusy => "epoll-busy",
         })
     }
 }
@@ -42,8 +49,10 @@ impl FromStr for Wait {
             "block" => Ok(Wait::Block),
             "spin" => Ok(Wait::Spin),
             "busy-poll" => Ok(Wait::BusyPoll),
+            "epoll" => Ok(Wait::Epoll),
+            "epoll-busy" => Ok(Wait::EpollBusy),
             other => Err(format!(
-                "{other:?} is not a wait mode (block, spin, busy-poll)"
+                "{other:?} is not a wait mode (block, spin, busy-poll, epoll, epoll-busy)"
             )),
         }
     }

@@ -5,7 +5,9 @@ use super::limit::{Limiter, Limits};
 use super::message::{BENCH, Kind, Role, ServerInterval, ServerSummary};
 use super::{BenchError, Wait, io_err};
 use crate::clock::Clock;
-use netsteer_sock::{cpu, mmsg::Batch, opt};
+use crate::waiter::{Busy, Waiter};
+use netsteer_sock::cpu::ThreadUsage;
+use netsteer_sock::{cpu, mmsg::Batch};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -28,8 +30,12 @@ pub struct ServerConfig {
     /// Thread i runs on `cpus[i % len]`; empty = not pinned.
     pub cpus: Vec<u32>,
     pub wait: Wait,
-    /// SO_BUSY_POLL µs for `Wait::BusyPoll`.
+    /// Busy-poll µs for `Wait::BusyPoll` (SO_BUSY_POLL) and `Wait::EpollBusy` (EPIOCSPARAMS).
     pub busy_poll_us: u32,
+    /// Packets per busy-poll round (0: the kernel's default).
+    pub busy_poll_budget: u16,
+    /// SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll.
+    pub prefer_busy_poll: bool,
     pub interval: Duration,
     pub duration: Option<Duration>,
     /// Answer rate limits (see [`super::limit`]); the global one is shared out over threads.
@@ -47,6 +53,8 @@ struct Counters {
     truncated: AtomicU64,
     send_errors: AtomicU64,
     rate_limited: AtomicU64,
+    /// The thread's user + system CPU time over its run, set when it ends.
+    cpu_us: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -247,6 +255,11 @@ impl Server {
             rate_limited: total.rate_limited,
             limit_per_source_pps: self.cfg.limits.per_source,
             limit_global_pps: self.cfg.limits.global,
+            wait: self.cfg.wait.to_string(),
+            cpu_us: counters
+                .iter()
+                .map(|c| c.cpu_us.load(Ordering::Relaxed))
+                .sum(),
         })
     }
 }
@@ -351,19 +364,39 @@ fn serve(
     if let Some(cpu) = pin {
         cpu::pin_current_thread(&[cpu]).map_err(io_err(format!("--cpu {cpu}")))?;
     }
+    let start = ThreadUsage::current().unwrap_or_default();
+    let r = serve_loop(&sock, cfg, stop, c);
+    if let Ok(u) = ThreadUsage::current() {
+        let used = u.since(&start);
+        c.cpu_us
+            .store(used.user_us + used.sys_us, Ordering::Relaxed);
+    }
+    r
+}
+
+fn serve_loop(
+    sock: &UdpSocket,
+    cfg: &ServerConfig,
+    stop: &AtomicBool,
+    c: &Counters,
+) -> Result<(), BenchError> {
     let fd = sock.as_fd();
     // Blocking receives sleep without a timeout (a timeout arms a kernel timer on every
-    // sleep); `run` wakes the threads with a signal when it stops.
-    if cfg.wait == Wait::Spin {
+    // sleep); `run` wakes the threads with a signal when it stops (epoll_wait too).
+    if cfg.wait.nonblocking() {
         sock.set_nonblocking(true)
             .map_err(io_err("non-blocking socket"))?;
     }
-    if cfg.wait == Wait::BusyPoll {
-        opt::set_busy_poll(fd, cfg.busy_poll_us)
-            .map_err(io_err(format!("SO_BUSY_POLL {} µs", cfg.busy_poll_us)))?;
-        // Newer kernels only (5.11+); without it busy polling still works, just less strictly.
-        let _ = opt::set_prefer_busy_poll(fd, true);
-    }
+    let waiter = Waiter::new(
+        fd,
+        cfg.wait,
+        Busy {
+            usecs: cfg.busy_poll_us,
+            budget: cfg.busy_poll_budget,
+            prefer: cfg.prefer_busy_poll,
+        },
+    )
+    .map_err(io_err(format!("--wait {}", cfg.wait)))?;
     let mut batch = Batch::new(MAX_BATCH, SLOT);
     let mut single = vec![0u8; SLOT];
     let mut limiter = (!cfg.limits.is_unlimited()).then(|| TimedLimiter {
@@ -377,7 +410,7 @@ fn serve(
         }),
         origin: std::time::Instant::now(),
     });
-    let dontwait = cfg.wait == Wait::Spin;
+    let dontwait = cfg.wait.nonblocking();
     // Ping-pong traffic is served with recvfrom/sendto, which cost less per datagram than
     // the mmsg calls (no msghdr to copy in); bursts switch to recvmmsg/sendmmsg batches. Every
     // PROBE-th single datagram is followed by a non-blocking batch receive to detect a backlog
@@ -398,7 +431,10 @@ fn serve(
         if !batching {
             let (len, from) = match netsteer_sock::msg::recv_from(fd, &mut single, dontwait) {
                 Ok(r) => r,
-                Err(e) if quiet(&e) => continue,
+                Err(e) if quiet(&e) => {
+                    waiter.idle().map_err(fail)?;
+                    continue;
+                }
                 // Datagram contents cannot cause other errors (an unconnected socket gets no
                 // ICMP errors), so anything else is the socket itself failing.
                 Err(e) => return Err(fail(e)),
@@ -442,7 +478,10 @@ fn serve(
         }
         let n = match batch.recv(fd, want, dontwait) {
             Ok(n) => n,
-            Err(e) if quiet(&e) => continue,
+            Err(e) if quiet(&e) => {
+                waiter.idle().map_err(fail)?;
+                continue;
+            }
             Err(e) => return Err(fail(e)),
         };
         echo_batch(&mut batch, fd, n, c, &mut limiter);

@@ -743,6 +743,18 @@ impl Builder<'_> {
                 "GRO on: fewer, larger packets up the stack; on veth it also gives the device a NAPI instance to busy-poll".into(),
             );
         }
+        if self.opts.profile == Profile::Latency
+            && nic.kind == "veth"
+            && has("rx-udp-gro-forwarding")
+        {
+            self.nic_item(
+                nic,
+                ItemKind::Feature,
+                NicKnob::Feature("rx-udp-gro-forwarding".into()),
+                1,
+                "latency: a veth hands a local socket's UDP to its NAPI (which busy polling needs) only with UDP GRO forwarding on; with GRO alone it goes through the backlog without a NAPI id (veth_skb_is_eligible_for_gro)".into(),
+            );
+        }
         if has("rx-lro") && self.opts.profile != Profile::Throughput {
             self.nic_item(
                 nic,

@@ -10,29 +10,39 @@ use netsteer_host::nic::Nic;
 /// A device that never gets a NAPI id onto its packets: busy polling a socket fed by it has
 /// nothing to poll (net/core/dev.c napi_busy_loop() needs skb->napi_id).
 fn lacks_napi(nic: &Nic) -> Option<&'static str> {
-    // The netdev family says it outright when it was read.
-    if let Some(nd) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) {
-        return nd
-            .napis
-            .is_empty()
-            .then_some("the device has no NAPI instance (netdev netlink napi-get lists none)");
+    let feature = |name: &str| {
+        nic.settings
+            .as_ref()
+            .and_then(|s| s.features.known())
+            .and_then(|f| f.get(name))
+            .map(|f| f.active)
+    };
+    let veth = nic.kind == "veth" || nic.driver.known().is_some_and(|d| d == "veth");
+    // The netdev family says whether there is a NAPI at all when it was read.
+    if let Some(nd) = nic.settings.as_ref().and_then(|s| s.netdev().ok())
+        && nd.napis.is_empty()
+    {
+        return Some("the device has no NAPI instance (netdev netlink napi-get lists none)");
     }
-    let driver = nic.driver.known().map(String::as_str).unwrap_or("");
-    let gro_on = nic
-        .settings
-        .as_ref()
-        .and_then(|s| s.features.known())
-        .and_then(|f| f.get("rx-gro"))
-        .map(|f| f.active);
-    match (driver, nic.kind.as_str()) {
-        ("veth", _) | (_, "veth") if gro_on != Some(true) => {
-            Some("veth without GRO/XDP receives through the backlog, not NAPI")
-        }
-        ("tun", _) | (_, "tun") => {
-            Some("tun/tap devices have no NAPI unless created with IFF_NAPI")
-        }
-        _ => None,
+    if veth && feature("rx-gro") != Some(true) {
+        return Some("veth without GRO/XDP receives through the backlog, not NAPI");
     }
+    // veth_xmit() uses the NAPI only for packets veth_skb_is_eligible_for_gro() accepts:
+    // with TSO on the sender (its default), a local socket's packets need the receiver's
+    // rx-udp-gro-forwarding or rx-gro-list, or they go through netif_rx() without a NAPI id
+    // (verified here: SO_INCOMING_NAPI_ID 0 with GRO alone, the NAPI's id with forwarding on).
+    if veth
+        && feature("rx-udp-gro-forwarding") != Some(true)
+        && feature("rx-gro-list") != Some(true)
+    {
+        return Some(
+            "veth with GRO alone still delivers local sockets' UDP through the backlog: rx-udp-gro-forwarding (or rx-gro-list) must be on too",
+        );
+    }
+    if nic.kind == "tun" || nic.driver.known().is_some_and(|d| d == "tun") {
+        return Some("tun/tap devices have no NAPI unless created with IFF_NAPI");
+    }
+    None
 }
 
 pub fn busy_poll_ineffective(ctx: &Ctx) -> Vec<Finding> {
@@ -57,8 +67,8 @@ pub fn busy_poll_ineffective(ctx: &Ctx) -> Vec<Finding> {
             ],
             why: "Busy polling spins on the NAPI instance recorded in the socket's last packet; packets that arrive without a NAPI id leave nothing to spin on, so the sockets still sleep and wake by interrupt while the setting suggests otherwise.".into(),
             fix: Fix {
-                summary: format!("give {} a NAPI context (GRO on for veth) or drop busy polling for its traffic", nic.name),
-                steps: vec![format!("ethtool -K {} gro on", nic.name)],
+                summary: format!("give {} a NAPI context (GRO and UDP GRO forwarding on for veth) or drop busy polling for its traffic", nic.name),
+                steps: vec![format!("ethtool -K {} gro on rx-udp-gro-forwarding on", nic.name)],
                 tune: Some(tune_cmd("latency", &nic.name)),
             },
             subjects: Subjects::device(&nic.name),

@@ -1,0 +1,149 @@
+//! One epoll instance per thread, with per-instance busy polling (EPIOCSPARAMS, 6.9+): the
+//! busy-poll time, budget and prefer-busy-poll of an epoll context instead of the global
+//! `net.core.busy_poll` sysctl — the mode IRQ suspension (6.13) builds on
+//! (Documentation/networking/napi.rst, "Busy polling" and "IRQ suspension").
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// The per-context busy-poll parameters (`struct epoll_params`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BusyParams {
+    /// How long epoll_wait() busy-polls the NAPI of its sockets before sleeping (µs).
+    pub usecs: u32,
+    /// Packets per busy-poll round (0: the kernel's default of 8; more than 64 needs
+    /// CAP_NET_ADMIN).
+    pub budget: u16,
+    /// Keep the device's interrupts deferred while the application polls (what IRQ suspension
+    /// needs).
+    pub prefer: bool,
+}
+
+/// An epoll instance watching sockets for input.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 with a constant flag; the result is checked before use.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Watches `fd` for input (level-triggered).
+    pub fn add(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd.as_raw_fd() as u64,
+        };
+        // SAFETY: both descriptors are open for the call; `ev` lives across it.
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.fd.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut ev,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout_ms` (-1: no limit) for input; returns how many descriptors are
+    /// ready. A signal ends the wait early (EINTR, returned as an error).
+    pub fn wait(&self, timeout_ms: i32) -> io::Result<usize> {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        // SAFETY: `evs` is writable for its length, passed as maxevents.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                evs.as_mut_ptr(),
+                evs.len() as libc::c_int,
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    /// True for the error a kernel without per-context busy polling (before 6.9) answers.
+    pub fn is_unsupported(e: &io::Error) -> bool {
+        e.raw_os_error() == Some(libc::ENOTTY)
+    }
+
+    /// Sets the context's busy polling (EPIOCSPARAMS). Kernels before 6.9 answer ENOTTY.
+    pub fn set_busy(&self, p: BusyParams) -> io::Result<()> {
+        let mut params = libc::epoll_params {
+            busy_poll_usecs: p.usecs,
+            busy_poll_budget: p.budget,
+            prefer_busy_poll: u8::from(p.prefer),
+            __pad: 0,
+        };
+        // SAFETY: `params` is the struct the ioctl's number encodes, live across the call.
+        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::EPIOCSPARAMS, &mut params) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Reads the context's busy polling back (EPIOCGPARAMS).
+    pub fn busy(&self) -> io::Result<BusyParams> {
+        let mut params = libc::epoll_params {
+            busy_poll_usecs: 0,
+            busy_poll_budget: 0,
+            prefer_busy_poll: 0,
+            __pad: 0,
+        };
+        // SAFETY: as for set_busy; the kernel writes the struct.
+        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::EPIOCGPARAMS, &mut params) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(BusyParams {
+            usecs: params.busy_poll_usecs,
+            budget: params.busy_poll_budget,
+            prefer: params.prefer_busy_poll != 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_datagram_wakes_the_wait_and_busy_params_round_trip() {
+        let ep = Epoll::new().unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        ep.add(rx.as_fd()).unwrap();
+        assert_eq!(ep.wait(0).unwrap(), 0);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        assert_eq!(ep.wait(5000).unwrap(), 1);
+        let p = BusyParams {
+            usecs: 50,
+            budget: 16,
+            prefer: true,
+        };
+        match ep.set_busy(p) {
+            Ok(()) => assert_eq!(ep.busy().unwrap(), p),
+            // Kernels before 6.9 have no per-context busy polling.
+            Err(e) => assert!(Epoll::is_unsupported(&e), "{e}"),
+        }
+    }
+}
