@@ -3,7 +3,9 @@ use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use netsteer_host::read_host;
-use netsteer_host::sample::{QueueRate, Rates, TopInterval, rates, read_sample};
+use netsteer_host::sample::{
+    QueueCounters, QueuePackets, QueueRate, Rates, TopInterval, queue_rates, rates, read_sample,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, IsTerminal};
 use std::process::ExitCode;
@@ -33,7 +35,12 @@ pub struct TopArgs {
 /// IRQ → (nic, queue label), from the NIC model.
 pub type IrqLabels = BTreeMap<u32, (String, String)>;
 
-pub fn interval_message(r: Rates, labels: &IrqLabels, problems: Vec<String>) -> TopInterval {
+pub fn interval_message(
+    r: Rates,
+    labels: &IrqLabels,
+    queue_packets: Vec<QueuePackets>,
+    problems: Vec<String>,
+) -> TopInterval {
     let queues = r
         .irqs
         .into_iter()
@@ -59,6 +66,7 @@ pub fn interval_message(r: Rates, labels: &IrqLabels, problems: Vec<String>) -> 
         cpus: r.cpus,
         queues,
         went_offline: r.went_offline,
+        queue_packets,
         problems,
     }
 }
@@ -122,10 +130,40 @@ pub fn plain_lines(m: &TopInterval, seq: u64) -> Vec<String> {
             q.cpus_text()
         ));
     }
+    for q in m
+        .queue_packets
+        .iter()
+        .filter(|q| q.packets_per_s.is_some_and(|p| p > 0.0))
+    {
+        lines.push(format!(
+            "  {} {}-{}: {} pkt/s {} B/s (driver's queue counters)",
+            q.nic,
+            q.kind,
+            q.queue,
+            f(q.packets_per_s),
+            f(q.bytes_per_s)
+        ));
+    }
     for p in &m.problems {
         lines.push(format!("  problem: {p}"));
     }
     lines
+}
+
+/// Every queue counter of the devices that keep them (netdev qstats), by device and queue.
+fn queue_counters(
+    backend: &dyn netsteer_nic::NicBackend,
+    devices: &[String],
+    problems: &mut Vec<String>,
+) -> QueueCounters {
+    let mut all = QueueCounters::new();
+    for d in devices {
+        match backend.queue_stats(d) {
+            Ok(qs) => all.extend(qs.into_iter().map(|q| ((d.clone(), q.kind, q.id), q))),
+            Err(e) => problems.push(format!("{d}: per-queue counters: {e}")),
+        }
+    }
+    all
 }
 
 pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
@@ -152,6 +190,22 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
     let interval = args.interval.get();
     let tui = !args.json && !args.plain && io::stdout().is_terminal();
 
+    // The driver's per-queue counters, on the live host, from the devices that keep them.
+    let backend = host.fs.is_live().then(|| host.nic_backend().ok()).flatten();
+    let qdevs: Vec<String> = match &backend {
+        Some(b) => view
+            .nics
+            .iter()
+            .filter(|n| b.queue_stats(&n.name).is_ok_and(|q| !q.is_empty()))
+            .map(|n| n.name.clone())
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut ignored = Vec::new();
+    let mut prev_q = match &backend {
+        Some(b) => queue_counters(b.as_ref(), &qdevs, &mut ignored),
+        None => QueueCounters::new(),
+    };
     let mut prev = read_sample(&host.fs).context("first sample")?;
     let mut prev_at = Instant::now();
     let mut next = |deadline: Instant| -> Result<TopInterval> {
@@ -160,9 +214,15 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
             std::thread::sleep(deadline - now);
         }
         let cur = read_sample(&host.fs).context("sample")?;
-        let at = Instant::now();
-        let r = rates(&prev, &cur, (at - prev_at).as_secs_f64(), Some(&wanted));
         let mut problems = cur.problems.clone();
+        let cur_q = match &backend {
+            Some(b) => queue_counters(b.as_ref(), &qdevs, &mut problems),
+            None => QueueCounters::new(),
+        };
+        let at = Instant::now();
+        let dt = (at - prev_at).as_secs_f64();
+        let r = rates(&prev, &cur, dt, Some(&wanted));
+        let qp = queue_rates(&prev_q, &cur_q, dt);
         if !host.fs.is_live() {
             // A tree is one moment: both samples read the same counters.
             problems.insert(
@@ -174,8 +234,9 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
             );
         }
         prev = cur;
+        prev_q = cur_q;
         prev_at = at;
-        Ok(interval_message(r, &labels, problems))
+        Ok(interval_message(r, &labels, qp, problems))
     };
 
     if tui {
@@ -198,5 +259,52 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
         if args.count.is_some_and(|c| seq >= c) {
             return Ok(ExitCode::SUCCESS);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netsteer_host::netdev::QueueType;
+
+    #[test]
+    fn queue_counter_rates_are_printed_and_serialized_only_where_there_are_some() {
+        let r = Rates {
+            interval_s: 1.0,
+            ..Rates::default()
+        };
+        let busy = QueuePackets {
+            nic: "eth0".into(),
+            kind: QueueType::Rx,
+            queue: 3,
+            packets_per_s: Some(1500.0),
+            bytes_per_s: Some(2_000_000.0),
+        };
+        let idle = QueuePackets {
+            queue: 4,
+            packets_per_s: Some(0.0),
+            ..busy.clone()
+        };
+        let m = interval_message(r.clone(), &IrqLabels::new(), vec![busy, idle], vec![]);
+        let lines = plain_lines(&m, 1);
+        let q: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("queue counters"))
+            .collect();
+        assert_eq!(q.len(), 1, "{lines:#?}");
+        assert!(
+            q[0].contains("eth0 rx-3: 1500 pkt/s 2000000 B/s"),
+            "{}",
+            q[0]
+        );
+        let back: TopInterval = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back.queue_packets, m.queue_packets);
+        // Devices without queue counters add nothing to the JSON.
+        let none = interval_message(r, &IrqLabels::new(), vec![], vec![]);
+        assert!(
+            !serde_json::to_string(&none)
+                .unwrap()
+                .contains("queue_packets")
+        );
     }
 }

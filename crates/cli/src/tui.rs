@@ -239,6 +239,7 @@ mod tests {
                 total: 1234.0,
             }],
             went_offline: vec![],
+            queue_packets: vec![],
             problems: vec![],
         };
         let mut t = Terminal::new(TestBackend::new(140, 14)).unwrap();

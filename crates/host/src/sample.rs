@@ -355,8 +355,52 @@ pub struct TopInterval {
     pub cpus: Vec<CpuRates>,
     pub queues: Vec<QueueRate>,
     pub went_offline: Vec<u32>,
+    /// Packets and bytes per second of each queue whose driver keeps per-queue counters
+    /// (netdev netlink qstats); empty where none does (veth, loopback).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue_packets: Vec<QueuePackets>,
     /// Files that could not be read this interval.
     pub problems: Vec<String>,
+}
+
+/// One queue's traffic over an interval, from its driver's counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuePackets {
+    pub nic: String,
+    #[serde(rename = "type")]
+    pub kind: crate::netdev::QueueType,
+    pub queue: u32,
+    pub packets_per_s: Option<f64>,
+    pub bytes_per_s: Option<f64>,
+}
+
+/// Per-queue counters of one moment, by (device, rx|tx, queue).
+pub type QueueCounters =
+    BTreeMap<(String, crate::netdev::QueueType, u32), crate::netdev::QueueStats>;
+
+/// Rates between two readings of the queues' counters. A queue in only one reading (channels
+/// changed) or a counter that went backwards (a driver reset) gives no rate, not a wrong one.
+pub fn queue_rates(
+    prev: &QueueCounters,
+    cur: &QueueCounters,
+    interval_s: f64,
+) -> Vec<QueuePackets> {
+    let rate = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) if b >= a && interval_s > 0.0 => Some((b - a) as f64 / interval_s),
+        _ => None,
+    };
+    cur.iter()
+        .filter_map(|((nic, kind, queue), c)| {
+            let p = prev.get(&(nic.clone(), *kind, *queue))?;
+            Some(QueuePackets {
+                nic: nic.clone(),
+                kind: *kind,
+                queue: *queue,
+                packets_per_s: rate(p.packets, c.packets),
+                bytes_per_s: rate(p.bytes, c.bytes),
+            })
+        })
+        .collect()
 }
 
 fn pct(part: u64, total: u64) -> f64 {
@@ -491,6 +535,46 @@ pub fn parse_uptime(text: &str) -> std::result::Result<f64, crate::error::ParseE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_rates_skip_queues_that_came_or_went_and_counters_that_reset() {
+        use crate::netdev::{QueueStats, QueueType};
+        let q = |kind, id, packets: u64| {
+            (
+                ("eth0".to_string(), kind, id),
+                QueueStats {
+                    kind,
+                    id,
+                    packets: Some(packets),
+                    bytes: Some(packets * 100),
+                    drops: None,
+                },
+            )
+        };
+        let prev: QueueCounters = [
+            q(QueueType::Rx, 0, 1000),
+            q(QueueType::Rx, 1, 500),
+            q(QueueType::Tx, 0, 10),
+        ]
+        .into();
+        let cur: QueueCounters = [
+            q(QueueType::Rx, 0, 3000),
+            q(QueueType::Rx, 1, 100),
+            q(QueueType::Rx, 2, 9),
+        ]
+        .into();
+        let r = queue_rates(&prev, &cur, 2.0);
+        assert_eq!(r.len(), 2, "rx-2 is new, tx-0 is gone: {r:?}");
+        assert_eq!(
+            (r[0].queue, r[0].packets_per_s, r[0].bytes_per_s),
+            (0, Some(1000.0), Some(100_000.0))
+        );
+        assert_eq!(
+            (r[1].queue, r[1].packets_per_s),
+            (1, None),
+            "a counter that went back"
+        );
+    }
 
     fn softnet_line(processed: u32, dropped: u32, cpu: u32) -> String {
         let mut cols = [0u32; 15];

@@ -66,6 +66,12 @@ pub trait NicBackend {
     /// Changes one setting (ETHTOOL_MSG_*_SET on the live host); `value` as [`NicKnob::read`]
     /// prints it.
     fn set(&self, ifname: &str, knob: &NicKnob, value: &str) -> Result<(), NicError>;
+
+    /// The driver's per-queue counters (netdev netlink qstats), for rates: empty when it
+    /// keeps none. The live backend reads only these (a few syscalls), not every setting.
+    fn queue_stats(&self, ifname: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {
+        self.settings(ifname).netdev().map(|n| n.qstats.clone())
+    }
 }
 
 /// Canned settings by interface name.

@@ -33,9 +33,8 @@ impl Epoll {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
     }
 
     /// Watches `fd` for input (level-triggered).

@@ -247,6 +247,14 @@ impl NicBackend for Netlink {
         Netlink::set(self, dev, request, cmd, &body)
     }
 
+    fn queue_stats(&self, dev: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {
+        let family = self
+            .netdev
+            .ok_or("the kernel has no netdev netlink family (before 6.1)")?;
+        let link = self.link(dev)?;
+        crate::netdev::queue_stats(&mut self.sock.borrow_mut(), family, link.index)
+    }
+
     fn settings(&self, dev: &str) -> NicSettings {
         let link = self.link(dev);
         NicSettings {

@@ -28,11 +28,7 @@ pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, St
         .map_err(|e| format!("queue-get: {e}"))?;
     let mut queues = each(queues, queue::parse)?;
     queues.sort_by_key(|q| (q.kind, q.id));
-    let mut qstats = match sock.dump(family, qstats::CMD, &qstats::dump(ifindex)) {
-        Ok(r) => each(r, qstats::parse)?,
-        Err(_) => Vec::new(),
-    };
-    qstats.sort_by_key(|q| (q.kind, q.id));
+    let qstats = queue_stats(sock, family, ifindex).unwrap_or_default();
     let (xdp_features, xdp_zc_max_segs) = sock
         .request(family, dev::CMD, &dev::get(ifindex))
         .ok()
@@ -45,4 +41,21 @@ pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, St
         xdp_features,
         xdp_zc_max_segs,
     })
+}
+
+/// The per-queue counters alone (QSTATS_GET, scope queue), sorted; empty when the driver keeps
+/// none (EOPNOTSUPP, or an empty dump).
+pub fn queue_stats(
+    sock: &mut NlSocket,
+    family: u16,
+    ifindex: u32,
+) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {
+    let replies = match sock.dump(family, qstats::CMD, &qstats::dump(ifindex)) {
+        Ok(r) => r,
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(Vec::new()),
+        Err(e) => return Err(format!("qstats-get: {e}")),
+    };
+    let mut q = each(replies, qstats::parse)?;
+    q.sort_by_key(|q| (q.kind, q.id));
+    Ok(q)
 }
