@@ -8,6 +8,7 @@ use netsteer_bench::tcp::rr::{RrConfig, run_rr_client};
 use netsteer_bench::tcp::server::{Server, ServerConfig, ServerTotals};
 use netsteer_bench::tcp::stream::{StreamConfig, run_stream_client};
 use netsteer_bench::udp_echo::{BenchError, Wait};
+use netsteer_bench::waiter::Busy;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,9 +93,10 @@ fn rr_cfg(addr: SocketAddr) -> RrConfig {
         response_size: 4096,
         pipeline: 1,
         wait: Wait::Block,
-        busy_poll_us: 50,
-        busy_poll_budget: 0,
-        prefer_busy_poll: false,
+        busy: Busy {
+            usecs: 50,
+            ..Busy::default()
+        },
         duration: Duration::from_millis(600),
         interval: Duration::from_millis(200),
         warmup: Duration::from_millis(100),
@@ -239,8 +241,11 @@ fn rr_percentiles_are_ordered_in_every_wait_mode() {
                 pipeline,
                 request_size: req,
                 response_size: resp,
-                prefer_busy_poll: wait == Wait::EpollBusy,
-                busy_poll_budget: if wait == Wait::EpollBusy { 16 } else { 0 },
+                busy: Busy {
+                    usecs: 50,
+                    budget: if wait == Wait::EpollBusy { 16 } else { 0 },
+                    prefer: wait == Wait::EpollBusy,
+                },
                 ..rr_cfg(srv.addr)
             },
             clock,

@@ -8,6 +8,7 @@ use netsteer_bench::udp_echo::limit::Limits;
 use netsteer_bench::udp_echo::message::{ClientInterval, ClientSummary, ServerSummary};
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
 use netsteer_bench::udp_echo::{BenchError, Wait};
+use netsteer_bench::waiter::Busy;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,9 +42,10 @@ fn limited_server(listen: &str, threads: usize, wait: Wait, limits: Limits) -> R
         threads,
         cpus: vec![],
         wait,
-        busy_poll_us: 50,
-        busy_poll_budget: 0,
-        prefer_busy_poll: false,
+        busy: Busy {
+            usecs: 50,
+            ..Busy::default()
+        },
         interval: Duration::from_millis(100),
         duration: None,
         limits,
@@ -65,9 +67,10 @@ fn client_cfg(target: SocketAddr) -> ClientConfig {
         interval: Duration::from_millis(50),
         warmup: Duration::ZERO,
         wait: Wait::Block,
-        busy_poll_us: 50,
-        busy_poll_budget: 0,
-        prefer_busy_poll: false,
+        busy: Busy {
+            usecs: 50,
+            ..Busy::default()
+        },
         rate: None,
         cpus: vec![],
         src_port: None,
@@ -427,9 +430,11 @@ fn epoll_modes_cpu_accounting_and_a_paced_client() {
             threads: 1,
             cpus: vec![],
             wait,
-            busy_poll_us: 20,
-            busy_poll_budget: 16,
-            prefer_busy_poll: true,
+            busy: Busy {
+                usecs: 20,
+                budget: 16,
+                prefer: true,
+            },
             interval: Duration::from_millis(100),
             duration: None,
             limits: Limits::default(),
@@ -442,7 +447,7 @@ fn epoll_modes_cpu_accounting_and_a_paced_client() {
         let mut c = client_cfg(addr);
         c.wait = wait;
         c.count = Some(500);
-        c.prefer_busy_poll = true;
+        c.busy.prefer = true;
         let client = run_client(&c, clock(), |_| Ok(()));
         stop.store(true, Ordering::Relaxed);
         let served = handle.join().unwrap();

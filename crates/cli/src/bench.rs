@@ -296,6 +296,16 @@ pub struct WaitArgs {
     prefer_busy_poll: bool,
 }
 
+impl WaitArgs {
+    fn busy(&self) -> netsteer_bench::waiter::Busy {
+        netsteer_bench::waiter::Busy {
+            usecs: self.busy_poll,
+            budget: self.busy_poll_budget,
+            prefer: self.prefer_busy_poll,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ServerArgs {
     /// Address to listen on. Loopback by default: give a routable address (or `0.0.0.0:4321`,
@@ -593,9 +603,7 @@ fn rr_client(a: &RrArgs) -> Result<ExitCode> {
         response_size: a.response_size,
         pipeline: a.pipeline,
         wait: a.wait.wait,
-        busy_poll_us: a.wait.busy_poll,
-        busy_poll_budget: a.wait.busy_poll_budget,
-        prefer_busy_poll: a.wait.prefer_busy_poll,
+        busy: a.wait.busy(),
         duration: a.duration.get(),
         interval: a.interval.get(),
         warmup: a.warmup.get(),
@@ -634,9 +642,7 @@ fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
         threads: a.threads,
         cpus: cpus(a.cpu.as_deref())?,
         wait: a.wait.wait,
-        busy_poll_us: a.wait.busy_poll,
-        busy_poll_budget: a.wait.busy_poll_budget,
-        prefer_busy_poll: a.wait.prefer_busy_poll,
+        busy: a.wait.busy(),
         interval: a.interval.get(),
         duration: a.duration.map(Seconds::get),
         limits: echo_limits(listen, a.max_pps_per_source, a.max_pps),
@@ -737,9 +743,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         interval: a.interval.get(),
         warmup: a.warmup.get(),
         wait: a.wait.wait,
-        busy_poll_us: a.wait.busy_poll,
-        busy_poll_budget: a.wait.busy_poll_budget,
-        prefer_busy_poll: a.wait.prefer_busy_poll,
+        busy: a.wait.busy(),
         rate: a.rate,
         cpus: cpus(a.cpu.as_deref())?,
         src_port: a.src_port,

@@ -7,6 +7,7 @@ use crate::scenario::{Tool, Variant, Wait, Workload};
 use crate::{LabError, Remote, Result};
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::stats::LatencySummary;
+use netsteer_bench::waiter::Busy;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -273,9 +274,10 @@ fn udp_echo(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         threads: 1,
         cpus: p.server_cpus.clone(),
         wait,
-        busy_poll_us,
-        busy_poll_budget: 0,
-        prefer_busy_poll: false,
+        busy: Busy {
+            usecs: busy_poll_us,
+            ..Busy::default()
+        },
         interval: Duration::from_secs(1),
         duration: None,
         // The lab's own client, inside the lab's own namespaces: no reflection to limit.
@@ -293,9 +295,10 @@ fn udp_echo(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         interval: Duration::from_secs(1),
         warmup,
         wait,
-        busy_poll_us,
-        busy_poll_budget: 0,
-        prefer_busy_poll: false,
+        busy: Busy {
+            usecs: busy_poll_us,
+            ..Busy::default()
+        },
         rate: None,
         cpus: p.client_cpus.clone(),
         src_port: None,

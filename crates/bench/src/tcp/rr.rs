@@ -120,11 +120,8 @@ pub struct RrConfig {
     /// Requests each flow keeps outstanding.
     pub pipeline: u32,
     pub wait: Wait,
-    pub busy_poll_us: u32,
-    /// Packets per busy-poll round (0: the kernel's default).
-    pub busy_poll_budget: u16,
-    /// SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll.
-    pub prefer_busy_poll: bool,
+    /// Busy polling for `Wait::BusyPoll` and `Wait::EpollBusy` (both sides).
+    pub busy: Busy,
     pub duration: Duration,
     pub interval: Duration,
     pub warmup: Duration,
@@ -173,9 +170,9 @@ impl RrConfig {
             request_size: self.request_size,
             response_size: self.response_size,
             wait: self.wait.to_string(),
-            busy_poll_us: self.busy_poll_us,
-            busy_poll_budget: self.busy_poll_budget,
-            prefer_busy_poll: self.prefer_busy_poll,
+            busy_poll_us: self.busy.usecs,
+            busy_poll_budget: self.busy.budget,
+            prefer_busy_poll: self.busy.prefer,
         }
     }
 }
@@ -211,16 +208,8 @@ fn run_flow(
     stop: &AtomicBool,
 ) -> Result<(), BenchError> {
     let what = || format!("flow {flow}");
-    let waiter = set_wait(
-        sock,
-        cfg.wait,
-        Busy {
-            usecs: cfg.busy_poll_us,
-            budget: cfg.busy_poll_budget,
-            prefer: cfg.prefer_busy_poll,
-        },
-    )
-    .map_err(io_ctx(format!("flow {flow}: --wait {}", cfg.wait)))?;
+    let waiter = set_wait(sock, cfg.wait, cfg.busy)
+        .map_err(io_ctx(format!("flow {flow}: --wait {}", cfg.wait)))?;
     let before = ThreadUsage::current().unwrap_or_default();
     let mut cpus = BTreeSet::new();
     cpus.extend(current_cpu());

@@ -61,11 +61,8 @@ pub struct ClientConfig {
     pub interval: Duration,
     pub warmup: Duration,
     pub wait: Wait,
-    pub busy_poll_us: u32,
-    /// Packets per busy-poll round (0: the kernel's default).
-    pub busy_poll_budget: u16,
-    /// SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll.
-    pub prefer_busy_poll: bool,
+    /// Busy polling for `Wait::BusyPoll` and `Wait::EpollBusy`.
+    pub busy: Busy,
     /// Round trips per second per flow (None: as fast as the echoes come back). A paced
     /// client shows what a wait mode costs the server at a fixed load.
     pub rate: Option<u32>,
@@ -526,16 +523,8 @@ fn setup_socket(cfg: &ClientConfig, flow: &Flow) -> Result<(UdpSocket, Waiter), 
         sock.set_nonblocking(true)
             .map_err(io_err(ctx("non-blocking socket")))?;
     }
-    let waiter = Waiter::new(
-        fd,
-        cfg.wait,
-        Busy {
-            usecs: cfg.busy_poll_us,
-            budget: cfg.busy_poll_budget,
-            prefer: cfg.prefer_busy_poll,
-        },
-    )
-    .map_err(io_err(ctx(&format!("--wait {}", cfg.wait))))?;
+    let waiter = Waiter::new(fd, cfg.wait, cfg.busy)
+        .map_err(io_err(ctx(&format!("--wait {}", cfg.wait))))?;
     if cfg.timestamp {
         opt::set_timestamping(fd, opt::stamp::ROUND_TRIP)
             .map_err(io_err(ctx("SO_TIMESTAMPING")))?;

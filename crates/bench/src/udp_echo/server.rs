@@ -30,12 +30,8 @@ pub struct ServerConfig {
     /// Thread i runs on `cpus[i % len]`; empty = not pinned.
     pub cpus: Vec<u32>,
     pub wait: Wait,
-    /// Busy-poll µs for `Wait::BusyPoll` (SO_BUSY_POLL) and `Wait::EpollBusy` (EPIOCSPARAMS).
-    pub busy_poll_us: u32,
-    /// Packets per busy-poll round (0: the kernel's default).
-    pub busy_poll_budget: u16,
-    /// SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll.
-    pub prefer_busy_poll: bool,
+    /// Busy polling for `Wait::BusyPoll` (SO_BUSY_POLL) and `Wait::EpollBusy` (EPIOCSPARAMS).
+    pub busy: Busy,
     pub interval: Duration,
     pub duration: Option<Duration>,
     /// Answer rate limits (see [`super::limit`]); the global one is shared out over threads.
@@ -387,16 +383,8 @@ fn serve_loop(
         sock.set_nonblocking(true)
             .map_err(io_err("non-blocking socket"))?;
     }
-    let waiter = Waiter::new(
-        fd,
-        cfg.wait,
-        Busy {
-            usecs: cfg.busy_poll_us,
-            budget: cfg.busy_poll_budget,
-            prefer: cfg.prefer_busy_poll,
-        },
-    )
-    .map_err(io_err(format!("--wait {}", cfg.wait)))?;
+    let waiter =
+        Waiter::new(fd, cfg.wait, cfg.busy).map_err(io_err(format!("--wait {}", cfg.wait)))?;
     let mut batch = Batch::new(MAX_BATCH, SLOT);
     let mut single = vec![0u8; SLOT];
     let mut limiter = (!cfg.limits.is_unlimited()).then(|| TimedLimiter {

@@ -14,6 +14,11 @@ fn ynl_set(id: u32, attr: &str, v: u64) -> String {
     format!("ynl --family netdev --do napi-set --json '{{\"id\": {id}, \"{attr}\": {v}}}'")
 }
 
+/// netsteer's own fix: a per-NAPI mode for every NAPI of the device.
+fn napi_tune(mode: &str, dev: &str) -> String {
+    format!("netsteer tune apply --profile none --napi {mode} --dev {dev}")
+}
+
 /// The NAPIs of devices whose netdev data was read.
 fn with_napis<'a>(ctx: &Ctx<'a>) -> impl Iterator<Item = &'a Nic> {
     ctx.view.nics.iter().filter(|n| !n.napis.is_empty())
@@ -84,10 +89,7 @@ pub fn napi_sysfs_mismatch(ctx: &Ctx) -> Vec<Finding> {
                     nic.name
                 ),
                 steps,
-                tune: Some(format!(
-                    "netsteer tune apply --profile none --napi irq --dev {}",
-                    nic.name
-                )),
+                tune: Some(napi_tune("irq", &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });
@@ -165,10 +167,7 @@ pub fn irq_suspend_misconfigured(ctx: &Ctx) -> Vec<Finding> {
                     .iter()
                     .map(|id| ynl_set(*id, "irq-suspend-timeout", 0))
                     .collect(),
-                tune: Some(format!(
-                    "netsteer tune apply --profile none --napi irq-suspend --dev {}",
-                    nic.name
-                )),
+                tune: Some(napi_tune("irq-suspend", &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });
@@ -283,10 +282,7 @@ pub fn napi_thread_placement(ctx: &Ctx) -> Vec<Finding> {
                     nic.name
                 ),
                 steps,
-                tune: Some(format!(
-                    "netsteer tune apply --profile none --napi irq --dev {}",
-                    nic.name
-                )),
+                tune: Some(napi_tune("irq", &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });
