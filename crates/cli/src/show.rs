@@ -218,8 +218,32 @@ fn render_nic(o: &mut String, n: &Nic) {
     }
     if let Some(s) = &n.settings {
         render_settings(o, s);
+        render_ntuple(o, s);
         render_netdev(o, n, s);
     }
+}
+
+/// The receive flow-steering rules, when the device has any.
+fn render_ntuple(o: &mut String, s: &netsteer_host::ethtool::NicSettings) {
+    use netsteer_host::netdev::NtupleFlow;
+    let Ok(rules) = s.ntuple() else { return };
+    if rules.is_empty() {
+        return;
+    }
+    let text: Vec<String> = rules
+        .iter()
+        .map(|r| {
+            let flow = match &r.flow {
+                NtupleFlow::DstPort { proto, port } => format!("{} dst-port {port}", proto.name()),
+                NtupleFlow::Other { flow_type } => format!("flow type {flow_type}"),
+            };
+            let to = r
+                .queue
+                .map_or("drop/other action".into(), |q| format!("queue {q}"));
+            format!("[{}] {flow} → {to}", r.location)
+        })
+        .collect();
+    let _ = writeln!(o, "  ntuple: {}", text.join("; "));
 }
 
 fn ns(v: Option<u64>) -> String {

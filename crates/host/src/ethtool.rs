@@ -2,7 +2,7 @@
 //! snapshot tree can carry them (`netsteer/ethtool.json`) and `--root` reproduces them offline.
 
 use crate::field::Field;
-use crate::netdev::{NapiAttr, Netdev};
+use crate::netdev::{NapiAttr, Netdev, NtupleFlow, NtupleKey, NtupleRule};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -75,9 +75,23 @@ pub struct NicSettings {
     /// captured before netsteer read it (and then absent when such a tree is written back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netdev: Option<Field<Netdev>>,
+    /// Receive flow-steering (n-tuple) rules (ETHTOOL_GRXCLSRLALL); unknown with the reason
+    /// for a device without them, absent in trees captured before netsteer read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntuple: Option<Field<Vec<NtupleRule>>>,
 }
 
 impl NicSettings {
+    /// The n-tuple rules, or why there are none.
+    pub fn ntuple(&self) -> Result<&Vec<NtupleRule>, String> {
+        match &self.ntuple {
+            None => {
+                Err("n-tuple rules not recorded (a tree captured before netsteer read them)".into())
+            }
+            Some(f) => part(f, "n-tuple rules"),
+        }
+    }
+
     /// The netdev data, or why there is none.
     pub fn netdev(&self) -> Result<&Netdev, String> {
         match &self.netdev {
@@ -110,6 +124,7 @@ impl NicSettings {
             rss: Field::unknown(reason),
             link_kind: None,
             netdev: Some(Field::unknown(reason)),
+            ntuple: Some(Field::unknown(reason)),
         }
     }
 }
@@ -137,6 +152,9 @@ pub enum NicKnob {
     RssIndirection,
     /// A per-NAPI setting (NETDEV_CMD_NAPI_SET), by NAPI id.
     Napi(u32, NapiAttr),
+    /// An n-tuple rule steering one destination port to a queue (ETHTOOL_SRXCLSRLINS /
+    /// SRXCLSRLDEL). Its value is `flow-type tcp4 dst-port 22 action Q`, or empty for none.
+    Ntuple(NtupleKey),
 }
 
 impl std::fmt::Display for NicKnob {
@@ -149,6 +167,7 @@ impl std::fmt::Display for NicKnob {
             NicKnob::Rings(n) => write!(f, "rings {n}"),
             NicKnob::RssIndirection => f.write_str("rss indirection"),
             NicKnob::Napi(id, a) => write!(f, "napi {id} {a}"),
+            NicKnob::Ntuple(k) => write!(f, "ntuple {k}"),
         }
     }
 }
@@ -185,6 +204,10 @@ impl NicKnob {
     /// known (the driver lacks the whole part, or this parameter).
     pub fn read(&self, s: &NicSettings) -> Result<String, String> {
         match self {
+            NicKnob::Ntuple(k) => Ok(k
+                .find(s.ntuple()?)
+                .and_then(|r| r.queue)
+                .map_or(String::new(), |q| k.rule_text(q))),
             NicKnob::RssIndirection => {
                 let t = &part(&s.rss, "rss")?.indirection;
                 if t.is_empty() {
@@ -200,6 +223,7 @@ impl NicKnob {
     pub fn read_number(&self, s: &NicSettings) -> Result<u64, String> {
         match self {
             NicKnob::RssIndirection => Err("the RSS table is not a number".into()),
+            NicKnob::Ntuple(_) => Err("an n-tuple rule is not a number".into()),
             NicKnob::Napi(id, a) => a
                 .read(napi_of(s, *id)?)
                 .ok_or_else(|| format!("the kernel does not report NAPI {id}'s {a}")),
@@ -261,7 +285,10 @@ impl NicKnob {
                 }
             }
             NicKnob::Napi(_, NapiAttr::DeferHardIrqs) => Some(i32::MAX as u64),
-            NicKnob::Coalesce(_) | NicKnob::RssIndirection | NicKnob::Napi(..) => None,
+            NicKnob::Coalesce(_)
+            | NicKnob::RssIndirection
+            | NicKnob::Napi(..)
+            | NicKnob::Ntuple(_) => None,
         }
     }
 
@@ -279,6 +306,39 @@ impl NicKnob {
 
     /// Records a new value given as text, as a tree's NIC state does after a write.
     pub fn store(&self, s: &mut NicSettings, v: &str) -> Result<(), String> {
+        if let NicKnob::Ntuple(k) = self {
+            let queue = k.parse_rule(v)?;
+            let rules = match s.ntuple.as_mut() {
+                Some(Field::Known(r)) => r,
+                Some(Field::Unknown { unknown }) => {
+                    return Err(format!("n-tuple rules: {unknown}"));
+                }
+                None => return Err("n-tuple rules not recorded in this tree".into()),
+            };
+            rules.retain(|r| {
+                r.flow
+                    != NtupleFlow::DstPort {
+                        proto: k.proto,
+                        port: k.port,
+                    }
+            });
+            if let Some(q) = queue {
+                // The first free slot, as a driver without RX_CLS_LOC_ANY needs one chosen.
+                let location = (0..)
+                    .find(|l| !rules.iter().any(|r| r.location == *l))
+                    .unwrap_or(0);
+                rules.push(NtupleRule {
+                    location,
+                    flow: NtupleFlow::DstPort {
+                        proto: k.proto,
+                        port: k.port,
+                    },
+                    queue: Some(q),
+                });
+                rules.sort_by_key(|r| r.location);
+            }
+            return Ok(());
+        }
         if *self == NicKnob::RssIndirection {
             let table = parse_indirection(v)?;
             let queues = s
@@ -310,7 +370,9 @@ impl NicKnob {
     fn store_number(&self, s: &mut NicSettings, v: u64) -> Result<(), String> {
         let too_big = || format!("{self}: {v} does not fit");
         match self {
-            NicKnob::RssIndirection => return Err("the RSS table is not a number".into()),
+            NicKnob::RssIndirection | NicKnob::Ntuple(_) => {
+                return Err(format!("{self} is not a number"));
+            }
             NicKnob::Napi(id, a) => {
                 let netdev = s
                     .netdev

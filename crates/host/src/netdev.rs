@@ -210,3 +210,142 @@ mod tests {
         assert_eq!(xdp_feature_names(1 << 9), "bit9");
     }
 }
+
+/// One receive flow-steering (n-tuple) rule, as `ethtool -N DEV flow-type tcp4 dst-port P
+/// action Q` makes it: the kinds netsteer writes are read exactly, any other rule is kept as
+/// `Other` so its location is never reused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NtupleRule {
+    /// The rule's slot in the device's classification table.
+    pub location: u32,
+    pub flow: NtupleFlow,
+    /// The rx queue it steers to (ring_cookie); `None` for drop or a VF/context action.
+    pub queue: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum NtupleFlow {
+    /// TCP or UDP over IPv4 or IPv6 to one destination port, nothing else matched.
+    DstPort { proto: NtupleProto, port: u16 },
+    /// Anything else: the flow type number (ethtool.h TCP_V4_FLOW ...).
+    Other { flow_type: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NtupleProto {
+    Tcp4,
+    Udp4,
+    Tcp6,
+    Udp6,
+}
+
+impl NtupleProto {
+    pub fn name(self) -> &'static str {
+        match self {
+            NtupleProto::Tcp4 => "tcp4",
+            NtupleProto::Udp4 => "udp4",
+            NtupleProto::Tcp6 => "tcp6",
+            NtupleProto::Udp6 => "udp6",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<NtupleProto> {
+        [
+            NtupleProto::Tcp4,
+            NtupleProto::Udp4,
+            NtupleProto::Tcp6,
+            NtupleProto::Udp6,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+    }
+}
+
+/// What a netsteer n-tuple knob names: "steer PROTO to dst-port PORT", as its value text
+/// `flow-type tcp4 dst-port 22 action 0` (empty: no such rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NtupleKey {
+    pub proto: NtupleProto,
+    pub port: u16,
+}
+
+impl NtupleKey {
+    /// The value text of a rule steering this key to `queue` (ethtool -N's words).
+    pub fn rule_text(self, queue: u64) -> String {
+        format!(
+            "flow-type {} dst-port {} action {queue}",
+            self.proto.name(),
+            self.port
+        )
+    }
+
+    /// Reads a value text back: `None` for "" (no rule), the queue otherwise.
+    pub fn parse_rule(self, text: &str) -> Result<Option<u64>, String> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let w: Vec<&str> = t.split_whitespace().collect();
+        match w.as_slice() {
+            ["flow-type", p, "dst-port", port, "action", q]
+                if NtupleProto::parse(p) == Some(self.proto)
+                    && port.parse::<u16>().ok() == Some(self.port) =>
+            {
+                q.parse()
+                    .map(Some)
+                    .map_err(|_| format!("n-tuple rule {t:?}: action {q} is not a queue"))
+            }
+            _ => Err(format!(
+                "n-tuple rule {t:?}: expected \"{}\" or nothing",
+                self.rule_text(0).replace(" 0", " QUEUE")
+            )),
+        }
+    }
+
+    /// The rule of this key among `rules`, if any.
+    pub fn find(self, rules: &[NtupleRule]) -> Option<&NtupleRule> {
+        rules.iter().find(|r| {
+            r.flow
+                == NtupleFlow::DstPort {
+                    proto: self.proto,
+                    port: self.port,
+                }
+        })
+    }
+}
+
+impl std::fmt::Display for NtupleKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-dst-port-{}", self.proto.name(), self.port)
+    }
+}
+
+#[cfg(test)]
+mod ntuple_tests {
+    use super::*;
+
+    #[test]
+    fn rule_texts_round_trip_and_bad_ones_are_refused() {
+        let k = NtupleKey {
+            proto: NtupleProto::Tcp4,
+            port: 22,
+        };
+        assert_eq!(k.rule_text(3), "flow-type tcp4 dst-port 22 action 3");
+        assert_eq!(k.parse_rule(&k.rule_text(3)).unwrap(), Some(3));
+        assert_eq!(k.parse_rule("").unwrap(), None);
+        assert!(k.parse_rule("flow-type udp4 dst-port 22 action 3").is_err());
+        assert!(k.parse_rule("flow-type tcp4 dst-port 22 action x").is_err());
+        assert_eq!(k.to_string(), "tcp4-dst-port-22");
+        let rules = vec![NtupleRule {
+            location: 5,
+            flow: NtupleFlow::DstPort {
+                proto: NtupleProto::Tcp4,
+                port: 22,
+            },
+            queue: Some(0),
+        }];
+        assert_eq!(k.find(&rules).map(|r| r.location), Some(5));
+    }
+}

@@ -8,6 +8,7 @@ mod ethnl;
 pub mod napi_override;
 pub mod netdev;
 pub mod rtnl;
+pub mod rxnfc;
 mod socket;
 
 pub use ethnl::Netlink;

@@ -513,11 +513,25 @@ fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
         let n = table.iter().filter(|x| **x == q).count();
         assert!((12..=13).contains(&n), "queue {q} has {n} buckets");
     }
-    assert!(
-        rss[0]
-            .reason
-            .contains("ethtool -N eth2 flow-type tcp4 dst-port 179 action 0")
+    // The n-tuple rules are items now, applied and rolled back like the table: TCP and UDP to
+    // ports 22 and 179 steered to queue 0.
+    let rules = items(&p, ItemKind::Ntuple);
+    let ids: Vec<&str> = rules.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "nic/eth2/ntuple/tcp4-dst-port-22",
+            "nic/eth2/ntuple/udp4-dst-port-22",
+            "nic/eth2/ntuple/tcp4-dst-port-179",
+            "nic/eth2/ntuple/udp4-dst-port-179"
+        ]
     );
+    assert!(
+        rules
+            .iter()
+            .all(|i| i.action == Action::Change && i.current.as_deref() == Some(""))
+    );
+    assert_eq!(rules[3].desired, "flow-type udp4 dst-port 179 action 0");
     // Without a reservation the driver's even table is already what balanced wants.
     let plain = plan_tree(tree.path(), &opts(Profile::Balanced));
     assert_eq!(items(&plain, ItemKind::Rss)[0].action, Action::Keep);
@@ -540,6 +554,19 @@ fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
         .indirection
         .clone();
     assert_eq!(now, table);
+    let eth2 = nic.settings("eth2");
+    let rules = eth2.ntuple().unwrap();
+    assert_eq!(
+        rules.len(),
+        5,
+        "four new rules beside the foreign one: {rules:#?}"
+    );
+    assert_eq!(rules[0].queue, Some(3), "the foreign rule keeps location 0");
+    assert!(
+        rules[1..]
+            .iter()
+            .all(|r| r.queue == Some(0) && r.location > 0)
+    );
     // A reservation past the last queue is a note, not an item.
     let far = PlanOptions {
         reserve_queue: Some(40),

@@ -197,6 +197,35 @@ impl Netlink {
     }
 }
 
+/// What a device without receive classification answers (EOPNOTSUPP), in words.
+const NO_NTUPLE: &str = "this device has no n-tuple filters (ETHTOOL_GRXCLSRLCNT: EOPNOTSUPP)";
+
+enum NtupleError {
+    Bad(String),
+    Os(std::io::Error),
+}
+
+/// Makes `dev`'s rule for `key` what `text` says: the old one (if any) goes, the new one (if
+/// any) is inserted.
+fn ntuple_set(
+    dev: &str,
+    key: netsteer_host::netdev::NtupleKey,
+    text: &str,
+) -> Result<(), NtupleError> {
+    let queue = key.parse_rule(text).map_err(NtupleError::Bad)?;
+    let (rules, _) = crate::rxnfc::read_rules(dev).map_err(NtupleError::Os)?;
+    if let Some(old) = key.find(&rules) {
+        if old.queue == queue {
+            return Ok(());
+        }
+        crate::rxnfc::delete(dev, old.location).map_err(NtupleError::Os)?;
+    }
+    if let Some(q) = queue {
+        crate::rxnfc::insert(dev, key, q).map_err(NtupleError::Os)?;
+    }
+    Ok(())
+}
+
 impl NicBackend for Netlink {
     fn set(&self, dev: &str, knob: &NicKnob, text: &str) -> Result<(), NicError> {
         let bad = |reason: String| NicError::Refused {
@@ -212,8 +241,21 @@ impl NicBackend for Netlink {
         if let NicKnob::Napi(id, a) = knob {
             return self.napi_set(dev, *id, *a, num()?);
         }
+        if let NicKnob::Ntuple(k) = knob {
+            return ntuple_set(dev, *k, text).map_err(|e| match e {
+                NtupleError::Bad(reason) => bad(reason),
+                NtupleError::Os(source) if source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    bad(NO_NTUPLE.into())
+                }
+                NtupleError::Os(source) => NicError::Os {
+                    dev: dev.to_string(),
+                    request: "SIOCETHTOOL rx classification",
+                    source,
+                },
+            });
+        }
         let (request, cmd, body) = match knob {
-            NicKnob::Napi(..) => unreachable!("handled above"),
+            NicKnob::Napi(..) | NicKnob::Ntuple(_) => unreachable!("handled above"),
             NicKnob::Feature(n) => (
                 "features-set",
                 features::CMD_SET,
@@ -268,6 +310,11 @@ impl NicBackend for Netlink {
             netdev: Some(match &link {
                 Ok(l) => self.netdev(l.index),
                 Err(e) => Field::unknown(e),
+            }),
+            ntuple: Some(match crate::rxnfc::read_rules(dev) {
+                Ok((rules, _)) => Field::Known(rules),
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Field::unknown(NO_NTUPLE),
+                Err(e) => Field::unknown(format!("SIOCETHTOOL GRXCLSRLALL: {e}")),
             }),
         }
     }

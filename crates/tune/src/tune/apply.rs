@@ -598,6 +598,7 @@ fn kind_of(id: &str) -> ItemKind {
         "nic" if id.contains("/pause/") => ItemKind::Pause,
         "nic" if id.contains("/rss/") => ItemKind::Rss,
         "nic" if id.contains("/napi/") => ItemKind::Napi,
+        "nic" if id.contains("/ntuple/") => ItemKind::Ntuple,
         "nic" => ItemKind::Feature,
         _ => ItemKind::Sysctl,
     }

@@ -208,6 +208,8 @@ pub enum ItemKind {
     Sysctl,
     /// A per-NAPI setting (netdev netlink).
     Napi,
+    /// A receive flow-steering (n-tuple) rule.
+    Ntuple,
 }
 
 impl ItemKind {
@@ -218,7 +220,12 @@ impl ItemKind {
         match self {
             ItemKind::Irqbalance => 0,
             ItemKind::Channels => 1,
-            ItemKind::Feature | ItemKind::Coalesce | ItemKind::Pause | ItemKind::Rss => 2,
+            // After the RSS table and the ntuple-filters feature of the same phase (push order).
+            ItemKind::Feature
+            | ItemKind::Coalesce
+            | ItemKind::Pause
+            | ItemKind::Rss
+            | ItemKind::Ntuple => 2,
             // After channels and features: a channel change or GRO on (veth) makes the NAPIs.
             ItemKind::IrqAffinity | ItemKind::Napi => 3,
             ItemKind::Rps | ItemKind::RfsTable | ItemKind::RfsFlowCnt | ItemKind::Xps => 4,
@@ -236,6 +243,7 @@ impl fmt::Display for ItemKind {
             ItemKind::Coalesce => "coalesce",
             ItemKind::Pause => "pause",
             ItemKind::Napi => "napi",
+            ItemKind::Ntuple => "ntuple",
             ItemKind::Rss => "rss",
             ItemKind::IrqAffinity => "irq-affinity",
             ItemKind::Rps => "rps",

@@ -237,6 +237,43 @@ impl Builder<'_> {
         self.push(id, kind, target, format, current, desired, reason, skip);
     }
 
+    /// Seed 000's n-tuple rules: TCP and UDP to each reserved port go to the reserved queue
+    /// (`ethtool -N DEV flow-type tcp4 dst-port P action Q`), with the filters turned on first.
+    fn ntuple(&mut self, nic: &Nic, s: &NicSettings, queue: u32) {
+        use netsteer_host::netdev::{NtupleKey, NtupleProto};
+        if self.opts.ports.is_empty() {
+            return;
+        }
+        if s.features
+            .known()
+            .is_some_and(|f| f.contains_key("ntuple-filters"))
+        {
+            self.nic_item(
+                nic,
+                ItemKind::Feature,
+                NicKnob::Feature("ntuple-filters".into()),
+                1,
+                "n-tuple filters on: the rules below need them".into(),
+            );
+        }
+        for port in &self.opts.ports {
+            for proto in [NtupleProto::Tcp4, NtupleProto::Udp4] {
+                let key = NtupleKey { proto, port: *port };
+                self.nic_text_item(
+                    nic,
+                    ItemKind::Ntuple,
+                    NicKnob::Ntuple(key),
+                    Format::Text,
+                    key.rule_text(u64::from(queue)),
+                    format!(
+                        "seed 000: {} port {port} to the reserved queue {queue}, past RSS",
+                        proto.name()
+                    ),
+                );
+            }
+        }
+    }
+
     /// The RSS indirection table: every active queue gets an equal share of the hash buckets,
     /// except a queue reserved (`--reserve-queue`) for traffic steered to it by n-tuple rules,
     /// as seed 000 keeps SSH and BGP away from the data queues.
@@ -273,18 +310,7 @@ impl Builder<'_> {
                 let ports = if self.opts.ports.is_empty() {
                     String::new()
                 } else {
-                    format!(
-                        "; steer its traffic with n-tuple rules (not applied by netsteer): {}",
-                        self.opts
-                            .ports
-                            .iter()
-                            .map(|p| format!(
-                                "ethtool -N {} flow-type tcp4 dst-port {p} action {q}",
-                                nic.name
-                            ))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    )
+                    "; the n-tuple items below steer the reserved ports to it".to_string()
                 };
                 format!(
                     "RSS: queue {q} reserved (no hash bucket), the other {} queues share the {} buckets equally{ports}",
@@ -301,6 +327,9 @@ impl Builder<'_> {
             table.join(" "),
             reason,
         );
+        if let Some(q) = reserved {
+            self.ntuple(nic, s, q);
+        }
     }
 
     fn sysctl(&mut self, name: &str, field: &Field<i64>, desired: i64, reason: String) {
