@@ -309,6 +309,9 @@ fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
         let v: netsteer_host::view::HostView = serde_json::from_slice(&out.stdout).unwrap();
         let nic = v.nic("v0b").unwrap();
         assert_eq!(nic.kind, "veth");
+        // veth has no receive classification: said in words, not an error for the whole.
+        let ntuple = nic.settings.as_ref().unwrap().ntuple().unwrap_err();
+        assert!(ntuple.contains("no n-tuple filters"), "{ntuple}");
         nic.napis.clone()
     };
     let before = napis(b);
