@@ -71,6 +71,7 @@ fn stream_cfg(addr: SocketAddr) -> StreamConfig {
         flows: 1,
         cpus: Vec::new(),
         write_size: 128 << 10,
+        read_size: None,
         duration: Duration::from_millis(800),
         interval: Duration::from_millis(200),
         nodelay: false,
@@ -109,12 +110,16 @@ fn rr_cfg(addr: SocketAddr) -> RrConfig {
 #[test]
 fn multi_flow_stream_with_verify_and_odd_write_sizes() {
     let srv = Running::start(64, Duration::from_secs(5));
-    for (flows, write_size) in [(4, 128 << 10), (3, 16), (2, 70_001)] {
+    // 16-byte writes read 16 bytes at a time, as `iperf3 -l 16` does (--read-size).
+    for (flows, write_size, read_size) in
+        [(4, 128 << 10, None), (3, 16, Some(16)), (2, 70_001, None)]
+    {
         let mut intervals = Vec::new();
         let s = run_stream_client(
             &StreamConfig {
                 flows,
                 write_size,
+                read_size,
                 nodelay: write_size == 16,
                 verify: true,
                 ..stream_cfg(srv.addr)
@@ -378,6 +383,7 @@ fn server_survives_garbage_silence_floods_and_vanishing_clients() {
             flows: 1,
             duration_s: 60.0,
             write_size: 1 << 16,
+            read_size: None,
             verify: true,
             zerocopy_recv: false,
             mss: None,
@@ -464,6 +470,15 @@ fn dead_server_and_bad_config_are_errors_not_hangs() {
         },
         StreamConfig {
             write_size: 0,
+            ..stream_cfg(srv.addr)
+        },
+        StreamConfig {
+            read_size: Some(0),
+            ..stream_cfg(srv.addr)
+        },
+        StreamConfig {
+            read_size: Some(16),
+            zerocopy_recv: true,
             ..stream_cfg(srv.addr)
         },
         StreamConfig {

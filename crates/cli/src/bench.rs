@@ -151,6 +151,11 @@ pub struct StreamArgs {
     /// Bytes per write (16 reproduces seed 003's tiny writes; iperf3's default is 128 KiB).
     #[arg(long, default_value_t = 131_072, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=64 << 20))]
     write_size: u32,
+    /// Bytes per read on the server (default: 64 KiB to 1 MiB, with a low-water mark for
+    /// small writes). `--read-size 16` reads as `iperf3 -l 16` does, for seed 003's case
+    /// compared on the same receive workload.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    read_size: Option<u32>,
     /// Seconds to send.
     #[arg(
         long,
@@ -542,7 +547,10 @@ fn tcp_server(a: &TcpServerArgs, bench: &str) -> Result<ExitCode> {
     let listen = server.local_addr()?;
     eprintln!("netsteer: tcp-stream/tcp-rr server on {listen}");
     let mut out = reporter(a.json);
-    let stop = AtomicBool::new(false);
+    // SIGINT/SIGTERM end the server with its summary (a script stops a background server with
+    // kill, not Ctrl-C); the accept loop looks at the flag every 100 ms.
+    let stop = Arc::new(AtomicBool::new(false));
+    netsteer_bench::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
     match server.run(&stop, |m| out.emit(m)) {
         Ok(t) => {
             out.emit(&tcp::message::ServerSummary {
@@ -565,6 +573,7 @@ fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
         flows: a.flows,
         cpus: cpus(a.cpu.as_deref())?,
         write_size: a.write_size,
+        read_size: a.read_size,
         duration: a.duration.get(),
         interval: a.interval.get(),
         nodelay: a.nodelay,

@@ -198,6 +198,7 @@ fn tcp_stream(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         flows: w.flows,
         cpus: p.client_cpus.clone(),
         write_size: w.write_size.unwrap_or(131_072),
+        read_size: None,
         duration: p.duration,
         interval: Duration::from_secs(1),
         nodelay: w.nodelay,

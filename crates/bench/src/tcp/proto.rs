@@ -70,6 +70,10 @@ pub struct TestSpec {
     pub busy_poll_budget: u16,
     #[serde(default)]
     pub prefer_busy_poll: bool,
+    /// tcp-stream: bytes per read on the receiver (None: netsteer's own, 64 KiB to 1 MiB with
+    /// a low-water mark for small writes); `iperf3 -l 16` reads 16 bytes at a time.
+    #[serde(default)]
+    pub read_size: Option<u32>,
 }
 
 impl TestSpec {
@@ -110,6 +114,9 @@ impl TestSpec {
             && !(88..=65535).contains(&m)
         {
             return Err(format!("mss {m} (88..=65535)"));
+        }
+        if self.read_size.is_some_and(|r| r == 0 || r > 1 << 20) {
+            return Err(format!("read size {:?} (1..=1 MiB)", self.read_size));
         }
         if self.wait.parse::<crate::udp_echo::Wait>().is_err() {
             return Err(format!("wait mode {:?}", self.wait));
@@ -276,6 +283,7 @@ mod tests {
             busy_poll_us: 50,
             busy_poll_budget: 0,
             prefer_busy_poll: false,
+            read_size: None,
         }
     }
 

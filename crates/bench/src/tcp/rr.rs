@@ -173,6 +173,7 @@ impl RrConfig {
             busy_poll_us: self.busy.usecs,
             busy_poll_budget: self.busy.budget,
             prefer_busy_poll: self.busy.prefer,
+            read_size: None,
         }
     }
 }

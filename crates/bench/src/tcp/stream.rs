@@ -59,7 +59,9 @@ pub(crate) fn receive(
     stop: &AtomicBool,
     cpus: &mut BTreeSet<u32>,
 ) -> ServerFlow {
-    let buf_len = read_buffer_len(spec.write_size);
+    let buf_len = spec
+        .read_size
+        .map_or_else(|| read_buffer_len(spec.write_size), |r| r as usize);
     let mut verifier = spec.verify.then(|| Verifier {
         pattern: Pattern::new(flow_seed(test_id, flow), buf_len.max(ZC_WINDOW)),
         first_mismatch: None,
@@ -71,7 +73,12 @@ pub(crate) fn receive(
         receive_copy(
             sock,
             buf_len,
-            spec.write_size,
+            // An asked-for read size is taken as it is: no low-water mark either.
+            if spec.read_size.is_some() {
+                u32::MAX
+            } else {
+                spec.write_size
+            },
             &mut verifier,
             &mut out,
             stop,
@@ -202,6 +209,8 @@ pub struct StreamConfig {
     /// Flow i is pinned to cpus[i % len] (none: not pinned).
     pub cpus: Vec<u32>,
     pub write_size: u32,
+    /// Bytes per read on the receiver (None: netsteer's own choice, see `receive`).
+    pub read_size: Option<u32>,
     pub duration: Duration,
     pub interval: Duration,
     pub nodelay: bool,
@@ -226,6 +235,14 @@ impl StreamConfig {
         }
         if self.write_size == 0 || self.write_size > 64 << 20 {
             return bad(format!("--write-size {}: 1 B..=64 MiB", self.write_size));
+        }
+        if let Some(r) = self.read_size {
+            if r == 0 || r > 1 << 20 {
+                return bad(format!("--read-size {r}: 1 B..=1 MiB"));
+            }
+            if self.zerocopy_recv {
+                return bad("--read-size is for copying receives, not --zerocopy-recv".into());
+            }
         }
         if self.duration.is_zero() {
             return bad("--duration must be more than 0".into());
@@ -253,6 +270,7 @@ impl StreamConfig {
             busy_poll_us: 0,
             busy_poll_budget: 0,
             prefer_busy_poll: false,
+            read_size: self.read_size,
         }
     }
 }
