@@ -4,7 +4,9 @@
 # blocking and spin modes (sockperf --nonblocked), on loopback and across the veth link of
 # `netsteer lab with` (benches/lib.sh). Each case runs REPEATS times, the two tools
 # alternating; it prints p50/p99 for both and the netsteer/sockperf ratios (min/median/max over
-# the repeats). Targets: p50 ratio <= 1.00 and p99 ratio <= 1.05.
+# the repeats), and the CPU each side spends per round trip for both tools (the server's process
+# from /proc/PID/stat over the client's run, the client's from getrusage), with the ratios.
+# Targets: p50 ratio <= 1.00 and p99 ratio <= 1.05; CPU per round trip ratio <= 1.00.
 # Usage: benches/udp-echo.sh [SECONDS_PER_RUN (5)] [REPEATS (3)]. Needs root (namespaces),
 # sockperf and python3: apt-get install -y sockperf iproute2 python3
 set -euo pipefail
@@ -22,7 +24,21 @@ stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/
 trap stop_bg EXIT
 
 results=$(mktemp)
-# run ENV PLACEMENT MODE TOOL -> appends "env placement mode tool p50_us p99_us" to $results
+cpufile=$(mktemp)
+# Runs a command and writes "cpu_seconds wall_seconds" of it (and its children) to $cpufile.
+cpuwrap() {
+  python3 -c 'import resource, subprocess, sys, time
+t = time.monotonic()
+r = subprocess.run(sys.argv[2:])
+w = time.monotonic() - t
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{u.ru_utime + u.ru_stime} {w}\n")
+sys.exit(r.returncode)' "$cpufile" "$@"
+}
+# The server process's user + system ticks (USER_HZ = 100) so far.
+ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
+# run ENV PLACEMENT MODE TOOL -> appends "env placement mode tool p50_us p99_us rt_per_s
+# server_cpu_s server_wall_s client_cpu_s client_wall_s" to $results
 run() {
   local env=$1 place=$2 mode=$3 tool=$4 addr cns sns ccpu scpu port
   if [ "$env" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=$server_addr; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
@@ -33,13 +49,17 @@ run() {
     "${sns[@]}" taskset -c $scpu sockperf sr -i $addr -p $port "${nb[@]}" >/dev/null 2>&1 &
     bg=$!
     sleep 0.5
-    local out
-    out=$("${cns[@]}" taskset -c $ccpu sockperf pp -i $addr -p $port -m 32 -t "$secs" --full-rtt "${nb[@]}" 2>&1)
+    local out t0 t1 w0 w1
+    t0=$(ticks $bg); w0=$(date +%s.%N)
+    out=$(cpuwrap "${cns[@]}" taskset -c $ccpu sockperf pp -i $addr -p $port -m 32 -t "$secs" --full-rtt "${nb[@]}" 2>&1)
+    t1=$(ticks $bg); w1=$(date +%s.%N)
     stop_bg
-    local p50 p99
+    local p50 p99 rt
     p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p')
     p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p')
-    echo "$env $place $mode sockperf $p50 $p99" >> "$results"
+    # "[Valid Duration] RunTime=4.550 sec; SentMessages=...; ReceivedMessages=N"
+    rt=$(echo "$out" | sed -n 's/.*Valid Duration.*RunTime=\([0-9.]*\) sec.*ReceivedMessages=\([0-9]*\).*/\2 \1/p' | head -1 | awk '{print $1 / $2}')
+    echo "$env $place $mode sockperf $p50 $p99 $rt $(( t1 - t0 )) $w0 $w1 $(cat "$cpufile")" >> "$results"
   else
     local wait=block; [ "$mode" = spin ] && wait=spin
     # Rate limits off: the veth address is not loopback, and a benchmark must not be throttled.
@@ -47,12 +67,15 @@ run() {
       --max-pps-per-source 0 --max-pps 0 >/dev/null 2>&1 &
     bg=$!
     sleep 0.5
-    local line
-    line=$("${cns[@]}" "$bin" bench udp-echo client $addr:$port --cpu $ccpu --wait $wait --size 32 \
+    local line t0 t1 w0 w1
+    t0=$(ticks $bg); w0=$(date +%s.%N)
+    line=$(cpuwrap "${cns[@]}" "$bin" bench udp-echo client $addr:$port --cpu $ccpu --wait $wait --size 32 \
       --warmup 0.5 --duration "$secs" --json | grep '"type":"summary"')
+    t1=$(ticks $bg); w1=$(date +%s.%N)
     stop_bg
-    python3 -c 'import json,sys; l=json.loads(sys.argv[1])["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000)' \
-      "$line" "$env $place $mode netsteer" >> "$results"
+    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); l=d["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000, d["received"] / d["duration_s"])' \
+      "$line" "$env $place $mode netsteer" | tr '\n' ' ' >> "$results"
+    echo "$(( t1 - t0 )) $w0 $w1 $(cat "$cpufile")" >> "$results"
   fi
 }
 
@@ -73,13 +96,17 @@ python3 - "$results" <<'PY'
 import sys, statistics
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 cases = {}
-for env, place, mode, tool, p50, p99 in rows:
-    cases.setdefault((env, place, mode), {}).setdefault(tool, []).append((float(p50), float(p99)))
+for env, place, mode, tool, p50, p99, rt, ticks, w0, w1, ccpu, cwall in rows:
+    rt = float(rt)
+    # CPU µs per round trip: the side's CPU share over its window, divided by the rate.
+    scpu = int(ticks) / 100 / (float(w1) - float(w0)) / rt * 1e6
+    ccpu = float(ccpu) / float(cwall) / rt * 1e6
+    cases.setdefault((env, place, mode), {}).setdefault(tool, []).append((float(p50), float(p99), scpu, ccpu))
 def mmm(v):
     return f"{min(v):.3f}/{statistics.median(v):.3f}/{max(v):.3f}"
 print()
-print("| path | placement | mode | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| path | placement | mode | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio | server CPU µs/rt netsteer / sockperf (ratio) | client CPU µs/rt netsteer / sockperf (ratio) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 ok = True
 for (env, place, mode), t in cases.items():
     ns, sp = t["netsteer"], t["sockperf"]
@@ -90,10 +117,13 @@ for (env, place, mode), t in cases.items():
     m50, m99 = round(statistics.median(r50), 2), round(statistics.median(r99), 2)
     ok &= m50 <= 1.00 and m99 <= 1.05
     pl = "client 0 / server 1" if place == "cross" else "both on 0"
+    med = statistics.median
+    cpu = lambda i: (f"{med([x[i] for x in ns]):.2f} / {med([x[i] for x in sp]):.2f} "
+                     f"({mmm([a[i] / b[i] for a, b in zip(ns, sp)])})")
     print(f"| {env} | {pl} | {mode} | {mmm([x[0] for x in ns])} | {mmm([x[0] for x in sp])} | "
-          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {mmm(r50)} | {mmm(r99)} |")
+          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {mmm(r50)} | {mmm(r99)} | {cpu(2)} | {cpu(3)} |")
 print()
 print("values: min/median/max over the repeats; ratio = netsteer / sockperf of back-to-back runs")
 print("targets (median ratio at two decimals): p50 <= 1.00 and p99 <= 1.05:", "met" if ok else "NOT met")
 PY
-rm -f "$results"
+rm -f "$results" "$cpufile"
