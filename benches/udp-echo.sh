@@ -4,8 +4,10 @@
 # blocking and spin modes (sockperf --nonblocked), on loopback and across the veth link of
 # `netsteer lab with` (benches/lib.sh). Each case runs REPEATS times, the two tools
 # alternating; it prints p50/p99 for both and the netsteer/sockperf ratios (min/median/max over
-# the repeats), and the CPU each side spends per round trip for both tools (the server's process
-# from /proc/PID/stat over the client's run, the client's from getrusage), with the ratios.
+# the repeats), and the CPU each side spends per round trip for both tools: the server process's
+# CPU (/proc/PID/stat) over the client's run and the client's (getrusage), each divided by every
+# round trip the client made, warm-up included (sockperf's "[Total Run]" count, netsteer's
+# received + warmup_round_trips), with the ratios.
 # Targets: p50 ratio <= 1.00 and p99 ratio <= 1.05; CPU per round trip ratio <= 1.00.
 # Usage: benches/udp-echo.sh [SECONDS_PER_RUN (5)] [REPEATS (3)]. Needs root (namespaces),
 # sockperf and python3: apt-get install -y sockperf iproute2 python3
@@ -37,8 +39,8 @@ sys.exit(r.returncode)' "$cpufile" "$@"
 }
 # The server process's user + system ticks (USER_HZ = 100) so far.
 ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
-# run ENV PLACEMENT MODE TOOL -> appends "env placement mode tool p50_us p99_us rt_per_s
-# server_cpu_s server_wall_s client_cpu_s client_wall_s" to $results
+# run ENV PLACEMENT MODE TOOL -> appends "env placement mode tool p50_us p99_us round_trips
+# server_ticks client_cpu_s client_wall_s" to $results
 run() {
   local env=$1 place=$2 mode=$3 tool=$4 addr cns sns ccpu scpu port
   if [ "$env" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=$server_addr; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
@@ -49,17 +51,17 @@ run() {
     "${sns[@]}" taskset -c $scpu sockperf sr -i $addr -p $port "${nb[@]}" >/dev/null 2>&1 &
     bg=$!
     sleep 0.5
-    local out t0 t1 w0 w1
-    t0=$(ticks $bg); w0=$(date +%s.%N)
+    local out t0 t1
+    t0=$(ticks $bg)
     out=$(cpuwrap "${cns[@]}" taskset -c $ccpu sockperf pp -i $addr -p $port -m 32 -t "$secs" --full-rtt "${nb[@]}" 2>&1)
-    t1=$(ticks $bg); w1=$(date +%s.%N)
+    t1=$(ticks $bg)
     stop_bg
     local p50 p99 rt
     p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p')
     p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p')
-    # "[Valid Duration] RunTime=4.550 sec; SentMessages=...; ReceivedMessages=N"
-    rt=$(echo "$out" | sed -n 's/.*Valid Duration.*RunTime=\([0-9.]*\) sec.*ReceivedMessages=\([0-9]*\).*/\2 \1/p' | head -1 | awk '{print $1 / $2}')
-    echo "$env $place $mode sockperf $p50 $p99 $rt $(( t1 - t0 )) $w0 $w1 $(cat "$cpufile")" >> "$results"
+    # "[Total Run] RunTime=3.001 sec; Warm up time=400 msec; SentMessages=...; ReceivedMessages=N"
+    rt=$(echo "$out" | sed -n 's/.*Total Run.*ReceivedMessages=\([0-9]*\).*/\1/p' | head -1)
+    echo "$env $place $mode sockperf $p50 $p99 $rt $(( t1 - t0 )) $(cat "$cpufile")" >> "$results"
   else
     local wait=block; [ "$mode" = spin ] && wait=spin
     # Rate limits off: the veth address is not loopback, and a benchmark must not be throttled.
@@ -67,15 +69,15 @@ run() {
       --max-pps-per-source 0 --max-pps 0 >/dev/null 2>&1 &
     bg=$!
     sleep 0.5
-    local line t0 t1 w0 w1
-    t0=$(ticks $bg); w0=$(date +%s.%N)
+    local line t0 t1
+    t0=$(ticks $bg)
     line=$(cpuwrap "${cns[@]}" "$bin" bench udp-echo client $addr:$port --cpu $ccpu --wait $wait --size 32 \
       --warmup 0.5 --duration "$secs" --json | grep '"type":"summary"')
-    t1=$(ticks $bg); w1=$(date +%s.%N)
+    t1=$(ticks $bg)
     stop_bg
-    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); l=d["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000, d["received"] / d["duration_s"])' \
+    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); l=d["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000, d["received"] + d["warmup_round_trips"])' \
       "$line" "$env $place $mode netsteer" | tr '\n' ' ' >> "$results"
-    echo "$(( t1 - t0 )) $w0 $w1 $(cat "$cpufile")" >> "$results"
+    echo "$(( t1 - t0 )) $(cat "$cpufile")" >> "$results"
   fi
 }
 
@@ -96,11 +98,11 @@ python3 - "$results" <<'PY'
 import sys, statistics
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 cases = {}
-for env, place, mode, tool, p50, p99, rt, ticks, w0, w1, ccpu, cwall in rows:
-    rt = float(rt)
-    # CPU µs per round trip: the side's CPU share over its window, divided by the rate.
-    scpu = int(ticks) / 100 / (float(w1) - float(w0)) / rt * 1e6
-    ccpu = float(ccpu) / float(cwall) / rt * 1e6
+for env, place, mode, tool, p50, p99, rt, ticks, ccpu, cwall in rows:
+    rt = max(int(rt), 1)
+    # CPU µs per round trip over every round trip the client made.
+    scpu = int(ticks) / 100 / rt * 1e6
+    ccpu = float(ccpu) / rt * 1e6
     cases.setdefault((env, place, mode), {}).setdefault(tool, []).append((float(p50), float(p99), scpu, ccpu))
 def mmm(v):
     return f"{min(v):.3f}/{statistics.median(v):.3f}/{max(v):.3f}"

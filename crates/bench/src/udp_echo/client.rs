@@ -128,6 +128,8 @@ struct Acc {
     corrupted: u64,
     send_errors: u64,
     hw_stamps: bool,
+    /// Round trips completed during the warm-up (not in any other count).
+    warmup_received: u64,
 }
 
 impl Acc {
@@ -143,6 +145,7 @@ impl Acc {
         self.corrupted += o.corrupted;
         self.send_errors += o.send_errors;
         self.hw_stamps |= o.hw_stamps;
+        self.warmup_received += o.warmup_received;
     }
 }
 
@@ -275,6 +278,9 @@ impl FlowRun<'_> {
         let mut inb = vec![0u8; 65536];
         let mut seen = Seen([0; (SEEN_WINDOW / 64) as usize]);
         let (mut acc, mut total) = (Acc::default(), Acc::default());
+        // The warm-up's own counts: kept apart, only its round trips are reported (so a cost
+        // per round trip can be taken over the whole run).
+        let mut warm = Acc::default();
         let mut index = 0u64;
         let mut next_flush = self.plan.start_ns + self.plan.interval_ns;
         let mut tx_id: u32 = 0;
@@ -342,11 +348,7 @@ impl FlowRun<'_> {
             seen.clear(seq);
             let rt_send = if cfg.timestamp { realtime_ns() } else { 0 };
             let t_send = self.clock.now_ns();
-            let a = if measuring {
-                &mut acc
-            } else {
-                &mut Acc::default()
-            };
+            let a = if measuring { &mut acc } else { &mut warm };
             match self.sock.send(&out) {
                 Ok(_) => {
                     a.sent += 1;
@@ -400,11 +402,7 @@ impl FlowRun<'_> {
                     }
                 };
                 let t_recv = self.clock.now_ns();
-                let a = if measuring {
-                    &mut acc
-                } else {
-                    &mut Acc::default()
-                };
+                let a = if measuring { &mut acc } else { &mut warm };
                 let header = if got_rx.len == usize::MAX {
                     None
                 } else {
@@ -498,6 +496,7 @@ impl FlowRun<'_> {
             total.merge(&acc);
         }
         self.wake_at.store(u64::MAX, Ordering::Relaxed);
+        total.warmup_received += warm.received;
         let napi_id = opt::incoming_napi_id(fd).ok();
         self.tx
             .send(FlowMsg::Done {
@@ -766,6 +765,7 @@ pub fn run_client(
                 incoming_cpus: incoming[t].iter().copied().collect(),
                 client_cpus: cpus[t].iter().copied().collect(),
                 napi_id: napi[t],
+                warmup_round_trips: a.warmup_received,
                 notes,
             }
         })

@@ -73,6 +73,10 @@ pub struct ClientSummary {
     pub client_cpus: Vec<u32>,
     /// SO_INCOMING_NAPI_ID of the last echo: 0 means no NAPI, so busy polling cannot work.
     pub napi_id: Option<u32>,
+    /// Round trips completed during `--warmup` (in no other count): with `received`, every
+    /// round trip of the process, to price it per round trip from its CPU time.
+    #[serde(default)]
+    pub warmup_round_trips: u64,
     pub notes: Vec<String>,
 }
 
