@@ -3,6 +3,7 @@
 # and across the veth link of `netsteer lab with` (benches/lib.sh):
 #   stream, 1 and 2 flows of 128 KiB writes      vs iperf3 -P N            (target ratio >= 1.0)
 #   stream, 6 flows of 16-byte writes, nodelay   vs iperf3 -P 6 -l 16 -N   (seed 003's case)
+#   the same with 16-byte reads (--read-size 16) vs the same iperf3 (which reads 16 B too)
 #   rr, 14 B and 4 KiB, blocking                 vs sockperf ping-pong --tcp (target p50 ratio <= 1.0;
 #                                                  14 B is sockperf's smallest message)
 #   stream receive: copy vs TCP_ZEROCOPY_RECEIVE (netsteer only: Gbit/s, µs/MB, mapped %)
@@ -38,8 +39,8 @@ ns_server() { # starts a netsteer server on $addr:$p in the background
   sleep 0.4
 }
 
-stream() { # PATH CASE TOOL FLOWS WRITE NODELAY
-  local path=$1 case=$2 tool=$3 flows=$4 write=$5 nodelay=$6 p; setpath "$path"; p=$(port)
+stream() { # PATH CASE TOOL FLOWS WRITE NODELAY [READ]
+  local path=$1 case=$2 tool=$3 flows=$4 write=$5 nodelay=$6 read=${7:-} p; setpath "$path"; p=$(port)
   if [ "$tool" = iperf3 ]; then
     local nd=(); [ "$nodelay" = 1 ] && nd=(-N)
     "${sns[@]}" taskset -c 1 iperf3 -s -1 -p $p -B $addr >/dev/null 2>&1 &
@@ -51,6 +52,7 @@ stream() { # PATH CASE TOOL FLOWS WRITE NODELAY
     python3 -c 'import json,sys; print(sys.argv[2], json.loads(sys.argv[1])["end"]["sum_received"]["bits_per_second"])' "$js" "stream $path $case iperf3" >> "$results"
   else
     local nd=(); [ "$nodelay" = 1 ] && nd=(--nodelay)
+    [ -n "$read" ] && nd+=(--read-size "$read")
     ns_server
     local line
     line=$("${cns[@]}" taskset -c 0 "$bin" bench tcp-stream client $addr:$p --duration "$secs" --flows "$flows" \
@@ -114,6 +116,8 @@ for path in loopback veth; do
       stream $path "1 flow, 128 KiB writes" $tool 1 131072 0
       stream $path "2 flows, 128 KiB writes" $tool 2 131072 0
       stream $path "6 flows, 16 B writes, nodelay" $tool 6 16 1
+      # iperf3 -l 16 also reads 16 bytes at a time: the same receive work for both.
+      stream $path "6 flows, 16 B writes and reads, nodelay" $tool 6 16 1 16
     done
     for tool in netsteer sockperf; do
       rr $path 14 $tool
