@@ -23,3 +23,21 @@ in_lab() {
   va=$NETSTEER_LAB_CLIENT_DEV; vb=$NETSTEER_LAB_SERVER_DEV
   server_addr=$NETSTEER_LAB_SERVER_ADDR
 }
+
+# Interference mode (INTERFERE=N): N busy loops, not pinned, run for the whole script, the same
+# load for every tool and case, so a tail that degrades under interference is measured, not
+# anecdotal. They stop when the script ends (EXIT trap of the caller: call interference_stop).
+interference_pids=()
+interference_start() {
+  local n=${INTERFERE:-0} i
+  [ "$n" -gt 0 ] 2>/dev/null || return 0
+  for i in $(seq "$n"); do
+    sh -c 'while :; do :; done' &
+    interference_pids+=($!)
+  done
+  echo "interference: $n busy loop(s), not pinned (INTERFERE=$n)"
+}
+interference_stop() {
+  [ ${#interference_pids[@]} -gt 0 ] && kill "${interference_pids[@]}" 2>/dev/null || true
+  interference_pids=()
+}

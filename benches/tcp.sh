@@ -9,7 +9,8 @@
 #   stream receive: copy vs TCP_ZEROCOPY_RECEIVE (netsteer only: Gbit/s, µs/MB, mapped %)
 # Every tool runs under the same taskset placement: client on CPU 0, server on CPU 1. Each case
 # runs REPEATS times with the tools alternating; tables show min/median/max over the repeats.
-# Usage: benches/tcp.sh [SECONDS_PER_RUN (5)] [REPEATS (3)]. Needs root, iperf3, sockperf,
+# Usage: [INTERFERE=N] benches/tcp.sh [SECONDS_PER_RUN (5)] [REPEATS (3)] (N busy loops as a
+# fixed background load). Needs root, iperf3, sockperf,
 # python3: apt-get install -y iperf3 sockperf iproute2 python3
 set -euo pipefail
 secs=${1:-5}
@@ -25,7 +26,7 @@ done
 # match a user's own iperf3 or sockperf (job specs are unreliable once earlier jobs are reaped).
 bg=
 stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
-trap stop_bg EXIT
+trap 'stop_bg; interference_stop' EXIT
 
 results=$(mktemp)
 setpath() { # PATH -> addr, cns, sns
@@ -107,6 +108,7 @@ print(sys.argv[2], s["bits_per_second"], s["cpu_us_per_mb"]["server"], s["softir
 PY
 }
 
+interference_start
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
 echo "anchors: $(iperf3 --version | head -1 | cut -d' ' -f1-2), sockperf $(sockperf --version 2>&1 | grep -o 'version [0-9.]*' | head -1)"
 echo "runs of ${secs}s, ${repeats} repeats per case, tools alternating"

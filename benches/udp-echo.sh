@@ -9,7 +9,8 @@
 # round trip the client made, warm-up included (sockperf's "[Total Run]" count, netsteer's
 # received + warmup_round_trips), with the ratios.
 # Targets: p50 ratio <= 1.00 and p99 ratio <= 1.05; CPU per round trip ratio <= 1.00.
-# Usage: benches/udp-echo.sh [SECONDS_PER_RUN (5)] [REPEATS (3)]. Needs root (namespaces),
+# Usage: [INTERFERE=N] benches/udp-echo.sh [SECONDS_PER_RUN (5)] [REPEATS (3)] (N busy loops run
+# throughout as a fixed background load). Needs root (namespaces),
 # sockperf and python3: apt-get install -y sockperf iproute2 python3
 set -euo pipefail
 secs=${1:-5}
@@ -23,7 +24,7 @@ command -v sockperf >/dev/null || { echo "sockperf missing: apt-get install -y s
 # user's own sockperf or netsteer.
 bg=
 stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/null || true; }; bg=; }
-trap stop_bg EXIT
+trap 'stop_bg; interference_stop' EXIT
 
 results=$(mktemp)
 cpufile=$(mktemp)
@@ -81,6 +82,7 @@ run() {
   fi
 }
 
+interference_start
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
 echo "runs of ${secs}s, ${repeats} repeats per case, tools alternating"
 for env in loopback veth; do

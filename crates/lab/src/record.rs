@@ -121,7 +121,7 @@ pub fn clean_own() -> Vec<String> {
 static STOP_FIRST: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 
 /// Registers a child process that a termination signal stops (SIGTERM, then up to 5 s for it
-/// to exit) before the labs are taken down: a script running inside the lab gets to run its
+/// to exit, then SIGKILL) before the labs are taken down: a script running inside the lab gets to run its
 /// own cleanup while the namespaces still exist, and is never left running without them.
 pub fn stop_on_termination(pid: u32) {
     STOP_FIRST
@@ -137,12 +137,13 @@ fn stop_children() {
     }
     // The thread that waits for the child reaps it, so its /proc entry goes when it exits.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while std::time::Instant::now() < deadline
-        && pids
-            .iter()
-            .any(|p| Path::new(&format!("/proc/{p}")).exists())
-    {
+    let alive = |p: &u32| Path::new(&format!("/proc/{p}")).exists();
+    while std::time::Instant::now() < deadline && pids.iter().any(alive) {
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // One that ignored SIGTERM is not left running without the lab it was lent.
+    for pid in pids.iter().filter(|p| alive(p)) {
+        let _ = run("kill", &["-KILL", &pid.to_string()]);
     }
 }
 
