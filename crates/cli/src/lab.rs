@@ -157,6 +157,11 @@ fn lab_run(
 ) -> Result<ExitCode> {
     // Before any thread starts: Ctrl-C or a kill takes the lab down before the process exits.
     netsteer_lab::clean_up_on_termination()?;
+    let opts = netsteer_lab::run::RunOptions {
+        netsteer: std::env::current_exe().context("the netsteer binary")?,
+        repeats: repeat,
+        duration_s: duration.map(|d| d.get().as_secs_f64()),
+    };
     let names = if scenario == "all" {
         netsteer_lab::scenario::list()?
     } else {
@@ -172,7 +177,7 @@ fn lab_run(
             }
             (r, _) => r.map(std::path::Path::to_path_buf),
         };
-        let one = lab_run_one(name, repeat, duration, report.as_deref(), json);
+        let one = lab_run_one(name, &opts, report.as_deref(), json);
         // A signal being handled makes the lab's commands fail; its exit status wins.
         netsteer_lab::wait_if_terminating();
         if one? != ExitCode::SUCCESS {
@@ -184,21 +189,15 @@ fn lab_run(
 
 fn lab_run_one(
     scenario: &str,
-    repeat: Option<u32>,
-    duration: Option<args::Seconds>,
+    opts: &netsteer_lab::run::RunOptions,
     report: Option<&std::path::Path>,
     json: bool,
 ) -> Result<ExitCode> {
-    use netsteer_lab::run::{Message, RunOptions};
+    use netsteer_lab::run::Message;
     let scn = netsteer_lab::scenario::load(scenario)?;
-    let opts = RunOptions {
-        netsteer: std::env::current_exe().context("the netsteer binary")?,
-        repeats: repeat,
-        duration_s: duration.map(|d| d.get().as_secs_f64()),
-    };
     let mut runs = Vec::new();
     let mut out = io::stdout().lock();
-    let summary = netsteer_lab::run::run(&scn, &opts, |m| {
+    let summary = netsteer_lab::run::run(&scn, opts, |m| {
         if json {
             emit(
                 &mut out,
