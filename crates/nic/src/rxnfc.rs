@@ -20,8 +20,10 @@ const TCP_V6_FLOW: u32 = 0x05;
 const UDP_V6_FLOW: u32 = 0x06;
 /// Flags on flow_type: extended fields, MAC extension, an RSS context action.
 const FLOW_FLAGS: u32 = 0x8000_0000 | 0x4000_0000 | 0x2000_0000;
-/// "Let the driver pick the location" (RX_CLS_LOC_SPECIAL | 2 in the kernel's words).
-const RX_CLS_LOC_ANY: u32 = 0xffff_fffe;
+/// Set in GRXCLSRLCNT's `data` when the driver picks locations itself.
+const RX_CLS_LOC_SPECIAL: u32 = 0x8000_0000;
+/// "Let the driver pick the location" (ethtool.h RX_CLS_LOC_ANY).
+const RX_CLS_LOC_ANY: u32 = 0xffff_ffff;
 /// The drop action.
 const RX_CLS_FLOW_DISC: u64 = u64::MAX;
 
@@ -187,47 +189,64 @@ fn ethtool(dev: &str, buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Every rule of `dev` (ETHTOOL_GRXCLSRLCNT, GRXCLSRLALL, then GRXCLSRULE each), and the
-/// table size the driver reports. EOPNOTSUPP: the device has no n-tuple filters.
-pub fn read_rules(dev: &str) -> io::Result<(Vec<NtupleRule>, u32)> {
+/// A device's classification table as GRXCLSRLCNT and GRXCLSRLALL describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleTable {
+    pub rules: Vec<NtupleRule>,
+    /// How many rules the table holds.
+    pub size: u32,
+    /// The driver chooses a new rule's location (RX_CLS_LOC_SPECIAL in GRXCLSRLCNT's data).
+    pub driver_places: bool,
+}
+
+/// Every rule of `dev` (ETHTOOL_GRXCLSRLCNT, GRXCLSRLALL, then GRXCLSRULE each), with the
+/// table's size. EOPNOTSUPP: the device has no n-tuple filters.
+pub fn read_rules(dev: &str) -> io::Result<RuleTable> {
     let mut cnt = rxnfc(ETHTOOL_GRXCLSRLCNT, 0);
     ethtool(dev, &mut cnt)?;
     let n = get32(&cnt, off::RULE_CNT) as usize;
-    let table = get64(&cnt, off::DATA) as u32 & 0x7fff_ffff;
+    let data = get64(&cnt, off::DATA) as u32;
+    let mut table = RuleTable {
+        rules: Vec::new(),
+        size: data & !RX_CLS_LOC_SPECIAL,
+        driver_places: data & RX_CLS_LOC_SPECIAL != 0,
+    };
     if n == 0 {
-        return Ok((Vec::new(), table));
+        return Ok(table);
     }
     let mut all = rxnfc(ETHTOOL_GRXCLSRLALL, n.min(4096));
     put32(&mut all, off::RULE_CNT, n.min(4096) as u32);
     ethtool(dev, &mut all)?;
     let got = (get32(&all, off::RULE_CNT) as usize).min(n.min(4096));
-    let mut rules = Vec::with_capacity(got);
     for i in 0..got {
         let loc = get32(&all, off::RULE_LOCS + 4 * i);
         let mut one = rxnfc(ETHTOOL_GRXCLSRULE, 0);
         put32(&mut one, off::FS + off::FS_LOCATION, loc);
         ethtool(dev, &mut one)?;
-        rules.push(decode_rule(&one).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?);
+        table
+            .rules
+            .push(decode_rule(&one).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?);
     }
-    Ok((rules, table))
+    Ok(table)
 }
 
-/// Inserts the rule; the driver picks the slot where it can, else the first free one of its
-/// table (as ethtool does). Returns the location.
-pub fn insert(dev: &str, key: NtupleKey, queue: u64) -> io::Result<u32> {
-    let mut b = encode_insert(key, queue, RX_CLS_LOC_ANY);
-    match ethtool(dev, &mut b) {
-        Ok(()) => return Ok(get32(&b, off::FS + off::FS_LOCATION)),
-        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return Err(e),
-        Err(_) => {}
+/// The location a new rule goes to, as ethtool chooses it: RX_CLS_LOC_ANY where the driver
+/// places rules itself, else the first free slot of the table.
+pub fn new_location(table: &RuleTable) -> io::Result<u32> {
+    if table.driver_places {
+        return Ok(RX_CLS_LOC_ANY);
     }
-    let (rules, table) = read_rules(dev)?;
-    let free = (0..table.max(1))
-        .find(|l| !rules.iter().any(|r| r.location == *l))
-        .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "the rule table is full"))?;
-    let mut b = encode_insert(key, queue, free);
+    (0..table.size.max(1))
+        .find(|l| !table.rules.iter().any(|r| r.location == *l))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "the rule table is full"))
+}
+
+/// Inserts the rule into `dev`, whose table was just read as `table`. Returns the location
+/// (the driver's choice, written back into the request, for RX_CLS_LOC_ANY).
+pub fn insert(dev: &str, table: &RuleTable, key: NtupleKey, queue: u64) -> io::Result<u32> {
+    let mut b = encode_insert(key, queue, new_location(table)?);
     ethtool(dev, &mut b)?;
-    Ok(free)
+    Ok(get32(&b, off::FS + off::FS_LOCATION))
 }
 
 /// Deletes the rule at `location`.
@@ -284,6 +303,25 @@ mod tests {
         assert_eq!(decode_rule(&b).unwrap().queue, None);
         assert_eq!(get32(&encode_delete(9), off::FS + off::FS_LOCATION), 9);
         assert!(decode_rule(&[0; 10]).is_err());
+    }
+
+    #[test]
+    fn a_new_rule_goes_where_ethtool_would_put_it() {
+        let rule = |location| NtupleRule {
+            location,
+            flow: NtupleFlow::Other { flow_type: 13 },
+            queue: Some(0),
+        };
+        let mut t = RuleTable {
+            rules: vec![rule(0), rule(2)],
+            size: 3,
+            driver_places: true,
+        };
+        assert_eq!(new_location(&t).unwrap(), 0xffff_ffff);
+        t.driver_places = false;
+        assert_eq!(new_location(&t).unwrap(), 1);
+        t.rules.push(rule(1));
+        assert!(new_location(&t).is_err(), "full");
     }
 
     #[test]

@@ -213,15 +213,16 @@ fn ntuple_set(
     text: &str,
 ) -> Result<(), NtupleError> {
     let queue = key.parse_rule(text).map_err(NtupleError::Bad)?;
-    let (rules, _) = crate::rxnfc::read_rules(dev).map_err(NtupleError::Os)?;
-    if let Some(old) = key.find(&rules) {
+    let mut table = crate::rxnfc::read_rules(dev).map_err(NtupleError::Os)?;
+    if let Some(old) = key.find(&table.rules).cloned() {
         if old.queue == queue {
             return Ok(());
         }
         crate::rxnfc::delete(dev, old.location).map_err(NtupleError::Os)?;
+        table.rules.retain(|r| r.location != old.location);
     }
     if let Some(q) = queue {
-        crate::rxnfc::insert(dev, key, q).map_err(NtupleError::Os)?;
+        crate::rxnfc::insert(dev, &table, key, q).map_err(NtupleError::Os)?;
     }
     Ok(())
 }
@@ -312,7 +313,7 @@ impl NicBackend for Netlink {
                 Err(e) => Field::unknown(e),
             }),
             ntuple: Some(match crate::rxnfc::read_rules(dev) {
-                Ok((rules, _)) => Field::Known(rules),
+                Ok(table) => Field::Known(table.rules),
                 Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Field::unknown(NO_NTUPLE),
                 Err(e) => Field::unknown(format!("SIOCETHTOOL GRXCLSRLALL: {e}")),
             }),
