@@ -178,11 +178,10 @@ impl Netlink {
             .netdev
             .ok_or_else(|| refused("the kernel has no netdev netlink family".into()))?;
         let link = self.link(dev).map_err(refused)?;
-        let mine = match self.netdev(link.index) {
-            Field::Known(n) => n.napis.iter().any(|n| n.id == id),
-            Field::Unknown { unknown } => return Err(refused(unknown)),
-        };
-        if !mine {
+        // Only the NAPI list is needed to know the id is this device's.
+        let napis = crate::netdev::napis(&mut self.sock.borrow_mut(), family, link.index)
+            .map_err(refused)?;
+        if !napis.iter().any(|n| n.id == id) {
             return Err(refused(format!("{dev} has no NAPI {id} (now)")));
         }
         let body = crate::netdev::napi::set(id, a, v).map_err(refused)?;

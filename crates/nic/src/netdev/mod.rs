@@ -10,19 +10,29 @@ pub mod queue;
 use crate::socket::NlSocket;
 use netsteer_host::netdev::Netdev;
 
-/// Reads everything the family says about one device. The NAPI and queue dumps must work;
-/// queue counters and XDP features are optional (drivers without qstats answer EOPNOTSUPP,
-/// and kernels before 6.8 lack the command).
 fn each<T>(replies: Vec<Vec<u8>>, f: fn(&[u8]) -> Result<T, String>) -> Result<Vec<T>, String> {
     replies.iter().map(|r| f(r)).collect()
 }
 
-pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, String> {
-    let napis = sock
+/// The device's NAPI instances alone (NAPI_GET dump), by id.
+pub fn napis(
+    sock: &mut NlSocket,
+    family: u16,
+    ifindex: u32,
+) -> Result<Vec<netsteer_host::netdev::Napi>, String> {
+    let replies = sock
         .dump(family, napi::CMD, &napi::dump(ifindex))
         .map_err(|e| format!("napi-get: {e}"))?;
-    let mut napis = each(napis, napi::parse)?;
+    let mut napis = each(replies, napi::parse)?;
     napis.sort_by_key(|n| n.id);
+    Ok(napis)
+}
+
+/// Reads everything the family says about one device. The NAPI and queue dumps must work;
+/// queue counters and XDP features are optional (drivers without qstats answer EOPNOTSUPP,
+/// and kernels before 6.8 lack the command).
+pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, String> {
+    let napis = napis(sock, family, ifindex)?;
     let queues = sock
         .dump(family, queue::CMD, &queue::dump(ifindex))
         .map_err(|e| format!("queue-get: {e}"))?;
