@@ -855,6 +855,20 @@ impl Builder<'_> {
     }
 }
 
+/// Every `--dev` must be a valid name of a device the host has.
+fn check_devices(view: &HostView, devices: &[String]) -> Result<(), PlanError> {
+    for d in devices {
+        if !valid_device_name(d) {
+            return Err(PlanError::BadDevice(d.clone()));
+        }
+        if view.nic(d).is_none() {
+            let known: Vec<&str> = view.nics.iter().map(|n| n.name.as_str()).collect();
+            return Err(PlanError::NoDevice(d.clone(), known.join(", ")));
+        }
+    }
+    Ok(())
+}
+
 /// Computes the plan: the desired value of every knob the profile cares about, for the chosen
 /// interfaces, and whether each must change.
 pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
@@ -870,12 +884,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         };
         if opts.napi.is_some() {
             // Only the per-NAPI settings, on the devices named (every one when none is).
-            for d in &opts.devices {
-                if view.nic(d).is_none() {
-                    let known: Vec<&str> = view.nics.iter().map(|n| n.name.as_str()).collect();
-                    return Err(PlanError::NoDevice(d.clone(), known.join(", ")));
-                }
-            }
+            check_devices(view, &opts.devices)?;
             for nic in view
                 .nics
                 .iter()
@@ -900,15 +909,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     if let Some(why) = view.irqs_unknown() {
         return Err(PlanError::IrqsUnknown(why.to_string()));
     }
-    for d in &opts.devices {
-        if !valid_device_name(d) {
-            return Err(PlanError::BadDevice(d.clone()));
-        }
-        if view.nic(d).is_none() {
-            let known: Vec<&str> = view.nics.iter().map(|n| n.name.as_str()).collect();
-            return Err(PlanError::NoDevice(d.clone(), known.join(", ")));
-        }
-    }
+    check_devices(view, &opts.devices)?;
     let goal = match opts.profile {
         Profile::Latency => Goal::Latency,
         Profile::Throughput => Goal::Throughput,
