@@ -192,20 +192,17 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
 
     // The driver's per-queue counters, on the live host, from the devices that keep them.
     let backend = host.fs.is_live().then(|| host.nic_backend().ok()).flatten();
-    let qdevs: Vec<String> = match &backend {
-        Some(b) => view
-            .nics
-            .iter()
-            .filter(|n| b.queue_stats(&n.name).is_ok_and(|q| !q.is_empty()))
-            .map(|n| n.name.clone())
-            .collect(),
-        None => Vec::new(),
-    };
-    let mut ignored = Vec::new();
+    // One read of every device: it is the first sample, and it tells which devices keep
+    // counters at all (the others are not asked again; their errors are not problems).
+    let all: Vec<String> = view.nics.iter().map(|n| n.name.clone()).collect();
     let mut prev_q = match &backend {
-        Some(b) => queue_counters(b.as_ref(), &qdevs, &mut ignored),
+        Some(b) => queue_counters(b.as_ref(), &all, &mut Vec::new()),
         None => QueueCounters::new(),
     };
+    let qdevs: Vec<String> = all
+        .into_iter()
+        .filter(|d| prev_q.keys().any(|(n, _, _)| n == d))
+        .collect();
     let mut prev = read_sample(&host.fs).context("first sample")?;
     let mut prev_at = Instant::now();
     let mut next = |deadline: Instant| -> Result<TopInterval> {
