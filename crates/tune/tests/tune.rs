@@ -128,6 +128,16 @@ fn apply_tree(
     .unwrap()
 }
 
+/// Rolls a tree back from one journal, through the tree's own backends.
+fn rollback_tree(root: &Path, journal: &str) -> netsteer_tune::tune::RollbackReport {
+    let nic = TreeNic::new(root);
+    let backend = HostBackend {
+        fs: HostFs::open(root).unwrap(),
+        nic: &nic,
+    };
+    rollback(Path::new(journal), &root_name(root), &backend).unwrap()
+}
+
 struct Plain<'a>(&'a dyn Backend);
 impl Backend for Plain<'_> {
     fn read(&self, t: &Target) -> Result<String, StepError> {
@@ -578,14 +588,7 @@ fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
         "{:?}",
         p.notes
     );
-    let fs_ = HostFs::open(tree.path()).unwrap();
-    let backend = HostBackend { fs: fs_, nic: &nic };
-    rollback(
-        Path::new(&report.journal),
-        &root_name(tree.path()),
-        &backend,
-    )
-    .unwrap();
+    rollback_tree(tree.path(), &report.journal);
     assert_eq!(contents(tree.path()), before);
 }
 
@@ -637,17 +640,7 @@ fn napi_items_plan_apply_and_roll_back_on_a_tree() {
             n.id
         );
     }
-    let nic = TreeNic::new(tree.path());
-    let backend = HostBackend {
-        fs: HostFs::open(tree.path()).unwrap(),
-        nic: &nic,
-    };
-    let r = rollback(
-        Path::new(&report.journal),
-        &root_name(tree.path()),
-        &backend,
-    )
-    .unwrap();
+    let r = rollback_tree(tree.path(), &report.journal);
     assert!(r.failed.is_empty(), "{r:?}");
     assert_eq!(contents(tree.path()), before);
 
