@@ -66,16 +66,22 @@ pub fn is_root() -> bool {
 
 /// Runs a command to completion; an error names the command and carries its stderr.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<Output> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|source| LabError::Io {
-            what: format!("running {program}"),
-            source,
-        })?;
+    output_of(
+        Command::new(program).args(args),
+        &format!("{program} {}", args.join(" ")),
+    )
+}
+
+/// Runs `cmd` to completion; a failure to start or a non-zero exit is an error naming
+/// `what` (the command line as people read it) and carrying its stderr.
+pub(crate) fn output_of(cmd: &mut Command, what: &str) -> Result<Output> {
+    let out = cmd.output().map_err(|source| LabError::Io {
+        what: format!("running {what}"),
+        source,
+    })?;
     if !out.status.success() {
         return Err(LabError::Command {
-            command: format!("{program} {}", args.join(" ")),
+            command: what.to_string(),
             code: out.status.code(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });

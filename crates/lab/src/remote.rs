@@ -30,22 +30,10 @@ pub trait Remote: std::fmt::Debug + Send + Sync {
         let Some((program, rest)) = args.split_first() else {
             return Err(LabError::Invalid("exec: no program".into()));
         };
-        let out = self
-            .command(None, program, rest)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| LabError::Io {
-                what: format!("running {program} on {}", self.label()),
-                source,
-            })?;
-        if !out.status.success() {
-            return Err(LabError::Command {
-                command: format!("{} (on {})", args.join(" "), self.label()),
-                code: out.status.code(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(out)
+        crate::output_of(
+            self.command(None, program, rest).stdin(Stdio::null()),
+            &format!("{} (on {})", args.join(" "), self.label()),
+        )
     }
 
     /// Runs a shell script on the host.
