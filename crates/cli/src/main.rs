@@ -2,6 +2,7 @@
 //! picks the data sources (live host or a `--root` tree) and maps errors to exit codes
 //! (0 ok, 1 findings or threshold failed, 2 error).
 
+mod agent;
 mod args;
 mod bench;
 mod doctor;
@@ -89,6 +90,10 @@ enum Command {
     /// change, with a report.
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// Serve the host's packet path as Prometheus metrics (text format on /metrics), read
+    /// at each scrape: per-CPU IRQ/softirq time, softnet, per-queue IRQs, RPS/RFS/XPS, NIC
+    /// settings, the doctor's findings and tune drift.
+    Agent(agent::AgentArgs),
     /// Print a shell completion script (e.g. `netsteer completions bash >
     /// /etc/bash_completion.d/netsteer`).
     Completions {
@@ -178,6 +183,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Doctor(args) => doctor::run(&host, &args),
         Command::Bench(cmd) => bench::run(&host, &cmd),
         Command::Tune(cmd) => tune::run(&host, &cmd),
+        Command::Agent(args) => agent::run(&host, &args),
         Command::Completions { .. } | Command::Man { .. } | Command::Lab(_) => {
             unreachable!("handled above")
         }

@@ -1,0 +1,820 @@
+//! Reading the host into metric families, once per scrape.
+
+use crate::family::{Family, Kind};
+use netsteer_host::ethtool::NicSettings;
+use netsteer_host::irqname::IrqRole;
+use netsteer_host::nic::Nic;
+use netsteer_host::parse::IrqLabel;
+use netsteer_host::sample::{CounterSample, NetCounters, read_net_counters, read_sample};
+use netsteer_host::{Field, HostFs, HostView, read_host};
+use netsteer_nic::NicBackend;
+use netsteer_tune::doctor::{Goal, Load, Severity, diagnose};
+use netsteer_tune::tune::journal::{self, Record};
+use netsteer_tune::tune::verify::verify;
+use netsteer_tune::tune::{HostBackend, Plan};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Opens the NIC backend for one scrape (ethtool/netdev netlink on a live host, the tree's
+/// recorded settings under `--root`); `Err(reason)` when it cannot be opened.
+pub type NicSource = Box<dyn Fn() -> Result<Box<dyn NicBackend>, String> + Send + Sync + 'static>;
+
+pub struct AgentOptions {
+    /// Interfaces to export; empty: every physical NIC, or every non-loopback device on a host
+    /// that has none (a VM's virtio NIC is physical to it; a namespace has only veths).
+    pub devices: Vec<String>,
+    /// Where `tune apply` keeps journals and the applied plan (None: no tune metrics).
+    pub state_dir: Option<PathBuf>,
+    /// The doctor's goal (its latency rules only run for `latency`).
+    pub goal: Goal,
+    /// The version in `netsteer_build_info`.
+    pub version: &'static str,
+    /// Where the doctor's rates come from.
+    pub rates: Rates,
+}
+
+/// The doctor's load at a scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rates {
+    /// Rates over the interval since the previous scrape (a live host; the first scrape uses
+    /// averages since boot).
+    BetweenScrapes,
+    /// Averages since boot (a `--root` tree, whose counters never move).
+    SinceBoot,
+}
+
+/// What the previous scrape read, for the doctor's rates over the scrape interval.
+struct Previous {
+    at: Instant,
+    counters: CounterSample,
+    net: NetCounters,
+}
+
+pub struct Agent {
+    fs: HostFs,
+    nic: NicSource,
+    opts: AgentOptions,
+    /// Also serializes scrapes: two Prometheus servers scraping at once read the host once
+    /// each, one after the other, and each gets rates over the interval since the other.
+    previous: Mutex<Option<Previous>>,
+}
+
+/// Labels are `&'static str` keys with owned values.
+type Labels = Vec<(&'static str, String)>;
+
+fn cpu_label(cpu: u32) -> (&'static str, String) {
+    ("cpu", cpu.to_string())
+}
+
+/// USER_HZ: /proc/stat counts in 1/100 s on every architecture (include/asm-generic/param.h).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// The highest number of series a scrape can produce for a host of this shape (the bound the
+/// README states for the 128-CPU fixture): `cpus` CPUs, and per exported device `queues`
+/// queues each way with one IRQ each, and at most `findings` doctor findings.
+pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize) -> usize {
+    // Per CPU: 3 CPU modes, 2 softirqs, 6 softnet columns.
+    let per_cpu = 11 * cpus;
+    // Per queue IRQ: interrupts and effective CPU, each at most once per CPU (in practice the
+    // one or two CPUs the IRQ was ever delivered to).
+    let per_irq = 2 * cpus;
+    // Per rx queue: RPS CPUs (≤ cpus), flow count, RSS entries; per tx queue: XPS CPUs.
+    let per_device = queues * per_irq + queues * (cpus + 2) + queues * cpus + 40;
+    per_cpu + devices * per_device + findings + 20
+}
+
+impl Agent {
+    pub fn new(fs: HostFs, nic: NicSource, opts: AgentOptions) -> Agent {
+        Agent {
+            fs,
+            nic,
+            opts,
+            previous: Mutex::new(None),
+        }
+    }
+
+    /// Reads the host and returns the scrape's families. `now` times the doctor's rate
+    /// interval and `wall` stamps the evaluation (both injected, so tests choose them).
+    pub fn scrape(&self, now: Instant, wall: SystemTime) -> Vec<Family> {
+        let mut previous = self
+            .previous
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut out = Families::default();
+        let mut success: Vec<(&'static str, bool)> = Vec::new();
+        let mut ok = |collector: &'static str, worked: bool| success.push((collector, worked));
+        let nic = (self.nic)();
+        let settings = |name: &str| match &nic {
+            Ok(b) => b.settings(name),
+            Err(reason) => NicSettings::unavailable(reason),
+        };
+        let view = read_host(&self.fs, Some(&settings));
+        let devices = self.devices(&view);
+
+        let counters = read_sample(&self.fs);
+        let net = read_net_counters(&self.fs);
+        ok("stat", counters.is_ok());
+        let load = match &counters {
+            Ok(c) => {
+                self.cpu(&mut out, c);
+                ok("softirqs", c.softirqs.is_some());
+                ok("softnet", !c.softnet.is_empty());
+                ok("interrupts", c.interrupts.is_some());
+                self.interrupts(&mut out, c, &devices);
+                let load = match previous.as_ref() {
+                    Some(p) if self.opts.rates == Rates::BetweenScrapes && now > p.at => Some(
+                        Load::sampled((&p.counters, &p.net), (c, &net), (now - p.at).as_secs_f64()),
+                    ),
+                    _ => self.since_boot(c, &net),
+                };
+                *previous = Some(Previous {
+                    at: now,
+                    counters: c.clone(),
+                    net: net.clone(),
+                });
+                load
+            }
+            Err(_) => None,
+        };
+        if let Some(snmp) = &net.snmp {
+            let sum = |counter: &str| {
+                ["Udp", "Udp6"]
+                    .iter()
+                    .filter_map(|p| snmp.get(p, counter))
+                    .map(|v| v.max(0) as f64)
+                    .reduce(|a, b| a + b)
+            };
+            if let Some(v) = sum("RcvbufErrors") {
+                out.udp_rcvbuf.push(vec![], v);
+            }
+            if let Some(v) = sum("InErrors") {
+                out.udp_in_errors.push(vec![], v);
+            }
+        }
+        ok("snmp", net.snmp.is_some());
+
+        self.steering(&mut out, &view, &devices);
+        let nic_ok = nic.is_ok();
+        ok("nic", nic_ok);
+        if nic_ok {
+            self.nic_settings(&mut out, &devices);
+        }
+
+        let report = diagnose(&view, load.as_ref(), self.opts.goal, None);
+        for f in &report.findings {
+            let severity = match f.severity {
+                Severity::Critical => "critical",
+                Severity::Warning => "warning",
+                Severity::Info => "info",
+            };
+            let devs: Vec<String> = if f.subjects.devices.is_empty() {
+                vec![String::new()]
+            } else {
+                f.subjects.devices.clone()
+            };
+            for d in devs {
+                out.finding.push(
+                    vec![
+                        ("rule", f.id.clone()),
+                        ("severity", severity.into()),
+                        ("device", d),
+                    ],
+                    1.0,
+                );
+            }
+        }
+        for (severity, n) in [
+            ("critical", report.counts.critical),
+            ("warning", report.counts.warning),
+            ("info", report.counts.info),
+        ] {
+            out.findings
+                .push(vec![("severity", severity.into())], n as f64);
+        }
+        out.doctor_time.push(vec![], unix_seconds(wall));
+
+        if let Some(dir) = &self.opts.state_dir {
+            let backend_nic: Box<dyn NicBackend> = match (self.nic)() {
+                Ok(b) => b,
+                Err(reason) => Box::new(netsteer_nic::NoNic { reason }),
+            };
+            let backend = HostBackend {
+                fs: self.fs.clone(),
+                nic: backend_nic.as_ref(),
+            };
+            let ok_tune = self.tune(&mut out, dir, &backend, &view);
+            ok("tune", ok_tune);
+        }
+
+        for (collector, worked) in success {
+            out.collector_success.push(
+                vec![("collector", collector.to_string())],
+                f64::from(u8::from(worked)),
+            );
+        }
+        let kernel = view.kernel.known().cloned().unwrap_or_default();
+        out.build.push(
+            vec![
+                ("version", self.opts.version.to_string()),
+                ("kernel", kernel),
+            ],
+            1.0,
+        );
+        out.into_vec()
+    }
+
+    /// The load averaged since boot, when there is no previous scrape (or the host is a tree,
+    /// whose counters never move).
+    fn since_boot(&self, c: &CounterSample, net: &NetCounters) -> Option<Load> {
+        let uptime = self
+            .fs
+            .read_parsed("/proc/uptime", netsteer_host::sample::parse_uptime)
+            .ok()
+            .or_else(|| c.uptime_from_ticks())
+            .filter(|u| *u > 0.0)?;
+        Some(Load::since_boot(c, net, uptime))
+    }
+
+    fn devices<'v>(&self, view: &'v HostView) -> Vec<&'v Nic> {
+        if !self.opts.devices.is_empty() {
+            return view
+                .nics
+                .iter()
+                .filter(|n| self.opts.devices.contains(&n.name))
+                .collect();
+        }
+        let physical: Vec<&Nic> = view.nics.iter().filter(|n| n.kind == "physical").collect();
+        if !physical.is_empty() {
+            return physical;
+        }
+        view.nics.iter().filter(|n| n.kind != "loopback").collect()
+    }
+
+    fn cpu(&self, out: &mut Families, c: &CounterSample) {
+        for (cpu, t) in &c.stat.cpus {
+            for (mode, ticks) in [("irq", t.irq), ("softirq", t.softirq), ("idle", t.idle)] {
+                out.cpu_seconds.push(
+                    vec![cpu_label(*cpu), ("mode", mode.into())],
+                    ticks as f64 / TICKS_PER_SECOND,
+                );
+            }
+        }
+        if let Some(s) = &c.softirqs {
+            for vector in ["NET_RX", "NET_TX"] {
+                for (cpu, n) in s.per_cpu(vector) {
+                    out.softirqs
+                        .push(vec![cpu_label(cpu), ("type", vector.into())], n as f64);
+                }
+            }
+        }
+        for (cpu, row) in &c.softnet {
+            let l = || vec![cpu_label(*cpu)];
+            out.softnet_processed.push(l(), f64::from(row.processed));
+            out.softnet_dropped.push(l(), f64::from(row.dropped));
+            out.softnet_squeezed.push(l(), f64::from(row.time_squeeze));
+            if let Some(v) = row.received_rps {
+                out.softnet_rps.push(l(), f64::from(v));
+            }
+            if let Some(v) = row.flow_limit_count {
+                out.softnet_flow_limit.push(l(), f64::from(v));
+            }
+            if let Some(v) = row.backlog_len {
+                out.softnet_backlog.push(l(), f64::from(v));
+            }
+        }
+    }
+
+    /// Per queue IRQ: interrupts by CPU (only CPUs that took some, which keeps a 64-queue,
+    /// 128-CPU NIC at about one series per queue rather than 8,192), and where it goes now.
+    fn interrupts(&self, out: &mut Families, c: &CounterSample, devs: &[&Nic]) {
+        let Some(ints) = &c.interrupts else { return };
+        for nic in devs {
+            for irq in nic.queue_irqs() {
+                let queue = queue_label(irq.role);
+                let base = || -> Labels {
+                    vec![
+                        ("device", nic.name.clone()),
+                        ("queue", queue.clone()),
+                        ("irq", irq.irq.to_string()),
+                    ]
+                };
+                if let Some(row) = ints
+                    .rows
+                    .iter()
+                    .find(|r| r.label == IrqLabel::Number(irq.irq))
+                {
+                    for (cpu, n) in ints.per_cpu(row) {
+                        if n > 0 {
+                            let mut l = base();
+                            l.push(cpu_label(cpu));
+                            out.queue_interrupts.push(l, n as f64);
+                        }
+                    }
+                }
+                if let Field::Known(set) = &irq.affinity.effective {
+                    for cpu in set.iter() {
+                        let mut l = base();
+                        l.push(cpu_label(cpu));
+                        out.irq_effective.push(l, 1.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// RPS, RFS and XPS as one series per allowed CPU (a mask string cannot be aggregated or
+    /// joined with per-CPU series in PromQL).
+    fn steering(&self, out: &mut Families, view: &HostView, devs: &[&Nic]) {
+        if let Field::Known(n) = &view.sysctls.rps_sock_flow_entries {
+            out.rfs_sock_flow.push(vec![], *n as f64);
+        }
+        for nic in devs {
+            out.nic_info.push(
+                vec![
+                    ("device", nic.name.clone()),
+                    ("kind", nic.kind.clone()),
+                    ("driver", nic.driver.known().cloned().unwrap_or_default()),
+                ],
+                1.0,
+            );
+            out.queues.push(
+                vec![("device", nic.name.clone()), ("direction", "rx".into())],
+                nic.rx_queues.len() as f64,
+            );
+            out.queues.push(
+                vec![("device", nic.name.clone()), ("direction", "tx".into())],
+                nic.tx_queues.len() as f64,
+            );
+            for q in &nic.rx_queues {
+                let ql = || -> Labels {
+                    vec![
+                        ("device", nic.name.clone()),
+                        ("queue", format!("rx-{}", q.index)),
+                    ]
+                };
+                if let Field::Known(set) = &q.rps_cpus {
+                    for cpu in set.iter() {
+                        let mut l = ql();
+                        l.push(cpu_label(cpu));
+                        out.rps_cpu.push(l, 1.0);
+                    }
+                }
+                if let Field::Known(n) = q.rps_flow_cnt {
+                    out.rps_flow.push(ql(), n as f64);
+                }
+            }
+            for q in &nic.tx_queues {
+                if let Field::Known(set) = &q.xps_cpus {
+                    for cpu in set.iter() {
+                        out.xps_cpu.push(
+                            vec![
+                                ("device", nic.name.clone()),
+                                ("queue", format!("tx-{}", q.index)),
+                                cpu_label(cpu),
+                            ],
+                            1.0,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn nic_settings(&self, out: &mut Families, devs: &[&Nic]) {
+        for nic in devs {
+            let Some(s) = &nic.settings else { continue };
+            let dev = || ("device", nic.name.clone());
+            if let Field::Known(c) = &s.channels {
+                for (ty, now, max) in [
+                    ("rx", c.rx, c.rx_max),
+                    ("tx", c.tx, c.tx_max),
+                    ("other", c.other, c.other_max),
+                    ("combined", c.combined, c.combined_max),
+                ] {
+                    if let Some(v) = now {
+                        out.channels
+                            .push(vec![dev(), ("type", ty.into())], f64::from(v));
+                    }
+                    if let Some(v) = max {
+                        out.channels_max
+                            .push(vec![dev(), ("type", ty.into())], f64::from(v));
+                    }
+                }
+            }
+            if let Field::Known(r) = &s.rings {
+                for (ring, now, max) in [("rx", r.rx, r.rx_max), ("tx", r.tx, r.tx_max)] {
+                    if let Some(v) = now {
+                        out.ring
+                            .push(vec![dev(), ("ring", ring.into())], f64::from(v));
+                    }
+                    if let Some(v) = max {
+                        out.ring_max
+                            .push(vec![dev(), ("ring", ring.into())], f64::from(v));
+                    }
+                }
+            }
+            if let Field::Known(features) = &s.features {
+                for name in EXPORTED_FEATURES {
+                    if let Some(f) = features.get(*name) {
+                        out.feature.push(
+                            vec![dev(), ("feature", (*name).into())],
+                            f64::from(u8::from(f.active)),
+                        );
+                    }
+                }
+            }
+            if let Field::Known(c) = &s.coalesce {
+                for (direction, usecs, frames, adaptive) in [
+                    ("rx", "rx-usecs", "rx-max-frames", "adaptive-rx"),
+                    ("tx", "tx-usecs", "tx-max-frames", "adaptive-tx"),
+                ] {
+                    let d = || vec![dev(), ("direction", direction.into())];
+                    if let Some(v) = c.get(usecs) {
+                        out.coalesce_seconds.push(d(), *v as f64 / 1e6);
+                    }
+                    if let Some(v) = c.get(frames) {
+                        out.coalesce_frames.push(d(), *v as f64);
+                    }
+                    if let Some(v) = c.get(adaptive) {
+                        out.coalesce_adaptive.push(d(), (*v != 0) as u8 as f64);
+                    }
+                }
+            }
+            if let Field::Known(rss) = &s.rss {
+                let mut per_queue = std::collections::BTreeMap::<u32, usize>::new();
+                for q in &rss.indirection {
+                    *per_queue.entry(*q).or_default() += 1;
+                }
+                for (q, n) in per_queue {
+                    out.rss_entries
+                        .push(vec![dev(), ("queue", format!("rx-{q}"))], n as f64);
+                }
+            }
+        }
+    }
+
+    /// The applied plan's drift and the last apply's time. False when the state could not be
+    /// read (a corrupt plan file), not when nothing was ever applied.
+    fn tune(
+        &self,
+        out: &mut Families,
+        dir: &std::path::Path,
+        backend: &HostBackend,
+        view: &HostView,
+    ) -> bool {
+        let mut fine = true;
+        let plan_path = journal::applied_plan_path(dir);
+        match std::fs::read_to_string(&plan_path) {
+            Ok(text) => match serde_json::from_str::<Plan>(&text) {
+                Ok(plan) => {
+                    let r = verify(&plan, backend, view);
+                    out.tune_applied.push(vec![], 1.0);
+                    out.tune_items.push(vec![], r.checked as f64);
+                    out.tune_drift.push(vec![], r.drift.len() as f64);
+                    out.tune_info
+                        .push(vec![("profile", plan.profile.to_string())], 1.0);
+                }
+                Err(_) => fine = false,
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                out.tune_applied.push(vec![], 0.0);
+            }
+            Err(_) => fine = false,
+        }
+        // The newest journal that finished an apply (a later rollback keeps its time: it is
+        // still when the fleet last changed this host).
+        if let Ok(all) = journal::list(dir) {
+            let last = all.iter().rev().find_map(|p| {
+                let records = journal::read(p).ok()?;
+                let applied = records
+                    .iter()
+                    .any(|r| matches!(r, Record::End { status, .. } if status == "applied"));
+                match records.first() {
+                    Some(Record::Begin { started_unix, .. }) if applied => Some(*started_unix),
+                    _ => None,
+                }
+            });
+            if let Some(t) = last {
+                out.tune_last_apply.push(vec![], t as f64);
+            }
+            let rolled_back = all
+                .iter()
+                .filter(|p| journal::read(p).is_ok_and(|r| journal::rolled_back(&r)))
+                .count();
+            out.tune_rollbacks.push(vec![], rolled_back as f64);
+        }
+        fine
+    }
+}
+
+/// The NIC features that change where and how much packet work is done.
+const EXPORTED_FEATURES: &[&str] = &[
+    "rx-gro",
+    "rx-gro-hw",
+    "rx-lro",
+    "rx-udp-gro-forwarding",
+    "rx-hashing",
+    "rx-ntuple-filter",
+    "tx-generic-segmentation",
+    "tx-tcp-segmentation",
+];
+
+fn queue_label(role: IrqRole) -> String {
+    match role {
+        IrqRole::Rx(q) => format!("rx-{q}"),
+        IrqRole::Tx(q) => format!("tx-{q}"),
+        IrqRole::RxTx(q) => format!("combined-{q}"),
+        IrqRole::AllQueues => "all".into(),
+        IrqRole::Control => "control".into(),
+        IrqRole::Other => "other".into(),
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64()
+}
+
+/// Every family of a scrape, in exposition order.
+struct Families {
+    build: Family,
+    collector_success: Family,
+    cpu_seconds: Family,
+    softirqs: Family,
+    softnet_processed: Family,
+    softnet_dropped: Family,
+    softnet_squeezed: Family,
+    softnet_rps: Family,
+    softnet_flow_limit: Family,
+    softnet_backlog: Family,
+    queue_interrupts: Family,
+    irq_effective: Family,
+    udp_rcvbuf: Family,
+    udp_in_errors: Family,
+    rfs_sock_flow: Family,
+    nic_info: Family,
+    queues: Family,
+    rps_cpu: Family,
+    rps_flow: Family,
+    xps_cpu: Family,
+    channels: Family,
+    channels_max: Family,
+    ring: Family,
+    ring_max: Family,
+    feature: Family,
+    coalesce_seconds: Family,
+    coalesce_frames: Family,
+    coalesce_adaptive: Family,
+    rss_entries: Family,
+    finding: Family,
+    findings: Family,
+    doctor_time: Family,
+    tune_applied: Family,
+    tune_items: Family,
+    tune_drift: Family,
+    tune_info: Family,
+    tune_last_apply: Family,
+    tune_rollbacks: Family,
+}
+
+impl Default for Families {
+    fn default() -> Families {
+        use Kind::*;
+        let f = Family::new;
+        Families {
+            build: f(
+                "netsteer_build",
+                Info,
+                "netsteer's version and the kernel it reads.",
+            ),
+            collector_success: f(
+                "netsteer_scrape_collector_success",
+                Gauge,
+                "1 when this scrape could read the source (stat, softirqs, softnet, interrupts, snmp, nic, tune), else 0.",
+            ),
+            cpu_seconds: f(
+                "netsteer_cpu_seconds",
+                Counter,
+                "Seconds each CPU spent in hard IRQ, softirq and idle (/proc/stat); node_cpu_seconds_total has every mode.",
+            ),
+            softirqs: f(
+                "netsteer_softirqs",
+                Counter,
+                "NET_RX and NET_TX softirqs raised per CPU (/proc/softirqs).",
+            ),
+            softnet_processed: f(
+                "netsteer_softnet_processed",
+                Counter,
+                "Packets processed per CPU (/proc/net/softnet_stat column 1).",
+            ),
+            softnet_dropped: f(
+                "netsteer_softnet_dropped",
+                Counter,
+                "Packets dropped because the CPU's backlog was full (netdev_max_backlog).",
+            ),
+            softnet_squeezed: f(
+                "netsteer_softnet_times_squeezed",
+                Counter,
+                "Times net_rx_action ran out of budget with work left (netdev_budget, netdev_budget_usecs).",
+            ),
+            softnet_rps: f(
+                "netsteer_softnet_received_rps",
+                Counter,
+                "RPS inter-processor interrupts this CPU received.",
+            ),
+            softnet_flow_limit: f(
+                "netsteer_softnet_flow_limit_count",
+                Counter,
+                "Packets dropped by the per-flow backlog limit (flow_limit_cpu_bitmap).",
+            ),
+            softnet_backlog: f(
+                "netsteer_softnet_backlog_packets",
+                Gauge,
+                "Packets waiting in the CPU's backlog at scrape time (kernel 6.0+).",
+            ),
+            queue_interrupts: f(
+                "netsteer_queue_interrupts",
+                Counter,
+                "Interrupts of a NIC queue's IRQ per CPU; only CPUs that took any have a series.",
+            ),
+            irq_effective: f(
+                "netsteer_queue_irq_effective_cpu",
+                Gauge,
+                "1 for each CPU a queue IRQ is delivered to now (effective_affinity_list).",
+            ),
+            udp_rcvbuf: f(
+                "netsteer_udp_receive_buffer_errors",
+                Counter,
+                "UDP and UDP6 datagrams dropped because the socket's receive buffer was full, in the agent's network namespace.",
+            ),
+            udp_in_errors: f(
+                "netsteer_udp_in_errors",
+                Counter,
+                "UDP and UDP6 datagrams that could not be delivered (InErrors), in the agent's network namespace.",
+            ),
+            rfs_sock_flow: f(
+                "netsteer_rfs_sock_flow_entries",
+                Gauge,
+                "net.core.rps_sock_flow_entries: the global RFS table size (0 = RFS off).",
+            ),
+            nic_info: f(
+                "netsteer_nic",
+                Info,
+                "An exported interface: its kind and driver.",
+            ),
+            queues: f(
+                "netsteer_nic_queues",
+                Gauge,
+                "Queues the kernel exposes for the interface (/sys/class/net/IF/queues).",
+            ),
+            rps_cpu: f(
+                "netsteer_rps_cpu",
+                Gauge,
+                "1 for each CPU an rx queue steers packets to with RPS (rps_cpus); no series = RPS off.",
+            ),
+            rps_flow: f(
+                "netsteer_rps_flow_entries",
+                Gauge,
+                "An rx queue's RFS flow table size (rps_flow_cnt; 0 = RFS off for it).",
+            ),
+            xps_cpu: f(
+                "netsteer_xps_cpu",
+                Gauge,
+                "1 for each CPU that transmits on a tx queue (xps_cpus).",
+            ),
+            channels: f(
+                "netsteer_nic_channels",
+                Gauge,
+                "Channels in use by type (ethtool -l).",
+            ),
+            channels_max: f(
+                "netsteer_nic_channels_max",
+                Gauge,
+                "Channels the driver offers by type (ethtool -l maximums).",
+            ),
+            ring: f(
+                "netsteer_nic_ring_entries",
+                Gauge,
+                "Ring size in descriptors (ethtool -g).",
+            ),
+            ring_max: f(
+                "netsteer_nic_ring_max_entries",
+                Gauge,
+                "Largest ring the driver allows (ethtool -g maximums).",
+            ),
+            feature: f(
+                "netsteer_nic_feature_enabled",
+                Gauge,
+                "1 when an offload that changes where packet work happens is on (GRO, LRO, hashing, n-tuple, GSO/TSO).",
+            ),
+            coalesce_seconds: f(
+                "netsteer_nic_coalesce_seconds",
+                Gauge,
+                "Interrupt coalescing delay (rx-usecs, tx-usecs).",
+            ),
+            coalesce_frames: f(
+                "netsteer_nic_coalesce_frames",
+                Gauge,
+                "Interrupt coalescing frame count (rx-max-frames, tx-max-frames).",
+            ),
+            coalesce_adaptive: f(
+                "netsteer_nic_coalesce_adaptive",
+                Gauge,
+                "1 when adaptive coalescing is on (adaptive-rx, adaptive-tx).",
+            ),
+            rss_entries: f(
+                "netsteer_nic_rss_table_entries",
+                Gauge,
+                "RSS indirection table entries pointing at an rx queue (ethtool -x).",
+            ),
+            finding: f(
+                "netsteer_doctor_finding",
+                Gauge,
+                "1 for each finding of the doctor's evaluation at this scrape, by rule, severity and device.",
+            ),
+            findings: f(
+                "netsteer_doctor_findings",
+                Gauge,
+                "Findings of the doctor's evaluation at this scrape, by severity (0 when none).",
+            ),
+            doctor_time: f(
+                "netsteer_doctor_last_evaluation_timestamp_seconds",
+                Gauge,
+                "When the doctor last evaluated the host (at each scrape).",
+            ),
+            tune_applied: f(
+                "netsteer_tune_plan_applied",
+                Gauge,
+                "1 when a tune plan is applied (and not rolled back), else 0.",
+            ),
+            tune_items: f(
+                "netsteer_tune_items",
+                Gauge,
+                "Items of the applied plan that tune verify checks.",
+            ),
+            tune_drift: f(
+                "netsteer_tune_drift_items",
+                Gauge,
+                "Items of the applied plan that no longer hold (tune verify).",
+            ),
+            tune_info: f("netsteer_tune_plan", Info, "The applied plan's profile."),
+            tune_last_apply: f(
+                "netsteer_tune_last_apply_timestamp_seconds",
+                Gauge,
+                "When the newest successful tune apply started.",
+            ),
+            tune_rollbacks: f(
+                "netsteer_tune_rolled_back_journals",
+                Gauge,
+                "Journals in the state directory that were rolled back.",
+            ),
+        }
+    }
+}
+
+impl Families {
+    fn into_vec(self) -> Vec<Family> {
+        vec![
+            self.build,
+            self.collector_success,
+            self.cpu_seconds,
+            self.softirqs,
+            self.softnet_processed,
+            self.softnet_dropped,
+            self.softnet_squeezed,
+            self.softnet_rps,
+            self.softnet_flow_limit,
+            self.softnet_backlog,
+            self.queue_interrupts,
+            self.irq_effective,
+            self.udp_rcvbuf,
+            self.udp_in_errors,
+            self.rfs_sock_flow,
+            self.nic_info,
+            self.queues,
+            self.rps_cpu,
+            self.rps_flow,
+            self.xps_cpu,
+            self.channels,
+            self.channels_max,
+            self.ring,
+            self.ring_max,
+            self.feature,
+            self.coalesce_seconds,
+            self.coalesce_frames,
+            self.coalesce_adaptive,
+            self.rss_entries,
+            self.finding,
+            self.findings,
+            self.doctor_time,
+            self.tune_applied,
+            self.tune_items,
+            self.tune_drift,
+            self.tune_info,
+            self.tune_last_apply,
+            self.tune_rollbacks,
+        ]
+    }
+}

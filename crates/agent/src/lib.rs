@@ -1,0 +1,21 @@
+//! `netsteer agent`'s work: the host's packet path as Prometheus metrics, read when scraped.
+//!
+//! There is no background loop: every scrape reads /proc and /sys (through a [`HostFs`], so a
+//! `--root` tree is served like a live host), the NIC settings, the doctor's findings and the
+//! tune state, and encodes them with the `prometheus` crate's text encoder. The only thing kept between scrapes is
+//! the previous scrape's counters, so the doctor's rate rules see the rates of the last scrape
+//! interval rather than averages since boot.
+//!
+//! Names sit beside node_exporter's without taking them: everything is `netsteer_*`, so a host
+//! running both exports no series twice under one name. The mapping to node_exporter's names
+//! (`node_softnet_*`, `node_cpu_seconds_total`, `node_interrupts_total`) is in the README.
+//!
+//! Cardinality is bounded by the host's shape, never by traffic: per CPU (a fixed handful of
+//! series), per queue (settings), per (queue IRQ, CPU) only where that CPU took interrupts, per
+//! (queue, CPU) only where RPS/XPS allow that CPU, and per finding. See [`series_bound`].
+
+mod family;
+mod gather;
+
+pub use family::{CONTENT_TYPE, Family, Kind, Sample, encode};
+pub use gather::{Agent, AgentOptions, NicSource, Rates, series_bound};

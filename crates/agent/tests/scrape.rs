@@ -1,0 +1,244 @@
+//! Scrapes of fixture trees: what is exported, how many series, and the doctor's rates between
+//! scrapes with an injected clock.
+
+use netsteer_agent::{Agent, AgentOptions, Family, NicSource, Rates, encode, series_bound};
+use netsteer_host::HostFs;
+use netsteer_tune::doctor::Goal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/hosts")
+        .join(name)
+}
+
+fn agent(root: &Path, rates: Rates, state_dir: Option<PathBuf>) -> Agent {
+    let tree = root.to_path_buf();
+    let nic: NicSource = Box::new(move || {
+        Ok(Box::new(netsteer_nic::TreeNic::new(&tree)) as Box<dyn netsteer_nic::NicBackend>)
+    });
+    Agent::new(
+        HostFs::open(root).unwrap(),
+        nic,
+        AgentOptions {
+            devices: Vec::new(),
+            state_dir,
+            goal: Goal::Balanced,
+            version: "test",
+            rates,
+        },
+    )
+}
+
+fn family<'a>(fams: &'a [Family], name: &str) -> &'a Family {
+    fams.iter()
+        .find(|f| f.exposed_name() == name)
+        .unwrap_or_else(|| panic!("no family {name}"))
+}
+
+fn series(fams: &[Family]) -> usize {
+    fams.iter().map(|f| f.samples.len()).sum()
+}
+
+#[test]
+fn the_128_cpu_fixture_stays_under_5000_series_and_within_the_stated_bound() {
+    let a = agent(&fixture("mlx5-128cpu"), Rates::SinceBoot, None);
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    let n = series(&fams);
+    assert!(n < 5000, "{n} series");
+    let findings = family(&fams, "netsteer_doctor_finding").samples.len();
+    assert!(n <= series_bound(128, 1, 64, findings), "{n} series");
+    // One series per CPU for the per-CPU families.
+    assert_eq!(
+        family(&fams, "netsteer_softnet_processed_total")
+            .samples
+            .len(),
+        128
+    );
+    assert_eq!(
+        family(&fams, "netsteer_cpu_seconds_total").samples.len(),
+        128 * 3
+    );
+    // Queue IRQs carry device, queue, irq and cpu, and only CPUs that took interrupts.
+    let q = family(&fams, "netsteer_queue_interrupts_total");
+    assert!(!q.samples.is_empty());
+    for s in &q.samples {
+        for key in ["device", "queue", "irq", "cpu"] {
+            assert!(s.label(key).is_some_and(|v| !v.is_empty()), "{s:?}");
+        }
+        assert!(s.value > 0.0, "{s:?}");
+    }
+    // Every sample of a family has the same label keys (Prometheus needs no such thing, but
+    // a family whose keys vary is a bug in how it was filled).
+    for f in &fams {
+        if let Some(first) = f.samples.first() {
+            let keys: Vec<_> = first.labels.iter().map(|(k, _)| *k).collect();
+            for s in &f.samples {
+                let k: Vec<_> = s.labels.iter().map(|(k, _)| *k).collect();
+                assert_eq!(k, keys, "{}", f.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn rps_and_xps_are_one_series_per_allowed_cpu() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("tuned-ixgbe-16cpu"), tmp.path());
+    let queues = tmp.path().join("sys/class/net/eth0/queues");
+    std::fs::write(queues.join("rx-2/rps_cpus"), "00f0\n").unwrap();
+    let a = agent(tmp.path(), Rates::SinceBoot, None);
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    let rps: Vec<(String, String)> = family(&fams, "netsteer_rps_cpu")
+        .samples
+        .iter()
+        .map(|s| {
+            (
+                s.label("queue").unwrap().to_string(),
+                s.label("cpu").unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = (4..8).map(|c| ("rx-2".into(), c.to_string())).collect();
+    assert_eq!(rps, want);
+    let fs = HostFs::open(tmp.path()).unwrap();
+    let view = netsteer_host::read_host(&fs, None);
+    let expected: usize = view
+        .nic("eth0")
+        .unwrap()
+        .tx_queues
+        .iter()
+        .filter_map(|q| q.xps_cpus.known())
+        .map(|c| c.len())
+        .sum();
+    assert!(expected > 0, "the fixture has XPS set");
+    assert_eq!(family(&fams, "netsteer_xps_cpu").samples.len(), expected);
+}
+
+/// Copies a fixture tree so a test can move its counters.
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        let ty = entry.file_type().unwrap();
+        if ty.is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+            copy_tree(&entry.path(), &dest);
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &dest).unwrap();
+        } else {
+            std::fs::copy(entry.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn findings(fams: &[Family]) -> Vec<(String, String)> {
+    family(fams, "netsteer_doctor_finding")
+        .samples
+        .iter()
+        .map(|s| {
+            (
+                s.label("rule").unwrap().to_string(),
+                s.label("severity").unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_doctor_sees_the_rates_of_the_interval_between_scrapes() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("dev-vm"), tmp.path());
+    let a = agent(tmp.path(), Rates::BetweenScrapes, None);
+    let t0 = Instant::now();
+    let first = a.scrape(t0, SystemTime::UNIX_EPOCH);
+    assert!(
+        !findings(&first).iter().any(|(r, _)| r == "backlog-drops"),
+        "{:?}",
+        findings(&first)
+    );
+    // 500 backlog drops on CPU 1 in the next 5 s.
+    let path = tmp.path().join("proc/net/softnet_stat");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut cols: Vec<String> = lines[1].split(' ').map(String::from).collect();
+    cols[1] = format!("{:08x}", 500);
+    lines[1] = cols.join(" ");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let second = a.scrape(t0 + Duration::from_secs(5), SystemTime::UNIX_EPOCH);
+    let f = findings(&second);
+    assert!(
+        f.contains(&("backlog-drops".to_string(), "warning".to_string())),
+        "{f:?}"
+    );
+    let dropped = family(&second, "netsteer_softnet_dropped_total");
+    assert!(
+        dropped
+            .samples
+            .iter()
+            .any(|s| s.label("cpu") == Some("1") && s.value == 500.0)
+    );
+    let warnings = family(&second, "netsteer_doctor_findings")
+        .samples
+        .iter()
+        .find(|s| s.label("severity") == Some("warning"))
+        .unwrap()
+        .value;
+    assert!(warnings >= 1.0);
+    // No new drops in the next interval: the finding is gone, the counter stays.
+    let third = a.scrape(t0 + Duration::from_secs(10), SystemTime::UNIX_EPOCH);
+    assert!(
+        !findings(&third).iter().any(|(r, _)| r == "backlog-drops"),
+        "{:?}",
+        findings(&third)
+    );
+}
+
+#[test]
+fn tune_state_is_exported_from_the_state_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fixture("dev-vm");
+    let a = agent(&root, Rates::SinceBoot, Some(tmp.path().to_path_buf()));
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    assert_eq!(
+        family(&fams, "netsteer_tune_plan_applied").samples[0].value,
+        0.0
+    );
+    // A corrupt applied plan is a failed tune collector, not a crash or a fake "0 drift".
+    std::fs::write(
+        netsteer_tune::tune::journal::applied_plan_path(tmp.path()),
+        "{not json",
+    )
+    .unwrap();
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    let tune = family(&fams, "netsteer_scrape_collector_success")
+        .samples
+        .iter()
+        .find(|s| s.label("collector") == Some("tune"))
+        .unwrap()
+        .value;
+    assert_eq!(tune, 0.0);
+    assert!(
+        !fams
+            .iter()
+            .any(|f| f.name == "netsteer_tune_drift_items" && !f.samples.is_empty())
+    );
+}
+
+#[test]
+fn the_exposition_is_text_format_with_help_and_type_for_every_family() {
+    let a = agent(&fixture("ixgbe-napi-16cpu"), Rates::SinceBoot, None);
+    let text = encode(a.scrape(Instant::now(), SystemTime::UNIX_EPOCH));
+    let mut typed = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            typed.insert(rest.split(' ').next().unwrap().to_string());
+        } else if !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(typed.contains(name), "{name} has no TYPE line");
+            assert!(name.starts_with("netsteer_"), "{name}");
+        }
+    }
+    assert!(text.contains("netsteer_build_info{"), "{text}");
+}

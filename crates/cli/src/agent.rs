@@ -1,0 +1,358 @@
+//! `netsteer agent`: the HTTP front of `netsteer_agent`. It serves `GET /metrics` and nothing
+//! else, and it is written for a listener that may face the network: the request head is read
+//! with a size cap (8 KiB) and a whole-head deadline (5 s), connections are capped in total and
+//! per peer address (a slow or hostile client can hold at most a few slots, never all of them),
+//! and anything it does not know (a path, a method, a body) gets a 404 and a closed connection.
+
+use crate::Host;
+use anyhow::{Context, Result};
+use clap::Args;
+use netsteer_agent::{Agent, AgentOptions, NicSource, Rates};
+use netsteer_tune::doctor::Goal;
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// Address to serve /metrics on. Loopback by default: another address (a host IP, 0.0.0.0)
+    /// only when given.
+    #[arg(long, default_value = "127.0.0.1:9641", value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// Interface to export (repeat for several); default: every physical NIC, or every
+    /// non-loopback device on a host without one.
+    #[arg(long = "dev", value_name = "IF")]
+    devices: Vec<String>,
+    /// Where `tune apply` keeps its journals and the applied plan, for the drift and
+    /// last-apply metrics (default /var/lib/netsteer; with --root, that path inside the tree).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The goal the doctor evaluates the host for at each scrape.
+    #[arg(long, value_enum, default_value = "balanced")]
+    goal: Goal,
+    /// Print one scrape (Prometheus text format) on stdout and exit, instead of serving.
+    #[arg(long)]
+    once: bool,
+    /// Connections served at once; more are answered 503 and closed.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_connections: u32,
+    /// Connections one peer address may hold at once (a scraper needs one).
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_per_peer: u32,
+}
+
+/// The request head's cap: a scrape's head is a few hundred bytes.
+const MAX_HEAD: usize = 8192;
+/// The whole head must arrive within this (not per read: a client trickling a byte a second
+/// would otherwise hold its slot forever).
+const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// Writing the response must finish within this.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn make_agent(host: &Host, args: &AgentArgs) -> Result<Agent> {
+    let state_dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => host
+            .fs
+            .real_path_for_write("/var/lib/netsteer")
+            .context("the state directory")?,
+    };
+    let fs = host.fs.clone();
+    let rates = if fs.is_live() {
+        Rates::BetweenScrapes
+    } else {
+        Rates::SinceBoot
+    };
+    let nic: NicSource = if fs.is_live() {
+        Box::new(|| {
+            netsteer_nic::Netlink::open()
+                .map(|nl| Box::new(nl) as Box<dyn netsteer_nic::NicBackend>)
+                .map_err(|e| e.to_string())
+        })
+    } else {
+        let root = fs.root().to_path_buf();
+        Box::new(move || {
+            Ok(Box::new(netsteer_nic::TreeNic::new(&root)) as Box<dyn netsteer_nic::NicBackend>)
+        })
+    };
+    Ok(Agent::new(
+        fs,
+        nic,
+        AgentOptions {
+            devices: args.devices.clone(),
+            state_dir: Some(state_dir),
+            goal: args.goal,
+            version: env!("CARGO_PKG_VERSION"),
+            rates,
+        },
+    ))
+}
+
+fn scrape(agent: &Agent) -> String {
+    netsteer_agent::encode(agent.scrape(Instant::now(), SystemTime::now()))
+}
+
+pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
+    let agent = make_agent(host, args)?;
+    if args.once {
+        let text = scrape(&agent);
+        io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let listener =
+        TcpListener::bind(args.listen).with_context(|| format!("--listen {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    // The address line is what scripts (and the tests) wait for; port 0 picks a free port.
+    eprintln!("netsteer agent: serving http://{addr}/metrics");
+    serve(
+        listener,
+        Arc::new(agent),
+        Limits {
+            total: args.max_connections as usize,
+            per_peer: args.max_per_peer as usize,
+        },
+    )
+}
+
+struct Limits {
+    total: usize,
+    per_peer: usize,
+}
+
+/// Connections held, in total and per peer address.
+#[derive(Default)]
+struct Slots {
+    total: usize,
+    by_peer: HashMap<IpAddr, usize>,
+}
+
+/// Gives the slot back when the connection's thread ends, however it ends.
+struct Slot {
+    slots: Arc<Mutex<Slots>>,
+    peer: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut s = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        s.total -= 1;
+        if let Some(n) = s.by_peer.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                s.by_peer.remove(&self.peer);
+            }
+        }
+    }
+}
+
+fn serve(listener: TcpListener, agent: Arc<Agent>, limits: Limits) -> Result<ExitCode> {
+    let slots = Arc::new(Mutex::new(Slots::default()));
+    loop {
+        let (mut stream, peer) = match listener.accept() {
+            Ok(c) => c,
+            // A connection reset before accept, or out of fds for a moment: keep serving.
+            Err(e) => {
+                eprintln!("netsteer agent: accept: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let slot = {
+            let mut s = slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mine = s.by_peer.get(&peer.ip()).copied().unwrap_or(0);
+            if s.total >= limits.total || mine >= limits.per_peer {
+                None
+            } else {
+                s.total += 1;
+                *s.by_peer.entry(peer.ip()).or_default() += 1;
+                Some(Slot {
+                    slots: slots.clone(),
+                    peer: peer.ip(),
+                })
+            }
+        };
+        let Some(slot) = slot else {
+            // Told why in one non-blocking write, then closed: refusing costs no thread.
+            let _ = stream.set_nonblocking(true);
+            let _ = stream.write_all(&response(
+                "503 Service Unavailable",
+                "text/plain",
+                b"too many connections\n",
+                false,
+            ));
+            continue;
+        };
+        let agent = agent.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("agent {peer}"))
+            .spawn(move || {
+                let _slot = slot;
+                if let Err(e) = handle(&mut stream, &agent) {
+                    // Timeouts and resets are the client's business; nothing to log at rate.
+                    if !matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                            | io::ErrorKind::UnexpectedEof
+                    ) {
+                        eprintln!("netsteer agent: {peer}: {e}");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("netsteer agent: {peer}: no thread for the connection: {e}");
+        }
+    }
+}
+
+/// What the request head asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Metrics { head_only: bool },
+    Index { head_only: bool },
+    NotFound,
+}
+
+/// Parses a complete request head (`httparse`), or says it is not complete yet.
+fn route(head: &[u8]) -> Result<Option<Route>, ()> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(head) {
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(_) => return Err(()),
+    }
+    // A body is nothing this server knows: GET /metrics has none.
+    let has_body = req.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("transfer-encoding")
+            || (h.name.eq_ignore_ascii_case("content-length")
+                && std::str::from_utf8(h.value).map(str::trim) != Ok("0"))
+    });
+    let head_only = match req.method {
+        Some("GET") => false,
+        Some("HEAD") => true,
+        _ => return Ok(Some(Route::NotFound)),
+    };
+    if has_body {
+        return Ok(Some(Route::NotFound));
+    }
+    let path = req.path.unwrap_or("");
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    Ok(Some(match path {
+        "/metrics" => Route::Metrics { head_only },
+        "/" => Route::Index { head_only },
+        _ => Route::NotFound,
+    }))
+}
+
+/// Reads the head within the deadline and the size cap.
+fn read_head(stream: &mut TcpStream) -> io::Result<Option<Route>> {
+    let start = Instant::now();
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let left = HEAD_DEADLINE
+            .checked_sub(start.elapsed())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
+        stream.set_read_timeout(Some(left))?;
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        match route(&buf) {
+            Ok(Some(r)) => return Ok(Some(r)),
+            Ok(None) if buf.len() >= MAX_HEAD => return Ok(None),
+            Ok(None) => {}
+            Err(()) => return Ok(None),
+        }
+    }
+}
+
+fn response(status: &str, content_type: &str, body: &[u8], head_only: bool) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+fn handle(stream: &mut TcpStream, agent: &Agent) -> io::Result<()> {
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let reply = match read_head(stream)? {
+        None => response(
+            "400 Bad Request",
+            "text/plain",
+            b"malformed or oversized request head\n",
+            false,
+        ),
+        Some(Route::Metrics { head_only }) => response(
+            "200 OK",
+            netsteer_agent::CONTENT_TYPE,
+            scrape(agent).as_bytes(),
+            head_only,
+        ),
+        Some(Route::Index { head_only }) => response(
+            "200 OK",
+            "text/plain; charset=utf-8",
+            b"netsteer agent: metrics at /metrics\n",
+            head_only,
+        ),
+        Some(Route::NotFound) => response("404 Not Found", "text/plain", b"not found\n", false),
+    };
+    stream.write_all(&reply)?;
+    stream.flush()?;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let r = |s: &str| route(s.as_bytes());
+        assert_eq!(
+            r("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Ok(Some(Route::Metrics { head_only: false }))
+        );
+        assert_eq!(
+            r("GET /metrics?x=1 HTTP/1.1\r\n\r\n"),
+            Ok(Some(Route::Metrics { head_only: false }))
+        );
+        assert_eq!(
+            r("HEAD / HTTP/1.0\r\n\r\n"),
+            Ok(Some(Route::Index { head_only: true }))
+        );
+        assert_eq!(r("GET /metrics HTTP/1.1\r\nHost: x\r\n"), Ok(None));
+        assert_eq!(
+            r("GET /etc/passwd HTTP/1.1\r\n\r\n"),
+            Ok(Some(Route::NotFound))
+        );
+        assert_eq!(
+            r("POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
+            Ok(Some(Route::NotFound))
+        );
+        assert_eq!(
+            r("GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\n"),
+            Ok(Some(Route::NotFound))
+        );
+        assert_eq!(
+            r("GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Ok(Some(Route::NotFound))
+        );
+        assert_eq!(r("\x00\x01garbage\r\n\r\n"), Err(()));
+    }
+}
