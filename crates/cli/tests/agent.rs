@@ -1,0 +1,394 @@
+//! `netsteer agent` over HTTP: what it refuses (unknown paths, bodies, oversized or malformed
+//! heads, a peer holding too many connections), and a real Prometheus (Debian's `prometheus`,
+//! on 127.0.0.1) scraping it, with promtool checking the exposition and the rules, and every
+//! dashboard expression evaluated against that Prometheus.
+//!
+//! The agent only reads the host; Prometheus keeps its data in a temporary directory. Both are
+//! killed by drop guards, also when an assertion fails.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `netsteer agent`, killed when dropped.
+pub struct AgentProcess {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl AgentProcess {
+    /// Starts the agent on 127.0.0.1 with a free port and waits for its address line.
+    pub fn start(extra: &[&str]) -> AgentProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+            .args(["agent", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("netsteer agent");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("netsteer agent: serving http://")
+            .and_then(|s| s.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("no address line: {line:?}"))
+            .parse()
+            .unwrap();
+        AgentProcess { child, addr }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `request` as is and returns the status code and the body.
+fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    parse_response(&out)
+}
+
+fn parse_response(out: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(out);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {head:?}"));
+    (status, body.to_string())
+}
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    raw(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+}
+
+#[test]
+fn the_agent_serves_metrics_and_refuses_what_it_does_not_know() {
+    let agent = AgentProcess::start(&["--root", common::fixture("mlx5-128cpu").to_str().unwrap()]);
+    let (code, body) = get(agent.addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(body.contains("netsteer_softnet_processed_total{cpu=\"127\"}"));
+    for (request, want) in [
+        (&b"GET /nope HTTP/1.1\r\n\r\n"[..], 404),
+        (b"GET /../../etc/passwd HTTP/1.1\r\n\r\n", 404),
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd", 404),
+        (
+            b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            404,
+        ),
+        (b"DELETE /metrics HTTP/1.1\r\n\r\n", 404),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),
+    ] {
+        let (code, _) = raw(agent.addr, request);
+        assert_eq!(code, want, "{:?}", String::from_utf8_lossy(request));
+    }
+    // A head that never ends is cut at 8 KiB, not buffered without bound.
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nX-Long: ").unwrap();
+    let _ = s.write_all(&vec![b'a'; 64 * 1024]);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    assert_eq!(parse_response(&out).0, 400);
+    // Still serving.
+    assert_eq!(get(agent.addr, "/metrics").0, 200);
+}
+
+/// A client on 127.0.0.2 (another peer address on loopback).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&local.into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+#[test]
+fn a_slow_peer_cannot_lock_the_scraper_out() {
+    let agent = AgentProcess::start(&[
+        "--root",
+        common::fixture("dev-vm").to_str().unwrap(),
+        "--max-per-peer",
+        "2",
+    ]);
+    // Two connections that send half a head and stop: the peer's slots.
+    let mut idle: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = connect_from("127.0.0.1", agent.addr);
+            s.write_all(b"GET /metr").unwrap();
+            s
+        })
+        .collect();
+    // The agent accepts in the order the handshakes completed, so these two hold the peer's
+    // slots before the next connection is looked at.
+    // A third from the same peer is told why at once.
+    let mut third = connect_from("127.0.0.1", agent.addr);
+    third
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = third.read_to_end(&mut out);
+    assert_eq!(parse_response(&out).0, 503);
+    // Another peer (the scraper) is served meanwhile.
+    let mut scraper = connect_from("127.0.0.2", agent.addr);
+    scraper
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    scraper
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = Vec::new();
+    scraper.read_to_end(&mut out).unwrap();
+    assert_eq!(parse_response(&out).0, 200);
+    // The slow ones are dropped at the head deadline (5 s), freeing the slots.
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut buf = Vec::new();
+        // Closed without an answer (EOF), not left open until our own 60 s timeout.
+        let n = s.read_to_end(&mut buf);
+        assert!(matches!(n, Ok(0)), "{n:?} {buf:?}");
+    }
+    assert_eq!(get(agent.addr, "/metrics").0, 200);
+}
+
+fn tool(name: &str) -> bool {
+    Command::new(name)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A Prometheus of its own on 127.0.0.1, data in a temporary directory; killed when dropped.
+pub struct Prometheus {
+    child: Child,
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Prometheus {
+    /// Scrapes `targets` every second as job `netsteer` and evaluates the repository's rules.
+    pub fn start(targets: &[String]) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = repo().join("deploy/prometheus/netsteer.rules.yml");
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: netsteer\n    static_configs:\n      - targets: [{}]\n",
+            rules.canonicalize().unwrap().display(),
+            targets
+                .iter()
+                .map(|t| format!("'{t}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let config_path = dir.path().join("prometheus.yml");
+        std::fs::write(&config_path, config).unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus");
+        Prometheus {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// `/api/v1/query` (an instant query now): the parsed JSON answer.
+    pub fn query(&self, promql: &str) -> serde_json::Value {
+        let mut encoded = String::new();
+        for b in promql.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                encoded.push(b as char);
+            } else {
+                encoded.push_str(&format!("%{b:02X}"));
+            }
+        }
+        let (code, body) = get(self.addr, &format!("/api/v1/query?query={encoded}"));
+        let v: serde_json::Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{promql}: HTTP {code}: {e}: {body}"));
+        v
+    }
+
+    /// The result vector of a query that must succeed.
+    pub fn vector(&self, promql: &str) -> Vec<serde_json::Value> {
+        let v = self.query(promql);
+        assert_eq!(v["status"], "success", "{promql}: {v}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (up to two minutes) until `promql` returns at least one series.
+    pub fn wait_for(&self, promql: &str) -> Vec<serde_json::Value> {
+        let start = Instant::now();
+        loop {
+            if TcpStream::connect(self.addr).is_ok() {
+                let v = self.query(promql);
+                if v["status"] == "success"
+                    && v["data"]["result"].as_array().is_some_and(|r| !r.is_empty())
+                {
+                    return v["data"]["result"].as_array().unwrap().clone();
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "no result for {promql} within 120 s: {}",
+                std::fs::read_to_string(self._dir.path().join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every PromQL expression of the dashboard (panel targets and annotations), with Grafana's
+/// variables replaced the way Grafana would for "All instances".
+fn dashboard_expressions() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("deploy/grafana/netsteer-dashboard.json"))
+        .expect("dashboard");
+    let d: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let mut out = Vec::new();
+    let mut walk_targets = |targets: &serde_json::Value| {
+        for t in targets.as_array().into_iter().flatten() {
+            if let Some(e) = t["expr"].as_str() {
+                out.push(e.to_string());
+            }
+        }
+    };
+    for p in d["panels"].as_array().unwrap() {
+        walk_targets(&p["targets"]);
+    }
+    for a in d["annotations"]["list"].as_array().into_iter().flatten() {
+        if let Some(e) = a["expr"].as_str() {
+            out.push(e.to_string());
+        }
+    }
+    out.into_iter()
+        .map(|e| {
+            e.replace("$__rate_interval", "1m")
+                .replace("$instance", ".+")
+        })
+        .collect()
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_agent_and_the_rules_and_dashboard_evaluate() {
+    if !(tool("prometheus") && tool("promtool")) {
+        common::cannot_run("needs prometheus and promtool (apt-get install prometheus)");
+        return;
+    }
+    // The live host, read only.
+    let agent = AgentProcess::start(&[]);
+    let (code, body) = get(agent.addr, "/metrics");
+    assert_eq!(code, 200);
+    // promtool lints the exposition as Prometheus parses it.
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The rules are valid and their unit tests pass.
+    let dir = repo().join("deploy/prometheus");
+    for args in [
+        vec!["check", "rules", "netsteer.rules.yml"],
+        vec!["test", "rules", "netsteer.rules.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let prom = Prometheus::start(&[agent.addr.to_string()]);
+    let up = prom.wait_for("up{job=\"netsteer\"} == 1");
+    assert_eq!(up.len(), 1);
+    let build = prom.wait_for("netsteer_build_info");
+    assert_eq!(build[0]["metric"]["instance"], agent.addr.to_string());
+    let cpus = std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count();
+    let processed = prom.wait_for("netsteer_softnet_processed_total");
+    assert_eq!(processed.len(), cpus, "{processed:?}");
+    assert_eq!(
+        prom.wait_for("netsteer_cpu_seconds_total").len(),
+        3 * cpus
+    );
+    prom.wait_for("netsteer_doctor_findings{severity=\"critical\"}");
+    // The recording rules ran on the scraped data (they need two scrapes in their window).
+    let ratio = prom.wait_for("instance_cpu:netsteer_cpu_irq_softirq:ratio_rate5m");
+    assert_eq!(ratio.len(), cpus);
+    // Every dashboard expression is valid PromQL over these series.
+    let exprs = dashboard_expressions();
+    assert!(exprs.len() >= 15, "{exprs:?}");
+    for e in &exprs {
+        let v = prom.query(e);
+        assert_eq!(v["status"], "success", "{e}: {v}");
+    }
+    // The heatmap's expression has one series per CPU.
+    let heat = prom.wait_for(&exprs[0]);
+    assert_eq!(heat.len(), cpus, "{}", exprs[0]);
+}
