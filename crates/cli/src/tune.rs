@@ -47,9 +47,10 @@ pub enum IrqbalanceArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
-    /// What to tune for (`none`: only the --set knobs).
+    /// What to tune for (`none`: only the --set knobs). Required, except with `tune apply
+    /// --plan FILE`.
     #[arg(long, value_enum)]
-    profile: Profile,
+    profile: Option<Profile>,
     /// An explicit knob, written after the profile's items (repeatable): a sysctl under
     /// /proc/sys/net, a queue's rps_cpus/rps_flow_cnt/xps_cpus/xps_rxqs, or an IRQ's
     /// smp_affinity[_list]. Journaled and rolled back like the profile's items.
@@ -108,6 +109,15 @@ pub struct ApplyArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Apply this saved plan (`tune plan --json > FILE`, reviewed once) instead of planning
+    /// here: every host of a fleet applies the same desired state. IRQs are found again by
+    /// name; what already matches is left alone, so applying it twice changes nothing.
+    #[arg(
+        long = "plan",
+        value_name = "FILE",
+        conflicts_with_all = ["profile", "knobs", "napi", "devices", "cpus", "reserve_queue", "ports"]
+    )]
+    plan_file: Option<PathBuf>,
     /// Where journals and the applied plan live (default /var/lib/netsteer; with --root, that
     /// path inside the tree).
     #[arg(long, value_name = "DIR")]
@@ -229,8 +239,11 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
         .as_deref()
         .map(|c| CpuSet::parse_list(c, None).with_context(|| format!("--cpus {c}")))
         .transpose()?;
+    let profile = a
+        .profile
+        .context("--profile is required (latency, throughput, balanced, or none with --set)")?;
     Ok(PlanOptions {
-        profile: a.profile,
+        profile,
         devices: a.devices.clone(),
         cpus,
         irqbalance: match a.irqbalance {
@@ -397,7 +410,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             let nic = Nic::open(host, !a.plan.no_ethtool);
             make_plan(host, &nic, &options(host, &a.plan)?)?;
             let inv = Invocation {
-                profile: a.plan.profile.to_string(),
+                profile: a.plan.profile.map(|p| p.to_string()).unwrap_or_default(),
                 knobs: a
                     .plan
                     .knobs
@@ -560,10 +573,29 @@ struct ApplyOutput<'a> {
     rollback: Option<&'a RollbackReport>,
 }
 
+/// The saved plan of `--plan FILE`, made this host's (IRQs found by name, devices checked).
+fn saved_plan(host: &Host, nic: &Nic, file: &Path) -> Result<Plan> {
+    use netsteer_tune::tune::saved;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("--plan {}", file.display()))?;
+    let p = saved::parse(&text).with_context(|| format!("--plan {}", file.display()))?;
+    let settings = |name: &str| nic.backend().settings(name);
+    let view = read_host(
+        &host.fs,
+        nic.enabled().then_some(&settings as &dyn Fn(&str) -> _),
+    );
+    Ok(saved::for_host(&p, &view).with_context(|| format!("--plan {}", file.display()))?)
+}
+
 fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
-    let opts = options(host, &a.plan)?;
     let nic = Nic::open(host, !a.plan.no_ethtool);
-    let p = make_plan(host, &nic, &opts)?;
+    let (p, opts) = match &a.plan_file {
+        Some(file) => (saved_plan(host, &nic, file)?, None),
+        None => {
+            let opts = options(host, &a.plan)?;
+            (make_plan(host, &nic, &opts)?, Some(opts))
+        }
+    };
     if a.dry_run {
         if a.plan.json {
             print_json(&p)?;
@@ -586,7 +618,12 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
         fs: host.fs.clone(),
         nic: nic.backend(),
     };
-    let mut replan = || make_plan(host, &nic, &opts).map_err(|e| crate::error_text(&e));
+    // After a channel change, a live plan is made again for the new queues; a saved plan is
+    // what was reviewed, so it is used as it is.
+    let mut replan = || match &opts {
+        Some(opts) => make_plan(host, &nic, opts).map_err(|e| crate::error_text(&e)),
+        None => Ok(p.clone()),
+    };
     let mut do_apply = || -> Result<ApplyReport> {
         Ok(apply(
             &p,

@@ -89,7 +89,10 @@ fn the_agent_serves_metrics_and_refuses_what_it_does_not_know() {
     for (request, want) in [
         (&b"GET /nope HTTP/1.1\r\n\r\n"[..], 404),
         (b"GET /../../etc/passwd HTTP/1.1\r\n\r\n", 404),
-        (b"POST /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd", 404),
+        (
+            b"POST /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd",
+            404,
+        ),
         (
             b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             404,
@@ -216,7 +219,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.path().join("log")).unwrap();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(log)
@@ -259,7 +265,9 @@ impl Prometheus {
             if TcpStream::connect(self.addr).is_ok() {
                 let v = self.query(promql);
                 if v["status"] == "success"
-                    && v["data"]["result"].as_array().is_some_and(|r| !r.is_empty())
+                    && v["data"]["result"]
+                        .as_array()
+                        .is_some_and(|r| !r.is_empty())
                 {
                     return v["data"]["result"].as_array().unwrap().clone();
                 }
@@ -373,10 +381,7 @@ fn a_real_prometheus_scrapes_the_agent_and_the_rules_and_dashboard_evaluate() {
         .count();
     let processed = prom.wait_for("netsteer_softnet_processed_total");
     assert_eq!(processed.len(), cpus, "{processed:?}");
-    assert_eq!(
-        prom.wait_for("netsteer_cpu_seconds_total").len(),
-        3 * cpus
-    );
+    assert_eq!(prom.wait_for("netsteer_cpu_seconds_total").len(), 3 * cpus);
     prom.wait_for("netsteer_doctor_findings{severity=\"critical\"}");
     // The recording rules ran on the scraped data (they need two scrapes in their window).
     let ratio = prom.wait_for("instance_cpu:netsteer_cpu_irq_softirq:ratio_rate5m");

@@ -431,3 +431,84 @@ fn explicit_knobs_are_applied_journaled_and_rolled_back() {
     }
     assert_eq!(files(root), before);
 }
+
+/// The fleet's way: one reviewed plan file, applied as is on another host of the same shape;
+/// twice changes nothing; rollback restores the tree byte for byte. Bad plan files are refused by name, changing nothing.
+#[test]
+fn a_saved_plan_file_is_applied_as_reviewed_and_idempotent() {
+    let planning = scratch("kvm-virtio-16cpu");
+    let out = netsteer(
+        planning.path(),
+        &["tune", "plan", "--profile", "throughput", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(plan_file.path(), &out.stdout).unwrap();
+    let plan_arg = plan_file.path().to_str().unwrap();
+
+    let host = scratch("kvm-virtio-16cpu");
+    let before = files(host.path());
+    let apply = |extra: &[&str]| {
+        let mut args = vec!["tune", "apply", "--plan", plan_arg, "--json"];
+        args.extend_from_slice(extra);
+        let o = netsteer(host.path(), &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<netsteer_tune::tune::ApplyReport>(&o.stdout).unwrap()
+    };
+    let first = apply(&[]);
+    assert_eq!(first.status, "applied");
+    assert!(first.steps.iter().any(|s| s.status == "changed"));
+    let second = apply(&[]);
+    assert!(
+        second.steps.iter().all(|s| s.status != "changed"),
+        "{:?}",
+        second.steps
+    );
+    let verify = netsteer(host.path(), &["tune", "verify"]);
+    assert!(verify.status.success(), "{}", stdout(&verify));
+    let rb = netsteer(host.path(), &["tune", "rollback", first.journal.as_str()]);
+    assert!(
+        rb.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rb.stderr)
+    );
+    let mut after = files(host.path());
+    after.retain(|p, _| !p.starts_with("var/lib/netsteer"));
+    let mut before = before;
+    before.retain(|p, _| !p.starts_with("var/lib/netsteer"));
+    assert_eq!(after, before);
+
+    // Refused by name, nothing written: a file that is not a plan, a plan for another device,
+    // and --plan with planning flags.
+    let bad = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(bad.path(), "{\"not\": \"a plan\"}").unwrap();
+    let other = tempfile::NamedTempFile::new().unwrap();
+    let mut p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    p["devices"] = serde_json::json!(["eth9"]);
+    std::fs::write(other.path(), p.to_string()).unwrap();
+    for (args, needle) in [
+        (
+            vec!["tune", "apply", "--plan", bad.path().to_str().unwrap()],
+            bad.path().display().to_string(),
+        ),
+        (
+            vec!["tune", "apply", "--plan", other.path().to_str().unwrap()],
+            "eth9".to_string(),
+        ),
+        (
+            vec!["tune", "apply", "--plan", plan_arg, "--profile", "latency"],
+            "--profile".to_string(),
+        ),
+    ] {
+        let snapshot = files(host.path());
+        let o = netsteer(host.path(), &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&needle), "{args:?}: {err}");
+        assert_eq!(files(host.path()), snapshot, "{args:?}");
+    }
+}

@@ -652,3 +652,104 @@ fn napi_items_plan_apply_and_roll_back_on_a_tree() {
         old.notes
     );
 }
+
+/// A saved plan (as `tune plan --json` writes it) applied to another host of the same shape:
+/// the same values land, a second apply of the same file changes nothing, and rollback makes the
+/// tree byte-identical again.
+#[test]
+fn a_saved_plan_applies_the_same_state_on_another_host_and_twice_changes_nothing() {
+    use netsteer_tune::tune::saved;
+    let reviewed = plan_tree(&fixture("kvm-virtio-16cpu"), &opts(Profile::Throughput));
+    let text = serde_json::to_string(&reviewed).unwrap();
+    let host = copy_tree(&fixture("kvm-virtio-16cpu"));
+    let before = contents(host.path());
+    let state = tempfile::tempdir().unwrap();
+    let apply_saved = || {
+        let fs = HostFs::open(host.path()).unwrap();
+        let nic = TreeNic::new(host.path());
+        let settings = |n: &str| nic.settings(n);
+        let view = read_host(&fs, Some(&settings));
+        let p = saved::for_host(&saved::parse(&text).unwrap(), &view).unwrap();
+        let backend = HostBackend { fs, nic: &nic };
+        let mut replan = || Ok(p.clone());
+        apply(
+            &p,
+            &root_name(host.path()),
+            &backend,
+            state.path(),
+            &mut replan,
+            &ApplyOptions::default(),
+        )
+        .unwrap()
+    };
+    let first = apply_saved();
+    assert_eq!(first.status, "applied", "{first:?}");
+    let changed = first.steps.iter().filter(|s| s.status == "changed").count();
+    assert_eq!(changed, reviewed.changes().count(), "{:?}", first.steps);
+    let second = apply_saved();
+    assert_eq!(second.status, "applied");
+    assert!(
+        second.steps.iter().all(|s| s.status != "changed"),
+        "{:?}",
+        second.steps
+    );
+    let r = rollback_tree(host.path(), &first.journal);
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(contents(host.path()), before);
+}
+
+#[test]
+fn a_saved_plan_finds_renumbered_irqs_by_name_and_refuses_a_missing_device() {
+    use netsteer_tune::tune::saved::{self, SavedPlanError};
+    let root = fixture("kvm-virtio-16cpu");
+    let reviewed = plan_tree(&root, &opts(Profile::Throughput));
+    let fs = HostFs::open(&root).unwrap();
+    let mut view = read_host(&fs, None);
+    // The other host booted with its NIC's IRQs 100 higher.
+    for nic in &mut view.nics {
+        for irq in &mut nic.irqs {
+            irq.irq += 100;
+        }
+    }
+    let p = saved::for_host(&reviewed, &view).unwrap();
+    let irq_items: Vec<_> = items(&p, ItemKind::IrqAffinity);
+    assert!(!irq_items.is_empty());
+    let mut moved = 0;
+    for (new, old) in irq_items
+        .iter()
+        .zip(items(&reviewed, ItemKind::IrqAffinity))
+    {
+        if old.label.is_none() || matches!(old.action, Action::Skip(_)) {
+            continue;
+        }
+        let n: u32 = old.id["irq/".len()..].parse().unwrap();
+        assert_eq!(new.id, format!("irq/{}", n + 100));
+        assert_eq!(
+            new.target.to_string(),
+            old.target
+                .to_string()
+                .replace(&format!("/irq/{n}/"), &format!("/irq/{}/", n + 100))
+        );
+        moved += 1;
+    }
+    assert!(moved > 0);
+    // No keep is left: what was already right there is wanted here too.
+    assert!(p.items.iter().all(|i| i.action != Action::Keep));
+    // A host without the plan's device is refused by name, before anything is written.
+    let mut other = view.clone();
+    other.nics.retain(|n| !reviewed.devices.contains(&n.name));
+    assert_eq!(
+        saved::for_host(&reviewed, &other).unwrap_err(),
+        SavedPlanError::MissingDevice(reviewed.devices[0].clone())
+    );
+    let mut old = serde_json::to_value(&reviewed).unwrap();
+    old["schema_version"] = 99.into();
+    assert_eq!(
+        saved::parse(&old.to_string()).unwrap_err(),
+        SavedPlanError::Schema { found: 99 }
+    );
+    assert!(matches!(
+        saved::parse("{\"items\": 3}"),
+        Err(SavedPlanError::Parse(_))
+    ));
+}

@@ -7,6 +7,7 @@ pub mod journal;
 pub mod model;
 pub mod persist;
 pub mod plan;
+pub mod saved;
 pub mod verify;
 
 pub use apply::{
