@@ -584,7 +584,7 @@ fn saved_plan(host: &Host, nic: &Nic, file: &Path) -> Result<Plan> {
         &host.fs,
         nic.enabled().then_some(&settings as &dyn Fn(&str) -> _),
     );
-    Ok(saved::for_host(&p, &view).with_context(|| format!("--plan {}", file.display()))?)
+    saved::for_host(&p, &view).with_context(|| format!("--plan {}", file.display()))
 }
 
 fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
