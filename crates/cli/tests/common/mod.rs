@@ -2,6 +2,8 @@
 //! (also when an assertion fails), and a root check.
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use netsteer_lab::Remote;
 use std::process::{Command, Output};
 
