@@ -2,11 +2,14 @@ use crate::args::Seconds;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use netsteer_host::HostFs;
 use netsteer_host::process::read_process;
 use netsteer_host::read_host;
 use netsteer_host::sample::{CounterSample, parse_uptime, read_net_counters, read_sample};
+use netsteer_tune::doctor::fleet::{FleetHost, FleetReport, host_names};
 use netsteer_tune::doctor::{Goal, Load, LoadSource, RULES, Report, Severity, diagnose};
 use std::io;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -73,23 +76,175 @@ fn measure_load(host: &Host, sample: Duration) -> Result<(Load, Vec<String>, boo
     Ok((Load::since_boot(&s0, &n0, uptime), problems, interrupts))
 }
 
-pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
-    let mut out = io::stdout().lock();
-    if args.list_rules {
-        for r in RULES {
-            emit(&mut out, &format!("{:<22} {}", r.id, r.looks_for))?;
+/// A tree of one host: it has the /proc files doctor reads.
+fn is_host_tree(dir: &Path) -> bool {
+    dir.join("proc/stat").is_file() || dir.join("proc/interrupts").is_file()
+}
+
+/// The trees of a fleet run: several `--root`s, or one `--root` holding a directory per host
+/// (what `netsteer snapshot` wrote on each, collected in one place). None for a single host.
+pub fn fleet_roots(roots: &[PathBuf]) -> Result<Option<Vec<PathBuf>>> {
+    match roots {
+        [] => Ok(None),
+        [one] if is_host_tree(one) => Ok(None),
+        [one] => {
+            let Ok(entries) = std::fs::read_dir(one) else {
+                // Not a directory of trees: the single-host path reports the error.
+                return Ok(None);
+            };
+            let mut trees: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_dir() && is_host_tree(p))
+                .collect();
+            if trees.is_empty() {
+                return Ok(None);
+            }
+            trees.sort();
+            Ok(Some(trees))
         }
-        return Ok(ExitCode::SUCCESS);
+        many => Ok(Some(many.to_vec())),
     }
+}
+
+/// Doctor on every tree (averages since boot, as for one `--root`), then one table.
+pub fn run_fleet(roots: &[PathBuf], args: &DoctorArgs) -> Result<ExitCode> {
+    if args.list_rules {
+        return list_rules();
+    }
+    if args.pid.is_some() {
+        bail!("--pid names a process of one live host, not of a fleet's trees");
+    }
+    let names = host_names(roots);
+    let mut hosts = Vec::new();
+    for (root, name) in roots.iter().zip(names) {
+        let entry = |report: Option<Report>, error: Option<String>| FleetHost {
+            host: name.clone(),
+            root: root.display().to_string(),
+            report,
+            error,
+        };
+        let host = match HostFs::open(root) {
+            Ok(fs) => Host { fs },
+            Err(e) => {
+                hosts.push(entry(None, Some(format!("--root {}: {e}", root.display()))));
+                continue;
+            }
+        };
+        match diagnose_host(&host, args, None) {
+            Ok((report, missing)) if missing.is_empty() => hosts.push(entry(Some(report), None)),
+            Ok((report, missing)) => hosts.push(entry(
+                Some(report),
+                Some(format!("could not read {}", missing.join("; "))),
+            )),
+            Err(e) => hosts.push(entry(None, Some(crate::error_text(&e)))),
+        }
+    }
+    let fleet = FleetReport::new(hosts);
+    let mut out = io::stdout().lock();
+    if args.json {
+        emit(&mut out, &serde_json::to_string_pretty(&fleet)?)?;
+    } else {
+        for line in render_fleet(&fleet).lines() {
+            emit(&mut out, line)?;
+        }
+    }
+    Ok(ExitCode::from(fleet.exit_code()))
+}
+
+fn severity_mark(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "C",
+        Severity::Warning => "W",
+        Severity::Info => "i",
+    }
+}
+
+/// One line per host (counts, then its findings most severe first), then one line per rule
+/// with the hosts it fired on.
+pub fn render_fleet(f: &FleetReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let width = f
+        .hosts
+        .iter()
+        .map(|h| h.host.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(
+        s,
+        "netsteer doctor: {} host(s), loads averaged since boot",
+        f.hosts.len()
+    );
+    let _ = writeln!(
+        s,
+        "\n{:<width$}  crit  warn  info  findings (C critical, W warning, i info)",
+        "host"
+    );
+    for h in &f.hosts {
+        match (&h.report, &h.error) {
+            (Some(r), err) => {
+                let list: Vec<String> = r
+                    .findings
+                    .iter()
+                    .map(|x| format!("{}:{}", severity_mark(x.severity), x.id))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "{:<width$}  {:>4}  {:>4}  {:>4}  {}{}",
+                    h.host,
+                    r.counts.critical,
+                    r.counts.warning,
+                    r.counts.info,
+                    if list.is_empty() {
+                        "-".to_string()
+                    } else {
+                        list.join(" ")
+                    },
+                    err.as_deref()
+                        .map(|e| format!("  (incomplete: {e})"))
+                        .unwrap_or_default()
+                );
+            }
+            (None, err) => {
+                let _ = writeln!(
+                    s,
+                    "{:<width$}     ?     ?     ?  ERROR {}",
+                    h.host,
+                    err.as_deref().unwrap_or("no report")
+                );
+            }
+        }
+    }
+    if !f.rules.is_empty() {
+        let _ = writeln!(s, "\nby rule:");
+        let idw = f.rules.iter().map(|r| r.id.len()).max().unwrap_or(0);
+        for r in &f.rules {
+            let _ = writeln!(
+                s,
+                "  {:<idw$}  {:<8}  {} of {} host(s): {}",
+                r.id,
+                label(r.severity),
+                r.hosts.len(),
+                f.hosts.len(),
+                r.hosts.join(", ")
+            );
+        }
+    }
+    s
+}
+
+/// One host's report and the core inputs it could not read. /proc/stat and /proc/interrupts
+/// are doctor's core inputs: without them the spread and drop rules cannot run, and "no
+/// finding" would read as "healthy" to a script or a fleet job. The static rules still run,
+/// but the caller must say the run failed.
+fn diagnose_host(
+    host: &Host,
+    args: &DoctorArgs,
+    app: Option<&netsteer_tune::doctor::App>,
+) -> Result<(Report, Vec<String>)> {
     let settings = host.nic_settings_source();
     let view = read_host(&host.fs, (!args.no_ethtool).then_some(&*settings));
-    let app = match args.pid {
-        Some(pid) => Some(read_process(&host.fs, pid).with_context(|| format!("--pid {pid}"))?),
-        None => None,
-    };
-    // /proc/stat and /proc/interrupts are doctor's core inputs: without them the spread and
-    // drop rules cannot run, and "no finding" would read as "healthy" to a script or a fleet
-    // job. The static rules still run and print, but the exit code says the run failed.
     let mut missing_core = Vec::new();
     let (load, problems) = match measure_load(host, args.sample.get()) {
         Ok((l, p, interrupts_read)) => {
@@ -109,8 +264,29 @@ pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
             )
         }
     };
-    let mut report = diagnose(&view, load.as_ref(), args.goal, app.as_ref());
+    let mut report = diagnose(&view, load.as_ref(), args.goal, app);
     report.problems.extend(problems);
+    Ok((report, missing_core))
+}
+
+fn list_rules() -> Result<ExitCode> {
+    let mut out = io::stdout().lock();
+    for r in RULES {
+        emit(&mut out, &format!("{:<22} {}", r.id, r.looks_for))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
+    if args.list_rules {
+        return list_rules();
+    }
+    let mut out = io::stdout().lock();
+    let app = match args.pid {
+        Some(pid) => Some(read_process(&host.fs, pid).with_context(|| format!("--pid {pid}"))?),
+        None => None,
+    };
+    let (report, missing_core) = diagnose_host(host, args, app.as_ref())?;
     if args.json {
         emit(&mut out, &serde_json::to_string_pretty(&report)?)?;
     } else {

@@ -58,8 +58,9 @@ struct Cli {
 #[derive(Args, Debug, Clone)]
 struct Global {
     /// Read the host from this directory instead of `/` (a `netsteer snapshot` or fixture tree).
-    #[arg(long, global = true, value_name = "DIR")]
-    root: Option<PathBuf>,
+    /// `doctor` takes it several times, or a directory of snapshots, for a fleet table.
+    #[arg(long, global = true, value_name = "DIR", action = clap::ArgAction::Append)]
+    root: Vec<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -117,11 +118,13 @@ pub struct Host {
 
 impl Host {
     fn open(global: &Global) -> Result<Host> {
-        let fs = match &global.root {
-            None => HostFs::live(),
-            Some(root) => {
-                HostFs::open(root).with_context(|| format!("--root {}", root.display()))?
-            }
+        let fs = match global.root.as_slice() {
+            [] => HostFs::live(),
+            [root] => HostFs::open(root).with_context(|| format!("--root {}", root.display()))?,
+            more => anyhow::bail!(
+                "--root given {} times: only `doctor` reads several hosts",
+                more.len()
+            ),
         };
         Ok(Host { fs })
     }
@@ -166,6 +169,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Lab(cmd) => return lab::run(cmd),
+        Command::Doctor(args) if doctor::fleet_roots(&cli.global.root)?.is_some() => {
+            let roots = doctor::fleet_roots(&cli.global.root)?.unwrap_or_default();
+            return doctor::run_fleet(&roots, args);
+        }
         Command::Man { out } => {
             std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
             clap_mangen::generate_to(Cli::command(), out)

@@ -225,3 +225,73 @@ fn doctor_fix_steps_are_the_writes_of_the_tune_it_recommends() {
         );
     }
 }
+
+/// A directory of support bundles (or several `--root`s) gives one fleet report: each host's
+/// report is exactly its single-host report, each rule lists the hosts it fired on, and a tree
+/// that cannot be read is named in the table and makes the exit code 2.
+#[test]
+fn a_fleet_of_trees_gives_one_table_of_hosts_and_findings() {
+    use netsteer_tune::doctor::fleet::FleetReport;
+    let all = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts");
+    let out = netsteer(&["--root", all.to_str().unwrap(), "doctor", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fleet: FleetReport = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = fleet.hosts.iter().map(|h| h.host.as_str()).collect();
+    let mut expected: Vec<String> = std::fs::read_dir(&all)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    for h in &fleet.hosts {
+        let (single, _) = doctor(&h.host, &[]);
+        let report = h.report.as_ref().expect("a report");
+        assert_eq!(ids(report), ids(&single), "{}", h.host);
+        assert!(h.error.is_none());
+    }
+    for rule in &fleet.rules {
+        for h in &fleet.hosts {
+            let fired = ids(h.report.as_ref().unwrap()).contains(&rule.id.as_str());
+            assert_eq!(
+                rule.hosts.contains(&h.host),
+                fired,
+                "{} {}",
+                rule.id,
+                h.host
+            );
+        }
+    }
+    assert!(fleet.rules.iter().any(|r| r.hosts.len() > 1));
+
+    // Several --root, one of them missing: named, exit 2, the others still reported.
+    let text = netsteer(&[
+        "--root",
+        root("dev-vm").to_str().unwrap(),
+        "--root",
+        "/nonexistent/bundle",
+        "doctor",
+    ]);
+    assert_eq!(text.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("dev-vm"), "{stdout}");
+    assert!(
+        stdout.contains("ERROR --root /nonexistent/bundle"),
+        "{stdout}"
+    );
+
+    // Other commands read one host.
+    let show = netsteer(&[
+        "--root",
+        root("dev-vm").to_str().unwrap(),
+        "--root",
+        root("rhel7-4cpu").to_str().unwrap(),
+        "show",
+    ]);
+    assert_eq!(show.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&show.stderr).contains("--root given 2 times"));
+}

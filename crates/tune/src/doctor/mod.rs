@@ -3,6 +3,7 @@
 //! snapshot tree, a fixture or a test-built view diagnose the same way as the live host.
 
 pub(crate) mod ctx;
+pub mod fleet;
 pub mod model;
 pub mod report;
 pub mod rules;

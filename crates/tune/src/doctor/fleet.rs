@@ -1,0 +1,109 @@
+//! Many hosts' doctor reports as one fleet view: each host's findings, and each rule's hosts,
+//! so a support engineer sees at once which problem is everywhere and which is one host's.
+
+use super::{Report, Severity};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const FLEET_SCHEMA_VERSION: u32 = 1;
+
+/// One host of the fleet: its report, or why there is none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetHost {
+    /// A short name (the tree's directory name, made unique).
+    pub host: String,
+    /// The tree it was read from.
+    pub root: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Report>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A rule that fired on some hosts, at its worst severity there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetRule {
+    pub id: String,
+    pub severity: Severity,
+    pub hosts: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetReport {
+    pub schema_version: u32,
+    pub hosts: Vec<FleetHost>,
+    /// Most severe first, then the most widespread.
+    pub rules: Vec<FleetRule>,
+}
+
+impl FleetReport {
+    pub fn new(hosts: Vec<FleetHost>) -> FleetReport {
+        let mut by_rule: BTreeMap<String, (Severity, Vec<String>)> = BTreeMap::new();
+        for h in &hosts {
+            let Some(r) = &h.report else { continue };
+            for f in &r.findings {
+                let e = by_rule
+                    .entry(f.id.clone())
+                    .or_insert((f.severity, Vec::new()));
+                e.0 = e.0.max(f.severity);
+                if !e.1.contains(&h.host) {
+                    e.1.push(h.host.clone());
+                }
+            }
+        }
+        let mut rules: Vec<FleetRule> = by_rule
+            .into_iter()
+            .map(|(id, (severity, hosts))| FleetRule {
+                id,
+                severity,
+                hosts,
+            })
+            .collect();
+        rules.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then(b.hosts.len().cmp(&a.hosts.len()))
+                .then(a.id.cmp(&b.id))
+        });
+        FleetReport {
+            schema_version: FLEET_SCHEMA_VERSION,
+            hosts,
+            rules,
+        }
+    }
+
+    /// 2 when a host could not be read, else 1 when any host has a warning or worse, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.hosts.iter().any(|h| h.error.is_some()) {
+            return 2;
+        }
+        self.hosts
+            .iter()
+            .filter_map(|h| h.report.as_ref())
+            .map(Report::exit_code)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Short, unique host names from tree paths: the directory name, or more of the path where two
+/// trees share it.
+pub fn host_names(roots: &[std::path::PathBuf]) -> Vec<String> {
+    let base = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let names: Vec<String> = roots.iter().map(|p| base(p)).collect();
+    names
+        .iter()
+        .zip(roots)
+        .map(|(n, p)| {
+            if names.iter().filter(|m| *m == n).count() > 1 {
+                p.display().to_string()
+            } else {
+                n.clone()
+            }
+        })
+        .collect()
+}
