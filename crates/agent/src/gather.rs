@@ -6,7 +6,7 @@ use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::Nic;
 use netsteer_host::parse::IrqLabel;
 use netsteer_host::sample::{CounterSample, NetCounters, read_net_counters, read_sample};
-use netsteer_host::{Field, HostFs, HostView, read_host};
+use netsteer_host::{Field, HostFs, HostView, read_host_reusing};
 use netsteer_nic::NicBackend;
 use netsteer_tune::doctor::{Goal, Load, Severity, diagnose};
 use netsteer_tune::tune::journal::{self, Record};
@@ -51,13 +51,22 @@ struct Previous {
     net: NetCounters,
 }
 
+/// What one scrape leaves for the next.
+#[derive(Default)]
+struct Kept {
+    /// For the doctor's rates.
+    counters: Option<Previous>,
+    /// Per-CPU topology, reused while no CPU comes or goes.
+    topology: Option<netsteer_host::topology::Topology>,
+}
+
 pub struct Agent {
     fs: HostFs,
     nic: NicSource,
     opts: AgentOptions,
     /// Also serializes scrapes: two Prometheus servers scraping at once read the host once
     /// each, one after the other, and each gets rates over the interval since the other.
-    previous: Mutex<Option<Previous>>,
+    previous: Mutex<Kept>,
 }
 
 /// Labels are `&'static str` keys with owned values.
@@ -90,7 +99,7 @@ impl Agent {
             fs,
             nic,
             opts,
-            previous: Mutex::new(None),
+            previous: Mutex::new(Kept::default()),
         }
     }
 
@@ -104,16 +113,18 @@ impl Agent {
         let mut out = Families::default();
         let mut success: Vec<(&'static str, bool)> = Vec::new();
         let mut ok = |collector: &'static str, worked: bool| success.push((collector, worked));
+        let fs = &self.fs;
         let nic = (self.nic)();
         let settings = |name: &str| match &nic {
             Ok(b) => b.settings(name),
             Err(reason) => NicSettings::unavailable(reason),
         };
-        let view = read_host(&self.fs, Some(&settings));
+        let view = read_host_reusing(fs, Some(&settings), previous.topology.as_ref());
+        previous.topology = Some(view.topology.clone());
         let devices = self.devices(&view);
 
-        let counters = read_sample(&self.fs);
-        let net = read_net_counters(&self.fs);
+        let counters = read_sample(fs);
+        let net = read_net_counters(fs);
         ok("stat", counters.is_ok());
         let load = match &counters {
             Ok(c) => {
@@ -122,13 +133,13 @@ impl Agent {
                 ok("softnet", !c.softnet.is_empty());
                 ok("interrupts", c.interrupts.is_some());
                 self.interrupts(&mut out, c, &devices);
-                let load = match previous.as_ref() {
+                let load = match previous.counters.as_ref() {
                     Some(p) if self.opts.rates == Rates::BetweenScrapes && now > p.at => Some(
                         Load::sampled((&p.counters, &p.net), (c, &net), (now - p.at).as_secs_f64()),
                     ),
-                    _ => self.since_boot(c, &net),
+                    _ => since_boot(fs, c, &net),
                 };
-                *previous = Some(Previous {
+                previous.counters = Some(Previous {
                     at: now,
                     counters: c.clone(),
                     net: net.clone(),
@@ -200,7 +211,7 @@ impl Agent {
                 Err(reason) => Box::new(netsteer_nic::NoNic { reason }),
             };
             let backend = HostBackend {
-                fs: self.fs.clone(),
+                fs: fs.clone(),
                 nic: backend_nic.as_ref(),
             };
             let ok_tune = self.tune(&mut out, dir, &backend, &view);
@@ -222,18 +233,6 @@ impl Agent {
             1.0,
         );
         out.into_vec()
-    }
-
-    /// The load averaged since boot, when there is no previous scrape (or the host is a tree,
-    /// whose counters never move).
-    fn since_boot(&self, c: &CounterSample, net: &NetCounters) -> Option<Load> {
-        let uptime = self
-            .fs
-            .read_parsed("/proc/uptime", netsteer_host::sample::parse_uptime)
-            .ok()
-            .or_else(|| c.uptime_from_ticks())
-            .filter(|u| *u > 0.0)?;
-        Some(Load::since_boot(c, net, uptime))
     }
 
     fn devices<'v>(&self, view: &'v HostView) -> Vec<&'v Nic> {
@@ -506,6 +505,17 @@ impl Agent {
         }
         fine
     }
+}
+
+/// The load averaged since boot, when there is no previous scrape (or the host is a tree, whose
+/// counters never move).
+fn since_boot(fs: &HostFs, c: &CounterSample, net: &NetCounters) -> Option<Load> {
+    let uptime = fs
+        .read_parsed("/proc/uptime", netsteer_host::sample::parse_uptime)
+        .ok()
+        .or_else(|| c.uptime_from_ticks())
+        .filter(|u| *u > 0.0)?;
+    Some(Load::since_boot(c, net, uptime))
 }
 
 /// The NIC features that change where and how much packet work is done.

@@ -10,7 +10,7 @@
 //! link crossed, which is exactly what `netsteer snapshot` copies.
 
 use crate::error::{HostError, ParseError, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, Write};
@@ -31,15 +31,35 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// with `fstat` first: a FIFO planted in a tree would otherwise block `open(2)` forever, and a
 /// device would never end. (procfs and sysfs files are regular files to `fstat`.)
 pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    read_regular_with(path, limit, 0)
+}
+
+/// As [`read_regular`], refusing a link as the last component (ELOOP) when `flags` has
+/// O_NOFOLLOW.
+fn read_regular_with(path: &Path, limit: u64, flags: i32) -> io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let file = fs::OpenOptions::new()
+    let mut file = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | flags)
         .open(path)?;
-    check_regular(&file)?;
+    let size = check_regular(&file)?;
     let mut bytes = Vec::new();
-    file.take(limit + 1).read_to_end(&mut bytes)?;
+    // A tree's files are plain files of their exact size: one read that returns exactly that
+    // many bytes is the whole file, without the extra read that would only find EOF (about
+    // a thousand saved syscalls per read of a 128-CPU tree). /proc files say 0 and sysfs ones
+    // 4096, so they take the general path.
+    if size > 0 && size <= limit {
+        bytes.resize(size as usize, 0);
+        let n = file.read(&mut bytes)?;
+        if n as u64 == size {
+            return Ok(bytes);
+        }
+        bytes.truncate(n);
+    }
+    (&mut file)
+        .take(limit + 1 - bytes.len() as u64)
+        .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -52,10 +72,12 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn check_regular(file: &fs::File) -> io::Result<()> {
-    let ft = file.metadata()?.file_type();
+/// The file's size when it is a regular file.
+fn check_regular(file: &fs::File) -> io::Result<u64> {
+    let meta = file.metadata()?;
+    let ft = meta.file_type();
     if ft.is_file() {
-        return Ok(());
+        return Ok(meta.len());
     }
     use std::os::unix::fs::FileTypeExt;
     let kind = if ft.is_fifo() {
@@ -113,6 +135,13 @@ pub struct HostFs {
     recorder: Option<Arc<Mutex<Recorder>>>,
     /// Permission bits a tree's metadata restores (see `capture::SnapshotMeta::modes`).
     tree_modes: Arc<OnceLock<BTreeMap<String, u32>>>,
+    /// Directories of a tree already resolved (host path as asked → resolved host path), so a
+    /// read under `/sys/class/net/eth2/queues/rx-N/` checks each link of the way once, not per
+    /// file: a scrape of the 128-CPU fixture went from 25 ms, mostly lstat(2), to under 10. A
+    /// tree's links do not change while it is read; when a directory the cache leads to is
+    /// gone (a tree replaced under a long-running agent), the cache is dropped and the walk
+    /// done again.
+    dirs: Arc<Mutex<HashMap<PathBuf, PathBuf>>>,
 }
 
 impl Default for HostFs {
@@ -132,6 +161,7 @@ impl HostFs {
             root: root.into(),
             recorder: None,
             tree_modes: Arc::default(),
+            dirs: Arc::default(),
         }
     }
 
@@ -172,10 +202,12 @@ impl HostFs {
     /// The same root, noting everything read from now on into the returned recorder.
     pub fn recording(&self) -> (HostFs, Arc<Mutex<Recorder>>) {
         let recorder = Arc::new(Mutex::new(Recorder::default()));
+        // A cache of its own: every link crossed from now on must be crossed (and recorded).
         let fs = HostFs {
             root: self.root.clone(),
             recorder: Some(recorder.clone()),
             tree_modes: self.tree_modes.clone(),
+            dirs: Arc::default(),
         };
         (fs, recorder)
     }
@@ -186,6 +218,7 @@ impl HostFs {
             root: self.root.clone(),
             recorder: None,
             tree_modes: self.tree_modes.clone(),
+            dirs: self.dirs.clone(),
         }
     }
 
@@ -218,17 +251,60 @@ impl HostFs {
         self.resolve_in_root(host_path)
     }
 
+    /// A tree path whose directory is resolved and whose last component is taken as it is (the
+    /// caller opens it with O_NOFOLLOW). None on the live host, while recording (every link
+    /// must be walked to be recorded) or when the directory cannot be resolved (the full walk
+    /// then reports why).
+    fn resolve_parent(&self, host_path: &Path) -> Option<(PathBuf, PathBuf)> {
+        if self.is_live() || self.recorder.is_some() {
+            return None;
+        }
+        let mut parts = Self::components(host_path);
+        let last = parts.pop()?;
+        let dir = if parts.is_empty() {
+            PathBuf::from("/")
+        } else {
+            let dir: PathBuf = std::iter::once(OsStr::new("/")).chain(parts).collect();
+            self.resolve_dir(&dir).ok()?
+        };
+        let resolved = dir.join(last);
+        let real = self.real(&resolved);
+        Some((resolved, real))
+    }
+
+    /// A directory's resolved host path, from the cache or resolved (and cached) now.
+    fn resolve_dir(&self, dir: &Path) -> Result<PathBuf> {
+        if let Some(hit) = self.dirs.lock().ok().and_then(|d| d.get(dir).cloned()) {
+            return Ok(hit);
+        }
+        let (resolved, _) = self.resolve_in_root(dir)?;
+        if let Ok(mut d) = self.dirs.lock() {
+            d.insert(dir.to_path_buf(), resolved.clone());
+        }
+        Ok(resolved)
+    }
+
     fn resolve_in_root(&self, host_path: &Path) -> Result<(PathBuf, PathBuf)> {
         let io_err = |source| HostError::Io {
             path: host_path.to_path_buf(),
             source,
         };
-        let mut pending: Vec<PathBuf> = Self::components(host_path)
-            .into_iter()
-            .rev()
-            .map(PathBuf::from)
-            .collect();
-        let mut resolved = PathBuf::from("/");
+        let mut parts = Self::components(host_path);
+        let last = parts.pop();
+        // The parent first (cached), then the last component from there: the state the walk
+        // below would reach after the parent's components, links followed.
+        let mut resolved = if parts.is_empty() {
+            PathBuf::from("/")
+        } else {
+            let dir: PathBuf = std::iter::once(OsStr::new("/")).chain(parts).collect();
+            self.resolve_dir(&dir).map_err(|e| match e {
+                // A missing directory on the way is reported as the file asked for, as a
+                // one-pass walk reports it.
+                HostError::Io { source, .. } => io_err(source),
+                other => other,
+            })?
+        };
+        let mut pending: Vec<PathBuf> = last.into_iter().map(PathBuf::from).collect();
         let mut hops = 0;
         while let Some(part) = pending.pop() {
             if part == Path::new("..") {
@@ -298,11 +374,36 @@ impl HostFs {
     /// Reads a whole file as text.
     pub fn read(&self, host_path: impl AsRef<Path>) -> Result<String> {
         let host_path = host_path.as_ref();
-        let (resolved, real) = self.resolve(host_path)?;
-        let bytes = read_regular(&real, MAX_FILE_BYTES).map_err(|source| HostError::Io {
+        let io_err = |source| HostError::Io {
             path: host_path.to_path_buf(),
             source,
-        })?;
+        };
+        // In a tree, the file itself is opened with O_NOFOLLOW under its resolved directory:
+        // no lstat(2) of its own. Only a link (ELOOP) takes the full walk.
+        let fast = self.resolve_parent(host_path).and_then(|(resolved, real)| {
+            match read_regular_with(&real, MAX_FILE_BYTES, libc::O_NOFOLLOW) {
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => None,
+                other => Some((resolved, real, other)),
+            }
+        });
+        let fast = match fast {
+            // The directory the cache led to is gone (the tree was replaced): walk again.
+            Some((_, real, Err(_))) if !real.parent().is_some_and(Path::is_dir) => {
+                if let Ok(mut d) = self.dirs.lock() {
+                    d.clear();
+                }
+                None
+            }
+            other => other,
+        };
+        let (resolved, real, bytes) = match fast {
+            Some((resolved, real, bytes)) => (resolved, real, bytes.map_err(io_err)?),
+            None => {
+                let (resolved, real) = self.resolve(host_path)?;
+                let bytes = read_regular(&real, MAX_FILE_BYTES).map_err(io_err)?;
+                (resolved, real, bytes)
+            }
+        };
         if self.recorder.is_some() {
             let mode = self.mode_at(&resolved, &real).unwrap_or(0o644);
             self.record(
@@ -584,6 +685,58 @@ mod tests {
             )),
             Some(Recorded::File { .. })
         ));
+    }
+
+    /// The directory cache: a file that is a link is still followed (the O_NOFOLLOW fast path
+    /// falls back), escapes are still refused, and a tree replaced under a long-lived reader is
+    /// read anew rather than through stale directories.
+    #[test]
+    fn cached_directories_follow_links_and_notice_a_replaced_tree() {
+        let dir = tree();
+        let r = dir.path();
+        let dev = r.join("sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0");
+        fs::write(dev.join("real_mtu"), "9000\n").unwrap();
+        symlink("real_mtu", dev.join("mtu_link")).unwrap();
+        symlink("/../../../../etc/hostname", dev.join("escape")).unwrap();
+        let fs = HostFs::open(r).unwrap();
+        for _ in 0..2 {
+            assert_eq!(fs.read_value("/sys/class/net/eth0/mtu").unwrap(), "1500");
+            assert_eq!(
+                fs.read_value("/sys/class/net/eth0/mtu_link").unwrap(),
+                "9000"
+            );
+            assert!(fs.read("/sys/class/net/eth0/escape").is_err());
+            assert!(
+                fs.read("/sys/class/net/eth0/absent")
+                    .unwrap_err()
+                    .is_not_found()
+            );
+        }
+        // The device moves (another tree unpacked in the same place): eth0 now leads elsewhere.
+        fs::remove_dir_all(r.join("sys/devices/pci0000:00/0000:00:03.0")).unwrap();
+        let moved = r.join("sys/devices/pci0000:00/0000:00:04.0/virtio3/net/eth0");
+        fs::create_dir_all(&moved).unwrap();
+        fs::write(moved.join("mtu"), "1400\n").unwrap();
+        fs::remove_file(r.join("sys/class/net/eth0")).unwrap();
+        symlink(
+            "../../devices/pci0000:00/0000:00:04.0/virtio3/net/eth0",
+            r.join("sys/class/net/eth0"),
+        )
+        .unwrap();
+        assert_eq!(fs.read_value("/sys/class/net/eth0/mtu").unwrap(), "1400");
+    }
+
+    /// A tree's files are read whole, also when a read returns less than the size (the
+    /// one-read shortcut only takes a read of exactly the file's size).
+    #[test]
+    fn files_are_read_whole() {
+        let dir = tree();
+        let big = "x".repeat(300_000) + "\n";
+        fs::write(dir.path().join("proc/big"), &big).unwrap();
+        fs::write(dir.path().join("proc/empty"), "").unwrap();
+        let fs = HostFs::open(dir.path()).unwrap();
+        assert_eq!(fs.read("/proc/big").unwrap(), big);
+        assert_eq!(fs.read("/proc/empty").unwrap(), "");
     }
 
     #[test]

@@ -29,4 +29,4 @@ pub use cpuset::CpuSet;
 pub use error::{HostError, ParseError, Result};
 pub use field::Field;
 pub use fs::HostFs;
-pub use view::{HostView, read_host};
+pub use view::{HostView, read_host, read_host_reusing};

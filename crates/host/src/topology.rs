@@ -87,6 +87,19 @@ fn read_u32(fs: &HostFs, path: &str) -> Result<u32> {
 /// Reads the topology. `fallback_cpus` (the CPUs /proc/stat lists) stands in when the cpu sysfs
 /// lists are missing, e.g. in a partial tree.
 pub fn read_topology(fs: &HostFs, fallback_cpus: Option<&CpuSet>) -> Topology {
+    read_topology_reusing(fs, fallback_cpus, None)
+}
+
+/// As [`read_topology`], taking each CPU's package, core and siblings from `previous` when the
+/// possible and online CPUs are the same as then: those change only when a CPU comes or goes
+/// (hotplug changes `online`), and they are three files per CPU, most of what a 128-CPU
+/// host's read costs. The host-wide lists (isolated, nohz_full, SMT, NUMA nodes) are read
+/// again every time.
+pub fn read_topology_reusing(
+    fs: &HostFs,
+    fallback_cpus: Option<&CpuSet>,
+    previous: Option<&Topology>,
+) -> Topology {
     let online_r = read_list(fs, &format!("{CPU_DIR}/online"), None);
     let possible = read_list(fs, &format!("{CPU_DIR}/possible"), None)
         .ok()
@@ -115,9 +128,22 @@ pub fn read_topology(fs: &HostFs, fallback_cpus: Option<&CpuSet>) -> Topology {
         }
     }
 
+    let reuse = previous.filter(|p| p.possible == possible && p.online == online);
     let cpus = possible
         .iter()
         .map(|id| {
+            let node = nodes
+                .iter()
+                .find(|n| n.cpus.known().is_some_and(|c| c.contains(id)))
+                .map(|n| n.id);
+            if let Some(before) = reuse.and_then(|p| p.cpu(id)) {
+                return CpuInfo {
+                    id,
+                    online: online.contains(id),
+                    node,
+                    ..before.clone()
+                };
+            }
             let topo = format!("{CPU_DIR}/cpu{id}/topology");
             let siblings = read_list(fs, &format!("{topo}/thread_siblings_list"), Some(nr))
                 .or_else(|_| read_list(fs, &format!("{topo}/core_cpus_list"), Some(nr)))
@@ -125,10 +151,7 @@ pub fn read_topology(fs: &HostFs, fallback_cpus: Option<&CpuSet>) -> Topology {
             CpuInfo {
                 id,
                 online: online.contains(id),
-                node: nodes
-                    .iter()
-                    .find(|n| n.cpus.known().is_some_and(|c| c.contains(id)))
-                    .map(|n| n.id),
+                node,
                 package: read_u32(fs, &format!("{topo}/physical_package_id")).into(),
                 core: read_u32(fs, &format!("{topo}/core_id")).into(),
                 siblings,
@@ -145,5 +168,55 @@ pub fn read_topology(fs: &HostFs, fallback_cpus: Option<&CpuSet>) -> Topology {
         nr_cpu_ids: nr,
         cpus,
         nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy_fixture(name: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/hosts")
+            .join(name);
+        let ok = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", from.display()))
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        dir
+    }
+
+    #[test]
+    fn per_cpu_topology_is_reused_only_while_no_cpu_comes_or_goes() {
+        let dir = copy_fixture("kvm-virtio-16cpu");
+        let fs = HostFs::open(dir.path()).unwrap();
+        let first = read_topology(&fs, None);
+        let core0 = first.cpu(0).unwrap().core.clone();
+        let cpu_dir = dir.path().join("sys/devices/system/cpu");
+        std::fs::write(cpu_dir.join("cpu0/topology/core_id"), "77\n").unwrap();
+        // Same CPUs online: the three per-CPU files are not read again.
+        let again = read_topology_reusing(&fs, None, Some(&first));
+        assert_eq!(again.cpu(0).unwrap().core, core0);
+        assert_eq!(again, first);
+        // The host-wide lists are read every time.
+        std::fs::write(cpu_dir.join("isolated"), "2-3\n").unwrap();
+        let isolated = read_topology_reusing(&fs, None, Some(&first));
+        assert_eq!(
+            isolated
+                .isolated
+                .known()
+                .map(|c| c.iter().collect::<Vec<_>>()),
+            Some(vec![2, 3])
+        );
+        // CPU 15 goes offline: everything is read again.
+        std::fs::write(cpu_dir.join("online"), "0-14\n").unwrap();
+        let hotplug = read_topology_reusing(&fs, None, Some(&first));
+        assert_eq!(hotplug.cpu(0).unwrap().core, Field::Known(77));
+        assert!(!hotplug.cpu(15).unwrap().online);
     }
 }

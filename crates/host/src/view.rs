@@ -9,7 +9,7 @@ use crate::fs::HostFs;
 use crate::nic::{Nic, list_interfaces, read_nic};
 use crate::parse::{Interrupts, parse_interrupts, parse_proc_stat};
 use crate::sysctl::{NetCoreSysctls, read_net_core};
-use crate::topology::{Topology, read_topology};
+use crate::topology::{Topology, read_topology_reusing};
 use serde::{Deserialize, Serialize};
 
 /// Bumped when a field changes meaning or disappears (additions keep it).
@@ -76,13 +76,24 @@ pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
 /// Reads the host. Never fails on a missing or malformed file: that part becomes unknown and the
 /// reason is kept. `settings` supplies ethtool netlink data per interface when wanted.
 pub fn read_host(fs: &HostFs, settings: Option<&dyn Fn(&str) -> NicSettings>) -> HostView {
+    read_host_reusing(fs, settings, None)
+}
+
+/// As [`read_host`], reusing the per-CPU topology of `previous` when no CPU came or went (see
+/// [`crate::topology::read_topology_reusing`]): for readers that read the same host again
+/// and again, such as the agent at each scrape.
+pub fn read_host_reusing(
+    fs: &HostFs,
+    settings: Option<&dyn Fn(&str) -> NicSettings>,
+    previous: Option<&Topology>,
+) -> HostView {
     let mut problems = Vec::new();
     let stat_cpus: Option<CpuSet> = fs
         .read_parsed("/proc/stat", parse_proc_stat)
         .map(|s| s.cpus.keys().copied().collect())
         .map_err(|e| problems.push(format!("{e}")))
         .ok();
-    let topology = read_topology(fs, stat_cpus.as_ref());
+    let topology = read_topology_reusing(fs, stat_cpus.as_ref(), previous);
     let interrupts: Option<Interrupts> = fs
         .read_parsed("/proc/interrupts", parse_interrupts)
         .map_err(|e| problems.push(format!("{e}{IRQS_UNKNOWN}")))
