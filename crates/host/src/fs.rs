@@ -397,7 +397,18 @@ impl HostFs {
             other => other,
         };
         let (resolved, real, bytes) = match fast {
-            Some((resolved, real, bytes)) => (resolved, real, bytes.map_err(io_err)?),
+            Some((resolved, real, bytes)) => {
+                let bytes = bytes.map_err(|source| HostError::Io {
+                    // A missing file is named by its resolved path, as the full walk names it.
+                    path: if source.kind() == io::ErrorKind::NotFound {
+                        resolved.clone()
+                    } else {
+                        host_path.to_path_buf()
+                    },
+                    source,
+                })?;
+                (resolved, real, bytes)
+            }
             None => {
                 let (resolved, real) = self.resolve(host_path)?;
                 let bytes = read_regular(&real, MAX_FILE_BYTES).map_err(io_err)?;
