@@ -49,6 +49,7 @@ fn limited_server(listen: &str, threads: usize, wait: Wait, limits: Limits) -> R
         interval: Duration::from_millis(100),
         duration: None,
         limits,
+        xdp: None,
     };
     let s = Server::bind(&cfg).unwrap();
     let addr = s.local_addr();
@@ -77,6 +78,7 @@ fn client_cfg(target: SocketAddr) -> ClientConfig {
         flows: 1,
         timeout: Duration::from_secs(1),
         timestamp: false,
+        xdp: None,
     }
 }
 
@@ -438,6 +440,7 @@ fn epoll_modes_cpu_accounting_and_a_paced_client() {
             interval: Duration::from_millis(100),
             duration: None,
             limits: Limits::default(),
+            xdp: None,
         };
         let s = Server::bind(&cfg).unwrap();
         let addr = s.local_addr();

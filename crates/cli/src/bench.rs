@@ -13,6 +13,7 @@ use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
 use netsteer_bench::udp_echo::limit::Limits;
 use netsteer_bench::udp_echo::message::BENCH as UDP_ECHO;
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
+use netsteer_bench::udp_echo::xdp::{AttachMode, XdpConfig};
 use netsteer_host::CpuSet;
 use netsteer_host::netdev::NapiAttr;
 use netsteer_nic::napi_override::NapiOverride;
@@ -311,6 +312,61 @@ impl WaitArgs {
     }
 }
 
+/// Where the XDP program runs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum XdpAttachArg {
+    /// In the driver, before an skb exists (falls back to nothing: an error if unsupported).
+    Native,
+    /// After the skb is built: every device, slower.
+    Generic,
+}
+
+/// How the AF_XDP socket shares frames with the driver.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum XdpBindArg {
+    /// The kernel copies between its buffers and the UMEM (every driver).
+    Copy,
+    /// The driver uses the UMEM directly (drivers with AF_XDP zero-copy only).
+    ZeroCopy,
+}
+
+/// The AF_XDP path's options, shared by the echo server and client.
+#[derive(Args, Debug, Clone)]
+pub struct XdpArgs {
+    /// Send and receive through AF_XDP sockets on IF (kernel bypass; root only): an XDP
+    /// program takes IPv4/UDP datagrams to this side's port and passes everything else to the
+    /// kernel. The server serves every rx queue (or QUEUE); the client one queue (QUEUE, else
+    /// 0). The program is detached when the process ends, also when it is killed.
+    #[arg(long, value_name = "IF[:QUEUE]", value_parser = parse_xdp)]
+    xdp: Option<XdpConfig>,
+    /// Where the XDP program runs (default: native, else generic).
+    #[arg(long, value_enum, requires = "xdp")]
+    xdp_attach: Option<XdpAttachArg>,
+    /// Copy or zero-copy (default: zero-copy where the driver offers it, else copy).
+    #[arg(long, value_enum, requires = "xdp")]
+    xdp_bind: Option<XdpBindArg>,
+    /// Attach even to the interface that carries the default route (the host's own traffic).
+    #[arg(long, requires = "xdp")]
+    xdp_allow_default_route: bool,
+}
+
+fn parse_xdp(s: &str) -> Result<XdpConfig, String> {
+    XdpConfig::parse(s)
+}
+
+impl XdpArgs {
+    fn config(&self) -> Option<XdpConfig> {
+        let mut c = self.xdp.clone()?;
+        c.mode = self.xdp_attach.map(|m| match m {
+            XdpAttachArg::Native => AttachMode::Native,
+            XdpAttachArg::Generic => AttachMode::Generic,
+        });
+        c.zerocopy = self.xdp_bind.map(|b| matches!(b, XdpBindArg::ZeroCopy));
+        c.allow_default_route = self.xdp_allow_default_route;
+        Some(c)
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ServerArgs {
     /// Address to listen on. Loopback by default: give a routable address (or `0.0.0.0:4321`,
@@ -354,6 +410,8 @@ pub struct ServerArgs {
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
     duration: Option<Seconds>,
+    #[command(flatten)]
+    xdp: XdpArgs,
     /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
@@ -416,6 +474,8 @@ pub struct ClientArgs {
     /// SO_TIMESTAMPING: split each round trip into send-side and kernel-delivery time.
     #[arg(long)]
     timestamp: bool,
+    #[command(flatten)]
+    xdp: XdpArgs,
     /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
@@ -654,18 +714,31 @@ fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
         busy: a.wait.busy(),
         interval: a.interval.get(),
         duration: a.duration.map(Seconds::get),
-        limits: echo_limits(listen, a.max_pps_per_source, a.max_pps),
+        // The AF_XDP path answers every datagram (no limiter there): only the default applies.
+        limits: if a.xdp.xdp.is_some() && a.max_pps_per_source.is_none() && a.max_pps.is_none() {
+            Limits::default()
+        } else {
+            echo_limits(listen, a.max_pps_per_source, a.max_pps)
+        },
+        xdp: a.xdp.config(),
     };
     let server = match Server::bind(&cfg) {
         Ok(s) => s,
         Err(e) => return Ok(fail(a.json, UDP_ECHO, Role::Server, e)),
     };
-    eprintln!(
-        "netsteer: udp-echo server on {} ({} thread(s), wait {})",
-        server.local_addr(),
-        cfg.threads,
-        cfg.wait
-    );
+    match &cfg.xdp {
+        Some(x) => eprintln!(
+            "netsteer: udp-echo server on {} (AF_XDP on {}, spinning)",
+            server.local_addr(),
+            x.dev
+        ),
+        None => eprintln!(
+            "netsteer: udp-echo server on {} ({} thread(s), wait {})",
+            server.local_addr(),
+            cfg.threads,
+            cfg.wait
+        ),
+    }
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
     let mut out = reporter(a.json);
     let stop = Arc::new(AtomicBool::new(false));
@@ -759,6 +832,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         flows: a.flows,
         timeout: a.timeout.get(),
         timestamp: a.timestamp,
+        xdp: a.xdp.config(),
     };
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
     let mut out = reporter(a.json);

@@ -286,6 +286,7 @@ fn udp_echo(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
             per_source: None,
             global: None,
         },
+        xdp: None,
     };
     let warmup = Duration::from_millis(500).min(p.duration / 4);
     let ccfg = ClientConfig {
@@ -306,6 +307,7 @@ fn udp_echo(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         flows: w.flows as usize,
         timeout: Duration::from_secs(1),
         timestamp: true,
+        xdp: None,
     };
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
     let client_clock = clock.clone();

@@ -13,6 +13,7 @@
 //! * [`pipe`]: splice(2) from a socket into a pipe, so another thread can copy the bytes out.
 //! * [`netns`]: moving a thread into a network namespace.
 //! * [`zerocopy`]: MSG_ZEROCOPY sends and completions, TCP_ZEROCOPY_RECEIVE.
+//! * [`xdp`]: AF_XDP sockets and the XDP program that feeds them (kernel bypass).
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("netsteer-sock uses Linux socket options; it builds on Linux only");
@@ -28,4 +29,5 @@ pub mod pipe;
 pub mod signal;
 pub mod tcp;
 pub mod wake;
+pub mod xdp;
 pub mod zerocopy;

@@ -75,6 +75,9 @@ pub struct ClientConfig {
     /// How long to wait for each echo before counting it lost.
     pub timeout: Duration,
     pub timestamp: bool,
+    /// Send and receive through an AF_XDP socket on this interface (one flow, one target,
+    /// IPv4, `--wait spin`).
+    pub xdp: Option<super::xdp::XdpConfig>,
 }
 
 impl ClientConfig {
@@ -103,6 +106,20 @@ impl ClientConfig {
         }
         if self.rate.is_some_and(|r| r == 0 || r > 10_000_000) {
             return bad("--rate: 1 to 10000000 round trips per second".into());
+        }
+        if self.xdp.is_some() {
+            if self.targets.len() != 1 || self.flows != 1 {
+                return bad("--xdp: one target and one flow (the socket serves one queue)".into());
+            }
+            if self.wait != Wait::Spin {
+                return bad("--xdp spins on its ring: give --wait spin".into());
+            }
+            if self.timestamp {
+                return bad("--timestamp reads socket timestamps; the AF_XDP path has none".into());
+            }
+            if self.targets.iter().any(|t| !t.is_ipv4()) {
+                return bad("--xdp: the AF_XDP path speaks IPv4 only".into());
+            }
         }
         if let Some(p) = self.src_port {
             let last = u32::from(p) + (self.targets.len() * self.flows) as u32 - 1;
@@ -162,6 +179,7 @@ enum FlowMsg {
         target: usize,
         total: Box<Acc>,
         napi_id: Option<u32>,
+        xdp: Option<Box<super::xdp::XdpSummary>>,
     },
     Failed(BenchError),
 }
@@ -219,6 +237,8 @@ struct FlowRun<'a> {
     clock: &'a dyn Clock,
     flow: &'a Flow,
     sock: UdpSocket,
+    /// The AF_XDP path instead of `sock` (which then only holds the flow's source port).
+    xdp: Option<std::cell::RefCell<super::xdp::XdpLink>>,
     waiter: Waiter,
     tx: &'a mpsc::Sender<FlowMsg>,
     plan: Plan,
@@ -230,7 +250,24 @@ struct FlowRun<'a> {
 }
 
 impl FlowRun<'_> {
+    fn send(&self, out: &[u8]) -> io::Result<usize> {
+        match &self.xdp {
+            Some(x) => x.borrow_mut().send(out),
+            None => self.sock.send(out),
+        }
+    }
+
     fn recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
+        if let Some(x) = &self.xdp {
+            return Ok(match x.borrow_mut().recv(buf)? {
+                Some(len) => Recv::Got(Rx {
+                    len,
+                    stamps: msg::Stamps::default(),
+                    user_realtime: 0,
+                }),
+                None => Recv::Nothing,
+            });
+        }
         let fd = self.sock.as_fd();
         let spin = self.cfg.wait.nonblocking();
         let r = if self.cfg.timestamp {
@@ -349,7 +386,7 @@ impl FlowRun<'_> {
             let rt_send = if cfg.timestamp { realtime_ns() } else { 0 };
             let t_send = self.clock.now_ns();
             let a = if measuring { &mut acc } else { &mut warm };
-            match self.sock.send(&out) {
+            match self.send(&out) {
                 Ok(_) => {
                     a.sent += 1;
                     tx_id = tx_id.wrapping_add(1);
@@ -498,11 +535,13 @@ impl FlowRun<'_> {
         self.wake_at.store(u64::MAX, Ordering::Relaxed);
         total.warmup_received += warm.received;
         let napi_id = opt::incoming_napi_id(fd).ok();
+        let xdp = self.xdp.as_ref().map(|x| Box::new(x.borrow_mut().finish()));
         self.tx
             .send(FlowMsg::Done {
                 target,
                 total: Box::new(total),
                 napi_id,
+                xdp,
             })
             .map_err(|_| BenchError::Config("the reporting thread is gone".into()))
     }
@@ -606,11 +645,18 @@ pub fn run_client(
             let (cfg, clock, tx, stop) = (cfg.clone(), clock.clone(), tx.clone(), stop.clone());
             handles.push(std::thread::spawn(move || {
                 let result = setup_socket(&cfg, &flow).and_then(|(sock, waiter)| {
+                    let xdp = match &cfg.xdp {
+                        Some(x) => Some(std::cell::RefCell::new(super::xdp::XdpLink::open(
+                            x, &sock, flow.addr,
+                        )?)),
+                        None => None,
+                    };
                     let run = FlowRun {
                         cfg: &cfg,
                         clock: &*clock,
                         flow: &flow,
                         sock,
+                        xdp,
                         waiter,
                         tx: &tx,
                         plan,
@@ -634,6 +680,7 @@ pub fn run_client(
     let mut incoming: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); ntargets];
     let mut cpus: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); ntargets];
     let mut napi: Vec<Option<u32>> = vec![None; ntargets];
+    let mut xdp: Vec<Option<super::xdp::XdpSummary>> = vec![None; ntargets];
     let mut done = vec![0usize; ntargets];
     let mut failure = None;
     let mut write_err = None;
@@ -698,7 +745,11 @@ pub fn run_client(
                 target,
                 total,
                 napi_id,
+                xdp: flow_xdp,
             } => {
+                if let Some(x) = flow_xdp {
+                    xdp[target] = Some(*x);
+                }
                 totals[target].merge(&total);
                 napi[target] = napi[target].or(napi_id);
                 done[target] += 1;
@@ -767,6 +818,7 @@ pub fn run_client(
                 napi_id: napi[t],
                 warmup_round_trips: a.warmup_received,
                 notes,
+                xdp: xdp[t].clone(),
             }
         })
         .collect())

@@ -78,6 +78,9 @@ pub struct ClientSummary {
     #[serde(default)]
     pub warmup_round_trips: u64,
     pub notes: Vec<String>,
+    /// The AF_XDP path's attach and bind modes and XDP_STATISTICS (`--xdp` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp: Option<super::xdp::XdpSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +133,9 @@ pub struct ServerSummary {
     /// what a wait mode costs (softirq work on their CPUs is not in it).
     #[serde(default)]
     pub cpu_us: u64,
+    /// The AF_XDP path's attach and bind modes and XDP_STATISTICS (`--xdp` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp: Option<super::xdp::XdpSummary>,
 }
 
 impl ServerSummary {

@@ -7,6 +7,7 @@ pub mod limit;
 pub mod message;
 pub mod payload;
 pub mod server;
+pub mod xdp;
 
 use std::fmt;
 use std::io;

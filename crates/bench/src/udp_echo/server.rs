@@ -36,6 +36,9 @@ pub struct ServerConfig {
     pub duration: Option<Duration>,
     /// Answer rate limits (see [`super::limit`]); the global one is shared out over threads.
     pub limits: Limits,
+    /// Serve from AF_XDP sockets on this interface instead of a UDP socket (one thread per
+    /// queue; `threads`, `wait` and the limits do not apply).
+    pub xdp: Option<super::xdp::XdpConfig>,
 }
 
 /// One thread's counters. Only that thread writes them (a relaxed load and store, no locked
@@ -103,6 +106,7 @@ impl Counters {
 
 pub struct Server {
     sockets: Vec<UdpSocket>,
+    xdp: Option<super::xdp::XdpServer>,
     local: SocketAddr,
     cfg: ServerConfig,
 }
@@ -129,6 +133,21 @@ impl Server {
         if cfg.threads == 0 {
             return Err(BenchError::Config("--threads must be at least 1".into()));
         }
+        if let Some(x) = &cfg.xdp {
+            if !cfg.limits.is_unlimited() {
+                return Err(BenchError::Config(
+                    "--xdp answers every datagram: rate limits apply to the socket path only"
+                        .into(),
+                ));
+            }
+            let server = super::xdp::XdpServer::open(x, cfg.listen.port())?;
+            return Ok(Server {
+                sockets: Vec::new(),
+                xdp: Some(server),
+                local: cfg.listen,
+                cfg: cfg.clone(),
+            });
+        }
         let what = format!("--listen {}", cfg.listen);
         let first = bind_one(cfg.listen, cfg.threads > 1).map_err(io_err(what.clone()))?;
         let local = first.local_addr().map_err(io_err(what.clone()))?;
@@ -139,6 +158,7 @@ impl Server {
         }
         Ok(Server {
             sockets,
+            xdp: None,
             local,
             cfg: cfg.clone(),
         })
@@ -157,9 +177,26 @@ impl Server {
         mut on_interval: impl FnMut(&ServerInterval) -> io::Result<()>,
     ) -> Result<ServerSummary, BenchError> {
         netsteer_sock::wake::install().map_err(io_err("installing the SIGURG wake-up handler"))?;
-        let counters: Vec<Arc<Counters>> =
-            (0..self.sockets.len()).map(|_| Arc::default()).collect();
+        let nthreads = self.sockets.len() + self.xdp.as_ref().map_or(0, |x| x.sockets.len());
+        let counters: Vec<Arc<Counters>> = (0..nthreads).map(|_| Arc::default()).collect();
         let mut handles = Vec::new();
+        let xdp_summary = Arc::new(std::sync::Mutex::new(
+            self.xdp.as_ref().map(|x| x.summary_head()),
+        ));
+        // The program stays attached until the threads are done (dropped at the end of run).
+        let mut program = None;
+        if let Some(x) = self.xdp {
+            program = Some(x.program);
+            for (i, (_, xsk)) in x.sockets.into_iter().enumerate() {
+                let pin =
+                    (!self.cfg.cpus.is_empty()).then(|| self.cfg.cpus[i % self.cfg.cpus.len()]);
+                let (stop, counters, summary) =
+                    (stop.clone(), counters[i].clone(), xdp_summary.clone());
+                handles.push(std::thread::spawn(move || {
+                    serve_xdp(xsk, pin, &stop, &counters, &summary)
+                }));
+            }
+        }
         for (i, sock) in self.sockets.into_iter().enumerate() {
             let pin = (!self.cfg.cpus.is_empty()).then(|| self.cfg.cpus[i % self.cfg.cpus.len()]);
             let (stop, counters, cfg) = (stop.clone(), counters[i].clone(), self.cfg.clone());
@@ -234,13 +271,15 @@ impl Server {
             return Err(e);
         }
         result.map_err(io_err("writing the report"))?;
+        drop(program);
         let total = total(&counters);
+        let xdp = xdp_summary.lock().ok().and_then(|s| s.clone());
         Ok(ServerSummary {
             kind: Kind::Summary,
             bench: BENCH.into(),
             role: Role::Server,
             listen: self.local.to_string(),
-            threads: self.cfg.threads,
+            threads: nthreads,
             duration_s: (clock.now_ns() - start) as f64 / 1e9,
             received: total.received,
             echoed: total.echoed,
@@ -251,11 +290,16 @@ impl Server {
             rate_limited: total.rate_limited,
             limit_per_source_pps: self.cfg.limits.per_source,
             limit_global_pps: self.cfg.limits.global,
-            wait: self.cfg.wait.to_string(),
+            wait: if xdp.is_some() {
+                "xdp-spin".into()
+            } else {
+                self.cfg.wait.to_string()
+            },
             cpu_us: counters
                 .iter()
                 .map(|c| c.cpu_us.load(Ordering::Relaxed))
                 .sum(),
+            xdp,
         })
     }
 }
@@ -483,6 +527,52 @@ fn serve_loop(
         lonely = if n <= 1 { lonely + 1 } else { 0 };
         if lonely >= PROBE {
             batching = false;
+        }
+    }
+    Ok(())
+}
+
+/// An AF_XDP socket's thread: spins on its rings until stopped, then adds its statistics.
+fn serve_xdp(
+    mut xsk: netsteer_sock::xdp::xsk::Xsk,
+    pin: Option<u32>,
+    stop: &AtomicBool,
+    c: &Counters,
+    summary: &std::sync::Mutex<Option<super::xdp::XdpSummary>>,
+) -> Result<(), BenchError> {
+    if let Some(cpu) = pin {
+        cpu::pin_current_thread(&[cpu]).map_err(io_err(format!("--cpu {cpu}")))?;
+    }
+    let start = ThreadUsage::current().unwrap_or_default();
+    let mut not_udp4 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let p = super::xdp::serve_pass(&mut xsk);
+        if p.received == 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        not_udp4 += p.not_udp4;
+        count(
+            c,
+            Tally {
+                received: p.received,
+                echoed: p.echoed,
+                bytes: p.bytes,
+                ..Tally::default()
+            },
+        );
+    }
+    if let Ok(u) = ThreadUsage::current() {
+        let used = u.since(&start);
+        c.cpu_us
+            .store(used.user_us + used.sys_us, Ordering::Relaxed);
+    }
+    if let Ok(mut s) = summary.lock()
+        && let Some(s) = s.as_mut()
+    {
+        s.not_udp4 += not_udp4;
+        if let Ok(st) = xsk.stats() {
+            s.add(&st);
         }
     }
     Ok(())
