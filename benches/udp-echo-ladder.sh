@@ -12,6 +12,9 @@
 #   6 epoll                 non-blocking sockets, sleep in epoll_wait (event-driven servers)
 #   7 epoll-busy 50         epoll_wait busy-polls per context (EPIOCSPARAMS, 6.9+), prefer-busy-poll
 #   8 epoll-busy + suspend  the server also suspends its NAPI's IRQs (--irq-suspend 20 ms, 6.13+)
+#   9 AF_XDP both ends      kernel bypass: an XDP program on each veth end redirects the echo
+#                           traffic into AF_XDP sockets (copy mode on veth), both ends spinning on
+#                           their rings (no socket timestamps on this path: its split is empty)
 # Each rung also reports the server's CPU time per echo (its threads' user + system time),
 # and, with RATE set, a paced client (RATE round trips/s) shows what each mode costs the server
 # at a fixed load: spin burns its CPU whatever the load, the sleeping modes do not.
@@ -37,6 +40,7 @@ rps() { "${A[@]}" sh -c "echo $1 > /sys/class/net/$va/queues/rx-0/rps_cpus"; }
 out=$(mktemp)
 srv_out=$(mktemp)
 rate=(); [ -n "${RATE:-}" ] && rate=(--rate "$RATE")
+stamp=(--timestamp)
 rung() { # NAME WAIT [EXTRA FLAGS FOR BOTH SIDES] [-- EXTRA SERVER FLAGS]
   local name=$1 wait=$2 port=$((30000 + RANDOM % 20000)); shift 2
   local both=() srv=()
@@ -49,7 +53,18 @@ rung() { # NAME WAIT [EXTRA FLAGS FOR BOTH SIDES] [-- EXTRA SERVER FLAGS]
   sleep 0.5
   local line
   line=$("${A[@]}" "$bin" bench udp-echo client $server_addr:$port --cpu 0 --wait "$wait" --busy-poll 50 \
-    "${both[@]}" "${rate[@]}" --size 32 --warmup 0.5 --duration "$secs" --timestamp --json | grep '"type":"summary"')
+    "${both[@]}" "${rate[@]}" "${stamp[@]}" --size 32 --warmup 0.5 --duration "$secs" --json | grep '"type":"summary"')
+  stop_bg
+  echo "$name|$line|$(grep '"type":"summary"' "$srv_out" || echo '{}')" >> "$out"
+}
+rung_xdp() { # NAME: AF_XDP on both ends, spinning
+  local name=$1 port=$((30000 + RANDOM % 20000))
+  "${B[@]}" "$bin" bench udp-echo server --listen $server_addr:$port --cpu 1 --xdp "$vb" --json >"$srv_out" 2>/dev/null &
+  bg=$!
+  sleep 0.5
+  local line
+  line=$("${A[@]}" "$bin" bench udp-echo client $server_addr:$port --cpu 0 --wait spin --xdp "$va" \
+    "${rate[@]}" --size 32 --warmup 0.5 --duration "$secs" --json | grep '"type":"summary"')
   stop_bg
   echo "$name|$line|$(grep '"type":"summary"' "$srv_out" || echo '{}')" >> "$out"
 }
@@ -68,6 +83,10 @@ for r in $(seq "$repeats"); do
   rung "6 epoll" epoll
   rung "7 epoll-busy 50, prefer-busy-poll" epoll-busy --prefer-busy-poll
   rung "8 epoll-busy 50 + IRQ suspension 20 ms" epoll-busy --prefer-busy-poll -- --irq-suspend 20000000 --dev "$vb"
+  # Each end names its own interface: the client's flag goes through `both`, the server's after --.
+  stamp=()
+  rung_xdp "9 AF_XDP both ends (copy mode)"
+  stamp=(--timestamp)
 done
 python3 - "$out" <<'PY'
 import json, statistics, sys

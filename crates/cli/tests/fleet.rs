@@ -15,8 +15,8 @@
 
 mod common;
 
-use common::is_root;
 use common::prometheus::{Prometheus, repo, tool};
+use common::{in_netns, is_root};
 use netsteer_lab::{Lab, LinkSpec, NsHost, Remote};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -30,19 +30,6 @@ const MON_ADDR: &str = "10.79.0.100";
 
 fn host_addr(i: usize) -> String {
     format!("10.79.0.{}", i + 1)
-}
-
-/// Runs `f` on a thread that has entered the network namespace at `path`.
-fn in_netns<T: Send>(path: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let ns = std::fs::File::open(path).unwrap();
-            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
-    })
 }
 
 /// Killed when dropped.

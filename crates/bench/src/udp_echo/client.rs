@@ -534,7 +534,12 @@ impl FlowRun<'_> {
         }
         self.wake_at.store(u64::MAX, Ordering::Relaxed);
         total.warmup_received += warm.received;
-        let napi_id = opt::incoming_napi_id(fd).ok();
+        // The AF_XDP path's socket only holds the port: it has no NAPI id of the echoes.
+        let napi_id = if self.xdp.is_some() {
+            None
+        } else {
+            opt::incoming_napi_id(fd).ok()
+        };
         let xdp = self.xdp.as_ref().map(|x| Box::new(x.borrow_mut().finish()));
         self.tx
             .send(FlowMsg::Done {

@@ -63,6 +63,11 @@ impl Netns {
         }
     }
 
+    /// A command that runs `program` inside (to spawn it).
+    pub fn command(&self, program: &str, args: &[&str]) -> std::process::Command {
+        self.host.command(None, program, args)
+    }
+
     /// Runs a program inside; the output whatever the exit status.
     pub fn exec(&self, args: &[&str]) -> Output {
         self.host
@@ -118,4 +123,17 @@ pub fn scratch(host: &str) -> tempfile::TempDir {
         .unwrap();
     assert!(st.success());
     dir
+}
+
+/// Runs `f` on a thread that has entered the network namespace at `path` (setns(2)).
+pub fn in_netns<T: Send>(path: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ns = std::fs::File::open(path).unwrap();
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    })
 }
