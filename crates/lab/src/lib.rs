@@ -20,6 +20,7 @@ pub mod remote;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod vm;
 pub mod workload;
 
 pub use cleanup::Cleanup;

@@ -70,6 +70,24 @@ pub fn unblock_termination_in(cmd: &mut std::process::Command) -> &mut std::proc
     }
 }
 
+/// Makes the program `cmd` starts receive SIGKILL when the thread that started it ends
+/// (PR_SET_PDEATHSIG, prctl(2)): a virtual machine or server a test started does not outlive
+/// the test, even when the test is killed with SIGKILL and no destructor runs.
+pub fn die_with_parent(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and makes one
+    // async-signal-safe system call, prctl(2), with constant arguments; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

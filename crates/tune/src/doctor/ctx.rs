@@ -78,10 +78,19 @@ impl<'a> Ctx<'a> {
     /// The CPUs an IRQ is delivered to: the effective affinity when the kernel shows it, else a
     /// one-CPU requested mask, else where its interrupts were counted, else the requested mask.
     pub fn irq_cpus(&self, irq: &NicIrq) -> CpuSet {
-        if let Some(eff) = irq.affinity.effective.known().filter(|s| !s.is_empty()) {
-            return eff.clone();
-        }
         let requested = irq.affinity.requested.known();
+        if let Some(eff) = irq.affinity.effective.known().filter(|s| !s.is_empty()) {
+            // An effective CPU outside the requested set is a move still pending: x86 moves an
+            // MSI at its next interrupt (kernel/irq/migration.c, irq_move_masked_irq), so an
+            // IRQ that has not fired since the write still shows where it was. It will be
+            // delivered within the requested set: that is where it goes.
+            match requested {
+                Some(r) if !r.is_empty() && !eff.iter().all(|c| r.contains(c)) => {
+                    return r.clone();
+                }
+                _ => return eff.clone(),
+            }
+        }
         if let Some(r) = requested.filter(|s| s.len() == 1) {
             return r.clone();
         }

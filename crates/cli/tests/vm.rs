@@ -1,0 +1,213 @@
+//! Root-only, live on real drivers: two QEMU guests (Debian kernel, busybox initramfs, 2 vCPUs,
+//! a 4-queue virtio-net each, joined by multi-queue taps on a bridge in a lab namespace), the
+//! host's netsteer run inside them. On guest a: every queue IRQ is stacked on CPU 0, `doctor`
+//! names it, `tune apply` spreads them, `verify` is clean and then catches an irqbalance-style
+//! move, and `rollback` restores every /proc/irq/N/smp_affinity byte for byte. Guests and taps
+//! go when the test ends, also when it fails (and with SIGKILL: QEMU dies with its parent
+//! thread, and the next lab deletes the namespace).
+//!
+//! Emulated (TCG): the drivers, vectors and affinities are real; timings are not measured here.
+
+mod common;
+
+use common::is_root;
+use netsteer_lab::vm::{Guest, VM_B_ADDR, VmPair, VmPairSpec};
+use netsteer_tune::doctor::Report;
+use netsteer_tune::tune::ApplyReport;
+use std::process::Command;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
+const T: Duration = Duration::from_secs(180);
+
+fn usable() -> bool {
+    let qemu = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let busybox = std::path::Path::new("/bin/busybox").is_file();
+    let apt = Command::new("apt-get")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !is_root() || !qemu || !busybox || !apt {
+        common::cannot_run(
+            "needs root, qemu-system-x86 and busybox-static (and apt-get to fetch the guest kernel)",
+        );
+        return false;
+    }
+    true
+}
+
+/// `IRQ smp_affinity smp_affinity_list` of every queue vector of the guest's NIC.
+fn affinities(g: &mut Guest) -> String {
+    let (rc, out) = g
+        .sh(
+            "for i in $(grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts | cut -d: -f1); do echo $i $(cat /proc/irq/$i/smp_affinity) $(cat /proc/irq/$i/smp_affinity_list); done",
+            T,
+        )
+        .unwrap();
+    assert_eq!(rc, 0, "{out}");
+    out
+}
+
+/// The CPUs the receive vectors are asked to go to (smp_affinity_list; an idle IRQ's effective
+/// CPU changes only at its next interrupt).
+fn receive_cpus(g: &mut Guest) -> Vec<String> {
+    let (_, out) = g
+        .sh(
+            "for i in $(grep -E 'virtio[0-9]+-input' /proc/interrupts | cut -d: -f1); do cat /proc/irq/$i/smp_affinity_list; done",
+            T,
+        )
+        .unwrap();
+    let mut v: Vec<String> = out.split_whitespace().map(String::from).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn doctor(g: &mut Guest) -> Report {
+    let (rc, out) = g
+        .host(&[BIN, "doctor", "--json", "--sample", "0"], T)
+        .unwrap();
+    assert!(rc == 0 || rc == 1, "doctor exit {rc}: {out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
+    if !usable() {
+        return;
+    }
+    let mut pair = VmPair::new("vm", &VmPairSpec::default()).expect("two guests");
+    eprintln!(
+        "guests booted in {:.1} s and {:.1} s (kernel {})",
+        pair.a.boot_time.as_secs_f64(),
+        pair.b.boot_time.as_secs_f64(),
+        pair.a.release
+    );
+    // The link between them works: guest b serves echoes, guest a sends.
+    let server = format!("{VM_B_ADDR}:4321");
+    let (rc, out) = pair
+        .b
+        .sh(
+            &format!(
+                "chroot /host {BIN} bench udp-echo server --listen {server} --max-pps-per-source 0 --duration 120 > /tmp/echo.log 2>&1 &"
+            ),
+            T,
+        )
+        .unwrap();
+    assert_eq!(rc, 0, "{out}");
+    let g = &mut pair.a;
+    let mut echoed = false;
+    for _ in 0..20 {
+        let (rc, _) = g
+            .host(
+                &[BIN, "bench", "udp-echo", "client", &server, "--count", "50"],
+                T,
+            )
+            .unwrap();
+        if rc == 0 {
+            echoed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(echoed, "no echo from guest b across the bridge");
+
+    // Four queues, a vector each way: the driver's real interrupts.
+    let (_, ints) = g
+        .sh("grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts", T)
+        .unwrap();
+    assert_eq!(ints.lines().count(), 8, "{ints}");
+
+    // Every queue vector on CPU 0: what a host without irqbalance can boot with.
+    let (rc, out) = g
+        .sh(
+            "for i in $(grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts | cut -d: -f1); do echo 1 > /proc/irq/$i/smp_affinity || exit 1; done",
+            T,
+        )
+        .unwrap();
+    assert_eq!(rc, 0, "the guest refused an affinity write: {out}");
+    let before = affinities(g);
+
+    let report = doctor(g);
+    let stacked = report
+        .findings
+        .iter()
+        .find(|f| f.id == "irqs-not-spread")
+        .unwrap_or_else(|| panic!("doctor did not name the stacked IRQs: {report:?}"));
+    assert!(stacked.subjects.devices.iter().any(|d| d == "eth0"));
+
+    let (rc, out) = g
+        .host(
+            &[
+                BIN,
+                "tune",
+                "apply",
+                "--profile",
+                "balanced",
+                "--dev",
+                "eth0",
+                "--state-dir",
+                "/tmp/st",
+                "--json",
+            ],
+            T,
+        )
+        .unwrap();
+    assert_eq!(rc, 0, "{out}");
+    let applied: ApplyReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(applied.status, "applied");
+    let moved: Vec<_> = applied
+        .steps
+        .iter()
+        .filter(|s| s.id.starts_with("irq/") && s.status == "changed")
+        .collect();
+    assert!(!moved.is_empty(), "no IRQ moved: {:?}", applied.steps);
+    assert_eq!(
+        receive_cpus(g),
+        ["0", "1"],
+        "the receive IRQs are not spread"
+    );
+    assert!(
+        !doctor(g).findings.iter().any(|f| f.id == "irqs-not-spread"),
+        "doctor still finds the IRQs stacked"
+    );
+
+    let verify = |g: &mut Guest| {
+        g.host(&[BIN, "tune", "verify", "--state-dir", "/tmp/st"], T)
+            .unwrap()
+    };
+    let (rc, out) = verify(g);
+    assert_eq!(rc, 0, "{out}");
+    // irqbalance-style drift: one moved IRQ put back on CPU 0.
+    let irq = moved[0].id.trim_start_matches("irq/").to_string();
+    let (rc, _) = g
+        .sh(&format!("echo 1 > /proc/irq/{irq}/smp_affinity"), T)
+        .unwrap();
+    assert_eq!(rc, 0);
+    let (rc, out) = verify(g);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains(&format!("irq/{irq}")), "{out}");
+
+    let (rc, out) = g
+        .host(
+            &[
+                BIN,
+                "tune",
+                "rollback",
+                &applied.journal,
+                "--state-dir",
+                "/tmp/st",
+            ],
+            T,
+        )
+        .unwrap();
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(
+        affinities(g),
+        before,
+        "rollback did not restore every affinity file"
+    );
+}

@@ -1,0 +1,385 @@
+//! The guest's boot image: a Debian kernel and a busybox initramfs, built once and cached.
+//!
+//! The kernel comes from Debian's `linux-image-amd64` package, downloaded (`apt-get download`,
+//! never installed on the host) and unpacked into the cache; the initramfs holds a static
+//! busybox, the kernel modules the guest needs (virtio PCI and net, 9p over virtio), each with
+//! the modules its `depends=` names, loaded in dependency order, and the guest's `/init`.
+//! The cache is `$NETSTEER_VM_CACHE`, else `$XDG_CACHE_HOME/netsteer/vm`, else
+//! `~/.cache/netsteer/vm`.
+
+use crate::{LabError, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The modules the guest loads (their dependencies come along).
+const MODULES: &[&str] = &["virtio_pci", "virtio_net", "9pnet_virtio", "9p"];
+
+/// The guest's /init: mounts, modules, the host's root (read-only) and the lab's scratch
+/// directory over 9p, then the command loop on the second serial port. Each command line is
+/// `ID SHELL-COMMAND`; its output goes to /x/out.ID and the answer `@@DONE ID RC` to the port.
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko || echo "netsteer-vm: insmod $m failed"; done
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose hostroot /host || echo "netsteer-vm: 9p hostroot failed"
+mount -t 9p -o trans=virtio,version=9p2000.L scratch /x || echo "netsteer-vm: 9p scratch failed"
+# The host's programs run in a chroot of its root, with the guest's kernel interfaces.
+mount -t proc proc /host/proc
+mount -t sysfs sys /host/sys
+mount -t devtmpfs dev /host/dev
+mount -t tmpfs tmp /host/tmp
+mount -t tmpfs run /host/run
+ip link set lo up
+exec 3<>/dev/ttyS1
+stty -F /dev/ttyS1 raw -echo
+# Said until the host answers: a line sent while no one is connected to the port is lost.
+until read -t 1 -r hello <&3; do echo "@@READY $(uname -r)" >&3; done
+while read -r id cmd <&3; do
+  sh -c "$cmd" > /x/out.$id 2>&1 < /dev/null
+  echo "@@DONE $id $?" >&3
+done
+"#;
+
+/// A built image.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    /// The kernel release (`6.1.0-56-amd64`).
+    pub release: String,
+}
+
+/// The cache directory the user controls.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("NETSTEER_VM_CACHE") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"));
+    base.join("netsteer/vm")
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd.output().map_err(|source| LabError::Io {
+        what: what.to_string(),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(LabError::Invalid(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The names a module's `depends=` lists (from its .modinfo strings).
+pub fn module_depends(ko: &[u8]) -> Vec<String> {
+    let needle = b"depends=";
+    ko.windows(needle.len())
+        .position(|w| w == needle)
+        .map(|i| {
+            let rest = &ko[i + needle.len()..];
+            let end = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+            String::from_utf8_lossy(&rest[..end])
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.replace('-', "_"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `wanted` and what they depend on, dependencies first. `find` maps a module name to its
+/// file's bytes.
+pub fn load_order(
+    wanted: &[&str],
+    find: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> std::result::Result<Vec<String>, String> {
+    fn visit(
+        m: &str,
+        find: &dyn Fn(&str) -> Option<Vec<u8>>,
+        order: &mut Vec<String>,
+        on_path: &mut Vec<String>,
+    ) -> std::result::Result<(), String> {
+        if order.iter().any(|o| o == m) {
+            return Ok(());
+        }
+        if on_path.iter().any(|o| o == m) {
+            return Err(format!("module dependency loop at {m}"));
+        }
+        let bytes = find(m).ok_or_else(|| format!("module {m} is not in the kernel package"))?;
+        on_path.push(m.to_string());
+        for d in module_depends(&bytes) {
+            visit(&d, find, order, on_path)?;
+        }
+        on_path.pop();
+        order.push(m.to_string());
+        Ok(())
+    }
+    let mut order = Vec::new();
+    for m in wanted {
+        visit(m, find, &mut order, &mut Vec::new())?;
+    }
+    Ok(order)
+}
+
+/// One file of a newc cpio archive (the initramfs format, Documentation/driver-api/
+/// early-userspace/buffer-format.rst).
+pub struct CpioEntry {
+    pub path: String,
+    pub mode: u32,
+    pub data: Vec<u8>,
+}
+
+/// A newc archive of `entries` (directories need no data; the kernel creates parents in
+/// order, so directories come before what they hold).
+pub fn cpio(entries: &[CpioEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let pad = |out: &mut Vec<u8>| {
+        while !out.len().is_multiple_of(4) {
+            out.push(0);
+        }
+    };
+    let push = |out: &mut Vec<u8>, ino: u32, path: &str, mode: u32, data: &[u8]| {
+        let fields = [
+            ino,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            data.len() as u32,
+            0,
+            0,
+            0,
+            0,
+            path.len() as u32 + 1,
+            0,
+        ];
+        out.extend_from_slice(b"070701");
+        for f in fields {
+            out.extend_from_slice(format!("{f:08X}").as_bytes());
+        }
+        out.extend_from_slice(path.as_bytes());
+        out.push(0);
+        pad(out);
+        out.extend_from_slice(data);
+        pad(out);
+    };
+    for (i, e) in entries.iter().enumerate() {
+        push(&mut out, i as u32 + 1, &e.path, e.mode, &e.data);
+    }
+    push(&mut out, 0, "TRAILER!!!", 0, &[]);
+    out
+}
+
+const DIR: u32 = 0o040755;
+const EXEC: u32 = 0o100755;
+const FILE: u32 = 0o100644;
+
+/// Builds (or finds in the cache) the image. Needs `apt-get` and `dpkg-deb` (Debian) for the
+/// kernel, and a static busybox (`busybox-static`) at /bin/busybox.
+pub fn build() -> Result<Image> {
+    let cache = cache_dir();
+    let pkg = run(
+        Command::new("apt-cache").args(["depends", "linux-image-amd64"]),
+        "apt-cache depends linux-image-amd64 (is this Debian?)",
+    )?
+    .lines()
+    .find_map(|l| {
+        l.trim()
+            .strip_prefix("Depends: ")
+            .filter(|p| p.starts_with("linux-image-"))
+            .map(str::to_string)
+    })
+    .ok_or_else(|| LabError::Invalid("linux-image-amd64 names no kernel package".into()))?;
+    let release = pkg.trim_start_matches("linux-image-").to_string();
+    let dir = cache.join(&release);
+    let kernel = dir.join("vmlinuz");
+    // Named after what goes into it, so a changed /init or module list builds a new one.
+    let recipe = fnv64(format!("{INIT}{}", MODULES.join(",")).as_bytes());
+    let initramfs = dir.join(format!("initramfs-{recipe:016x}.cpio"));
+    if kernel.is_file() && initramfs.is_file() {
+        return Ok(Image {
+            kernel,
+            initramfs,
+            release,
+        });
+    }
+    let io = |what: String| move |source| LabError::Io { what, source };
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    let unpacked = dir.join("deb");
+    if !unpacked.join("boot").is_dir() {
+        run(
+            Command::new("apt-get")
+                .args(["download", &pkg])
+                .current_dir(&dir),
+            &format!("apt-get download {pkg}"),
+        )?;
+        let deb = std::fs::read_dir(&dir)
+            .map_err(io(format!("listing {}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|e| e == "deb"))
+            .ok_or_else(|| LabError::Invalid(format!("apt-get download {pkg}: no .deb")))?;
+        run(
+            Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked),
+            &format!("dpkg-deb -x {}", deb.display()),
+        )?;
+        let _ = std::fs::remove_file(&deb);
+    }
+    let modroot = unpacked.join("lib/modules").join(&release);
+    let find = |name: &str| -> Option<Vec<u8>> {
+        find_module(&modroot, name).and_then(|p| std::fs::read(p).ok())
+    };
+    let order = load_order(MODULES, &find).map_err(LabError::Invalid)?;
+    let busybox = std::fs::read("/bin/busybox").map_err(io(
+        "/bin/busybox (apt-get install busybox-static)".to_string(),
+    ))?;
+    let mut entries = Vec::new();
+    for d in [
+        "bin",
+        "dev",
+        "proc",
+        "sys",
+        "host",
+        "x",
+        "tmp",
+        "lib",
+        "lib/modules",
+    ] {
+        entries.push(CpioEntry {
+            path: d.into(),
+            mode: DIR,
+            data: Vec::new(),
+        });
+    }
+    entries.push(CpioEntry {
+        path: "bin/busybox".into(),
+        mode: EXEC,
+        data: busybox,
+    });
+    entries.push(CpioEntry {
+        path: "init".into(),
+        mode: EXEC,
+        data: INIT.as_bytes().to_vec(),
+    });
+    for m in &order {
+        entries.push(CpioEntry {
+            path: format!("lib/modules/{m}.ko"),
+            mode: FILE,
+            data: find(m).expect("found when ordering"),
+        });
+    }
+    entries.push(CpioEntry {
+        path: "lib/modules/order".into(),
+        mode: FILE,
+        data: (order.join("\n") + "\n").into_bytes(),
+    });
+    let tmp = dir.join("initramfs.cpio.tmp");
+    std::fs::write(&tmp, cpio(&entries)).map_err(io(format!("writing {}", tmp.display())))?;
+    std::fs::copy(unpacked.join(format!("boot/vmlinuz-{release}")), &kernel)
+        .map_err(io(format!("copying the kernel of {pkg}")))?;
+    std::fs::rename(&tmp, &initramfs).map_err(io(format!("writing {}", initramfs.display())))?;
+    Ok(Image {
+        kernel,
+        initramfs,
+        release,
+    })
+}
+
+fn fnv64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The file of module `name` (`9pnet_virtio.ko`; `-` and `_` are the same in module names).
+fn find_module(root: &Path, name: &str) -> Option<PathBuf> {
+    let want = format!("{name}.ko");
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).ok()?.filter_map(|e| e.ok()) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if e.file_name().to_string_lossy().replace('-', "_") == want {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependencies_come_first_and_loops_are_named() {
+        let mods = |name: &str| -> Option<Vec<u8>> {
+            let deps = match name {
+                "9p" => "9pnet,fscache,netfs",
+                "9pnet_virtio" => "9pnet,virtio,virtio_ring",
+                "fscache" => "netfs",
+                "virtio" | "virtio_ring" | "netfs" | "9pnet" => "",
+                "a" => "b",
+                "b" => "a",
+                _ => return None,
+            };
+            Some(format!("license=GPL\0depends={deps}\0retpoline=Y\0").into_bytes())
+        };
+        let order = load_order(&["9pnet_virtio", "9p"], &mods).unwrap();
+        assert_eq!(
+            order,
+            [
+                "9pnet",
+                "virtio",
+                "virtio_ring",
+                "9pnet_virtio",
+                "netfs",
+                "fscache",
+                "9p"
+            ]
+        );
+        assert!(load_order(&["a"], &mods).unwrap_err().contains("loop"));
+        assert!(
+            load_order(&["nosuch"], &mods)
+                .unwrap_err()
+                .contains("nosuch")
+        );
+    }
+
+    #[test]
+    fn cpio_entries_are_newc_and_aligned() {
+        let a = cpio(&[
+            CpioEntry {
+                path: "bin".into(),
+                mode: DIR,
+                data: vec![],
+            },
+            CpioEntry {
+                path: "bin/x".into(),
+                mode: EXEC,
+                data: b"hello".to_vec(),
+            },
+        ]);
+        assert_eq!(&a[..6], b"070701");
+        assert_eq!(a.len() % 4, 0);
+        // Second header: 110-byte header + "bin\0" padded to 4 from the first entry's start.
+        let second = (110 + 4 + 3) / 4 * 4;
+        assert_eq!(&a[second..second + 6], b"070701");
+        let size = u32::from_str_radix(
+            std::str::from_utf8(&a[second + 54..second + 62]).unwrap(),
+            16,
+        )
+        .unwrap();
+        assert_eq!(size, 5);
+        assert!(a.windows(10).any(|w| w == b"TRAILER!!!"));
+        assert!(a.windows(5).any(|w| w == b"hello"));
+    }
+}

@@ -1,0 +1,418 @@
+//! Virtual-machine hosts: QEMU guests with real drivers and real interrupts (virtio-net with
+//! one PCI-MSI vector per queue, per-queue NAPI, writable IRQ affinity), so the IRQ half of
+//! netsteer runs live where veth has none.
+//!
+//! A guest boots a Debian kernel with a busybox initramfs ([`image`]). It sees the host's root
+//! read-only over 9p (`/host`), so the host's netsteer, ethtool and iproute2 run inside it by
+//! `chroot /host`, with the guest's own /proc, /sys and /dev mounted there; a scratch
+//! directory of the lab is writable (`/x`). Commands go over the second serial port, one line
+//! each, answered with the exit code; output comes back through the scratch directory.
+//!
+//! Two guests of a [`VmPair`] are joined by multi-queue taps on a bridge inside a lab
+//! namespace: QEMU runs in that namespace, so nothing is added to the root namespace, and
+//! deleting it (on drop, or by the next lab after a SIGKILL) takes the taps and QEMU with it.
+//! QEMU also dies with the thread that started it (PR_SET_PDEATHSIG).
+//!
+//! What emulation shows: drivers, vectors, affinities, NAPI ids, which CPU takes which queue,
+//! whether busy polling engages. What it does not: timings. Under TCG (this machine's nested
+//! KVM stalls at boot) a guest's microseconds are not bare metal's.
+
+pub mod image;
+
+use crate::{Lab, LabError, NsHost, Result};
+use image::Image;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One guest's shape.
+#[derive(Debug, Clone)]
+pub struct GuestSpec {
+    pub name: String,
+    pub cpus: u32,
+    pub mem_mb: u32,
+    /// The tap (multi_queue, in the namespace QEMU runs in) and the NIC's queues.
+    pub nic: Option<(String, u32)>,
+    pub mac: String,
+}
+
+/// A running guest. Killed when dropped.
+pub struct Guest {
+    pub name: String,
+    child: Child,
+    chan: Option<BufReader<UnixStream>>,
+    dir: PathBuf,
+    next: u64,
+    /// From QEMU's start to the guest's first command prompt.
+    pub boot_time: Duration,
+    pub release: String,
+}
+
+/// `"a b"` → `'a b'` for the guest's shell.
+fn quote(s: &str) -> String {
+    crate::remote::shell_quote(s)
+}
+
+impl Guest {
+    /// Starts QEMU for `spec` (inside `ns` when given: where its tap is). `dir` is the guest's
+    /// own scratch directory. Returns at once; [`Guest::wait_ready`] waits for the boot.
+    pub fn start(
+        image: &Image,
+        spec: &GuestSpec,
+        ns: Option<&NsHost>,
+        dir: &Path,
+    ) -> Result<Guest> {
+        let io = |what: String| move |source| LabError::Io { what, source };
+        std::fs::create_dir_all(dir.join("x"))
+            .map_err(io(format!("creating {}", dir.display())))?;
+        let sock = dir.join("ch.sock");
+        let _ = std::fs::remove_file(&sock);
+        let accel =
+            std::env::var("NETSTEER_VM_ACCEL").unwrap_or_else(|_| "tcg,thread=multi".into());
+        let mut args: Vec<String> = vec![
+            "-accel".into(),
+            accel,
+            "-smp".into(),
+            spec.cpus.to_string(),
+            "-m".into(),
+            spec.mem_mb.to_string(),
+            "-nodefaults".into(),
+            "-no-reboot".into(),
+            "-display".into(),
+            "none".into(),
+            "-kernel".into(),
+            image.kernel.display().to_string(),
+            "-initrd".into(),
+            image.initramfs.display().to_string(),
+            "-append".into(),
+            "console=ttyS0 panic=-1 quiet".into(),
+            "-serial".into(),
+            format!("file:{}", dir.join("console.log").display()),
+            "-chardev".into(),
+            format!("socket,id=ch,path={},server=on,wait=off", sock.display()),
+            "-serial".into(),
+            "chardev:ch".into(),
+            "-fsdev".into(),
+            "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap".into(),
+            "-device".into(),
+            "virtio-9p-pci,fsdev=root,mount_tag=hostroot".into(),
+            "-fsdev".into(),
+            format!(
+                "local,id=x,path={},security_model=none",
+                dir.join("x").display()
+            ),
+            "-device".into(),
+            "virtio-9p-pci,fsdev=x,mount_tag=scratch".into(),
+        ];
+        if let Some((tap, queues)) = &spec.nic {
+            // One vector per queue each way, plus config and control (virtio_net's layout).
+            args.extend([
+                "-netdev".into(),
+                format!("tap,id=n0,ifname={tap},script=no,downscript=no,vhost=off,queues={queues}"),
+                "-device".into(),
+                format!(
+                    "virtio-net-pci,netdev=n0,mq=on,vectors={},mac={}",
+                    2 * queues + 2,
+                    spec.mac
+                ),
+            ]);
+        }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut cmd = match ns {
+            Some(h) => {
+                use crate::Remote;
+                h.command(None, "qemu-system-x86_64", &argv)
+            }
+            None => {
+                let mut c = Command::new("qemu-system-x86_64");
+                c.args(&argv);
+                c
+            }
+        };
+        netsteer_sock::signal::die_with_parent(&mut cmd);
+        let log = std::fs::File::create(dir.join("qemu.log"))
+            .map_err(io(format!("creating {}", dir.join("qemu.log").display())))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(io(
+                "starting qemu-system-x86_64 (apt-get install qemu-system-x86)".into(),
+            ))?;
+        Ok(Guest {
+            name: spec.name.clone(),
+            child,
+            chan: None,
+            dir: dir.to_path_buf(),
+            next: 0,
+            boot_time: Duration::ZERO,
+            release: String::new(),
+        })
+    }
+
+    fn why_not(&self) -> String {
+        let tail = |p: PathBuf| {
+            let t = std::fs::read_to_string(p).unwrap_or_default();
+            let lines: Vec<&str> = t.lines().collect();
+            lines[lines.len().saturating_sub(8)..].join(" | ")
+        };
+        format!(
+            "qemu: {}; console: {}",
+            tail(self.dir.join("qemu.log")),
+            tail(self.dir.join("console.log"))
+        )
+    }
+
+    /// Waits up to `limit` for the guest's command loop.
+    pub fn wait_ready(&mut self, started: Instant, limit: Duration) -> Result<()> {
+        let sock = self.dir.join("ch.sock");
+        let stream = loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(LabError::Invalid(format!(
+                    "guest {}: qemu exited ({status}) before booting: {}",
+                    self.name,
+                    self.why_not()
+                )));
+            }
+            if let Ok(s) = UnixStream::connect(&sock) {
+                break s;
+            }
+            if started.elapsed() > limit {
+                return Err(LabError::Invalid(format!(
+                    "guest {}: no channel after {:.0} s: {}",
+                    self.name,
+                    limit.as_secs_f64(),
+                    self.why_not()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut r = BufReader::new(stream);
+        let line = self.read_line(&mut r, started, limit)?;
+        let release = line
+            .trim()
+            .strip_prefix("@@READY")
+            .ok_or_else(|| LabError::Invalid(format!("guest {}: said {line:?}", self.name)))?;
+        self.release = release.trim().to_string();
+        self.boot_time = started.elapsed();
+        r.get_mut()
+            .write_all(b"go\n")
+            .map_err(|source| LabError::Io {
+                what: format!("guest {} channel", self.name),
+                source,
+            })?;
+        self.chan = Some(r);
+        Ok(())
+    }
+
+    fn read_line(
+        &self,
+        r: &mut BufReader<UnixStream>,
+        since: Instant,
+        limit: Duration,
+    ) -> Result<String> {
+        let mut line = String::new();
+        loop {
+            let left = limit
+                .checked_sub(since.elapsed())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    LabError::Invalid(format!(
+                        "guest {}: no answer within {:.0} s: {}",
+                        self.name,
+                        limit.as_secs_f64(),
+                        self.why_not()
+                    ))
+                })?;
+            r.get_ref()
+                .set_read_timeout(Some(left.min(Duration::from_secs(1))))
+                .map_err(|source| LabError::Io {
+                    what: format!("guest {} channel", self.name),
+                    source,
+                })?;
+            match r.read_line(&mut line) {
+                Ok(0) => {
+                    return Err(LabError::Invalid(format!(
+                        "guest {}: channel closed: {}",
+                        self.name,
+                        self.why_not()
+                    )));
+                }
+                Ok(_) if line.ends_with('\n') => {
+                    // The serial line may carry the kernel's stray bytes before ours.
+                    if let Some(i) = line.find("@@") {
+                        return Ok(line[i..].to_string());
+                    }
+                    line.clear();
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(source) => {
+                    return Err(LabError::Io {
+                        what: format!("guest {} channel", self.name),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs a shell command line in the guest (busybox sh, outside the chroot); its exit code
+    /// and output (stdout and stderr).
+    pub fn sh(&mut self, cmd: &str, limit: Duration) -> Result<(i32, String)> {
+        if cmd.contains('\n') {
+            return Err(LabError::Invalid("a guest command is one line".into()));
+        }
+        let id = self.next;
+        self.next += 1;
+        let mut r = self
+            .chan
+            .take()
+            .ok_or_else(|| LabError::Invalid(format!("guest {} is not ready", self.name)))?;
+        let result: Result<(i32, String)> = (|| {
+            r.get_mut()
+                .write_all(format!("{id} {cmd}\n").as_bytes())
+                .map_err(|source| LabError::Io {
+                    what: format!("guest {} channel", self.name),
+                    source,
+                })?;
+            let start = Instant::now();
+            loop {
+                let line = self.read_line(&mut r, start, limit)?;
+                let mut f = line.split_whitespace();
+                if f.next() == Some("@@DONE") && f.next() == Some(&id.to_string()) {
+                    let rc: i32 = f.next().and_then(|c| c.parse().ok()).unwrap_or(-1);
+                    let out_path = self.dir.join("x").join(format!("out.{id}"));
+                    let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+                    let _ = std::fs::remove_file(&out_path);
+                    return Ok((rc, out));
+                }
+            }
+        })();
+        self.chan = Some(r);
+        result.map_err(|e| LabError::Invalid(format!("guest {}: {cmd}: {e}", self.name)))
+    }
+
+    /// Runs a program of the host (its path as on the host) inside the guest.
+    pub fn host(&mut self, argv: &[&str], limit: Duration) -> Result<(i32, String)> {
+        let line = std::iter::once("chroot /host".to_string())
+            .chain(argv.iter().map(|a| quote(a)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        self.sh(&line, limit)
+    }
+
+    /// As [`Guest::host`], failing unless the program exits 0.
+    pub fn host_ok(&mut self, argv: &[&str], limit: Duration) -> Result<String> {
+        let (rc, out) = self.host(argv, limit)?;
+        if rc != 0 {
+            return Err(LabError::Command {
+                command: format!("(guest {}) {}", self.name, argv.join(" ")),
+                code: Some(rc),
+                stderr: out,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The pair's addresses on the guests' link.
+pub const VM_A_ADDR: &str = "10.78.0.1";
+pub const VM_B_ADDR: &str = "10.78.0.2";
+
+#[derive(Debug, Clone)]
+pub struct VmPairSpec {
+    pub cpus: u32,
+    pub queues: u32,
+    pub mem_mb: u32,
+    /// How long a boot may take (TCG on a busy 2-core machine: tens of seconds).
+    pub boot_limit: Duration,
+}
+
+impl Default for VmPairSpec {
+    fn default() -> Self {
+        VmPairSpec {
+            cpus: 2,
+            queues: 4,
+            mem_mb: 384,
+            boot_limit: Duration::from_secs(240),
+        }
+    }
+}
+
+/// Two guests whose `eth0`s (virtio-net, `queues` queues each) share a bridge in the lab's
+/// `net` namespace, addressed [`VM_A_ADDR`] and [`VM_B_ADDR`].
+pub struct VmPair {
+    pub a: Guest,
+    pub b: Guest,
+    pub image: Image,
+    pub net: NsHost,
+    // Last: deleting the namespace takes the taps (and anything QEMU left) with it.
+    pub lab: Lab,
+}
+
+impl VmPair {
+    pub fn new(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
+        let image = image::build()?;
+        let mut lab = Lab::new(tag)?;
+        let net = lab.switch("net")?;
+        let dir = std::env::temp_dir().join(lab.prefix());
+        let mut guests = Vec::new();
+        let started = Instant::now();
+        for (i, name) in ["a", "b"].iter().enumerate() {
+            let tap = format!("tap{i}");
+            net.ip(&["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
+            net.ip(&["link", "set", &tap, "master", "br0", "up"])?;
+            let g = Guest::start(
+                &image,
+                &GuestSpec {
+                    name: (*name).to_string(),
+                    cpus: spec.cpus,
+                    mem_mb: spec.mem_mb,
+                    nic: Some((tap, spec.queues)),
+                    mac: format!("52:54:00:4e:53:{:02x}", i + 1),
+                },
+                Some(&net),
+                &dir.join(name),
+            )?;
+            guests.push(g);
+        }
+        let mut b = guests.pop().expect("two guests");
+        let mut a = guests.pop().expect("two guests");
+        a.wait_ready(started, spec.boot_limit)?;
+        b.wait_ready(started, spec.boot_limit)?;
+        for (g, addr) in [(&mut a, VM_A_ADDR), (&mut b, VM_B_ADDR)] {
+            let (rc, out) = g.sh(
+                &format!("ip addr add {addr}/24 dev eth0 && ip link set eth0 up"),
+                Duration::from_secs(60),
+            )?;
+            if rc != 0 {
+                return Err(LabError::Invalid(format!(
+                    "guest {}: addressing eth0: {out}",
+                    g.name
+                )));
+            }
+        }
+        Ok(VmPair {
+            a,
+            b,
+            image,
+            net,
+            lab,
+        })
+    }
+}
