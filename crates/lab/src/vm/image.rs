@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(&a[..6], b"070701");
         assert_eq!(a.len() % 4, 0);
         // Second header: 110-byte header + "bin\0" padded to 4 from the first entry's start.
-        let second = (110 + 4 + 3) / 4 * 4;
+        let second = (110usize + 4).div_ceil(4) * 4;
         assert_eq!(&a[second..second + 6], b"070701");
         let size = u32::from_str_radix(
             std::str::from_utf8(&a[second + 54..second + 62]).unwrap(),
