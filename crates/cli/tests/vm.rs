@@ -11,6 +11,7 @@
 mod common;
 
 use common::is_root;
+use netsteer_lab::vm::ladder::RungRun;
 use netsteer_lab::vm::{Guest, VM_B_ADDR, VmPair, VmPairSpec};
 use netsteer_tune::doctor::Report;
 use netsteer_tune::tune::ApplyReport;
@@ -19,6 +20,8 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 const T: Duration = Duration::from_secs(180);
+/// One pair of guests at a time: two would put four emulated CPUs on CI's two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn usable() -> bool {
     let qemu = Command::new("qemu-system-x86_64")
@@ -79,6 +82,7 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
     if !usable() {
         return;
     }
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut pair = VmPair::new("vm", &VmPairSpec::default()).expect("two guests");
     eprintln!(
         "guests booted in {:.1} s and {:.1} s (kernel {})",
@@ -210,4 +214,63 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
         before,
         "rollback did not restore every affinity file"
     );
+}
+
+/// `netsteer lab run seed-000 --vm`: every rung completes between the two guests; busy polling
+/// engages on virtio's NAPI; with one queue per CPU, each queue's interrupts land on the one
+/// CPU it was given.
+#[test]
+fn the_seed_000_ladder_runs_between_two_guests() {
+    if !usable() {
+        return;
+    }
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = Command::new(BIN)
+        .args(["lab", "run", "seed-000", "--vm", "--count", "200", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: Vec<RungRun> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(runs.len(), netsteer_lab::vm::ladder::RUNGS.len());
+    for r in &runs {
+        assert_eq!((r.sent, r.received), (200, 200), "{}", r.rung);
+    }
+    let busy = runs
+        .iter()
+        .find(|r| r.rung.starts_with("busy-poll"))
+        .unwrap();
+    assert_eq!(busy.busy_poll_engaged, Some(true), "{busy:?}");
+    assert!(busy.napi_id.is_some_and(|n| n > 0));
+    let pinned = runs
+        .iter()
+        .find(|r| r.rung == "spin, one queue per CPU")
+        .unwrap();
+    let mut seen = 0;
+    for q in pinned.server_irqs.iter().chain(&pinned.client_irqs) {
+        if q.per_cpu.iter().sum::<u64>() < 50 {
+            continue;
+        }
+        let cpu: usize = q
+            .allowed
+            .parse()
+            .unwrap_or_else(|_| panic!("{q:?} is not on one CPU"));
+        let elsewhere: u64 = q
+            .per_cpu
+            .iter()
+            .enumerate()
+            .filter(|(c, _)| *c != cpu)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(elsewhere <= 2, "{q:?}: interrupts off its CPU");
+        seen += 1;
+    }
+    assert!(seen >= 2, "no queue carried the echoes: {pinned:?}");
 }

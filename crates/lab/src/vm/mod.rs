@@ -18,6 +18,7 @@
 //! KVM stalls at boot) a guest's microseconds are not bare metal's.
 
 pub mod image;
+pub mod ladder;
 
 use crate::{Lab, LabError, NsHost, Result};
 use image::Image;
