@@ -51,8 +51,11 @@ pub struct RungRun {
     pub notes: Vec<String>,
 }
 
+/// Per queue vector (by IRQ number): its name, its count per CPU and its allowed CPUs.
+type Counts = BTreeMap<u32, (String, Vec<u64>, String)>;
+
 /// The queue vectors' counts per CPU now, and their allowed CPUs.
-fn irq_counts(g: &mut Guest) -> Result<BTreeMap<u32, (String, Vec<u64>, String)>> {
+fn irq_counts(g: &mut Guest) -> Result<Counts> {
     let (_, out) = g.sh(
         "grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts; for i in $(grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts | cut -d: -f1); do echo \"@ $i $(cat /proc/irq/$i/smp_affinity_list)\"; done",
         T,
@@ -86,10 +89,7 @@ fn irq_counts(g: &mut Guest) -> Result<BTreeMap<u32, (String, Vec<u64>, String)>
     Ok(m)
 }
 
-fn delta(
-    before: &BTreeMap<u32, (String, Vec<u64>, String)>,
-    after: &BTreeMap<u32, (String, Vec<u64>, String)>,
-) -> Vec<QueueIrq> {
+fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
     after
         .iter()
         .map(|(irq, (name, counts, allowed))| {
@@ -250,8 +250,8 @@ pub fn run(
                 let (aa, ab) = (irq_counts(&mut pair.a)?, irq_counts(&mut pair.b)?);
                 let s: ClientSummary = out
                     .lines()
-                    .filter_map(|l| serde_json::from_str(l).ok())
-                    .last()
+                    .rev()
+                    .find_map(|l| serde_json::from_str(l).ok())
                     .ok_or_else(|| LabError::Invalid(format!("rung {rung}: no summary: {out}")))?;
                 let napi = s.napi_id;
                 let r = RungRun {
