@@ -206,13 +206,20 @@ impl Agent {
         out.doctor_time.push(vec![], unix_seconds(wall));
 
         if let Some(dir) = &self.opts.state_dir {
-            let backend_nic: Box<dyn NicBackend> = match (self.nic)() {
-                Ok(b) => b,
-                Err(reason) => Box::new(netsteer_nic::NoNic { reason }),
+            // The scrape's NIC backend, or one that says why there is none.
+            let none;
+            let backend_nic: &dyn NicBackend = match &nic {
+                Ok(b) => b.as_ref(),
+                Err(reason) => {
+                    none = netsteer_nic::NoNic {
+                        reason: reason.clone(),
+                    };
+                    &none
+                }
             };
             let backend = HostBackend {
                 fs: fs.clone(),
-                nic: backend_nic.as_ref(),
+                nic: backend_nic,
             };
             let ok_tune = self.tune(&mut out, dir, &backend, &view);
             ok("tune", ok_tune);

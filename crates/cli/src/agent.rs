@@ -67,18 +67,9 @@ fn make_agent(host: &Host, args: &AgentArgs) -> Result<Agent> {
     } else {
         Rates::SinceBoot
     };
-    let nic: NicSource = if fs.is_live() {
-        Box::new(|| {
-            netsteer_nic::Netlink::open()
-                .map(|nl| Box::new(nl) as Box<dyn netsteer_nic::NicBackend>)
-                .map_err(|e| e.to_string())
-        })
-    } else {
-        let root = fs.root().to_path_buf();
-        Box::new(move || {
-            Ok(Box::new(netsteer_nic::TreeNic::new(&root)) as Box<dyn netsteer_nic::NicBackend>)
-        })
-    };
+    // Opened at each scrape (a netlink socket is cheap; a tree's file is read anew).
+    let nic_fs = fs.clone();
+    let nic: NicSource = Box::new(move || crate::nic_backend(&nic_fs));
     Ok(Agent::new(
         fs,
         nic,

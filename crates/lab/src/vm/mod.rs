@@ -51,11 +51,6 @@ pub struct Guest {
     pub release: String,
 }
 
-/// `"a b"` → `'a b'` for the guest's shell.
-fn quote(s: &str) -> String {
-    crate::remote::shell_quote(s)
-}
-
 impl Guest {
     /// Starts QEMU for `spec` (inside `ns` when given: where its tap is). `dir` is the guest's
     /// own scratch directory. Returns at once; [`Guest::wait_ready`] waits for the boot.
@@ -304,7 +299,7 @@ impl Guest {
     /// Runs a program of the host (its path as on the host) inside the guest.
     pub fn host(&mut self, argv: &[&str], limit: Duration) -> Result<(i32, String)> {
         let line = std::iter::once("chroot /host".to_string())
-            .chain(argv.iter().map(|a| quote(a)))
+            .chain(argv.iter().map(|a| crate::remote::shell_quote(a)))
             .collect::<Vec<_>>()
             .join(" ");
         self.sh(&line, limit)
