@@ -401,11 +401,21 @@ fn serve(
     stop: &AtomicBool,
     c: &Counters,
 ) -> Result<(), BenchError> {
+    accounted(pin, c, || serve_loop(&sock, cfg, stop, c))
+}
+
+/// Runs a server thread's loop pinned to `pin`, and stores the thread's CPU time over it in
+/// `c` (also when the loop fails).
+fn accounted<T>(
+    pin: Option<u32>,
+    c: &Counters,
+    work: impl FnOnce() -> Result<T, BenchError>,
+) -> Result<T, BenchError> {
     if let Some(cpu) = pin {
         cpu::pin_current_thread(&[cpu]).map_err(io_err(format!("--cpu {cpu}")))?;
     }
     let start = ThreadUsage::current().unwrap_or_default();
-    let r = serve_loop(&sock, cfg, stop, c);
+    let r = work();
     if let Ok(u) = ThreadUsage::current() {
         let used = u.since(&start);
         c.cpu_us
@@ -540,33 +550,27 @@ fn serve_xdp(
     c: &Counters,
     summary: &std::sync::Mutex<Option<super::xdp::XdpSummary>>,
 ) -> Result<(), BenchError> {
-    if let Some(cpu) = pin {
-        cpu::pin_current_thread(&[cpu]).map_err(io_err(format!("--cpu {cpu}")))?;
-    }
-    let start = ThreadUsage::current().unwrap_or_default();
-    let mut not_udp4 = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let p = super::xdp::serve_pass(&mut xsk);
-        if p.received == 0 {
-            std::hint::spin_loop();
-            continue;
+    let not_udp4 = accounted(pin, c, || {
+        let mut not_udp4 = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let p = super::xdp::serve_pass(&mut xsk);
+            if p.received == 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            not_udp4 += p.not_udp4;
+            count(
+                c,
+                Tally {
+                    received: p.received,
+                    echoed: p.echoed,
+                    bytes: p.bytes,
+                    ..Tally::default()
+                },
+            );
         }
-        not_udp4 += p.not_udp4;
-        count(
-            c,
-            Tally {
-                received: p.received,
-                echoed: p.echoed,
-                bytes: p.bytes,
-                ..Tally::default()
-            },
-        );
-    }
-    if let Ok(u) = ThreadUsage::current() {
-        let used = u.since(&start);
-        c.cpu_us
-            .store(used.user_us + used.sys_us, Ordering::Relaxed);
-    }
+        Ok(not_udp4)
+    })?;
     if let Ok(mut s) = summary.lock()
         && let Some(s) = s.as_mut()
     {
