@@ -91,7 +91,12 @@ fn nix_kill(pid: u32, sig: i32) {
 
 /// Runs the echo client in the client namespace; its summary, or the failed output.
 fn client(pair: &Pair, args: &[&str]) -> Result<ClientSummary, String> {
-    let target = format!("{SERVER_ADDR}:4321");
+    client_at(pair, 4321, args)
+}
+
+/// As [`client`], to another port of the server.
+fn client_at(pair: &Pair, port: u16, args: &[&str]) -> Result<ClientSummary, String> {
+    let target = format!("{SERVER_ADDR}:{port}");
     let mut all = vec!["bench", "udp-echo", "client", target.as_str(), "--json"];
     all.extend_from_slice(args);
     let out = pair.client.command(BIN, &all).output().unwrap();
@@ -104,6 +109,21 @@ fn client(pair: &Pair, args: &[&str]) -> Result<ClientSummary, String> {
         ));
     }
     serde_json::from_str(text.lines().last().unwrap_or("")).map_err(|e| format!("{e}: {text}"))
+}
+
+/// Runs `[WRAPPER...] netsteer bench udp-echo server --duration 1 ARGS` in the server namespace
+/// and checks it is refused: exit 2, a message with every one of `needles`, nothing attached.
+fn refused(pair: &Pair, wrapper: &[&str], args: &[&str], needles: &[&str]) {
+    let mut all: Vec<&str> = wrapper.to_vec();
+    all.extend_from_slice(&[BIN, "bench", "udp-echo", "server", "--duration", "1"]);
+    all.extend_from_slice(args);
+    let out = pair.server.command(all[0], &all[1..]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: {err}");
+    }
+    assert!(!attached(pair, "v0b"), "{args:?} left a program attached");
 }
 
 /// Whether `dev` in the server namespace has an XDP program attached (`ip link` shows it).
@@ -179,52 +199,19 @@ fn an_xdp_server_echoes_socket_clients_and_leaves_the_rest_to_the_kernel() {
         icmp_echo(&pair),
         "no ICMP echo reply through the XDP interface"
     );
-    let other = pair
-        .server
-        .command(
-            BIN,
-            &[
-                "bench",
-                "udp-echo",
-                "server",
-                "--listen",
-                &format!("{SERVER_ADDR}:5000"),
-                "--max-pps-per-source",
-                "0",
-                "--duration",
-                "20",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut kernel_server = Server { child: Some(other) };
-    let mut line = String::new();
-    BufReader::new(kernel_server.child.as_mut().unwrap().stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let out = pair
-        .client
-        .command(
-            BIN,
-            &[
-                "bench",
-                "udp-echo",
-                "client",
-                &format!("{SERVER_ADDR}:5000"),
-                "--count",
-                "50",
-                "--json",
-            ],
-        )
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let kernel_server = Server::start(
+        &pair,
+        &[
+            "--listen",
+            &format!("{SERVER_ADDR}:5000"),
+            "--max-pps-per-source",
+            "0",
+            "--duration",
+            "20",
+        ],
     );
+    client_at(&pair, 5000, &["--count", "50"])
+        .unwrap_or_else(|e| panic!("a kernel socket on another port of v0b: {e}"));
     drop(kernel_server);
     let summary = server.stop();
     let xdp = summary
@@ -329,25 +316,17 @@ fn bad_interfaces_and_users_are_refused_by_name() {
     }
     let pair = Pair::create(1);
     let listen = format!("{SERVER_ADDR}:4321");
-    let refused = |args: &[&str], needle: &str| {
-        let mut all = vec!["bench", "udp-echo", "server", "--duration", "1"];
-        all.extend_from_slice(args);
-        let out = pair.server.command(BIN, &all).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert!(!attached(&pair, "v0b"), "{args:?} left a program attached");
-    };
-    refused(&["--listen", &listen, "--xdp", "lo"], "loopback");
-    refused(&["--listen", &listen, "--xdp", "v0b:7"], "rx queues");
-    refused(&["--listen", &listen, "--xdp", "nosuch0"], "nosuch0");
-    refused(
+    let as_root = |args: &[&str], needle: &str| refused(&pair, &[], args, &[needle]);
+    as_root(&["--listen", &listen, "--xdp", "lo"], "loopback");
+    as_root(&["--listen", &listen, "--xdp", "v0b:7"], "rx queues");
+    as_root(&["--listen", &listen, "--xdp", "nosuch0"], "nosuch0");
+    as_root(
         &["--listen", "10.77.0.2:0", "--xdp", "v0b"],
         "--listen with a port",
     );
     // The host's route out: refused unless asked.
     pair.server.sh("ip route add default via 10.77.0.1 dev v0b");
-    refused(&["--listen", &listen, "--xdp", "v0b"], "default route");
+    as_root(&["--listen", &listen, "--xdp", "v0b"], "default route");
     let allowed = Server::start(
         &pair,
         &[
@@ -370,31 +349,22 @@ fn bad_interfaces_and_users_are_refused_by_name() {
         common::cannot_run("needs setpriv (util-linux) to run as another user");
         return;
     }
-    let out = pair
-        .server
-        .command(
+    refused(
+        &pair,
+        &[
             "setpriv",
-            &[
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-                BIN,
-                "bench",
-                "udp-echo",
-                "server",
-                "--listen",
-                &listen,
-                "--xdp",
-                "v0b",
-                "--xdp-allow-default-route",
-                "--duration",
-                "1",
-            ],
-        )
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("v0b") && err.contains("needs root"), "{err}");
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ],
+        &[
+            "--listen",
+            &listen,
+            "--xdp",
+            "v0b",
+            "--xdp-allow-default-route",
+        ],
+        &["v0b", "needs root"],
+    );
 }
