@@ -2,7 +2,6 @@
 //! stays on the endpoint's own threads; a task that would block leaves its waker with the
 //! socket (data, credit) or the session (channel space), and the I/O threads wake it.
 
-use crate::channel::Payload;
 use crate::sched::Choice;
 use crate::socket::{VSocket, lock};
 use std::io;
@@ -103,7 +102,13 @@ impl AsyncWrite for AsyncVSocket {
             };
             (ch, tx.take_seq(n), n)
         };
-        if let Err(e) = s.send_data(ch, seq, Payload::Borrowed(&buf[..n]), false, false) {
+        if let Err(e) = s.send_data(
+            ch,
+            seq,
+            bytes::Bytes::copy_from_slice(&buf[..n]),
+            false,
+            false,
+        ) {
             return Poll::Ready(Err(e));
         }
         Poll::Ready(Ok(n))

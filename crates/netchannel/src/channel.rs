@@ -93,32 +93,6 @@ pub(crate) struct SendCopy<'a> {
     pub cpus: &'a [u32],
 }
 
-/// A DATA payload: borrowed from the app when the frame is written inline, owned otherwise.
-pub(crate) enum Payload<'a> {
-    Borrowed(&'a [u8]),
-    Owned(Bytes),
-}
-
-impl Payload<'_> {
-    pub fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Payload::Borrowed(s) => s,
-            Payload::Owned(b) => b,
-        }
-    }
-
-    fn into_owned(self) -> Bytes {
-        match self {
-            Payload::Borrowed(s) => Bytes::copy_from_slice(s),
-            Payload::Owned(b) => b,
-        }
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of our locks leaves plain data behind; keep going.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -189,17 +163,12 @@ impl Channel {
 
     /// Queues a frame, or writes it at once from the calling thread when the channel is
     /// idle and inline sending is on (nvme-tcp's "try send inline": no hand-off, no wake-up).
-    pub fn send(&self, header: &Header, payload: Payload<'_>) -> io::Result<()> {
+    pub fn send(&self, header: &Header, payload: Bytes) -> io::Result<()> {
         self.send_with(header, payload, true)
     }
 
     /// `may_block = false` never writes inline (async callers must not block in write(2)).
-    pub fn send_with(
-        &self,
-        header: &Header,
-        payload: Payload<'_>,
-        may_block: bool,
-    ) -> io::Result<()> {
+    pub fn send_with(&self, header: &Header, payload: Bytes, may_block: bool) -> io::Result<()> {
         let mut q = lock(&self.tx);
         if q.closed {
             return Err(broken());
@@ -208,7 +177,7 @@ impl Channel {
             q.writing = true;
             drop(q);
             let h = header.encode();
-            let body = payload.as_slice();
+            let body = &payload[..];
             let res = write_all_vectored(&mut &self.stream, &[&h, body]);
             let mut q = lock(&self.tx);
             q.writing = false;
@@ -223,7 +192,7 @@ impl Channel {
         }
         let mut frame = OutFrame {
             header: header.encode(),
-            payload: payload.into_owned(),
+            payload,
             via: None,
         };
         if header.kind == FrameType::Data && frame.payload.len() >= SEND_OFFLOAD_MIN {

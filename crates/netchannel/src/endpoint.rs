@@ -71,6 +71,10 @@ pub struct SessionStats {
     pub protocol_resets: u64,
     /// DATA frames that arrived ahead of a gap (cross-channel reordering at work).
     pub out_of_order_frames: u64,
+    /// DATA frames this side re-sent because the channel they went on died.
+    pub resent_frames: u64,
+    /// DATA frames received twice (a peer's re-send of bytes already here) and dropped.
+    pub duplicate_frames: u64,
     pub channels: Vec<ChannelStats>,
 }
 
@@ -316,6 +320,8 @@ impl Endpoint {
                     orphan_frames: s.counters.orphan_frames.load(Ordering::Relaxed),
                     protocol_resets: s.counters.protocol_resets.load(Ordering::Relaxed),
                     out_of_order_frames: s.counters.out_of_order_frames.load(Ordering::Relaxed),
+                    resent_frames: s.counters.resent_frames.load(Ordering::Relaxed),
+                    duplicate_frames: s.counters.duplicate_frames.load(Ordering::Relaxed),
                     channels: s
                         .channels
                         .iter()

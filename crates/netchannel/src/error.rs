@@ -7,7 +7,7 @@ use thiserror::Error;
 #[derive(Debug, Clone, Error)]
 pub enum Error {
     #[error(
-        "channel {channel} to {peer} died ({cause}); this socket had data on it, so bytes may be lost"
+        "channel {channel} to {peer} died ({cause}) and no other channel of this socket's class is left"
     )]
     ChannelLost {
         peer: SocketAddr,

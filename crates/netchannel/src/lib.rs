@@ -31,8 +31,10 @@
 //!   send payloads are copied into per-channel worker pipes and spliced into the socket.
 //! * Latency class: own channels and I/O threads, TCP_NOTSENT_LOWAT, SO_PRIORITY, inline
 //!   send, optional spinning; chosen per socket ([`SocketOptions`]).
-//! * Failure: see the `session` module — sockets with data on a dead channel fail with
-//!   [`Error::ChannelLost`]; others continue.
+//! * Failure: a sender keeps each socket's unconsumed frames (bounded by its window) and
+//!   re-sends those of a dead channel on the surviving channels of the class; the receiver
+//!   drops duplicates. Sockets fail with [`Error::ChannelLost`] only when their class has no
+//!   channel left (see the `session` module).
 
 #[cfg(feature = "tokio")]
 mod async_io;

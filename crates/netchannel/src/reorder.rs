@@ -1,10 +1,13 @@
 //! The receive side of one virtual socket: pieces of its byte stream arrive on several
 //! channels in any order, each tagged with its stream offset; the app reads them in order.
 //!
-//! The channels are TCP, so nothing is lost or duplicated below us: a piece that overlaps
-//! one already held, lies beyond the advertised window, or goes past the final length is a
-//! broken or hostile peer, and is refused (the caller resets the socket) rather than merged.
-//! Refusing also bounds memory: everything held lies inside `[consumed, consumed + window)`.
+//! Each channel is TCP, but a channel can die with frames in flight, and the sender then
+//! re-sends every frame it cannot know was consumed on a surviving channel. So a piece the
+//! socket already has — wholly below the in-order prefix, or the very piece held out of
+//! order — is a duplicate and is dropped (the first copy wins; the peer sends the same bytes
+//! at the same offset). Any other overlap, a piece beyond the advertised window, or one past
+//! the final length is a broken or hostile peer, and is refused (the caller resets the
+//! socket) rather than merged. Everything held lies inside `[consumed, consumed + window)`.
 
 use bytes::{Buf, Bytes};
 use std::collections::{BTreeMap, VecDeque};
@@ -25,6 +28,17 @@ pub enum ReorderError {
     BeyondFin { seq: u64, end: u64, final_seq: u64 },
     #[error("FIN at {final_seq} conflicts with data up to {have} or an earlier FIN")]
     BadFin { final_seq: u64, have: u64 },
+}
+
+/// Where [`Reassembly::insert`] put a piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// It extended the in-order prefix (something new is readable).
+    InOrder,
+    /// It waits for a gap before it to fill.
+    OutOfOrder,
+    /// The socket already had these bytes (a re-sent frame); nothing changed.
+    Duplicate,
 }
 
 #[derive(Debug, Clone)]
@@ -97,10 +111,19 @@ impl Reassembly {
         self.final_seq == Some(self.consumed)
     }
 
-    /// Adds a piece; Ok(true) if it extended the in-order prefix, Ok(false) if it waits for
-    /// a gap to fill.
-    pub fn insert(&mut self, seq: u64, data: Bytes, eom: bool) -> Result<bool, ReorderError> {
+    /// Adds a piece and says where it went.
+    pub fn insert(&mut self, seq: u64, mut data: Bytes, eom: bool) -> Result<Placed, ReorderError> {
+        let mut seq = seq;
         let end = seq + data.len() as u64;
+        if seq < self.next {
+            if end <= self.next {
+                return Ok(Placed::Duplicate);
+            }
+            // Frames are re-sent whole, so this only happens if the peer re-framed: keep the
+            // new tail.
+            data = data.slice((self.next - seq) as usize..);
+            seq = self.next;
+        }
         let limit = self.consumed + self.window;
         if end > limit {
             return Err(ReorderError::WindowExceeded {
@@ -120,10 +143,12 @@ impl Reassembly {
             });
         }
         if data.is_empty() && !eom {
-            return Ok(true);
+            return Ok(Placed::InOrder);
         }
-        if seq < self.next {
-            return Err(ReorderError::Overlap { seq, end });
+        if let Some(p) = self.ofo.get(&seq)
+            && p.data.len() == data.len()
+        {
+            return Ok(Placed::Duplicate);
         }
         if let Some((&s, p)) = self.ofo.range(..=seq).next_back()
             && (s + p.data.len() as u64 > seq || s == seq)
@@ -149,11 +174,11 @@ impl Reassembly {
                 self.next += p.data.len() as u64;
                 self.ready.push_back(p);
             }
-            Ok(true)
+            Ok(Placed::InOrder)
         } else {
             self.ofo_bytes += piece.data.len() as u64;
             self.ofo.insert(seq, piece);
-            Ok(false)
+            Ok(Placed::OutOfOrder)
         }
     }
 
@@ -232,15 +257,21 @@ mod tests {
             r.insert(10, bytes(10, 1), false),
             Err(ReorderError::Overlap { .. })
         ));
+        // The very piece again is a re-send, not an overlap.
+        assert_eq!(r.insert(10, bytes(10, 10), false), Ok(Placed::Duplicate));
         assert!(matches!(
             r.insert(95, bytes(95, 10), false),
             Err(ReorderError::WindowExceeded { .. })
         ));
-        r.insert(0, bytes(0, 10), false).unwrap();
-        assert!(matches!(
-            r.insert(0, bytes(0, 1), false),
-            Err(ReorderError::Overlap { .. })
-        ));
+        assert_eq!(r.insert(0, bytes(0, 10), false), Ok(Placed::InOrder));
+        assert_eq!(r.insert(0, bytes(0, 1), false), Ok(Placed::Duplicate));
+        // A re-framed piece straddling the prefix keeps only its new tail.
+        let mut t = Reassembly::new(100);
+        t.insert(0, bytes(0, 10), false).unwrap();
+        assert_eq!(t.insert(5, bytes(5, 10), false), Ok(Placed::InOrder));
+        let mut all = [0u8; 15];
+        assert_eq!(t.read(&mut all), 15);
+        assert_eq!(&all[..], &bytes(0, 15)[..]);
         assert!(r.set_fin(15).is_err());
         r.set_fin(30).unwrap();
         assert!(r.set_fin(31).is_err());
@@ -295,9 +326,10 @@ mod tests {
             prop_assert_eq!(out, bytes(0, total as usize).to_vec());
         }
 
-        // A duplicate of any piece, at any time, is refused and changes nothing.
+        // A duplicate of any piece (a frame re-sent after a channel died), at any time, is
+        // dropped and changes nothing.
         #[test]
-        fn duplicates_are_refused(lens in proptest::collection::vec(1usize..500, 2..20), dup in any::<prop::sample::Index>()) {
+        fn duplicates_are_dropped(lens in proptest::collection::vec(1usize..500, 2..20), dup in any::<prop::sample::Index>()) {
             let mut r = Reassembly::new(1 << 20);
             let mut seq = 0u64;
             let mut pieces = Vec::new();
@@ -310,9 +342,15 @@ mod tests {
             }
             let (s, d) = &pieces[dup.index(pieces.len())];
             let held = r.held();
-            prop_assert!(r.insert(*s, d.clone(), false).is_err());
+            prop_assert_eq!(r.insert(*s, d.clone(), false), Ok(Placed::Duplicate));
             prop_assert_eq!(r.held(), held);
             prop_assert_eq!(r.readable(), seq);
+            let mut buf = vec![0u8; seq as usize];
+            prop_assert_eq!(r.read(&mut buf), seq as usize);
+            prop_assert_eq!(&buf[..], &bytes(0, seq as usize)[..]);
+            // Below what was read too.
+            prop_assert_eq!(r.insert(*s, d.clone(), false), Ok(Placed::Duplicate));
+            prop_assert_eq!(r.held(), 0);
         }
     }
 }

@@ -1,21 +1,26 @@
 //! A session: the channels between this endpoint and one peer endpoint, the virtual sockets
 //! multiplexed over them, and the I/O threads that run them.
 //!
-//! Channel failure. There is no retransmission layer above TCP: bytes a dead channel had
-//! accepted may or may not have reached the peer, and neither side can tell which. So every
-//! socket that had a frame on the dead channel, in either direction, fails with
-//! [`Error::ChannelLost`] (and the peer is told with RST over a surviving channel, in case it
-//! did not see that socket on the dead channel itself). Sockets that never used it carry on,
-//! and new frames avoid it. A receive side that already holds everything up to FIN is not
-//! failed. The alternative — completing over the remaining channels — needs a per-socket
-//! acknowledgement and a copy of every unacknowledged byte at the sender; NetChannel has no
-//! recovery either (module/nd_host.c), and a silent gap is never an option.
+//! Channel failure. Bytes a dead channel had accepted may or may not have reached the peer,
+//! and neither side can tell which. So a sender keeps every DATA frame until the peer's
+//! CREDIT says its application consumed it (the window already bounds that: at most
+//! `window` bytes per socket), and when a channel dies — both ends see its TCP connection
+//! end — each side re-sends, on the surviving channels of the socket's class, the frames it
+//! had put on the dead one, plus the control state the peer may have missed there (FIN with
+//! the final length, the latest CREDIT, an unanswered OPEN; an OPEN for a socket that exists
+//! is answered again). The receiver drops what it already has ([`crate::reorder`]), so
+//! sockets go on with no byte lost or duplicated. Only when no channel of a socket's class
+//! is left does it fail, with [`Error::ChannelLost`]. A socket the application dropped with
+//! data unacknowledged stays in the table until the peer's final CREDIT, as TCP keeps
+//! sending after close(2). MPTCP recovers the same way at the data level (DATA_ACK and
+//! re-injection on another subflow, RFC 8684 §3.3); NetChannel itself has no recovery.
 
-use crate::channel::{Channel, Payload, broken};
+use crate::channel::{Channel, broken};
 use crate::config::Config;
 use crate::copy::CopyPool;
 use crate::error::Error;
 use crate::frame_io::FrameReader;
+use crate::reorder::Placed;
 use crate::sched::Load;
 use crate::socket::{ListenQueue, OpenState, VSocket, VsShared, lock};
 use crate::wire::{Class, FrameType, Header, RstReason, flags};
@@ -107,6 +112,10 @@ pub(crate) struct SessionCounters {
     pub protocol_resets: AtomicU64,
     /// DATA frames that arrived ahead of a gap and waited in a reorder buffer.
     pub out_of_order_frames: AtomicU64,
+    /// DATA frames this side re-sent because their channel died.
+    pub resent_frames: AtomicU64,
+    /// DATA frames that arrived twice (a re-send of bytes the socket had) and were dropped.
+    pub duplicate_frames: AtomicU64,
 }
 
 pub(crate) struct Session {
@@ -326,17 +335,6 @@ impl Session {
         }
     }
 
-    pub fn lost(&self, channel: usize, e: &io::Error) -> Error {
-        if self.closing.load(Ordering::Acquire) {
-            return Error::Closed;
-        }
-        Error::ChannelLost {
-            peer: self.peer,
-            channel,
-            cause: e.to_string(),
-        }
-    }
-
     fn space_freed(&self) {
         if self.space_waiters.load(Ordering::Acquire) > 0 {
             let _g = lock(&self.space);
@@ -401,8 +399,7 @@ impl Session {
             if !c.is_alive() {
                 continue;
             }
-            vs.mark_used(i);
-            if c.send(&h, Payload::Owned(Bytes::new())).is_ok() {
+            if c.send(&h, Bytes::new()).is_ok() {
                 return true;
             }
         }
@@ -417,7 +414,7 @@ impl Session {
     }
 
     fn send_raw_control(&self, channel: usize, h: Header) {
-        let _ = self.channels[channel].send(&h, Payload::Owned(Bytes::new()));
+        let _ = self.channels[channel].send(&h, Bytes::new());
     }
 
     /// Opens a virtual socket to `port` on the peer and waits for OPEN_ACK.
@@ -570,25 +567,34 @@ impl Session {
                     self.orphan(ch, &h);
                     return Ok(());
                 };
-                vs.mark_used(ch);
+                if vs.lingering.load(Ordering::Acquire) {
+                    // Its application is gone: data for it is answered as for a closed socket.
+                    self.orphan(ch, &h);
+                    self.fail_socket(&vs, Error::Closed);
+                    return Ok(());
+                }
                 let mut rx = lock(&vs.rx);
                 if rx.error.is_some() {
                     return Ok(());
                 }
                 match rx.re.insert(h.seq, payload, h.flags & flags::EOM != 0) {
-                    Ok(in_order) => {
-                        if in_order {
-                            if vs.class == Class::Latency || rx.re.readable() >= WAKE_BURST {
-                                vs.wake_rx(&mut rx);
-                            } else {
-                                drop(rx);
-                                wakes.add(&vs);
-                            }
+                    Ok(Placed::InOrder) => {
+                        if vs.class == Class::Latency || rx.re.readable() >= WAKE_BURST {
+                            vs.wake_rx(&mut rx);
                         } else {
-                            self.counters
-                                .out_of_order_frames
-                                .fetch_add(1, Ordering::Relaxed);
+                            drop(rx);
+                            wakes.add(&vs);
                         }
+                    }
+                    Ok(Placed::OutOfOrder) => {
+                        self.counters
+                            .out_of_order_frames
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Placed::Duplicate) => {
+                        self.counters
+                            .duplicate_frames
+                            .fetch_add(1, Ordering::Relaxed);
                     }
                     Err(cause) => {
                         drop(rx);
@@ -599,7 +605,6 @@ impl Session {
             FrameType::Open => self.accept_open(ch, &h),
             FrameType::OpenAck => {
                 if let Some(vs) = self.lookup(&h) {
-                    vs.mark_used(ch);
                     let mut tx = lock(&vs.tx);
                     tx.state = OpenState::Open;
                     tx.peer_window = u64::from(h.credit);
@@ -610,7 +615,6 @@ impl Session {
             }
             FrameType::Credit => {
                 if let Some(vs) = self.lookup(&h) {
-                    vs.mark_used(ch);
                     let mut tx = lock(&vs.tx);
                     if h.seq > tx.next_seq {
                         let sent = tx.next_seq;
@@ -624,16 +628,20 @@ impl Session {
                         );
                         return Ok(());
                     }
-                    tx.peer_consumed = tx.peer_consumed.max(h.seq);
+                    tx.acknowledge(h.seq);
                     tx.peer_window = u64::from(h.credit);
+                    let done = vs.lingering.load(Ordering::Acquire) && tx.all_acknowledged();
                     vs.wake_tx(&mut tx);
+                    drop(tx);
+                    if done {
+                        self.forget(&vs);
+                    }
                 } else {
                     self.counters.orphan_frames.fetch_add(1, Ordering::Relaxed);
                 }
             }
             FrameType::Fin => {
                 if let Some(vs) = self.lookup(&h) {
-                    vs.mark_used(ch);
                     let mut rx = lock(&vs.rx);
                     match rx.re.set_fin(h.seq) {
                         Ok(()) => vs.wake_rx(&mut rx),
@@ -648,11 +656,14 @@ impl Session {
             }
             FrameType::Rst => {
                 if let Some(vs) = self.lookup(&h) {
-                    vs.fail(Error::Reset {
-                        peer: self.peer,
-                        port: h.src_port,
-                        reason: RstReason::from_u32(h.credit),
-                    });
+                    self.fail_socket(
+                        &vs,
+                        Error::Reset {
+                            peer: self.peer,
+                            port: h.src_port,
+                            reason: RstReason::from_u32(h.credit),
+                        },
+                    );
                 }
             }
             FrameType::Hello => return Err("HELLO after the handshake".into()),
@@ -677,11 +688,14 @@ impl Session {
         self.counters
             .protocol_resets
             .fetch_add(1, Ordering::Relaxed);
-        vs.fail(Error::Protocol {
-            peer: self.peer,
-            port: vs.local,
-            cause: cause.to_string(),
-        });
+        self.fail_socket(
+            vs,
+            Error::Protocol {
+                peer: self.peer,
+                port: vs.local,
+                cause: cause.to_string(),
+            },
+        );
         let f = Header::control(
             FrameType::Rst,
             vs.local,
@@ -715,8 +729,18 @@ impl Session {
                 return refuse(RstReason::TooManySockets);
             }
             if t.socks.contains_key(&(h.dst_port, h.src_port)) {
+                // The opener re-sends OPEN when a channel dies before it saw OPEN_ACK (which
+                // may have been on that channel): answer again.
                 drop(t);
-                return refuse(RstReason::Aborted);
+                let f = Header::control(
+                    FrameType::OpenAck,
+                    h.dst_port,
+                    h.src_port,
+                    self.cfg.window,
+                    0,
+                );
+                self.send_raw_control(ch, f);
+                return;
             }
             let vs = Arc::new(VsShared::new(
                 h.dst_port,
@@ -730,7 +754,6 @@ impl Session {
             t.socks.insert((h.dst_port, h.src_port), vs.clone());
             vs
         };
-        vs.mark_used(ch);
         let mut q = lock(&listener.queue);
         if q.1 || q.0.len() >= listener.backlog {
             drop(q);
@@ -753,7 +776,20 @@ impl Session {
         listener.cv.notify_one();
     }
 
-    /// A channel died: close it and fail the sockets that had data on it.
+    /// Fails a socket; one its application already dropped leaves the table.
+    fn fail_socket(&self, vs: &Arc<VsShared>, e: Error) {
+        vs.fail(e);
+        if vs.lingering.load(Ordering::Acquire) {
+            self.forget(vs);
+        }
+    }
+
+    fn class_alive(&self, class: Class) -> bool {
+        self.class_channels(class).iter().any(|c| c.is_alive())
+    }
+
+    /// A channel died: close it, and re-send what each socket had on it over the surviving
+    /// channels of the socket's class; fail the sockets whose class has none left.
     pub fn channel_failed(&self, ch: usize, cause: &str) {
         if !self.channels[ch].close() {
             return;
@@ -761,30 +797,122 @@ impl Session {
         let closing = self.closing.load(Ordering::Acquire);
         let socks: Vec<Arc<VsShared>> = lock(&self.table).socks.values().cloned().collect();
         for vs in socks {
-            let used = vs.used_channel(ch);
-            let class_dead = !self.class_channels(vs.class).iter().any(|c| c.is_alive());
             if closing {
                 vs.fail(Error::Closed);
-            } else if used || class_dead {
-                vs.fail(Error::ChannelLost {
-                    peer: self.peer,
-                    channel: ch,
-                    cause: cause.to_string(),
-                });
-                if used {
-                    let f = Header::control(
-                        FrameType::Rst,
-                        vs.local,
-                        vs.remote,
-                        RstReason::ChannelLost as u32,
-                        0,
-                    );
-                    self.send_control(&vs, f);
-                }
+            } else if !self.class_alive(vs.class) {
+                self.fail_socket(
+                    &vs,
+                    Error::ChannelLost {
+                        peer: self.peer,
+                        channel: ch,
+                        cause: cause.to_string(),
+                    },
+                );
+                // The other class may still reach the peer, which may not have seen the
+                // last channel of this class die yet.
+                let f = Header::control(
+                    FrameType::Rst,
+                    vs.local,
+                    vs.remote,
+                    RstReason::ChannelLost as u32,
+                    0,
+                );
+                self.send_control(&vs, f);
+            } else {
+                self.resend(&vs, ch);
+                self.resend_control(&vs);
             }
         }
         let _g = lock(&self.space);
         self.space_cv.notify_all();
+    }
+
+    /// Re-sends the frames of `vs` that went on channel `dead`, spread over the live channels
+    /// of its class. A frame already moved (by a racing writer) is left alone. Queued only:
+    /// this runs under the socket's lock and must never block in write(2).
+    pub fn resend(&self, vs: &VsShared, dead: usize) {
+        let base = self.class_base(vs.class);
+        let live: Vec<usize> = self
+            .class_channels(vs.class)
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_alive())
+            .map(|(i, _)| base + i)
+            .collect();
+        let mut tx = lock(&vs.tx);
+        if tx.error.is_some() || live.is_empty() {
+            return;
+        }
+        let lat = if vs.class == Class::Latency {
+            flags::LAT
+        } else {
+            0
+        };
+        let mut next = 0;
+        for f in tx.unacked.iter_mut().filter(|f| f.channel == dead) {
+            let h = Header {
+                kind: FrameType::Data,
+                flags: lat | if f.eom { flags::EOM } else { 0 },
+                src_port: vs.local,
+                dst_port: vs.remote,
+                len: f.data.len() as u32,
+                credit: 0,
+                seq: f.seq,
+            };
+            let placed = (0..live.len())
+                .map(|k| live[(next + k) % live.len()])
+                .find(|&c| {
+                    self.channels[c]
+                        .send_with(&h, f.data.clone(), false)
+                        .is_ok()
+                });
+            // None: the class is dying too; its last channel's failure fails the socket.
+            let Some(c) = placed else { break };
+            f.channel = c;
+            next = live.iter().position(|&l| l == c).map_or(0, |p| p + 1);
+            self.counters.resent_frames.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Control frames the peer may have lost on a dead channel: an OPEN not yet answered, the
+    /// FIN (the final length), the latest CREDIT. Each is idempotent at the peer.
+    fn resend_control(&self, vs: &VsShared) {
+        let (opening, fin) = {
+            let tx = lock(&vs.tx);
+            if tx.error.is_some() {
+                return;
+            }
+            (
+                tx.state == OpenState::Opening,
+                tx.fin_sent.then_some(tx.next_seq),
+            )
+        };
+        let credit = {
+            let mut rx = lock(&vs.rx);
+            let consumed = rx.re.consumed();
+            (rx.error.is_none() && consumed > 0).then(|| {
+                rx.advertised = consumed;
+                consumed
+            })
+        };
+        let window = self.cfg.window;
+        if opening {
+            let mut f = Header::control(FrameType::Open, vs.local, vs.remote, window, 0);
+            if vs.class == Class::Latency {
+                f.flags |= flags::LAT;
+            }
+            self.send_control(vs, f);
+        }
+        if let Some(seq) = fin {
+            self.send_control(
+                vs,
+                Header::control(FrameType::Fin, vs.local, vs.remote, 0, seq),
+            );
+        }
+        if let Some(c) = credit {
+            let f = Header::control(FrameType::Credit, vs.local, vs.remote, window, c);
+            self.send_control(vs, f);
+        }
     }
 
     /// Flushes what is queued (until `deadline`) and closes every channel.

@@ -3,7 +3,6 @@
 //! sender how much it has consumed (CREDIT), so a socket never has more than its window in
 //! flight and a slow reader never stalls a channel that other sockets share.
 
-use crate::channel::Payload;
 use crate::error::Error;
 use crate::reorder::Reassembly;
 use crate::sched::{self, Choice, Cursor, Policy};
@@ -13,7 +12,7 @@ use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -41,8 +40,21 @@ pub(crate) struct Rx {
     pub waker: Option<std::task::Waker>,
 }
 
+/// A DATA frame sent and not yet known to be consumed by the peer's application, kept so it
+/// can be re-sent if the channel it went on dies.
+pub(crate) struct Sent {
+    pub seq: u64,
+    pub data: Bytes,
+    pub eom: bool,
+    /// The channel carrying it.
+    pub channel: usize,
+}
+
 pub(crate) struct Tx {
     pub state: OpenState,
+    /// Frames the peer has not reported consumed, in stream order. The window bounds them:
+    /// a sender never has more than `peer_window` bytes past `peer_consumed`.
+    pub unacked: VecDeque<Sent>,
     pub next_seq: u64,
     pub peer_consumed: u64,
     pub peer_window: u64,
@@ -80,6 +92,33 @@ impl Tx {
         self.next_seq += n as u64;
         seq
     }
+
+    /// Keeps a frame until the peer reports it consumed. Two writers may race between taking
+    /// offsets and sending, so the frame goes in at its place in stream order.
+    pub fn retain(&mut self, sent: Sent) {
+        let at = self
+            .unacked
+            .iter()
+            .rposition(|s| s.seq < sent.seq)
+            .map_or(0, |i| i + 1);
+        self.unacked.insert(at, sent);
+    }
+
+    /// The peer has consumed the stream up to `consumed`: drop what it can no longer need.
+    pub fn acknowledge(&mut self, consumed: u64) {
+        self.peer_consumed = self.peer_consumed.max(consumed);
+        while let Some(f) = self.unacked.front() {
+            if f.seq + f.data.len() as u64 > self.peer_consumed {
+                break;
+            }
+            self.unacked.pop_front();
+        }
+    }
+
+    /// Everything sent, FIN included, has been consumed by the peer.
+    pub fn all_acknowledged(&self) -> bool {
+        self.unacked.is_empty() && self.peer_consumed == self.next_seq
+    }
 }
 
 pub(crate) struct VsShared {
@@ -88,13 +127,14 @@ pub(crate) struct VsShared {
     pub class: Class,
     pub policy: Policy,
     pub hash: u64,
-    /// Bit i: a frame of this socket went out or came in on channel i. If channel i dies,
-    /// this socket may have lost bytes.
-    pub used: AtomicU64,
     pub rx: Mutex<Rx>,
     pub rx_cv: Condvar,
     pub tx: Mutex<Tx>,
     pub tx_cv: Condvar,
+    /// The application dropped the socket while sent data was unacknowledged: it stays in
+    /// the session's table (as TCP keeps sending after close(2)) until the peer has consumed
+    /// everything, so a channel dying now still cannot lose those bytes.
+    pub lingering: std::sync::atomic::AtomicBool,
 }
 
 impl VsShared {
@@ -113,7 +153,6 @@ impl VsShared {
             class,
             policy,
             hash: sched::port_hash(local, remote),
-            used: AtomicU64::new(0),
             rx: Mutex::new(Rx {
                 re: Reassembly::new(window),
                 advertised: 0,
@@ -123,8 +162,10 @@ impl VsShared {
                 waker: None,
             }),
             rx_cv: Condvar::new(),
+            lingering: std::sync::atomic::AtomicBool::new(false),
             tx: Mutex::new(Tx {
                 state,
+                unacked: VecDeque::new(),
                 next_seq: 0,
                 peer_consumed: 0,
                 peer_window,
@@ -166,14 +207,6 @@ impl VsShared {
                 .0;
             tx.writer_waiting = false;
         }
-    }
-
-    pub fn mark_used(&self, channel: usize) {
-        self.used.fetch_or(1u64 << channel, Ordering::AcqRel);
-    }
-
-    pub fn used_channel(&self, channel: usize) -> bool {
-        self.used.load(Ordering::Acquire) & (1u64 << channel) != 0
     }
 
     pub fn wake_rx(&self, rx: &mut Rx) {
@@ -245,10 +278,12 @@ impl Src<'_> {
         }
     }
 
-    fn part(&self, from: usize, to: usize) -> Payload<'_> {
+    /// A frame's payload, owned: the sender keeps it until the peer has consumed it (the
+    /// one copy a borrowed write costs; a queued frame needed it anyway).
+    fn part(&self, from: usize, to: usize) -> Bytes {
         match self {
-            Src::Slice(s) => Payload::Borrowed(&s[from..to]),
-            Src::Owned(b) => Payload::Owned(b.slice(from..to)),
+            Src::Slice(s) => Bytes::copy_from_slice(&s[from..to]),
+            Src::Owned(b) => b.slice(from..to),
         }
     }
 }
@@ -328,12 +363,14 @@ impl VSocket {
         e.into()
     }
 
-    /// Sends one DATA frame on channel `ch`; a channel that refuses fails the socket.
+    /// Sends one DATA frame on channel `ch` and keeps it until the peer has consumed it. A
+    /// channel that fails is closed, and its frames go out again on a live channel of the
+    /// class; only when none is left does the socket fail.
     pub(crate) fn send_data(
         &self,
         ch: usize,
         seq: u64,
-        payload: Payload<'_>,
+        payload: Bytes,
         eom: bool,
         may_block: bool,
     ) -> io::Result<()> {
@@ -351,14 +388,24 @@ impl VSocket {
             credit: 0,
             seq,
         };
-        self.shared.mark_used(ch);
-        self.session.channels[ch]
-            .send_with(&h, payload, may_block)
-            .map_err(|e| {
-                let err = self.session.lost(ch, &e);
-                self.shared.fail(err.clone());
-                err.into()
-            })
+        lock(&self.shared.tx).retain(Sent {
+            seq,
+            data: payload.clone(),
+            eom,
+            channel: ch,
+        });
+        let Err(e) = self.session.channels[ch].send_with(&h, payload, may_block) else {
+            return Ok(());
+        };
+        // The channel died under us: close it (which re-sends what it carried), then move
+        // this frame if the close ran before the frame was kept.
+        self.session
+            .channel_failed(ch, &format!("write failed: {e}"));
+        self.session.resend(&self.shared, ch);
+        match &lock(&self.shared.tx).error {
+            Some(err) => Err(err.clone().into()),
+            None => Ok(()),
+        }
     }
 
     fn send(&self, src: Src<'_>, eom: bool) -> io::Result<usize> {
@@ -375,10 +422,14 @@ impl VSocket {
         Ok(total)
     }
 
-    /// Sends CREDIT when the reader has consumed a quarter window since the last one.
+    /// Sends CREDIT when the reader has consumed a quarter window since the last one, and
+    /// once at EOF: that final one tells the sender everything arrived, so it can drop the
+    /// copies it keeps for re-sending.
     pub(crate) fn credit_due(&self, rx: &mut Rx) -> Option<u64> {
         let consumed = rx.re.consumed();
-        (consumed - rx.advertised >= rx.re.window() / 4 && !rx.re.at_eof()).then(|| {
+        let step = consumed - rx.advertised >= rx.re.window() / 4;
+        let last = rx.re.at_eof() && consumed > rx.advertised;
+        (step || last).then(|| {
             rx.advertised = consumed;
             consumed
         })
@@ -409,6 +460,11 @@ impl VSocket {
                 return Ok(v);
             }
             if rx.re.at_eof() {
+                let credit = self.credit_due(&mut rx);
+                drop(rx);
+                if let Some(c) = credit {
+                    self.send_credit(c);
+                }
                 return Ok(eof);
             }
             if let Some(e) = &rx.error {
@@ -554,6 +610,12 @@ impl Drop for VSocket {
                 self.session.send_control(&self.shared, f);
             } else {
                 let _ = self.shutdown_write();
+                let tx = lock(&self.shared.tx);
+                if !tx.all_acknowledged() && tx.error.is_none() {
+                    self.shared.lingering.store(true, Ordering::Release);
+                    // The session forgets it when the last CREDIT (or a failure) comes.
+                    return;
+                }
             }
         }
         self.session.forget(&self.shared);

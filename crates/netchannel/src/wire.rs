@@ -8,7 +8,7 @@
 //! ```
 //!
 //! * `hdr_len` is the header length in 4-byte words (6); `version` is [`VERSION`]. A frame with
-//!   another value of either is refused: there are no optional header words in version 1.
+//!   another value of either is refused: there are no optional header words.
 //! * `src_port`/`dst_port` are the virtual ports of the sending and the receiving socket.
 //!   Together with the session (the group of channels) they name one virtual socket.
 //! * `len` is the payload length: DATA up to the `max_frame` both sides agreed in HELLO
@@ -20,9 +20,15 @@
 //! | 2 | DATA | `seq` = stream offset of the first payload byte; flag EOM ends a message |
 //! | 3 | OPEN | opens `src_port` → `dst_port`; `credit` = the opener's receive window |
 //! | 4 | OPEN_ACK | accepts an OPEN; `credit` = the acceptor's receive window |
-//! | 5 | CREDIT | `seq` = bytes of the stream the reader has consumed; `credit` = its window. The sender may send up to `seq + credit`. |
+//! | 5 | CREDIT | `seq` = bytes of the stream the reader has consumed; `credit` = its window. The sender may send up to `seq + credit`, and may drop its copies of frames below `seq`. Sent every quarter window and once at EOF. |
 //! | 6 | FIN | no more data; `seq` = the stream's final length (data on other channels may still be in flight) |
 //! | 7 | RST | the socket is aborted; `credit` = an [`RstReason`] code |
+//!
+//! Recovery: when a channel dies, each side re-sends on the surviving channels of the
+//! socket's class every DATA frame it had put on the dead channel and not yet seen consumed
+//! (same `seq`, same payload), plus its FIN, its latest CREDIT and an OPEN still unanswered.
+//! A receiver drops DATA it already holds or has consumed, takes a FIN with the same final
+//! length again, and answers an OPEN for a socket it has with OPEN_ACK.
 //!
 //! Flags: bit 0 EOM (end of message), bit 1 LAT (sent by a latency-class socket).
 //! Unknown flag bits are refused so that a later version can give them meaning.
@@ -30,7 +36,10 @@
 use thiserror::Error;
 
 pub const HEADER_LEN: usize = 24;
-pub const VERSION: u8 = 1;
+/// 2: frames may be re-sent after a channel dies (a receiver drops what it already has), the
+/// reader sends a final CREDIT at EOF, and a repeated OPEN is answered again. Version 1
+/// peers failed sockets instead, so the two do not mix.
+pub const VERSION: u8 = 2;
 /// The HELLO payload's first bytes.
 pub const MAGIC: [u8; 4] = *b"NSCH";
 pub const HELLO_LEN: usize = 32;
@@ -339,7 +348,7 @@ mod tests {
     fn header_round_trip_and_layout() {
         let h = data(0x0102_0304_0506_0708, 4096);
         let b = h.encode();
-        assert_eq!(&b[..8], &[2, 1, 6, 1, 0x9c, 0x40, 0, 7]);
+        assert_eq!(&b[..8], &[2, 1, 6, VERSION, 0x9c, 0x40, 0, 7]);
         assert_eq!(&b[16..24], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(Header::decode(&b, 65536).unwrap(), h);
     }
@@ -351,8 +360,8 @@ mod tests {
         b[0] = 99;
         assert_eq!(Header::decode(&b, 65536), Err(WireError::UnknownType(99)));
         let mut b = good;
-        b[3] = 2;
-        assert_eq!(Header::decode(&b, 65536), Err(WireError::Version(2)));
+        b[3] = 1;
+        assert_eq!(Header::decode(&b, 65536), Err(WireError::Version(1)));
         let mut b = good;
         b[1] = 0x80;
         assert!(matches!(
@@ -376,7 +385,7 @@ mod tests {
     #[test]
     fn hello_round_trip_and_checks() {
         let h = Hello {
-            version: 1,
+            version: u16::from(VERSION),
             link_id: 0xdead_beef_0bad_cafe,
             channel_index: 3,
             class: Class::Latency,

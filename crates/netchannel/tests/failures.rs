@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use netchannel::{Config, Endpoint, Policy, SocketOptions, VSocket};
+use netchannel::{Config, Endpoint, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::thread;
@@ -11,138 +11,156 @@ use std::time::{Duration, Instant};
 
 const HELLO: usize = 24 + 32;
 
-/// Opens sockets until one lands on each of the two hashed channels.
-fn one_per_channel(
-    client: &Endpoint,
-    addr: std::net::SocketAddr,
-    port: u16,
-) -> (VSocket, VSocket, Vec<VSocket>) {
-    let mut spare = Vec::new();
-    let mut on = [None, None];
-    while on.iter().any(Option::is_none) {
-        let s = client
-            .connect(addr, port, SocketOptions::default())
-            .unwrap();
-        let ch = (netchannel::sched::port_hash(s.local_port(), port) % 2) as usize;
-        if on[ch].is_none() {
-            on[ch] = Some(s);
-        } else {
-            spare.push(s);
+/// A reader that runs an action when the bytes read through it first reach a mark.
+struct Tripwire<R> {
+    inner: R,
+    read: u64,
+    marks: Vec<(u64, Box<dyn FnMut() + Send>)>,
+}
+
+impl<R: Read> Read for Tripwire<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        while self.marks.first().is_some_and(|(at, _)| *at <= self.read) {
+            let (_, mut act) = self.marks.remove(0);
+            act();
         }
+        Ok(n)
     }
-    let [a, b] = on;
-    (a.unwrap(), b.unwrap(), spare)
+}
+
+fn seed_from_clock() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.as_nanos() as u64 | 1
 }
 
 #[test]
-fn killing_a_channel_fails_only_its_sockets_and_never_corrupts() {
-    let hash = Config {
+fn two_of_four_channels_die_and_every_socket_completes_intact() {
+    // Small frames so that every channel carries many frames of each socket at any moment.
+    let cfg = Config {
+        throughput_channels: 4,
+        latency_channels: 0,
+        max_frame: 64 << 10,
+        ..Config::default()
+    };
+    let seed = std::env::var("NC_KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(seed_from_clock);
+    // Printed so a failing run can be replayed with NC_KILL_SEED.
+    eprintln!("NC_KILL_SEED={seed}");
+    let mut rng = Lcg(seed);
+    let total: u64 = 64 << 20;
+    let first = (4 << 20) + rng.next(24 << 20) as u64;
+    let second = first + (4 << 20) + rng.next(24 << 20) as u64;
+    let (ch1, ch2) = (rng.next(4), rng.next(4));
+    let ch2 = if ch2 == ch1 { (ch1 + 1) % 4 } else { ch2 };
+    eprintln!("kill channel {ch1} (client side) at {first} and {ch2} (server side) at {second}");
+
+    let (server, client) = pair(cfg.clone(), cfg);
+    let server = std::sync::Arc::new(server);
+    let client = std::sync::Arc::new(client);
+    let listener = server.bind(9).unwrap();
+    let addr = server.local_addr().unwrap();
+    let mut socks = Vec::new();
+    for _ in 0..3 {
+        let s = client.connect(addr, 9, SocketOptions::default()).unwrap();
+        let a = listener.accept_timeout(Duration::from_secs(5)).unwrap();
+        socks.push((s, a));
+    }
+    let mut threads = Vec::new();
+    for (k, (s, a)) in socks.into_iter().enumerate() {
+        // Sockets 0 and 1 send from the client, socket 2 from the server: both sides re-send.
+        let (tx, rx) = if k < 2 { (s, a) } else { (a, s) };
+        let seed = 1000 + k as u64;
+        threads.push(thread::spawn(move || {
+            let r = send_stream(&tx, seed, total).and_then(|_| tx.shutdown_write());
+            (r, tx)
+        }));
+        let mut marks: Vec<(u64, Box<dyn FnMut() + Send>)> = Vec::new();
+        if k == 0 {
+            let (c, s) = (client.clone(), server.clone());
+            marks.push((first, Box::new(move || c.break_channel(ch1).unwrap())));
+            marks.push((second, Box::new(move || s.break_channel(ch2).unwrap())));
+        }
+        threads.push(thread::spawn(move || {
+            let tripped = Tripwire {
+                inner: &rx,
+                read: 0,
+                marks,
+            };
+            let got = recv_stream(tripped, seed);
+            (
+                got.map(|_| ())
+                    .map_err(|(n, e)| std::io::Error::other(format!("after {n}: {e}"))),
+                rx,
+            )
+        }));
+    }
+    for (i, t) in threads.into_iter().enumerate() {
+        let (r, _sock) = t.join().unwrap();
+        r.unwrap_or_else(|e| panic!("thread {i} (seed {seed}): {e}"));
+    }
+    // recv_stream checked every byte and the count up to FIN; now the bookkeeping.
+    let (cs, ss) = (client.stats(), server.stats());
+    let alive = |st: &netchannel::Stats| st.sessions[0].channels.iter().filter(|c| c.alive).count();
+    assert_eq!((alive(&cs), alive(&ss)), (2, 2));
+    let resent: u64 = cs.sessions[0].resent_frames + ss.sessions[0].resent_frames;
+    let dups: u64 = cs.sessions[0].duplicate_frames + ss.sessions[0].duplicate_frames;
+    eprintln!("re-sent {resent} frames, {dups} arrived twice");
+    assert!(
+        resent > 0,
+        "two channels died mid-stream with nothing to re-send"
+    );
+    assert_eq!(
+        cs.sessions[0].protocol_resets + ss.sessions[0].protocol_resets,
+        0
+    );
+}
+
+#[test]
+fn when_every_channel_dies_both_sides_get_a_clear_error() {
+    let cfg = Config {
         throughput_channels: 2,
         latency_channels: 0,
-        policy: Policy::Hash,
         ..Config::default()
     };
-    let (server, client) = pair(hash.clone(), hash);
-    let listener = server.bind(4).unwrap();
-    let addr = server.local_addr().unwrap();
-    let (on0, on1, spare) = one_per_channel(&client, addr, 4);
-    let mut accepted = Vec::new();
-    for _ in 0..2 + spare.len() {
-        accepted.push(listener.accept_timeout(Duration::from_secs(5)).unwrap());
-    }
-    let peer_of = |s: &VSocket| {
-        accepted
-            .iter()
-            .position(|a| a.peer_port() == s.local_port())
-            .unwrap()
-    };
-    let (p0, p1) = (peer_of(&on0), peer_of(&on1));
-    let mut accepted: Vec<Option<VSocket>> = accepted.into_iter().map(Some).collect();
-    let r0 = accepted[p0].take().unwrap();
-    let r1 = accepted[p1].take().unwrap();
-    let total = 256u64 << 20;
-    let seeds = (on0.local_port() as u64, on1.local_port() as u64);
-    let w0 = thread::spawn(move || {
-        let r = send_stream(&on0, seeds.0, total).and_then(|_| on0.shutdown_write());
-        (r, on0)
-    });
-    let w1 = thread::spawn(move || {
-        let r = send_stream(&on1, seeds.1, 48 << 20).and_then(|_| on1.shutdown_write());
-        (r, on1)
-    });
-    let rd0 = thread::spawn(move || (recv_stream(&r0, seeds.0), r0));
-    let rd1 = thread::spawn(move || (recv_stream(&r1, seeds.1), r1));
-    thread::sleep(Duration::from_millis(150));
-    client.break_channel(0).unwrap();
-    // The socket on channel 1 completes, every byte checked.
-    let (got1, _r1) = rd1.join().unwrap();
-    assert_eq!(got1.map_err(|(_, e)| e).unwrap(), 48 << 20);
-    assert!(w1.join().unwrap().0.is_ok());
-    // The socket on channel 0 fails with a clear error on both sides; what it delivered
-    // before that was checked byte by byte (recv_stream asserts).
-    let (got0, _r0) = rd0.join().unwrap();
-    let (n, e) = got0.expect_err("the stream on the dead channel must not end cleanly");
-    assert!(n < total);
-    // Either this side saw channel 0 die, or the peer's RST(ChannelLost) came first: both
-    // are the documented BrokenPipe.
-    assert_eq!(e.kind(), ErrorKind::BrokenPipe, "{e}");
-    assert!(
-        e.to_string().contains("channel 0") || e.to_string().contains("ChannelLost"),
-        "{e}"
-    );
-    let (wr0, _s0) = w0.join().unwrap();
-    let e = wr0.expect_err("the writer learns too");
-    assert_eq!(e.kind(), ErrorKind::BrokenPipe, "{e}");
-    // New sockets avoid the dead channel.
-    let s = client
-        .connect(
-            addr,
-            4,
-            SocketOptions {
-                policy: Some(Policy::LeastLoaded),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    let a = listener.accept().unwrap();
-    (&s).write_all(b"still here").unwrap();
-    let mut buf = [0u8; 10];
-    (&a).read_exact(&mut buf).unwrap();
-    assert_eq!(&buf, b"still here");
-}
-
-#[test]
-fn a_round_robin_stream_over_a_dead_channel_errors_instead_of_skipping_bytes() {
-    let rr = Config {
-        throughput_channels: 3,
-        ..Config::default()
-    };
-    let (server, client) = pair(rr.clone(), rr);
+    let (server, client) = pair(cfg.clone(), cfg);
     let listener = server.bind(4).unwrap();
     let s = client
         .connect(server.local_addr().unwrap(), 4, SocketOptions::default())
         .unwrap();
     let a = listener.accept().unwrap();
     let w = thread::spawn(move || {
-        let r = send_stream(&s, 77, 1 << 30);
+        let r = send_stream(&s, 77, 1 << 40);
         (r, s)
     });
     let r = thread::spawn(move || (recv_stream(&a, 77), a));
     thread::sleep(Duration::from_millis(150));
     server.break_channel(1).unwrap();
+    thread::sleep(Duration::from_millis(50));
+    client.break_channel(0).unwrap();
     let (got, _a) = r.join().unwrap();
     let (n, e) = got.expect_err("must fail");
-    assert!(n > 0 && n < 1 << 30, "{n}");
-    assert!(
-        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
-        "{e}"
-    );
-    assert!(w.join().unwrap().0.is_err());
+    assert!(n > 0, "{n}");
+    for e in [e, w.join().unwrap().0.expect_err("the sender learns too")] {
+        assert_eq!(e.kind(), ErrorKind::BrokenPipe, "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("no other channel")
+                || text.contains("is alive")
+                || text.contains("ChannelLost"),
+            "{text}"
+        );
+    }
 }
 
 fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HELLO] {
     netchannel::wire::Hello {
-        version: 1,
+        version: u16::from(netchannel::wire::VERSION),
         link_id: link,
         channel_index: index,
         class: if index < thpt {

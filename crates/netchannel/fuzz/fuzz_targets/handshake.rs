@@ -13,7 +13,7 @@ fn u16_at(d: &[u8], i: usize) -> u16 {
 
 fuzz_target!(|data: &[u8]| {
     let hello = Hello {
-        version: 1,
+        version: u16::from(netchannel::wire::VERSION),
         link_id: 7,
         channel_index: u16_at(data, 0),
         class: if data.get(6).copied().unwrap_or(0) & 1 == 0 {
