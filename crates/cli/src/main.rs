@@ -7,6 +7,7 @@ mod args;
 mod bench;
 mod doctor;
 mod lab;
+mod netchannel;
 mod show;
 mod snapshot;
 mod top;
@@ -95,6 +96,10 @@ enum Command {
     /// at each scrape: per-CPU IRQ/softirq time, softnet, per-queue IRQs, RPS/RFS/XPS, NIC
     /// settings, the doctor's findings and tune drift.
     Agent(agent::AgentArgs),
+    /// netchannel for unmodified applications: a TCP proxy pair that carries each connection
+    /// as a virtual socket over several channels (and survives a channel's death).
+    #[command(subcommand)]
+    Netchannel(netchannel::NetchannelCommand),
     /// Print a shell completion script (e.g. `netsteer completions bash >
     /// /etc/bash_completion.d/netsteer`).
     Completions {
@@ -175,6 +180,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Lab(cmd) => return lab::run(cmd),
+        Command::Netchannel(cmd) => return netchannel::run(cmd),
         Command::Doctor(args) if doctor::fleet_roots(&cli.global.root)?.is_some() => {
             let roots = doctor::fleet_roots(&cli.global.root)?.unwrap_or_default();
             return doctor::run_fleet(&roots, args);
@@ -197,7 +203,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(cmd) => bench::run(&host, &cmd),
         Command::Tune(cmd) => tune::run(&host, &cmd),
         Command::Agent(args) => agent::run(&host, &args),
-        Command::Completions { .. } | Command::Man { .. } | Command::Lab(_) => {
+        Command::Completions { .. }
+        | Command::Man { .. }
+        | Command::Lab(_)
+        | Command::Netchannel(_) => {
             unreachable!("handled above")
         }
     }

@@ -49,6 +49,12 @@ impl AsyncRead for AsyncVSocket {
             return Poll::Ready(Ok(()));
         }
         if rx.re.at_eof() || buf.remaining() == 0 {
+            // The final CREDIT at EOF lets the sender drop its copies (see `credit_due`).
+            let credit = s.credit_due(&mut rx);
+            drop(rx);
+            if let Some(c) = credit {
+                s.send_credit(c);
+            }
             return Poll::Ready(Ok(()));
         }
         if let Some(e) = &rx.error {

@@ -44,6 +44,8 @@ mod copy;
 mod endpoint;
 mod error;
 pub mod frame_io;
+#[cfg(feature = "proxy")]
+pub mod proxy;
 pub mod reorder;
 pub mod sched;
 mod session;

@@ -529,6 +529,26 @@ impl VSocket {
         }
     }
 
+    /// Aborts the socket, as a TCP reset does: the peer's socket fails with
+    /// [`Error::Reset`] carrying `reason`, and this one fails with the same.
+    pub fn abort(&self, reason: RstReason) {
+        let f = Header::control(
+            FrameType::Rst,
+            self.shared.local,
+            self.shared.remote,
+            reason as u32,
+            0,
+        );
+        if lock(&self.shared.tx).error.is_none() {
+            self.session.send_control(&self.shared, f);
+        }
+        self.shared.fail(Error::Reset {
+            peer: self.session.peer,
+            port: self.shared.remote,
+            reason,
+        });
+    }
+
     /// Bytes sent that the peer's application has not read yet.
     pub fn unacknowledged(&self) -> u64 {
         let tx = lock(&self.shared.tx);

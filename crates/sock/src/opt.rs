@@ -178,6 +178,32 @@ pub fn set_priority(fd: BorrowedFd<'_>, priority: u32) -> io::Result<()> {
     set_int(fd, libc::SOL_SOCKET, libc::SO_PRIORITY, v)
 }
 
+/// SO_LINGER with a zero timeout: close(2) then aborts the connection with RST instead of a
+/// FIN (man 7 socket; net/ipv4/tcp.c __tcp_close() sends a reset when linger is 0). A proxy
+/// uses it to pass a reset through.
+pub fn set_linger_zero(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let value = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is valid for the borrow; `value` is a live `struct linger` on the stack and
+    // its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&value as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// The socket's SO_PRIORITY.
 pub fn priority(fd: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(get_int(fd, libc::SOL_SOCKET, libc::SO_PRIORITY)? as u32)

@@ -1,0 +1,243 @@
+//! `netsteer netchannel proxy client|server`: unmodified TCP applications over netchannel.
+//! The work is in `netchannel::proxy`; this is flags, start-up and the summary at exit.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use netchannel::proxy::{Backend, Limits, Proxy, ProxyStats, Route};
+use netchannel::{Class, Config, Endpoint, Stats};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Subcommand, Debug)]
+pub enum NetchannelCommand {
+    /// Carry unmodified TCP applications over netchannel: `client` listens for the
+    /// application's connections, `server` connects them to the real backend.
+    #[command(subcommand)]
+    Proxy(ProxyCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProxyCommand {
+    /// Accept TCP connections and open a virtual socket to the server proxy for each.
+    Client(ClientArgs),
+    /// Accept channels from client proxies and connect each virtual socket to a backend.
+    Server(ServerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ClientArgs {
+    /// The server proxy's channel address (HOST:PORT).
+    #[arg(long, value_name = "ADDR")]
+    peer: String,
+    /// LISTEN=PORT: TCP connections accepted on LISTEN go to virtual port PORT as
+    /// throughput-class sockets (repeatable).
+    #[arg(long, value_name = "LISTEN=PORT")]
+    route: Vec<String>,
+    /// LISTEN=PORT, as --route but latency-class sockets: their own channels and I/O
+    /// threads, isolated from the bulk routes (repeatable).
+    #[arg(long, value_name = "LISTEN=PORT")]
+    latency_route: Vec<String>,
+    /// Throughput-class channels (TCP connections) to the server proxy.
+    #[arg(long, default_value_t = 2, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=63))]
+    channels: u16,
+    /// Latency-class channels (needed by --latency-route).
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(0..=63))]
+    latency_channels: u16,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// Address to accept the client proxies' channels on.
+    #[arg(long, value_name = "ADDR")]
+    listen: String,
+    /// PORT=BACKEND: virtual sockets opened to PORT are connected to the TCP address
+    /// BACKEND (repeatable).
+    #[arg(long, value_name = "PORT=BACKEND", required = true)]
+    backend: Vec<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct Common {
+    /// Connections open at once; more are reset at once.
+    #[arg(long, default_value_t = 1024, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// Copy buffer per direction of a connection, in bytes.
+    #[arg(long, default_value_t = 65536, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(4096..=16 << 20))]
+    buffer: u64,
+    /// Receive window of each virtual socket, in bytes (the memory one connection may hold
+    /// at the receiving proxy).
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES",
+          value_parser = clap::value_parser!(u32).range(65536..=256 << 20))]
+    window: u32,
+    /// Threads that copy between TCP and virtual sockets.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    threads: u64,
+    /// Seconds an open (virtual socket or backend connection) may take.
+    #[arg(long, default_value_t = 5, value_name = "S",
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    connect_timeout: u64,
+    /// Log every connection's open and close, not only failures.
+    #[arg(long)]
+    verbose: bool,
+}
+
+impl Common {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections as usize,
+            buffer: self.buffer as usize,
+            connect_timeout: Duration::from_secs(self.connect_timeout),
+            threads: self.threads as usize,
+            verbose: self.verbose,
+        }
+    }
+}
+
+pub fn run(cmd: &NetchannelCommand) -> Result<ExitCode> {
+    let NetchannelCommand::Proxy(p) = cmd;
+    // Before any thread starts, so all inherit the mask and one sigwait sees the signal.
+    netsteer_sock::signal::block_termination().context("blocking SIGINT/SIGTERM")?;
+    let (proxy, endpoint, role) = match p {
+        ProxyCommand::Client(a) => client(a)?,
+        ProxyCommand::Server(a) => server(a)?,
+    };
+    let sig = netsteer_sock::signal::wait_termination().context("waiting for a signal")?;
+    eprintln!("netchannel proxy {role}: signal {sig}, stopping");
+    println!("{}", summary(role, &proxy.stats(), &endpoint.stats()));
+    drop(proxy);
+    drop(endpoint);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn log_line() -> netchannel::proxy::Log {
+    Arc::new(|line: &str| eprintln!("netchannel proxy: {line}"))
+}
+
+fn resolve(flag: &str, s: &str) -> Result<SocketAddr> {
+    s.to_socket_addrs()
+        .with_context(|| format!("{flag} {s}"))?
+        .next()
+        .with_context(|| format!("{flag} {s}: no address"))
+}
+
+fn split_eq<'a>(flag: &str, s: &'a str, want: &str) -> Result<(&'a str, &'a str)> {
+    s.split_once('=')
+        .with_context(|| format!("{flag} {s}: expected {want}"))
+}
+
+fn port(flag: &str, whole: &str, s: &str) -> Result<u16> {
+    s.parse()
+        .with_context(|| format!("{flag} {whole}: virtual port {s:?} is not 0-65535"))
+}
+
+/// Parses --route/--latency-route values.
+pub fn routes(flag: &str, values: &[String], class: Class) -> Result<Vec<Route>> {
+    values
+        .iter()
+        .map(|v| {
+            let (listen, p) = split_eq(flag, v, "LISTEN=PORT")?;
+            Ok(Route {
+                listen: resolve(flag, listen)?,
+                port: port(flag, v, p)?,
+                class,
+            })
+        })
+        .collect()
+}
+
+/// Parses --backend values.
+pub fn backends(values: &[String]) -> Result<Vec<Backend>> {
+    let mut out: Vec<Backend> = Vec::new();
+    for v in values {
+        let (p, addr) = split_eq("--backend", v, "PORT=BACKEND")?;
+        let b = Backend {
+            port: port("--backend", v, p)?,
+            backend: resolve("--backend", addr)?,
+        };
+        if out.iter().any(|o| o.port == b.port) {
+            bail!("--backend {v}: virtual port {} is given twice", b.port);
+        }
+        out.push(b);
+    }
+    Ok(out)
+}
+
+fn client(a: &ClientArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
+    let mut all = routes("--route", &a.route, Class::Throughput)?;
+    let lat = routes("--latency-route", &a.latency_route, Class::Latency)?;
+    if !lat.is_empty() && a.latency_channels == 0 {
+        bail!("--latency-route needs --latency-channels of at least 1");
+    }
+    all.extend(lat);
+    if all.is_empty() {
+        bail!("give at least one --route or --latency-route");
+    }
+    let peer = resolve("--peer", &a.peer)?;
+    let cfg = Config {
+        throughput_channels: a.channels,
+        latency_channels: a.latency_channels,
+        window: a.common.window,
+        ..Config::default()
+    };
+    let endpoint = Arc::new(Endpoint::new(cfg).context("starting the netchannel endpoint")?);
+    let proxy = Proxy::client(endpoint.clone(), peer, &all, a.common.limits(), log_line())?;
+    for (r, addr) in all.iter().zip(proxy.local_addrs()) {
+        eprintln!(
+            "netchannel proxy client: {addr} → {peer} port {} ({:?}, {} + {} channels)",
+            r.port, r.class, a.channels, a.latency_channels
+        );
+    }
+    Ok((proxy, endpoint, "client"))
+}
+
+fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
+    let backends = backends(&a.backend)?;
+    let listen = resolve("--listen", &a.listen)?;
+    let cfg = Config {
+        window: a.common.window,
+        ..Config::default()
+    };
+    let endpoint =
+        Arc::new(Endpoint::listen(listen, cfg).with_context(|| format!("--listen {listen}"))?);
+    let local = endpoint.local_addr().unwrap_or(listen);
+    let proxy = Proxy::server(endpoint.clone(), &backends, a.common.limits(), log_line())?;
+    for b in &backends {
+        eprintln!(
+            "netchannel proxy server: channels on {local}, port {} → {}",
+            b.port, b.backend
+        );
+    }
+    Ok((proxy, endpoint, "server"))
+}
+
+/// One line for the end of a run: the proxy's counters and what the channels went through.
+fn summary(role: &str, p: &ProxyStats, e: &Stats) -> String {
+    let (mut alive, mut total, mut resent, mut dups) = (0, 0, 0, 0);
+    for s in &e.sessions {
+        total += s.channels.len();
+        alive += s.channels.iter().filter(|c| c.alive).count();
+        resent += s.resent_frames;
+        dups += s.duplicate_frames;
+    }
+    format!(
+        "netchannel proxy {role}: {} connections ({} over the cap, {} could not open, {} reset by TCP, {} reset by the virtual side), {} bytes in, {} out; channels alive {alive}/{total}, frames re-sent {resent}, duplicates dropped {dups}",
+        p.accepted,
+        p.over_cap,
+        p.open_failures,
+        p.tcp_resets,
+        p.virtual_resets,
+        p.bytes_in,
+        p.bytes_out
+    )
+}

@@ -1,0 +1,510 @@
+//! Proxy mode (feature `proxy`): unmodified TCP applications over netchannel, as the paper
+//! runs Redis. The client side listens on TCP addresses; each accepted connection becomes a
+//! virtual socket to a virtual port of the peer endpoint, in the class its route names. The
+//! server side accepts virtual sockets on its ports and connects each to a backend TCP
+//! address. So `redis-benchmark → client proxy → channels → server proxy → redis-server`
+//! runs with neither program changed.
+//!
+//! How TCP events map (each logged with the connection's addresses):
+//!
+//! | TCP side | virtual socket |
+//! |---|---|
+//! | EOF from the application (half-close) | FIN: the peer proxy half-closes its TCP side |
+//! | FIN from the peer | `shutdown(SHUT_WR)` towards the application |
+//! | reset from the application, or a write to it fails | RST (Aborted) |
+//! | RST from the peer, or the session has no channel left | reset (SO_LINGER 0) towards the application |
+//! | backend refuses or does not answer in time | RST (Refused): the client proxy resets its connection |
+//! | more connections than the cap | the new connection is reset at once |
+//!
+//! Memory per connection is bounded: one copy buffer per direction here, and the virtual
+//! socket's receive window at each end (the sender stops at the peer's credit).
+//!
+//! The copies run on a tokio runtime (one task per connection, no thread per connection);
+//! the channels keep their own I/O threads. Blocking calls of the library (opening a
+//! virtual socket, accepting one) run on their own threads.
+
+use crate::{AsyncVSocket, Class, Endpoint, RstReason, SocketOptions, VListener, VSocket};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A client-side route: TCP connections accepted on `listen` go to virtual port `port` of
+/// the peer, in class `class`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub listen: SocketAddr,
+    pub port: u16,
+    pub class: Class,
+}
+
+/// A server-side route: virtual sockets opened to `port` are connected to `backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backend {
+    pub port: u16,
+    pub backend: SocketAddr,
+}
+
+/// Bounds of one proxy.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Connections open at once; one more is reset at once.
+    pub max_connections: usize,
+    /// Copy buffer per direction of a connection.
+    pub buffer: usize,
+    /// How long opening a virtual socket or connecting to a backend may take.
+    pub connect_timeout: Duration,
+    /// Tokio worker threads that run the copies.
+    pub threads: usize,
+    /// Log every connection's open and clean close too, not only failures.
+    pub verbose: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 1024,
+            buffer: 64 * 1024,
+            connect_timeout: Duration::from_secs(5),
+            threads: 1,
+            verbose: false,
+        }
+    }
+}
+
+/// What a proxy has done so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    pub accepted: u64,
+    pub active: u64,
+    /// Connections reset because `max_connections` were open.
+    pub over_cap: u64,
+    /// Connections whose other side could not be opened (peer port or backend).
+    pub open_failures: u64,
+    /// Connections reset by the TCP application (passed on as RST).
+    pub tcp_resets: u64,
+    /// Connections reset from the virtual side (peer RST, no channel left).
+    pub virtual_resets: u64,
+    /// Bytes from TCP into virtual sockets, and back.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicU64,
+    active: AtomicU64,
+    over_cap: AtomicU64,
+    open_failures: AtomicU64,
+    tcp_resets: AtomicU64,
+    virtual_resets: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// Where log lines go (one event a line, already naming the connection).
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+struct Shared {
+    counters: Counters,
+    limits: Limits,
+    log: Log,
+}
+
+impl Shared {
+    fn log(&self, line: fmt::Arguments<'_>) {
+        (self.log)(&line.to_string());
+    }
+
+    /// Takes a connection slot, or None at the cap.
+    fn admit(self: &Arc<Self>) -> Option<Slot> {
+        let c = &self.counters;
+        c.accepted.fetch_add(1, Ordering::Relaxed);
+        let max = self.limits.max_connections as u64;
+        c.active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                (a < max).then_some(a + 1)
+            })
+            .ok()
+            .map(|_| Slot(self.clone()))
+            .or_else(|| {
+                c.over_cap.fetch_add(1, Ordering::Relaxed);
+                None
+            })
+    }
+}
+
+/// One open connection; gives its slot back when dropped.
+struct Slot(Arc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.counters.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A running proxy. Dropping it stops accepting and aborts open connections.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    runtime: Option<tokio::runtime::Runtime>,
+    listen: Vec<SocketAddr>,
+    _endpoint: Arc<Endpoint>,
+    _listeners: Vec<Arc<VListener>>,
+}
+
+impl Proxy {
+    /// The client side: listens on each route's address and forwards to `peer` (the server
+    /// proxy's endpoint address). Fails, naming the address, if one cannot be bound.
+    pub fn client(
+        endpoint: Arc<Endpoint>,
+        peer: SocketAddr,
+        routes: &[Route],
+        limits: Limits,
+        log: Log,
+    ) -> io::Result<Proxy> {
+        let runtime = runtime(&limits)?;
+        let shared = Arc::new(Shared {
+            counters: Counters::default(),
+            limits,
+            log,
+        });
+        let mut listen = Vec::new();
+        for route in routes {
+            let l = std::net::TcpListener::bind(route.listen).map_err(|e| {
+                io::Error::new(e.kind(), format!("listen on {}: {e}", route.listen))
+            })?;
+            l.set_nonblocking(true)?;
+            listen.push(l.local_addr()?);
+            let route = Route {
+                listen: l.local_addr()?,
+                ..*route
+            };
+            let l = {
+                let _g = runtime.enter();
+                tokio::net::TcpListener::from_std(l)?
+            };
+            let (shared, endpoint) = (shared.clone(), endpoint.clone());
+            runtime.spawn(accept_tcp(l, route, peer, endpoint, shared));
+        }
+        Ok(Proxy {
+            shared,
+            runtime: Some(runtime),
+            listen,
+            _endpoint: endpoint,
+            _listeners: Vec::new(),
+        })
+    }
+
+    /// The server side: binds each backend's virtual port on `endpoint` (which listens for
+    /// the client proxy's channels) and connects every virtual socket to its backend.
+    pub fn server(
+        endpoint: Arc<Endpoint>,
+        backends: &[Backend],
+        limits: Limits,
+        log: Log,
+    ) -> io::Result<Proxy> {
+        let runtime = runtime(&limits)?;
+        let shared = Arc::new(Shared {
+            counters: Counters::default(),
+            limits,
+            log,
+        });
+        let mut listeners = Vec::new();
+        for b in backends {
+            let l = Arc::new(endpoint.bind(b.port)?);
+            listeners.push(l.clone());
+            let (shared, handle, b) = (shared.clone(), runtime.handle().clone(), *b);
+            std::thread::Builder::new()
+                .name(format!("nc-proxy-{}", b.port))
+                .spawn(move || accept_virtual(&l, b, &handle, &shared))?;
+        }
+        Ok(Proxy {
+            shared,
+            runtime: Some(runtime),
+            listen: Vec::new(),
+            _endpoint: endpoint,
+            _listeners: listeners,
+        })
+    }
+
+    /// The client side's bound TCP addresses, in route order.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.listen
+    }
+
+    pub fn stats(&self) -> ProxyStats {
+        let c = &self.shared.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProxyStats {
+            accepted: g(&c.accepted),
+            active: g(&c.active),
+            over_cap: g(&c.over_cap),
+            open_failures: g(&c.open_failures),
+            tcp_resets: g(&c.tcp_resets),
+            virtual_resets: g(&c.virtual_resets),
+            bytes_in: g(&c.bytes_in),
+            bytes_out: g(&c.bytes_out),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn runtime(limits: &Limits) -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(limits.threads.max(1))
+        .thread_name("nc-proxy")
+        .enable_io()
+        .enable_time()
+        .build()
+}
+
+/// Resets a TCP connection when it is dropped: SO_LINGER 0, so close(2) sends RST.
+fn reset_on_close(tcp: &TcpStream) {
+    // Best effort: if it fails the application sees a FIN instead of a reset.
+    let _ = netsteer_sock::opt::set_linger_zero(tcp.as_fd());
+}
+
+async fn accept_tcp(
+    l: tokio::net::TcpListener,
+    route: Route,
+    peer: SocketAddr,
+    endpoint: Arc<Endpoint>,
+    shared: Arc<Shared>,
+) {
+    loop {
+        let (tcp, from) = match l.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // EMFILE and the like: back off instead of spinning.
+                shared.log(format_args!("accept on {}: {e}", route.listen));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(slot) = shared.admit() else {
+            shared.log(format_args!(
+                "{from} → {}: reset, {} connections are open (the cap)",
+                route.listen, shared.limits.max_connections
+            ));
+            reset_on_close(&tcp);
+            continue;
+        };
+        let (endpoint, shared) = (endpoint.clone(), shared.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let _ = tcp.set_nodelay(true);
+            let opts = SocketOptions {
+                class: Some(route.class),
+                ..SocketOptions::default()
+            };
+            let timeout = shared.limits.connect_timeout;
+            let open =
+                tokio::task::spawn_blocking(move || endpoint.connect(peer, route.port, opts));
+            let vs = match tokio::time::timeout(timeout, open).await {
+                Ok(Ok(Ok(vs))) => vs,
+                Ok(Ok(Err(e))) => {
+                    shared
+                        .counters
+                        .open_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    shared.log(format_args!(
+                        "{from} → {peer} port {}: {e}; resetting the connection",
+                        route.port
+                    ));
+                    reset_on_close(&tcp);
+                    return;
+                }
+                Ok(Err(_)) | Err(_) => {
+                    shared
+                        .counters
+                        .open_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    shared.log(format_args!(
+                        "{from} → {peer} port {}: no answer in {timeout:?}; resetting the connection",
+                        route.port
+                    ));
+                    reset_on_close(&tcp);
+                    return;
+                }
+            };
+            let label = format!("{from} → {peer} port {}", route.port);
+            pump(tcp, vs, &label, &shared).await;
+        });
+    }
+}
+
+fn accept_virtual(
+    l: &VListener,
+    b: Backend,
+    handle: &tokio::runtime::Handle,
+    shared: &Arc<Shared>,
+) {
+    loop {
+        let vs = match l.accept() {
+            Ok(vs) => vs,
+            // The endpoint is closing.
+            Err(_) => return,
+        };
+        let Some(slot) = shared.admit() else {
+            shared.log(format_args!(
+                "{} port {} → {}: reset, {} connections are open (the cap)",
+                vs.peer_addr(),
+                b.port,
+                b.backend,
+                shared.limits.max_connections
+            ));
+            vs.abort(RstReason::Refused);
+            continue;
+        };
+        let shared = shared.clone();
+        handle.spawn(async move {
+            let _slot = slot;
+            let label = format!(
+                "{} port {} (virtual {}) → {}",
+                vs.peer_addr(),
+                b.port,
+                vs.peer_port(),
+                b.backend
+            );
+            let timeout = shared.limits.connect_timeout;
+            let tcp = match tokio::time::timeout(timeout, TcpStream::connect(b.backend)).await {
+                Ok(Ok(tcp)) => tcp,
+                Ok(Err(e)) => {
+                    shared
+                        .counters
+                        .open_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    shared.log(format_args!("{label}: backend down ({e}); resetting"));
+                    vs.abort(RstReason::Refused);
+                    return;
+                }
+                Err(_) => {
+                    shared
+                        .counters
+                        .open_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    shared.log(format_args!(
+                        "{label}: backend did not answer in {timeout:?}; resetting"
+                    ));
+                    vs.abort(RstReason::Refused);
+                    return;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            pump(tcp, vs, &label, &shared).await;
+        });
+    }
+}
+
+/// How one direction of a connection ended.
+enum End {
+    /// EOF passed on as a half-close.
+    Eof,
+    /// The TCP side failed or reset: reset the virtual socket.
+    Tcp(io::Error),
+    /// The virtual socket failed or was reset: reset the TCP side.
+    Virtual(io::Error),
+}
+
+/// Copies both directions until both have ended, or one fails and resets the other side.
+async fn pump(mut tcp: TcpStream, vs: VSocket, label: &str, shared: &Shared) {
+    let buffer = shared.limits.buffer;
+    let c = &shared.counters;
+    let (sent, received) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+    if shared.limits.verbose {
+        shared.log(format_args!("{label}: open"));
+    }
+    let (mut vr, mut vw) = tokio::io::split(AsyncVSocket::new(vs));
+    let failure = {
+        let (mut tr, mut tw) = tcp.split();
+        let up = async {
+            let mut buf = vec![0u8; buffer];
+            loop {
+                let n = match tr.read(&mut buf).await {
+                    Ok(0) => {
+                        return match vw.shutdown().await {
+                            Ok(()) => End::Eof,
+                            Err(e) => End::Virtual(e),
+                        };
+                    }
+                    Ok(n) => n,
+                    Err(e) => return End::Tcp(e),
+                };
+                if let Err(e) = vw.write_all(&buf[..n]).await {
+                    return End::Virtual(e);
+                }
+                c.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        };
+        let down = async {
+            let mut buf = vec![0u8; buffer];
+            loop {
+                let n = match vr.read(&mut buf).await {
+                    Ok(0) => {
+                        return match tw.shutdown().await {
+                            Ok(()) => End::Eof,
+                            Err(e) => End::Tcp(e),
+                        };
+                    }
+                    Ok(n) => n,
+                    Err(e) => return End::Virtual(e),
+                };
+                if let Err(e) = tw.write_all(&buf[..n]).await {
+                    return End::Tcp(e);
+                }
+                c.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        };
+        tokio::pin!(up, down);
+        let (mut up_done, mut down_done) = (false, false);
+        loop {
+            let end = tokio::select! {
+                e = &mut up, if !up_done => { up_done = true; e }
+                e = &mut down, if !down_done => { down_done = true; e }
+            };
+            match end {
+                End::Eof if up_done && down_done => break None,
+                End::Eof => {}
+                other => break Some(other),
+            }
+        }
+    };
+    let vs = vr.unsplit(vw).into_inner();
+    match failure {
+        None | Some(End::Eof) => {
+            if shared.limits.verbose {
+                shared.log(format_args!(
+                    "{label}: closed, {} bytes in, {} out",
+                    sent.get(),
+                    received.get()
+                ));
+            }
+        }
+        Some(End::Tcp(e)) => {
+            c.tcp_resets.fetch_add(1, Ordering::Relaxed);
+            shared.log(format_args!(
+                "{label}: TCP side failed ({e}); resetting the virtual socket"
+            ));
+            vs.abort(RstReason::Aborted);
+        }
+        Some(End::Virtual(e)) => {
+            c.virtual_resets.fetch_add(1, Ordering::Relaxed);
+            shared.log(format_args!(
+                "{label}: virtual socket failed ({e}); resetting the TCP connection"
+            ));
+            reset_on_close(&tcp);
+        }
+    }
+}
