@@ -73,6 +73,8 @@ pub(crate) struct Counters {
 
 pub(crate) struct Channel {
     pub index: usize,
+    /// Unique in its session: a re-dialed channel takes the index of a dead one, not its id.
+    pub id: u64,
     pub class: Class,
     pub stream: TcpStream,
     tx: Mutex<TxQueue>,
@@ -105,6 +107,7 @@ pub(crate) fn broken() -> io::Error {
 impl Channel {
     pub fn new(
         index: usize,
+        id: u64,
         class: Class,
         stream: TcpStream,
         inline: bool,
@@ -137,6 +140,7 @@ impl Channel {
         }
         Ok(Channel {
             index,
+            id,
             class,
             stream,
             tx: Mutex::new(TxQueue::default()),

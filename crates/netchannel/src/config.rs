@@ -73,6 +73,9 @@ pub struct Config {
     pub max_pending_links: usize,
     /// Sessions accepted from peers and alive at once; a link completed beyond it is closed.
     pub max_sessions: usize,
+    /// How often the connecting side tries to re-open a session's dead channels (None: never;
+    /// the session then goes on with the channels it has left).
+    pub reconnect_interval: Option<Duration>,
 }
 
 impl Default for Config {
@@ -104,6 +107,7 @@ impl Default for Config {
             max_handshakes: 64,
             max_pending_links: 64,
             max_sessions: 256,
+            reconnect_interval: Some(Duration::from_millis(200)),
         }
     }
 }

@@ -26,7 +26,7 @@ const MIN_OFFLOAD: u32 = 4096;
 
 struct Job {
     session: Arc<Session>,
-    channel: usize,
+    channel: Arc<Channel>,
     header: Header,
     /// Payload bytes the I/O thread had already read with the header.
     head: Bytes,
@@ -93,7 +93,7 @@ impl CopyPool {
     pub fn offer<R: crate::frame_io::Source + AsFd>(
         &self,
         session: &Arc<Session>,
-        ch: &Channel,
+        ch: &Arc<Channel>,
         h: &Header,
         r: &mut FrameReader<R>,
     ) -> io::Result<bool> {
@@ -119,7 +119,7 @@ impl CopyPool {
             // payload larger than the pipe cannot deadlock.
             w.queue.push(Job {
                 session: session.clone(),
-                channel: ch.index,
+                channel: ch.clone(),
                 header: *h,
                 head: head.clone(),
                 aborted: aborted.clone(),
@@ -178,7 +178,7 @@ impl Worker {
             // would leave every later payload offered to it stuck in its pipe.
             let delivered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 job.session
-                    .deliver(job.channel, job.header, Bytes::from(v), &mut wakes)
+                    .deliver(job.channel.index, job.header, Bytes::from(v), &mut wakes)
             }));
             let failure = match delivered {
                 Ok(Ok(())) => None,
@@ -186,7 +186,7 @@ impl Worker {
                 Err(_) => Some("internal error: delivery panicked in a copy worker".to_string()),
             };
             if let Some(cause) = failure {
-                job.session.channel_failed(job.channel, &cause);
+                job.session.channel_failed(&job.channel, &cause);
             }
             // Workers finish payloads out of order across workers; wake at once.
             wakes.flush();

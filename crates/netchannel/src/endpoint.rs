@@ -75,6 +75,8 @@ pub struct SessionStats {
     pub resent_frames: u64,
     /// DATA frames received twice (a peer's re-send of bytes already here) and dropped.
     pub duplicate_frames: u64,
+    /// Dead channels replaced by a new connection (re-dialed by the connecting side).
+    pub rejoined_channels: u64,
     pub channels: Vec<ChannelStats>,
 }
 
@@ -235,58 +237,15 @@ impl Endpoint {
         let cfg = &self.inner.cfg;
         let link_id = random_u64();
         let total = cfg.throughput_channels + cfg.latency_channels;
-        let ctx =
-            |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {peer}: {e}"));
         let mut streams = Vec::with_capacity(total as usize);
         for i in 0..total {
-            let mut s = TcpStream::connect_timeout(&peer, cfg.hello_timeout)
-                .map_err(|e| ctx(&format!("channel {i} to"), e))?;
-            s.set_nodelay(true)?;
-            let hello = Hello {
-                version: u16::from(VERSION),
-                link_id,
-                channel_index: i,
-                class: if i < cfg.throughput_channels {
-                    Class::Throughput
-                } else {
-                    Class::Latency
-                },
-                throughput_channels: cfg.throughput_channels,
-                latency_channels: cfg.latency_channels,
-                max_frame: cfg.max_frame,
-            };
-            s.write_all(&hello.encode())
-                .map_err(|e| ctx("HELLO to", e))?;
-            streams.push((s, hello));
+            streams.push(send_hello(cfg, peer, link_id, i)?);
         }
         let mut peer_max = u32::MAX;
         for (s, mine) in &mut streams {
-            s.set_read_timeout(Some(cfg.hello_timeout))?;
-            let mut b = [0u8; HEADER_LEN + HELLO_LEN];
-            s.read_exact(&mut b)
-                .map_err(|e| ctx("HELLO answer from", e))?;
-            let theirs = Hello::decode(&b).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("HELLO answer from {peer}: {e}"),
-                )
-            })?;
-            if theirs.link_id != link_id
-                || theirs.channel_index != mine.channel_index
-                || theirs.throughput_channels != mine.throughput_channels
-                || theirs.latency_channels != mine.latency_channels
-            {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "HELLO answer from {peer} does not match channel {}",
-                        mine.channel_index
-                    ),
-                ));
-            }
-            peer_max = peer_max.min(theirs.max_frame);
+            peer_max = peer_max.min(read_hello_answer(cfg, peer, s, mine)?);
         }
-        Session::start(SessionParts {
+        let session = Session::start(SessionParts {
             peer,
             link_id,
             cfg: cfg.clone(),
@@ -295,7 +254,14 @@ impl Endpoint {
             streams: streams.into_iter().map(|(s, _)| s).collect(),
             listeners: self.inner.listeners.clone(),
             pool: self.inner.pool.clone(),
-        })
+        })?;
+        if let Some(every) = cfg.reconnect_interval {
+            let (weak, cfg) = (Arc::downgrade(&session), cfg.clone());
+            std::thread::Builder::new()
+                .name("nc-redial".into())
+                .spawn(move || redial_loop(&weak, &cfg, every))?;
+        }
+        Ok(session)
     }
 
     fn sessions(&self) -> Vec<(Arc<Session>, bool)> {
@@ -322,9 +288,11 @@ impl Endpoint {
                     out_of_order_frames: s.counters.out_of_order_frames.load(Ordering::Relaxed),
                     resent_frames: s.counters.resent_frames.load(Ordering::Relaxed),
                     duplicate_frames: s.counters.duplicate_frames.load(Ordering::Relaxed),
+                    rejoined_channels: s.counters.rejoined_channels.load(Ordering::Relaxed),
                     channels: s
                         .channels
                         .iter()
+                        .map(|c| c.load_full())
                         .map(|c| ChannelStats {
                             index: c.index,
                             class: c.class,
@@ -370,6 +338,101 @@ impl Drop for Endpoint {
             p.shutdown();
         }
         lock(&self.inner.pending).clear();
+    }
+}
+
+/// Opens channel `index` of link `link_id` to `peer` and sends its HELLO.
+fn send_hello(
+    cfg: &Config,
+    peer: SocketAddr,
+    link_id: u64,
+    index: u16,
+) -> io::Result<(TcpStream, Hello)> {
+    let ctx = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {peer}: {e}"));
+    let mut s = TcpStream::connect_timeout(&peer, cfg.hello_timeout)
+        .map_err(|e| ctx(&format!("channel {index} to"), e))?;
+    s.set_nodelay(true)?;
+    let hello = Hello {
+        version: u16::from(VERSION),
+        link_id,
+        channel_index: index,
+        class: if index < cfg.throughput_channels {
+            Class::Throughput
+        } else {
+            Class::Latency
+        },
+        throughput_channels: cfg.throughput_channels,
+        latency_channels: cfg.latency_channels,
+        max_frame: cfg.max_frame,
+    };
+    s.write_all(&hello.encode())
+        .map_err(|e| ctx("HELLO to", e))?;
+    Ok((s, hello))
+}
+
+/// Reads the peer's HELLO answer on a channel and checks it matches ours; the peer's
+/// max_frame.
+fn read_hello_answer(
+    cfg: &Config,
+    peer: SocketAddr,
+    s: &mut TcpStream,
+    mine: &Hello,
+) -> io::Result<u32> {
+    s.set_read_timeout(Some(cfg.hello_timeout))?;
+    let mut b = [0u8; HEADER_LEN + HELLO_LEN];
+    s.read_exact(&mut b)
+        .map_err(|e| io::Error::new(e.kind(), format!("HELLO answer from {peer}: {e}")))?;
+    let theirs = Hello::decode(&b).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("HELLO answer from {peer}: {e}"),
+        )
+    })?;
+    if theirs.link_id != mine.link_id
+        || theirs.channel_index != mine.channel_index
+        || theirs.throughput_channels != mine.throughput_channels
+        || theirs.latency_channels != mine.latency_channels
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "HELLO answer from {peer} does not match channel {}",
+                mine.channel_index
+            ),
+        ));
+    }
+    Ok(theirs.max_frame)
+}
+
+/// The connecting side re-opens dead channels of a session while any of its channels lives:
+/// each try dials the peer again with the session's link id and the dead channel's index,
+/// and the peer puts the new connection in the dead one's place (see `handshake`).
+fn redial_loop(session: &std::sync::Weak<Session>, cfg: &Config, every: Duration) {
+    loop {
+        std::thread::sleep(every);
+        let Some(s) = session.upgrade() else { return };
+        if !s.is_alive() || s.closing.load(Ordering::Acquire) {
+            return;
+        }
+        for index in 0..s.channels.len() {
+            if s.channel(index).is_alive() {
+                continue;
+            }
+            let rejoined =
+                send_hello(cfg, s.peer, s.link_id, index as u16).and_then(|(mut stream, mine)| {
+                    let peer_max = read_hello_answer(cfg, s.peer, &mut stream, &mine)?;
+                    if peer_max < s.send_frame {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "the peer lowered its max_frame",
+                        ));
+                    }
+                    s.rejoin(index, stream)
+                });
+            // A failed try (the peer still unreachable, or it has not seen the old channel
+            // die yet) is simply tried again next round.
+            let _ = rejoined;
+        }
     }
 }
 
@@ -438,6 +501,42 @@ fn reject(inner: &Inner, from: SocketAddr, why: &str) {
     *lock(&inner.last_rejection) = Some(format!("channel from {from}: {why}"));
 }
 
+/// A HELLO for a session that exists: the connecting side re-dials a dead channel. The
+/// address and layout must match the session's, and the channel must be dead here too.
+fn rejoin(
+    cfg: &Config,
+    session: &Arc<Session>,
+    mut s: TcpStream,
+    from: SocketAddr,
+    hello: &Hello,
+) -> Result<(), String> {
+    let index = usize::from(hello.channel_index);
+    let theirs_throughput = usize::from(hello.throughput_channels);
+    if from.ip() != session.peer.ip()
+        || theirs_throughput != session.throughput
+        || usize::try_from(hello.total_channels()).ok() != Some(session.channels.len())
+        || session.send_frame > hello.max_frame
+    {
+        return Err(format!(
+            "HELLO disagrees with session {:#x} it would rejoin",
+            hello.link_id
+        ));
+    }
+    if session.channel(index).is_alive() {
+        return Err(format!(
+            "channel {index} of session {:#x} is alive",
+            hello.link_id
+        ));
+    }
+    let answer = Hello {
+        max_frame: cfg.max_frame,
+        ..*hello
+    };
+    s.write_all(&answer.encode())
+        .map_err(|e| format!("HELLO answer: {e}"))?;
+    session.rejoin(index, s).map_err(|e| e.to_string())
+}
+
 /// Reads one HELLO and files the connection under its link; starts the session when the
 /// link is complete.
 fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(), String> {
@@ -447,6 +546,13 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
     let mut b = [0u8; HEADER_LEN + HELLO_LEN];
     s.read_exact(&mut b).map_err(|e| format!("no HELLO: {e}"))?;
     let hello = Hello::decode(&b).map_err(|e| e.to_string())?;
+    let existing = lock(&inner.incoming)
+        .iter()
+        .find(|x| x.link_id == hello.link_id)
+        .cloned();
+    if let Some(session) = existing {
+        return rejoin(cfg, &session, s, from, &hello);
+    }
     let complete = {
         let mut pending = lock(&inner.pending);
         pending.retain(|_, p| p.since.elapsed() < cfg.hello_timeout);

@@ -24,6 +24,7 @@ use crate::reorder::Placed;
 use crate::sched::Load;
 use crate::socket::{ListenQueue, OpenState, VSocket, VsShared, lock};
 use crate::wire::{Class, FrameType, Header, RstReason, flags};
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use netsteer_sock::{cpu, opt, tcp};
 use std::collections::HashMap;
@@ -116,6 +117,8 @@ pub(crate) struct SessionCounters {
     pub resent_frames: AtomicU64,
     /// DATA frames that arrived twice (a re-send of bytes the socket had) and were dropped.
     pub duplicate_frames: AtomicU64,
+    /// Dead channels replaced by a new connection.
+    pub rejoined_channels: AtomicU64,
 }
 
 pub(crate) struct Session {
@@ -124,8 +127,12 @@ pub(crate) struct Session {
     pub cfg: Arc<Config>,
     /// Largest DATA payload we send: the smaller of both sides' max_frame.
     pub send_frame: u32,
-    pub channels: Vec<Arc<Channel>>,
+    /// One slot per channel index; a re-dialed channel replaces a dead one in its slot.
+    pub channels: Vec<ArcSwap<Channel>>,
     pub throughput: usize,
+    /// Ids for channels (a rejoined channel gets a new one, so frames sent on the dead
+    /// connection are told apart from frames on its successor).
+    next_channel_id: AtomicU64,
     table: Mutex<Table>,
     listeners: Arc<Listeners>,
     space: Mutex<()>,
@@ -178,57 +185,8 @@ impl Session {
             } else {
                 Class::Latency
             };
-            s.set_nodelay(true)?;
-            s.set_read_timeout(None)?;
-            let fd = s.as_fd();
-            match class {
-                Class::Throughput => {
-                    if let Some(l) = cfg.throughput_notsent_lowat {
-                        tcp::set_notsent_low_water(fd, l)?;
-                    }
-                }
-                Class::Latency => {
-                    tcp::set_notsent_low_water(fd, cfg.latency_notsent_lowat)?;
-                    opt::set_priority(fd, cfg.latency_priority)?;
-                    let us = cfg.latency_busy_poll.as_micros() as u32;
-                    if us > 0 {
-                        // Raising SO_BUSY_POLL above net.core.busy_read needs CAP_NET_ADMIN;
-                        // the spin below works without it.
-                        let _ = opt::set_busy_poll(fd, us);
-                    }
-                }
-            }
-            let inline = class == Class::Latency || cfg.inline_send;
-            let reader = FrameReader::with_staging(
-                SpinRead {
-                    stream: s.try_clone()?,
-                    spin: if class == Class::Latency {
-                        cfg.latency_busy_poll
-                    } else {
-                        Duration::ZERO
-                    },
-                    wakes: Wakes::default(),
-                },
-                cfg.max_frame,
-                // With copy workers the reader must not pull payloads into its own buffer:
-                // it reads headers (24 bytes at a time) and splices payloads to a worker.
-                if cfg.copy_workers > 0 {
-                    crate::wire::HEADER_LEN
-                } else {
-                    256 * 1024
-                },
-            );
-            let copy = crate::channel::SendCopy {
-                workers: if class == Class::Throughput {
-                    cfg.send_copy_workers
-                } else {
-                    0
-                },
-                pipe: cfg.worker_pipe,
-                limit: cfg.worker_limit,
-                cpus: &cfg.copy_cpus,
-            };
-            channels.push(Arc::new(Channel::new(i, class, s, inline, copy)?));
+            let (ch, reader) = make_channel(&cfg, i, i as u64, class, s)?;
+            channels.push(ArcSwap::from(ch));
             readers.push(reader);
         }
         let session = Arc::new(Session {
@@ -237,6 +195,7 @@ impl Session {
             send_frame: cfg.max_frame.min(p.peer_max_frame),
             cfg,
             throughput: p.throughput,
+            next_channel_id: AtomicU64::new(channels.len() as u64),
             channels,
             table: Mutex::new(Table {
                 socks: HashMap::new(),
@@ -254,34 +213,75 @@ impl Session {
             #[cfg(feature = "tokio")]
             async_space_waiters: AtomicUsize::new(0),
         });
-        for (ch, reader) in session.channels.iter().zip(readers) {
-            let cpus = session.cpus_for(ch);
-            let rt = if ch.class == Class::Latency {
-                session.cfg.latency_realtime
-            } else {
-                None
-            };
-            let (s, c) = (session.clone(), ch.clone());
-            let cpus2 = cpus.clone();
-            std::thread::Builder::new()
-                .name(format!("nc-tx-{}", ch.index))
-                .spawn(move || {
-                    let _g = FailOnUnwind(&s, c.index, "writer");
-                    pin(&cpus2, rt);
-                    if let Some(e) = c.write_loop(|| s.space_freed()) {
-                        s.channel_failed(c.index, &format!("write failed: {e}"));
-                    }
-                })?;
-            let (s, c) = (session.clone(), ch.clone());
-            std::thread::Builder::new()
-                .name(format!("nc-rx-{}", ch.index))
-                .spawn(move || {
-                    let _g = FailOnUnwind(&s, c.index, "reader");
-                    pin(&cpus, rt);
-                    s.read_loop(&c, reader);
-                })?;
+        for (slot, reader) in session.channels.iter().zip(readers) {
+            session.run_channel(slot.load_full(), reader)?;
         }
         Ok(session)
+    }
+
+    /// Starts a channel's two I/O threads.
+    fn run_channel(self: &Arc<Self>, ch: Arc<Channel>, reader: ChannelReader) -> io::Result<()> {
+        let cpus = self.cpus_for(&ch);
+        let rt = if ch.class == Class::Latency {
+            self.cfg.latency_realtime
+        } else {
+            None
+        };
+        let (s, c) = (self.clone(), ch.clone());
+        let cpus2 = cpus.clone();
+        std::thread::Builder::new()
+            .name(format!("nc-tx-{}", ch.index))
+            .spawn(move || {
+                let _g = FailOnUnwind(&s, &c, "writer");
+                pin(&cpus2, rt);
+                if let Some(e) = c.write_loop(|| s.space_freed()) {
+                    s.channel_failed(&c, &format!("write failed: {e}"));
+                }
+            })?;
+        let (s, c) = (self.clone(), ch);
+        std::thread::Builder::new()
+            .name(format!("nc-rx-{}", c.index))
+            .spawn(move || {
+                let _g = FailOnUnwind(&s, &c, "reader");
+                pin(&cpus, rt);
+                s.read_loop(&c, reader);
+            })?;
+        Ok(())
+    }
+
+    /// Puts a new connection in place of dead channel `index` (the connecting side re-dialed
+    /// it and both sides exchanged HELLO). Err if the channel is alive or the session is not.
+    pub fn rejoin(self: &Arc<Self>, index: usize, stream: TcpStream) -> io::Result<()> {
+        let slot = self.channels.get(index).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("no channel {index}"))
+        })?;
+        if slot.load().is_alive() || !self.is_alive() || self.closing.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "channel {index} to {} is alive, or its session is gone",
+                    self.peer
+                ),
+            ));
+        }
+        let class = slot.load().class;
+        let id = self.next_channel_id.fetch_add(1, Ordering::Relaxed);
+        let (ch, reader) = make_channel(&self.cfg, index, id, class, stream)?;
+        slot.store(ch.clone());
+        self.counters
+            .rejoined_channels
+            .fetch_add(1, Ordering::Relaxed);
+        self.run_channel(ch, reader)?;
+        // Writers waiting for room may use it now.
+        self.space_freed();
+        let _g = lock(&self.space);
+        self.space_cv.notify_all();
+        Ok(())
+    }
+
+    /// The channel now in slot `index`.
+    pub fn channel(&self, index: usize) -> Arc<Channel> {
+        self.channels[index].load_full()
     }
 
     fn cpus_for(&self, ch: &Channel) -> Vec<u32> {
@@ -298,7 +298,7 @@ impl Session {
 
     /// False once every channel is closed: the session's threads have ended or are ending.
     pub fn is_alive(&self) -> bool {
-        self.channels.iter().any(|c| c.is_alive())
+        self.channels.iter().any(|c| c.load().is_alive())
     }
 
     pub fn class_base(&self, class: Class) -> usize {
@@ -308,7 +308,7 @@ impl Session {
         }
     }
 
-    pub fn class_channels(&self, class: Class) -> &[Arc<Channel>] {
+    pub fn class_channels(&self, class: Class) -> &[ArcSwap<Channel>] {
         match class {
             Class::Throughput => &self.channels[..self.throughput],
             Class::Latency => &self.channels[self.throughput..],
@@ -318,7 +318,7 @@ impl Session {
     pub fn loads(&self, class: Class) -> Vec<Load> {
         self.class_channels(class)
             .iter()
-            .map(|c| c.load())
+            .map(|c| c.load().load())
             .collect()
     }
 
@@ -369,11 +369,11 @@ impl Session {
         self.space_waiters.fetch_add(1, Ordering::AcqRel);
         let g = lock(&self.space);
         let limit = self.cfg.channel_limit;
-        let full = self
-            .class_channels(class)
-            .iter()
-            .all(|c| !c.is_alive() || c.load().queued >= limit);
-        if full && self.class_channels(class).iter().any(|c| c.is_alive()) {
+        let full = self.class_channels(class).iter().all(|c| {
+            let c = c.load();
+            !c.is_alive() || c.load().queued >= limit
+        });
+        if full && self.class_alive(class) {
             let _ = self.space_cv.wait_timeout(g, Duration::from_millis(50));
         }
         self.space_waiters.fetch_sub(1, Ordering::AcqRel);
@@ -395,7 +395,7 @@ impl Session {
             .collect();
         order.extend(others);
         for i in order {
-            let c = &self.channels[i];
+            let c = self.channels[i].load();
             if !c.is_alive() {
                 continue;
             }
@@ -414,7 +414,7 @@ impl Session {
     }
 
     fn send_raw_control(&self, channel: usize, h: Header) {
-        let _ = self.channels[channel].send(&h, Bytes::new());
+        let _ = self.channels[channel].load().send(&h, Bytes::new());
     }
 
     /// Opens a virtual socket to `port` on the peer and waits for OPEN_ACK.
@@ -512,7 +512,11 @@ impl Session {
     }
 
     /// Reads and handles one frame. Err(cause): the channel is finished.
-    pub fn read_frame(self: &Arc<Self>, ch: &Channel, r: &mut ChannelReader) -> Result<(), String> {
+    pub fn read_frame(
+        self: &Arc<Self>,
+        ch: &Arc<Channel>,
+        r: &mut ChannelReader,
+    ) -> Result<(), String> {
         let h = match r.next_header() {
             Ok(Some(h)) => h,
             Ok(None) => return Err("the peer closed the channel".to_string()),
@@ -544,7 +548,7 @@ impl Session {
             }
         };
         r.get_mut().wakes.flush();
-        self.channel_failed(ch.index, &cause);
+        self.channel_failed(ch, &cause);
     }
 
     /// Handles one frame from channel `ch`. Err = the channel must be closed (the peer broke
@@ -785,15 +789,19 @@ impl Session {
     }
 
     fn class_alive(&self, class: Class) -> bool {
-        self.class_channels(class).iter().any(|c| c.is_alive())
+        self.class_channels(class)
+            .iter()
+            .any(|c| c.load().is_alive())
     }
 
     /// A channel died: close it, and re-send what each socket had on it over the surviving
     /// channels of the socket's class; fail the sockets whose class has none left.
-    pub fn channel_failed(&self, ch: usize, cause: &str) {
-        if !self.channels[ch].close() {
+    pub fn channel_failed(&self, dead: &Channel, cause: &str) {
+        // A stale thread of a replaced channel finds it closed already.
+        if !dead.close() {
             return;
         }
+        let ch = dead.index;
         let closing = self.closing.load(Ordering::Acquire);
         let socks: Vec<Arc<VsShared>> = lock(&self.table).socks.values().cloned().collect();
         for vs in socks {
@@ -819,7 +827,7 @@ impl Session {
                 );
                 self.send_control(&vs, f);
             } else {
-                self.resend(&vs, ch);
+                self.resend(&vs, dead.id);
                 self.resend_control(&vs);
             }
         }
@@ -827,17 +835,15 @@ impl Session {
         self.space_cv.notify_all();
     }
 
-    /// Re-sends the frames of `vs` that went on channel `dead`, spread over the live channels
-    /// of its class. A frame already moved (by a racing writer) is left alone. Queued only:
-    /// this runs under the socket's lock and must never block in write(2).
-    pub fn resend(&self, vs: &VsShared, dead: usize) {
-        let base = self.class_base(vs.class);
-        let live: Vec<usize> = self
+    /// Re-sends the frames of `vs` that went on the channel with id `dead`, spread over the
+    /// live channels of its class. A frame already moved (by a racing writer) is left alone.
+    /// Queued only: this runs under the socket's lock and must never block in write(2).
+    pub fn resend(&self, vs: &VsShared, dead: u64) {
+        let live: Vec<Arc<Channel>> = self
             .class_channels(vs.class)
             .iter()
-            .enumerate()
-            .filter(|(_, c)| c.is_alive())
-            .map(|(i, _)| base + i)
+            .map(|c| c.load_full())
+            .filter(|c| c.is_alive())
             .collect();
         let mut tx = lock(&vs.tx);
         if tx.error.is_some() || live.is_empty() {
@@ -849,7 +855,7 @@ impl Session {
             0
         };
         let mut next = 0;
-        for f in tx.unacked.iter_mut().filter(|f| f.channel == dead) {
+        for f in tx.unacked.iter_mut().filter(|f| f.via == dead) {
             let h = Header {
                 kind: FrameType::Data,
                 flags: lat | if f.eom { flags::EOM } else { 0 },
@@ -860,16 +866,12 @@ impl Session {
                 seq: f.seq,
             };
             let placed = (0..live.len())
-                .map(|k| live[(next + k) % live.len()])
-                .find(|&c| {
-                    self.channels[c]
-                        .send_with(&h, f.data.clone(), false)
-                        .is_ok()
-                });
+                .map(|k| (next + k) % live.len())
+                .find(|&k| live[k].send_with(&h, f.data.clone(), false).is_ok());
             // None: the class is dying too; its last channel's failure fails the socket.
-            let Some(c) = placed else { break };
-            f.channel = c;
-            next = live.iter().position(|&l| l == c).map_or(0, |p| p + 1);
+            let Some(k) = placed else { break };
+            f.via = live[k].id;
+            next = k + 1;
             self.counters.resent_frames.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -918,11 +920,11 @@ impl Session {
     /// Flushes what is queued (until `deadline`) and closes every channel.
     pub fn close(&self, deadline: Instant) {
         for c in &self.channels {
-            c.drain(deadline);
+            c.load().drain(deadline);
         }
         self.closing.store(true, Ordering::Release);
         for c in &self.channels {
-            self.channel_failed(c.index, "endpoint closed");
+            self.channel_failed(&c.load(), "endpoint closed");
         }
     }
 
@@ -931,6 +933,7 @@ impl Session {
         let c = self.channels.get(ch).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, format!("no channel {ch}"))
         })?;
+        let c = c.load();
         c.stream.shutdown(std::net::Shutdown::Both).map_err(|e| {
             if e.kind() == io::ErrorKind::NotConnected {
                 broken()
@@ -941,9 +944,71 @@ impl Session {
     }
 }
 
+/// Sets a channel's socket options and builds it and its reader.
+fn make_channel(
+    cfg: &Config,
+    index: usize,
+    id: u64,
+    class: Class,
+    s: TcpStream,
+) -> io::Result<(Arc<Channel>, ChannelReader)> {
+    s.set_nodelay(true)?;
+    s.set_read_timeout(None)?;
+    let fd = s.as_fd();
+    match class {
+        Class::Throughput => {
+            if let Some(l) = cfg.throughput_notsent_lowat {
+                tcp::set_notsent_low_water(fd, l)?;
+            }
+        }
+        Class::Latency => {
+            tcp::set_notsent_low_water(fd, cfg.latency_notsent_lowat)?;
+            opt::set_priority(fd, cfg.latency_priority)?;
+            let us = cfg.latency_busy_poll.as_micros() as u32;
+            if us > 0 {
+                // Raising SO_BUSY_POLL above net.core.busy_read needs CAP_NET_ADMIN; the
+                // spin below works without it.
+                let _ = opt::set_busy_poll(fd, us);
+            }
+        }
+    }
+    let inline = class == Class::Latency || cfg.inline_send;
+    let reader = FrameReader::with_staging(
+        SpinRead {
+            stream: s.try_clone()?,
+            spin: if class == Class::Latency {
+                cfg.latency_busy_poll
+            } else {
+                Duration::ZERO
+            },
+            wakes: Wakes::default(),
+        },
+        cfg.max_frame,
+        // With copy workers the reader must not pull payloads into its own buffer: it reads
+        // headers (24 bytes at a time) and splices payloads to a worker.
+        if cfg.copy_workers > 0 {
+            crate::wire::HEADER_LEN
+        } else {
+            256 * 1024
+        },
+    );
+    let copy = crate::channel::SendCopy {
+        workers: if class == Class::Throughput {
+            cfg.send_copy_workers
+        } else {
+            0
+        },
+        pipe: cfg.worker_pipe,
+        limit: cfg.worker_limit,
+        cpus: &cfg.copy_cpus,
+    };
+    let ch = Arc::new(Channel::new(index, id, class, s, inline, copy)?);
+    Ok((ch, reader))
+}
+
 /// Closes a channel (failing its sockets as a dead path would) when its I/O thread unwinds
 /// from a panic: a bug must cost one channel, never a zombie session whose sockets wait forever.
-struct FailOnUnwind<'a>(&'a Session, usize, &'static str);
+struct FailOnUnwind<'a>(&'a Session, &'a Channel, &'static str);
 
 impl Drop for FailOnUnwind<'_> {
     fn drop(&mut self) {

@@ -46,8 +46,8 @@ pub(crate) struct Sent {
     pub seq: u64,
     pub data: Bytes,
     pub eom: bool,
-    /// The channel carrying it.
-    pub channel: usize,
+    /// Id of the channel carrying it.
+    pub via: u64,
 }
 
 pub(crate) struct Tx {
@@ -388,20 +388,21 @@ impl VSocket {
             credit: 0,
             seq,
         };
+        let channel = self.session.channel(ch);
         lock(&self.shared.tx).retain(Sent {
             seq,
             data: payload.clone(),
             eom,
-            channel: ch,
+            via: channel.id,
         });
-        let Err(e) = self.session.channels[ch].send_with(&h, payload, may_block) else {
+        let Err(e) = channel.send_with(&h, payload, may_block) else {
             return Ok(());
         };
         // The channel died under us: close it (which re-sends what it carried), then move
         // this frame if the close ran before the frame was kept.
         self.session
-            .channel_failed(ch, &format!("write failed: {e}"));
-        self.session.resend(&self.shared, ch);
+            .channel_failed(&channel, &format!("write failed: {e}"));
+        self.session.resend(&self.shared, channel.id);
         match &lock(&self.shared.tx).error {
             Some(err) => Err(err.clone().into()),
             None => Ok(()),

@@ -104,10 +104,46 @@ fn two_of_four_channels_die_and_every_socket_completes_intact() {
         let (r, _sock) = t.join().unwrap();
         r.unwrap_or_else(|e| panic!("thread {i} (seed {seed}): {e}"));
     }
-    // recv_stream checked every byte and the count up to FIN; now the bookkeeping.
-    let (cs, ss) = (client.stats(), server.stats());
+    // recv_stream checked every byte and the count up to FIN; now the bookkeeping. The
+    // connecting side re-dials both dead channels in the background.
     let alive = |st: &netchannel::Stats| st.sessions[0].channels.iter().filter(|c| c.alive).count();
-    assert_eq!((alive(&cs), alive(&ss)), (2, 2));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (cs, ss) = loop {
+        let (cs, ss) = (client.stats(), server.stats());
+        if (alive(&cs), alive(&ss)) == (4, 4) || Instant::now() > deadline {
+            break (cs, ss);
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        (alive(&cs), alive(&ss)),
+        (4, 4),
+        "both dead channels re-opened"
+    );
+    assert_eq!(cs.sessions[0].rejoined_channels, 2);
+    assert_eq!(ss.sessions[0].rejoined_channels, 2);
+    // And they carry traffic again: a new socket's frames go round all four.
+    let before: Vec<u64> = cs.sessions[0]
+        .channels
+        .iter()
+        .map(|c| c.bytes_out)
+        .collect();
+    let s = client.connect(addr, 9, SocketOptions::default()).unwrap();
+    let a = listener.accept_timeout(Duration::from_secs(5)).unwrap();
+    let w = thread::spawn(move || {
+        send_stream(&s, 5, 16 << 20).unwrap();
+        s.shutdown_write().unwrap();
+        s
+    });
+    assert_eq!(recv_stream(&a, 5).map_err(|(_, e)| e).unwrap(), 16 << 20);
+    drop(w.join().unwrap());
+    let after = client.stats();
+    for (i, c) in after.sessions[0].channels.iter().enumerate() {
+        assert!(
+            c.bytes_out > before[i],
+            "channel {i} carried nothing after re-opening"
+        );
+    }
     let resent: u64 = cs.sessions[0].resent_frames + ss.sessions[0].resent_frames;
     let dups: u64 = cs.sessions[0].duplicate_frames + ss.sessions[0].duplicate_frames;
     eprintln!("re-sent {resent} frames, {dups} arrived twice");
@@ -126,6 +162,8 @@ fn when_every_channel_dies_both_sides_get_a_clear_error() {
     let cfg = Config {
         throughput_channels: 2,
         latency_channels: 0,
+        // Else the first dead channel may be back before the second is killed.
+        reconnect_interval: None,
         ..Config::default()
     };
     let (server, client) = pair(cfg.clone(), cfg);
