@@ -77,6 +77,8 @@ pub struct SessionStats {
     pub duplicate_frames: u64,
     /// Dead channels replaced by a new connection (re-dialed by the connecting side).
     pub rejoined_channels: u64,
+    /// Channels that died while the session was open.
+    pub lost_channels: u64,
     pub channels: Vec<ChannelStats>,
 }
 
@@ -289,6 +291,7 @@ impl Endpoint {
                     resent_frames: s.counters.resent_frames.load(Ordering::Relaxed),
                     duplicate_frames: s.counters.duplicate_frames.load(Ordering::Relaxed),
                     rejoined_channels: s.counters.rejoined_channels.load(Ordering::Relaxed),
+                    lost_channels: s.counters.lost_channels.load(Ordering::Relaxed),
                     channels: s
                         .channels
                         .iter()

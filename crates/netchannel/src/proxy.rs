@@ -191,6 +191,7 @@ impl Proxy {
             let (shared, endpoint) = (shared.clone(), endpoint.clone());
             runtime.spawn(accept_tcp(l, route, peer, endpoint, shared));
         }
+        runtime.spawn(watch_channels(endpoint.clone(), shared.clone()));
         Ok(Proxy {
             shared,
             runtime: Some(runtime),
@@ -223,6 +224,7 @@ impl Proxy {
                 .name(format!("nc-proxy-{}", b.port))
                 .spawn(move || accept_virtual(&l, b, &handle, &shared))?;
         }
+        runtime.spawn(watch_channels(endpoint.clone(), shared.clone()));
         Ok(Proxy {
             shared,
             runtime: Some(runtime),
@@ -268,6 +270,41 @@ fn runtime(limits: &Limits) -> io::Result<tokio::runtime::Runtime> {
         .enable_io()
         .enable_time()
         .build()
+}
+
+/// Logs each channel that dies or is re-opened (the library keeps sockets going; the operator
+/// should still hear of it), with what was re-sent. Counters, not snapshots of `alive`, so
+/// a channel that dies and comes back between two looks is still reported.
+async fn watch_channels(endpoint: Arc<Endpoint>, shared: Arc<Shared>) {
+    let mut known: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for s in endpoint.stats().sessions {
+            let (lost, rejoined) = known.get(&s.link_id).copied().unwrap_or((0, 0));
+            if s.lost_channels > lost {
+                let dead: Vec<usize> = s
+                    .channels
+                    .iter()
+                    .filter(|c| !c.alive)
+                    .map(|c| c.index)
+                    .collect();
+                shared.log(format_args!(
+                    "{} channel(s) to {} died (down now: {dead:?}); their frames went out on the others ({} re-sent so far)",
+                    s.lost_channels - lost,
+                    s.peer,
+                    s.resent_frames
+                ));
+            }
+            if s.rejoined_channels > rejoined {
+                shared.log(format_args!(
+                    "{} channel(s) to {} re-opened",
+                    s.rejoined_channels - rejoined,
+                    s.peer
+                ));
+            }
+            known.insert(s.link_id, (s.lost_channels, s.rejoined_channels));
+        }
+    }
 }
 
 /// Resets a TCP connection when it is dropped: SO_LINGER 0, so close(2) sends RST.

@@ -119,6 +119,8 @@ pub(crate) struct SessionCounters {
     pub duplicate_frames: AtomicU64,
     /// Dead channels replaced by a new connection.
     pub rejoined_channels: AtomicU64,
+    /// Channels that died while the session was open (not at its close).
+    pub lost_channels: AtomicU64,
 }
 
 pub(crate) struct Session {
@@ -803,6 +805,9 @@ impl Session {
         }
         let ch = dead.index;
         let closing = self.closing.load(Ordering::Acquire);
+        if !closing {
+            self.counters.lost_channels.fetch_add(1, Ordering::Relaxed);
+        }
         let socks: Vec<Arc<VsShared>> = lock(&self.table).socks.values().cloned().collect();
         for vs in socks {
             if closing {

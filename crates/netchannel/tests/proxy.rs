@@ -1,0 +1,166 @@
+//! Proxy mode on loopback: half-close passes through both proxies in both directions, a
+//! backend that is down and a connection over the cap reach the application as resets, and
+//! an application's reset reaches the backend as one; each with its log line.
+#![cfg(feature = "proxy")]
+
+use netchannel::proxy::{Backend, Limits, Log, Proxy, Route};
+use netchannel::{Class, Config, Endpoint};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+struct Rig {
+    client: Proxy,
+    _server: Proxy,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Rig {
+    fn addr(&self) -> SocketAddr {
+        self.client.local_addrs()[0]
+    }
+
+    fn logged(&self, what: &str) -> bool {
+        // The log line can come a moment after the TCP side saw the event.
+        for _ in 0..100 {
+            if self.log.lock().unwrap().iter().any(|l| l.contains(what)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+fn rig(backend: SocketAddr, max_connections: usize) -> Rig {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    let to_log: Log = Arc::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
+    let limits = Limits {
+        max_connections,
+        ..Limits::default()
+    };
+    let server_ep =
+        Arc::new(Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap());
+    let peer = server_ep.local_addr().unwrap();
+    let server = Proxy::server(
+        server_ep,
+        &[Backend { port: 80, backend }],
+        limits.clone(),
+        to_log.clone(),
+    )
+    .unwrap();
+    let client_ep = Arc::new(Endpoint::new(Config::default()).unwrap());
+    let client = Proxy::client(
+        client_ep,
+        peer,
+        &[Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            port: 80,
+            class: Class::Throughput,
+        }],
+        limits,
+        to_log,
+    )
+    .unwrap();
+    Rig {
+        client,
+        _server: server,
+        log,
+    }
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+#[test]
+fn half_close_passes_through_both_ways() {
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rig = rig(backend.local_addr().unwrap(), 16);
+    let mut app = connect(rig.addr());
+    let server = std::thread::spawn(move || {
+        let (mut b, _) = backend.accept().unwrap();
+        let mut req = Vec::new();
+        // EOF here means the application's half-close came through.
+        b.read_to_end(&mut req).unwrap();
+        b.write_all(&req.iter().rev().copied().collect::<Vec<u8>>())
+            .unwrap();
+        b.shutdown(Shutdown::Write).unwrap();
+    });
+    let request: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    app.write_all(&request).unwrap();
+    app.shutdown(Shutdown::Write).unwrap();
+    let mut reply = Vec::new();
+    app.read_to_end(&mut reply).unwrap();
+    server.join().unwrap();
+    assert_eq!(reply, request.iter().rev().copied().collect::<Vec<u8>>());
+    let st = rig.client.stats();
+    assert_eq!((st.bytes_in, st.bytes_out), (300_000, 300_000));
+}
+
+#[test]
+fn a_backend_that_is_down_resets_the_application() {
+    // A port nobody listens on: bind, note it, close.
+    let gone = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let rig = rig(gone, 16);
+    let mut app = connect(rig.addr());
+    let _ = app.write_all(b"PING\r\n");
+    let mut buf = [0u8; 16];
+    let err = app
+        .read(&mut buf)
+        .expect_err("the connection is reset, not closed");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+    assert!(rig.logged("backend down"), "{:?}", rig.log.lock().unwrap());
+}
+
+#[test]
+fn an_application_reset_reaches_the_backend() {
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rig = rig(backend.local_addr().unwrap(), 16);
+    let app = connect(rig.addr());
+    (&app).write_all(b"hello").unwrap();
+    let (mut b, _) = backend.accept().unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = [0u8; 5];
+    b.read_exact(&mut got).unwrap();
+    // SO_LINGER 0 then close: the application resets its connection.
+    netsteer_sock::opt::set_linger_zero(std::os::fd::AsFd::as_fd(&app)).unwrap();
+    drop(app);
+    let mut rest = [0u8; 8];
+    let err = b.read(&mut rest).expect_err("reset, not EOF");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+    assert!(
+        rig.logged("TCP side failed"),
+        "{:?}",
+        rig.log.lock().unwrap()
+    );
+    assert_eq!(rig.client.stats().tcp_resets, 1);
+}
+
+#[test]
+fn a_connection_over_the_cap_is_reset_and_the_others_go_on() {
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rig = rig(backend.local_addr().unwrap(), 1);
+    let mut first = connect(rig.addr());
+    first.write_all(b"a").unwrap();
+    let (mut b, _) = backend.accept().unwrap();
+    let mut one = [0u8; 1];
+    b.read_exact(&mut one).unwrap();
+    let mut second = connect(rig.addr());
+    let mut buf = [0u8; 1];
+    let err = second.read(&mut buf).expect_err("over the cap");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+    assert!(rig.logged("(the cap)"), "{:?}", rig.log.lock().unwrap());
+    // The first is untouched.
+    b.write_all(b"z").unwrap();
+    first.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"z");
+    assert_eq!(rig.client.stats().over_cap, 1);
+}
