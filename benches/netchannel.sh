@@ -5,7 +5,7 @@
 # each point is repeated and reported as min/median/max.
 # On the veth path RPS/RFS steer each channel's receive processing to the CPU of the thread
 # that reads it (the reference's user-space stand-in for aRFS).
-# Usage: benches/netchannel.sh [SECONDS_PER_POINT (3)] [REPEATS (3)] [EXPERIMENTS (E1,E2,E3,E4)]
+# Usage: [SUBFLOWS=2] benches/netchannel.sh [SECONDS_PER_POINT (3)] [REPEATS (3)] [EXPERIMENTS (E1,E2,E3,E4)]
 # Needs root and iproute2. Add --json to the netsteer lines for JSON Lines.
 set -euo pipefail
 secs=${1:-3}
@@ -25,5 +25,15 @@ echo 32768 > /proc/sys/net/core/rps_sock_flow_entries
 args=(bench netchannel --duration "$secs" --repeat "$repeats" --experiment "$exps" --sender-cpu 0 --receiver-cpu 1)
 echo "== loopback"
 "$bin" "${args[@]}"
-echo "== veth (client in $nsa, server in $nsb)"
-"$bin" "${args[@]}" --client-netns $nsa --server-netns $nsb --server-ip $server_addr
+# The MPTCP row (veth only: E1/E2 beside one MPTCP connection with SUBFLOWS subflows, one per
+# extra client address, the kernel's in-tree path manager of the lab's namespaces).
+subflows=${SUBFLOWS:-2}
+prefix=${NETSTEER_LAB_CLIENT_ADDR%.*}
+ip -n $nsa mptcp limits set subflow $subflows add_addr_accepted $subflows
+ip -n $nsb mptcp limits set subflow $subflows add_addr_accepted $subflows
+for i in $(seq 2 $subflows); do
+  ip -n $nsa addr add $prefix.$((100 + i))/24 dev $va
+  ip -n $nsa mptcp endpoint add $prefix.$((100 + i)) dev $va subflow
+done
+echo "== veth (client in $nsa, server in $nsb; MPTCP with $subflows subflows)"
+"$bin" "${args[@]}" --client-netns $nsa --server-netns $nsb --server-ip $server_addr --mptcp

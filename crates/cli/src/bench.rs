@@ -105,6 +105,11 @@ pub struct NetchannelArgs {
     /// when allowed).
     #[arg(long)]
     no_realtime: bool,
+    /// E1 and E2 also run one MPTCP connection (IPPROTO_MPTCP) beside plain TCP. Its subflows
+    /// come from the hosts' path managers (`ip mptcp endpoint add ADDR subflow`, `ip mptcp
+    /// limits`); the row shows how many it got.
+    #[arg(long)]
+    mptcp: bool,
     /// JSON Lines (see README).
     #[arg(long)]
     json: bool,
@@ -575,6 +580,7 @@ fn netchannel_bench(a: &NetchannelArgs) -> Result<ExitCode> {
         sender_cpu: a.sender_cpu,
         receiver_cpu: a.receiver_cpu,
         latency_realtime: !a.no_realtime,
+        mptcp: a.mptcp,
         ..nc::Config::default()
     };
     let mut rep = reporter(a.json);

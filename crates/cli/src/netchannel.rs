@@ -93,6 +93,17 @@ pub struct Common {
 }
 
 impl Common {
+    /// The endpoint settings both roles share. The copy task writes frames itself when a
+    /// channel is idle (no hand-off to the channel's writer thread per frame).
+    fn config(&self) -> Config {
+        Config {
+            window: self.window,
+            inline_send: true,
+            async_inline_send: true,
+            ..Config::default()
+        }
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             max_connections: self.max_connections as usize,
@@ -187,8 +198,7 @@ fn client(a: &ClientArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
     let cfg = Config {
         throughput_channels: a.channels,
         latency_channels: a.latency_channels,
-        window: a.common.window,
-        ..Config::default()
+        ..a.common.config()
     };
     let endpoint = Arc::new(Endpoint::new(cfg).context("starting the netchannel endpoint")?);
     let proxy = Proxy::client(endpoint.clone(), peer, &all, a.common.limits(), log_line())?;

@@ -113,3 +113,51 @@ fn bad_flags_are_named() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn the_mptcp_row_runs_beside_tcp_in_e1_and_e2() {
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "netchannel",
+            "--json",
+            "--experiment",
+            "E1,E2",
+            "--duration",
+            "0.3",
+            "--repeat",
+            "1",
+            "--channels",
+            "2",
+            "--copy-workers",
+            "0",
+            "--mptcp",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Summary> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let rows: Vec<_> = lines
+        .iter()
+        .map(|s| match &s.result {
+            Exp::E1(e) => e.mptcp.clone(),
+            Exp::E2(e) => e.mptcp.clone(),
+            other => panic!("only E1 and E2 were asked for, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for m in rows {
+        let m = m.expect("an MPTCP row with --mptcp");
+        assert!(m.bits_per_second > 1e7, "{m:?}");
+        // No path-manager endpoints in this namespace: the initial subflow alone.
+        assert_eq!(m.extra_subflows, 0);
+    }
+}

@@ -113,7 +113,7 @@ impl AsyncWrite for AsyncVSocket {
             seq,
             bytes::Bytes::copy_from_slice(&buf[..n]),
             false,
-            false,
+            session.cfg.async_inline_send,
         ) {
             return Poll::Ready(Err(e));
         }

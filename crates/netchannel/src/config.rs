@@ -46,6 +46,11 @@ pub struct Config {
     /// of handing them to the channel's I/O thread (saves a hand-off; the app thread then
     /// does the kernel copy). Latency channels always do this.
     pub inline_send: bool,
+    /// Async writers ([`crate::AsyncVSocket`]) write inline too, where the channel's class
+    /// does (`inline_send`, or the latency class). The write(2) may then hold the task's
+    /// thread while that channel's socket buffer is full; a proxy that owns its runtime takes
+    /// that to save a thread hand-off per frame. Off: async writers always queue.
+    pub async_inline_send: bool,
     /// TCP_NOTSENT_LOWAT of throughput channels (None = kernel default).
     pub throughput_notsent_lowat: Option<u32>,
     /// TCP_NOTSENT_LOWAT of latency channels: a short kernel queue keeps their frames fresh.
@@ -95,6 +100,7 @@ impl Default for Config {
             latency_cpus: Vec::new(),
             copy_cpus: Vec::new(),
             inline_send: false,
+            async_inline_send: false,
             throughput_notsent_lowat: None,
             latency_notsent_lowat: 16 * 1024,
             latency_priority: 6,

@@ -22,6 +22,7 @@ pub mod buf;
 pub mod cpu;
 pub mod epoll;
 pub mod mmsg;
+pub mod mptcp;
 pub mod msg;
 pub mod netns;
 pub mod opt;

@@ -60,6 +60,16 @@ pub struct E1Row {
     pub spread: Spread,
 }
 
+/// One MPTCP connection beside the others (`--mptcp`): the baseline for "one stream over N
+/// connections" that the kernel offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MptcpRow {
+    pub bits_per_second: f64,
+    pub spread: Spread,
+    /// Subflows beyond the first (fewest over the repeats; MPTCP_INFO mptcpi_subflows).
+    pub extra_subflows: u8,
+}
+
 /// E1: one virtual socket, one application thread each side, vs channels × copy workers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct E1 {
@@ -67,6 +77,9 @@ pub struct E1 {
     /// One plain TCP connection, same writes and reads.
     pub tcp_bits_per_second: f64,
     pub tcp_spread: Spread,
+    /// With `--mptcp`: one MPTCP connection, same writes and reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<MptcpRow>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,6 +98,9 @@ pub struct E2 {
     pub tcp_bits_per_second: f64,
     pub tcp_messages_per_second: f64,
     pub tcp_spread: Spread,
+    /// With `--mptcp`: one MPTCP connection writing the same 4 KiB messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<MptcpRow>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -187,6 +203,14 @@ impl Message for Summary {
                     gbps(e.tcp_bits_per_second),
                     sp(&e.tcp_spread)
                 ));
+                if let Some(m) = &e.mptcp {
+                    out.push(format!(
+                        "  mptcp (1 + {} subflows)              {} {}",
+                        m.extra_subflows,
+                        gbps(m.bits_per_second),
+                        sp(&m.spread)
+                    ));
+                }
                 for r in &e.rows {
                     out.push(format!(
                         "  channels {:>2} workers rx {:>2} tx {:>2}  {} {}",
@@ -205,6 +229,15 @@ impl Message for Summary {
                     e.tcp_messages_per_second,
                     sp(&e.tcp_spread)
                 ));
+                if let Some(m) = &e.mptcp {
+                    out.push(format!(
+                        "  mptcp 1+{}   {} {:.0} msg/s {}",
+                        m.extra_subflows,
+                        gbps(m.bits_per_second),
+                        m.bits_per_second / 8.0 / e.message_bytes as f64,
+                        sp(&m.spread)
+                    ));
+                }
                 for r in &e.rows {
                     out.push(format!(
                         "  channels {:>2}  {} {:.0} msg/s {}",

@@ -68,6 +68,9 @@ pub struct Config {
     pub latency_realtime: bool,
     /// Bytes per write and read in the stream experiments.
     pub io_bytes: usize,
+    /// E1 and E2 also run one MPTCP connection (IPPROTO_MPTCP, same writes and reads) beside
+    /// plain TCP; its subflows are whatever the namespaces' path managers open.
+    pub mptcp: bool,
 }
 
 impl Default for Config {
@@ -91,6 +94,7 @@ impl Default for Config {
             receiver_cpu: None,
             latency_realtime: true,
             io_bytes: 1 << 20,
+            mptcp: false,
         }
     }
 }
@@ -406,6 +410,47 @@ fn tcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<Point> {
     )
 }
 
+/// One MPTCP connection, as `tcp_stream`: the point and the subflows it had beyond the first.
+fn mptcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<(Point, u8)> {
+    use netsteer_sock::mptcp;
+    let cfg = net.cfg;
+    let ip = cfg.server_ip;
+    let l = in_netns(cfg.server_netns.as_ref(), || {
+        mptcp::listen(SocketAddr::new(ip, 0))
+    })?;
+    let addr = l.local_addr()?;
+    let c = in_netns(cfg.client_netns.as_ref(), || mptcp::connect(addr))?;
+    c.set_nodelay(true)?;
+    let s = l.accept()?.0;
+    s.set_nodelay(true)?;
+    // The path manager adds subflows just after the handshake (MP_JOIN); let it.
+    thread::sleep(Duration::from_millis(200));
+    let extra = mptcp::extra_subflows(std::os::fd::AsFd::as_fd(&c)).ok_or_else(|| {
+        io::Error::other(format!(
+            "the MPTCP connection to {addr} fell back to TCP (is net.mptcp.enabled 1 on both hosts?)"
+        ))
+    })?;
+    let traffic = Traffic {
+        chunk,
+        messages: false,
+        copy_reads: true,
+    };
+    Ok((transfer(c, s, cfg, traffic)?, extra))
+}
+
+fn mptcp_row(points: &[(Point, u8)]) -> Option<MptcpRow> {
+    if points.is_empty() {
+        return None;
+    }
+    let pts: Vec<Point> = points.iter().map(|(p, _)| *p).collect();
+    let spread = median_of(&pts, |p| p.bps);
+    Some(MptcpRow {
+        bits_per_second: spread.median,
+        spread,
+        extra_subflows: points.iter().map(|(_, n)| *n).min().unwrap_or(0),
+    })
+}
+
 fn median_of(points: &[Point], f: impl Fn(&Point) -> f64) -> Spread {
     Spread::of(&points.iter().map(f).collect::<Vec<_>>())
 }
@@ -449,8 +494,12 @@ fn e1(net: &Net<'_>) -> io::Result<Summary> {
             }
         }
     }
+    let mut mptcp = Vec::new();
     for _ in 0..cfg.repeat.max(1) {
         tcp.push(tcp_stream(net, cfg.io_bytes)?);
+        if cfg.mptcp {
+            mptcp.push(mptcp_stream(net, cfg.io_bytes)?);
+        }
         for (c, w, sw, pts) in &mut grid {
             let nc = netchannel::Config {
                 send_copy_workers: *sw,
@@ -460,6 +509,7 @@ fn e1(net: &Net<'_>) -> io::Result<Summary> {
         }
     }
     all.extend(tcp.iter().copied());
+    all.extend(mptcp.iter().map(|(p, _)| *p));
     let rows = grid
         .into_iter()
         .map(|(channels, copy_workers, send_copy_workers, pts)| {
@@ -482,6 +532,7 @@ fn e1(net: &Net<'_>) -> io::Result<Summary> {
             rows,
             tcp_bits_per_second: ts.median,
             tcp_spread: ts,
+            mptcp: mptcp_row(&mptcp),
         }),
     ))
 }
@@ -490,8 +541,12 @@ fn e2(net: &Net<'_>) -> io::Result<Summary> {
     let cfg = net.cfg;
     let mut tcp = Vec::new();
     let mut rows: Vec<(u16, Vec<Point>)> = cfg.channels.iter().map(|&c| (c, Vec::new())).collect();
+    let mut mptcp = Vec::new();
     for _ in 0..cfg.repeat.max(1) {
         tcp.push(tcp_stream(net, MESSAGE)?);
+        if cfg.mptcp {
+            mptcp.push(mptcp_stream(net, MESSAGE)?);
+        }
         for (c, pts) in &mut rows {
             let nc = netchannel::Config {
                 // One message per frame, each frame to the next channel (paper's run_np.sh).
@@ -513,6 +568,7 @@ fn e2(net: &Net<'_>) -> io::Result<Summary> {
         }
     }
     let mut all = tcp.clone();
+    all.extend(mptcp.iter().map(|(p, _)| *p));
     let rows = rows
         .into_iter()
         .map(|(channels, pts)| {
@@ -536,6 +592,7 @@ fn e2(net: &Net<'_>) -> io::Result<Summary> {
             tcp_bits_per_second: ts.median,
             tcp_messages_per_second: ts.median / 8.0 / MESSAGE as f64,
             tcp_spread: ts,
+            mptcp: mptcp_row(&mptcp),
         }),
     ))
 }
