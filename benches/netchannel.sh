@@ -5,12 +5,12 @@
 # each point is repeated and reported as min/median/max.
 # On the veth path RPS/RFS steer each channel's receive processing to the CPU of the thread
 # that reads it (the reference's user-space stand-in for aRFS).
-# Usage: [SUBFLOWS=2] benches/netchannel.sh [SECONDS_PER_POINT (3)] [REPEATS (3)] [EXPERIMENTS (E1,E2,E3,E4)]
+# Usage: [SUBFLOWS=2] benches/netchannel.sh [SECONDS_PER_POINT (3)] [REPEATS (3)] [EXPERIMENTS (E1,E2,E3,E4,recovery)]
 # Needs root and iproute2. Add --json to the netsteer lines for JSON Lines.
 set -euo pipefail
 secs=${1:-3}
 repeats=${2:-3}
-exps=${3:-E1,E2,E3,E4}
+exps=${3:-E1,E2,E3,E4,recovery}
 . "$(dirname "$0")/lib.sh"
 in_lab --queues 2 -- "$@"
 mask=$(printf '%x' $(( (1 << $(nproc)) - 1 )))

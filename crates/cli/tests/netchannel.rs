@@ -161,3 +161,43 @@ fn the_mptcp_row_runs_beside_tcp_in_e1_and_e2() {
         assert_eq!(m.extra_subflows, 0);
     }
 }
+
+#[test]
+fn recovery_kills_a_channel_and_reports_it_back_with_every_byte() {
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "netchannel",
+            "--json",
+            "--experiment",
+            "recovery",
+            "--duration",
+            "0.5",
+            "--repeat",
+            "1",
+            "--channels",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Summary = serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    let Exp::Recovery(r) = s.result else {
+        panic!("expected the recovery summary, got {:?}", s.result)
+    };
+    assert_eq!(r.channels, 3);
+    assert_eq!(r.runs.len(), 1);
+    let run = &r.runs[0];
+    assert_eq!(run.bytes_sent, run.bytes_received);
+    assert!(run.bytes_sent > 0);
+    // Re-dialed within the run (the default re-dial interval is 200 ms).
+    assert!(
+        run.reopen_ms.is_finite() && run.reopen_ms < 1000.0,
+        "{run:?}"
+    );
+    assert!(run.before_bits_per_second > 0.0, "{run:?}");
+}

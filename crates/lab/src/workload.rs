@@ -417,6 +417,10 @@ fn netchannel(p: &Place<'_>, w: &Workload) -> Result<Measured> {
                     e.bits_per_second_per_core,
                 );
             }
+            R::Recovery(e) => {
+                m.extra
+                    .insert("recovery_after_over_before".into(), e.ratio_spread.median);
+            }
         }
         Ok(())
     })

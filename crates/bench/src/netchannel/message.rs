@@ -151,6 +151,38 @@ pub struct E4 {
     pub ratio: f64,
 }
 
+/// One recovery run: throughput before a channel is killed and after it was re-opened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryRun {
+    /// Received bits per second from the first tenth of the run to the kill.
+    pub before_bits_per_second: f64,
+    /// The lowest 100 ms window between the kill and the re-open.
+    pub dip_bits_per_second: f64,
+    /// From half a second after the re-open to the end.
+    pub after_bits_per_second: f64,
+    /// after / before.
+    pub ratio: f64,
+    /// From the kill until the connecting side had the channel back.
+    pub reopen_ms: f64,
+    /// Frames re-sent (both sides) because the killed channel had them.
+    pub resent_frames: u64,
+    /// The sender's and the receiver's byte counts (equal: nothing lost or duplicated).
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// CPU time stolen by the hypervisor during the run, %.
+    pub steal_pct: f64,
+}
+
+/// Recovery: one socket streams over N channels; one channel's connection is shut down at
+/// a third of the run; the sender re-sends what it carried and the connecting side re-dials.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recovery {
+    pub channels: u16,
+    pub runs: Vec<RecoveryRun>,
+    /// after / before over the runs.
+    pub ratio_spread: Spread,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "experiment")]
 pub enum Result {
@@ -158,6 +190,7 @@ pub enum Result {
     E2(E2),
     E3(E3),
     E4(E4),
+    Recovery(Recovery),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -188,6 +221,7 @@ impl Message for Summary {
                 Result::E2(_) => "E2 4 KiB messages",
                 Result::E3(_) => "E3 latency isolation",
                 Result::E4(_) => "E4 throughput per core",
+                Result::Recovery(_) => "recovery from a killed channel",
             },
             s.path,
             s.cores,
@@ -281,6 +315,26 @@ impl Message for Summary {
                     ));
                 }
                 out.push(format!("  per-core ratio (inline / tcp) {:.3}", e.ratio));
+            }
+            Result::Recovery(e) => {
+                for r in &e.runs {
+                    out.push(format!(
+                        "  {} channels: before {} dip {} after {} (×{:.3}); re-opened in {:.0} ms; {} frames re-sent; {} bytes sent, {} received",
+                        e.channels,
+                        gbps(r.before_bits_per_second),
+                        gbps(r.dip_bits_per_second),
+                        gbps(r.after_bits_per_second),
+                        r.ratio,
+                        r.reopen_ms,
+                        r.resent_frames,
+                        r.bytes_sent,
+                        r.bytes_received
+                    ));
+                }
+                out.push(format!(
+                    "  after / before min/median/max {:.3}/{:.3}/{:.3}",
+                    e.ratio_spread.min, e.ratio_spread.median, e.ratio_spread.max
+                ));
             }
         }
         out
