@@ -517,3 +517,52 @@ fn dead_sessions_are_removed_and_accepted_sessions_are_capped() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_socket_dropped_after_its_last_write_still_delivers_through_a_channel_death() {
+    let cfg = Config {
+        throughput_channels: 3,
+        latency_channels: 0,
+        max_frame: 64 << 10,
+        window: 4 << 20,
+        ..Config::default()
+    };
+    let (server, client) = pair(cfg.clone(), cfg);
+    let listener = server.bind(12).unwrap();
+    let s = client
+        .connect(server.local_addr().unwrap(), 12, SocketOptions::default())
+        .unwrap();
+    let a = listener.accept_timeout(Duration::from_secs(5)).unwrap();
+    let total: u64 = 24 << 20;
+    // The application writes everything, half-closes and drops its socket at once, as a
+    // program that exits after its last write does.
+    let writer = thread::spawn(move || {
+        send_stream(&s, 31, total).unwrap();
+        s.shutdown_write().unwrap();
+        drop(s);
+    });
+    // Read all but the last 3 MiB: enough for the writer's last credit (CREDIT comes every
+    // quarter window), and the rest is still unconsumed when the writer is gone.
+    let mut head = vec![0u8; (total - (3 << 20)) as usize];
+    (&a).read_exact(&mut head).unwrap();
+    for (i, &b) in head.iter().enumerate() {
+        assert_eq!(b, byte(31, i as u64), "corrupt byte at {i}");
+    }
+    writer.join().unwrap();
+    // Dropped, but kept: 3 MiB of it are not consumed yet.
+    assert_eq!(client.stats().sessions[0].sockets, 1);
+    client.break_channel(0).unwrap();
+    let mut tail = Vec::new();
+    (&a).read_to_end(&mut tail).unwrap();
+    assert_eq!(head.len() as u64 + tail.len() as u64, total);
+    for (k, &b) in tail.iter().enumerate() {
+        let i = head.len() as u64 + k as u64;
+        assert_eq!(b, byte(31, i), "corrupt byte at {i}");
+    }
+    // The lingering socket leaves the table once the reader's last CREDIT came back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.stats().sessions[0].sockets > 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(client.stats().sessions[0].sockets, 0);
+}
