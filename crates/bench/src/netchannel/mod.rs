@@ -426,19 +426,29 @@ fn mptcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<(Point, u8)> {
     c.set_nodelay(true)?;
     let s = l.accept()?.0;
     s.set_nodelay(true)?;
-    // The path manager adds subflows just after the handshake (MP_JOIN); let it.
-    thread::sleep(Duration::from_millis(200));
-    let extra = mptcp::extra_subflows(std::os::fd::AsFd::as_fd(&c)).ok_or_else(|| {
-        io::Error::other(format!(
-            "the MPTCP connection to {addr} fell back to TCP (is net.mptcp.enabled 1 on both hosts?)"
-        ))
-    })?;
+    // The path manager adds subflows once the connection is fully established (after the
+    // first data): count them halfway through the transfer, on a second descriptor.
+    let probe = c.try_clone()?;
+    let half = cfg.duration / 2;
+    let counter = thread::spawn(move || {
+        thread::sleep(half);
+        mptcp::extra_subflows(std::os::fd::AsFd::as_fd(&probe))
+    });
     let traffic = Traffic {
         chunk,
         messages: false,
         copy_reads: true,
     };
-    Ok((transfer(c, s, cfg, traffic)?, extra))
+    let point = transfer(c, s, cfg, traffic)?;
+    let counted = counter
+        .join()
+        .map_err(|_| io::Error::other("the subflow counter panicked"))?;
+    let extra = counted.ok_or_else(|| {
+        io::Error::other(format!(
+            "the MPTCP connection to {addr} fell back to TCP (is net.mptcp.enabled 1 on both hosts?)"
+        ))
+    })?;
+    Ok((point, extra))
 }
 
 fn mptcp_row(points: &[(Point, u8)]) -> Option<MptcpRow> {
