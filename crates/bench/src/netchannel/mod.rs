@@ -120,6 +120,11 @@ trait Conn: Send + Sync + 'static {
     fn drain_some(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read_some(buf)
     }
+    /// Writes a buffer the application hands over (it will not change it): a virtual socket
+    /// keeps a reference for re-sending instead of a copy.
+    fn write_shared(&self, b: &bytes::Bytes) -> io::Result<()> {
+        self.write_all_of(b)
+    }
 }
 
 impl Conn for TcpStream {
@@ -149,6 +154,9 @@ impl Conn for VSocket {
     }
     fn drain_some(&self, _buf: &mut [u8]) -> io::Result<usize> {
         Ok(self.read_chunk()?.map_or(0, |c| c.len()))
+    }
+    fn write_shared(&self, b: &bytes::Bytes) -> io::Result<()> {
+        self.write_owned(b.clone())
     }
 }
 
@@ -318,6 +326,8 @@ struct Traffic {
     messages: bool,
     /// Read into the app's buffer (`read`) rather than taking chunks as they arrived.
     copy_reads: bool,
+    /// Hand the sender's buffer over (`write_owned`) instead of lending it.
+    owned: bool,
 }
 
 /// The sender writes `traffic.chunk`-byte buffers for `duration`, then finishes; the receiver
@@ -351,11 +361,13 @@ fn transfer<C: Conn>(tx: C, rx: C, cfg: &Config, traffic: Traffic) -> io::Result
         let tx = tx.clone();
         thread::spawn(move || -> io::Result<()> {
             pin(scpu);
-            let buf = vec![0x5au8; traffic.chunk];
+            let buf = bytes::Bytes::from(vec![0x5au8; traffic.chunk]);
             let deadline = started + duration;
             while Instant::now() < deadline {
                 if traffic.messages {
                     tx.send_message(&buf)?;
+                } else if traffic.owned {
+                    tx.write_shared(&buf)?;
                 } else {
                     tx.write_all_of(&buf)?;
                 }
@@ -387,13 +399,19 @@ fn nc_cfg(channels: u16, workers: usize) -> netchannel::Config {
     }
 }
 
-fn nc_stream(net: &Net<'_>, cfg: netchannel::Config, read_copy: bool) -> io::Result<Point> {
+fn nc_stream(
+    net: &Net<'_>,
+    cfg: netchannel::Config,
+    read_copy: bool,
+    owned: bool,
+) -> io::Result<Point> {
     let (_s, _c, mut cs, mut ss) = net.nc(cfg.clone(), cfg, &[SocketOptions::default()])?;
     let (tx, rx) = (cs.pop().expect("one"), ss.pop().expect("one"));
     let traffic = Traffic {
         chunk: net.cfg.io_bytes,
         messages: false,
         copy_reads: read_copy,
+        owned,
     };
     transfer(tx, rx, net.cfg, traffic)
 }
@@ -404,6 +422,7 @@ fn tcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<Point> {
         chunk,
         messages: false,
         copy_reads: true,
+        owned: false,
     };
     transfer(
         c.pop().expect("one"),
@@ -438,6 +457,7 @@ fn mptcp_stream(net: &Net<'_>, chunk: usize) -> io::Result<(Point, u8)> {
         chunk,
         messages: false,
         copy_reads: true,
+        owned: false,
     };
     let point = transfer(c, s, cfg, traffic)?;
     let counted = counter
@@ -518,7 +538,7 @@ fn e1(net: &Net<'_>) -> io::Result<Summary> {
                 send_copy_workers: *sw,
                 ..nc_cfg(*c, *w)
             };
-            pts.push(nc_stream(net, nc, true)?);
+            pts.push(nc_stream(net, nc, true, false)?);
         }
     }
     all.extend(tcp.iter().copied());
@@ -571,6 +591,7 @@ fn e2(net: &Net<'_>) -> io::Result<Summary> {
                 chunk: MESSAGE,
                 messages: true,
                 copy_reads: false,
+                owned: false,
             };
             pts.push(transfer(
                 cs.pop().expect("one"),
@@ -793,19 +814,21 @@ fn e4(net: &Net<'_>) -> io::Result<Summary> {
     let cfg = net.cfg;
     let mut tcp = Vec::new();
     let mut inline = Vec::new();
+    let mut lent = Vec::new();
     let mut handoff = Vec::new();
     for _ in 0..cfg.repeat.max(1) {
         tcp.push(tcp_stream(net, cfg.io_bytes)?);
         let one = nc_cfg(1, 0);
-        inline.push(nc_stream(
-            net,
-            netchannel::Config {
-                inline_send: true,
-                ..one.clone()
-            },
-            false,
-        )?);
-        handoff.push(nc_stream(net, one, false)?);
+        let inline_cfg = netchannel::Config {
+            inline_send: true,
+            ..one.clone()
+        };
+        // The application hands its buffers over (write_owned): the socket keeps references
+        // for re-sending, no copy.
+        inline.push(nc_stream(net, inline_cfg.clone(), false, true)?);
+        // It lends them (write): the socket copies each frame to keep it for re-sending.
+        lent.push(nc_stream(net, inline_cfg, false, false)?);
+        handoff.push(nc_stream(net, one, false, false)?);
     }
     let per_core = |p: &Point| p.bps / p.cores;
     let row = |mode: &str, pts: &[Point]| E4Row {
@@ -815,10 +838,14 @@ fn e4(net: &Net<'_>) -> io::Result<Summary> {
         bits_per_second_per_core: median_of(pts, per_core).median,
         spread: median_of(pts, per_core),
     };
-    let rows = vec![row("inline", &inline), row("handoff", &handoff)];
+    let rows = vec![
+        row("inline", &inline),
+        row("inline-lent", &lent),
+        row("handoff", &handoff),
+    ];
     let tcp_pc = median_of(&tcp, per_core);
     let mut all = tcp.clone();
-    all.extend(inline.iter().chain(&handoff).copied());
+    all.extend(inline.iter().chain(&lent).chain(&handoff).copied());
     Ok(summary(
         net,
         steal_of(&all),
