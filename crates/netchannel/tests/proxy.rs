@@ -164,3 +164,49 @@ fn a_connection_over_the_cap_is_reset_and_the_others_go_on() {
     assert_eq!(&buf, b"z");
     assert_eq!(rig.client.stats().over_cap, 1);
 }
+
+#[test]
+fn a_slow_application_backs_the_sink_up_and_loses_nothing() {
+    // The backend sends 32 MiB at once; the application sleeps before reading, so the
+    // proxy's writes into its connection hit a full buffer many times (and the virtual
+    // socket's window holds the sender back), and every byte must still arrive in order.
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rig = rig(backend.local_addr().unwrap(), 16);
+    let mut app = connect(rig.addr());
+    app.write_all(b"go").unwrap();
+    let total = 32usize << 20;
+    let server = std::thread::spawn(move || {
+        let (mut b, _) = backend.accept().unwrap();
+        let mut go = [0u8; 2];
+        b.read_exact(&mut go).unwrap();
+        let data: Vec<u8> = (0..total).map(|i| (i % 253) as u8).collect();
+        b.write_all(&data).unwrap();
+        b.shutdown(Shutdown::Write).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut got = Vec::with_capacity(total);
+    let mut buf = vec![0u8; 4096];
+    let mut reads = 0u64;
+    loop {
+        let n = app.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        reads += 1;
+        if reads % 512 == 0 {
+            // Pause now and then so the buffer fills again.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    server.join().unwrap();
+    assert_eq!(got.len(), total);
+    assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
+    // The connection's counts land when it closes.
+    app.shutdown(Shutdown::Write).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rig.client.stats().bytes_out < total as u64 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(rig.client.stats().bytes_out, total as u64);
+}
