@@ -194,7 +194,7 @@ fn a_slow_application_backs_the_sink_up_and_loses_nothing() {
         }
         got.extend_from_slice(&buf[..n]);
         reads += 1;
-        if reads % 512 == 0 {
+        if reads.is_multiple_of(512) {
             // Pause now and then so the buffer fills again.
             std::thread::sleep(Duration::from_millis(5));
         }
