@@ -455,55 +455,71 @@ enum End {
     Virtual(io::Error),
 }
 
+/// Copies `from` into `to` until EOF, then half-closes `to`; counts into `total` (the proxy's)
+/// and `count` (the connection's). Failures are told apart by side: `read_failed` wraps an
+/// error reading `from`, `write_failed` one writing or shutting `to`.
+async fn copy_half<R, W>(
+    from: &mut R,
+    to: &mut W,
+    buffer: usize,
+    total: &AtomicU64,
+    count: &AtomicU64,
+    read_failed: fn(io::Error) -> End,
+    write_failed: fn(io::Error) -> End,
+) -> End
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; buffer];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) => {
+                return match to.shutdown().await {
+                    Ok(()) => End::Eof,
+                    Err(e) => write_failed(e),
+                };
+            }
+            Ok(n) => n,
+            Err(e) => return read_failed(e),
+        };
+        if let Err(e) = to.write_all(&buf[..n]).await {
+            return write_failed(e);
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
 /// Copies both directions until both have ended, or one fails and resets the other side.
 async fn pump(mut tcp: TcpStream, vs: VSocket, label: &str, shared: &Shared) {
     let buffer = shared.limits.buffer;
     let c = &shared.counters;
-    let (sent, received) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+    let (sent, received) = (AtomicU64::new(0), AtomicU64::new(0));
     if shared.limits.verbose {
         shared.log(format_args!("{label}: open"));
     }
     let (mut vr, mut vw) = tokio::io::split(AsyncVSocket::new(vs));
     let failure = {
         let (mut tr, mut tw) = tcp.split();
-        let up = async {
-            let mut buf = vec![0u8; buffer];
-            loop {
-                let n = match tr.read(&mut buf).await {
-                    Ok(0) => {
-                        return match vw.shutdown().await {
-                            Ok(()) => End::Eof,
-                            Err(e) => End::Virtual(e),
-                        };
-                    }
-                    Ok(n) => n,
-                    Err(e) => return End::Tcp(e),
-                };
-                if let Err(e) = vw.write_all(&buf[..n]).await {
-                    return End::Virtual(e);
-                }
-                c.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
-            }
-        };
-        let down = async {
-            let mut buf = vec![0u8; buffer];
-            loop {
-                let n = match vr.read(&mut buf).await {
-                    Ok(0) => {
-                        return match tw.shutdown().await {
-                            Ok(()) => End::Eof,
-                            Err(e) => End::Tcp(e),
-                        };
-                    }
-                    Ok(n) => n,
-                    Err(e) => return End::Virtual(e),
-                };
-                if let Err(e) = tw.write_all(&buf[..n]).await {
-                    return End::Tcp(e);
-                }
-                c.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
-            }
-        };
+        let up = copy_half(
+            &mut tr,
+            &mut vw,
+            buffer,
+            &c.bytes_in,
+            &sent,
+            End::Tcp,
+            End::Virtual,
+        );
+        let down = copy_half(
+            &mut vr,
+            &mut tw,
+            buffer,
+            &c.bytes_out,
+            &received,
+            End::Virtual,
+            End::Tcp,
+        );
         tokio::pin!(up, down);
         let (mut up_done, mut down_done) = (false, false);
         loop {
@@ -524,8 +540,8 @@ async fn pump(mut tcp: TcpStream, vs: VSocket, label: &str, shared: &Shared) {
             if shared.limits.verbose {
                 shared.log(format_args!(
                     "{label}: closed, {} bytes in, {} out",
-                    sent.get(),
-                    received.get()
+                    sent.load(Ordering::Relaxed),
+                    received.load(Ordering::Relaxed)
                 ));
             }
         }

@@ -39,6 +39,7 @@ fn rig(backend: SocketAddr, max_connections: usize) -> Rig {
     let to_log: Log = Arc::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
     let limits = Limits {
         max_connections,
+        verbose: true,
         ..Limits::default()
     };
     let server_ep =
@@ -100,6 +101,11 @@ fn half_close_passes_through_both_ways() {
     assert_eq!(reply, request.iter().rev().copied().collect::<Vec<u8>>());
     let st = rig.client.stats();
     assert_eq!((st.bytes_in, st.bytes_out), (300_000, 300_000));
+    assert!(
+        rig.logged("closed, 300000 bytes in, 300000 out"),
+        "{:?}",
+        rig.log.lock().unwrap()
+    );
 }
 
 #[test]
