@@ -722,6 +722,13 @@ impl Session {
             let f = Header::control(FrameType::Rst, h.dst_port, h.src_port, reason as u32, 0);
             self.send_raw_control(ch, f);
         };
+        let ack = Header::control(
+            FrameType::OpenAck,
+            h.dst_port,
+            h.src_port,
+            self.cfg.window,
+            0,
+        );
         let Some(listener) = self.listeners.get(h.dst_port) else {
             return refuse(RstReason::Refused);
         };
@@ -738,15 +745,7 @@ impl Session {
                 // The opener re-sends OPEN when a channel dies before it saw OPEN_ACK (which
                 // may have been on that channel): answer again.
                 drop(t);
-                let f = Header::control(
-                    FrameType::OpenAck,
-                    h.dst_port,
-                    h.src_port,
-                    self.cfg.window,
-                    0,
-                );
-                self.send_raw_control(ch, f);
-                return;
+                return self.send_raw_control(ch, ack);
             }
             let vs = Arc::new(VsShared::new(
                 h.dst_port,
@@ -770,14 +769,7 @@ impl Session {
             shared: vs,
             session: self.clone(),
         };
-        let f = Header::control(
-            FrameType::OpenAck,
-            h.dst_port,
-            h.src_port,
-            self.cfg.window,
-            0,
-        );
-        self.send_raw_control(ch, f);
+        self.send_raw_control(ch, ack);
         q.0.push_back(sock);
         listener.cv.notify_one();
     }
