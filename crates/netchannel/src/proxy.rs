@@ -167,12 +167,7 @@ impl Proxy {
         limits: Limits,
         log: Log,
     ) -> io::Result<Proxy> {
-        let runtime = runtime(&limits)?;
-        let shared = Arc::new(Shared {
-            counters: Counters::default(),
-            limits,
-            log,
-        });
+        let (runtime, shared) = prepare(limits, log)?;
         let mut listen = Vec::new();
         for route in routes {
             let l = std::net::TcpListener::bind(route.listen).map_err(|e| {
@@ -191,14 +186,13 @@ impl Proxy {
             let (shared, endpoint) = (shared.clone(), endpoint.clone());
             runtime.spawn(accept_tcp(l, route, peer, endpoint, shared));
         }
-        runtime.spawn(watch_channels(endpoint.clone(), shared.clone()));
-        Ok(Proxy {
+        Ok(Proxy::assemble(
+            runtime,
             shared,
-            runtime: Some(runtime),
+            endpoint,
             listen,
-            _endpoint: endpoint,
-            _listeners: Vec::new(),
-        })
+            Vec::new(),
+        ))
     }
 
     /// The server side: binds each backend's virtual port on `endpoint` (which listens for
@@ -209,12 +203,7 @@ impl Proxy {
         limits: Limits,
         log: Log,
     ) -> io::Result<Proxy> {
-        let runtime = runtime(&limits)?;
-        let shared = Arc::new(Shared {
-            counters: Counters::default(),
-            limits,
-            log,
-        });
+        let (runtime, shared) = prepare(limits, log)?;
         let mut listeners = Vec::new();
         for b in backends {
             let l = Arc::new(endpoint.bind(b.port)?);
@@ -224,14 +213,31 @@ impl Proxy {
                 .name(format!("nc-proxy-{}", b.port))
                 .spawn(move || accept_virtual(&l, b, &handle, &shared))?;
         }
+        Ok(Proxy::assemble(
+            runtime,
+            shared,
+            endpoint,
+            Vec::new(),
+            listeners,
+        ))
+    }
+
+    /// Starts watching the channels and holds what the proxy's tasks and threads need.
+    fn assemble(
+        runtime: tokio::runtime::Runtime,
+        shared: Arc<Shared>,
+        endpoint: Arc<Endpoint>,
+        listen: Vec<SocketAddr>,
+        listeners: Vec<Arc<VListener>>,
+    ) -> Proxy {
         runtime.spawn(watch_channels(endpoint.clone(), shared.clone()));
-        Ok(Proxy {
+        Proxy {
             shared,
             runtime: Some(runtime),
-            listen: Vec::new(),
+            listen,
             _endpoint: endpoint,
             _listeners: listeners,
-        })
+        }
     }
 
     /// The client side's bound TCP addresses, in route order.
@@ -263,13 +269,20 @@ impl Drop for Proxy {
     }
 }
 
-fn runtime(limits: &Limits) -> io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The runtime that runs the copies, and the state every task shares.
+fn prepare(limits: Limits, log: Log) -> io::Result<(tokio::runtime::Runtime, Arc<Shared>)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(limits.threads.max(1))
         .thread_name("nc-proxy")
         .enable_io()
         .enable_time()
-        .build()
+        .build()?;
+    let shared = Arc::new(Shared {
+        counters: Counters::default(),
+        limits,
+        log,
+    });
+    Ok((runtime, shared))
 }
 
 /// Logs each channel that dies or is re-opened (the library keeps sockets going; the operator
