@@ -78,6 +78,11 @@ pub struct Config {
     pub max_pending_links: usize,
     /// Sessions accepted from peers and alive at once; a link completed beyond it is closed.
     pub max_sessions: usize,
+    /// A channel whose peer stops answering (a black-holed path, a host gone without a FIN or
+    /// RST) is declared dead after this long, so its frames are re-sent and it is re-dialed
+    /// instead of TCP retransmitting for ~15 minutes (TCP_USER_TIMEOUT and keepalive on every
+    /// channel). None: the kernel's defaults.
+    pub dead_channel_timeout: Option<Duration>,
     /// How often the connecting side tries to re-open a session's dead channels (None: never;
     /// the session then goes on with the channels it has left).
     pub reconnect_interval: Option<Duration>,
@@ -113,6 +118,7 @@ impl Default for Config {
             max_handshakes: 64,
             max_pending_links: 64,
             max_sessions: 256,
+            dead_channel_timeout: Some(Duration::from_secs(10)),
             reconnect_interval: Some(Duration::from_millis(200)),
         }
     }

@@ -952,6 +952,9 @@ fn make_channel(
     s.set_nodelay(true)?;
     s.set_read_timeout(None)?;
     let fd = s.as_fd();
+    if let Some(t) = cfg.dead_channel_timeout {
+        tcp::set_dead_peer_timeout(fd, t)?;
+    }
     match class {
         Class::Throughput => {
             if let Some(l) = cfg.throughput_notsent_lowat {

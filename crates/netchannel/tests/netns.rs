@@ -147,3 +147,64 @@ fn streams_survive_loss_and_reordering_across_a_veth() {
         "frames arrived out of order across channels: {st:?}"
     );
 }
+
+#[test]
+fn a_path_that_goes_silent_fails_the_sockets_instead_of_hanging() {
+    if !is_root() {
+        common::cannot_run("needs root for namespaces");
+        return;
+    }
+    let lab = Lab::new();
+    let (na, nb) = (
+        std::path::PathBuf::from(lab.a.path()),
+        std::path::PathBuf::from(lab.b.path()),
+    );
+    // No FIN or RST will ever come: only the dead-channel timeout can end this.
+    let cfg = Config {
+        throughput_channels: 2,
+        latency_channels: 0,
+        dead_channel_timeout: Some(Duration::from_secs(2)),
+        ..Config::default()
+    };
+    let server_cfg = cfg.clone();
+    let server = thread::spawn(move || {
+        netsteer_sock::netns::enter(&nb).unwrap();
+        Endpoint::listen(format!("{SERVER_ADDR}:0").parse().unwrap(), server_cfg).unwrap()
+    })
+    .join()
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let listener = server.bind(8).unwrap();
+    let (client, s) = thread::spawn(move || {
+        netsteer_sock::netns::enter(&na).unwrap();
+        let c = Endpoint::new(cfg).unwrap();
+        let s = c.connect(addr, 8, SocketOptions::default()).unwrap();
+        (c, s)
+    })
+    .join()
+    .unwrap();
+    let a = listener.accept_timeout(Duration::from_secs(10)).unwrap();
+    let started = std::time::Instant::now();
+    let writer = thread::spawn(move || {
+        let r = send_stream(&s, 9, 1 << 40);
+        (r, s)
+    });
+    let reader = thread::spawn(move || (recv_stream(&a, 9), a));
+    thread::sleep(Duration::from_millis(300));
+    // The client's end of the link goes down: packets vanish, nothing is ever answered.
+    lab.a.exec(&["ip", "link", "set", "v0a", "down"]).unwrap();
+    let (got, _a) = reader.join().unwrap();
+    let (n, e) = got.expect_err("the receiver must learn that its peer is gone");
+    assert!(n > 0);
+    assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    let (w, _s) = writer.join().unwrap();
+    let e = w.expect_err("the sender too");
+    assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    // Generous: the point is minutes (tcp_retries2) against seconds, not a timing.
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "took {:?}",
+        started.elapsed()
+    );
+    drop(client);
+}

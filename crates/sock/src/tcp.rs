@@ -131,6 +131,29 @@ pub fn set_notsent_low_water(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
     set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
 }
 
+/// Bounds how long a connection may go unanswered before the kernel gives it up with
+/// ETIMEDOUT: TCP_USER_TIMEOUT for data not acknowledged (RFC 5482; otherwise the kernel
+/// retransmits for about 15 minutes, `tcp_retries2`), and keepalive probes every third of
+/// `timeout` after `timeout` of silence, so an idle connection to a vanished peer fails too
+/// (man 7 tcp: the user timeout then also bounds the probes).
+pub fn set_dead_peer_timeout(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
+    let ms = libc::c_int::try_from(timeout.as_millis())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?
+        .max(1);
+    let secs = libc::c_int::try_from(timeout.as_secs())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)?;
+    set_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs.max(1))?;
+    set_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        (secs / 3).max(1),
+    )?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3)
+}
+
 /// Waits until `fd` is readable (or has an error or hang-up) for at most `timeout_ms`
 /// (-1 = forever). Ok(false) on timeout; EINTR (a wake-up signal) is also Ok(false).
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
