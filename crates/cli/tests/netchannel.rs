@@ -7,24 +7,12 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 
-#[test]
-fn every_experiment_reports_a_summary_that_reads_back() {
+/// Runs `netsteer bench netchannel --json ARGS`, which must succeed, and reads every line back
+/// into the library's summary type.
+fn summaries(args: &[&str]) -> Vec<Summary> {
     let out = Command::new(BIN)
-        .args([
-            "bench",
-            "netchannel",
-            "--json",
-            "--duration",
-            "0.4",
-            "--repeat",
-            "1",
-            "--channels",
-            "1,2",
-            "--copy-workers",
-            "0,1",
-            "--bulk-apps",
-            "1",
-        ])
+        .args(["bench", "netchannel", "--json"])
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -32,11 +20,27 @@ fn every_experiment_reports_a_summary_that_reads_back() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<Summary> = String::from_utf8(out.stdout)
+    String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn every_experiment_reports_a_summary_that_reads_back() {
+    let lines = summaries(&[
+        "--duration",
+        "0.4",
+        "--repeat",
+        "1",
+        "--channels",
+        "1,2",
+        "--copy-workers",
+        "0,1",
+        "--bulk-apps",
+        "1",
+    ]);
     assert_eq!(lines.len(), 4);
     for s in &lines {
         assert_eq!(s.kind, Kind::Summary);
@@ -116,35 +120,19 @@ fn bad_flags_are_named() {
 
 #[test]
 fn the_mptcp_row_runs_beside_tcp_in_e1_and_e2() {
-    let out = Command::new(BIN)
-        .args([
-            "bench",
-            "netchannel",
-            "--json",
-            "--experiment",
-            "E1,E2",
-            "--duration",
-            "0.3",
-            "--repeat",
-            "1",
-            "--channels",
-            "2",
-            "--copy-workers",
-            "0",
-            "--mptcp",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<Summary> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let lines = summaries(&[
+        "--experiment",
+        "E1,E2",
+        "--duration",
+        "0.3",
+        "--repeat",
+        "1",
+        "--channels",
+        "2",
+        "--copy-workers",
+        "0",
+        "--mptcp",
+    ]);
     let rows: Vec<_> = lines
         .iter()
         .map(|s| match &s.result {
@@ -164,28 +152,18 @@ fn the_mptcp_row_runs_beside_tcp_in_e1_and_e2() {
 
 #[test]
 fn recovery_kills_a_channel_and_reports_it_back_with_every_byte() {
-    let out = Command::new(BIN)
-        .args([
-            "bench",
-            "netchannel",
-            "--json",
-            "--experiment",
-            "recovery",
-            "--duration",
-            "0.5",
-            "--repeat",
-            "1",
-            "--channels",
-            "3",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: Summary = serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    let lines = summaries(&[
+        "--experiment",
+        "recovery",
+        "--duration",
+        "0.5",
+        "--repeat",
+        "1",
+        "--channels",
+        "3",
+    ]);
+    assert_eq!(lines.len(), 1);
+    let s = lines.into_iter().next().unwrap();
     let Exp::Recovery(r) = s.result else {
         panic!("expected the recovery summary, got {:?}", s.result)
     };

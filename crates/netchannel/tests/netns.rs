@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use netchannel::{Config, Endpoint, Policy, SocketOptions};
+use netchannel::{Config, Endpoint, Policy, SocketOptions, VListener, VSocket};
 use netsteer_lab::pair::SERVER_ADDR;
 use netsteer_lab::{NsHost, Pair, PairSpec, Remote};
 use std::thread;
@@ -54,6 +54,34 @@ impl Lab {
         "tbf"
     }
 
+    /// A listening endpoint in B with `port` bound, and an endpoint in A with one socket
+    /// open to it. Channels are TCP sockets opened by the thread that first connects, so that
+    /// happens inside A; later sockets reuse the session from any thread.
+    fn endpoints(&self, cfg: Config, port: u16) -> (Endpoint, VListener, Endpoint, VSocket) {
+        let (na, nb) = (
+            std::path::PathBuf::from(self.a.path()),
+            std::path::PathBuf::from(self.b.path()),
+        );
+        let server_cfg = cfg.clone();
+        let server = thread::spawn(move || {
+            netsteer_sock::netns::enter(&nb).unwrap();
+            Endpoint::listen(format!("{SERVER_ADDR}:0").parse().unwrap(), server_cfg).unwrap()
+        })
+        .join()
+        .unwrap();
+        let addr = server.local_addr().unwrap();
+        let listener = server.bind(port).unwrap();
+        let (client, first) = thread::spawn(move || {
+            netsteer_sock::netns::enter(&na).unwrap();
+            let c = Endpoint::new(cfg).unwrap();
+            let s = c.connect(addr, port, SocketOptions::default()).unwrap();
+            (c, s)
+        })
+        .join()
+        .unwrap();
+        (server, listener, client, first)
+    }
+
     fn drops(&self) -> u64 {
         let o = self
             .a
@@ -76,10 +104,6 @@ fn streams_survive_loss_and_reordering_across_a_veth() {
     }
     let lab = Lab::new();
     let how = lab.impair();
-    let (na, nb) = (
-        std::path::PathBuf::from(lab.a.path()),
-        std::path::PathBuf::from(lab.b.path()),
-    );
     let cfg = Config {
         throughput_channels: 4,
         policy: Policy::RoundRobin {
@@ -87,25 +111,8 @@ fn streams_survive_loss_and_reordering_across_a_veth() {
         },
         ..Config::default()
     };
-    let server_cfg = cfg.clone();
-    let server = thread::spawn(move || {
-        netsteer_sock::netns::enter(&nb).unwrap();
-        Endpoint::listen(format!("{SERVER_ADDR}:0").parse().unwrap(), server_cfg).unwrap()
-    })
-    .join()
-    .unwrap();
+    let (server, listener, client, first) = lab.endpoints(cfg, 7);
     let addr = server.local_addr().unwrap();
-    let listener = server.bind(7).unwrap();
-    // Channels are TCP sockets opened by the thread that first connects: do that inside
-    // namespace A. Later sockets reuse the session from any thread.
-    let (client, first) = thread::spawn(move || {
-        netsteer_sock::netns::enter(&na).unwrap();
-        let c = Endpoint::new(cfg).unwrap();
-        let s = c.connect(addr, 7, SocketOptions::default()).unwrap();
-        (c, s)
-    })
-    .join()
-    .unwrap();
     let total = 24u64 << 20;
     let mut writers = Vec::new();
     let mut first = Some(first);
@@ -155,10 +162,6 @@ fn a_path_that_goes_silent_fails_the_sockets_instead_of_hanging() {
         return;
     }
     let lab = Lab::new();
-    let (na, nb) = (
-        std::path::PathBuf::from(lab.a.path()),
-        std::path::PathBuf::from(lab.b.path()),
-    );
     // No FIN or RST will ever come: only the dead-channel timeout can end this.
     let cfg = Config {
         throughput_channels: 2,
@@ -166,23 +169,7 @@ fn a_path_that_goes_silent_fails_the_sockets_instead_of_hanging() {
         dead_channel_timeout: Some(Duration::from_secs(2)),
         ..Config::default()
     };
-    let server_cfg = cfg.clone();
-    let server = thread::spawn(move || {
-        netsteer_sock::netns::enter(&nb).unwrap();
-        Endpoint::listen(format!("{SERVER_ADDR}:0").parse().unwrap(), server_cfg).unwrap()
-    })
-    .join()
-    .unwrap();
-    let addr = server.local_addr().unwrap();
-    let listener = server.bind(8).unwrap();
-    let (client, s) = thread::spawn(move || {
-        netsteer_sock::netns::enter(&na).unwrap();
-        let c = Endpoint::new(cfg).unwrap();
-        let s = c.connect(addr, 8, SocketOptions::default()).unwrap();
-        (c, s)
-    })
-    .join()
-    .unwrap();
+    let (_server, listener, client, s) = lab.endpoints(cfg, 8);
     let a = listener.accept_timeout(Duration::from_secs(10)).unwrap();
     let started = std::time::Instant::now();
     let writer = thread::spawn(move || {
