@@ -591,11 +591,7 @@ fn netchannel_bench(a: &NetchannelArgs) -> Result<ExitCode> {
 }
 
 fn listen_addr(listen: &str) -> Result<SocketAddr> {
-    listen
-        .to_socket_addrs()
-        .with_context(|| format!("--listen {listen}"))?
-        .next()
-        .with_context(|| format!("--listen {listen}: no address"))
+    crate::resolve_flag("--listen", listen)
 }
 
 fn tcp_server(a: &TcpServerArgs, bench: &str) -> Result<ExitCode> {
@@ -706,12 +702,7 @@ fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
             "--irq-suspend acts only for an epoll busy poller that prefers busy polling: add --wait epoll-busy --prefer-busy-poll"
         );
     }
-    let listen: SocketAddr = a
-        .listen
-        .to_socket_addrs()
-        .with_context(|| format!("--listen {}", a.listen))?
-        .next()
-        .with_context(|| format!("--listen {}: no address", a.listen))?;
+    let listen = listen_addr(&a.listen)?;
     let cfg = ServerConfig {
         listen,
         threads: a.threads,

@@ -163,6 +163,16 @@ pub fn nic_backend(fs: &HostFs) -> std::result::Result<Box<dyn netsteer_nic::Nic
     }
 }
 
+/// The socket address a flag names (HOST:PORT, resolved), with the flag in every error.
+pub fn resolve_flag(flag: &str, value: &str) -> Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    value
+        .to_socket_addrs()
+        .with_context(|| format!("{flag} {value}"))?
+        .next()
+        .with_context(|| format!("{flag} {value}: no address"))
+}
+
 /// Writes a line and flushes, so pipes keep every line; a closed pipe ends the program quietly.
 pub fn emit(out: &mut impl Write, line: &str) -> io::Result<()> {
     writeln!(out, "{line}")?;

@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netchannel::proxy::{Backend, Limits, Proxy, ProxyStats, Route};
 use netchannel::{Class, Config, Endpoint, Stats};
-use std::net::{SocketAddr, ToSocketAddrs};
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,13 +135,6 @@ fn log_line() -> netchannel::proxy::Log {
     Arc::new(|line: &str| eprintln!("netchannel proxy: {line}"))
 }
 
-fn resolve(flag: &str, s: &str) -> Result<SocketAddr> {
-    s.to_socket_addrs()
-        .with_context(|| format!("{flag} {s}"))?
-        .next()
-        .with_context(|| format!("{flag} {s}: no address"))
-}
-
 fn split_eq<'a>(flag: &str, s: &'a str, want: &str) -> Result<(&'a str, &'a str)> {
     s.split_once('=')
         .with_context(|| format!("{flag} {s}: expected {want}"))
@@ -159,7 +152,7 @@ pub fn routes(flag: &str, values: &[String], class: Class) -> Result<Vec<Route>>
         .map(|v| {
             let (listen, p) = split_eq(flag, v, "LISTEN=PORT")?;
             Ok(Route {
-                listen: resolve(flag, listen)?,
+                listen: crate::resolve_flag(flag, listen)?,
                 port: port(flag, v, p)?,
                 class,
             })
@@ -174,7 +167,7 @@ pub fn backends(values: &[String]) -> Result<Vec<Backend>> {
         let (p, addr) = split_eq("--backend", v, "PORT=BACKEND")?;
         let b = Backend {
             port: port("--backend", v, p)?,
-            backend: resolve("--backend", addr)?,
+            backend: crate::resolve_flag("--backend", addr)?,
         };
         if out.iter().any(|o| o.port == b.port) {
             bail!("--backend {v}: virtual port {} is given twice", b.port);
@@ -194,7 +187,7 @@ fn client(a: &ClientArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
     if all.is_empty() {
         bail!("give at least one --route or --latency-route");
     }
-    let peer = resolve("--peer", &a.peer)?;
+    let peer = crate::resolve_flag("--peer", &a.peer)?;
     let cfg = Config {
         throughput_channels: a.channels,
         latency_channels: a.latency_channels,
@@ -213,7 +206,7 @@ fn client(a: &ClientArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
 
 fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
     let backends = backends(&a.backend)?;
-    let listen = resolve("--listen", &a.listen)?;
+    let listen = crate::resolve_flag("--listen", &a.listen)?;
     let cfg = Config {
         window: a.common.window,
         ..Config::default()
