@@ -41,3 +41,21 @@ interference_stop() {
   [ ${#interference_pids[@]} -gt 0 ] && kill "${interference_pids[@]}" 2>/dev/null || true
   interference_pids=()
 }
+
+# CPU accounting, the same for netsteer and the anchors, so the scripts can price each run.
+# cpuwrap FILE CMD...: runs CMD and writes "cpu_seconds wall_seconds" of it (and its children,
+# getrusage) to FILE.
+cpuwrap() {
+  python3 -c 'import resource, subprocess, sys, time
+t = time.monotonic()
+r = subprocess.run(sys.argv[2:])
+w = time.monotonic() - t
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{u.ru_utime + u.ru_stime} {w}\n")
+sys.exit(r.returncode)' "$@"
+}
+# A process's user + system ticks (USER_HZ = 100) so far.
+ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
+# Softirq ticks of all CPUs so far (/proc/stat's "cpu" line): the packet work that no
+# process is charged for (with IRQ time accounting on, as on Debian's kernels).
+softirq_ticks() { awk '/^cpu /{print $8}' /proc/stat; }

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # netsteer bench tcp-stream / tcp-rr beside the anchors, side by side in one run, on loopback
 # and across the veth link of `netsteer lab with` (benches/lib.sh):
-#   stream, 1 and 2 flows of 128 KiB writes      vs iperf3 -P N            (target ratio >= 1.0)
+#   stream, 1, 2 and 4 flows of 128 KiB writes    vs iperf3 -P N            (target ratio >= 1.0)
 #   stream, 6 flows of 16-byte writes, nodelay   vs iperf3 -P 6 -l 16 -N   (seed 003's case)
 #   the same with 16-byte reads (--read-size 16) vs the same iperf3 (which reads 16 B too)
-#   rr, 14 B and 4 KiB, blocking                 vs sockperf ping-pong --tcp (target p50 ratio <= 1.0;
-#                                                  14 B is sockperf's smallest message)
+#   rr, 14 B and 4 KiB, blocking                 vs sockperf ping-pong --tcp (target p50 and p99
+#                                                  ratio <= 1.0; 14 B is sockperf's smallest)
 #   stream receive: copy vs TCP_ZEROCOPY_RECEIVE (netsteer only: Gbit/s, µs/MB, mapped %)
-# Every tool runs under the same taskset placement: client on CPU 0, server on CPU 1. Each case
-# runs REPEATS times with the tools alternating; tables show min/median/max over the repeats.
-# Usage: [INTERFERE=N] benches/tcp.sh [SECONDS_PER_RUN (5)] [REPEATS (3)] (N busy loops as a
-# fixed background load). Needs root, iperf3, sockperf,
+# Every run is priced the same way for both tools: the client process's CPU (getrusage), the
+# server process's (/proc/PID/stat over the client's run) and all CPUs' softirq time
+# (/proc/stat), per MiB received or per round trip (warm-up included, as the processes' CPU
+# is). Every tool runs under the same taskset placement: client on CPU 0, server on CPU 1. Each
+# case runs REPEATS times with the tools alternating; tables show min/median/max over the
+# repeats.
+# Usage: [INTERFERE=N] benches/tcp.sh [SECONDS_PER_RUN (5)] [REPEATS (3)] [CASES (stream,rr,zc)]
+# (INTERFERE: N busy loops as a fixed background load). Needs root, iperf3, sockperf,
 # python3: apt-get install -y iperf3 sockperf iproute2 python3
 set -euo pipefail
 secs=${1:-5}
 repeats=${2:-3}
+cases=${3:-stream,rr,zc}
 . "$(dirname "$0")/lib.sh"
 in_lab -- "$@"
 for t in iperf3 sockperf python3; do
@@ -29,6 +34,7 @@ stop_bg() { [ -n "$bg" ] && { kill "$bg" 2>/dev/null || true; wait "$bg" 2>/dev/
 trap 'stop_bg; interference_stop' EXIT
 
 results=$(mktemp)
+cpufile=$(mktemp)
 setpath() { # PATH -> addr, cns, sns
   if [ "$1" = loopback ]; then addr=127.0.0.1; cns=(); sns=(); else addr=$server_addr; cns=(ip netns exec $nsa); sns=(ip netns exec $nsb); fi
 }
@@ -40,48 +46,61 @@ ns_server() { # starts a netsteer server on $addr:$p in the background
   sleep 0.4
 }
 
+# measure CMD...: runs the client CMD (its output in $out) and leaves the server's ticks and
+# the softirq ticks of its run in $cost ("client_cpu_s server_ticks softirq_ticks").
+measure() {
+  local t0 t1 q0 q1
+  t0=$(ticks $bg); q0=$(softirq_ticks)
+  out=$(cpuwrap "$cpufile" "$@")
+  t1=$(ticks $bg); q1=$(softirq_ticks)
+  cost="$(cut -d' ' -f1 "$cpufile") $(( t1 - t0 )) $(( q1 - q0 ))"
+}
+
 stream() { # PATH CASE TOOL FLOWS WRITE NODELAY [READ]
-  local path=$1 case=$2 tool=$3 flows=$4 write=$5 nodelay=$6 read=${7:-} p; setpath "$path"; p=$(port)
+  local path=$1 case=$2 tool=$3 flows=$4 write=$5 nodelay=$6 read=${7:-} p out cost; setpath "$path"; p=$(port)
   if [ "$tool" = iperf3 ]; then
     local nd=(); [ "$nodelay" = 1 ] && nd=(-N)
-    "${sns[@]}" taskset -c 1 iperf3 -s -1 -p $p -B $addr >/dev/null 2>&1 &
+    # Not -1: the server must outlive the client's run for its CPU time to be read.
+    "${sns[@]}" taskset -c 1 iperf3 -s -p $p -B $addr >/dev/null 2>&1 &
     bg=$!
     sleep 0.4
-    local js
-    js=$("${cns[@]}" taskset -c 0 iperf3 -c $addr -p $p -t "$secs" -P "$flows" -l "$write" "${nd[@]}" -J)
+    measure "${cns[@]}" taskset -c 0 iperf3 -c $addr -p $p -t "$secs" -P "$flows" -l "$write" "${nd[@]}" -J
     stop_bg
-    python3 -c 'import json,sys; print(sys.argv[2], json.loads(sys.argv[1])["end"]["sum_received"]["bits_per_second"])' "$js" "stream $path $case iperf3" >> "$results"
+    python3 -c 'import json,sys; r=json.loads(sys.argv[1])["end"]["sum_received"]; print(sys.argv[2], r["bits_per_second"], r["bytes"], sys.argv[3])' \
+      "$out" "stream|$path|${case// /_}|iperf3" "$cost" >> "$results"
   else
     local nd=(); [ "$nodelay" = 1 ] && nd=(--nodelay)
     [ -n "$read" ] && nd+=(--read-size "$read")
     ns_server
-    local line
-    line=$("${cns[@]}" taskset -c 0 "$bin" bench tcp-stream client $addr:$p --duration "$secs" --flows "$flows" \
-      --write-size "$write" "${nd[@]}" --json | grep '"type":"summary"')
+    measure "${cns[@]}" taskset -c 0 "$bin" bench tcp-stream client $addr:$p --duration "$secs" --flows "$flows" \
+      --write-size "$write" "${nd[@]}" --json
     stop_bg
-    python3 -c 'import json,sys; print(sys.argv[2], json.loads(sys.argv[1])["bits_per_second"])' "$line" "stream $path $case netsteer" >> "$results"
+    python3 -c 'import json,sys; s=[json.loads(l) for l in sys.argv[1].splitlines() if "\"summary\"" in l][0]; print(sys.argv[2], s["bits_per_second"], s["bytes"], sys.argv[3])' \
+      "$out" "stream|$path|${case// /_}|netsteer" "$cost" >> "$results"
   fi
 }
 
 rr() { # PATH SIZE TOOL
-  local path=$1 size=$2 tool=$3 p; setpath "$path"; p=$(port)
+  local path=$1 size=$2 tool=$3 p out cost; setpath "$path"; p=$(port)
   if [ "$tool" = sockperf ]; then
     "${sns[@]}" taskset -c 1 sockperf sr --tcp -i $addr -p $p >/dev/null 2>&1 &
     bg=$!
     sleep 0.5
-    local out p50 p99
-    out=$("${cns[@]}" taskset -c 0 sockperf pp --tcp -i $addr -p $p -m "$size" -t "$secs" --full-rtt 2>&1)
+    measure "${cns[@]}" taskset -c 0 sockperf pp --tcp -i $addr -p $p -m "$size" -t "$secs" --full-rtt
     stop_bg
+    local p50 p99 rts
     p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p')
     p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p')
-    echo "rr $path $size sockperf $p50 $p99" >> "$results"
+    # "[Total Run] RunTime=... Warm up time=...; SentMessages=...; ReceivedMessages=N"
+    rts=$(echo "$out" | sed -n 's/.*Total Run.*ReceivedMessages=\([0-9]*\).*/\1/p' | head -1)
+    echo "rr|$path|$size|sockperf $p50 $p99 $rts $cost" >> "$results"
   else
     ns_server
-    local line
-    line=$("${cns[@]}" taskset -c 0 "$bin" bench tcp-rr client $addr:$p --duration "$secs" --warmup 0.5 \
-      --request-size "$size" --response-size "$size" --json | grep '"type":"summary"')
+    measure "${cns[@]}" taskset -c 0 "$bin" bench tcp-rr client $addr:$p --duration "$secs" --warmup 0.4 \
+      --request-size "$size" --response-size "$size" --json
     stop_bg
-    python3 -c 'import json,sys; l=json.loads(sys.argv[1])["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000)' "$line" "rr $path $size netsteer" >> "$results"
+    python3 -c 'import json,sys; s=[json.loads(l) for l in sys.argv[1].splitlines() if "\"summary\"" in l][0]; l=s["latency_ns"]; print(sys.argv[2], l["p50"]/1000, l["p99"]/1000, s["all_transactions"], sys.argv[3])' \
+      "$out" "rr|$path|$size|netsteer" "$cost" >> "$results"
   fi
 }
 
@@ -97,7 +116,7 @@ zc() { # PATH VARIANT
   line=$("${cns[@]}" taskset -c 0 "$bin" bench tcp-stream client $addr:$p --duration "$secs" --congestion cubic \
     "${args[@]}" --json | grep '"type":"summary"')
   stop_bg
-  python3 - "$line" "zc $path $variant" >> "$results" <<'PY'
+  python3 - "$line" "zc|$path|$variant" >> "$results" <<'PY'
 import json, sys
 s = json.loads(sys.argv[1])
 mb = s["bytes"] / 2**20
@@ -111,21 +130,26 @@ PY
 interference_start
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
 echo "anchors: $(iperf3 --version | head -1 | cut -d' ' -f1-2), sockperf $(sockperf --version 2>&1 | grep -o 'version [0-9.]*' | head -1)"
-echo "runs of ${secs}s, ${repeats} repeats per case, tools alternating"
+echo "runs of ${secs}s, ${repeats} repeats per case, tools alternating, cases $cases"
 for path in loopback veth; do
   for r in $(seq "$repeats"); do
-    for tool in netsteer iperf3; do
-      stream $path "1 flow, 128 KiB writes" $tool 1 131072 0
-      stream $path "2 flows, 128 KiB writes" $tool 2 131072 0
-      stream $path "6 flows, 16 B writes, nodelay" $tool 6 16 1
-      # iperf3 -l 16 also reads 16 bytes at a time: the same receive work for both.
-      stream $path "6 flows, 16 B writes and reads, nodelay" $tool 6 16 1 16
-    done
-    for tool in netsteer sockperf; do
-      rr $path 14 $tool
-      rr $path 4096 $tool
-    done
-    for v in copy copy-4108-zcsend zerocopy-4108-zcsend; do zc $path $v; done
+    if [[ ,$cases, == *,stream,* ]]; then
+      for tool in netsteer iperf3; do
+        for f in 1 2 4; do stream $path "$f flow(s), 128 KiB writes" $tool $f 131072 0; done
+        stream $path "6 flows, 16 B writes, nodelay" $tool 6 16 1
+        # iperf3 -l 16 also reads 16 bytes at a time: the same receive work for both.
+        stream $path "6 flows, 16 B writes and reads, nodelay" $tool 6 16 1 16
+      done
+    fi
+    if [[ ,$cases, == *,rr,* ]]; then
+      for tool in netsteer sockperf; do
+        rr $path 14 $tool
+        rr $path 4096 $tool
+      done
+    fi
+    if [[ ,$cases, == *,zc,* ]]; then
+      for v in copy copy-4108-zcsend zerocopy-4108-zcsend; do zc $path $v; done
+    fi
   done
 done
 
@@ -134,36 +158,56 @@ import sys, statistics
 st, rr, zc = {}, {}, {}
 for l in open(sys.argv[1]):
     f = l.split()
-    if f[0] == "stream":
-        # stream PATH CASE... TOOL BPS
-        st.setdefault((f[1], " ".join(f[2:-2])), {}).setdefault(f[-2], []).append(float(f[-1]))
-    elif f[0] == "rr":
-        rr.setdefault((f[1], f[2]), {}).setdefault(f[3], []).append((float(f[4]), float(f[5])))
+    kind, path, case, *tool = f[0].split("|")
+    case = case.replace("_", " ")
+    vals = [float(x) for x in f[1:]]
+    if kind == "stream":
+        # bps bytes client_cpu_s server_ticks softirq_ticks
+        st.setdefault((path, case), {}).setdefault(tool[0], []).append(vals)
+    elif kind == "rr":
+        # p50 p99 round_trips client_cpu_s server_ticks softirq_ticks
+        rr.setdefault((path, case), {}).setdefault(tool[0], []).append(vals)
     else:
-        zc.setdefault((f[1], f[2]), []).append([float(x) for x in f[3:]])
-mmm = lambda v, fmt="{:.2f}": "/".join(fmt.format(x) for x in (min(v), statistics.median(v), max(v)))
+        zc.setdefault((path, case), []).append(vals)
+med = statistics.median
+mmm = lambda v, fmt="{:.2f}": "/".join(fmt.format(x) for x in (min(v), med(v), max(v)))
+# Process CPU (client + server) and softirq, µs per unit.
+def cost(v, units):
+    units = max(units, 1)
+    return (v[0] + v[1] / 100) * 1e6 / units, v[2] / 100 * 1e6 / units
 ok = True
-print("\n| path | stream case | netsteer Gbit/s | iperf3 Gbit/s | ratio netsteer/iperf3 |")
-print("|---|---|---|---|---|")
+print("\n| path | stream case | netsteer Gbit/s | iperf3 Gbit/s | ratio | CPU µs/MiB netsteer / iperf3 (ratio) | softirq µs/MiB netsteer / iperf3 |")
+print("|---|---|---|---|---|---|---|")
 for (path, case), t in st.items():
     ns, ip = t["netsteer"], t["iperf3"]
-    r = [a / b for a, b in zip(ns, ip)]
+    r = [a[0] / b[0] for a, b in zip(ns, ip)]
     if "16 B" not in case:
-        ok &= round(statistics.median(r), 2) >= 1.0
-    g = lambda v: [x / 1e9 for x in v]
+        ok &= round(med(r), 2) >= 1.0
+    g = lambda v: [x[0] / 1e9 for x in v]
     fmt = "{:.3f}" if "16 B" in case else "{:.2f}"
-    print(f"| {path} | {case} | {mmm(g(ns), fmt)} | {mmm(g(ip), fmt)} | {mmm(r)} |")
-print("\n| path | tcp-rr size | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio |")
-print("|---|---|---|---|---|---|---|---|")
+    cn = [cost(x[2:], x[1] / 2**20) for x in ns]
+    ci = [cost(x[2:], x[1] / 2**20) for x in ip]
+    cr = [a[0] / b[0] for a, b in zip(cn, ci)]
+    print(f"| {path} | {case} | {mmm(g(ns), fmt)} | {mmm(g(ip), fmt)} | {mmm(r)} | "
+          f"{med([c[0] for c in cn]):.0f} / {med([c[0] for c in ci]):.0f} ({mmm(cr)}) | "
+          f"{med([c[1] for c in cn]):.0f} / {med([c[1] for c in ci]):.0f} |")
+print("\n| path | tcp-rr size | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio | CPU µs/rt netsteer / sockperf (ratio) | softirq µs/rt netsteer / sockperf |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for (path, size), t in rr.items():
     ns, sp = t["netsteer"], t["sockperf"]
     r50 = [a[0] / b[0] for a, b in zip(ns, sp)]
     r99 = [a[1] / b[1] for a, b in zip(ns, sp)]
-    ok &= round(statistics.median(r50), 2) <= 1.0
+    ok &= round(med(r50), 2) <= 1.0 and round(med(r99), 2) <= 1.0
+    cn = [cost(x[3:], x[2]) for x in ns]
+    cs = [cost(x[3:], x[2]) for x in sp]
+    cr = [a[0] / b[0] for a, b in zip(cn, cs)]
     print(f"| {path} | {size} B | {mmm([x[0] for x in ns])} | {mmm([x[0] for x in sp])} | "
-          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {mmm(r50)} | {mmm(r99)} |")
-print("\n| path | receive (sender) | Gbit/s | server threads µs/MiB | server CPU softirq µs/MiB | client threads µs/MiB | mapped % | retransmits |")
-print("|---|---|---|---|---|---|---|---|")
+          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {mmm(r50)} | {mmm(r99)} | "
+          f"{med([c[0] for c in cn]):.2f} / {med([c[0] for c in cs]):.2f} ({mmm(cr)}) | "
+          f"{med([c[1] for c in cn]):.2f} / {med([c[1] for c in cs]):.2f} |")
+if zc:
+    print("\n| path | receive (sender) | Gbit/s | server threads µs/MiB | server CPU softirq µs/MiB | client threads µs/MiB | mapped % | retransmits |")
+    print("|---|---|---|---|---|---|---|---|")
 names = {"copy": "read() (plain send)", "copy-4108-zcsend": "read() (MSS 4108, MSG_ZEROCOPY)",
          "zerocopy-4108-zcsend": "TCP_ZEROCOPY_RECEIVE (MSS 4108, MSG_ZEROCOPY)"}
 for (path, v), rows in zc.items():
@@ -172,8 +216,9 @@ for (path, v), rows in zc.items():
     print(f"| {path} | {names[v]} | {mmm([x / 1e9 for x in col(0)])} | {mmm(col(1), '{:.0f}')} | "
           f"{mmm(col(2), '{:.0f}')} | {mmm(col(3), '{:.0f}')} | "
           f"{mmm(mapped, '{:.3f}') if mapped[0] >= 0 else '-'} | {mmm(col(5), '{:.0f}')} |")
-print("\nvalues: min/median/max over the repeats; ratios of back-to-back runs")
-print("targets (median at two decimals): stream ratio >= 1.00 (1 and 2 flows), rr p50 ratio <= 1.00:",
+print("\nvalues: min/median/max over the repeats; ratios of back-to-back runs; CPU = client + server")
+print("process (user + system), softirq = all CPUs' softirq time during the client's run")
+print("targets (median at two decimals): stream ratio >= 1.00 (128 KiB writes), rr p50 and p99 ratio <= 1.00:",
       "met" if ok else "NOT met")
 PY
-rm -f "$results"
+rm -f "$results" "$cpufile"

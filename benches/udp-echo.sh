@@ -28,18 +28,6 @@ trap 'stop_bg; interference_stop' EXIT
 
 results=$(mktemp)
 cpufile=$(mktemp)
-# Runs a command and writes "cpu_seconds wall_seconds" of it (and its children) to $cpufile.
-cpuwrap() {
-  python3 -c 'import resource, subprocess, sys, time
-t = time.monotonic()
-r = subprocess.run(sys.argv[2:])
-w = time.monotonic() - t
-u = resource.getrusage(resource.RUSAGE_CHILDREN)
-open(sys.argv[1], "w").write(f"{u.ru_utime + u.ru_stime} {w}\n")
-sys.exit(r.returncode)' "$cpufile" "$@"
-}
-# The server process's user + system ticks (USER_HZ = 100) so far.
-ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
 # run ENV PLACEMENT MODE TOOL -> appends "env placement mode tool p50_us p99_us round_trips
 # server_ticks client_cpu_s client_wall_s" to $results
 run() {
@@ -54,7 +42,7 @@ run() {
     sleep 0.5
     local out t0 t1
     t0=$(ticks $bg)
-    out=$(cpuwrap "${cns[@]}" taskset -c $ccpu sockperf pp -i $addr -p $port -m 32 -t "$secs" --full-rtt "${nb[@]}" 2>&1)
+    out=$(cpuwrap "$cpufile" "${cns[@]}" taskset -c $ccpu sockperf pp -i $addr -p $port -m 32 -t "$secs" --full-rtt "${nb[@]}" 2>&1)
     t1=$(ticks $bg)
     stop_bg
     local p50 p99 rt
@@ -72,7 +60,7 @@ run() {
     sleep 0.5
     local line t0 t1
     t0=$(ticks $bg)
-    line=$(cpuwrap "${cns[@]}" "$bin" bench udp-echo client $addr:$port --cpu $ccpu --wait $wait --size 32 \
+    line=$(cpuwrap "$cpufile" "${cns[@]}" "$bin" bench udp-echo client $addr:$port --cpu $ccpu --wait $wait --size 32 \
       --warmup 0.5 --duration "$secs" --json | grep '"type":"summary"')
     t1=$(ticks $bg)
     stop_bg

@@ -2,6 +2,7 @@
 //! receive, percentiles, and a server that survives hostile and vanishing clients.
 
 use netsteer_bench::clock::{Clock, MonotonicClock};
+use netsteer_bench::tcp::Engine;
 use netsteer_bench::tcp::message::ServerTest;
 use netsteer_bench::tcp::proto::{self, Hello, Reply, TestKind, TestSpec};
 use netsteer_bench::tcp::rr::{RrConfig, run_rr_client};
@@ -82,6 +83,7 @@ fn stream_cfg(addr: SocketAddr) -> StreamConfig {
         verify: false,
         inject_corruption_at: None,
         timeout: Duration::from_secs(5),
+        engine: Engine::Auto,
     }
 }
 
@@ -110,9 +112,12 @@ fn rr_cfg(addr: SocketAddr) -> RrConfig {
 #[test]
 fn multi_flow_stream_with_verify_and_odd_write_sizes() {
     let srv = Running::start(64, Duration::from_secs(5));
-    // 16-byte writes read 16 bytes at a time, as `iperf3 -l 16` does (--read-size).
-    for (flows, write_size, read_size) in
-        [(4, 128 << 10, None), (3, 16, Some(16)), (2, 70_001, None)]
+    // 16-byte writes read 16 bytes at a time, as `iperf3 -l 16` does (--read-size). Each case
+    // runs with a thread per flow and with flows polled from one thread per CPU.
+    let cases = [(4, 128 << 10, None), (3, 16, Some(16)), (2, 70_001, None)];
+    for ((flows, write_size, read_size), engine) in cases
+        .into_iter()
+        .flat_map(|c| [(c, Engine::Threads), (c, Engine::Poll)])
     {
         let mut intervals = Vec::new();
         let s = run_stream_client(
@@ -122,6 +127,7 @@ fn multi_flow_stream_with_verify_and_odd_write_sizes() {
                 read_size,
                 nodelay: write_size == 16,
                 verify: true,
+                engine,
                 ..stream_cfg(srv.addr)
             },
             |m| {
@@ -145,8 +151,68 @@ fn multi_flow_stream_with_verify_and_odd_write_sizes() {
         // Intervals are measured at the sender; the summary at the receiver, which got it all.
         let written: u64 = intervals.iter().map(|i| i.bytes).sum();
         assert_eq!(written, s.sent_bytes);
+        assert_eq!(s.engine.client, Some(engine));
+        assert_eq!(s.engine.server, Some(engine));
     }
-    assert_eq!(srv.stop().tests, 3);
+    assert_eq!(srv.stop().tests, 6);
+}
+
+/// Engine auto: a side with more flows than CPUs polls them, one with as many CPUs as flows
+/// gives each its thread; zero-copy always gets threads.
+#[test]
+fn auto_engine_follows_flows_and_cpus() {
+    assert_eq!(Engine::Auto.resolve(4, 1, false), Engine::Poll);
+    assert_eq!(Engine::Auto.resolve(2, 2, false), Engine::Threads);
+    assert_eq!(Engine::Auto.resolve(1, 1, false), Engine::Threads);
+    assert_eq!(Engine::Auto.resolve(8, 2, true), Engine::Threads);
+    assert_eq!(Engine::Poll.resolve(1, 4, false), Engine::Poll);
+    assert_eq!(Engine::groups(5, 2), 2);
+    assert_eq!(Engine::groups(1, 8), 1);
+}
+
+/// The polling thread gives each polled flow's connection slot back before it reports the
+/// flow done: with room for one test's connections (a control and four data) plus the
+/// previous test's control connection, which may still be closing, tests run back to back
+/// (a leak of four slots would refuse the second), and a verify failure is still caught on a
+/// polled flow.
+#[test]
+fn polled_flows_give_their_connection_slots_back() {
+    let srv = Running::start(6, Duration::from_secs(5));
+    for round in 0..3 {
+        // The previous test's control thread gives its slot back just after it reports; a
+        // server that leaked slots would refuse this test for good, so a refusal of the
+        // control connection is retried briefly.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let s = loop {
+            match run_stream_client(
+                &StreamConfig {
+                    flows: 4,
+                    engine: Engine::Poll,
+                    verify: true,
+                    inject_corruption_at: (round == 2).then_some(333_333),
+                    duration: Duration::from_millis(300),
+                    ..stream_cfg(srv.addr)
+                },
+                |_| Ok(()),
+            ) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() < deadline && e.to_string().contains("full") => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        };
+        let v = s.verify.unwrap();
+        if round == 2 {
+            assert_eq!(
+                v.problems,
+                vec!["flow 0: first corrupt byte at stream offset 333333".to_string()]
+            );
+        } else {
+            assert!(v.ok, "round {round}: {:?}", v.problems);
+        }
+    }
+    srv.stop();
 }
 
 #[test]
@@ -297,6 +363,84 @@ fn send_raw(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
     s
 }
 
+/// What a client that speaks the protocol by hand asks for: a verified stream test.
+fn stream_spec(flows: u32, engine: Engine) -> TestSpec {
+    TestSpec {
+        kind: TestKind::TcpStream,
+        flows,
+        duration_s: 60.0,
+        write_size: 1 << 16,
+        read_size: None,
+        verify: true,
+        zerocopy_recv: false,
+        mss: None,
+        congestion: None,
+        nodelay: false,
+        request_size: 1,
+        response_size: 1,
+        wait: "block".into(),
+        busy_poll_us: 0,
+        busy_poll_budget: 0,
+        prefer_busy_poll: false,
+        engine,
+    }
+}
+
+/// A polled test whose client vanishes with one of its two flows never connected: the
+/// polling thread (waiting for that flow) ends, the connected flow's socket is closed, and
+/// the server goes on serving.
+#[test]
+fn polled_test_of_a_vanishing_client_ends() {
+    let srv = Running::start(16, Duration::from_millis(500));
+    let mut control = TcpStream::connect(srv.addr).unwrap();
+    proto::write_preamble(&mut control).unwrap();
+    proto::write_frame(
+        &mut control,
+        &Hello::Control {
+            spec: stream_spec(2, Engine::Poll),
+        },
+    )
+    .unwrap();
+    proto::read_preamble(&mut control).unwrap();
+    let Reply::Accepted { test_id } = proto::read_frame(&mut control).unwrap() else {
+        panic!("not accepted")
+    };
+    let mut data = TcpStream::connect(srv.addr).unwrap();
+    proto::write_preamble(&mut data).unwrap();
+    proto::write_frame(&mut data, &Hello::Data { test_id, flow: 0 }).unwrap();
+    data.write_all(&[0u8; 100_000]).unwrap();
+    drop(control);
+    assert!(closed_within(data, Duration::from_secs(15)));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.tests.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    {
+        let tests = srv.tests.lock().unwrap();
+        assert_eq!(tests.len(), 1);
+        assert!(
+            tests[0]
+                .errors
+                .iter()
+                .any(|e| e.contains("control connection lost")),
+            "{:?}",
+            tests[0].errors
+        );
+    }
+    let s = run_stream_client(
+        &StreamConfig {
+            flows: 3,
+            engine: Engine::Poll,
+            verify: true,
+            ..stream_cfg(srv.addr)
+        },
+        |_| Ok(()),
+    )
+    .unwrap();
+    assert!(s.verify.unwrap().ok);
+    srv.stop();
+}
+
 /// Reads until the server closes, or gives up after `limit`.
 fn closed_within(mut s: TcpStream, limit: Duration) -> bool {
     s.set_read_timeout(Some(limit)).unwrap();
@@ -378,24 +522,7 @@ fn server_survives_garbage_silence_floods_and_vanishing_clients() {
 
     // A client that vanishes mid-test: control and data open, some bytes, then gone.
     {
-        let spec = TestSpec {
-            kind: TestKind::TcpStream,
-            flows: 1,
-            duration_s: 60.0,
-            write_size: 1 << 16,
-            read_size: None,
-            verify: true,
-            zerocopy_recv: false,
-            mss: None,
-            congestion: None,
-            nodelay: false,
-            request_size: 1,
-            response_size: 1,
-            wait: "block".into(),
-            busy_poll_us: 0,
-            busy_poll_budget: 0,
-            prefer_busy_poll: false,
-        };
+        let spec = stream_spec(1, Engine::Threads);
         let mut control = TcpStream::connect(srv.addr).unwrap();
         proto::write_preamble(&mut control).unwrap();
         proto::write_frame(&mut control, &Hello::Control { spec }).unwrap();
@@ -483,6 +610,11 @@ fn dead_server_and_bad_config_are_errors_not_hangs() {
         },
         StreamConfig {
             duration: Duration::ZERO,
+            ..stream_cfg(srv.addr)
+        },
+        StreamConfig {
+            engine: Engine::Poll,
+            zerocopy_send: true,
             ..stream_cfg(srv.addr)
         },
     ] {

@@ -148,7 +148,7 @@ pub struct StreamArgs {
     /// The server, `HOST:PORT` (port 4322 by default).
     #[arg(value_name = "HOST:PORT")]
     target: String,
-    /// Flows (connections), one sending thread each (1 to 256).
+    /// Flows (connections), 1 to 256.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     flows: u32,
     /// Pin flow i to the i-th CPU of this list.
@@ -196,6 +196,9 @@ pub struct StreamArgs {
     /// The server checks every byte against the sender's pattern; a mismatch exits 1.
     #[arg(long)]
     verify: bool,
+    /// How each side drives its flows; the server decides `auto` for its own CPUs.
+    #[arg(long, value_enum, default_value_t = tcp::Engine::Auto)]
+    engine: tcp::Engine,
     /// Test hook: corrupt the byte at this stream offset of flow 0 before sending it.
     #[arg(long, hide = true, value_name = "OFFSET")]
     inject_corruption: Option<u64>,
@@ -646,6 +649,7 @@ fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
         verify: a.verify,
         inject_corruption_at: a.inject_corruption,
         timeout: a.timeout.get(),
+        engine: a.engine,
     };
     let mut out = reporter(a.json);
     match tcp::stream::run_stream_client(&cfg, |m| out.emit(m)) {

@@ -209,6 +209,7 @@ fn tcp_stream(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         verify: false,
         inject_corruption_at: None,
         timeout: Duration::from_secs(10),
+        engine: netsteer_bench::tcp::Engine::Auto,
     };
     let s = client_server(
         p,

@@ -74,6 +74,10 @@ pub struct StreamSummary {
     pub softirq_us_per_mb: Sides<Option<f64>>,
     pub context_switches: Sides<u64>,
     pub cost: Sides<SideCost>,
+    /// How each side drove its flows (`threads` or `poll`; the server's is absent from older
+    /// servers).
+    #[serde(default)]
+    pub engine: Sides<Option<crate::tcp::Engine>>,
     /// Zero-copy receive: bytes mapped, copied into the copy buffer, read with read(2).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub rx_mapped_bytes: Option<u64>,
@@ -119,6 +123,10 @@ pub struct RrSummary {
     pub wait: String,
     pub transactions: u64,
     pub transactions_per_second: f64,
+    /// Every transaction of the run, the warm-up's included: what process-level CPU time
+    /// (as a script measures for an anchor tool beside this one) divides by.
+    #[serde(default)]
+    pub all_transactions: u64,
     /// Request sent → whole response received, exact over the run (HDR, 3 significant digits).
     pub latency_ns: Option<LatencySummary>,
     /// Min, median and max of the per-interval p50s.

@@ -20,6 +20,59 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
+/// How one side of a tcp-stream test drives its flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Engine {
+    /// `poll` when a side has more flows than CPUs to run them on, else `threads`. Each side
+    /// decides for its own CPUs.
+    #[default]
+    Auto,
+    /// A thread per flow, blocking I/O (iperf3 3.16+'s model).
+    Threads,
+    /// One thread per CPU serving all of its flows from epoll, non-blocking (neper's model):
+    /// no context switch between flows that share a CPU.
+    Poll,
+}
+
+impl Engine {
+    /// What `self` means for `flows` flows on `cpus` CPUs. Zero-copy I/O always gets threads:
+    /// its completions and mapped windows are driven by a blocking loop per flow.
+    pub fn resolve(self, flows: u32, cpus: usize, zerocopy: bool) -> Engine {
+        match self {
+            _ if zerocopy => Engine::Threads,
+            Engine::Auto if flows as usize > cpus.max(1) => Engine::Poll,
+            Engine::Auto => Engine::Threads,
+            e => e,
+        }
+    }
+
+    /// How many polling threads serve `flows` flows on `cpus` CPUs.
+    pub fn groups(flows: u32, cpus: usize) -> usize {
+        (flows as usize).min(cpus.max(1))
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Engine::Auto => "auto",
+            Engine::Threads => "threads",
+            Engine::Poll => "poll",
+        })
+    }
+}
+
+/// The CPUs a side's threads may use: its `--cpu` list, or else the process's affinity.
+pub(crate) fn usable_cpus(pinned: &[u32]) -> usize {
+    if pinned.is_empty() {
+        netsteer_sock::cpu::allowed_cpus().map_or(1, |c| c.len())
+    } else {
+        pinned.len()
+    }
+}
+
 /// Default port of the TCP benchmark server.
 pub const DEFAULT_PORT: u16 = 4322;
 
@@ -144,7 +197,7 @@ impl Session {
         mut self,
         finish: &Finish,
         timeout: Duration,
-    ) -> Result<(Vec<ServerFlow>, SideCost), BenchError> {
+    ) -> Result<(Vec<ServerFlow>, SideCost, Option<Engine>), BenchError> {
         let what = format!("results from {}", self.target);
         // The server waits up to 10 s for stuck flows before it answers.
         self.control
@@ -152,7 +205,12 @@ impl Session {
             .map_err(io_ctx(what.clone()))?;
         proto::write_frame(&mut self.control, finish).map_err(io_ctx(what.clone()))?;
         match proto::read_frame::<Reply>(&mut self.control).map_err(io_ctx(what.clone()))? {
-            Reply::Result { flows, cost, .. } => Ok((flows, cost)),
+            Reply::Result {
+                flows,
+                cost,
+                engine,
+                ..
+            } => Ok((flows, cost, engine)),
             other => Err(BenchError::Config(format!(
                 "{what}: unexpected reply {other:?}"
             ))),

@@ -74,6 +74,9 @@ pub struct TestSpec {
     /// a low-water mark for small writes); `iperf3 -l 16` reads 16 bytes at a time.
     #[serde(default)]
     pub read_size: Option<u32>,
+    /// tcp-stream: how the server drives its flows (absent from older clients: auto).
+    #[serde(default)]
+    pub engine: crate::tcp::Engine,
 }
 
 impl TestSpec {
@@ -117,6 +120,12 @@ impl TestSpec {
         }
         if self.read_size.is_some_and(|r| r == 0 || r > 1 << 20) {
             return Err(format!("read size {:?} (1..=1 MiB)", self.read_size));
+        }
+        if self.zerocopy_recv && self.engine == crate::tcp::Engine::Poll {
+            return Err(
+                "engine poll: TCP_ZEROCOPY_RECEIVE runs a thread per flow (engine threads or auto)"
+                    .into(),
+            );
         }
         if self.wait.parse::<crate::udp_echo::Wait>().is_err() {
             return Err(format!("wait mode {:?}", self.wait));
@@ -168,6 +177,9 @@ pub enum Reply {
         flows: Vec<ServerFlow>,
         cost: SideCost,
         duration_s: f64,
+        /// How the server drove the flows (absent from older servers).
+        #[serde(default)]
+        engine: Option<crate::tcp::Engine>,
     },
 }
 
@@ -284,6 +296,7 @@ mod tests {
             busy_poll_budget: 0,
             prefer_busy_poll: false,
             read_size: None,
+            engine: crate::tcp::Engine::Threads,
         }
     }
 

@@ -174,6 +174,7 @@ impl RrConfig {
             busy_poll_budget: self.busy.budget,
             prefer_busy_poll: self.busy.prefer,
             read_size: None,
+            engine: crate::tcp::Engine::Threads,
         }
     }
 }
@@ -437,7 +438,7 @@ pub fn run_rr_client(
     }
     let client_cost = meter.finish(&usage, &cpus);
     drop(socks);
-    let (server_flows, server_cost) = session.finish(
+    let (server_flows, server_cost, _) = session.finish(
         &Finish {
             sent_bytes: Vec::new(),
         },
@@ -474,6 +475,7 @@ pub fn run_rr_client(
         wait: cfg.wait.to_string(),
         transactions: total.count(),
         transactions_per_second: total.count() as f64 / duration_s,
+        all_transactions: all,
         latency_ns: total.summary(),
         interval_p50_ns: spread(&p50s),
         cpu_us_per_transaction: Sides {

@@ -15,9 +15,10 @@ use crate::tcp::proto::{
     CONTROL_GRACE_S, DeadlineReader, Finish, Hello, Reply, ServerFlow, TestKind, TestSpec,
     read_frame, read_preamble, write_frame, write_preamble,
 };
-use crate::tcp::{rr, stream};
+use crate::tcp::{Engine, rr, stream, usable_cpus};
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
+use netsteer_sock::epoll::{Epoll, Interest};
 use netsteer_sock::tcp::wait_readable;
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeSet, HashMap};
@@ -60,6 +61,29 @@ struct Test {
     stop: AtomicBool,
     slots: Mutex<Slots>,
     changed: Condvar,
+    /// Engine `poll`: flow i is served by group i % len; empty with a thread per flow.
+    groups: Vec<Group>,
+}
+
+/// One polling thread's flows (engine `poll`). The first data connection of the group to
+/// arrive becomes its thread; later ones watch their socket on its epoll, queue it, and end.
+struct Group {
+    epoll: Epoll,
+    queue: Mutex<GroupQueue>,
+    /// Flows this group will serve (those with flow % groups == its index).
+    expected: usize,
+    cpu: Option<u32>,
+}
+
+#[derive(Default)]
+struct GroupQueue {
+    /// Sockets not yet taken by the group's thread. Their connection slots are the group
+    /// thread's to give back, each before its flow is reported done, so that a client that
+    /// starts its next test on the result finds them free.
+    pending: Vec<(u32, Arc<TcpStream>)>,
+    claimed: bool,
+    /// The group's thread has ended: nothing more is taken.
+    closed: bool,
 }
 
 impl Test {
@@ -201,8 +225,9 @@ impl Server {
             let spawned = std::thread::Builder::new()
                 .name("tcp-bench-conn".into())
                 .spawn(move || {
-                    handle(&conn_shared, sock, peer, &tx);
-                    conn_shared.open.fetch_sub(1, Ordering::Relaxed);
+                    if handle(&conn_shared, sock, peer, &tx) {
+                        conn_shared.open.fetch_sub(1, Ordering::Relaxed);
+                    }
                 });
             if spawned.is_err() {
                 shared.open.fetch_sub(1, Ordering::Relaxed);
@@ -291,7 +316,14 @@ fn random_id() -> u64 {
     h.finish()
 }
 
-fn handle(shared: &Shared, sock: TcpStream, peer: SocketAddr, tx: &mpsc::Sender<ServerTest>) {
+/// Serves one connection; false when its socket lives on in a polling thread, which then
+/// gives its connection slot back.
+fn handle(
+    shared: &Shared,
+    sock: TcpStream,
+    peer: SocketAddr,
+    tx: &mpsc::Sender<ServerTest>,
+) -> bool {
     let hello = (|| {
         sock.set_nodelay(true)?;
         let mut r = DeadlineReader::new(&sock, shared.hello_timeout);
@@ -300,16 +332,19 @@ fn handle(shared: &Shared, sock: TcpStream, peer: SocketAddr, tx: &mpsc::Sender<
     })();
     match hello {
         Ok(Hello::Control { spec }) => control(shared, sock, peer, spec, tx),
-        Ok(Hello::Data { test_id, flow }) => {
-            if !data(shared, sock, test_id, flow) {
+        Ok(Hello::Data { test_id, flow }) => match data(shared, sock, test_id, flow) {
+            Served::Here => {}
+            Served::HandedOver => return false,
+            Served::Refused => {
                 shared.rejected.fetch_add(1, Ordering::Relaxed);
             }
-        }
+        },
         // Garbage, silence past the timeout, a huge length, or a peer that left: close.
         Err(_) => {
             shared.rejected.fetch_add(1, Ordering::Relaxed);
         }
     }
+    true
 }
 
 fn control(
@@ -326,6 +361,37 @@ fn control(
     }
     let test_id = random_id();
     let n = spec.flows as usize;
+    let engine = match spec.kind {
+        TestKind::TcpStream => {
+            spec.engine
+                .resolve(spec.flows, usable_cpus(&shared.cpus), spec.zerocopy_recv)
+        }
+        TestKind::TcpRr => Engine::Threads,
+    };
+    let groups = match engine {
+        Engine::Poll => {
+            let count = Engine::groups(spec.flows, usable_cpus(&shared.cpus));
+            let made: io::Result<Vec<Group>> = (0..count)
+                .map(|g| {
+                    Ok(Group {
+                        epoll: Epoll::new()?,
+                        queue: Mutex::default(),
+                        expected: (g..n).step_by(count).count(),
+                        cpu: (!shared.cpus.is_empty()).then(|| shared.cpus[g % shared.cpus.len()]),
+                    })
+                })
+                .collect();
+            match made {
+                Ok(g) => g,
+                Err(e) => {
+                    let error = format!("creating the epoll instances: {e}");
+                    let _ = write_frame(&mut sock, &Reply::Rejected { error });
+                    return;
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
     let test = Arc::new(Test {
         spec: spec.clone(),
         seed_id: test_id,
@@ -335,6 +401,7 @@ fn control(
             done: (0..n).map(|_| None).collect(),
         }),
         changed: Condvar::new(),
+        groups,
     });
     shared
         .tests
@@ -369,6 +436,8 @@ fn control(
             test.wait_flows(Duration::from_secs(2));
         }
     }
+    // Polling threads still waiting for a flow that never connected end now.
+    test.stop.store(true, Ordering::Relaxed);
     shared
         .tests
         .lock()
@@ -409,6 +478,7 @@ fn control(
                 flows,
                 cost,
                 duration_s,
+                engine: (spec.kind == TestKind::TcpStream).then_some(engine),
             },
         );
     }
@@ -428,8 +498,18 @@ fn control(
     });
 }
 
-/// Runs one data connection; false when it named no test or flow that can take it.
-fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> bool {
+/// What became of a data connection.
+enum Served {
+    /// Its flow ran on this thread (and maybe a polling group's other flows with it).
+    Here,
+    /// Its socket went to a polling thread (maybe this one), which gave its slot back.
+    HandedOver,
+    /// It named no test or flow that can take it.
+    Refused,
+}
+
+/// Runs one data connection.
+fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> Served {
     let Some(test) = shared
         .tests
         .lock()
@@ -437,15 +517,18 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> bool {
         .get(&test_id)
         .cloned()
     else {
-        return false;
+        return Served::Refused;
     };
     let sock = Arc::new(sock);
     {
         let mut slots = test.slots.lock().unwrap_or_else(|e| e.into_inner());
         match slots.streams.get_mut(flow as usize) {
             Some(slot @ None) if !test.stop.load(Ordering::Relaxed) => *slot = Some(sock.clone()),
-            _ => return false,
+            _ => return Served::Refused,
         }
+    }
+    if !test.groups.is_empty() {
+        return join_group(shared, &test, sock, flow);
     }
     let mut pin_error = None;
     if !shared.cpus.is_empty() {
@@ -475,12 +558,159 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> bool {
     }
     cpus.extend(current_cpu());
     let usage = ThreadUsage::current().unwrap_or_default().since(&before);
-    let mut slots = test.slots.lock().unwrap_or_else(|e| e.into_inner());
-    slots.done[flow as usize] = Some(FlowDone {
+    test.done(FlowDone {
         flow: result,
         usage,
         cpus,
     });
-    test.changed.notify_all();
-    true
+    Served::Here
+}
+
+impl Test {
+    fn done(&self, d: FlowDone) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let i = d.flow.flow as usize;
+        slots.done[i] = Some(d);
+        self.changed.notify_all();
+    }
+}
+
+/// Engine `poll`: queues the flow for its group, and serves the group if no thread does yet.
+fn join_group(shared: &Shared, test: &Test, sock: Arc<TcpStream>, flow: u32) -> Served {
+    let group = &test.groups[flow as usize % test.groups.len()];
+    let failed = |e: io::Error| {
+        test.done(FlowDone {
+            flow: ServerFlow {
+                flow,
+                error: Some(e.to_string()),
+                ..ServerFlow::default()
+            },
+            usage: ThreadUsage::default(),
+            cpus: BTreeSet::new(),
+        });
+        Served::Here
+    };
+    // Watched before it is queued: an event for a socket not yet taken is seen again, since
+    // the watch is level-triggered.
+    if let Err(e) = sock.set_nonblocking(true).and_then(|()| {
+        group
+            .epoll
+            .watch(sock.as_fd(), Interest::Read, u64::from(flow))
+    }) {
+        return failed(e);
+    }
+    let serve = {
+        let mut q = group.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.closed {
+            drop(q);
+            let _ = group.epoll.unwatch(sock.as_fd());
+            return failed(io::Error::other(
+                "the test ended before this flow connected",
+            ));
+        }
+        let serve = !q.claimed;
+        q.claimed = true;
+        q.pending.push((flow, sock));
+        serve
+    };
+    if serve {
+        poll_group(shared, test, group);
+    }
+    Served::HandedOver
+}
+
+/// Reads per ready flow before the next one's turn.
+const READS_PER_TURN: u32 = 16;
+
+/// A group's thread: reads every flow the epoll says is readable until all of the group's
+/// flows reached EOF or the test stops.
+fn poll_group(shared: &Shared, test: &Test, group: &Group) {
+    let pin_error = group.cpu.and_then(|cpu| {
+        pin_current_thread(&[cpu])
+            .err()
+            .map(|e| format!("pinning to CPU {cpu}: {e}"))
+    });
+    let mut last_usage = ThreadUsage::current().unwrap_or_default();
+    let mut cpus = BTreeSet::new();
+    cpus.extend(current_cpu());
+    let mut flows: HashMap<u32, (Arc<TcpStream>, stream::CopyRx)> = HashMap::new();
+    let mut finished = 0usize;
+    let mut ready = Vec::new();
+    let mut end = |flow: u32,
+                   entry: (Arc<TcpStream>, stream::CopyRx),
+                   error: Option<io::Error>,
+                   cpus: &BTreeSet<u32>| {
+        let (sock, rx) = entry;
+        let _ = group.epoll.unwatch(sock.as_fd());
+        shared.open.fetch_sub(1, Ordering::Relaxed);
+        let mut result = rx.finish(error);
+        result.flow = flow;
+        if result.error.is_none() {
+            result.error = pin_error.clone();
+        }
+        // The thread's CPU time so far goes to the flow that ends; the sum is the thread's.
+        let now = ThreadUsage::current().unwrap_or_default();
+        test.done(FlowDone {
+            flow: result,
+            usage: now.since(&last_usage),
+            cpus: cpus.clone(),
+        });
+        last_usage = now;
+    };
+    let mut turns = 0u64;
+    let failure = loop {
+        {
+            let mut q = group.queue.lock().unwrap_or_else(|e| e.into_inner());
+            for (flow, sock) in q.pending.drain(..) {
+                let rx = stream::CopyRx::new(&test.spec, test.seed_id, flow);
+                match rx.prepare(&sock) {
+                    Ok(()) => {
+                        flows.insert(flow, (sock, rx));
+                    }
+                    Err(e) => {
+                        finished += 1;
+                        end(flow, (sock, rx), Some(e), &cpus);
+                    }
+                }
+            }
+            if finished >= group.expected || test.stop.load(Ordering::Relaxed) {
+                q.closed = true;
+                break None;
+            }
+        }
+        // Waking every 100 ms to look at the stop flag, as the threads' reads do on shutdown.
+        if let Err(e) = group.epoll.ready(100, &mut ready) {
+            break Some(e);
+        }
+        for r in &ready {
+            let flow = r.token as u32;
+            let Some((sock, rx)) = flows.get_mut(&flow) else {
+                continue;
+            };
+            let outcome = rx.pump(sock, READS_PER_TURN);
+            if matches!(outcome, Ok(stream::Pumped::Eof) | Err(_))
+                && let Some(entry) = flows.remove(&flow)
+            {
+                finished += 1;
+                end(flow, entry, outcome.err(), &cpus);
+            }
+        }
+        turns += 1;
+        if turns.is_multiple_of(256) {
+            cpus.extend(current_cpu());
+        }
+    };
+    // Stopped (or epoll failed): the flows still open end with what they read.
+    let stopped = test.stop.load(Ordering::Relaxed);
+    let flows: Vec<_> = flows.drain().collect();
+    for (flow, entry) in flows {
+        let error = if stopped {
+            None
+        } else {
+            failure
+                .as_ref()
+                .map(|e| io::Error::new(e.kind(), format!("waiting in epoll: {e}")))
+        };
+        end(flow, entry, error, &cpus);
+    }
 }

@@ -5,9 +5,10 @@ use crate::tcp::cost::{CostMeter, us_per_mb};
 use crate::tcp::message::{FlowRate, Sides, StreamInterval, StreamSummary, Verify, jain};
 use crate::tcp::pattern::{Pattern, flow_seed};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
-use crate::tcp::{Session, SockOpts, io_ctx};
+use crate::tcp::{Engine, Session, SockOpts, io_ctx, usable_cpus};
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
+use netsteer_sock::epoll::{Epoll, Interest};
 use netsteer_sock::tcp::{set_recv_low_water, tcp_info, wait_readable};
 use netsteer_sock::zerocopy::{
     Completions, ZeroCopyReceiver, enable_zerocopy_send, is_optmem_full, read_completions,
@@ -59,32 +60,27 @@ pub(crate) fn receive(
     stop: &AtomicBool,
     cpus: &mut BTreeSet<u32>,
 ) -> ServerFlow {
-    let buf_len = spec
-        .read_size
-        .map_or_else(|| read_buffer_len(spec.write_size), |r| r as usize);
-    let mut verifier = spec.verify.then(|| Verifier {
-        pattern: Pattern::new(flow_seed(test_id, flow), buf_len.max(ZC_WINDOW)),
-        first_mismatch: None,
-    });
+    if !spec.zerocopy_recv {
+        let mut rx = CopyRx::new(spec, test_id, flow);
+        let r = rx.prepare(sock).and_then(|()| {
+            loop {
+                match rx.pump(sock, 1024)? {
+                    Pumped::Eof => return Ok(()),
+                    Pumped::More | Pumped::Drained => {
+                        cpus.extend(current_cpu());
+                        if stop.load(Ordering::Relaxed) {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        });
+        return rx.finish(r.err().filter(|_| !stop.load(Ordering::Relaxed)));
+    }
+    let buf_len = read_len(spec);
+    let mut verifier = verifier(spec, test_id, flow, buf_len);
     let mut out = ServerFlow::default();
-    let r = if spec.zerocopy_recv {
-        receive_zerocopy(sock, buf_len, &mut verifier, &mut out, stop, cpus)
-    } else {
-        receive_copy(
-            sock,
-            buf_len,
-            // An asked-for read size is taken as it is: no low-water mark either.
-            if spec.read_size.is_some() {
-                u32::MAX
-            } else {
-                spec.write_size
-            },
-            &mut verifier,
-            &mut out,
-            stop,
-            cpus,
-        )
-    };
+    let r = receive_zerocopy(sock, buf_len, &mut verifier, &mut out, stop, cpus);
     if let Err(e) = r
         && !stop.load(Ordering::Relaxed)
     {
@@ -94,45 +90,98 @@ pub(crate) fn receive(
     out
 }
 
-fn receive_copy(
-    mut sock: &TcpStream,
-    buf_len: usize,
+fn read_len(spec: &TestSpec) -> usize {
+    spec.read_size
+        .map_or_else(|| read_buffer_len(spec.write_size), |r| r as usize)
+}
+
+fn verifier(spec: &TestSpec, test_id: u64, flow: u32, buf_len: usize) -> Option<Verifier> {
+    spec.verify.then(|| Verifier {
+        pattern: Pattern::new(flow_seed(test_id, flow), buf_len.max(ZC_WINDOW)),
+        first_mismatch: None,
+    })
+}
+
+/// What one [`CopyRx::pump`] ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pumped {
+    /// The sender closed: everything was read.
+    Eof,
+    /// A non-blocking socket has nothing more queued (above its low-water mark).
+    Drained,
+    /// The read budget ran out with data possibly left.
+    More,
+}
+
+/// The copying receiver of one flow, for a blocking socket (a thread per flow) or a
+/// non-blocking one (served from epoll with others).
+pub(crate) struct CopyRx {
+    buf: Vec<u8>,
+    /// The sender's write size, or u32::MAX when a read size was asked for.
     write_size: u32,
-    verifier: &mut Option<Verifier>,
-    out: &mut ServerFlow,
-    stop: &AtomicBool,
-    cpus: &mut BTreeSet<u32>,
-) -> io::Result<()> {
-    let mut buf = vec![0u8; buf_len];
-    // With small writes, wake for 64 KiB at a time, not for every segment: a reader woken per
-    // 16-byte segment spends its CPU on wake-ups (6 flows × 16 B: the server's CPU per MiB fell
-    // 6× on veth; on loopback, where the sender's CPU also runs the receive softirq, the flows
-    // ran 5× faster). Not with large writes: there each wake-up already brings a lot, and the
-    // low-water mark cost a third of a loopback bulk flow (BBR, 128 KiB writes: 22-24 Gbit/s
-    // instead of 25-33). EOF and shutdown wake the reader at once either way.
-    if write_size < SMALL_WRITE {
-        set_recv_low_water(sock.as_fd(), COPY_LOW_WATER.min(buf_len) as u32)?;
+    verifier: Option<Verifier>,
+    out: ServerFlow,
+}
+
+impl CopyRx {
+    pub(crate) fn new(spec: &TestSpec, test_id: u64, flow: u32) -> CopyRx {
+        let buf_len = read_len(spec);
+        CopyRx {
+            buf: vec![0u8; buf_len],
+            // An asked-for read size is taken as it is: no low-water mark either.
+            write_size: if spec.read_size.is_some() {
+                u32::MAX
+            } else {
+                spec.write_size
+            },
+            verifier: verifier(spec, test_id, flow, buf_len),
+            out: ServerFlow {
+                flow,
+                ..ServerFlow::default()
+            },
+        }
     }
-    let mut reads = 0u64;
-    loop {
-        let n = match sock.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if let Some(v) = verifier {
-            v.check(out.bytes, &buf[..n]);
+
+    /// With small writes, wake for 64 KiB at a time, not for every segment: a reader woken per
+    /// 16-byte segment spends its CPU on wake-ups (6 flows × 16 B: the server's CPU per MiB fell
+    /// 6× on veth; on loopback, where the sender's CPU also runs the receive softirq, the flows
+    /// ran 5× faster). Not with large writes: there each wake-up already brings a lot, and the
+    /// low-water mark cost a third of a loopback bulk flow (BBR, 128 KiB writes: 22-24 Gbit/s
+    /// instead of 25-33). EOF and shutdown wake the reader at once either way. epoll honours
+    /// the mark too (tcp_poll() asks tcp_stream_is_readable() with sock_rcvlowat()).
+    pub(crate) fn prepare(&self, sock: &TcpStream) -> io::Result<()> {
+        if self.write_size < SMALL_WRITE {
+            set_recv_low_water(sock.as_fd(), COPY_LOW_WATER.min(self.buf.len()) as u32)?;
         }
-        out.bytes += n as u64;
-        out.rx_read_bytes += n as u64;
-        reads += 1;
-        if reads.is_multiple_of(1024) {
-            cpus.extend(current_cpu());
-            if stop.load(Ordering::Relaxed) {
-                return Ok(());
+        Ok(())
+    }
+
+    /// Reads at most `max_reads` times.
+    pub(crate) fn pump(&mut self, mut sock: &TcpStream, max_reads: u32) -> io::Result<Pumped> {
+        let mut reads = 0;
+        while reads < max_reads {
+            let n = match sock.read(&mut self.buf) {
+                Ok(0) => return Ok(Pumped::Eof),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Pumped::Drained),
+                Err(e) => return Err(e),
+            };
+            if let Some(v) = &mut self.verifier {
+                v.check(self.out.bytes, &self.buf[..n]);
             }
+            self.out.bytes += n as u64;
+            self.out.rx_read_bytes += n as u64;
+            reads += 1;
         }
+        Ok(Pumped::More)
+    }
+
+    /// The flow's result; `error` is what ended it early, if anything.
+    pub(crate) fn finish(mut self, error: Option<io::Error>) -> ServerFlow {
+        self.out.error = error.map(|e| e.to_string());
+        self.out.first_mismatch = self.verifier.and_then(|v| v.first_mismatch);
+        self.out
     }
 }
 
@@ -223,6 +272,8 @@ pub struct StreamConfig {
     /// so tests can prove `--verify` catches corruption end to end.
     pub inject_corruption_at: Option<u64>,
     pub timeout: Duration,
+    /// How each side drives its flows (the server resolves `auto` for its own CPUs).
+    pub engine: Engine,
 }
 
 impl StreamConfig {
@@ -243,6 +294,12 @@ impl StreamConfig {
             if self.zerocopy_recv {
                 return bad("--read-size is for copying receives, not --zerocopy-recv".into());
             }
+        }
+        if self.engine == Engine::Poll && (self.zerocopy_send || self.zerocopy_recv) {
+            return bad(
+                "--engine poll: zero-copy sends and receives run a thread per flow (--engine threads or auto)"
+                    .into(),
+            );
         }
         if self.duration.is_zero() {
             return bad("--duration must be more than 0".into());
@@ -271,7 +328,17 @@ impl StreamConfig {
             busy_poll_budget: 0,
             prefer_busy_poll: false,
             read_size: self.read_size,
+            engine: self.engine,
         }
+    }
+
+    /// The sender's engine on this machine.
+    pub fn client_engine(&self) -> Engine {
+        self.engine.resolve(
+            self.flows,
+            usable_cpus(&self.cpus),
+            self.zerocopy_send || self.zerocopy_recv,
+        )
     }
 }
 
@@ -319,12 +386,7 @@ fn send_flow(
     let result: io::Result<()> = (|| {
         while !stop.load(Ordering::Relaxed) {
             let mut data = pattern.slice(offset, len);
-            if flow == 0
-                && let Some(at) = cfg.inject_corruption_at
-                && (offset..offset + len as u64).contains(&at)
-            {
-                let mut bad = data.to_vec();
-                bad[(at - offset) as usize] ^= 0x01;
+            if let Some(bad) = corrupted(cfg, flow, offset, data) {
                 keep.push(bad);
                 data = keep.last().map(Vec::as_slice).unwrap_or(data);
             }
@@ -383,6 +445,105 @@ fn send_flow(
     end
 }
 
+/// `data` (at stream `offset` of `flow`) with the test hook's bit flipped, if it holds the
+/// byte to corrupt.
+fn corrupted(cfg: &StreamConfig, flow: u32, offset: u64, data: &[u8]) -> Option<Vec<u8>> {
+    let at = cfg.inject_corruption_at.filter(|_| flow == 0)?;
+    if !(offset..offset + data.len() as u64).contains(&at) {
+        return None;
+    }
+    let mut bad = data.to_vec();
+    bad[(at - offset) as usize] ^= 0x01;
+    Some(bad)
+}
+
+/// Writes before a polled flow yields to the next ready one: fairness between flows without
+/// an epoll_wait per write (16-byte writes would otherwise pay one per 16 bytes).
+const WRITES_PER_TURN: u32 = 256;
+
+/// The sender of several flows on one thread (engine `poll`): non-blocking sockets, each
+/// written while epoll says it has send-buffer room, until the run stops.
+fn send_group(
+    cfg: &StreamConfig,
+    flows: &[(u32, Arc<FlowShared>)],
+    cpu: Option<u32>,
+    test_id: u64,
+    go: &Barrier,
+    stop: &AtomicBool,
+) -> FlowEnd {
+    let mut end = FlowEnd::default();
+    if let Some(cpu) = cpu
+        && let Err(e) = pin_current_thread(&[cpu])
+    {
+        end.error = Some(io_ctx(format!("pinning the flows' thread to CPU {cpu}"))(e));
+    }
+    let before = ThreadUsage::current().unwrap_or_default();
+    let len = cfg.write_size as usize;
+    let patterns: Vec<Pattern> = flows
+        .iter()
+        .map(|(f, _)| Pattern::new(flow_seed(test_id, *f), len))
+        .collect();
+    let mut offsets = vec![0u64; flows.len()];
+    let setup = (|| -> io::Result<Epoll> {
+        let ep = Epoll::new()?;
+        for (i, (_, f)) in flows.iter().enumerate() {
+            f.sock.set_nonblocking(true)?;
+            ep.watch(f.sock.as_fd(), Interest::Write, i as u64)?;
+        }
+        Ok(ep)
+    })();
+    go.wait();
+    end.cpus.extend(current_cpu());
+    let result: io::Result<()> = (|| {
+        let ep = setup?;
+        let mut ready = Vec::new();
+        let mut turns = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            // Waking every 100 ms to look at `stop` also frees a sender whose peer stopped
+            // reading.
+            ep.ready(100, &mut ready)?;
+            for r in &ready {
+                let i = r.token as usize;
+                let (flow, shared) = (&flows[i].0, &flows[i].1);
+                let mut sock = &shared.sock;
+                for _ in 0..WRITES_PER_TURN {
+                    let off = offsets[i];
+                    let data = patterns[i].slice(off, len);
+                    let bad = corrupted(cfg, *flow, off, data);
+                    match sock.write(bad.as_deref().unwrap_or(data)) {
+                        Ok(n) => offsets[i] += n as u64,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!("sending on flow {flow}: {e}"),
+                            ));
+                        }
+                    }
+                }
+                shared.written.store(offsets[i], Ordering::Relaxed);
+            }
+            turns += 1;
+            if turns.is_multiple_of(1024) {
+                end.cpus.extend(current_cpu());
+            }
+        }
+        for (_, f) in flows {
+            f.sock.shutdown(Shutdown::Write)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result
+        && end.error.is_none()
+    {
+        end.error = Some(io_ctx("sending on the polled flows")(e));
+    }
+    end.cpus.extend(current_cpu());
+    end.usage = ThreadUsage::current().unwrap_or_default().since(&before);
+    end
+}
+
 /// Runs a stream test against the server; `on_interval` gets each interval as it ends.
 pub fn run_stream_client(
     cfg: &StreamConfig,
@@ -410,16 +571,32 @@ pub fn run_stream_client(
     }
     let mss = tcp_info(flows[0].sock.as_fd()).ok().map(|i| i.snd_mss);
     let congestion = netsteer_sock::tcp::congestion(flows[0].sock.as_fd()).ok();
-    let go = Arc::new(Barrier::new(cfg.flows as usize + 1));
+    let engine = cfg.client_engine();
+    let groups = match engine {
+        Engine::Poll => Engine::groups(cfg.flows, usable_cpus(&cfg.cpus)),
+        _ => 0,
+    };
+    let threads = if groups > 0 { groups } else { flows.len() };
+    let go = Arc::new(Barrier::new(threads + 1));
     let stop = Arc::new(AtomicBool::new(false));
     let meter = CostMeter::start();
-    let handles: Vec<_> = flows
-        .iter()
-        .enumerate()
-        .map(|(f, shared)| {
-            let (cfg, shared, go, stop) = (cfg.clone(), shared.clone(), go.clone(), stop.clone());
-            let test_id = session.test_id;
-            std::thread::spawn(move || send_flow(&cfg, f as u32, test_id, &shared, &go, &stop))
+    let test_id = session.test_id;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (cfg, go, stop) = (cfg.clone(), go.clone(), stop.clone());
+            if groups == 0 {
+                let shared = flows[t].clone();
+                return std::thread::spawn(move || {
+                    send_flow(&cfg, t as u32, test_id, &shared, &go, &stop)
+                });
+            }
+            // Flow i goes to thread i % groups, on the CPU that flow would have had.
+            let mine: Vec<(u32, Arc<FlowShared>)> = (t..flows.len())
+                .step_by(groups)
+                .map(|i| (i as u32, flows[i].clone()))
+                .collect();
+            let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[t % cfg.cpus.len()]);
+            std::thread::spawn(move || send_group(&cfg, &mine, cpu, test_id, &go, &stop))
         })
         .collect();
     go.wait();
@@ -527,7 +704,7 @@ pub fn run_stream_client(
     if let Some(e) = failure {
         return Err(e);
     }
-    let (server_flows, server_cost) = session.finish(
+    let (server_flows, server_cost, server_engine) = session.finish(
         &Finish {
             sent_bytes: sent.clone(),
         },
@@ -632,6 +809,10 @@ pub fn run_stream_client(
         cost: Sides {
             client: client_cost,
             server: server_cost,
+        },
+        engine: Sides {
+            client: Some(engine),
+            server: server_engine,
         },
         rx_mapped_bytes: cfg.zerocopy_recv.then_some(mapped),
         rx_copybuf_bytes: cfg.zerocopy_recv.then_some(copybuf),
