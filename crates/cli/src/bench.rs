@@ -98,9 +98,13 @@ pub struct NetchannelArgs {
     /// CPU of the sending app thread.
     #[arg(long, value_name = "CPU")]
     sender_cpu: Option<u32>,
-    /// CPU of the receiving app thread.
+    /// CPU of the receiving app thread. With neither CPU given, the sender runs on the first
+    /// CPU this process may use and the receiver on the second.
     #[arg(long, value_name = "CPU")]
     receiver_cpu: Option<u32>,
+    /// Leave the app threads to the scheduler when no CPU is given.
+    #[arg(long, conflicts_with_all = ["sender_cpu", "receiver_cpu"])]
+    no_pin: bool,
     /// Keep the latency channels' I/O threads at normal priority in E3 (default: SCHED_FIFO
     /// when allowed).
     #[arg(long)]
@@ -582,6 +586,7 @@ fn netchannel_bench(a: &NetchannelArgs) -> Result<ExitCode> {
         server_ip: a.server_ip,
         sender_cpu: a.sender_cpu,
         receiver_cpu: a.receiver_cpu,
+        pin: !a.no_pin,
         latency_realtime: !a.no_realtime,
         mptcp: a.mptcp,
         ..nc::Config::default()

@@ -44,8 +44,19 @@ pub struct Setup {
     pub path: String,
     pub duration_s: f64,
     pub repeat: usize,
-    /// Share of CPU time stolen by the hypervisor during the experiment (VM noise).
+    /// Share of CPU time stolen by the hypervisor during the experiment (VM noise): the
+    /// median over its runs, and the worst run.
     pub steal_pct: f64,
+    #[serde(default)]
+    pub steal_max_pct: f64,
+    /// Set when steal in some run reached `STEAL_VOID_PCT`: the figures are not to be used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub void: Option<String>,
+    /// The CPUs the app threads were pinned to (by default the first two allowed).
+    #[serde(default)]
+    pub sender_cpu: Option<u32>,
+    #[serde(default)]
+    pub receiver_cpu: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,8 +158,12 @@ pub struct E4 {
     pub tcp_cores_used: f64,
     pub tcp_bits_per_second_per_core: f64,
     pub tcp_spread: Spread,
-    /// bits_per_second_per_core / tcp_bits_per_second_per_core.
+    /// The median over the repeats of (inline per core / TCP per core) of the same repeat:
+    /// TCP is measured just before and just after the inline run, and their mean taken.
     pub ratio: f64,
+    /// Those per-repeat ratios.
+    #[serde(default)]
+    pub ratio_spread: Option<Spread>,
 }
 
 /// One recovery run: throughput before a channel is killed and after it was re-opened.
@@ -230,6 +245,9 @@ impl Message for Summary {
             s.steal_pct
         );
         let mut out = vec![head];
+        if let Some(v) = &s.void {
+            out.push(format!("  {v}"));
+        }
         match &self.result {
             Result::E1(e) => {
                 out.push(format!(
@@ -314,7 +332,13 @@ impl Message for Summary {
                         gbps(r.bits_per_second_per_core)
                     ));
                 }
-                out.push(format!("  per-core ratio (inline / tcp) {:.3}", e.ratio));
+                out.push(format!(
+                    "  per-core ratio (inline / tcp before and after it) {:.3}{}",
+                    e.ratio,
+                    e.ratio_spread
+                        .map(|s| format!(" [{:.3}..{:.3}]", s.min, s.max))
+                        .unwrap_or_default()
+                ));
             }
             Result::Recovery(e) => {
                 for r in &e.runs {
