@@ -386,6 +386,25 @@ fn stream_spec(flows: u32, engine: Engine) -> TestSpec {
     }
 }
 
+/// Waits for the server's one test record and checks it says its client went away.
+fn lost_control_test(srv: &Running) -> ServerTest {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.tests.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tests = srv.tests.lock().unwrap();
+    assert_eq!(tests.len(), 1);
+    assert!(
+        tests[0]
+            .errors
+            .iter()
+            .any(|e| e.contains("control connection lost")),
+        "{:?}",
+        tests[0].errors
+    );
+    tests[0].clone()
+}
+
 /// A polled test whose client vanishes with one of its two flows never connected: the
 /// polling thread (waiting for that flow) ends, the connected flow's socket is closed, and
 /// the server goes on serving.
@@ -411,22 +430,7 @@ fn polled_test_of_a_vanishing_client_ends() {
     data.write_all(&[0u8; 100_000]).unwrap();
     drop(control);
     assert!(closed_within(data, Duration::from_secs(15)));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.tests.lock().unwrap().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    {
-        let tests = srv.tests.lock().unwrap();
-        assert_eq!(tests.len(), 1);
-        assert!(
-            tests[0]
-                .errors
-                .iter()
-                .any(|e| e.contains("control connection lost")),
-            "{:?}",
-            tests[0].errors
-        );
-    }
+    lost_control_test(&srv);
     let s = run_stream_client(
         &StreamConfig {
             flows: 3,
@@ -544,26 +548,9 @@ fn server_survives_garbage_silence_floods_and_vanishing_clients() {
         // The server ends the test and closes the data connection.
         assert!(closed_within(survivor, Duration::from_secs(15)));
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.tests.lock().unwrap().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     {
-        let tests = srv.tests.lock().unwrap();
-        assert_eq!(tests.len(), 1);
-        assert!(
-            tests[0]
-                .errors
-                .iter()
-                .any(|e| e.contains("control connection lost")),
-            "{:?}",
-            tests[0].errors
-        );
-        assert!(
-            tests[0].rejected_connections >= 45,
-            "{}",
-            tests[0].rejected_connections
-        );
+        let t = lost_control_test(&srv);
+        assert!(t.rejected_connections >= 45, "{}", t.rejected_connections);
     }
     // Still serving real tests.
     let s = run_stream_client(

@@ -54,25 +54,14 @@ impl Epoll {
         Ok(Epoll { fd })
     }
 
-    /// Watches `fd` for input (level-triggered).
+    /// Watches `fd` for input (level-triggered), reported with its descriptor number.
     pub fn add(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd.as_raw_fd() as u64,
-        };
-        // SAFETY: both descriptors are open for the call; `ev` lives across it.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.fd.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLIN as u32,
+            fd.as_raw_fd() as u64,
+        )
     }
 
     /// Watches `fd` (level-triggered) for `interest`; its readiness is reported with `token`.
@@ -81,37 +70,19 @@ impl Epoll {
             Interest::Read => libc::EPOLLIN | libc::EPOLLRDHUP,
             Interest::Write => libc::EPOLLOUT,
         };
-        let mut ev = libc::epoll_event {
-            events: events as u32,
-            u64: token,
-        };
-        // SAFETY: both descriptors are open for the call; `ev` lives across it.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.fd.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.ctl(libc::EPOLL_CTL_ADD, fd, events as u32, token)
     }
 
     /// Stops watching `fd`.
     pub fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: as for watch (before 2.6.9 the kernel wanted a non-null event even here).
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.fd.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
+        // Before 2.6.9 the kernel wanted a non-null event even for a delete.
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: BorrowedFd<'_>, events: u32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: both descriptors are open for the call; `ev` lives across it.
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
