@@ -386,6 +386,23 @@ fn stream_spec(flows: u32, engine: Engine) -> TestSpec {
     }
 }
 
+/// A client speaking the protocol by hand: a test asked for with `spec`, and flow 0 connected
+/// with 100 kB sent on it. Returns the control and data connections and the test id.
+fn by_hand(addr: SocketAddr, spec: TestSpec) -> (TcpStream, TcpStream, u64) {
+    let mut control = TcpStream::connect(addr).unwrap();
+    proto::write_preamble(&mut control).unwrap();
+    proto::write_frame(&mut control, &Hello::Control { spec }).unwrap();
+    proto::read_preamble(&mut control).unwrap();
+    let Reply::Accepted { test_id } = proto::read_frame(&mut control).unwrap() else {
+        panic!("not accepted")
+    };
+    let mut data = TcpStream::connect(addr).unwrap();
+    proto::write_preamble(&mut data).unwrap();
+    proto::write_frame(&mut data, &Hello::Data { test_id, flow: 0 }).unwrap();
+    data.write_all(&[0u8; 100_000]).unwrap();
+    (control, data, test_id)
+}
+
 /// Waits for the server's one test record and checks it says its client went away.
 fn lost_control_test(srv: &Running) -> ServerTest {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -411,23 +428,7 @@ fn lost_control_test(srv: &Running) -> ServerTest {
 #[test]
 fn polled_test_of_a_vanishing_client_ends() {
     let srv = Running::start(16, Duration::from_millis(500));
-    let mut control = TcpStream::connect(srv.addr).unwrap();
-    proto::write_preamble(&mut control).unwrap();
-    proto::write_frame(
-        &mut control,
-        &Hello::Control {
-            spec: stream_spec(2, Engine::Poll),
-        },
-    )
-    .unwrap();
-    proto::read_preamble(&mut control).unwrap();
-    let Reply::Accepted { test_id } = proto::read_frame(&mut control).unwrap() else {
-        panic!("not accepted")
-    };
-    let mut data = TcpStream::connect(srv.addr).unwrap();
-    proto::write_preamble(&mut data).unwrap();
-    proto::write_frame(&mut data, &Hello::Data { test_id, flow: 0 }).unwrap();
-    data.write_all(&[0u8; 100_000]).unwrap();
+    let (control, data, _) = by_hand(srv.addr, stream_spec(2, Engine::Poll));
     drop(control);
     assert!(closed_within(data, Duration::from_secs(15)));
     lost_control_test(&srv);
@@ -526,18 +527,7 @@ fn server_survives_garbage_silence_floods_and_vanishing_clients() {
 
     // A client that vanishes mid-test: control and data open, some bytes, then gone.
     {
-        let spec = stream_spec(1, Engine::Threads);
-        let mut control = TcpStream::connect(srv.addr).unwrap();
-        proto::write_preamble(&mut control).unwrap();
-        proto::write_frame(&mut control, &Hello::Control { spec }).unwrap();
-        proto::read_preamble(&mut control).unwrap();
-        let Reply::Accepted { test_id } = proto::read_frame(&mut control).unwrap() else {
-            panic!("not accepted")
-        };
-        let mut data = TcpStream::connect(srv.addr).unwrap();
-        proto::write_preamble(&mut data).unwrap();
-        proto::write_frame(&mut data, &Hello::Data { test_id, flow: 0 }).unwrap();
-        data.write_all(&[0u8; 100_000]).unwrap();
+        let (control, data, test_id) = by_hand(srv.addr, stream_spec(1, Engine::Threads));
         // A second connection for the same flow is refused. The server reads the two hellos on
         // two threads, so either may be the one that took flow 0: exactly one is closed.
         let mut dup = TcpStream::connect(srv.addr).unwrap();
