@@ -361,16 +361,14 @@ fn control(
     }
     let test_id = random_id();
     let n = spec.flows as usize;
+    let usable = usable_cpus(&shared.cpus);
     let engine = match spec.kind {
-        TestKind::TcpStream => {
-            spec.engine
-                .resolve(spec.flows, usable_cpus(&shared.cpus), spec.zerocopy_recv)
-        }
+        TestKind::TcpStream => spec.engine.resolve(spec.flows, usable, spec.zerocopy_recv),
         TestKind::TcpRr => Engine::Threads,
     };
     let groups = match engine {
         Engine::Poll => {
-            let count = Engine::groups(spec.flows, usable_cpus(&shared.cpus));
+            let count = Engine::groups(spec.flows, usable);
             let made: io::Result<Vec<Group>> = (0..count)
                 .map(|g| {
                     Ok(Group {

@@ -337,15 +337,6 @@ impl StreamConfig {
             engine: self.engine,
         }
     }
-
-    /// The sender's engine on this machine.
-    pub fn client_engine(&self) -> Engine {
-        self.engine.resolve(
-            self.flows,
-            usable_cpus(&self.cpus),
-            self.zerocopy_send || self.zerocopy_recv,
-        )
-    }
 }
 
 /// Shared between a sending flow and the reporting thread.
@@ -577,9 +568,12 @@ pub fn run_stream_client(
     }
     let mss = tcp_info(flows[0].sock.as_fd()).ok().map(|i| i.snd_mss);
     let congestion = netsteer_sock::tcp::congestion(flows[0].sock.as_fd()).ok();
-    let engine = cfg.client_engine();
+    let usable = usable_cpus(&cfg.cpus);
+    let engine = cfg
+        .engine
+        .resolve(cfg.flows, usable, cfg.zerocopy_send || cfg.zerocopy_recv);
     let groups = match engine {
-        Engine::Poll => Engine::groups(cfg.flows, usable_cpus(&cfg.cpus)),
+        Engine::Poll => Engine::groups(cfg.flows, usable),
         _ => 0,
     };
     let threads = if groups > 0 { groups } else { flows.len() };
