@@ -634,15 +634,13 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
     let mut flows: HashMap<u32, (Arc<TcpStream>, stream::CopyRx)> = HashMap::new();
     let mut finished = 0usize;
     let mut ready = Vec::new();
-    let mut end = |flow: u32,
-                   entry: (Arc<TcpStream>, stream::CopyRx),
+    let mut end = |entry: (Arc<TcpStream>, stream::CopyRx),
                    error: Option<io::Error>,
                    cpus: &BTreeSet<u32>| {
         let (sock, rx) = entry;
         let _ = group.epoll.unwatch(sock.as_fd());
         shared.open.fetch_sub(1, Ordering::Relaxed);
         let mut result = rx.finish(error);
-        result.flow = flow;
         if result.error.is_none() {
             result.error = pin_error.clone();
         }
@@ -667,7 +665,7 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
                     }
                     Err(e) => {
                         finished += 1;
-                        end(flow, (sock, rx), Some(e), &cpus);
+                        end((sock, rx), Some(e), &cpus);
                     }
                 }
             }
@@ -690,7 +688,7 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
                 && let Some(entry) = flows.remove(&flow)
             {
                 finished += 1;
-                end(flow, entry, outcome.err(), &cpus);
+                end(entry, outcome.err(), &cpus);
             }
         }
         turns += 1;
@@ -700,8 +698,7 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
     };
     // Stopped (or epoll failed): the flows still open end with what they read.
     let stopped = test.stop.load(Ordering::Relaxed);
-    let flows: Vec<_> = flows.drain().collect();
-    for (flow, entry) in flows {
+    for (_, entry) in flows.drain() {
         let error = if stopped {
             None
         } else {
@@ -709,6 +706,6 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
                 .as_ref()
                 .map(|e| io::Error::new(e.kind(), format!("waiting in epoll: {e}")))
         };
-        end(flow, entry, error, &cpus);
+        end(entry, error, &cpus);
     }
 }

@@ -27,13 +27,6 @@ pub const BENCH: &str = "tcp-stream";
 /// The zero-copy receive window (tcp_mmap's chunk) and SO_RCVLOWAT: waking only for a whole
 /// window keeps the kernel mapping rather than falling back to copying a small queue.
 const ZC_WINDOW: usize = 512 << 10;
-/// No copy buffer: when the window fills in the middle of an skb, tcp_zerocopy_receive()
-/// copies min(copybuf_len, rest of that skb) into the copy buffer as "straggler" data
-/// (tcp_zc_handle_leftover), which leaves the next call off page alignment until the skb
-/// ends: 16-40 KiB copied per episode, 0.0005-0.01 % of a stream with no retransmit at all.
-/// Without one, the rest of the skb is mapped by the next call, and only a head that cannot
-/// be mapped (mapped == 0) is read past, as tcp_mmap does.
-const ZC_COPYBUF: usize = 0;
 /// SO_RCVLOWAT of a copying receiver whose sender writes less than SMALL_WRITE at a time.
 const COPY_LOW_WATER: usize = 64 << 10;
 const SMALL_WRITE: u32 = 16 << 10;
@@ -202,7 +195,6 @@ fn receive_zerocopy(
     let fd = sock.as_fd();
     let mut zc = ZeroCopyReceiver::new(fd, ZC_WINDOW)?;
     set_recv_low_water(fd, ZC_WINDOW as u32)?;
-    let mut copybuf = vec![0u8; ZC_COPYBUF];
     let mut buf = vec![0u8; buf_len];
     let mut calls = 0u64;
     loop {
@@ -217,19 +209,24 @@ fn receive_zerocopy(
         if !wait_readable(fd, 1000)? {
             continue;
         }
-        let o = zc.receive(fd, &mut copybuf)?;
+        // No copy buffer: when the window fills in the middle of an skb, the kernel copies
+        // min(copybuf_len, rest of that skb) into it as "straggler" data
+        // (tcp_zc_handle_leftover), which leaves the next call off page alignment until the
+        // skb ends: 16-40 KiB copied per episode, 0.0005-0.01 % of a stream with no
+        // retransmit at all. Without one, the next call maps the rest of the skb, and only a
+        // head that cannot be mapped is read past, as tcp_mmap does. (`rx_copybuf_bytes`
+        // stays 0.)
+        let o = zc.receive(fd, &mut [])?;
         if o.eof {
             return Ok(());
         }
         if let Some(v) = verifier {
             v.check(out.bytes, zc.mapped());
-            v.check(out.bytes + o.mapped as u64, &copybuf[..o.copied]);
         }
-        out.bytes += (o.mapped + o.copied) as u64;
+        out.bytes += o.mapped as u64;
         out.rx_mapped_bytes += o.mapped as u64;
-        out.rx_copybuf_bytes += o.copied as u64;
         zc.release()?;
-        if o.mapped == 0 && o.copied == 0 {
+        if o.mapped == 0 {
             // Nothing mappable at the head (linear data or a partial page): read past it. If
             // there is no hint either, read() tells EOF from a spurious wake-up.
             let want = if o.skip_hint > 0 {
