@@ -2,12 +2,12 @@
 //! receive, percentiles, and a server that survives hostile and vanishing clients.
 
 use netsteer_bench::clock::{Clock, MonotonicClock};
-use netsteer_bench::tcp::Engine;
 use netsteer_bench::tcp::message::ServerTest;
 use netsteer_bench::tcp::proto::{self, Hello, Reply, TestKind, TestSpec};
 use netsteer_bench::tcp::rr::{RrConfig, run_rr_client};
 use netsteer_bench::tcp::server::{Server, ServerConfig, ServerTotals};
 use netsteer_bench::tcp::stream::{StreamConfig, run_stream_client};
+use netsteer_bench::tcp::{Engine, Side};
 use netsteer_bench::udp_echo::{BenchError, Wait};
 use netsteer_bench::waiter::Busy;
 use std::io::{Read, Write};
@@ -157,15 +157,71 @@ fn multi_flow_stream_with_verify_and_odd_write_sizes() {
     assert_eq!(srv.stop().tests, 6);
 }
 
-/// Engine auto: a side with more flows than CPUs polls them, one with as many CPUs as flows
-/// gives each its thread; zero-copy always gets threads.
+/// A server left to `auto` picks its receive engine from the path: on loopback (64 KiB
+/// segments) it polls flows that outnumber its CPUs; the same flows with Ethernet-size segments
+/// (the client's --mss) get a thread each. The client polls them either way.
 #[test]
-fn auto_engine_follows_flows_and_cpus() {
-    assert_eq!(Engine::Auto.resolve(4, 1, false), Engine::Poll);
-    assert_eq!(Engine::Auto.resolve(2, 2, false), Engine::Threads);
-    assert_eq!(Engine::Auto.resolve(1, 1, false), Engine::Threads);
-    assert_eq!(Engine::Auto.resolve(8, 2, true), Engine::Threads);
-    assert_eq!(Engine::Poll.resolve(1, 4, false), Engine::Poll);
+fn server_auto_engine_follows_the_path_segment_size() {
+    let srv = Running::start(64, Duration::from_secs(5));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    for (mss, server) in [(None, Engine::Poll), (Some(1448), Engine::Threads)] {
+        let s = run_stream_client(
+            &StreamConfig {
+                flows: cpus + 1,
+                mss,
+                verify: true,
+                duration: Duration::from_millis(400),
+                ..stream_cfg(srv.addr)
+            },
+            |_| Ok(()),
+        )
+        .unwrap();
+        assert!(s.verify.as_ref().unwrap().ok);
+        assert_eq!(s.bytes, s.sent_bytes);
+        assert_eq!(s.engine.client, Some(Engine::Poll), "mss {mss:?}");
+        assert_eq!(s.engine.server, Some(server), "mss {mss:?}");
+    }
+    assert_eq!(srv.stop().tests, 2);
+}
+
+/// Engine auto: a sender with more flows than CPUs polls them, one with as many CPUs as flows
+/// gives each its thread; a receiver with Ethernet-size segments keeps a thread per flow up to
+/// 4 flows per CPU, one with loopback-size segments polls as a sender does; zero-copy always
+/// gets threads; an explicit engine holds on both sides.
+#[test]
+fn auto_engine_follows_side_segment_flows_and_cpus() {
+    let eth = Side::Receiver { segment: 1448 };
+    let lo = Side::Receiver { segment: 65483 };
+    assert_eq!(
+        Engine::Auto.resolve(Side::Sender, 4, 1, false),
+        Engine::Poll
+    );
+    assert_eq!(
+        Engine::Auto.resolve(Side::Sender, 2, 2, false),
+        Engine::Threads
+    );
+    assert_eq!(
+        Engine::Auto.resolve(Side::Sender, 1, 1, false),
+        Engine::Threads
+    );
+    assert_eq!(
+        Engine::Auto.resolve(Side::Sender, 8, 2, true),
+        Engine::Threads
+    );
+    assert_eq!(Engine::Auto.resolve(eth, 4, 1, false), Engine::Threads);
+    assert_eq!(Engine::Auto.resolve(eth, 8, 2, false), Engine::Threads);
+    assert_eq!(Engine::Auto.resolve(eth, 5, 1, false), Engine::Poll);
+    assert_eq!(Engine::Auto.resolve(eth, 16, 0, false), Engine::Poll);
+    assert_eq!(Engine::Auto.resolve(eth, 16, 1, true), Engine::Threads);
+    assert_eq!(Engine::Auto.resolve(lo, 2, 1, false), Engine::Poll);
+    assert_eq!(Engine::Auto.resolve(lo, 2, 2, false), Engine::Threads);
+    assert_eq!(Engine::Auto.resolve(lo, 4, 1, true), Engine::Threads);
+    assert_eq!(
+        Engine::Poll.resolve(Side::Sender, 1, 4, false),
+        Engine::Poll
+    );
+    assert_eq!(Engine::Poll.resolve(eth, 1, 4, false), Engine::Poll);
+    assert_eq!(Engine::Threads.resolve(lo, 64, 1, false), Engine::Threads);
     assert_eq!(Engine::groups(5, 2), 2);
     assert_eq!(Engine::groups(1, 8), 1);
 }

@@ -200,7 +200,7 @@ pub struct StreamArgs {
     /// The server checks every byte against the sender's pattern; a mismatch exits 1.
     #[arg(long)]
     verify: bool,
-    /// How each side drives its flows; the server decides `auto` for its own CPUs.
+    /// How each side drives its flows; the server decides `auto` for its own CPUs and path.
     #[arg(long, value_enum, default_value_t = tcp::Engine::Auto)]
     engine: tcp::Engine,
     /// Test hook: corrupt the byte at this stream offset of flow 0 before sending it.

@@ -15,11 +15,11 @@ use crate::tcp::proto::{
     CONTROL_GRACE_S, DeadlineReader, Finish, Hello, Reply, ServerFlow, TestKind, TestSpec,
     read_frame, read_preamble, write_frame, write_preamble,
 };
-use crate::tcp::{Engine, rr, stream, usable_cpus};
+use crate::tcp::{Engine, Side, rr, stream, usable_cpus};
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
 use netsteer_sock::epoll::{Epoll, Interest};
-use netsteer_sock::tcp::wait_readable;
+use netsteer_sock::tcp::{tcp_info, wait_readable};
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
@@ -363,7 +363,14 @@ fn control(
     let n = spec.flows as usize;
     let usable = usable_cpus(&shared.cpus);
     let engine = match spec.kind {
-        TestKind::TcpStream => spec.engine.resolve(spec.flows, usable, spec.zerocopy_recv),
+        TestKind::TcpStream => spec.engine.resolve(
+            Side::Receiver {
+                segment: path_segment(&sock, spec.mss),
+            },
+            spec.flows,
+            usable,
+            spec.zerocopy_recv,
+        ),
         TestKind::TcpRr => Engine::Threads,
     };
     let groups = match engine {
@@ -562,6 +569,14 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> Served {
         cpus,
     });
     Served::Here
+}
+
+/// The largest segment the test's data connections will carry to this server: the control
+/// connection's MSS on the same path, or the client's `--mss` if smaller. Unknown counts as
+/// Ethernet-size.
+fn path_segment(control: &TcpStream, mss: Option<u32>) -> u32 {
+    let path = tcp_info(control.as_fd()).map_or(1448, |i| i.snd_mss);
+    mss.map_or(path, |m| m.min(path))
 }
 
 impl Test {

@@ -5,7 +5,7 @@ use crate::tcp::cost::{CostMeter, us_per_mb};
 use crate::tcp::message::{FlowRate, Sides, StreamInterval, StreamSummary, Verify, jain};
 use crate::tcp::pattern::{Pattern, flow_seed};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
-use crate::tcp::{Engine, Session, SockOpts, io_ctx, usable_cpus};
+use crate::tcp::{Engine, Session, Side, SockOpts, io_ctx, usable_cpus};
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
 use netsteer_sock::epoll::{Epoll, Interest};
@@ -275,7 +275,7 @@ pub struct StreamConfig {
     /// so tests can prove `--verify` catches corruption end to end.
     pub inject_corruption_at: Option<u64>,
     pub timeout: Duration,
-    /// How each side drives its flows (the server resolves `auto` for its own CPUs).
+    /// How each side drives its flows (the server resolves `auto` for its own CPUs and path).
     pub engine: Engine,
 }
 
@@ -451,9 +451,9 @@ fn corrupted(cfg: &StreamConfig, flow: u32, offset: u64, data: &[u8]) -> Option<
     Some(bad)
 }
 
-/// Writes before a polled flow yields to the next ready one: fairness between flows without
-/// an epoll_wait per write (16-byte writes would otherwise pay one per 16 bytes).
-const WRITES_PER_TURN: u32 = 256;
+/// Rounds of one write per ready flow before the polled sender waits in epoll again (iperf3's
+/// "multisend"): tiny writes do not pay an epoll_wait each.
+const ROUNDS_PER_TURN: u32 = 10;
 
 /// The sender of several flows on one thread (engine `poll`): non-blocking sockets, each
 /// written while epoll says it has send-buffer room, until the run stops.
@@ -496,18 +496,29 @@ fn send_group(
             // Waking every 100 ms to look at `stop` also frees a sender whose peer stopped
             // reading.
             ep.ready(100, &mut ready)?;
-            for r in &ready {
-                let i = r.token as usize;
-                let (flow, shared) = (&flows[i].0, &flows[i].1);
-                let mut sock = &shared.sock;
-                for _ in 0..WRITES_PER_TURN {
+            // Round-robin, one write per ready flow per round, and the turn ends at the first
+            // write that would block (iperf3's sender loop). Filling each flow until it blocks
+            // instead left every send buffer full and the thread asleep, so the flows' segments
+            // were sent by the ACKs' softirq on the receiver's CPU rather than by this thread's
+            // writes; that CPU then also received them, and the reader fell behind on cold
+            // data. veth, 4 flows, client CPU 0 / server CPU 1: 21 Gbit/s where iperf3 made
+            // 37-41; round-robin (with a thread per flow at the receiver, see
+            // `Engine::resolve`): 28-35 (BENCHMARKS.md, issue 14 third pass).
+            'turn: for _ in 0..ROUNDS_PER_TURN {
+                for r in &ready {
+                    let i = r.token as usize;
+                    let (flow, shared) = (&flows[i].0, &flows[i].1);
+                    let mut sock = &shared.sock;
                     let off = offsets[i];
                     let data = patterns[i].slice(off, len);
                     let bad = corrupted(cfg, *flow, off, data);
                     match sock.write(bad.as_deref().unwrap_or(data)) {
-                        Ok(n) => offsets[i] += n as u64,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Ok(n) => {
+                            offsets[i] += n as u64;
+                            shared.written.store(offsets[i], Ordering::Relaxed);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 'turn,
                         Err(e) => {
                             return Err(io::Error::new(
                                 e.kind(),
@@ -516,7 +527,6 @@ fn send_group(
                         }
                     }
                 }
-                shared.written.store(offsets[i], Ordering::Relaxed);
             }
             turns += 1;
             if turns.is_multiple_of(1024) {
@@ -566,9 +576,12 @@ pub fn run_stream_client(
     let mss = tcp_info(flows[0].sock.as_fd()).ok().map(|i| i.snd_mss);
     let congestion = netsteer_sock::tcp::congestion(flows[0].sock.as_fd()).ok();
     let usable = usable_cpus(&cfg.cpus);
-    let engine = cfg
-        .engine
-        .resolve(cfg.flows, usable, cfg.zerocopy_send || cfg.zerocopy_recv);
+    let engine = cfg.engine.resolve(
+        Side::Sender,
+        cfg.flows,
+        usable,
+        cfg.zerocopy_send || cfg.zerocopy_recv,
+    );
     let groups = match engine {
         Engine::Poll => Engine::groups(cfg.flows, usable),
         _ => 0,
