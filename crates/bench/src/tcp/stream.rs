@@ -451,9 +451,16 @@ fn corrupted(cfg: &StreamConfig, flow: u32, offset: u64, data: &[u8]) -> Option<
     Some(bad)
 }
 
-/// Rounds of one write per ready flow before the polled sender waits in epoll again (iperf3's
-/// "multisend"): tiny writes do not pay an epoll_wait each.
+/// Rounds over the ready flows before the polled sender waits in epoll again (iperf3's
+/// "multisend"), so tiny writes do not pay an epoll_wait each.
 const ROUNDS_PER_TURN: u32 = 10;
+/// A flow's share of a round: writes until this many bytes (one GSO-size skb), at most
+/// `ROUND_WRITES` of them. 128 KiB writes get one write a round, as in iperf3; 16-byte writes
+/// get 256 back to back, which TCP autocorking coalesces into one segment while the previous
+/// one is still in the stack (6 flows of 16-byte nodelay writes on loopback: 3.3x iperf3's
+/// rate, against 1.04x with one 16-byte write per flow per round).
+const ROUND_BYTES: usize = 64 << 10;
+const ROUND_WRITES: u32 = 256;
 
 /// The sender of several flows on one thread (engine `poll`): non-blocking sockets, each
 /// written while epoll says it has send-buffer room, until the run stops.
@@ -496,8 +503,8 @@ fn send_group(
             // Waking every 100 ms to look at `stop` also frees a sender whose peer stopped
             // reading.
             ep.ready(100, &mut ready)?;
-            // Round-robin, one write per ready flow per round, and the turn ends at the first
-            // write that would block (iperf3's sender loop). Filling each flow until it blocks
+            // Round-robin, one write (or ROUND_BYTES of small ones) per ready flow per round,
+            // and the turn ends at the first write that would block (iperf3's sender loop). Filling each flow until it blocks
             // instead left every send buffer full and the thread asleep, so the flows' segments
             // were sent by the ACKs' softirq on the receiver's CPU rather than by this thread's
             // writes; that CPU then also received them, and the reader fell behind on cold
@@ -509,22 +516,33 @@ fn send_group(
                     let i = r.token as usize;
                     let (flow, shared) = (&flows[i].0, &flows[i].1);
                     let mut sock = &shared.sock;
-                    let off = offsets[i];
-                    let data = patterns[i].slice(off, len);
-                    let bad = corrupted(cfg, *flow, off, data);
-                    match sock.write(bad.as_deref().unwrap_or(data)) {
-                        Ok(n) => {
-                            offsets[i] += n as u64;
-                            shared.written.store(offsets[i], Ordering::Relaxed);
+                    let start = offsets[i];
+                    let mut blocked = false;
+                    for _ in 0..ROUND_WRITES {
+                        let off = offsets[i];
+                        let data = patterns[i].slice(off, len);
+                        let bad = corrupted(cfg, *flow, off, data);
+                        match sock.write(bad.as_deref().unwrap_or(data)) {
+                            Ok(n) => offsets[i] += n as u64,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                blocked = true;
+                                break;
+                            }
+                            Err(e) => {
+                                return Err(io::Error::new(
+                                    e.kind(),
+                                    format!("sending on flow {flow}: {e}"),
+                                ));
+                            }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 'turn,
-                        Err(e) => {
-                            return Err(io::Error::new(
-                                e.kind(),
-                                format!("sending on flow {flow}: {e}"),
-                            ));
+                        if offsets[i] - start >= ROUND_BYTES as u64 {
+                            break;
                         }
+                    }
+                    shared.written.store(offsets[i], Ordering::Relaxed);
+                    if blocked {
+                        break 'turn;
                     }
                 }
             }
