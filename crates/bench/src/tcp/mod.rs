@@ -49,8 +49,10 @@ pub enum Side {
 
 /// Flows per CPU above which a receiver polls under `auto`.
 const RECEIVER_THREADS_PER_CPU: usize = 4;
-/// Segments from this size up (loopback's 64 KiB MTU, not Ethernet's) make a receiver poll.
-const LARGE_SEGMENT: u32 = 32 << 10;
+/// Segments from this size up (loopback's 64 KiB MTU, not Ethernet's or a 9000-byte jumbo
+/// frame's) are one per skb: the receiver acks them from its reads, not from the softirq.
+/// Both ends of tcp-stream choose their loops by it.
+pub(crate) const LARGE_SEGMENT: u32 = 32 << 10;
 
 impl Engine {
     /// What `self` means for `side` with `flows` flows on `cpus` CPUs. Zero-copy I/O always

@@ -5,7 +5,7 @@ use crate::tcp::cost::{CostMeter, us_per_mb};
 use crate::tcp::message::{FlowRate, Sides, StreamInterval, StreamSummary, Verify, jain};
 use crate::tcp::pattern::{Pattern, flow_seed};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
-use crate::tcp::{Engine, Session, Side, SockOpts, io_ctx, usable_cpus};
+use crate::tcp::{Engine, LARGE_SEGMENT, Session, Side, SockOpts, io_ctx, usable_cpus};
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
 use netsteer_sock::epoll::{Epoll, Interest};
@@ -451,16 +451,51 @@ fn corrupted(cfg: &StreamConfig, flow: u32, offset: u64, data: &[u8]) -> Option<
     Some(bad)
 }
 
-/// Rounds over the ready flows before the polled sender waits in epoll again (iperf3's
-/// "multisend"), so tiny writes do not pay an epoll_wait each.
-const ROUNDS_PER_TURN: u32 = 10;
-/// A flow's share of a round: writes until this many bytes (one GSO-size skb), at most
-/// `ROUND_WRITES` of them. 128 KiB writes get one write a round, as in iperf3; 16-byte writes
-/// get 256 back to back, which TCP autocorking coalesces into one segment while the previous
-/// one is still in the stack (6 flows of 16-byte nodelay writes on loopback: 3.3x iperf3's
-/// rate, against 1.04x with one 16-byte write per flow per round).
-const ROUND_BYTES: usize = 64 << 10;
-const ROUND_WRITES: u32 = 256;
+/// How the polled sender shares a turn (an epoll wake-up) among its ready flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Turn {
+    /// Rounds over the ready flows (iperf3's "multisend").
+    rounds: u32,
+    /// A flow's share of a round: writes until this many bytes, at most `writes` of them.
+    bytes: u64,
+    writes: u32,
+    /// The turn ends at the first full send buffer (else only that flow's share does).
+    end_at_full: bool,
+}
+
+impl Turn {
+    /// The turn for a path whose segments are `segment` bytes.
+    ///
+    /// Ethernet-size segments: round-robin, one write (or 64 KiB of small ones) per flow per
+    /// round, ending at the first full buffer, as iperf3's loop does. Filling each flow until
+    /// it blocked left every buffer full and the thread asleep, so the flows' segments were
+    /// sent by ACK processing and the pacing timer on the receiver's CPU (23 k `tcp_pace_kick`
+    /// a second, iperf3 3.8 k), which then also received them and fell behind: veth, 4 flows,
+    /// 21 Gbit/s against 28-35 round-robin. Small writes get 256 back to back, which TCP
+    /// autocorking coalesces while the flow's previous segment is still in the stack (6 flows
+    /// of 16-byte nodelay writes on loopback: 3.3x iperf3, 1.04x with one write a round).
+    ///
+    /// Loopback-size segments: each flow until it blocks, at most 256 writes. There the
+    /// receiver acks from its reads anyway, and fewer wake-ups count under CPU contention:
+    /// 4 flows beside a busy loop, 24-25 Gbit/s against 15 round-robin (iperf3 18-21).
+    fn for_segment(segment: u32) -> Turn {
+        if segment >= LARGE_SEGMENT {
+            Turn {
+                rounds: 1,
+                bytes: u64::MAX,
+                writes: 256,
+                end_at_full: false,
+            }
+        } else {
+            Turn {
+                rounds: 10,
+                bytes: 64 << 10,
+                writes: 256,
+                end_at_full: true,
+            }
+        }
+    }
+}
 
 /// The sender of several flows on one thread (engine `poll`): non-blocking sockets, each
 /// written while epoll says it has send-buffer room, until the run stops.
@@ -493,6 +528,13 @@ fn send_group(
         }
         Ok(ep)
     })();
+    // The flows share one path: the first one's MSS (after any --mss clamp) stands for all.
+    let turn = Turn::for_segment(
+        flows
+            .first()
+            .and_then(|(_, f)| tcp_info(f.sock.as_fd()).ok())
+            .map_or(1448, |i| i.snd_mss),
+    );
     go.wait();
     end.cpus.extend(current_cpu());
     let result: io::Result<()> = (|| {
@@ -503,22 +545,14 @@ fn send_group(
             // Waking every 100 ms to look at `stop` also frees a sender whose peer stopped
             // reading.
             ep.ready(100, &mut ready)?;
-            // Round-robin, one write (or ROUND_BYTES of small ones) per ready flow per round,
-            // and the turn ends at the first write that would block (iperf3's sender loop). Filling each flow until it blocks
-            // instead left every send buffer full and the thread asleep, so the flows' segments
-            // were sent by the ACKs' softirq on the receiver's CPU rather than by this thread's
-            // writes; that CPU then also received them, and the reader fell behind on cold
-            // data. veth, 4 flows, client CPU 0 / server CPU 1: 21 Gbit/s where iperf3 made
-            // 37-41; round-robin (with a thread per flow at the receiver, see
-            // `Engine::resolve`): 28-35 (BENCHMARKS.md, issue 14 third pass).
-            'turn: for _ in 0..ROUNDS_PER_TURN {
+            'turn: for _ in 0..turn.rounds {
                 for r in &ready {
                     let i = r.token as usize;
                     let (flow, shared) = (&flows[i].0, &flows[i].1);
                     let mut sock = &shared.sock;
                     let start = offsets[i];
                     let mut blocked = false;
-                    for _ in 0..ROUND_WRITES {
+                    for _ in 0..turn.writes {
                         let off = offsets[i];
                         let data = patterns[i].slice(off, len);
                         let bad = corrupted(cfg, *flow, off, data);
@@ -536,12 +570,12 @@ fn send_group(
                                 ));
                             }
                         }
-                        if offsets[i] - start >= ROUND_BYTES as u64 {
+                        if offsets[i] - start >= turn.bytes {
                             break;
                         }
                     }
                     shared.written.store(offsets[i], Ordering::Relaxed);
-                    if blocked {
+                    if blocked && turn.end_at_full {
                         break 'turn;
                     }
                 }
@@ -853,4 +887,25 @@ pub fn run_stream_client(
         }),
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ethernet-size and jumbo segments get iperf3's round-robin turn; loopback-size ones fill
+    /// each flow in one round; small writes keep a 64 KiB share either way.
+    #[test]
+    fn the_polled_turn_follows_the_segment_size() {
+        for segment in [536, 1448, 4108, 8948, LARGE_SEGMENT - 1] {
+            let t = Turn::for_segment(segment);
+            assert!(t.end_at_full && t.rounds > 1, "{segment}: {t:?}");
+            assert_eq!((t.bytes, t.writes), (64 << 10, 256), "{segment}");
+        }
+        for segment in [LARGE_SEGMENT, 65483] {
+            let t = Turn::for_segment(segment);
+            assert!(!t.end_at_full && t.rounds == 1, "{segment}: {t:?}");
+            assert_eq!((t.bytes, t.writes), (u64::MAX, 256), "{segment}");
+        }
+    }
 }
