@@ -59,8 +59,8 @@ impl Engine {
     /// gets threads: its completions and mapped windows are driven by a blocking loop per flow.
     ///
     /// The ends differ because what clocks the data differs. A sender that shares a thread
-    /// writes each flow in turn (see `stream::send_group`), so its writes, not the ACKs, send
-    /// the segments out. At the receiver, with Ethernet-size segments each 64 KiB skb is a
+    /// writes its flows in turn (see `stream::Turn`), so its writes, not the ACKs, send the
+    /// segments out. At the receiver, with Ethernet-size segments each 64 KiB skb is a
     /// train of ~44 segments, which the kernel acks at once from the softirq that queued it
     /// (`__tcp_ack_snd_check`), unless a reader owns the socket: then the skb waits in the
     /// socket backlog, and its ACK, and the sends that ACK clocks, run on the reader's CPU.
