@@ -502,6 +502,7 @@ impl Turn {
 fn send_group(
     cfg: &StreamConfig,
     flows: &[(u32, Arc<FlowShared>)],
+    turn: Turn,
     cpu: Option<u32>,
     test_id: u64,
     go: &Barrier,
@@ -528,13 +529,6 @@ fn send_group(
         }
         Ok(ep)
     })();
-    // The flows share one path: the first one's MSS (after any --mss clamp) stands for all.
-    let turn = Turn::for_segment(
-        flows
-            .first()
-            .and_then(|(_, f)| tcp_info(f.sock.as_fd()).ok())
-            .map_or(1448, |i| i.snd_mss),
-    );
     go.wait();
     end.cpus.extend(current_cpu());
     let result: io::Result<()> = (|| {
@@ -626,6 +620,8 @@ pub fn run_stream_client(
         }));
     }
     let mss = tcp_info(flows[0].sock.as_fd()).ok().map(|i| i.snd_mss);
+    // The flows share one path: the first one's MSS (after any --mss clamp) stands for all.
+    let turn = Turn::for_segment(mss.unwrap_or(1448));
     let congestion = netsteer_sock::tcp::congestion(flows[0].sock.as_fd()).ok();
     let usable = usable_cpus(&cfg.cpus);
     let engine = cfg.engine.resolve(
@@ -658,7 +654,7 @@ pub fn run_stream_client(
                 .map(|i| (i as u32, flows[i].clone()))
                 .collect();
             let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[t % cfg.cpus.len()]);
-            std::thread::spawn(move || send_group(&cfg, &mine, cpu, test_id, &go, &stop))
+            std::thread::spawn(move || send_group(&cfg, &mine, turn, cpu, test_id, &go, &stop))
         })
         .collect();
     go.wait();
@@ -893,8 +889,8 @@ pub fn run_stream_client(
 mod tests {
     use super::*;
 
-    /// Ethernet-size and jumbo segments get iperf3's round-robin turn; loopback-size ones fill
-    /// each flow in one round; small writes keep a 64 KiB share either way.
+    /// Ethernet-size and jumbo segments get iperf3's round-robin turn with a 64 KiB share per
+    /// flow; loopback-size ones fill each flow in one round; up to 256 writes a share either way.
     #[test]
     fn the_polled_turn_follows_the_segment_size() {
         for segment in [536, 1448, 4108, 8948, LARGE_SEGMENT - 1] {
