@@ -163,7 +163,8 @@ fn multi_flow_stream_with_verify_and_odd_write_sizes() {
 #[test]
 fn server_auto_engine_follows_the_path_segment_size() {
     let srv = Running::start(64, Duration::from_secs(5));
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    // The CPUs the server counts (its affinity, as this process's), not a cgroup quota.
+    let cpus = netsteer_sock::cpu::allowed_cpus().map_or(1, |c| c.len()) as u32;
     for (mss, server) in [(None, Engine::Poll), (Some(1448), Engine::Threads)] {
         let s = run_stream_client(
             &StreamConfig {
