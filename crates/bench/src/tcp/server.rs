@@ -335,9 +335,7 @@ fn handle(
         Ok(Hello::Data { test_id, flow }) => match data(shared, sock, test_id, flow) {
             Served::Here => {}
             Served::HandedOver => return false,
-            Served::Refused => {
-                shared.rejected.fetch_add(1, Ordering::Relaxed);
-            }
+            Served::Refused => {}
         },
         // Garbage, silence past the timeout, a huge length, or a peer that left: close.
         Err(_) => {
@@ -513,6 +511,13 @@ enum Served {
     Refused,
 }
 
+/// Counts a refused data connection. Called while its socket is still open (the socket drops
+/// after the return value is made), so a client that sees the close also sees the count.
+fn refuse(shared: &Shared) -> Served {
+    shared.rejected.fetch_add(1, Ordering::Relaxed);
+    Served::Refused
+}
+
 /// Runs one data connection.
 fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> Served {
     let Some(test) = shared
@@ -522,14 +527,14 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> Served {
         .get(&test_id)
         .cloned()
     else {
-        return Served::Refused;
+        return refuse(shared);
     };
     let sock = Arc::new(sock);
     {
         let mut slots = test.slots.lock().unwrap_or_else(|e| e.into_inner());
         match slots.streams.get_mut(flow as usize) {
             Some(slot @ None) if !test.stop.load(Ordering::Relaxed) => *slot = Some(sock.clone()),
-            _ => return Served::Refused,
+            _ => return refuse(shared),
         }
     }
     if !test.groups.is_empty() {
