@@ -53,6 +53,9 @@ const RECEIVER_THREADS_PER_CPU: usize = 4;
 /// frame's) are one per skb: the receiver acks them from its reads, not from the softirq.
 /// Both ends of tcp-stream choose their loops by it.
 pub(crate) const LARGE_SEGMENT: u32 = 32 << 10;
+/// The segment size assumed when TCP_INFO cannot be read: Ethernet's (1500 - 40 - 12 bytes of
+/// timestamps), the common path, so an unreadable MSS picks the loops that suit most links.
+pub(crate) const ETHERNET_SEGMENT: u32 = 1448;
 
 impl Engine {
     /// What `self` means for `side` with `flows` flows on `cpus` CPUs. Zero-copy I/O always

@@ -580,7 +580,7 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> Served {
 /// connection's MSS on the same path, or the client's `--mss` if smaller. Unknown counts as
 /// Ethernet-size.
 fn path_segment(control: &TcpStream, mss: Option<u32>) -> u32 {
-    let path = tcp_info(control.as_fd()).map_or(1448, |i| i.snd_mss);
+    let path = tcp_info(control.as_fd()).map_or(crate::tcp::ETHERNET_SEGMENT, |i| i.snd_mss);
     mss.map_or(path, |m| m.min(path))
 }
 

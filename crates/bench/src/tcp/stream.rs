@@ -5,7 +5,9 @@ use crate::tcp::cost::{CostMeter, us_per_mb};
 use crate::tcp::message::{FlowRate, Sides, StreamInterval, StreamSummary, Verify, jain};
 use crate::tcp::pattern::{Pattern, flow_seed};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
-use crate::tcp::{Engine, LARGE_SEGMENT, Session, Side, SockOpts, io_ctx, usable_cpus};
+use crate::tcp::{
+    ETHERNET_SEGMENT, Engine, LARGE_SEGMENT, Session, Side, SockOpts, io_ctx, usable_cpus,
+};
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
 use netsteer_sock::epoll::{Epoll, Interest};
@@ -621,7 +623,7 @@ pub fn run_stream_client(
     }
     let mss = tcp_info(flows[0].sock.as_fd()).ok().map(|i| i.snd_mss);
     // The flows share one path: the first one's MSS (after any --mss clamp) stands for all.
-    let turn = Turn::for_segment(mss.unwrap_or(1448));
+    let turn = Turn::for_segment(mss.unwrap_or(ETHERNET_SEGMENT));
     let congestion = netsteer_sock::tcp::congestion(flows[0].sock.as_fd()).ok();
     let usable = usable_cpus(&cfg.cpus);
     let engine = cfg.engine.resolve(
