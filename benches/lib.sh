@@ -24,12 +24,24 @@ in_lab() {
   server_addr=$NETSTEER_LAB_SERVER_ADDR
 }
 
-# Interference mode (INTERFERE=N): N busy loops, not pinned, run for the whole script, the same
-# load for every tool and case, so a tail that degrades under interference is measured, not
-# anecdotal. They stop when the script ends (EXIT trap of the caller: call interference_stop).
+# Interference mode: a background load, the same for every tool and case, so a tail that
+# degrades under interference is measured, not anecdotal. INTERFERE=N: N busy loops, not pinned
+# (the scheduler moves them, so a run may share its client's CPU, its server's, or each in
+# turn). INTERFERE_CPUS=0,1: one busy loop pinned to each listed CPU, a placement that stays the
+# same from run to run. They stop when the script ends (EXIT trap of the caller: call
+# interference_stop).
 interference_pids=()
 interference_start() {
-  local n=${INTERFERE:-0} i
+  local n=${INTERFERE:-0} i cpu
+  if [ -n "${INTERFERE_CPUS:-}" ]; then
+    for cpu in ${INTERFERE_CPUS//,/ }; do
+      [[ $cpu =~ ^[0-9]+$ ]] && [ "$cpu" -lt "$(nproc)" ] || { echo "INTERFERE_CPUS: no CPU $cpu here"; exit 2; }
+      taskset -c "$cpu" sh -c 'while :; do :; done' &
+      interference_pids+=($!)
+    done
+    echo "interference: one busy loop pinned to each of CPUs $INTERFERE_CPUS (INTERFERE_CPUS=$INTERFERE_CPUS)"
+    return 0
+  fi
   [ "$n" -gt 0 ] 2>/dev/null || return 0
   for i in $(seq "$n"); do
     sh -c 'while :; do :; done' &
