@@ -7,7 +7,7 @@ use netsteer_bench::tcp::proto::{self, Hello, Reply, TestKind, TestSpec};
 use netsteer_bench::tcp::rr::{RrConfig, run_rr_client};
 use netsteer_bench::tcp::server::{Server, ServerConfig, ServerTotals};
 use netsteer_bench::tcp::stream::{StreamConfig, run_stream_client};
-use netsteer_bench::tcp::{Engine, Side};
+use netsteer_bench::tcp::{Engine, Io, Side};
 use netsteer_bench::udp_echo::{BenchError, Wait};
 use netsteer_bench::waiter::Busy;
 use std::io::{Read, Write};
@@ -159,12 +159,31 @@ fn multi_flow_stream_with_verify_and_odd_write_sizes() {
 
 /// A server left to `auto` picks its receive engine from the path: on loopback (64 KiB
 /// segments) it polls flows that outnumber its CPUs; the same flows with Ethernet-size segments
-/// (the client's --mss) get a thread each. The client polls them either way.
+/// (the client's --mss) get a thread each. The client polls them either way. Small writes
+/// read with a read size (no low-water mark) get a thread per flow on both ends, as both
+/// derive from the same spec.
 #[test]
 fn server_auto_engine_follows_the_path_segment_size() {
     let srv = Running::start(64, Duration::from_secs(5));
     // The CPUs the server counts (its affinity, as this process's), not a cgroup quota.
     let cpus = netsteer_sock::cpu::allowed_cpus().map_or(1, |c| c.len()) as u32;
+    let s = run_stream_client(
+        &StreamConfig {
+            flows: 4 * cpus + 2,
+            write_size: 16,
+            read_size: Some(16),
+            nodelay: true,
+            verify: true,
+            duration: Duration::from_millis(400),
+            ..stream_cfg(srv.addr)
+        },
+        |_| Ok(()),
+    )
+    .unwrap();
+    assert!(s.verify.as_ref().unwrap().ok);
+    assert_eq!(s.bytes, s.sent_bytes);
+    assert_eq!(s.engine.client, Some(Engine::Threads), "16-byte reads");
+    assert_eq!(s.engine.server, Some(Engine::Threads), "16-byte reads");
     for (mss, server) in [(None, Engine::Poll), (Some(1448), Engine::Threads)] {
         let s = run_stream_client(
             &StreamConfig {
@@ -182,47 +201,83 @@ fn server_auto_engine_follows_the_path_segment_size() {
         assert_eq!(s.engine.client, Some(Engine::Poll), "mss {mss:?}");
         assert_eq!(s.engine.server, Some(server), "mss {mss:?}");
     }
-    assert_eq!(srv.stop().tests, 2);
+    assert_eq!(srv.stop().tests, 3);
 }
 
 /// Engine auto: a sender with more flows than CPUs polls them, one with as many CPUs as flows
 /// gives each its thread; a receiver with Ethernet-size segments keeps a thread per flow up to
 /// 4 flows per CPU, one with loopback-size segments polls as a sender does; zero-copy always
-/// gets threads; an explicit engine holds on both sides.
+/// gets threads; so do small writes read without a low-water mark, on both sides; an explicit
+/// engine holds on both sides.
 #[test]
 fn auto_engine_follows_side_segment_flows_and_cpus() {
     let eth = Side::Receiver { segment: 1448 };
     let lo = Side::Receiver { segment: 65483 };
     assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 4, 1, false),
+        Engine::Auto.resolve(Side::Sender, 4, 1, Io::Batched),
         Engine::Poll
     );
     assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 2, 2, false),
+        Engine::Auto.resolve(Side::Sender, 2, 2, Io::Batched),
         Engine::Threads
     );
     assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 1, 1, false),
+        Engine::Auto.resolve(Side::Sender, 1, 1, Io::Batched),
         Engine::Threads
     );
     assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 8, 2, true),
+        Engine::Auto.resolve(Side::Sender, 8, 2, Io::ZeroCopy),
         Engine::Threads
     );
-    assert_eq!(Engine::Auto.resolve(eth, 4, 1, false), Engine::Threads);
-    assert_eq!(Engine::Auto.resolve(eth, 8, 2, false), Engine::Threads);
-    assert_eq!(Engine::Auto.resolve(eth, 5, 1, false), Engine::Poll);
-    assert_eq!(Engine::Auto.resolve(eth, 16, 0, false), Engine::Poll);
-    assert_eq!(Engine::Auto.resolve(eth, 16, 1, true), Engine::Threads);
-    assert_eq!(Engine::Auto.resolve(lo, 2, 1, false), Engine::Poll);
-    assert_eq!(Engine::Auto.resolve(lo, 2, 2, false), Engine::Threads);
-    assert_eq!(Engine::Auto.resolve(lo, 4, 1, true), Engine::Threads);
     assert_eq!(
-        Engine::Poll.resolve(Side::Sender, 1, 4, false),
+        Engine::Auto.resolve(eth, 4, 1, Io::Batched),
+        Engine::Threads
+    );
+    assert_eq!(
+        Engine::Auto.resolve(eth, 8, 2, Io::Batched),
+        Engine::Threads
+    );
+    assert_eq!(Engine::Auto.resolve(eth, 5, 1, Io::Batched), Engine::Poll);
+    assert_eq!(Engine::Auto.resolve(eth, 16, 0, Io::Batched), Engine::Poll);
+    assert_eq!(
+        Engine::Auto.resolve(eth, 16, 1, Io::ZeroCopy),
+        Engine::Threads
+    );
+    assert_eq!(Engine::Auto.resolve(lo, 2, 1, Io::Batched), Engine::Poll);
+    assert_eq!(Engine::Auto.resolve(lo, 2, 2, Io::Batched), Engine::Threads);
+    assert_eq!(
+        Engine::Auto.resolve(lo, 4, 1, Io::ZeroCopy),
+        Engine::Threads
+    );
+    assert_eq!(
+        Engine::Poll.resolve(Side::Sender, 1, 4, Io::Batched),
         Engine::Poll
     );
-    assert_eq!(Engine::Poll.resolve(eth, 1, 4, false), Engine::Poll);
-    assert_eq!(Engine::Threads.resolve(lo, 64, 1, false), Engine::Threads);
+    assert_eq!(Engine::Poll.resolve(eth, 1, 4, Io::Batched), Engine::Poll);
+    assert_eq!(
+        Engine::Threads.resolve(lo, 64, 1, Io::Batched),
+        Engine::Threads
+    );
+    // Seed 003's 16-byte writes read 16 bytes at a time: threads on both ends, however many
+    // flows; an explicit poll still holds.
+    let tiny = Io::of(16, Some(16), false);
+    assert_eq!(tiny, Io::Unbatched);
+    assert_eq!(
+        Engine::Auto.resolve(Side::Sender, 6, 1, tiny),
+        Engine::Threads
+    );
+    assert_eq!(Engine::Auto.resolve(eth, 12, 1, tiny), Engine::Threads);
+    assert_eq!(Engine::Auto.resolve(lo, 6, 1, tiny), Engine::Threads);
+    assert_eq!(Engine::Poll.resolve(eth, 6, 1, tiny), Engine::Poll);
+    // The same writes behind the low-water mark (no read size) poll; large writes with a read
+    // size batch by themselves; zero-copy wins over both.
+    assert_eq!(Io::of(16, None, false), Io::Batched);
+    assert_eq!(Io::of(128 << 10, Some(16), false), Io::Batched);
+    assert_eq!(Io::of(16, Some(16), true), Io::ZeroCopy);
+    assert_eq!(
+        Engine::Auto.resolve(Side::Sender, 6, 1, Io::of(16, None, false)),
+        Engine::Poll
+    );
     assert_eq!(Engine::groups(5, 2), 2);
     assert_eq!(Engine::groups(1, 8), 1);
 }

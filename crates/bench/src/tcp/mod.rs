@@ -47,6 +47,34 @@ pub enum Side {
     },
 }
 
+/// What a tcp-stream's reads and writes are like, as far as `auto` cares. Both ends derive it
+/// from the same test spec ([`Io::of`]), so they agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    /// Copying I/O whose reader wakes for a lot at once: large writes, or small ones read
+    /// behind the receiver's 64 KiB low-water mark.
+    Batched,
+    /// MSG_ZEROCOPY or TCP_ZEROCOPY_RECEIVE.
+    ZeroCopy,
+    /// Small writes read with an asked-for read size, which turns the low-water mark off: every
+    /// small segment wakes its reader (seed 003's 16-byte writes and reads).
+    Unbatched,
+}
+
+impl Io {
+    /// `zerocopy`: whether this side's I/O is zero-copy (the sender's if either end is, since
+    /// a mapped receive needs MSG_ZEROCOPY's page layout).
+    pub fn of(write_size: u32, read_size: Option<u32>, zerocopy: bool) -> Io {
+        if zerocopy {
+            Io::ZeroCopy
+        } else if read_size.is_some() && write_size < stream::SMALL_WRITE {
+            Io::Unbatched
+        } else {
+            Io::Batched
+        }
+    }
+}
+
 /// Flows per CPU above which a receiver polls under `auto`.
 const RECEIVER_THREADS_PER_CPU: usize = 4;
 /// Segments from this size up (loopback's 64 KiB MTU, not Ethernet's or a 9000-byte jumbo
@@ -58,8 +86,13 @@ pub(crate) const LARGE_SEGMENT: u32 = 32 << 10;
 pub(crate) const ETHERNET_SEGMENT: u32 = 1448;
 
 impl Engine {
-    /// What `self` means for `side` with `flows` flows on `cpus` CPUs. Zero-copy I/O always
-    /// gets threads: its completions and mapped windows are driven by a blocking loop per flow.
+    /// What `self` means for `side` with `flows` flows on `cpus` CPUs doing `io`. Zero-copy I/O
+    /// always gets threads: its completions and mapped windows are driven by a blocking loop
+    /// per flow. Unbatched small I/O gets threads too, on both ends: measured, not explained.
+    /// With 16-byte writes read 16, 256 or 2048 bytes at a time, 6 and 12 flows on one CPU
+    /// ran 5-17 % faster on veth and 10-140 % on loopback with a thread per flow than polled
+    /// (BENCHMARKS.md, issue 14 fourth pass); with the low-water mark on, the same writes run
+    /// faster polled (2.3x iperf3 on loopback), so the rule keys on the mark.
     ///
     /// The ends differ because what clocks the data differs. A sender that shares a thread
     /// writes its flows in turn (see `stream::Turn`), so its writes, not the ACKs, send the
@@ -74,10 +107,11 @@ impl Engine {
     /// `tcp_cleanup_rbuf`), so polling loses nothing there and saves the context switches
     /// (4 flows: 21-28 Gbit/s polled, 19-21 threaded); and from 8 flows per CPU polling caught
     /// up on veth too (16 flows: 17.5 against 15.1 Gbit/s, mean of 3).
-    pub fn resolve(self, side: Side, flows: u32, cpus: usize, zerocopy: bool) -> Engine {
+    pub fn resolve(self, side: Side, flows: u32, cpus: usize, io: Io) -> Engine {
         let many = |per_cpu: usize| flows as usize > cpus.max(1) * per_cpu;
         match (self, side) {
-            _ if zerocopy => Engine::Threads,
+            _ if io == Io::ZeroCopy => Engine::Threads,
+            (Engine::Auto, _) if io == Io::Unbatched => Engine::Threads,
             (Engine::Auto, Side::Sender) if many(1) => Engine::Poll,
             (Engine::Auto, Side::Receiver { segment })
                 if many(RECEIVER_THREADS_PER_CPU) || (segment >= LARGE_SEGMENT && many(1)) =>

@@ -15,7 +15,7 @@ use crate::tcp::proto::{
     CONTROL_GRACE_S, DeadlineReader, Finish, Hello, Reply, ServerFlow, TestKind, TestSpec,
     read_frame, read_preamble, write_frame, write_preamble,
 };
-use crate::tcp::{Engine, Side, rr, stream, usable_cpus};
+use crate::tcp::{Engine, Io, Side, rr, stream, usable_cpus};
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
 use netsteer_sock::epoll::{Epoll, Interest};
@@ -367,7 +367,7 @@ fn control(
             },
             spec.flows,
             usable,
-            spec.zerocopy_recv,
+            Io::of(spec.write_size, spec.read_size, spec.zerocopy_recv),
         ),
         TestKind::TcpRr => Engine::Threads,
     };

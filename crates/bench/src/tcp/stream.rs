@@ -6,7 +6,7 @@ use crate::tcp::message::{FlowRate, Sides, StreamInterval, StreamSummary, Verify
 use crate::tcp::pattern::{Pattern, flow_seed};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
 use crate::tcp::{
-    ETHERNET_SEGMENT, Engine, LARGE_SEGMENT, Session, Side, SockOpts, io_ctx, usable_cpus,
+    ETHERNET_SEGMENT, Engine, Io, LARGE_SEGMENT, Session, Side, SockOpts, io_ctx, usable_cpus,
 };
 use crate::udp_echo::BenchError;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
@@ -31,7 +31,7 @@ pub const BENCH: &str = "tcp-stream";
 const ZC_WINDOW: usize = 512 << 10;
 /// SO_RCVLOWAT of a copying receiver whose sender writes less than SMALL_WRITE at a time.
 const COPY_LOW_WATER: usize = 64 << 10;
-const SMALL_WRITE: u32 = 16 << 10;
+pub(crate) const SMALL_WRITE: u32 = 16 << 10;
 
 fn read_buffer_len(write_size: u32) -> usize {
     (write_size as usize).clamp(64 << 10, 1 << 20)
@@ -630,7 +630,11 @@ pub fn run_stream_client(
         Side::Sender,
         cfg.flows,
         usable,
-        cfg.zerocopy_send || cfg.zerocopy_recv,
+        Io::of(
+            cfg.write_size,
+            cfg.read_size,
+            cfg.zerocopy_send || cfg.zerocopy_recv,
+        ),
     );
     let groups = match engine {
         Engine::Poll => Engine::groups(cfg.flows, usable),
