@@ -167,39 +167,39 @@ fn server_auto_engine_follows_the_path_segment_size() {
     let srv = Running::start(64, Duration::from_secs(5));
     // The CPUs the server counts (its affinity, as this process's), not a cgroup quota.
     let cpus = netsteer_sock::cpu::allowed_cpus().map_or(1, |c| c.len()) as u32;
-    let s = run_stream_client(
-        &StreamConfig {
-            flows: 4 * cpus + 2,
-            write_size: 16,
-            read_size: Some(16),
-            nodelay: true,
+    let tiny = StreamConfig {
+        flows: 4 * cpus + 2,
+        write_size: 16,
+        read_size: Some(16),
+        nodelay: true,
+        ..stream_cfg(srv.addr)
+    };
+    let many = |mss| StreamConfig {
+        flows: cpus + 1,
+        mss,
+        ..stream_cfg(srv.addr)
+    };
+    let cases = [
+        ("loopback", many(None), Engine::Poll, Engine::Poll),
+        (
+            "--mss 1448",
+            many(Some(1448)),
+            Engine::Poll,
+            Engine::Threads,
+        ),
+        ("16-byte reads", tiny, Engine::Threads, Engine::Threads),
+    ];
+    for (what, cfg, client, server) in cases {
+        let cfg = StreamConfig {
             verify: true,
             duration: Duration::from_millis(400),
-            ..stream_cfg(srv.addr)
-        },
-        |_| Ok(()),
-    )
-    .unwrap();
-    assert!(s.verify.as_ref().unwrap().ok);
-    assert_eq!(s.bytes, s.sent_bytes);
-    assert_eq!(s.engine.client, Some(Engine::Threads), "16-byte reads");
-    assert_eq!(s.engine.server, Some(Engine::Threads), "16-byte reads");
-    for (mss, server) in [(None, Engine::Poll), (Some(1448), Engine::Threads)] {
-        let s = run_stream_client(
-            &StreamConfig {
-                flows: cpus + 1,
-                mss,
-                verify: true,
-                duration: Duration::from_millis(400),
-                ..stream_cfg(srv.addr)
-            },
-            |_| Ok(()),
-        )
-        .unwrap();
-        assert!(s.verify.as_ref().unwrap().ok);
-        assert_eq!(s.bytes, s.sent_bytes);
-        assert_eq!(s.engine.client, Some(Engine::Poll), "mss {mss:?}");
-        assert_eq!(s.engine.server, Some(server), "mss {mss:?}");
+            ..cfg
+        };
+        let s = run_stream_client(&cfg, |_| Ok(())).unwrap();
+        assert!(s.verify.as_ref().unwrap().ok, "{what}");
+        assert_eq!(s.bytes, s.sent_bytes, "{what}");
+        assert_eq!(s.engine.client, Some(client), "{what}");
+        assert_eq!(s.engine.server, Some(server), "{what}");
     }
     assert_eq!(srv.stop().tests, 3);
 }
@@ -211,73 +211,50 @@ fn server_auto_engine_follows_the_path_segment_size() {
 /// engine holds on both sides.
 #[test]
 fn auto_engine_follows_side_segment_flows_and_cpus() {
+    use Engine::{Auto, Poll, Threads};
+    use Io::{Batched, ZeroCopy};
     let eth = Side::Receiver { segment: 1448 };
     let lo = Side::Receiver { segment: 65483 };
-    assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 4, 1, Io::Batched),
-        Engine::Poll
-    );
-    assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 2, 2, Io::Batched),
-        Engine::Threads
-    );
-    assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 1, 1, Io::Batched),
-        Engine::Threads
-    );
-    assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 8, 2, Io::ZeroCopy),
-        Engine::Threads
-    );
-    assert_eq!(
-        Engine::Auto.resolve(eth, 4, 1, Io::Batched),
-        Engine::Threads
-    );
-    assert_eq!(
-        Engine::Auto.resolve(eth, 8, 2, Io::Batched),
-        Engine::Threads
-    );
-    assert_eq!(Engine::Auto.resolve(eth, 5, 1, Io::Batched), Engine::Poll);
-    assert_eq!(Engine::Auto.resolve(eth, 16, 0, Io::Batched), Engine::Poll);
-    assert_eq!(
-        Engine::Auto.resolve(eth, 16, 1, Io::ZeroCopy),
-        Engine::Threads
-    );
-    assert_eq!(Engine::Auto.resolve(lo, 2, 1, Io::Batched), Engine::Poll);
-    assert_eq!(Engine::Auto.resolve(lo, 2, 2, Io::Batched), Engine::Threads);
-    assert_eq!(
-        Engine::Auto.resolve(lo, 4, 1, Io::ZeroCopy),
-        Engine::Threads
-    );
-    assert_eq!(
-        Engine::Poll.resolve(Side::Sender, 1, 4, Io::Batched),
-        Engine::Poll
-    );
-    assert_eq!(Engine::Poll.resolve(eth, 1, 4, Io::Batched), Engine::Poll);
-    assert_eq!(
-        Engine::Threads.resolve(lo, 64, 1, Io::Batched),
-        Engine::Threads
-    );
-    // Seed 003's 16-byte writes read 16 bytes at a time: threads on both ends, however many
-    // flows; an explicit poll still holds.
+    let tx = Side::Sender;
+    // Seed 003's 16-byte writes read 16 bytes at a time.
     let tiny = Io::of(16, Some(16), false);
+    // (engine, side, flows, CPUs, I/O, what it resolves to)
+    let cases = [
+        (Auto, tx, 4, 1, Batched, Poll),
+        (Auto, tx, 2, 2, Batched, Threads),
+        (Auto, tx, 1, 1, Batched, Threads),
+        (Auto, tx, 8, 2, ZeroCopy, Threads),
+        (Auto, eth, 4, 1, Batched, Threads),
+        (Auto, eth, 8, 2, Batched, Threads),
+        (Auto, eth, 5, 1, Batched, Poll),
+        (Auto, eth, 16, 0, Batched, Poll),
+        (Auto, eth, 16, 1, ZeroCopy, Threads),
+        (Auto, lo, 2, 1, Batched, Poll),
+        (Auto, lo, 2, 2, Batched, Threads),
+        (Auto, lo, 4, 1, ZeroCopy, Threads),
+        // An explicit engine holds on both sides.
+        (Poll, tx, 1, 4, Batched, Poll),
+        (Poll, eth, 1, 4, Batched, Poll),
+        (Threads, lo, 64, 1, Batched, Threads),
+        // Unbatched small I/O: threads on both ends however many flows; explicit poll holds.
+        (Auto, tx, 6, 1, tiny, Threads),
+        (Auto, eth, 12, 1, tiny, Threads),
+        (Auto, lo, 6, 1, tiny, Threads),
+        (Poll, eth, 6, 1, tiny, Poll),
+        // The same writes behind the low-water mark (no read size) poll.
+        (Auto, tx, 6, 1, Io::of(16, None, false), Poll),
+    ];
+    for (engine, side, flows, cpus, io, want) in cases {
+        assert_eq!(
+            engine.resolve(side, flows, cpus, io),
+            want,
+            "{engine:?} {side:?} {flows} flows on {cpus} CPUs, {io:?}"
+        );
+    }
     assert_eq!(tiny, Io::Unbatched);
-    assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 6, 1, tiny),
-        Engine::Threads
-    );
-    assert_eq!(Engine::Auto.resolve(eth, 12, 1, tiny), Engine::Threads);
-    assert_eq!(Engine::Auto.resolve(lo, 6, 1, tiny), Engine::Threads);
-    assert_eq!(Engine::Poll.resolve(eth, 6, 1, tiny), Engine::Poll);
-    // The same writes behind the low-water mark (no read size) poll; large writes with a read
-    // size batch by themselves; zero-copy wins over both.
-    assert_eq!(Io::of(16, None, false), Io::Batched);
-    assert_eq!(Io::of(128 << 10, Some(16), false), Io::Batched);
-    assert_eq!(Io::of(16, Some(16), true), Io::ZeroCopy);
-    assert_eq!(
-        Engine::Auto.resolve(Side::Sender, 6, 1, Io::of(16, None, false)),
-        Engine::Poll
-    );
+    // Large writes with a read size batch by themselves; zero-copy wins over both.
+    assert_eq!(Io::of(128 << 10, Some(16), false), Batched);
+    assert_eq!(Io::of(16, Some(16), true), ZeroCopy);
     assert_eq!(Engine::groups(5, 2), 2);
     assert_eq!(Engine::groups(1, 8), 1);
 }
