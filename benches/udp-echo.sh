@@ -9,8 +9,9 @@
 # round trip the client made, warm-up included (sockperf's "[Total Run]" count, netsteer's
 # received + warmup_round_trips), with the ratios.
 # Targets: p50 ratio <= 1.00 and p99 ratio <= 1.05; CPU per round trip ratio <= 1.00.
-# Usage: [INTERFERE=N] benches/udp-echo.sh [SECONDS_PER_RUN (5)] [REPEATS (3)] (N busy loops run
-# throughout as a fixed background load). Needs root (namespaces),
+# Usage: [INTERFERE=N | INTERFERE_CPUS=0,1] benches/udp-echo.sh [SECONDS_PER_RUN (5)]
+# [REPEATS (3)] (N unpinned busy loops, or one pinned to each listed CPU, run throughout as a
+# background load; see benches/lib.sh). Needs root (namespaces),
 # sockperf and python3: apt-get install -y sockperf iproute2 python3
 set -euo pipefail
 secs=${1:-5}
