@@ -67,7 +67,9 @@ impl Io {
     pub fn of(write_size: u32, read_size: Option<u32>, zerocopy: bool) -> Io {
         if zerocopy {
             Io::ZeroCopy
-        } else if read_size.is_some() && write_size < stream::SMALL_WRITE {
+        } else if stream::small_writes(write_size)
+            && !stream::reads_behind_low_water(write_size, read_size)
+        {
             Io::Unbatched
         } else {
             Io::Batched

@@ -31,7 +31,19 @@ pub const BENCH: &str = "tcp-stream";
 const ZC_WINDOW: usize = 512 << 10;
 /// SO_RCVLOWAT of a copying receiver whose sender writes less than SMALL_WRITE at a time.
 const COPY_LOW_WATER: usize = 64 << 10;
-pub(crate) const SMALL_WRITE: u32 = 16 << 10;
+const SMALL_WRITE: u32 = 16 << 10;
+
+/// Writes small enough that one segment wakes a reader for little (see `CopyRx::prepare`).
+pub(crate) fn small_writes(write_size: u32) -> bool {
+    write_size < SMALL_WRITE
+}
+
+/// Whether a copying receiver sleeps behind the COPY_LOW_WATER mark: for small writes, unless
+/// a read size was asked for, which is taken as it is. `auto`'s engine rule (`Io::of`) keys on
+/// the same answer.
+pub(crate) fn reads_behind_low_water(write_size: u32, read_size: Option<u32>) -> bool {
+    read_size.is_none() && small_writes(write_size)
+}
 
 fn read_buffer_len(write_size: u32) -> usize {
     (write_size as usize).clamp(64 << 10, 1 << 20)
@@ -118,8 +130,7 @@ pub(crate) enum Pumped {
 /// non-blocking one (served from epoll with others).
 pub(crate) struct CopyRx {
     buf: Vec<u8>,
-    /// The sender's write size, or u32::MAX when a read size was asked for.
-    write_size: u32,
+    low_water: bool,
     verifier: Option<Verifier>,
     out: ServerFlow,
 }
@@ -129,12 +140,7 @@ impl CopyRx {
         let buf_len = read_len(spec);
         CopyRx {
             buf: vec![0u8; buf_len],
-            // An asked-for read size is taken as it is: no low-water mark either.
-            write_size: if spec.read_size.is_some() {
-                u32::MAX
-            } else {
-                spec.write_size
-            },
+            low_water: reads_behind_low_water(spec.write_size, spec.read_size),
             verifier: verifier(spec, test_id, flow, buf_len),
             out: ServerFlow {
                 flow,
@@ -151,7 +157,7 @@ impl CopyRx {
     /// instead of 25-33). EOF and shutdown wake the reader at once either way. epoll honours
     /// the mark too (tcp_poll() asks tcp_stream_is_readable() with sock_rcvlowat()).
     pub(crate) fn prepare(&self, sock: &TcpStream) -> io::Result<()> {
-        if self.write_size < SMALL_WRITE {
+        if self.low_water {
             set_recv_low_water(sock.as_fd(), COPY_LOW_WATER.min(self.buf.len()) as u32)?;
         }
         Ok(())
