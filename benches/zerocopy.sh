@@ -5,7 +5,8 @@
 # of payload per segment), the system's default congestion control for both. tcp_mmap sends
 # 32 GiB; netsteer runs SECONDS. Tools alternate, client on CPU 0, server on CPU 1. Prints
 # Gbit/s, % mapped, retransmits (nstat, both tools) and the receiver thread's CPU µs per MiB.
-# The tool that runs first alternates from pair to pair.
+# The tool that runs first alternates from pair to pair. From 6 pairs up, the throughput ratio
+# carries its median's 95 % interval and a verdict (met, parity, missed; benches/pairs.py).
 # tcp_mmap is not packaged: build it from a kernel tree first, e.g.
 #   gcc -O2 -o /tmp/tcp_mmap tools/testing/selftests/net/tcp_mmap.c -lpthread
 # Usage: TCP_MMAP=/tmp/tcp_mmap benches/zerocopy.sh [SECONDS (10)] [PAIRS (3)]
@@ -72,6 +73,8 @@ for r in $(seq "$pairs"); do
 done
 python3 - "$results" <<'PY'
 import sys, statistics
+sys.path.insert(0, "benches")
+import pairs
 rows = {}
 for l in open(sys.argv[1]):
     tool, fam, g, mapped, rt, us = l.split()
@@ -82,12 +85,15 @@ print("|---|---|---|---|---|---|---|")
 for fam, t in rows.items():
     ns, tm = t["netsteer"], t["tcp_mmap"]
     ratio = [a[0] / b[0] for a, b in zip(ns, tm)]
-    met = sum(1 for x in ratio if round(x, 2) >= 1.0)
+    at_least_1 = lambda x: x >= 1.0
+    verdict = pairs.verdict(ratio, at_least_1)
     for name, v in (("netsteer", ns), ("tcp_mmap", tm)):
         print(f"| IPv{fam} | {name} | {mmm([x[0] for x in v])} | {mmm([x[1] for x in v], '{:.5f}')} | "
               f"{mmm([x[2] for x in v], '{:.0f}')} | {mmm([x[3] for x in v], '{:.0f}')} | "
-              f"{mmm(ratio) + f' ({met}/{len(ratio)})' if name == 'netsteer' else ''} |")
-print("\nvalues: min/median/max over the pairs; ratio of back-to-back runs, (k/n) pairs at >= 1.00.")
+              f"{pairs.cell(ratio, at_least_1) + ' ' + verdict if name == 'netsteer' else ''} |")
+print("\nvalues: min/median/max over the pairs; ratio of back-to-back runs, (k/n) pairs at >= 1.00,")
+print("[lo, hi] the median ratio's 95 % interval (from 6 pairs up), then the verdict: met, parity")
+print("(the gap is within the pairs' noise) or missed (benches/pairs.py).")
 print("tcp_mmap prints % mapped with 6 significant digits (100 = at least 99.99995).")
 PY
 rm -f "$results"
