@@ -162,6 +162,8 @@ done
 
 python3 - "$results" <<'PY'
 import sys, statistics
+sys.path.insert(0, "benches")
+import pairs
 st, rr, zc = {}, {}, {}
 for l in open(sys.argv[1]):
     f = l.split()
@@ -178,44 +180,50 @@ for l in open(sys.argv[1]):
         zc.setdefault((path, case), []).append(vals)
 med = statistics.median
 mmm = lambda v, fmt="{:.2f}": "/".join(fmt.format(x) for x in (min(v), med(v), max(v)))
-# A ratio cell: min/median/max, then how many pairs met the target on their own.
-def ratio(v, good):
-    return f"{mmm(v)} ({sum(1 for x in v if good(round(x, 2)))}/{len(v)})"
 at_least_1 = lambda x: x >= 1.0
 at_most_1 = lambda x: x <= 1.0
+# Each judged cell's verdict (benches/pairs.py): met, parity (the gap is within the pairs'
+# noise) or missed.
+verdicts = []
+def ratio(v, good, name):
+    verdicts.append((name, pairs.verdict(v, good)))
+    return pairs.cell(v, good)
 # Process CPU (client + server) and softirq, µs per unit.
 def cost(v, units):
     units = max(units, 1)
     return (v[0] + v[1] / 100) * 1e6 / units, v[2] / 100 * 1e6 / units
-ok = True
-print("\n| path | stream case | netsteer Gbit/s | iperf3 Gbit/s | ratio | CPU µs/MiB netsteer / iperf3 (ratio) | softirq µs/MiB netsteer / iperf3 |")
-print("|---|---|---|---|---|---|---|")
+if st:
+    print("\n| path | stream case | netsteer Gbit/s | iperf3 Gbit/s | ratio | CPU µs/MiB netsteer / iperf3 (ratio) | softirq µs/MiB netsteer / iperf3 |")
+    print("|---|---|---|---|---|---|---|")
 for (path, case), t in st.items():
     ns, ip = t["netsteer"], t["iperf3"]
     r = [a[0] / b[0] for a, b in zip(ns, ip)]
-    if "16 B" not in case:
-        ok &= round(med(r), 2) >= 1.0
+    # Seed 003's 16-byte cases are reported, not judged (the issue's targets are 128 KiB writes).
+    rc = pairs.cell(r, at_least_1) if "16 B" in case else ratio(r, at_least_1, f"stream {path} {case}")
     g = lambda v: [x[0] / 1e9 for x in v]
     fmt = "{:.3f}" if "16 B" in case else "{:.2f}"
     cn = [cost(x[2:], x[1] / 2**20) for x in ns]
     ci = [cost(x[2:], x[1] / 2**20) for x in ip]
     cr = [a[0] / b[0] for a, b in zip(cn, ci)]
-    print(f"| {path} | {case} | {mmm(g(ns), fmt)} | {mmm(g(ip), fmt)} | {ratio(r, at_least_1)} | "
+    print(f"| {path} | {case} | {mmm(g(ns), fmt)} | {mmm(g(ip), fmt)} | {rc} | "
           f"{med([c[0] for c in cn]):.0f} / {med([c[0] for c in ci]):.0f} ({mmm(cr)}) | "
           f"{med([c[1] for c in cn]):.0f} / {med([c[1] for c in ci]):.0f} |")
-print("\n| path | tcp-rr size | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio | CPU µs/rt netsteer / sockperf (ratio) | softirq µs/rt netsteer / sockperf |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+if rr:
+    print("\n| path | tcp-rr size | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio | CPU µs/rt netsteer / sockperf (ratio) | softirq µs/rt netsteer / sockperf |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
 for (path, size), t in rr.items():
     ns, sp = t["netsteer"], t["sockperf"]
     r50 = [a[0] / b[0] for a, b in zip(ns, sp)]
     r99 = [a[1] / b[1] for a, b in zip(ns, sp)]
-    ok &= round(med(r50), 2) <= 1.0 and round(med(r99), 2) <= 1.0
+    r50c = ratio(r50, at_most_1, f"rr {path} {size} B p50")
+    r99c = ratio(r99, at_most_1, f"rr {path} {size} B p99")
     cn = [cost(x[3:], x[2]) for x in ns]
     cs = [cost(x[3:], x[2]) for x in sp]
     cr = [a[0] / b[0] for a, b in zip(cn, cs)]
+    crc = ratio(cr, at_most_1, f"rr {path} {size} B CPU per round trip")
     print(f"| {path} | {size} B | {mmm([x[0] for x in ns])} | {mmm([x[0] for x in sp])} | "
-          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {ratio(r50, at_most_1)} | {ratio(r99, at_most_1)} | "
-          f"{med([c[0] for c in cn]):.2f} / {med([c[0] for c in cs]):.2f} ({mmm(cr)}) | "
+          f"{mmm([x[1] for x in ns])} | {mmm([x[1] for x in sp])} | {r50c} | {r99c} | "
+          f"{med([c[0] for c in cn]):.2f} / {med([c[0] for c in cs]):.2f} ({crc}) | "
           f"{med([c[1] for c in cn]):.2f} / {med([c[1] for c in cs]):.2f} |")
 if zc:
     print("\n| path | receive (sender) | Gbit/s | server threads µs/MiB | server CPU softirq µs/MiB | client threads µs/MiB | mapped % | retransmits |")
@@ -229,9 +237,16 @@ for (path, v), rows in zc.items():
           f"{mmm(col(2), '{:.0f}')} | {mmm(col(3), '{:.0f}')} | "
           f"{mmm(mapped, '{:.3f}') if mapped[0] >= 0 else '-'} | {mmm(col(5), '{:.0f}')} |")
 print("\nvalues: min/median/max over the repeats; ratios of back-to-back runs, (k/n) = pairs that met")
-print("the target by themselves; CPU = client + server")
+print("the target by themselves, [lo, hi] = the median ratio's 95 % interval (from 6 pairs up;")
+print("benches/pairs.py); CPU = client + server")
 print("process (user + system), softirq = all CPUs' softirq time during the client's run")
-print("targets (median at two decimals): stream ratio >= 1.00 (128 KiB writes), rr p50 and p99 ratio <= 1.00:",
-      "met" if ok else "NOT met")
+if verdicts:
+    count = lambda w: sum(1 for _, v in verdicts if v.startswith(w))
+    print("targets (median at two decimals): stream ratio >= 1.00 (128 KiB writes), rr p50, p99 and CPU per round trip ratio <= 1.00:",
+          f"met {count('met')}, parity {count('parity')} (gap within the pairs' noise), missed {count('missed')}",
+          f"of {len(verdicts)} cells")
+    for name, v in verdicts:
+        if v != "met":
+            print(f"  {v}: {name}")
 PY
 rm -f "$results" "$cpufile"
