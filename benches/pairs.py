@@ -61,6 +61,30 @@ def cell(values, good):
     return s
 
 
+class Judge:
+    """Collects the verdicts of a script's judged cells and prints them at the end."""
+
+    def __init__(self):
+        self.verdicts = []
+
+    def cell(self, values, good, name):
+        """pairs.cell(values, good), with the cell's verdict kept under `name`."""
+        self.verdicts.append((name, verdict(values, good)))
+        return cell(values, good)
+
+    def report(self, targets):
+        """The verdict counts after `targets` (what was judged), then every cell not met."""
+        if not self.verdicts:
+            return
+        count = lambda w: sum(1 for _, v in self.verdicts if v.startswith(w))
+        print(f"targets (median at two decimals): {targets}: met {count('met')}, parity "
+              f"{count('parity')} (gap within the pairs' noise), missed {count('missed')} of "
+              f"{len(self.verdicts)} cells")
+        for name, v in self.verdicts:
+            if v != "met":
+                print(f"  {v}: {name}")
+
+
 def _self_test():
     # n = 6: only [x(1), x(6)] covers >= 95 % (1 - 2/64 = 96.9 %).
     assert median_ci([6, 1, 5, 2, 4, 3]) == (1, 6)
@@ -73,6 +97,9 @@ def _self_test():
     assert verdict([0.9, 0.95, 1.0, 0.97, 0.99, 1.1], le1) == "met"
     assert verdict([0.9, 1.02, 1.03, 1.04, 1.05, 1.1], le1) == "parity"
     assert verdict([1.01, 1.02, 1.03, 1.04, 1.05, 1.1], le1) == "missed"
+    j = Judge()
+    assert j.cell([0.9, 1.02, 1.03, 1.04, 1.05, 1.1], le1, "x") == "0.90/1.04/1.10 (1/6) [0.90, 1.10]"
+    assert j.verdicts == [("x", "parity")]
     print("pairs.py: ok")
 
 

@@ -15,7 +15,9 @@
 # case runs REPEATS times with the tools alternating, and the tool that goes first alternates
 # too (netsteer on odd repeats, the anchor on even ones), so neither always inherits the
 # other's warm caches or leftover socket state. Tables show min/median/max over the repeats
-# and, per ratio, how many pairs met the target.
+# and, per ratio, how many pairs met the target and (from 6 repeats up) the median's 95 %
+# interval; the last lines give each judged cell's verdict: met, parity (within the pairs'
+# noise) or missed (benches/pairs.py).
 # Usage: [INTERFERE=N | INTERFERE_CPUS=0,1] [RR_SIZES="64 4096"] benches/tcp.sh
 #          [SECONDS_PER_RUN (5)] [REPEATS (3)] [CASES (stream,rr,zc)]
 # (INTERFERE: N unpinned busy loops as a background load; INTERFERE_CPUS: one busy loop pinned
@@ -184,10 +186,8 @@ at_least_1 = lambda x: x >= 1.0
 at_most_1 = lambda x: x <= 1.0
 # Each judged cell's verdict (benches/pairs.py): met, parity (the gap is within the pairs'
 # noise) or missed.
-verdicts = []
-def ratio(v, good, name):
-    verdicts.append((name, pairs.verdict(v, good)))
-    return pairs.cell(v, good)
+judge = pairs.Judge()
+ratio = judge.cell
 # Process CPU (client + server) and softirq, µs per unit.
 def cost(v, units):
     units = max(units, 1)
@@ -240,13 +240,6 @@ print("\nvalues: min/median/max over the repeats; ratios of back-to-back runs, (
 print("the target by themselves, [lo, hi] = the median ratio's 95 % interval (from 6 pairs up;")
 print("benches/pairs.py); CPU = client + server")
 print("process (user + system), softirq = all CPUs' softirq time during the client's run")
-if verdicts:
-    count = lambda w: sum(1 for _, v in verdicts if v.startswith(w))
-    print("targets (median at two decimals): stream ratio >= 1.00 (128 KiB writes), rr p50, p99 and CPU per round trip ratio <= 1.00:",
-          f"met {count('met')}, parity {count('parity')} (gap within the pairs' noise), missed {count('missed')}",
-          f"of {len(verdicts)} cells")
-    for name, v in verdicts:
-        if v != "met":
-            print(f"  {v}: {name}")
+judge.report("stream ratio >= 1.00 (128 KiB writes), rr p50, p99 and CPU per round trip ratio <= 1.00")
 PY
 rm -f "$results" "$cpufile"
