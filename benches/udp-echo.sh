@@ -104,11 +104,9 @@ def mmm(v):
 print()
 print("| path | placement | mode | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio | server CPU µs/rt netsteer / sockperf (ratio) | client CPU µs/rt netsteer / sockperf (ratio) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
-verdicts = []
 at_most = lambda t: lambda x: x <= t
-def judged(v, good, name):
-    verdicts.append((name, pairs.verdict(v, good)))
-    return pairs.cell(v, good)
+judge = pairs.Judge()
+judged = judge.cell
 for (env, place, mode), t in cases.items():
     ns, sp = t["netsteer"], t["sockperf"]
     # Ratios of runs done back to back (repeat i of each tool).
@@ -129,12 +127,6 @@ print()
 print("values: min/median/max over the repeats; ratio = netsteer / sockperf of back-to-back runs,")
 print("(k/n) pairs that met the target by themselves, [lo, hi] the median ratio's 95 % interval")
 print("(from 6 pairs up; benches/pairs.py)")
-count = lambda w: sum(1 for _, v in verdicts if v.startswith(w))
-print("targets (median ratio at two decimals): p50 <= 1.00, p99 <= 1.05, each side's CPU per round trip <= 1.00:",
-      f"met {count('met')}, parity {count('parity')} (gap within the pairs' noise), missed {count('missed')}",
-      f"of {len(verdicts)} cells")
-for name, v in verdicts:
-    if v != "met":
-        print(f"  {v}: {name}")
+judge.report("p50 <= 1.00, p99 <= 1.05, each side's CPU per round trip <= 1.00")
 PY
 rm -f "$results" "$cpufile"
