@@ -2,7 +2,7 @@
 //! receive, percentiles, and a server that survives hostile and vanishing clients.
 
 use netsteer_bench::clock::{Clock, MonotonicClock};
-use netsteer_bench::tcp::message::ServerTest;
+use netsteer_bench::tcp::message::{ServerTest, StreamSummary};
 use netsteer_bench::tcp::proto::{self, Hello, Reply, TestKind, TestSpec};
 use netsteer_bench::tcp::rr::{RrConfig, run_rr_client};
 use netsteer_bench::tcp::server::{Server, ServerConfig, ServerTotals};
@@ -144,6 +144,24 @@ fn multi_flow_stream_with_verify_and_odd_write_sizes() {
         assert!(s.per_flow.iter().all(|f| f.bytes > 0), "{:?}", s.per_flow);
         assert!(s.fairness > 0.0 && s.fairness <= 1.0);
         assert!(s.cpu_us_per_mb.client.is_some() && s.cpu_us_per_mb.server.is_some());
+        // Sleeps per MiB are each side's voluntary switches over the MiB received.
+        let mib = s.bytes as f64 / (1u64 << 20) as f64;
+        for (per_mb, cost) in [
+            (s.sleeps_per_mb.client, &s.cost.client),
+            (s.sleeps_per_mb.server, &s.cost.server),
+        ] {
+            let want = cost.voluntary_switches as f64 / mib;
+            assert!((per_mb.unwrap() - want).abs() <= 1e-9 * want.max(1.0));
+        }
+        // An older client's summary, without the field, still reads.
+        let mut old = serde_json::to_value(&s).unwrap();
+        old.as_object_mut()
+            .unwrap()
+            .remove("sleeps_per_mb")
+            .unwrap();
+        let old: StreamSummary = serde_json::from_value(old).unwrap();
+        assert_eq!(old.sleeps_per_mb.client, None);
+        assert_eq!(old.sleeps_per_mb.server, None);
         assert!(s.cost.client.user_us + s.cost.client.sys_us > 0);
         assert!(!s.cost.server.per_cpu.is_empty());
         assert!(intervals.len() >= 3, "{}", intervals.len());

@@ -114,11 +114,19 @@ fn stream_json_round_trip_on_ipv4_and_ipv6() {
                     "interval" => intervals.push(exact::<StreamInterval>(&l)),
                     "summary" => {
                         // The documented keys, by name.
-                        for k in ["bits_per_second", "bytes", "retransmits", "cpu_us_per_mb"] {
+                        for k in [
+                            "bits_per_second",
+                            "bytes",
+                            "retransmits",
+                            "cpu_us_per_mb",
+                            "sleeps_per_mb",
+                        ] {
                             assert!(v.get(k).is_some(), "{k} missing: {l}");
                         }
-                        assert!(v["cpu_us_per_mb"]["client"].is_number());
-                        assert!(v["cpu_us_per_mb"]["server"].is_number());
+                        for k in ["cpu_us_per_mb", "sleeps_per_mb"] {
+                            assert!(v[k]["client"].is_number(), "{k}: {l}");
+                            assert!(v[k]["server"].is_number(), "{k}: {l}");
+                        }
                         for k in ["rx_mapped_bytes", "rx_copybuf_bytes", "rx_read_bytes"] {
                             assert_eq!(v.get(k).is_some(), zc, "{k}: {l}");
                         }

@@ -234,6 +234,8 @@ fn tcp_stream(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         ("cpu_us_per_mib_server", s.cpu_us_per_mb.server),
         ("softirq_us_per_mib_client", s.softirq_us_per_mb.client),
         ("softirq_us_per_mib_server", s.softirq_us_per_mb.server),
+        ("sleeps_per_mib_client", s.sleeps_per_mb.client),
+        ("sleeps_per_mib_server", s.sleeps_per_mb.server),
     ] {
         // The summary's "MB" is the MiB of the README (2^20 bytes).
         if let Some(x) = x {

@@ -90,5 +90,10 @@ impl CostMeter {
 
 /// µs of CPU per MiB moved (tcp_mmap's unit: 1 MB = 2^20 bytes).
 pub fn us_per_mb(us: u64, bytes: u64) -> Option<f64> {
-    (bytes > 0).then(|| us as f64 / (bytes as f64 / (1u64 << 20) as f64))
+    per_mb(us, bytes)
+}
+
+/// A count per MiB moved; None when nothing moved.
+pub fn per_mb(count: u64, bytes: u64) -> Option<f64> {
+    (bytes > 0).then(|| count as f64 / (bytes as f64 / (1u64 << 20) as f64))
 }

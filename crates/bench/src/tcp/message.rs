@@ -73,6 +73,13 @@ pub struct StreamSummary {
     /// Softirq time of the CPUs each side's threads ran on, per MiB.
     pub softirq_us_per_mb: Sides<Option<f64>>,
     pub context_switches: Sides<u64>,
+    /// Voluntary context switches of each side's benchmark threads per MiB received: how often
+    /// they slept. Each sleep ends in a wake-up, which the CPU that queued the data pays for
+    /// (a receiver's in the softirq, `sock_def_readable`), so on a path whose softirq runs on
+    /// the sender's CPU (veth, loopback) this prices a receiver's threading model. Absent from
+    /// older clients.
+    #[serde(default)]
+    pub sleeps_per_mb: Sides<Option<f64>>,
     pub cost: Sides<SideCost>,
     /// How each side drove its flows (`threads` or `poll`; the server's is absent from older
     /// servers).
@@ -190,6 +197,10 @@ fn opt_f(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
+fn opt_f2(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
 fn latency(l: &Option<LatencySummary>) -> String {
     match l {
         Some(l) => format!(
@@ -242,13 +253,15 @@ impl Message for StreamSummary {
             self.fairness
         )];
         lines.push(format!(
-            "cpu us/MB: client {} server {}; softirq us/MB: client {} server {}; context switches: client {} server {}",
+            "cpu us/MB: client {} server {}; softirq us/MB: client {} server {}; context switches: client {} server {}; sleeps/MB: client {} server {}",
             opt_f(self.cpu_us_per_mb.client),
             opt_f(self.cpu_us_per_mb.server),
             opt_f(self.softirq_us_per_mb.client),
             opt_f(self.softirq_us_per_mb.server),
             self.context_switches.client,
-            self.context_switches.server
+            self.context_switches.server,
+            opt_f2(self.sleeps_per_mb.client),
+            opt_f2(self.sleeps_per_mb.server)
         ));
         if let (Some(m), Some(c), Some(r)) = (
             self.rx_mapped_bytes,

@@ -1,7 +1,7 @@
 //! tcp-stream: bulk transfer from the client's flows to the server, measured at both ends.
 
 use crate::report::{Kind, Role};
-use crate::tcp::cost::{CostMeter, us_per_mb};
+use crate::tcp::cost::{CostMeter, per_mb, us_per_mb};
 use crate::tcp::message::{FlowRate, Sides, StreamInterval, StreamSummary, Verify, jain};
 use crate::tcp::pattern::{Pattern, flow_seed};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
@@ -875,6 +875,10 @@ pub fn run_stream_client(
         context_switches: Sides {
             client: client_cost.voluntary_switches + client_cost.involuntary_switches,
             server: server_cost.voluntary_switches + server_cost.involuntary_switches,
+        },
+        sleeps_per_mb: Sides {
+            client: per_mb(client_cost.voluntary_switches, bytes),
+            server: per_mb(server_cost.voluntary_switches, bytes),
         },
         cost: Sides {
             client: client_cost,
