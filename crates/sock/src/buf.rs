@@ -1,6 +1,8 @@
-//! Reading into a vector's spare capacity: the bytes land once, with no zero-fill before.
+//! Reading into a vector's spare capacity: the bytes land once, with no zero-fill before; and
+//! page-aligned buffers for the kernel to copy into.
 
 use std::io;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Reads up to `max` bytes from a socket or pipe into `buf`'s spare capacity (growing it if
@@ -42,9 +44,88 @@ pub fn read_append_exact(fd: BorrowedFd<'_>, buf: &mut Vec<u8>, n: usize) -> io:
     Ok(())
 }
 
+/// Where [`AlignedBuf`] starts: a page, as iperf3's mmap'd buffers and tcp_mmap's do.
+pub const BUF_ALIGN: usize = 4096;
+
+/// A zeroed byte buffer whose first byte is page-aligned, for reads the kernel copies into.
+///
+/// Why: the kernel copies to user space with `rep movsb` on CPUs with fast short rep-mov
+/// (arch/x86/lib/copy_user_64.S), and on AMD Zen that copy runs far slower into a destination
+/// that is not 64-byte aligned. glibc serves allocations from 128 KiB up with mmap and a
+/// 16-byte chunk header, so a plain `vec![0u8; 128 << 10]` starts at 16 mod 64, and every
+/// read into it pays. Measured on the 2-vCPU EPYC VM (veth, 4 flows, one select() reader):
+/// 13.8-17.3 Gbit/s into a 16-byte-offset buffer, 29-42 into a 64- or 4096-aligned one
+/// (BENCHMARKS.md, issue 14 sixth pass).
+pub struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// `len` zero bytes, starting on a [`BUF_ALIGN`] boundary.
+    pub fn new(len: usize) -> AlignedBuf {
+        let storage = vec![0u8; len + BUF_ALIGN];
+        // A u8 pointer can always be aligned, so align_offset is exact (< BUF_ALIGN).
+        let start = storage.as_ptr().align_offset(BUF_ALIGN);
+        AlignedBuf {
+            storage,
+            start,
+            len,
+        }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+// Not derived: a copied Vec lands at a new address, so the offset must be found again.
+impl Clone for AlignedBuf {
+    fn clone(&self) -> AlignedBuf {
+        let mut b = AlignedBuf::new(self.len);
+        b.copy_from_slice(self);
+        b
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aligned_buffers_start_on_a_page_and_hold_exactly_their_length() {
+        for len in [0, 1, 64, 4095, 4096, 128 << 10, (1 << 20) + 3] {
+            let mut b = AlignedBuf::new(len);
+            assert_eq!(b.as_ptr() as usize % BUF_ALIGN, 0, "len {len}");
+            assert_eq!(b.len(), len);
+            assert!(b.iter().all(|&x| x == 0));
+            if len > 0 {
+                b[len - 1] = 7;
+                assert_eq!(b[len - 1], 7);
+            }
+            let c = b.clone();
+            assert_eq!(c.as_ptr() as usize % BUF_ALIGN, 0, "a clone is aligned too");
+            assert_eq!(&c[..], &b[..]);
+        }
+    }
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsFd;

@@ -102,9 +102,12 @@ impl Engine {
     /// train of ~44 segments, which the kernel acks at once from the softirq that queued it
     /// (`__tcp_ack_snd_check`), unless a reader owns the socket: then the skb waits in the
     /// socket backlog, and its ACK, and the sends that ACK clocks, run on the reader's CPU.
-    /// One polling reader for several flows is almost always inside some flow's recvmsg, fell
-    /// behind for good and read cold data (veth, 4 flows on one CPU: 17-21 Gbit/s, 28-35 with
-    /// a thread per flow, whose readers drain their queue and sleep). With loopback's 64 KiB
+    /// One polling reader for several flows is almost always inside some flow's recvmsg, so
+    /// those ACKs and the sends they clock move to its CPU (veth, 4 flows on one CPU: 17-21
+    /// Gbit/s, 28-35 with a thread per flow). Most of that loss was the read buffer's alignment,
+    /// though (`AlignedBuf`): with page-aligned buffers the polled reader sleeps a third as
+    /// often and runs level with the threads (0.78 against 0.79 of iperf3, 8 alternated pairs,
+    /// BENCHMARKS.md sixth pass), but not ahead, so the threads stay. With loopback's 64 KiB
     /// segments an skb is one segment, whose ACK waits for the reader anyway (delayed ACK,
     /// `tcp_cleanup_rbuf`), so polling loses nothing there and saves the context switches
     /// (4 flows: 21-28 Gbit/s polled, 19-21 threaded); and from 8 flows per CPU polling caught

@@ -9,6 +9,7 @@ use crate::tcp::{
     ETHERNET_SEGMENT, Engine, Io, LARGE_SEGMENT, Session, Side, SockOpts, io_ctx, usable_cpus,
 };
 use crate::udp_echo::BenchError;
+use netsteer_sock::buf::AlignedBuf;
 use netsteer_sock::cpu::{ThreadUsage, current_cpu, pin_current_thread};
 use netsteer_sock::epoll::{Epoll, Interest};
 use netsteer_sock::tcp::{set_recv_low_water, tcp_info, wait_readable};
@@ -129,7 +130,8 @@ pub(crate) enum Pumped {
 /// The copying receiver of one flow, for a blocking socket (a thread per flow) or a
 /// non-blocking one (served from epoll with others).
 pub(crate) struct CopyRx {
-    buf: Vec<u8>,
+    /// Page-aligned: the kernel's copy into a misaligned buffer is slow (see `AlignedBuf`).
+    buf: AlignedBuf,
     low_water: bool,
     verifier: Option<Verifier>,
     out: ServerFlow,
@@ -139,7 +141,7 @@ impl CopyRx {
     pub(crate) fn new(spec: &TestSpec, test_id: u64, flow: u32) -> CopyRx {
         let buf_len = read_len(spec);
         CopyRx {
-            buf: vec![0u8; buf_len],
+            buf: AlignedBuf::new(buf_len),
             low_water: reads_behind_low_water(spec.write_size, spec.read_size),
             verifier: verifier(spec, test_id, flow, buf_len),
             out: ServerFlow {
@@ -203,7 +205,7 @@ fn receive_zerocopy(
     let fd = sock.as_fd();
     let mut zc = ZeroCopyReceiver::new(fd, ZC_WINDOW)?;
     set_recv_low_water(fd, ZC_WINDOW as u32)?;
-    let mut buf = vec![0u8; buf_len];
+    let mut buf = AlignedBuf::new(buf_len);
     let mut calls = 0u64;
     loop {
         calls += 1;
