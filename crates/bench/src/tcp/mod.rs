@@ -106,8 +106,9 @@ impl Engine {
     /// those ACKs and the sends they clock move to its CPU (veth, 4 flows on one CPU: 17-21
     /// Gbit/s, 28-35 with a thread per flow). Most of that loss was the read buffer's alignment,
     /// though (`AlignedBuf`): with page-aligned buffers the polled reader sleeps a third as
-    /// often and runs level with the threads (0.78 against 0.79 of iperf3, 8 alternated pairs,
-    /// BENCHMARKS.md sixth pass), but not ahead, so the threads stay. With loopback's 64 KiB
+    /// often but still runs no faster than the threads (polled / threaded 0.84 at 4 flows and
+    /// 0.95 at 2, medians of 8 alternated rounds, BENCHMARKS.md sixth pass), so the threads
+    /// stay. With loopback's 64 KiB
     /// segments an skb is one segment, whose ACK waits for the reader anyway (delayed ACK,
     /// `tcp_cleanup_rbuf`), so polling loses nothing there and saves the context switches
     /// (4 flows: 21-28 Gbit/s polled, 19-21 threaded); and from 8 flows per CPU polling caught
