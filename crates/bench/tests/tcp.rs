@@ -224,7 +224,7 @@ fn server_auto_engine_follows_the_path_segment_size() {
 
 /// Engine auto: a sender with more flows than CPUs polls them, one with as many CPUs as flows
 /// gives each its thread; a receiver with Ethernet-size segments keeps a thread per flow up to
-/// 4 flows per CPU, one with loopback-size segments polls as a sender does; zero-copy always
+/// 2 flows per CPU, one with loopback-size segments polls as a sender does; zero-copy always
 /// gets threads; so do small writes read without a low-water mark, on both sides; an explicit
 /// engine holds on both sides.
 #[test]
@@ -242,9 +242,10 @@ fn auto_engine_follows_side_segment_flows_and_cpus() {
         (Auto, tx, 2, 2, Batched, Threads),
         (Auto, tx, 1, 1, Batched, Threads),
         (Auto, tx, 8, 2, ZeroCopy, Threads),
-        (Auto, eth, 4, 1, Batched, Threads),
-        (Auto, eth, 8, 2, Batched, Threads),
-        (Auto, eth, 5, 1, Batched, Poll),
+        (Auto, eth, 2, 1, Batched, Threads),
+        (Auto, eth, 4, 2, Batched, Threads),
+        (Auto, eth, 3, 1, Batched, Poll),
+        (Auto, eth, 5, 2, Batched, Poll),
         (Auto, eth, 16, 0, Batched, Poll),
         (Auto, eth, 16, 1, ZeroCopy, Threads),
         (Auto, lo, 2, 1, Batched, Poll),

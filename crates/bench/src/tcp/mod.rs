@@ -27,7 +27,7 @@ use std::time::Duration;
 pub enum Engine {
     /// The sender polls when it has more flows than CPUs to run them on; so does the receiver
     /// on a path with loopback-size segments, while with Ethernet-size ones it gives each flow
-    /// a thread up to 4 flows per CPU. Each side decides for its own CPUs.
+    /// a thread up to 2 flows per CPU. Each side decides for its own CPUs.
     #[default]
     Auto,
     /// A thread per flow, blocking I/O (iperf3 3.16+'s model).
@@ -77,8 +77,8 @@ impl Io {
     }
 }
 
-/// Flows per CPU above which a receiver polls under `auto`.
-const RECEIVER_THREADS_PER_CPU: usize = 4;
+/// Flows per CPU above which a receiver on an Ethernet-size path polls under `auto`.
+const RECEIVER_THREADS_PER_CPU: usize = 2;
 /// Segments from this size up (loopback's 64 KiB MTU, not Ethernet's or a 9000-byte jumbo
 /// frame's) are one per skb: the receiver acks them from its reads, not from the softirq.
 /// Both ends of tcp-stream choose their loops by it.
@@ -102,13 +102,13 @@ impl Engine {
     /// train of ~44 segments, which the kernel acks at once from the softirq that queued it
     /// (`__tcp_ack_snd_check`), unless a reader owns the socket: then the skb waits in the
     /// socket backlog, and its ACK, and the sends that ACK clocks, run on the reader's CPU.
-    /// One polling reader for several flows is almost always inside some flow's recvmsg, so
-    /// those ACKs and the sends they clock move to its CPU (veth, 4 flows on one CPU: 17-21
-    /// Gbit/s, 28-35 with a thread per flow). Most of that loss was the read buffer's alignment,
-    /// though (`AlignedBuf`): with page-aligned buffers the polled reader sleeps a third as
-    /// often but still runs no faster than the threads (polled / threaded 0.84 at 4 flows and
-    /// 0.95 at 2, medians of 8 alternated rounds, BENCHMARKS.md sixth pass), so the threads
-    /// stay. With loopback's 64 KiB
+    /// A polling reader that takes 16 reads per flow per turn is almost always inside some
+    /// flow's recvmsg, so those ACKs and the sends they clock move to its CPU (veth, 4 flows
+    /// on one CPU: 17-21 Gbit/s, 28-35 with a thread per flow, into misaligned buffers).
+    /// With page-aligned buffers (`AlignedBuf`) and one read per flow per turn
+    /// (`stream::reads_per_turn`), the polled reader sleeps a third as often as the threads
+    /// and runs ahead of them from 3 flows per CPU (1.20× at 3, 1.14× at 4), but not at 2
+    /// (0.93×), medians of 8-12 alternated rounds (BENCHMARKS.md sixth pass). With loopback's 64 KiB
     /// segments an skb is one segment, whose ACK waits for the reader anyway (delayed ACK,
     /// `tcp_cleanup_rbuf`), so polling loses nothing there and saves the context switches
     /// (4 flows: 21-28 Gbit/s polled, 19-21 threaded); and from 8 flows per CPU polling caught

@@ -73,6 +73,8 @@ struct Group {
     /// Flows this group will serve (those with flow % groups == its index).
     expected: usize,
     cpu: Option<u32>,
+    /// Reads per ready flow before the next one's turn (`stream::reads_per_turn`).
+    reads_per_turn: u32,
 }
 
 #[derive(Default)]
@@ -360,11 +362,10 @@ fn control(
     let test_id = random_id();
     let n = spec.flows as usize;
     let usable = usable_cpus(&shared.cpus);
+    let segment = path_segment(&sock, spec.mss);
     let engine = match spec.kind {
         TestKind::TcpStream => spec.engine.resolve(
-            Side::Receiver {
-                segment: path_segment(&sock, spec.mss),
-            },
+            Side::Receiver { segment },
             spec.flows,
             usable,
             Io::of(spec.write_size, spec.read_size, spec.zerocopy_recv),
@@ -381,6 +382,7 @@ fn control(
                         queue: Mutex::default(),
                         expected: (g..n).step_by(count).count(),
                         cpu: (!shared.cpus.is_empty()).then(|| shared.cpus[g % shared.cpus.len()]),
+                        reads_per_turn: stream::reads_per_turn(segment, spec.write_size),
                     })
                 })
                 .collect();
@@ -637,9 +639,6 @@ fn join_group(shared: &Shared, test: &Test, sock: Arc<TcpStream>, flow: u32) -> 
     Served::HandedOver
 }
 
-/// Reads per ready flow before the next one's turn.
-const READS_PER_TURN: u32 = 16;
-
 /// A group's thread: reads every flow the epoll says is readable until all of the group's
 /// flows reached EOF or the test stops.
 fn poll_group(shared: &Shared, test: &Test, group: &Group) {
@@ -703,7 +702,7 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
             let Some((sock, rx)) = flows.get_mut(&flow) else {
                 continue;
             };
-            let outcome = rx.pump(sock, READS_PER_TURN);
+            let outcome = rx.pump(sock, group.reads_per_turn);
             if matches!(outcome, Ok(stream::Pumped::Eof) | Err(_))
                 && let Some(entry) = flows.remove(&flow)
             {

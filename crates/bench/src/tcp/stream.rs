@@ -46,6 +46,23 @@ pub(crate) fn reads_behind_low_water(write_size: u32, read_size: Option<u32>) ->
     read_size.is_none() && small_writes(write_size)
 }
 
+/// How many reads a polling receiver gives one ready flow before the next ready flow's turn.
+///
+/// Ethernet-size segments and large writes: one, as iperf3's select() loop does, so every
+/// flow's queue is read (and its window opened, from the reader's CPU) once a round. Measured
+/// on veth with page-aligned buffers, one read against sixteen: 3 flows on one CPU 1.20× the
+/// threaded receiver, 4 flows 1.14× (1.11× iperf3, 10 of 12 pairs), 6 flows 1.13× sixteen
+/// reads (BENCHMARKS.md, issue 14 sixth pass). Sixteen otherwise: with loopback's 64 KiB
+/// segments one read a turn cost a third (4 flows: 14.6 against 20.2 Gbit/s), and small
+/// writes behind the low-water mark ran 0.95× with one.
+pub(crate) fn reads_per_turn(segment: u32, write_size: u32) -> u32 {
+    if segment < LARGE_SEGMENT && !small_writes(write_size) {
+        1
+    } else {
+        16
+    }
+}
+
 fn read_buffer_len(write_size: u32) -> usize {
     (write_size as usize).clamp(64 << 10, 1 << 20)
 }
@@ -909,6 +926,15 @@ mod tests {
 
     /// Ethernet-size and jumbo segments get iperf3's round-robin turn with a 64 KiB share per
     /// flow; loopback-size ones fill each flow in one round; up to 256 writes a share either way.
+    #[test]
+    fn the_polled_reader_reads_once_a_turn_only_for_large_writes_on_ethernet_size_segments() {
+        assert_eq!(reads_per_turn(ETHERNET_SEGMENT, 128 << 10), 1);
+        assert_eq!(reads_per_turn(8948, SMALL_WRITE), 1);
+        assert_eq!(reads_per_turn(ETHERNET_SEGMENT, 16), 16);
+        assert_eq!(reads_per_turn(65483, 128 << 10), 16);
+        assert_eq!(reads_per_turn(LARGE_SEGMENT, 1 << 20), 16);
+    }
+
     #[test]
     fn the_polled_turn_follows_the_segment_size() {
         for segment in [536, 1448, 4108, 8948, LARGE_SEGMENT - 1] {
