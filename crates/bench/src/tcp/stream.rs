@@ -924,8 +924,6 @@ pub fn run_stream_client(
 mod tests {
     use super::*;
 
-    /// Ethernet-size and jumbo segments get iperf3's round-robin turn with a 64 KiB share per
-    /// flow; loopback-size ones fill each flow in one round; up to 256 writes a share either way.
     #[test]
     fn the_polled_reader_reads_once_a_turn_only_for_large_writes_on_ethernet_size_segments() {
         assert_eq!(reads_per_turn(ETHERNET_SEGMENT, 128 << 10), 1);
@@ -935,6 +933,8 @@ mod tests {
         assert_eq!(reads_per_turn(LARGE_SEGMENT, 1 << 20), 16);
     }
 
+    /// Ethernet-size and jumbo segments get iperf3's round-robin turn with a 64 KiB share per
+    /// flow; loopback-size ones fill each flow in one round; up to 256 writes a share either way.
     #[test]
     fn the_polled_turn_follows_the_segment_size() {
         for segment in [536, 1448, 4108, 8948, LARGE_SEGMENT - 1] {
