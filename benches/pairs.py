@@ -50,10 +50,15 @@ def verdict(values, good):
     return "parity" if good(round(ci[0], 2)) or good(round(ci[1], 2)) else "missed"
 
 
+def mmm(values, fmt="{:.2f}"):
+    """min/median/max of `values`, each formatted with `fmt`: every table cell of the scripts."""
+    return "/".join(fmt.format(x) for x in (min(values), statistics.median(values), max(values)))
+
+
 def cell(values, good):
     """min/median/max (pairs that met the target by themselves) [95 % interval of the median]."""
     v = sorted(values)
-    s = "/".join(f"{x:.2f}" for x in (v[0], statistics.median(v), v[-1]))
+    s = mmm(v)
     s += f" ({sum(1 for x in v if good(round(x, 2)))}/{len(v)})"
     ci = median_ci(v)
     if ci is not None:
@@ -93,6 +98,8 @@ def _self_test():
     # n = 20: ranks 6..15 (95.9 %).
     assert median_ci(range(1, 21)) == (6, 15)
     assert median_ci([1, 2, 3, 4, 5]) is None
+    assert mmm([3, 1, 2]) == "1.00/2.00/3.00"
+    assert mmm([0.5, 1.25], "{:.1f}") == "0.5/0.9/1.2"
     le1 = lambda x: x <= 1.0
     assert verdict([0.9, 0.95, 1.0, 0.97, 0.99, 1.1], le1) == "met"
     assert verdict([0.9, 1.02, 1.03, 1.04, 1.05, 1.1], le1) == "parity"

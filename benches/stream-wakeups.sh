@@ -87,7 +87,7 @@ for r in $(seq "$repeats"); do
 done
 
 python3 - "$results" <<'PY'
-import sys, statistics
+import sys
 sys.path.insert(0, "benches")
 import pairs
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
@@ -95,8 +95,7 @@ by, runs = {}, {}
 for tool, pair, *v in rows:
     by.setdefault(tool, []).append([float(x) for x in v])
     runs[(tool, pair)] = float(v[0])
-def mmm(v, f="{:.1f}"):
-    return "/".join(f.format(x) for x in (min(v), statistics.median(v), max(v)))
+mmm = pairs.mmm
 print()
 print("| tool | Gbit/s | CPU 0 busy % | CPU 1 busy % | server sleeps per MiB | client sleeps per MiB |")
 print("|---|---|---|---|---|---|")

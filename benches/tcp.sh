@@ -181,7 +181,7 @@ for l in open(sys.argv[1]):
     else:
         zc.setdefault((path, case), []).append(vals)
 med = statistics.median
-mmm = lambda v, fmt="{:.2f}": "/".join(fmt.format(x) for x in (min(v), med(v), max(v)))
+mmm = pairs.mmm
 at_least_1 = lambda x: x >= 1.0
 at_most_1 = lambda x: x <= 1.0
 # Each judged cell's verdict (benches/pairs.py): met, parity (the gap is within the pairs'

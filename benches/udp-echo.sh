@@ -99,8 +99,7 @@ for env, place, mode, tool, p50, p99, rt, ticks, ccpu, cwall in rows:
     scpu = int(ticks) / 100 / rt * 1e6
     ccpu = float(ccpu) / rt * 1e6
     cases.setdefault((env, place, mode), {}).setdefault(tool, []).append((float(p50), float(p99), scpu, ccpu))
-def mmm(v):
-    return f"{min(v):.3f}/{statistics.median(v):.3f}/{max(v):.3f}"
+mmm = lambda v: pairs.mmm(v, "{:.3f}")
 print()
 print("| path | placement | mode | netsteer p50 µs | sockperf p50 µs | netsteer p99 µs | sockperf p99 µs | p50 ratio | p99 ratio | server CPU µs/rt netsteer / sockperf (ratio) | client CPU µs/rt netsteer / sockperf (ratio) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -79,7 +79,7 @@ rows = {}
 for l in open(sys.argv[1]):
     tool, fam, g, mapped, rt, us = l.split()
     rows.setdefault(fam, {}).setdefault(tool, []).append((float(g), float(mapped), int(rt), float(us)))
-mmm = lambda v, f="{:.2f}": "/".join(f.format(x) for x in (min(v), statistics.median(v), max(v)))
+mmm = pairs.mmm
 print("\n| family | tool | Gbit/s | % mapped | retransmits | receiver µs/MiB | throughput ratio netsteer/tcp_mmap |")
 print("|---|---|---|---|---|---|---|")
 for fam, t in rows.items():
