@@ -182,7 +182,16 @@ impl OutFrame {
 pub fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
     let mut idx = 0;
     let mut off = 0;
-    while idx < parts.len() {
+    loop {
+        // Empty parts (and a part fully written) are skipped first: writev(2) of nothing but
+        // empty buffers returns 0, which must not read as a peer that takes no more bytes.
+        while idx < parts.len() && parts[idx].len() == off {
+            idx += 1;
+            off = 0;
+        }
+        if idx == parts.len() {
+            return Ok(());
+        }
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity((parts.len() - idx).min(128));
         slices.push(IoSlice::new(&parts[idx][off..]));
         slices.extend(parts[idx + 1..].iter().take(127).map(|p| IoSlice::new(p)));
@@ -203,12 +212,7 @@ pub fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()>
                 n = 0;
             }
         }
-        while idx < parts.len() && parts[idx].len() == off {
-            idx += 1;
-            off = 0;
-        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -329,6 +333,25 @@ mod tests {
             write_all_vectored(&mut w, &refs).unwrap();
             prop_assert_eq!(w.out, parts.concat());
         }
+    }
+
+    /// Nothing to write is written: a message of empty parts, and empty parts ahead of a
+    /// whole batch (more than the 128 slices of one writev), never read as WriteZero.
+    #[test]
+    fn empty_parts_are_written_as_nothing() {
+        let mut w = Short {
+            out: Vec::new(),
+            cut: 1,
+        };
+        write_all_vectored(&mut w, &[]).unwrap();
+        write_all_vectored(&mut w, &[&[], &[]]).unwrap();
+        assert!(w.out.is_empty());
+        let mut parts: Vec<&[u8]> = vec![&[]; 300];
+        parts.push(b"abc");
+        parts.extend([&[][..]; 3]);
+        parts.push(b"de");
+        write_all_vectored(&mut w, &parts).unwrap();
+        assert_eq!(w.out, b"abcde");
     }
 
     #[test]
