@@ -63,6 +63,8 @@ struct Test {
     changed: Condvar,
     /// Engine `poll`: flow i is served by group i % len; empty with a thread per flow.
     groups: Vec<Group>,
+    /// tcp-stream's copying receivers: each flow's SO_RCVLOWAT (`stream::low_water`).
+    low_water: Option<u32>,
 }
 
 /// One polling thread's flows (engine `poll`). The first data connection of the group to
@@ -407,6 +409,7 @@ fn control(
         }),
         changed: Condvar::new(),
         groups,
+        low_water: stream::low_water(spec.write_size, spec.read_size, segment, spec.flows, usable),
     });
     shared
         .tests
@@ -559,7 +562,8 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> Served {
         },
         Ok(()) => match test.spec.kind {
             TestKind::TcpStream => {
-                stream::receive(&sock, &test.spec, test.seed_id, flow, &test.stop, &mut cpus)
+                let id = (test.seed_id, flow);
+                stream::receive(&sock, &test.spec, id, test.low_water, &test.stop, &mut cpus)
             }
             TestKind::TcpRr => rr::respond(&sock, &test.spec, &test.stop, &mut cpus),
         },
@@ -677,7 +681,7 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
         {
             let mut q = group.queue.lock().unwrap_or_else(|e| e.into_inner());
             for (flow, sock) in q.pending.drain(..) {
-                let rx = stream::CopyRx::new(&test.spec, test.seed_id, flow);
+                let rx = stream::CopyRx::new(&test.spec, test.seed_id, flow, test.low_water);
                 match rx.prepare(&sock) {
                     Ok(()) => {
                         flows.insert(flow, (sock, rx));

@@ -32,6 +32,8 @@ pub const BENCH: &str = "tcp-stream";
 const ZC_WINDOW: usize = 512 << 10;
 /// SO_RCVLOWAT of a copying receiver whose sender writes less than SMALL_WRITE at a time.
 const COPY_LOW_WATER: usize = 64 << 10;
+/// SO_RCVLOWAT of a copying receiver of large writes, where it pays (see [`low_water`]).
+const BULK_LOW_WATER: u32 = 128 << 10;
 const SMALL_WRITE: u32 = 16 << 10;
 
 /// Writes small enough that one segment wakes a reader for little (see `CopyRx::prepare`).
@@ -44,6 +46,43 @@ pub(crate) fn small_writes(write_size: u32) -> bool {
 /// the same answer.
 pub(crate) fn reads_behind_low_water(write_size: u32, read_size: Option<u32>) -> bool {
     read_size.is_none() && small_writes(write_size)
+}
+
+/// The SO_RCVLOWAT a copying receiver sets on each flow, if any: what it takes for the kernel
+/// to wake the reader. `segment` is the path's (see `server::path_segment`); `flows` share
+/// `cpus` receiving CPUs.
+///
+/// - Small writes, no read size asked: 64 KiB, capped at the read buffer, so a 16-byte
+///   segment does not wake a reader (see [`CopyRx::prepare`]).
+/// - A read size asked: none; the reads are taken as asked (seed 003's `iperf3 -l 16` case).
+/// - Large writes, on loopback-size segments, or on any path with at most one flow per
+///   receiving CPU: 128 KiB. The receive softirq that queues the data runs on the sending
+///   CPU (loopback, veth), and each wake-up of a sleeping reader is a cross-CPU wake paid
+///   there (`sock_def_readable`); the sending CPU is the bottleneck, at 100 % busy. Waking
+///   for two 64 KiB skbs instead of each one halved the reader's sleeps per MiB (loopback,
+///   1 flow: 8.0 to 3.4) and ran 1.16-1.35× faster (1 flow, loopback and veth; loopback
+///   2 flows polled 1.14× iperf3 against 0.79× without), BENCHMARKS.md seventh pass.
+///   64 KiB wakes per skb, as no mark does, and changed nothing.
+/// - Large writes, several flows per receiving CPU on Ethernet-size segments: none. There a
+///   flow's window stays small (its rcvbuf grows by what it copies per RTT), and a mark near
+///   the window leaves the reader asleep until the window closes (`tcp_epollin_ready` wakes
+///   it only then): veth 4 flows polled ran at half speed, 2 flows threaded 0.91×.
+pub(crate) fn low_water(
+    write_size: u32,
+    read_size: Option<u32>,
+    segment: u32,
+    flows: u32,
+    cpus: usize,
+) -> Option<u32> {
+    if read_size.is_some() {
+        None
+    } else if small_writes(write_size) {
+        Some(COPY_LOW_WATER.min(read_buffer_len(write_size)) as u32)
+    } else if segment >= LARGE_SEGMENT || flows as usize <= cpus.max(1) {
+        Some(BULK_LOW_WATER)
+    } else {
+        None
+    }
 }
 
 /// How many reads a polling receiver gives one ready flow before the next ready flow's turn.
@@ -86,13 +125,13 @@ impl Verifier {
 pub(crate) fn receive(
     sock: &TcpStream,
     spec: &TestSpec,
-    test_id: u64,
-    flow: u32,
+    (test_id, flow): (u64, u32),
+    low_water: Option<u32>,
     stop: &AtomicBool,
     cpus: &mut BTreeSet<u32>,
 ) -> ServerFlow {
     if !spec.zerocopy_recv {
-        let mut rx = CopyRx::new(spec, test_id, flow);
+        let mut rx = CopyRx::new(spec, test_id, flow, low_water);
         let r = rx.prepare(sock).and_then(|()| {
             loop {
                 match rx.pump(sock, 1024)? {
@@ -149,17 +188,18 @@ pub(crate) enum Pumped {
 pub(crate) struct CopyRx {
     /// Page-aligned: the kernel's copy into a misaligned buffer is slow (see `AlignedBuf`).
     buf: AlignedBuf,
-    low_water: bool,
+    /// SO_RCVLOWAT, from [`low_water`].
+    low_water: Option<u32>,
     verifier: Option<Verifier>,
     out: ServerFlow,
 }
 
 impl CopyRx {
-    pub(crate) fn new(spec: &TestSpec, test_id: u64, flow: u32) -> CopyRx {
+    pub(crate) fn new(spec: &TestSpec, test_id: u64, flow: u32, low_water: Option<u32>) -> CopyRx {
         let buf_len = read_len(spec);
         CopyRx {
             buf: AlignedBuf::new(buf_len),
-            low_water: reads_behind_low_water(spec.write_size, spec.read_size),
+            low_water,
             verifier: verifier(spec, test_id, flow, buf_len),
             out: ServerFlow {
                 flow,
@@ -168,16 +208,16 @@ impl CopyRx {
         }
     }
 
-    /// With small writes, wake for 64 KiB at a time, not for every segment: a reader woken per
-    /// 16-byte segment spends its CPU on wake-ups (6 flows × 16 B: the server's CPU per MiB fell
-    /// 6× on veth; on loopback, where the sender's CPU also runs the receive softirq, the flows
-    /// ran 5× faster). Not with large writes: there each wake-up already brings a lot, and the
-    /// low-water mark cost a third of a loopback bulk flow (BBR, 128 KiB writes: 22-24 Gbit/s
-    /// instead of 25-33). EOF and shutdown wake the reader at once either way. epoll honours
-    /// the mark too (tcp_poll() asks tcp_stream_is_readable() with sock_rcvlowat()).
+    /// Sets the flow's low-water mark. With small writes, a reader woken per 16-byte segment
+    /// spends its CPU on wake-ups (6 flows × 16 B: the server's CPU per MiB fell 6× on veth
+    /// with the 64 KiB mark; on loopback, where the sender's CPU also runs the receive softirq,
+    /// the flows ran 5× faster); large writes are in [`low_water`]. EOF and shutdown wake the
+    /// reader at once either way, and so does a window closed to one segment
+    /// (`tcp_epollin_ready`), so a mark cannot stall a flow. epoll honours the mark too
+    /// (tcp_poll() asks tcp_stream_is_readable() with sock_rcvlowat()).
     pub(crate) fn prepare(&self, sock: &TcpStream) -> io::Result<()> {
-        if self.low_water {
-            set_recv_low_water(sock.as_fd(), COPY_LOW_WATER.min(self.buf.len()) as u32)?;
+        if let Some(bytes) = self.low_water {
+            set_recv_low_water(sock.as_fd(), bytes)?;
         }
         Ok(())
     }
@@ -923,6 +963,36 @@ pub fn run_stream_client(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bulk_receivers_wake_for_128_kib_unless_flows_share_a_cpu_on_ethernet_size_segments() {
+        let big = 128 << 10;
+        // One flow per receiving CPU, any path.
+        assert_eq!(
+            low_water(big, None, ETHERNET_SEGMENT, 1, 1),
+            Some(BULK_LOW_WATER)
+        );
+        assert_eq!(
+            low_water(big, None, ETHERNET_SEGMENT, 2, 2),
+            Some(BULK_LOW_WATER)
+        );
+        assert_eq!(low_water(1 << 20, None, 8948, 4, 8), Some(BULK_LOW_WATER));
+        // Loopback-size segments, however many flows share a CPU.
+        assert_eq!(low_water(big, None, 65483, 4, 1), Some(BULK_LOW_WATER));
+        // Several flows per CPU on Ethernet-size segments: no mark.
+        assert_eq!(low_water(big, None, ETHERNET_SEGMENT, 2, 1), None);
+        assert_eq!(low_water(big, None, LARGE_SEGMENT - 1, 3, 2), None);
+        // An unknown CPU count counts as one.
+        assert_eq!(
+            low_water(big, None, ETHERNET_SEGMENT, 1, 0),
+            Some(BULK_LOW_WATER)
+        );
+        assert_eq!(low_water(big, None, ETHERNET_SEGMENT, 2, 0), None);
+        // Small writes: 64 KiB, whatever the path; an asked-for read size turns marks off.
+        assert_eq!(low_water(16, None, ETHERNET_SEGMENT, 6, 1), Some(64 << 10));
+        assert_eq!(low_water(16, Some(16), ETHERNET_SEGMENT, 6, 1), None);
+        assert_eq!(low_water(big, Some(big), 65483, 1, 1), None);
+    }
 
     #[test]
     fn the_polled_reader_reads_once_a_turn_only_for_large_writes_on_ethernet_size_segments() {
