@@ -60,13 +60,15 @@ pub(crate) fn reads_behind_low_water(write_size: u32, read_size: Option<u32>) ->
 ///   CPU (loopback, veth), and each wake-up of a sleeping reader is a cross-CPU wake paid
 ///   there (`sock_def_readable`); the sending CPU is the bottleneck, at 100 % busy. Waking
 ///   for two 64 KiB skbs instead of each one halved the reader's sleeps per MiB (loopback,
-///   1 flow: 8.0 to 3.4) and ran 1.16-1.35× faster (1 flow, loopback and veth; loopback
-///   2 flows polled 1.14× iperf3 against 0.79× without), BENCHMARKS.md seventh pass.
+///   1 flow: 8.0 to 3.4), and the rate rose (1 flow: loopback 1.35× iperf3 against 0.96×
+///   without, veth 1.16× against 0.89×; loopback 2 flows polled 1.14× against 0.79×),
+///   BENCHMARKS.md seventh pass.
 ///   64 KiB wakes per skb, as no mark does, and changed nothing.
-/// - Large writes, several flows per receiving CPU on Ethernet-size segments: none. There a
-///   flow's window stays small (its rcvbuf grows by what it copies per RTT), and a mark near
-///   the window leaves the reader asleep until the window closes (`tcp_epollin_ready` wakes
-///   it only then): veth 4 flows polled ran at half speed, 2 flows threaded 0.91×.
+/// - Large writes, several flows per receiving CPU on Ethernet-size segments: none. There the
+///   mark cost rate though it cut the sleeps as much (veth 2 flows threaded: 0.91× against
+///   1.01× without; 4 flows polled: half speed). Not through the window: `ss` shows these
+///   flows' rcvbuf autotuned to 8-32 MiB with or without the mark, far above it. Measured,
+///   not explained.
 pub(crate) fn low_water(
     write_size: u32,
     read_size: Option<u32>,
