@@ -20,6 +20,7 @@ use message::*;
 use netchannel::{Endpoint, Policy, SocketOptions, VSocket};
 use netsteer_host::HostFs;
 use netsteer_host::sample::read_sample;
+use netsteer_sock::buf::AlignedBuf;
 use netsteer_sock::{cpu, netns};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -346,7 +347,10 @@ fn transfer<C: Conn>(tx: C, rx: C, cfg: &Config, traffic: Traffic) -> io::Result
         let rx = rx.clone();
         thread::spawn(move || -> io::Result<(u64, Instant)> {
             pin(rcpu);
-            let mut buf = vec![0u8; 1 << 20];
+            // Page-aligned, as iperf3's buffer is: into a malloc'd one the kernel's copy runs
+            // at half speed or full speed depending on where the allocator put it (see
+            // `AlignedBuf`), which made plain TCP's per-core rate bimodal in E4.
+            let mut buf = AlignedBuf::new(1 << 20);
             let mut total = 0u64;
             loop {
                 let n = if traffic.copy_reads {
@@ -692,7 +696,7 @@ fn e3_run<C: Conn>(
         }));
         let counted = bulk_bytes.clone();
         bulk.push(thread::spawn(move || {
-            let mut buf = vec![0u8; 1 << 20];
+            let mut buf = AlignedBuf::new(1 << 20);
             while let Ok(n) = s.drain_some(&mut buf) {
                 if n == 0 {
                     break;
