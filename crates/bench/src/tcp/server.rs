@@ -561,10 +561,15 @@ fn data(shared: &Shared, sock: TcpStream, test_id: u64, flow: u32) -> Served {
             ..ServerFlow::default()
         },
         Ok(()) => match test.spec.kind {
-            TestKind::TcpStream => {
-                let id = (test.seed_id, flow);
-                stream::receive(&sock, &test.spec, id, test.low_water, &test.stop, &mut cpus)
-            }
+            TestKind::TcpStream => stream::receive(
+                &sock,
+                &test.spec,
+                test.seed_id,
+                flow,
+                test.low_water,
+                &test.stop,
+                &mut cpus,
+            ),
             TestKind::TcpRr => rr::respond(&sock, &test.spec, &test.stop, &mut cpus),
         },
     };

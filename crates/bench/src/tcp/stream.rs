@@ -76,10 +76,10 @@ pub(crate) fn low_water(
     flows: u32,
     cpus: usize,
 ) -> Option<u32> {
-    if read_size.is_some() {
-        None
-    } else if small_writes(write_size) {
+    if reads_behind_low_water(write_size, read_size) {
         Some(COPY_LOW_WATER.min(read_buffer_len(write_size)) as u32)
+    } else if read_size.is_some() || small_writes(write_size) {
+        None
     } else if segment >= LARGE_SEGMENT || flows as usize <= cpus.max(1) {
         Some(BULK_LOW_WATER)
     } else {
@@ -127,7 +127,8 @@ impl Verifier {
 pub(crate) fn receive(
     sock: &TcpStream,
     spec: &TestSpec,
-    (test_id, flow): (u64, u32),
+    test_id: u64,
+    flow: u32,
     low_water: Option<u32>,
     stop: &AtomicBool,
     cpus: &mut BTreeSet<u32>,
