@@ -51,9 +51,9 @@ pub const BUF_ALIGN: usize = 4096;
 ///
 /// Why: the kernel copies to user space with `rep movsb` on CPUs with fast short rep-mov
 /// (`copy_user_generic`, arch/x86/include/asm/uaccess_64.h), and on the AMD EPYC measured
-/// here that copy ran at half speed into a destination that is not 64-byte aligned. glibc serves allocations from 128 KiB up with mmap and a
-/// 16-byte chunk header, so a plain `vec![0u8; 128 << 10]` starts at 16 mod 64, and every
-/// read into it pays. Measured on the 2-vCPU EPYC VM (veth, 4 flows, one select() reader):
+/// here that copy ran at half speed into a destination that is not 64-byte aligned. glibc
+/// serves allocations from 128 KiB up with mmap and a 16-byte chunk header, so a plain
+/// `vec![0u8; 128 << 10]` starts at 16 mod 64, and every read into it pays. Measured on the 2-vCPU EPYC VM (veth, 4 flows, one select() reader):
 /// 13.8-17.3 Gbit/s into a 16-byte-offset buffer, 29-42 into a 64- or 4096-aligned one
 /// (BENCHMARKS.md, issue 14 sixth pass).
 pub struct AlignedBuf {
@@ -109,6 +109,9 @@ impl std::fmt::Debug for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsFd;
 
     #[test]
     fn aligned_buffers_start_on_a_page_and_hold_exactly_their_length() {
@@ -126,9 +129,6 @@ mod tests {
             assert_eq!(&c[..], &b[..]);
         }
     }
-    use std::io::Write;
-    use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsFd;
 
     #[test]
     fn read_append_fills_spare_capacity_exactly() {

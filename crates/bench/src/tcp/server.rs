@@ -65,6 +65,9 @@ struct Test {
     groups: Vec<Group>,
     /// tcp-stream's copying receivers: each flow's SO_RCVLOWAT (`stream::low_water`).
     low_water: Option<u32>,
+    /// Engine `poll`: reads per ready flow before the next one's turn
+    /// (`stream::reads_per_turn`).
+    reads_per_turn: u32,
 }
 
 /// One polling thread's flows (engine `poll`). The first data connection of the group to
@@ -75,8 +78,6 @@ struct Group {
     /// Flows this group will serve (those with flow % groups == its index).
     expected: usize,
     cpu: Option<u32>,
-    /// Reads per ready flow before the next one's turn (`stream::reads_per_turn`).
-    reads_per_turn: u32,
 }
 
 #[derive(Default)]
@@ -384,7 +385,6 @@ fn control(
                         queue: Mutex::default(),
                         expected: (g..n).step_by(count).count(),
                         cpu: (!shared.cpus.is_empty()).then(|| shared.cpus[g % shared.cpus.len()]),
-                        reads_per_turn: stream::reads_per_turn(segment, spec.write_size),
                     })
                 })
                 .collect();
@@ -410,6 +410,7 @@ fn control(
         changed: Condvar::new(),
         groups,
         low_water: stream::low_water(spec.write_size, spec.read_size, segment, spec.flows, usable),
+        reads_per_turn: stream::reads_per_turn(segment, spec.write_size),
     });
     shared
         .tests
@@ -711,7 +712,7 @@ fn poll_group(shared: &Shared, test: &Test, group: &Group) {
             let Some((sock, rx)) = flows.get_mut(&flow) else {
                 continue;
             };
-            let outcome = rx.pump(sock, group.reads_per_turn);
+            let outcome = rx.pump(sock, test.reads_per_turn);
             if matches!(outcome, Ok(stream::Pumped::Eof) | Err(_))
                 && let Some(entry) = flows.remove(&flow)
             {

@@ -78,7 +78,7 @@ pub(crate) fn low_water(
 ) -> Option<u32> {
     if reads_behind_low_water(write_size, read_size) {
         Some(COPY_LOW_WATER.min(read_buffer_len(write_size)) as u32)
-    } else if read_size.is_some() || small_writes(write_size) {
+    } else if read_size.is_some() {
         None
     } else if segment >= LARGE_SEGMENT || flows as usize <= cpus.max(1) {
         Some(BULK_LOW_WATER)
