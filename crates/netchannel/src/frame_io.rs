@@ -5,6 +5,7 @@ use crate::wire::{HEADER_LEN, Header};
 use bytes::Bytes;
 use netsteer_sock::buf::AlignedBuf;
 use std::io::{self, IoSlice, Read, Write};
+use std::sync::{Arc, Mutex};
 
 /// Payloads at least this large are read straight into their own buffer instead of through
 /// the staging buffer, so the kernel copy is the only copy.
@@ -12,6 +13,77 @@ const DIRECT_READ: usize = 16 * 1024;
 const STAGING: usize = 256 * 1024;
 /// The alignment of a direct read's destination (see `FrameReader::payload`).
 const CACHE_LINE: usize = 64;
+
+/// Free payload buffers a pool keeps at most, in bytes: enough to cover a bulk socket's frames
+/// between the I/O thread and the application without pinning much memory per channel.
+const POOL_KEEP_BYTES: usize = 4 << 20;
+
+/// Recycles the buffers of full-size payloads. A bulk sender's frames are all `max_frame`
+/// long, and each used to be a fresh 1 MiB allocation freed on the application's thread. glibc
+/// gives such blocks back to the kernel (trimming the heap, or munmap) and takes them again
+/// a moment later, so the reader page-faulted and the kernel zeroed pages before its copy
+/// landed: 56.8 k page faults in a 3 s run of E4's inline mode, 3.5 k with this pool
+/// (BENCHMARKS.md, issue 14 eighth pass). A pooled buffer stays mapped and warm in the TLB.
+pub(crate) struct BufPool {
+    free: Mutex<Vec<Vec<u8>>>,
+    /// Capacity of every pooled buffer: the largest payload plus the alignment pad.
+    capacity: usize,
+    keep: usize,
+}
+
+impl BufPool {
+    fn new(max_payload: usize) -> Arc<BufPool> {
+        let capacity = max_payload + CACHE_LINE;
+        Arc::new(BufPool {
+            free: Mutex::new(Vec::new()),
+            capacity,
+            keep: (POOL_KEEP_BYTES / capacity).max(1),
+        })
+    }
+
+    /// Whether a buffer of `need` bytes comes from the pool. Only payloads that fill most of
+    /// a pooled buffer do, so a peer's small frames cannot make this side hold a full-size
+    /// buffer each: buffered memory stays within 8/7 of the payload bytes the window allows.
+    fn fits(&self, need: usize) -> bool {
+        need <= self.capacity && need * 8 >= self.capacity * 7
+    }
+
+    fn take(&self) -> Vec<u8> {
+        let recycled = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        recycled.unwrap_or_else(|| Vec::with_capacity(self.capacity))
+    }
+
+    fn give_back(&self, mut v: Vec<u8>) {
+        if v.capacity() != self.capacity {
+            return;
+        }
+        v.clear();
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() < self.keep {
+            free.push(v);
+        }
+    }
+}
+
+/// A pooled payload: the bytes after the alignment pad, returned to the pool when the last
+/// `Bytes` referring to them is dropped.
+struct Pooled {
+    buf: Vec<u8>,
+    pad: usize,
+    pool: Arc<BufPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[self.pad..]
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.pool.give_back(std::mem::take(&mut self.buf));
+    }
+}
 
 /// A byte source that can also fill a vector without zeroing it first (std's read_to_end
 /// reads into spare capacity for sockets), so a large payload costs only the kernel copy.
@@ -38,6 +110,7 @@ pub struct FrameReader<R> {
     /// The last payload was read directly: the next one probably will be too, so refill
     /// only up to a header rather than pulling payload bytes through the staging buffer.
     direct: bool,
+    pool: Arc<BufPool>,
 }
 
 impl<R: Source> FrameReader<R> {
@@ -55,6 +128,7 @@ impl<R: Source> FrameReader<R> {
             start: 0,
             end: 0,
             direct: false,
+            pool: BufPool::new(max_frame as usize),
         }
     }
 
@@ -133,7 +207,12 @@ impl<R: Source> FrameReader<R> {
             // cache line. Into a malloc'd buffer it lands anywhere 16 bytes apart, and on AMD
             // EPYC `rep movsb` to user space runs at half speed unless the destination is
             // 64-byte aligned (netsteer_sock::buf::AlignedBuf; BENCHMARKS.md, issue 14).
-            let mut v: Vec<u8> = Vec::with_capacity(len + CACHE_LINE);
+            let pooled = self.pool.fits(len + CACHE_LINE);
+            let mut v = if pooled {
+                self.pool.take()
+            } else {
+                Vec::with_capacity(len + CACHE_LINE)
+            };
             let pad = v.as_ptr().wrapping_add(have).align_offset(CACHE_LINE);
             v.resize(pad, 0);
             v.extend_from_slice(&self.buf[self.start..self.end]);
@@ -146,6 +225,10 @@ impl<R: Source> FrameReader<R> {
                     ReadError::Io(e)
                 }
             })?;
+            if pooled {
+                let pool = self.pool.clone();
+                return Ok(Bytes::from_owner(Pooled { buf: v, pad, pool }));
+            }
             return Ok(Bytes::from(v).slice(pad..));
         }
         self.direct = false;
@@ -307,6 +390,55 @@ mod tests {
             assert_eq!(dests.len(), 1, "staged {staged}");
             assert_eq!(dests[0] % CACHE_LINE, 0, "staged {staged}");
         }
+    }
+
+    /// A full-size payload's buffer goes back to the pool when the application drops it and
+    /// carries the next one; one still held is not reused, and small payloads get buffers of
+    /// their own size.
+    #[test]
+    fn full_size_payload_buffers_are_recycled() {
+        let max = 64 << 10;
+        let mut stream = Vec::new();
+        for (seq, len) in [(0u64, max), (1, max), (2, max), (3, 20_000)] {
+            stream.extend_from_slice(&data(seq, len as u32).encode());
+            stream.extend((0..len).map(|i| (i as u64 + seq) as u8));
+        }
+        let src = Pieces {
+            data: stream,
+            at: 0,
+            cut: usize::MAX,
+        };
+        let mut r = FrameReader::with_staging(src, max as u32, HEADER_LEN);
+        let check = |seq: u64, p: &Bytes| {
+            assert!(
+                p.iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == (i as u64 + seq) as u8)
+            );
+            assert_eq!(p.as_ptr() as usize % CACHE_LINE, 0);
+        };
+        let (_, first) = r.next_frame().unwrap().unwrap();
+        check(0, &first);
+        let at = first.as_ptr();
+        let pooled = |r: &FrameReader<Pieces>| r.pool.free.lock().unwrap().len();
+        assert_eq!(pooled(&r), 0);
+        drop(first);
+        assert_eq!(pooled(&r), 1, "a dropped buffer goes back");
+        let (_, second) = r.next_frame().unwrap().unwrap();
+        check(1, &second);
+        assert_eq!(pooled(&r), 0);
+        assert_eq!(second.as_ptr(), at, "and carries the next payload");
+        let (_, third) = r.next_frame().unwrap().unwrap();
+        check(2, &third);
+        assert_ne!(third.as_ptr(), second.as_ptr(), "a held buffer is not");
+        drop((second, third));
+        assert_eq!(pooled(&r), 2);
+        let (h, small) = r.next_frame().unwrap().unwrap();
+        assert_eq!(small.len(), h.len as usize);
+        check(3, &small);
+        assert_eq!(pooled(&r), 2, "a small payload takes no pooled buffer");
+        assert!(pooled(&r) <= r.pool.keep);
+        assert!(!r.pool.fits(20_000 + CACHE_LINE));
     }
 
     /// A writer that accepts at most `cut` bytes per call.
