@@ -4,6 +4,7 @@
 
 use crate::frame_io::{OutFrame, write_all_vectored};
 use crate::sched::{Load, choose_worker};
+use crate::socket::lock;
 use crate::wire::{Class, FrameType, Header};
 use crate::work::WorkQueue;
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// A writer loop sends at most this much per writev(2), so queued control frames of other
 /// sockets wait for at most one batch.
@@ -93,11 +94,6 @@ pub(crate) struct SendCopy<'a> {
     pub pipe: usize,
     pub limit: u64,
     pub cpus: &'a [u32],
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of our locks leaves plain data behind; keep going.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 pub(crate) fn broken() -> io::Error {

@@ -1,6 +1,7 @@
 //! Reading frames off a channel and writing them whole.
 
 use crate::error::ReadError;
+use crate::socket::lock;
 use crate::wire::{HEADER_LEN, Header};
 use bytes::Bytes;
 use netsteer_sock::buf::AlignedBuf;
@@ -49,7 +50,7 @@ impl BufPool {
     }
 
     fn take(&self) -> Vec<u8> {
-        let recycled = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let recycled = lock(&self.free).pop();
         recycled.unwrap_or_else(|| Vec::with_capacity(self.capacity))
     }
 
@@ -58,7 +59,7 @@ impl BufPool {
             return;
         }
         v.clear();
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut free = lock(&self.free);
         if free.len() < self.keep {
             free.push(v);
         }
