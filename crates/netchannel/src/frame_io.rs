@@ -15,8 +15,8 @@ const STAGING: usize = 256 * 1024;
 /// The alignment of a direct read's destination (see `FrameReader::payload`).
 const CACHE_LINE: usize = 64;
 
-/// Free payload buffers a pool keeps at most, in bytes: enough to cover a bulk socket's frames
-/// between the I/O thread and the application without pinning much memory per channel.
+/// Free payload buffers a pool keeps at most, in bytes, unless the reader is told otherwise
+/// ([`FrameReader::keep_free`]).
 const POOL_KEEP_BYTES: usize = 4 << 20;
 
 /// Recycles the buffers of full-size payloads. A bulk sender's frames are all `max_frame`
@@ -25,6 +25,11 @@ const POOL_KEEP_BYTES: usize = 4 << 20;
 /// a moment later, so the reader page-faulted and the kernel zeroed pages before its copy
 /// landed: 56.8 k page faults in a 3 s run of E4's inline mode, 3.5 k with this pool
 /// (BENCHMARKS.md, issue 14 eighth pass). A pooled buffer stays mapped and warm in the TLB.
+///
+/// The pool must hold as many buffers as the reader can run ahead of the application, which
+/// the window bounds: with 4 MiB kept and an 8 MiB window, a reader sharing a CPU with its
+/// application (it reads a whole window before the application runs) still freed and
+/// re-faulted five buffers a round, 49.5 k page faults in 3 s (issue 14, ninth pass).
 pub(crate) struct BufPool {
     free: Mutex<Vec<Vec<u8>>>,
     /// Capacity of every pooled buffer: the largest payload plus the alignment pad.
@@ -33,12 +38,12 @@ pub(crate) struct BufPool {
 }
 
 impl BufPool {
-    fn new(max_payload: usize) -> Arc<BufPool> {
+    fn new(max_payload: usize, keep_bytes: usize) -> Arc<BufPool> {
         let capacity = max_payload + CACHE_LINE;
         Arc::new(BufPool {
             free: Mutex::new(Vec::new()),
             capacity,
-            keep: (POOL_KEEP_BYTES / capacity).max(1),
+            keep: keep_bytes.div_ceil(capacity).max(1),
         })
     }
 
@@ -129,8 +134,17 @@ impl<R: Source> FrameReader<R> {
             start: 0,
             end: 0,
             direct: false,
-            pool: BufPool::new(max_frame as usize),
+            pool: BufPool::new(max_frame as usize, POOL_KEEP_BYTES),
         }
+    }
+
+    /// Keeps up to `bytes` of free full-size payload buffers for reuse (4 MiB unless set):
+    /// a channel's reader passes its sockets' window, the most it can read ahead of an
+    /// application, so no payload of a bulk stream needs a fresh allocation. Memory stays
+    /// within what the window already lets a peer make this side hold.
+    pub fn keep_free(mut self, bytes: usize) -> FrameReader<R> {
+        self.pool = BufPool::new(self.max_frame as usize, bytes);
+        self
     }
 
     pub fn get_ref(&self) -> &R {
@@ -440,6 +454,38 @@ mod tests {
         assert_eq!(pooled(&r), 2, "a small payload takes no pooled buffer");
         assert!(pooled(&r) <= r.pool.keep);
         assert!(!r.pool.fits(20_000 + CACHE_LINE));
+    }
+
+    /// The pool keeps what it is told to, no more: a reader that ran five frames ahead keeps
+    /// three of their buffers when told three frames' worth, and the default keeps 4 MiB.
+    #[test]
+    fn the_pool_keeps_what_the_reader_is_told() {
+        let max = 64 << 10;
+        let mut stream = Vec::new();
+        for seq in 0..5u64 {
+            stream.extend_from_slice(&data(seq, max as u32).encode());
+            stream.extend(std::iter::repeat_n(seq as u8, max));
+        }
+        let src = || Pieces {
+            data: stream.clone(),
+            at: 0,
+            cut: usize::MAX,
+        };
+        let pooled = |r: &FrameReader<Pieces>| r.pool.free.lock().unwrap().len();
+        let mut r = FrameReader::with_staging(src(), max as u32, HEADER_LEN)
+            .keep_free(3 * (max + CACHE_LINE));
+        let held: Vec<Bytes> = (0..5).map(|_| r.next_frame().unwrap().unwrap().1).collect();
+        assert!(
+            held.iter()
+                .enumerate()
+                .all(|(i, p)| p.iter().all(|&b| b == i as u8))
+        );
+        drop(held);
+        assert_eq!(pooled(&r), 3);
+        let mut d = FrameReader::with_staging(src(), max as u32, HEADER_LEN);
+        let held: Vec<Bytes> = (0..5).map(|_| d.next_frame().unwrap().unwrap().1).collect();
+        drop(held);
+        assert_eq!(pooled(&d), (POOL_KEEP_BYTES / (max + CACHE_LINE)).min(5));
     }
 
     /// A writer that accepts at most `cut` bytes per call.

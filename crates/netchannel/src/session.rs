@@ -991,7 +991,10 @@ fn make_channel(
         } else {
             256 * 1024
         },
-    );
+    )
+    // One window plus the frame the reader is filling: the most it can hold ahead of the
+    // application without any payload needing a fresh allocation.
+    .keep_free(cfg.window as usize + cfg.max_frame as usize);
     let copy = crate::channel::SendCopy {
         workers: if class == Class::Throughput {
             cfg.send_copy_workers
