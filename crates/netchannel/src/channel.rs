@@ -5,7 +5,7 @@
 use crate::frame_io::{OutFrame, write_all_vectored};
 use crate::sched::{Load, choose_worker};
 use crate::socket::lock;
-use crate::wire::{Class, FrameType, Header};
+use crate::wire::{Class, FrameType, Header, flags};
 use crate::work::WorkQueue;
 use bytes::Bytes;
 use netsteer_sock::pipe::{Pipe, splice_into};
@@ -173,12 +173,23 @@ impl Channel {
         if q.closed {
             return Err(broken());
         }
+        // Every frame this side writes is padded to whole 64-byte lines (wire.rs, "Padding"),
+        // so the kernel copies each payload to an aligned destination.
+        let header = Header {
+            flags: header.flags | flags::PAD,
+            ..*header
+        };
+        let mut frame = OutFrame::new(&header, payload);
         if may_block && self.inline && !q.writing && q.frames.is_empty() {
             q.writing = true;
             drop(q);
-            let h = header.encode();
-            let body = &payload[..];
-            let res = write_all_vectored(&mut &self.stream, &[&h, body]);
+            let parts = [
+                &frame.header[..],
+                frame.head_pad(),
+                &frame.payload[..],
+                frame.tail_pad(),
+            ];
+            let res = write_all_vectored(&mut &self.stream, &parts);
             let mut q = lock(&self.tx);
             q.writing = false;
             if q.writer_waiting && (!q.frames.is_empty() || q.closed) {
@@ -186,15 +197,10 @@ impl Channel {
             }
             drop(q);
             if res.is_ok() {
-                self.count_out(h.len() + body.len(), 1);
+                self.count_out(frame.wire_len(), 1);
             }
             return res;
         }
-        let mut frame = OutFrame {
-            header: header.encode(),
-            payload,
-            via: None,
-        };
         if header.kind == FrameType::Data && frame.payload.len() >= SEND_OFFLOAD_MIN {
             frame.via = self.offload(&mut q, &frame.payload);
         }
@@ -229,9 +235,10 @@ impl Channel {
     /// Writes a batch: runs of directly written frames with writev, and payloads held by
     /// send copy workers spliced from their pipes after their headers.
     fn write_batch(&self, batch: &[OutFrame]) -> io::Result<()> {
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * batch.len());
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(4 * batch.len());
         for f in batch {
             parts.push(&f.header);
+            parts.push(f.head_pad());
             match f.via {
                 None => parts.push(&f.payload),
                 Some(w) => {
@@ -240,6 +247,7 @@ impl Channel {
                     self.splice_from(w, f.payload.len())?;
                 }
             }
+            parts.push(f.tail_pad());
         }
         write_all_vectored(&mut &self.stream, &parts)
     }

@@ -110,6 +110,10 @@ impl CopyPool {
         };
         let w = &self.workers[i];
         let len = h.len as usize;
+        r.skip_head_pad().map_err(|e| match e {
+            crate::error::ReadError::Io(e) => e,
+            other => io::Error::new(io::ErrorKind::UnexpectedEof, other.to_string()),
+        })?;
         let head = Bytes::copy_from_slice(r.take_buffered(len));
         let aborted = Arc::new(AtomicBool::new(false));
         let _feed = lock(&w.feed);

@@ -2,7 +2,7 @@
 
 use crate::error::ReadError;
 use crate::socket::lock;
-use crate::wire::{HEADER_LEN, Header};
+use crate::wire::{ALIGN, HEADER_LEN, Header};
 use bytes::Bytes;
 use netsteer_sock::buf::AlignedBuf;
 use std::io::{self, IoSlice, Read, Write};
@@ -114,8 +114,13 @@ pub struct FrameReader<R> {
     start: usize,
     end: usize,
     /// The last payload was read directly: the next one probably will be too, so refill
-    /// only up to a header rather than pulling payload bytes through the staging buffer.
+    /// only up to a header and its head pad rather than pulling payload bytes through the
+    /// staging buffer.
     direct: bool,
+    /// Pad bytes still to pass over: the current frame's head pad until its payload is
+    /// taken, then its tail pad until the next header.
+    head_pad: usize,
+    tail_pad: usize,
     pool: Arc<BufPool>,
 }
 
@@ -134,6 +139,8 @@ impl<R: Source> FrameReader<R> {
             start: 0,
             end: 0,
             direct: false,
+            head_pad: 0,
+            tail_pad: 0,
             pool: BufPool::new(max_frame as usize, POOL_KEEP_BYTES),
         }
     }
@@ -166,8 +173,9 @@ impl<R: Source> FrameReader<R> {
             self.start = 0;
         }
         let room = if self.direct {
-            // Enough for one header; more would be payload copied twice.
-            (self.start + HEADER_LEN)
+            // Enough for the pads ahead and one header with its head pad; more would be
+            // payload copied twice.
+            (self.start + self.head_pad + self.tail_pad + ALIGN)
                 .min(self.buf.len())
                 .max(self.end + 1)
         } else {
@@ -197,6 +205,15 @@ impl<R: Source> FrameReader<R> {
     /// The next frame header; its payload must be taken with [`Self::payload`] or handed off
     /// with [`Self::take_buffered`] before the next call.
     pub fn next_header(&mut self) -> Result<Option<Header>, ReadError> {
+        // The previous frame's tail pad. Its payload was taken, so its head pad is gone.
+        while self.tail_pad > 0 {
+            if self.start == self.end && !self.fill()? {
+                return Err(ReadError::Truncated(self.tail_pad));
+            }
+            let n = self.tail_pad.min(self.end - self.start);
+            self.start += n;
+            self.tail_pad -= n;
+        }
         while self.end - self.start < HEADER_LEN {
             if !self.fill()? {
                 return match self.end - self.start {
@@ -210,11 +227,27 @@ impl<R: Source> FrameReader<R> {
             .expect("header");
         let h = Header::decode(raw, self.max_frame)?;
         self.start += HEADER_LEN;
+        (self.head_pad, self.tail_pad) = h.pads();
         Ok(Some(h))
+    }
+
+    /// Passes over the current frame's head pad, so that what follows in the stream (and in
+    /// [`Self::take_buffered`]) is its payload.
+    pub fn skip_head_pad(&mut self) -> Result<(), ReadError> {
+        while self.head_pad > 0 {
+            if self.start == self.end && !self.fill()? {
+                return Err(ReadError::Truncated(HEADER_LEN + self.head_pad));
+            }
+            let n = self.head_pad.min(self.end - self.start);
+            self.start += n;
+            self.head_pad -= n;
+        }
+        Ok(())
     }
 
     /// Reads the payload of `h`.
     pub fn payload(&mut self, h: &Header) -> Result<Bytes, ReadError> {
+        self.skip_head_pad()?;
         let len = h.len as usize;
         let have = self.end - self.start;
         if len > have && (len >= DIRECT_READ || len > self.buf.len()) {
@@ -258,7 +291,7 @@ impl<R: Source> FrameReader<R> {
     }
 
     /// Takes up to `max` payload bytes that are already staged (the rest is still in the
-    /// socket, for a splice).
+    /// socket, for a splice). The head pad must have been skipped.
     pub fn take_buffered(&mut self, max: usize) -> &[u8] {
         let n = (self.end - self.start).min(max);
         let at = self.start;
@@ -272,17 +305,39 @@ impl<R: Source> FrameReader<R> {
     }
 }
 
+/// Pad bytes: zeros, as the wire format asks.
+pub const ZEROS: [u8; ALIGN] = [0; ALIGN];
+
 /// One frame ready to go out.
 pub struct OutFrame {
     pub header: [u8; HEADER_LEN],
     pub payload: Bytes,
+    /// Pad bytes after the header and after the payload ([`Header::pads`]).
+    pub pads: (usize, usize),
     /// The send copy worker whose pipe carries the payload (None: written from `payload`).
     pub via: Option<usize>,
 }
 
 impl OutFrame {
+    pub fn new(header: &Header, payload: Bytes) -> OutFrame {
+        OutFrame {
+            header: header.encode(),
+            payload,
+            pads: header.pads(),
+            via: None,
+        }
+    }
+
     pub fn wire_len(&self) -> usize {
-        HEADER_LEN + self.payload.len()
+        HEADER_LEN + self.pads.0 + self.payload.len() + self.pads.1
+    }
+
+    pub fn head_pad(&self) -> &'static [u8] {
+        &ZEROS[..self.pads.0]
+    }
+
+    pub fn tail_pad(&self) -> &'static [u8] {
+        &ZEROS[..self.pads.1]
     }
 }
 
@@ -528,12 +583,20 @@ mod tests {
         // corrupted byte either still decodes to well-formed frames or gives an error.
         #[test]
         fn frames_survive_any_split(lens in proptest::collection::vec(0u32..40_000, 1..12),
-                                    cut in 1usize..70_000, flip in any::<Option<(usize, u8)>>()) {
+                                    cut in 1usize..70_000, flip in any::<Option<(usize, u8)>>(),
+                                    padded in any::<bool>()) {
             let mut stream = Vec::new();
             let mut seq = 0u64;
             for &len in &lens {
-                stream.extend_from_slice(&data(seq, len).encode());
+                let mut h = data(seq, len);
+                if padded {
+                    h.flags |= flags::PAD;
+                }
+                let (head, tail) = h.pads();
+                stream.extend_from_slice(&h.encode());
+                stream.extend_from_slice(&ZEROS[..head]);
                 stream.extend((0..len).map(|i| (seq + u64::from(i)) as u8));
+                stream.extend_from_slice(&ZEROS[..tail]);
                 seq += u64::from(len);
             }
             let corrupt = flip.is_some();

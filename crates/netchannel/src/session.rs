@@ -525,10 +525,9 @@ impl Session {
             Err(e) => return Err(format!("read failed: {e}")),
         };
         ch.counters.frames_in.fetch_add(1, Ordering::Relaxed);
-        ch.counters.bytes_in.fetch_add(
-            (crate::wire::HEADER_LEN + h.len as usize) as u64,
-            Ordering::Relaxed,
-        );
+        ch.counters
+            .bytes_in
+            .fetch_add(h.wire_len() as u64, Ordering::Relaxed);
         if h.kind == FrameType::Data
             && let Some(pool) = &self.pool
         {

@@ -213,6 +213,19 @@ fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HELLO] {
     .encode()
 }
 
+/// The next frame the server sends (a control frame: its payload and pads are passed over).
+/// The server pads every frame to whole 64-byte lines.
+fn next_frame(s: &mut TcpStream) -> netchannel::wire::Header {
+    let mut raw = [0u8; netchannel::wire::HEADER_LEN];
+    s.read_exact(&mut raw).unwrap();
+    let h = netchannel::wire::Header::decode(&raw, 65536).unwrap();
+    assert_ne!(h.flags & netchannel::wire::flags::PAD, 0, "{h:?}");
+    let mut rest = vec![0u8; h.wire_len() - raw.len()];
+    s.read_exact(&mut rest).unwrap();
+    assert_eq!(h.wire_len() % netchannel::wire::ALIGN, 0);
+    h
+}
+
 /// The server closes the connection: read gives EOF or a reset within the deadline.
 fn closed_by_peer(s: &mut TcpStream) -> bool {
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
@@ -272,9 +285,7 @@ fn hostile_peers_are_cut_off_with_bounded_memory() {
     d.len = 100;
     s.write_all(&d.encode()).unwrap();
     s.write_all(&[0u8; 100]).unwrap();
-    let mut rst = [0u8; 24];
-    s.read_exact(&mut rst).unwrap();
-    assert_eq!(rst[0], netchannel::wire::FrameType::Rst as u8);
+    assert_eq!(next_frame(&mut s).kind, netchannel::wire::FrameType::Rst);
     // A socket opened properly, then DATA beyond its window: that socket is reset (RST back,
     // InvalidData for the app), the channel stays up.
     let mut s = TcpStream::connect(addr).unwrap();
@@ -282,17 +293,17 @@ fn hostile_peers_are_cut_off_with_bounded_memory() {
     s.read_exact(&mut answer).unwrap();
     let open = netchannel::wire::Header::control(netchannel::wire::FrameType::Open, 9, 1, 65536, 0);
     s.write_all(&open.encode()).unwrap();
-    let mut ack = [0u8; 24];
-    s.read_exact(&mut ack).unwrap();
-    assert_eq!(ack[0], netchannel::wire::FrameType::OpenAck as u8);
+    assert_eq!(
+        next_frame(&mut s).kind,
+        netchannel::wire::FrameType::OpenAck
+    );
     let victim = _l.accept_timeout(Duration::from_secs(5)).unwrap();
     let mut d =
         netchannel::wire::Header::control(netchannel::wire::FrameType::Data, 9, 1, 0, 64 << 20);
     d.len = 10;
     s.write_all(&d.encode()).unwrap();
     s.write_all(&[0u8; 10]).unwrap();
-    s.read_exact(&mut rst).unwrap();
-    assert_eq!(rst[0], netchannel::wire::FrameType::Rst as u8);
+    assert_eq!(next_frame(&mut s).kind, netchannel::wire::FrameType::Rst);
     let e = (&victim).read(&mut [0u8; 8]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
     assert!(e.to_string().contains("window"), "{e}");
