@@ -984,9 +984,10 @@ fn make_channel(
         },
         cfg.max_frame,
         // With copy workers the reader must not pull payloads into its own buffer: it reads
-        // headers (24 bytes at a time) and splices payloads to a worker.
+        // a header and its head pad (64 bytes at most at a time) and splices payloads to a
+        // worker.
         if cfg.copy_workers > 0 {
-            crate::wire::HEADER_LEN
+            crate::wire::ALIGN
         } else {
             256 * 1024
         },

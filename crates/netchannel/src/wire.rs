@@ -41,10 +41,11 @@
 //! back to back, starting each fragment page at offset 0, so a thread whose writes are all
 //! multiples of 64 bytes has every payload copied to a 64-byte aligned destination — and on
 //! the AMD EPYC measured here `rep movsb` runs at about half speed into one that is not
-//! (BENCHMARKS.md, issue 14 eighth pass: 1 MiB payloads after a 24-byte header, 12.7 Gbit/s
-//! at a fixed misalignment, about 17 cycling through all of them, 20.6 aligned). The payload
-//! also lies 64-byte aligned in the skb pages the receiver's copy reads from. HELLO is never
-//! padded.
+//! (BENCHMARKS.md, issue 14: raw TCP writing a 24-byte header and 1 MiB, 12.7 Gbit/s per core
+//! at a fixed misalignment against 23.5 aligned; netchannel's own stream, padded against not,
+//! 0.824 against 0.759 of TCP's rate per core, better in 7 of 8 alternated pairs). The
+//! payload also lies 64-byte aligned in the skb pages the receiver's copy reads from. HELLO is
+//! never padded.
 
 use thiserror::Error;
 

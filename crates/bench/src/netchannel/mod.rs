@@ -871,11 +871,10 @@ fn e4(net: &Net<'_>) -> io::Result<Summary> {
         };
         // The application hands its buffers over (write_owned): the socket keeps references
         // for re-sending, no copy.
-        // Each side's channel I/O thread is pinned beside its application thread. Left to
-        // the scheduler, the receiver's I/O thread (which does that side's copy) follows
-        // its waker, the loopback softirq on the sender's CPU, now and then, and the
-        // sender's I/O thread lands on the receiver's CPU: 25.0-25.9 Gbit/s unpinned against
-        // 29.9-31.4 pinned in one alternated set, plain TCP 32.7-33.1 (issue 14, ninth pass).
+        // Each side's channel I/O thread is pinned beside its application thread; the
+        // receiver's I/O thread does that side's copy, and left to the scheduler it runs
+        // wherever it was woken. The same stream in a scratch harness: 25.0-25.9 Gbit/s
+        // unpinned, 29.9-31.4 pinned, plain TCP 32.7-33.1 (BENCHMARKS.md, issue 14 ninth pass).
         let nc = nc_stream(net, inline_cfg.clone(), false, true, true)?;
         let after = tcp_stream(net, cfg.io_bytes)?;
         // Each repeat's netchannel run is compared with the TCP runs just before and just
