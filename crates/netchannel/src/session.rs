@@ -981,6 +981,7 @@ fn make_channel(
                 Duration::ZERO
             },
             wakes: Wakes::default(),
+            whole_payloads: class == Class::Throughput,
         },
         cfg.max_frame,
         // With copy workers the reader must not pull payloads into its own buffer: it reads
@@ -1044,6 +1045,52 @@ pub(crate) struct SpinRead {
     spin: Duration,
     /// Readers to wake before this thread sleeps.
     pub wakes: Wakes,
+    /// Sleep until a large payload has arrived whole (SO_RCVLOWAT) instead of waking for
+    /// each piece: the throughput class.
+    whole_payloads: bool,
+}
+
+/// Payloads from this size up are read whole: SO_RCVLOWAT is set to what is missing first.
+const WHOLE_PAYLOAD_MIN: usize = 64 * 1024;
+
+impl SpinRead {
+    /// Appends `n` payload bytes, sleeping until all of them are in the socket.
+    ///
+    /// Why: a reader that wakes for every arrival copies a 1 MiB payload in many small reads,
+    /// and each wake-up is paid for on the CPU that delivers the segments (the sender's, on
+    /// loopback). Plain TCP reading 1 MiB at a time on the 2-vCPU VM: 17.7-23.8 Gbit/s per
+    /// core with the default low-water mark, 27.7-32.7 with SO_RCVLOWAT at 1 MiB
+    /// (BENCHMARKS.md, issue 14 ninth pass).
+    ///
+    /// The mark is always exactly the bytes still missing, never more: the kernel wakes a
+    /// sleeping reader only once that many are queued (tcp_data_ready, net/ipv4/tcp_input.c),
+    /// and the peer is only bound to send the rest of this frame. It sleeps in poll(2), not in
+    /// read(2): a blocking read copies what is queued and then sleeps for the rest, but the
+    /// kernel still wakes it only when a whole mark's worth more has arrived, which at the end
+    /// of a burst never happens (a stall this was first built with). The read after the poll
+    /// does not block. The mark goes back to 1 after, so header reads wake for any byte.
+    fn append_whole(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
+        let fd = self.stream.as_fd();
+        let want = v.len() + n;
+        let res = (|| {
+            while v.len() < want {
+                let missing = want - v.len();
+                tcp::set_recv_low_water(fd, u32::try_from(missing).unwrap_or(u32::MAX))?;
+                if !tcp::wait_readable(fd, 0)? {
+                    self.wakes.flush();
+                    // Readable: the mark's worth is queued, or the stream ended or failed, or
+                    // the kernel is short of receive memory; the read takes what is there.
+                    tcp::wait_readable(fd, -1)?;
+                }
+                if netsteer_sock::buf::recv_append_now(fd, v, missing)? == Some(0) {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            Ok(())
+        })();
+        let reset = tcp::set_recv_low_water(fd, 1);
+        res.and(reset)
+    }
 }
 
 impl Read for SpinRead {
@@ -1063,6 +1110,9 @@ impl Read for SpinRead {
 
 impl crate::frame_io::Source for SpinRead {
     fn append_exact(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
+        if self.whole_payloads && n >= WHOLE_PAYLOAD_MIN {
+            return self.append_whole(v, n);
+        }
         // Straight into the vector's spare capacity: no zero-fill, one read per arrival.
         netsteer_sock::buf::read_append_exact(self.stream.as_fd(), v, n)
     }
@@ -1071,5 +1121,57 @@ impl crate::frame_io::Source for SpinRead {
 impl AsFd for SpinRead {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.stream.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame_io::Source;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// A payload whose first piece is already queued when the read starts, and whose other
+    /// pieces follow with pauses and nothing after them (the end of a burst), is read whole,
+    /// and the low-water mark is back at one byte after. A reader that slept in read(2) with
+    /// the mark at the missing bytes stalled here: it had copied the first piece, and the
+    /// kernel counts only uncopied bytes against the mark.
+    #[test]
+    fn a_payload_arriving_in_pieces_is_read_whole_and_headers_still_wake() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        tx.set_nodelay(true).unwrap();
+        let rx = l.accept().unwrap().0;
+        let piece = 100 * 1024;
+        let payload: Vec<u8> = (0..3 * piece).map(|i| (i % 253) as u8).collect();
+        let mut r = SpinRead {
+            stream: rx,
+            spin: Duration::ZERO,
+            wakes: Wakes::default(),
+            whole_payloads: true,
+        };
+        tx.write_all(&payload[..piece]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let (done, got) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let res = r.append_exact(&mut v, 3 * piece);
+            let mut header = [0u8; 10];
+            let res = res.and_then(|_| r.read_exact(&mut header));
+            done.send(()).unwrap();
+            res.map(|_| (v, header))
+        });
+        for chunk in payload[piece..].chunks(piece) {
+            std::thread::sleep(Duration::from_millis(50));
+            tx.write_all(chunk).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        tx.write_all(b"0123456789").unwrap();
+        got.recv_timeout(Duration::from_secs(10))
+            .expect("the reader stalled");
+        let (v, header) = reader.join().unwrap().unwrap();
+        assert!(v == payload, "the payload arrived changed");
+        assert_eq!(&header, b"0123456789");
     }
 }

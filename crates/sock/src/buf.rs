@@ -32,6 +32,42 @@ pub fn read_append(fd: BorrowedFd<'_>, buf: &mut Vec<u8>, max: usize) -> io::Res
     }
 }
 
+/// As [`read_append`] from a socket, without blocking: Ok(None) when nothing is queued.
+pub fn recv_append_now(
+    fd: BorrowedFd<'_>,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<usize>> {
+    buf.reserve(max);
+    let spare = buf.spare_capacity_mut();
+    let want = max.min(spare.len());
+    loop {
+        // SAFETY: `spare` is the vector's uninitialised spare capacity, at least `want` bytes
+        // long; recv(2) writes at most `want` bytes there and nothing else.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                want,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+        let n = n as usize;
+        // SAFETY: the kernel initialised the first `n` (≤ want ≤ spare) bytes after the
+        // current length.
+        unsafe { buf.set_len(buf.len() + n) };
+        return Ok(Some(n));
+    }
+}
+
 /// Appends exactly `n` bytes from `fd` to `buf` (several reads if they arrive in pieces);
 /// UnexpectedEof if the stream ends first.
 pub fn read_append_exact(fd: BorrowedFd<'_>, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
