@@ -10,26 +10,11 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// stream). std's `read_to_end` would do the same but starts at 8 KiB per call and doubles,
 /// costing several system calls per large frame.
 pub fn read_append(fd: BorrowedFd<'_>, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
-    buf.reserve(max);
-    let spare = buf.spare_capacity_mut();
-    let want = max.min(spare.len());
-    loop {
-        // SAFETY: `spare` is the vector's uninitialised spare capacity, at least `want` bytes
-        // long; read(2) writes at most `want` bytes there and nothing else.
-        let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), want) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let n = n as usize;
-        // SAFETY: the kernel initialised the first `n` (≤ want ≤ spare) bytes after the
-        // current length.
-        unsafe { buf.set_len(buf.len() + n) };
-        return Ok(n);
-    }
+    // SAFETY: `append_with` passes `len` writable bytes of spare capacity at `ptr`; read(2)
+    // writes at most `len` bytes there and nothing else.
+    append_with(buf, max, |ptr, len| unsafe {
+        libc::read(fd.as_raw_fd(), ptr, len)
+    })
 }
 
 /// As [`read_append`] from a socket, without blocking: Ok(None) when nothing is queued.
@@ -38,33 +23,42 @@ pub fn recv_append_now(
     buf: &mut Vec<u8>,
     max: usize,
 ) -> io::Result<Option<usize>> {
+    // SAFETY: `append_with` passes `len` writable bytes of spare capacity at `ptr`; recv(2)
+    // writes at most `len` bytes there and nothing else.
+    let got = append_with(buf, max, |ptr, len| unsafe {
+        libc::recv(fd.as_raw_fd(), ptr, len, libc::MSG_DONTWAIT)
+    });
+    match got {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `op` (a read(2)-like call: at most `len` bytes to `ptr`, the count or -1) on up to
+/// `max` bytes of `buf`'s spare capacity, retrying on EINTR, and extends `buf` by the count.
+fn append_with(
+    buf: &mut Vec<u8>,
+    max: usize,
+    mut op: impl FnMut(*mut libc::c_void, usize) -> isize,
+) -> io::Result<usize> {
     buf.reserve(max);
     let spare = buf.spare_capacity_mut();
     let want = max.min(spare.len());
     loop {
-        // SAFETY: `spare` is the vector's uninitialised spare capacity, at least `want` bytes
-        // long; recv(2) writes at most `want` bytes there and nothing else.
-        let n = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                spare.as_mut_ptr().cast(),
-                want,
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let n = op(spare.as_mut_ptr().cast(), want);
         if n < 0 {
             let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(None),
-                _ => return Err(e),
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
             }
+            return Err(e);
         }
         let n = n as usize;
-        // SAFETY: the kernel initialised the first `n` (≤ want ≤ spare) bytes after the
-        // current length.
+        // SAFETY: `op` wrote the first `n` (≤ want ≤ spare) bytes after the current length:
+        // the kernel initialised them.
         unsafe { buf.set_len(buf.len() + n) };
-        return Ok(Some(n));
+        return Ok(n);
     }
 }
 
