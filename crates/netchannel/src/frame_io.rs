@@ -206,13 +206,8 @@ impl<R: Source> FrameReader<R> {
     /// with [`Self::take_buffered`] before the next call.
     pub fn next_header(&mut self) -> Result<Option<Header>, ReadError> {
         // The previous frame's tail pad. Its payload was taken, so its head pad is gone.
-        while self.tail_pad > 0 {
-            if self.start == self.end && !self.fill()? {
-                return Err(ReadError::Truncated(self.tail_pad));
-            }
-            let n = self.tail_pad.min(self.end - self.start);
-            self.start += n;
-            self.tail_pad -= n;
+        if let Some(left) = self.pass_over(|r| &mut r.tail_pad)? {
+            return Err(ReadError::Truncated(left));
         }
         while self.end - self.start < HEADER_LEN {
             if !self.fill()? {
@@ -234,15 +229,24 @@ impl<R: Source> FrameReader<R> {
     /// Passes over the current frame's head pad, so that what follows in the stream (and in
     /// [`Self::take_buffered`]) is its payload.
     pub fn skip_head_pad(&mut self) -> Result<(), ReadError> {
-        while self.head_pad > 0 {
-            if self.start == self.end && !self.fill()? {
-                return Err(ReadError::Truncated(HEADER_LEN + self.head_pad));
-            }
-            let n = self.head_pad.min(self.end - self.start);
-            self.start += n;
-            self.head_pad -= n;
+        match self.pass_over(|r| &mut r.head_pad)? {
+            Some(left) => Err(ReadError::Truncated(HEADER_LEN + left)),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Passes over the pad bytes `pad` counts, counting it down as it goes (`fill` sizes its
+    /// reads by the pads still ahead). Some(bytes still missing) if the stream ends first.
+    fn pass_over(&mut self, pad: fn(&mut Self) -> &mut usize) -> Result<Option<usize>, ReadError> {
+        while *pad(self) > 0 {
+            if self.start == self.end && !self.fill()? {
+                return Ok(Some(*pad(self)));
+            }
+            let k = (*pad(self)).min(self.end - self.start);
+            self.start += k;
+            *pad(self) -= k;
+        }
+        Ok(None)
     }
 
     /// Reads the payload of `h`.

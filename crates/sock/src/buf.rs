@@ -84,8 +84,8 @@ pub const BUF_ALIGN: usize = 4096;
 /// here that copy ran at half speed into a destination that is not 64-byte aligned. glibc
 /// serves allocations from 128 KiB up with mmap and a 16-byte chunk header, so a plain
 /// `vec![0u8; 128 << 10]` starts at 16 mod 64, and every read into it pays. Measured on the
-/// 2-vCPU EPYC VM (veth, 4 flows, one select() reader): 13.8-17.3 Gbit/s into a 16-byte-offset buffer, 29-42 into a 64- or 4096-aligned one
-/// (BENCHMARKS.md, issue 14 sixth pass).
+/// 2-vCPU EPYC VM (veth, 4 flows, one select() reader): 13.8-17.3 Gbit/s into a 16-byte-offset
+/// buffer, 29-42 into a 64- or 4096-aligned one (BENCHMARKS.md, issue 14 sixth pass).
 pub struct AlignedBuf {
     storage: Vec<u8>,
     start: usize,
