@@ -60,6 +60,11 @@ pub struct ServerArgs {
     /// BACKEND (repeatable).
     #[arg(long, value_name = "PORT=BACKEND", required = true)]
     backend: Vec<String>,
+    /// Connections one peer address may have open at once (below --max-connections, so one
+    /// peer cannot take every place).
+    #[arg(long, default_value_t = 256, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_per_peer: u64,
     #[command(flatten)]
     common: Common,
 }
@@ -111,6 +116,7 @@ impl Common {
             connect_timeout: Duration::from_secs(self.connect_timeout),
             threads: self.threads as usize,
             verbose: self.verbose,
+            ..Limits::default()
         }
     }
 }
@@ -214,7 +220,11 @@ fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
     let endpoint =
         Arc::new(Endpoint::listen(listen, cfg).with_context(|| format!("--listen {listen}"))?);
     let local = endpoint.local_addr().unwrap_or(listen);
-    let proxy = Proxy::server(endpoint.clone(), &backends, a.common.limits(), log_line())?;
+    let limits = Limits {
+        max_per_peer: a.max_per_peer as usize,
+        ..a.common.limits()
+    };
+    let proxy = Proxy::server(endpoint.clone(), &backends, limits, log_line())?;
     for b in &backends {
         eprintln!(
             "netchannel proxy server: channels on {local}, port {} → {}",
@@ -234,9 +244,10 @@ fn summary(role: &str, p: &ProxyStats, e: &Stats) -> String {
         dups += s.duplicate_frames;
     }
     format!(
-        "netchannel proxy {role}: {} connections ({} over the cap, {} could not open, {} reset by TCP, {} reset by the virtual side), {} bytes in, {} out; channels alive {alive}/{total}, frames re-sent {resent}, duplicates dropped {dups}",
+        "netchannel proxy {role}: {} connections ({} over the cap, {} over the per-peer cap, {} could not open, {} reset by TCP, {} reset by the virtual side), {} bytes in, {} out; channels alive {alive}/{total}, frames re-sent {resent}, duplicates dropped {dups}",
         p.accepted,
         p.over_cap,
+        p.over_peer_cap,
         p.open_failures,
         p.tcp_resets,
         p.virtual_resets,

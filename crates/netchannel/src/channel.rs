@@ -28,6 +28,8 @@ struct TxQueue {
     writing: bool,
     writer_waiting: bool,
     closed: bool,
+    /// Control frames (not DATA) among `frames`.
+    control: usize,
     /// The send copy worker chosen last (round-robin).
     last_worker: usize,
 }
@@ -86,6 +88,11 @@ pub(crate) struct Channel {
     pub counters: Counters,
     send_workers: Vec<Arc<SendWorker>>,
     worker_limit: u64,
+    /// Control frames that may wait in the queue (`Config::max_queued_control`).
+    max_control: usize,
+    /// Why this side cut the connection off, when it did (the reader reports this cause
+    /// instead of the bare end of the stream it then sees).
+    pub cut_off: std::sync::OnceLock<String>,
 }
 
 /// How a channel copies outgoing payloads.
@@ -94,10 +101,16 @@ pub(crate) struct SendCopy<'a> {
     pub pipe: usize,
     pub limit: u64,
     pub cpus: &'a [u32],
+    /// `Config::max_queued_control`.
+    pub max_control: usize,
 }
 
 pub(crate) fn broken() -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, "channel closed")
+}
+
+fn unread_replies(max: usize) -> String {
+    format!("cut off: the peer left {max} control frames unread (max_queued_control)")
 }
 
 impl Channel {
@@ -147,6 +160,8 @@ impl Channel {
             counters: Counters::default(),
             send_workers,
             worker_limit: copy.limit,
+            max_control: copy.max_control,
+            cut_off: std::sync::OnceLock::new(),
         })
     }
 
@@ -179,6 +194,20 @@ impl Channel {
             flags: header.flags | flags::PAD,
             ..*header
         };
+        let control = header.kind != FrameType::Data;
+        if control && q.control >= self.max_control {
+            // Every control frame answers something the peer sent (an OPEN, DATA for no
+            // socket, data to acknowledge). A peer that keeps asking and never reads would
+            // otherwise grow this queue for as long as it likes. The shutdown ends the
+            // channel's reader, which fails the channel as a dead path (re-sends, or fails
+            // the sockets of a class with no channel left); no lock is taken here, since
+            // callers may hold a socket's.
+            let why = unread_replies(self.max_control);
+            let _ = self.cut_off.set(why.clone());
+            drop(q);
+            let _ = self.stream.shutdown(Shutdown::Both);
+            return Err(io::Error::new(io::ErrorKind::QuotaExceeded, why));
+        }
         let mut frame = OutFrame::new(&header, payload);
         if may_block && self.inline && !q.writing && q.frames.is_empty() {
             q.writing = true;
@@ -207,6 +236,7 @@ impl Channel {
         self.queued
             .fetch_add(frame.wire_len() as u64, Ordering::Relaxed);
         q.frames.push_back(frame);
+        q.control += usize::from(control);
         if q.writer_waiting {
             self.tx_cv.notify_all();
         }
@@ -293,6 +323,7 @@ impl Channel {
         let mut q = lock(&self.tx);
         q.closed = true;
         q.frames.clear();
+        q.control = 0;
         self.queued.store(0, Ordering::Relaxed);
         self.tx_cv.notify_all();
         drop(q);
@@ -350,7 +381,9 @@ impl Channel {
                         break;
                     }
                     bytes += f.wire_len();
-                    batch.push(q.frames.pop_front().expect("front"));
+                    let f = q.frames.pop_front().expect("front");
+                    q.control -= usize::from(f.control);
+                    batch.push(f);
                 }
                 q.writing = true;
             }

@@ -76,8 +76,27 @@ pub struct Config {
     pub max_handshakes: usize,
     /// Links (sessions) half-assembled at once.
     pub max_pending_links: usize,
+    /// Links half-assembled at once from one peer address, so one peer cannot hold every
+    /// place of `max_pending_links` (and of `max_handshakes`) by keeping single-HELLO links
+    /// topped up.
+    pub max_pending_links_per_peer: usize,
+    /// Channel connections in handshake at once from one peer address.
+    pub max_handshakes_per_peer: usize,
     /// Sessions accepted from peers and alive at once; a link completed beyond it is closed.
     pub max_sessions: usize,
+    /// Sessions accepted from one peer address and alive at once.
+    pub max_sessions_per_peer: usize,
+    /// Most channels an accepted link may have (the connecting side chooses the count in its
+    /// HELLO; each channel costs this side two threads and two file descriptors).
+    pub max_accepted_channels: u16,
+    /// File descriptors kept free for everything else the process does: a link whose
+    /// channels would leave fewer than this below RLIMIT_NOFILE is refused, and the
+    /// refusal names the limit.
+    pub fd_reserve: usize,
+    /// Control frames (replies: RST, OPEN_ACK, CREDIT, FIN) queued on one channel and not yet
+    /// written. A peer that makes this side reply and never reads the replies reaches it and
+    /// has the channel closed, instead of growing this side's memory without bound.
+    pub max_queued_control: usize,
     /// A channel whose peer stops answering (a black-holed path, a host gone without a FIN or
     /// RST) is declared dead after this long, so its frames are re-sent and it is re-dialed
     /// instead of TCP retransmitting for ~15 minutes (TCP_USER_TIMEOUT and keepalive on every
@@ -117,7 +136,13 @@ impl Default for Config {
             hello_timeout: Duration::from_secs(5),
             max_handshakes: 64,
             max_pending_links: 64,
+            max_pending_links_per_peer: 8,
+            max_handshakes_per_peer: 16,
             max_sessions: 256,
+            max_sessions_per_peer: 16,
+            max_accepted_channels: 16,
+            fd_reserve: 64,
+            max_queued_control: 4096,
             dead_channel_timeout: Some(Duration::from_secs(10)),
             reconnect_interval: Some(Duration::from_millis(200)),
         }

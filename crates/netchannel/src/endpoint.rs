@@ -7,8 +7,10 @@
 //! side reads one HELLO per connection (within `hello_timeout`), groups connections by link
 //! id, and when every index has arrived answers a HELLO on each and starts the session.
 //! Anything else — bad magic, another version, a layout that disagrees with the link's first
-//! channel, a duplicate index, too many half-built links or handshakes — closes the offending
-//! connection and is counted in [`Stats::rejected_channels`].
+//! channel, a duplicate index, too many half-built links, handshakes or sessions (in all, or
+//! from one peer address), more channels than `max_accepted_channels`, or too few file
+//! descriptors left below RLIMIT_NOFILE — closes the offending connection and is counted in
+//! [`Stats::rejected_channels`], with the limit named in [`Stats::last_rejection`].
 
 use crate::config::{Config, SocketOptions};
 use crate::copy::CopyPool;
@@ -20,7 +22,7 @@ use crate::wire::{
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,6 +47,8 @@ struct Inner {
     last_rejection: Mutex<Option<String>>,
     pending: Mutex<HashMap<u64, PendingLink>>,
     handshakes: AtomicUsize,
+    /// Handshakes in progress per peer address (entries leave at zero).
+    handshakes_by_peer: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One channel as [`Endpoint::stats`] reports it.
@@ -130,8 +134,21 @@ fn check(cfg: &Config) -> io::Result<()> {
             cfg.window, cfg.max_frame
         ));
     }
-    if cfg.max_sockets == 0 || cfg.accept_backlog == 0 || cfg.max_sessions == 0 {
-        return bad("max_sockets, max_sessions and accept_backlog must be at least 1".into());
+    if cfg.max_sockets == 0
+        || cfg.accept_backlog == 0
+        || cfg.max_sessions == 0
+        || cfg.max_sessions_per_peer == 0
+        || cfg.max_pending_links_per_peer == 0
+        || cfg.max_handshakes_per_peer == 0
+        || cfg.max_accepted_channels == 0
+        || cfg.max_queued_control == 0
+    {
+        return bad(
+            "max_sockets, max_sessions(_per_peer), max_pending_links_per_peer, \
+             max_handshakes_per_peer, max_accepted_channels, max_queued_control and \
+             accept_backlog must be at least 1"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -186,6 +203,7 @@ impl Endpoint {
             last_rejection: Mutex::new(None),
             pending: Mutex::default(),
             handshakes: AtomicUsize::new(0),
+            handshakes_by_peer: Mutex::default(),
         });
         if let Some(l) = listener {
             let i = inner.clone();
@@ -459,9 +477,12 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
             Ok(x) => x,
             Err(_) => continue,
         };
-        let Some(slot) = HandshakeSlot::take(&inner) else {
-            reject(&inner, from, "too many handshakes in progress");
-            continue;
+        let slot = match HandshakeSlot::take(&inner, from.ip()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                reject(&inner, from, &why);
+                continue;
+            }
         };
         let i = inner.clone();
         // A failed spawn drops the closure, and with it the slot.
@@ -476,27 +497,76 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
     }
 }
 
-/// One of `max_handshakes` places, given back when dropped: on return, on a failed spawn and
-/// while a panicking handshake thread unwinds. A place that leaked would, after
-/// `max_handshakes` of them, refuse every new session for good.
-struct HandshakeSlot(Arc<Inner>);
+/// One of `max_handshakes` places (and of the peer's `max_handshakes_per_peer`), given back
+/// when dropped: on return, on a failed spawn and while a panicking handshake thread unwinds.
+/// A place that leaked would, after `max_handshakes` of them, refuse every new session for
+/// good.
+struct HandshakeSlot(Arc<Inner>, IpAddr);
 
 impl HandshakeSlot {
-    fn take(inner: &Arc<Inner>) -> Option<HandshakeSlot> {
+    fn take(inner: &Arc<Inner>, peer: IpAddr) -> Result<HandshakeSlot, String> {
+        let mut by_peer = lock(&inner.handshakes_by_peer);
+        let mine = by_peer.get(&peer).copied().unwrap_or(0);
+        if mine >= inner.cfg.max_handshakes_per_peer {
+            return Err(format!(
+                "{mine} handshakes from this address in progress (max_handshakes_per_peer)"
+            ));
+        }
         inner
             .handshakes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < inner.cfg.max_handshakes).then_some(n + 1)
             })
-            .ok()
-            .map(|_| HandshakeSlot(inner.clone()))
+            .map_err(|n| format!("{n} handshakes in progress (max_handshakes)"))?;
+        by_peer.insert(peer, mine + 1);
+        Ok(HandshakeSlot(inner.clone(), peer))
     }
 }
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
+        let mut by_peer = lock(&self.0.handshakes_by_peer);
+        if let Some(n) = by_peer.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                by_peer.remove(&self.1);
+            }
+        }
         self.0.handshakes.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// The soft RLIMIT_NOFILE and the descriptors open now, read from /proc/self (the process's
+/// own files: nothing a peer controls). None where /proc is not mounted.
+fn fds_in_use() -> Option<(usize, usize)> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let soft = line["Max open files".len()..].split_whitespace().next()?;
+    // "unlimited" cannot be set for RLIMIT_NOFILE (it is capped by fs.nr_open), but say so.
+    let soft = if soft == "unlimited" {
+        usize::MAX
+    } else {
+        soft.parse().ok()?
+    };
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    Some((open, soft))
+}
+
+/// Refuses a new link whose channels would take the process within `fd_reserve` of its
+/// descriptor limit: each channel holds two (the stream and its reader's clone).
+fn fd_budget(cfg: &Config, channels: usize) -> Result<(), String> {
+    let Some((open, limit)) = fds_in_use() else {
+        return Ok(());
+    };
+    let need = 2 * channels;
+    if open.saturating_add(need).saturating_add(cfg.fd_reserve) > limit {
+        return Err(format!(
+            "no file descriptors for {channels} channels: {open} open of RLIMIT_NOFILE {limit}, \
+             {} kept in reserve (fd_reserve)",
+            cfg.fd_reserve
+        ));
+    }
+    Ok(())
 }
 
 fn reject(inner: &Inner, from: SocketAddr, why: &str) {
@@ -563,6 +633,26 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
             if pending.len() >= cfg.max_pending_links {
                 return Err(format!("{} links already half-open", pending.len()));
             }
+            let from_peer = pending
+                .values()
+                .filter(|p| p.peer.ip() == from.ip())
+                .count();
+            if from_peer >= cfg.max_pending_links_per_peer {
+                return Err(format!(
+                    "{from_peer} links from this address already half-open \
+                     (max_pending_links_per_peer)"
+                ));
+            }
+            let total = usize::try_from(hello.total_channels()).unwrap_or(usize::MAX);
+            if total > usize::from(cfg.max_accepted_channels) {
+                return Err(format!(
+                    "link {:#x} asks for {total} channels; at most {} are accepted \
+                     (max_accepted_channels)",
+                    hello.link_id, cfg.max_accepted_channels
+                ));
+            }
+            let held: usize = pending.values().map(|p| p.slots.len()).sum();
+            fd_budget(cfg, held + total)?;
             pending.insert(
                 hello.link_id,
                 PendingLink {
@@ -606,6 +696,15 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         return Err(format!(
             "{} sessions already accepted (max_sessions)",
             incoming.len()
+        ));
+    }
+    let from_peer = incoming
+        .iter()
+        .filter(|s| s.peer.ip() == link.peer.ip())
+        .count();
+    if from_peer >= cfg.max_sessions_per_peer {
+        return Err(format!(
+            "{from_peer} sessions from this address already accepted (max_sessions_per_peer)"
         ));
     }
     let mut streams = Vec::with_capacity(link.slots.len());

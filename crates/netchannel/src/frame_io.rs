@@ -320,6 +320,8 @@ pub struct OutFrame {
     pub pads: (usize, usize),
     /// The send copy worker whose pipe carries the payload (None: written from `payload`).
     pub via: Option<usize>,
+    /// Not DATA: a reply or a flow-control frame (counted against `max_queued_control`).
+    pub control: bool,
 }
 
 impl OutFrame {
@@ -329,6 +331,7 @@ impl OutFrame {
             payload,
             pads: header.pads(),
             via: None,
+            control: header.kind != crate::wire::FrameType::Data,
         }
     }
 

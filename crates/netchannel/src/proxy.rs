@@ -15,6 +15,7 @@
 //! | RST from the peer, or the session has no channel left | reset (SO_LINGER 0) towards the application |
 //! | backend refuses or does not answer in time | RST (Refused): the client proxy resets its connection |
 //! | more connections than the cap | the new connection is reset at once |
+//! | more virtual sockets from one peer address than `max_per_peer` | the new one is reset (Refused) |
 //!
 //! Memory per connection is bounded: one copy buffer per direction here, and the virtual
 //! socket's receive window at each end (the sender stops at the peer's credit).
@@ -55,6 +56,9 @@ pub struct Backend {
 pub struct Limits {
     /// Connections open at once; one more is reset at once.
     pub max_connections: usize,
+    /// Connections from one peer endpoint's address at once (the server side, where peers
+    /// arrive over the network), so one peer cannot take every place of `max_connections`.
+    pub max_per_peer: usize,
     /// Copy buffer per direction of a connection.
     pub buffer: usize,
     /// How long opening a virtual socket or connecting to a backend may take.
@@ -69,6 +73,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 1024,
+            max_per_peer: 256,
             buffer: 64 * 1024,
             connect_timeout: Duration::from_secs(5),
             threads: 1,
@@ -84,6 +89,8 @@ pub struct ProxyStats {
     pub active: u64,
     /// Connections reset because `max_connections` were open.
     pub over_cap: u64,
+    /// Connections reset because their peer address had `max_per_peer` open.
+    pub over_peer_cap: u64,
     /// Connections whose other side could not be opened (peer port or backend).
     pub open_failures: u64,
     /// Connections reset by the TCP application (passed on as RST).
@@ -100,6 +107,7 @@ struct Counters {
     accepted: AtomicU64,
     active: AtomicU64,
     over_cap: AtomicU64,
+    over_peer_cap: AtomicU64,
     open_failures: AtomicU64,
     tcp_resets: AtomicU64,
     virtual_resets: AtomicU64,
@@ -114,6 +122,8 @@ struct Shared {
     counters: Counters,
     limits: Limits,
     log: Log,
+    /// Open connections per peer address (server side; entries leave at zero).
+    per_peer: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
 }
 
 impl Shared {
@@ -121,29 +131,54 @@ impl Shared {
         (self.log)(&line.to_string());
     }
 
-    /// Takes a connection slot, or None at the cap.
-    fn admit(self: &Arc<Self>) -> Option<Slot> {
+    /// Takes a connection slot, or says which cap refused it.
+    fn admit(self: &Arc<Self>, peer: Option<std::net::IpAddr>) -> Result<Slot, String> {
         let c = &self.counters;
         c.accepted.fetch_add(1, Ordering::Relaxed);
+        let mut per_peer = crate::socket::lock(&self.per_peer);
+        if let Some(ip) = peer {
+            let open = per_peer.get(&ip).copied().unwrap_or(0);
+            if open >= self.limits.max_per_peer {
+                c.over_peer_cap.fetch_add(1, Ordering::Relaxed);
+                return Err(format!(
+                    "{open} connections from {ip} are open (the per-peer cap)"
+                ));
+            }
+        }
         let max = self.limits.max_connections as u64;
-        c.active
+        if c.active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
                 (a < max).then_some(a + 1)
             })
-            .ok()
-            .map(|_| Slot(self.clone()))
-            .or_else(|| {
-                c.over_cap.fetch_add(1, Ordering::Relaxed);
-                None
-            })
+            .is_err()
+        {
+            c.over_cap.fetch_add(1, Ordering::Relaxed);
+            return Err(format!(
+                "{} connections are open (the cap)",
+                self.limits.max_connections
+            ));
+        }
+        if let Some(ip) = peer {
+            *per_peer.entry(ip).or_insert(0) += 1;
+        }
+        Ok(Slot(self.clone(), peer))
     }
 }
 
 /// One open connection; gives its slot back when dropped.
-struct Slot(Arc<Shared>);
+struct Slot(Arc<Shared>, Option<std::net::IpAddr>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if let Some(ip) = self.1 {
+            let mut per_peer = crate::socket::lock(&self.0.per_peer);
+            if let Some(n) = per_peer.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    per_peer.remove(&ip);
+                }
+            }
+        }
         self.0.counters.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -252,6 +287,7 @@ impl Proxy {
             accepted: g(&c.accepted),
             active: g(&c.active),
             over_cap: g(&c.over_cap),
+            over_peer_cap: g(&c.over_peer_cap),
             open_failures: g(&c.open_failures),
             tcp_resets: g(&c.tcp_resets),
             virtual_resets: g(&c.virtual_resets),
@@ -281,6 +317,7 @@ fn prepare(limits: Limits, log: Log) -> io::Result<(tokio::runtime::Runtime, Arc
         counters: Counters::default(),
         limits,
         log,
+        per_peer: Default::default(),
     });
     Ok((runtime, shared))
 }
@@ -343,13 +380,13 @@ async fn accept_tcp(
                 continue;
             }
         };
-        let Some(slot) = shared.admit() else {
-            shared.log(format_args!(
-                "{from} → {}: reset, {} connections are open (the cap)",
-                route.listen, shared.limits.max_connections
-            ));
-            reset_on_close(&tcp);
-            continue;
+        let slot = match shared.admit(None) {
+            Ok(slot) => slot,
+            Err(why) => {
+                shared.log(format_args!("{from} → {}: reset, {why}", route.listen));
+                reset_on_close(&tcp);
+                continue;
+            }
         };
         let (endpoint, shared) = (endpoint.clone(), shared.clone());
         tokio::spawn(async move {
@@ -407,17 +444,20 @@ fn accept_virtual(
             // The endpoint is closing.
             Err(_) => return,
         };
-        let Some(slot) = shared.admit() else {
-            shared.log(format_args!(
-                "{} port {} → {}: reset, {} connections are open (the cap)",
-                vs.peer_addr(),
-                b.port,
-                b.backend,
-                shared.limits.max_connections
-            ));
-            vs.abort(RstReason::Refused);
-            continue;
+        let slot = match shared.admit(Some(vs.peer_addr().ip())) {
+            Ok(slot) => slot,
+            Err(why) => {
+                shared.log(format_args!(
+                    "{} port {} → {}: reset, {why}",
+                    vs.peer_addr(),
+                    b.port,
+                    b.backend
+                ));
+                vs.abort(RstReason::Refused);
+                continue;
+            }
         };
+
         let shared = shared.clone();
         handle.spawn(async move {
             let _slot = slot;

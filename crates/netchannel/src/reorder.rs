@@ -8,6 +8,13 @@
 //! at the same offset). Any other overlap, a piece beyond the advertised window, or one past
 //! the final length is a broken or hostile peer, and is refused (the caller resets the
 //! socket) rather than merged. Everything held lies inside `[consumed, consumed + window)`.
+//!
+//! Memory. Bytes are bounded by the window, and pieces by [`max_pieces`]: each piece held
+//! out of order costs bookkeeping (a tree entry and a buffer: ~124 bytes for a 1-byte
+//! piece), so a peer filling gaps with 1-byte pieces could otherwise hold half a million of
+//! them per 1 MiB window. Small pieces that arrive back to back on one channel (a run of
+//! small writes) are merged into one buffer as they come, so honest traffic stays far below
+//! the bound; a peer that exceeds it fragments on purpose and its socket is reset.
 
 use bytes::{Buf, Bytes};
 use std::collections::{BTreeMap, VecDeque};
@@ -28,6 +35,26 @@ pub enum ReorderError {
     BeyondFin { seq: u64, end: u64, final_seq: u64 },
     #[error("FIN at {final_seq} conflicts with data up to {have} or an earlier FIN")]
     BadFin { final_seq: u64, have: u64 },
+    #[error(
+        "bytes {seq}..{end} would be out-of-order piece {pieces}; at most {max} are held per \
+         socket (the peer fragments its stream)"
+    )]
+    TooFragmented {
+        seq: u64,
+        end: u64,
+        pieces: usize,
+        max: usize,
+    },
+}
+
+/// Pieces below this size that continue a held small piece are copied into it.
+pub const MERGE_BELOW: usize = 16 * 1024;
+
+/// Out-of-order pieces one socket may hold with this window: 64, plus one per 4 KiB of
+/// window. Honest senders (merged runs of small frames, or frames of at least 4 KiB) stay
+/// well under it; at ~124 bytes a piece, the bookkeeping of a 1 MiB window is ≤ 40 KiB.
+pub fn max_pieces(window: u64) -> usize {
+    64 + usize::try_from(window / 4096).unwrap_or(usize::MAX)
 }
 
 /// Where [`Reassembly::insert`] put a piece.
@@ -47,13 +74,53 @@ struct Piece {
     eom: bool,
 }
 
+/// A piece held out of order: as received, or small pieces merged into one growing buffer
+/// (a Vec grows by doubling, so it holds at most twice its bytes).
+#[derive(Debug)]
+enum Held {
+    Whole(Bytes),
+    Merged(Vec<u8>),
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        match self {
+            Held::Whole(b) => b.len(),
+            Held::Merged(v) => v.len(),
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Held::Whole(b) => b,
+            Held::Merged(v) => Bytes::from(v),
+        }
+    }
+
+    fn append(&mut self, more: &[u8]) {
+        if let Held::Whole(b) = self {
+            let mut v = Vec::with_capacity(b.len() + more.len());
+            v.extend_from_slice(b);
+            *self = Held::Merged(v);
+        }
+        if let Held::Merged(v) = self {
+            v.extend_from_slice(more);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct OfoPiece {
+    data: Held,
+    eom: bool,
+}
 #[derive(Debug)]
 pub struct Reassembly {
     window: u64,
     consumed: u64,
     next: u64,
     ready: VecDeque<Piece>,
-    ofo: BTreeMap<u64, Piece>,
+    ofo: BTreeMap<u64, OfoPiece>,
     ofo_bytes: u64,
     highest_end: u64,
     final_seq: Option<u64>,
@@ -145,15 +212,27 @@ impl Reassembly {
         if data.is_empty() && !eom {
             return Ok(Placed::InOrder);
         }
-        if let Some(p) = self.ofo.get(&seq)
-            && p.data.len() == data.len()
-        {
-            return Ok(Placed::Duplicate);
-        }
-        if let Some((&s, p)) = self.ofo.range(..=seq).next_back()
-            && (s + p.data.len() as u64 > seq || s == seq)
-        {
-            return Err(ReorderError::Overlap { seq, end });
+        // A re-send of the very piece held, or of one of the whole frames a merged piece
+        // was made of (merging only joins whole frames, so a re-send lies wholly inside):
+        // the first copy wins.
+        let before = self
+            .ofo
+            .range(..=seq)
+            .next_back()
+            .map(|(&s, p)| (s, s + p.data.len() as u64, p.eom));
+        if let Some((s, e, _)) = before {
+            let merged = matches!(self.ofo[&s].data, Held::Merged(_));
+            let resent = if merged {
+                seq >= s && end <= e && !data.is_empty()
+            } else {
+                seq == s && end == e
+            };
+            if resent {
+                return Ok(Placed::Duplicate);
+            }
+            if e > seq || s == seq {
+                return Err(ReorderError::Overlap { seq, end });
+            }
         }
         if let Some((&s, _)) = self.ofo.range(seq..).next()
             && (s < end || s == seq)
@@ -172,12 +251,41 @@ impl Reassembly {
                 let p = entry.remove();
                 self.ofo_bytes -= p.data.len() as u64;
                 self.next += p.data.len() as u64;
-                self.ready.push_back(p);
+                self.ready.push_back(Piece {
+                    data: p.data.into_bytes(),
+                    eom: p.eom,
+                });
             }
             Ok(Placed::InOrder)
         } else {
             self.ofo_bytes += piece.data.len() as u64;
-            self.ofo.insert(seq, piece);
+            if let Some((s, e, false)) = before
+                && e == seq
+                && (e - s) < MERGE_BELOW as u64
+                && piece.data.len() < MERGE_BELOW
+            {
+                let held = self.ofo.get_mut(&s).expect("the piece just looked up");
+                held.data.append(&piece.data);
+                held.eom = piece.eom;
+                return Ok(Placed::OutOfOrder);
+            }
+            let max = max_pieces(self.window);
+            if self.ofo.len() >= max {
+                self.ofo_bytes -= piece.data.len() as u64;
+                return Err(ReorderError::TooFragmented {
+                    seq,
+                    end,
+                    pieces: self.ofo.len() + 1,
+                    max,
+                });
+            }
+            self.ofo.insert(
+                seq,
+                OfoPiece {
+                    data: Held::Whole(piece.data),
+                    eom: piece.eom,
+                },
+            );
             Ok(Placed::OutOfOrder)
         }
     }
@@ -286,6 +394,67 @@ mod tests {
         assert!(r.has_message());
         assert_eq!(r.read(&mut buf), 10);
         assert!(r.at_eof());
+    }
+
+    /// A peer filling a gap's far side with 1-byte pieces and 1-byte holes is refused at
+    /// `max_pieces`, far below the half a million pieces the window would allow by bytes.
+    #[test]
+    fn one_byte_pieces_with_holes_are_refused_at_the_piece_bound() {
+        let window = 1 << 20;
+        let max = max_pieces(window);
+        let mut r = Reassembly::new(window);
+        let mut refused = None;
+        for k in 0..(window / 2 - 1) {
+            let seq = 2 + 2 * k;
+            match r.insert(seq, bytes(seq, 1), false) {
+                Ok(Placed::OutOfOrder) => {}
+                Err(e) => {
+                    refused = Some((k, e));
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let (k, e) = refused.expect("never refused");
+        assert_eq!(k as usize, max, "{e}");
+        assert!(matches!(e, ReorderError::TooFragmented { .. }), "{e}");
+        assert!(r.out_of_order_pieces() <= max);
+        assert!(e.to_string().contains("fragments"), "{e}");
+    }
+
+    /// A run of small frames arriving back to back ahead of a gap (one channel ahead of
+    /// another) is merged, stays far below the bound, reads back intact, and a re-send of any
+    /// of its frames is a duplicate.
+    #[test]
+    fn back_to_back_small_pieces_merge_and_resends_are_duplicates() {
+        let mut r = Reassembly::new(1 << 20);
+        let (len, n) = (16u64, 20_000u64);
+        for k in 0..n {
+            let seq = 100 + k * len;
+            assert_eq!(
+                r.insert(seq, bytes(seq, len as usize), false),
+                Ok(Placed::OutOfOrder)
+            );
+        }
+        assert!(
+            r.out_of_order_pieces() <= (n * len) as usize / (MERGE_BELOW / 2) + 1,
+            "{} pieces",
+            r.out_of_order_pieces()
+        );
+        let seq = 100 + 777 * len;
+        assert_eq!(
+            r.insert(seq, bytes(seq, len as usize), false),
+            Ok(Placed::Duplicate)
+        );
+        assert!(matches!(
+            r.insert(seq + 1, bytes(seq + 1, len as usize + 100_000), false),
+            Err(ReorderError::Overlap { .. })
+        ));
+        assert_eq!(r.insert(0, bytes(0, 100), false), Ok(Placed::InOrder));
+        let total = (100 + n * len) as usize;
+        let mut buf = vec![0u8; total];
+        assert_eq!(r.read(&mut buf), total);
+        assert_eq!(&buf[..], &bytes(0, total)[..]);
     }
 
     proptest! {

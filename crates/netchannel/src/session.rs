@@ -415,8 +415,21 @@ impl Session {
         self.cfg.max_sockets.min(by_memory.max(1) as usize)
     }
 
+    /// A reply on the channel the request came in on. Only queued, never written inline:
+    /// this runs on the channel's reader thread, which must not block in write(2) on a peer
+    /// that does not read (the queue's bound then cuts it off).
+    /// The window a sender honours: what the peer advertises, but never more than our own
+    /// `window`. A sender keeps every byte it sent until the peer's CREDIT (for re-sending
+    /// over a surviving channel), so a peer advertising 4 GiB and never crediting would
+    /// otherwise make this side retain 4 GiB for one socket.
+    fn send_window(&self, advertised: u32) -> u64 {
+        u64::from(advertised.min(self.cfg.window))
+    }
+
     fn send_raw_control(&self, channel: usize, h: Header) {
-        let _ = self.channels[channel].load().send(&h, Bytes::new());
+        let _ = self.channels[channel]
+            .load()
+            .send_with(&h, Bytes::new(), false);
     }
 
     /// Opens a virtual socket to `port` on the peer and waits for OPEN_ACK.
@@ -549,6 +562,7 @@ impl Session {
             }
         };
         r.get_mut().wakes.flush();
+        let cause = ch.cut_off.get().cloned().unwrap_or(cause);
         self.channel_failed(ch, &cause);
     }
 
@@ -612,7 +626,7 @@ impl Session {
                 if let Some(vs) = self.lookup(&h) {
                     let mut tx = lock(&vs.tx);
                     tx.state = OpenState::Open;
-                    tx.peer_window = u64::from(h.credit);
+                    tx.peer_window = self.send_window(h.credit);
                     vs.wake_tx(&mut tx);
                 } else {
                     self.counters.orphan_frames.fetch_add(1, Ordering::Relaxed);
@@ -634,7 +648,7 @@ impl Session {
                         return Ok(());
                     }
                     tx.acknowledge(h.seq);
-                    tx.peer_window = u64::from(h.credit);
+                    tx.peer_window = self.send_window(h.credit);
                     let done = vs.lingering.load(Ordering::Acquire) && tx.all_acknowledged();
                     vs.wake_tx(&mut tx);
                     drop(tx);
@@ -753,7 +767,7 @@ impl Session {
                 self.cfg.policy,
                 u64::from(self.cfg.window),
                 OpenState::Open,
-                u64::from(h.credit),
+                self.send_window(h.credit),
             ));
             t.socks.insert((h.dst_port, h.src_port), vs.clone());
             vs
@@ -1005,6 +1019,7 @@ fn make_channel(
         pipe: cfg.worker_pipe,
         limit: cfg.worker_limit,
         cpus: &cfg.copy_cpus,
+        max_control: cfg.max_queued_control,
     };
     let ch = Arc::new(Channel::new(index, id, class, s, inline, copy)?);
     Ok((ch, reader))

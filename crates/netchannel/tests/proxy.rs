@@ -216,3 +216,104 @@ fn a_slow_application_backs_the_sink_up_and_loses_nothing() {
     }
     assert_eq!(rig.client.stats().bytes_out, total as u64);
 }
+
+/// Issue 35 item 4: one peer endpoint address opening 120 virtual sockets gets at most
+/// `max_per_peer` backend connections; the rest are refused (RST Refused) and a client from
+/// another address is still served. (Before: one session took every place of the cap and
+/// legitimate clients were reset.)
+#[test]
+fn one_peer_cannot_take_every_place_of_the_server_cap() {
+    use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
+    use socket2::{Domain, SockAddr, Socket, Type};
+    // An echo backend.
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in backend.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut r = c.try_clone().unwrap();
+                let _ = std::io::copy(&mut r, &mut c);
+            });
+        }
+    });
+    let log: Log = Arc::new(|_: &str| {});
+    let limits = Limits {
+        max_connections: 64,
+        max_per_peer: 16,
+        ..Limits::default()
+    };
+    let server_ep =
+        Arc::new(Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap());
+    let peer = server_ep.local_addr().unwrap();
+    let server = Proxy::server(
+        server_ep,
+        &[Backend {
+            port: 80,
+            backend: backend_addr,
+        }],
+        limits.clone(),
+        log.clone(),
+    )
+    .unwrap();
+    // The hostile peer: a one-channel session from 127.0.0.2 and 120 OPENs, its replies
+    // read (so it is not cut off for leaving them unread).
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&SockAddr::from(
+        "127.0.0.2:0".parse::<SocketAddr>().unwrap(),
+    ))
+    .unwrap();
+    s.connect(&SockAddr::from(peer)).unwrap();
+    let mut s: TcpStream = s.into();
+    let hello = Hello {
+        version: u16::from(netchannel::wire::VERSION),
+        link_id: 4242,
+        channel_index: 0,
+        class: Class::Throughput,
+        throughput_channels: 1,
+        latency_channels: 0,
+        max_frame: 65536,
+    };
+    s.write_all(&hello.encode()).unwrap();
+    let mut answer = [0u8; HEADER_LEN + 32];
+    s.read_exact(&mut answer).unwrap();
+    let mut drain = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while matches!(drain.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    for k in 0..120u16 {
+        let open = Header::control(FrameType::Open, 40000 + k, 80, 65536, 0);
+        s.write_all(&open.encode()).unwrap();
+    }
+    let t = std::time::Instant::now();
+    while server.stats().accepted < 120 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = server.stats();
+    assert_eq!(st.accepted, 120, "{st:?}");
+    assert!(st.active <= 16, "{st:?}");
+    assert_eq!(st.over_peer_cap, 120 - st.active, "{st:?}");
+    // A client proxy from 127.0.0.1 is served: 8 connections echo.
+    let client = Proxy::client(
+        Arc::new(Endpoint::new(Config::default()).unwrap()),
+        peer,
+        &[Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            port: 80,
+            class: Class::Throughput,
+        }],
+        limits,
+        log,
+    )
+    .unwrap();
+    let conns: Vec<TcpStream> = (0..8).map(|_| connect(client.local_addrs()[0])).collect();
+    for (i, mut c) in conns.iter().enumerate() {
+        let msg = format!("hello {i}");
+        c.write_all(msg.as_bytes()).unwrap();
+        let mut got = vec![0u8; msg.len()];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(got, msg.as_bytes());
+    }
+    drop(s);
+}

@@ -1,0 +1,415 @@
+//! Hostile peers, round two (issue 35, items 1–5): each test drives an attack well past the
+//! bound it checks and asserts memory, slots or bytes stay within it. One test at a time
+//! (RSS is the process's, and the rlimit test changes the process's limit).
+
+use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
+use netchannel::{Class, Config, Endpoint, SocketOptions};
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Resident memory of this process, in bytes.
+fn rss() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = s
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A TCP connection to `to` from the loopback address `from` (another peer, as the server
+/// sees it).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&SockAddr::from(local)).unwrap();
+    s.connect_timeout(&SockAddr::from(to), Duration::from_secs(5))
+        .unwrap();
+    s.into()
+}
+
+fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HEADER_LEN + 32] {
+    Hello {
+        version: u16::from(netchannel::wire::VERSION),
+        link_id: link,
+        channel_index: index,
+        class: if index < thpt {
+            Class::Throughput
+        } else {
+            Class::Latency
+        },
+        throughput_channels: thpt,
+        latency_channels: lat,
+        max_frame: 65536,
+    }
+    .encode()
+}
+
+/// A one-channel session from `from`, handshake done.
+fn one_channel(from: &str, addr: SocketAddr, link: u64) -> TcpStream {
+    let mut s = connect_from(from, addr);
+    s.write_all(&hello(link, 0, 1, 0)).unwrap();
+    let mut answer = [0u8; HEADER_LEN + 32];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.read_exact(&mut answer).unwrap();
+    s
+}
+
+fn frame(kind: FrameType, src: u16, dst: u16, credit: u32, seq: u64, len: u32) -> Vec<u8> {
+    let mut h = Header::control(kind, src, dst, credit, seq);
+    h.len = len;
+    h.encode().to_vec()
+}
+
+/// Reads one frame; its payload (pads passed over) is returned.
+fn read_frame(s: &mut TcpStream) -> std::io::Result<(Header, Vec<u8>)> {
+    let mut raw = [0u8; HEADER_LEN];
+    s.read_exact(&mut raw)?;
+    let h = Header::decode(&raw, 1 << 20).unwrap();
+    let mut rest = vec![0u8; h.wire_len() - HEADER_LEN];
+    s.read_exact(&mut rest)?;
+    let (head, _) = h.pads();
+    Ok((h, rest[head..head + h.len as usize].to_vec()))
+}
+
+/// Sends `frames` copies of `one` in large writes until the server cuts the connection off;
+/// returns how many were written before that (None: never cut off).
+fn flood_until_cut(s: &mut TcpStream, one: &[u8], frames: usize) -> Option<usize> {
+    let batch: Vec<u8> = one.repeat(4096);
+    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut sent = 0;
+    while sent < frames {
+        match s.write_all(&batch) {
+            Ok(()) => sent += 4096,
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                return None;
+            }
+            Err(_) => return Some(sent),
+        }
+    }
+    None
+}
+
+/// Item 1: DATA for sockets that do not exist and OPENs to a port nobody listens on each
+/// force a reply (RST). A peer that sends millions and reads none is cut off once
+/// `max_queued_control` replies wait, and the server's memory stays flat. (Before: +82 MB per
+/// million refused OPENs, +340 MB for 4 M orphan DATA frames.)
+#[test]
+fn a_peer_that_never_reads_its_replies_is_cut_off_with_flat_memory() {
+    let _g = serial();
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let before = rss();
+    let orphan = frame(FrameType::Data, 5, 6, 0, 0, 0);
+    let refused_open = frame(FrameType::Open, 7, 4242, 65536, 0, 0);
+    for (link, one) in [(1u64, &orphan), (2, &refused_open)] {
+        let mut s = one_channel("127.0.0.1", addr, link);
+        let cut = flood_until_cut(&mut s, one, 4_000_000);
+        assert!(
+            cut.is_some(),
+            "link {link}: 4 M unanswerable frames and still connected"
+        );
+    }
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 24 << 20, "memory grew by {} MiB", grown >> 20);
+    // The cause is named.
+    let t = Instant::now();
+    while server.stats().sessions.iter().any(|s| s.channels[0].alive)
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        server
+            .stats()
+            .sessions
+            .iter()
+            .all(|s| s.channels.iter().all(|c| !c.alive)),
+        "{:?}",
+        server.stats()
+    );
+    // A real peer still gets in and is served.
+    let client = Endpoint::new(Config::default()).unwrap();
+    let l = server.bind(3).unwrap();
+    let c = client.connect(addr, 3, SocketOptions::default()).unwrap();
+    (&c).write_all(b"ok").unwrap();
+    let mut b = [0u8; 2];
+    (&l.accept().unwrap()).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ok");
+}
+
+/// Item 2: an OPEN advertising a 4 GiB window, and no CREDIT ever: the server's sender keeps
+/// at most its own `window` unacknowledged for that socket, whatever the peer said. (Before:
+/// it sent, and kept, everything the application wrote.)
+#[test]
+fn the_send_window_is_bounded_by_our_window_not_the_peers() {
+    let _g = serial();
+    let window = 256 * 1024;
+    let cfg = Config {
+        window,
+        max_frame: 64 * 1024,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(9).unwrap();
+    let mut s = one_channel("127.0.0.1", addr, 77);
+    s.write_all(&frame(FrameType::Open, 40000, 9, u32::MAX, 0, 0))
+        .unwrap();
+    let (ack, _) = read_frame(&mut s).unwrap();
+    assert_eq!(ack.kind, FrameType::OpenAck);
+    let victim = l.accept_timeout(Duration::from_secs(5)).unwrap();
+    let total = 32u64 << 20;
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![7u8; 64 * 1024];
+        let mut written = 0u64;
+        while written < total {
+            if (&victim).write_all(&chunk).is_err() {
+                break;
+            }
+            written += chunk.len() as u64;
+        }
+        written
+    });
+    // Read everything the server sends for two seconds, answering nothing.
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut got = 0u64;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        match read_frame(&mut s) {
+            Ok((h, p)) if h.kind == FrameType::Data => got += p.len() as u64,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        got <= u64::from(window),
+        "the server sent {got} bytes past a {window}-byte window with no CREDIT"
+    );
+    assert!(got > 0, "nothing was sent at all");
+    assert!(!writer.is_finished(), "the writer was never held back");
+    drop(s);
+    drop(server);
+    writer.join().unwrap();
+}
+
+/// Item 3: 1-byte DATA pieces with 1-byte holes inside the window. The socket is reset once
+/// it holds `max_pieces` of them, and the application is told the peer fragments its stream.
+/// (Before: 524,287 pieces, ~65 MB, for one 1 MiB window.)
+#[test]
+fn one_byte_pieces_with_holes_reset_the_socket_at_the_piece_bound() {
+    let _g = serial();
+    let window = 1u32 << 20;
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            window,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(9).unwrap();
+    let mut s = one_channel("127.0.0.1", addr, 78);
+    s.write_all(&frame(FrameType::Open, 40000, 9, 65536, 0, 0))
+        .unwrap();
+    assert_eq!(read_frame(&mut s).unwrap().0.kind, FrameType::OpenAck);
+    let victim = l.accept_timeout(Duration::from_secs(5)).unwrap();
+    let before = rss();
+    // Every other byte of the whole window (524,287 pieces): far past the bound.
+    let mut buf = Vec::new();
+    let mut reset = false;
+    s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+    for k in 0..u64::from(window / 2 - 1) {
+        buf.extend(frame(FrameType::Data, 40000, 9, 0, 2 + 2 * k, 1));
+        buf.push(0);
+        if buf.len() > 64 * 1024 {
+            if s.write_all(&buf).is_err() {
+                break;
+            }
+            buf.clear();
+            if let Ok((h, _)) = read_frame(&mut s) {
+                reset = h.kind == FrameType::Rst;
+                break;
+            }
+        }
+    }
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    reset = reset || read_frame(&mut s).is_ok_and(|(h, _)| h.kind == FrameType::Rst);
+    assert!(reset, "no RST for a fragmented stream");
+    let e = (&victim).read(&mut [0u8; 8]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    assert!(e.to_string().contains("fragments"), "{e}");
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 16 << 20, "memory grew by {} MiB", grown >> 20);
+}
+
+/// Item 4: one peer address keeping single-HELLO links topped up, and holding silent
+/// connections in handshake, fills only its own share: a second peer's sessions all open.
+/// (Before: 8 of 22 legitimate attempts failed.)
+#[test]
+fn one_peer_cannot_hold_every_half_built_link_or_handshake() {
+    let _g = serial();
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            hello_timeout: Duration::from_secs(30),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let _l = server.bind(1).unwrap();
+    // 64 half-built links (each the first of two channels) and 64 silent connections, all
+    // from 127.0.0.2.
+    let mut hostile = Vec::new();
+    for link in 0..64u64 {
+        let mut s = connect_from("127.0.0.2", addr);
+        s.write_all(&hello(5000 + link, 0, 2, 0)).unwrap();
+        hostile.push(s);
+        hostile.push(connect_from("127.0.0.2", addr));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ok = 0;
+    for _ in 0..22 {
+        let client = Endpoint::new(Config {
+            hello_timeout: Duration::from_secs(5),
+            ..Config::default()
+        })
+        .unwrap();
+        if let Ok(c) = client.connect(addr, 1, SocketOptions::default()) {
+            ok += 1;
+            drop(c);
+        }
+    }
+    assert_eq!(ok, 22, "{:?}", server.stats().last_rejection);
+    drop(hostile);
+}
+
+/// Item 5: sessions and channels per peer, and file descriptors against RLIMIT_NOFILE. Under
+/// a 2,048-descriptor limit (the attacker's sockets live in this process too: 1,024 for each
+/// side), one address opening 40 sessions of 64 channels gets at most
+/// `max_sessions_per_peer` sessions of at most `max_accepted_channels` channels, each refusal
+/// names its limit, and another peer still gets in. (Before: 7 such sessions stopped new
+/// legitimate ones.)
+#[test]
+fn sessions_channels_and_descriptors_are_budgeted_per_peer() {
+    let _g = serial();
+    let mut old = libc_rlimit();
+    let cur = old.0;
+    set_nofile(2048.min(cur), old.1);
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(1).unwrap();
+    let mut hostile = Vec::new();
+    // 64-channel links are refused outright.
+    let mut s = connect_from("127.0.0.2", addr);
+    s.write_all(&hello(6000, 0, 64, 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(matches!(s.read(&mut [0u8; 64]), Ok(0) | Err(_)));
+    let why = rejection(&server, "max_accepted_channels");
+    assert!(why.contains("max_accepted_channels"), "{why}");
+    // 40 links of 16 channels: at most 16 complete.
+    let mut complete = 0;
+    for link in 0..40u64 {
+        let mut chans = Vec::new();
+        for i in 0..16u16 {
+            let mut c = connect_from("127.0.0.2", addr);
+            c.write_all(&hello(6100 + link, i, 16, 0)).unwrap();
+            chans.push(c);
+        }
+        let mut answered = true;
+        for c in chans.iter_mut() {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut a = [0u8; HEADER_LEN + 32];
+            answered &= c.read_exact(&mut a).is_ok();
+        }
+        complete += usize::from(answered);
+        if answered {
+            hostile.push(chans);
+        }
+    }
+    assert!(complete <= 16, "{complete} sessions from one address");
+    let why = rejection(&server, "max_sessions_per_peer");
+    assert!(
+        why.contains("max_sessions_per_peer") || why.contains("RLIMIT_NOFILE"),
+        "{why}"
+    );
+    // Another peer is still served.
+    let client = Endpoint::new(Config::default()).unwrap();
+    let c = client.connect(addr, 1, SocketOptions::default()).unwrap();
+    (&c).write_all(b"ok").unwrap();
+    let mut b = [0u8; 2];
+    (&l.accept().unwrap()).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ok");
+    drop(hostile);
+    // The budget: a reserve that leaves no room refuses a link and says why.
+    drop(client);
+    let tight = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            fd_reserve: 2047,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let mut s = connect_from("127.0.0.3", tight.local_addr().unwrap());
+    s.write_all(&hello(7000, 0, 1, 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(matches!(s.read(&mut [0u8; 64]), Ok(0) | Err(_)));
+    let why = rejection(&tight, "RLIMIT_NOFILE");
+    assert!(why.contains("RLIMIT_NOFILE 2048"), "{why}");
+    old.0 = cur;
+    set_nofile(old.0, old.1);
+}
+
+/// The endpoint's last rejection once it mentions `what` (it is recorded just after the
+/// connection closes), or whatever it is after five seconds.
+fn rejection(e: &Endpoint, what: &str) -> String {
+    let t = Instant::now();
+    loop {
+        let why = e.stats().last_rejection.unwrap_or_default();
+        if why.contains(what) || t.elapsed() > Duration::from_secs(5) {
+            return why;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// (soft, hard) RLIMIT_NOFILE, from /proc/self/limits.
+fn libc_rlimit() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let mut it = line["Max open files".len()..].split_whitespace();
+    let soft = it.next().unwrap().parse().unwrap();
+    let hard = it.next().unwrap().parse().unwrap();
+    (soft, hard)
+}
+
+/// Sets this process's RLIMIT_NOFILE with prlimit(1) (util-linux), so the test needs no
+/// unsafe code.
+fn set_nofile(soft: u64, hard: u64) {
+    let st = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg(format!("--nofile={soft}:{hard}"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(libc_rlimit().0, soft);
+}
