@@ -26,14 +26,19 @@ struct Running {
 
 impl Running {
     fn start(max_connections: usize, hello_timeout: Duration) -> Running {
-        let server = Server::bind(ServerConfig {
+        Running::start_with(ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             cpus: Vec::new(),
             max_connections,
             hello_timeout,
             duration: Some(Duration::from_secs(120)),
+            max_memory: netsteer_bench::tcp::server::DEFAULT_MAX_MEMORY,
+            flow_idle: netsteer_bench::tcp::server::FLOW_IDLE,
         })
-        .unwrap();
+    }
+
+    fn start_with(cfg: ServerConfig) -> Running {
+        let server = Server::bind(cfg).unwrap();
         let addr = server.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let tests = Arc::new(Mutex::new(Vec::new()));
@@ -819,4 +824,149 @@ fn slowloris_cannot_hold_the_slots_and_a_refused_client_is_told_why() {
     .unwrap();
     assert!(s.transactions > 0);
     srv.stop();
+}
+
+/// Resident memory of this process, in bytes.
+fn rss() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+fn rr_spec(size: u32) -> TestSpec {
+    TestSpec {
+        kind: TestKind::TcpRr,
+        request_size: size,
+        response_size: size,
+        verify: false,
+        ..stream_spec(1, Engine::Threads)
+    }
+}
+
+/// Issue 35 item 6: sixteen tcp-rr tests announcing 16 MiB requests and responses, their
+/// flows connected and silent: the server's buffers stay within its `max_memory` (80 MiB
+/// here), the tests past it are rejected naming `--max-memory`, and a real client still gets
+/// a small test in. (Before: +262 MB for 16 such flows, ~16 GiB at the default cap.)
+#[test]
+fn client_chosen_buffer_sizes_come_out_of_the_servers_budget() {
+    let srv = Running::start_with(ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cpus: Vec::new(),
+        max_connections: 64,
+        hello_timeout: Duration::from_secs(5),
+        duration: Some(Duration::from_secs(120)),
+        max_memory: 80 << 20,
+        flow_idle: netsteer_bench::tcp::server::FLOW_IDLE,
+    });
+    let before = rss();
+    let mut held = Vec::new();
+    let mut rejected = Vec::new();
+    for _ in 0..16 {
+        let mut control = TcpStream::connect(srv.addr).unwrap();
+        proto::write_preamble(&mut control).unwrap();
+        proto::write_frame(
+            &mut control,
+            &Hello::Control {
+                spec: rr_spec(16 << 20),
+            },
+        )
+        .unwrap();
+        proto::read_preamble(&mut control).unwrap();
+        match proto::read_frame(&mut control).unwrap() {
+            Reply::Accepted { test_id } => {
+                let mut data = TcpStream::connect(srv.addr).unwrap();
+                proto::write_preamble(&mut data).unwrap();
+                proto::write_frame(&mut data, &Hello::Data { test_id, flow: 0 }).unwrap();
+                held.push((control, data));
+            }
+            Reply::Rejected { error } => rejected.push(error),
+            other => panic!("{other:?}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = rss().saturating_sub(before);
+    assert_eq!(held.len(), 2, "{rejected:?}");
+    assert!(
+        rejected.iter().all(|e| e.contains("--max-memory")),
+        "{rejected:?}"
+    );
+    assert!(grown < 100 << 20, "memory grew by {} MiB", grown >> 20);
+    let s = run_rr_client(
+        &rr_cfg(srv.addr),
+        Arc::new(MonotonicClock::default()),
+        |_| Ok(()),
+    )
+    .unwrap();
+    assert!(s.transactions > 0);
+    drop(held);
+    srv.stop();
+}
+
+/// Issue 35 item 7: control connections announcing a day (86,400 s) and then silent, on a
+/// server with 8 slots. Tests whose flows never connect end `hello_timeout` after they start,
+/// and tests whose flows connect and then send nothing end after `flow_idle`; a real client is
+/// served within seconds. (Before: "server is full" for the day.)
+#[test]
+fn a_silent_test_does_not_hold_its_slot_for_its_claimed_duration() {
+    let srv = Running::start_with(ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cpus: Vec::new(),
+        max_connections: 8,
+        hello_timeout: Duration::from_secs(1),
+        duration: Some(Duration::from_secs(120)),
+        max_memory: netsteer_bench::tcp::server::DEFAULT_MAX_MEMORY,
+        flow_idle: Duration::from_secs(2),
+    });
+    let day = || TestSpec {
+        duration_s: 86_400.0,
+        ..rr_spec(64)
+    };
+    let accept = |spec: TestSpec| {
+        let mut control = TcpStream::connect(srv.addr).unwrap();
+        proto::write_preamble(&mut control).unwrap();
+        proto::write_frame(&mut control, &Hello::Control { spec }).unwrap();
+        proto::read_preamble(&mut control).unwrap();
+        let Reply::Accepted { test_id } = proto::read_frame(&mut control).unwrap() else {
+            panic!("not accepted")
+        };
+        (control, test_id)
+    };
+    let t0 = Instant::now();
+    // Four tests with no flows (4 slots), two with a silent flow each (4 slots): full.
+    let mut silent: Vec<TcpStream> = (0..4).map(|_| accept(day()).0).collect();
+    for _ in 0..2 {
+        let (control, test_id) = accept(day());
+        let mut data = TcpStream::connect(srv.addr).unwrap();
+        proto::write_preamble(&mut data).unwrap();
+        proto::write_frame(&mut data, &Hello::Data { test_id, flow: 0 }).unwrap();
+        silent.push(control);
+        silent.push(data);
+    }
+    let e = run_rr_client(
+        &rr_cfg(srv.addr),
+        Arc::new(MonotonicClock::default()),
+        |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("server is full"), "{e}");
+    for s in silent {
+        assert!(
+            closed_within(s, Duration::from_secs(15)),
+            "a silent test held on"
+        );
+    }
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    let s = run_rr_client(
+        &rr_cfg(srv.addr),
+        Arc::new(MonotonicClock::default()),
+        |_| Ok(()),
+    )
+    .unwrap();
+    assert!(s.transactions > 0);
+    let tests = srv.stop();
+    let _ = tests;
 }

@@ -139,6 +139,11 @@ pub struct TcpServerArgs {
     /// Connections served at once; more are told the server is full and closed.
     #[arg(long, default_value_t = 1024, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..=65536))]
     max_connections: usize,
+    /// MiB of buffers all running tests may take together; a client asking for more (sizes
+    /// times flows) is rejected with the figures.
+    #[arg(long, default_value_t = tcp::server::DEFAULT_MAX_MEMORY >> 20, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_memory: u64,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
     duration: Option<Seconds>,
@@ -609,6 +614,8 @@ fn tcp_server(a: &TcpServerArgs, bench: &str) -> Result<ExitCode> {
         max_connections: a.max_connections,
         hello_timeout: tcp::proto::HELLO_TIMEOUT,
         duration: a.duration.map(Seconds::get),
+        max_memory: a.max_memory << 20,
+        flow_idle: tcp::server::FLOW_IDLE,
     };
     let server = match tcp::server::Server::bind(cfg) {
         Ok(s) => s,

@@ -192,6 +192,8 @@ fn tcp_stream(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         max_connections: 1024,
         hello_timeout: netsteer_bench::tcp::proto::HELLO_TIMEOUT,
         duration: None,
+        max_memory: netsteer_bench::tcp::server::DEFAULT_MAX_MEMORY,
+        flow_idle: netsteer_bench::tcp::server::FLOW_IDLE,
     };
     let ccfg = StreamConfig {
         target: listen,

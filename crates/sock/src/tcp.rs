@@ -18,6 +18,9 @@ pub struct TcpInfo {
     pub rcv_mss: u32,
     pub segs_out: u32,
     pub segs_in: u32,
+    /// Milliseconds since the last data segment arrived (tcpi_last_data_recv): how long the
+    /// peer has been silent.
+    pub last_data_recv_ms: u32,
 }
 
 /// getsockopt(TCP_INFO). The kernel copies min(our length, its length) bytes, so libc's
@@ -49,6 +52,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         rcv_mss: info.tcpi_rcv_mss,
         segs_out: info.tcpi_segs_out,
         segs_in: info.tcpi_segs_in,
+        last_data_recv_ms: info.tcpi_last_data_recv,
     })
 }
 

@@ -7,6 +7,13 @@
 //! accept), `hello_timeout` (5 s by default) to say hello, hellos of at most `proto::MAX_FRAME` bytes, receive
 //! buffers of at most 1 MiB per flow, at most 256 flows per test; a test whose client goes
 //! silent is torn down `CONTROL_GRACE_S` after its announced duration.
+//!
+//! A client's numbers do not buy it the server: the buffers its tests need (request and
+//! response sizes, read buffers, times flows) come out of one `max_memory` budget, and a test
+//! that would pass it is rejected with both figures; a test whose flows have not all connected
+//! `hello_timeout` after it was accepted, or whose flows have all been silent (no data
+//! received, per TCP_INFO) for `flow_idle`, is ended, so a control connection that announces a
+//! day and says nothing holds its slot for seconds, not the day.
 
 use crate::report::{Kind, Role};
 use crate::tcp::cost::CostMeter;
@@ -40,6 +47,53 @@ pub struct ServerConfig {
     pub hello_timeout: Duration,
     /// Stop after this long (None: until the stop flag is set).
     pub duration: Option<Duration>,
+    /// Bytes of buffers all running tests may take together ([`DEFAULT_MAX_MEMORY`]).
+    pub max_memory: u64,
+    /// A test whose flows have all been silent this long is ended ([`FLOW_IDLE`]).
+    pub flow_idle: Duration,
+}
+
+/// The default buffer budget of a server: 512 MiB.
+pub const DEFAULT_MAX_MEMORY: u64 = 512 << 20;
+
+/// A test whose flows have all received nothing for this long is ended: a real client sends
+/// requests or stream data all the time.
+pub const FLOW_IDLE: Duration = Duration::from_secs(20);
+
+/// Buffer bytes a test's flows allocate at the server.
+fn buffer_need(spec: &TestSpec) -> u64 {
+    let per_flow = match spec.kind {
+        TestKind::TcpRr => u64::from(spec.request_size) + u64::from(spec.response_size),
+        TestKind::TcpStream => stream::read_len(spec) as u64,
+    };
+    u64::from(spec.flows) * per_flow
+}
+
+/// Buffer bytes reserved from the server's budget, given back when dropped.
+struct Reservation<'a>(&'a AtomicU64, u64);
+
+impl<'a> Reservation<'a> {
+    fn take(used: &'a AtomicU64, need: u64, max: u64) -> Result<Reservation<'a>, String> {
+        used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+            u.checked_add(need).filter(|&t| t <= max)
+        })
+        .map(|_| Reservation(used, need))
+        .map_err(|u| {
+            format!(
+                "the test needs {} MiB of buffers; {} MiB of the server's {} MiB are in use \
+                 (--max-memory)",
+                need.div_ceil(1 << 20),
+                u.div_ceil(1 << 20),
+                max >> 20
+            )
+        })
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::AcqRel);
+    }
 }
 
 /// What one data thread leaves behind.
@@ -129,6 +183,10 @@ impl Test {
 
 struct Shared {
     tests: Mutex<HashMap<u64, Arc<Test>>>,
+    /// Buffer bytes reserved by running tests, and the budget.
+    memory: AtomicU64,
+    max_memory: u64,
+    flow_idle: Duration,
     rejected: AtomicU64,
     open: AtomicUsize,
     next_cpu: AtomicUsize,
@@ -178,6 +236,9 @@ impl Server {
     ) -> Result<ServerTotals, BenchError> {
         let shared = Arc::new(Shared {
             tests: Mutex::new(HashMap::new()),
+            memory: AtomicU64::new(0),
+            max_memory: self.cfg.max_memory,
+            flow_idle: self.cfg.flow_idle,
             rejected: AtomicU64::new(0),
             open: AtomicUsize::new(0),
             next_cpu: AtomicUsize::new(0),
@@ -362,6 +423,13 @@ fn control(
         let _ = write_frame(&mut sock, &Reply::Rejected { error });
         return;
     }
+    let _memory = match Reservation::take(&shared.memory, buffer_need(&spec), shared.max_memory) {
+        Ok(r) => r,
+        Err(error) => {
+            let _ = write_frame(&mut sock, &Reply::Rejected { error });
+            return;
+        }
+    };
     let test_id = random_id();
     let n = spec.flows as usize;
     let usable = usable_cpus(&shared.cpus);
@@ -421,11 +489,19 @@ fn control(
     let started = Instant::now();
     let mut errors = Vec::new();
     // One deadline for the whole Finish frame (spec.check() bounds duration_s): a client
-    // dripping it a byte at a time must not hold its slot past the test.
+    // dripping it a byte at a time must not hold its slot past the test. Until the frame
+    // starts, the test must show it is alive (`live`).
     let finish = write_frame(&mut sock, &Reply::Accepted { test_id }).and_then(|()| {
+        let deadline = started + Duration::from_secs_f64(spec.duration_s + CONTROL_GRACE_S);
+        test.live(
+            &sock,
+            started,
+            (shared.hello_timeout, shared.flow_idle),
+            deadline,
+        )?;
         read_frame::<Finish>(&mut DeadlineReader::new(
             &sock,
-            Duration::from_secs_f64(spec.duration_s + CONTROL_GRACE_S),
+            deadline.saturating_duration_since(Instant::now()),
         ))
     });
     let finished = finish.is_ok();
@@ -597,6 +673,54 @@ fn path_segment(control: &TcpStream, mss: Option<u32>) -> u32 {
 }
 
 impl Test {
+    /// Waits for the control connection to become readable (the client's Finish), while the
+    /// test shows it is alive: every flow connected within `join` of `started`, and some flow
+    /// received data within the last `idle`. Err names what a silent client failed.
+    fn live(
+        &self,
+        control: &TcpStream,
+        started: Instant,
+        (join, idle): (Duration, Duration),
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let dead = |why: String| Err(io::Error::new(io::ErrorKind::TimedOut, why));
+        loop {
+            if wait_readable(control.as_fd(), 200)? {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return dead("no Finish from the client by the end of the test".into());
+            }
+            let (joined, idle_ms) = {
+                let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+                let joined = slots.streams.iter().all(Option::is_some);
+                // Quietest is the most recent arrival on any flow; a flow that has finished
+                // counts as silent.
+                let idle_ms = slots
+                    .streams
+                    .iter()
+                    .zip(&slots.done)
+                    .filter(|(_, d)| d.is_none())
+                    .filter_map(|(s, _)| s.as_ref())
+                    .filter_map(|s| tcp_info(s.as_fd()).ok())
+                    .map(|i| u64::from(i.last_data_recv_ms))
+                    .min()
+                    .unwrap_or(u64::MAX);
+                (joined, idle_ms)
+            };
+            if !joined && now.duration_since(started) >= join {
+                return dead(format!(
+                    "flows did not connect within {} s of the test's start",
+                    join.as_secs_f64()
+                ));
+            }
+            if joined && now.duration_since(started) >= idle && idle_ms >= idle.as_millis() as u64 {
+                return dead(format!("no data on any flow for {} s", idle.as_secs_f64()));
+            }
+        }
+    }
+
     fn done(&self, d: FlowDone) {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let i = d.flow.flow as usize;

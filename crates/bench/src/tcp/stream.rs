@@ -163,7 +163,7 @@ pub(crate) fn receive(
     out
 }
 
-fn read_len(spec: &TestSpec) -> usize {
+pub(crate) fn read_len(spec: &TestSpec) -> usize {
     spec.read_size
         .map_or_else(|| read_buffer_len(spec.write_size), |r| r as usize)
 }
