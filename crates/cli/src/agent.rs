@@ -40,13 +40,91 @@ pub struct AgentArgs {
     /// Connections served at once; more are answered 503 and closed.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_connections: u32,
-    /// Connections one peer address may hold at once (a scraper needs one).
+    /// Connections one source network may hold at once (a scraper needs one). Counted per
+    /// /24 for IPv4 and per /64 for IPv6: a host has many addresses in its own network, so a
+    /// cap per address is no cap.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_per_peer: u32,
+    /// The scraper's address or network (`ADDR` or `ADDR/LEN`, repeatable). Its connections
+    /// are counted apart, per address, and `--max-per-peer` places of `--max-connections` are
+    /// kept for it, so no other client can lock it out.
+    #[arg(long, value_name = "ADDR[/LEN]", value_parser = parse_net)]
+    scraper: Vec<Net>,
+}
+
+/// An address prefix (`--scraper`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Net {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl Net {
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, unmap(ip)) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+fn parse_net(s: &str) -> std::result::Result<Net, String> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let addr: IpAddr = a
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IP address"))?;
+    let addr = unmap(addr);
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        None => max,
+        Some(l) => l
+            .parse::<u8>()
+            .ok()
+            .filter(|&l| l <= max)
+            .ok_or_else(|| format!("prefix length {l:?} (0..={max})"))?,
+    };
+    Ok(Net { addr, len })
+}
+
+/// An IPv4 client on a dual-stack socket arrives as ::ffff:a.b.c.d.
+fn unmap(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The key a client's connections are counted under: its /24 (IPv4) or /64 (IPv6), or for a
+/// configured scraper, its own address.
+fn peer_key(ip: IpAddr, scrapers: &[Net]) -> (IpAddr, bool) {
+    let ip = unmap(ip);
+    if scrapers.iter().any(|n| n.contains(ip)) {
+        return (ip, true);
+    }
+    let net = match ip {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a) & 0xffff_ff00).into()),
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !((1u128 << 64) - 1)).into()),
+    };
+    (net, false)
 }
 
 /// The request head's cap: a scrape's head is a few hundred bytes.
 const MAX_HEAD: usize = 8192;
+/// A connection that sends nothing at all is closed after this: idle costs a short deadline
+/// (a scraper sends its request as soon as it connects).
+const FIRST_BYTE_DEADLINE: Duration = Duration::from_secs(2);
 /// The whole head must arrive within this (not per read: a client trickling a byte a second
 /// would otherwise hold its slot forever).
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
@@ -105,6 +183,7 @@ pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
         Limits {
             total: args.max_connections as usize,
             per_peer: args.max_per_peer as usize,
+            scrapers: args.scraper.clone(),
         },
     )
 }
@@ -112,12 +191,26 @@ pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
 struct Limits {
     total: usize,
     per_peer: usize,
+    scrapers: Vec<Net>,
 }
 
-/// Connections held, in total and per peer address.
+impl Limits {
+    /// Places of `total` that clients other than the scrapers may hold.
+    fn for_others(&self) -> usize {
+        if self.scrapers.is_empty() {
+            self.total
+        } else {
+            self.total.saturating_sub(self.per_peer).max(1)
+        }
+    }
+}
+
+/// Connections held, in total, by clients other than the scrapers, and per peer key
+/// ([`peer_key`]).
 #[derive(Default)]
 struct Slots {
     total: usize,
+    others: usize,
     by_peer: HashMap<IpAddr, usize>,
 }
 
@@ -125,12 +218,16 @@ struct Slots {
 struct Slot {
     slots: Arc<Mutex<Slots>>,
     peer: IpAddr,
+    scraper: bool,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut s = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         s.total -= 1;
+        if !self.scraper {
+            s.others -= 1;
+        }
         if let Some(n) = s.by_peer.get_mut(&self.peer) {
             *n -= 1;
             if *n == 0 {
@@ -154,15 +251,21 @@ fn serve(listener: TcpListener, agent: Arc<Agent>, limits: Limits) -> Result<Exi
         };
         let slot = {
             let mut s = slots.lock().unwrap_or_else(|p| p.into_inner());
-            let mine = s.by_peer.get(&peer.ip()).copied().unwrap_or(0);
-            if s.total >= limits.total || mine >= limits.per_peer {
+            let (key, scraper) = peer_key(peer.ip(), &limits.scrapers);
+            let mine = s.by_peer.get(&key).copied().unwrap_or(0);
+            if s.total >= limits.total
+                || mine >= limits.per_peer
+                || (!scraper && s.others >= limits.for_others())
+            {
                 None
             } else {
                 s.total += 1;
-                *s.by_peer.entry(peer.ip()).or_default() += 1;
+                s.others += usize::from(!scraper);
+                *s.by_peer.entry(key).or_default() += 1;
                 Some(Slot {
                     slots: slots.clone(),
-                    peer: peer.ip(),
+                    peer: key,
+                    scraper,
                 })
             }
         };
@@ -248,7 +351,12 @@ fn read_head(stream: &mut TcpStream) -> io::Result<Option<Route>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
-        let left = HEAD_DEADLINE
+        let deadline = if buf.is_empty() {
+            FIRST_BYTE_DEADLINE
+        } else {
+            HEAD_DEADLINE
+        };
+        let left = deadline
             .checked_sub(start.elapsed())
             .filter(|d| !d.is_zero())
             .ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;

@@ -105,6 +105,8 @@ fn a_slow_peer_cannot_lock_the_scraper_out() {
         common::fixture("dev-vm").to_str().unwrap(),
         "--max-per-peer",
         "2",
+        "--scraper",
+        "127.0.0.2",
     ]);
     // Two connections that send half a head and stop: the peer's slots.
     let mut idle: Vec<TcpStream> = (0..2)
@@ -124,7 +126,7 @@ fn a_slow_peer_cannot_lock_the_scraper_out() {
     let mut out = Vec::new();
     let _ = third.read_to_end(&mut out);
     assert_eq!(parse_response(&out).0, 503);
-    // Another peer (the scraper) is served meanwhile.
+    // The configured scraper is served meanwhile.
     let mut scraper = connect_from("127.0.0.2", agent.addr);
     scraper
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -144,6 +146,75 @@ fn a_slow_peer_cannot_lock_the_scraper_out() {
         assert!(matches!(n, Ok(0)), "{n:?} {buf:?}");
     }
     assert_eq!(get(agent.addr, "/metrics").0, 200);
+}
+
+/// Issue 35 item 8: 64 idle connections from 16 loopback addresses (4 each) are one source
+/// network (/24): they get `--max-per-peer` places between them, the rest are refused at once,
+/// and the idle ones are closed within the first-byte deadline. The configured scraper keeps
+/// its places even while another network holds every other one. (Before: the per-address
+/// cap let them take all 64 places and the scraper got 503.)
+#[test]
+fn many_addresses_of_one_network_cannot_lock_the_scraper_out() {
+    let agent = AgentProcess::start(&[
+        "--root",
+        common::fixture("dev-vm").to_str().unwrap(),
+        "--max-connections",
+        "64",
+        "--scraper",
+        "127.0.1.1",
+    ]);
+    let t0 = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for a in 1..=16 {
+        for _ in 0..4 {
+            idle.push(connect_from(&format!("127.0.0.{a}"), agent.addr));
+        }
+    }
+    // Refused ones are answered 503 and closed at once; held ones are closed, unanswered,
+    // after the first-byte deadline (2 s).
+    let mut refused = 0;
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        if !buf.is_empty() {
+            assert_eq!(parse_response(&buf).0, 503);
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused, 60,
+        "one /24 held more than --max-per-peer (4) places"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    // Every place but the scraper's taken by other networks (one connection from each of 60
+    // /24s, trickling a head): the scraper is still served.
+    let mut others: Vec<TcpStream> = (0..60)
+        .map(|n| {
+            let mut s = connect_from(&format!("127.{}.{}.1", 2 + n / 200, n % 200), agent.addr);
+            s.write_all(b"GET /metr").unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut scraper = connect_from("127.0.1.1", agent.addr);
+    scraper
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    scraper
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = Vec::new();
+    scraper.read_to_end(&mut out).unwrap();
+    assert_eq!(parse_response(&out).0, 200);
+    // And a 61st other network is refused: the scraper's places are kept.
+    let mut late = connect_from("127.9.9.9", agent.addr);
+    late.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = late.read_to_end(&mut buf);
+    assert_eq!(parse_response(&buf).0, 503);
+    others.clear();
 }
 
 /// Every PromQL expression of the dashboard (panel targets and annotations), with Grafana's
