@@ -470,9 +470,10 @@ impl Agent {
         view: &HostView,
     ) -> bool {
         let mut fine = true;
-        let plan_path = journal::applied_plan_path(dir);
-        match std::fs::read_to_string(&plan_path) {
-            Ok(text) => match serde_json::from_str::<Plan>(&text) {
+        // A state file is read as one (regular, non-blocking, capped): a FIFO planted as
+        // applied.json must not hang a scrape thread.
+        match journal::read_state_file(&journal::applied_plan_path(dir)) {
+            Ok(text) => match serde_json::from_slice::<Plan>(&text) {
                 Ok(plan) => {
                     let r = verify(&plan, backend, view);
                     out.tune_applied.push(vec![], 1.0);

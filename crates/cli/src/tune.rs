@@ -377,14 +377,16 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
         TuneCommand::Verify(a) => {
             let dir = state_dir(host, &a.state_dir)?;
             let path = journal::applied_plan_path(&dir);
-            let text = std::fs::read_to_string(&path).with_context(|| {
-                format!(
-                    "{}: no applied plan (run `netsteer tune apply` first)",
-                    path.display()
-                )
-            })?;
+            let text = journal::read_applied(&dir)
+                .with_context(|| format!("{}", path.display()))?
+                .with_context(|| {
+                    format!(
+                        "{}: no applied plan (run `netsteer tune apply` first)",
+                        path.display()
+                    )
+                })?;
             let applied: Plan =
-                serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+                serde_json::from_slice(&text).with_context(|| format!("{}", path.display()))?;
             let nic = Nic::open(host, true);
             let backend = HostBackend {
                 fs: host.fs.clone(),

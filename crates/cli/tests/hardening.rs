@@ -436,3 +436,108 @@ fn help_lists_choices_and_completions_and_man_pages_are_generated() {
             .is_file()
     );
 }
+
+/// Issue 35 item 9: links planted inside the tree's state directory never carry a root write
+/// out of the tree: (a) `applied.json` and temporaries under every name the old code would
+/// have used next, linked to a file outside, are replaced or passed by, never written
+/// through; (b) a `journal` link, absolute or climbing out, is refused before anything is
+/// written.
+#[test]
+fn links_planted_in_the_state_directory_are_never_followed() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    let state = tree.path().join("var/lib/netsteer");
+    std::fs::create_dir_all(&state).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let me = std::process::id();
+    for pid in me..me + 2000 {
+        std::os::unix::fs::symlink(&victim, state.join(format!(".applied.json.tmp-{pid}")))
+            .unwrap();
+    }
+    std::os::unix::fs::symlink(&victim, state.join("applied.json")).unwrap();
+    let o = run(&root_args(
+        root,
+        &["tune", "apply", "--profile", "throughput"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let applied = std::fs::symlink_metadata(state.join("applied.json")).unwrap();
+    assert!(applied.is_file(), "applied.json is still a link");
+    // (b) journal links: nothing is applied, nothing lands outside.
+    for target in [
+        outside.path().to_path_buf(),
+        std::path::PathBuf::from(format!(
+            "../../../../../../../../..{}",
+            outside.path().display()
+        )),
+    ] {
+        let _ = std::fs::remove_file(state.join("journal"));
+        let _ = std::fs::remove_dir_all(state.join("journal"));
+        std::os::unix::fs::symlink(&target, state.join("journal")).unwrap();
+        let before = std::fs::read_dir(outside.path()).unwrap().count();
+        let o = run(&root_args(
+            root,
+            &["tune", "apply", "--profile", "throughput"],
+        ));
+        assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+        assert!(err(&o).contains("journal"), "{}", err(&o));
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), before);
+    }
+}
+
+/// Issue 35 item 11: state files are read as the tree's files are: a FIFO as `applied.json`
+/// is an error, not a hang (`tune verify`, `agent --once`), and a journal that is a link to
+/// /dev/zero is passed over, not read until memory runs out (`tune rollback`, `agent --once`).
+#[test]
+fn state_files_that_are_fifos_or_devices_are_errors_not_hangs() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    let state = tree.path().join("var/lib/netsteer");
+    std::fs::create_dir_all(state.join("journal")).unwrap();
+    let st = Command::new("mkfifo")
+        .arg(state.join("applied.json"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = run_for(
+        &root_args(root, &["tune", "verify"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("applied.json"), "{}", err(&o));
+    let o = run_for(
+        &root_args(root, &["agent", "--once"]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out(&o).contains("netsteer_scrape_collector_success{collector=\"tune\"} 0"),
+        "{}{}",
+        out(&o),
+        err(&o)
+    );
+    std::fs::remove_file(state.join("applied.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", state.join("journal/000000000001-1.jsonl")).unwrap();
+    let o = run_for(
+        &root_args(root, &["tune", "rollback"]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        matches!(o.status.code(), Some(0 | 2)),
+        "{}{}",
+        out(&o),
+        err(&o)
+    );
+    assert!(!err(&o).contains("memory allocation"), "{}", err(&o));
+    let o = run_for(
+        &root_args(root, &["agent", "--once"]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{}{}",
+        out(&o),
+        err(&o)
+    );
+}

@@ -34,6 +34,11 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     read_regular_with(path, limit, 0)
 }
 
+/// As [`read_regular`], refusing a link as the last component (ELOOP).
+pub fn read_regular_nofollow(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    read_regular_with(path, limit, libc::O_NOFOLLOW)
+}
+
 /// As [`read_regular`], refusing a link as the last component (ELOOP) when `flags` has
 /// O_NOFOLLOW.
 fn read_regular_with(path: &Path, limit: u64, flags: i32) -> io::Result<Vec<u8>> {

@@ -2,12 +2,113 @@
 //! it announces. Every old value is on disk before the first write; a `write` record is on disk
 //! before its write, so after a crash at any point `rollback` knows every value that may have
 //! changed and what it was.
+//!
+//! The state directory is written as root, and under `--root` it lies inside a tree someone
+//! else may have made. So nothing in it is followed out of it: its `journal` directory is
+//! opened with O_NOFOLLOW|O_DIRECTORY and every file below is reached through that open
+//! descriptor (`/proc/self/fd/N/name`, so a link swapped in later redirects nothing); files are
+//! created with O_EXCL|O_NOFOLLOW under unpredictable names; and state files are read only
+//! when they are regular files, opened O_NONBLOCK|O_NOFOLLOW, up to [`MAX_STATE_FILE`] bytes
+//! (a FIFO would hang the reader, /dev/zero would exhaust its memory).
 
 use super::model::{Format, Plan, Target};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+/// The largest state file read (a journal of a 4096-CPU host's plan is a few MiB).
+pub const MAX_STATE_FILE: u64 = 64 << 20;
+
+/// A directory held open, so the files named in it cannot be redirected by swapping a link
+/// in for one of its path's components after it was opened.
+struct HeldDir {
+    file: File,
+    path: PathBuf,
+}
+
+impl HeldDir {
+    /// Opens `path`; with `nofollow`, a link as its last component is refused.
+    fn open(path: &Path, nofollow: bool) -> io::Result<HeldDir> {
+        let flags = libc::O_DIRECTORY | if nofollow { libc::O_NOFOLLOW } else { 0 };
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR)
+                {
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{}: not a directory of its own (a link?): state files are never \
+                             followed out of the state directory",
+                            path.display()
+                        ),
+                    )
+                } else {
+                    at(path)(e)
+                }
+            })?;
+        Ok(HeldDir {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The path of `name` inside the held directory, through its descriptor.
+    fn child(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/{name}", self.file.as_raw_fd()))
+    }
+
+    /// Creates `name` exclusively (O_EXCL|O_NOFOLLOW, mode 0600).
+    fn create_new(&self, name: &str, append: bool) -> io::Result<File> {
+        OpenOptions::new()
+            .write(true)
+            .append(append)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.child(name))
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_all().map_err(at(&self.path))
+    }
+}
+
+/// An unpredictable suffix for temporary names (another user cannot pre-create them).
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+/// Reads a state file: a regular file only (not a link, FIFO or device), opened without
+/// blocking, of at most [`MAX_STATE_FILE`] bytes. Errors name the file.
+pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
+    netsteer_host::fs::read_regular_nofollow(path, MAX_STATE_FILE).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: a symbolic link; state files are never followed",
+                    path.display()
+                ),
+            )
+        } else {
+            at(path)(e)
+        }
+    })
+}
 
 pub const JOURNAL_VERSION: u32 = 1;
 
@@ -54,10 +155,6 @@ pub struct Journal {
     file: File,
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(at(dir))
-}
-
 /// Names the file in an I/O error ("No space left on device" alone does not say where), with
 /// the same kind so callers can still tell NotFound from the rest.
 fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
@@ -68,8 +165,23 @@ impl Journal {
     /// Creates `<state_dir>/journal/<unix-seconds>-<pid>.jsonl` (exclusively) and syncs the
     /// directory so the file survives a crash.
     pub fn create(state_dir: &Path, started_unix: u64) -> io::Result<Journal> {
+        fs::create_dir_all(state_dir).map_err(at(state_dir))?;
+        let state = HeldDir::open(state_dir, false)?;
         let dir = state_dir.join("journal");
-        fs::create_dir_all(&dir).map_err(at(&dir))?;
+        match fs::create_dir(state.child("journal")) {
+            Ok(()) => state.sync()?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(at(&dir)(e)),
+        }
+        let held = HeldDir::open(&state.child("journal"), true).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                e.to_string().replace(
+                    &state.child("journal").display().to_string(),
+                    &dir.display().to_string(),
+                ),
+            )
+        })?;
         let mut n = 0;
         loop {
             let name = if n == 0 {
@@ -77,10 +189,10 @@ impl Journal {
             } else {
                 format!("{started_unix:012}-{}-{n}.jsonl", std::process::id())
             };
-            let path = dir.join(name);
-            match OpenOptions::new().append(true).create_new(true).open(&path) {
+            let path = dir.join(&name);
+            match held.create_new(&name, true) {
                 Ok(file) => {
-                    sync_dir(&dir)?;
+                    held.sync().map_err(at(&dir))?;
                     return Ok(Journal { path, file });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => n += 1,
@@ -93,8 +205,15 @@ impl Journal {
     pub fn reopen(path: &Path) -> io::Result<Journal> {
         let file = OpenOptions::new()
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(at(path))?;
+        if !file.metadata().map_err(at(path))?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a regular file", path.display()),
+            ));
+        }
         Ok(Journal {
             path: path.to_path_buf(),
             file,
@@ -119,18 +238,21 @@ impl Journal {
 /// Reads a journal. A torn last line (a crash in the middle of an append) is ignored: its
 /// step had not started, since every record is synced before its step.
 pub fn read(path: &Path) -> io::Result<Vec<Record>> {
-    let file = File::open(path).map_err(at(path))?;
+    let bytes = read_state_file(path)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not UTF-8 text", path.display()),
+        )
+    })?;
     let mut out = Vec::new();
-    let lines: Vec<String> = io::BufReader::new(file)
-        .lines()
-        .collect::<io::Result<_>>()
-        .map_err(at(path))?;
+    let lines: Vec<&str> = text.lines().collect();
     let n = lines.len();
     for (i, line) in lines.into_iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(&line) {
+        match serde_json::from_str(line) {
             Ok(r) => out.push(r),
             Err(_) if i + 1 == n => break,
             Err(e) => {
@@ -163,14 +285,18 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
 /// Journals in a state directory, oldest first.
 pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
     let dir = state_dir.join("journal");
-    let mut out: Vec<PathBuf> = match fs::read_dir(&dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+    let held = match HeldDir::open(&dir, true) {
+        Ok(h) => h,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    let mut out: Vec<PathBuf> = fs::read_dir(format!("/proc/self/fd/{}", held.file.as_raw_fd()))
+        .map_err(at(&dir))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| dir.join(e.file_name()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
     out.sort();
     Ok(out)
 }
@@ -188,27 +314,42 @@ pub fn applied_plan_path(state_dir: &Path) -> PathBuf {
     state_dir.join("applied.json")
 }
 
-/// Writes a file atomically: a temporary file in the same directory, synced, renamed over.
+/// Reads the applied plan's file ([`applied_plan_path`]) as a state file: None when there
+/// is none.
+pub fn read_applied(state_dir: &Path) -> io::Result<Option<Vec<u8>>> {
+    match read_state_file(&applied_plan_path(state_dir)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes a file atomically: a temporary file with an unpredictable name, created O_EXCL|
+/// O_NOFOLLOW in the same (held) directory, synced, renamed over. rename(2) replaces a link
+/// at `path` itself; it never writes through one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     fs::create_dir_all(dir).map_err(at(dir))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    let written = File::create(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()
-    });
+    let held = HeldDir::open(dir, false)?;
+    let (tmp, mut file) = loop {
+        let tmp = format!(".{name}.tmp-{}", random_suffix());
+        match held.create_new(&tmp, false) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(at(path)(e)),
+        }
+    };
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
     if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
+        let _ = fs::remove_file(held.child(&tmp));
         return Err(at(path)(e));
     }
-    fs::rename(&tmp, path).map_err(at(path))?;
-    sync_dir(dir)
+    fs::rename(held.child(&tmp), held.child(&name)).map_err(at(path))?;
+    held.sync()
 }
 
 #[cfg(test)]
