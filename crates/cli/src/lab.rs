@@ -106,6 +106,10 @@ fn with(w: &WithArgs) -> Result<ExitCode> {
         .spawn()
         .with_context(|| format!("starting {}", program.to_string_lossy()))?;
     netsteer_lab::stop_on_termination(child.id());
+    // Before waiting: if this process is SIGKILLed, `lab clean` stops the program too.
+    pair.lab
+        .note_child(child.id())
+        .context("recording the command in the lab")?;
     let status = child.wait();
     netsteer_lab::wait_if_terminating();
     let failed = pair.close();
@@ -313,7 +317,7 @@ fn vm_ladder(repeats: u32, count: u64, json: bool) -> Result<ExitCode> {
         pair.a.release
     );
     let mut out = io::stdout().lock();
-    let bin_s = bin.display().to_string();
+    let bin_s = pair.install(&bin).context("giving the guests netsteer")?;
     let runs = ladder::run(&mut pair, &bin_s, spec.cpus, count, repeats, |r| {
         if json {
             emit(

@@ -110,7 +110,9 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
     assert_eq!(a.sysctls, b.sysctls);
 }
 
-/// `netsteer lab clean` removes the namespaces of a lab whose process is gone, and only those.
+/// `netsteer lab clean` removes the namespaces a dead lab's record names, and only those: a
+/// namespace whose name merely shares the dead run's prefix is someone else's and stays (issue
+/// 35 item 12; before, every `<prefix>-*` was removed and what ran in it killed).
 #[test]
 fn lab_clean_removes_a_dead_runs_leftovers_only() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -122,10 +124,11 @@ fn lab_clean_removes_a_dead_runs_leftovers_only() {
     let prefix = format!("nsldead{}x0-t", std::process::id());
     std::fs::create_dir_all(netsteer_lab::RECORD_DIR).unwrap();
     let record = std::path::Path::new(netsteer_lab::RECORD_DIR).join(&prefix);
-    std::fs::write(&record, "4194305 1\n").unwrap();
     let leftover = format!("{prefix}-h");
+    std::fs::write(&record, format!("4194305 1\nns {leftover}\n")).unwrap();
     let bystander = format!("nslalive{}", std::process::id());
-    for ns in [&leftover, &bystander] {
+    let lookalike = format!("{prefix}-other");
+    for ns in [&leftover, &bystander, &lookalike] {
         assert!(
             Command::new("ip")
                 .args(["netns", "add", ns])
@@ -139,9 +142,10 @@ fn lab_clean_removes_a_dead_runs_leftovers_only() {
         .output()
         .unwrap();
     let kept = std::path::Path::new("/run/netns").join(&bystander).exists();
-    let _ = Command::new("ip")
-        .args(["netns", "del", &bystander])
-        .status();
+    let kept_lookalike = std::path::Path::new("/run/netns").join(&lookalike).exists();
+    for ns in [&bystander, &lookalike] {
+        let _ = Command::new("ip").args(["netns", "del", ns]).status();
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -156,6 +160,10 @@ fn lab_clean_removes_a_dead_runs_leftovers_only() {
     assert!(!std::path::Path::new("/run/netns").join(&leftover).exists());
     assert!(!record.exists());
     assert!(kept, "a namespace no record names was removed");
+    assert!(
+        kept_lookalike,
+        "a namespace sharing the dead run's prefix, not named in its record, was removed"
+    );
 }
 
 /// Runs `netsteer lab run ARGS...` (with --json among them), which must succeed, and reads its
@@ -380,7 +388,7 @@ fn lab_run_killed_with_sigkill_is_cleaned_by_lab_clean() {
             .map(|d| {
                 d.filter_map(|e| e.ok())
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with(&format!("nsl{pid}x")))
+                    .filter(|n| n.starts_with(&format!("nsl{pid}x")) && !n.ends_with(".scratch"))
                     .collect()
             })
             .unwrap_or_default()
@@ -429,7 +437,7 @@ fn lab_run_killed_with_sigkill_is_cleaned_by_lab_clean() {
     assert!(ns_of_run().is_empty(), "{:?}", ns_of_run());
     assert!(mine().is_empty(), "the record is gone");
     assert!(
-        !std::env::temp_dir().join(&prefixes[0]).exists(),
+        !netsteer_lab::scratch_path(&prefixes[0]).exists(),
         "the run's scratch directory (tune journals, configs) is gone"
     );
     // No process of the run is left (what still ran inside its namespaces was killed).
@@ -586,4 +594,74 @@ fn namespaces_named(prefix: &str) -> bool {
                 .starts_with(&format!("{prefix}-"))
         })
     })
+}
+
+/// Issue 35 item 12: the command of a `lab with` that is killed with SIGKILL (which cannot
+/// clean up) is stopped by `netsteer lab clean`, with the lab's namespaces. (Before, it went
+/// on running.)
+#[test]
+fn lab_clean_stops_the_command_of_a_killed_lab_with() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() || Command::new("ip").arg("-V").output().is_err() {
+        common::cannot_run("needs root and iproute2");
+        return;
+    }
+    let script = r#"echo "pid $$ prefix $NETSTEER_LAB_PREFIX"; while :; do sleep 0.1; done"#;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "with", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let mut f = line.split_whitespace();
+    let (Some("pid"), Some(pid), Some("prefix"), Some(prefix)) =
+        (f.next(), f.next(), f.next(), f.next())
+    else {
+        panic!("{line:?}")
+    };
+    let (pid, prefix) = (pid.to_string(), prefix.to_string());
+    assert!(
+        Command::new("kill")
+            .args(["-9", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    child.wait().unwrap();
+    let running = |p: &str| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    assert!(
+        running(&pid),
+        "the command died with the lab (nothing to prove)"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "clean"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = std::time::Instant::now();
+    while running(&pid) && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let still = running(&pid);
+    if still {
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+    }
+    assert!(!still, "lab clean left the killed lab's command running");
+    assert!(!namespaces_named(&prefix), "{prefix} left behind");
 }

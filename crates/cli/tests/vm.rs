@@ -19,6 +19,9 @@ use std::process::Command;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
+/// The binary inside the guests' `chroot /host`: given through their scratch share
+/// (`VmPair::install`), since the host path may lie under /tmp, which the guest shadows.
+const GBIN: &str = "/tmp/netsteer-x/netsteer";
 const T: Duration = Duration::from_secs(180);
 /// One pair of guests at a time: two would put four emulated CPUs on CI's two cores.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -71,7 +74,7 @@ fn receive_cpus(g: &mut Guest) -> Vec<String> {
 
 fn doctor(g: &mut Guest) -> Report {
     let (rc, out) = g
-        .host(&[BIN, "doctor", "--json", "--sample", "0"], T)
+        .host(&[GBIN, "doctor", "--json", "--sample", "0"], T)
         .unwrap();
     assert!(rc == 0 || rc == 1, "doctor exit {rc}: {out}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
@@ -84,6 +87,7 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
     }
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut pair = VmPair::new("vm", &VmPairSpec::default()).expect("two guests");
+    assert_eq!(pair.install(std::path::Path::new(BIN)).unwrap(), GBIN);
     eprintln!(
         "guests booted in {:.1} s and {:.1} s (kernel {})",
         pair.a.boot_time.as_secs_f64(),
@@ -96,7 +100,7 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
         .b
         .sh(
             &format!(
-                "chroot /host {BIN} bench udp-echo server --listen {server} --max-pps-per-source 0 --duration 120 > /tmp/echo.log 2>&1 &"
+                "chroot /host {GBIN} bench udp-echo server --listen {server} --max-pps-per-source 0 --duration 120 > /tmp/echo.log 2>&1 &"
             ),
             T,
         )
@@ -107,7 +111,9 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
     for _ in 0..20 {
         let (rc, _) = g
             .host(
-                &[BIN, "bench", "udp-echo", "client", &server, "--count", "50"],
+                &[
+                    GBIN, "bench", "udp-echo", "client", &server, "--count", "50",
+                ],
                 T,
             )
             .unwrap();
@@ -146,7 +152,7 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
     let (rc, out) = g
         .host(
             &[
-                BIN,
+                GBIN,
                 "tune",
                 "apply",
                 "--profile",
@@ -180,7 +186,7 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
     );
 
     let verify = |g: &mut Guest| {
-        g.host(&[BIN, "tune", "verify", "--state-dir", "/tmp/st"], T)
+        g.host(&[GBIN, "tune", "verify", "--state-dir", "/tmp/st"], T)
             .unwrap()
     };
     let (rc, out) = verify(g);
@@ -198,7 +204,7 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
     let (rc, out) = g
         .host(
             &[
-                BIN,
+                GBIN,
                 "tune",
                 "rollback",
                 &applied.journal,

@@ -27,8 +27,8 @@ pub use cleanup::Cleanup;
 pub use netns::{LinkSpec, NsHost, Veth};
 pub use pair::{Pair, PairSpec};
 pub use record::{
-    RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, stop_on_termination,
-    wait_if_terminating,
+    RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, scratch_path,
+    stop_on_termination, wait_if_terminating,
 };
 pub use remote::{Remote, SshHost};
 
@@ -93,6 +93,8 @@ pub(crate) fn output_of(cmd: &mut Command, what: &str) -> Result<Output> {
 /// One lab: a unique prefix, the hosts and links made under it, and their cleanup.
 pub struct Lab {
     prefix: String,
+    /// This lab's record (`record` module): every namespace and program is noted there first.
+    record: std::path::PathBuf,
     hosts: Vec<NsHost>,
     links: Vec<Veth>,
     /// The hosts made by [`Lab::switch`].
@@ -138,6 +140,7 @@ impl Lab {
         });
         Ok(Lab {
             prefix,
+            record: rec.path().to_path_buf(),
             hosts: Vec::new(),
             links: Vec::new(),
             switches: Vec::new(),
@@ -149,12 +152,30 @@ impl Lab {
         &self.prefix
     }
 
+    /// The lab's private scratch directory (0700, under the root-only record directory, made
+    /// fresh: an existing one is refused), removed with the lab.
+    pub fn scratch(&self) -> Result<std::path::PathBuf> {
+        let dir = record::create_scratch(&self.prefix)?;
+        let for_cleanup = dir.clone();
+        self.defer(format!("remove {}", dir.display()), move || {
+            let _ = std::fs::remove_dir_all(&for_cleanup);
+        });
+        Ok(dir)
+    }
+
+    /// Notes a program running for the lab (`lab with`), so a later `lab clean` stops it if
+    /// this process is killed before it can.
+    pub fn note_child(&self, pid: u32) -> Result<()> {
+        Record::note_child(&self.record, pid)
+    }
+
     /// A new host: a network namespace with loopback up and IPv6 off (unless `ipv6`), so no
     /// router solicitations or DAD traffic mix into measurements.
     pub fn host(&mut self, name: &str, ipv6: bool) -> Result<NsHost> {
         if self.hosts.iter().any(|h| h.short_name() == name) {
             return Err(LabError::Invalid(format!("host {name} exists already")));
         }
+        Record::note(&self.record, &format!("ns {}-{name}", self.prefix))?;
         let host = NsHost::create(&self.prefix, name, &self.cleanup)?;
         host.sysctl(
             "net.ipv6.conf.all.disable_ipv6",

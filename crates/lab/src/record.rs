@@ -1,10 +1,19 @@
 //! Records that let a later run remove what a killed run left behind.
 //!
 //! A lab writes `/run/netsteer-lab/<prefix>` holding its process id and that process's start
-//! time (field 22 of `/proc/PID/stat`, so a reused pid is not mistaken for the owner). A record
-//! whose owner is gone marks the namespaces named `<prefix>-*` as leftovers.
+//! time (field 22 of `/proc/PID/stat`, so a reused pid is not mistaken for the owner), then a
+//! line for each thing it makes before making it: `ns NAME` for a namespace, `child PID START`
+//! for a program it runs (`lab with`). A record whose owner is gone marks exactly those as
+//! leftovers: a namespace whose name merely shares the prefix is not the lab's and stays.
+//!
+//! The lab's scratch directory is `/run/netsteer-lab/<prefix>.scratch`: inside a directory
+//! only root can write (created 0700 and checked), made with mkdir(2), which fails if the
+//! name exists, so no other user can hand root a directory of their choosing (a predictable
+//! name in /tmp could be pre-created for upcoming pids).
 
 use crate::{LabError, Result, run};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Where records live (tmpfs: gone at reboot, like the namespaces they name).
@@ -23,14 +32,46 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Makes sure the record directory is ours alone: a real directory (not a link), owned by
+/// this process's user, writable by nobody else.
+fn private_record_dir() -> Result<()> {
+    let io = |what: String| move |source| LabError::Io { what, source };
+    match std::fs::DirBuilder::new().mode(0o700).create(RECORD_DIR) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(format!("creating {RECORD_DIR}"))(e)),
+    }
+    let meta =
+        std::fs::symlink_metadata(RECORD_DIR).map_err(io(format!("reading {RECORD_DIR}")))?;
+    // /proc/self belongs to the process's effective user.
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if !meta.file_type().is_dir() || Some(meta.uid()) != me {
+        return Err(LabError::Invalid(format!(
+            "{RECORD_DIR} is not a directory of this user's (a link, or made by another user): \
+             refusing to keep lab records there"
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        std::fs::set_permissions(RECORD_DIR, std::fs::Permissions::from_mode(0o700))
+            .map_err(io(format!("chmod {RECORD_DIR}")))?;
+    }
+    Ok(())
+}
+
 impl Record {
     pub fn create(prefix: &str) -> Result<Record> {
         let io = |what: String| move |source| LabError::Io { what, source };
-        std::fs::create_dir_all(RECORD_DIR).map_err(io(format!("creating {RECORD_DIR}")))?;
+        private_record_dir()?;
         let pid = std::process::id();
         let started = start_time(pid).unwrap_or(0);
         let path = Path::new(RECORD_DIR).join(prefix);
-        std::fs::write(&path, format!("{pid} {started}\n"))
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut f| f.write_all(format!("{pid} {started}\n").as_bytes()))
             .map_err(io(format!("writing {}", path.display())))?;
         Ok(Record { path })
     }
@@ -38,6 +79,44 @@ impl Record {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Appends one line (`ns NAME`, `child PID START`) before the thing it names exists.
+    pub fn note(path: &Path, line: &str) -> Result<()> {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()))
+            .map_err(|source| LabError::Io {
+                what: format!("writing {}", path.display()),
+                source,
+            })
+    }
+
+    /// Notes a program the lab runs, so `lab clean` stops it if the lab is killed.
+    pub fn note_child(path: &Path, pid: u32) -> Result<()> {
+        let started = start_time(pid).unwrap_or(0);
+        Record::note(path, &format!("child {pid} {started}"))
+    }
+}
+
+/// The scratch directory of the lab `prefix` (see the module docs).
+pub fn scratch_path(prefix: &str) -> PathBuf {
+    Path::new(RECORD_DIR).join(format!("{prefix}.scratch"))
+}
+
+/// Creates the scratch directory, refusing one that exists.
+pub(crate) fn create_scratch(prefix: &str) -> Result<PathBuf> {
+    private_record_dir()?;
+    let path = scratch_path(prefix);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&path)
+        .map_err(|source| LabError::Io {
+            what: format!("creating {} (refusing one that exists)", path.display()),
+            source,
+        })?;
+    Ok(path)
 }
 
 /// True while the process that wrote `text` ("pid starttime") still runs.
@@ -92,18 +171,37 @@ fn remove_labs(select: impl Fn(&str) -> bool) -> std::io::Result<Vec<String>> {
         })
         .unwrap_or_default();
     for entry in entries.filter_map(|e| e.ok()) {
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        // A record is a few lines; anything larger is not ours.
+        let Ok(bytes) = netsteer_host::fs::read_regular_nofollow(&entry.path(), 1 << 20) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
         if !select(&text) {
             continue;
         }
         let prefix = entry.file_name().to_string_lossy().into_owned();
-        let mine = format!("{prefix}-");
-        for ns in namespaces.iter().filter(|n| n.starts_with(&mine)) {
-            if delete_namespace(ns).is_ok() {
-                removed.push(ns.clone());
+        for line in text.lines().skip(1) {
+            let mut f = line.split_whitespace();
+            match (f.next(), f.next(), f.next()) {
+                (Some("child"), Some(pid), Some(started)) => {
+                    if start_time(pid.parse().unwrap_or(0)).map(|s| s.to_string())
+                        == Some(started.to_string())
+                    {
+                        let _ = run("kill", &["-9", pid]);
+                    }
+                }
+                (Some("ns"), Some(ns), None) => {
+                    if namespaces.iter().any(|n| n == ns) && delete_namespace(ns).is_ok() {
+                        removed.push(ns.to_string());
+                    }
+                }
+                _ => {}
             }
         }
-        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&prefix));
+        let _ = std::fs::remove_dir_all(scratch_path(&prefix));
         let _ = std::fs::remove_file(entry.path());
     }
     Ok(removed)

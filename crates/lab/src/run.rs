@@ -364,15 +364,7 @@ pub fn run(
         },
     )?;
     let (client, server, lab) = (&pair.client, &pair.server, &pair.lab);
-    let scratch = std::env::temp_dir().join(lab.prefix());
-    std::fs::create_dir_all(&scratch).map_err(|source| LabError::Io {
-        what: format!("creating {}", scratch.display()),
-        source,
-    })?;
-    let for_cleanup = scratch.clone();
-    lab.defer(format!("remove {}", scratch.display()), move || {
-        let _ = std::fs::remove_dir_all(&for_cleanup);
-    });
+    let scratch = lab.scratch()?;
     let mut exec = LabExecutor {
         scn,
         netsteer: opts.netsteer.display().to_string(),

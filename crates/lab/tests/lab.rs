@@ -266,3 +266,36 @@ fn a_killed_run_is_cleaned_by_the_next_one_and_nothing_else() {
     );
     assert!(namespaces_with(&prefix).is_empty());
 }
+
+/// Issue 35 item 10: the scratch directory is made fresh under the root-only record
+/// directory, never in /tmp under a name another user could pre-create, and a scratch path
+/// that exists already is refused, not used.
+#[test]
+fn the_scratch_directory_is_private_and_never_a_pre_existing_one() {
+    use std::os::unix::fs::MetadataExt;
+    let _s = serial();
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::new("scr").unwrap();
+    let dir = lab.scratch().unwrap();
+    assert!(
+        dir.starts_with(netsteer_lab::RECORD_DIR),
+        "{}",
+        dir.display()
+    );
+    let meta = std::fs::symlink_metadata(&dir).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    let rec = std::fs::symlink_metadata(netsteer_lab::RECORD_DIR).unwrap();
+    assert!(rec.is_dir() && rec.mode() & 0o022 == 0, "{:o}", rec.mode());
+    // Someone made the next lab's scratch directory in advance: it is refused.
+    let next = Lab::new("scr2").unwrap();
+    std::fs::create_dir(netsteer_lab::scratch_path(next.prefix())).unwrap();
+    let e = next.scratch().unwrap_err();
+    assert!(e.to_string().contains("refusing one that exists"), "{e}");
+    std::fs::remove_dir(netsteer_lab::scratch_path(next.prefix())).unwrap();
+    drop(next);
+    drop(lab);
+    assert!(!dir.exists(), "the scratch directory outlived its lab");
+}

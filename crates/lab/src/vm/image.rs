@@ -30,6 +30,9 @@ mount -t proc proc /host/proc
 mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
 mount -t tmpfs tmp /host/tmp
+# The scratch share inside the chroot, at a path the tmpfs above cannot shadow: programs the
+# lab hands the guest (its netsteer) run from here, wherever they live on the host.
+mkdir -p /host/tmp/netsteer-x && mount -o bind /x /host/tmp/netsteer-x
 mount -t tmpfs run /host/run
 ip link set lo up
 exec 3<>/dev/ttyS1

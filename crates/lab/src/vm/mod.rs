@@ -361,12 +361,15 @@ pub struct VmPair {
     pub lab: Lab,
 }
 
+/// Where the guest's scratch share appears inside `chroot /host` (see the image's init).
+pub const GUEST_SHARE: &str = "/tmp/netsteer-x";
+
 impl VmPair {
     pub fn new(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
         let image = image::build()?;
         let mut lab = Lab::new(tag)?;
         let net = lab.switch("net")?;
-        let dir = std::env::temp_dir().join(lab.prefix());
+        let dir = lab.scratch()?;
         let mut guests = Vec::new();
         let started = Instant::now();
         for (i, name) in ["a", "b"].iter().enumerate() {
@@ -410,5 +413,33 @@ impl VmPair {
             net,
             lab,
         })
+    }
+
+    /// Gives both guests the program at `host_bin` (the host's netsteer) and returns its path
+    /// inside `chroot /host`. The host path itself may not be visible there: the guest mounts
+    /// its own tmpfs over /tmp (a clone under /tmp would be shadowed), so the program goes
+    /// through each guest's scratch share instead (one copy, hard-linked for the second).
+    pub fn install(&self, host_bin: &Path) -> Result<String> {
+        let name = host_bin
+            .file_name()
+            .ok_or_else(|| LabError::Invalid(format!("{}: not a file", host_bin.display())))?
+            .to_string_lossy()
+            .into_owned();
+        let io = |what: String| move |source| LabError::Io { what, source };
+        let first = self.a.dir.join("x").join(&name);
+        std::fs::copy(host_bin, &first).map_err(io(format!(
+            "copying {} to {}",
+            host_bin.display(),
+            first.display()
+        )))?;
+        let second = self.b.dir.join("x").join(&name);
+        if std::fs::hard_link(&first, &second).is_err() {
+            std::fs::copy(&first, &second).map_err(io(format!(
+                "copying {} to {}",
+                first.display(),
+                second.display()
+            )))?;
+        }
+        Ok(format!("{GUEST_SHARE}/{name}"))
     }
 }
