@@ -186,17 +186,17 @@ fn remove_labs(select: impl Fn(&str) -> bool) -> std::io::Result<Vec<String>> {
         for line in text.lines().skip(1) {
             let mut f = line.split_whitespace();
             match (f.next(), f.next(), f.next()) {
-                (Some("child"), Some(pid), Some(started)) => {
+                // Only the very process noted (a reused pid has another start time).
+                (Some("child"), Some(pid), Some(started))
                     if start_time(pid.parse().unwrap_or(0)).map(|s| s.to_string())
-                        == Some(started.to_string())
-                    {
-                        let _ = run("kill", &["-9", pid]);
-                    }
+                        == Some(started.to_string()) =>
+                {
+                    let _ = run("kill", &["-9", pid]);
                 }
-                (Some("ns"), Some(ns), None) => {
-                    if namespaces.iter().any(|n| n == ns) && delete_namespace(ns).is_ok() {
-                        removed.push(ns.to_string());
-                    }
+                (Some("ns"), Some(ns), None)
+                    if namespaces.iter().any(|n| n == ns) && delete_namespace(ns).is_ok() =>
+                {
+                    removed.push(ns.to_string());
                 }
                 _ => {}
             }
