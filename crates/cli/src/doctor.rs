@@ -144,7 +144,7 @@ pub fn run_fleet(roots: &[PathBuf], args: &DoctorArgs) -> Result<ExitCode> {
     if args.json {
         emit(&mut out, &serde_json::to_string_pretty(&fleet)?)?;
     } else {
-        for line in render_fleet(&fleet).lines() {
+        for line in crate::safe::text(&render_fleet(&fleet)).lines() {
             emit(&mut out, line)?;
         }
     }
@@ -192,7 +192,7 @@ pub fn render_fleet(f: &FleetReport) -> String {
                 let _ = writeln!(
                     s,
                     "{:<width$}  {:>4}  {:>4}  {:>4}  {}{}",
-                    h.host,
+                    crate::safe::line(&h.host),
                     r.counts.critical,
                     r.counts.warning,
                     r.counts.info,
@@ -202,7 +202,7 @@ pub fn render_fleet(f: &FleetReport) -> String {
                         list.join(" ")
                     },
                     err.as_deref()
-                        .map(|e| format!("  (incomplete: {e})"))
+                        .map(|e| format!("  (incomplete: {})", crate::safe::line(e)))
                         .unwrap_or_default()
                 );
             }
@@ -210,8 +210,8 @@ pub fn render_fleet(f: &FleetReport) -> String {
                 let _ = writeln!(
                     s,
                     "{:<width$}     ?     ?     ?  ERROR {}",
-                    h.host,
-                    err.as_deref().unwrap_or("no report")
+                    crate::safe::line(&h.host),
+                    crate::safe::line(err.as_deref().unwrap_or("no report"))
                 );
             }
         }
@@ -227,7 +227,7 @@ pub fn render_fleet(f: &FleetReport) -> String {
                 label(r.severity),
                 r.hosts.len(),
                 f.hosts.len(),
-                r.hosts.join(", ")
+                crate::safe::line(&r.hosts.join(", "))
             );
         }
     }
@@ -290,7 +290,7 @@ pub fn run(host: &Host, args: &DoctorArgs) -> Result<ExitCode> {
     if args.json {
         emit(&mut out, &serde_json::to_string_pretty(&report)?)?;
     } else {
-        for line in render(&report).lines() {
+        for line in crate::safe::text(&render(&report)).lines() {
             emit(&mut out, line)?;
         }
     }
@@ -327,7 +327,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "host: kernel {}, CPUs {} online, {} NUMA node(s){}, irqbalance {}",
-        h.kernel.as_deref().unwrap_or("?"),
+        crate::safe::line(h.kernel.as_deref().unwrap_or("?")),
         h.online_cpus,
         h.numa_nodes,
         h.isolated_cpus
@@ -344,9 +344,9 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(
             s,
             "  {} ({}, {}): {} rx / {} tx queues, {} queue IRQs{}",
-            n.name,
+            crate::safe::line(&n.name),
             n.kind,
-            n.driver.as_deref().unwrap_or("?"),
+            crate::safe::line(n.driver.as_deref().unwrap_or("?")),
             n.rx_queues,
             n.tx_queues,
             n.queue_irqs,
@@ -356,18 +356,26 @@ pub fn render(r: &Report) -> String {
                 .unwrap_or_default()
         );
     }
+    // Every field is one line of its own: a name inside it (an interface, an IRQ's action)
+    // must not add lines or escape sequences of its own.
+    use crate::safe::line;
     for f in &r.findings {
-        let _ = writeln!(s, "\n{:<8} {}: {}", label(f.severity), f.id, f.title);
+        let _ = writeln!(s, "\n{:<8} {}: {}", label(f.severity), f.id, line(&f.title));
         for (i, e) in f.evidence.iter().enumerate() {
-            let _ = writeln!(s, "  {:<9}{e}", if i == 0 { "evidence" } else { "" });
+            let _ = writeln!(
+                s,
+                "  {:<9}{}",
+                if i == 0 { "evidence" } else { "" },
+                line(e)
+            );
         }
-        let _ = writeln!(s, "  {:<9}{}", "why", f.why);
-        let _ = writeln!(s, "  {:<9}{}", "fix", f.fix.summary);
+        let _ = writeln!(s, "  {:<9}{}", "why", line(&f.why));
+        let _ = writeln!(s, "  {:<9}{}", "fix", line(&f.fix.summary));
         for step in &f.fix.steps {
-            let _ = writeln!(s, "  {:<9}$ {step}", "");
+            let _ = writeln!(s, "  {:<9}$ {}", "", line(step));
         }
         if let Some(t) = &f.fix.tune {
-            let _ = writeln!(s, "  {:<9}{t}", "tune");
+            let _ = writeln!(s, "  {:<9}{}", "tune", line(t));
         }
     }
     let c = r.counts;
@@ -387,7 +395,7 @@ pub fn render(r: &Report) -> String {
         );
     }
     for p in &r.problems {
-        let _ = writeln!(s, "note: {p}");
+        let _ = writeln!(s, "note: {}", line(p));
     }
     s
 }

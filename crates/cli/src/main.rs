@@ -8,6 +8,7 @@ mod bench;
 mod doctor;
 mod lab;
 mod netchannel;
+mod safe;
 mod show;
 mod snapshot;
 mod top;

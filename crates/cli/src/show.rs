@@ -38,7 +38,7 @@ pub fn run(host: &Host, args: &ShowArgs) -> Result<ExitCode> {
     if args.json {
         emit(&mut out, &serde_json::to_string_pretty(&view)?)?;
     } else {
-        for line in render(&view).lines() {
+        for line in crate::safe::text(&render(&view)).lines() {
             emit(&mut out, line)?;
         }
     }
@@ -50,7 +50,7 @@ fn irq_line(i: &NicIrq) -> String {
     let mut s = format!(
         "irq {:<5} {:<28} {:<11} cpus {:<10} effective {:<6}",
         i.irq,
-        i.name,
+        crate::safe::line(&i.name),
         i.role.to_string(),
         a.requested.to_string(),
         a.effective.to_string(),
@@ -77,7 +77,7 @@ pub fn render(v: &HostView) -> String {
     let _ = writeln!(
         o,
         "kernel {}  CPUs: possible {}  online {}  (masks are {} bits wide)",
-        v.kernel,
+        crate::safe::line(&v.kernel.to_string()),
         t.possible.to_list(),
         t.online.to_list(),
         t.nr_cpu_ids
@@ -130,11 +130,11 @@ pub fn render(v: &HostView) -> String {
         match &v.irqbalance {
             Field::Known(i) if i.running => format!("running (pid {})", i.pid.unwrap_or(0)),
             Field::Known(_) => "not running".into(),
-            Field::Unknown { unknown } => format!("unknown ({unknown})"),
+            Field::Unknown { unknown } => format!("unknown ({})", crate::safe::line(unknown)),
         }
     );
     for p in &v.problems {
-        let _ = writeln!(o, "problem: {p}");
+        let _ = writeln!(o, "problem: {}", crate::safe::line(p));
     }
     for nic in &v.nics {
         o.push('\n');
@@ -147,10 +147,14 @@ fn render_nic(o: &mut String, n: &Nic) {
     let _ = write!(
         o,
         "{}  driver {}  {}  {}  mtu {}",
-        n.name, n.driver, n.kind, n.operstate, n.mtu
+        crate::safe::line(&n.name),
+        crate::safe::line(&n.driver.to_string()),
+        n.kind,
+        crate::safe::line(&n.operstate.to_string()),
+        n.mtu
     );
     if let Some(b) = &n.bus_id {
-        let _ = write!(o, "  bus {b}");
+        let _ = write!(o, "  bus {}", crate::safe::line(&b.to_string()));
     }
     if !n.is_virtual() {
         let _ = write!(
@@ -256,7 +260,11 @@ fn render_netdev(o: &mut String, n: &Nic, s: &netsteer_host::ethtool::NicSetting
     let nd = match s.netdev() {
         Ok(nd) => nd,
         Err(why) => {
-            let _ = writeln!(o, "  napi: unavailable ({why})");
+            let _ = writeln!(
+                o,
+                "  napi: unavailable ({})",
+                crate::safe::line(&why.to_string())
+            );
             return;
         }
     };
@@ -418,7 +426,11 @@ fn render_settings(o: &mut String, s: &netsteer_host::ethtool::NicSettings) {
             Field::Unknown { unknown } => unknown.clone(),
             _ => "nothing reported".into(),
         };
-        let _ = writeln!(o, "  ethtool: unavailable ({reason})");
+        let _ = writeln!(
+            o,
+            "  ethtool: unavailable ({})",
+            crate::safe::line(&reason.to_string())
+        );
     } else {
         let _ = writeln!(o, "  ethtool: {}", parts.join("; "));
     }

@@ -250,7 +250,7 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
             emit(&mut out, &serde_json::to_string(&m)?)?;
         } else {
             for l in plain_lines(&m, seq) {
-                emit(&mut out, &l)?;
+                emit(&mut out, &crate::safe::line(&l))?;
             }
         }
         if args.count.is_some_and(|c| seq >= c) {

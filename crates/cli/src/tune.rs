@@ -323,7 +323,7 @@ fn render_plan(p: &Plan) -> Vec<String> {
 fn print_lines(lines: &[String]) -> Result<()> {
     let mut out = io::stdout().lock();
     for l in lines {
-        emit(&mut out, l)?;
+        emit(&mut out, &crate::safe::line(l))?;
     }
     Ok(())
 }

@@ -541,3 +541,51 @@ fn state_files_that_are_fifos_or_devices_are_errors_not_hangs() {
         err(&o)
     );
 }
+
+/// Issue 35 item 13: an interface name holding ESC and a newline (a tree can hold any name; a
+/// live host any but '/', ':' and white space) is printed escaped by `show` and `doctor`: no
+/// escape sequence reaches the terminal and no line is forged. JSON already escaped it.
+#[test]
+fn control_characters_in_names_are_escaped_in_human_output() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    let evil = "eth\u{1b}[31m9\nCRITICAL forged: all is lost";
+    let net = tree.path().join("sys/class/net");
+    std::fs::rename(net.join("eth0"), net.join(evil)).unwrap();
+    let dev = tree
+        .path()
+        .join("sys/devices/pci0000:00/0000:00:03.0/virtio2/net");
+    std::fs::rename(dev.join("eth0"), dev.join(evil)).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../devices/pci0000:00/0000:00:03.0/virtio2/net/{evil}"),
+        net.join(evil),
+    )
+    .unwrap_or(());
+    let _ = std::fs::remove_file(net.join(evil));
+    std::os::unix::fs::symlink(
+        format!("../../devices/pci0000:00/0000:00:03.0/virtio2/net/{evil}"),
+        net.join(evil),
+    )
+    .unwrap();
+    for cmd in [&["show"][..], &["doctor", "--sample", "0"][..]] {
+        let o = run(&root_args(root, cmd));
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{cmd:?}: {}",
+            err(&o)
+        );
+        let text = out(&o);
+        assert!(
+            text.contains("eth\\x1b[31m9\\nCRITICAL forged"),
+            "{cmd:?}: the name is not shown escaped:\n{text}"
+        );
+        assert!(
+            !text.contains('\u{1b}'),
+            "{cmd:?}: ESC reached the terminal"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("CRITICAL forged")),
+            "{cmd:?}: a forged line:\n{text}"
+        );
+    }
+}
