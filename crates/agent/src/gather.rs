@@ -166,7 +166,14 @@ impl Agent {
         ok("snmp", net.snmp.is_some());
 
         self.steering(&mut out, &view, &devices);
-        let nic_ok = nic.is_ok();
+        // A device asked for by name that the host does not have is a failed collection, not
+        // an empty success: a typo in --dev must show on the dashboard.
+        let nic_ok = nic.is_ok()
+            && self
+                .opts
+                .devices
+                .iter()
+                .all(|d| view.nics.iter().any(|n| &n.name == d));
         ok("nic", nic_ok);
         if nic_ok {
             self.nic_settings(&mut out, &devices);

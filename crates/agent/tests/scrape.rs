@@ -242,3 +242,42 @@ fn the_exposition_is_text_format_with_help_and_type_for_every_family() {
     }
     assert!(text.contains("netsteer_build_info{"), "{text}");
 }
+
+/// Issue 35 item 14: a device asked for by name that the host does not have (gone, or never
+/// there) fails the nic collector instead of reporting an empty success.
+#[test]
+fn a_named_device_the_host_lacks_fails_the_nic_collector() {
+    let root = fixture("dev-vm");
+    let tree = root.clone();
+    let nic: NicSource = Box::new(move || {
+        Ok(Box::new(netsteer_nic::TreeNic::new(&tree)) as Box<dyn netsteer_nic::NicBackend>)
+    });
+    let text = |devices: Vec<String>, nic: NicSource| {
+        let a = Agent::new(
+            HostFs::open(&root).unwrap(),
+            nic,
+            AgentOptions {
+                devices,
+                state_dir: None,
+                goal: Goal::Balanced,
+                version: "test",
+                rates: Rates::SinceBoot,
+            },
+        );
+        netsteer_agent::encode(a.scrape(Instant::now(), SystemTime::now()))
+    };
+    let missing = text(vec!["nonexist0".into()], nic);
+    assert!(
+        missing.contains("netsteer_scrape_collector_success{collector=\"nic\"} 0"),
+        "{missing}"
+    );
+    let tree = root.clone();
+    let nic: NicSource = Box::new(move || {
+        Ok(Box::new(netsteer_nic::TreeNic::new(&tree)) as Box<dyn netsteer_nic::NicBackend>)
+    });
+    let present = text(vec!["eth0".into()], nic);
+    assert!(
+        present.contains("netsteer_scrape_collector_success{collector=\"nic\"} 1"),
+        "{present}"
+    );
+}

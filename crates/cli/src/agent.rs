@@ -132,6 +132,19 @@ const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn make_agent(host: &Host, args: &AgentArgs) -> Result<Agent> {
+    // Checked once at start: a device named on the command line that is not there is a flag
+    // error. (Later, at scrape time, a device that went away fails the nic collector.)
+    if !args.devices.is_empty() {
+        let have = host.fs.read_dir("/sys/class/net").unwrap_or_default();
+        for d in &args.devices {
+            if !have.contains(d) {
+                anyhow::bail!(
+                    "--dev {d}: no such interface under /sys/class/net (there: {})",
+                    crate::safe::line(&have.join(", "))
+                );
+            }
+        }
+    }
     let state_dir = match &args.state_dir {
         Some(d) => d.clone(),
         None => host

@@ -589,3 +589,31 @@ fn control_characters_in_names_are_escaped_in_human_output() {
         );
     }
 }
+
+/// Issue 35 item 14: errors are not swallowed. A corrupt `netsteer/meta.json` (which carries
+/// the read-only modes that mark managed IRQs) is an error naming the file, not overrides
+/// silently dropped; `agent --once --dev nonexist0` is a flag error (exit 2), not exit 0 with
+/// no NIC metrics and the nic collector reported successful.
+#[test]
+fn a_corrupt_tree_meta_and_an_unknown_agent_device_are_errors() {
+    let tree = scratch("dev-vm");
+    let root = tree.path().to_str().unwrap();
+    std::fs::write(tree.path().join("netsteer/meta.json"), "{\"modes\": [1, 2").unwrap();
+    for cmd in [&["show"][..], &["doctor", "--sample", "0"][..]] {
+        let o = run(&root_args(root, cmd));
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}{}", out(&o), err(&o));
+        assert!(err(&o).contains("meta.json"), "{cmd:?}: {}", err(&o));
+    }
+    let fixture = common::fixture("dev-vm");
+    let root = fixture.to_str().unwrap();
+    let o = run(&root_args(root, &["agent", "--once", "--dev", "nonexist0"]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("--dev nonexist0"), "{}", err(&o));
+    let o = run(&root_args(root, &["agent", "--once", "--dev", "eth0"]));
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).contains("netsteer_scrape_collector_success{collector=\"nic\"} 1"),
+        "{}",
+        out(&o)
+    );
+}

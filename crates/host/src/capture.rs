@@ -29,14 +29,19 @@ pub struct SnapshotMeta {
     pub modes: BTreeMap<String, u32>,
 }
 
-/// Reads a tree's metadata, if it has any.
-pub fn read_meta(root: &Path) -> Option<SnapshotMeta> {
-    let bytes = crate::fs::read_regular(
-        &join(root, Path::new(TREE_META_FILE)),
-        crate::fs::MAX_FILE_BYTES,
-    )
-    .ok()?;
-    serde_json::from_slice(&bytes).ok()
+/// Reads a tree's metadata: None when it has none, an error naming the file when it has one
+/// that cannot be read or parsed (its mode overrides would otherwise vanish silently, and a
+/// managed IRQ would look movable).
+pub fn read_meta(root: &Path) -> Result<Option<SnapshotMeta>, String> {
+    let path = join(root, Path::new(TREE_META_FILE));
+    let bytes = match crate::fs::read_regular(&path, crate::fs::MAX_FILE_BYTES) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| format!("{}: not netsteer tree metadata: {e}", path.display()))
 }
 
 fn join(root: &Path, host_path: &Path) -> PathBuf {

@@ -192,6 +192,16 @@ impl HostFs {
                 reason: "neither proc/stat nor sys/devices/system/cpu is inside it".into(),
             });
         }
+        if !fs.is_live() {
+            // Read once, here, so a corrupt file is an error up front rather than overrides
+            // silently dropped later.
+            let meta =
+                crate::capture::read_meta(&fs.root).map_err(|reason| HostError::NotAHostTree {
+                    root: fs.root.clone(),
+                    reason,
+                })?;
+            let _ = fs.tree_modes.set(meta.map(|m| m.modes).unwrap_or_default());
+        }
         Ok(fs)
     }
 
@@ -595,6 +605,8 @@ impl HostFs {
         if !self.is_live() {
             let modes = self.tree_modes.get_or_init(|| {
                 crate::capture::read_meta(&self.root)
+                    .ok()
+                    .flatten()
                     .map(|m| m.modes)
                     .unwrap_or_default()
             });
