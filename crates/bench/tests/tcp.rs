@@ -26,15 +26,7 @@ struct Running {
 
 impl Running {
     fn start(max_connections: usize, hello_timeout: Duration) -> Running {
-        Running::start_with(ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            cpus: Vec::new(),
-            max_connections,
-            hello_timeout,
-            duration: Some(Duration::from_secs(120)),
-            max_memory: netsteer_bench::tcp::server::DEFAULT_MAX_MEMORY,
-            flow_idle: netsteer_bench::tcp::server::FLOW_IDLE,
-        })
+        Running::start_with(server_cfg(max_connections, hello_timeout))
     }
 
     fn start_with(cfg: ServerConfig) -> Running {
@@ -68,6 +60,19 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A loopback server that stops by itself after two minutes, with the default budgets.
+fn server_cfg(max_connections: usize, hello_timeout: Duration) -> ServerConfig {
+    ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cpus: Vec::new(),
+        max_connections,
+        hello_timeout,
+        duration: Some(Duration::from_secs(120)),
+        max_memory: netsteer_bench::tcp::server::DEFAULT_MAX_MEMORY,
+        flow_idle: netsteer_bench::tcp::server::FLOW_IDLE,
     }
 }
 
@@ -854,13 +859,8 @@ fn rr_spec(size: u32) -> TestSpec {
 #[test]
 fn client_chosen_buffer_sizes_come_out_of_the_servers_budget() {
     let srv = Running::start_with(ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        cpus: Vec::new(),
-        max_connections: 64,
-        hello_timeout: Duration::from_secs(5),
-        duration: Some(Duration::from_secs(120)),
         max_memory: 80 << 20,
-        flow_idle: netsteer_bench::tcp::server::FLOW_IDLE,
+        ..server_cfg(64, Duration::from_secs(5))
     });
     let before = rss();
     let mut held = Vec::new();
@@ -913,13 +913,8 @@ fn client_chosen_buffer_sizes_come_out_of_the_servers_budget() {
 #[test]
 fn a_silent_test_does_not_hold_its_slot_for_its_claimed_duration() {
     let srv = Running::start_with(ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        cpus: Vec::new(),
-        max_connections: 8,
-        hello_timeout: Duration::from_secs(1),
-        duration: Some(Duration::from_secs(120)),
-        max_memory: netsteer_bench::tcp::server::DEFAULT_MAX_MEMORY,
         flow_idle: Duration::from_secs(2),
+        ..server_cfg(8, Duration::from_secs(1))
     });
     let day = || TestSpec {
         duration_s: 86_400.0,

@@ -98,6 +98,20 @@ fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
     s.into()
 }
 
+/// One GET /metrics from `from`; the response's status.
+fn scrape_from(from: &str, to: SocketAddr) -> u16 {
+    let mut scraper = connect_from(from, to);
+    scraper
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    scraper
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = Vec::new();
+    scraper.read_to_end(&mut out).unwrap();
+    parse_response(&out).0
+}
+
 #[test]
 fn a_slow_peer_cannot_lock_the_scraper_out() {
     let agent = AgentProcess::start(&[
@@ -127,16 +141,7 @@ fn a_slow_peer_cannot_lock_the_scraper_out() {
     let _ = third.read_to_end(&mut out);
     assert_eq!(parse_response(&out).0, 503);
     // The configured scraper is served meanwhile.
-    let mut scraper = connect_from("127.0.0.2", agent.addr);
-    scraper
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    scraper
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = Vec::new();
-    scraper.read_to_end(&mut out).unwrap();
-    assert_eq!(parse_response(&out).0, 200);
+    assert_eq!(scrape_from("127.0.0.2", agent.addr), 200);
     // The slow ones are dropped at the head deadline (5 s), freeing the slots.
     for s in &mut idle {
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
@@ -197,16 +202,7 @@ fn many_addresses_of_one_network_cannot_lock_the_scraper_out() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut scraper = connect_from("127.0.1.1", agent.addr);
-    scraper
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    scraper
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = Vec::new();
-    scraper.read_to_end(&mut out).unwrap();
-    assert_eq!(parse_response(&out).0, 200);
+    assert_eq!(scrape_from("127.0.1.1", agent.addr), 200);
     // And a 61st other network is refused: the scraper's places are kept.
     let mut late = connect_from("127.9.9.9", agent.addr);
     late.set_read_timeout(Some(Duration::from_secs(30)))

@@ -441,17 +441,8 @@ fn lab_run_killed_with_sigkill_is_cleaned_by_lab_clean() {
         "the run's scratch directory (tune journals, configs) is gone"
     );
     // No process of the run is left (what still ran inside its namespaces was killed).
-    // SIGKILL is delivered asynchronously, and an orphan stays a zombie until its new parent
-    // reaps it: a process counts as gone once it is dead (state Z) or absent.
-    let running = |p: &String| {
-        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|r| !r.trim_start().starts_with('Z'))
-        })
-    };
     let t = std::time::Instant::now();
-    while pids.iter().any(running) && t.elapsed() < std::time::Duration::from_secs(10) {
+    while pids.iter().any(|p| running(p)) && t.elapsed() < std::time::Duration::from_secs(10) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let alive: Vec<&String> = pids.iter().filter(|p| running(p)).collect();
@@ -557,17 +548,7 @@ echo "prefix $NETSTEER_LAB_PREFIX"
 while :; do sleep 0.1; done"#,
         mark.display()
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "with", "--", "sh", "-c", &script])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let (mut child, line) = lab_with_script(&script);
     let prefix = line.trim().strip_prefix("prefix ").unwrap().to_string();
     assert!(namespaces_named(&prefix));
     assert!(
@@ -584,6 +565,33 @@ while :; do sleep 0.1; done"#,
         "lab-still-there"
     );
     assert!(!namespaces_named(&prefix), "{prefix} left behind");
+}
+
+/// True while `pid` runs. SIGKILL is delivered asynchronously, and an orphan stays a zombie
+/// until its new parent reaps it: a process counts as gone once it is dead (state Z) or absent.
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// Starts `netsteer lab with -- sh -c SCRIPT` and returns it with the first line the script
+/// prints.
+fn lab_with_script(script: &str) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "with", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    (child, line)
 }
 
 fn namespaces_named(prefix: &str) -> bool {
@@ -607,17 +615,7 @@ fn lab_clean_stops_the_command_of_a_killed_lab_with() {
         return;
     }
     let script = r#"echo "pid $$ prefix $NETSTEER_LAB_PREFIX"; while :; do sleep 0.1; done"#;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "with", "--", "sh", "-c", script])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let (mut child, line) = lab_with_script(script);
     let mut f = line.split_whitespace();
     let (Some("pid"), Some(pid), Some("prefix"), Some(prefix)) =
         (f.next(), f.next(), f.next(), f.next())
@@ -633,13 +631,6 @@ fn lab_clean_stops_the_command_of_a_killed_lab_with() {
             .success()
     );
     child.wait().unwrap();
-    let running = |p: &str| {
-        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|r| !r.trim_start().starts_with('Z'))
-        })
-    };
     assert!(
         running(&pid),
         "the command died with the lab (nothing to prove)"
