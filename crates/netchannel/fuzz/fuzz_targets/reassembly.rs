@@ -1,5 +1,6 @@
 //! A socket's reassembly under an arbitrary (hostile) sequence of pieces, FINs and reads: it
-//! must never panic, never hold more than its window, and return bytes only in order.
+//! must never panic, never hold more than its window or `max_pieces` out-of-order pieces, and
+//! return bytes only in order (merged pieces included).
 #![no_main]
 
 use bytes::Bytes;
@@ -35,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         assert!(r.held() <= window);
+        assert!(r.out_of_order_pieces() <= netchannel::reorder::max_pieces(window));
         assert_eq!(r.consumed(), out);
     }
 });
