@@ -2,7 +2,7 @@
 //! receive, percentiles, and a server that survives hostile and vanishing clients.
 
 use netsteer_bench::clock::{Clock, MonotonicClock};
-use netsteer_bench::tcp::message::{ServerTest, StreamSummary};
+use netsteer_bench::tcp::message::{RrSummary, ServerTest, StreamSummary};
 use netsteer_bench::tcp::proto::{self, Hello, Reply, TestKind, TestSpec};
 use netsteer_bench::tcp::rr::{RrConfig, run_rr_client};
 use netsteer_bench::tcp::server::{Server, ServerConfig, ServerTotals};
@@ -74,6 +74,13 @@ fn server_cfg(max_connections: usize, hello_timeout: Duration) -> ServerConfig {
         max_memory: netsteer_bench::tcp::server::DEFAULT_MAX_MEMORY,
         flow_idle: netsteer_bench::tcp::server::FLOW_IDLE,
     }
+}
+
+/// One default tcp-rr client run against `addr`, intervals ignored.
+fn rr_once(addr: SocketAddr) -> Result<RrSummary, BenchError> {
+    run_rr_client(&rr_cfg(addr), Arc::new(MonotonicClock::default()), |_| {
+        Ok(())
+    })
 }
 
 fn stream_cfg(addr: SocketAddr) -> StreamConfig {
@@ -806,12 +813,7 @@ fn slowloris_cannot_hold_the_slots_and_a_refused_client_is_told_why() {
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     // All four slots are held now: a real client is refused, and told why.
-    let e = run_rr_client(
-        &rr_cfg(srv.addr),
-        Arc::new(MonotonicClock::default()),
-        |_| Ok(()),
-    )
-    .unwrap_err();
+    let e = rr_once(srv.addr).unwrap_err();
     assert!(e.to_string().contains("server is full"), "{e}");
     // Once the hello deadline passes, the drippers are cut off and a client gets in.
     for d in drippers {
@@ -821,12 +823,7 @@ fn slowloris_cannot_hold_the_slots_and_a_refused_client_is_told_why() {
             "dripper held on for {cut_at:?}"
         );
     }
-    let s = run_rr_client(
-        &rr_cfg(srv.addr),
-        Arc::new(MonotonicClock::default()),
-        |_| Ok(()),
-    )
-    .unwrap();
+    let s = rr_once(srv.addr).unwrap();
     assert!(s.transactions > 0);
     srv.stop();
 }
@@ -895,12 +892,7 @@ fn client_chosen_buffer_sizes_come_out_of_the_servers_budget() {
         "{rejected:?}"
     );
     assert!(grown < 100 << 20, "memory grew by {} MiB", grown >> 20);
-    let s = run_rr_client(
-        &rr_cfg(srv.addr),
-        Arc::new(MonotonicClock::default()),
-        |_| Ok(()),
-    )
-    .unwrap();
+    let s = rr_once(srv.addr).unwrap();
     assert!(s.transactions > 0);
     drop(held);
     srv.stop();
@@ -941,12 +933,7 @@ fn a_silent_test_does_not_hold_its_slot_for_its_claimed_duration() {
         silent.push(control);
         silent.push(data);
     }
-    let e = run_rr_client(
-        &rr_cfg(srv.addr),
-        Arc::new(MonotonicClock::default()),
-        |_| Ok(()),
-    )
-    .unwrap_err();
+    let e = rr_once(srv.addr).unwrap_err();
     assert!(e.to_string().contains("server is full"), "{e}");
     for s in silent {
         assert!(
@@ -955,12 +942,7 @@ fn a_silent_test_does_not_hold_its_slot_for_its_claimed_duration() {
         );
     }
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
-    let s = run_rr_client(
-        &rr_cfg(srv.addr),
-        Arc::new(MonotonicClock::default()),
-        |_| Ok(()),
-    )
-    .unwrap();
+    let s = rr_once(srv.addr).unwrap();
     assert!(s.transactions > 0);
     let tests = srv.stop();
     let _ = tests;

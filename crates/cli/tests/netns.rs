@@ -424,16 +424,7 @@ fn lab_run_killed_with_sigkill_is_cleaned_by_lab_clean() {
                 .collect::<Vec<_>>()
         })
         .collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "clean"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lab_clean();
     assert!(ns_of_run().is_empty(), "{:?}", ns_of_run());
     assert!(mine().is_empty(), "the record is gone");
     assert!(
@@ -567,6 +558,20 @@ while :; do sleep 0.1; done"#,
     assert!(!namespaces_named(&prefix), "{prefix} left behind");
 }
 
+/// Runs `netsteer lab clean`, which must succeed.
+fn lab_clean() {
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["lab", "clean"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// True while `pid` runs. SIGKILL is delivered asynchronously, and an orphan stays a zombie
 /// until its new parent reaps it: a process counts as gone once it is dead (state Z) or absent.
 fn running(pid: &str) -> bool {
@@ -635,16 +640,7 @@ fn lab_clean_stops_the_command_of_a_killed_lab_with() {
         running(&pid),
         "the command died with the lab (nothing to prove)"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "clean"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lab_clean();
     let t = std::time::Instant::now();
     while running(&pid) && t.elapsed() < std::time::Duration::from_secs(10) {
         std::thread::sleep(std::time::Duration::from_millis(50));
