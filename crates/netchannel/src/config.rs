@@ -95,7 +95,11 @@ pub struct Config {
     pub fd_reserve: usize,
     /// Control frames (replies: RST, OPEN_ACK, CREDIT, FIN) queued on one channel and not yet
     /// written. A peer that makes this side reply and never reads the replies reaches it and
-    /// has the channel closed, instead of growing this side's memory without bound.
+    /// has the channel closed, instead of growing this side's memory without bound (about
+    /// 100 bytes a frame). An honest peer stays far below: while a channel is stalled, each
+    /// socket queues at most about eight (a CREDIT per quarter window it can be sent before
+    /// the peer stops, OPEN_ACK, FIN, RST), so the default covers 2,048 busy sockets on one
+    /// channel.
     pub max_queued_control: usize,
     /// A channel whose peer stops answering (a black-holed path, a host gone without a FIN or
     /// RST) is declared dead after this long, so its frames are re-sent and it is re-dialed
@@ -142,7 +146,7 @@ impl Default for Config {
             max_sessions_per_peer: 16,
             max_accepted_channels: 16,
             fd_reserve: 64,
-            max_queued_control: 4096,
+            max_queued_control: 16384,
             dead_channel_timeout: Some(Duration::from_secs(10)),
             reconnect_interval: Some(Duration::from_millis(200)),
         }

@@ -415,9 +415,6 @@ impl Session {
         self.cfg.max_sockets.min(by_memory.max(1) as usize)
     }
 
-    /// A reply on the channel the request came in on. Only queued, never written inline:
-    /// this runs on the channel's reader thread, which must not block in write(2) on a peer
-    /// that does not read (the queue's bound then cuts it off).
     /// The window a sender honours: what the peer advertises, but never more than our own
     /// `window`. A sender keeps every byte it sent until the peer's CREDIT (for re-sending
     /// over a surviving channel), so a peer advertising 4 GiB and never crediting would
@@ -426,6 +423,9 @@ impl Session {
         u64::from(advertised.min(self.cfg.window))
     }
 
+    /// A reply on the channel the request came in on. Only queued, never written inline:
+    /// this runs on the channel's reader thread, which must not block in write(2) on a peer
+    /// that does not read (the queue's bound then cuts it off).
     fn send_raw_control(&self, channel: usize, h: Header) {
         let _ = self.channels[channel]
             .load()
