@@ -684,6 +684,9 @@ impl Test {
         deadline: Instant,
     ) -> io::Result<()> {
         let dead = |why: String| Err(io::Error::new(io::ErrorKind::TimedOut, why));
+        // Since when no flow has been running (all ended): the client's Finish follows its
+        // flows' ends at once, but a busy machine may delay it; it gets `idle` to arrive.
+        let mut ended_since: Option<Instant> = None;
         loop {
             if wait_readable(control.as_fd(), 200)? {
                 return Ok(());
@@ -695,8 +698,7 @@ impl Test {
             let (joined, idle_ms) = {
                 let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
                 let joined = slots.streams.iter().all(Option::is_some);
-                // Quietest is the most recent arrival on any flow; a flow that has finished
-                // counts as silent.
+                // The most recent arrival on any flow still running (None: none runs).
                 let idle_ms = slots
                     .streams
                     .iter()
@@ -705,18 +707,34 @@ impl Test {
                     .filter_map(|(s, _)| s.as_ref())
                     .filter_map(|s| tcp_info(s.as_fd()).ok())
                     .map(|i| u64::from(i.last_data_recv_ms))
-                    .min()
-                    .unwrap_or(u64::MAX);
+                    .min();
                 (joined, idle_ms)
             };
-            if !joined && now.duration_since(started) >= join {
-                return dead(format!(
-                    "flows did not connect within {} s of the test's start",
-                    join.as_secs_f64()
-                ));
+            if !joined {
+                if now.duration_since(started) >= join {
+                    return dead(format!(
+                        "flows did not connect within {} s of the test's start",
+                        join.as_secs_f64()
+                    ));
+                }
+                continue;
             }
-            if joined && now.duration_since(started) >= idle && idle_ms >= idle.as_millis() as u64 {
-                return dead(format!("no data on any flow for {} s", idle.as_secs_f64()));
+            match idle_ms {
+                Some(ms) => {
+                    ended_since = None;
+                    if now.duration_since(started) >= idle && ms >= idle.as_millis() as u64 {
+                        return dead(format!("no data on any flow for {} s", idle.as_secs_f64()));
+                    }
+                }
+                None => {
+                    let since = *ended_since.get_or_insert(now);
+                    if now.duration_since(since) >= idle {
+                        return dead(format!(
+                            "every flow ended and no Finish came within {} s",
+                            idle.as_secs_f64()
+                        ));
+                    }
+                }
             }
         }
     }
