@@ -169,17 +169,9 @@ fn lab_clean_removes_a_dead_runs_leftovers_only() {
 /// Runs `netsteer lab run ARGS...` (with --json among them), which must succeed, and reads its
 /// JSON Lines back into the library's messages.
 fn lab_run_json(args: &[&str]) -> Vec<netsteer_lab::run::Message> {
-    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "run"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut all = vec!["lab", "run"];
+    all.extend_from_slice(args);
+    let out = netsteer_ok(&all);
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -558,10 +550,10 @@ while :; do sleep 0.1; done"#,
     assert!(!namespaces_named(&prefix), "{prefix} left behind");
 }
 
-/// Runs `netsteer lab clean`, which must succeed.
-fn lab_clean() {
+/// Runs `netsteer ARGS...`, which must succeed.
+fn netsteer_ok(args: &[&str]) -> std::process::Output {
     let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-        .args(["lab", "clean"])
+        .args(args)
         .output()
         .unwrap();
     assert_eq!(
@@ -570,6 +562,12 @@ fn lab_clean() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// Runs `netsteer lab clean`, which must succeed.
+fn lab_clean() {
+    netsteer_ok(&["lab", "clean"]);
 }
 
 /// True while `pid` runs. SIGKILL is delivered asynchronously, and an orphan stays a zombie

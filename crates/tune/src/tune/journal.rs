@@ -32,6 +32,12 @@ struct HeldDir {
 impl HeldDir {
     /// Opens `path`; with `nofollow`, a link as its last component is refused.
     fn open(path: &Path, nofollow: bool) -> io::Result<HeldDir> {
+        HeldDir::open_as(path, path, nofollow)
+    }
+
+    /// Opens `path` (perhaps a `/proc/self/fd/N/name` of [`HeldDir::child`]), naming it
+    /// `shown` in errors.
+    fn open_as(path: &Path, shown: &Path, nofollow: bool) -> io::Result<HeldDir> {
         let flags = libc::O_DIRECTORY | if nofollow { libc::O_NOFOLLOW } else { 0 };
         let file = OpenOptions::new()
             .read(true)
@@ -45,16 +51,16 @@ impl HeldDir {
                         format!(
                             "{}: not a directory of its own (a link?): state files are never \
                              followed out of the state directory",
-                            path.display()
+                            shown.display()
                         ),
                     )
                 } else {
-                    at(path)(e)
+                    at(shown)(e)
                 }
             })?;
         Ok(HeldDir {
             file,
-            path: path.to_path_buf(),
+            path: shown.to_path_buf(),
         })
     }
 
@@ -173,15 +179,7 @@ impl Journal {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(at(&dir)(e)),
         }
-        let held = HeldDir::open(&state.child("journal"), true).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                e.to_string().replace(
-                    &state.child("journal").display().to_string(),
-                    &dir.display().to_string(),
-                ),
-            )
-        })?;
+        let held = HeldDir::open_as(&state.child("journal"), &dir, true)?;
         let mut n = 0;
         loop {
             let name = if n == 0 {
@@ -192,7 +190,7 @@ impl Journal {
             let path = dir.join(&name);
             match held.create_new(&name, true) {
                 Ok(file) => {
-                    held.sync().map_err(at(&dir))?;
+                    held.sync()?;
                     return Ok(Journal { path, file });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => n += 1,
