@@ -3,6 +3,7 @@
 //! round-trip benchmark (seed 000's apparatus).
 
 pub mod clock;
+pub mod experiment;
 pub mod netchannel;
 pub mod report;
 pub mod stats;

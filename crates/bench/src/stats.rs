@@ -142,27 +142,56 @@ impl LatencyRecorder {
     }
 }
 
-/// Minimum, median and maximum of a list (e.g. the p50 of every interval: how stable a run was).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Spread {
-    pub min: u64,
-    pub median: u64,
-    pub max: u64,
+/// Minimum, median and maximum of a list: how stable a run was (the p50 of every interval, in
+/// ns), or how far the repeats of an experiment scatter. The one spread type of netsteer: the
+/// benchmarks' messages, the experiment's decisions and the lab's reports all use it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spread<T = f64> {
+    pub min: T,
+    pub median: T,
+    pub max: T,
 }
 
-pub fn spread(values: &[u64]) -> Option<Spread> {
-    let mut v = values.to_vec();
-    v.sort_unstable();
-    let n = v.len();
-    (n > 0).then(|| Spread {
-        min: v[0],
-        median: if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2
-        },
-        max: v[n - 1],
-    })
+impl Spread<f64> {
+    /// The spread of the finite values; `None` when there are none. An even count takes the
+    /// mean of the middle two as its median.
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        (n > 0).then(|| Spread {
+            min: v[0],
+            median: if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            },
+            max: v[n - 1],
+        })
+    }
+
+    /// max − min.
+    pub fn width(&self) -> f64 {
+        self.max - self.min
+    }
+}
+
+impl Spread<u64> {
+    /// The spread of integer values (ns), the median of an even count rounded down.
+    pub fn of_ints(values: &[u64]) -> Option<Spread<u64>> {
+        let mut v = values.to_vec();
+        v.sort_unstable();
+        let n = v.len();
+        (n > 0).then(|| Spread {
+            min: v[0],
+            median: if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2
+            },
+            max: v[n - 1],
+        })
+    }
 }
 
 #[cfg(test)]
@@ -244,15 +273,22 @@ mod tests {
 
     #[test]
     fn spreads() {
-        assert_eq!(spread(&[]), None);
+        assert_eq!(Spread::of_ints(&[]), None);
         assert_eq!(
-            spread(&[9, 1, 5]),
+            Spread::of_ints(&[9, 1, 5]),
             Some(Spread {
                 min: 1,
                 median: 5,
                 max: 9
             })
         );
-        assert_eq!(spread(&[4, 1, 2, 3]).unwrap().median, 2);
+        assert_eq!(Spread::of_ints(&[4, 1, 2, 3]).unwrap().median, 2);
+        // Floats: non-finite values are left out; an even count takes the middle two's mean.
+        assert_eq!(
+            Spread::of(&[4.0, 1.0, f64::NAN, 3.0, 2.0]).unwrap().median,
+            2.5
+        );
+        assert_eq!(Spread::of(&[f64::INFINITY]), None);
+        assert_eq!(Spread::of(&[1.0, 3.0]).unwrap().width(), 2.0);
     }
 }

@@ -160,7 +160,7 @@ fn make_agent(host: &Host, args: &AgentArgs) -> Result<Agent> {
     };
     // Opened at each scrape (a netlink socket is cheap; a tree's file is read anew).
     let nic_fs = fs.clone();
-    let nic: NicSource = Box::new(move || crate::nic_backend(&nic_fs));
+    let nic: NicSource = Box::new(move || netsteer_nic::backend_for(&nic_fs));
     Ok(Agent::new(
         fs,
         nic,

@@ -191,7 +191,6 @@ fn lab_run(
     // Before any thread starts: Ctrl-C or a kill takes the lab down before the process exits.
     netsteer_lab::clean_up_on_termination()?;
     let opts = netsteer_lab::run::RunOptions {
-        netsteer: std::env::current_exe().context("the netsteer binary")?,
         repeats: repeat,
         duration_s: duration.map(|d| d.get().as_secs_f64()),
     };

@@ -139,7 +139,7 @@ impl Host {
     /// state (`netsteer/ethtool.json`) under `--root`. Err(reason) when netlink cannot be
     /// opened.
     pub fn nic_backend(&self) -> std::result::Result<Box<dyn netsteer_nic::NicBackend>, String> {
-        nic_backend(&self.fs)
+        netsteer_nic::backend_for(&self.fs)
     }
 
     /// NIC settings for one interface, with the reason in place of values when there is no
@@ -149,18 +149,6 @@ impl Host {
             Ok(backend) => Box::new(move |name: &str| backend.settings(name)),
             Err(reason) => Box::new(move |_: &str| NicSettings::unavailable(&reason)),
         }
-    }
-}
-
-/// The NIC backend of a host: ethtool netlink on the live host, the tree's recorded state
-/// (`netsteer/ethtool.json`) under `--root`. Err(reason) when netlink cannot be opened.
-pub fn nic_backend(fs: &HostFs) -> std::result::Result<Box<dyn netsteer_nic::NicBackend>, String> {
-    if fs.is_live() {
-        netsteer_nic::Netlink::open()
-            .map(|nl| Box::new(nl) as Box<dyn netsteer_nic::NicBackend>)
-            .map_err(|e| e.to_string())
-    } else {
-        Ok(Box::new(netsteer_nic::TreeNic::new(fs.root())))
     }
 }
 

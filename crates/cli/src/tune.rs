@@ -3,15 +3,14 @@
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use netsteer_host::{CpuSet, HostFs, read_host};
-use netsteer_nic::NicBackend;
-use netsteer_tune::tune::closed_loop::{Decision, Metric};
-use netsteer_tune::tune::journal;
+use netsteer_bench::clock::MonotonicClock;
+use netsteer_bench::experiment::{BoxError, Metric};
+use netsteer_host::CpuSet;
 use netsteer_tune::tune::persist::{self, Invocation};
-use netsteer_tune::tune::verify::{VerifyReport, verify};
+use netsteer_tune::tune::verify::VerifyReport;
 use netsteer_tune::tune::{
-    Action, ApplyOptions, ApplyReport, HostBackend, IrqbalancePolicy, Knob, NapiMode, Plan,
-    PlanOptions, Profile, RollbackReport, apply, latest_journal, plan, rollback,
+    Action, ApplyOptions, ApplyReport, Check, IrqbalancePolicy, Knob, NapiMode, Plan, PlanOptions,
+    Profile, RollbackReport, Side, Tuner, Verified,
 };
 use std::io;
 use std::path::{Path, PathBuf};
@@ -90,13 +89,17 @@ pub struct PlanArgs {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct StateArgs {
-    /// Where journals and the applied plan live (default /var/lib/netsteer; with --root,
-    /// ROOT/var/lib/netsteer).
+pub struct StateDirArg {
     /// Where journals and the applied plan live (default /var/lib/netsteer; with --root, that
     /// path inside the tree).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StateArgs {
+    #[command(flatten)]
+    dir: StateDirArg,
     /// One JSON document instead of the text report (see README).
     #[arg(long)]
     json: bool,
@@ -118,10 +121,8 @@ pub struct ApplyArgs {
         conflicts_with_all = ["profile", "knobs", "napi", "devices", "cpus", "reserve_queue", "ports"]
     )]
     plan_file: Option<PathBuf>,
-    /// Where journals and the applied plan live (default /var/lib/netsteer; with --root, that
-    /// path inside the tree).
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    dir: StateDirArg,
     /// Closed loop: run this benchmark (with --json) before and after; keep the change only if
     /// --metric improved by more than the runs' spread, else roll back.
     #[arg(long, value_name = "COMMAND")]
@@ -150,28 +151,13 @@ pub struct RollbackArgs {
 pub struct PersistArgs {
     #[command(flatten)]
     plan: PlanArgs,
-    /// Where journals and the applied plan live (default /var/lib/netsteer; with --root, that
-    /// path inside the tree).
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-}
-
-/// The state directory: as given, or `/var/lib/netsteer` on the live host, or that path
-/// resolved inside the `--root` tree (a link such as `ROOT/var/lib -> /elsewhere` must not carry
-/// the journal out of the tree).
-fn state_dir(host: &Host, given: &Option<PathBuf>) -> Result<PathBuf> {
-    match given {
-        Some(d) => Ok(d.clone()),
-        None => host
-            .fs
-            .real_path_for_write("/var/lib/netsteer")
-            .context("the state directory"),
-    }
+    #[command(flatten)]
+    dir: StateDirArg,
 }
 
 /// Writing the live host needs root; a tree only needs its files to be writable.
 fn need_root(host: &Host, what: &str) -> Result<()> {
-    if host.fs.is_live() && effective_uid() != Some(0) {
+    if host.fs.is_live() && !netsteer_sock::is_root() {
         bail!(
             "{what} writes /proc, /sys and NIC settings: run it as root (or use --root DIR on a tree)"
         );
@@ -179,54 +165,8 @@ fn need_root(host: &Host, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The effective uid from /proc/self/status (`Uid: real effective saved fs`): the binary keeps
-/// no `unsafe` of its own (that lives in sock and nic).
-fn effective_uid() -> Option<u32> {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-}
-
-/// The NIC backend tune reads and writes through; a disabled one (`--no-ethtool`, or no
-/// netlink) knows no NIC and refuses every write.
-struct Nic {
-    backend: Box<dyn NicBackend>,
-    enabled: bool,
-}
-
-impl Nic {
-    fn open(host: &Host, enabled: bool) -> Nic {
-        let reason = if enabled {
-            match host.nic_backend() {
-                Ok(backend) => {
-                    return Nic {
-                        backend,
-                        enabled: true,
-                    };
-                }
-                Err(e) => format!("ethtool netlink could not be opened: {e}"),
-            }
-        } else {
-            "--no-ethtool was given".to_string()
-        };
-        Nic {
-            backend: Box::new(netsteer_nic::NoNic { reason }),
-            enabled: false,
-        }
-    }
-
-    fn backend(&self) -> &dyn NicBackend {
-        self.backend.as_ref()
-    }
-
-    fn enabled(&self) -> bool {
-        self.enabled
-    }
+fn tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Result<Tuner> {
+    Tuner::open(host.fs.clone(), use_nic, state_dir.clone()).context("the state directory")
 }
 
 fn parse_knob(s: &str) -> Result<Knob, String> {
@@ -253,26 +193,9 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
         reserve_queue: a.reserve_queue,
         ports: a.ports.clone(),
         live: host.fs.is_live(),
-        // Read through the host's root, like every other current value of the plan.
-        knobs: a
-            .knobs
-            .iter()
-            .map(|k| Knob {
-                current: host.fs.read_value(&k.path).ok(),
-                ..k.clone()
-            })
-            .collect(),
+        knobs: a.knobs.clone(),
         napi: a.napi,
     })
-}
-
-fn make_plan(host: &Host, nic: &Nic, opts: &PlanOptions) -> Result<Plan> {
-    let settings = |name: &str| nic.backend().settings(name);
-    let view = read_host(
-        &host.fs,
-        nic.enabled().then_some(&settings as &dyn Fn(&str) -> _),
-    );
-    Ok(plan(&view, opts)?)
 }
 
 /// A value for people: long ones (an RSS table) shortened to their start and length.
@@ -336,8 +259,8 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
     match cmd {
         TuneCommand::Plan(a) => {
-            let nic = Nic::open(host, !a.no_ethtool);
-            let p = make_plan(host, &nic, &options(host, a)?)?;
+            let t = tuner(host, !a.no_ethtool, &None)?;
+            let p = t.plan(&options(host, a)?)?;
             if a.json {
                 print_json(&p)?;
             } else {
@@ -348,21 +271,8 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
         TuneCommand::Apply(a) => run_apply(host, a),
         TuneCommand::Rollback(a) => {
             need_root(host, "tune rollback")?;
-            let dir = state_dir(host, &a.state.state_dir)?;
-            let path = match &a.journal {
-                Some(p) => p.clone(),
-                None => latest_journal(&dir)?,
-            };
-            let nic = Nic::open(host, true);
-            let backend = HostBackend {
-                fs: host.fs.clone(),
-                nic: nic.backend(),
-            };
-            let r = rollback(&path, &root_name(&host.fs), &backend)?;
-            if r.status == "restored" || r.status == "nothing-to-do" {
-                // The applied plan no longer describes the host.
-                let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
-            }
+            let t = tuner(host, true, &a.state.dir.state_dir)?;
+            let r = t.rollback(a.journal.as_deref())?;
             if a.state.json {
                 print_json(&r)?;
             } else {
@@ -375,26 +285,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             })
         }
         TuneCommand::Verify(a) => {
-            let dir = state_dir(host, &a.state_dir)?;
-            let path = journal::applied_plan_path(&dir);
-            let text = journal::read_applied(&dir)
-                .with_context(|| format!("{}", path.display()))?
-                .with_context(|| {
-                    format!(
-                        "{}: no applied plan (run `netsteer tune apply` first)",
-                        path.display()
-                    )
-                })?;
-            let applied: Plan =
-                serde_json::from_slice(&text).with_context(|| format!("{}", path.display()))?;
-            let nic = Nic::open(host, true);
-            let backend = HostBackend {
-                fs: host.fs.clone(),
-                nic: nic.backend(),
-            };
-            let settings = |name: &str| nic.backend().settings(name);
-            let view = read_host(&host.fs, Some(&settings));
-            let r = verify(&applied, &backend, &view);
+            let r = tuner(host, true, &a.dir.state_dir)?.verify()?;
             if a.json {
                 print_json(&r)?;
             } else {
@@ -409,8 +300,8 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
         TuneCommand::Persist(a) => {
             need_root(host, "tune persist")?;
             // Validate the invocation now rather than at boot.
-            let nic = Nic::open(host, !a.plan.no_ethtool);
-            make_plan(host, &nic, &options(host, &a.plan)?)?;
+            let t = tuner(host, !a.plan.no_ethtool, &a.dir.state_dir)?;
+            t.plan(&options(host, &a.plan)?)?;
             let inv = Invocation {
                 profile: a.plan.profile.map(|p| p.to_string()).unwrap_or_default(),
                 knobs: a
@@ -425,177 +316,39 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
                     IrqbalanceArg::Leave => "leave".into(),
                     IrqbalanceArg::Stop => "stop".into(),
                 },
-                state_dir: state_dir(host, &a.state_dir)?.display().to_string(),
+                state_dir: t.state_dir().display().to_string(),
                 reserve_queue: a.plan.reserve_queue,
                 ports: a.plan.ports.clone(),
                 napi: a.plan.napi.map(|m| m.to_string()),
             };
             let exe = std::env::current_exe().context("finding the netsteer binary")?;
-            let root = host.fs.root();
-            let unit = persist::in_root(root, persist::UNIT_PATH);
-            let rule = persist::in_root(root, persist::RULE_PATH);
-            for (path, text) in [
-                (&unit, persist::unit_text(&exe, &inv)),
-                (&rule, persist::rule_text(&inv)),
-            ] {
-                journal::write_atomic(path, text.as_bytes())
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            let mut lines = vec![
-                format!("wrote {}", unit.display()),
-                format!("wrote {}", rule.display()),
-            ];
-            if host.fs.is_live() {
-                for args in [
-                    vec!["systemctl", "daemon-reload"],
-                    vec!["systemctl", "enable", persist::UNIT_NAME],
-                    vec!["udevadm", "control", "--reload"],
-                ] {
-                    lines.push(run_tool(&args));
-                }
-            } else {
-                lines.push("with --root: no systemctl or udevadm was run".into());
-            }
-            print_lines(&lines)?;
+            print_lines(&persist::install(&host.fs, &exe, &inv)?)?;
             Ok(ExitCode::SUCCESS)
         }
         TuneCommand::Unpersist(_) => {
             need_root(host, "tune unpersist")?;
-            let root = host.fs.root();
-            let mut lines = Vec::new();
-            if host.fs.is_live() {
-                lines.push(run_tool(&["systemctl", "disable", persist::UNIT_NAME]));
-            }
-            for rel in [persist::UNIT_PATH, persist::RULE_PATH] {
-                let p = persist::in_root(root, rel);
-                match std::fs::remove_file(&p) {
-                    Ok(()) => lines.push(format!("removed {}", p.display())),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        lines.push(format!("{}: not there", p.display()))
-                    }
-                    Err(e) => bail!("removing {}: {e}", p.display()),
-                }
-            }
-            if host.fs.is_live() {
-                lines.push(run_tool(&["systemctl", "daemon-reload"]));
-                lines.push(run_tool(&["udevadm", "control", "--reload"]));
-            }
-            print_lines(&lines)?;
+            print_lines(&persist::uninstall(&host.fs)?)?;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn run_tool(args: &[&str]) -> String {
-    match std::process::Command::new(args[0])
-        .args(&args[1..])
-        .output()
-    {
-        Ok(o) if o.status.success() => format!("ran {}", args.join(" ")),
-        Ok(o) => format!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => format!("{}: {e}", args.join(" ")),
-    }
-}
-
-fn root_name(fs: &HostFs) -> String {
-    let root = fs.root();
-    std::fs::canonicalize(root)
-        .unwrap_or_else(|_| root.to_path_buf())
-        .display()
-        .to_string()
-}
-
-fn run_benchmark(cmd: &str, metric: Metric) -> Result<f64> {
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .with_context(|| format!("--verify-with {cmd:?}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    metric
-        .from_output(&stdout)
-        .map_err(|e| anyhow::anyhow!("--verify-with {cmd:?} (exit {}): {e}", out.status))
-}
-
-/// The closed loop's executor for `--verify-with`: variant 0 is the host as it is, variant 1
-/// the applied plan. The runs are sequential (all before, apply once, all after), because a
-/// kept change must stay applied; leaving does nothing, the decision rolls back.
-struct VerifyExecutor<'a> {
-    cmd: &'a str,
-    metric: Metric,
-    repeat: u32,
-    apply: &'a mut dyn FnMut() -> Result<ApplyReport>,
-    report: Option<ApplyReport>,
-}
-
-impl netsteer_lab::closed_loop::Executor for VerifyExecutor<'_> {
-    type Measure = f64;
-
-    fn enter(&mut self, variant: usize) -> netsteer_lab::Result<()> {
-        if variant == 1 {
-            let r =
-                (self.apply)().map_err(|e| netsteer_lab::LabError::Invalid(format!("{e:#}")))?;
-            let applied = r.status == "applied";
-            self.report = Some(r);
-            if !applied {
-                return Err(netsteer_lab::LabError::Invalid("the apply failed".into()));
-            }
-        }
-        Ok(())
-    }
-
-    fn measure(&mut self, variant: usize, repeat: u32) -> netsteer_lab::Result<f64> {
-        let x = run_benchmark(self.cmd, self.metric)
-            .map_err(|e| netsteer_lab::LabError::Invalid(format!("{e:#}")))?;
-        eprintln!(
-            "netsteer: {} run {repeat}/{}: {} = {x}",
-            if variant == 0 { "before" } else { "after" },
-            self.repeat,
-            self.metric
-        );
-        Ok(x)
-    }
-
-    fn leave(&mut self, _variant: usize) -> netsteer_lab::Result<()> {
-        Ok(())
-    }
-}
-
-#[derive(serde::Serialize)]
-struct ApplyOutput<'a> {
-    #[serde(flatten)]
-    report: &'a ApplyReport,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    closed_loop: Option<&'a Decision>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rollback: Option<&'a RollbackReport>,
-}
-
 /// The saved plan of `--plan FILE`, made this host's (IRQs found by name, devices checked).
-fn saved_plan(host: &Host, nic: &Nic, file: &Path) -> Result<Plan> {
+fn saved_plan(t: &Tuner, file: &Path) -> Result<Plan> {
     use netsteer_tune::tune::saved;
     let text =
         std::fs::read_to_string(file).with_context(|| format!("--plan {}", file.display()))?;
     let p = saved::parse(&text).with_context(|| format!("--plan {}", file.display()))?;
-    let settings = |name: &str| nic.backend().settings(name);
-    let view = read_host(
-        &host.fs,
-        nic.enabled().then_some(&settings as &dyn Fn(&str) -> _),
-    );
-    saved::for_host(&p, &view).with_context(|| format!("--plan {}", file.display()))
+    saved::for_host(&p, &t.view()).with_context(|| format!("--plan {}", file.display()))
 }
 
 fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
-    let nic = Nic::open(host, !a.plan.no_ethtool);
+    let t = tuner(host, !a.plan.no_ethtool, &a.dir.state_dir)?;
     let (p, opts) = match &a.plan_file {
-        Some(file) => (saved_plan(host, &nic, file)?, None),
+        Some(file) => (saved_plan(&t, file)?, None),
         None => {
             let opts = options(host, &a.plan)?;
-            (make_plan(host, &nic, &opts)?, Some(opts))
+            (t.plan(&opts)?, Some(opts))
         }
     };
     if a.dry_run {
@@ -609,101 +362,44 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     need_root(host, "tune apply")?;
-    if a.verify_with.is_some() && a.repeat < 2 {
-        bail!(
-            "--repeat {}: at least 2 runs on each side are needed to know the noise",
-            a.repeat
-        );
-    }
-    let dir = state_dir(host, &a.state_dir)?;
-    let backend = HostBackend {
-        fs: host.fs.clone(),
-        nic: nic.backend(),
+    let apply_opts = ApplyOptions {
+        crash_after_writes: a.crash_after_writes,
     };
-    // After a channel change, a live plan is made again for the new queues; a saved plan is
-    // what was reviewed, so it is used as it is.
-    let mut replan = || match &opts {
-        Some(opts) => make_plan(host, &nic, opts).map_err(|e| crate::error_text(&e)),
-        None => Ok(p.clone()),
-    };
-    let mut do_apply = || -> Result<ApplyReport> {
-        Ok(apply(
-            &p,
-            &root_name(&host.fs),
-            &backend,
-            &dir,
-            &mut replan,
-            &ApplyOptions {
-                crash_after_writes: a.crash_after_writes,
-            },
-        )?)
-    };
-    let mut decision = None;
-    let mut undo = None;
-    let report = match &a.verify_with {
-        None => do_apply()?,
+    let v = match &a.verify_with {
+        None => Verified {
+            report: t.apply(&p, opts.as_ref(), &apply_opts)?,
+            closed_loop: None,
+            rollback: None,
+        },
         Some(cmd) => {
-            use netsteer_lab::closed_loop::{Order, decide_all, run};
-            let mut exec = VerifyExecutor {
-                cmd,
-                metric: a.metric,
-                repeat: a.repeat,
-                apply: &mut do_apply,
-                report: None,
+            let metric = a.metric;
+            let repeats = a.repeat;
+            let mut measure = |side: Side, repeat: u32| -> Result<f64, BoxError> {
+                let x = metric.from_command(cmd)?;
+                let side = if side == Side::Before {
+                    "before"
+                } else {
+                    "after"
+                };
+                eprintln!("netsteer: {side} run {repeat}/{repeats}: {metric} = {x}");
+                Ok(x)
             };
-            let clock = netsteer_bench::clock::MonotonicClock::default();
-            let runs = run(
-                &mut exec,
-                2,
-                a.repeat,
-                Order::Sequential,
-                &clock,
-                |_| Ok(()),
-            );
-            let report = exec.report.take();
-            match (runs, report) {
-                (Ok(runs), Some(report)) => {
-                    let d = decide_all(a.metric, 2, &runs, |v| Some(*v))
-                        .pop()
-                        .flatten()
-                        .ok_or_else(|| {
-                            anyhow::anyhow!(
-                                "--verify-with: the benchmark gave no usable {}",
-                                a.metric
-                            )
-                        })?;
-                    if !d.keep {
-                        let r =
-                            rollback(Path::new(&report.journal), &root_name(&host.fs), &backend)?;
-                        let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
-                        undo = Some(r);
-                    }
-                    decision = Some(d);
-                    report
-                }
-                // The apply itself failed (and restored everything): report it as without
-                // the closed loop.
-                (Err(_), Some(report)) if report.status != "applied" => report,
-                (Err(e), Some(report)) => {
-                    // An "after" run failed: the change is not verified, so it is undone.
-                    let _ = rollback(Path::new(&report.journal), &root_name(&host.fs), &backend);
-                    let _ = std::fs::remove_file(journal::applied_plan_path(&dir));
-                    bail!("--verify-with: {e}; the change was rolled back");
-                }
-                (Err(e), None) => bail!("--verify-with: {e}"),
-                (Ok(_), None) => bail!("--verify-with: the change was never applied"),
-            }
+            t.apply_verified(
+                &p,
+                opts.as_ref(),
+                &apply_opts,
+                Check { metric, repeats },
+                &mut measure,
+                &MonotonicClock::default(),
+            )
+            .context("--verify-with")?
         }
     };
     if a.plan.json {
-        print_json(&ApplyOutput {
-            report: &report,
-            closed_loop: decision.as_ref(),
-            rollback: undo.as_ref(),
-        })?;
+        print_json(&v)?;
     } else {
-        let mut lines = render_apply(&report);
-        if let Some(d) = &decision {
+        let mut lines = render_apply(&v.report);
+        if let Some(d) = &v.closed_loop {
             lines.push(format!(
                 "closed loop: {} before min/median/max {:.0}/{:.0}/{:.0}, after {:.0}/{:.0}/{:.0}: {} — {}",
                 d.metric,
@@ -717,12 +413,12 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
                 if d.keep { "kept" } else { "rolled back" }
             ));
         }
-        if let Some(r) = &undo {
+        if let Some(r) = &v.rollback {
             lines.extend(render_rollback(r));
         }
         print_lines(&lines)?;
     }
-    Ok(match (report.status.as_str(), &decision) {
+    Ok(match (v.report.status.as_str(), &v.closed_loop) {
         ("applied", Some(d)) if !d.keep => ExitCode::from(1),
         ("applied", _) => ExitCode::SUCCESS,
         _ => ExitCode::from(2),

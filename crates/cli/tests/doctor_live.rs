@@ -31,14 +31,8 @@ fn load(
     flows: usize,
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
-) -> thread::JoinHandle<()> {
-    thread::spawn(move || {
-        let f = std::fs::File::open(&ns).expect("open netns");
-        // setns(2) with CLONE_NEWNET moves only this thread into the namespace.
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        let mut set = nix::sched::CpuSet::new();
-        set.set(cpu).unwrap();
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).expect("pin");
+) -> thread::JoinHandle<std::io::Result<()>> {
+    netsteer_sock::netns::spawn(Some(ns.into()), vec![cpu as u32], move || {
         let socks: Vec<UdpSocket> = (0..flows)
             .map(|_| UdpSocket::bind((A_ADDR, 0)).expect("bind"))
             .collect();
@@ -125,7 +119,7 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
     thread::sleep(Duration::from_millis(500));
     let after = doctor_in(b);
     stop.store(true, Ordering::Relaxed);
-    sender.join().unwrap();
+    sender.join().unwrap().unwrap();
 
     for (when, r) in [("RPS off", &before), ("RPS on", &after)] {
         for f in &r.findings {

@@ -210,12 +210,7 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let (stop, ns) = (stop.clone(), a.path());
-        thread::spawn(move || {
-            let f = std::fs::File::open(&ns).unwrap();
-            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let mut set = nix::sched::CpuSet::new();
-            set.set(0).unwrap();
-            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+        netsteer_sock::netns::spawn(Some(ns.into()), vec![0], move || {
             let socks: Vec<UdpSocket> = (0..64)
                 .map(|_| UdpSocket::bind((A_ADDR, 0)).unwrap())
                 .collect();
@@ -252,7 +247,7 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
     thread::sleep(Duration::from_millis(300));
     let after = shares();
     stop.store(true, Ordering::Relaxed);
-    sender.join().unwrap();
+    sender.join().unwrap().unwrap();
 
     let pct = |v: &[f64]| {
         v.iter()

@@ -12,7 +12,6 @@
 //! there, never in the root namespace), so the host's real network is never touched.
 
 mod cleanup;
-pub mod closed_loop;
 mod netns;
 pub mod pair;
 mod record;
@@ -30,7 +29,7 @@ pub use record::{
     RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, scratch_path,
     stop_on_termination, wait_if_terminating,
 };
-pub use remote::{Remote, SshHost};
+pub use remote::Remote;
 
 use std::io;
 use std::process::{Command, Output};
@@ -48,22 +47,13 @@ pub enum LabError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Experiment(#[from] netsteer_bench::experiment::ExperimentError),
 }
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
 
-/// True when this process's effective uid is 0 (labs need CAP_SYS_ADMIN and CAP_NET_ADMIN),
-/// read from /proc/self/status: no `unsafe` outside sock and nic.
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        })
-        .is_some_and(|euid| euid == "0")
-}
+pub use netsteer_sock::is_root;
 
 /// Runs a command to completion; an error names the command and carries its stderr.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<Output> {
@@ -73,9 +63,27 @@ pub(crate) fn run(program: &str, args: &[&str]) -> Result<Output> {
     )
 }
 
+/// The programs this process's labs have started (directly, or inside a host), in order.
+static STARTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+pub(crate) fn note_started(program: &str) {
+    STARTED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(program.to_string());
+}
+
+/// Every program the labs of this process started, by the name they were started with: the
+/// lab changes hosts through the tune library in-process, and this is how a test proves that
+/// no `netsteer` process was started for it.
+pub fn programs_started() -> Vec<String> {
+    STARTED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// Runs `cmd` to completion; a failure to start or a non-zero exit is an error naming
 /// `what` (the command line as people read it) and carrying its stderr.
 pub(crate) fn output_of(cmd: &mut Command, what: &str) -> Result<Output> {
+    note_started(&cmd.get_program().to_string_lossy());
     let out = cmd.output().map_err(|source| LabError::Io {
         what: format!("running {what}"),
         source,

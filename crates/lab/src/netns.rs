@@ -84,6 +84,7 @@ impl Remote for NsHost {
             c.args(["taskset", "-c", list]);
         }
         c.arg(program).args(args);
+        crate::note_started(program);
         c
     }
 

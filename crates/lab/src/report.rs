@@ -2,6 +2,7 @@
 //! URL, readable offline (mailed, attached to a ticket).
 
 use crate::run::{Row, RunRecord, Summary, VariantStats};
+use netsteer_bench::experiment::Verdict;
 use std::fmt::Write as _;
 
 fn esc(s: &str) -> String {
@@ -31,7 +32,8 @@ fn color(i: usize) -> &'static str {
 }
 
 /// One bar per variant at the median, with min–max whiskers, on one scale; a variant's bar is
-/// green when it was decided beyond the noise against the baseline, red when not.
+/// green when it was better than the baseline beyond the noise, red when worse beyond it, grey
+/// within it.
 fn bars(tool: &str, summary: &Summary) -> String {
     let stats: Vec<&VariantStats> = summary.stats.iter().filter(|s| s.tool == tool).collect();
     let Some(first) = stats.first() else {
@@ -54,11 +56,11 @@ fn bars(tool: &str, summary: &Summary) -> String {
             .rows
             .iter()
             .find(|r| r.tool == tool && r.variant == st.variant)
-            .map(|r| r.decision.keep);
+            .map(|r| r.decision.verdict);
         let fill = match kept {
-            None => "#8a8a8a",
-            Some(true) => "#2b8a3e",
-            Some(false) => "#c92a2a",
+            None | Some(Verdict::WithinNoise) => "#8a8a8a",
+            Some(Verdict::Better) => "#2b8a3e",
+            Some(Verdict::Worse) => "#c92a2a",
         };
         let y = 8.0 + i as f64 * gap;
         let sp = &st.value;
@@ -220,7 +222,7 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<!DOCTYPE html><html><head><meta charset="utf-8"><title>netsteer lab: {name}</title><style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}table{{border-collapse:collapse;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}.keep{{color:#2b8a3e}}.undo{{color:#c92a2a}}.limits{{background:#fff4e6;padding:.5em 1em}}</style></head><body><h1>netsteer lab: {name}</h1><p>{desc}</p><p>{repeats} repeat(s) of {dur} s per workload; the variants alternate repeat by repeat, and a variant that changes the host is rolled back after its runs. Each variant after the first is decided against the first: beyond the noise only if its median moved the right way by more than the larger min–max spread.</p><table><tr><th>variant</th><th>change</th></tr>"#,
+        r#"<!DOCTYPE html><html><head><meta charset="utf-8"><title>netsteer lab: {name}</title><style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}table{{border-collapse:collapse;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}.keep{{color:#2b8a3e}}.undo{{color:#c92a2a}}.same{{color:#555}}.limits{{background:#fff4e6;padding:.5em 1em}}</style></head><body><h1>netsteer lab: {name}</h1><p>{desc}</p><p>{repeats} repeat(s) of {dur} s per workload; the variants alternate repeat by repeat, and a variant that changes the host is rolled back after its runs. Each variant after the first is judged against the first: better or worse beyond the noise when its median moved by more than the larger min–max spread, else within the noise.</p><table><tr><th>variant</th><th>change</th></tr>"#,
         name = esc(&summary.scenario),
         desc = esc(&summary.description),
         repeats = summary.repeats,
@@ -277,14 +279,13 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
             let d = &row.decision;
             let _ = write!(
                 s,
-                "<h3>{v} against {b}</h3><p class=\"{cls}\">{verdict}: {why} (median {mb} → {ma}, {imp:+.1} %, noise {noise:.1} %)</p><p>Per CPU, medians over the runs: share of the packets processed (softnet_stat), and mpstat's %soft and %idle (/proc/stat):</p>{table}",
+                "<h3>{v} against {b}</h3><p class=\"{cls}\">{why} (median {mb} → {ma}, {imp:+.1} %, noise {noise:.1} %)</p><p>Per CPU, medians over the runs: share of the packets processed (softnet_stat), and mpstat's %soft and %idle (/proc/stat):</p>{table}",
                 v = esc(&row.variant),
                 b = esc(&row.baseline),
-                cls = if d.keep { "keep" } else { "undo" },
-                verdict = if d.keep {
-                    "beyond the noise"
-                } else {
-                    "not beyond the noise"
+                cls = match d.verdict {
+                    Verdict::Better => "keep",
+                    Verdict::WithinNoise => "same",
+                    Verdict::Worse => "undo",
                 },
                 why = esc(&d.why),
                 mb = show(d.before.median, &row.unit),

@@ -1,30 +1,31 @@
 //! Running a scenario: make the lab, then run every workload in every variant, alternated
-//! repeat by repeat through the closed loop ([`crate::closed_loop`]); a variant that changes
-//! the host is applied by `netsteer tune` inside the server host and rolled back after its
-//! runs. Each run counts the packets every CPU processed; each variant is decided against the
-//! first with the closed loop's rule (kept only beyond the noise); at the end the server host
-//! must read exactly as before.
+//! repeat by repeat through the experiment ([`netsteer_bench::experiment`]); a variant that
+//! changes the host is applied with the tune library ([`Tuner`]) on a thread inside the server
+//! host and rolled back after its runs — no netsteer process is started. Each run counts the
+//! packets every CPU processed; each variant is judged against the first with the experiment's
+//! three-way verdict; at the end the server host must read exactly as before.
 
-use crate::closed_loop::{self, Executor, Order, Timed};
 use crate::pair::{Pair, PairSpec};
 use crate::scenario::{Scenario, Variant};
 use crate::workload::{self, Measured, Place};
 use crate::{LabError, Remote, Result};
 use netsteer_bench::clock::{Clock, MonotonicClock};
+use netsteer_bench::experiment::{
+    self, BoxError, Decision, Executor, Metric, Order, Spread, Timed, decide,
+};
+use netsteer_host::HostFs;
 use netsteer_host::parse::parse_softnet_stat;
-use netsteer_tune::tune::closed_loop::{Decision, Metric, Spread, decide};
+use netsteer_tune::tune::{ApplyOptions, PlanOptions, Target, TuneError, Tuner};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 pub use crate::pair::{CLIENT_DEV, SERVER_DEV};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// The `netsteer` binary run inside the server host for `tune`.
-    pub netsteer: PathBuf,
     pub repeats: Option<u32>,
     pub duration_s: Option<f64>,
 }
@@ -237,70 +238,110 @@ fn per_cpu(p: &BTreeMap<u32, u64>, t0: &Times, t1: &Times) -> Vec<CpuPackets> {
         .collect()
 }
 
-fn stdout_of(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// The lab's executor: a variant is entered with `tune apply` in the server host (if it
-/// changes anything) and left with `tune rollback`; a measurement runs every workload once.
+/// The lab's executor: a variant that changes the host is entered by applying its plan with
+/// the tune library on a thread inside the server host (its namespace, with that namespace's
+/// sysfs) and left by rolling it back there; a measurement runs every workload once.
 struct LabExecutor<'a> {
     scn: &'a Scenario,
-    netsteer: String,
     place: Place<'a>,
-    state: String,
+    state: PathBuf,
 }
 
 /// One measurement: every workload of the scenario, with its per-CPU counts.
 type Measures = Vec<(usize, Measured, Vec<CpuPackets>)>;
 
 impl LabExecutor<'_> {
-    fn tune(&self, args: &[String]) -> Result<std::process::Output> {
-        let mut full: Vec<&str> = vec![&self.netsteer, "tune"];
-        full.extend(args.iter().map(String::as_str));
-        self.place.server.exec(&full)
+    /// Runs `f` with a tuner of the server host, on a thread inside it.
+    fn in_server<T: Send>(
+        &self,
+        f: impl FnOnce(&Tuner) -> std::result::Result<T, TuneError> + Send,
+    ) -> Result<T> {
+        let ns = self.place.server.netns_path().ok_or_else(|| {
+            LabError::Invalid(format!(
+                "{}: tuning a lab host needs a namespace host",
+                self.place.server.label()
+            ))
+        })?;
+        let state = self.state.clone();
+        let label = self.place.server.label().to_string();
+        let place = netsteer_sock::netns::Place {
+            netns: Some(Path::new(&ns)),
+            cpus: &[],
+            sysfs: true,
+        };
+        netsteer_sock::netns::on_thread(place, move || {
+            let t = Tuner::open(HostFs::default(), true, Some(state))?;
+            f(&t)
+        })
+        .map_err(|source| LabError::Io {
+            what: format!("entering {label}"),
+            source,
+        })?
+        .map_err(|e| LabError::Invalid(format!("tune in {label}: {e}")))
+    }
+
+    fn plan_options(&self, variant: usize) -> Result<PlanOptions> {
+        let v = &self.scn.variants[variant];
+        v.plan_options(SERVER_DEV)
+            .map_err(|e| LabError::Invalid(format!("variant {}: {e}", v.name)))
     }
 
     /// The files any variant writes (the plans' file targets) and their contents now.
     fn change_files(&self) -> Result<BTreeMap<String, String>> {
-        let mut files = BTreeMap::new();
-        for v in self.scn.variants.iter().filter(|v| v.changes_host()) {
-            let mut args = vec!["plan".to_string()];
-            args.extend(v.tune_args(SERVER_DEV));
-            args.push("--json".into());
-            let out = self.tune(&args)?;
-            let plan: netsteer_tune::tune::Plan = serde_json::from_str(&stdout_of(&out))
-                .map_err(|e| LabError::Invalid(format!("tune plan --json: {e}")))?;
-            for item in &plan.items {
-                if let netsteer_tune::tune::Target::File { path } = &item.target {
-                    let content = self
-                        .place
-                        .server
-                        .exec(&["cat", path])
-                        .map(|o| stdout_of(&o))
-                        .unwrap_or_else(|e| format!("<unreadable: {e}>"));
-                    files.insert(path.clone(), content);
-                }
-            }
+        let mut all = BTreeMap::new();
+        for (i, _) in self
+            .scn
+            .variants
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.changes_host())
+        {
+            let opts = self.plan_options(i)?;
+            let files = self.in_server(move |t| {
+                let plan = t.plan(&opts)?;
+                Ok(plan
+                    .items
+                    .iter()
+                    .filter_map(|item| match &item.target {
+                        Target::File { path } => Some((
+                            path.clone(),
+                            t.fs()
+                                .read_value(path)
+                                .unwrap_or_else(|e| format!("<unreadable: {e}>")),
+                        )),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>())
+            })?;
+            all.extend(files);
         }
-        Ok(files)
+        Ok(all)
     }
 }
 
 impl Executor for LabExecutor<'_> {
     type Measure = Measures;
 
-    fn enter(&mut self, variant: usize) -> Result<()> {
-        let v = &self.scn.variants[variant];
-        if v.changes_host() {
-            let mut args = vec!["apply".to_string()];
-            args.extend(v.tune_args(SERVER_DEV));
-            args.extend(["--state-dir".into(), self.state.clone()]);
-            self.tune(&args)?;
+    fn enter(&mut self, variant: usize) -> Result<(), BoxError> {
+        if self.scn.variants[variant].changes_host() {
+            let opts = self.plan_options(variant)?;
+            let r = self.in_server(move |t| {
+                let plan = t.plan(&opts)?;
+                t.apply(&plan, Some(&opts), &ApplyOptions::default())
+            })?;
+            if r.status != "applied" {
+                return Err(LabError::Invalid(format!(
+                    "variant {}: the apply failed and was undone: {}",
+                    self.scn.variants[variant].name,
+                    r.error.as_deref().unwrap_or(&r.status)
+                ))
+                .into());
+            }
         }
         Ok(())
     }
 
-    fn measure(&mut self, variant: usize, _repeat: u32) -> Result<Measures> {
+    fn measure(&mut self, variant: usize, _repeat: u32) -> Result<Measures, BoxError> {
         let v: &Variant = &self.scn.variants[variant];
         let mut out = Vec::new();
         for (i, w) in self.scn.workloads.iter().enumerate() {
@@ -313,9 +354,18 @@ impl Executor for LabExecutor<'_> {
         Ok(out)
     }
 
-    fn leave(&mut self, variant: usize) -> Result<()> {
+    fn leave(&mut self, variant: usize) -> Result<(), BoxError> {
         if self.scn.variants[variant].changes_host() {
-            self.tune(&["rollback".into(), "--state-dir".into(), self.state.clone()])?;
+            let r = self.in_server(|t| t.rollback(None))?;
+            if !r.failed.is_empty() {
+                return Err(LabError::Invalid(format!(
+                    "rolling back variant {}: {} item(s) not restored: {}",
+                    self.scn.variants[variant].name,
+                    r.failed.len(),
+                    r.failed.join("; ")
+                ))
+                .into());
+            }
         }
         Ok(())
     }
@@ -367,8 +417,7 @@ pub fn run(
     let scratch = lab.scratch()?;
     let mut exec = LabExecutor {
         scn,
-        netsteer: opts.netsteer.display().to_string(),
-        state: scratch.join("tune").display().to_string(),
+        state: scratch.join("tune"),
         place: Place {
             client: client as &dyn Remote,
             server: server as &dyn Remote,
@@ -382,7 +431,7 @@ pub fn run(
     let (steal0, total0) = steal_and_total();
     let clock = MonotonicClock::default();
     let mut runs: Vec<RunRecord> = Vec::new();
-    closed_loop::run(
+    experiment::run(
         &mut exec,
         scn.variants.len(),
         repeats,

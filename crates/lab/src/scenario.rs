@@ -3,6 +3,7 @@
 //! repository ships `scenarios/*.toml`; a user's own file is loaded by path.
 
 use crate::{LabError, Result};
+use netsteer_tune::tune::{IrqbalancePolicy, Knob, PlanOptions, Profile};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -189,31 +190,53 @@ impl Variant {
         self.profile.is_some() || !self.set.is_empty()
     }
 
-    /// The `netsteer tune` arguments after `apply`/`plan`: profile, CPUs, knobs, device.
-    pub fn tune_args(&self, dev: &str) -> Vec<String> {
-        let mut a = vec![
-            "--profile".to_string(),
-            self.profile.clone().unwrap_or_else(|| "none".into()),
-            "--dev".into(),
-            dev.into(),
-        ];
-        if let Some(c) = &self.cpus {
-            a.extend(["--cpus".into(), c.clone()]);
-        }
-        for k in &self.set {
-            a.extend(["--set".into(), k.clone()]);
-        }
-        a
+    /// What the tune library plans for this variant on the server's `dev` (the scenario was
+    /// validated when loaded, so only a changed file fails here).
+    pub fn plan_options(&self, dev: &str) -> std::result::Result<PlanOptions, String> {
+        let profile = match &self.profile {
+            Some(p) => p.parse::<Profile>()?,
+            None => Profile::None,
+        };
+        let cpus = self
+            .cpus
+            .as_deref()
+            .map(|c| {
+                netsteer_host::CpuSet::parse_list(c, None).map_err(|e| format!("cpus {c:?}: {e}"))
+            })
+            .transpose()?;
+        let knobs = self
+            .set
+            .iter()
+            .map(|k| Knob::parse(k).map_err(|e| format!("set: {e}")))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(PlanOptions {
+            profile,
+            devices: vec![dev.to_string()],
+            cpus,
+            irqbalance: IrqbalancePolicy::Leave,
+            reserve_queue: None,
+            ports: Vec::new(),
+            live: true,
+            knobs,
+            napi: None,
+        })
     }
 
     /// How the variant reads as a change, for reports.
     pub fn describe(&self, dev: &str) -> String {
         let mut parts = Vec::new();
         if self.changes_host() {
-            parts.push(format!(
-                "netsteer tune apply {}",
-                self.tune_args(dev).join(" ")
-            ));
+            let mut t = format!(
+                "tune {dev}: profile {}",
+                self.profile.as_deref().unwrap_or("none")
+            );
+            if let Some(c) = &self.cpus {
+                t.push_str(&format!(" on CPUs {c}"));
+            }
+            for k in &self.set {
+                t.push_str(&format!(", set {k}"));
+            }
+            parts.push(t);
         }
         if let Some(w) = self.wait {
             parts.push(match w {
@@ -397,10 +420,8 @@ pub fn parse(text: &str) -> std::result::Result<Scenario, String> {
             netsteer_host::CpuSet::parse_list(c, None)
                 .map_err(|e| format!("variant {}: cpus {c:?}: {e}", v.name))?;
         }
-        for k in &v.set {
-            netsteer_tune::tune::Knob::parse(k)
-                .map_err(|e| format!("variant {}: set: {e}", v.name))?;
-        }
+        v.plan_options("v0b")
+            .map_err(|e| format!("variant {}: {e}", v.name))?;
         if v.busy_poll_us
             .is_some_and(|u| !(1..=1_000_000).contains(&u))
         {

@@ -75,23 +75,15 @@ fn in_host<T: Send>(
     f: impl FnOnce() -> Result<T> + Send,
 ) -> Result<T> {
     let ns = namespace_of(host)?;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            netsteer_sock::netns::enter(Path::new(&ns)).map_err(|source| LabError::Io {
-                what: format!("entering {}", host.label()),
-                source,
-            })?;
-            if !cpus.is_empty() {
-                netsteer_sock::cpu::pin_current_thread(cpus).map_err(|source| LabError::Io {
-                    what: format!("pinning to CPUs {cpus:?}"),
-                    source,
-                })?;
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|_| Err(LabError::Invalid("a workload thread panicked".into())))
-    })
+    let place = netsteer_sock::netns::Place {
+        netns: Some(Path::new(&ns)),
+        cpus,
+        sysfs: false,
+    };
+    netsteer_sock::netns::on_thread(place, f).map_err(|source| LabError::Io {
+        what: format!("a workload thread in {}", host.label()),
+        source,
+    })?
 }
 
 /// A server thread in the server host and a client thread in the client host: the server is

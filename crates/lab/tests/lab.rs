@@ -299,3 +299,51 @@ fn the_scratch_directory_is_private_and_never_a_pre_existing_one() {
     drop(lab);
     assert!(!dir.exists(), "the scratch directory outlived its lab");
 }
+
+/// Seed 003 through the library: its `rps` variant is applied and rolled back by the tune
+/// library on a thread inside the server host (that namespace's sysfs), never by a netsteer
+/// process; RPS moves the server's receive work off CPU 0, and the host reads as before after.
+#[test]
+fn lab_run_tunes_in_process_and_starts_no_netsteer() {
+    let _s = serial();
+    if !can_run() {
+        return;
+    }
+    let have_iperf3 = Command::new("iperf3").arg("--version").output().is_ok();
+    if !have_iperf3 {
+        assert!(
+            std::env::var("CI").is_err(),
+            "live test cannot run under CI=true: needs iperf3"
+        );
+        return;
+    }
+    let scn = netsteer_lab::scenario::load("seed-003").unwrap();
+    let opts = netsteer_lab::run::RunOptions {
+        repeats: Some(2),
+        duration_s: Some(1.0),
+    };
+    let summary = netsteer_lab::run::run(&scn, &opts, |_| Ok(())).unwrap();
+    assert!(summary.restored, "{:?}", summary.restore_problems);
+    assert_eq!(summary.rows.len(), 2, "{:?}", summary.rows);
+    for row in &summary.rows {
+        let cpu0 = row.per_cpu.iter().find(|c| c.cpu == 0).unwrap();
+        let (b, a) = (cpu0.before.unwrap(), cpu0.after.unwrap());
+        assert!(
+            b >= 0.9 && a <= 0.7,
+            "{}: CPU 0 processed {:.0} % before and {:.0} % after",
+            row.tool,
+            b * 100.0,
+            a * 100.0
+        );
+    }
+    let started = netsteer_lab::programs_started();
+    assert!(started.iter().any(|p| p == "iperf3"), "{started:?}");
+    assert!(
+        !started.iter().any(|p| std::path::Path::new(p)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("netsteer"))),
+        "the lab started netsteer: {started:?}"
+    );
+    let mine = namespaces_with(&format!("nsl{}x", std::process::id()));
+    assert!(mine.is_empty(), "{mine:?}");
+}

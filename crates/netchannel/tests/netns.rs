@@ -63,21 +63,21 @@ impl Lab {
             std::path::PathBuf::from(self.b.path()),
         );
         let server_cfg = cfg.clone();
-        let server = thread::spawn(move || {
-            netsteer_sock::netns::enter(&nb).unwrap();
+        let server = netsteer_sock::netns::spawn(Some(nb), vec![], move || {
             Endpoint::listen(format!("{SERVER_ADDR}:0").parse().unwrap(), server_cfg).unwrap()
         })
         .join()
+        .unwrap()
         .unwrap();
         let addr = server.local_addr().unwrap();
         let listener = server.bind(port).unwrap();
-        let (client, first) = thread::spawn(move || {
-            netsteer_sock::netns::enter(&na).unwrap();
+        let (client, first) = netsteer_sock::netns::spawn(Some(na), vec![], move || {
             let c = Endpoint::new(cfg).unwrap();
             let s = c.connect(addr, port, SocketOptions::default()).unwrap();
             (c, s)
         })
         .join()
+        .unwrap()
         .unwrap();
         (server, listener, client, first)
     }

@@ -121,6 +121,19 @@ impl NicBackend for NoNic {
     }
 }
 
+/// The NIC backend of a host: ethtool netlink on the live host (opened in the calling
+/// thread's network namespace), the tree's recorded state (`netsteer/ethtool.json`) under a
+/// `--root`. Err(reason) when netlink cannot be opened.
+pub fn backend_for(fs: &netsteer_host::HostFs) -> Result<Box<dyn NicBackend>, String> {
+    if fs.is_live() {
+        Netlink::open()
+            .map(|nl| Box::new(nl) as Box<dyn NicBackend>)
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(Box::new(TreeNic::new(fs.root())))
+    }
+}
+
 /// The NIC state of a `--root` tree: reads `netsteer/ethtool.json`, and writes it back in its
 /// one canonical form ([`tree_ethtool_text`]) after each change.
 #[derive(Debug, Clone)]

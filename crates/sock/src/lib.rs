@@ -32,3 +32,9 @@ pub mod tcp;
 pub mod wake;
 pub mod xdp;
 pub mod zerocopy;
+
+/// True when this process's effective uid is 0 (changing the live host, making namespaces).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) takes no arguments, touches no memory and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -3,37 +3,10 @@
 
 use crate::report::{Kind, Message};
 use crate::stats::LatencySummary;
+pub use crate::stats::Spread;
 use serde::{Deserialize, Serialize};
 
 pub const BENCH: &str = "netchannel";
-
-/// Min, median and max of one quantity over the repeats of a point.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Spread {
-    pub min: f64,
-    pub median: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    pub fn of(values: &[f64]) -> Spread {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() {
-            return Spread::default();
-        }
-        let n = v.len();
-        Spread {
-            min: v[0],
-            median: if n % 2 == 1 {
-                v[n / 2]
-            } else {
-                (v[n / 2 - 1] + v[n / 2]) / 2.0
-            },
-            max: v[n - 1],
-        }
-    }
-}
 
 /// Where and how the experiments ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -169,16 +169,11 @@ fn in_netns<T: Send>(
     ns: Option<&PathBuf>,
     f: impl FnOnce() -> io::Result<T> + Send,
 ) -> io::Result<T> {
-    thread::scope(|s| {
-        s.spawn(|| {
-            if let Some(p) = ns {
-                netns::enter(p)?;
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("set-up thread panicked")))
-    })
+    let place = netns::Place {
+        netns: ns.map(PathBuf::as_path),
+        ..Default::default()
+    };
+    netns::on_thread(place, f)?
 }
 
 fn pin(cpu_id: Option<u32>) {
@@ -513,8 +508,14 @@ fn mptcp_row(points: &[(Point, u8)]) -> Option<MptcpRow> {
     })
 }
 
+/// The spread of a point's repeats; all zero when none gave a finite value (the message keeps
+/// its shape).
+fn spread_of(values: &[f64]) -> Spread {
+    Spread::of(values).unwrap_or_default()
+}
+
 fn median_of(points: &[Point], f: impl Fn(&Point) -> f64) -> Spread {
-    Spread::of(&points.iter().map(f).collect::<Vec<_>>())
+    spread_of(&points.iter().map(f).collect::<Vec<_>>())
 }
 
 /// Steal (% of CPU time the hypervisor gave to other guests) in any one run at or above
@@ -837,14 +838,14 @@ fn e3(net: &Net<'_>) -> io::Result<Summary> {
         .map(|(name, (rec, p99s, bps))| E3Row {
             config: name.to_string(),
             latency_ns: rec.summary().unwrap_or_default(),
-            p99_spread: Spread::of(p99s),
-            bits_per_second: Spread::of(bps).median,
+            p99_spread: spread_of(p99s),
+            bits_per_second: spread_of(bps).median,
         })
         .collect();
     let gain = rows[1].p99_spread.median / rows[2].p99_spread.median;
     Ok(summary(
         net,
-        Spread::of(&steals),
+        spread_of(&steals),
         Result::E3(E3 {
             bulk_apps: n,
             message_bytes: MESSAGE,
@@ -901,7 +902,7 @@ fn e4(net: &Net<'_>) -> io::Result<Summary> {
         row("handoff", &handoff),
     ];
     let tcp_pc = median_of(&tcp, per_core);
-    let ratio_spread = Spread::of(&pairs);
+    let ratio_spread = spread_of(&pairs);
     let mut all = tcp.clone();
     all.extend(inline.iter().chain(&lent).chain(&handoff).copied());
     Ok(summary(
@@ -1033,8 +1034,8 @@ fn recovery(net: &Net<'_>) -> io::Result<Summary> {
         }
         runs.push(r);
     }
-    let ratio_spread = Spread::of(&runs.iter().map(|r| r.ratio).collect::<Vec<_>>());
-    let steal = Spread::of(&runs.iter().map(|r| r.steal_pct).collect::<Vec<_>>());
+    let ratio_spread = spread_of(&runs.iter().map(|r| r.ratio).collect::<Vec<_>>());
+    let steal = spread_of(&runs.iter().map(|r| r.steal_pct).collect::<Vec<_>>());
     Ok(summary(
         net,
         steal,
@@ -1128,10 +1129,10 @@ mod tests {
     fn a_run_with_enough_steal_is_void_and_says_so() {
         let cfg = Config::default();
         let net = Net { cfg: &cfg };
-        let quiet = setup(&net, Spread::of(&[0.3, 0.9, 4.9]));
+        let quiet = setup(&net, spread_of(&[0.3, 0.9, 4.9]));
         assert_eq!(quiet.void, None);
         assert_eq!((quiet.steal_pct, quiet.steal_max_pct), (0.9, 4.9));
-        let stolen = setup(&net, Spread::of(&[0.3, 0.9, 7.5]));
+        let stolen = setup(&net, spread_of(&[0.3, 0.9, 7.5]));
         let why = stolen.void.clone().unwrap();
         assert!(why.contains("7.5%"), "{why}");
         let s = Summary {
@@ -1145,7 +1146,7 @@ mod tests {
                 tcp_bits_per_second: 1.0,
                 tcp_cores_used: 1.0,
                 tcp_bits_per_second_per_core: 1.0,
-                tcp_spread: Spread::of(&[1.0]),
+                tcp_spread: spread_of(&[1.0]),
                 ratio_spread: None,
             }),
         };

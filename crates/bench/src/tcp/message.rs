@@ -137,7 +137,7 @@ pub struct RrSummary {
     /// Request sent → whole response received, exact over the run (HDR, 3 significant digits).
     pub latency_ns: Option<LatencySummary>,
     /// Min, median and max of the per-interval p50s.
-    pub interval_p50_ns: Option<Spread>,
+    pub interval_p50_ns: Option<Spread<u64>>,
     /// CPU (user + system) of each side's threads per transaction, µs.
     pub cpu_us_per_transaction: Sides<Option<f64>>,
     pub context_switches: Sides<u64>,

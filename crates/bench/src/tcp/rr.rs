@@ -4,7 +4,7 @@
 
 use crate::clock::Clock;
 use crate::report::{Kind, Role};
-use crate::stats::{LatencyRecorder, spread};
+use crate::stats::{LatencyRecorder, Spread};
 use crate::tcp::cost::CostMeter;
 use crate::tcp::message::{RrInterval, RrSummary, Sides};
 use crate::tcp::proto::{Finish, ServerFlow, TestKind, TestSpec};
@@ -483,7 +483,7 @@ pub fn run_rr_client(
         transactions_per_second: total.count() as f64 / duration_s,
         all_transactions: all,
         latency_ns: total.summary(),
-        interval_p50_ns: spread(&p50s),
+        interval_p50_ns: Spread::of_ints(&p50s),
         cpu_us_per_transaction: Sides {
             client: per_tx(client_cost.thread_us(), all),
             server: per_tx(server_cost.thread_us(), server_all),

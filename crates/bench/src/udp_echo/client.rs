@@ -6,7 +6,7 @@ use super::message::{BENCH, ClientInterval, ClientSummary, Kind, Role};
 use super::payload::{self, Header, MIN_SIZE};
 use super::{BenchError, Wait, io_err};
 use crate::clock::{Clock, realtime_ns};
-use crate::stats::{LatencyRecorder, spread};
+use crate::stats::{LatencyRecorder, Spread};
 use crate::waiter::{Busy, Waiter};
 use netsteer_sock::{cpu, msg, opt};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -814,7 +814,7 @@ pub fn run_client(
                 send_errors: a.send_errors,
                 pps: if duration_s > 0.0 { a.received as f64 / duration_s } else { 0.0 },
                 latency_ns: a.rtt.summary(),
-                interval_p50_ns: spread(&p50s[t]),
+                interval_p50_ns: Spread::of_ints(&p50s[t]),
                 rx_delivery_ns: a.rx_delivery.summary(),
                 tx_send_ns: a.tx_send.summary(),
                 hardware_timestamps: cfg.timestamp.then_some(a.hw_stamps),

@@ -64,7 +64,7 @@ pub struct ClientSummary {
     /// Exact over the whole run (HDR histogram, 3 significant digits).
     pub latency_ns: Option<LatencySummary>,
     /// How stable the run was: min, median and max of the per-interval p50s.
-    pub interval_p50_ns: Option<Spread>,
+    pub interval_p50_ns: Option<Spread<u64>>,
     pub rx_delivery_ns: Option<LatencySummary>,
     pub tx_send_ns: Option<LatencySummary>,
     /// With `--timestamp`: whether the NIC gave hardware stamps (loopback and veth never do).

@@ -127,13 +127,9 @@ pub fn scratch(host: &str) -> tempfile::TempDir {
 
 /// Runs `f` on a thread that has entered the network namespace at `path` (setns(2)).
 pub fn in_netns<T: Send>(path: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let ns = std::fs::File::open(path).unwrap();
-            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
-    })
+    let place = netsteer_sock::netns::Place {
+        netns: Some(std::path::Path::new(path)),
+        ..Default::default()
+    };
+    netsteer_sock::netns::on_thread(place, f).unwrap()
 }

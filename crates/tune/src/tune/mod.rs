@@ -1,13 +1,14 @@
 //! `netsteer tune`: profiles → a plan (pure), a transactional apply with a journal, rollback
-//! (also after a crash), drift verification, persistence and the closed-loop decision.
+//! (also after a crash), drift verification, persistence, and [`Tuner`], the one entry point
+//! that applies, verifies with an experiment and rolls back.
 
 pub mod apply;
-pub mod closed_loop;
 pub mod journal;
 pub mod model;
 pub mod persist;
 pub mod plan;
 pub mod saved;
+pub mod tuner;
 pub mod verify;
 
 pub use apply::{
@@ -16,3 +17,4 @@ pub use apply::{
 };
 pub use model::{Action, Format, Item, ItemKind, NapiMode, Plan, Profile, Target};
 pub use plan::{IrqbalancePolicy, Knob, PlanError, PlanOptions, plan};
+pub use tuner::{Check, Side, TuneError, Tuner, Verified};

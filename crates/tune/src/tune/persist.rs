@@ -4,6 +4,7 @@
 //! the plan is computed again from the host as it is then.
 
 use serde::{Deserialize, Serialize};
+use std::io;
 use std::path::{Path, PathBuf};
 
 pub const UNIT_NAME: &str = "netsteer-tune.service";
@@ -139,4 +140,83 @@ pub fn rule_text(inv: &Invocation) -> String {
 
 pub fn in_root(root: &Path, rel: &str) -> PathBuf {
     root.join(rel)
+}
+
+/// Writes the unit and the udev rule inside `fs`'s root; on the live host also reloads
+/// systemd and udev and enables the unit. Returns what was done, a line each.
+pub fn install(
+    fs: &netsteer_host::HostFs,
+    exe: &Path,
+    inv: &Invocation,
+) -> io::Result<Vec<String>> {
+    let root = fs.root();
+    let unit = in_root(root, UNIT_PATH);
+    let rule = in_root(root, RULE_PATH);
+    for (path, text) in [(&unit, unit_text(exe, inv)), (&rule, rule_text(inv))] {
+        super::journal::write_atomic(path, text.as_bytes())
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))?;
+    }
+    let mut lines = vec![
+        format!("wrote {}", unit.display()),
+        format!("wrote {}", rule.display()),
+    ];
+    if fs.is_live() {
+        for args in [
+            &["systemctl", "daemon-reload"][..],
+            &["systemctl", "enable", UNIT_NAME],
+            &["udevadm", "control", "--reload"],
+        ] {
+            lines.push(run_tool(args));
+        }
+    } else {
+        lines.push("with --root: no systemctl or udevadm was run".into());
+    }
+    Ok(lines)
+}
+
+/// Removes what [`install`] wrote (disabling the unit first on the live host). Returns what
+/// was done, a line each.
+pub fn uninstall(fs: &netsteer_host::HostFs) -> io::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    if fs.is_live() {
+        lines.push(run_tool(&["systemctl", "disable", UNIT_NAME]));
+    }
+    for rel in [UNIT_PATH, RULE_PATH] {
+        let p = in_root(fs.root(), rel);
+        match std::fs::remove_file(&p) {
+            Ok(()) => lines.push(format!("removed {}", p.display())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                lines.push(format!("{}: not there", p.display()))
+            }
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("removing {}: {e}", p.display()),
+                ));
+            }
+        }
+    }
+    if fs.is_live() {
+        lines.push(run_tool(&["systemctl", "daemon-reload"]));
+        lines.push(run_tool(&["udevadm", "control", "--reload"]));
+    }
+    Ok(lines)
+}
+
+/// Runs a service manager command; what happened, as a line (a failure is reported, not
+/// fatal: the files are what persists).
+fn run_tool(args: &[&str]) -> String {
+    match std::process::Command::new(args[0])
+        .args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => format!("ran {}", args.join(" ")),
+        Ok(o) => format!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("{}: {e}", args.join(" ")),
+    }
 }
