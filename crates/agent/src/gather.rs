@@ -8,10 +8,10 @@ use netsteer_host::parse::IrqLabel;
 use netsteer_host::sample::{CounterSample, NetCounters, read_net_counters, read_sample};
 use netsteer_host::{Field, HostFs, HostView, read_host_reusing};
 use netsteer_nic::NicBackend;
-use netsteer_tune::doctor::{Goal, Load, Severity, diagnose};
-use netsteer_tune::tune::journal::{self, Record};
-use netsteer_tune::tune::verify::verify;
-use netsteer_tune::tune::{HostBackend, Plan};
+use netsteer_steering::doctor::{Goal, Load, Severity, diagnose};
+use netsteer_steering::tune::journal::{self, Record};
+use netsteer_steering::tune::verify::verify;
+use netsteer_steering::tune::{HostBackend, Plan};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -770,28 +770,32 @@ impl Default for Families {
                 "When the doctor last evaluated the host (at each scrape).",
             ),
             tune_applied: f(
-                "netsteer_tune_plan_applied",
+                "netsteer_steering_plan_applied",
                 Gauge,
                 "1 when a tune plan is applied (and not rolled back), else 0.",
             ),
             tune_items: f(
-                "netsteer_tune_items",
+                "netsteer_steering_items",
                 Gauge,
                 "Items of the applied plan that tune verify checks.",
             ),
             tune_drift: f(
-                "netsteer_tune_drift_items",
+                "netsteer_steering_drift_items",
                 Gauge,
                 "Items of the applied plan that no longer hold (tune verify).",
             ),
-            tune_info: f("netsteer_tune_plan", Info, "The applied plan's profile."),
+            tune_info: f(
+                "netsteer_steering_plan",
+                Info,
+                "The applied plan's profile.",
+            ),
             tune_last_apply: f(
-                "netsteer_tune_last_apply_timestamp_seconds",
+                "netsteer_steering_last_apply_timestamp_seconds",
                 Gauge,
                 "When the newest successful tune apply started.",
             ),
             tune_rollbacks: f(
-                "netsteer_tune_rolled_back_journals",
+                "netsteer_steering_rolled_back_journals",
                 Gauge,
                 "Journals in the state directory that were rolled back.",
             ),

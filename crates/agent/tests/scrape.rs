@@ -3,7 +3,7 @@
 
 use netsteer_agent::{Agent, AgentOptions, Family, NicSource, Rates, encode, series_bound};
 use netsteer_host::HostFs;
-use netsteer_tune::doctor::Goal;
+use netsteer_steering::doctor::Goal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -202,12 +202,12 @@ fn tune_state_is_exported_from_the_state_directory() {
     let a = agent(&root, Rates::SinceBoot, Some(tmp.path().to_path_buf()));
     let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
     assert_eq!(
-        family(&fams, "netsteer_tune_plan_applied").samples[0].value,
+        family(&fams, "netsteer_steering_plan_applied").samples[0].value,
         0.0
     );
     // A corrupt applied plan is a failed tune collector, not a crash or a fake "0 drift".
     std::fs::write(
-        netsteer_tune::tune::journal::applied_plan_path(tmp.path()),
+        netsteer_steering::tune::journal::applied_plan_path(tmp.path()),
         "{not json",
     )
     .unwrap();
@@ -222,7 +222,7 @@ fn tune_state_is_exported_from_the_state_directory() {
     assert!(
         !fams
             .iter()
-            .any(|f| f.name == "netsteer_tune_drift_items" && !f.samples.is_empty())
+            .any(|f| f.name == "netsteer_steering_drift_items" && !f.samples.is_empty())
     );
 }
 

@@ -8,7 +8,7 @@ use crate::Host;
 use anyhow::{Context, Result};
 use clap::Args;
 use netsteer_agent::{Agent, AgentOptions, NicSource, Rates};
-use netsteer_tune::doctor::Goal;
+use netsteer_steering::doctor::Goal;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};

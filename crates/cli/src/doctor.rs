@@ -6,8 +6,8 @@ use netsteer_host::HostFs;
 use netsteer_host::process::read_process;
 use netsteer_host::read_host;
 use netsteer_host::sample::{CounterSample, parse_uptime, read_net_counters, read_sample};
-use netsteer_tune::doctor::fleet::{FleetHost, FleetReport, host_names};
-use netsteer_tune::doctor::{Goal, Load, LoadSource, RULES, Report, Severity, diagnose};
+use netsteer_steering::doctor::fleet::{FleetHost, FleetReport, host_names};
+use netsteer_steering::doctor::{Goal, Load, LoadSource, RULES, Report, Severity, diagnose};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -241,7 +241,7 @@ pub fn render_fleet(f: &FleetReport) -> String {
 fn diagnose_host(
     host: &Host,
     args: &DoctorArgs,
-    app: Option<&netsteer_tune::doctor::App>,
+    app: Option<&netsteer_steering::doctor::App>,
 ) -> Result<(Report, Vec<String>)> {
     let settings = host.nic_settings_source();
     let view = read_host(&host.fs, (!args.no_ethtool).then_some(&*settings));

@@ -1,4 +1,4 @@
-//! `netsteer tune`: flags and rendering; the work is in `netsteer_tune::tune`.
+//! `netsteer tune`: flags and rendering; the work is in `netsteer_steering::tune`.
 
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
@@ -6,9 +6,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use netsteer_bench::clock::MonotonicClock;
 use netsteer_bench::experiment::{BoxError, Metric};
 use netsteer_host::CpuSet;
-use netsteer_tune::tune::persist::{self, Invocation};
-use netsteer_tune::tune::verify::VerifyReport;
-use netsteer_tune::tune::{
+use netsteer_steering::tune::persist::{self, Invocation};
+use netsteer_steering::tune::verify::VerifyReport;
+use netsteer_steering::tune::{
     Action, ApplyOptions, ApplyReport, Check, IrqbalancePolicy, Knob, NapiMode, Plan, PlanOptions,
     Profile, RollbackReport, Side, Tuner, Verified,
 };
@@ -335,7 +335,7 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
 
 /// The saved plan of `--plan FILE`, made this host's (IRQs found by name, devices checked).
 fn saved_plan(t: &Tuner, file: &Path) -> Result<Plan> {
-    use netsteer_tune::tune::saved;
+    use netsteer_steering::tune::saved;
     let text =
         std::fs::read_to_string(file).with_context(|| format!("--plan {}", file.display()))?;
     let p = saved::parse(&text).with_context(|| format!("--plan {}", file.display()))?;

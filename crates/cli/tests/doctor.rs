@@ -1,7 +1,7 @@
 //! `netsteer --root <fixture> doctor --json` end to end: the JSON reads back into the library's
 //! `Report`, the seed scenarios yield their findings, and the exit code follows the severities.
 
-use netsteer_tune::doctor::{LoadSource, Report, Severity};
+use netsteer_steering::doctor::{LoadSource, Report, Severity};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -196,8 +196,8 @@ fn doctor_fix_steps_are_the_writes_of_the_tune_it_recommends() {
             "--json",
         ]);
         assert_eq!(out.status.code(), Some(0));
-        let plan: netsteer_tune::tune::Plan = serde_json::from_slice(&out.stdout).unwrap();
-        use netsteer_tune::tune::{Action, ItemKind};
+        let plan: netsteer_steering::tune::Plan = serde_json::from_slice(&out.stdout).unwrap();
+        use netsteer_steering::tune::{Action, ItemKind};
         let irq48 = plan.items.iter().find(|i| i.id == "irq/48").unwrap();
         assert_eq!(irq48.action, Action::Keep, "the rx IRQ stays on CPU 9");
         let writes: Vec<String> = plan
@@ -231,7 +231,7 @@ fn doctor_fix_steps_are_the_writes_of_the_tune_it_recommends() {
 /// that cannot be read is named in the table and makes the exit code 2.
 #[test]
 fn a_fleet_of_trees_gives_one_table_of_hosts_and_findings() {
-    use netsteer_tune::doctor::fleet::FleetReport;
+    use netsteer_steering::doctor::fleet::FleetReport;
     let all = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts");
     let out = netsteer(&["--root", all.to_str().unwrap(), "doctor", "--json"]);
     assert_eq!(

@@ -10,7 +10,7 @@ mod common;
 
 use common::{Netns, Pair, is_root};
 use netsteer_lab::pair::{CLIENT_ADDR as A_ADDR, SERVER_ADDR as B_ADDR};
-use netsteer_tune::doctor::{LoadSource, Report};
+use netsteer_steering::doctor::{LoadSource, Report};
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -127,7 +127,7 @@ fn doctor_names_the_hot_receiving_cpu_and_rps_clears_it() {
         }
     }
     // softirq-hot-cpu fires only while the other CPUs have room (its contract, tested on
-    // fixtures in crates/tune/tests/rules.rs). CI may run this beside a busy CPU 1, so it is
+    // fixtures in crates/steering/tests/rules.rs). CI may run this beside a busy CPU 1, so it is
     // asserted when CPU 1 was mostly idle during doctor's sample, and otherwise must not name
     // any CPU but 0.
     let cpu1_idle = (idle1 - idle0) as f64 / (2.0 * ticks_per_second());

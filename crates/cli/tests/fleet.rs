@@ -189,7 +189,7 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
     );
     let plan_path = dir.path().join("plan.json");
     std::fs::write(&plan_path, &plan.stdout).unwrap();
-    let reviewed: netsteer_tune::tune::Plan = serde_json::from_slice(&plan.stdout).unwrap();
+    let reviewed: netsteer_steering::tune::Plan = serde_json::from_slice(&plan.stdout).unwrap();
     assert!(
         reviewed.changes().count() > 0,
         "the plan changes nothing: {reviewed:?}"
@@ -238,7 +238,7 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
             );
             std::thread::sleep(Duration::from_millis(250));
         }
-        prom.wait_for("netsteer_tune_plan_applied == 0");
+        prom.wait_for("netsteer_steering_plan_applied == 0");
     });
 
     // The inventory: each host a namespace reached through `ip netns exec` (ansible runs in
@@ -274,7 +274,7 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
     };
 
     // 1. h2 regresses as soon as its plan lands.
-    let applied_h2 = netsteer_tune::tune::journal::applied_plan_path(&state_dir(1));
+    let applied_h2 = netsteer_steering::tune::journal::applied_plan_path(&state_dir(1));
     let stop = Arc::new(AtomicBool::new(false));
     let h2_path = hosts[1].path();
     let watcher = {
@@ -305,14 +305,14 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
             "h{} not rolled back byte for byte:\n{log}",
             i + 1
         );
-        let journals = netsteer_tune::tune::journal::list(&state_dir(i)).unwrap();
+        let journals = netsteer_steering::tune::journal::list(&state_dir(i)).unwrap();
         assert_eq!(journals.len(), 1, "h{}: {journals:?}", i + 1);
-        let records = netsteer_tune::tune::journal::read(&journals[0]).unwrap();
-        assert!(netsteer_tune::tune::journal::rolled_back(&records));
+        let records = netsteer_steering::tune::journal::read(&journals[0]).unwrap();
+        assert!(netsteer_steering::tune::journal::rolled_back(&records));
     }
     assert_eq!(state(&hosts[2]), before[2], "h3 was touched:\n{log}");
     assert!(
-        netsteer_tune::tune::journal::list(&state_dir(2))
+        netsteer_steering::tune::journal::list(&state_dir(2))
             .unwrap()
             .is_empty(),
         "h3 has a journal:\n{log}"
@@ -340,8 +340,8 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
     in_netns(&mon_path, || {
         let start = Instant::now();
         loop {
-            let applied = prom.vector("netsteer_tune_plan_applied == 1").len();
-            let clean = prom.vector("netsteer_tune_drift_items == 0").len();
+            let applied = prom.vector("netsteer_steering_plan_applied == 1").len();
+            let clean = prom.vector("netsteer_steering_drift_items == 0").len();
             if applied == HOSTS && clean == HOSTS {
                 break;
             }

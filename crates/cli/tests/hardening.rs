@@ -317,7 +317,7 @@ fn plan_says_why_queue_items_are_skipped() {
         &["tune", "plan", "--profile", "throughput", "--json"],
     ));
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let plan: netsteer_tune::tune::Plan = serde_json::from_slice(&o.stdout).unwrap();
+    let plan: netsteer_steering::tune::Plan = serde_json::from_slice(&o.stdout).unwrap();
     for id in ["rps/eth0", "xps/eth0"] {
         let item = plan.items.iter().find(|i| i.id == id).unwrap_or_else(|| {
             panic!(
@@ -326,7 +326,7 @@ fn plan_says_why_queue_items_are_skipped() {
             )
         });
         match &item.action {
-            netsteer_tune::tune::Action::Skip(why) => {
+            netsteer_steering::tune::Action::Skip(why) => {
                 assert!(why.contains("queues"), "{why}")
             }
             other => panic!("{id}: {other:?}"),

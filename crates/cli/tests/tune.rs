@@ -6,7 +6,7 @@
 mod common;
 
 use common::scratch;
-use netsteer_tune::tune::{Action, Plan};
+use netsteer_steering::tune::{Action, Plan};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -457,7 +457,7 @@ fn a_saved_plan_file_is_applied_as_reviewed_and_idempotent() {
         args.extend_from_slice(extra);
         let o = netsteer(host.path(), &args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice::<netsteer_tune::tune::ApplyReport>(&o.stdout).unwrap()
+        serde_json::from_slice::<netsteer_steering::tune::ApplyReport>(&o.stdout).unwrap()
     };
     let first = apply(&[]);
     assert_eq!(first.status, "applied");

@@ -13,7 +13,7 @@ mod common;
 
 use common::{Netns, Pair, is_root};
 use netsteer_lab::pair::{CLIENT_ADDR as A_ADDR, SERVER_ADDR as B_ADDR};
-use netsteer_tune::tune::verify::VerifyReport;
+use netsteer_steering::tune::verify::VerifyReport;
 use std::net::UdpSocket;
 use std::process::{Command, Output};
 use std::sync::Arc;

@@ -13,8 +13,8 @@ mod common;
 use common::is_root;
 use netsteer_lab::vm::ladder::RungRun;
 use netsteer_lab::vm::{Guest, VM_B_ADDR, VmPair, VmPairSpec};
-use netsteer_tune::doctor::Report;
-use netsteer_tune::tune::ApplyReport;
+use netsteer_steering::doctor::Report;
+use netsteer_steering::tune::ApplyReport;
 use std::process::Command;
 use std::time::Duration;
 

@@ -67,7 +67,6 @@ pub fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,7 +79,15 @@ mod tests {
         assert_eq!(shell_quote(""), "''");
         assert_eq!(shell_quote("$HOME;rm"), "'$HOME;rm'");
         // What a POSIX shell makes of the quoted words is the original words.
-        let words = ["a b", "it's", "", "$HOME", "\"q\"", "back\\slash", "new\nline"];
+        let words = [
+            "a b",
+            "it's",
+            "",
+            "$HOME",
+            "\"q\"",
+            "back\\slash",
+            "new\nline",
+        ];
         let line = std::iter::once("printf '%s|'".to_string())
             .chain(words.iter().map(|w| shell_quote(w)))
             .collect::<Vec<_>>()

@@ -15,7 +15,7 @@ use netsteer_bench::experiment::{
 };
 use netsteer_host::HostFs;
 use netsteer_host::parse::parse_softnet_stat;
-use netsteer_tune::tune::{ApplyOptions, PlanOptions, Target, TuneError, Tuner};
+use netsteer_steering::tune::{ApplyOptions, PlanOptions, Target, TuneError, Tuner};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! repository ships `scenarios/*.toml`; a user's own file is loaded by path.
 
 use crate::{LabError, Result};
-use netsteer_tune::tune::{IrqbalancePolicy, Knob, PlanOptions, Profile};
+use netsteer_steering::tune::{IrqbalancePolicy, Knob, PlanOptions, Profile};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

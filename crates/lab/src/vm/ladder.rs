@@ -114,7 +114,7 @@ fn apply(g: &mut Guest, bin: &str, args: &[&str]) -> Result<(String, String)> {
     let mut argv = vec![bin, "tune", "apply", "--state-dir", STATE, "--json"];
     argv.extend_from_slice(args);
     let out = g.host_ok(&argv, T)?;
-    let r: netsteer_tune::tune::ApplyReport = serde_json::from_str(&out)
+    let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out)
         .map_err(|e| LabError::Invalid(format!("guest {}: tune apply output: {e}", g.name)))?;
     let n = |s: &str| r.steps.iter().filter(|x| x.status == s).count();
     let skipped: Vec<String> = r

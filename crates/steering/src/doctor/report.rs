@@ -1,0 +1,128 @@
+//! The whole answer of `netsteer doctor`: findings sorted by severity plus a host summary.
+
+use super::RULES;
+use super::model::{App, Finding, Goal, Load, LoadSource, Severity};
+use crate::model::ctx::Ctx;
+use netsteer_host::view::HostView;
+use serde::{Deserialize, Serialize};
+
+/// Bumped when a field changes meaning or disappears (additions keep it).
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadInfo {
+    pub source: LoadSource,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicSummary {
+    pub name: String,
+    pub kind: String,
+    pub driver: Option<String>,
+    pub numa_node: Option<i64>,
+    pub rx_queues: usize,
+    pub tx_queues: usize,
+    pub queue_irqs: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSummary {
+    pub kernel: Option<String>,
+    /// Online CPUs as a list (`0-15`).
+    pub online_cpus: String,
+    pub numa_nodes: usize,
+    pub isolated_cpus: Option<String>,
+    pub irqbalance_running: Option<bool>,
+    /// Interfaces other than loopback.
+    pub nics: Vec<NicSummary>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub critical: usize,
+    pub warning: usize,
+    pub info: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub goal: Goal,
+    /// Absent when no counters could be read: rules that need rates were skipped.
+    pub load: Option<LoadInfo>,
+    pub host: HostSummary,
+    /// Most severe first.
+    pub findings: Vec<Finding>,
+    pub counts: Counts,
+    /// Files that could not be read, so some rules saw less.
+    pub problems: Vec<String>,
+}
+
+impl Report {
+    /// 1 when any finding is a warning or worse (the CLI exits with it), else 0.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(
+            self.findings
+                .iter()
+                .any(|f| f.severity >= Severity::Warning),
+        )
+    }
+}
+
+fn summarize(view: &HostView) -> HostSummary {
+    HostSummary {
+        kernel: view.kernel.known().cloned(),
+        online_cpus: view.topology.online.to_list(),
+        numa_nodes: view.topology.nodes.len().max(1),
+        isolated_cpus: view
+            .topology
+            .isolated
+            .known()
+            .filter(|s| !s.is_empty())
+            .map(|s| s.to_list()),
+        irqbalance_running: view.irqbalance.known().map(|i| i.running),
+        nics: view
+            .nics
+            .iter()
+            .filter(|n| n.kind != "loopback")
+            .map(|n| NicSummary {
+                name: n.name.clone(),
+                kind: n.kind.clone(),
+                driver: n.driver.known().cloned(),
+                numa_node: n.numa_node.known().copied(),
+                rx_queues: n.rx_queues.len(),
+                tx_queues: n.tx_queues.len(),
+                queue_irqs: n.queue_irqs().count(),
+            })
+            .collect(),
+    }
+}
+
+/// Runs every rule. Pure: the same inputs always give the same report.
+pub fn diagnose(view: &HostView, load: Option<&Load>, goal: Goal, app: Option<&App>) -> Report {
+    let ctx = Ctx::new(view, load, goal, app);
+    let mut findings: Vec<Finding> = RULES.iter().flat_map(|r| (r.check)(&ctx)).collect();
+    // Stable: within a severity, rule order (the order of RULES) is kept.
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    let mut counts = Counts::default();
+    for f in &findings {
+        match f.severity {
+            Severity::Critical => counts.critical += 1,
+            Severity::Warning => counts.warning += 1,
+            Severity::Info => counts.info += 1,
+        }
+    }
+    Report {
+        schema_version: REPORT_SCHEMA_VERSION,
+        goal,
+        load: load.map(|l| LoadInfo {
+            source: l.source,
+            seconds: l.seconds,
+        }),
+        host: summarize(view),
+        findings,
+        counts,
+        problems: view.problems.clone(),
+    }
+}

@@ -1,0 +1,217 @@
+//! Where packets are lost or delayed: the per-CPU backlog, the softirq budget, the NIC ring
+//! and socket buffers.
+
+use crate::doctor::model::{Finding, Fix, Severity, Subjects};
+use crate::model::ctx::{Ctx, capped, pct};
+
+/// Severity of a loss counter: any growth in a live sample is a warning; since boot, an average
+/// of at least one per second is, anything less is history worth knowing.
+fn loss_severity(ctx: &Ctx, per_s: f64) -> Severity {
+    if !ctx.since_boot() || per_s >= 1.0 {
+        Severity::Warning
+    } else {
+        Severity::Info
+    }
+}
+
+pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
+    let Some(load) = ctx.load else {
+        return Vec::new();
+    };
+    let dropping: Vec<_> = load
+        .cpu
+        .cpus
+        .iter()
+        .filter(|c| c.dropped.unwrap_or(0.0) > 0.0)
+        .collect();
+    if dropping.is_empty() {
+        return Vec::new();
+    }
+    let total: f64 = dropping.iter().filter_map(|c| c.dropped).sum();
+    let flow_limited: f64 = load.cpu.cpus.iter().filter_map(|c| c.flow_limit).sum();
+    let backlog = ctx.view.sysctls.netdev_max_backlog.known().copied();
+    let mut evidence = capped(
+        dropping
+            .iter()
+            .map(|c| {
+                format!(
+                    "CPU {}: {} packets dropped",
+                    c.cpu,
+                    ctx.amount(c.dropped.unwrap_or(0.0))
+                )
+            })
+            .collect(),
+        8,
+    );
+    if let Some(b) = backlog {
+        evidence.push(format!("net.core.netdev_max_backlog = {b}"));
+    }
+    let mut steps = Vec::new();
+    let mut summary = "lengthen the per-CPU backlog".to_string();
+    if flow_limited > 0.0 {
+        evidence.push(format!(
+            "{} of them were cut by the flow limit (one flow filling the backlog)",
+            ctx.amount(flow_limited)
+        ));
+        summary = "one flow fills the backlog: the flow limit is protecting the others; spread that flow's work or lengthen the backlog".into();
+    }
+    let next = backlog.map_or(4096, |b| (b * 2).max(4096));
+    steps.push(format!("sysctl -w net.core.netdev_max_backlog={next}"));
+    if dropping.len() == 1 && load.cpu.cpus.len() > 1 {
+        summary += "; the drops are on one CPU, so spread its work first (RPS)";
+    }
+    vec![Finding {
+        id: "backlog-drops".into(),
+        severity: loss_severity(ctx, total),
+        title: format!("packets dropped at the per-CPU backlog ({})", ctx.amount(total)),
+        evidence,
+        why: "Packets queued to a CPU by RPS, RFS or netif_rx() (veth, loopback, non-NAPI drivers) wait in that CPU's backlog; when it holds netdev_max_backlog packets (or one flow exceeds its flow-limit share) new ones are dropped (softnet_stat column 2).".into(),
+        fix: Fix { summary, steps, tune: Some("netsteer tune apply --profile throughput".into()) },
+        subjects: Subjects { cpus: dropping.iter().map(|c| c.cpu).collect(), ..Default::default() },
+    }]
+}
+
+pub fn budget_squeeze(ctx: &Ctx) -> Vec<Finding> {
+    let Some(load) = ctx.load else {
+        return Vec::new();
+    };
+    let ratio = |c: &netsteer_host::sample::CpuRates| {
+        let runs = c.net_rx.unwrap_or(0.0);
+        if runs > 0.0 {
+            c.squeezed.unwrap_or(0.0) * 100.0 / runs
+        } else {
+            100.0
+        }
+    };
+    // An occasional squeeze is normal on a busy host; below 0.1% of the NET_RX runs it is noise.
+    let squeezed: Vec<_> = load
+        .cpu
+        .cpus
+        .iter()
+        .filter(|c| c.squeezed.unwrap_or(0.0) > 0.0 && ratio(c) >= 0.1)
+        .collect();
+    if squeezed.is_empty() {
+        return Vec::new();
+    }
+    let heavy = squeezed
+        .iter()
+        .any(|c| ratio(c) >= 1.0 && c.squeezed.unwrap_or(0.0) >= 1.0);
+    let budget = ctx.view.sysctls.netdev_budget.known().copied();
+    let usecs = ctx.view.sysctls.netdev_budget_usecs.known().copied();
+    let mut evidence = capped(
+        squeezed
+            .iter()
+            .map(|c| {
+                format!(
+                    "CPU {}: {} squeezes ({} of its NET_RX softirq runs)",
+                    c.cpu,
+                    ctx.amount(c.squeezed.unwrap_or(0.0)),
+                    pct(ratio(c))
+                )
+            })
+            .collect(),
+        8,
+    );
+    evidence.push(format!(
+        "net.core.netdev_budget = {}, netdev_budget_usecs = {}",
+        budget.map_or("?".into(), |b| b.to_string()),
+        usecs.map_or("?".into(), |u| u.to_string())
+    ));
+    let mut steps = Vec::new();
+    if let Some(b) = budget {
+        steps.push(format!("sysctl -w net.core.netdev_budget={}", b * 2));
+    }
+    if let Some(u) = usecs {
+        steps.push(format!("sysctl -w net.core.netdev_budget_usecs={}", u * 2));
+    }
+    vec![Finding {
+        id: "budget-squeeze".into(),
+        severity: if heavy { Severity::Warning } else { Severity::Info },
+        title: "NET_RX softirq runs out of budget with packets still waiting".into(),
+        evidence,
+        why: "One net_rx_action may process netdev_budget packets or run netdev_budget_usecs; when it stops with work left it counts a time_squeeze and defers the rest to ksoftirqd, which competes with normal threads, adding latency and risking ring overflows.".into(),
+        fix: Fix {
+            summary: "double the softirq budget (packets and time); if one CPU squeezes, spreading its work helps more".into(),
+            steps,
+            tune: Some("netsteer tune apply --profile throughput".into()),
+        },
+        subjects: Subjects { cpus: squeezed.iter().map(|c| c.cpu).collect(), ..Default::default() },
+    }]
+}
+
+pub fn nic_rx_drops(ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let Some(d) = ctx.device(&nic.name) else {
+            continue;
+        };
+        let lost = d.rx_drop + d.rx_fifo;
+        if lost <= 0.0 {
+            continue;
+        }
+        let mut evidence = vec![format!(
+            "{}: {} packets dropped and {} ring overruns (of {} received)",
+            nic.name,
+            ctx.amount(d.rx_drop),
+            ctx.amount(d.rx_fifo),
+            ctx.amount(d.rx_packets)
+        )];
+        let mut steps = Vec::new();
+        if let Some(r) = nic.settings.as_ref().and_then(|s| s.rings.known())
+            && let (Some(rx), Some(max)) = (r.rx, r.rx_max)
+        {
+            evidence.push(format!("rx ring: {rx} descriptors of at most {max}"));
+            if rx < max {
+                steps.push(format!("ethtool -G {} rx {max}", nic.name));
+            }
+        }
+        steps.push(format!(
+            "ethtool -S {} | grep -i -e drop -e miss -e no_buf   # which counter grows",
+            nic.name
+        ));
+        out.push(Finding {
+            id: "nic-rx-drops".into(),
+            severity: loss_severity(ctx, lost),
+            title: format!("{} drops received packets before the stack sees them", nic.name),
+            evidence,
+            why: "The NIC writes packets into a ring of receive descriptors that the queue's NAPI poll refills; when the poll falls behind (a busy or far CPU, a short ring, a small budget) the ring fills and the hardware drops.".into(),
+            fix: Fix {
+                summary: "lengthen the rx ring and make sure the queue's CPU keeps up (spread queues, raise the budget)".into(),
+                steps,
+                tune: Some(super::rps::tune_cmd("throughput", &nic.name)),
+            },
+            subjects: Subjects::device(&nic.name),
+        });
+    }
+    out
+}
+
+pub fn socket_rcvbuf_errors(ctx: &Ctx) -> Vec<Finding> {
+    let Some(load) = ctx.load else {
+        return Vec::new();
+    };
+    let Some(errors) = load.net.udp_rcvbuf_errors.filter(|e| *e > 0.0) else {
+        return Vec::new();
+    };
+    let delivered = load.net.udp_in.unwrap_or(0.0);
+    vec![Finding {
+        id: "socket-rcvbuf-errors".into(),
+        severity: loss_severity(ctx, errors),
+        title: "UDP datagrams dropped because a socket's receive buffer was full".into(),
+        evidence: vec![format!(
+            "Udp RcvbufErrors: {} (InDatagrams {})",
+            ctx.amount(errors),
+            ctx.amount(delivered)
+        )],
+        why: "The kernel delivered the datagram but the application did not read fast enough and the socket's SO_RCVBUF was full; no stack tuning fixes a slow reader, but a bigger buffer absorbs bursts and more readers (SO_REUSEPORT) add capacity.".into(),
+        fix: Fix {
+            summary: "give the socket a bigger buffer and the application more reader threads, on CPUs other than the IRQ CPUs".into(),
+            steps: vec![
+                "sysctl -w net.core.rmem_max=16777216   # then SO_RCVBUF up to it in the application".into(),
+                "nstat -az UdpRcvbufErrors   # confirm it stops growing".into(),
+            ],
+            tune: None,
+        },
+        subjects: Subjects::default(),
+    }]
+}

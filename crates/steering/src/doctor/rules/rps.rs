@@ -1,0 +1,300 @@
+//! Software steering: RPS for devices with fewer queues than CPUs, RFS so that flows follow
+//! their reading thread (Documentation/networking/scaling.rst).
+
+use crate::doctor::model::{Finding, Fix, Severity, Subjects};
+use crate::model::ctx::{Ctx, cpus_text, pct, queue_writes, rate};
+use crate::model::desired::{Action, Item, ItemKind, Profile};
+use crate::model::planner::{IrqbalancePolicy, PlanOptions};
+pub use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
+use netsteer_host::CpuSet;
+use netsteer_host::nic::Nic;
+
+/// Drivers that implement `ndo_rx_flow_steer` (accelerated RFS) in mainline.
+const ARFS_DRIVERS: &[&str] = &[
+    "mlx5_core",
+    "mlx4_en",
+    "mlx4_core",
+    "sfc",
+    "bnxt_en",
+    "ice",
+    "qede",
+    "enic",
+    "hns3",
+];
+
+pub fn tune_cmd(profile: &str, dev: &str) -> String {
+    format!("netsteer tune apply --profile {profile} --dev {dev}")
+}
+
+pub struct RpsPlan {
+    pub cpus: CpuSet,
+    pub steps: Vec<String>,
+}
+
+fn rps_on(nic: &Nic) -> bool {
+    nic.rx_queues
+        .iter()
+        .any(|q| q.rps_cpus.known().is_some_and(|s| !s.is_empty()))
+}
+
+/// The RPS/RFS change `netsteer tune apply --profile throughput --dev NIC` would make, taken
+/// from the planner itself so doctor's steps and tune's writes cannot disagree: RPS over the
+/// NIC's local CPUs without those taking its receive interrupts, RFS sized for the device, and
+/// any IRQ pin the plan makes first (it keeps an IRQ already on an acceptable CPU).
+pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
+    let items = planned(
+        ctx,
+        nic,
+        Profile::Throughput,
+        &[
+            ItemKind::IrqAffinity,
+            ItemKind::Rps,
+            ItemKind::RfsTable,
+            ItemKind::RfsFlowCnt,
+        ],
+    );
+    let cpus = items
+        .iter()
+        .filter(|i| i.kind == ItemKind::Rps)
+        .filter_map(|i| CpuSet::parse_mask(&i.desired).ok())
+        .fold(CpuSet::new(), |acc, s| acc.union(&s));
+    let steps = items
+        .iter()
+        .filter(|i| i.action == Action::Change)
+        .filter_map(|i| i.shell_command())
+        .collect();
+    RpsPlan { cpus, steps }
+}
+
+/// The items of `kinds` in the plan `tune` makes for this one NIC (all actions, in plan
+/// order); none when the planner refuses.
+pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Vec<Item> {
+    let opts = PlanOptions {
+        profile,
+        devices: vec![nic.name.clone()],
+        cpus: None,
+        irqbalance: IrqbalancePolicy::Leave,
+        reserve_queue: None,
+        ports: Vec::new(),
+        live: false,
+        knobs: Vec::new(),
+        napi: None,
+    };
+    match crate::model::planner::plan(ctx.view, &opts) {
+        Ok(p) => p
+            .items
+            .into_iter()
+            .filter(|i| kinds.contains(&i.kind))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// RFS for a device whose RPS (or RSS) is already set: the global table and each queue's share.
+fn rfs_steps(ctx: &Ctx, nic: &Nic) -> Vec<String> {
+    let mut steps = Vec::new();
+    let entries = ctx.view.sysctls.rps_sock_flow_entries.known().copied();
+    if entries.is_none_or(|e| e < RFS_ENTRIES as i64) {
+        steps.push(format!(
+            "sysctl -w net.core.rps_sock_flow_entries={RFS_ENTRIES}"
+        ));
+    }
+    let per_queue = flow_cnt_per_queue(RFS_ENTRIES, nic.rx_queues.len());
+    let values: Vec<(u32, String)> = nic
+        .rx_queues
+        .iter()
+        .filter(|q| q.rps_flow_cnt.known().is_none_or(|c| *c < per_queue))
+        .map(|q| (q.index, per_queue.to_string()))
+        .collect();
+    steps.extend(queue_writes(nic, "rx", "rps_flow_cnt", &values));
+    steps
+}
+
+pub fn single_queue_no_rps(ctx: &Ctx) -> Vec<Finding> {
+    if ctx.usable.len() < 2 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        if nic.rx_queues.len() != 1 {
+            continue;
+        }
+        let q = &nic.rx_queues[0];
+        let Some(rps) = q.rps_cpus.known() else {
+            continue;
+        };
+        if !rps.is_empty() {
+            continue;
+        }
+        let plan = rps_plan(ctx, nic);
+        let mut evidence = vec![format!(
+            "{} has 1 receive queue and rx-0/rps_cpus = {} (RPS off); {} CPUs can take kernel work",
+            nic.name,
+            ctx.mask(rps),
+            ctx.usable.len()
+        )];
+        let mut subjects = Subjects {
+            devices: vec![nic.name.clone()],
+            queues: vec![format!("{}/rx-0", nic.name)],
+            ..Default::default()
+        };
+        let mut busiest = 0.0f64;
+        for i in ctx.rx_irqs(nic) {
+            let cpus = ctx.irq_cpus(i);
+            let load: Vec<String> = cpus
+                .iter()
+                .filter_map(|c| ctx.cpu(c))
+                .map(|c| {
+                    busiest = busiest.max(c.soft + c.irq);
+                    format!("CPU {} at {} softirq + irq", c.cpu, pct(c.soft + c.irq))
+                })
+                .collect();
+            evidence.push(format!(
+                "IRQ {} ({}) is delivered to {}{}",
+                i.irq,
+                i.name,
+                cpus_text(&cpus),
+                if load.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", load.join(", "))
+                }
+            ));
+            subjects.irqs.push(i.irq);
+            subjects.cpus.extend(cpus.iter());
+        }
+        let rx = ctx.device(&nic.name).map(|d| d.rx_packets);
+        if let Some(rx) = rx {
+            evidence.push(format!(
+                "{} received {} packets{}",
+                nic.name,
+                rate(rx),
+                ctx.rate_unit()
+            ));
+        }
+        let loaded = busiest >= 10.0 || rx.is_some_and(|r| r >= 10_000.0);
+        let channels = nic
+            .settings
+            .as_ref()
+            .and_then(|s| s.channels.known())
+            .and_then(|c| c.combined_max.or(c.rx_max));
+        let more_queues = match channels {
+            Some(max) if max > 1 => Some(format!(
+                "ethtool -L {} combined {}   # the device offers up to {max} queues: RSS in hardware beats RPS",
+                nic.name,
+                max.min(ctx.usable.len() as u32)
+            )),
+            _ => None,
+        };
+        let mut steps = Vec::new();
+        steps.extend(more_queues);
+        steps.extend(plan.steps);
+        out.push(Finding {
+            id: "single-queue-no-rps".into(),
+            severity: if loaded { Severity::Warning } else { Severity::Info },
+            title: format!(
+                "{} has a single receive queue and RPS is off: one CPU does all its receive work",
+                nic.name
+            ),
+            evidence,
+            why: if loaded {
+                "Without RSS queues or RPS, every packet of this device is processed by the one CPU that takes its interrupt; RPS hashes flows to other CPUs in software (scaling.rst), which is how seed 003's 16-vCPU guest got past one CPU at 100% softirq.".into()
+            } else {
+                "At the load seen the interrupt CPU copes, but it is the ceiling: every packet of this device is processed by that one CPU. RPS would share the protocol work with the other CPUs when traffic grows.".into()
+            },
+            fix: Fix {
+                summary: format!(
+                    "set RPS on {}/rx-0 to {} (its local CPUs without the interrupt CPU) and size RFS ({} entries, {} per queue)",
+                    nic.name,
+                    cpus_text(&plan.cpus),
+                    RFS_ENTRIES,
+                    flow_cnt_per_queue(RFS_ENTRIES, 1)
+                ),
+                steps,
+                tune: Some(tune_cmd("throughput", &nic.name)),
+            },
+            subjects,
+        });
+    }
+    out
+}
+
+pub fn rfs_off(ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let entries = ctx.view.sysctls.rps_sock_flow_entries.known().copied();
+    for nic in ctx.traffic_nics() {
+        let rps = rps_on(nic);
+        let multi = nic.rx_queues.len() >= 2;
+        if !rps && !multi {
+            continue;
+        }
+        let queues_off: Vec<u32> = nic
+            .rx_queues
+            .iter()
+            .filter(|q| q.rps_flow_cnt.known() == Some(&0))
+            .map(|q| q.index)
+            .collect();
+        let table_off = entries == Some(0);
+        if !table_off && queues_off.is_empty() {
+            continue;
+        }
+        let features = nic.settings.as_ref().and_then(|s| s.features.known());
+        let ntuple = features.and_then(|f| f.get("ntuple-filters"));
+        let driver = nic.driver.known().map(String::as_str).unwrap_or("");
+        let arfs_possible =
+            ARFS_DRIVERS.contains(&driver) && ntuple.is_some_and(|f| f.changeable && !f.active);
+        // Software RFS adds a cross-CPU hop; seed 000 measured +2 µs on a latency test. For a
+        // latency goal on a multi-queue NIC only the hardware variant is worth proposing.
+        if ctx.goal == crate::doctor::Goal::Latency && !rps && !arfs_possible {
+            continue;
+        }
+        let mut evidence = Vec::new();
+        if table_off {
+            evidence
+                .push("net.core.rps_sock_flow_entries = 0 (the global RFS table is off)".into());
+        }
+        if !queues_off.is_empty() {
+            evidence.push(format!(
+                "{}: rps_flow_cnt = 0 on {} of {} receive queues",
+                nic.name,
+                queues_off.len(),
+                nic.rx_queues.len()
+            ));
+        }
+        evidence.push(if rps {
+            format!("{}: RPS is on, so flows are hashed to CPUs without regard to where their readers run", nic.name)
+        } else {
+            format!("{}: {} hardware queues; each flow is processed on its queue's CPU, not its reader's", nic.name, nic.rx_queues.len())
+        });
+        let mut steps = rfs_steps(ctx, nic);
+        if arfs_possible {
+            evidence.push(format!(
+                "{} ({driver}) supports accelerated RFS but ntuple-filters is off",
+                nic.name
+            ));
+            steps.push(format!("ethtool -K {} ntuple on", nic.name));
+        }
+        out.push(Finding {
+            id: "rfs-off".into(),
+            severity: if rps { Severity::Warning } else { Severity::Info },
+            title: format!("{}: RFS is off, so packets are not processed on the CPU of the thread that reads them", nic.name),
+            evidence,
+            why: "RFS records the CPU where each flow's socket was last read and steers the flow's packets there (aRFS programs the NIC to do it), keeping the socket's data in that CPU's cache; without it RPS/RSS choose a CPU by hash alone.".into(),
+            fix: Fix {
+                summary: format!(
+                    "enable RFS: {RFS_ENTRIES} socket flow entries and {} per receive queue{}",
+                    flow_cnt_per_queue(RFS_ENTRIES, nic.rx_queues.len()),
+                    if arfs_possible { ", plus ntuple for aRFS" } else { "" }
+                ),
+                steps,
+                tune: Some(tune_cmd("throughput", &nic.name)),
+            },
+            subjects: Subjects {
+                devices: vec![nic.name.clone()],
+                queues: queues_off.iter().map(|q| format!("{}/rx-{q}", nic.name)).collect(),
+                ..Default::default()
+            },
+        });
+    }
+    out
+}

@@ -1,0 +1,451 @@
+//! Where a NIC's queue interrupts land: spread over CPUs, on the NIC's NUMA node, off HT
+//! siblings of each other, movable at all, and not fought over with irqbalance.
+
+use super::rps::tune_cmd;
+use crate::doctor::model::{Finding, Fix, Severity, Subjects};
+use crate::model::ctx::{Ctx, capped, cpus_text, rate};
+use crate::model::desired::{Action, ItemKind, Profile};
+use netsteer_host::CpuSet;
+use netsteer_host::irqname::IrqRole;
+use netsteer_host::nic::{Nic, NicIrq};
+use std::collections::BTreeSet;
+
+/// Queue index of a packet-carrying IRQ (all-queue vectors count as queue 0).
+fn queue_of(role: IrqRole) -> Option<u32> {
+    match role {
+        IrqRole::Rx(q) | IrqRole::Tx(q) | IrqRole::RxTx(q) => Some(q),
+        IrqRole::AllQueues => Some(0),
+        IrqRole::Control | IrqRole::Other => None,
+    }
+}
+
+fn movable(irq: &NicIrq) -> bool {
+    irq.affinity.settable.known() != Some(&false)
+}
+
+/// One CPU per queue in [`Ctx::spread_order`]; rx-N and tx-N of split vectors go together.
+pub fn irq_assignment(ctx: &Ctx, nic: &Nic) -> Vec<(u32, u32)> {
+    let order = ctx.spread_order(nic);
+    if order.is_empty() {
+        return Vec::new();
+    }
+    nic.queue_irqs()
+        .filter(|i| movable(i))
+        .filter_map(|i| Some((i.irq, order[queue_of(i.role)? as usize % order.len()])))
+        .collect()
+}
+
+/// The IRQ pins `netsteer tune apply --profile throughput --dev NIC` would write, from the
+/// planner itself (one CPU per queue, IRQs already well placed left alone).
+pub fn irq_spread_steps(ctx: &Ctx, nic: &Nic) -> Vec<String> {
+    super::rps::planned(ctx, nic, Profile::Throughput, &[ItemKind::IrqAffinity])
+        .iter()
+        .filter(|i| i.action == Action::Change)
+        .filter_map(|i| i.shell_command())
+        .collect()
+}
+
+fn rx_queue_count(nic: &Nic) -> usize {
+    nic.queue_irqs()
+        .filter(|i| matches!(i.role, IrqRole::Rx(_) | IrqRole::RxTx(_)))
+        .filter_map(|i| queue_of(i.role))
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let irqs = ctx.rx_irqs(nic);
+        let queues = rx_queue_count(nic);
+        if queues < 2 {
+            continue;
+        }
+        let used = irqs
+            .iter()
+            .fold(CpuSet::new(), |acc, i| acc.union(&ctx.irq_cpus(i)));
+        let room = queues.min(ctx.usable.len());
+        if used.is_empty() || used.len() * 2 > room {
+            continue;
+        }
+        let mut evidence = vec![format!(
+            "{}: {} receive queue IRQs are delivered to only {} ({} usable CPUs)",
+            nic.name,
+            irqs.len(),
+            cpus_text(&used),
+            ctx.usable.len()
+        )];
+        for cpu in used.iter().take(8) {
+            let here: Vec<String> = irqs
+                .iter()
+                .filter(|i| ctx.irq_cpus(i).contains(cpu))
+                .map(|i| format!("{} ({})", i.irq, i.role))
+                .collect();
+            evidence.push(format!("CPU {cpu} takes IRQs {}", here.join(", ")));
+        }
+        out.push(Finding {
+            id: "irqs-not-spread".into(),
+            severity: Severity::Warning,
+            title: format!(
+                "{}: {} queues but their interrupts land on {}",
+                nic.name,
+                queues,
+                cpus_text(&used)
+            ),
+            evidence,
+            why: "RSS spreads flows over queues, but each queue's packets are processed on the CPU that takes its interrupt; queues stacked on a few CPUs give those CPUs all the work and leave the hardware parallelism unused.".into(),
+            fix: Fix {
+                summary: format!("give each queue of {} its own CPU on the NIC's node", nic.name),
+                steps: irq_spread_steps(ctx, nic),
+                tune: Some(tune_cmd("throughput", &nic.name)),
+            },
+            subjects: Subjects {
+                cpus: used.iter().collect(),
+                irqs: irqs.iter().map(|i| i.irq).collect(),
+                devices: vec![nic.name.clone()],
+                ..Default::default()
+            },
+        });
+    }
+    out
+}
+
+/// Queue IRQs of a multi-node host delivered only to CPUs of another node than the NIC's.
+pub fn remote_irqs<'n>(ctx: &Ctx, nic: &'n Nic) -> Vec<(&'n NicIrq, CpuSet)> {
+    let Some(node) = ctx.nic_node(nic) else {
+        return Vec::new();
+    };
+    let Some(local) = ctx.view.topology.node_cpus(node) else {
+        return Vec::new();
+    };
+    nic.queue_irqs()
+        .map(|i| (i, ctx.irq_cpus(i)))
+        .filter(|(_, cpus)| !cpus.is_empty() && cpus.intersection(local).is_empty())
+        .collect()
+}
+
+fn node_of(ctx: &Ctx, cpu: u32) -> String {
+    ctx.view
+        .topology
+        .cpu(cpu)
+        .and_then(|c| c.node)
+        .map_or("?".into(), |n| n.to_string())
+}
+
+pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let remote = remote_irqs(ctx, nic);
+        if remote.is_empty() {
+            continue;
+        }
+        let node = ctx.nic_node(nic).unwrap_or(0);
+        let local = ctx.local_cpus(nic);
+        let queues = nic
+            .queue_irqs()
+            .filter_map(|i| queue_of(i.role))
+            .collect::<BTreeSet<_>>();
+        let overflow = local.len() < queues.len();
+        // Move each remote IRQ to a local CPU that no other queue IRQ of this NIC uses.
+        let taken: CpuSet = nic
+            .queue_irqs()
+            .map(|i| ctx.irq_cpus(i))
+            .fold(CpuSet::new(), |a, s| a.union(&s.intersection(&local)));
+        let mut free = ctx
+            .spread_order(nic)
+            .into_iter()
+            .filter(|c| !taken.contains(*c));
+        let mut steps = Vec::new();
+        let mut evidence = vec![format!(
+            "{} is attached to NUMA node {node} (CPUs {})",
+            nic.name,
+            local.to_list()
+        )];
+        let mut subjects = Subjects::device(&nic.name);
+        for (irq, cpus) in &remote {
+            let nodes: BTreeSet<String> = cpus.iter().map(|c| node_of(ctx, c)).collect();
+            let rate_text = ctx
+                .irq_rate(irq.irq)
+                .map(|r| format!(", {} interrupts{}", rate(r), ctx.rate_unit()))
+                .unwrap_or_default();
+            evidence.push(format!(
+                "IRQ {} ({} {}) is delivered to {} on node {}{rate_text}",
+                irq.irq,
+                nic.name,
+                irq.role,
+                cpus_text(cpus),
+                nodes.into_iter().collect::<Vec<_>>().join(",")
+            ));
+            subjects.irqs.push(irq.irq);
+            subjects.cpus.extend(cpus.iter());
+            subjects.queues.push(format!("{}/{}", nic.name, irq.role));
+            if let Some(cpu) = free.next() {
+                steps.push(format!(
+                    "echo {cpu} > /proc/irq/{}/smp_affinity_list",
+                    irq.irq
+                ));
+            }
+        }
+        let mut evidence = capped(evidence, 9);
+        if overflow {
+            evidence.push(format!(
+                "{} has {} queues for {} local CPUs, so some queues must use the other node",
+                nic.name,
+                queues.len(),
+                local.len()
+            ));
+        }
+        if steps.len() < remote.len() {
+            steps.push(format!(
+                "ethtool -L {} combined {}   # as many queues as local CPUs",
+                nic.name,
+                local.len()
+            ));
+        }
+        out.push(Finding {
+            id: "irq-remote-numa".into(),
+            severity: if overflow { Severity::Info } else { Severity::Warning },
+            title: format!(
+                "{}: {} queue IRQs run on CPUs of another NUMA node than the NIC (node {node})",
+                nic.name,
+                remote.len()
+            ),
+            evidence,
+            why: "The NIC DMAs packets into memory of its own node; a CPU of another node reads every packet and descriptor across the interconnect, which costs about 2 µs per packet in seed 000's measurements and memory bandwidth on both nodes.".into(),
+            fix: Fix {
+                summary: format!("move these IRQs to free CPUs of node {node}, or stop RSS from using their queues"),
+                steps,
+                tune: Some(tune_cmd("balanced", &nic.name)),
+            },
+            subjects,
+        });
+    }
+    out
+}
+
+pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let rates: Vec<(&NicIrq, f64, u32)> = ctx
+            .rx_irqs(nic)
+            .into_iter()
+            .filter_map(|i| {
+                let cpus = ctx.irq_cpus(i);
+                (cpus.len() == 1).then_some(())?;
+                Some((i, ctx.irq_rate(i.irq)?, cpus.lowest()?))
+            })
+            .collect();
+        let max = rates.iter().map(|r| r.1).fold(0.0, f64::max);
+        let busy: Vec<&(&NicIrq, f64, u32)> = rates
+            .iter()
+            // Since boot, averages are low on any host; only relative load tells busy queues.
+            .filter(|r| {
+                r.1 > 0.0 && r.1 >= (max * 0.1).max(if ctx.since_boot() { 0.0 } else { 100.0 })
+            })
+            .collect();
+        let used: CpuSet = rates.iter().map(|r| r.2).collect();
+        let mut pairs = Vec::new();
+        for (n, a) in busy.iter().enumerate() {
+            for b in &busy[n + 1..] {
+                if a.2 != b.2 && ctx.siblings(a.2).contains(b.2) {
+                    pairs.push((*a, *b));
+                }
+            }
+        }
+        if pairs.is_empty() {
+            continue;
+        }
+        let local = ctx.local_cpus(nic);
+        let mut free_cores: Vec<CpuSet> = Vec::new();
+        for core in local.iter().map(|c| ctx.siblings(c)) {
+            if core.len() >= 2
+                && core.is_subset(&local)
+                && core.intersection(&used).is_empty()
+                && !free_cores.contains(&core)
+            {
+                free_cores.push(core);
+            }
+        }
+        if free_cores.is_empty() {
+            continue;
+        }
+        let mut evidence: Vec<String> = pairs
+            .iter()
+            .map(|(a, b)| {
+                format!(
+                    "IRQ {} ({}, {} interrupts{u}) on CPU {} and IRQ {} ({}, {}{u}) on CPU {} are hyperthreads of one core",
+                    a.0.irq, a.0.role, rate(a.1), a.2, b.0.irq, b.0.role, rate(b.1), b.2,
+                    u = ctx.rate_unit()
+                )
+            })
+            .collect();
+        evidence.push(format!(
+            "{} whole cores take no queue IRQ of {}: {}",
+            free_cores.len(),
+            nic.name,
+            free_cores
+                .iter()
+                .map(CpuSet::to_list)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        let mut free = free_cores.iter().filter_map(|s| s.lowest());
+        let steps: Vec<String> = pairs
+            .iter()
+            .filter_map(|(_, b)| {
+                Some(format!(
+                    "echo {} > /proc/irq/{}/smp_affinity_list",
+                    free.next()?,
+                    b.0.irq
+                ))
+            })
+            .collect();
+        let mut subjects = Subjects::device(&nic.name);
+        for (a, b) in &pairs {
+            subjects.irqs.extend([a.0.irq, b.0.irq]);
+            subjects.cpus.extend([a.2, b.2]);
+        }
+        out.push(Finding {
+            id: "irq-ht-siblings".into(),
+            severity: Severity::Warning,
+            title: format!("{}: busy queues share a physical core while whole cores are free", nic.name),
+            evidence,
+            why: "Hyperthreads of one core share its execution units and L1/L2 caches, so two busy queues on siblings get roughly one core's worth of softirq capacity; on separate cores each gets a full core.".into(),
+            fix: Fix {
+                summary: "move one IRQ of each pair to a core no queue uses (HT siblings are the last choice)".into(),
+                steps,
+                tune: Some(tune_cmd("throughput", &nic.name)),
+            },
+            subjects,
+        });
+    }
+    out
+}
+
+pub fn managed_irq(ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let managed: Vec<&NicIrq> = nic.queue_irqs().filter(|i| !movable(i)).collect();
+        if managed.is_empty() {
+            continue;
+        }
+        let evidence = capped(
+            managed
+                .iter()
+                .map(|i| {
+                    format!(
+                        "IRQ {} ({} {}): smp_affinity is read-only; delivered to {}",
+                        i.irq,
+                        nic.name,
+                        i.role,
+                        cpus_text(&ctx.irq_cpus(i))
+                    )
+                })
+                .collect(),
+            8,
+        );
+        out.push(Finding {
+            id: "managed-irq".into(),
+            severity: Severity::Info,
+            title: format!("{}: {} queue IRQs are kernel-managed and cannot be moved", nic.name, managed.len()),
+            evidence,
+            why: "The driver allocated these vectors with PCI_IRQ_AFFINITY, so the kernel spread them over the CPUs itself and refuses any change (kernel/irq/proc.c: EIO before 6.12, EPERM and mode 0444 since); irqbalance and netsteer leave them alone.".into(),
+            fix: Fix {
+                summary: "nothing to write: to change their placement change the queue count, or keep them off CPUs with isolcpus=managed_irq,<cpus> at boot".into(),
+                steps: vec![format!("ethtool -l {}   # queue count decides the kernel's spreading", nic.name)],
+                tune: None,
+            },
+            subjects: Subjects {
+                irqs: managed.iter().map(|i| i.irq).collect(),
+                devices: vec![nic.name.clone()],
+                ..Default::default()
+            },
+        });
+    }
+    out
+}
+
+/// Drivers of paravirtual NICs: a guest whose NIC is one of these is a VM.
+const VIRTUAL_NIC_DRIVERS: &[&str] = &[
+    "virtio_net",
+    "vmxnet3",
+    "hv_netvsc",
+    "xen-netfront",
+    "ena",
+    "gve",
+];
+
+pub fn irqbalance_conflict(ctx: &Ctx) -> Vec<Finding> {
+    let Some(ib) = ctx.view.irqbalance.known() else {
+        return Vec::new();
+    };
+    if !ib.running {
+        return Vec::new();
+    }
+    let pid = ib.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let irqs: Vec<&NicIrq> = nic.queue_irqs().filter(|i| movable(i)).collect();
+        let singles: Vec<(&NicIrq, u32)> = irqs
+            .iter()
+            .filter_map(|i| {
+                let r = i.affinity.requested.known()?;
+                (r.len() == 1).then(|| (*i, r.lowest().unwrap_or(0)))
+            })
+            .collect();
+        let distinct: BTreeSet<u32> = singles.iter().map(|s| s.1).collect();
+        let pinned = irqs.len() >= 2 && singles.len() == irqs.len() && distinct.len() == irqs.len();
+        let driver = nic.driver.known().map(String::as_str).unwrap_or("");
+        let vm_single = VIRTUAL_NIC_DRIVERS.contains(&driver) && nic.rx_queues.len() == 1;
+        if pinned {
+            let ban: Vec<String> = irqs.iter().map(|i| format!("--banirq={}", i.irq)).collect();
+            out.push(Finding {
+                id: "irqbalance-conflict".into(),
+                severity: Severity::Warning,
+                title: format!("irqbalance is running while {}'s queue IRQs are pinned one per CPU", nic.name),
+                evidence: vec![
+                    format!("irqbalance is running{pid}"),
+                    format!(
+                        "{}: {} queue IRQs each pinned to a single, distinct CPU ({})",
+                        nic.name,
+                        irqs.len(),
+                        singles.iter().take(8).map(|(i, c)| format!("{}→{c}", i.irq)).collect::<Vec<_>>().join(" ")
+                            + if singles.len() > 8 { " …" } else { "" }
+                    ),
+                ],
+                why: "irqbalance does not notice pins made by hand or by a tuning tool; at its next rebalance (every 10 s) it moves any IRQ it has not been told to leave alone, silently undoing the layout.".into(),
+                fix: Fix {
+                    summary: "keep irqbalance off these IRQs (ban them) or stop it".into(),
+                    steps: vec![
+                        format!("echo 'IRQBALANCE_ARGS=\"{}\"' >> /etc/default/irqbalance && systemctl restart irqbalance", ban.join(" ")),
+                        "or: systemctl disable --now irqbalance".into(),
+                    ],
+                    tune: Some(tune_cmd("balanced", &nic.name)),
+                },
+                subjects: Subjects {
+                    irqs: irqs.iter().map(|i| i.irq).collect(),
+                    devices: vec![nic.name.clone()],
+                    ..Default::default()
+                },
+            });
+        } else if vm_single {
+            out.push(Finding {
+                id: "irqbalance-conflict".into(),
+                severity: Severity::Info,
+                title: format!("irqbalance runs in a VM whose {} has one queue: it cannot help", nic.name),
+                evidence: vec![
+                    format!("irqbalance is running{pid}"),
+                    format!("{} ({driver}) has 1 receive queue", nic.name),
+                ],
+                why: "irqbalance moves whole IRQs between CPUs; with one receive queue there is one IRQ to place, so it can only move the bottleneck around (its maintainer advises not running it in VMs). RPS is what spreads a single queue.".into(),
+                fix: Fix {
+                    summary: "stop irqbalance and pin the queue IRQ yourself, then spread with RPS".into(),
+                    steps: vec!["systemctl disable --now irqbalance".into()],
+                    tune: Some(tune_cmd("throughput", &nic.name)),
+                },
+                subjects: Subjects::device(&nic.name),
+            });
+        }
+    }
+    out
+}

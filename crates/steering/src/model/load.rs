@@ -1,0 +1,96 @@
+//! What the doctor's rules and the planner read besides the host: the goal, the load (rates
+//! measured over an interval) and the application's placement.
+
+use netsteer_host::process::ProcessPlacement;
+use netsteer_host::sample::{CounterSample, NetCounters, NetRates, Rates, net_rates, rates};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// What the host is for. Some rules only apply to one goal (interrupt coalescing and pause
+/// frames cost latency but save CPU or drops, so they are findings only for `latency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Goal {
+    /// Round trips first: also flags interrupt coalescing and pause frames.
+    Latency,
+    /// Packets per CPU first.
+    Throughput,
+    /// Spread the work; neither extreme.
+    #[default]
+    Balanced,
+}
+
+impl fmt::Display for Goal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Goal::Latency => "latency",
+            Goal::Throughput => "throughput",
+            Goal::Balanced => "balanced",
+        })
+    }
+}
+
+impl FromStr for Goal {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "latency" => Ok(Goal::Latency),
+            "throughput" => Ok(Goal::Throughput),
+            "balanced" => Ok(Goal::Balanced),
+            other => Err(format!(
+                "{other:?} is not a goal (latency, throughput, balanced)"
+            )),
+        }
+    }
+}
+
+/// Where the rates came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadSource {
+    /// Two live samples `seconds` apart: rates of now.
+    Sampled,
+    /// Counters of one moment divided by the uptime (an offline tree): averages since boot,
+    /// which cannot tell whether a counter is still growing.
+    SinceBoot,
+}
+
+/// The host under load: per-CPU and per-IRQ rates, per-device and UDP rates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Load {
+    pub source: LoadSource,
+    pub seconds: f64,
+    pub cpu: Rates,
+    pub net: NetRates,
+}
+
+impl Load {
+    /// Rates between two live reads `seconds` apart.
+    pub fn sampled(
+        before: (&CounterSample, &NetCounters),
+        after: (&CounterSample, &NetCounters),
+        seconds: f64,
+    ) -> Load {
+        Load {
+            source: LoadSource::Sampled,
+            seconds,
+            cpu: rates(before.0, after.0, seconds, None),
+            net: net_rates(before.1, after.1, seconds),
+        }
+    }
+
+    /// Averages since boot from the counters of one moment (all an offline tree can give).
+    pub fn since_boot(now: &CounterSample, net: &NetCounters, uptime_s: f64) -> Load {
+        Load {
+            source: LoadSource::SinceBoot,
+            seconds: uptime_s,
+            cpu: rates(&now.boot_baseline(), now, uptime_s, None),
+            net: net_rates(&net.boot_baseline(), net, uptime_s),
+        }
+    }
+}
+
+/// The application named with `--pid`.
+pub type App = ProcessPlacement;

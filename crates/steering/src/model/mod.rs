@@ -1,0 +1,7 @@
+//! The steering model shared by the doctor and tune.
+
+pub mod ctx;
+pub mod desired;
+pub mod load;
+pub mod planner;
+pub mod rfs;

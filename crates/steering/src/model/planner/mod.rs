@@ -1,0 +1,480 @@
+//! Profiles → desired state → a plan. Pure: a host view in, items out; nothing is read or
+//! written here, so every decision can be tested on fixture trees.
+
+use crate::model::ctx::Ctx;
+use crate::model::desired::{
+    Action, Format, Item, ItemKind, NapiMode, PLAN_SCHEMA_VERSION, Plan, Profile, Target,
+};
+use crate::model::load::Goal;
+use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
+use netsteer_host::CpuSet;
+use netsteer_host::ethtool::{NicKnob, NicSettings};
+use netsteer_host::field::Field;
+use netsteer_host::irqname::IrqRole;
+use netsteer_host::netdev::NapiAttr;
+use netsteer_host::nic::{Nic, NicIrq};
+use netsteer_host::view::HostView;
+use std::collections::BTreeMap;
+
+/// busy_poll / busy_read for the latency profile: tuned's network-latency value and the one
+/// Documentation/networking/napi.rst uses in its example.
+pub const BUSY_POLL_US: i64 = 50;
+/// netdev_budget for the throughput profile: twice the default 300, so a busy CPU squeezes less.
+pub const THROUGHPUT_BUDGET: i64 = 600;
+/// netdev_max_backlog for the throughput profile (scaling.rst suggests 1000 or 10000 with flow
+/// limits; RPS enqueues to per-CPU backlogs, which this bounds).
+pub const THROUGHPUT_BACKLOG: i64 = 10000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IrqbalancePolicy {
+    /// Leave irqbalance running; IRQ pins are then skipped (it would move them back).
+    #[default]
+    Leave,
+    /// Stop the irqbalance service (rollback starts it again).
+    Stop,
+}
+
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub profile: Profile,
+    /// Interfaces to tune; empty means every physical NIC that is not down.
+    pub devices: Vec<String>,
+    /// Only these CPUs take kernel packet work (IRQs, RPS, XPS).
+    pub cpus: Option<CpuSet>,
+    pub irqbalance: IrqbalancePolicy,
+    /// A queue kept out of the RSS table (seed 000 reserves one for SSH/BGP).
+    pub reserve_queue: Option<u32>,
+    /// Ports meant for the reserved queue; the plan prints the n-tuple rules for them.
+    pub ports: Vec<u16>,
+    /// True on the live host, where services exist; a tree has none to stop.
+    pub live: bool,
+    /// Explicit knobs (`--set PATH=VALUE`), planned after the profile's items; one on the same
+    /// file as a profile item replaces it.
+    pub knobs: Vec<Knob>,
+    /// Per-NAPI settings for every NAPI of the tuned devices (`--napi`); the latency profile
+    /// without it turns hard-IRQ deferral off.
+    pub napi: Option<NapiMode>,
+}
+
+/// One explicit knob: a kernel file and the value to write into it. Only the files netsteer
+/// tunes are accepted — sysctls, per-queue RPS/XPS/RFS files and IRQ affinities — so a typo
+/// cannot turn `tune apply` into a general file writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knob {
+    pub path: String,
+    pub value: String,
+    /// What the file holds now, read by the caller through its `HostFs` (plan stays pure).
+    pub current: Option<String>,
+}
+
+impl Knob {
+    /// Parses `PATH=VALUE`.
+    pub fn parse(s: &str) -> Result<Knob, PlanError> {
+        let bad = |why: &str| PlanError::BadKnob(s.to_string(), why.to_string());
+        let (path, value) = s
+            .split_once('=')
+            .ok_or_else(|| bad("expected PATH=VALUE"))?;
+        let value = value.trim();
+        if value.is_empty() || value.len() > 4096 || value.contains('\n') {
+            return Err(bad("the value must be one line of 1 to 4096 bytes"));
+        }
+        if path.split('/').any(|c| c == ".." || c == ".") || path.contains("//") {
+            return Err(bad("no '.', '..' or '//' in the path"));
+        }
+        if Knob::kind_of(path).is_none() {
+            return Err(bad(
+                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /proc/irq/N/smp_affinity[_list])",
+            ));
+        }
+        Ok(Knob {
+            path: path.to_string(),
+            value: value.to_string(),
+            current: None,
+        })
+    }
+
+    /// The kind and format of the file at `path`, or None if netsteer does not tune it.
+    pub fn kind_of(path: &str) -> Option<(ItemKind, Format)> {
+        let parts: Vec<&str> = path.split('/').collect();
+        match parts.as_slice() {
+            ["", "proc", "sys", "net", rest @ ..] if !rest.is_empty() => {
+                Some((ItemKind::Sysctl, Format::Text))
+            }
+            ["", "proc", "irq", n, "smp_affinity"] if n.parse::<u32>().is_ok() => {
+                Some((ItemKind::IrqAffinity, Format::Mask))
+            }
+            ["", "proc", "irq", n, "smp_affinity_list"] if n.parse::<u32>().is_ok() => {
+                Some((ItemKind::IrqAffinity, Format::List))
+            }
+            ["", "sys", "class", "net", dev, "queues", q, file] if valid_device_name(dev) => {
+                let rx = q
+                    .strip_prefix("rx-")
+                    .is_some_and(|n| n.parse::<u32>().is_ok());
+                let tx = q
+                    .strip_prefix("tx-")
+                    .is_some_and(|n| n.parse::<u32>().is_ok());
+                match *file {
+                    "rps_cpus" if rx => Some((ItemKind::Rps, Format::Mask)),
+                    "rps_flow_cnt" if rx => Some((ItemKind::RfsFlowCnt, Format::Int)),
+                    "xps_cpus" | "xps_rxqs" if tx => Some((ItemKind::Xps, Format::Mask)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "--dev {0:?}: not an interface name (1-15 characters, no '/', no whitespace, not '.' or '..')"
+    )]
+    BadDevice(String),
+    #[error("--dev {0}: no such interface (known: {1})")]
+    NoDevice(String, String),
+    #[error("--cpus {0}: none of these CPUs is online and usable (online: {1})")]
+    NoCpus(String, String),
+    #[error("no interface to tune: no physical NIC is up; name one with --dev")]
+    NothingToTune,
+    #[error("--set {0:?}: {1}")]
+    BadKnob(String, String),
+    #[error(
+        "--profile none plans nothing by itself: give knobs with --set PATH=VALUE or per-NAPI settings with --napi"
+    )]
+    NoKnobs,
+    #[error("{0}: without it no NIC IRQ is known, so IRQ affinity, RPS and XPS cannot be planned")]
+    IrqsUnknown(String),
+}
+
+/// An interface name the kernel could have made (dev_valid_name in net/core/dev.c): the name
+/// becomes a path component under /sys/class/net, so nothing else may pass.
+pub fn valid_device_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains(':')
+        && !name.chars().any(char::is_whitespace)
+}
+
+struct Builder<'a> {
+    ctx: Ctx<'a>,
+    opts: &'a PlanOptions,
+    items: Vec<Item>,
+    notes: Vec<String>,
+}
+
+mod nic;
+mod steering;
+
+fn change_or_keep(current: Option<&str>, desired: &str, format: Format) -> Action {
+    match current {
+        Some(c) if format.same(c, desired) => Action::Keep,
+        _ => Action::Change,
+    }
+}
+
+impl Builder<'_> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push(
+        &mut self,
+        id: String,
+        kind: ItemKind,
+        target: Target,
+        format: Format,
+        current: Option<String>,
+        desired: String,
+        reason: String,
+        skip: Option<String>,
+    ) {
+        let action = match skip {
+            Some(why) => Action::Skip(why),
+            None => change_or_keep(current.as_deref(), &desired, format),
+        };
+        self.items.push(Item {
+            id,
+            kind,
+            target,
+            format,
+            label: None,
+            current,
+            desired,
+            reason,
+            action,
+        });
+    }
+
+    pub(super) fn sysctl(&mut self, name: &str, field: &Field<i64>, desired: i64, reason: String) {
+        let path = format!("/proc/sys/{}", name.replace('.', "/"));
+        let id = format!("sysctl/{name}");
+        if self.items.iter().any(|i| i.id == id) {
+            return;
+        }
+        let (current, skip) = match field {
+            Field::Known(v) => (Some(v.to_string()), None),
+            Field::Unknown { unknown } => (
+                None,
+                Some(format!(
+                    "{unknown} (a global sysctl exists only in the root network namespace)"
+                )),
+            ),
+        };
+        // Raise-only knobs: never lower what an operator already raised.
+        let desired = match current.as_deref().and_then(|c| c.parse::<i64>().ok()) {
+            Some(c) if c > desired => c,
+            _ => desired,
+        };
+        self.push(
+            id,
+            ItemKind::Sysctl,
+            Target::File { path },
+            Format::Int,
+            current,
+            desired.to_string(),
+            reason,
+            skip,
+        );
+    }
+}
+
+/// Every `--dev` must be a valid name of a device the host has.
+fn check_devices(view: &HostView, devices: &[String]) -> Result<(), PlanError> {
+    for d in devices {
+        if !valid_device_name(d) {
+            return Err(PlanError::BadDevice(d.clone()));
+        }
+        if view.nic(d).is_none() {
+            let known: Vec<&str> = view.nics.iter().map(|n| n.name.as_str()).collect();
+            return Err(PlanError::NoDevice(d.clone(), known.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+/// Computes the plan: the desired value of every knob the profile cares about, for the chosen
+/// interfaces, and whether each must change.
+pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    if opts.profile == Profile::None {
+        if opts.knobs.is_empty() && opts.napi.is_none() {
+            return Err(PlanError::NoKnobs);
+        }
+        let mut b = Builder {
+            ctx: Ctx::new(view, None, Goal::Balanced, None),
+            opts,
+            items: Vec::new(),
+            notes: Vec::new(),
+        };
+        if opts.napi.is_some() {
+            // Only the per-NAPI settings, on the devices named (every one when none is).
+            check_devices(view, &opts.devices)?;
+            for nic in view
+                .nics
+                .iter()
+                .filter(|n| opts.devices.is_empty() || opts.devices.contains(&n.name))
+            {
+                if let Some(s) = &nic.settings {
+                    b.napis(nic, s, opts.napi);
+                }
+            }
+        }
+        let mut p = Plan {
+            schema_version: PLAN_SCHEMA_VERSION,
+            profile: Profile::None,
+            devices: opts.devices.clone(),
+            cpus: None,
+            items: b.items,
+            notes: b.notes,
+        };
+        add_knobs(&mut p, &opts.knobs);
+        return Ok(p);
+    }
+    if let Some(why) = view.irqs_unknown() {
+        return Err(PlanError::IrqsUnknown(why.to_string()));
+    }
+    check_devices(view, &opts.devices)?;
+    let goal = match opts.profile {
+        Profile::Latency => Goal::Latency,
+        Profile::Throughput => Goal::Throughput,
+        Profile::Balanced | Profile::None => Goal::Balanced,
+    };
+    let mut ctx = Ctx::new(view, None, goal, None);
+    if let Some(cpus) = &opts.cpus {
+        let usable = ctx.usable.intersection(cpus);
+        if usable.is_empty() {
+            return Err(PlanError::NoCpus(cpus.to_list(), ctx.usable.to_list()));
+        }
+        ctx.usable = usable;
+    }
+    let nics: Vec<&Nic> = if opts.devices.is_empty() {
+        view.nics
+            .iter()
+            .filter(|n| !n.is_virtual() && n.operstate.known().is_none_or(|s| s != "down"))
+            .collect()
+    } else {
+        opts.devices.iter().filter_map(|d| view.nic(d)).collect()
+    };
+    if nics.is_empty() {
+        return Err(PlanError::NothingToTune);
+    }
+    let mut b = Builder {
+        ctx,
+        opts,
+        items: Vec::new(),
+        notes: Vec::new(),
+    };
+
+    // irqbalance: stopped only when asked; otherwise IRQ pins are skipped, and the plan says so.
+    let irqbalance = view.irqbalance.known().filter(|i| i.running).cloned();
+    let has_irqs = nics.iter().any(|n| n.queue_irqs().next().is_some());
+    let mut irqbalance_blocks = None;
+    if let Some(ib) = &irqbalance
+        && has_irqs
+    {
+        let pid = ib.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        match (opts.irqbalance, opts.live) {
+            (IrqbalancePolicy::Stop, true) => b.push(
+                "service/irqbalance".into(),
+                ItemKind::Irqbalance,
+                Target::Service {
+                    name: "irqbalance".into(),
+                },
+                Format::Text,
+                Some("active".into()),
+                "inactive".into(),
+                format!("irqbalance{pid} rewrites smp_affinity every 10 s and would undo the IRQ pins; rollback starts it again"),
+                None,
+            ),
+            (IrqbalancePolicy::Stop, false) => {
+                b.notes.push(format!(
+                    "irqbalance{pid} runs in this tree's host; with --root no service is stopped, the IRQ pins are planned as if it were"
+                ));
+            }
+            (IrqbalancePolicy::Leave, _) => {
+                irqbalance_blocks = Some(format!(
+                    "irqbalance is running{pid} and would move this IRQ again within 10 s; rerun with --irqbalance stop (rollback restarts it)"
+                ));
+            }
+        }
+    }
+
+    for nic in &nics {
+        if let Some(s) = nic.settings.clone() {
+            b.channels(nic, &s);
+            b.features(nic, &s);
+            b.coalesce(nic, &s);
+            b.pause(nic, &s);
+            b.rss(nic, &s);
+            b.napis(nic, &s, opts.napi);
+        } else {
+            b.notes.push(format!(
+                "{}: NIC settings (channels, GRO, coalescing, flow control) not read: left alone",
+                nic.name
+            ));
+        }
+        let queue_cpu = b.irqs(nic, irqbalance_blocks.clone());
+        let rx_queue_cpus: CpuSet = nic
+            .queue_irqs()
+            .filter(|i| {
+                matches!(
+                    i.role,
+                    IrqRole::Rx(_) | IrqRole::RxTx(_) | IrqRole::AllQueues
+                )
+            })
+            .filter_map(|i| match i.role {
+                IrqRole::Rx(q) | IrqRole::RxTx(q) => queue_cpu.get(&q).copied(),
+                _ => queue_cpu.get(&0).copied(),
+            })
+            .collect();
+        b.rps(nic, &rx_queue_cpus);
+        b.xps(nic, &queue_cpu);
+        if nic.irqs.is_empty() && !nic.is_virtual() {
+            b.notes.push(format!(
+                "{}: no IRQ of this NIC was recognised by name; IRQ affinity left alone",
+                nic.name
+            ));
+        }
+    }
+
+    let sys = view.sysctls.clone();
+    match opts.profile {
+        Profile::Latency => {
+            let why = |k: &str| {
+                format!(
+                    "latency: {k} spins up to {BUSY_POLL_US} µs on the device queue before sleeping (napi.rst); costs CPU while waiting"
+                )
+            };
+            b.sysctl(
+                "net.core.busy_poll",
+                &sys.busy_poll,
+                BUSY_POLL_US,
+                why("poll/select/epoll"),
+            );
+            b.sysctl(
+                "net.core.busy_read",
+                &sys.busy_read,
+                BUSY_POLL_US,
+                why("a blocking read"),
+            );
+        }
+        Profile::Throughput => {
+            b.sysctl(
+                "net.core.netdev_budget",
+                &sys.netdev_budget,
+                THROUGHPUT_BUDGET,
+                format!(
+                    "throughput: {THROUGHPUT_BUDGET} packets per NET_RX run, fewer time squeezes"
+                ),
+            );
+            b.sysctl(
+                "net.core.netdev_max_backlog",
+                &sys.netdev_max_backlog,
+                THROUGHPUT_BACKLOG,
+                format!("throughput: per-CPU backlog of {THROUGHPUT_BACKLOG} packets before drops (RPS enqueues there)"),
+            );
+        }
+        Profile::Balanced | Profile::None => {}
+    }
+
+    b.items.sort_by_key(|i| i.phase());
+    let mut p = Plan {
+        schema_version: PLAN_SCHEMA_VERSION,
+        profile: opts.profile,
+        devices: nics.iter().map(|n| n.name.clone()).collect(),
+        cpus: opts.cpus.as_ref().map(CpuSet::to_list),
+        items: b.items,
+        notes: b.notes,
+    };
+    add_knobs(&mut p, &opts.knobs);
+    Ok(p)
+}
+
+/// Adds the explicit knobs to a plan: each replaces a profile item on the same file, or joins
+/// the plan in its kind's phase (so an RPS mask is still written after the IRQ it follows).
+fn add_knobs(p: &mut Plan, knobs: &[Knob]) {
+    for k in knobs {
+        let Some((kind, format)) = Knob::kind_of(&k.path) else {
+            continue;
+        };
+        p.items
+            .retain(|i| !matches!(&i.target, Target::File { path } if *path == k.path));
+        p.items.push(Item {
+            id: format!("set{}", k.path),
+            kind,
+            target: Target::File {
+                path: k.path.clone(),
+            },
+            format,
+            label: None,
+            current: k.current.clone(),
+            desired: k.value.clone(),
+            reason: "set explicitly (--set)".into(),
+            action: match &k.current {
+                Some(_) => change_or_keep(k.current.as_deref(), &k.value, format),
+                None => Action::Skip(format!("{}: not readable here", k.path)),
+            },
+        });
+    }
+    p.items.sort_by_key(|i| i.phase());
+}

@@ -1,0 +1,332 @@
+//! The NIC's own settings in a plan: channels, RSS indirection and n-tuple rules, per-NAPI
+//! settings, offloads, interrupt coalescing and pause frames (over ethtool netlink).
+
+use super::*;
+
+impl Builder<'_> {
+    pub(super) fn nic_item(
+        &mut self,
+        nic: &Nic,
+        kind: ItemKind,
+        knob: NicKnob,
+        desired: u64,
+        reason: String,
+    ) {
+        self.nic_text_item(nic, kind, knob, Format::Int, desired.to_string(), reason);
+    }
+
+    pub(super) fn nic_text_item(
+        &mut self,
+        nic: &Nic,
+        kind: ItemKind,
+        knob: NicKnob,
+        format: Format,
+        desired: String,
+        reason: String,
+    ) {
+        let id = format!("nic/{}/{}", nic.name, knob.to_string().replace(' ', "/"));
+        let target = Target::Nic {
+            dev: nic.name.clone(),
+            knob: knob.clone(),
+        };
+        let (current, skip) = match &nic.settings {
+            None => (
+                None,
+                Some("NIC settings were not read (--no-ethtool or no ethtool netlink)".to_string()),
+            ),
+            Some(s) => match knob.read(s) {
+                Err(why) => (None, Some(why)),
+                Ok(v) if !format.same(&v, &desired) && !knob.changeable(s) => {
+                    (Some(v), Some(format!("{knob} is fixed by the driver")))
+                }
+                Ok(v) => (Some(v), None),
+            },
+        };
+        self.push(id, kind, target, format, current, desired, reason, skip);
+    }
+
+    /// Seed 000's n-tuple rules: TCP and UDP to each reserved port go to the reserved queue
+    /// (`ethtool -N DEV flow-type tcp4 dst-port P action Q`), with the filters turned on first.
+    pub(super) fn ntuple(&mut self, nic: &Nic, s: &NicSettings, queue: u32) {
+        use netsteer_host::netdev::{NtupleKey, NtupleProto};
+        if self.opts.ports.is_empty() {
+            return;
+        }
+        if s.features
+            .known()
+            .is_some_and(|f| f.contains_key("ntuple-filters"))
+        {
+            self.nic_item(
+                nic,
+                ItemKind::Feature,
+                NicKnob::Feature("ntuple-filters".into()),
+                1,
+                "n-tuple filters on: the rules below need them".into(),
+            );
+        }
+        for port in &self.opts.ports {
+            for proto in [NtupleProto::Tcp4, NtupleProto::Udp4] {
+                let key = NtupleKey { proto, port: *port };
+                self.nic_text_item(
+                    nic,
+                    ItemKind::Ntuple,
+                    NicKnob::Ntuple(key),
+                    Format::Text,
+                    key.rule_text(u64::from(queue)),
+                    format!(
+                        "seed 000: {} port {port} to the reserved queue {queue}, past RSS",
+                        proto.name()
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The RSS indirection table: every active queue gets an equal share of the hash buckets,
+    /// except a queue reserved (`--reserve-queue`) for traffic steered to it by n-tuple rules,
+    /// as seed 000 keeps SSH and BGP away from the data queues.
+    pub(super) fn rss(&mut self, nic: &Nic, s: &NicSettings) {
+        let Some(rss) = s.rss.known() else {
+            return;
+        };
+        if rss.indirection.is_empty() {
+            return;
+        }
+        let nq = nic.rx_queues.len() as u32;
+        let reserved = self.opts.reserve_queue.filter(|q| *q < nq);
+        if let Some(q) = self.opts.reserve_queue
+            && reserved.is_none()
+        {
+            self.notes.push(format!(
+                "{}: --reserve-queue {q}: the device has {nq} rx queue(s); nothing reserved",
+                nic.name
+            ));
+        }
+        let queues: Vec<u32> = (0..nq).filter(|q| Some(*q) != reserved).collect();
+        if queues.is_empty() {
+            return;
+        }
+        let table: Vec<String> = (0..rss.indirection.len())
+            .map(|i| queues[i % queues.len()].to_string())
+            .collect();
+        let reason = match reserved {
+            None => format!(
+                "RSS: the {} hash buckets shared equally by the {nq} rx queues",
+                table.len()
+            ),
+            Some(q) => {
+                let ports = if self.opts.ports.is_empty() {
+                    String::new()
+                } else {
+                    "; the n-tuple items below steer the reserved ports to it".to_string()
+                };
+                format!(
+                    "RSS: queue {q} reserved (no hash bucket), the other {} queues share the {} buckets equally{ports}",
+                    queues.len(),
+                    table.len()
+                )
+            }
+        };
+        self.nic_text_item(
+            nic,
+            ItemKind::Rss,
+            NicKnob::RssIndirection,
+            Format::Text,
+            table.join(" "),
+            reason,
+        );
+        if let Some(q) = reserved {
+            self.ntuple(nic, s, q);
+        }
+    }
+
+    pub(super) fn channels(&mut self, nic: &Nic, s: &NicSettings) {
+        let Some(c) = s.channels.known() else {
+            return;
+        };
+        let cores = self
+            .ctx
+            .local_cpus(nic)
+            .iter()
+            .filter(|cpu| !self.ctx.is_secondary_thread(*cpu))
+            .count()
+            .max(1) as u64;
+        let kinds: &[&str] = if c.combined_max.unwrap_or(0) > 0 {
+            &["combined"]
+        } else {
+            &["rx", "tx"]
+        };
+        for kind in kinds {
+            let knob = NicKnob::Channels(kind.to_string());
+            let (Ok(current), Some(max)) = (knob.read_number(s), knob.limit(s)) else {
+                continue;
+            };
+            if max == 0 {
+                continue;
+            }
+            let want = cores.min(max).max(current);
+            let reason = if want == current {
+                format!(
+                    "{current} {kind} channel(s): at least one per local core ({cores}) or the maximum ({max})"
+                )
+            } else {
+                format!(
+                    "one {kind} channel per local core: {want} (of at most {max}; scaling.rst: a queue per CPU, not per hyperthread)"
+                )
+            };
+            self.nic_item(nic, ItemKind::Channels, knob, want, reason);
+        }
+    }
+
+    /// Per-NAPI items: the mode's settings on every NAPI the device has now (netdev netlink).
+    pub(super) fn napis(&mut self, nic: &Nic, s: &NicSettings, mode: Option<NapiMode>) {
+        let settings: Vec<(NapiAttr, u64, String)> = match (mode, self.opts.profile) {
+            (Some(m), _) => m
+                .settings()
+                .iter()
+                .map(|(a, v, why)| (*a, *v, format!("napi {m}: {why}")))
+                .collect(),
+            (None, Profile::Latency) => NapiMode::Irq.settings()[..2]
+                .iter()
+                .map(|(a, v, _)| {
+                    (
+                        *a,
+                        *v,
+                        "latency: a deferred hard IRQ holds packets until gro-flush-timeout unless an application busy-polls (--napi prefer-busy-poll if one does)".to_string(),
+                    )
+                })
+                .collect(),
+            (None, _) => return,
+        };
+        let nd = match s.netdev() {
+            Ok(nd) => nd,
+            Err(why) => {
+                if mode.is_some() {
+                    self.notes.push(format!(
+                        "{}: per-NAPI settings not planned: {why}",
+                        nic.name
+                    ));
+                }
+                return;
+            }
+        };
+        if nd.napis.is_empty() {
+            if mode.is_some() {
+                self.notes.push(format!(
+                    "{}: no NAPI instances now{}; per-NAPI settings not planned (tune again once they exist)",
+                    nic.name,
+                    if nic.kind == "veth" {
+                        " (a veth gets them with GRO on or XDP attached)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            return;
+        }
+        for n in &nd.napis {
+            for (attr, v, why) in &settings {
+                self.nic_item(
+                    nic,
+                    ItemKind::Napi,
+                    NicKnob::Napi(n.id, *attr),
+                    *v,
+                    why.clone(),
+                );
+            }
+        }
+    }
+
+    pub(super) fn features(&mut self, nic: &Nic, s: &NicSettings) {
+        let has = |n: &str| s.features.known().is_some_and(|f| f.contains_key(n));
+        if has("rx-gro") {
+            self.nic_item(
+                nic,
+                ItemKind::Feature,
+                NicKnob::Feature("rx-gro".into()),
+                1,
+                "GRO on: fewer, larger packets up the stack; on veth it also gives the device a NAPI instance to busy-poll".into(),
+            );
+        }
+        if self.opts.profile == Profile::Latency
+            && nic.kind == "veth"
+            && has("rx-udp-gro-forwarding")
+        {
+            self.nic_item(
+                nic,
+                ItemKind::Feature,
+                NicKnob::Feature("rx-udp-gro-forwarding".into()),
+                1,
+                "latency: a veth hands a local socket's UDP to its NAPI (which busy polling needs) only with UDP GRO forwarding on; with GRO alone it goes through the backlog without a NAPI id (veth_skb_is_eligible_for_gro)".into(),
+            );
+        }
+        if has("rx-lro") && self.opts.profile != Profile::Throughput {
+            self.nic_item(
+                nic,
+                ItemKind::Feature,
+                NicKnob::Feature("rx-lro".into()),
+                0,
+                "LRO off: it holds segments in the NIC to merge them (latency) and breaks forwarding".into(),
+            );
+        }
+    }
+
+    pub(super) fn coalesce(&mut self, nic: &Nic, s: &NicSettings) {
+        let reported = |n: &str| s.coalesce.known().is_some_and(|c| c.contains_key(n));
+        let wanted: &[(&str, u64, &str)] = match self.opts.profile {
+            Profile::Latency => &[
+                (
+                    "adaptive-rx",
+                    0,
+                    "latency: a fixed, immediate interrupt per packet",
+                ),
+                (
+                    "rx-usecs",
+                    0,
+                    "latency: interrupt at once, no moderation delay",
+                ),
+            ],
+            Profile::Throughput | Profile::Balanced | Profile::None => &[(
+                "adaptive-rx",
+                1,
+                "adaptive moderation: few interrupts under load, quick ones when idle",
+            )],
+        };
+        if let Field::Unknown { unknown } = &s.coalesce {
+            self.notes
+                .push(format!("{}: coalescing left alone: {unknown}", nic.name));
+            return;
+        }
+        for (name, v, why) in wanted {
+            if reported(name) {
+                self.nic_item(
+                    nic,
+                    ItemKind::Coalesce,
+                    NicKnob::Coalesce((*name).into()),
+                    *v,
+                    (*why).into(),
+                );
+            }
+        }
+    }
+
+    pub(super) fn pause(&mut self, nic: &Nic, s: &NicSettings) {
+        if self.opts.profile == Profile::Throughput {
+            return;
+        }
+        let Some(p) = s.pause.known() else {
+            return;
+        };
+        for (name, on) in [("rx", p.rx), ("tx", p.tx)] {
+            if on.is_some() {
+                self.nic_item(
+                    nic,
+                    ItemKind::Pause,
+                    NicKnob::Pause(name.into()),
+                    0,
+                    "flow control off: a PAUSE frame stalls every flow on the link for up to 3.4 ms at 10 Gbit/s".into(),
+                );
+            }
+        }
+    }
+}

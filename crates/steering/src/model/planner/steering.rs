@@ -1,0 +1,310 @@
+//! Where the kernel's packet work runs: IRQ affinity, RPS/RFS and XPS per queue
+//! (Documentation/networking/scaling.rst).
+
+use super::*;
+
+impl Builder<'_> {
+    /// One CPU per queue IRQ, in the order `spread_order` gives (local node, one thread per core
+    /// first, HT siblings next, CPU 0 last). Returns the CPU chosen for each queue index.
+    pub(super) fn irqs(
+        &mut self,
+        nic: &Nic,
+        irqbalance_blocks: Option<String>,
+    ) -> BTreeMap<u32, u32> {
+        let order = self.ctx.spread_order(nic);
+        let mut by_queue = BTreeMap::new();
+        if order.is_empty() {
+            return by_queue;
+        }
+        let queue_of = |irq: &NicIrq| match irq.role {
+            IrqRole::Rx(q) | IrqRole::Tx(q) | IrqRole::RxTx(q) => Some(q),
+            IrqRole::AllQueues => Some(0),
+            _ => None,
+        };
+        let mut queues: Vec<u32> = nic.queue_irqs().filter_map(queue_of).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        // A queue whose receive IRQ already sits alone on an acceptable CPU (one of `order`:
+        // local, usable, inside --cpus) stays there: a well-placed NIC plans no moves, and
+        // doctor — which plans through this function — never proposes moving an IRQ it has
+        // no complaint about. Each CPU takes at most its share of queues (one each while
+        // there are enough CPUs); the other queues take the first free CPUs of the order.
+        let share = queues.len().div_ceil(order.len()).max(1);
+        let mut load: BTreeMap<u32, usize> = BTreeMap::new();
+        let current_cpu = |q: u32| -> Option<u32> {
+            let single = |i: &NicIrq| {
+                let set = i.affinity.requested.known()?;
+                (set.len() == 1).then(|| set.lowest()).flatten()
+            };
+            let of_queue: Vec<&NicIrq> = nic
+                .queue_irqs()
+                .filter(|i| queue_of(i) == Some(q))
+                .collect();
+            // The receive IRQ decides: its CPU runs the queue's NET_RX softirq. A transmit
+            // IRQ of the same queue follows it.
+            let rx = of_queue
+                .iter()
+                .filter(|i| !matches!(i.role, IrqRole::Tx(_)))
+                .find_map(|i| single(i));
+            rx.or_else(|| {
+                let first = single(of_queue.first()?)?;
+                of_queue
+                    .iter()
+                    .all(|i| single(i) == Some(first))
+                    .then_some(first)
+            })
+        };
+        for q in &queues {
+            if let Some(cpu) = current_cpu(*q)
+                && order.contains(&cpu)
+                && load.get(&cpu).copied().unwrap_or(0) < share
+            {
+                by_queue.insert(*q, cpu);
+                *load.entry(cpu).or_default() += 1;
+            }
+        }
+        for q in &queues {
+            if by_queue.contains_key(q) {
+                continue;
+            }
+            let cpu = (1..=share)
+                .find_map(|n| order.iter().find(|c| load.get(c).copied().unwrap_or(0) < n))
+                .copied()
+                .unwrap_or(order[0]);
+            by_queue.insert(*q, cpu);
+            *load.entry(cpu).or_default() += 1;
+        }
+        let irqs: Vec<NicIrq> = nic.queue_irqs().cloned().collect();
+        for irq in irqs {
+            let Some(q) = queue_of(&irq) else { continue };
+            let cpu = by_queue[&q];
+            let want: CpuSet = std::iter::once(cpu).collect();
+            let current = irq.affinity.requested.known().map(CpuSet::to_list);
+            let skip = if irq.affinity.settable.known() == Some(&false) {
+                Some("kernel-managed IRQ: smp_affinity is read-only, writes fail with EPERM (EIO before 6.12)".to_string())
+            } else {
+                irqbalance_blocks.clone()
+            };
+            let reason = format!(
+                "{} ({}) on CPU {cpu}: one queue per CPU near {}: a thread per core first, CPU 0 last of those, HT siblings after",
+                irq.name, irq.role, nic.name
+            );
+            // smp_affinity_list rather than the mask: the kernel parses both the same way
+            // (bitmap_parselist), the list reads the same at any nr_cpu_ids, and it is the
+            // file the host model reads (and so the one a snapshot tree holds).
+            self.push(
+                format!("irq/{}", irq.irq),
+                ItemKind::IrqAffinity,
+                Target::File {
+                    path: format!("/proc/irq/{}/smp_affinity_list", irq.irq),
+                },
+                Format::List,
+                current,
+                want.to_list(),
+                reason,
+                skip,
+            );
+            if let Some(last) = self.items.last_mut() {
+                last.label = Some(irq.name.clone());
+            }
+        }
+        by_queue
+    }
+
+    /// A device whose `queues/` could not be listed gets one skipped item naming why, instead
+    /// of no RPS/RFS/XPS items at all (which would read as "nothing to do").
+    pub(super) fn queues_unreadable(&mut self, nic: &Nic, kind: ItemKind, what: &str) -> bool {
+        let Some(why) = &nic.queues_unknown else {
+            return false;
+        };
+        self.push(
+            format!("{what}/{}", nic.name),
+            kind,
+            Target::File {
+                path: format!("/sys/class/net/{}/queues", nic.name),
+            },
+            Format::Mask,
+            None,
+            "?".into(),
+            format!("{what}: the device's queues could not be listed"),
+            Some(why.clone()),
+        );
+        true
+    }
+
+    pub(super) fn rps(&mut self, nic: &Nic, irq_cpus: &CpuSet) {
+        if self.queues_unreadable(nic, ItemKind::Rps, "rps") {
+            return;
+        }
+        let profile = self.opts.profile;
+        let local = self.ctx.local_cpus(nic);
+        let nq = nic.rx_queues.len();
+        // scaling.rst: with a queue per CPU RPS is redundant; with fewer queues it helps when
+        // each queue steers to CPUs near its interrupting CPU. Here: RPS once the queues cover
+        // less than half of the local CPUs, each queue taking its own share of the CPUs that
+        // do not take queue interrupts (so no CPU is every queue's RPS target).
+        let cores = local
+            .iter()
+            .filter(|c| !self.ctx.is_secondary_thread(*c))
+            .count();
+        // A device without queue IRQs (veth, tun) processes every queue on the sending CPU:
+        // its queues spread nothing, so only RPS can, and every queue gets every local CPU.
+        let irqless = nic.queue_irqs().next().is_none();
+        let spread =
+            profile != Profile::Latency && nq > 0 && cores > 1 && (irqless || nq * 2 <= cores);
+        let mut per_queue: Vec<CpuSet> = vec![CpuSet::new(); nq];
+        let reason = if !spread {
+            if profile == Profile::Latency {
+                "latency: RPS adds an IPI and a second CPU to every packet's path".to_string()
+            } else {
+                format!(
+                    "{nq} rx queues for {cores} local cores: RSS covers at least half of them, RPS would mostly add IPIs (scaling.rst)"
+                )
+            }
+        } else {
+            let without = local.difference(irq_cpus);
+            let pool = if without.is_empty() {
+                local.clone()
+            } else {
+                without
+            };
+            if irqless {
+                per_queue.iter_mut().for_each(|q| *q = pool.clone());
+            } else {
+                for (i, cpu) in pool.iter().enumerate() {
+                    per_queue[i % nq].insert(cpu);
+                }
+            }
+            if irq_cpus.is_empty() || pool == local {
+                format!(
+                    "{nq} rx queue(s) for {} local CPUs: spread protocol work over CPUs {}",
+                    local.len(),
+                    pool.to_list()
+                )
+            } else {
+                format!(
+                    "{nq} rx queue(s) for {} local CPUs: spread protocol work over CPUs {}, not the IRQ CPU(s) {} (scaling.rst: at high interrupt rates exclude the interrupting CPU)",
+                    local.len(),
+                    pool.to_list(),
+                    irq_cpus.to_list()
+                )
+            }
+        };
+        let queues = nic.rx_queues.clone();
+        for (i, q) in queues.iter().enumerate() {
+            let current = q.rps_cpus.known().map(|s| self.ctx.mask(s));
+            let skip = q.rps_cpus.unknown_reason().map(str::to_string);
+            let mask = self.ctx.mask(&per_queue[i]);
+            self.push(
+                format!("rps/{}/rx-{}", nic.name, q.index),
+                ItemKind::Rps,
+                Target::File {
+                    path: format!("/sys/class/net/{}/queues/rx-{}/rps_cpus", nic.name, q.index),
+                },
+                Format::Mask,
+                current,
+                mask,
+                reason.clone(),
+                skip,
+            );
+        }
+        if !spread {
+            return;
+        }
+        // RFS: both the global table and each queue's share must be set (scaling.rst, RFS).
+        let entries = self.ctx.view.sysctls.rps_sock_flow_entries.clone();
+        self.sysctl(
+            "net.core.rps_sock_flow_entries",
+            &entries,
+            RFS_ENTRIES as i64,
+            format!("RFS: {RFS_ENTRIES} flow entries, \"works fairly well on a moderately loaded server\" (scaling.rst)"),
+        );
+        if let Some(last) = self.items.last_mut()
+            && last.id == "sysctl/net.core.rps_sock_flow_entries"
+        {
+            last.kind = ItemKind::RfsTable;
+        }
+        let per_queue = flow_cnt_per_queue(RFS_ENTRIES, nic.rx_queues.len());
+        for q in &queues {
+            let current = q.rps_flow_cnt.known().map(u64::to_string);
+            let skip = q.rps_flow_cnt.unknown_reason().map(str::to_string);
+            self.push(
+                format!("rfs/{}/rx-{}", nic.name, q.index),
+                ItemKind::RfsFlowCnt,
+                Target::File {
+                    path: format!(
+                        "/sys/class/net/{}/queues/rx-{}/rps_flow_cnt",
+                        nic.name, q.index
+                    ),
+                },
+                Format::Int,
+                current,
+                per_queue.to_string(),
+                format!(
+                    "RFS: the {RFS_ENTRIES}-entry table shared over {} queue(s)",
+                    nic.rx_queues.len()
+                ),
+                skip,
+            );
+        }
+    }
+
+    /// XPS: each CPU sends on the queue whose IRQ it serves, so transmit completions stay on
+    /// the CPU that sent (scaling.rst, XPS).
+    pub(super) fn xps(&mut self, nic: &Nic, queue_cpu: &BTreeMap<u32, u32>) {
+        if self.queues_unreadable(nic, ItemKind::Xps, "xps") {
+            return;
+        }
+        let ntx = nic.tx_queues.len();
+        if ntx < 2 {
+            if ntx == 1 {
+                self.notes.push(format!(
+                    "{}: one tx queue, XPS has no effect (and xps_cpus answers ENOENT)",
+                    nic.name
+                ));
+            }
+            return;
+        }
+        let order = self.ctx.spread_order(nic);
+        let mut masks: BTreeMap<u32, CpuSet> = BTreeMap::new();
+        let mut placed = CpuSet::new();
+        // CPUs that serve a queue's IRQ send on that queue...
+        for (q, cpu) in queue_cpu {
+            if (*q as usize) < ntx {
+                masks.entry(*q).or_default().insert(*cpu);
+                placed.insert(*cpu);
+            }
+        }
+        // ...and the others are dealt round-robin over the queues.
+        for (i, cpu) in order.iter().filter(|c| !placed.contains(**c)).enumerate() {
+            masks.entry((i % ntx) as u32).or_default().insert(*cpu);
+        }
+        let queues = nic.tx_queues.clone();
+        for q in &queues {
+            let want = masks.get(&q.index).cloned().unwrap_or_default();
+            let current = q.xps_cpus.known().map(|s| self.ctx.mask(s));
+            let skip = q.xps_cpus.unknown_reason().map(str::to_string);
+            let reason = if want.is_empty() {
+                format!(
+                    "more tx queues ({ntx}) than CPUs: tx-{} gets no CPU",
+                    q.index
+                )
+            } else {
+                format!("CPU(s) {} send on tx-{}", want.to_list(), q.index)
+            };
+            let mask = self.ctx.mask(&want);
+            self.push(
+                format!("xps/{}/tx-{}", nic.name, q.index),
+                ItemKind::Xps,
+                Target::File {
+                    path: format!("/sys/class/net/{}/queues/tx-{}/xps_cpus", nic.name, q.index),
+                },
+                Format::Mask,
+                current,
+                mask,
+                reason,
+                skip,
+            );
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! Transactional apply: re-read every value, journal the old ones, write phase by phase with a
+//! read-back after each write, and on any failure put back everything already changed.
+
+use super::journal::{self, Journal, Record};
+use crate::model::desired::{Action, Item, ItemKind, Plan, Target};
+use netsteer_host::HostFs;
+use netsteer_nic::NicBackend;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A refused read or write, with the errno when the kernel gave one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{target}: {message}")]
+pub struct StepError {
+    pub target: String,
+    pub errno: Option<i32>,
+    pub message: String,
+}
+
+/// Where values are read and written. [`HostBackend`] is the real one; tests wrap it to inject
+/// failures.
+pub trait Backend {
+    fn read(&self, target: &Target) -> Result<String, StepError>;
+    fn write(&self, target: &Target, value: &str) -> Result<(), StepError>;
+}
+
+/// Files through a `HostFs` root, NIC settings through a [`NicBackend`], services through
+/// systemctl (live host only).
+pub struct HostBackend<'a> {
+    pub fs: HostFs,
+    pub nic: &'a dyn NicBackend,
+}
+
+fn step_err(target: &Target, errno: Option<i32>, message: impl Into<String>) -> StepError {
+    StepError {
+        target: target.to_string(),
+        errno,
+        message: message.into(),
+    }
+}
+
+fn systemctl(args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new("systemctl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("systemctl {}: {e}", args.join(" ")))?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    // `is-active` exits non-zero for inactive units and still prints the state.
+    if out.status.success() || args.first() == Some(&"is-active") {
+        Ok(text)
+    } else {
+        Err(format!(
+            "systemctl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl HostBackend<'_> {
+    /// Services exist only on the live host; a tree's are never started or stopped.
+    fn services_allowed(&self, target: &Target) -> Result<(), StepError> {
+        if self.fs.is_live() {
+            Ok(())
+        } else {
+            Err(step_err(
+                target,
+                None,
+                "services are not touched with --root",
+            ))
+        }
+    }
+}
+
+impl Backend for HostBackend<'_> {
+    fn read(&self, target: &Target) -> Result<String, StepError> {
+        match target {
+            Target::File { path } => self
+                .fs
+                .read(path)
+                .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
+            Target::Nic { dev, knob } => knob
+                .read(&self.nic.settings(dev))
+                .map_err(|m| step_err(target, None, m)),
+            Target::Service { name } => {
+                self.services_allowed(target)?;
+                systemctl(&["is-active", name]).map_err(|m| step_err(target, None, m))
+            }
+        }
+    }
+
+    fn write(&self, target: &Target, value: &str) -> Result<(), StepError> {
+        match target {
+            Target::File { path } => self
+                .fs
+                .write(path, value)
+                .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
+            Target::Nic { dev, knob } => self
+                .nic
+                .set(dev, knob, value)
+                .map_err(|e| step_err(target, e.errno(), e.to_string())),
+            Target::Service { name } => {
+                self.services_allowed(target)?;
+                let verb = if value.trim() == "active" {
+                    "start"
+                } else {
+                    "stop"
+                };
+                systemctl(&[verb, name])
+                    .map(|_| ())
+                    .map_err(|m| step_err(target, None, m))
+            }
+        }
+    }
+}
+
+/// Refusals that are the kernel's design, not a failure: a managed IRQ (EPERM from 6.12, EIO
+/// before, knobs.md 4.2), a knob the driver does not implement (EOPNOTSUPP), a file that the
+/// device does not back (ENOENT `xps_cpus` on one tx queue).
+fn refused_by_design(item: &Item, e: &StepError) -> Option<String> {
+    let errno = e.errno?;
+    match (item.kind, errno) {
+        (ItemKind::IrqAffinity, libc::EPERM | libc::EIO) => Some(format!(
+            "the kernel refuses to move this IRQ ({}): a managed or per-CPU IRQ",
+            if errno == libc::EPERM { "EPERM" } else { "EIO" }
+        )),
+        (_, libc::EOPNOTSUPP) => Some("not supported by the driver (EOPNOTSUPP)".into()),
+        (ItemKind::Xps, libc::ENOENT) => {
+            Some("the device does not back xps_cpus (ENOENT: one tx queue)".into())
+        }
+        _ => None,
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOptions {
+    /// Test hook: abort the process right after this many writes (a crash between two writes).
+    pub crash_after_writes: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepOutcome {
+    pub id: String,
+    pub target: String,
+    pub old: String,
+    pub new: String,
+    /// `changed`, `unchanged` (already as wanted at apply time), `skipped` (with why),
+    /// `restored` (undone by the rollback after a failure).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApplyReport {
+    pub journal: String,
+    /// `applied`, or `rolled-back` when a step failed and everything was put back.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub steps: Vec<StepOutcome>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("journal {path}: {source}")]
+    Journal {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("re-planning after the channel change: {0}")]
+    Replan(String),
+}
+
+fn jerr(path: &Path) -> impl Fn(std::io::Error) -> ApplyError + '_ {
+    move |source| ApplyError::Journal {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+struct Run<'a> {
+    backend: &'a dyn Backend,
+    journal: Journal,
+    /// Items written (journal order), with their old values.
+    written: Vec<(Item, String)>,
+    steps: Vec<StepOutcome>,
+    writes: usize,
+    opts: &'a ApplyOptions,
+}
+
+impl Run<'_> {
+    fn append(&mut self, r: &Record) -> Result<(), ApplyError> {
+        let path = self.journal.path().to_path_buf();
+        self.journal.append(r).map_err(jerr(&path))
+    }
+
+    /// Journals the old value of every change in `items` that still needs one, before any of
+    /// them is written. Returns the items to write with their old values.
+    fn prepare(&mut self, items: &[Item]) -> Result<Vec<(Item, String)>, ApplyError> {
+        let mut todo = Vec::new();
+        for item in items.iter().filter(|i| i.action == Action::Change) {
+            match self.backend.read(&item.target) {
+                Ok(old) if item.format.same(&old, &item.desired) => {
+                    self.steps.push(StepOutcome {
+                        id: item.id.clone(),
+                        target: item.target.to_string(),
+                        old: old.trim().to_string(),
+                        new: item.desired.clone(),
+                        status: "unchanged".into(),
+                        why: Some("already as wanted when applied".into()),
+                    });
+                }
+                Ok(old) => {
+                    self.append(&Record::Old {
+                        id: item.id.clone(),
+                        target: item.target.clone(),
+                        format: item.format,
+                        old: old.clone(),
+                        new: item.desired.clone(),
+                    })?;
+                    todo.push((item.clone(), old));
+                }
+                Err(e) => {
+                    let why = refused_by_design(item, &e)
+                        .unwrap_or_else(|| format!("cannot read it: {}", e.message));
+                    self.append(&Record::Skipped {
+                        id: item.id.clone(),
+                        why: why.clone(),
+                    })?;
+                    self.steps.push(StepOutcome {
+                        id: item.id.clone(),
+                        target: item.target.to_string(),
+                        old: String::new(),
+                        new: item.desired.clone(),
+                        status: "skipped".into(),
+                        why: Some(why),
+                    });
+                }
+            }
+        }
+        Ok(todo)
+    }
+
+    /// Writes one item and reads it back. `Err` means the transaction must be undone.
+    fn write(&mut self, item: &Item, old: &str) -> Result<Result<(), String>, ApplyError> {
+        self.append(&Record::Write {
+            id: item.id.clone(),
+        })?;
+        let result = self.backend.write(&item.target, &item.desired);
+        self.writes += 1;
+        if self.opts.crash_after_writes == Some(self.writes) {
+            // Simulates a power cut: no destructors, no journal end.
+            std::process::abort();
+        }
+        let outcome = |status: &str, why: Option<String>| StepOutcome {
+            id: item.id.clone(),
+            target: item.target.to_string(),
+            old: old.trim().to_string(),
+            new: item.desired.clone(),
+            status: status.into(),
+            why,
+        };
+        match result {
+            Ok(()) => {}
+            Err(e) => {
+                if let Some(why) = refused_by_design(item, &e) {
+                    // The value did not change, but it may have been half-written: keep it in
+                    // the undo list anyway; restoring an unchanged value is harmless.
+                    self.written.push((item.clone(), old.to_string()));
+                    self.append(&Record::Skipped {
+                        id: item.id.clone(),
+                        why: why.clone(),
+                    })?;
+                    self.steps.push(outcome("skipped", Some(why)));
+                    return Ok(Ok(()));
+                }
+                self.written.push((item.clone(), old.to_string()));
+                return Ok(Err(e.to_string()));
+            }
+        }
+        self.written.push((item.clone(), old.to_string()));
+        match self.backend.read(&item.target) {
+            Ok(back) if item.format.same(&back, &item.desired) => {
+                self.append(&Record::Done {
+                    id: item.id.clone(),
+                    readback: back.trim().to_string(),
+                })?;
+                self.steps.push(outcome("changed", None));
+                Ok(Ok(()))
+            }
+            Ok(back) => Ok(Err(format!(
+                "{}: wrote {:?} but it reads back as {:?}",
+                item.target,
+                item.desired,
+                back.trim()
+            ))),
+            Err(e) => Ok(Err(format!("reading back {}", e))),
+        }
+    }
+}
+
+/// Restores `written` in reverse order; returns (restored ids, failures).
+fn undo(backend: &dyn Backend, written: &[(Item, String)]) -> (Vec<String>, Vec<String>) {
+    let mut restored = Vec::new();
+    let mut failed = Vec::new();
+    for (item, old) in written.iter().rev() {
+        match backend.read(&item.target) {
+            Ok(now) if now == *old => {
+                restored.push(item.id.clone());
+                continue;
+            }
+            _ => {}
+        }
+        match backend.write(&item.target, old) {
+            Ok(()) => restored.push(item.id.clone()),
+            Err(e) if refused_by_design(item, &e).is_some() => restored.push(item.id.clone()),
+            Err(e) => failed.push(format!("{}: {}", item.id, e)),
+        }
+    }
+    (restored, failed)
+}
+
+/// Applies `plan`. `replan` is called after channel counts changed (queues were recreated) to
+/// plan the later phases against the new queues. The journal goes to `state_dir/journal/`.
+pub fn apply(
+    plan: &Plan,
+    root: &str,
+    backend: &dyn Backend,
+    state_dir: &Path,
+    replan: &mut dyn FnMut() -> Result<Plan, String>,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, ApplyError> {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let journal = Journal::create(state_dir, started).map_err(jerr(state_dir))?;
+    let mut run = Run {
+        backend,
+        journal,
+        written: Vec::new(),
+        steps: Vec::new(),
+        writes: 0,
+        opts,
+    };
+    run.append(&Record::Begin {
+        version: journal::JOURNAL_VERSION,
+        root: root.to_string(),
+        started_unix: started,
+        plan: Box::new(plan.clone()),
+    })?;
+    let mut final_plan = plan.clone();
+    // Phase 1 (channels) recreates queues: everything after it is planned again from the
+    // host as it is then, so no per-queue write goes to a queue that vanished or missed one
+    // that appeared.
+    let (first, rest): (Vec<Item>, Vec<Item>) =
+        plan.items.iter().cloned().partition(|i| i.phase() <= 1);
+    let mut failure = None;
+    let todo = run.prepare(&first)?;
+    let channels_changed = todo.iter().any(|(i, _)| i.kind == ItemKind::Channels);
+    for (item, old) in &todo {
+        if let Err(e) = run.write(item, old)? {
+            failure = Some(e);
+            break;
+        }
+    }
+    if failure.is_none() {
+        let rest = if channels_changed {
+            match replan() {
+                Ok(p) => {
+                    let rest: Vec<Item> =
+                        p.items.iter().filter(|i| i.phase() > 1).cloned().collect();
+                    final_plan.items = first.iter().cloned().chain(rest.iter().cloned()).collect();
+                    final_plan.notes.extend(p.notes);
+                    rest
+                }
+                Err(e) => {
+                    failure = Some(format!("re-planning after the channel change: {e}"));
+                    Vec::new()
+                }
+            }
+        } else {
+            rest
+        };
+        if failure.is_none() {
+            // Every old value of every remaining phase is journaled before the first of
+            // their writes.
+            let todo = run.prepare(&rest)?;
+            for (item, old) in &todo {
+                if let Err(e) = run.write(item, old)? {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    let journal_path = run.journal.path().display().to_string();
+    match failure {
+        None => {
+            run.append(&Record::End {
+                status: "applied".into(),
+                error: None,
+            })?;
+            let kept = serde_json::to_vec_pretty(&final_plan).unwrap_or_default();
+            journal::write_atomic(&journal::applied_plan_path(state_dir), &kept)
+                .map_err(jerr(state_dir))?;
+            Ok(ApplyReport {
+                journal: journal_path,
+                status: "applied".into(),
+                error: None,
+                steps: run.steps,
+            })
+        }
+        Some(error) => {
+            let (restored, failed) = undo(backend, &run.written);
+            run.append(&Record::RolledBack {
+                restored: restored.clone(),
+                failed: failed.clone(),
+            })?;
+            let status = if failed.is_empty() {
+                "rolled-back"
+            } else {
+                "rollback-incomplete"
+            };
+            run.append(&Record::End {
+                status: status.into(),
+                error: Some(error.clone()),
+            })?;
+            let mut steps = run.steps;
+            for s in steps.iter_mut() {
+                if s.status == "changed" && restored.contains(&s.id) {
+                    s.status = "restored".into();
+                }
+            }
+            let error = if failed.is_empty() {
+                error
+            } else {
+                format!("{error}; and could not restore: {}", failed.join("; "))
+            };
+            Ok(ApplyReport {
+                journal: journal_path,
+                status: status.into(),
+                error: Some(error),
+                steps,
+            })
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RollbackReport {
+    pub journal: String,
+    /// `restored`, `nothing-to-do` (already rolled back or nothing was written), or
+    /// `incomplete` (some values could not be written back).
+    pub status: String,
+    pub restored: Vec<String>,
+    pub failed: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error("{0}")]
+    Journal(std::io::Error),
+    #[error("no journal in {0}: nothing was applied with this --state-dir")]
+    NoJournal(String),
+    #[error("journal {journal} was written for root {journal_root}, not {root}")]
+    WrongRoot {
+        journal: String,
+        journal_root: String,
+        root: String,
+    },
+}
+
+/// The newest journal that still has something to undo (or the newest one at all).
+pub fn latest_journal(state_dir: &Path) -> Result<std::path::PathBuf, RollbackError> {
+    let all = journal::list(state_dir).map_err(RollbackError::Journal)?;
+    for p in all.iter().rev() {
+        if let Ok(r) = journal::read(p)
+            && !journal::rolled_back(&r)
+        {
+            return Ok(p.clone());
+        }
+    }
+    all.last()
+        .cloned()
+        .ok_or_else(|| RollbackError::NoJournal(state_dir.display().to_string()))
+}
+
+/// Restores exactly what a journal recorded as written (or about to be), newest first. Safe
+/// after a crash at any point of apply, and harmless to run again.
+pub fn rollback(
+    path: &Path,
+    root: &str,
+    backend: &dyn Backend,
+) -> Result<RollbackReport, RollbackError> {
+    let records = journal::read(path).map_err(RollbackError::Journal)?;
+    if let Some(Record::Begin { root: jroot, .. }) = records.first()
+        && jroot != root
+    {
+        return Err(RollbackError::WrongRoot {
+            journal: path.display().to_string(),
+            journal_root: jroot.clone(),
+            root: root.to_string(),
+        });
+    }
+    let journal_name = path.display().to_string();
+    if journal::rolled_back(&records) {
+        return Ok(RollbackReport {
+            journal: journal_name,
+            status: "nothing-to-do".into(),
+            restored: Vec::new(),
+            failed: Vec::new(),
+        });
+    }
+    let mut olds: BTreeMap<String, Item> = BTreeMap::new();
+    let mut old_values: BTreeMap<String, String> = BTreeMap::new();
+    let mut written = Vec::new();
+    for r in &records {
+        match r {
+            Record::Old {
+                id,
+                target,
+                format,
+                old,
+                new,
+            } => {
+                olds.insert(
+                    id.clone(),
+                    Item {
+                        id: id.clone(),
+                        kind: kind_of(id),
+                        target: target.clone(),
+                        format: *format,
+                        label: None,
+                        current: Some(old.clone()),
+                        desired: new.clone(),
+                        reason: String::new(),
+                        action: Action::Change,
+                    },
+                );
+                old_values.insert(id.clone(), old.clone());
+            }
+            Record::Write { id } => {
+                if let (Some(item), Some(old)) = (olds.get(id), old_values.get(id)) {
+                    written.push((item.clone(), old.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    if written.is_empty() {
+        let mut j = Journal::reopen(path).map_err(RollbackError::Journal)?;
+        j.append(&Record::RolledBack {
+            restored: Vec::new(),
+            failed: Vec::new(),
+        })
+        .map_err(RollbackError::Journal)?;
+        return Ok(RollbackReport {
+            journal: journal_name,
+            status: "nothing-to-do".into(),
+            restored: Vec::new(),
+            failed: Vec::new(),
+        });
+    }
+    let (restored, failed) = undo(backend, &written);
+    let mut j = Journal::reopen(path).map_err(RollbackError::Journal)?;
+    j.append(&Record::RolledBack {
+        restored: restored.clone(),
+        failed: failed.clone(),
+    })
+    .map_err(RollbackError::Journal)?;
+    Ok(RollbackReport {
+        journal: journal_name,
+        status: if failed.is_empty() {
+            "restored"
+        } else {
+            "incomplete"
+        }
+        .into(),
+        restored,
+        failed,
+    })
+}
+
+/// The kind an item id names (`irq/45` → irq-affinity); rollback needs it to tell a managed
+/// IRQ's refusal from a failure.
+fn kind_of(id: &str) -> ItemKind {
+    match id.split('/').next().unwrap_or("") {
+        "irq" => ItemKind::IrqAffinity,
+        "rps" => ItemKind::Rps,
+        "rfs" => ItemKind::RfsFlowCnt,
+        "xps" => ItemKind::Xps,
+        "service" => ItemKind::Irqbalance,
+        "nic" if id.contains("/channels/") => ItemKind::Channels,
+        "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,
+        "nic" if id.contains("/pause/") => ItemKind::Pause,
+        "nic" if id.contains("/rss/") => ItemKind::Rss,
+        "nic" if id.contains("/napi/") => ItemKind::Napi,
+        "nic" if id.contains("/ntuple/") => ItemKind::Ntuple,
+        "nic" => ItemKind::Feature,
+        _ => ItemKind::Sysctl,
+    }
+}

@@ -1,0 +1,383 @@
+//! The apply journal: JSON Lines, one record per step, each appended and fsync'd before the step
+//! it announces. Every old value is on disk before the first write; a `write` record is on disk
+//! before its write, so after a crash at any point `rollback` knows every value that may have
+//! changed and what it was.
+//!
+//! The state directory is written as root, and under `--root` it lies inside a tree someone
+//! else may have made. So nothing in it is followed out of it: its `journal` directory is
+//! opened with O_NOFOLLOW|O_DIRECTORY and every file below is reached through that open
+//! descriptor (`/proc/self/fd/N/name`, so a link swapped in later redirects nothing); files are
+//! created with O_EXCL|O_NOFOLLOW under unpredictable names; and state files are read only
+//! when they are regular files, opened O_NONBLOCK|O_NOFOLLOW, up to [`MAX_STATE_FILE`] bytes
+//! (a FIFO would hang the reader, /dev/zero would exhaust its memory).
+
+use crate::model::desired::{Format, Plan, Target};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The largest state file read (a journal of a 4096-CPU host's plan is a few MiB).
+pub const MAX_STATE_FILE: u64 = 64 << 20;
+
+/// A directory held open, so the files named in it cannot be redirected by swapping a link
+/// in for one of its path's components after it was opened.
+struct HeldDir {
+    file: File,
+    path: PathBuf,
+}
+
+impl HeldDir {
+    /// Opens `path`; with `nofollow`, a link as its last component is refused.
+    fn open(path: &Path, nofollow: bool) -> io::Result<HeldDir> {
+        HeldDir::open_as(path, path, nofollow)
+    }
+
+    /// Opens `path` (perhaps a `/proc/self/fd/N/name` of [`HeldDir::child`]), naming it
+    /// `shown` in errors.
+    fn open_as(path: &Path, shown: &Path, nofollow: bool) -> io::Result<HeldDir> {
+        let flags = libc::O_DIRECTORY | if nofollow { libc::O_NOFOLLOW } else { 0 };
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR)
+                {
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{}: not a directory of its own (a link?): state files are never \
+                             followed out of the state directory",
+                            shown.display()
+                        ),
+                    )
+                } else {
+                    at(shown)(e)
+                }
+            })?;
+        Ok(HeldDir {
+            file,
+            path: shown.to_path_buf(),
+        })
+    }
+
+    /// The path of `name` inside the held directory, through its descriptor.
+    fn child(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/{name}", self.file.as_raw_fd()))
+    }
+
+    /// Creates `name` exclusively (O_EXCL|O_NOFOLLOW, mode 0600).
+    fn create_new(&self, name: &str, append: bool) -> io::Result<File> {
+        OpenOptions::new()
+            .write(true)
+            .append(append)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.child(name))
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_all().map_err(at(&self.path))
+    }
+}
+
+/// An unpredictable suffix for temporary names (another user cannot pre-create them).
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+/// Reads a state file: a regular file only (not a link, FIFO or device), opened without
+/// blocking, of at most [`MAX_STATE_FILE`] bytes. Errors name the file.
+pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
+    netsteer_host::fs::read_regular_nofollow(path, MAX_STATE_FILE).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: a symbolic link; state files are never followed",
+                    path.display()
+                ),
+            )
+        } else {
+            at(path)(e)
+        }
+    })
+}
+
+pub const JOURNAL_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Record {
+    /// The first line: what is being applied, and to which root.
+    Begin {
+        version: u32,
+        root: String,
+        started_unix: u64,
+        plan: Box<Plan>,
+    },
+    /// A value about to be changed: where, how it compares, what it was and what it becomes.
+    Old {
+        id: String,
+        target: Target,
+        format: Format,
+        old: String,
+        new: String,
+    },
+    /// Written (and synced) just before the write of `id`.
+    Write { id: String },
+    /// The write of `id` took and reads back as wanted.
+    Done { id: String, readback: String },
+    /// The kernel refused `id` by design (managed IRQ, unsupported knob): nothing changed.
+    Skipped { id: String, why: String },
+    /// The apply finished: `applied`, or `rolled-back` after a failure (with the error).
+    End {
+        status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A rollback ran over this journal (possibly after a crash) and restored these ids.
+    RolledBack {
+        restored: Vec<String>,
+        failed: Vec<String>,
+    },
+}
+
+/// An open journal, appended to record by record.
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+}
+
+/// Names the file in an I/O error ("No space left on device" alone does not say where), with
+/// the same kind so callers can still tell NotFound from the rest.
+fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+impl Journal {
+    /// Creates `<state_dir>/journal/<unix-seconds>-<pid>.jsonl` (exclusively) and syncs the
+    /// directory so the file survives a crash.
+    pub fn create(state_dir: &Path, started_unix: u64) -> io::Result<Journal> {
+        fs::create_dir_all(state_dir).map_err(at(state_dir))?;
+        let state = HeldDir::open(state_dir, false)?;
+        let dir = state_dir.join("journal");
+        match fs::create_dir(state.child("journal")) {
+            Ok(()) => state.sync()?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(at(&dir)(e)),
+        }
+        let held = HeldDir::open_as(&state.child("journal"), &dir, true)?;
+        let mut n = 0;
+        loop {
+            let name = if n == 0 {
+                format!("{started_unix:012}-{}.jsonl", std::process::id())
+            } else {
+                format!("{started_unix:012}-{}-{n}.jsonl", std::process::id())
+            };
+            let path = dir.join(&name);
+            match held.create_new(&name, true) {
+                Ok(file) => {
+                    held.sync()?;
+                    return Ok(Journal { path, file });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+                Err(e) => return Err(at(&path)(e)),
+            }
+        }
+    }
+
+    /// Re-opens an existing journal to append (rollback's own record).
+    pub fn reopen(path: &Path) -> io::Result<Journal> {
+        let file = OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(at(path))?;
+        if !file.metadata().map_err(at(path))?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a regular file", path.display()),
+            ));
+        }
+        Ok(Journal {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one record and waits until it is on disk.
+    pub fn append(&mut self, r: &Record) -> io::Result<()> {
+        let mut line = serde_json::to_string(r).map_err(io::Error::other)?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.sync_data())
+            .map_err(at(&self.path))
+    }
+}
+
+/// Reads a journal. A torn last line (a crash in the middle of an append) is ignored: its
+/// step had not started, since every record is synced before its step.
+pub fn read(path: &Path) -> io::Result<Vec<Record>> {
+    let bytes = read_state_file(path)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not UTF-8 text", path.display()),
+        )
+    })?;
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    for (i, line) in lines.into_iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(r) => out.push(r),
+            Err(_) if i + 1 == n => break,
+            Err(e) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: line {}: {e}", path.display(), i + 1),
+                ));
+            }
+        }
+    }
+    match out.first() {
+        Some(Record::Begin { version, .. }) if *version == JOURNAL_VERSION => Ok(out),
+        Some(Record::Begin { version, .. }) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: journal version {version}, this netsteer reads {JOURNAL_VERSION}",
+                path.display()
+            ),
+        )),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: not a netsteer tune journal (no begin record)",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// Journals in a state directory, oldest first.
+pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let dir = state_dir.join("journal");
+    let held = match HeldDir::open(&dir, true) {
+        Ok(h) => h,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out: Vec<PathBuf> = fs::read_dir(format!("/proc/self/fd/{}", held.file.as_raw_fd()))
+        .map_err(at(&dir))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| dir.join(e.file_name()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// True when the journal has had a complete rollback (nothing left to restore).
+pub fn rolled_back(records: &[Record]) -> bool {
+    records.iter().any(|r| {
+        matches!(r, Record::RolledBack { failed, .. } if failed.is_empty())
+            || matches!(r, Record::End { status, .. } if status == "rolled-back")
+    })
+}
+
+/// The state directory's pointer to the plan last applied and kept, for `verify` and `persist`.
+pub fn applied_plan_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("applied.json")
+}
+
+/// Reads the applied plan's file ([`applied_plan_path`]) as a state file: None when there
+/// is none.
+pub fn read_applied(state_dir: &Path) -> io::Result<Option<Vec<u8>>> {
+    match read_state_file(&applied_plan_path(state_dir)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes a file atomically: a temporary file with an unpredictable name, created O_EXCL|
+/// O_NOFOLLOW in the same (held) directory, synced, renamed over. rename(2) replaces a link
+/// at `path` itself; it never writes through one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    fs::create_dir_all(dir).map_err(at(dir))?;
+    let held = HeldDir::open(dir, false)?;
+    let (tmp, mut file) = loop {
+        let tmp = format!(".{name}.tmp-{}", random_suffix());
+        match held.create_new(&tmp, false) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(at(path)(e)),
+        }
+    };
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if let Err(e) = written {
+        let _ = fs::remove_file(held.child(&tmp));
+        return Err(at(path)(e));
+    }
+    fs::rename(held.child(&tmp), held.child(&name)).map_err(at(path))?;
+    held.sync()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "No space left on device" alone does not say where: every journal error names its file.
+    #[test]
+    fn errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("state");
+        fs::write(&not_a_dir, "x").unwrap();
+        let e = Journal::create(&not_a_dir, 1).err().unwrap();
+        assert!(
+            e.to_string().starts_with(&not_a_dir.display().to_string()),
+            "{e}"
+        );
+        let e = read(&dir.path().join("missing.jsonl")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("missing.jsonl"), "{e}");
+        let e = write_atomic(&not_a_dir.join("applied.json"), b"{}").unwrap_err();
+        assert!(e.to_string().contains("state"), "{e}");
+        // A full disk: /dev/full answers every write with ENOSPC.
+        if Path::new("/dev/full").exists() {
+            let mut j = Journal {
+                path: PathBuf::from("/dev/full"),
+                file: OpenOptions::new().append(true).open("/dev/full").unwrap(),
+            };
+            let e = j.append(&Record::Write { id: "irq/1".into() }).unwrap_err();
+            assert!(e.to_string().starts_with("/dev/full: "), "{e}");
+        }
+    }
+}

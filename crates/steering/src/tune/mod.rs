@@ -1,0 +1,20 @@
+//! `netsteer tune`: a transactional apply of the steering model's plan with a journal,
+//! rollback (also after a crash), drift verification, persistence, and [`Tuner`], the one
+//! entry point that applies, verifies with an experiment and rolls back. The plan itself (a
+//! profile → the desired state) is the shared model's ([`crate::model::planner`]); nothing
+//! here imports [`crate::doctor`].
+
+pub mod apply;
+pub mod journal;
+pub mod persist;
+pub mod saved;
+pub mod tuner;
+pub mod verify;
+
+pub use crate::model::desired::{Action, Format, Item, ItemKind, NapiMode, Plan, Profile, Target};
+pub use crate::model::planner::{IrqbalancePolicy, Knob, PlanError, PlanOptions, plan};
+pub use apply::{
+    ApplyOptions, ApplyReport, Backend, HostBackend, RollbackReport, StepError, apply,
+    latest_journal, rollback,
+};
+pub use tuner::{Check, Side, TuneError, Tuner, Verified};

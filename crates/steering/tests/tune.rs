@@ -1,0 +1,755 @@
+//! `tune` on fixture trees copied to a temp dir: every kind of item is planned where it should
+//! be, apply changes exactly the planned values, rollback makes the tree byte-identical again,
+//! and a failure at any write (fault injection at every k) leaves the tree as it was.
+
+use netsteer_host::{CpuSet, HostFs, read_host};
+use netsteer_nic::{NicBackend, TreeNic};
+use netsteer_steering::tune::journal;
+use netsteer_steering::tune::verify::verify;
+use netsteer_steering::tune::{
+    Action, ApplyOptions, Backend, HostBackend, IrqbalancePolicy, ItemKind, NapiMode, Plan,
+    PlanOptions, Profile, StepError, Target, apply, plan, rollback,
+};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const HOSTS: &[&str] = &[
+    "dev-vm",
+    "kvm-virtio-16cpu",
+    "cloudflare-24cpu",
+    "mlx5-128cpu",
+    "rhel7-4cpu",
+    "tuned-ixgbe-16cpu",
+    "ixgbe-napi-16cpu",
+];
+const PROFILES: &[Profile] = &[Profile::Latency, Profile::Throughput, Profile::Balanced];
+
+fn fixture(host: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/hosts")
+        .join(host)
+}
+
+/// Copies a tree (links kept as links) into a fresh temp dir.
+fn copy_tree(from: &Path) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        for e in fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let (src, dst) = (e.path(), to.join(e.file_name()));
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
+            } else if ft.is_dir() {
+                fs::create_dir(&dst).unwrap();
+                copy(&src, &dst);
+            } else {
+                fs::copy(&src, &dst).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(from, dir.path());
+    dir
+}
+
+/// Every file's bytes and every link's target, by relative path.
+fn contents(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                let mut t = b"link:".to_vec();
+                t.extend(fs::read_link(&p).unwrap().to_string_lossy().bytes());
+                out.insert(rel, t);
+            } else if ft.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn opts(profile: Profile) -> PlanOptions {
+    PlanOptions {
+        profile,
+        devices: Vec::new(),
+        cpus: None,
+        irqbalance: IrqbalancePolicy::Leave,
+        reserve_queue: None,
+        ports: Vec::new(),
+        live: false,
+        knobs: Vec::new(),
+        napi: None,
+    }
+}
+
+fn plan_tree(root: &Path, o: &PlanOptions) -> Plan {
+    let fs = HostFs::open(root).unwrap();
+    let nic = TreeNic::new(root);
+    let settings = |n: &str| nic.settings(n);
+    let view = read_host(&fs, Some(&settings));
+    plan(&view, o).unwrap()
+}
+
+fn root_name(root: &Path) -> String {
+    fs::canonicalize(root).unwrap().display().to_string()
+}
+
+/// Applies a plan to a tree through `wrap(backend)`.
+fn apply_tree(
+    root: &Path,
+    state: &Path,
+    o: &PlanOptions,
+    wrap: &dyn Fn(&dyn Backend) -> Box<dyn Backend + '_>,
+) -> netsteer_steering::tune::ApplyReport {
+    let p = plan_tree(root, o);
+    let fs = HostFs::open(root).unwrap();
+    let nic = TreeNic::new(root);
+    let backend = HostBackend { fs, nic: &nic };
+    let wrapped = wrap(&backend);
+    let mut replan = || Ok(plan_tree(root, o));
+    apply(
+        &p,
+        &root_name(root),
+        wrapped.as_ref(),
+        state,
+        &mut replan,
+        &ApplyOptions::default(),
+    )
+    .unwrap()
+}
+
+/// Rolls a tree back from one journal, through the tree's own backends.
+fn rollback_tree(root: &Path, journal: &str) -> netsteer_steering::tune::RollbackReport {
+    let nic = TreeNic::new(root);
+    let backend = HostBackend {
+        fs: HostFs::open(root).unwrap(),
+        nic: &nic,
+    };
+    rollback(Path::new(journal), &root_name(root), &backend).unwrap()
+}
+
+struct Plain<'a>(&'a dyn Backend);
+impl Backend for Plain<'_> {
+    fn read(&self, t: &Target) -> Result<String, StepError> {
+        self.0.read(t)
+    }
+    fn write(&self, t: &Target, v: &str) -> Result<(), StepError> {
+        self.0.write(t, v)
+    }
+}
+
+/// Fails the k-th write: before writing (the kernel refused) or after it (the value changed
+/// but the call reported an error, as a half-done NIC reconfiguration can).
+struct FailAt<'a> {
+    inner: &'a dyn Backend,
+    k: usize,
+    after_write: bool,
+    writes: Cell<usize>,
+}
+
+impl Backend for FailAt<'_> {
+    fn read(&self, t: &Target) -> Result<String, StepError> {
+        self.inner.read(t)
+    }
+    fn write(&self, t: &Target, v: &str) -> Result<(), StepError> {
+        let n = self.writes.get() + 1;
+        self.writes.set(n);
+        if n == self.k {
+            if self.after_write {
+                self.inner.write(t, v)?;
+            }
+            return Err(StepError {
+                target: t.to_string(),
+                errno: Some(libc_einval()),
+                message: format!("injected failure at write {n}"),
+            });
+        }
+        self.inner.write(t, v)
+    }
+}
+
+fn libc_einval() -> i32 {
+    22
+}
+
+#[test]
+fn apply_then_rollback_leaves_every_tree_byte_identical() {
+    let mut kinds_changed = std::collections::BTreeSet::new();
+    for host in HOSTS {
+        for profile in PROFILES {
+            let tree = copy_tree(&fixture(host));
+            let state = tempfile::tempdir().unwrap();
+            let before = contents(tree.path());
+            let o = opts(*profile);
+            let planned = plan_tree(tree.path(), &o);
+            let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+            assert_eq!(report.status, "applied", "{host} {profile}: {report:?}");
+            let changed: Vec<_> = report
+                .steps
+                .iter()
+                .filter(|s| s.status == "changed")
+                .collect();
+            assert_eq!(
+                changed.len(),
+                planned.changes().count()
+                    - report
+                        .steps
+                        .iter()
+                        .filter(|s| s.status != "changed")
+                        .count(),
+                "{host} {profile}: every planned change is changed, unchanged or skipped"
+            );
+            for s in &changed {
+                kinds_changed.insert(s.id.split('/').next().unwrap().to_string());
+            }
+            // The tree now holds the desired values: a fresh plan has nothing left to change
+            // and verify finds no drift.
+            let again = plan_tree(tree.path(), &o);
+            let left: Vec<_> = again.changes().map(|i| i.id.clone()).collect();
+            let skipped: Vec<_> = report
+                .steps
+                .iter()
+                .filter(|s| s.status == "skipped")
+                .map(|s| s.id.clone())
+                .collect();
+            assert!(
+                left.iter().all(|id| skipped.contains(id)),
+                "{host} {profile}: still to change after apply: {left:?}"
+            );
+            let applied: Plan = serde_json::from_slice(
+                &fs::read(journal::applied_plan_path(state.path())).unwrap(),
+            )
+            .unwrap();
+            let fs_ = HostFs::open(tree.path()).unwrap();
+            let nic = TreeNic::new(tree.path());
+            let backend = HostBackend {
+                fs: fs_.clone(),
+                nic: &nic,
+            };
+            let settings = |n: &str| nic.settings(n);
+            let view = read_host(&fs_, Some(&settings));
+            let v = verify(&applied, &backend, &view);
+            let drift: Vec<_> = v
+                .drift
+                .iter()
+                .filter(|d| !skipped.contains(&d.id))
+                .collect();
+            assert!(
+                drift.is_empty(),
+                "{host} {profile}: drift right after apply: {drift:?}"
+            );
+            if !changed.is_empty() {
+                assert_ne!(
+                    contents(tree.path()),
+                    before,
+                    "{host} {profile}: apply changed nothing"
+                );
+            }
+            // Rollback restores every byte; a second rollback has nothing to do.
+            let r = rollback(
+                Path::new(&report.journal),
+                &root_name(tree.path()),
+                &backend,
+            )
+            .unwrap();
+            assert!(r.failed.is_empty(), "{r:?}");
+            assert_eq!(
+                contents(tree.path()),
+                before,
+                "{host} {profile}: rollback left a difference"
+            );
+            let r2 = rollback(
+                Path::new(&report.journal),
+                &root_name(tree.path()),
+                &backend,
+            )
+            .unwrap();
+            assert_eq!(r2.status, "nothing-to-do");
+            assert_eq!(contents(tree.path()), before);
+        }
+    }
+    // Across the fixtures every kind of item was really written at least once.
+    for k in ["irq", "rps", "rfs", "xps", "sysctl", "nic"] {
+        assert!(
+            kinds_changed.contains(k),
+            "no {k} item was ever changed: {kinds_changed:?}"
+        );
+    }
+}
+
+#[test]
+fn a_failure_at_any_write_leaves_the_tree_as_it_was() {
+    for (host, profile) in [
+        ("cloudflare-24cpu", Profile::Throughput),
+        ("dev-vm", Profile::Latency),
+        ("kvm-virtio-16cpu", Profile::Balanced),
+    ] {
+        let o = opts(profile);
+        // How many writes a clean apply makes.
+        let probe = copy_tree(&fixture(host));
+        let st = tempfile::tempdir().unwrap();
+        let clean = apply_tree(probe.path(), st.path(), &o, &|b| Box::new(Plain(b)));
+        let writes = clean
+            .steps
+            .iter()
+            .filter(|s| s.status != "unchanged")
+            .count();
+        assert!(writes >= 4, "{host}: only {writes} writes to test");
+        for after_write in [false, true] {
+            for k in 1..=writes {
+                let tree = copy_tree(&fixture(host));
+                let state = tempfile::tempdir().unwrap();
+                let before = contents(tree.path());
+                let report = apply_tree(tree.path(), state.path(), &o, &|b| {
+                    Box::new(FailAt {
+                        inner: b,
+                        k,
+                        after_write,
+                        writes: Cell::new(0),
+                    })
+                });
+                assert_eq!(report.status, "rolled-back", "{host} k={k}: {report:?}");
+                assert!(report.error.as_deref().unwrap().contains("injected"));
+                assert_eq!(
+                    contents(tree.path()),
+                    before,
+                    "{host} {profile} failing write {k} (after_write {after_write}) left a change"
+                );
+                // Nothing to verify against: a rolled-back apply saves no applied plan.
+                assert!(!journal::applied_plan_path(state.path()).exists());
+            }
+        }
+    }
+}
+
+fn items(p: &Plan, kind: ItemKind) -> Vec<&netsteer_steering::tune::Item> {
+    p.items.iter().filter(|i| i.kind == kind).collect()
+}
+
+#[test]
+fn plans_say_what_they_skip_and_why() {
+    // mlx5-128cpu: irqbalance runs, so IRQ pins are skipped unless it is stopped; managed
+    // IRQs are skipped either way.
+    let p = plan_tree(&fixture("mlx5-128cpu"), &opts(Profile::Throughput));
+    let irqs = items(&p, ItemKind::IrqAffinity);
+    assert!(!irqs.is_empty());
+    assert!(irqs.iter().all(|i| matches!(&i.action, Action::Skip(w) if w.contains("irqbalance") || w.contains("managed"))), "{irqs:?}");
+    let stop = PlanOptions {
+        irqbalance: IrqbalancePolicy::Stop,
+        ..opts(Profile::Throughput)
+    };
+    let p = plan_tree(&fixture("mlx5-128cpu"), &stop);
+    assert!(
+        p.notes.iter().any(|n| n.contains("no service is stopped")),
+        "{:?}",
+        p.notes
+    );
+    assert!(
+        items(&p, ItemKind::IrqAffinity)
+            .iter()
+            .any(|i| i.action == Action::Change)
+    );
+
+    // kvm-virtio-16cpu (seed 003): one queue → RPS over the node without the IRQ CPU, RFS
+    // sized, no XPS (one tx queue), coalescing unsupported is a note, not a silent gap.
+    let p = plan_tree(&fixture("kvm-virtio-16cpu"), &opts(Profile::Throughput));
+    let irq_cpu: CpuSet = items(&p, ItemKind::IrqAffinity)
+        .iter()
+        .map(|i| CpuSet::parse_list(&i.desired, None).unwrap())
+        .fold(CpuSet::new(), |a, b| a.union(&b));
+    let rps = items(&p, ItemKind::Rps);
+    assert_eq!(rps.len(), 1);
+    let rps_set = CpuSet::parse_mask(&rps[0].desired).unwrap();
+    assert_eq!(rps_set.len(), 15);
+    assert!(rps_set.intersection(&irq_cpu).is_empty());
+    assert_eq!(items(&p, ItemKind::RfsFlowCnt)[0].desired, "32768");
+    assert_eq!(items(&p, ItemKind::RfsTable)[0].desired, "32768");
+    assert!(items(&p, ItemKind::Xps).is_empty());
+    assert!(p.notes.iter().any(|n| n.contains("XPS has no effect")));
+    // Latency: no RPS spread, busy polling on.
+    let p = plan_tree(&fixture("kvm-virtio-16cpu"), &opts(Profile::Latency));
+    assert!(
+        items(&p, ItemKind::Rps)
+            .iter()
+            .all(|i| i.desired.trim_start_matches('0').is_empty()
+                || i.desired.chars().all(|c| c == '0' || c == ','))
+    );
+    let busy: Vec<_> = items(&p, ItemKind::Sysctl)
+        .iter()
+        .map(|i| (i.id.clone(), i.desired.clone()))
+        .collect();
+    assert!(
+        busy.contains(&("sysctl/net.core.busy_poll".into(), "50".into())),
+        "{busy:?}"
+    );
+
+    // cloudflare-24cpu (seed 000): 11 queues pinned one per core on the NIC's node, CPU 0 and
+    // the HT siblings last; XPS maps each CPU to the queue it serves; masks at 24-bit width.
+    let p = plan_tree(&fixture("cloudflare-24cpu"), &opts(Profile::Balanced));
+    let pins: Vec<u32> = items(&p, ItemKind::IrqAffinity)
+        .iter()
+        .map(|i| i.desired.parse().unwrap())
+        .collect();
+    assert_eq!(pins.len(), 11);
+    let distinct: std::collections::BTreeSet<_> = pins.iter().collect();
+    assert_eq!(distinct.len(), 11, "{pins:?}");
+    for x in items(&p, ItemKind::Xps) {
+        assert_eq!(x.desired.len(), 6, "24 CPUs → 6 hex digits: {}", x.desired);
+    }
+    // 11 queues on 6 local cores: RSS covers them, so RPS stays off.
+    assert!(
+        items(&p, ItemKind::Rps)
+            .iter()
+            .all(|i| CpuSet::parse_mask(&i.desired).unwrap().is_empty())
+    );
+
+    // tuned-ixgbe-16cpu: already one queue per core; the plan moves no IRQ and sets no RPS.
+    let p = plan_tree(&fixture("tuned-ixgbe-16cpu"), &opts(Profile::Balanced));
+    let moves: Vec<_> = p
+        .changes()
+        .filter(|i| {
+            matches!(
+                i.kind,
+                ItemKind::IrqAffinity | ItemKind::Rps | ItemKind::Xps
+            )
+        })
+        .map(|i| i.id.clone())
+        .collect();
+    assert!(moves.is_empty(), "a well-tuned host got moves: {moves:?}");
+
+    // --cpus restricts every CPU the plan uses.
+    let only = PlanOptions {
+        cpus: Some(CpuSet::parse_list("2-5", None).unwrap()),
+        ..opts(Profile::Throughput)
+    };
+    let p = plan_tree(&fixture("kvm-virtio-16cpu"), &only);
+    for i in items(&p, ItemKind::IrqAffinity) {
+        assert!(
+            CpuSet::parse_list(&i.desired, None)
+                .unwrap()
+                .is_subset(&CpuSet::parse_list("2-5", None).unwrap())
+        );
+    }
+    let rps = CpuSet::parse_mask(&items(&p, ItemKind::Rps)[0].desired).unwrap();
+    assert!(rps.is_subset(&CpuSet::parse_list("2-5", None).unwrap()) && !rps.is_empty());
+}
+
+#[test]
+fn bad_devices_and_cpus_are_refused_by_name() {
+    let fs = HostFs::open(fixture("dev-vm")).unwrap();
+    let view = read_host(&fs, None);
+    for (dev, want) in [
+        ("../eth0", "not an interface name"),
+        ("eth0/../x", "not an interface name"),
+        ("", "not an interface name"),
+        ("a-very-long-interface-name", "not an interface name"),
+        ("eth9", "no such interface"),
+    ] {
+        let o = PlanOptions {
+            devices: vec![dev.into()],
+            ..opts(Profile::Balanced)
+        };
+        let e = plan(&view, &o).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains("--dev"), "{dev}: {e}");
+    }
+    let o = PlanOptions {
+        cpus: Some(CpuSet::parse_list("64-65", None).unwrap()),
+        ..opts(Profile::Balanced)
+    };
+    let e = plan(&view, &o).unwrap_err().to_string();
+    assert!(e.contains("--cpus 64-65"), "{e}");
+}
+
+#[test]
+fn a_rollback_after_a_torn_journal_still_restores() {
+    // A crash while appending leaves half a line: rollback ignores it and restores the rest.
+    let tree = copy_tree(&fixture("kvm-virtio-16cpu"));
+    let state = tempfile::tempdir().unwrap();
+    let before = contents(tree.path());
+    let o = opts(Profile::Throughput);
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    let mut text = fs::read_to_string(&report.journal).unwrap();
+    text.push_str("{\"type\":\"write\",\"id\":\"rps/et");
+    fs::write(&report.journal, text).unwrap();
+    let fs_ = HostFs::open(tree.path()).unwrap();
+    let nic = TreeNic::new(tree.path());
+    let backend = HostBackend { fs: fs_, nic: &nic };
+    let r = rollback(
+        Path::new(&report.journal),
+        &root_name(tree.path()),
+        &backend,
+    )
+    .unwrap();
+    assert_eq!(r.status, "restored", "{r:?}");
+    assert_eq!(contents(tree.path()), before);
+    // A journal for another root is refused by name.
+    let e = rollback(Path::new(&report.journal), "/elsewhere", &backend).unwrap_err();
+    assert!(e.to_string().contains("/elsewhere"), "{e}");
+}
+
+#[test]
+fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
+    // Seed 000 keeps queue 0 for SSH and BGP: RSS gives it no hash bucket, the other ten queues
+    // share the 128 buckets, and the plan names the n-tuple rules to steer the ports there.
+    let tree = copy_tree(&fixture("cloudflare-24cpu"));
+    let before = contents(tree.path());
+    let o = PlanOptions {
+        reserve_queue: Some(0),
+        ports: vec![22, 179],
+        ..opts(Profile::Balanced)
+    };
+    let p = plan_tree(tree.path(), &o);
+    let rss = items(&p, ItemKind::Rss);
+    assert_eq!(rss.len(), 1);
+    assert_eq!(rss[0].action, Action::Change);
+    let table: Vec<u32> = rss[0]
+        .desired
+        .split(' ')
+        .map(|q| q.parse().unwrap())
+        .collect();
+    assert_eq!(table.len(), 128);
+    assert!(!table.contains(&0));
+    for q in 1..=10 {
+        let n = table.iter().filter(|x| **x == q).count();
+        assert!((12..=13).contains(&n), "queue {q} has {n} buckets");
+    }
+    // The n-tuple rules are items now, applied and rolled back like the table: TCP and UDP to
+    // ports 22 and 179 steered to queue 0.
+    let rules = items(&p, ItemKind::Ntuple);
+    let ids: Vec<&str> = rules.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "nic/eth2/ntuple/tcp4-dst-port-22",
+            "nic/eth2/ntuple/udp4-dst-port-22",
+            "nic/eth2/ntuple/tcp4-dst-port-179",
+            "nic/eth2/ntuple/udp4-dst-port-179"
+        ]
+    );
+    assert!(
+        rules
+            .iter()
+            .all(|i| i.action == Action::Change && i.current.as_deref() == Some(""))
+    );
+    assert_eq!(rules[3].desired, "flow-type udp4 dst-port 179 action 0");
+    // Without a reservation the driver's even table is already what balanced wants.
+    let plain = plan_tree(tree.path(), &opts(Profile::Balanced));
+    assert_eq!(items(&plain, ItemKind::Rss)[0].action, Action::Keep);
+
+    let state = tempfile::tempdir().unwrap();
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.id == "nic/eth2/rss/indirection" && s.status == "changed"),
+        "{report:?}"
+    );
+    let nic = TreeNic::new(tree.path());
+    let now = nic
+        .settings("eth2")
+        .rss
+        .known()
+        .unwrap()
+        .indirection
+        .clone();
+    assert_eq!(now, table);
+    let eth2 = nic.settings("eth2");
+    let rules = eth2.ntuple().unwrap();
+    assert_eq!(
+        rules.len(),
+        5,
+        "four new rules beside the foreign one: {rules:#?}"
+    );
+    assert_eq!(rules[0].queue, Some(3), "the foreign rule keeps location 0");
+    assert!(
+        rules[1..]
+            .iter()
+            .all(|r| r.queue == Some(0) && r.location > 0)
+    );
+    // A reservation past the last queue is a note, not an item.
+    let far = PlanOptions {
+        reserve_queue: Some(40),
+        ..opts(Profile::Balanced)
+    };
+    let p = plan_tree(tree.path(), &far);
+    assert!(
+        p.notes.iter().any(|n| n.contains("--reserve-queue 40")),
+        "{:?}",
+        p.notes
+    );
+    rollback_tree(tree.path(), &report.journal);
+    assert_eq!(contents(tree.path()), before);
+}
+
+/// Per-NAPI items on a tree (ixgbe-napi-16cpu): the latency profile turns NAPI 8196's hard-IRQ
+/// deferral off; `--napi irq-suspend` with `--profile none` plans the three settings on all
+/// eight NAPIs and nothing else; applying writes them into the tree's recorded NIC state and
+/// rollback restores it byte for byte. A tree without a netdev view says why it plans none.
+#[test]
+fn napi_items_plan_apply_and_roll_back_on_a_tree() {
+    let tree = copy_tree(&fixture("ixgbe-napi-16cpu"));
+    let before = contents(tree.path());
+    let latency = plan_tree(tree.path(), &opts(Profile::Latency));
+    let napi: Vec<_> = items(&latency, ItemKind::Napi);
+    assert_eq!(napi.len(), 16, "defer and gro-flush on 8 NAPIs: {napi:#?}");
+    let changes: Vec<&str> = napi
+        .iter()
+        .filter(|i| i.action == Action::Change)
+        .map(|i| i.id.as_str())
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            "nic/eth0/napi/8196/defer-hard-irqs",
+            "nic/eth0/napi/8196/gro-flush-timeout"
+        ]
+    );
+
+    let o = PlanOptions {
+        napi: Some(NapiMode::IrqSuspend),
+        devices: vec!["eth0".into()],
+        ..opts(Profile::None)
+    };
+    let p = plan_tree(tree.path(), &o);
+    assert!(p.items.iter().all(|i| i.kind == ItemKind::Napi));
+    assert_eq!(p.items.len(), 24);
+    let state = tempfile::tempdir().unwrap();
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    let nd = TreeNic::new(tree.path()).settings("eth0");
+    let nd = nd.netdev().unwrap();
+    for n in &nd.napis {
+        assert_eq!(
+            (
+                n.defer_hard_irqs,
+                n.gro_flush_timeout_ns,
+                n.irq_suspend_timeout_ns
+            ),
+            (Some(2), Some(200_000), Some(20_000_000)),
+            "NAPI {}",
+            n.id
+        );
+    }
+    let r = rollback_tree(tree.path(), &report.journal);
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(contents(tree.path()), before);
+
+    let old = plan_tree(&fixture("tuned-ixgbe-16cpu"), &o);
+    assert!(old.items.is_empty());
+    assert!(
+        old.notes.iter().any(|n| n.contains("not recorded")),
+        "{:?}",
+        old.notes
+    );
+}
+
+/// A saved plan (as `tune plan --json` writes it) applied to another host of the same shape:
+/// the same values land, a second apply of the same file changes nothing, and rollback makes the
+/// tree byte-identical again.
+#[test]
+fn a_saved_plan_applies_the_same_state_on_another_host_and_twice_changes_nothing() {
+    use netsteer_steering::tune::saved;
+    let reviewed = plan_tree(&fixture("kvm-virtio-16cpu"), &opts(Profile::Throughput));
+    let text = serde_json::to_string(&reviewed).unwrap();
+    let host = copy_tree(&fixture("kvm-virtio-16cpu"));
+    let before = contents(host.path());
+    let state = tempfile::tempdir().unwrap();
+    let apply_saved = || {
+        let fs = HostFs::open(host.path()).unwrap();
+        let nic = TreeNic::new(host.path());
+        let settings = |n: &str| nic.settings(n);
+        let view = read_host(&fs, Some(&settings));
+        let p = saved::for_host(&saved::parse(&text).unwrap(), &view).unwrap();
+        let backend = HostBackend { fs, nic: &nic };
+        let mut replan = || Ok(p.clone());
+        apply(
+            &p,
+            &root_name(host.path()),
+            &backend,
+            state.path(),
+            &mut replan,
+            &ApplyOptions::default(),
+        )
+        .unwrap()
+    };
+    let first = apply_saved();
+    assert_eq!(first.status, "applied", "{first:?}");
+    let changed = first.steps.iter().filter(|s| s.status == "changed").count();
+    assert_eq!(changed, reviewed.changes().count(), "{:?}", first.steps);
+    let second = apply_saved();
+    assert_eq!(second.status, "applied");
+    assert!(
+        second.steps.iter().all(|s| s.status != "changed"),
+        "{:?}",
+        second.steps
+    );
+    let r = rollback_tree(host.path(), &first.journal);
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(contents(host.path()), before);
+}
+
+#[test]
+fn a_saved_plan_finds_renumbered_irqs_by_name_and_refuses_a_missing_device() {
+    use netsteer_steering::tune::saved::{self, SavedPlanError};
+    let root = fixture("kvm-virtio-16cpu");
+    let reviewed = plan_tree(&root, &opts(Profile::Throughput));
+    let fs = HostFs::open(&root).unwrap();
+    let mut view = read_host(&fs, None);
+    // The other host booted with its NIC's IRQs 100 higher.
+    for nic in &mut view.nics {
+        for irq in &mut nic.irqs {
+            irq.irq += 100;
+        }
+    }
+    let p = saved::for_host(&reviewed, &view).unwrap();
+    let irq_items: Vec<_> = items(&p, ItemKind::IrqAffinity);
+    assert!(!irq_items.is_empty());
+    let mut moved = 0;
+    for (new, old) in irq_items
+        .iter()
+        .zip(items(&reviewed, ItemKind::IrqAffinity))
+    {
+        if old.label.is_none() || matches!(old.action, Action::Skip(_)) {
+            continue;
+        }
+        let n: u32 = old.id["irq/".len()..].parse().unwrap();
+        assert_eq!(new.id, format!("irq/{}", n + 100));
+        assert_eq!(
+            new.target.to_string(),
+            old.target
+                .to_string()
+                .replace(&format!("/irq/{n}/"), &format!("/irq/{}/", n + 100))
+        );
+        moved += 1;
+    }
+    assert!(moved > 0);
+    // No keep is left: what was already right there is wanted here too.
+    assert!(p.items.iter().all(|i| i.action != Action::Keep));
+    // A host without the plan's device is refused by name, before anything is written.
+    let mut other = view.clone();
+    other.nics.retain(|n| !reviewed.devices.contains(&n.name));
+    assert_eq!(
+        saved::for_host(&reviewed, &other).unwrap_err(),
+        SavedPlanError::MissingDevice(reviewed.devices[0].clone())
+    );
+    let mut old = serde_json::to_value(&reviewed).unwrap();
+    old["schema_version"] = 99.into();
+    assert_eq!(
+        saved::parse(&old.to_string()).unwrap_err(),
+        SavedPlanError::Schema { found: 99 }
+    );
+    assert!(matches!(
+        saved::parse("{\"items\": 3}"),
+        Err(SavedPlanError::Parse(_))
+    ));
+}
