@@ -94,6 +94,49 @@ pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize)
 }
 
 impl Agent {
+    /// The agent of the host under `fs`: its NIC backend opened at each scrape (a netlink
+    /// socket is cheap; a tree's file is read anew), rates between scrapes on the live host
+    /// and since boot on a tree, and the state directory defaulting to /var/lib/netsteer
+    /// inside the root. A device named in `devices` that is not there is an error naming it.
+    pub fn for_host(
+        fs: HostFs,
+        devices: Vec<String>,
+        state_dir: Option<PathBuf>,
+        goal: Goal,
+        version: &'static str,
+    ) -> Result<Agent, String> {
+        if !devices.is_empty() {
+            let have = fs.read_dir("/sys/class/net").unwrap_or_default();
+            if let Some(d) = devices.iter().find(|d| !have.contains(d)) {
+                return Err(format!(
+                    "--dev {d}: no such interface under /sys/class/net (there: {})",
+                    netsteer_host::safe::line(&have.join(", "))
+                ));
+            }
+        }
+        let state_dir = match state_dir {
+            Some(d) => d,
+            None => fs
+                .real_path_for_write("/var/lib/netsteer")
+                .map_err(|e| format!("the state directory: {e}"))?,
+        };
+        let rates = if fs.is_live() {
+            Rates::BetweenScrapes
+        } else {
+            Rates::SinceBoot
+        };
+        let nic_fs = fs.clone();
+        let nic: NicSource = Box::new(move || netsteer_nic::backend_for(&nic_fs));
+        let opts = AgentOptions {
+            devices,
+            state_dir: Some(state_dir),
+            goal,
+            version,
+            rates,
+        };
+        Ok(Agent::new(fs, nic, opts))
+    }
+
     pub fn new(fs: HostFs, nic: NicSource, opts: AgentOptions) -> Agent {
         Agent {
             fs,

@@ -16,6 +16,7 @@
 
 mod family;
 mod gather;
+pub mod http;
 
 pub use family::{CONTENT_TYPE, Family, Kind, Sample, encode};
 pub use gather::{Agent, AgentOptions, NicSource, Rates, series_bound};

@@ -1,30 +1,15 @@
-//! netsteer's benchmarks. One statistics engine ([`stats`]), one clock abstraction
-//! ([`clock`]) and one reporter ([`report`]) serve every benchmark; [`udp_echo`] is the UDP
-//! round-trip benchmark (seed 000's apparatus).
+//! netsteer's benchmarks and its one experiment module. One statistics engine ([`stats`]),
+//! one clock abstraction ([`clock`]) and one reporter ([`report`]) serve every engine:
+//! [`udp_echo`] (UDP round trips, seed 000, with an AF_XDP path), [`tcp`] (tcp-stream and
+//! tcp-rr, seeds 001-004), [`netchannel`] (seed 004's experiments E1-E4). [`experiment`] is
+//! the closed loop every caller shares: executor, order, clock and the three-way verdict.
 
 pub mod clock;
 pub mod experiment;
 pub mod netchannel;
 pub mod report;
 pub mod stats;
+pub mod target;
 pub mod tcp;
 pub mod udp_echo;
 pub mod waiter;
-
-/// Makes SIGINT, SIGTERM and SIGHUP set `stop` instead of killing the process, so a server
-/// started in the background by a script ends its run, restores what it changed and prints its
-/// summary when stopped with `kill`. Call it before starting threads (they inherit the blocked
-/// signals; one thread waits for them).
-pub fn stop_on_termination(
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::io::Result<()> {
-    netsteer_sock::signal::block_termination()?;
-    std::thread::Builder::new()
-        .name("stop-on-signal".into())
-        .spawn(move || {
-            if netsteer_sock::signal::wait_termination().is_ok() {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        })?;
-    Ok(())
-}

@@ -1,6 +1,7 @@
 //! Flag value types shared by the subcommands.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -41,6 +42,16 @@ impl fmt::Display for Seconds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0.as_secs_f64())
     }
+}
+
+/// `--root`: before any command, or after one that reads a host (show, snapshot, top,
+/// doctor, tune, agent); the others do not list it.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RootArg {
+    /// Read the host from this directory instead of `/` (a `netsteer snapshot` or fixture
+    /// tree). `doctor` takes it several times, or a directory of snapshots, for a fleet table.
+    #[arg(long = "root", value_name = "DIR", action = clap::ArgAction::Append)]
+    pub roots: Vec<PathBuf>,
 }
 
 #[cfg(test)]

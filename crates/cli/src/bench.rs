@@ -1,24 +1,21 @@
 use crate::Host;
 use crate::args::Seconds;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::builder::RangedU64ValueParser;
 use clap::{Args, Subcommand};
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::netchannel::Experiment;
-use netsteer_bench::report::{ErrorMessage, Kind, Role};
+use netsteer_bench::report::{ErrorMessage, Role};
 use netsteer_bench::report::{Format, Reporter};
 use netsteer_bench::tcp;
-use netsteer_bench::udp_echo::Wait;
 use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
+use netsteer_bench::udp_echo::irq_suspend;
 use netsteer_bench::udp_echo::limit::Limits;
 use netsteer_bench::udp_echo::message::BENCH as UDP_ECHO;
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
-use netsteer_bench::udp_echo::xdp::{AttachMode, XdpConfig};
 use netsteer_host::CpuSet;
-use netsteer_host::netdev::NapiAttr;
-use netsteer_nic::napi_override::NapiOverride;
 use std::io::{self, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -114,7 +111,7 @@ pub struct NetchannelArgs {
     /// limits`); the row shows how many it got.
     #[arg(long)]
     mptcp: bool,
-    /// JSON Lines (see README).
+    /// JSON Lines, one message per line (docs/json.md).
     #[arg(long)]
     json: bool,
 }
@@ -147,7 +144,7 @@ pub struct TcpServerArgs {
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
     duration: Option<Seconds>,
-    /// JSON Lines (see README).
+    /// JSON Lines, one message per line (docs/json.md).
     #[arg(long)]
     json: bool,
 }
@@ -179,14 +176,6 @@ pub struct StreamArgs {
         allow_negative_numbers = true
     )]
     duration: Seconds,
-    /// Seconds between report lines.
-    #[arg(
-        long,
-        default_value = "1",
-        value_name = "S",
-        allow_negative_numbers = true
-    )]
-    interval: Seconds,
     /// TCP_NODELAY on the data connections (iperf3 -N).
     #[arg(long)]
     nodelay: bool,
@@ -219,9 +208,8 @@ pub struct StreamArgs {
         allow_negative_numbers = true
     )]
     timeout: Seconds,
-    /// JSON Lines (see README).
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    out: Output,
 }
 
 #[derive(Args, Debug)]
@@ -246,7 +234,7 @@ pub struct RrArgs {
     cpu: Option<String>,
     /// How both sides wait (the server follows the client's choice).
     #[command(flatten)]
-    wait: WaitArgs,
+    wait: netsteer_bench::waiter::WaitArgs,
     /// Seconds to measure after the warm-up.
     #[arg(
         long,
@@ -255,14 +243,6 @@ pub struct RrArgs {
         allow_negative_numbers = true
     )]
     duration: Seconds,
-    /// Seconds between report lines.
-    #[arg(
-        long,
-        default_value = "1",
-        value_name = "S",
-        allow_negative_numbers = true
-    )]
-    interval: Seconds,
     /// Seconds of round trips before measuring (not reported).
     #[arg(
         long,
@@ -285,9 +265,8 @@ pub struct RrArgs {
         allow_negative_numbers = true
     )]
     timeout: Seconds,
-    /// JSON Lines (see README).
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    out: Output,
 }
 
 #[derive(Subcommand, Debug)]
@@ -298,90 +277,20 @@ pub enum UdpEcho {
     Client(ClientArgs),
 }
 
-/// How a benchmark thread waits for data, shared by udp-echo and tcp-rr.
+/// How often a benchmark role reports and in which form (every client and the echo server).
 #[derive(Args, Debug, Clone)]
-pub struct WaitArgs {
-    /// block: sleep in the receive; spin: non-blocking receives in a loop; busy-poll:
-    /// SO_BUSY_POLL; epoll: sleep in epoll_wait; epoll-busy: epoll_wait busy-polling per
-    /// context (EPIOCSPARAMS, 6.9+).
-    #[arg(long, value_enum, default_value = "block")]
-    wait: Wait,
-    /// Busy-poll µs for `--wait busy-poll` and `epoll-busy` (up to 1 s).
-    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    busy_poll: u32,
-    /// Packets per busy-poll round (SO_BUSY_POLL_BUDGET / the epoll context's budget; 0: the
-    /// kernel's 8; above 64 needs CAP_NET_ADMIN).
-    #[arg(long, default_value_t = 0, value_name = "PACKETS")]
-    busy_poll_budget: u16,
-    /// Prefer busy polling (SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll): the
-    /// device's interrupts stay deferred while the application polls (with defer-hard-irqs).
+pub struct Output {
+    /// Seconds between report lines (a server reports only intervals with traffic).
+    #[arg(
+        long,
+        default_value = "1",
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    interval: Seconds,
+    /// JSON Lines, one message per line (docs/json.md).
     #[arg(long)]
-    prefer_busy_poll: bool,
-}
-
-impl WaitArgs {
-    fn busy(&self) -> netsteer_bench::waiter::Busy {
-        netsteer_bench::waiter::Busy {
-            usecs: self.busy_poll,
-            budget: self.busy_poll_budget,
-            prefer: self.prefer_busy_poll,
-        }
-    }
-}
-
-/// Where the XDP program runs.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum XdpAttachArg {
-    /// In the driver, before an skb exists (falls back to nothing: an error if unsupported).
-    Native,
-    /// After the skb is built: every device, slower.
-    Generic,
-}
-
-/// How the AF_XDP socket shares frames with the driver.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum XdpBindArg {
-    /// The kernel copies between its buffers and the UMEM (every driver).
-    Copy,
-    /// The driver uses the UMEM directly (drivers with AF_XDP zero-copy only).
-    ZeroCopy,
-}
-
-/// The AF_XDP path's options, shared by the echo server and client.
-#[derive(Args, Debug, Clone)]
-pub struct XdpArgs {
-    /// Send and receive through AF_XDP sockets on IF (kernel bypass; root only): an XDP
-    /// program takes IPv4/UDP datagrams to this side's port and passes everything else to the
-    /// kernel. The server serves every rx queue (or QUEUE); the client one queue (QUEUE, else
-    /// 0). The program is detached when the process ends, also when it is killed.
-    #[arg(long, value_name = "IF[:QUEUE]", value_parser = parse_xdp)]
-    xdp: Option<XdpConfig>,
-    /// Where the XDP program runs (default: native, else generic).
-    #[arg(long, value_enum, requires = "xdp")]
-    xdp_attach: Option<XdpAttachArg>,
-    /// Copy or zero-copy (default: zero-copy where the driver offers it, else copy).
-    #[arg(long, value_enum, requires = "xdp")]
-    xdp_bind: Option<XdpBindArg>,
-    /// Attach even to the interface that carries the default route (the host's own traffic).
-    #[arg(long, requires = "xdp")]
-    xdp_allow_default_route: bool,
-}
-
-fn parse_xdp(s: &str) -> Result<XdpConfig, String> {
-    XdpConfig::parse(s)
-}
-
-impl XdpArgs {
-    fn config(&self) -> Option<XdpConfig> {
-        let mut c = self.xdp.clone()?;
-        c.mode = self.xdp_attach.map(|m| match m {
-            XdpAttachArg::Native => AttachMode::Native,
-            XdpAttachArg::Generic => AttachMode::Generic,
-        });
-        c.zerocopy = self.xdp_bind.map(|b| matches!(b, XdpBindArg::ZeroCopy));
-        c.allow_default_route = self.xdp_allow_default_route;
-        Some(c)
-    }
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -398,7 +307,7 @@ pub struct ServerArgs {
     cpu: Option<String>,
     /// How each thread waits for the next datagram.
     #[command(flatten)]
-    wait: WaitArgs,
+    wait: netsteer_bench::waiter::WaitArgs,
     /// IRQ suspension for the run (6.13+): set irq-suspend-timeout to NS, defer-hard-irqs to 2
     /// and gro-flush-timeout to 200 µs on every NAPI of `--dev`, and restore them after
     /// (also on Ctrl-C or SIGTERM). Needs `--wait epoll-busy --prefer-busy-poll`, the only
@@ -416,22 +325,13 @@ pub struct ServerArgs {
     /// 100000 on any other.
     #[arg(long, value_name = "PPS")]
     max_pps: Option<u32>,
-    /// Seconds between report lines (only intervals with traffic are reported).
-    #[arg(
-        long,
-        default_value = "1",
-        value_name = "S",
-        allow_negative_numbers = true
-    )]
-    interval: Seconds,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
     duration: Option<Seconds>,
     #[command(flatten)]
-    xdp: XdpArgs,
-    /// JSON Lines (see README).
-    #[arg(long)]
-    json: bool,
+    xdp: netsteer_bench::udp_echo::xdp::XdpArgs,
+    #[command(flatten)]
+    out: Output,
 }
 
 #[derive(Args, Debug)]
@@ -448,14 +348,6 @@ pub struct ClientArgs {
     /// Round trips per flow instead of a duration.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
-    /// Seconds between report lines.
-    #[arg(
-        long,
-        default_value = "1",
-        value_name = "S",
-        allow_negative_numbers = true
-    )]
-    interval: Seconds,
     /// Seconds of round trips before measuring (not reported).
     #[arg(
         long,
@@ -466,7 +358,7 @@ pub struct ClientArgs {
     warmup: Seconds,
     /// How each flow waits for its echo.
     #[command(flatten)]
-    wait: WaitArgs,
+    wait: netsteer_bench::waiter::WaitArgs,
     /// Round trips per second per flow (default: as fast as the echoes come back); a paced
     /// client shows what a wait mode costs the server at a fixed load.
     #[arg(long, value_name = "PER_S", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
@@ -492,10 +384,9 @@ pub struct ClientArgs {
     #[arg(long)]
     timestamp: bool,
     #[command(flatten)]
-    xdp: XdpArgs,
-    /// JSON Lines (see README).
-    #[arg(long)]
-    json: bool,
+    xdp: netsteer_bench::udp_echo::xdp::XdpArgs,
+    #[command(flatten)]
+    out: Output,
 }
 
 fn cpus(list: Option<&str>) -> Result<Vec<u32>> {
@@ -506,28 +397,6 @@ fn cpus(list: Option<&str>) -> Result<Vec<u32>> {
             .iter()
             .collect()),
     }
-}
-
-/// `HOST:PORT`, `[V6]:PORT`, or a bare host or address with the default port.
-fn resolve(target: &str, default_port: u16) -> Result<SocketAddr> {
-    if let Ok(a) = target.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    if let Ok(ip) = target
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>()
-    {
-        return Ok(SocketAddr::new(ip, default_port));
-    }
-    let found = match target.rsplit_once(':') {
-        Some((_, port)) if port.parse::<u16>().is_ok() => target.to_socket_addrs(),
-        _ => (target, default_port).to_socket_addrs(),
-    };
-    found
-        .with_context(|| format!("target {target}"))?
-        .next()
-        .with_context(|| format!("target {target}: no address"))
 }
 
 fn reporter(json: bool) -> Reporter<io::StdoutLock<'static>> {
@@ -565,16 +434,9 @@ pub fn run(host: &Host, cmd: &BenchCommand) -> Result<ExitCode> {
 }
 
 fn netns_path(flag: &str, ns: &Option<String>) -> Result<Option<std::path::PathBuf>> {
-    let Some(ns) = ns else { return Ok(None) };
-    let p = if ns.contains('/') {
-        std::path::PathBuf::from(ns)
-    } else {
-        std::path::Path::new("/run/netns").join(ns)
-    };
-    if !p.exists() {
-        bail!("{flag} {ns}: {} does not exist", p.display());
-    }
-    Ok(Some(p))
+    ns.as_deref()
+        .map(|n| netsteer_sock::netns::named(n).with_context(|| format!("{flag} {n}")))
+        .transpose()
 }
 
 fn netchannel_bench(a: &NetchannelArgs) -> Result<ExitCode> {
@@ -627,17 +489,10 @@ fn tcp_server(a: &TcpServerArgs, bench: &str) -> Result<ExitCode> {
     // SIGINT/SIGTERM end the server with its summary (a script stops a background server with
     // kill, not Ctrl-C); the accept loop looks at the flag every 100 ms.
     let stop = Arc::new(AtomicBool::new(false));
-    netsteer_bench::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
+    netsteer_sock::signal::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
     match server.run(&stop, |m| out.emit(m)) {
         Ok(t) => {
-            out.emit(&tcp::message::ServerSummary {
-                kind: Kind::Summary,
-                bench: bench.into(),
-                role: Role::Server,
-                listen: listen.to_string(),
-                tests: t.tests,
-                rejected_connections: t.rejected_connections,
-            })?;
+            out.emit(&t.summary(bench, listen))?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => Ok(fail(a.json, bench, Role::Server, e)),
@@ -646,13 +501,13 @@ fn tcp_server(a: &TcpServerArgs, bench: &str) -> Result<ExitCode> {
 
 fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
     let cfg = tcp::stream::StreamConfig {
-        target: resolve(&a.target, tcp::DEFAULT_PORT)?,
+        target: netsteer_bench::target::resolve(&a.target, tcp::DEFAULT_PORT)?,
         flows: a.flows,
         cpus: cpus(a.cpu.as_deref())?,
         write_size: a.write_size,
         read_size: a.read_size,
         duration: a.duration.get(),
-        interval: a.interval.get(),
+        interval: a.out.interval.get(),
         nodelay: a.nodelay,
         congestion: a.congestion.clone(),
         mss: a.mss,
@@ -663,7 +518,7 @@ fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
         timeout: a.timeout.get(),
         engine: a.engine,
     };
-    let mut out = reporter(a.json);
+    let mut out = reporter(a.out.json);
     match tcp::stream::run_stream_client(&cfg, |m| out.emit(m)) {
         Ok(s) => {
             out.emit(&s)?;
@@ -676,14 +531,14 @@ fn stream_client(a: &StreamArgs) -> Result<ExitCode> {
         }
         Err(e) => {
             drop(out);
-            Ok(fail(a.json, tcp::stream::BENCH, Role::Client, e))
+            Ok(fail(a.out.json, tcp::stream::BENCH, Role::Client, e))
         }
     }
 }
 
 fn rr_client(a: &RrArgs) -> Result<ExitCode> {
     let cfg = tcp::rr::RrConfig {
-        target: resolve(&a.target, tcp::DEFAULT_PORT)?,
+        target: netsteer_bench::target::resolve(&a.target, tcp::DEFAULT_PORT)?,
         flows: a.flows,
         cpus: cpus(a.cpu.as_deref())?,
         request_size: a.request_size,
@@ -692,14 +547,14 @@ fn rr_client(a: &RrArgs) -> Result<ExitCode> {
         wait: a.wait.wait,
         busy: a.wait.busy(),
         duration: a.duration.get(),
-        interval: a.interval.get(),
+        interval: a.out.interval.get(),
         warmup: a.warmup.get(),
         timeout: a.timeout.get(),
         congestion: a.congestion.clone(),
         mss: a.mss,
     };
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
-    let mut out = reporter(a.json);
+    let mut out = reporter(a.out.json);
     match tcp::rr::run_rr_client(&cfg, clock, |m| out.emit(m)) {
         Ok(s) => {
             out.emit(&s)?;
@@ -707,16 +562,14 @@ fn rr_client(a: &RrArgs) -> Result<ExitCode> {
         }
         Err(e) => {
             drop(out);
-            Ok(fail(a.json, tcp::rr::BENCH, Role::Client, e))
+            Ok(fail(a.out.json, tcp::rr::BENCH, Role::Client, e))
         }
     }
 }
 
 fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
-    if a.irq_suspend.is_some() && !(a.wait.wait == Wait::EpollBusy && a.wait.prefer_busy_poll) {
-        bail!(
-            "--irq-suspend acts only for an epoll busy poller that prefers busy polling: add --wait epoll-busy --prefer-busy-poll"
-        );
+    if a.irq_suspend.is_some() {
+        irq_suspend::check(a.wait.wait, a.wait.prefer_busy_poll).map_err(anyhow::Error::msg)?;
     }
     let listen = listen_addr(&a.listen)?;
     let cfg = ServerConfig {
@@ -725,19 +578,14 @@ fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
         cpus: cpus(a.cpu.as_deref())?,
         wait: a.wait.wait,
         busy: a.wait.busy(),
-        interval: a.interval.get(),
+        interval: a.out.interval.get(),
         duration: a.duration.map(Seconds::get),
-        // The AF_XDP path answers every datagram (no limiter there): only the default applies.
-        limits: if a.xdp.xdp.is_some() && a.max_pps_per_source.is_none() && a.max_pps.is_none() {
-            Limits::default()
-        } else {
-            echo_limits(listen, a.max_pps_per_source, a.max_pps)
-        },
+        limits: Limits::for_server(listen, a.xdp.xdp.is_some(), a.max_pps_per_source, a.max_pps),
         xdp: a.xdp.config(),
     };
     let server = match Server::bind(&cfg) {
         Ok(s) => s,
-        Err(e) => return Ok(fail(a.json, UDP_ECHO, Role::Server, e)),
+        Err(e) => return Ok(fail(a.out.json, UDP_ECHO, Role::Server, e)),
     };
     match &cfg.xdp {
         Some(x) => eprintln!(
@@ -753,69 +601,38 @@ fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
         ),
     }
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
-    let mut out = reporter(a.json);
+    let mut out = reporter(a.out.json);
     let stop = Arc::new(AtomicBool::new(false));
     // Before the server's threads start: Ctrl-C or a kill ends the run with a summary and the
     // NAPI settings put back.
-    netsteer_bench::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
-    let backend;
-    let suspended = match (a.irq_suspend, &a.dev) {
+    netsteer_sock::signal::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
+    let result = match (a.irq_suspend, &a.dev) {
         (Some(ns), Some(dev)) => {
-            backend = host
+            let backend = host
                 .nic_backend()
                 .map_err(|e| anyhow::anyhow!("--irq-suspend: {e}"))?;
-            let o = NapiOverride::apply(
-                backend.as_ref(),
-                dev,
-                &[
-                    (NapiAttr::DeferHardIrqs, IRQ_SUSPEND_DEFER),
-                    (NapiAttr::GroFlushTimeout, IRQ_SUSPEND_GRO_NS),
-                    (NapiAttr::IrqSuspendTimeout, ns),
-                ],
-            )
-            .with_context(|| format!("--irq-suspend {ns} --dev {dev}"))?;
             eprintln!(
-                "netsteer: {dev}: IRQ suspension {ns} ns, defer-hard-irqs {IRQ_SUSPEND_DEFER}, gro-flush-timeout {IRQ_SUSPEND_GRO_NS} ns on every NAPI for the run"
+                "netsteer: {dev}: IRQ suspension {ns} ns, defer-hard-irqs {}, gro-flush-timeout {} ns on every NAPI for the run",
+                irq_suspend::DEFER_HARD_IRQS,
+                irq_suspend::GRO_FLUSH_TIMEOUT_NS
             );
-            Some(o)
+            let (result, failed) = irq_suspend::during(backend.as_ref(), dev, ns, || {
+                server.run(stop, clock, |m| out.emit(m))
+            })
+            .with_context(|| format!("--irq-suspend {ns} --dev {dev}"))?;
+            for f in failed {
+                eprintln!("netsteer: error: restoring {f}");
+            }
+            result
         }
-        _ => None,
+        _ => server.run(stop, clock, |m| out.emit(m)),
     };
-    let result = server.run(stop, clock, |m| out.emit(m));
-    if let Some(o) = suspended {
-        for f in o.restore() {
-            eprintln!("netsteer: error: restoring {f}");
-        }
-    }
     match result {
         Ok(summary) => {
             out.emit(&summary)?;
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Ok(fail(a.json, UDP_ECHO, Role::Server, e)),
-    }
-}
-
-/// napi.rst's companions of IRQ suspension: the deferral that keeps interrupts off between
-/// polls and the timer that ends a suspension an application abandons (well below the
-/// suspension itself).
-const IRQ_SUSPEND_DEFER: u64 = 2;
-const IRQ_SUSPEND_GRO_NS: u64 = 200_000;
-
-/// The echo server's answer limits: what was asked (0 = unlimited), else none on loopback —
-/// nothing there can reach a third party — and a reflector-proof default anywhere else.
-fn echo_limits(listen: SocketAddr, per_source: Option<u32>, global: Option<u32>) -> Limits {
-    let loopback = listen.ip().is_loopback()
-        || matches!(listen.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
-    let pick = |asked: Option<u32>, remote_default: u32| match asked {
-        Some(0) => None,
-        Some(v) => Some(v),
-        None if loopback => None,
-        None => Some(remote_default),
-    };
-    Limits {
-        per_source: pick(per_source, 10_000),
-        global: pick(global, 100_000),
+        Err(e) => Ok(fail(a.out.json, UDP_ECHO, Role::Server, e)),
     }
 }
 
@@ -823,7 +640,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
     let targets = a
         .targets
         .iter()
-        .map(|t| resolve(t, 4321))
+        .map(|t| netsteer_bench::target::resolve(t, 4321).map_err(anyhow::Error::from))
         .collect::<Result<Vec<_>>>()?;
     let duration = match (a.duration, a.count) {
         (Some(d), _) => Some(d.get()),
@@ -835,7 +652,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         size: a.size,
         duration,
         count: a.count,
-        interval: a.interval.get(),
+        interval: a.out.interval.get(),
         warmup: a.warmup.get(),
         wait: a.wait.wait,
         busy: a.wait.busy(),
@@ -848,7 +665,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         xdp: a.xdp.config(),
     };
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
-    let mut out = reporter(a.json);
+    let mut out = reporter(a.out.json);
     match run_client(&cfg, clock, |m| out.emit(m)) {
         Ok(summaries) => {
             for s in &summaries {
@@ -858,7 +675,7 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         }
         Err(e) => {
             drop(out);
-            Ok(fail(a.json, UDP_ECHO, Role::Client, e))
+            Ok(fail(a.out.json, UDP_ECHO, Role::Client, e))
         }
     }
 }

@@ -14,33 +14,7 @@ pub enum LabCommand {
     List,
     /// Run a scenario (a shipped name or a TOML file): every workload before and after the
     /// change, alternated, then roll back and check the host is as before.
-    Run {
-        /// Scenario name (`netsteer lab list`), `all` for every shipped one, or a path to a
-        /// .toml file.
-        scenario: String,
-        /// Repeats of each variant (overrides the scenario's).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
-        repeat: Option<u32>,
-        /// Seconds per workload run (overrides the scenario's; 0.2 to 3600).
-        #[arg(long, value_name = "S", allow_negative_numbers = true)]
-        duration: Option<args::Seconds>,
-        /// Write a self-contained HTML report (inline SVG, no external URL) to this file (with
-        /// `all`: a directory, one NAME.html each).
-        #[arg(long, value_name = "FILE")]
-        report: Option<PathBuf>,
-        /// JSON Lines: one `run` message per workload run, then a `summary` (see README).
-        #[arg(long)]
-        json: bool,
-        /// Run seed-000's ladder between two QEMU guests (real virtio-net queues, interrupts
-        /// and NAPI) instead of namespaces: each rung reports the NAPI id, where each queue's
-        /// interrupts landed and whether busy polling engaged. Emulated (TCG): timings are not
-        /// bare metal's.
-        #[arg(long)]
-        vm: bool,
-        /// Round trips per run with --vm.
-        #[arg(long, default_value_t = 2000, value_name = "N", requires = "vm", value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
-        count: u64,
-    },
+    Run(RunArgs),
     /// Remove the namespaces of lab runs whose process is gone (a run killed with SIGKILL
     /// cannot clean up; its record in /run/netsteer-lab says what it made). Live labs and
     /// namespaces no record names are left alone.
@@ -50,6 +24,35 @@ pub enum LabCommand {
     /// (NETSTEER_LAB_CLIENT_NS, NETSTEER_LAB_SERVER_ADDR, ...; README), then take the lab down,
     /// also on Ctrl-C or a kill. Exits with COMMAND's status (2 when the lab cannot be made).
     With(WithArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Scenario name (`netsteer lab list`), `all` for every shipped one, or a path to a
+    /// .toml file.
+    scenario: String,
+    /// Repeats of each variant (overrides the scenario's).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: Option<u32>,
+    /// Seconds per workload run (overrides the scenario's; 0.2 to 3600).
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    duration: Option<args::Seconds>,
+    /// Write a self-contained HTML report (inline SVG, no external URL) to this file (with
+    /// `all`: a directory, one NAME.html each).
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// JSON Lines: one `run` message per workload run, then a `summary` (see README).
+    #[arg(long)]
+    json: bool,
+    /// Run seed-000's ladder between two QEMU guests (real virtio-net queues, interrupts
+    /// and NAPI) instead of namespaces: each rung reports the NAPI id, where each queue's
+    /// interrupts landed and whether busy polling engaged. Emulated (TCG): timings are not
+    /// bare metal's.
+    #[arg(long)]
+    vm: bool,
+    /// Round trips per run with --vm.
+    #[arg(long, default_value_t = 2000, value_name = "N", requires = "vm", value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    count: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -79,7 +82,6 @@ pub struct WithArgs {
 }
 
 fn with(w: &WithArgs) -> Result<ExitCode> {
-    use std::os::unix::process::ExitStatusExt;
     let client_rps = match &w.client_rps {
         None => None,
         Some(list) => Some(
@@ -87,41 +89,13 @@ fn with(w: &WithArgs) -> Result<ExitCode> {
                 .with_context(|| format!("--client-rps {list}"))?,
         ),
     };
-    // Before any thread starts: a signal stops COMMAND, then takes the lab down.
-    netsteer_lab::clean_up_on_termination()?;
-    let pair = netsteer_lab::Pair::new(
-        "with",
-        &netsteer_lab::PairSpec {
-            queues: w.queues,
-            mtu: w.mtu,
-            ipv6: w.ipv6,
-            client_rps,
-        },
-    )
-    .context("making the lab")?;
-    let program = &w.command[0];
-    let mut child = pair
-        .command(program)
-        .args(&w.command[1..])
-        .spawn()
-        .with_context(|| format!("starting {}", program.to_string_lossy()))?;
-    netsteer_lab::stop_on_termination(child.id());
-    // Before waiting: if this process is SIGKILLed, `lab clean` stops the program too.
-    pair.lab
-        .note_child(child.id())
-        .context("recording the command in the lab")?;
-    let status = child.wait();
-    netsteer_lab::wait_if_terminating();
-    let failed = pair.close();
-    let status = status.with_context(|| format!("waiting for {}", program.to_string_lossy()))?;
-    if !failed.is_empty() {
-        anyhow::bail!("lab cleanup failed: {}", failed.join("; "));
-    }
-    // As a shell reports it: the exit code, or 128 + the signal that ended COMMAND.
-    let code = status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(2);
+    let spec = netsteer_lab::PairSpec {
+        queues: w.queues,
+        mtu: w.mtu,
+        ipv6: w.ipv6,
+        client_rps,
+    };
+    let code = netsteer_lab::pair::run_command(&spec, &w.command)?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(2)))
 }
 
@@ -135,33 +109,24 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        LabCommand::Run {
-            scenario,
-            repeat,
-            duration,
-            report,
-            json,
-            vm,
-            count,
-        } if *vm => {
-            if scenario != "seed-000" {
-                anyhow::bail!("--vm runs seed-000's ladder only (got {scenario})");
+        LabCommand::Run(a) if a.vm => {
+            if a.scenario != "seed-000" {
+                anyhow::bail!("--vm runs seed-000's ladder only (got {})", a.scenario);
             }
-            if report.is_some() || duration.is_some() {
+            if a.report.is_some() || a.duration.is_some() {
                 anyhow::bail!(
                     "--vm takes --repeat, --count and --json (not --report or --duration)"
                 );
             }
-            vm_ladder(repeat.unwrap_or(1), *count, *json)
+            vm_ladder(a.repeat.unwrap_or(1), a.count, a.json)
         }
-        LabCommand::Run {
-            scenario,
-            repeat,
-            duration,
-            report,
-            json,
-            ..
-        } => lab_run(scenario, *repeat, *duration, report.as_deref(), *json),
+        LabCommand::Run(a) => lab_run(
+            &a.scenario,
+            a.repeat,
+            a.duration,
+            a.report.as_deref(),
+            a.json,
+        ),
         LabCommand::With(w) => with(w),
         LabCommand::Clean => {
             let removed = netsteer_lab::clean_stale().context("lab clean")?;
@@ -237,55 +202,15 @@ fn lab_run_one(
             )?;
         }
         if let Message::Run(r) = m {
-            eprintln!(
-                "netsteer lab: {} [{:>5.0} s] repeat {} {:<10} {:<20} {:>14}  per CPU packets/%soft {}",
-                r.scenario,
-                r.started_s + r.elapsed_s,
-                r.repeat,
-                r.variant,
-                r.tool,
-                netsteer_lab::report::show(r.value, &r.unit),
-                r.per_cpu
-                    .iter()
-                    .map(|p| format!("{}:{:.0}%/{:.0}", p.cpu, p.share * 100.0, p.soft))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
+            eprintln!("netsteer lab: {}", netsteer_lab::report::run_line(r));
             runs.push(r.clone());
         }
         Ok(())
     })?;
     if !json {
-        for row in &summary.rows {
-            let d = &row.decision;
-            let unit = &row.unit;
-            emit(
-                &mut out,
-                &format!(
-                    "{} {} against {}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
-                    row.tool,
-                    row.variant,
-                    row.baseline,
-                    netsteer_lab::report::show(d.before.median, unit),
-                    netsteer_lab::report::show(d.after.median, unit),
-                    netsteer_lab::report::show(d.before.min, unit),
-                    netsteer_lab::report::show(d.before.max, unit),
-                    netsteer_lab::report::show(d.after.min, unit),
-                    netsteer_lab::report::show(d.after.max, unit),
-                    d.why
-                ),
-            )?;
+        for line in netsteer_lab::report::summary_lines(&summary) {
+            emit(&mut out, &line)?;
         }
-        for l in &summary.limits {
-            emit(&mut out, &format!("what this lab cannot show: {l}"))?;
-        }
-        emit(
-            &mut out,
-            &format!(
-                "host restored after the last rollback: {}",
-                if summary.restored { "yes" } else { "NO" }
-            ),
-        )?;
     }
     if let Some(path) = report {
         std::fs::write(path, netsteer_lab::report::html(&summary, &runs))
@@ -324,48 +249,14 @@ fn vm_ladder(repeats: u32, count: u64, json: bool) -> Result<ExitCode> {
                 &serde_json::to_string(r).map_err(io::Error::other)?,
             )
         } else {
-            emit(
-                &mut out,
-                &format!(
-                    "{:<44} #{} p50 {:>8} p99 {:>8} napi {:<5} server {} | client {}",
-                    r.rung,
-                    r.repeat,
-                    r.p50_ns
-                        .map_or("-".into(), |v| format!("{:.1}us", v as f64 / 1e3)),
-                    r.p99_ns
-                        .map_or("-".into(), |v| format!("{:.1}us", v as f64 / 1e3)),
-                    r.napi_id.map_or("-".into(), |n| n.to_string()),
-                    ladder::placement(&r.server_irqs),
-                    ladder::placement(&r.client_irqs),
-                ),
-            )
+            emit(&mut out, &ladder::run_line(r))
         }
     })
     .context("the VM ladder")?;
     if !json {
-        for r in runs.iter().filter(|r| !r.notes.is_empty()) {
-            for n in &r.notes {
-                emit(&mut out, &format!("  {}: {n}", r.rung))?;
-            }
+        for line in ladder::summary_lines(&runs) {
+            emit(&mut out, &line)?;
         }
-        for r in runs.iter().filter(|r| r.busy_poll_engaged.is_some()) {
-            emit(
-                &mut out,
-                &format!(
-                    "busy polling {} (NAPI id {})",
-                    if r.busy_poll_engaged == Some(true) {
-                        "engaged"
-                    } else {
-                        "did not engage"
-                    },
-                    r.napi_id.unwrap_or(0)
-                ),
-            )?;
-        }
-        emit(
-            &mut out,
-            "emulated guests (QEMU TCG): the placements, NAPI ids and directions are the drivers' own; the microseconds are not bare metal's",
-        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

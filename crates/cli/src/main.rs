@@ -8,7 +8,6 @@ mod bench;
 mod doctor;
 mod lab;
 mod netchannel;
-mod safe;
 mod show;
 mod snapshot;
 mod top;
@@ -16,33 +15,13 @@ mod tui;
 mod tune;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use netsteer_host::HostFs;
 use netsteer_host::ethtool::NicSettings;
+use netsteer_steering::doctor::fleet::fleet_roots;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cause_already_in_the_message_is_not_repeated() {
-        let io = io::Error::from_raw_os_error(2);
-        let host = netsteer_host::HostError::Io {
-            path: "/proc/stat".into(),
-            source: io,
-        };
-        let e = anyhow::Error::new(host).context("reading counters");
-        assert_eq!(
-            error_text(&e),
-            "reading counters: /proc/stat: No such file or directory (os error 2)"
-        );
-        let plain = anyhow::anyhow!("inner").context("outer");
-        assert_eq!(error_text(&plain), "outer: inner");
-    }
-}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -52,17 +31,9 @@ mod tests {
 )]
 struct Cli {
     #[command(flatten)]
-    global: Global,
+    root: args::RootArg,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Args, Debug, Clone)]
-struct Global {
-    /// Read the host from this directory instead of `/` (a `netsteer snapshot` or fixture tree).
-    /// `doctor` takes it several times, or a directory of snapshots, for a fleet table.
-    #[arg(long, global = true, value_name = "DIR", action = clap::ArgAction::Append)]
-    root: Vec<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -117,14 +88,29 @@ enum Command {
     },
 }
 
+impl Command {
+    /// The `--root`s given after the command; `None` for a command that reads no host.
+    fn roots(&self) -> Option<&[PathBuf]> {
+        Some(match self {
+            Command::Show(a) => &a.root.roots,
+            Command::Snapshot(a) => &a.root.roots,
+            Command::Top(a) => &a.root.roots,
+            Command::Doctor(a) => &a.root.roots,
+            Command::Agent(a) => &a.root.roots,
+            Command::Tune(c) => c.roots(),
+            _ => return None,
+        })
+    }
+}
+
 /// The host as the user chose it: the live host or a tree.
 pub struct Host {
     pub fs: HostFs,
 }
 
 impl Host {
-    fn open(global: &Global) -> Result<Host> {
-        let fs = match global.root.as_slice() {
+    fn open(roots: &[PathBuf]) -> Result<Host> {
+        let fs = match roots {
             [] => HostFs::live(),
             [root] => HostFs::open(root).with_context(|| format!("--root {}", root.display()))?,
             more => anyhow::bail!(
@@ -135,20 +121,13 @@ impl Host {
         Ok(Host { fs })
     }
 
-    /// Where NIC settings come from: ethtool netlink on the live host, the tree's recorded
-    /// state (`netsteer/ethtool.json`) under `--root`. Err(reason) when netlink cannot be
-    /// opened.
+    /// ethtool netlink on the live host, the tree's `netsteer/ethtool.json` under `--root`.
     pub fn nic_backend(&self) -> std::result::Result<Box<dyn netsteer_nic::NicBackend>, String> {
         netsteer_nic::backend_for(&self.fs)
     }
 
-    /// NIC settings for one interface, with the reason in place of values when there is no
-    /// backend.
     pub fn nic_settings_source(&self) -> Box<dyn Fn(&str) -> NicSettings> {
-        match self.nic_backend() {
-            Ok(backend) => Box::new(move |name: &str| backend.settings(name)),
-            Err(reason) => Box::new(move |_: &str| NicSettings::unavailable(&reason)),
-        }
+        netsteer_nic::settings_source(&self.fs)
     }
 }
 
@@ -169,6 +148,33 @@ pub fn emit(out: &mut impl Write, line: &str) -> io::Result<()> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    let Some(after) = cli.command.roots() else {
+        if let Some(r) = cli.root.roots.first() {
+            anyhow::bail!("--root {}: this command reads no host", r.display());
+        }
+        return run_hostless(cli);
+    };
+    let roots: Vec<PathBuf> = cli.root.roots.iter().chain(after).cloned().collect();
+    if let Command::Doctor(args) = &cli.command
+        && let Some(trees) = fleet_roots(&roots)
+    {
+        return doctor::run_fleet(&trees, args);
+    }
+    let host = Host::open(&roots)?;
+    match cli.command {
+        Command::Show(args) => show::run(&host, &args),
+        Command::Snapshot(args) => snapshot::run(&host, &args),
+        Command::Top(args) => top::run(&host, &args),
+        Command::Doctor(args) => doctor::run(&host, &args),
+        Command::Tune(cmd) => tune::run(&host, &cmd),
+        Command::Agent(args) => agent::run(&host, &args),
+        _ => unreachable!("every command with --root is above"),
+    }
+}
+
+/// The commands that read no host: benchmarks (always the live host), the lab, netchannel,
+/// completions and man pages.
+fn run_hostless(cli: Cli) -> Result<ExitCode> {
     use clap::CommandFactory;
     match &cli.command {
         Command::Completions { shell } => {
@@ -176,57 +182,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let mut script = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "netsteer", &mut script);
             io::stdout().write_all(&script)?;
-            return Ok(ExitCode::SUCCESS);
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Lab(cmd) => return lab::run(cmd),
-        Command::Netchannel(cmd) => return netchannel::run(cmd),
-        Command::Doctor(args) if doctor::fleet_roots(&cli.global.root)?.is_some() => {
-            let roots = doctor::fleet_roots(&cli.global.root)?.unwrap_or_default();
-            return doctor::run_fleet(&roots, args);
-        }
+        Command::Lab(cmd) => lab::run(cmd),
+        Command::Netchannel(cmd) => netchannel::run(cmd),
         Command::Man { out } => {
             std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
             clap_mangen::generate_to(Cli::command(), out)
                 .with_context(|| format!("writing man pages to {}", out.display()))?;
             eprintln!("netsteer: man pages written to {}", out.display());
-            return Ok(ExitCode::SUCCESS);
+            Ok(ExitCode::SUCCESS)
         }
-        _ => {}
-    }
-    let host = Host::open(&cli.global)?;
-    match cli.command {
-        Command::Show(args) => show::run(&host, &args),
-        Command::Snapshot(args) => snapshot::run(&host, &args),
-        Command::Top(args) => top::run(&host, &args),
-        Command::Doctor(args) => doctor::run(&host, &args),
-        Command::Bench(cmd) => bench::run(&host, &cmd),
-        Command::Tune(cmd) => tune::run(&host, &cmd),
-        Command::Agent(args) => agent::run(&host, &args),
-        Command::Completions { .. }
-        | Command::Man { .. }
-        | Command::Lab(_)
-        | Command::Netchannel(_) => {
-            unreachable!("handled above")
-        }
+        Command::Bench(cmd) => bench::run(&Host::open(&[])?, cmd),
+        _ => unreachable!("every command without --root is above"),
     }
 }
 
-/// The error and its causes joined by ": ", as `{:#}` does, but without a cause its parent's
-/// message already ends with: library errors such as `"{path}: {source}"` print their cause
-/// and also return it from `source()`, which `{:#}` would print twice.
+/// The error and its causes, each cause said once (`netsteer_host::error::chain_text`).
 pub fn error_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let msg = cause.to_string();
-        if out.ends_with(&msg) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&msg);
-    }
-    out
+    netsteer_host::error::chain_text(e.as_ref())
 }
 
 fn main() -> ExitCode {

@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use netchannel::proxy::{Backend, Limits, Proxy, ProxyStats, Route};
-use netchannel::{Class, Config, Endpoint, Stats};
+use netchannel::proxy::{Backend, Limits, Proxy, Route};
+use netchannel::{Class, Config, Endpoint};
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -131,7 +131,7 @@ pub fn run(cmd: &NetchannelCommand) -> Result<ExitCode> {
     };
     let sig = netsteer_sock::signal::wait_termination().context("waiting for a signal")?;
     eprintln!("netchannel proxy {role}: signal {sig}, stopping");
-    println!("{}", summary(role, &proxy.stats(), &endpoint.stats()));
+    println!("{}", proxy.stats().summary_line(role, &endpoint.stats()));
     drop(proxy);
     drop(endpoint);
     Ok(ExitCode::SUCCESS)
@@ -141,46 +141,12 @@ fn log_line() -> netchannel::proxy::Log {
     Arc::new(|line: &str| eprintln!("netchannel proxy: {line}"))
 }
 
-fn split_eq<'a>(flag: &str, s: &'a str, want: &str) -> Result<(&'a str, &'a str)> {
-    s.split_once('=')
-        .with_context(|| format!("{flag} {s}: expected {want}"))
-}
-
-fn port(flag: &str, whole: &str, s: &str) -> Result<u16> {
-    s.parse()
-        .with_context(|| format!("{flag} {whole}: virtual port {s:?} is not 0-65535"))
-}
-
-/// Parses --route/--latency-route values.
-pub fn routes(flag: &str, values: &[String], class: Class) -> Result<Vec<Route>> {
+/// Every value of a route flag.
+fn routes(flag: &str, values: &[String], class: Class) -> Result<Vec<Route>> {
     values
         .iter()
-        .map(|v| {
-            let (listen, p) = split_eq(flag, v, "LISTEN=PORT")?;
-            Ok(Route {
-                listen: crate::resolve_flag(flag, listen)?,
-                port: port(flag, v, p)?,
-                class,
-            })
-        })
+        .map(|v| Route::parse(flag, v, class).map_err(anyhow::Error::msg))
         .collect()
-}
-
-/// Parses --backend values.
-pub fn backends(values: &[String]) -> Result<Vec<Backend>> {
-    let mut out: Vec<Backend> = Vec::new();
-    for v in values {
-        let (p, addr) = split_eq("--backend", v, "PORT=BACKEND")?;
-        let b = Backend {
-            port: port("--backend", v, p)?,
-            backend: crate::resolve_flag("--backend", addr)?,
-        };
-        if out.iter().any(|o| o.port == b.port) {
-            bail!("--backend {v}: virtual port {} is given twice", b.port);
-        }
-        out.push(b);
-    }
-    Ok(out)
 }
 
 fn client(a: &ClientArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
@@ -211,7 +177,7 @@ fn client(a: &ClientArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
 }
 
 fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
-    let backends = backends(&a.backend)?;
+    let backends = Backend::parse_all(&a.backend).map_err(anyhow::Error::msg)?;
     let listen = crate::resolve_flag("--listen", &a.listen)?;
     let cfg = Config {
         window: a.common.window,
@@ -232,26 +198,4 @@ fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
         );
     }
     Ok((proxy, endpoint, "server"))
-}
-
-/// One line for the end of a run: the proxy's counters and what the channels went through.
-fn summary(role: &str, p: &ProxyStats, e: &Stats) -> String {
-    let (mut alive, mut total, mut resent, mut dups) = (0, 0, 0, 0);
-    for s in &e.sessions {
-        total += s.channels.len();
-        alive += s.channels.iter().filter(|c| c.alive).count();
-        resent += s.resent_frames;
-        dups += s.duplicate_frames;
-    }
-    format!(
-        "netchannel proxy {role}: {} connections ({} over the cap, {} over the per-peer cap, {} could not open, {} reset by TCP, {} reset by the virtual side), {} bytes in, {} out; channels alive {alive}/{total}, frames re-sent {resent}, duplicates dropped {dups}",
-        p.accepted,
-        p.over_cap,
-        p.over_peer_cap,
-        p.open_failures,
-        p.tcp_resets,
-        p.virtual_resets,
-        p.bytes_in,
-        p.bytes_out
-    )
 }

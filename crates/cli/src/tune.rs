@@ -2,19 +2,35 @@
 
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use netsteer_bench::clock::MonotonicClock;
 use netsteer_bench::experiment::{BoxError, Metric};
 use netsteer_host::CpuSet;
 use netsteer_steering::tune::persist::{self, Invocation};
-use netsteer_steering::tune::verify::VerifyReport;
+use netsteer_steering::tune::text::{
+    render_apply, render_decision, render_plan, render_rollback, render_verify,
+};
 use netsteer_steering::tune::{
-    Action, ApplyOptions, ApplyReport, Check, IrqbalancePolicy, Knob, NapiMode, Plan, PlanOptions,
-    Profile, RollbackReport, Side, Tuner, Verified,
+    ApplyOptions, Check, IrqbalancePolicy, Knob, NapiMode, Plan, PlanOptions, Profile, Side, Tuner,
+    Verified,
 };
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+impl TuneCommand {
+    pub fn roots(&self) -> &[PathBuf] {
+        match self {
+            TuneCommand::Plan(a) | TuneCommand::Persist(PersistArgs { plan: a, .. }) => {
+                &a.root.roots
+            }
+            TuneCommand::Apply(a) => &a.plan.root.roots,
+            TuneCommand::Rollback(RollbackArgs { state: a, .. })
+            | TuneCommand::Verify(a)
+            | TuneCommand::Unpersist(a) => &a.root.roots,
+        }
+    }
+}
 
 #[derive(Subcommand, Debug)]
 pub enum TuneCommand {
@@ -36,16 +52,10 @@ pub enum TuneCommand {
     Unpersist(StateArgs),
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum IrqbalanceArg {
-    /// Leave it running; IRQ pins are skipped (it would move them back).
-    Leave,
-    /// Stop the service; rollback starts it again.
-    Stop,
-}
-
 #[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
+    #[command(flatten)]
+    pub root: crate::args::RootArg,
     /// What to tune for (`none`: only the --set knobs). Required, except with `tune apply
     /// --plan FILE`.
     #[arg(long, value_enum)]
@@ -68,7 +78,7 @@ pub struct PlanArgs {
     cpus: Option<String>,
     /// What to do about a running irqbalance, which would move pinned IRQs back.
     #[arg(long, value_enum, default_value = "leave")]
-    irqbalance: IrqbalanceArg,
+    irqbalance: IrqbalancePolicy,
     /// Keep this rx queue out of the RSS table (for control traffic, as seed 000 does).
     #[arg(long, value_name = "Q")]
     reserve_queue: Option<u32>,
@@ -98,6 +108,8 @@ pub struct StateDirArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct StateArgs {
+    #[command(flatten)]
+    pub root: crate::args::RootArg,
     #[command(flatten)]
     dir: StateDirArg,
     /// One JSON document instead of the text report (see README).
@@ -186,10 +198,7 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
         profile,
         devices: a.devices.clone(),
         cpus,
-        irqbalance: match a.irqbalance {
-            IrqbalanceArg::Leave => IrqbalancePolicy::Leave,
-            IrqbalanceArg::Stop => IrqbalancePolicy::Stop,
-        },
+        irqbalance: a.irqbalance,
         reserve_queue: a.reserve_queue,
         ports: a.ports.clone(),
         live: host.fs.is_live(),
@@ -198,55 +207,10 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
     })
 }
 
-/// A value for people: long ones (an RSS table) shortened to their start and length.
-fn short(v: &str) -> String {
-    let v = v.trim();
-    if v.len() <= 48 {
-        return v.to_string();
-    }
-    let head: String = v.chars().take(40).collect();
-    format!("{head}… ({} entries)", v.split_whitespace().count())
-}
-
-fn render_plan(p: &Plan) -> Vec<String> {
-    let (c, k, s) = p.counts();
-    let mut lines = vec![format!(
-        "tune plan: profile {}, {} ({c} to change, {k} already set, {s} skipped){}",
-        p.profile,
-        p.devices.join(", "),
-        p.cpus
-            .as_ref()
-            .map(|c| format!(", CPUs {c}"))
-            .unwrap_or_default()
-    )];
-    for i in &p.items {
-        let cur = i
-            .current
-            .as_deref()
-            .map(short)
-            .unwrap_or_else(|| "?".into());
-        match &i.action {
-            Action::Change => lines.push(format!(
-                "  change  {:<28} {} : {cur} -> {}  ({})",
-                i.id, i.target, i.desired, i.reason
-            )),
-            Action::Keep => lines.push(format!(
-                "  keep    {:<28} {} = {}",
-                i.id, i.target, i.desired
-            )),
-            Action::Skip(why) => lines.push(format!("  skip    {:<28} {} : {why}", i.id, i.target)),
-        }
-    }
-    for n in &p.notes {
-        lines.push(format!("  note: {n}"));
-    }
-    lines
-}
-
 fn print_lines(lines: &[String]) -> Result<()> {
     let mut out = io::stdout().lock();
     for l in lines {
-        emit(&mut out, &crate::safe::line(l))?;
+        emit(&mut out, &netsteer_host::safe::line(l))?;
     }
     Ok(())
 }
@@ -301,26 +265,10 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             need_root(host, "tune persist")?;
             // Validate the invocation now rather than at boot.
             let t = tuner(host, !a.plan.no_ethtool, &a.dir.state_dir)?;
-            t.plan(&options(host, &a.plan)?)?;
-            let inv = Invocation {
-                profile: a.plan.profile.map(|p| p.to_string()).unwrap_or_default(),
-                knobs: a
-                    .plan
-                    .knobs
-                    .iter()
-                    .map(|k| format!("{}={}", k.path, k.value))
-                    .collect(),
-                devices: a.plan.devices.clone(),
-                cpus: a.plan.cpus.clone(),
-                irqbalance: match a.plan.irqbalance {
-                    IrqbalanceArg::Leave => "leave".into(),
-                    IrqbalanceArg::Stop => "stop".into(),
-                },
-                state_dir: t.state_dir().display().to_string(),
-                reserve_queue: a.plan.reserve_queue,
-                ports: a.plan.ports.clone(),
-                napi: a.plan.napi.map(|m| m.to_string()),
-            };
+            let opts = options(host, &a.plan)?;
+            t.plan(&opts)?;
+            let inv =
+                Invocation::from_options(a.plan.profile, &opts, a.plan.cpus.clone(), t.state_dir());
             let exe = std::env::current_exe().context("finding the netsteer binary")?;
             print_lines(&persist::install(&host.fs, &exe, &inv)?)?;
             Ok(ExitCode::SUCCESS)
@@ -399,20 +347,7 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
         print_json(&v)?;
     } else {
         let mut lines = render_apply(&v.report);
-        if let Some(d) = &v.closed_loop {
-            lines.push(format!(
-                "closed loop: {} before min/median/max {:.0}/{:.0}/{:.0}, after {:.0}/{:.0}/{:.0}: {} — {}",
-                d.metric,
-                d.before.min,
-                d.before.median,
-                d.before.max,
-                d.after.min,
-                d.after.median,
-                d.after.max,
-                d.why,
-                if d.keep { "kept" } else { "rolled back" }
-            ));
-        }
+        lines.extend(v.closed_loop.as_ref().map(render_decision));
         if let Some(r) = &v.rollback {
             lines.extend(render_rollback(r));
         }
@@ -423,70 +358,4 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
         ("applied", _) => ExitCode::SUCCESS,
         _ => ExitCode::from(2),
     })
-}
-
-fn render_apply(r: &ApplyReport) -> Vec<String> {
-    let n = |s: &str| r.steps.iter().filter(|x| x.status == s).count();
-    let mut lines = vec![format!(
-        "tune apply: {} ({} changed, {} unchanged, {} skipped, {} restored); journal {}",
-        r.status,
-        n("changed"),
-        n("unchanged"),
-        n("skipped"),
-        n("restored"),
-        r.journal
-    )];
-    for s in &r.steps {
-        let why = s
-            .why
-            .as_deref()
-            .map(|w| format!("  ({w})"))
-            .unwrap_or_default();
-        lines.push(format!(
-            "  {:<9} {:<28} {} : {} -> {}{why}",
-            s.status,
-            s.id,
-            s.target,
-            short(&s.old),
-            short(&s.new)
-        ));
-    }
-    if let Some(e) = &r.error {
-        lines.push(format!("error: {e}"));
-    }
-    lines
-}
-
-fn render_rollback(r: &RollbackReport) -> Vec<String> {
-    let mut lines = vec![format!(
-        "tune rollback: {} ({} restored, {} failed); journal {}",
-        r.status,
-        r.restored.len(),
-        r.failed.len(),
-        r.journal
-    )];
-    lines.extend(r.restored.iter().map(|i| format!("  restored {i}")));
-    lines.extend(r.failed.iter().map(|i| format!("  FAILED   {i}")));
-    lines
-}
-
-fn render_verify(r: &VerifyReport) -> Vec<String> {
-    let mut lines = vec![format!(
-        "tune verify: profile {} on {}: {} item(s) checked, {} drifted",
-        r.profile,
-        r.devices.join(", "),
-        r.checked,
-        r.drift.len()
-    )];
-    for d in &r.drift {
-        lines.push(format!(
-            "  drift {:<28} {} : expected {}, found {} — {}",
-            d.id,
-            d.target,
-            d.expected,
-            d.found.as_deref().unwrap_or("nothing"),
-            d.why
-        ));
-    }
-    lines
 }

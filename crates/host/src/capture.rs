@@ -133,3 +133,37 @@ pub fn read_tree_ethtool(root: &Path) -> Result<TreeEthtool> {
         source: crate::error::ParseError::new(e.line(), e.to_string()),
     })
 }
+
+/// `netsteer snapshot`: reads everything `show`, `top` and the doctor read through a
+/// recording root (NIC settings from `settings`), and writes it as a tree into `output`.
+/// Returns the number of files written and what could not be read (a support bundle with
+/// holes must say so: its reader cannot tell an unreadable file from an absent one).
+pub fn snapshot(
+    fs: &crate::HostFs,
+    settings: &dyn Fn(&str) -> crate::ethtool::NicSettings,
+    output: &Path,
+) -> Result<(usize, Vec<String>)> {
+    let (fs, recorder) = fs.recording();
+    let view = crate::read_host(&fs, Some(settings));
+    crate::sample::read_sample(&fs)?;
+    for optional in ["/proc/net/dev", "/proc/net/snmp", "/proc/uptime"] {
+        let _ = fs.read(optional);
+    }
+    let ethtool: TreeEthtool = view
+        .nics
+        .iter()
+        .filter_map(|n| Some((n.name.clone(), n.settings.clone()?)))
+        .collect();
+    let meta = SnapshotMeta {
+        netsteer_version: env!("CARGO_PKG_VERSION").to_string(),
+        kernel: view.kernel.known().cloned(),
+        captured_at_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        modes: Default::default(),
+    };
+    let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
+    let files = write_tree(&recorder, output, meta, Some(&ethtool))?;
+    Ok((files, view.problems))
+}

@@ -63,3 +63,43 @@ impl HostError {
 }
 
 pub type Result<T, E = HostError> = std::result::Result<T, E>;
+
+/// The error and its causes joined by ": ", as anyhow's `{:#}` does, but without a cause its
+/// parent's message already ends with: library errors such as `"{path}: {source}"` print their
+/// cause and also return it from `source()`, which `{:#}` would print twice.
+pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut cur = Some(e);
+    while let Some(cause) = cur {
+        let msg = cause.to_string();
+        if !out.ends_with(&msg) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&msg);
+        }
+        cur = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading counters")]
+    struct Outer(#[source] HostError);
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let host = HostError::Io {
+            path: "/proc/stat".into(),
+            source: io::Error::from_raw_os_error(2),
+        };
+        assert_eq!(
+            chain_text(&Outer(host)),
+            "reading counters: /proc/stat: No such file or directory (os error 2)"
+        );
+    }
+}

@@ -20,8 +20,11 @@ pub mod netdev;
 pub mod nic;
 pub mod parse;
 pub mod process;
+pub mod safe;
 pub mod sample;
 pub mod sysctl;
+pub mod text;
+pub mod top;
 pub mod topology;
 pub mod view;
 

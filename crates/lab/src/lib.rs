@@ -27,7 +27,7 @@ pub use netns::{LinkSpec, NsHost, Veth};
 pub use pair::{Pair, PairSpec};
 pub use record::{
     RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, scratch_path,
-    stop_on_termination, wait_if_terminating,
+    stop_child_on_termination, wait_if_terminating,
 };
 pub use remote::Remote;
 

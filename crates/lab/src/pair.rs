@@ -139,3 +139,45 @@ impl Pair {
         c
     }
 }
+
+/// `netsteer lab with`: makes the two-host lab, runs `command` in the root namespace with the
+/// lab in its environment, and takes the lab down — also on a termination signal, which
+/// stops the command first. Returns the command's status as a shell reports it: its exit
+/// code, or 128 + the signal that ended it.
+pub fn run_command(spec: &PairSpec, command: &[std::ffi::OsString]) -> Result<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    let Some((program, args)) = command.split_first() else {
+        return Err(LabError::Invalid("lab with: no command".into()));
+    };
+    // Before any thread starts: a signal stops the command, then takes the lab down.
+    crate::clean_up_on_termination()?;
+    let pair = Pair::new("with", spec)?;
+    let mut child = pair
+        .command(program)
+        .args(args)
+        .spawn()
+        .map_err(|source| LabError::Io {
+            what: format!("starting {}", program.to_string_lossy()),
+            source,
+        })?;
+    crate::stop_child_on_termination(child.id());
+    // Before waiting: if this process is SIGKILLed, `lab clean` stops the program too.
+    pair.lab.note_child(child.id())?;
+    let status = child.wait();
+    crate::wait_if_terminating();
+    let failed = pair.close();
+    let status = status.map_err(|source| LabError::Io {
+        what: format!("waiting for {}", program.to_string_lossy()),
+        source,
+    })?;
+    if !failed.is_empty() {
+        return Err(LabError::Invalid(format!(
+            "lab cleanup failed: {}",
+            failed.join("; ")
+        )));
+    }
+    Ok(status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(2))
+}

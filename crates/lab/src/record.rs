@@ -221,7 +221,7 @@ static STOP_FIRST: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new()
 /// Registers a child process that a termination signal stops (SIGTERM, then up to 5 s for it
 /// to exit, then SIGKILL) before the labs are taken down: a script running inside the lab gets to run its
 /// own cleanup while the namespaces still exist, and is never left running without them.
-pub fn stop_on_termination(pid: u32) {
+pub fn stop_child_on_termination(pid: u32) {
     STOP_FIRST
         .lock()
         .unwrap_or_else(|p| p.into_inner())

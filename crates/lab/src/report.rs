@@ -328,3 +328,58 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
     s.push_str("</table></body></html>\n");
     s
 }
+
+/// One run as a progress line: when it ended, which variant and tool, what it measured, and
+/// each CPU's share of the packets and %soft.
+pub fn run_line(r: &RunRecord) -> String {
+    format!(
+        "{} [{:>5.0} s] repeat {} {:<10} {:<20} {:>14}  per CPU packets/%soft {}",
+        r.scenario,
+        r.started_s + r.elapsed_s,
+        r.repeat,
+        r.variant,
+        r.tool,
+        show(r.value, &r.unit),
+        r.per_cpu
+            .iter()
+            .map(|p| format!("{}:{:.0}%/{:.0}", p.cpu, p.share * 100.0, p.soft))
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
+/// The end of a scenario as lines: each variant against the baseline with its verdict, what
+/// the lab cannot show, and whether the host was restored.
+pub fn summary_lines(summary: &Summary) -> Vec<String> {
+    let mut lines: Vec<String> = summary
+        .rows
+        .iter()
+        .map(|row| {
+            let (d, u) = (&row.decision, row.unit.as_str());
+            format!(
+                "{} {} against {}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
+                row.tool,
+                row.variant,
+                row.baseline,
+                show(d.before.median, u),
+                show(d.after.median, u),
+                show(d.before.min, u),
+                show(d.before.max, u),
+                show(d.after.min, u),
+                show(d.after.max, u),
+                d.why
+            )
+        })
+        .collect();
+    lines.extend(
+        summary
+            .limits
+            .iter()
+            .map(|l| format!("what this lab cannot show: {l}")),
+    );
+    lines.push(format!(
+        "host restored after the last rollback: {}",
+        if summary.restored { "yes" } else { "NO" }
+    ));
+    lines
+}

@@ -614,3 +614,84 @@ async fn pump(mut tcp: TcpStream, vs: VSocket, label: &str, shared: &Shared) {
         }
     }
 }
+
+/// `HOST:PORT` resolved, the flag named in every error.
+fn resolve(flag: &str, value: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    value
+        .to_socket_addrs()
+        .map_err(|e| format!("{flag} {value}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{flag} {value}: no address"))
+}
+
+fn split<'a>(flag: &str, s: &'a str, want: &str) -> Result<(&'a str, u16), String> {
+    let (a, b) = match want {
+        "LISTEN=PORT" => s.split_once('='),
+        _ => s.split_once('=').map(|(p, b)| (b, p)),
+    }
+    .ok_or_else(|| format!("{flag} {s}: expected {want}"))?;
+    let port = b
+        .parse()
+        .map_err(|_| format!("{flag} {s}: virtual port {b:?} is not 0-65535"))?;
+    Ok((a, port))
+}
+
+impl Route {
+    /// `LISTEN=PORT` of `--route`/`--latency-route` (`flag`, for errors).
+    pub fn parse(flag: &str, s: &str, class: Class) -> Result<Route, String> {
+        let (listen, port) = split(flag, s, "LISTEN=PORT")?;
+        Ok(Route {
+            listen: resolve(flag, listen)?,
+            port,
+            class,
+        })
+    }
+}
+
+impl Backend {
+    /// Every `PORT=BACKEND` of `--backend`; a virtual port given twice is an error.
+    pub fn parse_all(values: &[String]) -> Result<Vec<Backend>, String> {
+        let mut out: Vec<Backend> = Vec::new();
+        for v in values {
+            let (addr, port) = split("--backend", v, "PORT=BACKEND")?;
+            let b = Backend {
+                port,
+                backend: resolve("--backend", addr)?,
+            };
+            if out.iter().any(|o| o.port == b.port) {
+                return Err(format!(
+                    "--backend {v}: virtual port {} is given twice",
+                    b.port
+                ));
+            }
+            out.push(b);
+        }
+        Ok(out)
+    }
+}
+
+impl ProxyStats {
+    /// One line for the end of a run: the proxy's counters and what the channels went
+    /// through.
+    pub fn summary_line(&self, role: &str, e: &crate::Stats) -> String {
+        let (mut alive, mut total, mut resent, mut dups) = (0, 0, 0, 0);
+        for s in &e.sessions {
+            total += s.channels.len();
+            alive += s.channels.iter().filter(|c| c.alive).count();
+            resent += s.resent_frames;
+            dups += s.duplicate_frames;
+        }
+        format!(
+            "netchannel proxy {role}: {} connections ({} over the cap, {} over the per-peer cap, {} could not open, {} reset by TCP, {} reset by the virtual side), {} bytes in, {} out; channels alive {alive}/{total}, frames re-sent {resent}, duplicates dropped {dups}",
+            self.accepted,
+            self.over_cap,
+            self.over_peer_cap,
+            self.open_failures,
+            self.tcp_resets,
+            self.virtual_resets,
+            self.bytes_in,
+            self.bytes_out
+        )
+    }
+}

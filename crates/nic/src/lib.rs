@@ -134,6 +134,15 @@ pub fn backend_for(fs: &netsteer_host::HostFs) -> Result<Box<dyn NicBackend>, St
     }
 }
 
+/// NIC settings for one interface from [`backend_for`], with the reason in place of values
+/// when there is no backend.
+pub fn settings_source(fs: &netsteer_host::HostFs) -> Box<dyn Fn(&str) -> NicSettings> {
+    match backend_for(fs) {
+        Ok(backend) => Box::new(move |name: &str| backend.settings(name)),
+        Err(reason) => Box::new(move |_: &str| NicSettings::unavailable(&reason)),
+    }
+}
+
 /// The NIC state of a `--root` tree: reads `netsteer/ethtool.json`, and writes it back in its
 /// one canonical form ([`tree_ethtool_text`]) after each change.
 #[derive(Debug, Clone)]

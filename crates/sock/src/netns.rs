@@ -9,6 +9,23 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
+/// The file of a namespace given by name (under /run/netns, as `ip netns` makes them) or by
+/// path; an error when it is not there.
+pub fn named(ns: &str) -> io::Result<std::path::PathBuf> {
+    let p = if ns.contains('/') {
+        std::path::PathBuf::from(ns)
+    } else {
+        Path::new("/run/netns").join(ns)
+    };
+    match p.try_exists() {
+        Ok(true) => Ok(p),
+        _ => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} does not exist", p.display()),
+        )),
+    }
+}
+
 /// Moves the calling thread into the namespace at `path` (e.g. /run/netns/NAME).
 pub fn enter(path: &Path) -> io::Result<()> {
     let f = File::open(path)

@@ -88,6 +88,22 @@ pub fn die_with_parent(cmd: &mut std::process::Command) -> &mut std::process::Co
     }
 }
 
+/// Makes SIGINT, SIGTERM and SIGHUP set `stop` instead of killing the process, so a server
+/// started in the background by a script ends its run, restores what it changed and prints its
+/// summary when stopped with `kill`. Call it before starting threads (they inherit the blocked
+/// signals; one thread waits for them).
+pub fn stop_on_termination(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> io::Result<()> {
+    block_termination()?;
+    std::thread::Builder::new()
+        .name("stop-on-signal".into())
+        .spawn(move || {
+            if wait_termination().is_ok() {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

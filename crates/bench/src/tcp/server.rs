@@ -207,6 +207,24 @@ pub struct ServerTotals {
     pub rejected_connections: u64,
 }
 
+impl ServerTotals {
+    /// The server's last message: `bench` names the command it was started as.
+    pub fn summary(
+        &self,
+        bench: &str,
+        listen: std::net::SocketAddr,
+    ) -> super::message::ServerSummary {
+        super::message::ServerSummary {
+            kind: crate::report::Kind::Summary,
+            bench: bench.into(),
+            role: crate::report::Role::Server,
+            listen: listen.to_string(),
+            tests: self.tests,
+            rejected_connections: self.rejected_connections,
+        }
+    }
+}
+
 impl Server {
     pub fn bind(cfg: ServerConfig) -> Result<Server, BenchError> {
         if cfg.max_connections == 0 {

@@ -29,6 +29,43 @@ impl Limits {
     pub fn is_unlimited(&self) -> bool {
         self.per_source.is_none() && self.global.is_none()
     }
+
+    /// As [`Limits::for_listen`], except that the AF_XDP path (which answers every datagram,
+    /// with no limiter) only takes limits asked for explicitly.
+    pub fn for_server(
+        listen: std::net::SocketAddr,
+        xdp: bool,
+        per_source: Option<u32>,
+        global: Option<u32>,
+    ) -> Limits {
+        if xdp && per_source.is_none() && global.is_none() {
+            Limits::default()
+        } else {
+            Limits::for_listen(listen, per_source, global)
+        }
+    }
+
+    /// The echo server's answer limits on `listen`: what was asked (0 = unlimited), else none
+    /// on loopback — nothing there can reach a third party — and a reflector-proof default
+    /// (10,000 per source, 100,000 in all, per second) anywhere else.
+    pub fn for_listen(
+        listen: std::net::SocketAddr,
+        per_source: Option<u32>,
+        global: Option<u32>,
+    ) -> Limits {
+        let loopback = listen.ip().is_loopback()
+            || matches!(listen.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+        let pick = |asked: Option<u32>, remote_default: u32| match asked {
+            Some(0) => None,
+            Some(v) => Some(v),
+            None if loopback => None,
+            None => Some(remote_default),
+        };
+        Limits {
+            per_source: pick(per_source, 10_000),
+            global: pick(global, 100_000),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -3,6 +3,7 @@
 //! with percentiles, loss accounting, wait modes, pinning and kernel timestamps).
 
 pub mod client;
+pub mod irq_suspend;
 pub mod limit;
 pub mod message;
 pub mod payload;

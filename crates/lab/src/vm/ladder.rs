@@ -315,3 +315,39 @@ pub fn placement(irqs: &[QueueIrq]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// One run as a line: rung, repeat, p50/p99, the NAPI id and where each side's queue IRQs ran.
+pub fn run_line(r: &RungRun) -> String {
+    let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.1}us", v as f64 / 1e3));
+    format!(
+        "{:<44} #{} p50 {:>8} p99 {:>8} napi {:<5} server {} | client {}",
+        r.rung,
+        r.repeat,
+        us(r.p50_ns),
+        us(r.p99_ns),
+        r.napi_id.map_or("-".into(), |n| n.to_string()),
+        placement(&r.server_irqs),
+        placement(&r.client_irqs),
+    )
+}
+
+/// After the runs: their notes, whether busy polling engaged, and what emulation cannot show.
+pub fn summary_lines(runs: &[RungRun]) -> Vec<String> {
+    let mut lines: Vec<String> = runs
+        .iter()
+        .flat_map(|r| r.notes.iter().map(move |n| format!("  {}: {n}", r.rung)))
+        .collect();
+    for r in runs.iter().filter(|r| r.busy_poll_engaged.is_some()) {
+        lines.push(format!(
+            "busy polling {} (NAPI id {})",
+            if r.busy_poll_engaged == Some(true) {
+                "engaged"
+            } else {
+                "did not engage"
+            },
+            r.napi_id.unwrap_or(0)
+        ));
+    }
+    lines.push("emulated guests (QEMU TCG): the placements, NAPI ids and directions are the drivers' own; the microseconds are not bare metal's".into());
+    lines
+}

@@ -21,8 +21,10 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 /// Where the program runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum AttachMode {
-    /// In the driver (XDP_FLAGS_DRV_MODE): before an skb is allocated.
+    /// In the driver (XDP_FLAGS_DRV_MODE): before an skb is allocated; an error if the
+    /// driver has no native XDP.
     Native,
     /// After the skb is built (XDP_FLAGS_SKB_MODE): any device, slower.
     Generic,

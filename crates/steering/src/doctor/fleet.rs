@@ -4,6 +4,7 @@
 use super::{Report, Severity};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 pub const FLEET_SCHEMA_VERSION: u32 = 1;
 
@@ -106,4 +107,33 @@ pub fn host_names(roots: &[std::path::PathBuf]) -> Vec<String> {
             }
         })
         .collect()
+}
+/// A tree of one host: it has the /proc files doctor reads.
+fn is_host_tree(dir: &Path) -> bool {
+    dir.join("proc/stat").is_file() || dir.join("proc/interrupts").is_file()
+}
+
+/// The trees of a fleet run: several `--root`s, or one `--root` holding a directory per host
+/// (what `netsteer snapshot` wrote on each, collected in one place). None for a single host.
+pub fn fleet_roots(roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
+    match roots {
+        [] => None,
+        [one] if is_host_tree(one) => None,
+        [one] => {
+            let Ok(entries) = std::fs::read_dir(one) else {
+                // Not a directory of trees: the single-host path reports the error.
+                return None;
+            };
+            let mut trees: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_dir() && is_host_tree(p))
+                .collect();
+            if trees.is_empty() {
+                return None;
+            }
+            trees.sort();
+            Some(trees)
+        }
+        many => Some(many.to_vec()),
+    }
 }

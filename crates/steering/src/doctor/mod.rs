@@ -10,6 +10,8 @@ pub mod fleet;
 pub mod model;
 pub mod report;
 pub mod rules;
+pub mod sampling;
+pub mod text;
 
 pub use crate::model::ctx::Ctx;
 pub use model::{App, Finding, Fix, Goal, Load, LoadSource, Severity, Subjects};

@@ -29,6 +29,34 @@ pub struct Invocation {
 }
 
 impl Invocation {
+    /// What `tune apply` was asked (`opts`, and `profile` as given: `None` for none), to be
+    /// asked again at boot with the same state directory.
+    pub fn from_options(
+        profile: Option<crate::tune::Profile>,
+        opts: &crate::tune::PlanOptions,
+        cpus: Option<String>,
+        state_dir: &Path,
+    ) -> Invocation {
+        Invocation {
+            profile: profile.map(|p| p.to_string()).unwrap_or_default(),
+            knobs: opts
+                .knobs
+                .iter()
+                .map(|k| format!("{}={}", k.path, k.value))
+                .collect(),
+            devices: opts.devices.clone(),
+            cpus,
+            irqbalance: match opts.irqbalance {
+                crate::tune::IrqbalancePolicy::Leave => "leave".into(),
+                crate::tune::IrqbalancePolicy::Stop => "stop".into(),
+            },
+            state_dir: state_dir.display().to_string(),
+            reserve_queue: opts.reserve_queue,
+            ports: opts.ports.clone(),
+            napi: opts.napi.map(|m| m.to_string()),
+        }
+    }
+
     pub fn args(&self) -> Vec<String> {
         let mut a = vec![
             "tune".into(),

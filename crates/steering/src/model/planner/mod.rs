@@ -26,6 +26,7 @@ pub const THROUGHPUT_BUDGET: i64 = 600;
 pub const THROUGHPUT_BACKLOG: i64 = 10000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum IrqbalancePolicy {
     /// Leave irqbalance running; IRQ pins are then skipped (it would move them back).
     #[default]

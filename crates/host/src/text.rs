@@ -1,0 +1,480 @@
+//! Text for people: the host view (`netsteer show`) and one interval of `netsteer top`, as
+//! lines. Pure functions of the data, so tests render fixture trees; every name a host supplies
+//! goes through [`crate::safe`].
+
+use crate::field::Field;
+use crate::irqname::IrqRole;
+use crate::nic::{Nic, NicIrq};
+use crate::sample::TopInterval;
+use crate::view::HostView;
+use std::fmt::Write as _;
+
+fn irq_line(i: &NicIrq) -> String {
+    let a = &i.affinity;
+    let mut s = format!(
+        "irq {:<5} {:<28} {:<11} cpus {:<10} effective {:<6}",
+        i.irq,
+        crate::safe::line(&i.name),
+        i.role.to_string(),
+        a.requested.to_string(),
+        a.effective.to_string(),
+    );
+    if let Field::Known(h) = &a.hint
+        && !h.is_empty()
+    {
+        let _ = write!(s, " hint {}", h.to_list());
+    }
+    let _ = write!(s, " {} irqs", i.count);
+    if let Some(c) = i.busiest_cpu {
+        let _ = write!(s, " (most on CPU{c})");
+    }
+    if a.settable == Field::Known(false) {
+        s.push_str(" [managed: kernel will not move it]");
+    }
+    s
+}
+
+/// The human report. Pure, so tests can render fixture trees.
+pub fn host_view(v: &HostView) -> String {
+    let mut o = String::new();
+    let t = &v.topology;
+    let _ = writeln!(
+        o,
+        "kernel {}  CPUs: possible {}  online {}  (masks are {} bits wide)",
+        crate::safe::line(&v.kernel.to_string()),
+        t.possible.to_list(),
+        t.online.to_list(),
+        t.nr_cpu_ids
+    );
+    let _ = writeln!(
+        o,
+        "isolated {}  nohz_full {}  smt {}",
+        t.isolated, t.nohz_full, t.smt
+    );
+    for n in &t.nodes {
+        let _ = writeln!(o, "numa node{}: CPUs {}", n.id, n.cpus);
+    }
+    // HT siblings grouped once per core.
+    let mut cores: Vec<String> = Vec::new();
+    for c in &t.cpus {
+        if let Field::Known(s) = &c.siblings
+            && s.len() > 1
+        {
+            let l = s.to_list();
+            if !cores.contains(&l) {
+                cores.push(l);
+            }
+        }
+    }
+    if !cores.is_empty() {
+        let _ = writeln!(o, "hyperthread siblings: {}", cores.join(" "));
+    }
+    let s = &v.sysctls;
+    let _ = writeln!(
+        o,
+        "net.core: busy_poll={} busy_read={} netdev_budget={} netdev_budget_usecs={} netdev_max_backlog={} dev_weight={}",
+        s.busy_poll,
+        s.busy_read,
+        s.netdev_budget,
+        s.netdev_budget_usecs,
+        s.netdev_max_backlog,
+        s.dev_weight
+    );
+    let _ = writeln!(
+        o,
+        "          rps_sock_flow_entries={} flow_limit_cpu_bitmap={} flow_limit_table_len={} rps_default_mask={}",
+        s.rps_sock_flow_entries,
+        s.flow_limit_cpu_bitmap,
+        s.flow_limit_table_len,
+        s.rps_default_mask
+    );
+    let _ = writeln!(
+        o,
+        "irqbalance: {}",
+        match &v.irqbalance {
+            Field::Known(i) if i.running => format!("running (pid {})", i.pid.unwrap_or(0)),
+            Field::Known(_) => "not running".into(),
+            Field::Unknown { unknown } => format!("unknown ({})", crate::safe::line(unknown)),
+        }
+    );
+    for p in &v.problems {
+        let _ = writeln!(o, "problem: {}", crate::safe::line(p));
+    }
+    for nic in &v.nics {
+        o.push('\n');
+        render_nic(&mut o, nic);
+    }
+    o
+}
+
+fn render_nic(o: &mut String, n: &Nic) {
+    let _ = write!(
+        o,
+        "{}  driver {}  {}  {}  mtu {}",
+        crate::safe::line(&n.name),
+        crate::safe::line(&n.driver.to_string()),
+        n.kind,
+        crate::safe::line(&n.operstate.to_string()),
+        n.mtu
+    );
+    if let Some(b) = &n.bus_id {
+        let _ = write!(o, "  bus {}", crate::safe::line(&b.to_string()));
+    }
+    if !n.is_virtual() {
+        let _ = write!(
+            o,
+            "  numa node {}  local CPUs {}",
+            n.numa_node, n.local_cpus
+        );
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "  {} rx / {} tx queues  napi: gro_flush_timeout={} napi_defer_hard_irqs={} threaded={}",
+        n.rx_queues.len(),
+        n.tx_queues.len(),
+        n.gro_flush_timeout,
+        n.napi_defer_hard_irqs,
+        n.threaded
+    );
+    for q in &n.rx_queues {
+        let _ = write!(
+            o,
+            "  rx-{:<4} rps {:<10} rps_flow_cnt {:<6}",
+            q.index,
+            q.rps_cpus.to_string(),
+            q.rps_flow_cnt.to_string()
+        );
+        if q.irqs.is_empty() && !n.is_virtual() {
+            o.push_str(" (no IRQ found)");
+        }
+        o.push('\n');
+        for irq in q.irqs.iter().filter_map(|i| n.irq(*i)) {
+            let _ = writeln!(o, "           {}", irq_line(irq));
+        }
+    }
+    for q in &n.tx_queues {
+        let xps = match &q.xps_cpus {
+            Field::Unknown { unknown } if unknown.starts_with("not available") => "n/a".into(),
+            f => f.to_string(),
+        };
+        let _ = write!(
+            o,
+            "  tx-{:<4} xps {:<10} xps_rxqs {:<6}",
+            q.index,
+            xps,
+            q.xps_rxqs.to_string()
+        );
+        // The IRQ of a combined channel is already shown under its rx queue.
+        let own: Vec<&NicIrq> = q
+            .irqs
+            .iter()
+            .filter_map(|i| n.irq(*i))
+            .filter(|i| matches!(i.role, IrqRole::Tx(_)))
+            .collect();
+        o.push('\n');
+        for irq in own {
+            let _ = writeln!(o, "           {}", irq_line(irq));
+        }
+    }
+    for irq in n
+        .irqs
+        .iter()
+        .filter(|i| matches!(i.role, IrqRole::Control | IrqRole::Other))
+    {
+        let _ = writeln!(o, "  {}", irq_line(irq));
+    }
+    if let Some(s) = &n.settings {
+        render_settings(o, s);
+        render_ntuple(o, s);
+        render_netdev(o, n, s);
+    }
+}
+
+/// The receive flow-steering rules, when the device has any.
+fn render_ntuple(o: &mut String, s: &crate::ethtool::NicSettings) {
+    use crate::netdev::NtupleFlow;
+    let Ok(rules) = s.ntuple() else { return };
+    if rules.is_empty() {
+        return;
+    }
+    let text: Vec<String> = rules
+        .iter()
+        .map(|r| {
+            let flow = match &r.flow {
+                NtupleFlow::DstPort { proto, port } => format!("{} dst-port {port}", proto.name()),
+                NtupleFlow::Other { flow_type } => format!("flow type {flow_type}"),
+            };
+            let to = r
+                .queue
+                .map_or("drop/other action".into(), |q| format!("queue {q}"));
+            format!("[{}] {flow} → {to}", r.location)
+        })
+        .collect();
+    let _ = writeln!(o, "  ntuple: {}", text.join("; "));
+}
+
+fn ns(v: Option<u64>) -> String {
+    v.map_or("-".into(), crate::netdev::ns_text)
+}
+
+/// queue → NAPI → IRQ → CPU, and each NAPI's kthread and settings (netdev netlink).
+fn render_netdev(o: &mut String, n: &Nic, s: &crate::ethtool::NicSettings) {
+    use crate::nic::IrqSource;
+    let nd = match s.netdev() {
+        Ok(nd) => nd,
+        Err(why) => {
+            let _ = writeln!(
+                o,
+                "  napi: unavailable ({})",
+                crate::safe::line(&why.to_string())
+            );
+            return;
+        }
+    };
+    if let Some(x) = nd.xdp_features.filter(|x| *x != 0) {
+        let _ = writeln!(
+            o,
+            "  xdp: {}{}",
+            crate::netdev::xdp_feature_names(x),
+            nd.xdp_zc_max_segs
+                .map_or(String::new(), |z| format!("  zero-copy max segments {z}"))
+        );
+    }
+    if n.napis.is_empty() {
+        let _ = writeln!(
+            o,
+            "  napi: none{}",
+            if n.kind == "veth" {
+                " (a veth has NAPIs only with GRO on or XDP attached)"
+            } else {
+                ""
+            }
+        );
+    }
+    for p in &n.napis {
+        let mut queues: Vec<String> = p.rx_queues.iter().map(|q| format!("rx-{q}")).collect();
+        queues.extend(p.tx_queues.iter().map(|q| format!("tx-{q}")));
+        let queues = if queues.is_empty() {
+            "queues not linked by the driver".to_string()
+        } else {
+            queues.join(",")
+        };
+        let irq = match (p.irq, p.irq_source, &p.irq_cpus) {
+            (Some(i), src, cpus) => format!(
+                "irq {i}{} → CPU {}",
+                if src == Some(IrqSource::InterruptsName) {
+                    " (by /proc/interrupts name)"
+                } else {
+                    ""
+                },
+                cpus.as_ref().map_or("?".into(), |c| c.to_string())
+            ),
+            (None, ..) => "no IRQ".into(),
+        };
+        let thread = match (&p.thread, p.threaded) {
+            (Some(t), _) => format!(
+                "threaded: kthread {} on CPU {} (allowed {})",
+                t.pid, t.last_cpu, t.allowed
+            ),
+            (None, Some(true)) => "threaded (no kthread reported)".into(),
+            (None, Some(false)) => "threaded off".into(),
+            (None, None) => "threaded -".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  napi {:<6} {queues}  {irq}  defer-hard-irqs {}  gro-flush-timeout {}  irq-suspend-timeout {}  {thread}",
+            p.id,
+            p.defer_hard_irqs.map_or("-".into(), |d| d.to_string()),
+            ns(p.gro_flush_timeout_ns),
+            ns(p.irq_suspend_timeout_ns),
+        );
+    }
+    for q in &nd.qstats {
+        let _ = writeln!(
+            o,
+            "  {}-{:<4} packets {}  bytes {}{}",
+            q.kind,
+            q.id,
+            q.packets.map_or("-".into(), |v| v.to_string()),
+            q.bytes.map_or("-".into(), |v| v.to_string()),
+            q.drops.map_or(String::new(), |d| format!("  drops {d}"))
+        );
+    }
+}
+
+fn render_settings(o: &mut String, s: &crate::ethtool::NicSettings) {
+    let mut parts = Vec::new();
+    if let Field::Known(c) = &s.channels {
+        let f = |v: Option<u32>, m: Option<u32>| match (v, m) {
+            (Some(v), Some(m)) => format!("{v}/{m}"),
+            (Some(v), None) => v.to_string(),
+            _ => "-".into(),
+        };
+        parts.push(format!(
+            "channels rx {} tx {} combined {}",
+            f(c.rx, c.rx_max),
+            f(c.tx, c.tx_max),
+            f(c.combined, c.combined_max)
+        ));
+    }
+    if let Field::Known(r) = &s.rings {
+        parts.push(format!(
+            "rings rx {}/{} tx {}/{}",
+            r.rx.map_or("-".into(), |v| v.to_string()),
+            r.rx_max.map_or("-".into(), |v| v.to_string()),
+            r.tx.map_or("-".into(), |v| v.to_string()),
+            r.tx_max.map_or("-".into(), |v| v.to_string())
+        ));
+    }
+    if let Field::Known(c) = &s.coalesce {
+        let keys = [
+            "rx-usecs",
+            "rx-frames",
+            "tx-usecs",
+            "adaptive-rx",
+            "adaptive-tx",
+        ];
+        let shown: Vec<String> = keys
+            .iter()
+            .filter_map(|k| c.get(*k).map(|v| format!("{k}={v}")))
+            .collect();
+        if !shown.is_empty() {
+            parts.push(format!("coalesce {}", shown.join(" ")));
+        }
+    }
+    if let Field::Known(f) = &s.features {
+        let keys = [
+            "rx-gro",
+            "rx-lro",
+            "rx-gro-hw",
+            "ntuple-filters",
+            "rx-hashing",
+        ];
+        let shown: Vec<String> = keys
+            .iter()
+            .filter_map(|k| {
+                f.get(*k).map(|v| {
+                    format!(
+                        "{k} {}{}",
+                        if v.active { "on" } else { "off" },
+                        if v.changeable { "" } else { " [fixed]" }
+                    )
+                })
+            })
+            .collect();
+        if !shown.is_empty() {
+            parts.push(shown.join(", "));
+        }
+    }
+    if let Field::Known(p) = &s.pause {
+        let b = |v: Option<bool>| v.map_or("-", |b| if b { "on" } else { "off" });
+        parts.push(format!("pause rx {} tx {}", b(p.rx), b(p.tx)));
+    }
+    if let Field::Known(r) = &s.rss {
+        let mut counts = std::collections::BTreeMap::new();
+        for q in &r.indirection {
+            *counts.entry(*q).or_insert(0u32) += 1;
+        }
+        parts.push(format!(
+            "rss {} entries over {} queues{}",
+            r.indirection.len(),
+            counts.len(),
+            r.hfunc
+                .as_ref()
+                .map_or(String::new(), |h| format!(" ({h})"))
+        ));
+    }
+    if parts.is_empty() {
+        let reason = match &s.channels {
+            Field::Unknown { unknown } => unknown.clone(),
+            _ => "nothing reported".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  ethtool: unavailable ({})",
+            crate::safe::line(&reason.to_string())
+        );
+    } else {
+        let _ = writeln!(o, "  ethtool: {}", parts.join("; "));
+    }
+}
+
+fn f(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0}"))
+}
+
+/// Plain-text rendering of one interval (also used for tests).
+pub fn top_interval(m: &TopInterval, seq: u64) -> Vec<String> {
+    let mut lines = vec![
+        format!("--- interval {seq} ({:.2} s)", m.interval_s),
+        format!(
+            "{:>4} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7}",
+            "CPU",
+            "%usr",
+            "%nice",
+            "%sys",
+            "%irq",
+            "%soft",
+            "%steal",
+            "%idle",
+            "NET_RX/s",
+            "NET_TX/s",
+            "pkts/s",
+            "drop/s",
+            "sqz/s",
+            "rps/s"
+        ),
+    ];
+    for c in &m.cpus {
+        lines.push(format!(
+            "{:>4} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7}",
+            c.cpu,
+            c.usr,
+            c.nice,
+            c.sys,
+            c.irq,
+            c.soft,
+            c.steal,
+            c.idle,
+            f(c.net_rx),
+            f(c.net_tx),
+            f(c.processed),
+            f(c.dropped),
+            f(c.squeezed),
+            f(c.rps_ipi)
+        ));
+    }
+    for cpu in &m.went_offline {
+        lines.push(format!("{cpu:>4} went offline"));
+    }
+    for q in m.queues.iter().filter(|q| q.total > 0.0) {
+        lines.push(format!(
+            "  {} {} irq {} {}: {:.0}/s on {}",
+            q.nic,
+            q.queue,
+            q.irq,
+            q.name,
+            q.total,
+            q.cpus_text()
+        ));
+    }
+    for q in m
+        .queue_packets
+        .iter()
+        .filter(|q| q.packets_per_s.is_some_and(|p| p > 0.0))
+    {
+        lines.push(format!(
+            "  {} {}-{}: {} pkt/s {} B/s (driver's queue counters)",
+            q.nic,
+            q.kind,
+            q.queue,
+            f(q.packets_per_s),
+            f(q.bytes_per_s)
+        ));
+    }
+    for p in &m.problems {
+        lines.push(format!("  problem: {p}"));
+    }
+    lines
+}

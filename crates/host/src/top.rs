@@ -1,0 +1,191 @@
+//! `netsteer top`'s sampler: two readings of the counters an interval apart become one
+//! [`TopInterval`] — per-CPU rates, per-queue IRQ rates labelled from the NIC model, and the
+//! driver's per-queue packet counters where a device keeps them.
+
+use crate::HostFs;
+use crate::error::Result;
+use crate::netdev::QueueStats;
+use crate::sample::{
+    CounterSample, QueueCounters, QueuePackets, QueueRate, Rates, TopInterval, queue_rates, rates,
+    read_sample,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// A device's per-queue counters (netdev qstats over netlink), or why not.
+pub type QueueStatsSource = Box<dyn Fn(&str) -> std::result::Result<Vec<QueueStats>, String>>;
+
+/// IRQ → (nic, queue label), from the NIC model.
+pub type IrqLabels = BTreeMap<u32, (String, String)>;
+
+fn interval_message(
+    r: Rates,
+    labels: &IrqLabels,
+    queue_packets: Vec<QueuePackets>,
+    problems: Vec<String>,
+) -> TopInterval {
+    let queues = r
+        .irqs
+        .into_iter()
+        .filter_map(|i| {
+            let (nic, queue) = labels.get(&i.irq)?.clone();
+            Some(QueueRate {
+                nic,
+                queue,
+                irq: i.irq,
+                name: i.name,
+                per_cpu: i.per_cpu,
+                total: i.total,
+            })
+        })
+        .collect();
+    TopInterval {
+        kind: "interval".into(),
+        time_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        interval_s: r.interval_s,
+        cpus: r.cpus,
+        queues,
+        went_offline: r.went_offline,
+        queue_packets,
+        problems,
+    }
+}
+
+pub struct Sampler {
+    fs: HostFs,
+    queue_stats: Option<QueueStatsSource>,
+    labels: IrqLabels,
+    wanted: BTreeSet<u32>,
+    /// The devices that keep per-queue counters (the others are not asked again).
+    qdevs: Vec<String>,
+    prev: CounterSample,
+    prev_q: QueueCounters,
+    prev_at: Instant,
+}
+
+impl Sampler {
+    /// Takes the first sample. One read of every device's queue counters tells which devices
+    /// keep them at all (the others' errors are not problems).
+    pub fn new(fs: HostFs, queue_stats: Option<QueueStatsSource>) -> Result<Sampler> {
+        let view = crate::read_host(&fs, None);
+        let labels: IrqLabels = view
+            .nics
+            .iter()
+            .flat_map(|n| {
+                n.irqs
+                    .iter()
+                    .map(move |i| (i.irq, (n.name.clone(), i.role.to_string())))
+            })
+            .collect();
+        let wanted = labels.keys().copied().collect();
+        let all: Vec<String> = view.nics.iter().map(|n| n.name.clone()).collect();
+        let mut ignored = Vec::new();
+        let prev_q = read_queues(queue_stats.as_ref(), &all, &mut ignored);
+        let qdevs = all
+            .into_iter()
+            .filter(|d| prev_q.keys().any(|(n, _, _)| n == d))
+            .collect();
+        Ok(Sampler {
+            prev: read_sample(&fs)?,
+            fs,
+            queue_stats,
+            labels,
+            wanted,
+            qdevs,
+            prev_q,
+            prev_at: Instant::now(),
+        })
+    }
+
+    /// Reads the counters again: the rates since the last call.
+    pub fn sample(&mut self) -> Result<TopInterval> {
+        let cur = read_sample(&self.fs)?;
+        let mut problems = cur.problems.clone();
+        let cur_q = read_queues(self.queue_stats.as_ref(), &self.qdevs, &mut problems);
+        let at = Instant::now();
+        let dt = (at - self.prev_at).as_secs_f64();
+        let r = rates(&self.prev, &cur, dt, Some(&self.wanted));
+        let qp = queue_rates(&self.prev_q, &cur_q, dt);
+        if !self.fs.is_live() {
+            // A tree is one moment: both samples read the same counters.
+            problems.insert(
+                0,
+                format!(
+                    "--root {}: rates need two live samples and a tree holds one moment, so every rate is 0; run top on the live host (or `doctor --root` for since-boot averages)",
+                    self.fs.root().display()
+                ),
+            );
+        }
+        self.prev = cur;
+        self.prev_q = cur_q;
+        self.prev_at = at;
+        Ok(interval_message(r, &self.labels, qp, problems))
+    }
+}
+
+/// Every queue counter of the devices that keep them, by device and queue.
+fn read_queues(
+    source: Option<&QueueStatsSource>,
+    devices: &[String],
+    problems: &mut Vec<String>,
+) -> QueueCounters {
+    let mut all = QueueCounters::new();
+    let Some(source) = source else { return all };
+    for d in devices {
+        match source(d) {
+            Ok(qs) => all.extend(qs.into_iter().map(|q| ((d.clone(), q.kind, q.id), q))),
+            Err(e) => problems.push(format!("{d}: per-queue counters: {e}")),
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netdev::QueueType;
+
+    #[test]
+    fn queue_counter_rates_are_printed_and_serialized_only_where_there_are_some() {
+        let r = Rates {
+            interval_s: 1.0,
+            ..Rates::default()
+        };
+        let busy = QueuePackets {
+            nic: "eth0".into(),
+            kind: QueueType::Rx,
+            queue: 3,
+            packets_per_s: Some(1500.0),
+            bytes_per_s: Some(2_000_000.0),
+        };
+        let idle = QueuePackets {
+            queue: 4,
+            packets_per_s: Some(0.0),
+            ..busy.clone()
+        };
+        let m = interval_message(r.clone(), &IrqLabels::new(), vec![busy, idle], vec![]);
+        let lines = crate::text::top_interval(&m, 1);
+        let q: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("queue counters"))
+            .collect();
+        assert_eq!(q.len(), 1, "{lines:#?}");
+        assert!(
+            q[0].contains("eth0 rx-3: 1500 pkt/s 2000000 B/s"),
+            "{}",
+            q[0]
+        );
+        let back: TopInterval = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back.queue_packets, m.queue_packets);
+        // Devices without queue counters add nothing to the JSON.
+        let none = interval_message(r, &IrqLabels::new(), vec![], vec![]);
+        assert!(
+            !serde_json::to_string(&none)
+                .unwrap()
+                .contains("queue_packets")
+        );
+    }
+}

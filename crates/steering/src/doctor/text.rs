@@ -1,0 +1,185 @@
+//! The doctor's reports as text for people: one host (`render`) and a fleet
+//! (`render_fleet`). Every field a host supplies is one line of its own, passed through
+//! `netsteer_host::safe`.
+
+use super::fleet::FleetReport;
+use super::{LoadSource, Report, Severity};
+use std::fmt::Write as _;
+
+fn severity_mark(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "C",
+        Severity::Warning => "W",
+        Severity::Info => "i",
+    }
+}
+
+fn label(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "CRITICAL",
+        Severity::Warning => "WARNING",
+        Severity::Info => "info",
+    }
+}
+
+/// The human report: a header, then each finding with evidence, why and the fix.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let load = match &r.load {
+        Some(l) if l.source == LoadSource::Sampled => {
+            format!("load sampled over {:.1} s", l.seconds)
+        }
+        Some(l) => format!("load averaged since boot ({:.0} s)", l.seconds),
+        None => "no load data".into(),
+    };
+    let _ = writeln!(s, "netsteer doctor: goal {}, {load}", r.goal);
+    let h = &r.host;
+    let _ = writeln!(
+        s,
+        "host: kernel {}, CPUs {} online, {} NUMA node(s){}, irqbalance {}",
+        netsteer_host::safe::line(h.kernel.as_deref().unwrap_or("?")),
+        h.online_cpus,
+        h.numa_nodes,
+        h.isolated_cpus
+            .as_ref()
+            .map(|i| format!(", isolated {i}"))
+            .unwrap_or_default(),
+        match h.irqbalance_running {
+            Some(true) => "running",
+            Some(false) => "not running",
+            None => "?",
+        }
+    );
+    for n in &h.nics {
+        let _ = writeln!(
+            s,
+            "  {} ({}, {}): {} rx / {} tx queues, {} queue IRQs{}",
+            netsteer_host::safe::line(&n.name),
+            n.kind,
+            netsteer_host::safe::line(n.driver.as_deref().unwrap_or("?")),
+            n.rx_queues,
+            n.tx_queues,
+            n.queue_irqs,
+            n.numa_node
+                .filter(|n| *n >= 0)
+                .map(|n| format!(", NUMA node {n}"))
+                .unwrap_or_default()
+        );
+    }
+    // Every field is one line of its own: a name inside it (an interface, an IRQ's action)
+    // must not add lines or escape sequences of its own.
+    use netsteer_host::safe::line;
+    for f in &r.findings {
+        let _ = writeln!(s, "\n{:<8} {}: {}", label(f.severity), f.id, line(&f.title));
+        for (i, e) in f.evidence.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "  {:<9}{}",
+                if i == 0 { "evidence" } else { "" },
+                line(e)
+            );
+        }
+        let _ = writeln!(s, "  {:<9}{}", "why", line(&f.why));
+        let _ = writeln!(s, "  {:<9}{}", "fix", line(&f.fix.summary));
+        for step in &f.fix.steps {
+            let _ = writeln!(s, "  {:<9}$ {}", "", line(step));
+        }
+        if let Some(t) = &f.fix.tune {
+            let _ = writeln!(s, "  {:<9}{}", "tune", line(t));
+        }
+    }
+    let c = r.counts;
+    if r.findings.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nNo findings: nothing keeps packet processing here from scaling."
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "\n{} finding(s): {} critical, {} warning, {} info",
+            r.findings.len(),
+            c.critical,
+            c.warning,
+            c.info
+        );
+    }
+    for p in &r.problems {
+        let _ = writeln!(s, "note: {}", line(p));
+    }
+    s
+}
+
+/// One line per host (counts, then its findings most severe first), then one line per rule
+/// with the hosts it fired on.
+pub fn render_fleet(f: &FleetReport) -> String {
+    let mut s = String::new();
+    let width = f
+        .hosts
+        .iter()
+        .map(|h| h.host.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(
+        s,
+        "netsteer doctor: {} host(s), loads averaged since boot",
+        f.hosts.len()
+    );
+    let _ = writeln!(
+        s,
+        "\n{:<width$}  crit  warn  info  findings (C critical, W warning, i info)",
+        "host"
+    );
+    for h in &f.hosts {
+        match (&h.report, &h.error) {
+            (Some(r), err) => {
+                let list: Vec<String> = r
+                    .findings
+                    .iter()
+                    .map(|x| format!("{}:{}", severity_mark(x.severity), x.id))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "{:<width$}  {:>4}  {:>4}  {:>4}  {}{}",
+                    netsteer_host::safe::line(&h.host),
+                    r.counts.critical,
+                    r.counts.warning,
+                    r.counts.info,
+                    if list.is_empty() {
+                        "-".to_string()
+                    } else {
+                        list.join(" ")
+                    },
+                    err.as_deref()
+                        .map(|e| format!("  (incomplete: {})", netsteer_host::safe::line(e)))
+                        .unwrap_or_default()
+                );
+            }
+            (None, err) => {
+                let _ = writeln!(
+                    s,
+                    "{:<width$}     ?     ?     ?  ERROR {}",
+                    netsteer_host::safe::line(&h.host),
+                    netsteer_host::safe::line(err.as_deref().unwrap_or("no report"))
+                );
+            }
+        }
+    }
+    if !f.rules.is_empty() {
+        let _ = writeln!(s, "\nby rule:");
+        let idw = f.rules.iter().map(|r| r.id.len()).max().unwrap_or(0);
+        for r in &f.rules {
+            let _ = writeln!(
+                s,
+                "  {:<idw$}  {:<8}  {} of {} host(s): {}",
+                r.id,
+                label(r.severity),
+                r.hosts.len(),
+                f.hosts.len(),
+                netsteer_host::safe::line(&r.hosts.join(", "))
+            );
+        }
+    }
+    s
+}
