@@ -753,3 +753,127 @@ fn a_saved_plan_finds_renumbered_irqs_by_name_and_refuses_a_missing_device() {
         Err(SavedPlanError::Parse(_))
     ));
 }
+
+/// `Tuner::apply_verified` through the experiment's seams: a scripted benchmark and a manual
+/// clock. Better beyond the noise is kept (the applied plan is recorded); within or worse
+/// beyond the noise is rolled back to the byte; a failed "after" run rolls back and errs.
+#[test]
+fn a_verified_apply_keeps_only_a_change_better_beyond_the_noise() {
+    use netsteer_bench::clock::ManualClock;
+    use netsteer_bench::experiment::{Metric, Verdict};
+    use netsteer_steering::tune::{Check, Side, TuneError, Tuner};
+    let src = fixture("kvm-virtio-16cpu");
+    // (before, after) p50 values per run; None: the after run fails.
+    let cases: [(&str, [f64; 3], Option<[f64; 3]>, Option<Verdict>); 4] = [
+        (
+            "better",
+            [100.0, 101.0, 99.0],
+            Some([50.0, 51.0, 49.0]),
+            Some(Verdict::Better),
+        ),
+        (
+            "same",
+            [100.0, 101.0, 99.0],
+            Some([100.5, 99.5, 100.0]),
+            Some(Verdict::WithinNoise),
+        ),
+        (
+            "worse",
+            [100.0, 101.0, 99.0],
+            Some([150.0, 151.0, 149.0]),
+            Some(Verdict::Worse),
+        ),
+        ("broken", [100.0, 101.0, 99.0], None, None),
+    ];
+    for (name, before, after, want) in cases {
+        let tree = copy_tree(&src);
+        let state = tempfile::tempdir().unwrap();
+        let original = contents(tree.path());
+        let fs = HostFs::open(tree.path()).unwrap();
+        let nic = Box::new(TreeNic::new(tree.path()));
+        let t = Tuner::with_nic(fs, nic, true, Some(state.path().to_path_buf())).unwrap();
+        let o = opts(Profile::Throughput);
+        let p = t.plan(&o).unwrap();
+        let clock = ManualClock::new(0);
+        let mut calls = Vec::new();
+        let mut measure =
+            |side: Side, repeat: u32| -> Result<f64, netsteer_bench::experiment::BoxError> {
+                clock.advance(1_000_000);
+                calls.push((side, repeat));
+                let i = repeat as usize - 1;
+                match (side, after) {
+                    (Side::Before, _) => Ok(before[i]),
+                    (Side::After, Some(a)) => Ok(a[i]),
+                    (Side::After, None) => Err("the benchmark crashed".into()),
+                }
+            };
+        let check = Check {
+            metric: Metric::P50,
+            repeats: 3,
+        };
+        let r = t.apply_verified(
+            &p,
+            Some(&o),
+            &ApplyOptions::default(),
+            check,
+            &mut measure,
+            &clock,
+        );
+        let applied = journal::read_applied(state.path()).unwrap();
+        match want {
+            Some(v) => {
+                let r = r.unwrap();
+                let d = r.closed_loop.as_ref().unwrap();
+                assert_eq!(d.verdict, v, "{name}: {d:?}");
+                assert_eq!(r.report.status, "applied", "{name}");
+                if v == Verdict::Better {
+                    assert!(r.rollback.is_none() && applied.is_some(), "{name}");
+                    assert_ne!(contents(tree.path()), original, "{name}: the change stays");
+                } else {
+                    assert_eq!(r.rollback.as_ref().unwrap().status, "restored", "{name}");
+                    assert!(applied.is_none(), "{name}: the applied plan is forgotten");
+                    assert_eq!(contents(tree.path()), original, "{name}");
+                }
+            }
+            None => {
+                let e = r.unwrap_err();
+                assert!(matches!(e, TuneError::VerifyFailed { .. }), "{name}: {e}");
+                assert!(e.to_string().contains("the benchmark crashed"), "{e}");
+                assert!(applied.is_none());
+                assert_eq!(contents(tree.path()), original, "{name}");
+            }
+        }
+        // Sequential: every before run, the apply, then the after runs (one if it failed).
+        let befores: Vec<u32> = calls
+            .iter()
+            .filter(|c| c.0 == Side::Before)
+            .map(|c| c.1)
+            .collect();
+        assert_eq!(befores, [1, 2, 3], "{name}");
+        assert!(
+            calls[..3].iter().all(|c| c.0 == Side::Before),
+            "{name}: {calls:?}"
+        );
+    }
+    // Fewer than two runs a side cannot know the noise.
+    let tree = copy_tree(&src);
+    let fs = HostFs::open(tree.path()).unwrap();
+    let t = Tuner::with_nic(fs, Box::new(TreeNic::new(tree.path())), true, None).unwrap();
+    let o = opts(Profile::Throughput);
+    let p = t.plan(&o).unwrap();
+    let check = Check {
+        metric: Metric::P50,
+        repeats: 1,
+    };
+    let e = t
+        .apply_verified(
+            &p,
+            Some(&o),
+            &ApplyOptions::default(),
+            check,
+            &mut |_, _| Ok(1.0),
+            &ManualClock::new(0),
+        )
+        .unwrap_err();
+    assert!(matches!(e, TuneError::TooFewRepeats(1)), "{e}");
+}
