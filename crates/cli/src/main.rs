@@ -1,6 +1,7 @@
-//! `netsteer`: the command line. Thin: the host crate does the work; this file parses flags,
-//! picks the data sources (live host or a `--root` tree) and maps errors to exit codes
-//! (0 ok, 1 findings or threshold failed, 2 error).
+//! `netsteer`: the command line. It only speaks: the library crates do the work and render
+//! their own reports; this binary parses flags (groups shared with `#[command(flatten)]`),
+//! picks the host (live or a `--root` tree), prints, and maps errors to exit codes (0 ok,
+//! 1 findings or threshold failed, 2 error).
 
 mod agent;
 mod args;

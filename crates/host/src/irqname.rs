@@ -1,7 +1,9 @@
 //! Which queue an IRQ serves, from the names drivers give their vectors.
 //!
-//! Patterns checked against driver sources (see shared reference §4.4); the index is the queue
-//! or channel number.
+//! Patterns checked against the names each driver gives its vectors in the kernel sources
+//! (the `request_irq` callers in drivers/net/virtio_net.c and under drivers/net/ethernet/: e.g.
+//! virtio's `virtioN-input.Q`, mlx5's `mlx5_compQ@pci:…`, ixgbe/igb's `IF-TxRx-Q`); the index is
+//! the queue or channel number.
 
 use serde::{Deserialize, Serialize};
 

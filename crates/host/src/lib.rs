@@ -3,8 +3,10 @@
 //! * [`parse`]: pure parsers (`&str -> Result<T, ParseError>`) for the kernel's text files.
 //! * [`cpuset`]: CPU lists and exact-width hex masks.
 //! * [`topology`], [`sysctl`], [`nic`], [`view`]: the model built from those files.
-//! * [`sample`]: counter samples and rates for `netsteer top`.
+//! * [`sample`]: counter samples and rates; [`top`]: the sampler behind `netsteer top`.
 //! * [`capture`]: snapshot trees (`netsteer snapshot`) that `--root` reads back.
+//! * [`text`]: `show` and `top` as lines for people; [`safe`]: host-supplied names escaped for
+//!   a terminal.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("netsteer-host reads Linux /proc and /sys; it builds on Linux only");

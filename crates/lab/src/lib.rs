@@ -1,6 +1,8 @@
-//! The lab: hosts made of network namespaces, joined by veth links, with processes started
-//! inside them on chosen CPUs — the apparatus of the seeds' two-host experiments, made on one
-//! machine and always taken down again.
+//! The lab: hosts made of network namespaces (or QEMU guests, [`vm`]), joined by veth links,
+//! with processes started inside them on chosen CPUs — the apparatus of the seeds' two-host
+//! experiments, made on one machine and always taken down again. [`run`] plays a scenario's
+//! variants through the experiment module (`netsteer_bench::experiment`), changing the server
+//! host with the tune library in-process; [`report`] renders the result.
 //!
 //! Cleanup follows the kernel selftests (`tools/testing/selftests/net/lib.sh`, `defer.sh`):
 //! every set-up step registers its undo right next to it ([`Cleanup`]), and the undo steps run

@@ -1,7 +1,9 @@
-//! NIC settings over ethtool generic netlink (Documentation/networking/ethtool-netlink.rst),
-//! not by parsing `ethtool` text. [`NicBackend`] is the seam: [`Netlink`] talks to the kernel,
-//! [`FakeNic`] serves canned settings to tests, and [`TreeNic`] reads and writes the NIC state a
-//! `--root` tree recorded (`netsteer/ethtool.json`), so tuning a tree never touches a real NIC.
+//! NIC settings over ethtool generic netlink (Documentation/networking/ethtool-netlink.rst) and
+//! per-NAPI/queue state over netdev netlink ([`netdev`]), never by parsing `ethtool` text; n-tuple
+//! rules over the SIOCETHTOOL ioctl ([`rxnfc`]). [`NicBackend`] is the seam: [`Netlink`] talks to
+//! the kernel, [`FakeNic`] serves canned settings to tests, and [`TreeNic`] reads and writes the
+//! NIC state a `--root` tree recorded (`netsteer/ethtool.json`), so tuning a tree never touches a
+//! real NIC.
 
 mod attr;
 mod ethnl;
