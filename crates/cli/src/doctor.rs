@@ -29,7 +29,7 @@ pub struct DoctorArgs {
     /// Add the application's view: its threads' CPUs against the interrupt CPUs.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
-    /// One JSON document (`findings` plus the host summary; see README) instead of the report.
+    /// One JSON document (`findings` plus the host summary; docs/json.md) instead of the report.
     #[arg(long)]
     json: bool,
     /// Skip reading NIC settings over ethtool netlink.

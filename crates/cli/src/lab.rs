@@ -21,7 +21,7 @@ pub enum LabCommand {
     Clean,
     /// Make the two-host lab (namespaces `client` and `server` joined by a veth link), run
     /// COMMAND in the root namespace with the lab described in its environment
-    /// (NETSTEER_LAB_CLIENT_NS, NETSTEER_LAB_SERVER_ADDR, ...; README), then take the lab down,
+    /// (NETSTEER_LAB_CLIENT_NS, NETSTEER_LAB_SERVER_ADDR, ...; docs/lab.md), then take the lab down,
     /// also on Ctrl-C or a kill. Exits with COMMAND's status (2 when the lab cannot be made).
     With(WithArgs),
 }
@@ -41,7 +41,7 @@ pub struct RunArgs {
     /// `all`: a directory, one NAME.html each).
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
-    /// JSON Lines: one `run` message per workload run, then a `summary` (see README).
+    /// JSON Lines: one `run` message per workload run, then a `summary` (docs/json.md).
     #[arg(long)]
     json: bool,
     /// Run seed-000's ladder between two QEMU guests (real virtio-net queues, interrupts

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 pub struct ShowArgs {
     #[command(flatten)]
     pub root: crate::args::RootArg,
-    /// One JSON document (the `HostView` schema, see README) instead of the human report.
+    /// One JSON document (the `HostView` schema, docs/json.md) instead of the human report.
     #[arg(long)]
     json: bool,
     /// Only these interfaces (repeatable).

@@ -93,7 +93,7 @@ pub struct PlanArgs {
     /// Skip NIC settings (channels, GRO, coalescing, flow control).
     #[arg(long)]
     no_ethtool: bool,
-    /// One JSON document instead of the text report (see README).
+    /// One JSON document instead of the text report (docs/json.md).
     #[arg(long)]
     json: bool,
 }
@@ -112,7 +112,7 @@ pub struct StateArgs {
     pub root: crate::args::RootArg,
     #[command(flatten)]
     dir: StateDirArg,
-    /// One JSON document instead of the text report (see README).
+    /// One JSON document instead of the text report (docs/json.md).
     #[arg(long)]
     json: bool,
 }

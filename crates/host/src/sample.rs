@@ -342,7 +342,7 @@ impl QueueRate {
     }
 }
 
-/// One JSON Lines message of `netsteer top --json` (documented in the README).
+/// One JSON Lines message of `netsteer top --json` (docs/json.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopInterval {
     /// Always `"interval"`.

@@ -48,7 +48,7 @@ pub struct RunRecord {
     /// Points of the round-trip CDF, `[percentile 0-100, ns]` (echo tools).
     #[serde(default)]
     pub latency_points: Vec<[f64; 2]>,
-    /// Secondary measures by name (README: `rx_mapped_pct`, `cpu_us_per_mib_client`, ...).
+    /// Secondary measures by name (docs/json.md: `rx_mapped_pct`, `cpu_us_per_mib_client`, ...).
     #[serde(default)]
     pub extra: BTreeMap<String, f64>,
     /// When the run started, seconds after the first run started, and how long it took.

@@ -764,7 +764,9 @@ fn a_verified_apply_keeps_only_a_change_better_beyond_the_noise() {
     use netsteer_steering::tune::{Check, Side, TuneError, Tuner};
     let src = fixture("kvm-virtio-16cpu");
     // (before, after) p50 values per run; None: the after run fails.
-    let cases: [(&str, [f64; 3], Option<[f64; 3]>, Option<Verdict>); 4] = [
+    /// (name, before runs, after runs (None: they fail), the verdict wanted).
+    type Case = (&'static str, [f64; 3], Option<[f64; 3]>, Option<Verdict>);
+    let cases: [Case; 4] = [
         (
             "better",
             [100.0, 101.0, 99.0],
