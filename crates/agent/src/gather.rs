@@ -80,7 +80,7 @@ fn cpu_label(cpu: u32) -> (&'static str, String) {
 const TICKS_PER_SECOND: f64 = 100.0;
 
 /// The highest number of series a scrape can produce for a host of this shape (the bound the
-/// README states for the 128-CPU fixture): `cpus` CPUs, and per exported device `queues`
+/// docs/agent.md states for the 128-CPU fixture): `cpus` CPUs, and per exported device `queues`
 /// queues each way with one IRQ each, and at most `findings` doctor findings.
 pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize) -> usize {
     // Per CPU: 3 CPU modes, 2 softirqs, 6 softnet columns.

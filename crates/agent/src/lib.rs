@@ -8,7 +8,7 @@
 //!
 //! Names sit beside node_exporter's without taking them: everything is `netsteer_*`, so a host
 //! running both exports no series twice under one name. The mapping to node_exporter's names
-//! (`node_softnet_*`, `node_cpu_seconds_total`, `node_interrupts_total`) is in the README.
+//! (`node_softnet_*`, `node_cpu_seconds_total`, `node_interrupts_total`) is in docs/agent.md.
 //!
 //! Cardinality is bounded by the host's shape, never by traffic: per CPU (a fixed handful of
 //! series), per queue (settings), per (queue IRQ, CPU) only where that CPU took interrupts, per

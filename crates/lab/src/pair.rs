@@ -107,7 +107,7 @@ impl Pair {
     }
 
     /// What a program started by `netsteer lab with` finds in its environment, documented in
-    /// the README: the namespaces (for `ip netns exec`), the addresses and the devices.
+    /// docs/lab.md: the namespaces (for `ip netns exec`), the addresses and the devices.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         let mut env = vec![
             ("NETSTEER_LAB_PREFIX", self.lab.prefix().to_string()),

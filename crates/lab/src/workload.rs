@@ -231,7 +231,7 @@ fn tcp_stream(p: &Place<'_>, w: &Workload, v: &Variant) -> Result<Measured> {
         ("sleeps_per_mib_client", s.sleeps_per_mb.client),
         ("sleeps_per_mib_server", s.sleeps_per_mb.server),
     ] {
-        // The summary's "MB" is the MiB of the README (2^20 bytes).
+        // The summary's "MB" is the MiB of docs/bench-tcp.md (2^20 bytes).
         if let Some(x) = x {
             extra.insert(k.into(), x);
         }

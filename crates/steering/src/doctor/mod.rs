@@ -21,7 +21,7 @@ use rules::{cpu, drops, latency, napi, rps, spread, tx};
 
 pub struct Rule {
     pub id: &'static str,
-    /// What it looks for, for `netsteer doctor --list-rules` and the README.
+    /// What it looks for, for `netsteer doctor --list-rules` and docs/doctor.md.
     pub looks_for: &'static str,
     pub check: fn(&Ctx) -> Vec<Finding>,
 }
