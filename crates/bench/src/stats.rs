@@ -152,22 +152,30 @@ pub struct Spread<T = f64> {
     pub max: T,
 }
 
-impl Spread<f64> {
-    /// The spread of the finite values; `None` when there are none. An even count takes the
-    /// mean of the middle two as its median.
-    pub fn of(values: &[f64]) -> Option<Spread> {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        v.sort_by(f64::total_cmp);
+impl<T: Copy> Spread<T> {
+    /// min, median and max of sorted values; `mid` makes the median of an even count from the
+    /// middle two.
+    fn of_sorted(v: &[T], mid: impl Fn(T, T) -> T) -> Option<Spread<T>> {
         let n = v.len();
         (n > 0).then(|| Spread {
             min: v[0],
             median: if n % 2 == 1 {
                 v[n / 2]
             } else {
-                (v[n / 2 - 1] + v[n / 2]) / 2.0
+                mid(v[n / 2 - 1], v[n / 2])
             },
             max: v[n - 1],
         })
+    }
+}
+
+impl Spread<f64> {
+    /// The spread of the finite values; `None` when there are none. An even count takes the
+    /// mean of the middle two as its median.
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        Spread::of_sorted(&v, |a, b| (a + b) / 2.0)
     }
 
     /// max − min.
@@ -181,16 +189,7 @@ impl Spread<u64> {
     pub fn of_ints(values: &[u64]) -> Option<Spread<u64>> {
         let mut v = values.to_vec();
         v.sort_unstable();
-        let n = v.len();
-        (n > 0).then(|| Spread {
-            min: v[0],
-            median: if n % 2 == 1 {
-                v[n / 2]
-            } else {
-                (v[n / 2 - 1] + v[n / 2]) / 2
-            },
-            max: v[n - 1],
-        })
+        Spread::of_sorted(&v, |a, b| (a + b) / 2)
     }
 }
 

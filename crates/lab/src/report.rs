@@ -52,12 +52,12 @@ fn bars(tool: &str, summary: &Summary) -> String {
         esc(tool)
     );
     for (i, st) in stats.iter().enumerate() {
-        let kept = summary
+        let verdict = summary
             .rows
             .iter()
             .find(|r| r.tool == tool && r.variant == st.variant)
             .map(|r| r.decision.verdict);
-        let fill = match kept {
+        let fill = match verdict {
             None | Some(Verdict::WithinNoise) => "#8a8a8a",
             Some(Verdict::Better) => "#2b8a3e",
             Some(Verdict::Worse) => "#c92a2a",

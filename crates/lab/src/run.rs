@@ -286,36 +286,28 @@ impl LabExecutor<'_> {
             .map_err(|e| LabError::Invalid(format!("variant {}: {e}", v.name)))
     }
 
-    /// The files any variant writes (the plans' file targets) and their contents now.
+    /// The files any variant writes (the plans' file targets) and their contents now, read in
+    /// one visit to the server host.
     fn change_files(&self) -> Result<BTreeMap<String, String>> {
-        let mut all = BTreeMap::new();
-        for (i, _) in self
-            .scn
-            .variants
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.changes_host())
-        {
-            let opts = self.plan_options(i)?;
-            let files = self.in_server(move |t| {
-                let plan = t.plan(&opts)?;
-                Ok(plan
-                    .items
-                    .iter()
-                    .filter_map(|item| match &item.target {
-                        Target::File { path } => Some((
-                            path.clone(),
-                            t.fs()
-                                .read_value(path)
-                                .unwrap_or_else(|e| format!("<unreadable: {e}>")),
-                        )),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>())
-            })?;
-            all.extend(files);
-        }
-        Ok(all)
+        let all: Vec<PlanOptions> = (0..self.scn.variants.len())
+            .filter(|&i| self.scn.variants[i].changes_host())
+            .map(|i| self.plan_options(i))
+            .collect::<Result<_>>()?;
+        self.in_server(move |t| {
+            let mut files = BTreeMap::new();
+            for opts in &all {
+                for item in t.plan(opts)?.items {
+                    if let Target::File { path } = item.target {
+                        let content = t
+                            .fs()
+                            .read_value(&path)
+                            .unwrap_or_else(|e| format!("<unreadable: {e}>"));
+                        files.insert(path, content);
+                    }
+                }
+            }
+            Ok(files)
+        })
     }
 }
 

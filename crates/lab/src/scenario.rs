@@ -3,7 +3,7 @@
 //! repository ships `scenarios/*.toml`; a user's own file is loaded by path.
 
 use crate::{LabError, Result};
-use netsteer_steering::tune::{IrqbalancePolicy, Knob, PlanOptions, Profile};
+use netsteer_steering::tune::{Knob, PlanOptions, Profile};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -210,15 +210,11 @@ impl Variant {
             .map(|k| Knob::parse(k).map_err(|e| format!("set: {e}")))
             .collect::<std::result::Result<_, _>>()?;
         Ok(PlanOptions {
-            profile,
             devices: vec![dev.to_string()],
             cpus,
-            irqbalance: IrqbalancePolicy::Leave,
-            reserve_queue: None,
-            ports: Vec::new(),
             live: true,
             knobs,
-            napi: None,
+            ..PlanOptions::for_profile(profile)
         })
     }
 

@@ -79,17 +79,7 @@ fn contents(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 fn opts(profile: Profile) -> PlanOptions {
-    PlanOptions {
-        profile,
-        devices: Vec::new(),
-        cpus: None,
-        irqbalance: IrqbalancePolicy::Leave,
-        reserve_queue: None,
-        ports: Vec::new(),
-        live: false,
-        knobs: Vec::new(),
-        napi: None,
-    }
+    PlanOptions::for_profile(profile)
 }
 
 fn plan_tree(root: &Path, o: &PlanOptions) -> Plan {

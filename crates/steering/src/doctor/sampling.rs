@@ -67,14 +67,9 @@ pub fn examine(
             (Some(l), p)
         }
         Err(e) => {
-            missing_core.push(e.clone());
-            (
-                None,
-                vec![format!(
-                    "{} (rules that need rates were skipped)",
-                    e.clone()
-                )],
-            )
+            let problem = format!("{e} (rules that need rates were skipped)");
+            missing_core.push(e);
+            (None, vec![problem])
         }
     };
     let mut report = diagnose(&view, load.as_ref(), goal, app);

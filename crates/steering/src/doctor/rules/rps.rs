@@ -4,7 +4,7 @@
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, cpus_text, pct, queue_writes, rate};
 use crate::model::desired::{Action, Item, ItemKind, Profile};
-use crate::model::planner::{IrqbalancePolicy, PlanOptions};
+use crate::model::planner::PlanOptions;
 pub use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
 use netsteer_host::CpuSet;
 use netsteer_host::nic::Nic;
@@ -70,15 +70,8 @@ pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
 /// order); none when the planner refuses.
 pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Vec<Item> {
     let opts = PlanOptions {
-        profile,
         devices: vec![nic.name.clone()],
-        cpus: None,
-        irqbalance: IrqbalancePolicy::Leave,
-        reserve_queue: None,
-        ports: Vec::new(),
-        live: false,
-        knobs: Vec::new(),
-        napi: None,
+        ..PlanOptions::for_profile(profile)
     };
     match crate::model::planner::plan(ctx.view, &opts) {
         Ok(p) => p

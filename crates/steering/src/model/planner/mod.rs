@@ -57,6 +57,25 @@ pub struct PlanOptions {
     pub napi: Option<NapiMode>,
 }
 
+impl PlanOptions {
+    /// `profile` on every device that qualifies, with nothing else asked: no CPU restriction,
+    /// irqbalance left alone, no reserved queue, no explicit knob, no per-NAPI setting, and no
+    /// live services (callers on the live host set `live`).
+    pub fn for_profile(profile: Profile) -> PlanOptions {
+        PlanOptions {
+            profile,
+            devices: Vec::new(),
+            cpus: None,
+            irqbalance: IrqbalancePolicy::Leave,
+            reserve_queue: None,
+            ports: Vec::new(),
+            live: false,
+            knobs: Vec::new(),
+            napi: None,
+        }
+    }
+}
+
 /// One explicit knob: a kernel file and the value to write into it. Only the files netsteer
 /// tunes are accepted — sysctls, per-queue RPS/XPS/RFS files and IRQ affinities — so a typo
 /// cannot turn `tune apply` into a general file writer.
