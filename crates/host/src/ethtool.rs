@@ -79,6 +79,17 @@ pub struct NicSettings {
     /// for a device without them, absent in trees captured before netsteer read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntuple: Option<Field<Vec<NtupleRule>>>,
+    /// The header fields each flow type's RSS hash covers, in `ethtool -N rx-flow-hash`
+    /// letters (`udp4` → `sd`: addresses only, so every flow between two hosts lands on one
+    /// queue; `sdfn`: addresses and ports). Only the flow types the driver answers for; absent
+    /// in trees captured before netsteer read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_hash: Option<Field<BTreeMap<String, String>>>,
+    /// What this kernel lacks and how each part was read instead ("rss: read over the
+    /// ETHTOOL_GRSSH ioctl: this kernel's ethtool netlink has no RSS_GET (Linux 6.2+)"), so
+    /// show and doctor can say it rather than fail or stay silent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<String>,
 }
 
 impl NicSettings {
@@ -125,6 +136,18 @@ impl NicSettings {
             link_kind: None,
             netdev: Some(Field::unknown(reason)),
             ntuple: Some(Field::unknown(reason)),
+            flow_hash: Some(Field::unknown(reason)),
+            interfaces: Vec::new(),
+        }
+    }
+
+    /// The flow-hash fields of each flow type, or why they are unknown.
+    pub fn flow_hash(&self) -> Result<&BTreeMap<String, String>, String> {
+        match &self.flow_hash {
+            None => Err(
+                "flow-hash fields not recorded (a tree captured before netsteer read them)".into(),
+            ),
+            Some(f) => part(f, "flow-hash fields"),
         }
     }
 }
@@ -155,6 +178,9 @@ pub enum NicKnob {
     /// An n-tuple rule steering one destination port to a queue (ETHTOOL_SRXCLSRLINS /
     /// SRXCLSRLDEL). Its value is `flow-type tcp4 dst-port 22 action Q`, or empty for none.
     Ntuple(NtupleKey),
+    /// The header fields a flow type (`udp4`) is hashed on for RSS (ETHTOOL_SRXFH, `ethtool -N
+    /// DEV rx-flow-hash udp4 sdfn`). Its value is ethtool's letters.
+    FlowHash(String),
 }
 
 impl std::fmt::Display for NicKnob {
@@ -168,6 +194,7 @@ impl std::fmt::Display for NicKnob {
             NicKnob::RssIndirection => f.write_str("rss indirection"),
             NicKnob::Napi(id, a) => write!(f, "napi {id} {a}"),
             NicKnob::Ntuple(k) => write!(f, "ntuple {k}"),
+            NicKnob::FlowHash(t) => write!(f, "flow-hash {t}"),
         }
     }
 }
@@ -215,6 +242,11 @@ impl NicKnob {
                 }
                 Ok(t.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))
             }
+            NicKnob::FlowHash(t) => s
+                .flow_hash()?
+                .get(t)
+                .cloned()
+                .ok_or_else(|| format!("the driver does not say what it hashes {t} on")),
             _ => self.read_number(s).map(|v| v.to_string()),
         }
     }
@@ -224,6 +256,7 @@ impl NicKnob {
         match self {
             NicKnob::RssIndirection => Err("the RSS table is not a number".into()),
             NicKnob::Ntuple(_) => Err("an n-tuple rule is not a number".into()),
+            NicKnob::FlowHash(_) => Err("flow-hash fields are not a number".into()),
             NicKnob::Napi(id, a) => a
                 .read(napi_of(s, *id)?)
                 .ok_or_else(|| format!("the kernel does not report NAPI {id}'s {a}")),
@@ -288,7 +321,8 @@ impl NicKnob {
             NicKnob::Coalesce(_)
             | NicKnob::RssIndirection
             | NicKnob::Napi(..)
-            | NicKnob::Ntuple(_) => None,
+            | NicKnob::Ntuple(_)
+            | NicKnob::FlowHash(_) => None,
         }
     }
 
@@ -339,6 +373,21 @@ impl NicKnob {
             }
             return Ok(());
         }
+        if let NicKnob::FlowHash(t) = self {
+            check_flow_hash_fields(v)?;
+            let map = match s.flow_hash.as_mut() {
+                Some(Field::Known(m)) => m,
+                Some(Field::Unknown { unknown }) => {
+                    return Err(format!("flow-hash fields: {unknown}"));
+                }
+                None => return Err("flow-hash fields not recorded in this tree".into()),
+            };
+            let slot = map
+                .get_mut(t)
+                .ok_or_else(|| format!("the driver does not say what it hashes {t} on"))?;
+            *slot = v.trim().to_string();
+            return Ok(());
+        }
         if *self == NicKnob::RssIndirection {
             let table = parse_indirection(v)?;
             let queues = s
@@ -370,7 +419,7 @@ impl NicKnob {
     fn store_number(&self, s: &mut NicSettings, v: u64) -> Result<(), String> {
         let too_big = || format!("{self}: {v} does not fit");
         match self {
-            NicKnob::RssIndirection | NicKnob::Ntuple(_) => {
+            NicKnob::RssIndirection | NicKnob::Ntuple(_) | NicKnob::FlowHash(_) => {
                 return Err(format!("{self} is not a number"));
             }
             NicKnob::Napi(id, a) => {
@@ -444,6 +493,59 @@ impl NicKnob {
     }
 }
 
+/// Flow-hash fields as `ethtool -N rx-flow-hash` letters: m (L2 destination), v (VLAN), t (L3
+/// protocol), s/d (IP source/destination), f/n (L4 bytes 0-1 and 2-3: the ports), r (discard).
+pub fn check_flow_hash_fields(v: &str) -> Result<(), String> {
+    let v = v.trim();
+    match v.chars().find(|c| !"mvtsdfnr".contains(*c)) {
+        Some(c) => Err(format!(
+            "{c:?} in {v:?} is not a flow-hash field (m v t s d f n r)"
+        )),
+        None if v.is_empty() => Err("no flow-hash fields given".into()),
+        None => Ok(()),
+    }
+}
+
+/// The indirection table of `ethtool -X DEV weight W0 W1 ...` for a table of `size` entries:
+/// each queue gets a contiguous run of entries in proportion to its weight (ethtool's
+/// fill_indir_table), so `weight 0 1 1 1` keeps queue 0 out of RSS.
+pub fn indirection_of_weights(weights: &[u32], size: usize) -> Result<Vec<u32>, String> {
+    let sum: u64 = weights.iter().map(|w| u64::from(*w)).sum();
+    if sum == 0 {
+        return Err("RSS weights: at least one queue needs a weight above 0".into());
+    }
+    let mut table = Vec::with_capacity(size);
+    let (mut partial, mut j) = (0u64, 0usize);
+    for i in 0..size as u64 {
+        // Entry i goes to the first queue whose cumulative weight share passes it, with
+        // ethtool's integer division, so the table is the one `ethtool -X weight` writes.
+        while i >= size as u64 * partial / sum {
+            partial += u64::from(weights[j]);
+            j += 1;
+        }
+        table.push((j - 1) as u32);
+    }
+    Ok(table)
+}
+
+/// How `ethtool -X` can write `table` again: `equal N` when it is the round-robin table
+/// (entry i → i mod N, ethtool's `equal`), `weight W0 W1 ...` when each queue holds one
+/// contiguous run in queue order (what `weight` writes); None for any other table.
+pub fn ethtool_x_args(table: &[u32]) -> Option<String> {
+    let n = table.iter().max()? + 1;
+    if table.iter().enumerate().all(|(i, q)| *q == i as u32 % n) {
+        return Some(format!("equal {n}"));
+    }
+    let mut counts = vec![0u32; n as usize];
+    for q in table {
+        counts[*q as usize] += 1;
+    }
+    (indirection_of_weights(&counts, table.len()).ok()? == table).then(|| {
+        let w: Vec<String> = counts.iter().map(u32::to_string).collect();
+        format!("weight {}", w.join(" "))
+    })
+}
+
 /// An indirection table written as queue numbers separated by spaces.
 pub fn parse_indirection(v: &str) -> Result<Vec<u32>, String> {
     v.split_whitespace()
@@ -469,4 +571,46 @@ pub fn tree_ethtool_text(e: &TreeEthtool) -> String {
     // so going through it sorts them.
     let value = serde_json::to_value(e).unwrap_or_default();
     serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_give_the_table_ethtool_writes() {
+        assert_eq!(indirection_of_weights(&[1, 0], 8).unwrap(), [0; 8]);
+        assert_eq!(indirection_of_weights(&[0, 1], 8).unwrap(), [1; 8]);
+        let t = indirection_of_weights(&[1, 1, 1], 128).unwrap();
+        let count = |q: u32| t.iter().filter(|x| **x == q).count();
+        // ethtool 6.1: entries 0-41 → 0, 42-84 → 1, 85-127 → 2.
+        assert_eq!((count(0), count(1), count(2)), (42, 43, 43));
+        assert_eq!((t[41], t[42], t[84], t[85]), (0, 1, 1, 2));
+        // Seed 000: weight 1 1 1 1 1 1 0 0 0 0 0 keeps queues 6-10 out of RSS.
+        let t = indirection_of_weights(&[1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0], 128).unwrap();
+        assert!(t.iter().all(|q| *q < 6));
+        assert!(indirection_of_weights(&[0, 0], 8).is_err());
+    }
+
+    #[test]
+    fn a_table_is_written_again_as_ethtool_would() {
+        let rr: Vec<u32> = (0..128).map(|i| i % 4).collect();
+        assert_eq!(ethtool_x_args(&rr).as_deref(), Some("equal 4"));
+        let blocks = indirection_of_weights(&[1, 0, 1], 128).unwrap();
+        assert_eq!(ethtool_x_args(&blocks).as_deref(), Some("weight 64 0 64"));
+        assert_eq!(
+            indirection_of_weights(&[64, 0, 64], 128).unwrap(),
+            blocks,
+            "the weights reproduce the table"
+        );
+        assert_eq!(ethtool_x_args(&[1, 0, 1, 0, 0]), None);
+    }
+
+    #[test]
+    fn flow_hash_fields_are_ethtools_letters() {
+        assert!(check_flow_hash_fields("sdfn").is_ok());
+        assert!(check_flow_hash_fields("sd").is_ok());
+        assert!(check_flow_hash_fields("sdx").unwrap_err().contains("'x'"));
+        assert!(check_flow_hash_fields(" ").is_err());
+    }
 }

@@ -376,14 +376,28 @@ fn render_settings(o: &mut String, s: &crate::ethtool::NicSettings) {
         for q in &r.indirection {
             *counts.entry(*q).or_insert(0u32) += 1;
         }
+        // Each queue's share of the buckets, when few enough to read (a skewed table is what
+        // makes one queue hot).
+        let shares = if counts.len() <= 16 {
+            let each: Vec<String> = counts.iter().map(|(q, n)| format!("q{q}:{n}")).collect();
+            format!(" [{}]", each.join(" "))
+        } else {
+            String::new()
+        };
         parts.push(format!(
-            "rss {} entries over {} queues{}",
+            "rss {} entries over {} queues{shares}{}",
             r.indirection.len(),
             counts.len(),
             r.hfunc
                 .as_ref()
                 .map_or(String::new(), |h| format!(" ({h})"))
         ));
+    }
+    if let Some(Field::Known(h)) = &s.flow_hash
+        && !h.is_empty()
+    {
+        let each: Vec<String> = h.iter().map(|(t, f)| format!("{t} {f}")).collect();
+        parts.push(format!("hash {}", each.join(" ")));
     }
     if parts.is_empty() {
         let reason = match &s.channels {
@@ -397,6 +411,9 @@ fn render_settings(o: &mut String, s: &crate::ethtool::NicSettings) {
         );
     } else {
         let _ = writeln!(o, "  ethtool: {}", parts.join("; "));
+    }
+    for i in &s.interfaces {
+        let _ = writeln!(o, "  kernel: {}", crate::safe::line(i));
     }
 }
 

@@ -7,9 +7,12 @@
 
 mod attr;
 mod ethnl;
+pub mod genl;
+mod ioctl;
 pub mod napi_override;
 pub mod netdev;
 pub mod rtnl;
+pub mod rxfh;
 pub mod rxnfc;
 mod socket;
 

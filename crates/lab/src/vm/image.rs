@@ -1,18 +1,24 @@
 //! The guest's boot image: a Debian kernel and a busybox initramfs, built once and cached.
 //!
 //! The kernel comes from Debian's `linux-image-amd64` package, downloaded (`apt-get download`,
-//! never installed on the host) and unpacked into the cache; the initramfs holds a static
-//! busybox, the kernel modules the guest needs (virtio PCI and net, 9p over virtio), each with
-//! the modules its `depends=` names, loaded in dependency order, and the guest's `/init`.
-//! The cache is `$NETSTEER_VM_CACHE`, else `$XDG_CACHE_HOME/netsteer/vm`, else
+//! never installed on the host) and unpacked into the cache. Which one: the candidate of the
+//! machine's apt sources (Debian 12: 6.1), or the newest of a chosen series (`6.12`, which
+//! Debian 12 has from bookworm-backports; `.ci/deps` enables that suite) — the kernels users
+//! run differ in what netdev and ethtool netlink offer, and the lab boots each.
+//! The initramfs holds a static busybox, the kernel modules the guest's NICs need (virtio PCI
+//! and net, Intel igb, 9p over virtio), each with the modules its `depends=` names, loaded in
+//! dependency order (the debs carry no modules.dep; what modules.builtin lists is compiled in
+//! and skipped; 6.12's `.ko.xz` are decompressed, busybox insmod cannot), and the guest's
+//! `/init`. The cache is `$NETSTEER_VM_CACHE`, else `$XDG_CACHE_HOME/netsteer/vm`, else
 //! `~/.cache/netsteer/vm`.
 
 use crate::{LabError, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The modules the guest loads (their dependencies come along).
-const MODULES: &[&str] = &["virtio_pci", "virtio_net", "9pnet_virtio", "9p"];
+/// The modules the guest loads (their dependencies come along): every NIC model's driver, so
+/// one image serves them all (a driver without its device only registers itself).
+const MODULES: &[&str] = &["virtio_pci", "virtio_net", "igb", "9pnet_virtio", "9p"];
 
 /// The guest's /init: mounts, modules, the host's root (read-only) and the lab's scratch
 /// directory over 9p, then the command loop on the second serial port. Each command line is
@@ -97,15 +103,23 @@ pub fn module_depends(ko: &[u8]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// `wanted` and what they depend on, dependencies first. `find` maps a module name to its
-/// file's bytes.
+/// How the kernel package has a module.
+pub enum Module {
+    /// Compiled into the kernel (modules.builtin): nothing to load.
+    Builtin,
+    /// A loadable module: the (decompressed) `.ko` bytes.
+    File(Vec<u8>),
+}
+
+/// `wanted` and what they depend on, dependencies first, built-in ones left out. `find` maps a
+/// module name to how the kernel package has it.
 pub fn load_order(
     wanted: &[&str],
-    find: &dyn Fn(&str) -> Option<Vec<u8>>,
+    find: &dyn Fn(&str) -> Option<Module>,
 ) -> std::result::Result<Vec<String>, String> {
     fn visit(
         m: &str,
-        find: &dyn Fn(&str) -> Option<Vec<u8>>,
+        find: &dyn Fn(&str) -> Option<Module>,
         order: &mut Vec<String>,
         on_path: &mut Vec<String>,
     ) -> std::result::Result<(), String> {
@@ -115,7 +129,12 @@ pub fn load_order(
         if on_path.iter().any(|o| o == m) {
             return Err(format!("module dependency loop at {m}"));
         }
-        let bytes = find(m).ok_or_else(|| format!("module {m} is not in the kernel package"))?;
+        let bytes = match find(m) {
+            None => return Err(format!("module {m} is not in the kernel package")),
+            // What a built-in module needs is built in too.
+            Some(Module::Builtin) => return Ok(()),
+            Some(Module::File(bytes)) => bytes,
+        };
         on_path.push(m.to_string());
         for d in module_depends(&bytes) {
             visit(&d, find, order, on_path)?;
@@ -185,22 +204,79 @@ const DIR: u32 = 0o040755;
 const EXEC: u32 = 0o100755;
 const FILE: u32 = 0o100644;
 
-/// Builds (or finds in the cache) the image. Needs `apt-get` and `dpkg-deb` (Debian) for the
-/// kernel, and a static busybox (`busybox-static`) at /bin/busybox.
-pub fn build() -> Result<Image> {
+/// The kernel package to boot: the candidate `linux-image-amd64` depends on, or, for a
+/// `series` (`6.12`), the one the newest `linux-image-amd64` of that series depends on in any
+/// configured suite (`apt-cache madison` lists them all).
+pub fn kernel_package(series: Option<&str>) -> Result<String> {
+    let depends_of = |spec: &str| -> Result<String> {
+        run(
+            Command::new("apt-cache").args(["depends", spec]),
+            &format!("apt-cache depends {spec} (is this Debian?)"),
+        )?
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Depends: ")
+                .filter(|p| p.starts_with("linux-image-"))
+                .map(str::to_string)
+        })
+        .ok_or_else(|| LabError::Invalid(format!("{spec} names no kernel package")))
+    };
+    let Some(series) = series else {
+        return depends_of("linux-image-amd64");
+    };
+    let listed = run(
+        Command::new("apt-cache").args(["madison", "linux-image-amd64"]),
+        "apt-cache madison linux-image-amd64",
+    )?;
+    let mut versions = versions_of_series(&listed, series);
+    versions.sort_by(|a, b| dpkg_compare(a, b));
+    let newest = versions.pop().ok_or_else(|| {
+        LabError::Invalid(format!(
+            "no linux-image-amd64 of kernel series {series} in the apt sources (Debian 12 has 6.12 \
+             from bookworm-backports: .ci/deps enables it; then apt-get update)"
+        ))
+    })?;
+    depends_of(&format!("linux-image-amd64={newest}"))
+}
+
+/// The versions `apt-cache madison` lists whose upstream part is of `series` (`6.12.95-1~bpo12+1`
+/// is of `6.12`, not of `6.1`).
+pub fn versions_of_series(madison: &str, series: &str) -> Vec<String> {
+    let mut v: Vec<String> = madison
+        .lines()
+        .filter_map(|l| l.split('|').nth(1).map(str::trim))
+        .filter(|v| {
+            v.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+        })
+        .map(str::to_string)
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Debian version order, by dpkg itself (epochs, tildes and all).
+fn dpkg_compare(a: &str, b: &str) -> std::cmp::Ordering {
+    let lt = Command::new("dpkg")
+        .args(["--compare-versions", a, "lt", b])
+        .status()
+        .is_ok_and(|s| s.success());
+    if a == b {
+        std::cmp::Ordering::Equal
+    } else if lt {
+        std::cmp::Ordering::Less
+    } else {
+        std::cmp::Ordering::Greater
+    }
+}
+
+/// Builds (or finds in the cache) the image of `series` (None: the candidate kernel). Needs
+/// `apt-get` and `dpkg-deb` (Debian) for the kernel, `xz` for compressed modules, and a static
+/// busybox (`busybox-static`) at /bin/busybox.
+pub fn build(series: Option<&str>) -> Result<Image> {
     let cache = cache_dir();
-    let pkg = run(
-        Command::new("apt-cache").args(["depends", "linux-image-amd64"]),
-        "apt-cache depends linux-image-amd64 (is this Debian?)",
-    )?
-    .lines()
-    .find_map(|l| {
-        l.trim()
-            .strip_prefix("Depends: ")
-            .filter(|p| p.starts_with("linux-image-"))
-            .map(str::to_string)
-    })
-    .ok_or_else(|| LabError::Invalid("linux-image-amd64 names no kernel package".into()))?;
+    let pkg = kernel_package(series)?;
     let release = pkg.trim_start_matches("linux-image-").to_string();
     let dir = cache.join(&release);
     let kernel = dir.join("vmlinuz");
@@ -236,8 +312,14 @@ pub fn build() -> Result<Image> {
         let _ = std::fs::remove_file(&deb);
     }
     let modroot = unpacked.join("lib/modules").join(&release);
-    let find = |name: &str| -> Option<Vec<u8>> {
-        find_module(&modroot, name).and_then(|p| std::fs::read(p).ok())
+    let builtin = std::fs::read_to_string(modroot.join("modules.builtin")).unwrap_or_default();
+    let find = |name: &str| -> Option<Module> {
+        if is_builtin(&builtin, name) {
+            return Some(Module::Builtin);
+        }
+        find_module(&modroot, name)
+            .and_then(|p| read_module(&p).ok())
+            .map(Module::File)
     };
     let order = load_order(MODULES, &find).map_err(LabError::Invalid)?;
     let busybox = std::fs::read("/bin/busybox").map_err(io(
@@ -272,10 +354,13 @@ pub fn build() -> Result<Image> {
         data: INIT.as_bytes().to_vec(),
     });
     for m in &order {
+        let Some(Module::File(data)) = find(m) else {
+            unreachable!("ordered modules are files")
+        };
         entries.push(CpioEntry {
             path: format!("lib/modules/{m}.ko"),
             mode: FILE,
-            data: find(m).expect("found when ordering"),
+            data,
         });
     }
     entries.push(CpioEntry {
@@ -295,22 +380,62 @@ pub fn build() -> Result<Image> {
     })
 }
 
+/// Whether modules.builtin (`kernel/drivers/virtio/virtio_pci.ko` a line) lists `name`.
+fn is_builtin(list: &str, name: &str) -> bool {
+    list.lines().any(|l| {
+        l.rsplit('/')
+            .next()
+            .and_then(|f| f.strip_suffix(".ko"))
+            .is_some_and(|f| f.replace('-', "_") == name)
+    })
+}
+
+/// A module file's bytes, decompressed when it is `.ko.xz` (Debian's kernels from 6.x on).
+fn read_module(p: &Path) -> Result<Vec<u8>> {
+    if p.extension().is_some_and(|e| e == "xz") {
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(p)
+            .output()
+            .map_err(|source| LabError::Io {
+                what: format!("xz -dc {} (apt-get install xz-utils)", p.display()),
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(LabError::Invalid(format!(
+                "xz -dc {}: {}",
+                p.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        return Ok(out.stdout);
+    }
+    std::fs::read(p).map_err(|source| LabError::Io {
+        what: format!("reading {}", p.display()),
+        source,
+    })
+}
+
 fn fnv64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
-/// The file of module `name` (`9pnet_virtio.ko`; `-` and `_` are the same in module names).
+/// The file of module `name` (`9pnet_virtio.ko`, or `.ko.xz`; `-` and `_` are the same in
+/// module names).
 fn find_module(root: &Path, name: &str) -> Option<PathBuf> {
     let want = format!("{name}.ko");
+    let want_xz = format!("{name}.ko.xz");
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).ok()?.filter_map(|e| e.ok()) {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if e.file_name().to_string_lossy().replace('-', "_") == want {
+            } else if [&want, &want_xz]
+                .contains(&&e.file_name().to_string_lossy().replace('-', "_"))
+            {
                 return Some(p);
             }
         }
@@ -324,8 +449,9 @@ mod tests {
 
     #[test]
     fn dependencies_come_first_and_loops_are_named() {
-        let mods = |name: &str| -> Option<Vec<u8>> {
+        let mods = |name: &str| -> Option<Module> {
             let deps = match name {
+                "virtio_pci" => return Some(Module::Builtin),
                 "9p" => "9pnet,fscache,netfs",
                 "9pnet_virtio" => "9pnet,virtio,virtio_ring",
                 "fscache" => "netfs",
@@ -334,7 +460,9 @@ mod tests {
                 "b" => "a",
                 _ => return None,
             };
-            Some(format!("license=GPL\0depends={deps}\0retpoline=Y\0").into_bytes())
+            Some(Module::File(
+                format!("license=GPL\0depends={deps}\0retpoline=Y\0").into_bytes(),
+            ))
         };
         let order = load_order(&["9pnet_virtio", "9p"], &mods).unwrap();
         assert_eq!(
@@ -349,12 +477,35 @@ mod tests {
                 "9p"
             ]
         );
+        // Built in: nothing to load, and nothing of its dependencies either.
+        assert_eq!(
+            load_order(&["virtio_pci"], &mods).unwrap(),
+            Vec::<String>::new()
+        );
         assert!(load_order(&["a"], &mods).unwrap_err().contains("loop"));
         assert!(
             load_order(&["nosuch"], &mods)
                 .unwrap_err()
                 .contains("nosuch")
         );
+    }
+
+    #[test]
+    fn a_series_is_matched_on_its_whole_number() {
+        let madison = "linux-image-amd64 | 6.12.95-1~bpo12+1 | http://a bookworm-backports/main amd64 Packages
+linux-image-amd64 |   6.1.192-2 | http://a bookworm-security/main amd64 Packages
+linux-image-amd64 |   6.1.176-1 | http://a bookworm/main amd64 Packages
+";
+        assert_eq!(versions_of_series(madison, "6.12"), ["6.12.95-1~bpo12+1"]);
+        assert_eq!(
+            versions_of_series(madison, "6.1"),
+            ["6.1.192-2", "6.1.176-1"]
+        );
+        assert!(versions_of_series(madison, "6.13").is_empty());
+        let list = "kernel/drivers/virtio/virtio_pci.ko\nkernel/net/9p/9pnet-virtio.ko\n";
+        assert!(is_builtin(list, "virtio_pci"));
+        assert!(is_builtin(list, "9pnet_virtio"));
+        assert!(!is_builtin(list, "virtio"));
     }
 
     #[test]

@@ -22,11 +22,106 @@ pub mod ladder;
 
 use crate::{Lab, LabError, NsHost, Result};
 use image::Image;
+use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The NIC a guest gets: which emulated device, so which Linux driver and which knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NicModel {
+    /// virtio-net-pci, multi-queue: a vector per queue each way, per-queue NAPI, busy polling;
+    /// no RSS table, no coalescing, no n-tuple.
+    #[default]
+    Virtio,
+    /// virtio-net-pci with `rss=on,hash=on` (QEMU's software RSS): a 128-entry indirection
+    /// table and a 40-byte key the guest sets; no coalescing, no n-tuple.
+    VirtioRss,
+    /// Intel 82576 (`-device igb`, QEMU 8+), the Linux igb driver: an MSI-X vector per queue,
+    /// up to 8 combined channels, a 128-entry RSS table, rx-usecs/tx-usecs coalescing; n-tuple
+    /// filters fixed off.
+    Igb,
+}
+
+impl NicModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            NicModel::Virtio => "virtio",
+            NicModel::VirtioRss => "virtio-rss",
+            NicModel::Igb => "igb",
+        }
+    }
+
+    /// The guest driver's name in `ethtool -i` and netsteer's show.
+    pub fn driver(self) -> &'static str {
+        match self {
+            NicModel::Virtio | NicModel::VirtioRss => "virtio_net",
+            NicModel::Igb => "igb",
+        }
+    }
+
+    /// Whether QEMU reads the queues over a multi-queue tap: virtio's queues are the tap's,
+    /// igb's are the emulated NIC's own (it hashes and steers itself) over one tap queue.
+    fn multi_queue_tap(self) -> bool {
+        !matches!(self, NicModel::Igb)
+    }
+
+    /// The egrep pattern of its queue vectors' names in the guest's /proc/interrupts.
+    pub fn queue_irq_pattern(self) -> &'static str {
+        match self {
+            NicModel::Virtio | NicModel::VirtioRss => "virtio[0-9]+-(input|output)",
+            NicModel::Igb => "eth0-(rx|tx|TxRx)-[0-9]+",
+        }
+    }
+
+    /// The egrep pattern of its receive vectors (those that carry rx, alone or combined).
+    pub fn rx_irq_pattern(self) -> &'static str {
+        match self {
+            NicModel::Virtio | NicModel::VirtioRss => "virtio[0-9]+-input",
+            NicModel::Igb => "eth0-(rx|TxRx)-[0-9]+",
+        }
+    }
+
+    /// QEMU's `-netdev` and `-device` arguments for a NIC on `tap` with `queues` queue pairs
+    /// (igb takes its queue count from the guest driver, one per vCPU by default).
+    fn qemu_args(self, tap: &str, queues: u32, mac: &str) -> [String; 4] {
+        let netdev = if self.multi_queue_tap() {
+            format!("tap,id=n0,ifname={tap},script=no,downscript=no,vhost=off,queues={queues}")
+        } else {
+            format!("tap,id=n0,ifname={tap},script=no,downscript=no,vhost=off")
+        };
+        // virtio_net's layout: one vector per queue each way, plus config and control.
+        let device = match self {
+            NicModel::Virtio => format!(
+                "virtio-net-pci,netdev=n0,mq=on,vectors={},mac={mac}",
+                2 * queues + 2
+            ),
+            NicModel::VirtioRss => format!(
+                "virtio-net-pci,netdev=n0,mq=on,vectors={},rss=on,hash=on,mac={mac}",
+                2 * queues + 2
+            ),
+            NicModel::Igb => format!("igb,netdev=n0,mac={mac}"),
+        };
+        ["-netdev".into(), netdev, "-device".into(), device]
+    }
+}
+
+impl std::str::FromStr for NicModel {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "virtio" => Ok(NicModel::Virtio),
+            "virtio-rss" => Ok(NicModel::VirtioRss),
+            "igb" => Ok(NicModel::Igb),
+            _ => Err(format!(
+                "unknown NIC model {s:?} (virtio, virtio-rss or igb)"
+            )),
+        }
+    }
+}
 
 /// One guest's shape.
 #[derive(Debug, Clone)]
@@ -34,8 +129,8 @@ pub struct GuestSpec {
     pub name: String,
     pub cpus: u32,
     pub mem_mb: u32,
-    /// The tap (multi_queue, in the namespace QEMU runs in) and the NIC's queues.
-    pub nic: Option<(String, u32)>,
+    /// The tap (in the namespace QEMU runs in), the NIC's queues and its model.
+    pub nic: Option<(String, u32, NicModel)>,
     pub mac: String,
 }
 
@@ -102,18 +197,8 @@ impl Guest {
             "-device".into(),
             "virtio-9p-pci,fsdev=x,mount_tag=scratch".into(),
         ];
-        if let Some((tap, queues)) = &spec.nic {
-            // One vector per queue each way, plus config and control (virtio_net's layout).
-            args.extend([
-                "-netdev".into(),
-                format!("tap,id=n0,ifname={tap},script=no,downscript=no,vhost=off,queues={queues}"),
-                "-device".into(),
-                format!(
-                    "virtio-net-pci,netdev=n0,mq=on,vectors={},mac={}",
-                    2 * queues + 2,
-                    spec.mac
-                ),
-            ]);
+        if let Some((tap, queues, model)) = &spec.nic {
+            args.extend(model.qemu_args(tap, *queues, &spec.mac));
         }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut cmd = match ns {
@@ -333,8 +418,12 @@ pub const VM_B_ADDR: &str = "10.78.0.2";
 #[derive(Debug, Clone)]
 pub struct VmPairSpec {
     pub cpus: u32,
+    /// Queue pairs of a virtio NIC (igb's driver picks its own: one per vCPU).
     pub queues: u32,
     pub mem_mb: u32,
+    pub nic: NicModel,
+    /// The guest kernel's series (`6.12`); None: the apt candidate (Debian 12's 6.1).
+    pub kernel: Option<String>,
     /// How long a boot may take (TCG on a busy 2-core machine: tens of seconds).
     pub boot_limit: Duration,
 }
@@ -345,17 +434,20 @@ impl Default for VmPairSpec {
             cpus: 2,
             queues: 4,
             mem_mb: 384,
+            nic: NicModel::Virtio,
+            kernel: None,
             boot_limit: Duration::from_secs(240),
         }
     }
 }
 
-/// Two guests whose `eth0`s (virtio-net, `queues` queues each) share a bridge in the lab's
+/// Two guests whose `eth0`s (`nic`, `queues` queues each) share a bridge in the lab's
 /// `net` namespace, addressed [`VM_A_ADDR`] and [`VM_B_ADDR`].
 pub struct VmPair {
     pub a: Guest,
     pub b: Guest,
     pub image: Image,
+    pub nic: NicModel,
     pub net: NsHost,
     // Last: deleting the namespace takes the taps (and anything QEMU left) with it.
     pub lab: Lab,
@@ -366,7 +458,7 @@ pub const GUEST_SHARE: &str = "/tmp/netsteer-x";
 
 impl VmPair {
     pub fn new(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
-        let image = image::build()?;
+        let image = image::build(spec.kernel.as_deref())?;
         let mut lab = Lab::new(tag)?;
         let net = lab.switch("net")?;
         let dir = lab.scratch()?;
@@ -374,7 +466,11 @@ impl VmPair {
         let started = Instant::now();
         for (i, name) in ["a", "b"].iter().enumerate() {
             let tap = format!("tap{i}");
-            net.ip(&["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
+            if spec.nic.multi_queue_tap() {
+                net.ip(&["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
+            } else {
+                net.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"])?;
+            }
             net.ip(&["link", "set", &tap, "master", "br0", "up"])?;
             let g = Guest::start(
                 &image,
@@ -382,7 +478,7 @@ impl VmPair {
                     name: (*name).to_string(),
                     cpus: spec.cpus,
                     mem_mb: spec.mem_mb,
-                    nic: Some((tap, spec.queues)),
+                    nic: Some((tap, spec.queues, spec.nic)),
                     mac: format!("52:54:00:4e:53:{:02x}", i + 1),
                 },
                 Some(&net),
@@ -410,6 +506,7 @@ impl VmPair {
             a,
             b,
             image,
+            nic: spec.nic,
             net,
             lab,
         })

@@ -10,6 +10,7 @@ mod rings;
 mod rss;
 
 use crate::attr;
+use crate::genl::{self, Family};
 use crate::socket::NlSocket;
 use crate::{NicBackend, NicError};
 use netsteer_host::ethtool::{NicKnob, NicSettings};
@@ -17,17 +18,27 @@ use netsteer_host::field::Field;
 use netsteer_host::netdev::NapiAttr;
 use std::cell::RefCell;
 
-const GENL_ID_CTRL: u16 = 0x10;
-const CTRL_CMD_GETFAMILY: u8 = 3;
-const CTRL_ATTR_FAMILY_ID: u16 = 1;
-const CTRL_ATTR_FAMILY_NAME: u16 = 2;
-
 /// Every ethtool request starts with a header nest (attribute 1) naming the device.
 const A_HEADER: u16 = 1;
 const A_HEADER_DEV_NAME: u16 = 2;
 const A_HEADER_FLAGS: u16 = 3;
 /// ETHTOOL_FLAG_OMIT_REPLY: a SET need not echo what it changed; the ACK is the answer.
 const FLAG_OMIT_REPLY: u32 = 1 << 1;
+
+/// The name of an ETH_RSS_HASH_* bitmask (ethtool.h: bit 0 toeplitz, 1 xor, 2 crc32); 0 is
+/// "none reported".
+pub(crate) fn hfunc_name(h: u32) -> Option<String> {
+    Some(
+        match h {
+            0 => return None,
+            1 => "toeplitz",
+            2 => "xor",
+            4 => "crc32",
+            _ => "unknown",
+        }
+        .to_string(),
+    )
+}
 
 fn header(dev: &str, flags: u32) -> Vec<u8> {
     let mut header = Vec::new();
@@ -46,44 +57,45 @@ pub struct Netlink {
     /// rtnetlink, for the link's kind (None when it could not be opened; the kind is then
     /// left to sysfs).
     route: Option<RefCell<NlSocket>>,
-    family: u16,
-    /// The netdev family's id, when the kernel has it.
-    netdev: Option<u16>,
+    ethtool: Family,
+    /// The netdev family, when the kernel has it (6.3+).
+    netdev: Option<Family>,
 }
 
-/// Resolves a generic netlink family's id by name (CTRL_CMD_GETFAMILY).
-fn family_id(sock: &mut NlSocket, name: &'static str) -> Result<u16, NicError> {
-    let mut a = Vec::new();
-    attr::put_str(&mut a, CTRL_ATTR_FAMILY_NAME, name);
-    let replies = sock
-        .request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, &a)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT) => NicError::NoFamily(name),
-            _ => NicError::Socket(e),
-        })?;
-    replies
-        .iter()
-        .filter_map(|r| attr::parse(r).ok())
-        .find_map(|attrs| attr::find(&attrs, CTRL_ATTR_FAMILY_ID).and_then(attr::u16_of))
-        .ok_or(NicError::NoFamily(name))
+/// ETHTOOL_MSG_* numbers whose presence differs between the kernels users run.
+const RSS_GET: u8 = rss::CMD;
+const RSS_SET: u8 = rss::CMD_SET;
+
+/// Why the netdev family cannot describe NAPIs on this kernel, if it cannot.
+fn netdev_lacks(netdev: Option<&Family>) -> Option<&'static str> {
+    use crate::netdev::{napi, queue};
+    match netdev {
+        None => Some(
+            "the kernel has no netdev netlink family (Linux 6.3+): NAPI ids, queue links and per-NAPI settings unknown; the device-wide NAPI settings come from sysfs",
+        ),
+        Some(f) if !f.has(napi::CMD) || !f.has(queue::CMD) => Some(
+            "this kernel's netdev netlink has no NAPI_GET/QUEUE_GET (Linux 6.8+): NAPI ids and queue links unknown; the device-wide NAPI settings come from sysfs",
+        ),
+        Some(_) => None,
+    }
 }
 
 impl std::fmt::Debug for Netlink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Netlink(ethtool family {})", self.family)
+        write!(f, "Netlink(ethtool family {})", self.ethtool.id)
     }
 }
 
 impl Netlink {
     pub fn open() -> Result<Netlink, NicError> {
         let mut sock = NlSocket::generic().map_err(NicError::Socket)?;
-        let family = family_id(&mut sock, "ethtool")?;
-        // Kernels before 6.1 have no netdev family; its parts are then unknown with the reason.
-        let netdev = family_id(&mut sock, "netdev").ok();
+        let ethtool = genl::family(&mut sock, "ethtool")?;
+        // Kernels before 6.3 have no netdev family; its parts are then unknown with the reason.
+        let netdev = genl::family(&mut sock, "netdev").ok();
         Ok(Netlink {
             sock: RefCell::new(sock),
             route: NlSocket::route().ok().map(RefCell::new),
-            family,
+            ethtool,
             netdev,
         })
     }
@@ -104,10 +116,57 @@ impl Netlink {
 
     /// NAPIs, queues and counters of the device with this index.
     fn netdev(&self, ifindex: u32) -> Field<netsteer_host::netdev::Netdev> {
-        let Some(family) = self.netdev else {
-            return Field::unknown("the kernel has no netdev netlink family (before 6.1)");
-        };
+        if let Some(why) = netdev_lacks(self.netdev.as_ref()) {
+            return Field::unknown(why);
+        }
+        let family = self.netdev.as_ref().map_or(0, |f| f.id);
         crate::netdev::read(&mut self.sock.borrow_mut(), family, ifindex).into()
+    }
+
+    /// The RSS table, key and function: ETHTOOL_MSG_RSS_GET, or the ETHTOOL_GRSSH ioctl on a
+    /// kernel without it (noted in `interfaces`).
+    fn rss(&self, dev: &str, interfaces: &mut Vec<String>) -> Field<netsteer_host::ethtool::Rss> {
+        if self.ethtool.has(RSS_GET) {
+            return self.field(dev, "rss-get", rss::CMD, rss::parse);
+        }
+        match crate::rxfh::read(dev) {
+            Ok(r) => {
+                interfaces.push(
+                    "rss: read over the ETHTOOL_GRSSH ioctl: this kernel's ethtool netlink has no RSS_GET (Linux 6.2+)".into(),
+                );
+                Field::Known(r)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                Field::unknown("ETHTOOL_GRSSH: the driver has no RSS table (EOPNOTSUPP)")
+            }
+            Err(e) => Field::unknown(format!("ETHTOOL_GRSSH: {e}")),
+        }
+    }
+
+    /// What each flow type is hashed on (ETHTOOL_GRXFH; ethtool netlink carries it only from
+    /// Linux 6.17, inside RSS_GET). Flow types the driver does not answer for are left out.
+    fn flow_hash(&self, dev: &str) -> Field<std::collections::BTreeMap<String, String>> {
+        let mut m = std::collections::BTreeMap::new();
+        let mut first_err = None;
+        for (name, _) in crate::rxfh::FLOW_TYPES {
+            match crate::rxfh::read_flow_hash(dev, name) {
+                Ok(fields) => {
+                    m.insert(name.to_string(), fields);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) if m.is_empty() && e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                Field::unknown(
+                    "ETHTOOL_GRXFH: the driver does not say what RSS hashes on (EOPNOTSUPP)",
+                )
+            }
+            Some(e) if m.is_empty() => Field::unknown(format!("ETHTOOL_GRXFH: {e}")),
+            _ => Field::Known(m),
+        }
     }
 
     /// One GET for one device; returns the reply's attributes (raw bytes).
@@ -116,7 +175,7 @@ impl Netlink {
         let replies = self
             .sock
             .borrow_mut()
-            .request(self.family, cmd, &a)
+            .request(self.ethtool.id, cmd, &a)
             .map_err(|source| NicError::Os {
                 dev: dev.to_string(),
                 request,
@@ -156,7 +215,7 @@ impl Netlink {
         a.extend_from_slice(body);
         self.sock
             .borrow_mut()
-            .request_ack(self.family, cmd, &a)
+            .request_ack(self.ethtool.id, cmd, &a)
             .map_err(|source| NicError::Os {
                 dev: dev.to_string(),
                 request,
@@ -174,9 +233,20 @@ impl Netlink {
             knob: format!("napi {id} {a}"),
             reason,
         };
-        let family = self
-            .netdev
-            .ok_or_else(|| refused("the kernel has no netdev netlink family".into()))?;
+        let nd = self.netdev.as_ref().ok_or_else(|| {
+            refused("the kernel has no netdev netlink family (Linux 6.3+)".into())
+        })?;
+        if !nd.has(crate::netdev::napi::CMD_SET) {
+            return Err(refused(
+                "this kernel has no NETDEV_CMD_NAPI_SET (Linux 6.13+): per-NAPI settings cannot be set; the device-wide sysfs files (gro_flush_timeout, napi_defer_hard_irqs) apply to every NAPI".into(),
+            ));
+        }
+        if !nd.has(crate::netdev::napi::CMD) {
+            return Err(refused(
+                "this kernel's netdev netlink has no NAPI_GET (Linux 6.8+)".into(),
+            ));
+        }
+        let family = nd.id;
         let link = self.link(dev).map_err(refused)?;
         // Only the NAPI list is needed to know the id is this device's.
         let napis = crate::netdev::napis(&mut self.sock.borrow_mut(), family, link.index)
@@ -281,8 +351,26 @@ impl NicBackend for Netlink {
                 rings::CMD_SET,
                 rings::set(n, num()?).map_err(bad)?,
             ),
+            NicKnob::FlowHash(flow) => {
+                netsteer_host::ethtool::check_flow_hash_fields(text).map_err(bad)?;
+                return crate::rxfh::set_flow_hash(dev, flow, text.trim()).map_err(|source| {
+                    NicError::Os {
+                        dev: dev.to_string(),
+                        request: "SIOCETHTOOL ETHTOOL_SRXFH",
+                        source,
+                    }
+                });
+            }
             NicKnob::RssIndirection => {
                 let table = netsteer_host::ethtool::parse_indirection(text).map_err(bad)?;
+                if !self.ethtool.has(RSS_SET) {
+                    // Kernels before RSS_SET netlink: the ioctl `ethtool -X` itself uses.
+                    return crate::rxfh::set_indir(dev, &table).map_err(|source| NicError::Os {
+                        dev: dev.to_string(),
+                        request: "SIOCETHTOOL ETHTOOL_SRXFHINDIR",
+                        source,
+                    });
+                }
                 ("rss-set", rss::CMD_SET, rss::set(&table))
             }
         };
@@ -292,20 +380,35 @@ impl NicBackend for Netlink {
     fn queue_stats(&self, dev: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {
         let family = self
             .netdev
-            .ok_or("the kernel has no netdev netlink family (before 6.1)")?;
+            .as_ref()
+            .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")?;
+        if !family.has(crate::netdev::qstats::CMD) {
+            return Ok(Vec::new());
+        }
         let link = self.link(dev)?;
-        crate::netdev::queue_stats(&mut self.sock.borrow_mut(), family, link.index)
+        crate::netdev::queue_stats(&mut self.sock.borrow_mut(), family.id, link.index)
     }
 
     fn settings(&self, dev: &str) -> NicSettings {
         let link = self.link(dev);
+        let mut interfaces = Vec::new();
+        let rss = self.rss(dev, &mut interfaces);
+        // (A kernel without NAPI_GET says so in the netdev part's reason.)
+        if netdev_lacks(self.netdev.as_ref()).is_none()
+            && self
+                .netdev
+                .as_ref()
+                .is_some_and(|f| !f.has(crate::netdev::napi::CMD_SET))
+        {
+            interfaces.push("napi: this kernel has no NETDEV_CMD_NAPI_SET (Linux 6.13+): per-NAPI settings are skipped; the device-wide sysfs files apply to every NAPI".into());
+        }
         NicSettings {
             channels: self.field(dev, "channels-get", channels::CMD, channels::parse),
             rings: self.field(dev, "rings-get", rings::CMD, rings::parse),
             features: self.field(dev, "features-get", features::CMD, features::parse),
             coalesce: self.field(dev, "coalesce-get", coalesce::CMD, coalesce::parse),
             pause: self.field(dev, "pause-get", pause::CMD, pause::parse),
-            rss: self.field(dev, "rss-get", rss::CMD, rss::parse),
+            rss,
             link_kind: link.as_ref().ok().and_then(|l| l.kind.clone()),
             netdev: Some(match &link {
                 Ok(l) => self.netdev(l.index),
@@ -316,6 +419,8 @@ impl NicBackend for Netlink {
                 Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Field::unknown(NO_NTUPLE),
                 Err(e) => Field::unknown(format!("SIOCETHTOOL GRXCLSRLALL: {e}")),
             }),
+            flow_hash: Some(self.flow_hash(dev)),
+            interfaces,
         }
     }
 }

@@ -12,16 +12,9 @@ const A_HKEY: u16 = 5;
 
 pub fn parse(buf: &[u8]) -> Result<Rss, String> {
     let a = attr::parse(buf)?;
-    // hfunc is a bitmask of ETH_RSS_HASH_* (ethtool.h): bit 0 toeplitz, 1 xor, 2 crc32.
-    let hfunc = attr::find(&a, A_HFUNC).and_then(attr::u32_of).map(|h| {
-        match h {
-            1 => "toeplitz",
-            2 => "xor",
-            4 => "crc32",
-            _ => "unknown",
-        }
-        .to_string()
-    });
+    let hfunc = attr::find(&a, A_HFUNC)
+        .and_then(attr::u32_of)
+        .and_then(super::hfunc_name);
     let indirection = attr::find(&a, A_INDIR)
         .map(|p| p.chunks_exact(4).filter_map(attr::u32_of).collect())
         .unwrap_or_default();

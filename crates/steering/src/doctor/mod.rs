@@ -17,7 +17,7 @@ pub use crate::model::ctx::Ctx;
 pub use model::{App, Finding, Fix, Goal, Load, LoadSource, Severity, Subjects};
 pub use report::{Report, diagnose};
 
-use rules::{cpu, drops, latency, napi, rps, spread, tx};
+use rules::{cpu, drops, latency, napi, rps, rss, spread, tx};
 
 pub struct Rule {
     pub id: &'static str,
@@ -57,6 +57,21 @@ pub const RULES: &[Rule] = &[
         id: "rss-remote-queues",
         looks_for: "the RSS indirection table sending flows to remote-node queues",
         check: tx::rss_remote_queues,
+    },
+    Rule {
+        id: "rss-table-skewed",
+        looks_for: "an RSS table that gives one queue most buckets while that queue takes most receive interrupts",
+        check: rss::rss_table_skewed,
+    },
+    Rule {
+        id: "rss-table-not-followed",
+        looks_for: "receive interrupts on queues the RSS table gives no bucket (the device dropped the table)",
+        check: rss::rss_table_not_followed,
+    },
+    Rule {
+        id: "rss-hash-no-ports",
+        looks_for: "UDP hashed on addresses only on a multi-queue NIC",
+        check: rss::rss_hash_no_ports,
     },
     Rule {
         id: "xps-unset",

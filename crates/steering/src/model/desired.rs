@@ -285,11 +285,24 @@ pub struct Item {
     pub reason: String,
     #[serde(flatten)]
     pub action: Action,
+    /// Written even when it already reads as desired: an RSS table given explicitly, or after
+    /// a channel change, where the device may not follow the table the driver reports
+    /// (virtio-net on Linux 6.1 keeps its copy while QEMU drops RSS on the queue-count command).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewrite: bool,
 }
 
 impl Item {
     pub fn phase(&self) -> u8 {
         self.kind.phase()
+    }
+
+    /// The device a NIC item is about.
+    pub fn target_device(&self) -> Option<&str> {
+        match &self.target {
+            Target::Nic { dev, .. } => Some(dev),
+            _ => None,
+        }
     }
 
     /// The shell command that makes this item's change by hand, for a file target: a sysctl

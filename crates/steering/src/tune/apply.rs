@@ -2,8 +2,9 @@
 //! read-back after each write, and on any failure put back everything already changed.
 
 use super::journal::{self, Journal, Record};
-use crate::model::desired::{Action, Item, ItemKind, Plan, Target};
+use crate::model::desired::{Action, Format, Item, ItemKind, Plan, Target};
 use netsteer_host::HostFs;
+use netsteer_host::ethtool::NicKnob;
 use netsteer_nic::NicBackend;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,6 +23,16 @@ pub struct StepError {
 pub trait Backend {
     fn read(&self, target: &Target) -> Result<String, StepError>;
     fn write(&self, target: &Target, value: &str) -> Result<(), StepError>;
+
+    /// What a channel (or ring) change on `dev` may reset besides itself, as plan items would
+    /// name them: its queue IRQs' affinities (drivers free and request their vectors again),
+    /// its queues' RPS/RFS/XPS files (the queue kobjects are made anew, knobs.md 4.6) and its
+    /// RSS table (igb writes its default; virtio-net on 6.1 keeps a copy the device no longer
+    /// follows). Apply journals them before the change, so rollback puts them back after the
+    /// count. None by default (test backends).
+    fn channel_dependents(&self, _dev: &str) -> Vec<(String, Target, Format)> {
+        Vec::new()
+    }
 }
 
 /// Files through a `HostFs` root, NIC settings through a [`NicBackend`], services through
@@ -73,6 +84,60 @@ impl HostBackend<'_> {
 }
 
 impl Backend for HostBackend<'_> {
+    fn channel_dependents(&self, dev: &str) -> Vec<(String, Target, Format)> {
+        let settings = |name: &str| self.nic.settings(name);
+        let view = netsteer_host::read_host(&self.fs, Some(&settings as &dyn Fn(&str) -> _));
+        let Some(nic) = view.nic(dev) else {
+            return Vec::new();
+        };
+        let file = |path: String| Target::File { path };
+        let mut out = Vec::new();
+        for i in nic.queue_irqs() {
+            out.push((
+                format!("irq/{}", i.irq),
+                file(format!("/proc/irq/{}/smp_affinity_list", i.irq)),
+                Format::List,
+            ));
+        }
+        let q = |name: String| format!("/sys/class/net/{dev}/queues/{name}");
+        for r in &nic.rx_queues {
+            let n = format!("rx-{}", r.index);
+            out.push((
+                format!("rps/{dev}/{n}"),
+                file(q(format!("{n}/rps_cpus"))),
+                Format::Mask,
+            ));
+            out.push((
+                format!("rfs/{dev}/{n}"),
+                file(q(format!("{n}/rps_flow_cnt"))),
+                Format::Int,
+            ));
+        }
+        for t in &nic.tx_queues {
+            let n = format!("tx-{}", t.index);
+            out.push((
+                format!("xps/{dev}/{n}"),
+                file(q(format!("{n}/xps_cpus"))),
+                Format::Mask,
+            ));
+        }
+        if nic
+            .settings
+            .as_ref()
+            .is_some_and(|s| NicKnob::RssIndirection.read(s).is_ok())
+        {
+            out.push((
+                format!("nic/{dev}/rss/indirection"),
+                Target::Nic {
+                    dev: dev.to_string(),
+                    knob: NicKnob::RssIndirection,
+                },
+                Format::Text,
+            ));
+        }
+        out
+    }
+
     fn read(&self, target: &Target) -> Result<String, StepError> {
         match target {
             Target::File { path } => self
@@ -180,11 +245,23 @@ fn jerr(path: &Path) -> impl Fn(std::io::Error) -> ApplyError + '_ {
     }
 }
 
+/// A value this apply may have changed, and what it was.
+#[derive(Debug, Clone)]
+struct Written {
+    item: Item,
+    old: String,
+    /// First journaled after a channel change: the target may have been made by it (a new
+    /// queue's files, a new vector), and may go with the old count again.
+    after_channels: bool,
+}
+
 struct Run<'a> {
     backend: &'a dyn Backend,
     journal: Journal,
     /// Items written (journal order), with their old values.
-    written: Vec<(Item, String)>,
+    written: Vec<Written>,
+    /// A channel (or ring) count has been written in this apply.
+    channels_written: bool,
     steps: Vec<StepOutcome>,
     writes: usize,
     opts: &'a ApplyOptions,
@@ -202,7 +279,7 @@ impl Run<'_> {
         let mut todo = Vec::new();
         for item in items.iter().filter(|i| i.action == Action::Change) {
             match self.backend.read(&item.target) {
-                Ok(old) if item.format.same(&old, &item.desired) => {
+                Ok(old) if item.format.same(&old, &item.desired) && !item.rewrite => {
                     self.steps.push(StepOutcome {
                         id: item.id.clone(),
                         target: item.target.to_string(),
@@ -243,8 +320,54 @@ impl Run<'_> {
         Ok(todo)
     }
 
+    fn remember(&mut self, item: &Item, old: &str) {
+        self.written.push(Written {
+            item: item.clone(),
+            old: old.to_string(),
+            after_channels: self.channels_written,
+        });
+    }
+
+    /// Before a channel (or ring) change on `dev`: journals what it may reset, as written, so
+    /// that a rollback restores it after the count.
+    fn guard_dependents(&mut self, dev: &str) -> Result<(), ApplyError> {
+        for (id, target, format) in self.backend.channel_dependents(dev) {
+            let Ok(old) = self.backend.read(&target) else {
+                continue;
+            };
+            self.append(&Record::Old {
+                id: id.clone(),
+                target: target.clone(),
+                format,
+                old: old.clone(),
+                new: old.clone(),
+            })?;
+            self.append(&Record::Write { id: id.clone() })?;
+            let item = Item {
+                id: id.clone(),
+                kind: kind_of(&id),
+                target,
+                format,
+                label: None,
+                current: Some(old.clone()),
+                desired: old.clone(),
+                reason: String::new(),
+                action: Action::Change,
+                rewrite: false,
+            };
+            self.remember(&item, &old);
+        }
+        Ok(())
+    }
+
     /// Writes one item and reads it back. `Err` means the transaction must be undone.
     fn write(&mut self, item: &Item, old: &str) -> Result<Result<(), String>, ApplyError> {
+        if item.kind == ItemKind::Channels
+            && let Some(dev) = item.target_device()
+        {
+            let dev = dev.to_string();
+            self.guard_dependents(&dev)?;
+        }
         self.append(&Record::Write {
             id: item.id.clone(),
         })?;
@@ -268,7 +391,7 @@ impl Run<'_> {
                 if let Some(why) = refused_by_design(item, &e) {
                     // The value did not change, but it may have been half-written: keep it in
                     // the undo list anyway; restoring an unchanged value is harmless.
-                    self.written.push((item.clone(), old.to_string()));
+                    self.remember(item, old);
                     self.append(&Record::Skipped {
                         id: item.id.clone(),
                         why: why.clone(),
@@ -276,18 +399,28 @@ impl Run<'_> {
                     self.steps.push(outcome("skipped", Some(why)));
                     return Ok(Ok(()));
                 }
-                self.written.push((item.clone(), old.to_string()));
+                self.remember(item, old);
                 return Ok(Err(e.to_string()));
             }
         }
-        self.written.push((item.clone(), old.to_string()));
+        self.remember(item, old);
+        if item.kind == ItemKind::Channels {
+            self.channels_written = true;
+        }
         match self.backend.read(&item.target) {
             Ok(back) if item.format.same(&back, &item.desired) => {
                 self.append(&Record::Done {
                     id: item.id.clone(),
                     readback: back.trim().to_string(),
                 })?;
-                self.steps.push(outcome("changed", None));
+                if item.format.same(old, &item.desired) {
+                    self.steps.push(outcome(
+                        "rewritten",
+                        Some("written again although it read as wanted: after a channel change (or when given explicitly) the device may not follow the table the driver reports".into()),
+                    ));
+                } else {
+                    self.steps.push(outcome("changed", None));
+                }
                 Ok(Ok(()))
             }
             Ok(back) => Ok(Err(format!(
@@ -301,22 +434,83 @@ impl Run<'_> {
     }
 }
 
-/// Restores `written` in reverse order; returns (restored ids, failures).
-fn undo(backend: &dyn Backend, written: &[(Item, String)]) -> (Vec<String>, Vec<String>) {
+/// Where an item stands in a rollback: the channel and ring counts first (they recreate the
+/// queues, vectors and, on igb, the RSS table that the rest then restores), then the tables and
+/// features, IRQ affinities and per-NAPI settings, the per-queue files, the sysctls, and
+/// irqbalance last (started before the IRQs are back, it would move them again).
+fn undo_rank(kind: ItemKind) -> u8 {
+    match kind {
+        ItemKind::Irqbalance => u8::MAX,
+        k => k.phase(),
+    }
+}
+
+/// The device a target belongs to: a NIC setting's, or the one a queue file lives under.
+fn device_of(target: &Target) -> Option<&str> {
+    match target {
+        Target::Nic { dev, .. } => Some(dev),
+        Target::File { path } => path
+            .strip_prefix("/sys/class/net/")
+            .and_then(|r| r.split('/').next()),
+        Target::Service { .. } => None,
+    }
+}
+
+/// Restores what `written` changed; returns (restored ids, failures). The first record of an id
+/// holds its value from before the apply (a later one may be a value a channel change made).
+fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut order: Vec<(usize, &Written)> = written
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| seen.insert(w.item.id.clone()))
+        .collect();
+    // Counts first, then by phase; newest first within a phase (the n-tuple rules go before
+    // the feature that allowed them).
+    order.sort_by_key(|(i, w)| (undo_rank(w.item.kind), std::cmp::Reverse(*i)));
     let mut restored = Vec::new();
     let mut failed = Vec::new();
-    for (item, old) in written.iter().rev() {
+    let mut recounted: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for (_, w) in order {
+        let item = &w.item;
+        let dev = device_of(&item.target).map(str::to_string);
+        // After its count is restored a device's table is written again even when it reads
+        // as before: the driver's copy is not what the device follows (virtio-net on 6.1).
+        let force = matches!(
+            &item.target,
+            Target::Nic {
+                knob: NicKnob::RssIndirection,
+                ..
+            }
+        ) && dev.as_ref().is_some_and(|d| recounted.contains(d));
         match backend.read(&item.target) {
-            Ok(now) if now == *old => {
+            Ok(now) if now == w.old && !force => {
+                restored.push(item.id.clone());
+                if item.kind == ItemKind::Channels
+                    && let Some(d) = &dev
+                {
+                    recounted.insert(d.clone());
+                }
+                continue;
+            }
+            // Made by the channel change and gone with the old count: nothing to restore.
+            Err(e)
+                if e.errno == Some(libc::ENOENT) && w.after_channels && !recounted.is_empty() =>
+            {
                 restored.push(item.id.clone());
                 continue;
             }
             _ => {}
         }
-        match backend.write(&item.target, old) {
+        match backend.write(&item.target, &w.old) {
             Ok(()) => restored.push(item.id.clone()),
             Err(e) if refused_by_design(item, &e).is_some() => restored.push(item.id.clone()),
             Err(e) => failed.push(format!("{}: {}", item.id, e)),
+        }
+        if item.kind == ItemKind::Channels
+            && let Some(d) = dev
+        {
+            recounted.insert(d);
         }
     }
     (restored, failed)
@@ -341,6 +535,7 @@ pub fn apply(
         backend,
         journal,
         written: Vec::new(),
+        channels_written: false,
         steps: Vec::new(),
         writes: 0,
         opts,
@@ -370,8 +565,38 @@ pub fn apply(
         let rest = if channels_changed {
             match replan() {
                 Ok(p) => {
-                    let rest: Vec<Item> =
-                        p.items.iter().filter(|i| i.phase() > 1).cloned().collect();
+                    let recounted: Vec<String> = todo
+                        .iter()
+                        .filter(|(i, _)| i.kind == ItemKind::Channels)
+                        .filter_map(|(i, _)| i.target_device().map(str::to_string))
+                        .collect();
+                    let rest: Vec<Item> = p
+                        .items
+                        .iter()
+                        .filter(|i| i.phase() > 1)
+                        .cloned()
+                        .map(|mut i| {
+                            // The table is written again after the count changed, even when
+                            // the driver reports it as wanted (virtio-net on 6.1 under QEMU
+                            // drops RSS on the queue-count command but keeps reporting it).
+                            let table = matches!(
+                                &i.target,
+                                Target::Nic {
+                                    knob: NicKnob::RssIndirection,
+                                    ..
+                                }
+                            );
+                            if table
+                                && i.action == Action::Keep
+                                && i.target_device()
+                                    .is_some_and(|d| recounted.iter().any(|r| r == d))
+                            {
+                                i.action = Action::Change;
+                                i.rewrite = true;
+                            }
+                            i
+                        })
+                        .collect();
                     final_plan.items = first.iter().cloned().chain(rest.iter().cloned()).collect();
                     final_plan.notes.extend(p.notes);
                     rest
@@ -514,11 +739,16 @@ pub fn rollback(
             failed: Vec::new(),
         });
     }
+    // Each id's first Old record: its value before the apply. An id journaled again later
+    // (re-planned after a channel change) keeps the first.
     let mut olds: BTreeMap<String, Item> = BTreeMap::new();
     let mut old_values: BTreeMap<String, String> = BTreeMap::new();
+    let mut born_after: BTreeMap<String, bool> = BTreeMap::new();
+    let mut channels_written = false;
     let mut written = Vec::new();
     for r in &records {
         match r {
+            Record::Old { id, .. } if olds.contains_key(id) => {}
             Record::Old {
                 id,
                 target,
@@ -526,6 +756,7 @@ pub fn rollback(
                 old,
                 new,
             } => {
+                born_after.insert(id.clone(), channels_written);
                 olds.insert(
                     id.clone(),
                     Item {
@@ -538,13 +769,21 @@ pub fn rollback(
                         desired: new.clone(),
                         reason: String::new(),
                         action: Action::Change,
+                        rewrite: false,
                     },
                 );
                 old_values.insert(id.clone(), old.clone());
             }
             Record::Write { id } => {
                 if let (Some(item), Some(old)) = (olds.get(id), old_values.get(id)) {
-                    written.push((item.clone(), old.clone()));
+                    written.push(Written {
+                        item: item.clone(),
+                        old: old.clone(),
+                        after_channels: born_after.get(id).copied().unwrap_or(false),
+                    });
+                    if item.kind == ItemKind::Channels {
+                        channels_written = true;
+                    }
                 }
             }
             _ => {}
@@ -593,10 +832,10 @@ fn kind_of(id: &str) -> ItemKind {
         "rfs" => ItemKind::RfsFlowCnt,
         "xps" => ItemKind::Xps,
         "service" => ItemKind::Irqbalance,
-        "nic" if id.contains("/channels/") => ItemKind::Channels,
+        "nic" if id.contains("/channels/") || id.contains("/rings/") => ItemKind::Channels,
         "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,
         "nic" if id.contains("/pause/") => ItemKind::Pause,
-        "nic" if id.contains("/rss/") => ItemKind::Rss,
+        "nic" if id.contains("/rss/") || id.contains("/flow-hash/") => ItemKind::Rss,
         "nic" if id.contains("/napi/") => ItemKind::Napi,
         "nic" if id.contains("/ntuple/") => ItemKind::Ntuple,
         "nic" => ItemKind::Feature,

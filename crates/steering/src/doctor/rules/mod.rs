@@ -5,5 +5,6 @@ pub mod drops;
 pub mod latency;
 pub mod napi;
 pub mod rps;
+pub mod rss;
 pub mod spread;
 pub mod tx;

@@ -101,9 +101,12 @@ impl Knob {
         if path.split('/').any(|c| c == ".." || c == ".") || path.contains("//") {
             return Err(bad("no '.', '..' or '//' in the path"));
         }
-        if Knob::kind_of(path).is_none() {
+        if path.starts_with("nic/") {
+            Knob::nic_knob(path).map_err(|why| bad(&why))?;
+            Knob::check_nic_value(value).map_err(|why| bad(&why))?;
+        } else if Knob::kind_of(path).is_none() {
             return Err(bad(
-                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /proc/irq/N/smp_affinity[_list])",
+                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /proc/irq/N/smp_affinity[_list], nic/IF/{channels,coalesce,rings,feature,pause}/NAME, nic/IF/rss/{indirection,weight}, nic/IF/flow-hash/{tcp4,udp4,tcp6,udp6})",
             ));
         }
         Ok(Knob {
@@ -111,6 +114,64 @@ impl Knob {
             value: value.to_string(),
             current: None,
         })
+    }
+
+    /// A NIC setting named as plan items name them: `nic/IF/coalesce/rx-usecs`,
+    /// `nic/IF/channels/combined`, `nic/IF/rings/rx`, `nic/IF/feature/rx-gro`, `nic/IF/pause/rx`,
+    /// `nic/IF/rss/indirection` (the table) or `nic/IF/rss/weight` (`ethtool -X weight`),
+    /// `nic/IF/flow-hash/udp4`. Returns the device, the knob and its item kind.
+    pub fn nic_knob(path: &str) -> Result<(String, NicKnob, ItemKind), String> {
+        let parts: Vec<&str> = path.split('/').collect();
+        let ["nic", dev, group, name] = parts.as_slice() else {
+            return Err("a NIC knob is nic/IF/GROUP/NAME".into());
+        };
+        if !valid_device_name(dev) {
+            return Err(format!("{dev:?} is not an interface name"));
+        }
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !name_ok {
+            return Err(format!("{name:?} is not a setting name"));
+        }
+        let (knob, kind) = match *group {
+            "channels" if ["combined", "rx", "tx", "other"].contains(name) => {
+                (NicKnob::Channels(name.to_string()), ItemKind::Channels)
+            }
+            "coalesce" => (NicKnob::Coalesce(name.to_string()), ItemKind::Coalesce),
+            "rings" if ["rx", "tx"].contains(name) => {
+                (NicKnob::Rings(name.to_string()), ItemKind::Channels)
+            }
+            "feature" => (NicKnob::Feature(name.to_string()), ItemKind::Feature),
+            "pause" if ["autoneg", "rx", "tx"].contains(name) => {
+                (NicKnob::Pause(name.to_string()), ItemKind::Pause)
+            }
+            "rss" if ["indirection", "weight"].contains(name) => {
+                (NicKnob::RssIndirection, ItemKind::Rss)
+            }
+            "flow-hash" if ["tcp4", "udp4", "tcp6", "udp6"].contains(name) => {
+                (NicKnob::FlowHash(name.to_string()), ItemKind::Rss)
+            }
+            _ => {
+                return Err(format!(
+                    "no NIC knob {group}/{name} (channels/{{combined,rx,tx,other}}, coalesce/NAME, rings/{{rx,tx}}, feature/NAME, pause/{{autoneg,rx,tx}}, rss/{{indirection,weight}}, flow-hash/{{tcp4,udp4,tcp6,udp6}})"
+                ));
+            }
+        };
+        Ok((dev.to_string(), knob, kind))
+    }
+
+    fn check_nic_value(value: &str) -> Result<(), String> {
+        let numbers = value.split_whitespace().all(|w| w.parse::<u64>().is_ok());
+        if value.chars().all(|c| "mvtsdfnr".contains(c)) || numbers {
+            Ok(())
+        } else {
+            Err(format!(
+                "{value:?}: a NIC knob's value is a number, numbers separated by spaces (an RSS table or weights) or flow-hash letters"
+            ))
+        }
     }
 
     /// The kind and format of the file at `path`, or None if netsteer does not tune it.
@@ -223,6 +284,7 @@ impl Builder<'_> {
             desired,
             reason,
             action,
+            rewrite: false,
         });
     }
 
@@ -307,7 +369,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             items: b.items,
             notes: b.notes,
         };
-        add_knobs(&mut p, &opts.knobs);
+        add_knobs(&mut p, &opts.knobs, view)?;
         return Ok(p);
     }
     if let Some(why) = view.irqs_unknown() {
@@ -386,6 +448,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             b.coalesce(nic, &s);
             b.pause(nic, &s);
             b.rss(nic, &s);
+            b.flow_hash(nic, &s);
             b.napis(nic, &s, opts.napi);
         } else {
             b.notes.push(format!(
@@ -466,14 +529,84 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         items: b.items,
         notes: b.notes,
     };
-    add_knobs(&mut p, &opts.knobs);
+    add_knobs(&mut p, &opts.knobs, view)?;
     Ok(p)
+}
+
+/// An explicit NIC knob as a plan item, its current value read from the view's NIC settings.
+fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
+    let bad = |why: String| PlanError::BadKnob(format!("{}={}", k.path, k.value), why);
+    let (dev, knob, kind) = Knob::nic_knob(&k.path).map_err(bad)?;
+    let nic = view.nic(&dev).ok_or_else(|| {
+        let known: Vec<&str> = view.nics.iter().map(|n| n.name.as_str()).collect();
+        PlanError::NoDevice(dev.clone(), known.join(", "))
+    })?;
+    let settings = nic.settings.as_ref();
+    let read = settings.map(|s| knob.read(s));
+    let (format, desired) = match (&knob, k.path.ends_with("/weight")) {
+        (NicKnob::RssIndirection, true) => {
+            let weights: Vec<u32> = k
+                .value
+                .split_whitespace()
+                .map(|w| w.parse::<u32>().map_err(|_| bad(format!("weight {w:?}"))))
+                .collect::<Result<_, _>>()?;
+            let size = match &read {
+                Some(Ok(t)) => t.split_whitespace().count(),
+                Some(Err(why)) => return Err(bad(why.clone())),
+                None => return Err(bad("NIC settings were not read".into())),
+            };
+            let table =
+                netsteer_host::ethtool::indirection_of_weights(&weights, size).map_err(bad)?;
+            let text: Vec<String> = table.iter().map(u32::to_string).collect();
+            (Format::Text, text.join(" "))
+        }
+        (NicKnob::RssIndirection | NicKnob::FlowHash(_), _) => (Format::Text, k.value.clone()),
+        _ => (Format::Int, k.value.clone()),
+    };
+    let id = format!("nic/{dev}/{}", knob.to_string().replace(' ', "/"));
+    let (current, action) = match read {
+        None => (
+            None,
+            Action::Skip("NIC settings were not read (--no-ethtool or no ethtool netlink)".into()),
+        ),
+        Some(Err(why)) => (None, Action::Skip(why)),
+        Some(Ok(v)) => {
+            let a = change_or_keep(Some(&v), &desired, format);
+            (Some(v), a)
+        }
+    };
+    // An explicit table is written even when it reads back the same: the user asks for the
+    // device to have it (rss-table-not-followed's fix).
+    let rewrite = knob == NicKnob::RssIndirection && current.is_some();
+    Ok(Item {
+        id,
+        kind,
+        target: Target::Nic { dev, knob },
+        format,
+        label: None,
+        current,
+        desired,
+        reason: "set explicitly (--set)".into(),
+        action: if rewrite { Action::Change } else { action },
+        rewrite,
+    })
 }
 
 /// Adds the explicit knobs to a plan: each replaces a profile item on the same file, or joins
 /// the plan in its kind's phase (so an RPS mask is still written after the IRQ it follows).
-fn add_knobs(p: &mut Plan, knobs: &[Knob]) {
+fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanError> {
     for k in knobs {
+        if k.path.starts_with("nic/") {
+            let item = nic_knob_item(k, view)?;
+            p.items.retain(|i| i.target != item.target);
+            if let Some(d) = item.target_device()
+                && !p.devices.iter().any(|x| x == d)
+            {
+                p.devices.push(d.to_string());
+            }
+            p.items.push(item);
+            continue;
+        }
         let Some((kind, format)) = Knob::kind_of(&k.path) else {
             continue;
         };
@@ -494,7 +627,9 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob]) {
                 Some(_) => change_or_keep(k.current.as_deref(), &k.value, format),
                 None => Action::Skip(format!("{}: not readable here", k.path)),
             },
+            rewrite: false,
         });
     }
     p.items.sort_by_key(|i| i.phase());
+    Ok(())
 }

@@ -52,10 +52,26 @@ impl Builder<'_> {
         if self.opts.ports.is_empty() {
             return;
         }
-        if s.features
+        let feature = s
+            .features
             .known()
-            .is_some_and(|f| f.contains_key("ntuple-filters"))
+            .and_then(|f| f.get("ntuple-filters"))
+            .copied();
+        // A device whose driver fixes n-tuple filters off (igb's 82576, virtio-net) refuses
+        // every rule: say so once, plan none.
+        if let Some(f) = feature
+            && !f.active
+            && !f.changeable
         {
+            let ports: Vec<String> = self.opts.ports.iter().map(u16::to_string).collect();
+            self.notes.push(format!(
+                "{}: n-tuple filters are fixed off by the driver (ntuple-filters off [fixed]): port(s) {} cannot be steered to the reserved queue {queue}; it gets no RSS traffic, and nothing else",
+                nic.name,
+                ports.join(",")
+            ));
+            return;
+        }
+        if feature.is_some() {
             self.nic_item(
                 nic,
                 ItemKind::Feature,
@@ -106,9 +122,28 @@ impl Builder<'_> {
         if queues.is_empty() {
             return;
         }
-        let table: Vec<String> = (0..rss.indirection.len())
-            .map(|i| queues[i % queues.len()].to_string())
-            .collect();
+        // A table that already shares the buckets equally (within one) over exactly these
+        // queues is kept as it is, whatever its layout: igb's default is contiguous blocks,
+        // ethtool's `equal` round robin, and both spread flows the same.
+        let counts = {
+            let mut c = BTreeMap::new();
+            for q in &rss.indirection {
+                *c.entry(*q).or_insert(0usize) += 1;
+            }
+            c
+        };
+        let (lo, hi) = queues.iter().fold((usize::MAX, 0), |(lo, hi), q| {
+            let n = counts.get(q).copied().unwrap_or(0);
+            (lo.min(n), hi.max(n))
+        });
+        let only_these = counts.keys().all(|q| queues.contains(q));
+        let table: Vec<String> = if only_these && hi - lo <= 1 {
+            rss.indirection.iter().map(u32::to_string).collect()
+        } else {
+            (0..rss.indirection.len())
+                .map(|i| queues[i % queues.len()].to_string())
+                .collect()
+        };
         let reason = match reserved {
             None => format!(
                 "RSS: the {} hash buckets shared equally by the {nq} rx queues",
@@ -137,6 +172,44 @@ impl Builder<'_> {
         );
         if let Some(q) = reserved {
             self.ntuple(nic, s, q);
+        }
+    }
+
+    /// Throughput: UDP hashed on ports as well as addresses where the driver hashes it on
+    /// addresses alone (igb, ixgbe), so UDP flows between two hosts spread over the queues.
+    /// Only there: a fragmented datagram's pieces then take different queues, which a
+    /// throughput host of many flows accepts and a latency host need not.
+    pub(super) fn flow_hash(&mut self, nic: &Nic, s: &NicSettings) {
+        if self.opts.profile != Profile::Throughput || nic.rx_queues.len() < 2 {
+            return;
+        }
+        let (Ok(hash), Some(rss)) = (s.flow_hash(), s.rss.known()) else {
+            return;
+        };
+        if rss.indirection.is_empty() {
+            return;
+        }
+        for t in ["udp4", "udp6"] {
+            let Some(now) = hash.get(t) else {
+                continue;
+            };
+            // ethtool's letter order, with the two port halves added.
+            let want: String = "mvtsdfnr"
+                .chars()
+                .filter(|c| now.contains(*c) || *c == 'f' || *c == 'n')
+                .collect();
+            self.nic_text_item(
+                nic,
+                ItemKind::Rss,
+                NicKnob::FlowHash(t.into()),
+                Format::Text,
+                want,
+                format!(
+                    "throughput: hash {t} on the ports too (ethtool -N {} rx-flow-hash {t} sdfn), so UDP flows between two hosts spread over the {} queues",
+                    nic.name,
+                    nic.rx_queues.len()
+                ),
+            );
         }
     }
 
@@ -317,6 +390,18 @@ impl Builder<'_> {
         let Some(p) = s.pause.known() else {
             return;
         };
+        let wanted_off = [p.rx, p.tx].contains(&Some(true));
+        if p.autoneg == Some(true) && wanted_off {
+            // With pause autonegotiation on, the driver reports (and keeps) what the link
+            // partner agreed to (igb: hw->fc.current_mode), so rx/tx off would read back on.
+            self.nic_item(
+                nic,
+                ItemKind::Pause,
+                NicKnob::Pause("autoneg".into()),
+                0,
+                "flow control out of autonegotiation first: while negotiated, the link partner's pause setting wins over a local off".into(),
+            );
+        }
         for (name, on) in [("rx", p.rx), ("tx", p.tx)] {
             if on.is_some() {
                 self.nic_item(
