@@ -50,6 +50,13 @@ pub struct RunArgs {
     /// bare metal's.
     #[arg(long)]
     vm: bool,
+    /// With --vm: the guests' NIC (virtio, virtio-rss, igb); default: the scenario's `[vm]`.
+    #[arg(long, value_name = "MODEL", requires = "vm", value_parser = clap::value_parser!(netsteer_lab::vm::NicModel))]
+    nic: Option<netsteer_lab::vm::NicModel>,
+    /// With --vm: the guest kernel's series (6.1, 6.12: Debian's, fetched with apt-get
+    /// download); default: the scenario's, else the apt candidate.
+    #[arg(long, value_name = "SERIES", requires = "vm")]
+    kernel: Option<String>,
     /// Round trips per run with --vm.
     #[arg(long, default_value_t = 2000, value_name = "N", requires = "vm", value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     count: u64,
@@ -118,7 +125,15 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
                     "--vm takes --repeat, --count and --json (not --report or --duration)"
                 );
             }
-            vm_ladder(a.repeat.unwrap_or(1), a.count, a.json)
+            let vm = netsteer_lab::scenario::load(&a.scenario)?
+                .vm
+                .unwrap_or_default();
+            let spec = netsteer_lab::vm::VmPairSpec {
+                nic: a.nic.unwrap_or(vm.nic),
+                kernel: a.kernel.clone().or(vm.kernel),
+                ..Default::default()
+            };
+            vm_ladder(&spec, a.repeat.unwrap_or(1), a.count, a.json)
         }
         LabCommand::Run(a) => lab_run(
             &a.scenario,
@@ -224,16 +239,22 @@ fn lab_run_one(
 }
 
 /// `lab run seed-000 --vm`: the ladder between two guests, a line per run, then a table.
-fn vm_ladder(repeats: u32, count: u64, json: bool) -> Result<ExitCode> {
-    use netsteer_lab::vm::{VmPair, VmPairSpec, ladder};
+fn vm_ladder(
+    spec: &netsteer_lab::vm::VmPairSpec,
+    repeats: u32,
+    count: u64,
+    json: bool,
+) -> Result<ExitCode> {
+    use netsteer_lab::vm::{VmPair, ladder};
     netsteer_lab::clean_up_on_termination()?;
     let bin = std::env::current_exe().context("the netsteer binary")?;
-    let spec = VmPairSpec::default();
     eprintln!(
-        "netsteer lab: booting two guests ({} vCPUs, {}-queue virtio-net each; the first run fetches and caches the kernel)",
-        spec.cpus, spec.queues
+        "netsteer lab: booting two guests ({} vCPUs, {} NIC each, kernel {}; the first run fetches and caches the kernel)",
+        spec.cpus,
+        spec.nic.name(),
+        spec.kernel.as_deref().unwrap_or("of the apt candidate")
     );
-    let mut pair = VmPair::new("ladder", &spec).context("the VM pair")?;
+    let mut pair = VmPair::new("ladder", spec).context("the VM pair")?;
     eprintln!(
         "netsteer lab: guests up in {:.1} s and {:.1} s (kernel {})",
         pair.a.boot_time.as_secs_f64(),

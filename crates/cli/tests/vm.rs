@@ -222,9 +222,11 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
     );
 }
 
-/// `netsteer lab run seed-000 --vm`: every rung completes between the two guests; busy polling
-/// engages on virtio's NAPI; with one queue per CPU, each queue's interrupts land on the one
-/// CPU it was given.
+/// `netsteer lab run seed-000 --vm`: the scenario's guests (igb, Debian's kernel). Every rung
+/// completes between the two guests; busy polling engages on igb's NAPI; with one queue per
+/// CPU, each queue's interrupts land on the one CPU it was given; RSS isolation puts the latency
+/// flow alone on the reserved queue (its bucket found by bisection) while the bulk flows stay
+/// off it; the n-tuple rung says the driver refuses the rule.
 #[test]
 fn the_seed_000_ladder_runs_between_two_guests() {
     if !usable() {
@@ -245,7 +247,8 @@ fn the_seed_000_ladder_runs_between_two_guests() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    assert_eq!(runs.len(), netsteer_lab::vm::ladder::RUNGS.len());
+    use netsteer_lab::vm::ladder::{RESERVED_QUEUE, rungs};
+    assert_eq!(runs.len(), rungs(netsteer_lab::vm::NicModel::Igb).len());
     for r in &runs {
         assert_eq!((r.sent, r.received), (200, 200), "{}", r.rung);
     }
@@ -279,4 +282,45 @@ fn the_seed_000_ladder_runs_between_two_guests() {
         seen += 1;
     }
     assert!(seen >= 2, "no queue carried the echoes: {pinned:?}");
+
+    // Before isolation the latency flow shares its queue with the bulk flows' buckets; after,
+    // it is alone on the reserved queue and (bar a bulk flow in its own bucket, one in 128
+    // each) the bulk flows stay off it.
+    let isolated = runs
+        .iter()
+        .find(|r| r.rung.contains("RSS isolation"))
+        .unwrap();
+    assert_eq!(isolated.latency_queue, Some(RESERVED_QUEUE), "{isolated:?}");
+    assert!(isolated.bucket.is_some_and(|b| b < 128), "{isolated:?}");
+    let bulk = isolated.bulk.expect("bulk burst");
+    assert!(bulk.total > 0, "{isolated:?}");
+    assert!(
+        bulk.on_latency_queue * 4 <= bulk.total,
+        "the bulk flows crowd the reserved queue: {bulk:?}"
+    );
+    let ntuple = runs.iter().find(|r| r.rung.contains("n-tuple")).unwrap();
+    assert!(
+        ntuple
+            .notes
+            .iter()
+            .any(|n| n.contains("n-tuple filters are fixed off by the driver")),
+        "{ntuple:?}"
+    );
+    assert!(
+        ntuple
+            .notes
+            .iter()
+            .any(|n| n.contains("ethtool -N") && n.contains("Operation not supported")),
+        "{ntuple:?}"
+    );
+    let coalesce = runs.iter().find(|r| r.rung.contains("rx-usecs 0")).unwrap();
+    assert_eq!(
+        coalesce
+            .notes
+            .iter()
+            .filter(|n| n.contains(": 1 changed, 0 unchanged, 0 skipped"))
+            .count(),
+        2,
+        "rx-usecs 0 not set in both guests: {coalesce:?}"
+    );
 }

@@ -528,11 +528,12 @@ pub fn indirection_of_weights(weights: &[u32], size: usize) -> Result<Vec<u32>, 
     Ok(table)
 }
 
-/// How `ethtool -X` can write `table` again: `equal N` when it is the round-robin table
-/// (entry i → i mod N, ethtool's `equal`), `weight W0 W1 ...` when each queue holds one
+/// How `ethtool -X` can write `table` again on a device of `queues` rx queues: `equal N`
+/// when it is the round-robin table over all of them (entry i → i mod N, ethtool's `equal`),
+/// `weight W0 W1 ...` (one weight per queue, smallest whole numbers) when each queue holds one
 /// contiguous run in queue order (what `weight` writes); None for any other table.
-pub fn ethtool_x_args(table: &[u32]) -> Option<String> {
-    let n = table.iter().max()? + 1;
+pub fn ethtool_x_args(table: &[u32], queues: u32) -> Option<String> {
+    let n = queues.max(table.iter().max()? + 1);
     if table.iter().enumerate().all(|(i, q)| *q == i as u32 % n) {
         return Some(format!("equal {n}"));
     }
@@ -540,8 +541,16 @@ pub fn ethtool_x_args(table: &[u32]) -> Option<String> {
     for q in table {
         counts[*q as usize] += 1;
     }
-    (indirection_of_weights(&counts, table.len()).ok()? == table).then(|| {
-        let w: Vec<String> = counts.iter().map(u32::to_string).collect();
+    let gcd = counts.iter().fold(0, |a, &b| {
+        let (mut a, mut b) = (a, b);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    });
+    let weights: Vec<u32> = counts.iter().map(|c| c / gcd.max(1)).collect();
+    (indirection_of_weights(&weights, table.len()).ok()? == table).then(|| {
+        let w: Vec<String> = weights.iter().map(u32::to_string).collect();
         format!("weight {}", w.join(" "))
     })
 }
@@ -595,15 +604,17 @@ mod tests {
     #[test]
     fn a_table_is_written_again_as_ethtool_would() {
         let rr: Vec<u32> = (0..128).map(|i| i % 4).collect();
-        assert_eq!(ethtool_x_args(&rr).as_deref(), Some("equal 4"));
+        assert_eq!(ethtool_x_args(&rr, 4).as_deref(), Some("equal 4"));
+        // The same table on a device with more queues leaves them out: weights.
+        assert_eq!(ethtool_x_args(&rr, 8), None);
         let blocks = indirection_of_weights(&[1, 0, 1], 128).unwrap();
-        assert_eq!(ethtool_x_args(&blocks).as_deref(), Some("weight 64 0 64"));
+        assert_eq!(ethtool_x_args(&blocks, 3).as_deref(), Some("weight 1 0 1"));
         assert_eq!(
-            indirection_of_weights(&[64, 0, 64], 128).unwrap(),
-            blocks,
-            "the weights reproduce the table"
+            ethtool_x_args(&[0; 128], 2).as_deref(),
+            Some("weight 1 0"),
+            "every bucket on queue 0 of two"
         );
-        assert_eq!(ethtool_x_args(&[1, 0, 1, 0, 0]), None);
+        assert_eq!(ethtool_x_args(&[1, 0, 1, 0, 0], 2), None);
     }
 
     #[test]

@@ -20,6 +20,10 @@ pub struct Scenario {
     #[serde(default)]
     pub limits: Vec<String>,
     pub topology: Topology,
+    /// The QEMU guests `lab run --vm` boots for this scenario (seed-000's ladder): their NIC
+    /// model and kernel series; `--nic` and `--kernel` override.
+    #[serde(default)]
+    pub vm: Option<VmTopology>,
     pub workloads: Vec<Workload>,
     /// The states compared; the first is the baseline every other one is decided against.
     pub variants: Vec<Variant>,
@@ -42,6 +46,18 @@ pub struct Topology {
     /// The link's MTU (default the veth's 1500).
     #[serde(default)]
     pub mtu: Option<u32>,
+}
+
+/// The guests of a `--vm` run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmTopology {
+    /// `virtio`, `virtio-rss` or `igb`.
+    #[serde(default)]
+    pub nic: crate::vm::NicModel,
+    /// The guest kernel's series (`6.1`, `6.12`); default: the apt candidate.
+    #[serde(default)]
+    pub kernel: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -693,3 +693,208 @@ fn napi_rules_fire_on_the_netdev_view_and_stay_quiet_when_it_agrees() {
         absent(&r, id);
     }
 }
+
+/// A live sample of `secs` in which each rx queue of `dev` took `per_queue[q]` interrupts/s
+/// and `udp` UDP datagrams/s were delivered (the rates the RSS rules compare with the table).
+fn sampled(view: &HostView, dev: &str, per_queue: &[f64], udp: f64) -> Load {
+    use netsteer_host::irqname::IrqRole;
+    use netsteer_host::sample::{IrqRate, NetRates, Rates};
+    let nic = view.nic(dev).unwrap();
+    let irqs = nic
+        .irqs
+        .iter()
+        .filter_map(|i| match i.role {
+            IrqRole::Rx(q) | IrqRole::RxTx(q) => Some((i, q)),
+            _ => None,
+        })
+        .map(|(i, q)| {
+            let v = per_queue.get(q as usize).copied().unwrap_or(0.0);
+            IrqRate {
+                irq: i.irq,
+                name: i.name.clone(),
+                per_cpu: std::iter::once((0, v)).collect(),
+                total: v,
+            }
+        })
+        .collect();
+    Load {
+        source: LoadSource::Sampled,
+        seconds: 2.0,
+        cpu: Rates {
+            interval_s: 2.0,
+            irqs,
+            ..Default::default()
+        },
+        net: NetRates {
+            devices: Vec::new(),
+            udp_in: Some(udp),
+            udp_rcvbuf_errors: Some(0.0),
+        },
+    }
+}
+
+/// The cloudflare host's eth2 (11 queues, a 128-entry table) with this table and these
+/// flow-hash fields.
+fn eth2_with(table: Vec<u32>, udp4: Option<&str>) -> HostView {
+    let (mut v, _) = host("cloudflare-24cpu");
+    let nic = v.nics.iter_mut().find(|n| n.name == "eth2").unwrap();
+    let s = nic.settings.as_mut().unwrap();
+    if let Field::Known(rss) = &mut s.rss {
+        rss.indirection = table;
+    }
+    s.flow_hash = udp4.map(|f| {
+        Field::Known(
+            [
+                ("udp4".to_string(), f.to_string()),
+                ("tcp4".into(), "sdfn".into()),
+            ]
+            .into_iter()
+            .collect(),
+        )
+    });
+    v
+}
+
+/// Rates for 11 queues: `hot` on queue 0, `rest` on each other.
+fn rates(hot: f64, rest: f64) -> Vec<f64> {
+    std::iter::once(hot)
+        .chain(std::iter::repeat_n(rest, 10))
+        .collect()
+}
+
+#[test]
+fn rss_table_skewed() {
+    let all_on_0 = vec![0u32; 128];
+    let v = eth2_with(all_on_0.clone(), None);
+    let r = run(
+        &v,
+        &sampled(&v, "eth2", &rates(5000.0, 2.0), 0.0),
+        Goal::Balanced,
+    );
+    let f = one(&r, "rss-table-skewed");
+    assert_eq!(f.subjects.queues, ["eth2/rx-0"]);
+    assert_eq!(f.fix.steps, ["ethtool -X eth2 equal 11"]);
+    assert!(f.evidence[0].contains("128 of the 128"), "{:?}", f.evidence);
+    // Near misses: the same table while traffic is spread (other queues reached some other
+    // way); an equal table with one hot queue (one elephant flow, not the table); the same
+    // picture averaged since boot; seed 000's six-queue table with its traffic on six queues.
+    absent(
+        &run(
+            &v,
+            &sampled(&v, "eth2", &rates(500.0, 450.0), 0.0),
+            Goal::Balanced,
+        ),
+        "rss-table-skewed",
+    );
+    let even = eth2_with((0..128).map(|i| i % 11).collect(), None);
+    absent(
+        &run(
+            &even,
+            &sampled(&even, "eth2", &rates(5000.0, 2.0), 0.0),
+            Goal::Balanced,
+        ),
+        "rss-table-skewed",
+    );
+    let (_, boot) = host("cloudflare-24cpu");
+    absent(&run(&v, &boot, Goal::Balanced), "rss-table-skewed");
+    let six = eth2_with((0..128).map(|i| i % 6).collect(), None);
+    let spread: Vec<f64> = (0..11).map(|q| if q < 6 { 800.0 } else { 1.0 }).collect();
+    absent(
+        &run(&six, &sampled(&six, "eth2", &spread, 0.0), Goal::Balanced),
+        "rss-table-skewed",
+    );
+}
+
+#[test]
+fn rss_table_not_followed() {
+    // Every bucket on rx-0, yet rx-1 takes half of the interrupts: 6.1 virtio-net after a
+    // queue-count change.
+    let v = eth2_with(vec![0u32; 128], None);
+    let mut split = rates(800.0, 0.0);
+    split[1] = 800.0;
+    let r = run(&v, &sampled(&v, "eth2", &split, 0.0), Goal::Balanced);
+    let f = one(&r, "rss-table-not-followed");
+    assert_eq!(f.subjects.queues, ["eth2/rx-1"]);
+    assert_eq!(
+        f.fix.steps,
+        ["ethtool -X eth2 weight 1 0 0 0 0 0 0 0 0 0 0"]
+    );
+    // Near misses: an n-tuple rule sends that traffic to rx-1 (seed 000's reserved queue); the
+    // stray share is small (ARP and other unhashed packets on a queue); too few interrupts.
+    let mut steered = v.clone();
+    let s = steered.nics.iter_mut().find(|n| n.name == "eth2").unwrap();
+    s.settings.as_mut().unwrap().ntuple =
+        Some(Field::Known(vec![netsteer_host::netdev::NtupleRule {
+            location: 0,
+            flow: netsteer_host::netdev::NtupleFlow::DstPort {
+                proto: netsteer_host::netdev::NtupleProto::Udp4,
+                port: 4321,
+            },
+            queue: Some(1),
+        }]));
+    absent(
+        &run(
+            &steered,
+            &sampled(&steered, "eth2", &split, 0.0),
+            Goal::Balanced,
+        ),
+        "rss-table-not-followed",
+    );
+    let mut little = rates(800.0, 0.0);
+    little[1] = 150.0;
+    absent(
+        &run(&v, &sampled(&v, "eth2", &little, 0.0), Goal::Balanced),
+        "rss-table-not-followed",
+    );
+    let quiet: Vec<f64> = split.iter().map(|r| r / 100.0).collect();
+    absent(
+        &run(&v, &sampled(&v, "eth2", &quiet, 0.0), Goal::Balanced),
+        "rss-table-not-followed",
+    );
+}
+
+#[test]
+fn rss_hash_no_ports() {
+    let equal: Vec<u32> = (0..128).map(|i| i % 11).collect();
+    let v = eth2_with(equal.clone(), Some("sd"));
+    // UDP arriving, all on one queue though the table is equal: a warning, with the fix.
+    let r = run(
+        &v,
+        &sampled(&v, "eth2", &rates(4000.0, 3.0), 4000.0),
+        Goal::Balanced,
+    );
+    let f = one(&r, "rss-hash-no-ports");
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.fix.steps, ["ethtool -N eth2 rx-flow-hash udp4 sdfn"]);
+    assert_eq!(
+        f.fix.tune.as_deref(),
+        Some("netsteer tune apply --profile throughput --dev eth2")
+    );
+    // Without a live picture it is only said (info); when the table itself sends everything to
+    // that queue, rss-table-skewed says so and this stays info.
+    let (_, boot) = host("cloudflare-24cpu");
+    assert_eq!(
+        one(&run(&v, &boot, Goal::Balanced), "rss-hash-no-ports").severity,
+        Severity::Info
+    );
+    let skewed = eth2_with(vec![0; 128], Some("sd"));
+    let r = run(
+        &skewed,
+        &sampled(&skewed, "eth2", &rates(4000.0, 3.0), 4000.0),
+        Goal::Balanced,
+    );
+    assert_eq!(one(&r, "rss-hash-no-ports").severity, Severity::Info);
+    one(&r, "rss-table-skewed");
+    // Quiet: ports hashed; the fields never read (a tree from before).
+    let ports = eth2_with(equal, Some("sdfn"));
+    absent(
+        &run(
+            &ports,
+            &sampled(&ports, "eth2", &rates(4000.0, 3.0), 4000.0),
+            Goal::Balanced,
+        ),
+        "rss-hash-no-ports",
+    );
+    let (old, _) = host("cloudflare-24cpu");
+    absent(&run(&old, &boot, Goal::Balanced), "rss-hash-no-ports");
+}

@@ -869,3 +869,286 @@ fn a_verified_apply_keeps_only_a_change_better_beyond_the_noise() {
         .unwrap_err();
     assert!(matches!(e, TuneError::TooFewRepeats(1)), "{e}");
 }
+
+/// A NIC driver's side effects on a tree: a channel count write re-initialises the device as
+/// igb does (every queue IRQ back to all CPUs, the RSS table to the driver's default blocks for
+/// the new count) or, with `virtio_61`, keeps reporting its table while the device stops
+/// following it until the table is written again (virtio-net on 6.1 under QEMU).
+struct Driver<'a> {
+    inner: &'a dyn Backend,
+    dev: &'static str,
+    irqs: Vec<u32>,
+    all_cpus: &'static str,
+    virtio_61: bool,
+    /// Whether the device follows the table the driver reports.
+    followed: Cell<bool>,
+    channel_writes: Cell<usize>,
+}
+
+impl Backend for Driver<'_> {
+    fn read(&self, t: &Target) -> Result<String, StepError> {
+        self.inner.read(t)
+    }
+
+    fn write(&self, t: &Target, v: &str) -> Result<(), StepError> {
+        use netsteer_host::ethtool::NicKnob;
+        self.inner.write(t, v)?;
+        match t {
+            Target::Nic {
+                dev,
+                knob: NicKnob::Channels(_),
+            } if dev == self.dev => {
+                self.channel_writes.set(self.channel_writes.get() + 1);
+                if self.virtio_61 {
+                    self.followed.set(false);
+                    return Ok(());
+                }
+                let n: u32 = v.trim().parse().unwrap();
+                let table = Target::Nic {
+                    dev: dev.clone(),
+                    knob: NicKnob::RssIndirection,
+                };
+                let size = self.inner.read(&table)?.split_whitespace().count() as u32;
+                let default: Vec<String> = (0..size).map(|i| (i * n / size).to_string()).collect();
+                self.inner.write(&table, &default.join(" "))?;
+                for irq in &self.irqs {
+                    self.inner.write(
+                        &Target::File {
+                            path: format!("/proc/irq/{irq}/smp_affinity_list"),
+                        },
+                        self.all_cpus,
+                    )?;
+                }
+            }
+            Target::Nic {
+                knob: NicKnob::RssIndirection,
+                ..
+            } => self.followed.set(true),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn channel_dependents(
+        &self,
+        dev: &str,
+    ) -> Vec<(String, Target, netsteer_steering::tune::Format)> {
+        self.inner.channel_dependents(dev)
+    }
+}
+
+/// Plans `knobs` (explicit `--set`s) and more on the cloudflare tree, applies them through a
+/// [`Driver`] and rolls back through it; returns the apply report and the driver's state.
+fn through_driver(
+    virtio_61: bool,
+    table: Option<Vec<u32>>,
+    o: &PlanOptions,
+    check: &dyn Fn(&netsteer_steering::tune::ApplyReport, &Driver),
+) {
+    use netsteer_host::ethtool::NicKnob;
+    let tree = copy_tree(&fixture("cloudflare-24cpu"));
+    let state = tempfile::tempdir().unwrap();
+    let fs_ = HostFs::open(tree.path()).unwrap();
+    let nic = TreeNic::new(tree.path());
+    let host = HostBackend {
+        fs: fs_.clone(),
+        nic: &nic,
+    };
+    if let Some(t) = table {
+        let text: Vec<String> = t.iter().map(u32::to_string).collect();
+        host.write(
+            &Target::Nic {
+                dev: "eth2".into(),
+                knob: NicKnob::RssIndirection,
+            },
+            &text.join(" "),
+        )
+        .unwrap();
+    }
+    let before = contents(tree.path());
+    let settings = |n: &str| nic.settings(n);
+    let view = read_host(&fs_, Some(&settings));
+    let irqs: Vec<u32> = view
+        .nic("eth2")
+        .unwrap()
+        .queue_irqs()
+        .map(|i| i.irq)
+        .collect();
+    let driver = Driver {
+        inner: &host,
+        dev: "eth2",
+        irqs,
+        all_cpus: "0-23",
+        virtio_61,
+        followed: Cell::new(true),
+        channel_writes: Cell::new(0),
+    };
+    let p = plan_tree(tree.path(), o);
+    let mut replan = || Ok(plan_tree(tree.path(), o));
+    let report = apply(
+        &p,
+        &root_name(tree.path()),
+        &driver,
+        state.path(),
+        &mut replan,
+        &ApplyOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(report.status, "applied", "{report:?}");
+    assert!(driver.channel_writes.get() >= 1, "{report:?}");
+    check(&report, &driver);
+    let r = rollback(Path::new(&report.journal), &root_name(tree.path()), &driver).unwrap();
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert!(
+        driver.followed.get(),
+        "the table was not written again after the count"
+    );
+    assert_eq!(
+        contents(tree.path()),
+        before,
+        "rollback left a difference (restored in the wrong order?)"
+    );
+}
+
+fn knobs(sets: &[&str]) -> Vec<netsteer_steering::tune::Knob> {
+    sets.iter()
+        .map(|s| netsteer_steering::tune::Knob::parse(s).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_channel_change_is_undone_count_first_and_what_the_driver_reset_comes_back() {
+    // igb-like: the count write resets the table and every queue IRQ. Rolled back newest
+    // first, the count would come back last and reset the restored table and IRQs again.
+    let mut o = opts(Profile::Balanced);
+    o.devices = vec!["eth2".into()];
+    o.knobs = knobs(&[
+        "nic/eth2/channels/combined=6",
+        "nic/eth2/coalesce/rx-usecs=50",
+    ]);
+    through_driver(false, None, &o, &|report, _| {
+        let step = |id: &str| report.steps.iter().find(|s| s.id == id).cloned();
+        assert_eq!(
+            step("nic/eth2/channels/combined").unwrap().status,
+            "changed"
+        );
+        assert!(step("nic/eth2/rss/indirection").is_some(), "{report:?}");
+    });
+}
+
+#[test]
+fn after_a_channel_change_the_table_is_written_even_when_it_reads_as_wanted() {
+    // virtio-net on 6.1: the count write leaves the reported table as it was and the device
+    // stops following it. A table that already reads as planned for the new count (six queues
+    // used of eleven, then six channels) must still be written again, at apply and rollback.
+    let mut o = opts(Profile::Balanced);
+    o.devices = vec!["eth2".into()];
+    o.knobs = knobs(&["nic/eth2/channels/combined=6"]);
+    let six: Vec<u32> = (0..128).map(|i| i % 6).collect();
+    through_driver(true, Some(six), &o, &|report, driver| {
+        assert!(driver.followed.get(), "apply left the device off its table");
+        let t = report
+            .steps
+            .iter()
+            .find(|s| s.id == "nic/eth2/rss/indirection")
+            .unwrap_or_else(|| panic!("no table step: {report:?}"));
+        assert_eq!(t.status, "rewritten", "{t:?}");
+    });
+}
+
+#[test]
+fn explicit_nic_knobs_are_checked_and_name_what_is_wrong() {
+    use netsteer_steering::tune::Knob;
+    for bad in [
+        "nic/eth2/channels/bogus=4",
+        "nic/eth2/rss/weight=1 x",
+        "nic/../x/coalesce/rx-usecs=1",
+        "nic/eth2/flow-hash/sctp4=sdfn",
+        "nic/eth2/coalesce/rx usecs=1",
+    ] {
+        assert!(Knob::parse(bad).is_err(), "{bad}");
+    }
+    let tree = copy_tree(&fixture("cloudflare-24cpu"));
+    let mut o = opts(Profile::None);
+    o.knobs = knobs(&["nic/eth2/rss/weight=1 1 1 1 1 1 0 0 0 0 0"]);
+    let p = plan_tree(tree.path(), &o);
+    let item = p
+        .items
+        .iter()
+        .find(|i| i.id == "nic/eth2/rss/indirection")
+        .unwrap();
+    let table: Vec<u32> = item
+        .desired
+        .split_whitespace()
+        .map(|q| q.parse().unwrap())
+        .collect();
+    assert_eq!(table.len(), 128);
+    assert!(table.iter().all(|q| *q < 6), "{table:?}");
+    assert!(item.rewrite, "an explicit table is always written");
+    // A device that is not there: named.
+    o.knobs = knobs(&["nic/eth9/coalesce/rx-usecs=0"]);
+    let fs_ = HostFs::open(tree.path()).unwrap();
+    let nic = TreeNic::new(tree.path());
+    let settings = |n: &str| nic.settings(n);
+    let view = read_host(&fs_, Some(&settings));
+    let err = plan(&view, &o).unwrap_err().to_string();
+    assert!(err.contains("eth9"), "{err}");
+}
+
+/// A driver that accepts every write of one NIC setting and keeps its value.
+struct Ignores<'a> {
+    inner: &'a dyn Backend,
+    id_part: &'static str,
+}
+
+impl Backend for Ignores<'_> {
+    fn read(&self, t: &Target) -> Result<String, StepError> {
+        self.inner.read(t)
+    }
+    fn write(&self, t: &Target, v: &str) -> Result<(), StepError> {
+        if t.to_string().contains(self.id_part) {
+            return Ok(());
+        }
+        self.inner.write(t, v)
+    }
+}
+
+#[test]
+fn a_setting_the_driver_ignores_is_a_skip_and_not_drift() {
+    let tree = copy_tree(&fixture("cloudflare-24cpu"));
+    let state = tempfile::tempdir().unwrap();
+    let o = opts(Profile::Latency);
+    let planned = plan_tree(tree.path(), &o);
+    let coalesce = planned
+        .changes()
+        .find(|i| i.id.contains("/coalesce/"))
+        .expect("latency changes coalescing on this host")
+        .id
+        .clone();
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| {
+        Box::new(Ignores {
+            inner: b,
+            id_part: " coalesce ",
+        })
+    });
+    assert_eq!(report.status, "applied", "{report:?}");
+    let step = report.steps.iter().find(|s| s.id == coalesce).unwrap();
+    assert_eq!(step.status, "skipped", "{step:?}");
+    assert!(step.why.as_deref().unwrap().contains("kept"), "{step:?}");
+    // The kept plan says so, and verify does not call it drift.
+    let applied: Plan =
+        serde_json::from_slice(&fs::read(journal::applied_plan_path(state.path())).unwrap())
+            .unwrap();
+    let item = applied.items.iter().find(|i| i.id == coalesce).unwrap();
+    assert!(matches!(item.action, Action::Skip(_)), "{item:?}");
+    let fs_ = HostFs::open(tree.path()).unwrap();
+    let nic = TreeNic::new(tree.path());
+    let backend = HostBackend {
+        fs: fs_.clone(),
+        nic: &nic,
+    };
+    let settings = |n: &str| nic.settings(n);
+    let view = read_host(&fs_, Some(&settings));
+    let v = verify(&applied, &backend, &view);
+    assert!(v.drift.is_empty(), "{:?}", v.drift);
+}

@@ -1,13 +1,25 @@
 //! Seed 000's latency ladder between two guests, on a NIC with interrupts: block → SO_BUSY_POLL
-//! on a NAPI device → spin → one queue per CPU (IRQ pinning) → XPS to match → the latency
-//! profile (coalescing where the device offers it, busy_read). Each run reports, beside the
-//! round trip, what the mechanism did: the NAPI id the echoes came from (non-zero: busy polling
-//! had something to poll), and on which CPU each queue's interrupts landed, in both guests.
+//! on a NAPI device → spin → one queue per CPU (IRQ pinning) → XPS to match → and, on a NIC
+//! with an RSS table (igb, virtio-net with RSS), the NIC rungs: one channel, RSS isolation (the
+//! latency flow's hash bucket alone on a reserved queue, every other bucket off it), the
+//! n-tuple rule seed 000 adds on top (refused by drivers without n-tuple filters, and said so),
+//! interrupt coalescing off (rx-usecs 0, where the driver has it) → the latency profile. Each
+//! run reports, beside the round trip, what the mechanism did: the NAPI id the echoes came from
+//! (non-zero: busy polling had something to poll), on which CPU each queue's interrupts
+//! landed in both guests, which receive queue the latency flow's interrupts came from, and how
+//! many of a burst of bulk flows' interrupts hit that queue.
+//!
+//! The latency flow keeps one source port ([`LATENCY_PORT`]) in every rung, so its hash — and
+//! its queue — only move when the NIC's settings do. Without n-tuple filters the only way to
+//! give it a queue of its own is the indirection table: its bucket is found by bisection (the
+//! table splits the buckets between two queues, the flow's interrupts say which half holds it),
+//! then that one bucket goes to the reserved queue. Bulk flows that hash to the same bucket (one
+//! in 128 each) share it; the rung counts them.
 //!
 //! Under emulation the microseconds are not bare metal's; the placements and the directions
 //! are what the ladder shows.
 
-use super::{Guest, VM_B_ADDR, VmPair};
+use super::{Guest, NicModel, VM_B_ADDR, VmPair};
 use crate::{LabError, Result};
 use netsteer_bench::udp_echo::message::ClientSummary;
 use serde::{Deserialize, Serialize};
@@ -16,17 +28,38 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(300);
 const STATE: &str = "/tmp/netsteer-ladder";
+/// The state directory of the bucket probes (each applied and rolled back at once).
+const PROBE_STATE: &str = "/tmp/netsteer-ladder-probe";
+/// The latency flow's source port, the same in every rung.
+pub const LATENCY_PORT: u16 = 40000;
+/// The bulk flows: this many, from source ports counting up from [`BULK_PORT`].
+pub const BULK_FLOWS: u32 = 16;
+pub const BULK_PORT: u16 = 41000;
+/// The port the server listens on, and that seed 000's n-tuple rule names.
+pub const SERVER_PORT: u16 = 4321;
+/// The queue the RSS-isolation rung reserves for the latency flow.
+pub const RESERVED_QUEUE: u32 = 1;
 
 /// A queue vector's interrupts during one run, by CPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueIrq {
     pub irq: u32,
-    /// `virtio2-input.0`.
+    /// `virtio2-input.0`, `eth0-rx-1`, `eth0-TxRx-0`.
     pub name: String,
     /// Interrupts per CPU during the run.
     pub per_cpu: Vec<u64>,
     /// The CPUs its affinity allows (smp_affinity_list).
     pub allowed: String,
+}
+
+/// The bulk flows' receive interrupts in the server during a burst of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkIrqs {
+    pub flows: u32,
+    /// On the latency flow's queue.
+    pub on_latency_queue: u64,
+    /// On every receive queue.
+    pub total: u64,
 }
 
 /// One run of one rung.
@@ -47,17 +80,130 @@ pub struct RungRun {
     pub busy_poll_engaged: Option<bool>,
     pub client_irqs: Vec<QueueIrq>,
     pub server_irqs: Vec<QueueIrq>,
-    /// What the rung changed, or could not (a device without coalescing).
+    /// The server's receive queue that took most of the latency flow's interrupts.
+    #[serde(default)]
+    pub latency_queue: Option<u32>,
+    /// On a NIC with RSS: a burst of bulk flows alone, and how much of it hit that queue.
+    #[serde(default)]
+    pub bulk: Option<BulkIrqs>,
+    /// The RSS-isolation rung: the latency flow's hash bucket, found by bisection.
+    #[serde(default)]
+    pub bucket: Option<u32>,
+    /// What the rung changed, or could not (a device without coalescing, a driver that
+    /// refuses n-tuple rules).
     pub notes: Vec<String>,
+}
+
+/// What a rung changes, in both guests unless it says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    None,
+    /// Each queue's vectors on one CPU (queue i → CPU i mod cpus); with XPS to match.
+    Pin {
+        xps: bool,
+    },
+    /// `combined` channels.
+    Channels(u32),
+    /// The server's table: the latency flow's bucket alone on [`RESERVED_QUEUE`], UDP hashed
+    /// on ports (so the bulk flows' buckets differ from it).
+    RssIsolation,
+    /// Seed 000's n-tuple rule for the server port on the reserved queue.
+    Ntuple,
+    /// Interrupt coalescing: rx-usecs.
+    Coalesce(u32),
+    /// tune's latency profile on eth0.
+    LatencyProfile,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rung {
+    pub name: String,
+    /// The echo tools' wait mode.
+    pub wait: &'static str,
+    pub change: Change,
+    /// Whether its change stays for the rungs above it (the ladder climbs), or is rolled back
+    /// right after its run (a detour, like one channel).
+    pub keep: bool,
+}
+
+fn rung(name: &str, wait: &'static str, change: Change, keep: bool) -> Rung {
+    Rung {
+        name: name.into(),
+        wait,
+        change,
+        keep,
+    }
+}
+
+/// The rungs for a NIC model, in order.
+pub fn rungs(model: NicModel) -> Vec<Rung> {
+    let mut r = vec![
+        rung("block", "block", Change::None, true),
+        rung("busy-poll 50", "busy-poll", Change::None, true),
+        rung("spin", "spin", Change::None, true),
+    ];
+    let rss = matches!(model, NicModel::Igb | NicModel::VirtioRss);
+    if rss {
+        r.push(rung(
+            "spin, one channel (every flow on one queue)",
+            "spin",
+            Change::Channels(1),
+            false,
+        ));
+    }
+    r.push(rung(
+        "spin, one queue per CPU",
+        "spin",
+        Change::Pin { xps: false },
+        true,
+    ));
+    r.push(rung(
+        "spin, one queue per CPU + XPS",
+        "spin",
+        Change::Pin { xps: true },
+        true,
+    ));
+    if rss {
+        r.push(rung(
+            "spin, RSS isolation (latency flow's bucket alone on the reserved queue)",
+            "spin",
+            Change::RssIsolation,
+            true,
+        ));
+        r.push(rung(
+            "spin, n-tuple rule for the latency port",
+            "spin",
+            Change::Ntuple,
+            true,
+        ));
+    }
+    if model == NicModel::Igb {
+        r.push(rung(
+            "spin, coalescing off (rx-usecs 0)",
+            "spin",
+            Change::Coalesce(0),
+            true,
+        ));
+    }
+    r.push(rung(
+        "latency profile (coalescing, busy_read 50)",
+        "block",
+        Change::LatencyProfile,
+        true,
+    ));
+    r
 }
 
 /// Per queue vector (by IRQ number): its name, its count per CPU and its allowed CPUs.
 type Counts = BTreeMap<u32, (String, Vec<u64>, String)>;
 
 /// The queue vectors' counts per CPU now, and their allowed CPUs.
-fn irq_counts(g: &mut Guest) -> Result<Counts> {
+fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
+    let pat = model.queue_irq_pattern();
     let (_, out) = g.sh(
-        "grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts; for i in $(grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts | cut -d: -f1); do echo \"@ $i $(cat /proc/irq/$i/smp_affinity_list)\"; done",
+        &format!(
+            "grep -E '{pat}' /proc/interrupts; for i in $(grep -E '{pat}' /proc/interrupts | cut -d: -f1); do echo \"@ $i $(cat /proc/irq/$i/smp_affinity_list)\"; done"
+        ),
         T,
     )?;
     let mut m = BTreeMap::new();
@@ -108,10 +254,41 @@ fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
         .collect()
 }
 
-/// `tune apply` in a guest, for the rung's change; returns the journal (to roll back) and a
-/// note of what it did.
-fn apply(g: &mut Guest, bin: &str, args: &[&str]) -> Result<(String, String)> {
-    let mut argv = vec![bin, "tune", "apply", "--state-dir", STATE, "--json"];
+/// The receive queue a vector serves, from its name (`virtio2-input.1` → 1, `eth0-rx-1` → 1,
+/// `eth0-TxRx-1` → 1); None for a transmit-only vector.
+pub fn rx_queue_of(name: &str) -> Option<u32> {
+    let q = |s: &str| s.parse::<u32>().ok();
+    if let Some((_, n)) = name.rsplit_once("-input.") {
+        return q(n);
+    }
+    name.rsplit_once("-rx-")
+        .or_else(|| name.rsplit_once("-TxRx-"))
+        .and_then(|(_, n)| q(n))
+}
+
+/// Receive interrupts per queue in a run.
+pub fn rx_by_queue(irqs: &[QueueIrq]) -> BTreeMap<u32, u64> {
+    let mut m = BTreeMap::new();
+    for i in irqs {
+        if let Some(q) = rx_queue_of(&i.name) {
+            *m.entry(q).or_insert(0) += i.per_cpu.iter().sum::<u64>();
+        }
+    }
+    m
+}
+
+/// The queue with most receive interrupts, if any had some.
+fn busiest(by_queue: &BTreeMap<u32, u64>) -> Option<u32> {
+    by_queue
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .max_by_key(|(_, n)| **n)
+        .map(|(q, _)| *q)
+}
+
+/// `tune apply` in a guest; returns the journal (to roll back) and a note of what it did.
+fn apply(g: &mut Guest, bin: &str, state: &str, args: &[&str]) -> Result<(String, String)> {
+    let mut argv = vec![bin, "tune", "apply", "--state-dir", state, "--json"];
     argv.extend_from_slice(args);
     let out = g.host_ok(&argv, T)?;
     let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out)
@@ -126,47 +303,394 @@ fn apply(g: &mut Guest, bin: &str, args: &[&str]) -> Result<(String, String)> {
     let mut note = format!(
         "guest {}: {} changed, {} unchanged, {} skipped",
         g.name,
-        n("changed"),
+        n("changed") + n("rewritten"),
         n("unchanged"),
         n("skipped")
     );
     if !skipped.is_empty() {
         note.push_str(&format!(": {}", skipped.join("; ")));
     }
+    for n in &r.notes {
+        note.push_str(&format!("; {n}"));
+    }
     Ok((r.journal, note))
+}
+
+fn rollback_one(g: &mut Guest, bin: &str, state: &str, journal: &str) -> Result<()> {
+    g.host_ok(&[bin, "tune", "rollback", journal, "--state-dir", state], T)?;
+    Ok(())
 }
 
 /// The queue vectors of the guest's NIC, each pinned to one CPU (queue i → CPU i mod cpus),
 /// and, with `xps`, each tx queue sent from the CPU of its vectors: `--set` knobs for tune.
-fn pin_knobs(g: &mut Guest, cpus: u32, xps: bool) -> Result<Vec<String>> {
-    let counts = irq_counts(g)?;
+fn pin_knobs(g: &mut Guest, model: NicModel, cpus: u32, xps: bool) -> Result<Vec<String>> {
+    let counts = irq_counts(g, model)?;
     let mut knobs = Vec::new();
     for (irq, (name, _, _)) in &counts {
         let q: u32 = name
-            .rsplit('.')
+            .rsplit(['.', '-'])
             .next()
             .and_then(|q| q.parse().ok())
             .unwrap_or(0);
         knobs.push(format!("/proc/irq/{irq}/smp_affinity_list={}", q % cpus));
-        if xps && name.contains("output") {
+        let transmits = name.contains("output") || name.contains("-tx-") || name.contains("TxRx");
+        if xps && transmits {
             knobs.push(format!(
                 "/sys/class/net/eth0/queues/tx-{q}/xps_cpus={:x}",
                 1u64 << (q % cpus)
             ));
         }
     }
+    knobs.sort();
+    knobs.dedup();
     Ok(knobs)
 }
 
-/// The rungs, in order.
-pub const RUNGS: &[&str] = &[
-    "block",
-    "busy-poll 50",
-    "spin",
-    "spin, one queue per CPU",
-    "spin, one queue per CPU + XPS",
-    "latency profile (coalescing, busy_read 50)",
-];
+fn set_args(knobs: &[String]) -> Vec<String> {
+    ["--profile".to_string(), "none".to_string()]
+        .into_iter()
+        .chain(knobs.iter().flat_map(|k| ["--set".to_string(), k.clone()]))
+        .collect()
+}
+
+/// The server's indirection table length (entries), read by the guest's own ethtool.
+fn table_len(g: &mut Guest) -> Result<usize> {
+    let out = g.host_ok(&["ethtool", "-x", "eth0"], T)?;
+    let n: usize = out
+        .lines()
+        .filter(|l| {
+            l.trim_start()
+                .split(':')
+                .next()
+                .is_some_and(|k| k.trim().parse::<u32>().is_ok())
+        })
+        .map(|l| {
+            l.split(':')
+                .nth(1)
+                .map_or(0, |v| v.split_whitespace().count())
+        })
+        .sum();
+    if n == 0 {
+        return Err(LabError::Invalid(format!(
+            "guest {}: ethtool -x eth0 shows no indirection table: {out}",
+            g.name
+        )));
+    }
+    Ok(n)
+}
+
+/// Round trips of the latency flow (its fixed source port) to the server; the client summary.
+fn latency_run(pair: &mut VmPair, bin: &str, wait: &str, count: u64) -> Result<(i32, String)> {
+    let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
+    let count = count.to_string();
+    let port = LATENCY_PORT.to_string();
+    pair.a.host(
+        &[
+            bin,
+            "bench",
+            "udp-echo",
+            "client",
+            &server,
+            "--cpu",
+            "0",
+            "--wait",
+            wait,
+            "--busy-poll",
+            "50",
+            "--src-port",
+            &port,
+            "--count",
+            &count,
+            "--timeout",
+            "5",
+            "--json",
+        ],
+        T,
+    )
+}
+
+/// The server's receive interrupts per queue during `run`.
+fn server_rx_during(
+    pair: &mut VmPair,
+    run: impl FnOnce(&mut VmPair) -> Result<()>,
+) -> Result<BTreeMap<u32, u64>> {
+    let model = pair.nic;
+    let before = irq_counts(&mut pair.b, model)?;
+    run(pair)?;
+    let after = irq_counts(&mut pair.b, model)?;
+    Ok(rx_by_queue(&delta(&before, &after)))
+}
+
+/// A burst of the bulk flows alone (they need no particular wait).
+fn bulk_burst(pair: &mut VmPair, bin: &str) -> Result<()> {
+    let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
+    let flows = BULK_FLOWS.to_string();
+    let port = BULK_PORT.to_string();
+    pair.a.host_ok(
+        &[
+            bin,
+            "bench",
+            "udp-echo",
+            "client",
+            &server,
+            "--flows",
+            &flows,
+            "--src-port",
+            &port,
+            "--count",
+            "20",
+            "--timeout",
+            "5",
+        ],
+        T,
+    )?;
+    Ok(())
+}
+
+/// The latency flow's bucket in the server's table, by bisection over `len` entries: each
+/// round sends the probed half to [`RESERVED_QUEUE`] and the rest to queue 0, sends a few of
+/// the flow's round trips, and keeps the half whose queue took them. Every probe table is
+/// applied with tune and rolled back before the next.
+fn latency_bucket(pair: &mut VmPair, bin: &str, len: usize) -> Result<u32> {
+    let (mut lo, mut hi) = (0usize, len);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        let table: Vec<String> = (0..len)
+            .map(|i| {
+                if (lo..mid).contains(&i) {
+                    RESERVED_QUEUE.to_string()
+                } else {
+                    "0".to_string()
+                }
+            })
+            .collect();
+        let knob = format!("nic/eth0/rss/indirection={}", table.join(" "));
+        let (journal, _) = apply(
+            &mut pair.b,
+            bin,
+            PROBE_STATE,
+            &["--profile", "none", "--set", &knob],
+        )?;
+        let by_queue = server_rx_during(pair, |p| {
+            let (rc, out) = latency_run(p, bin, "block", 10)?;
+            if rc != 0 {
+                return Err(LabError::Invalid(format!("bucket probe: client: {out}")));
+            }
+            Ok(())
+        });
+        rollback_one(&mut pair.b, bin, PROBE_STATE, &journal)?;
+        let by_queue = by_queue?;
+        let on = |q: u32| by_queue.get(&q).copied().unwrap_or(0);
+        if on(RESERVED_QUEUE) > on(0) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(lo as u32)
+}
+
+/// What the rung changes, applied in both guests (or the server alone); journals to `keep`
+/// and notes to `notes`. Returns the bucket the isolation rung found.
+fn enter(
+    pair: &mut VmPair,
+    bin: &str,
+    cpus: u32,
+    change: &Change,
+    journals: &mut Vec<(bool, String)>,
+    notes: &mut Vec<String>,
+) -> Result<Option<u32>> {
+    let model = pair.nic;
+    match change {
+        Change::None => Ok(None),
+        Change::Pin { xps } => {
+            for (on_a, g) in [(true, &mut pair.a), (false, &mut pair.b)] {
+                let knobs = pin_knobs(g, model, cpus, *xps)?;
+                let args = set_args(&knobs);
+                let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+                let (journal, note) = apply(g, bin, STATE, &argv)?;
+                journals.push((on_a, journal));
+                notes.push(note);
+            }
+            Ok(None)
+        }
+        Change::Channels(n) | Change::Coalesce(n) => {
+            let knob = match change {
+                Change::Channels(_) => format!("nic/eth0/channels/combined={n}"),
+                _ => format!("nic/eth0/coalesce/rx-usecs={n}"),
+            };
+            for (on_a, g) in [(true, &mut pair.a), (false, &mut pair.b)] {
+                let (journal, note) = apply(g, bin, STATE, &["--profile", "none", "--set", &knob])?;
+                journals.push((on_a, journal));
+                notes.push(note);
+            }
+            Ok(None)
+        }
+        Change::LatencyProfile => {
+            for (on_a, g) in [(true, &mut pair.a), (false, &mut pair.b)] {
+                let (journal, note) =
+                    apply(g, bin, STATE, &["--profile", "latency", "--dev", "eth0"])?;
+                journals.push((on_a, journal));
+                notes.push(note);
+            }
+            Ok(None)
+        }
+        Change::RssIsolation => {
+            // Ports in the hash first: with addresses alone every flow between the two guests
+            // has the latency flow's bucket (igb's default for UDP).
+            let (journal, note) = apply(
+                &mut pair.b,
+                bin,
+                STATE,
+                &["--profile", "none", "--set", "nic/eth0/flow-hash/udp4=sdfn"],
+            )?;
+            journals.push((false, journal));
+            notes.push(note);
+            let len = table_len(&mut pair.b)?;
+            let bucket = latency_bucket(pair, bin, len)?;
+            let table: Vec<String> = (0..len)
+                .map(|i| {
+                    if i as u32 == bucket {
+                        RESERVED_QUEUE.to_string()
+                    } else {
+                        "0".to_string()
+                    }
+                })
+                .collect();
+            let knob = format!("nic/eth0/rss/indirection={}", table.join(" "));
+            let (journal, note) = apply(
+                &mut pair.b,
+                bin,
+                STATE,
+                &["--profile", "none", "--set", &knob],
+            )?;
+            journals.push((false, journal));
+            notes.push(format!(
+                "{note}; the latency flow (source port {LATENCY_PORT}) hashes to bucket {bucket} of {len}: that bucket alone goes to rx-{RESERVED_QUEUE}, every other to rx-0"
+            ));
+            Ok(Some(bucket))
+        }
+        Change::Ntuple => {
+            // What tune plans for seed 000's rule, and what the driver says to ethtool itself
+            // (ethtool 6.1 exits 0 when the insert fails: its words are the answer).
+            let port = SERVER_PORT.to_string();
+            let reserved = RESERVED_QUEUE.to_string();
+            let plan = pair.b.host_ok(
+                &[
+                    bin,
+                    "tune",
+                    "plan",
+                    "--profile",
+                    "latency",
+                    "--dev",
+                    "eth0",
+                    "--reserve-queue",
+                    &reserved,
+                    "--ports",
+                    &port,
+                    "--json",
+                ],
+                T,
+            )?;
+            let p: netsteer_steering::tune::Plan = serde_json::from_str(&plan)
+                .map_err(|e| LabError::Invalid(format!("tune plan output: {e}")))?;
+            let planned = p
+                .items
+                .iter()
+                .filter(|i| i.kind == netsteer_steering::tune::ItemKind::Ntuple)
+                .count();
+            notes.push(format!(
+                "tune plans {planned} n-tuple rule(s){}",
+                p.notes
+                    .iter()
+                    .filter(|n| n.contains("n-tuple"))
+                    .map(|n| format!("; {n}"))
+                    .collect::<String>()
+            ));
+            let (_, out) = pair.b.host(
+                &[
+                    "ethtool",
+                    "-N",
+                    "eth0",
+                    "flow-type",
+                    "udp4",
+                    "dst-port",
+                    &port,
+                    "action",
+                    &reserved,
+                ],
+                T,
+            )?;
+            let said = out.trim().replace('\n', " / ");
+            notes.push(format!(
+                "ethtool -N eth0 flow-type udp4 dst-port {port} action {reserved}: {said}"
+            ));
+            if planned > 0 {
+                // A driver that takes the rule (none emulated here): let tune make it.
+                let (journal, note) = apply(
+                    &mut pair.b,
+                    bin,
+                    STATE,
+                    &[
+                        "--profile",
+                        "latency",
+                        "--dev",
+                        "eth0",
+                        "--reserve-queue",
+                        &reserved,
+                        "--ports",
+                        &port,
+                    ],
+                )?;
+                journals.push((false, journal));
+                notes.push(note);
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Starts the echo server in guest b with the rung's wait mode (pinned to CPU 1), and waits
+/// until it listens.
+fn start_server(g: &mut Guest, bin: &str, wait: &str) -> Result<()> {
+    let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
+    g.sh(
+        &format!(
+            "chroot /host {bin} bench udp-echo server --listen {server} --cpu 1 --wait {wait} --busy-poll 50 --max-pps-per-source 0 --max-pps 0 --duration 900 > /x/echo-server.log 2>&1 &"
+        ),
+        T,
+    )?;
+    let (rc, out) = g.sh(
+        &format!(
+            "i=0; while [ $i -lt 100 ]; do chroot /host ss -Hlun 'sport = :{SERVER_PORT}' | grep -q . && exit 0; i=$((i+1)); sleep 0.1; done; cat /x/echo-server.log; exit 1"
+        ),
+        T,
+    )?;
+    if rc != 0 {
+        return Err(LabError::Invalid(format!(
+            "guest {}: the echo server did not start: {out}",
+            g.name
+        )));
+    }
+    Ok(())
+}
+
+/// Stops guest b's echo server and waits until its port is free for the next rung's.
+fn stop_server(g: &mut Guest) -> Result<()> {
+    let (rc, out) = g.sh(
+        &format!(
+            "chroot /host pkill -TERM -f 'udp-echo [s]erver'; i=0; while [ $i -lt 100 ]; do chroot /host ss -Hlun 'sport = :{SERVER_PORT}' | grep -q . || exit 0; i=$((i+1)); sleep 0.1; done; exit 1"
+        ),
+        T,
+    )?;
+    if rc != 0 {
+        return Err(LabError::Invalid(format!(
+            "guest {}: the echo server did not stop: {out}",
+            g.name
+        )));
+    }
+    Ok(())
+}
 
 /// Runs the ladder `repeats` times (rungs in order each time), `count` round trips a run,
 /// client on guest a's CPU 0, server on guest b's CPU 1. Every change is rolled back at the end,
@@ -179,84 +703,56 @@ pub fn run(
     repeats: u32,
     mut emit: impl FnMut(&RungRun) -> std::io::Result<()>,
 ) -> Result<Vec<RungRun>> {
+    let model = pair.nic;
+    let ladder = rungs(model);
+    let rss = matches!(model, NicModel::Igb | NicModel::VirtioRss);
     let mut journals: Vec<(bool, String)> = Vec::new();
     let result = (|| {
         let mut all = Vec::new();
         for repeat in 1..=repeats {
-            for (i, rung) in RUNGS.iter().enumerate() {
+            for (i, r) in ladder.iter().enumerate() {
                 let mut notes = Vec::new();
-                let wait = match i {
-                    0 | 5 => "block",
-                    1 => "busy-poll",
-                    _ => "spin",
-                };
-                if i == 3 || i == 4 || i == 5 {
-                    for (on_a, g) in [(true, &mut pair.a), (false, &mut pair.b)] {
-                        let args: Vec<String> = match i {
-                            3 | 4 => {
-                                let knobs = pin_knobs(g, cpus, i == 4)?;
-                                std::iter::once("--profile".to_string())
-                                    .chain(std::iter::once("none".to_string()))
-                                    .chain(knobs.into_iter().flat_map(|k| ["--set".to_string(), k]))
-                                    .collect()
-                            }
-                            _ => ["--profile", "latency", "--dev", "eth0"]
-                                .iter()
-                                .map(|s| s.to_string())
-                                .collect(),
-                        };
-                        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-                        let (journal, note) = apply(g, bin, &argv)?;
-                        journals.push((on_a, journal));
-                        notes.push(note);
-                    }
-                }
-                let port = 4400 + i as u32;
-                let server = format!("{VM_B_ADDR}:{port}");
-                pair.b.sh(
-                    &format!(
-                        "chroot /host {bin} bench udp-echo server --listen {server} --cpu 1 --wait {wait} --busy-poll 50 --max-pps-per-source 0 --max-pps 0 --duration 600 > /dev/null 2>&1 &"
-                    ),
-                    T,
-                )?;
-                std::thread::sleep(Duration::from_millis(500));
-                let (ba, bb) = (irq_counts(&mut pair.a)?, irq_counts(&mut pair.b)?);
-                let count_s = count.to_string();
-                let (rc, out) = pair.a.host(
-                    &[
-                        bin,
-                        "bench",
-                        "udp-echo",
-                        "client",
-                        &server,
-                        "--cpu",
-                        "0",
-                        "--wait",
-                        wait,
-                        "--busy-poll",
-                        "50",
-                        "--count",
-                        &count_s,
-                        "--timeout",
-                        "5",
-                        "--json",
-                    ],
-                    T,
-                )?;
-                let _ = pair.b.sh("pkill -TERM -f 'udp-echo server'", T);
+                let mark = journals.len();
+                start_server(&mut pair.b, bin, r.wait)?;
+                let bucket = enter(pair, bin, cpus, &r.change, &mut journals, &mut notes)?;
+                let (ba, bb) = (
+                    irq_counts(&mut pair.a, model)?,
+                    irq_counts(&mut pair.b, model)?,
+                );
+                let (rc, out) = latency_run(pair, bin, r.wait, count)?;
                 if rc != 0 {
-                    return Err(LabError::Invalid(format!("rung {rung}: client: {out}")));
+                    let _ = stop_server(&mut pair.b);
+                    return Err(LabError::Invalid(format!("rung {}: client: {out}", r.name)));
                 }
-                let (aa, ab) = (irq_counts(&mut pair.a)?, irq_counts(&mut pair.b)?);
+                let (aa, ab) = (
+                    irq_counts(&mut pair.a, model)?,
+                    irq_counts(&mut pair.b, model)?,
+                );
+                let server_irqs = delta(&bb, &ab);
+                let latency_queue = busiest(&rx_by_queue(&server_irqs));
+                let bulk = match (rss, latency_queue) {
+                    (true, Some(q)) => {
+                        let by_queue = server_rx_during(pair, |p| bulk_burst(p, bin))?;
+                        Some(BulkIrqs {
+                            flows: BULK_FLOWS,
+                            on_latency_queue: by_queue.get(&q).copied().unwrap_or(0),
+                            total: by_queue.values().sum(),
+                        })
+                    }
+                    _ => None,
+                };
+                stop_server(&mut pair.b)?;
                 let s: ClientSummary = out
                     .lines()
                     .rev()
                     .find_map(|l| serde_json::from_str(l).ok())
-                    .ok_or_else(|| LabError::Invalid(format!("rung {rung}: no summary: {out}")))?;
+                    .ok_or_else(|| {
+                        LabError::Invalid(format!("rung {}: no summary: {out}", r.name))
+                    })?;
                 let napi = s.napi_id;
-                let r = RungRun {
+                let run = RungRun {
                     kind: "vm-rung".into(),
-                    rung: (*rung).to_string(),
+                    rung: r.name.clone(),
                     repeat,
                     sent: s.sent,
                     received: s.received,
@@ -264,18 +760,27 @@ pub fn run(
                     p99_ns: s.latency_ns.as_ref().map(|l| l.p99),
                     round_trips_per_s: s.pps,
                     napi_id: napi,
-                    busy_poll_engaged: (wait == "busy-poll").then(|| napi.is_some_and(|n| n != 0)),
+                    busy_poll_engaged: (r.wait == "busy-poll")
+                        .then(|| napi.is_some_and(|n| n != 0)),
                     client_irqs: delta(&ba, &aa),
-                    server_irqs: delta(&bb, &ab),
+                    server_irqs,
+                    latency_queue,
+                    bulk,
+                    bucket,
                     notes,
                 };
-                emit(&r).map_err(|source| LabError::Io {
+                emit(&run).map_err(|source| LabError::Io {
                     what: "writing the report".into(),
                     source,
                 })?;
-                all.push(r);
-                // Each repeat starts from the guests as booted.
-                if i == RUNGS.len() - 1 {
+                all.push(run);
+                // A detour is undone before the next rung; the climb at the end of the repeat,
+                // so each repeat starts from the guests as booted.
+                if !r.keep {
+                    let mut mine = journals.split_off(mark);
+                    rollback(pair, bin, &mut mine)?;
+                }
+                if i == ladder.len() - 1 {
                     rollback(pair, bin, &mut journals)?;
                 }
             }
@@ -292,7 +797,7 @@ pub fn run(
 fn rollback(pair: &mut VmPair, bin: &str, journals: &mut Vec<(bool, String)>) -> Result<()> {
     while let Some((on_a, j)) = journals.pop() {
         let g = if on_a { &mut pair.a } else { &mut pair.b };
-        g.host_ok(&[bin, "tune", "rollback", &j, "--state-dir", STATE], T)?;
+        rollback_one(g, bin, STATE, &j)?;
     }
     Ok(())
 }
@@ -302,7 +807,7 @@ pub fn placement(irqs: &[QueueIrq]) -> String {
     irqs.iter()
         .filter(|q| q.per_cpu.iter().sum::<u64>() > 0)
         .map(|q| {
-            let short = q.name.split('-').next_back().unwrap_or(&q.name);
+            let short = q.name.split_once('-').map_or(q.name.as_str(), |(_, s)| s);
             let cpus: Vec<String> = q
                 .per_cpu
                 .iter()
@@ -316,11 +821,20 @@ pub fn placement(irqs: &[QueueIrq]) -> String {
         .join(", ")
 }
 
-/// One run as a line: rung, repeat, p50/p99, the NAPI id and where each side's queue IRQs ran.
+/// One run as a line: rung, repeat, p50/p99, the NAPI id, the latency flow's queue and the
+/// bulk flows' share of it, and where each side's queue IRQs ran.
 pub fn run_line(r: &RungRun) -> String {
     let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.1}us", v as f64 / 1e3));
+    let queue = match (r.latency_queue, r.bulk) {
+        (Some(q), Some(b)) => format!(
+            " latency flow on rx-{q}, bulk {}/{} irqs there",
+            b.on_latency_queue, b.total
+        ),
+        (Some(q), None) => format!(" latency flow on rx-{q}"),
+        _ => String::new(),
+    };
     format!(
-        "{:<44} #{} p50 {:>8} p99 {:>8} napi {:<5} server {} | client {}",
+        "{:<44} #{} p50 {:>8} p99 {:>8} napi {:<5}{queue} server {} | client {}",
         r.rung,
         r.repeat,
         us(r.p50_ns),
@@ -350,4 +864,42 @@ pub fn summary_lines(runs: &[RungRun]) -> Vec<String> {
     }
     lines.push("emulated guests (QEMU TCG): the placements, NAPI ids and directions are the drivers' own; the microseconds are not bare metal's".into());
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_names_give_their_receive_queue() {
+        assert_eq!(rx_queue_of("virtio2-input.3"), Some(3));
+        assert_eq!(rx_queue_of("virtio2-output.3"), None);
+        assert_eq!(rx_queue_of("eth0-rx-1"), Some(1));
+        assert_eq!(rx_queue_of("eth0-tx-1"), None);
+        assert_eq!(rx_queue_of("eth0-TxRx-5"), Some(5));
+        assert_eq!(rx_queue_of("eth0"), None);
+    }
+
+    #[test]
+    fn nic_rungs_only_where_the_nic_has_the_knobs() {
+        let names = |m| rungs(m).into_iter().map(|r| r.change).collect::<Vec<_>>();
+        assert!(!names(NicModel::Virtio).contains(&Change::RssIsolation));
+        assert!(names(NicModel::VirtioRss).contains(&Change::RssIsolation));
+        assert!(!names(NicModel::VirtioRss).contains(&Change::Coalesce(0)));
+        let igb = names(NicModel::Igb);
+        for c in [
+            Change::Channels(1),
+            Change::RssIsolation,
+            Change::Ntuple,
+            Change::Coalesce(0),
+        ] {
+            assert!(igb.contains(&c), "{c:?}");
+        }
+        // The one-channel detour is rolled back before the rungs that need every queue.
+        assert!(
+            rungs(NicModel::Igb)
+                .iter()
+                .any(|r| r.change == Change::Channels(1) && !r.keep)
+        );
+    }
 }

@@ -109,6 +109,43 @@ impl NicModel {
     }
 }
 
+impl NicModel {
+    /// Whether this machine's QEMU emulates the device (igb needs QEMU 8; Debian 12 has 7.2,
+    /// and QEMU 10 from bookworm-backports, which `.ci/deps` installs).
+    pub fn check_qemu(self) -> Result<()> {
+        let device = match self {
+            NicModel::Virtio | NicModel::VirtioRss => "virtio-net-pci",
+            NicModel::Igb => "igb",
+        };
+        let out = Command::new("qemu-system-x86_64")
+            .args(["-device", "help"])
+            .output()
+            .map_err(|source| LabError::Io {
+                what: "qemu-system-x86_64 -device help (apt-get install qemu-system-x86)".into(),
+                source,
+            })?;
+        let list = String::from_utf8_lossy(&out.stdout);
+        if list.contains(&format!("name \"{device}\"")) {
+            return Ok(());
+        }
+        let version = Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        Err(LabError::Invalid(format!(
+            "--nic {}: this QEMU ({version}) has no {device:?} device (igb needs QEMU 8 or later: on Debian 12, qemu-system-x86 from bookworm-backports, which .ci/deps installs); --nic virtio works with any",
+            self.name()
+        )))
+    }
+}
+
 impl std::str::FromStr for NicModel {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
@@ -381,6 +418,12 @@ impl Guest {
         result.map_err(|e| LabError::Invalid(format!("guest {}: {cmd}: {e}", self.name)))
     }
 
+    /// The guest's scratch share as the host sees it (`/x` in the guest, [`GUEST_SHARE`]
+    /// inside its `chroot /host`): what the guest writes there, the host reads here.
+    pub fn share_dir(&self) -> PathBuf {
+        self.dir.join("x")
+    }
+
     /// Runs a program of the host (its path as on the host) inside the guest.
     pub fn host(&mut self, argv: &[&str], limit: Duration) -> Result<(i32, String)> {
         let line = std::iter::once("chroot /host".to_string())
@@ -458,6 +501,7 @@ pub const GUEST_SHARE: &str = "/tmp/netsteer-x";
 
 impl VmPair {
     pub fn new(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
+        spec.nic.check_qemu()?;
         let image = image::build(spec.kernel.as_deref())?;
         let mut lab = Lab::new(tag)?;
         let net = lab.switch("net")?;

@@ -314,9 +314,8 @@ impl NicBackend for Netlink {
         if let NicKnob::Ntuple(k) = knob {
             return ntuple_set(dev, *k, text).map_err(|e| match e {
                 NtupleError::Bad(reason) => bad(reason),
-                NtupleError::Os(source) if source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                    bad(NO_NTUPLE.into())
-                }
+                // EOPNOTSUPP keeps its errno: tune reports a driver's refusal as a skip, not a
+                // failure that undoes the rest.
                 NtupleError::Os(source) => NicError::Os {
                     dev: dev.to_string(),
                     request: "SIOCETHTOOL rx classification",

@@ -224,6 +224,10 @@ pub struct ApplyReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub steps: Vec<StepOutcome>,
+    /// The plan's notes: what it chose not to do, and why (a driver that fixes n-tuple filters
+    /// off, coalescing it does not offer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -421,6 +425,24 @@ impl Run<'_> {
                 } else {
                     self.steps.push(outcome("changed", None));
                 }
+                Ok(Ok(()))
+            }
+            // A NIC driver that takes the request and keeps its value (virtio-net on 6.12
+            // reports adaptive-rx and ignores it without VIRTIO_NET_F_VQ_NOTF_COAL): nothing
+            // changed, so nothing to undo; said as a skip, and left out of what verify checks.
+            Ok(back)
+                if matches!(item.target, Target::Nic { .. }) && item.format.same(&back, old) =>
+            {
+                let why = format!(
+                    "the driver accepted {:?} and kept {:?}: it does not implement this setting",
+                    item.desired,
+                    back.trim()
+                );
+                self.append(&Record::Skipped {
+                    id: item.id.clone(),
+                    why: why.clone(),
+                })?;
+                self.steps.push(outcome("skipped", Some(why)));
                 Ok(Ok(()))
             }
             Ok(back) => Ok(Err(format!(
@@ -628,6 +650,13 @@ pub fn apply(
                 status: "applied".into(),
                 error: None,
             })?;
+            // What was skipped at apply time (refused by design, ignored by the driver) is
+            // kept as a skip with its reason, so verify does not call it drift.
+            for s in run.steps.iter().filter(|s| s.status == "skipped") {
+                if let Some(i) = final_plan.items.iter_mut().find(|i| i.id == s.id) {
+                    i.action = Action::Skip(s.why.clone().unwrap_or_default());
+                }
+            }
             let kept = serde_json::to_vec_pretty(&final_plan).unwrap_or_default();
             journal::write_atomic(&journal::applied_plan_path(state_dir), &kept)
                 .map_err(jerr(state_dir))?;
@@ -636,6 +665,7 @@ pub fn apply(
                 status: "applied".into(),
                 error: None,
                 steps: run.steps,
+                notes: final_plan.notes,
             })
         }
         Some(error) => {
@@ -669,6 +699,7 @@ pub fn apply(
                 status: status.into(),
                 error: Some(error),
                 steps,
+                notes: final_plan.notes,
             })
         }
     }
@@ -832,6 +863,7 @@ fn kind_of(id: &str) -> ItemKind {
         "rfs" => ItemKind::RfsFlowCnt,
         "xps" => ItemKind::Xps,
         "service" => ItemKind::Irqbalance,
+        "napi" => ItemKind::Napi,
         "nic" if id.contains("/channels/") || id.contains("/rings/") => ItemKind::Channels,
         "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,
         "nic" if id.contains("/pause/") => ItemKind::Pause,

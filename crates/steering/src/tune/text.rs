@@ -52,8 +52,12 @@ pub fn render_plan(p: &Plan) -> Vec<String> {
 
 pub fn render_apply(r: &ApplyReport) -> Vec<String> {
     let n = |s: &str| r.steps.iter().filter(|x| x.status == s).count();
+    let rewritten = match n("rewritten") {
+        0 => String::new(),
+        k => format!(", {k} rewritten"),
+    };
     let mut lines = vec![format!(
-        "tune apply: {} ({} changed, {} unchanged, {} skipped, {} restored); journal {}",
+        "tune apply: {} ({} changed{rewritten}, {} unchanged, {} skipped, {} restored); journal {}",
         r.status,
         n("changed"),
         n("unchanged"),
@@ -75,6 +79,9 @@ pub fn render_apply(r: &ApplyReport) -> Vec<String> {
             short(&s.old),
             short(&s.new)
         ));
+    }
+    for note in &r.notes {
+        lines.push(format!("  note: {note}"));
     }
     if let Some(e) = &r.error {
         lines.push(format!("error: {e}"));

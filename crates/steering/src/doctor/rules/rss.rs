@@ -25,15 +25,28 @@ const SKEW: f64 = 1.5;
 /// not followed (queue 0 also takes what RSS does not hash: ARP, other protocols).
 const UNFOLLOWED_SHARE: f64 = 0.25;
 
-/// Receive interrupts per second of each rx queue of `nic` (queues whose vector serves one
-/// queue only), over a live sample; None without one or when vectors serve every queue.
+/// The receive queues in use: the driver's channel count where it says (virtio-net keeps the
+/// vectors of every queue pair it could have), else the queues sysfs lists.
+fn active_rx_queues(nic: &Nic) -> u32 {
+    nic.settings
+        .as_ref()
+        .and_then(|s| s.channels.known())
+        .map(|c| c.combined.unwrap_or(0) + c.rx.unwrap_or(0))
+        .filter(|n| *n > 0)
+        .unwrap_or(nic.rx_queues.len() as u32)
+}
+
+/// Receive interrupts per second of each rx queue in use of `nic` (queues whose vector serves
+/// one queue only), over a live sample; None without one or when vectors serve every queue.
 fn rx_queue_rates(ctx: &Ctx, nic: &Nic) -> Option<BTreeMap<u32, f64>> {
     if ctx.load?.source != LoadSource::Sampled {
         return None;
     }
+    let active = active_rx_queues(nic);
     let mut rates = BTreeMap::new();
     for i in ctx.rx_irqs(nic) {
         match i.role {
+            IrqRole::Rx(q) | IrqRole::RxTx(q) if q >= active => {}
             IrqRole::Rx(q) | IrqRole::RxTx(q) => {
                 *rates.entry(q).or_insert(0.0) += ctx.irq_rate(i.irq).unwrap_or(0.0);
             }
@@ -186,7 +199,7 @@ pub fn rss_table_not_followed(ctx: &Ctx) -> Vec<Finding> {
             evidence.push("no n-tuple rule steers traffic to those queues".into());
         }
         let mut steps = Vec::new();
-        match ethtool_x_args(&rss.indirection) {
+        match ethtool_x_args(&rss.indirection, rates.len() as u32) {
             Some(args) => steps.push(format!("ethtool -X {} {args}", nic.name)),
             None => steps.push(format!(
                 "netsteer tune apply --profile none --set 'nic/{}/rss/indirection={}'",

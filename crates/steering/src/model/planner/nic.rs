@@ -52,17 +52,17 @@ impl Builder<'_> {
         if self.opts.ports.is_empty() {
             return;
         }
-        let feature = s
-            .features
-            .known()
-            .and_then(|f| f.get("ntuple-filters"))
-            .copied();
-        // A device whose driver fixes n-tuple filters off (igb's 82576, virtio-net) refuses
-        // every rule: say so once, plan none.
-        if let Some(f) = feature
-            && !f.active
-            && !f.changeable
-        {
+        let features = s.features.known();
+        let feature = features.and_then(|f| f.get("ntuple-filters")).copied();
+        // A device whose driver fixes n-tuple filters off (igb's 82576, virtio-net: off
+        // [fixed], or not among the features it reports at all) refuses every rule: say so
+        // once, plan none.
+        let fixed_off = match (features, feature) {
+            (Some(_), Some(f)) => !f.active && !f.changeable,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if fixed_off {
             let ports: Vec<String> = self.opts.ports.iter().map(u16::to_string).collect();
             self.notes.push(format!(
                 "{}: n-tuple filters are fixed off by the driver (ntuple-filters off [fixed]): port(s) {} cannot be steered to the reserved queue {queue}; it gets no RSS traffic, and nothing else",
@@ -108,7 +108,15 @@ impl Builder<'_> {
         if rss.indirection.is_empty() {
             return;
         }
-        let nq = nic.rx_queues.len() as u32;
+        // The receive queues the table may name: the driver's channel count where it says
+        // (a tree's sysfs queue directories do not follow a count changed in its NIC state),
+        // else the queues sysfs lists.
+        let nq = s
+            .channels
+            .known()
+            .map(|c| c.combined.unwrap_or(0) + c.rx.unwrap_or(0))
+            .filter(|n| *n > 0)
+            .unwrap_or(nic.rx_queues.len() as u32);
         let reserved = self.opts.reserve_queue.filter(|q| *q < nq);
         if let Some(q) = self.opts.reserve_queue
             && reserved.is_none()
@@ -272,14 +280,31 @@ impl Builder<'_> {
             (None, _) => return,
         };
         let nd = match s.netdev() {
+            Ok(nd)
+                if !nd.napis.is_empty() && nd.napis.iter().all(|n| n.defer_hard_irqs.is_none()) =>
+            {
+                self.napi_sysfs(
+                    nic,
+                    &settings,
+                    mode,
+                    "this kernel does not report per-NAPI settings (NETDEV_CMD_NAPI_SET, Linux 6.13+)",
+                );
+                return;
+            }
             Ok(nd) => nd,
-            Err(why) => {
+            // A tree captured before netsteer read netdev data: what the kernel had is
+            // unknown, so nothing is planned in its place.
+            Err(why) if s.netdev.is_none() => {
                 if mode.is_some() {
                     self.notes.push(format!(
                         "{}: per-NAPI settings not planned: {why}",
                         nic.name
                     ));
                 }
+                return;
+            }
+            Err(why) => {
+                self.napi_sysfs(nic, &settings, mode, &why);
                 return;
             }
         };
@@ -307,6 +332,62 @@ impl Builder<'_> {
                     why.clone(),
                 );
             }
+        }
+    }
+
+    /// Where the kernel has no per-NAPI settings (before 6.13), the device-wide sysfs files
+    /// the mode's values go to instead (napi.rst: they are the defaults of every NAPI of the
+    /// device, so one value for all is the same state); IRQ suspension has no such file.
+    fn napi_sysfs(
+        &mut self,
+        nic: &Nic,
+        settings: &[(NapiAttr, u64, String)],
+        mode: Option<NapiMode>,
+        why: &str,
+    ) {
+        let mut planned = 0;
+        for (attr, v, reason) in settings {
+            let (file, current) = match attr {
+                NapiAttr::DeferHardIrqs => (
+                    "napi_defer_hard_irqs",
+                    nic.napi_defer_hard_irqs.known().map(u64::to_string),
+                ),
+                NapiAttr::GroFlushTimeout => (
+                    "gro_flush_timeout",
+                    nic.gro_flush_timeout.known().map(u64::to_string),
+                ),
+                NapiAttr::Threaded => ("threaded", nic.threaded.known().cloned()),
+                NapiAttr::IrqSuspendTimeout => {
+                    if *v != 0 {
+                        self.notes.push(format!(
+                            "{}: irq-suspend-timeout not planned: it is per-NAPI only (NETDEV_CMD_NAPI_SET, Linux 6.13+) and {why}; the rest of the mode goes to the device-wide sysfs files",
+                            nic.name
+                        ));
+                    }
+                    continue;
+                }
+            };
+            let path = format!("/sys/class/net/{}/{file}", nic.name);
+            let skip = current
+                .is_none()
+                .then(|| format!("{path} cannot be read on this host"));
+            self.push(
+                format!("napi/{}/{file}", nic.name),
+                ItemKind::Napi,
+                Target::File { path },
+                Format::Int,
+                current,
+                v.to_string(),
+                format!("{reason} (device-wide: per-NAPI settings need Linux 6.13+, and {why})"),
+                skip,
+            );
+            planned += 1;
+        }
+        if planned == 0 && mode.is_some() {
+            self.notes.push(format!(
+                "{}: per-NAPI settings not planned: {why}",
+                nic.name
+            ));
         }
     }
 
@@ -383,8 +464,12 @@ impl Builder<'_> {
         }
     }
 
+    /// Flow control off, for latency only (seed 000 does it there; doctor's flow-control-on is
+    /// a latency rule). Not for balanced: on igb the driver resolves pause again from the link
+    /// partner's advertisement when the link comes back up after a reinit (a channel or ring
+    /// change), so "off" does not hold on every NIC, and a balanced host loses little to it.
     pub(super) fn pause(&mut self, nic: &Nic, s: &NicSettings) {
-        if self.opts.profile == Profile::Throughput {
+        if self.opts.profile != Profile::Latency {
             return;
         }
         let Some(p) = s.pause.known() else {
