@@ -282,3 +282,176 @@ fn tuned_host_model() {
     assert_eq!(eth0.queue_irqs().count(), 8);
     assert_eq!(eth0.tx_queues[3].xps_cpus, Field::Known(set("3,11")));
 }
+
+/// The VM lab's guests (captured by `vm_drivers.rs`'s ignored `capture_driver_fixtures`):
+/// Intel igb on Debian's 6.1 and backports' 6.12, virtio-net with RSS on 6.12. Each has every
+/// RSS bucket on rx-0, UDP hashed on ports, and the hot queue's interrupts since boot.
+fn driver_guest(host: &str, driver: &str) -> HostView {
+    let v = golden(host);
+    let eth0 = v.nic("eth0").unwrap();
+    assert_eq!(eth0.driver, Field::Known(driver.into()));
+    assert_eq!((eth0.rx_queues.len(), eth0.tx_queues.len()), (2, 2));
+    // Every queue has its vector, named as the driver names it, and a CPU.
+    for q in &eth0.rx_queues {
+        let irq = eth0.irq(q.irqs[0]).unwrap();
+        assert!(
+            matches!(irq.role, IrqRole::Rx(n) | IrqRole::RxTx(n) if n == q.index),
+            "{irq:?}"
+        );
+        assert!(
+            irq.affinity
+                .effective
+                .known()
+                .is_some_and(|c| !c.is_empty())
+        );
+    }
+    let s = eth0.settings.as_ref().unwrap();
+    let rss = s.rss.known().unwrap();
+    assert_eq!(rss.indirection, vec![0; 128]);
+    assert_eq!(
+        s.flow_hash().unwrap().get("udp4").map(String::as_str),
+        Some("sdfn")
+    );
+    let hot = eth0.irq(eth0.rx_queues[0].irqs[0]).unwrap().count;
+    let cold = eth0.irq(eth0.rx_queues[1].irqs[0]).unwrap().count;
+    assert!(hot > 50 * cold.max(1), "rx-0 {hot} rx-1 {cold}");
+    v
+}
+
+#[test]
+fn igb_on_6_1_reads_rss_over_the_ioctl_and_says_what_the_kernel_lacks() {
+    let v = driver_guest("igb-6.1", "igb");
+    let eth0 = v.nic("eth0").unwrap();
+    let s = eth0.settings.as_ref().unwrap();
+    assert!(
+        s.interfaces
+            .iter()
+            .any(|i| i.contains("ETHTOOL_GRSSH") && i.contains("RSS_GET (Linux 6.2+)")),
+        "{:?}",
+        s.interfaces
+    );
+    let netdev = s.netdev().unwrap_err();
+    assert!(
+        netdev.contains("netdev netlink family (Linux 6.3+)"),
+        "{netdev}"
+    );
+    // igb: combined 2 of 8, separate rx and tx vectors, the "other" vector for the link.
+    let c = s.channels.known().unwrap();
+    assert_eq!((c.combined, c.combined_max), (Some(2), Some(8)));
+    assert!(
+        eth0.irqs
+            .iter()
+            .any(|i| i.name == "eth0" && i.role == IrqRole::Control)
+    );
+    assert!(s.coalesce.known().unwrap().contains_key("rx-usecs"));
+    let text = String::from_utf8(
+        netsteer(&[
+            "--root",
+            fixtures().join("hosts/igb-6.1").to_str().unwrap(),
+            "show",
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains("rss 128 entries over 1 queues [q0:128]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kernel: rss: read over the ETHTOOL_GRSSH ioctl"),
+        "{text}"
+    );
+}
+
+#[test]
+fn igb_on_6_12_lists_napis_the_driver_does_not_link() {
+    let v = driver_guest("igb-6.12", "igb");
+    let eth0 = v.nic("eth0").unwrap();
+    assert_eq!(eth0.napis.len(), 4);
+    assert!(
+        eth0.napis
+            .iter()
+            .all(|n| n.irq.is_none() && n.rx_queues.is_empty() && n.defer_hard_irqs.is_none())
+    );
+    let s = eth0.settings.as_ref().unwrap();
+    assert!(
+        s.interfaces
+            .iter()
+            .any(|i| i.contains("NETDEV_CMD_NAPI_SET (Linux 6.13+)")),
+        "{:?}",
+        s.interfaces
+    );
+}
+
+#[test]
+fn virtio_rss_on_6_12_has_a_key_and_per_queue_counters() {
+    let v = driver_guest("virtio-rss-6.12", "virtio_net");
+    let s = v.nic("eth0").unwrap().settings.as_ref().unwrap();
+    let rss = s.rss.known().unwrap();
+    assert_eq!(rss.key.as_ref().map(String::len), Some(80), "a 40-byte key");
+    assert_eq!(rss.hfunc.as_deref(), Some("toeplitz"));
+    let q = &s.netdev().unwrap().qstats;
+    assert!(
+        q.iter().any(|q| q.packets.is_some_and(|p| p > 1000)),
+        "{q:?}"
+    );
+}
+
+/// tune on the three trees: the table is shared equally (through the ioctl path's tree twin on
+/// 6.1, the same item everywhere), per-NAPI modes go to the device-wide files (no NAPI_SET on
+/// either kernel), and igb's n-tuple filters are said to be fixed off.
+#[test]
+fn tune_plans_on_the_driver_trees() {
+    for host in ["igb-6.1", "igb-6.12", "virtio-rss-6.12"] {
+        let root = fixtures().join("hosts").join(host);
+        let out = netsteer(&[
+            "--root",
+            root.to_str().unwrap(),
+            "tune",
+            "plan",
+            "--profile",
+            "latency",
+            "--dev",
+            "eth0",
+            "--napi",
+            "irq-suspend",
+            "--reserve-queue",
+            "1",
+            "--ports",
+            "4321",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let p: netsteer_steering::tune::Plan = serde_json::from_slice(&out.stdout).unwrap();
+        let item = |id: &str| p.items.iter().find(|i| i.id == id);
+        let table = item("nic/eth0/rss/indirection").unwrap_or_else(|| panic!("{host}: {p:?}"));
+        assert_eq!(
+            table.desired,
+            vec!["0"; 128].join(" "),
+            "{host}: rx-1 reserved"
+        );
+        assert!(
+            item("napi/eth0/napi_defer_hard_irqs").is_some(),
+            "{host}: {p:?}"
+        );
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("irq-suspend-timeout not planned")),
+            "{host}: {:?}",
+            p.notes
+        );
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("n-tuple filters are fixed off by the driver")),
+            "{host}: {:?}",
+            p.notes
+        );
+        assert!(!p.items.iter().any(|i| i.id.contains("/ntuple/")), "{host}");
+    }
+}

@@ -23,6 +23,9 @@ const HOSTS: &[&str] = &[
     "rhel7-4cpu",
     "tuned-ixgbe-16cpu",
     "ixgbe-napi-16cpu",
+    "igb-6.1",
+    "igb-6.12",
+    "virtio-rss-6.12",
 ];
 const PROFILES: &[Profile] = &[Profile::Latency, Profile::Throughput, Profile::Balanced];
 

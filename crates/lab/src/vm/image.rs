@@ -22,7 +22,11 @@ const MODULES: &[&str] = &["virtio_pci", "virtio_net", "igb", "9pnet_virtio", "9
 
 /// The guest's /init: mounts, modules, the host's root (read-only) and the lab's scratch
 /// directory over 9p, then the command loop on the second serial port. Each command line is
-/// `ID SHELL-COMMAND`; its output goes to /x/out.ID and the answer `@@DONE ID RC` to the port.
+/// `@@CMD ID SHELL-COMMAND @@END`, acknowledged with `@@ACK ID` (a line that is not whole is
+/// answered `@@BAD` and not run: under TCG a busy guest has been seen to lose the first 16
+/// bytes of a line, one UART FIFO's worth, so the host sends it again); an ID already run is
+/// acknowledged again and not run twice. Its output goes to /x/out.ID and the answer
+/// `@@DONE ID RC` to the port. Commands get no copy of the port (3<&-).
 const INIT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
@@ -45,8 +49,23 @@ exec 3<>/dev/ttyS1
 stty -F /dev/ttyS1 raw -echo
 # Said until the host answers: a line sent while no one is connected to the port is lost.
 until read -t 1 -r hello <&3; do echo "@@READY $(uname -r)" >&3; done
-while read -r id cmd <&3; do
-  sh -c "$cmd" > /x/out.$id 2>&1 < /dev/null
+last=-1
+while read -r line <&3; do
+  case "$line" in
+    "@@CMD "*" @@END") ;;
+    *) echo "@@BAD" >&3; continue ;;
+  esac
+  body=${line#@@CMD }
+  body=${body% @@END}
+  id=${body%% *}
+  cmd=${body#* }
+  case "$id" in
+    ''|*[!0-9]*) echo "@@BAD" >&3; continue ;;
+  esac
+  echo "@@ACK $id" >&3
+  [ "$id" -le "$last" ] && continue
+  last=$id
+  sh -c "$cmd" > /x/out.$id 2>&1 < /dev/null 3<&-
   echo "@@DONE $id $?" >&3
 done
 "#;

@@ -171,6 +171,11 @@ pub struct GuestSpec {
     pub mac: String,
 }
 
+/// How long a command line may go unacknowledged before it is sent again, and how many times
+/// it is sent (a line the guest lost or got in part is never run, so sending it again is safe).
+const ACK_WAIT: Duration = Duration::from_secs(20);
+const SENDS: u32 = 5;
+
 /// A running guest. Killed when dropped.
 pub struct Guest {
     pub name: String,
@@ -333,25 +338,39 @@ impl Guest {
         limit: Duration,
     ) -> Result<String> {
         let mut line = String::new();
+        self.read_line_by(r, &mut line, since + limit)?
+            .ok_or_else(|| {
+                LabError::Invalid(format!(
+                    "guest {}: no answer within {:.0} s: {}",
+                    self.name,
+                    limit.as_secs_f64(),
+                    self.why_not()
+                ))
+            })
+    }
+
+    /// The next `@@` line from the guest, or None at `deadline`. `line` holds a partial line
+    /// across calls (a deadline can fall in the middle of one).
+    fn read_line_by(
+        &self,
+        r: &mut BufReader<UnixStream>,
+        line: &mut String,
+        deadline: Instant,
+    ) -> Result<Option<String>> {
         loop {
-            let left = limit
-                .checked_sub(since.elapsed())
+            let Some(left) = deadline
+                .checked_duration_since(Instant::now())
                 .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
-                    LabError::Invalid(format!(
-                        "guest {}: no answer within {:.0} s: {}",
-                        self.name,
-                        limit.as_secs_f64(),
-                        self.why_not()
-                    ))
-                })?;
+            else {
+                return Ok(None);
+            };
             r.get_ref()
                 .set_read_timeout(Some(left.min(Duration::from_secs(1))))
                 .map_err(|source| LabError::Io {
                     what: format!("guest {} channel", self.name),
                     source,
                 })?;
-            match r.read_line(&mut line) {
+            match r.read_line(line) {
                 Ok(0) => {
                     return Err(LabError::Invalid(format!(
                         "guest {}: channel closed: {}",
@@ -361,10 +380,11 @@ impl Guest {
                 }
                 Ok(_) if line.ends_with('\n') => {
                     // The serial line may carry the kernel's stray bytes before ours.
-                    if let Some(i) = line.find("@@") {
-                        return Ok(line[i..].to_string());
-                    }
+                    let found = line.find("@@").map(|i| line[i..].to_string());
                     line.clear();
+                    if found.is_some() {
+                        return Ok(found);
+                    }
                 }
                 Ok(_) => {}
                 Err(e)
@@ -395,22 +415,70 @@ impl Guest {
             .take()
             .ok_or_else(|| LabError::Invalid(format!("guest {} is not ready", self.name)))?;
         let result: Result<(i32, String)> = (|| {
-            r.get_mut()
-                .write_all(format!("{id} {cmd}\n").as_bytes())
-                .map_err(|source| LabError::Io {
-                    what: format!("guest {} channel", self.name),
-                    source,
-                })?;
+            let send = |r: &mut BufReader<UnixStream>| {
+                r.get_mut()
+                    .write_all(format!("@@CMD {id} {cmd} @@END\n").as_bytes())
+                    .map_err(|source| LabError::Io {
+                        what: format!("guest {} channel", self.name),
+                        source,
+                    })
+            };
             let start = Instant::now();
+            let mut line = String::new();
+            let mut sends = 1;
+            let mut sent = Instant::now();
+            let mut acked = false;
+            send(&mut r)?;
             loop {
-                let line = self.read_line(&mut r, start, limit)?;
-                let mut f = line.split_whitespace();
-                if f.next() == Some("@@DONE") && f.next() == Some(&id.to_string()) {
-                    let rc: i32 = f.next().and_then(|c| c.parse().ok()).unwrap_or(-1);
-                    let out_path = self.dir.join("x").join(format!("out.{id}"));
-                    let out = std::fs::read_to_string(&out_path).unwrap_or_default();
-                    let _ = std::fs::remove_file(&out_path);
-                    return Ok((rc, out));
+                let deadline = if acked {
+                    start + limit
+                } else {
+                    (sent + ACK_WAIT).min(start + limit)
+                };
+                let Some(got) = self.read_line_by(&mut r, &mut line, deadline)? else {
+                    if !acked && sends < SENDS && start.elapsed() < limit {
+                        eprintln!(
+                            "netsteer lab: guest {}: command {id} not acknowledged within {} s; sending it again",
+                            self.name,
+                            ACK_WAIT.as_secs()
+                        );
+                        sends += 1;
+                        sent = Instant::now();
+                        send(&mut r)?;
+                        continue;
+                    }
+                    return Err(LabError::Invalid(format!(
+                        "no answer within {:.0} s ({sends} send(s), {}): {}",
+                        start.elapsed().as_secs_f64(),
+                        if acked {
+                            "acknowledged"
+                        } else {
+                            "never acknowledged"
+                        },
+                        self.why_not()
+                    )));
+                };
+                let mut f = got.split_whitespace();
+                match (f.next(), f.next()) {
+                    (Some("@@ACK"), Some(n)) if n == id.to_string() => acked = true,
+                    // Not whole when it arrived: not run, so sent again.
+                    (Some("@@BAD"), _) if !acked && sends < SENDS => {
+                        eprintln!(
+                            "netsteer lab: guest {}: command {id} arrived incomplete; sending it again",
+                            self.name
+                        );
+                        sends += 1;
+                        sent = Instant::now();
+                        send(&mut r)?;
+                    }
+                    (Some("@@DONE"), Some(n)) if n == id.to_string() => {
+                        let rc: i32 = f.next().and_then(|c| c.parse().ok()).unwrap_or(-1);
+                        let out_path = self.dir.join("x").join(format!("out.{id}"));
+                        let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+                        let _ = std::fs::remove_file(&out_path);
+                        return Ok((rc, out));
+                    }
+                    _ => {}
                 }
             }
         })();
@@ -463,6 +531,9 @@ pub struct VmPairSpec {
     pub cpus: u32,
     /// Queue pairs of a virtio NIC (igb's driver picks its own: one per vCPU).
     pub queues: u32,
+    /// Guest memory. The host's netsteer runs from the 9p share, uncached: a debug build is
+    /// 120 MB, and several of its processes at once (server, tune, client) thrashed a 384 MB
+    /// guest into minutes-long stalls.
     pub mem_mb: u32,
     pub nic: NicModel,
     /// The guest kernel's series (`6.12`); None: the apt candidate (Debian 12's 6.1).
@@ -476,7 +547,7 @@ impl Default for VmPairSpec {
         VmPairSpec {
             cpus: 2,
             queues: 4,
-            mem_mb: 384,
+            mem_mb: 1024,
             nic: NicModel::Virtio,
             kernel: None,
             boot_limit: Duration::from_secs(240),
