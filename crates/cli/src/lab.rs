@@ -125,14 +125,8 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
                     "--vm takes --repeat, --count and --json (not --report or --duration)"
                 );
             }
-            let vm = netsteer_lab::scenario::load(&a.scenario)?
-                .vm
-                .unwrap_or_default();
-            let spec = netsteer_lab::vm::VmPairSpec {
-                nic: a.nic.unwrap_or(vm.nic),
-                kernel: a.kernel.clone().or(vm.kernel),
-                ..Default::default()
-            };
+            let scn = netsteer_lab::scenario::load(&a.scenario)?;
+            let spec = netsteer_lab::vm::VmPairSpec::of(scn.vm, a.nic, a.kernel.clone());
             vm_ladder(&spec, a.repeat.unwrap_or(1), a.count, a.json)
         }
         LabCommand::Run(a) => lab_run(
@@ -249,10 +243,8 @@ fn vm_ladder(
     netsteer_lab::clean_up_on_termination()?;
     let bin = std::env::current_exe().context("the netsteer binary")?;
     eprintln!(
-        "netsteer lab: booting two guests ({} vCPUs, {} NIC each, kernel {}; the first run fetches and caches the kernel)",
-        spec.cpus,
-        spec.nic.name(),
-        spec.kernel.as_deref().unwrap_or("of the apt candidate")
+        "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
+        spec.describe()
     );
     let mut pair = VmPair::new("ladder", spec).context("the VM pair")?;
     eprintln!(

@@ -62,11 +62,8 @@ pub struct PlanArgs {
     profile: Option<Profile>,
     /// An explicit knob, written after the profile's items (repeatable): a sysctl under
     /// /proc/sys/net, a queue's rps_cpus/rps_flow_cnt/xps_cpus/xps_rxqs, an IRQ's
-    /// smp_affinity[_list], or a NIC setting named as plan items name it:
-    /// nic/IF/channels/combined, nic/IF/coalesce/rx-usecs, nic/IF/rings/rx, nic/IF/feature/NAME,
-    /// nic/IF/pause/rx, nic/IF/rss/indirection (the whole table), nic/IF/rss/weight ('1 1 0'
-    /// as `ethtool -X weight`), nic/IF/flow-hash/udp4 (sdfn). Journaled and rolled back like the
-    /// profile's items; an explicit RSS table is written even when it reads back the same.
+    /// smp_affinity[_list], or a NIC setting as plan items name it (nic/IF/coalesce/rx-usecs,
+    /// nic/IF/rss/weight='1 1 0', ...: docs/tune.md). Journaled and rolled back like the rest.
     #[arg(long = "set", value_name = "PATH=VALUE", value_parser = parse_knob)]
     knobs: Vec<Knob>,
     /// Per-NAPI settings for every NAPI of the tuned devices, set over netdev netlink

@@ -531,9 +531,9 @@ pub struct VmPairSpec {
     pub cpus: u32,
     /// Queue pairs of a virtio NIC (igb's driver picks its own: one per vCPU).
     pub queues: u32,
-    /// Guest memory. The host's netsteer runs from the 9p share, uncached: a debug build is
-    /// 120 MB, and several of its processes at once (server, tune, client) thrashed a 384 MB
-    /// guest into minutes-long stalls.
+    /// Guest memory: 1 GiB by default, since the host's netsteer runs from the uncached 9p
+    /// share (a debug build is 120 MB) and a ladder rung runs a server, tune and a client at
+    /// once.
     pub mem_mb: u32,
     pub nic: NicModel,
     /// The guest kernel's series (`6.12`); None: the apt candidate (Debian 12's 6.1).
@@ -551,6 +551,32 @@ impl Default for VmPairSpec {
             nic: NicModel::Virtio,
             kernel: None,
             boot_limit: Duration::from_secs(240),
+        }
+    }
+}
+
+impl VmPairSpec {
+    /// `2 vCPUs, igb NIC each, kernel 6.12` (or `of the apt candidate`).
+    pub fn describe(&self) -> String {
+        format!(
+            "{} vCPUs, {} NIC each, kernel {}",
+            self.cpus,
+            self.nic.name(),
+            self.kernel.as_deref().unwrap_or("of the apt candidate")
+        )
+    }
+
+    /// The pair a scenario's `[vm]` asks for, `nic` and `kernel` (the command line's) first.
+    pub fn of(
+        vm: Option<crate::scenario::VmTopology>,
+        nic: Option<NicModel>,
+        kernel: Option<String>,
+    ) -> VmPairSpec {
+        let vm = vm.unwrap_or_default();
+        VmPairSpec {
+            nic: nic.unwrap_or(vm.nic),
+            kernel: kernel.or(vm.kernel),
+            ..Default::default()
         }
     }
 }
