@@ -453,33 +453,51 @@ fn napis_on_6_12(b: &mut Guest) {
     );
 }
 
-#[test]
-fn igb_on_debian_6_1() {
-    if !usable(NicModel::Igb) {
+/// One driver on one kernel: boot the pair (one at a time), the kernel's own checks, then the
+/// rebalance story with these channels and extra knobs.
+fn on(
+    model: NicModel,
+    kernel: &str,
+    kernel_checks: fn(&mut Guest),
+    lost_table: bool,
+    channels: Option<u32>,
+    extra: &[&str],
+) {
+    if !usable(model) {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut pair = boot(NicModel::Igb, "6.1");
-    missing_interfaces_are_named_on_6_1(&mut pair.b);
-    hot_queue_rebalanced_verified_and_rolled_back(
-        &mut pair,
+    let mut pair = boot(model, kernel);
+    kernel_checks(&mut pair.b);
+    if lost_table {
+        lost_table_named_and_written_again(&mut pair);
+    }
+    hot_queue_rebalanced_verified_and_rolled_back(&mut pair, channels, extra);
+}
+
+const IGB_EXTRA: &[&str] = &["nic/eth0/coalesce/rx-usecs=50", "nic/eth0/rings/rx=512"];
+
+#[test]
+fn igb_on_debian_6_1() {
+    on(
+        NicModel::Igb,
+        "6.1",
+        missing_interfaces_are_named_on_6_1,
+        false,
         Some(4),
-        &["nic/eth0/coalesce/rx-usecs=50", "nic/eth0/rings/rx=512"],
+        IGB_EXTRA,
     );
 }
 
 #[test]
 fn igb_on_backports_6_12() {
-    if !usable(NicModel::Igb) {
-        return;
-    }
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut pair = boot(NicModel::Igb, "6.12");
-    napis_on_6_12(&mut pair.b);
-    hot_queue_rebalanced_verified_and_rolled_back(
-        &mut pair,
+    on(
+        NicModel::Igb,
+        "6.12",
+        napis_on_6_12,
+        false,
         Some(4),
-        &["nic/eth0/coalesce/rx-usecs=50", "nic/eth0/rings/rx=512"],
+        IGB_EXTRA,
     );
 }
 
@@ -570,28 +588,22 @@ fn lost_table_named_and_written_again(pair: &mut VmPair) {
 /// again or not (seen: `-L combined 4` then `-X equal 4`, interrupts on rx-0 and rx-1 alone).
 #[test]
 fn virtio_rss_on_debian_6_1() {
-    if !usable(NicModel::VirtioRss) {
-        return;
-    }
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut pair = boot(NicModel::VirtioRss, "6.1");
-    missing_interfaces_are_named_on_6_1(&mut pair.b);
-    lost_table_named_and_written_again(&mut pair);
-    hot_queue_rebalanced_verified_and_rolled_back(&mut pair, None, &[]);
+    let checks = missing_interfaces_are_named_on_6_1;
+    on(NicModel::VirtioRss, "6.1", checks, true, None, &[]);
 }
 
 /// virtio-net with RSS on 6.12: the same lost table, and a rebalance onto four channels that
 /// the device follows.
 #[test]
 fn virtio_rss_on_backports_6_12() {
-    if !usable(NicModel::VirtioRss) {
-        return;
-    }
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut pair = boot(NicModel::VirtioRss, "6.12");
-    napis_on_6_12(&mut pair.b);
-    lost_table_named_and_written_again(&mut pair);
-    hot_queue_rebalanced_verified_and_rolled_back(&mut pair, Some(4), &[]);
+    on(
+        NicModel::VirtioRss,
+        "6.12",
+        napis_on_6_12,
+        true,
+        Some(4),
+        &[],
+    );
 }
 
 #[test]

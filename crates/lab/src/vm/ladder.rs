@@ -447,6 +447,21 @@ fn bulk_burst(pair: &mut VmPair, bin: &str) -> Result<()> {
     Ok(())
 }
 
+/// The `--set` of a `len`-entry table sending the buckets `reserved` picks to
+/// [`RESERVED_QUEUE`] and every other to rx-0.
+fn table_knob(len: usize, reserved: impl Fn(usize) -> bool) -> String {
+    let table: Vec<String> = (0..len)
+        .map(|i| {
+            if reserved(i) {
+                RESERVED_QUEUE.to_string()
+            } else {
+                "0".to_string()
+            }
+        })
+        .collect();
+    format!("nic/eth0/rss/indirection={}", table.join(" "))
+}
+
 /// The latency flow's bucket in the server's table, by bisection over `len` entries: each
 /// round sends the probed half to [`RESERVED_QUEUE`] and the rest to queue 0, sends a few of
 /// the flow's round trips, and keeps the half whose queue took them. Every probe table is
@@ -455,16 +470,7 @@ fn latency_bucket(pair: &mut VmPair, bin: &str, len: usize) -> Result<u32> {
     let (mut lo, mut hi) = (0usize, len);
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
-        let table: Vec<String> = (0..len)
-            .map(|i| {
-                if (lo..mid).contains(&i) {
-                    RESERVED_QUEUE.to_string()
-                } else {
-                    "0".to_string()
-                }
-            })
-            .collect();
-        let knob = format!("nic/eth0/rss/indirection={}", table.join(" "));
+        let knob = table_knob(len, |i| (lo..mid).contains(&i));
         let (journal, _) = apply(
             &mut pair.b,
             bin,
@@ -548,16 +554,7 @@ fn enter(
             notes.push(note);
             let len = table_len(&mut pair.b)?;
             let bucket = latency_bucket(pair, bin, len)?;
-            let table: Vec<String> = (0..len)
-                .map(|i| {
-                    if i as u32 == bucket {
-                        RESERVED_QUEUE.to_string()
-                    } else {
-                        "0".to_string()
-                    }
-                })
-                .collect();
-            let knob = format!("nic/eth0/rss/indirection={}", table.join(" "));
+            let knob = table_knob(len, |i| i as u32 == bucket);
             let (journal, note) = apply(
                 &mut pair.b,
                 bin,

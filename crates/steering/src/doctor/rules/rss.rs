@@ -56,6 +56,18 @@ fn rx_queue_rates(ctx: &Ctx, nic: &Nic) -> Option<BTreeMap<u32, f64>> {
     (rates.len() >= 2).then_some(rates)
 }
 
+/// A device's RSS table with its receive interrupts per queue and their total, when it has a
+/// table and a live sample shows enough traffic to compare it with.
+fn table_and_traffic<'n>(
+    ctx: &Ctx,
+    nic: &'n Nic,
+) -> Option<(&'n netsteer_host::ethtool::Rss, BTreeMap<u32, f64>, f64)> {
+    let rss = nic.settings.as_ref()?.rss.known()?;
+    let rates = rx_queue_rates(ctx, nic)?;
+    let total: f64 = rates.values().sum();
+    (!rss.indirection.is_empty() && total >= MIN_RX_IRQS_PER_S).then_some((rss, rates, total))
+}
+
 /// Buckets per queue of the table.
 fn bucket_counts(table: &[u32]) -> BTreeMap<u32, usize> {
     let mut c = BTreeMap::new();
@@ -77,16 +89,9 @@ fn ntuple_targets(nic: &Nic) -> Vec<u64> {
 pub fn rss_table_skewed(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let Some(rss) = nic.settings.as_ref().and_then(|s| s.rss.known()) else {
+        let Some((rss, rates, total)) = table_and_traffic(ctx, nic) else {
             continue;
         };
-        let Some(rates) = rx_queue_rates(ctx, nic) else {
-            continue;
-        };
-        let total: f64 = rates.values().sum();
-        if rss.indirection.is_empty() || total < MIN_RX_IRQS_PER_S {
-            continue;
-        }
         let n = rates.len() as f64;
         let counts = bucket_counts(&rss.indirection);
         let len = rss.indirection.len();
@@ -153,16 +158,9 @@ pub fn rss_table_skewed(ctx: &Ctx) -> Vec<Finding> {
 pub fn rss_table_not_followed(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let Some(rss) = nic.settings.as_ref().and_then(|s| s.rss.known()) else {
+        let Some((rss, rates, total)) = table_and_traffic(ctx, nic) else {
             continue;
         };
-        let Some(rates) = rx_queue_rates(ctx, nic) else {
-            continue;
-        };
-        let total: f64 = rates.values().sum();
-        if rss.indirection.is_empty() || total < MIN_RX_IRQS_PER_S {
-            continue;
-        }
         let counts = bucket_counts(&rss.indirection);
         let steered = ntuple_targets(nic);
         let strays: Vec<(u32, f64)> = rates
