@@ -657,32 +657,27 @@ fn start_server(g: &mut Guest, bin: &str, wait: &str) -> Result<()> {
         ),
         T,
     )?;
-    let (rc, out) = g.sh(
-        &format!(
-            "i=0; while [ $i -lt 100 ]; do chroot /host ss -Hlun 'sport = :{SERVER_PORT}' | grep -q . && exit 0; i=$((i+1)); sleep 0.1; done; cat /x/echo-server.log; exit 1"
-        ),
-        T,
-    )?;
-    if rc != 0 {
-        return Err(LabError::Invalid(format!(
-            "guest {}: the echo server did not start: {out}",
-            g.name
-        )));
-    }
-    Ok(())
+    wait_port(g, true, "start")
 }
 
 /// Stops guest b's echo server and waits until its port is free for the next rung's.
 fn stop_server(g: &mut Guest) -> Result<()> {
+    g.sh("chroot /host pkill -TERM -f 'udp-echo [s]erver'", T)?;
+    wait_port(g, false, "stop")
+}
+
+/// Waits up to 10 s until the server port is (or is no longer) listened on in guest b.
+fn wait_port(g: &mut Guest, listening: bool, what: &str) -> Result<()> {
+    let done = if listening { "&&" } else { "||" };
     let (rc, out) = g.sh(
         &format!(
-            "chroot /host pkill -TERM -f 'udp-echo [s]erver'; i=0; while [ $i -lt 100 ]; do chroot /host ss -Hlun 'sport = :{SERVER_PORT}' | grep -q . || exit 0; i=$((i+1)); sleep 0.1; done; exit 1"
+            "i=0; while [ $i -lt 100 ]; do chroot /host ss -Hlun 'sport = :{SERVER_PORT}' | grep -q . {done} exit 0; i=$((i+1)); sleep 0.1; done; cat /x/echo-server.log; exit 1"
         ),
         T,
     )?;
     if rc != 0 {
         return Err(LabError::Invalid(format!(
-            "guest {}: the echo server did not stop: {out}",
+            "guest {}: the echo server did not {what}: {out}",
             g.name
         )));
     }
