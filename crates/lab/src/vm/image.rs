@@ -22,9 +22,10 @@ const MODULES: &[&str] = &["virtio_pci", "virtio_net", "igb", "9pnet_virtio", "9
 
 /// The guest's /init: mounts, modules, the host's root (read-only) and the lab's scratch
 /// directory over 9p, then the command loop on the second serial port. Each command line is
-/// `@@CMD ID SHELL-COMMAND @@END`, acknowledged with `@@ACK ID` (a line that is not whole is
-/// answered `@@BAD` and not run: under TCG a busy guest has been seen to lose the first 16
-/// bytes of a line, one UART FIFO's worth, so the host sends it again); an ID already run is
+/// `@@CMD ID LEN SHELL-COMMAND @@END`, LEN the command's length in bytes, acknowledged with
+/// `@@ACK ID` (a line that is not whole is answered `@@BAD` and not run: under TCG a busy
+/// guest has been seen to lose 16 bytes of a line, one UART FIFO's worth, at its start or in
+/// the middle of a long RSS table, so the host sends it again); an ID already run is
 /// acknowledged again and not run twice. Its output goes to /x/out.ID and the answer
 /// `@@DONE ID RC` to the port. Commands get no copy of the port (3<&-).
 const INIT: &str = r#"#!/bin/busybox sh
@@ -58,10 +59,13 @@ while read -r line <&3; do
   body=${line#@@CMD }
   body=${body% @@END}
   id=${body%% *}
+  body=${body#* }
+  len=${body%% *}
   cmd=${body#* }
-  case "$id" in
+  case "$id$len" in
     ''|*[!0-9]*) echo "@@BAD" >&3; continue ;;
   esac
+  [ "${#cmd}" = "$len" ] || { echo "@@BAD" >&3; continue; }
   echo "@@ACK $id" >&3
   [ "$id" -le "$last" ] && continue
   last=$id

@@ -405,8 +405,11 @@ impl Guest {
     /// Runs a shell command line in the guest (busybox sh, outside the chroot); its exit code
     /// and output (stdout and stderr).
     pub fn sh(&mut self, cmd: &str, limit: Duration) -> Result<(i32, String)> {
-        if cmd.contains('\n') {
-            return Err(LabError::Invalid("a guest command is one line".into()));
+        if cmd.contains('\n') || !cmd.is_ascii() {
+            // One line of ASCII: the guest checks its length in bytes with busybox's ${#cmd}.
+            return Err(LabError::Invalid(
+                "a guest command is one line of ASCII".into(),
+            ));
         }
         let id = self.next;
         self.next += 1;
@@ -417,7 +420,7 @@ impl Guest {
         let result: Result<(i32, String)> = (|| {
             let send = |r: &mut BufReader<UnixStream>| {
                 r.get_mut()
-                    .write_all(format!("@@CMD {id} {cmd} @@END\n").as_bytes())
+                    .write_all(format!("@@CMD {id} {} {cmd} @@END\n", cmd.len()).as_bytes())
                     .map_err(|source| LabError::Io {
                         what: format!("guest {} channel", self.name),
                         source,
