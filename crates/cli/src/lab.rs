@@ -239,37 +239,17 @@ fn vm_ladder(
     count: u64,
     json: bool,
 ) -> Result<ExitCode> {
-    use netsteer_lab::vm::{VmPair, ladder};
     netsteer_lab::clean_up_on_termination()?;
     let bin = std::env::current_exe().context("the netsteer binary")?;
-    eprintln!(
-        "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
-        spec.describe()
-    );
-    let mut pair = VmPair::new("ladder", spec).context("the VM pair")?;
-    eprintln!(
-        "netsteer lab: guests up in {:.1} s and {:.1} s (kernel {})",
-        pair.a.boot_time.as_secs_f64(),
-        pair.b.boot_time.as_secs_f64(),
-        pair.a.release
-    );
     let mut out = io::stdout().lock();
-    let bin_s = pair.install(&bin).context("giving the guests netsteer")?;
-    let runs = ladder::run(&mut pair, &bin_s, spec.cpus, count, repeats, |r| {
-        if json {
-            emit(
-                &mut out,
-                &serde_json::to_string(r).map_err(io::Error::other)?,
-            )
-        } else {
-            emit(&mut out, &ladder::run_line(r))
-        }
-    })
+    netsteer_lab::vm::ladder::run_pair(
+        spec,
+        &bin,
+        repeats,
+        count,
+        &mut |line| emit(&mut out, line),
+        json,
+    )
     .context("the VM ladder")?;
-    if !json {
-        for line in ladder::summary_lines(&runs) {
-            emit(&mut out, &line)?;
-        }
-    }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,6 +12,7 @@ mod netchannel;
 mod show;
 mod snapshot;
 mod top;
+mod trace;
 mod tui;
 mod tune;
 
@@ -69,6 +70,9 @@ enum Command {
     /// at each scrape: per-CPU IRQ/softirq time, softnet, per-queue IRQs, RPS/RFS/XPS, NIC
     /// settings, the doctor's findings and tune drift.
     Agent(agent::AgentArgs),
+    /// Where each microsecond of the receive path goes, per device, queue, NAPI and CPU: hard
+    /// IRQ → softirq, NAPI polls, stack, socket residence, wake-up, drops (eBPF, root).
+    Trace(netsteer_trace::run::TraceArgs),
     /// netchannel for unmodified applications: a TCP proxy pair that carries each connection
     /// as a virtual socket over several channels (and survives a channel's death).
     #[command(subcommand)]
@@ -195,6 +199,7 @@ fn run_hostless(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(cmd) => bench::run(&Host::open(&[])?, cmd),
+        Command::Trace(a) => trace::run_trace(a),
         _ => unreachable!("every command without --root is above"),
     }
 }

@@ -785,6 +785,48 @@ pub fn run(
     Ok(all)
 }
 
+/// `lab run seed-000 --vm`: boots the pair `spec` describes, gives it the netsteer at `bin`,
+/// runs the ladder and hands each run (a JSON line with `json`, else text) and then the summary
+/// lines to `emit`; progress goes to stderr.
+pub fn run_pair(
+    spec: &super::VmPairSpec,
+    bin: &std::path::Path,
+    repeats: u32,
+    count: u64,
+    emit: &mut dyn FnMut(&str) -> std::io::Result<()>,
+    json: bool,
+) -> Result<Vec<RungRun>> {
+    eprintln!(
+        "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
+        spec.describe()
+    );
+    let mut pair = VmPair::new("ladder", spec)?;
+    eprintln!(
+        "netsteer lab: guests up in {:.1} s and {:.1} s (kernel {})",
+        pair.a.boot_time.as_secs_f64(),
+        pair.b.boot_time.as_secs_f64(),
+        pair.a.release
+    );
+    let guest_bin = pair.install(bin)?;
+    let runs = run(&mut pair, &guest_bin, spec.cpus, count, repeats, |r| {
+        let line = if json {
+            serde_json::to_string(r).map_err(std::io::Error::other)?
+        } else {
+            run_line(r)
+        };
+        emit(&line)
+    })?;
+    if !json {
+        for line in summary_lines(&runs) {
+            emit(&line).map_err(|source| LabError::Io {
+                what: "writing the report".into(),
+                source,
+            })?;
+        }
+    }
+    Ok(runs)
+}
+
 /// Rolls back the rungs' journals, newest first.
 fn rollback(pair: &mut VmPair, bin: &str, journals: &mut Vec<(bool, String)>) -> Result<()> {
     while let Some((on_a, j)) = journals.pop() {

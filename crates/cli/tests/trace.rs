@@ -1,0 +1,301 @@
+//! Root-only, live: `netsteer trace` loads its BPF programs, says what each stage measured in
+//! JSON Lines that read back into the library's types, attributes an injected delay to the
+//! stage it was injected in, and leaves nothing attached or mounted however it ends.
+
+mod common;
+
+use common::{Pair, is_root};
+use netsteer_trace::{Interval, Stage, StageRow, Start};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
+/// One trace at a time: two would count each other's traffic and BPF programs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn usable() -> bool {
+    let bpftool = Command::new("bpftool")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !is_root() || !bpftool {
+        common::cannot_run("needs root and bpftool (apt-get install bpftool)");
+        return false;
+    }
+    true
+}
+
+/// The program names of `bpf/trace.bpf.c` the kernel has loaded now.
+fn our_programs() -> Vec<String> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ours = [
+        "irq_entry",
+        "softirq_raise",
+        "softirq_entry",
+        "napi_poll",
+        "gro_entry",
+        "data_ready",
+        "recv_length",
+    ];
+    text.lines()
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1))
+        .filter(|n| ours.contains(n))
+        .map(str::to_string)
+        .collect()
+}
+
+fn tracefs_mounted() -> bool {
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/kernel/tracing"))
+}
+
+/// `netsteer trace --json` for `seconds` while `during` runs; its messages.
+fn trace_json(seconds: u32, during: impl FnOnce()) -> (Start, Vec<Interval>) {
+    let child = Command::new(BIN)
+        .args([
+            "trace",
+            "--json",
+            "--interval",
+            &seconds.to_string(),
+            "--duration",
+            &seconds.to_string(),
+            "--top",
+            "64",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The programs attach within a second or two (the start message says they did, but the
+    // child's stdout is read at the end: wait for them in the kernel instead).
+    let t = Instant::now();
+    while our_programs().len() < 7 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    during();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    let start: Start = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let intervals = lines
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (start, intervals)
+}
+
+/// A stage's rows of one device, merged by count: (events, median of the rows' p50s weighted by
+/// count, the largest p99).
+fn stage_of(intervals: &[Interval], stage: Stage, dev: &str) -> (u64, u64, u64) {
+    let rows: Vec<&StageRow> = intervals
+        .iter()
+        .flat_map(|i| &i.stages)
+        .filter(|r| r.stage == stage && r.dev.as_deref() == Some(dev))
+        .collect();
+    let n: u64 = rows.iter().map(|r| r.count).sum();
+    let mut p50s: Vec<(u64, u64)> = rows
+        .iter()
+        .filter_map(|r| r.p50.map(|p| (p, r.count)))
+        .collect();
+    p50s.sort();
+    let mut seen = 0;
+    let p50 = p50s
+        .iter()
+        .find(|(_, c)| {
+            seen += c;
+            seen * 2 >= n
+        })
+        .map_or(0, |(p, _)| *p);
+    let p99 = rows.iter().filter_map(|r| r.p99).max().unwrap_or(0);
+    (n, p50, p99)
+}
+
+/// `count` datagrams from the client host to the server host's `port`, one every `gap`.
+fn send(pair: &Pair, port: u16, count: u32, gap: Duration) {
+    let to: SocketAddr = format!("{}:{port}", netsteer_lab::pair::SERVER_ADDR)
+        .parse()
+        .unwrap();
+    common::in_netns(&pair.client.path(), || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..count {
+            s.send_to(&[7u8; 32], to).unwrap();
+            std::thread::sleep(gap);
+        }
+    });
+}
+
+/// A receiver in the server host: every datagram read at once (`nap` zero), or by a loop that
+/// sleeps `nap` between non-blocking reads of all that waits.
+fn receiver(
+    pair: &Pair,
+    port: u16,
+    nap: Duration,
+    until: Instant,
+) -> std::thread::JoinHandle<std::io::Result<u64>> {
+    netsteer_sock::netns::spawn(
+        Some(std::path::PathBuf::from(pair.server.path())),
+        Vec::new(),
+        move || {
+            let s = UdpSocket::bind(("0.0.0.0", port)).unwrap();
+            let mut buf = [0u8; 64];
+            let mut got = 0;
+            if nap.is_zero() {
+                s.set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+            } else {
+                s.set_nonblocking(true).unwrap();
+            }
+            while Instant::now() < until {
+                if !nap.is_zero() {
+                    std::thread::sleep(nap);
+                }
+                while s.recv(&mut buf).is_ok() {
+                    got += 1;
+                    if nap.is_zero() {
+                        break;
+                    }
+                }
+            }
+            got
+        },
+    )
+}
+
+#[test]
+fn a_trace_reads_back_into_its_types_and_leaves_nothing_behind() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mounted_before = tracefs_mounted();
+    let (start, intervals) = trace_json(2, || {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut buf = [0u8; 64];
+        for _ in 0..300 {
+            s.send_to(b"ping", r.local_addr().unwrap()).unwrap();
+            r.recv(&mut buf).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    assert!(start.unavailable.is_empty(), "{start:?}");
+    assert!(!intervals.is_empty());
+    let (n, p50, _) = stage_of(&intervals, Stage::Stack, "lo");
+    assert!(n >= 300, "{n} loopback datagrams reached their socket");
+    assert!(p50 > 0 && p50 < 1_000_000, "stack p50 {p50} ns");
+    let (n, _, _) = stage_of(&intervals, Stage::Residence, "lo");
+    assert!(n >= 300, "{n} datagrams read");
+    assert!(
+        intervals
+            .iter()
+            .flat_map(|i| &i.stages)
+            .any(|r| r.stage == Stage::SoftirqRun && r.count > 0)
+    );
+    // Exited: no program of ours attached, and no tracefs mount left in this namespace.
+    assert!(our_programs().is_empty(), "{:?}", our_programs());
+    assert_eq!(tracefs_mounted(), mounted_before);
+}
+
+#[test]
+fn a_sigkilled_trace_leaves_no_program_attached() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = Command::new(BIN)
+        .args(["trace", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while our_programs().len() < 7 {
+        assert!(t.elapsed() < Duration::from_secs(30), "never attached");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = Instant::now();
+    // Programs go when their last file descriptor does; the kernel frees them shortly after.
+    while !our_programs().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "still attached after SIGKILL: {:?}",
+            our_programs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn bad_flags_and_devices_are_named() {
+    for (args, needle) in [
+        (vec!["trace", "--interval", "0"], "--interval"),
+        (vec!["trace", "--top", "0"], "--top"),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle));
+    }
+    if !is_root() {
+        return;
+    }
+    let out = Command::new(BIN)
+        .args(["trace", "--dev", "nosuch0", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dev nosuch0: no such interface"));
+}
+
+/// Ground truth (a): a receiver that sleeps 1 ms between reads moves socket residence by about
+/// that, and leaves the stack (GRO entry → socket) where it was. The mechanism, not a timing
+/// threshold: the moved stage is the injected one, by a wide margin.
+#[test]
+fn a_sleeping_reader_moves_socket_residence_and_nothing_else() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let dev = "v0b";
+    let mut measured = Vec::new();
+    for (port, nap) in [(6001u16, Duration::ZERO), (6002, Duration::from_millis(1))] {
+        let (_, intervals) = trace_json(3, || {
+            let until = Instant::now() + Duration::from_millis(2500);
+            let r = receiver(&pair, port, nap, until);
+            std::thread::sleep(Duration::from_millis(100));
+            send(&pair, port, 400, Duration::from_millis(5));
+            assert!(r.join().unwrap().unwrap() >= 300);
+        });
+        let res = stage_of(&intervals, Stage::Residence, dev);
+        let stack = stage_of(&intervals, Stage::Stack, dev);
+        assert!(res.0 >= 300 && stack.0 >= 300, "{res:?} {stack:?}");
+        measured.push((res, stack));
+    }
+    let ((res_a, stack_a), (res_b, stack_b)) = (measured[0], measured[1]);
+    let moved = res_b.1 as f64 - res_a.1 as f64;
+    let stack_moved = (stack_b.1 as f64 - stack_a.1 as f64).abs();
+    eprintln!(
+        "residence p50 {} -> {} ns, stack p50 {} -> {} ns",
+        res_a.1, res_b.1, stack_a.1, stack_b.1
+    );
+    // A datagram waits for the end of the reader's nap: on average half of it.
+    assert!(moved >= 300_000.0, "residence moved by {moved} ns");
+    assert!(
+        moved >= 5.0 * stack_moved,
+        "stack moved by {stack_moved} ns, residence by {moved}"
+    );
+}

@@ -1,0 +1,632 @@
+// netsteer trace: where the receive path's time goes, per queue, NAPI and CPU.
+//
+// Tracepoint programs only (stable hooks; kprobes are often compiled out). No BTF is needed:
+// every field is read at the offset the kernel's own tracefs format file gives, which the
+// loader writes into the read-only globals below before loading (reads go through
+// bpf_probe_read_kernel, see base()).
+//
+// Stages, each a log-linear histogram (8 steps per power of two) keyed by stage, CPU, device,
+// rx queue and NAPI id:
+//   IRQ_TO_SOFTIRQ  NET_RX raised in a hard IRQ  -> NET_RX softirq entry on that CPU
+//   SOFTIRQ_RUN     NET_RX softirq entry -> exit
+//   POLL_TIME       previous mark in the softirq (entry or last poll) -> napi_poll end
+//   POLL_WORK       packets per poll (a count, not ns); POLL_SQUEEZE counts work == budget
+//   STACK           GRO/receive entry of an skb -> sk_data_ready of the socket it reached
+//   RESIDENCE       sk_data_ready -> the application's copy of that skb (TCP: the skb's
+//                   skb_copy_datagram_iovec; UDP copies a linear skb without that event, so
+//                   a socket's datagrams are timed first-in first-out up to its recvmsg
+//                   return, sock_recv_length)
+//   WAKEUP          sched_wakeup -> sched_switch of a thread of --pid
+// and drops by reason (kfree_skb of a received skb, udp_fail_queue_rcv_skb,
+// sock_rcvqueue_full).
+//
+// Bounds: every map has a fixed size; an skb that is never copied ages out of the LRU map.
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef long long __s64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+#define always_inline inline __attribute__((always_inline))
+
+// include/uapi/linux/bpf.h
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_LRU_HASH 9
+#define BPF_ANY 0
+#define BPF_NOEXIST 1
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value,
+                                   __u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) = (void *)113;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
+
+char LICENSE[] SEC("license") = "GPL";
+
+// Field offsets in each tracepoint's record, from its tracefs format file (set at load; the
+// defaults are Linux 6.18's).
+volatile const __u32 OFF_IRQ_IRQ = 8;           // irq_handler_entry.irq
+volatile const __u32 OFF_SOFTIRQ_VEC = 8;       // softirq_{raise,entry,exit}.vec
+volatile const __u32 OFF_POLL_WORK = 20;        // napi_poll.work
+volatile const __u32 OFF_POLL_BUDGET = 24;      // napi_poll.budget
+volatile const __u32 OFF_GRO_NAME = 8;          // napi_gro_receive_entry.name (__data_loc)
+volatile const __u32 OFF_GRO_NAPI = 12;         // .napi_id
+volatile const __u32 OFF_GRO_QUEUE = 16;        // .queue_mapping
+volatile const __u32 OFF_GRO_SKB = 24;          // .skbaddr
+volatile const __u32 OFF_RCV_SKB = 8;           // netif_receive_skb.skbaddr
+volatile const __u32 OFF_NETIF_RX_SKB = 8;      // netif_rx.skbaddr
+volatile const __u32 OFF_NETIF_RX_NAME = 20;    // netif_rx.name (__data_loc)
+volatile const __u32 OFF_COPY_SKB = 8;          // skb_copy_datagram_iovec.skbaddr
+volatile const __u32 OFF_READY_SK = 8;          // sk_data_ready.skaddr
+volatile const __u32 OFF_READY_PROTO = 18;      // sk_data_ready.protocol
+volatile const __u32 OFF_RECV_SK = 8;           // sock_recv_length.sk
+volatile const __u32 OFF_RECV_PROTO = 18;       // sock_recv_length.protocol
+volatile const __u32 OFF_RECV_RET = 20;         // sock_recv_length.ret
+volatile const __u32 OFF_RECV_FLAGS = 24;       // sock_recv_length.flags
+volatile const __u32 OFF_FREE_SKB = 8;          // kfree_skb.skbaddr
+volatile const __u32 OFF_FREE_REASON = 28;      // kfree_skb.reason
+volatile const __u32 OFF_CONSUME_SKB = 8;       // consume_skb.skbaddr
+volatile const __u32 OFF_WAKE_PID = 24;         // sched_wakeup.pid
+volatile const __u32 OFF_SWITCH_NEXT_PID = 56;  // sched_switch.next_pid
+// Whether a --pid was given (its threads are in `threads`).
+volatile const __u32 WATCH_PID = 0;
+
+#define NET_RX_SOFTIRQ 3
+#define NBUCKETS 304
+
+enum stage {
+    IRQ_TO_SOFTIRQ = 1,
+    SOFTIRQ_RUN = 2,
+    POLL_TIME = 3,
+    POLL_WORK = 4,
+    STACK = 5,
+    RESIDENCE = 6,
+    WAKEUP = 7,
+};
+
+struct hkey {
+    __u8 stage;
+    __u8 pad;
+    __u16 cpu;
+    __u16 queue;     // 0xffff: not a queue stage
+    __u16 pad2;
+    __u32 napi_id;
+    __u32 irq;       // IRQ_TO_SOFTIRQ: the hard IRQ that raised NET_RX (0: unknown)
+    char dev[16];
+};
+
+struct hval {
+    __u64 count;
+    __u64 sum;
+    __u64 max;
+    __u64 squeezed;  // POLL_WORK: polls that used their whole budget
+    __u64 buckets[NBUCKETS];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 2048);
+    __type(key, struct hkey);
+    __type(value, struct hval);
+} hist SEC(".maps");
+
+// A zeroed value to create a histogram from (too large for the BPF stack).
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct hval);
+} zero SEC(".maps");
+
+struct skb_info {
+    __u64 rx_ts;       // GRO/receive entry
+    __u64 enq_ts;      // sk_data_ready (0: not yet)
+    __u32 napi_id;
+    __u16 queue;
+    __u16 rx_cpu;
+    char dev[16];
+};
+
+// A UDP socket's datagrams waiting to be read, first in first out (one recvmsg reads one).
+#define SOCKQ 16
+struct slot {
+    __u64 ts;
+    __u32 napi_id;
+    __u16 queue;
+    __u16 rx_cpu;
+};
+
+struct sockq {
+    __u32 head;        // next to read
+    __u32 tail;        // next to write
+    struct slot slots[SOCKQ];
+    char dev[16];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u64);
+    __type(value, struct sockq);
+} socks SEC(".maps");
+
+// Received skbs by address, until copied or freed; LRU so one never copied ages out.
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u64);
+    __type(value, struct skb_info);
+} skbs SEC(".maps");
+
+struct cpu_state {
+    __u64 irq_ts;
+    __u64 raise_ts;
+    __u64 softirq_ts;
+    __u64 poll_mark;
+    __u64 cur_skb;     // the skb __netif_receive_skb is processing on this CPU
+    __u32 irq;
+    __u32 raise_irq;
+    __u32 poll_napi;   // the NAPI id of the last skb received in this poll
+    __u32 pad;
+    char poll_dev[16];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct cpu_state);
+} cpus SEC(".maps");
+
+struct dkey {
+    __u32 reason;      // kfree_skb reason; 0x10000 udp_fail_queue_rcv_skb; 0x10001 rcvqueue full
+    __u16 cpu;
+    __u16 queue;
+    char dev[16];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 1024);
+    __type(key, struct dkey);
+    __type(value, __u64);
+} drops SEC(".maps");
+
+// The threads of --pid, and when each was woken.
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, __u64);
+} threads SEC(".maps");
+
+// Events lost to full maps, by map: 0 hist, 1 drops.
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 2);
+    __type(key, __u32);
+    __type(value, __u64);
+} overflow SEC(".maps");
+
+// The record's address as a number. The verifier forbids arithmetic on the context pointer
+// with an offset it cannot prove constant, so fields are read at run-time offsets through
+// bpf_probe_read_kernel from this address instead (the record is kernel memory).
+static always_inline __u64 base(void *ctx) {
+    __u64 a = 0;
+    void *p = ctx;
+    bpf_probe_read_kernel(&a, sizeof(a), &p);
+    return a;
+}
+
+static always_inline __u32 rd32(__u64 b, __u32 off) {
+    __u32 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (void *)(b + off));
+    return v;
+}
+
+static always_inline __u16 rd16(__u64 b, __u32 off) {
+    __u16 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (void *)(b + off));
+    return v;
+}
+
+static always_inline __u64 rd64(__u64 b, __u32 off) {
+    __u64 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (void *)(b + off));
+    return v;
+}
+
+static always_inline struct cpu_state *state(void) {
+    __u32 k = 0;
+    return bpf_map_lookup_elem(&cpus, &k);
+}
+
+static always_inline void lost(__u32 which) {
+    __u64 *n = bpf_map_lookup_elem(&overflow, &which);
+    if (n)
+        __sync_fetch_and_add(n, 1);
+}
+
+// The highest set bit of v (v > 0), without __builtin_clzll: the BPF backend has no
+// count-leading-zeros instruction, and clang 14 crashes lowering it.
+static always_inline __u32 msb64(__u64 v) {
+    __u32 r = 0;
+    if (v >> 32) { v >>= 32; r += 32; }
+    if (v >> 16) { v >>= 16; r += 16; }
+    if (v >> 8) { v >>= 8; r += 8; }
+    if (v >> 4) { v >>= 4; r += 4; }
+    if (v >> 2) { v >>= 2; r += 2; }
+    if (v >> 1) { r += 1; }
+    return r;
+}
+
+// Log-linear bucket of v: exact below 8, then 8 steps per power of two.
+static always_inline __u32 bucket(__u64 v) {
+    if (v < 8)
+        return (__u32)v;
+    __u32 msb = msb64(v);
+    __u32 idx = (msb - 2) * 8 + (__u32)((v >> (msb - 3)) & 7);
+    return idx < NBUCKETS ? idx : NBUCKETS - 1;
+}
+
+static always_inline void record(struct hkey *k, __u64 v, __u64 squeezed) {
+    struct hval *h = bpf_map_lookup_elem(&hist, k);
+    if (!h) {
+        __u32 z = 0;
+        struct hval *init = bpf_map_lookup_elem(&zero, &z);
+        if (!init)
+            return;
+        if (bpf_map_update_elem(&hist, k, init, BPF_NOEXIST) != 0) {
+            // Full (or created meanwhile by another CPU: then the lookup below finds it).
+        }
+        h = bpf_map_lookup_elem(&hist, k);
+        if (!h) {
+            lost(0);
+            return;
+        }
+    }
+    __sync_fetch_and_add(&h->count, 1);
+    __sync_fetch_and_add(&h->sum, v);
+    __sync_fetch_and_add(&h->squeezed, squeezed);
+    if (v > h->max)
+        h->max = v;
+    __u32 b = bucket(v);
+    if (b < NBUCKETS)
+        __sync_fetch_and_add(&h->buckets[b], 1);
+}
+
+static always_inline void key_of(struct hkey *k, __u8 stage, __u32 cpu) {
+    __builtin_memset(k, 0, sizeof(*k));
+    k->stage = stage;
+    k->cpu = (__u16)cpu;
+    k->queue = 0xffff;
+}
+
+SEC("tracepoint/irq/irq_handler_entry")
+int irq_entry(void *ctx) {
+    struct cpu_state *s = state();
+    if (!s)
+        return 0;
+    s->irq_ts = bpf_ktime_get_ns();
+    s->irq = rd32(base(ctx), OFF_IRQ_IRQ);
+    return 0;
+}
+
+SEC("tracepoint/irq/softirq_raise")
+int softirq_raise(void *ctx) {
+    if (rd32(base(ctx), OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
+        return 0;
+    struct cpu_state *s = state();
+    if (!s || s->raise_ts)
+        return 0;
+    __u64 now = bpf_ktime_get_ns();
+    s->raise_ts = now;
+    // Raised from the hard IRQ that just ran here (napi_schedule in its handler), or from
+    // elsewhere (a busy-poll rescheduling, the backlog of RPS): then no IRQ is named.
+    s->raise_irq = (s->irq_ts && now - s->irq_ts < 1000000) ? s->irq : 0;
+    return 0;
+}
+
+SEC("tracepoint/irq/softirq_entry")
+int softirq_entry(void *ctx) {
+    if (rd32(base(ctx), OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
+        return 0;
+    struct cpu_state *s = state();
+    if (!s)
+        return 0;
+    __u64 now = bpf_ktime_get_ns();
+    __u32 cpu = bpf_get_smp_processor_id();
+    if (s->raise_ts) {
+        struct hkey k;
+        key_of(&k, IRQ_TO_SOFTIRQ, cpu);
+        k.irq = s->raise_irq;
+        record(&k, now - s->raise_ts, 0);
+        s->raise_ts = 0;
+    }
+    s->softirq_ts = now;
+    s->poll_mark = now;
+    s->poll_napi = 0;
+    return 0;
+}
+
+SEC("tracepoint/irq/softirq_exit")
+int softirq_exit(void *ctx) {
+    if (rd32(base(ctx), OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
+        return 0;
+    struct cpu_state *s = state();
+    if (!s || !s->softirq_ts)
+        return 0;
+    struct hkey k;
+    key_of(&k, SOFTIRQ_RUN, bpf_get_smp_processor_id());
+    record(&k, bpf_ktime_get_ns() - s->softirq_ts, 0);
+    s->softirq_ts = 0;
+    return 0;
+}
+
+SEC("tracepoint/napi/napi_poll")
+int napi_poll(void *ctx) {
+    struct cpu_state *s = state();
+    if (!s)
+        return 0;
+    __u64 now = bpf_ktime_get_ns();
+    __u32 cpu = bpf_get_smp_processor_id();
+    __u64 b = base(ctx);
+    __s64 work = (int)rd32(b, OFF_POLL_WORK);
+    __s64 budget = (int)rd32(b, OFF_POLL_BUDGET);
+    struct hkey k;
+    key_of(&k, POLL_WORK, cpu);
+    k.napi_id = s->poll_napi;
+    __builtin_memcpy(k.dev, s->poll_dev, sizeof(k.dev));
+    record(&k, work > 0 ? (__u64)work : 0, (budget > 0 && work >= budget) ? 1 : 0);
+    // Only polls inside a NET_RX softirq have a start mark (busy polls run elsewhere).
+    if (s->softirq_ts && s->poll_mark) {
+        k.stage = POLL_TIME;
+        record(&k, now - s->poll_mark, 0);
+        s->poll_mark = now;
+    }
+    s->poll_napi = 0;
+    __builtin_memset(s->poll_dev, 0, sizeof(s->poll_dev));
+    return 0;
+}
+
+// Records an skb entering the receive path. `napi` false: a netif_rx enqueue (loopback,
+// veth without NAPI, tunnels), which has no NAPI id or queue and may follow netif_rx_entry
+// for the same skb: the first sighting stands.
+static always_inline int rx_seen(void *ctx, __u32 off_skb, __u32 off_name, int napi) {
+    __u64 b = base(ctx);
+    __u64 skb = rd64(b, off_skb);
+    if (!skb)
+        return 0;
+    struct skb_info info;
+    __builtin_memset(&info, 0, sizeof(info));
+    info.rx_ts = bpf_ktime_get_ns();
+    info.queue = 0xffff;
+    if (napi) {
+        info.napi_id = rd32(b, OFF_GRO_NAPI);
+        info.queue = rd16(b, OFF_GRO_QUEUE);
+    }
+    info.rx_cpu = (__u16)bpf_get_smp_processor_id();
+    // __data_loc: the low 16 bits are the string's offset in the record.
+    __u32 loc = rd32(b, off_name);
+    bpf_probe_read_kernel(info.dev, sizeof(info.dev) - 1, (void *)(b + (loc & 0xffff)));
+    bpf_map_update_elem(&skbs, &skb, &info, napi ? BPF_ANY : BPF_NOEXIST);
+    struct cpu_state *s = state();
+    if (s) {
+        s->poll_napi = info.napi_id;
+        __builtin_memcpy(s->poll_dev, info.dev, sizeof(s->poll_dev));
+    }
+    return 0;
+}
+
+// All carry name, napi_id, queue_mapping and skbaddr at the same place in their records
+// (DECLARE_EVENT_CLASS net_dev_rx_verbose_template).
+static always_inline int rx_entry(void *ctx) {
+    return rx_seen(ctx, OFF_GRO_SKB, OFF_GRO_NAME, 1);
+}
+
+SEC("tracepoint/net/napi_gro_receive_entry")
+int gro_entry(void *ctx) { return rx_entry(ctx); }
+
+SEC("tracepoint/net/netif_receive_skb_entry")
+int rcv_entry(void *ctx) { return rx_entry(ctx); }
+
+SEC("tracepoint/net/netif_receive_skb_list_entry")
+int rcv_list_entry(void *ctx) { return rx_entry(ctx); }
+
+SEC("tracepoint/net/netif_rx_entry")
+int netif_rx_entry(void *ctx) { return rx_entry(ctx); }
+
+// The enqueue to a CPU's backlog (netif_rx and __netif_rx alike: loopback and veth call the
+// latter, which has no _entry event).
+SEC("tracepoint/net/netif_rx")
+int netif_rx(void *ctx) { return rx_seen(ctx, OFF_NETIF_RX_SKB, OFF_NETIF_RX_NAME, 0); }
+
+// The skb the protocol layer is handling on this CPU (also after RPS moved it here).
+SEC("tracepoint/net/netif_receive_skb")
+int rcv_core(void *ctx) {
+    struct cpu_state *s = state();
+    if (s)
+        s->cur_skb = rd64(base(ctx), OFF_RCV_SKB);
+    return 0;
+}
+
+SEC("tracepoint/sock/sk_data_ready")
+int data_ready(void *ctx) {
+    struct cpu_state *s = state();
+    if (!s || !s->cur_skb)
+        return 0;
+    __u64 skb = s->cur_skb;
+    struct skb_info *info = bpf_map_lookup_elem(&skbs, &skb);
+    if (!info || info->enq_ts)
+        return 0;
+    __u64 now = bpf_ktime_get_ns();
+    info->enq_ts = now;
+    struct hkey k;
+    key_of(&k, STACK, info->rx_cpu);
+    k.queue = info->queue;
+    k.napi_id = info->napi_id;
+    __builtin_memcpy(k.dev, info->dev, sizeof(k.dev));
+    record(&k, now - info->rx_ts, 0);
+    __u64 b = base(ctx);
+    if (rd16(b, OFF_READY_PROTO) != 17)
+        return 0;
+    // UDP: timed per socket from here (see RESIDENCE); the skb entry is done with.
+    __u64 sk = rd64(b, OFF_READY_SK);
+    struct sockq *q = bpf_map_lookup_elem(&socks, &sk);
+    if (!q) {
+        struct sockq fresh;
+        __builtin_memset(&fresh, 0, sizeof(fresh));
+        bpf_map_update_elem(&socks, &sk, &fresh, BPF_NOEXIST);
+        q = bpf_map_lookup_elem(&socks, &sk);
+        if (!q)
+            goto out;
+    }
+    // Full: the oldest waiting datagram is forgotten (counted), not the newest.
+    if (q->tail - q->head >= SOCKQ) {
+        q->head = q->tail - SOCKQ + 1;
+        lost(0);
+    }
+    struct slot *sl = &q->slots[q->tail % SOCKQ];
+    sl->ts = now;
+    sl->napi_id = k.napi_id;
+    sl->queue = k.queue;
+    sl->rx_cpu = k.cpu;
+    __builtin_memcpy(q->dev, k.dev, sizeof(q->dev));
+    q->tail++;
+out:
+    bpf_map_delete_elem(&skbs, &skb);
+    return 0;
+}
+
+#define MSG_PEEK 2
+
+SEC("tracepoint/sock/sock_recv_length")
+int recv_length(void *ctx) {
+    __u64 b = base(ctx);
+    if (rd16(b, OFF_RECV_PROTO) != 17)
+        return 0;
+    int ret = (int)rd32(b, OFF_RECV_RET);
+    int flags = (int)rd32(b, OFF_RECV_FLAGS);
+    if (ret <= 0 || (flags & MSG_PEEK))
+        return 0;
+    __u64 sk = rd64(b, OFF_RECV_SK);
+    struct sockq *q = bpf_map_lookup_elem(&socks, &sk);
+    if (!q || q->head == q->tail)
+        return 0;
+    struct slot *sl = &q->slots[q->head % SOCKQ];
+    struct hkey k;
+    key_of(&k, RESIDENCE, sl->rx_cpu);
+    k.queue = sl->queue;
+    k.napi_id = sl->napi_id;
+    __builtin_memcpy(k.dev, q->dev, sizeof(k.dev));
+    record(&k, bpf_ktime_get_ns() - sl->ts, 0);
+    q->head++;
+    return 0;
+}
+
+SEC("tracepoint/skb/skb_copy_datagram_iovec")
+int copy(void *ctx) {
+    __u64 skb = rd64(base(ctx), OFF_COPY_SKB);
+    struct skb_info *info = bpf_map_lookup_elem(&skbs, &skb);
+    if (!info)
+        return 0;
+    if (info->enq_ts) {
+        struct hkey k;
+        key_of(&k, RESIDENCE, info->rx_cpu);
+        k.queue = info->queue;
+        k.napi_id = info->napi_id;
+        __builtin_memcpy(k.dev, info->dev, sizeof(k.dev));
+        record(&k, bpf_ktime_get_ns() - info->enq_ts, 0);
+    }
+    bpf_map_delete_elem(&skbs, &skb);
+    return 0;
+}
+
+static always_inline void count_drop(__u32 reason, __u16 cpu, __u16 queue, const char *dev) {
+    struct dkey k;
+    __builtin_memset(&k, 0, sizeof(k));
+    k.reason = reason;
+    k.cpu = cpu;
+    k.queue = queue;
+    if (dev)
+        __builtin_memcpy(k.dev, dev, sizeof(k.dev));
+    __u64 *n = bpf_map_lookup_elem(&drops, &k);
+    if (n) {
+        __sync_fetch_and_add(n, 1);
+        return;
+    }
+    __u64 one = 1;
+    if (bpf_map_update_elem(&drops, &k, &one, BPF_NOEXIST) != 0) {
+        n = bpf_map_lookup_elem(&drops, &k);
+        if (n)
+            __sync_fetch_and_add(n, 1);
+        else
+            lost(1);
+    }
+}
+
+SEC("tracepoint/skb/kfree_skb")
+int kfree(void *ctx) {
+    __u64 skb = rd64(base(ctx), OFF_FREE_SKB);
+    struct skb_info *info = bpf_map_lookup_elem(&skbs, &skb);
+    if (!info)
+        return 0;
+    char dev[16];
+    __builtin_memcpy(dev, info->dev, sizeof(dev));
+    count_drop(rd32(base(ctx), OFF_FREE_REASON), info->rx_cpu, info->queue, dev);
+    bpf_map_delete_elem(&skbs, &skb);
+    return 0;
+}
+
+SEC("tracepoint/skb/consume_skb")
+int consume(void *ctx) {
+    __u64 skb = rd64(base(ctx), OFF_CONSUME_SKB);
+    bpf_map_delete_elem(&skbs, &skb);
+    return 0;
+}
+
+SEC("tracepoint/udp/udp_fail_queue_rcv_skb")
+int udp_fail(void *ctx) {
+    count_drop(0x10000, (__u16)bpf_get_smp_processor_id(), 0xffff, 0);
+    return 0;
+}
+
+SEC("tracepoint/sock/sock_rcvqueue_full")
+int rcvqueue_full(void *ctx) {
+    count_drop(0x10001, (__u16)bpf_get_smp_processor_id(), 0xffff, 0);
+    return 0;
+}
+
+SEC("tracepoint/sched/sched_wakeup")
+int wakeup(void *ctx) {
+    if (!WATCH_PID)
+        return 0;
+    __u32 pid = rd32(base(ctx), OFF_WAKE_PID);
+    __u64 *ts = bpf_map_lookup_elem(&threads, &pid);
+    if (ts)
+        *ts = bpf_ktime_get_ns();
+    return 0;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int sched_switch(void *ctx) {
+    if (!WATCH_PID)
+        return 0;
+    __u32 pid = rd32(base(ctx), OFF_SWITCH_NEXT_PID);
+    __u64 *ts = bpf_map_lookup_elem(&threads, &pid);
+    if (!ts || !*ts)
+        return 0;
+    struct hkey k;
+    key_of(&k, WAKEUP, bpf_get_smp_processor_id());
+    record(&k, bpf_ktime_get_ns() - *ts, 0);
+    *ts = 0;
+    return 0;
+}
