@@ -611,19 +611,10 @@ fn server(host: &Host, a: &ServerArgs) -> Result<ExitCode> {
             let backend = host
                 .nic_backend()
                 .map_err(|e| anyhow::anyhow!("--irq-suspend: {e}"))?;
-            eprintln!(
-                "netsteer: {dev}: IRQ suspension {ns} ns, defer-hard-irqs {}, gro-flush-timeout {} ns on every NAPI for the run",
-                irq_suspend::DEFER_HARD_IRQS,
-                irq_suspend::GRO_FLUSH_TIMEOUT_NS
-            );
-            let (result, failed) = irq_suspend::during(backend.as_ref(), dev, ns, || {
+            irq_suspend::around_run(backend.as_ref(), dev, ns, || {
                 server.run(stop, clock, |m| out.emit(m))
             })
-            .with_context(|| format!("--irq-suspend {ns} --dev {dev}"))?;
-            for f in failed {
-                eprintln!("netsteer: error: restoring {f}");
-            }
-            result
+            .map_err(anyhow::Error::msg)?
         }
         _ => server.run(stop, clock, |m| out.emit(m)),
     };

@@ -38,6 +38,10 @@ pub struct DoctorArgs {
     /// List the rules and exit.
     #[arg(long)]
     list_rules: bool,
+    /// Trace the receive path (netsteer trace, root) over a sample of this many seconds, in
+    /// place of --sample: its stage latencies become evidence (softirq-delayed, ...).
+    #[arg(long, value_name = "SECONDS", conflicts_with = "sample")]
+    trace: Option<Seconds>,
 }
 
 /// Doctor on every tree (averages since boot, as for one `--root`), then one table.
@@ -87,13 +91,15 @@ pub fn run_fleet(roots: &[PathBuf], args: &DoctorArgs) -> Result<ExitCode> {
 /// One host's report and the core inputs it could not read (`doctor::sampling::examine`).
 fn examine(host: &Host, args: &DoctorArgs, app: Option<&App>) -> (Report, Vec<String>) {
     let settings = host.nic_settings_source();
-    sampling::examine(
-        &host.fs,
-        (!args.no_ethtool).then_some(&*settings),
-        args.sample.get(),
-        args.goal,
-        app,
-    )
+    let mut trace = |d| {
+        let iv = netsteer_trace::run::collect(d).map_err(|e| format!("--trace: {e}"))?;
+        sampling::Trace::from_rows(iv.interval_s, serde_json::to_value(&iv.stages))
+    };
+    let during = args.trace.map(|_| &mut trace as sampling::During);
+    let sample = args.trace.unwrap_or(args.sample).get();
+    let fs = &host.fs;
+    let on = (!args.no_ethtool).then_some(&*settings);
+    sampling::examine(fs, on, sample, args.goal, app, during)
 }
 
 fn list_rules() -> Result<ExitCode> {

@@ -299,3 +299,40 @@ fn a_sleeping_reader_moves_socket_residence_and_nothing_else() {
         "stack moved by {stack_moved} ns, residence by {moved}"
     );
 }
+
+/// `doctor --trace`: the same sleeping reader (3 ms naps) is named as an application that reads
+/// late, from the trace's evidence (the rules' near misses are in crates/steering/tests).
+#[test]
+fn doctor_trace_names_a_late_reader() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let until = Instant::now() + Duration::from_secs(6);
+    let r = receiver(&pair, 6003, Duration::from_millis(3), until);
+    let sender = std::thread::scope(|s| {
+        let h = s.spawn(|| send(&pair, 6003, 1000, Duration::from_millis(5)));
+        std::thread::sleep(Duration::from_millis(500));
+        let out = Command::new(BIN)
+            .args(["doctor", "--trace", "3", "--json"])
+            .output()
+            .unwrap();
+        h.join().unwrap();
+        out
+    });
+    r.join().unwrap().unwrap();
+    let code = sender.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "{}",
+        String::from_utf8_lossy(&sender.stderr)
+    );
+    let report: netsteer_steering::doctor::Report = serde_json::from_slice(&sender.stdout).unwrap();
+    let late = report
+        .findings
+        .iter()
+        .find(|f| f.id == "socket-reads-late")
+        .unwrap_or_else(|| panic!("{:#?}", report.findings));
+    assert_eq!(late.subjects.devices, ["v0b"]);
+}

@@ -932,3 +932,122 @@ fn the_rss_rules_on_the_vm_labs_igb_guest() {
     // Since boot, the same tree says nothing of the table (it may have changed since).
     absent(&run(&v, &boot, Goal::Balanced), "rss-table-skewed");
 }
+
+fn stage(
+    stage: &str,
+    cpu: Option<u32>,
+    dev: Option<&str>,
+    count: u64,
+    p99: u64,
+) -> netsteer_steering::model::load::StageStat {
+    netsteer_steering::model::load::StageStat {
+        stage: stage.into(),
+        cpu,
+        dev: dev.map(str::to_string),
+        queue: dev.map(|_| 0),
+        irq: None,
+        irq_name: None,
+        count,
+        p50: Some(p99 / 4),
+        p99: Some(p99),
+        max: p99 * 2,
+    }
+}
+
+fn traced(
+    rows: Vec<netsteer_steering::model::load::StageStat>,
+    goal: Goal,
+    app: Option<&ProcessPlacement>,
+) -> Report {
+    let (v, l) = host("igb-6.12");
+    let t = netsteer_steering::model::load::Trace {
+        seconds: 3.0,
+        stages: rows,
+    };
+    netsteer_steering::doctor::diagnose_traced(&v, Some(&l), goal, app, Some(&t))
+}
+
+#[test]
+fn softirq_delayed_from_the_trace() {
+    let r = traced(
+        vec![stage("irq-to-softirq", Some(1), None, 500, 180_000)],
+        Goal::Balanced,
+        None,
+    );
+    let f = one(&r, "softirq-delayed");
+    assert_eq!(f.subjects.cpus, [1]);
+    assert!(f.evidence[0].contains("p99 180 µs"), "{:?}", f.evidence);
+    // With the application on that CPU: moving it is the first step.
+    let app = ProcessPlacement {
+        pid: 4321,
+        comm: "server".into(),
+        threads: vec![ThreadPlacement {
+            tid: 4321,
+            comm: "server".into(),
+            last_cpu: 1,
+            allowed: set("0-1"),
+            cpu_ticks: 100,
+        }],
+    };
+    let r = traced(
+        vec![stage("irq-to-softirq", Some(1), None, 500, 180_000)],
+        Goal::Balanced,
+        Some(&app),
+    );
+    assert_eq!(
+        one(&r, "softirq-delayed").fix.steps,
+        ["taskset -apc 0 4321"]
+    );
+    // Near misses: a p99 of 60 µs, or too few events to say.
+    absent(
+        &traced(
+            vec![stage("irq-to-softirq", Some(1), None, 500, 60_000)],
+            Goal::Balanced,
+            None,
+        ),
+        "softirq-delayed",
+    );
+    absent(
+        &traced(
+            vec![stage("irq-to-softirq", Some(1), None, 10, 900_000)],
+            Goal::Balanced,
+            None,
+        ),
+        "softirq-delayed",
+    );
+    // Without a trace the rule has nothing to say.
+    let (v, l) = host("igb-6.12");
+    absent(&run(&v, &l, Goal::Balanced), "softirq-delayed");
+}
+
+#[test]
+fn socket_reads_late_from_the_trace() {
+    let rows = |res: u64, stack: u64| {
+        vec![
+            stage("residence", Some(0), Some("eth0"), 400, res),
+            stage("stack", Some(0), Some("eth0"), 400, stack),
+        ]
+    };
+    let r = traced(rows(2_000_000, 20_000), Goal::Balanced, None);
+    let f = one(&r, "socket-reads-late");
+    assert_eq!(f.severity, Severity::Info);
+    assert_eq!(f.subjects.queues, ["eth0/rx-0"]);
+    assert!(f.fix.tune.is_none(), "not a kernel problem: no tune");
+    assert_eq!(
+        one(
+            &traced(rows(2_000_000, 20_000), Goal::Latency, None),
+            "socket-reads-late"
+        )
+        .severity,
+        Severity::Warning
+    );
+    // Near misses: 300 µs in the socket; or a stack as slow as a tenth of it (the kernel's).
+    absent(
+        &traced(rows(300_000, 20_000), Goal::Balanced, None),
+        "socket-reads-late",
+    );
+    absent(
+        &traced(rows(2_000_000, 500_000), Goal::Balanced, None),
+        "socket-reads-late",
+    );
+}

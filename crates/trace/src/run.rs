@@ -101,6 +101,26 @@ fn irq_names() -> BTreeMap<u32, String> {
         .collect()
 }
 
+/// Traces for `seconds` and returns every row, nothing folded: what `doctor --trace` gives its
+/// rules.
+pub fn collect(seconds: Duration) -> Result<Interval, TraceError> {
+    let mut session = Session::start(&Options::default())?;
+    std::thread::sleep(seconds);
+    let reading = session.read()?;
+    let shape = Shape {
+        devices: Vec::new(),
+        top: usize::MAX,
+        irq_names: irq_names(),
+    };
+    Ok(interval(
+        &reading,
+        &session.reasons,
+        &shape,
+        1,
+        seconds.as_secs_f64(),
+    ))
+}
+
 /// Runs the trace: `emit` gets the start message and then each interval. Returns when the
 /// duration is over or `stop()` says so (a signal); every program is detached on return.
 pub fn run(

@@ -51,3 +51,22 @@ pub fn during<T>(
     let out = f();
     Ok((out, o.restore()))
 }
+
+/// [`during`] for the echo server's run, saying what it set on stderr and what it could not
+/// restore; an error names the flags.
+pub fn around_run<T>(
+    backend: &dyn NicBackend,
+    dev: &str,
+    timeout_ns: u64,
+    f: impl FnOnce() -> T,
+) -> Result<T, String> {
+    eprintln!(
+        "netsteer: {dev}: IRQ suspension {timeout_ns} ns, defer-hard-irqs {DEFER_HARD_IRQS}, gro-flush-timeout {GRO_FLUSH_TIMEOUT_NS} ns on every NAPI for the run"
+    );
+    let (out, failed) = during(backend, dev, timeout_ns, f)
+        .map_err(|e| format!("--irq-suspend {timeout_ns} --dev {dev}: {e}"))?;
+    for f in failed {
+        eprintln!("netsteer: error: restoring {f}");
+    }
+    Ok(out)
+}

@@ -15,9 +15,9 @@ pub mod text;
 
 pub use crate::model::ctx::Ctx;
 pub use model::{App, Finding, Fix, Goal, Load, LoadSource, Severity, Subjects};
-pub use report::{Report, diagnose};
+pub use report::{Report, diagnose, diagnose_traced};
 
-use rules::{cpu, drops, latency, napi, rps, rss, spread, tx};
+use rules::{cpu, drops, latency, napi, rps, rss, spread, trace, tx};
 
 pub struct Rule {
     pub id: &'static str,
@@ -147,6 +147,16 @@ pub const RULES: &[Rule] = &[
         id: "napi-thread-placement",
         looks_for: "threaded NAPI kthreads on the application's CPU or another NUMA node",
         check: napi::napi_thread_placement,
+    },
+    Rule {
+        id: "softirq-delayed",
+        looks_for: "NET_RX waiting ≥ 100 µs (p99) after being raised (doctor --trace)",
+        check: trace::softirq_delayed,
+    },
+    Rule {
+        id: "socket-reads-late",
+        looks_for: "data waiting ≥ 1 ms (p99) in sockets, ten times the stack's delivery (doctor --trace)",
+        check: trace::socket_reads_late,
     },
     Rule {
         id: "cpu-steal",

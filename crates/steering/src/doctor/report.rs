@@ -101,7 +101,19 @@ fn summarize(view: &HostView) -> HostSummary {
 
 /// Runs every rule. Pure: the same inputs always give the same report.
 pub fn diagnose(view: &HostView, load: Option<&Load>, goal: Goal, app: Option<&App>) -> Report {
-    let ctx = Ctx::new(view, load, goal, app);
+    diagnose_traced(view, load, goal, app, None)
+}
+
+/// As [`diagnose`], with the stage latencies of `netsteer trace` as evidence.
+pub fn diagnose_traced(
+    view: &HostView,
+    load: Option<&Load>,
+    goal: Goal,
+    app: Option<&App>,
+    trace: Option<&crate::model::load::Trace>,
+) -> Report {
+    let mut ctx = Ctx::new(view, load, goal, app);
+    ctx.trace = trace;
     let mut findings: Vec<Finding> = RULES.iter().flat_map(|r| (r.check)(&ctx)).collect();
     // Stable: within a severity, rule order (the order of RULES) is kept.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));

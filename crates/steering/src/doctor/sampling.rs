@@ -3,7 +3,8 @@
 //! not read. The rules stay pure; this is the one part of the doctor that reads, always through
 //! the caller's `HostFs`.
 
-use super::{App, Goal, Load, Report, diagnose};
+use super::{App, Goal, Load, Report};
+pub use crate::model::load::Trace;
 use netsteer_host::HostFs;
 use netsteer_host::ethtool::NicSettings;
 use netsteer_host::sample::{
@@ -17,13 +18,27 @@ fn read_counters(fs: &HostFs) -> Result<(CounterSample, NetCounters), String> {
     Ok((s, read_net_counters(fs)))
 }
 
-/// The load, the problems met, and whether /proc/interrupts could be read.
-pub fn measure_load(fs: &HostFs, sample: Duration) -> Result<(Load, Vec<String>, bool), String> {
+/// What passes the sample's time: a sleep, or `netsteer trace` over it (returning its stages).
+pub type During<'a> = &'a mut dyn FnMut(Duration) -> Result<Trace, String>;
+
+/// The load, the problems met, and whether /proc/interrupts could be read. `during` (a
+/// trace) takes the place of the sleep between the two reads.
+pub fn measure_load(
+    fs: &HostFs,
+    sample: Duration,
+    during: Option<During>,
+) -> Result<(Load, Vec<String>, bool, Option<Trace>), String> {
     let (s0, n0) = read_counters(fs)?;
     let mut problems: Vec<String> = s0.problems.iter().chain(&n0.problems).cloned().collect();
     if fs.is_live() && !sample.is_zero() {
         let t0 = Instant::now();
-        std::thread::sleep(sample);
+        let trace = match during {
+            Some(f) => Some(f(sample)?),
+            None => {
+                std::thread::sleep(sample);
+                None
+            }
+        };
         let (s1, n1) = read_counters(fs)?;
         let dt = t0.elapsed().as_secs_f64();
         let interrupts = s0.interrupts.is_some() && s1.interrupts.is_some();
@@ -31,6 +46,7 @@ pub fn measure_load(fs: &HostFs, sample: Duration) -> Result<(Load, Vec<String>,
             Load::sampled((&s0, &n0), (&s1, &n1), dt),
             problems,
             interrupts,
+            trace,
         ));
     }
     let uptime = match fs.read_parsed("/proc/uptime", parse_uptime) {
@@ -43,7 +59,12 @@ pub fn measure_load(fs: &HostFs, sample: Duration) -> Result<(Load, Vec<String>,
     .filter(|u| *u > 0.0)
     .ok_or("no uptime: neither /proc/uptime nor /proc/stat ticks give one")?;
     let interrupts = s0.interrupts.is_some();
-    Ok((Load::since_boot(&s0, &n0, uptime), problems, interrupts))
+    Ok((
+        Load::since_boot(&s0, &n0, uptime),
+        problems,
+        interrupts,
+        None,
+    ))
 }
 
 /// One host's report and the core inputs it could not read. /proc/stat and /proc/interrupts
@@ -56,23 +77,25 @@ pub fn examine(
     sample: Duration,
     goal: Goal,
     app: Option<&App>,
+    during: Option<During>,
 ) -> (Report, Vec<String>) {
     let view = netsteer_host::read_host(fs, settings);
     let mut missing_core = Vec::new();
-    let (load, problems) = match measure_load(fs, sample) {
-        Ok((l, p, interrupts_read)) => {
+    let (load, problems, trace) = match measure_load(fs, sample, during) {
+        Ok((l, p, interrupts_read, trace)) => {
             if !interrupts_read {
                 missing_core.push("/proc/interrupts".to_string());
             }
-            (Some(l), p)
+            (Some(l), p, trace)
         }
         Err(e) => {
             let problem = format!("{e} (rules that need rates were skipped)");
             missing_core.push(e);
-            (None, vec![problem])
+            (None, vec![problem], None)
         }
     };
-    let mut report = diagnose(&view, load.as_ref(), goal, app);
+    let mut report =
+        super::report::diagnose_traced(&view, load.as_ref(), goal, app, trace.as_ref());
     report.problems.extend(problems);
     (report, missing_core)
 }

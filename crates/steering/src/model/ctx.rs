@@ -1,7 +1,7 @@
 //! What every rule needs to know about the host, computed once: online CPUs, each IRQ's CPU,
 //! which interfaces carry traffic, the CPUs local to a NIC, and masks at the host's width.
 
-use super::load::{App, Goal, Load, LoadSource};
+use super::load::{App, Goal, Load, LoadSource, Trace};
 use netsteer_host::CpuSet;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::{Nic, NicIrq};
@@ -20,6 +20,8 @@ pub struct Ctx<'a> {
     pub online: CpuSet,
     /// Online CPUs that are not `isolcpus=`: where kernel work may be steered.
     pub usable: CpuSet,
+    /// Stage latencies from `netsteer trace` over the sample (`doctor --trace`).
+    pub trace: Option<&'a Trace>,
 }
 
 impl<'a> Ctx<'a> {
@@ -41,6 +43,7 @@ impl<'a> Ctx<'a> {
             app,
             online,
             usable,
+            trace: None,
         }
     }
 

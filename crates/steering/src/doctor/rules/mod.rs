@@ -7,4 +7,5 @@ pub mod napi;
 pub mod rps;
 pub mod rss;
 pub mod spread;
+pub mod trace;
 pub mod tx;

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# What `netsteer trace` costs, beside the same runs without it, alternated pair by pair, on the
+# veth link of `netsteer lab with` (benches/lib.sh), and the cross-check of its receive-path
+# time against the echo bench's own kernel split:
+#   - udp-echo round trip p50 (client CPU 0, server CPU 1, 32 B, blocking): traced ÷ untraced
+#     (target <= 1.05);
+#   - the machine's CPU per echo (busy time of every CPU from /proc/stat over the echo run,
+#     softirq included, where the BPF programs run): traced ÷ untraced (<= 1.10);
+#   - a UDP flood's received packets/s (iperf3 -u -b 0 -l 64, the receiver's count):
+#     traced ÷ untraced (>= 0.95);
+#   - cross-check: the client's `rx_delivery_p50_ns` (SO_TIMESTAMPING, "packet=": the kernel's
+#     receive timestamp to the application's read) beside trace's stack + residence p50 of the
+#     client's device (v0a) in the same traced runs.
+# Prints each pair, then min/median/max of every ratio.
+# Usage: benches/trace-overhead.sh [SECONDS_PER_RUN (3)] [PAIRS (5)]. Needs root, iperf3.
+set -euo pipefail
+secs=${1:-3}
+pairs=${2:-5}
+. "$(dirname "$0")/lib.sh"
+in_lab -- "$@"
+command -v iperf3 >/dev/null || { echo "iperf3 missing: apt-get install -y iperf3"; exit 2; }
+tracer=
+stop_tracer() { [ -n "$tracer" ] && { kill -INT "$tracer" 2>/dev/null || true; wait "$tracer" 2>/dev/null || true; }; tracer=; }
+trap 'stop_tracer' EXIT
+out=$(mktemp -d)
+
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; } # user nice system irq softirq
+echo_run() { # $1 tag: a server and a client run; the client's and server's JSON summaries
+  ip netns exec "$nsb" taskset -c 1 "$bin" bench udp-echo server --listen "$server_addr:4321" \
+    --cpu 1 --max-pps-per-source 0 --max-pps 0 --duration $((secs + 3)) --json > "$out/$1.server" 2>/dev/null &
+  local s=$!
+  sleep 0.5
+  local b0; b0=$(busy)
+  ip netns exec "$nsa" "$bin" bench udp-echo client "$server_addr:4321" --cpu 0 --timestamp \
+    --duration "$secs" --json > "$out/$1.client"
+  echo $(( $(busy) - b0 )) > "$out/$1.busy"
+  kill -INT "$s" 2>/dev/null || true; wait "$s" 2>/dev/null || true
+}
+flood_run() { # $1 tag
+  ip netns exec "$nsb" taskset -c 1 iperf3 -s -1 -J > "$out/$1.flood" 2>/dev/null &
+  local s=$!
+  sleep 0.5
+  ip netns exec "$nsa" taskset -c 0 iperf3 -c "$server_addr" -u -b 0 -l 64 -t "$secs" > /dev/null 2>&1 || true
+  wait "$s" 2>/dev/null || true
+}
+case_run() { # $1 traced|plain, $2 pair number
+  local tag="$1.$2"
+  if [ "$1" = traced ]; then
+    "$bin" trace --json --interval 60 > "$out/$tag.trace" 2>/dev/null &
+    tracer=$!
+    sleep 2
+  fi
+  echo_run "$tag"
+  flood_run "$tag"
+  stop_tracer
+}
+echo "machine: $(nproc) CPUs, $(uname -r); $pairs pairs of ${secs} s runs, order alternated"
+for i in $(seq 1 "$pairs"); do
+  if [ $((i % 2)) = 1 ]; then case_run plain "$i"; case_run traced "$i"; else case_run traced "$i"; case_run plain "$i"; fi
+done
+python3 - "$out" "$pairs" "$va" <<'PY'
+import json, statistics, sys
+out, pairs, va = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def last(path, kind):
+    rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+    rows = [r for r in rows if r.get("type") == kind]
+    return rows[-1] if rows else None
+HZ = 100  # USER_HZ: /proc/stat counts in hundredths of a second
+def echo(tag):
+    c = last(f"{out}/{tag}.client", "summary")
+    p50 = c["latency_ns"]["p50"]
+    busy_ns = int(open(f"{out}/{tag}.busy").read()) * 1e9 / HZ
+    cpu = busy_ns / max(1, c["received"])
+    rx = (c.get("rx_delivery_ns") or {}).get("p50")
+    return p50, cpu, rx
+def flood(tag):
+    j = json.load(open(f"{out}/{tag}.flood"))
+    s = j["end"]["sum"]
+    return s["packets"] - s.get("lost_packets", 0)
+def traced_split(tag):
+    rows = [json.loads(l) for l in open(f"{out}/{tag}.trace") if l.strip().startswith("{")]
+    st = [r for iv in rows if iv.get("type") == "interval" for r in iv["stages"] if r.get("dev") == va]
+    def p50(stage):
+        rs = [r for r in st if r["stage"] == stage and r.get("p50") is not None]
+        n = sum(r["count"] for r in rs)
+        return sum(r["p50"] * r["count"] for r in rs) / n if n else None
+    return p50("stack"), p50("residence")
+ratios = {"p50": [], "cpu": [], "flood": []}
+print(f"{'pair':>4} {'p50 plain':>10} {'traced':>10} {'cpu/echo plain':>15} {'traced':>10} {'flood pps plain':>16} {'traced':>10} {'packet= p50':>12} {'trace stack+res':>16}")
+for i in range(1, pairs + 1):
+    pp, pc, _ = echo(f"plain.{i}")
+    tp, tc, rx = echo(f"traced.{i}")
+    fp, ft = flood(f"plain.{i}") / 1.0, flood(f"traced.{i}") / 1.0
+    stack, res = traced_split(f"traced.{i}")
+    both = (stack or 0) + (res or 0)
+    ratios["p50"].append(tp / pp); ratios["cpu"].append(tc / pc); ratios["flood"].append(ft / fp)
+    print(f"{i:>4} {pp/1e3:9.1f}u {tp/1e3:9.1f}u {pc/1e3:14.2f}u {tc/1e3:9.2f}u {fp:16.0f} {ft:10.0f} {(rx or 0)/1e3:11.1f}u {both/1e3:15.1f}u")
+for k, target in [("p50", "<= 1.05"), ("cpu", "<= 1.10"), ("flood", ">= 0.95")]:
+    r = ratios[k]
+    print(f"traced/plain {k:<6} min {min(r):.3f} median {statistics.median(r):.3f} max {max(r):.3f}  (target {target})")
+PY
