@@ -2,8 +2,7 @@
 //
 // Tracepoint programs only (stable hooks; kprobes are often compiled out). No BTF is needed:
 // every field is read at the offset the kernel's own tracefs format file gives, which the
-// loader writes into the read-only globals below before loading (reads go through
-// bpf_probe_read_kernel, see base()).
+// loader writes into the read-only globals below before loading.
 //
 // Stages, each a log-linear histogram (8 steps per power of two) keyed by stage, CPU, device,
 // rx queue and NAPI id:
@@ -20,7 +19,7 @@
 // and drops by reason (kfree_skb of a received skb, udp_fail_queue_rcv_skb,
 // sock_rcvqueue_full).
 //
-// Bounds: every map has a fixed size; an skb that is never copied ages out of the LRU map.
+// Bounds: every map has a fixed size; an skb that is never copied is overwritten in its slot.
 
 typedef unsigned char __u8;
 typedef unsigned short __u16;
@@ -44,7 +43,6 @@ typedef long long __s64;
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_update_elem)(void *map, const void *key, const void *value,
                                    __u64 flags) = (void *)2;
-static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) = (void *)113;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
@@ -126,15 +124,6 @@ struct {
     __type(value, struct hval);
 } zero SEC(".maps");
 
-struct skb_info {
-    __u64 rx_ts;       // GRO/receive entry
-    __u64 enq_ts;      // sk_data_ready (0: not yet)
-    __u32 napi_id;
-    __u16 queue;
-    __u16 rx_cpu;
-    char dev[16];
-};
-
 // A UDP socket's datagrams waiting to be read, first in first out (one recvmsg reads one).
 #define SOCKQ 16
 struct slot {
@@ -145,26 +134,55 @@ struct slot {
 };
 
 struct sockq {
+    __u64 sk;          // the socket this slot holds now (0: none)
     __u32 head;        // next to read
     __u32 tail;        // next to write
     struct slot slots[SOCKQ];
     char dev[16];
 };
 
+// Fixed tables indexed by a hash of the kernel address, not hash maps: an array lookup is an
+// inlined bounds check, where a hash or LRU map update on every packet cost a flood a third of
+// its rate. A slot taken over by another skb or socket (a collision) loses that one sample.
+#define NSOCKS 16384
+#define NSKBS 65536
+
 struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 16384);
-    __type(key, __u64);
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, NSOCKS);
+    __type(key, __u32);
     __type(value, struct sockq);
 } socks SEC(".maps");
 
-// Received skbs by address, until copied or freed; LRU so one never copied ages out.
+struct skb_info {
+    __u64 skb;         // the skb this slot holds now (0: none)
+    __u64 rx_ts;       // GRO/receive entry
+    __u64 enq_ts;      // sk_data_ready (0: not yet)
+    __u32 napi_id;
+    __u16 queue;
+    __u16 rx_cpu;
+    char dev[16];
+};
+
+// Received skbs, until copied, freed or taken over by a newer one.
 struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, __u64);
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, NSKBS);
+    __type(key, __u32);
     __type(value, struct skb_info);
 } skbs SEC(".maps");
+
+// Slab addresses: the low bits are alignment, the next ones tell objects apart.
+static always_inline __u32 slot_of(__u64 addr, __u32 n) {
+    return (__u32)((addr >> 8) ^ (addr >> 24)) & (n - 1);
+}
+
+// The slot of a received skb, or 0 when it holds another one.
+static always_inline struct skb_info *skb_slot(__u64 skb) {
+    __u32 i = slot_of(skb, NSKBS);
+    struct skb_info *info = bpf_map_lookup_elem(&skbs, &i);
+    return (info && info->skb == skb) ? info : 0;
+}
 
 struct cpu_state {
     __u64 irq_ts;
@@ -216,9 +234,8 @@ struct {
     __type(value, __u64);
 } overflow SEC(".maps");
 
-// The record's address as a number. The verifier forbids arithmetic on the context pointer
-// with an offset it cannot prove constant, so fields are read at run-time offsets through
-// bpf_probe_read_kernel from this address instead (the record is kernel memory).
+// The record's address as a number, for reads at an offset the verifier cannot see as a
+// constant (a __data_loc string's, or a field past the cases below).
 static always_inline __u64 base(void *ctx) {
     __u64 a = 0;
     void *p = ctx;
@@ -226,23 +243,50 @@ static always_inline __u64 base(void *ctx) {
     return a;
 }
 
-static always_inline __u32 rd32(__u64 b, __u32 off) {
+// Fields are loaded from the record directly where possible. The offsets are read-only globals
+// whose values the verifier knows (aya creates .rodata with BPF_F_RDONLY_PROG and freezes it),
+// but it only accepts a context load whose offset is the instruction's own immediate, not a
+// pointer moved by a register: so each read is a switch over the aligned offsets a record can
+// have, with a constant load per case, and the verifier follows only the branch of the known
+// value. A field elsewhere (none on the kernels seen) falls back to bpf_probe_read_kernel, which
+// costs several times more on every packet.
+// Each load is inline assembly, so the compiler cannot merge the cases into one load through a
+// pointer chosen by the branch (which the verifier refuses).
+#define C(o) case o: asm volatile("%0 = *(" W " *)(%1 + " #o ")" : "=r"(v) : "r"(ctx)); break;
+#define T __u32
+#define W "u32"
+static always_inline __u32 rd32(void *ctx, __u32 off) {
     __u32 v = 0;
-    bpf_probe_read_kernel(&v, sizeof(v), (void *)(b + off));
+    switch (off) { C(8) C(12) C(16) C(20) C(24) C(28) C(32) C(36) C(40) C(44) C(48) C(52) C(56) C(60) C(64) C(68) C(72) C(76) C(80)
+    default: bpf_probe_read_kernel(&v, sizeof(v), (void *)(base(ctx) + off));
+    }
     return v;
 }
-
-static always_inline __u16 rd16(__u64 b, __u32 off) {
+#undef T
+#undef W
+#define T __u16
+#define W "u16"
+static always_inline __u16 rd16(void *ctx, __u32 off) {
     __u16 v = 0;
-    bpf_probe_read_kernel(&v, sizeof(v), (void *)(b + off));
+    switch (off) { C(8) C(10) C(12) C(14) C(16) C(18) C(20) C(22) C(24) C(26) C(28) C(30) C(32) C(34) C(36) C(38) C(40) C(42) C(44) C(46) C(48) C(50) C(52) C(54) C(56) C(58) C(60) C(62) C(64) C(66) C(68) C(70) C(72) C(74) C(76) C(78) C(80) C(82)
+    default: bpf_probe_read_kernel(&v, sizeof(v), (void *)(base(ctx) + off));
+    }
     return v;
 }
-
-static always_inline __u64 rd64(__u64 b, __u32 off) {
+#undef T
+#undef W
+#define T __u64
+#define W "u64"
+static always_inline __u64 rd64(void *ctx, __u32 off) {
     __u64 v = 0;
-    bpf_probe_read_kernel(&v, sizeof(v), (void *)(b + off));
+    switch (off) { C(8) C(16) C(24) C(32) C(40) C(48) C(56) C(64) C(72) C(80)
+    default: bpf_probe_read_kernel(&v, sizeof(v), (void *)(base(ctx) + off));
+    }
     return v;
 }
+#undef T
+#undef W
+#undef C
 
 static always_inline struct cpu_state *state(void) {
     __u32 k = 0;
@@ -316,13 +360,13 @@ int irq_entry(void *ctx) {
     if (!s)
         return 0;
     s->irq_ts = bpf_ktime_get_ns();
-    s->irq = rd32(base(ctx), OFF_IRQ_IRQ);
+    s->irq = rd32(ctx, OFF_IRQ_IRQ);
     return 0;
 }
 
 SEC("tracepoint/irq/softirq_raise")
 int softirq_raise(void *ctx) {
-    if (rd32(base(ctx), OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
+    if (rd32(ctx, OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
         return 0;
     struct cpu_state *s = state();
     if (!s || s->raise_ts)
@@ -337,7 +381,7 @@ int softirq_raise(void *ctx) {
 
 SEC("tracepoint/irq/softirq_entry")
 int softirq_entry(void *ctx) {
-    if (rd32(base(ctx), OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
+    if (rd32(ctx, OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
         return 0;
     struct cpu_state *s = state();
     if (!s)
@@ -359,7 +403,7 @@ int softirq_entry(void *ctx) {
 
 SEC("tracepoint/irq/softirq_exit")
 int softirq_exit(void *ctx) {
-    if (rd32(base(ctx), OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
+    if (rd32(ctx, OFF_SOFTIRQ_VEC) != NET_RX_SOFTIRQ)
         return 0;
     struct cpu_state *s = state();
     if (!s || !s->softirq_ts)
@@ -378,9 +422,8 @@ int napi_poll(void *ctx) {
         return 0;
     __u64 now = bpf_ktime_get_ns();
     __u32 cpu = bpf_get_smp_processor_id();
-    __u64 b = base(ctx);
-    __s64 work = (int)rd32(b, OFF_POLL_WORK);
-    __s64 budget = (int)rd32(b, OFF_POLL_BUDGET);
+    __s64 work = (int)rd32(ctx, OFF_POLL_WORK);
+    __s64 budget = (int)rd32(ctx, OFF_POLL_BUDGET);
     struct hkey k;
     key_of(&k, POLL_WORK, cpu);
     k.napi_id = s->poll_napi;
@@ -401,33 +444,33 @@ int napi_poll(void *ctx) {
 // veth without NAPI, tunnels), which has no NAPI id or queue and may follow netif_rx_entry
 // for the same skb: the first sighting stands.
 static always_inline int rx_seen(void *ctx, __u32 off_skb, __u32 off_name, int napi) {
-    __u64 b = base(ctx);
-    __u64 skb = rd64(b, off_skb);
+    __u64 skb = rd64(ctx, off_skb);
     if (!skb)
         return 0;
-    struct skb_info info;
-    __builtin_memset(&info, 0, sizeof(info));
-    info.rx_ts = bpf_ktime_get_ns();
-    info.queue = 0xffff;
-    if (napi) {
-        info.napi_id = rd32(b, OFF_GRO_NAPI);
-        info.queue = rd16(b, OFF_GRO_QUEUE);
-    }
-    info.rx_cpu = (__u16)bpf_get_smp_processor_id();
+    __u32 i = slot_of(skb, NSKBS);
+    struct skb_info *info = bpf_map_lookup_elem(&skbs, &i);
+    if (!info)
+        return 0;
+    // netif_rx after netif_rx_entry for the same skb: the first sighting stands.
+    if (!napi && info->skb == skb && !info->enq_ts)
+        return 0;
+    info->skb = skb;
+    info->rx_ts = bpf_ktime_get_ns();
+    info->enq_ts = 0;
+    info->napi_id = napi ? rd32(ctx, OFF_GRO_NAPI) : 0;
+    info->queue = napi ? rd16(ctx, OFF_GRO_QUEUE) : 0xffff;
+    info->rx_cpu = (__u16)bpf_get_smp_processor_id();
     // __data_loc: the low 16 bits are the string's offset in the record.
-    __u32 loc = rd32(b, off_name);
-    bpf_probe_read_kernel(info.dev, sizeof(info.dev) - 1, (void *)(b + (loc & 0xffff)));
-    bpf_map_update_elem(&skbs, &skb, &info, napi ? BPF_ANY : BPF_NOEXIST);
+    __u32 loc = rd32(ctx, off_name);
+    bpf_probe_read_kernel(info->dev, sizeof(info->dev) - 1, (void *)(base(ctx) + (loc & 0xffff)));
     struct cpu_state *s = state();
     if (s) {
-        s->poll_napi = info.napi_id;
-        __builtin_memcpy(s->poll_dev, info.dev, sizeof(s->poll_dev));
+        s->poll_napi = info->napi_id;
+        __builtin_memcpy(s->poll_dev, info->dev, sizeof(s->poll_dev));
     }
     return 0;
 }
 
-// All carry name, napi_id, queue_mapping and skbaddr at the same place in their records
-// (DECLARE_EVENT_CLASS net_dev_rx_verbose_template).
 static always_inline int rx_entry(void *ctx) {
     return rx_seen(ctx, OFF_GRO_SKB, OFF_GRO_NAME, 1);
 }
@@ -454,7 +497,7 @@ SEC("tracepoint/net/netif_receive_skb")
 int rcv_core(void *ctx) {
     struct cpu_state *s = state();
     if (s)
-        s->cur_skb = rd64(base(ctx), OFF_RCV_SKB);
+        s->cur_skb = rd64(ctx, OFF_RCV_SKB);
     return 0;
 }
 
@@ -463,8 +506,7 @@ int data_ready(void *ctx) {
     struct cpu_state *s = state();
     if (!s || !s->cur_skb)
         return 0;
-    __u64 skb = s->cur_skb;
-    struct skb_info *info = bpf_map_lookup_elem(&skbs, &skb);
+    struct skb_info *info = skb_slot(s->cur_skb);
     if (!info || info->enq_ts)
         return 0;
     __u64 now = bpf_ktime_get_ns();
@@ -475,19 +517,19 @@ int data_ready(void *ctx) {
     k.napi_id = info->napi_id;
     __builtin_memcpy(k.dev, info->dev, sizeof(k.dev));
     record(&k, now - info->rx_ts, 0);
-    __u64 b = base(ctx);
-    if (rd16(b, OFF_READY_PROTO) != 17)
+    if (rd16(ctx, OFF_READY_PROTO) != 17)
         return 0;
-    // UDP: timed per socket from here (see RESIDENCE); the skb entry is done with.
-    __u64 sk = rd64(b, OFF_READY_SK);
-    struct sockq *q = bpf_map_lookup_elem(&socks, &sk);
-    if (!q) {
-        struct sockq fresh;
-        __builtin_memset(&fresh, 0, sizeof(fresh));
-        bpf_map_update_elem(&socks, &sk, &fresh, BPF_NOEXIST);
-        q = bpf_map_lookup_elem(&socks, &sk);
-        if (!q)
-            goto out;
+    // UDP: timed per socket from here (see RESIDENCE); the skb slot is done with.
+    info->skb = 0;
+    __u64 sk = rd64(ctx, OFF_READY_SK);
+    __u32 i = slot_of(sk, NSOCKS);
+    struct sockq *q = bpf_map_lookup_elem(&socks, &i);
+    if (!q)
+        return 0;
+    if (q->sk != sk) {
+        q->sk = sk;
+        q->head = 0;
+        q->tail = 0;
     }
     // Full: the oldest waiting datagram is forgotten (counted), not the newest.
     if (q->tail - q->head >= SOCKQ) {
@@ -501,8 +543,6 @@ int data_ready(void *ctx) {
     sl->rx_cpu = k.cpu;
     __builtin_memcpy(q->dev, k.dev, sizeof(q->dev));
     q->tail++;
-out:
-    bpf_map_delete_elem(&skbs, &skb);
     return 0;
 }
 
@@ -510,16 +550,16 @@ out:
 
 SEC("tracepoint/sock/sock_recv_length")
 int recv_length(void *ctx) {
-    __u64 b = base(ctx);
-    if (rd16(b, OFF_RECV_PROTO) != 17)
+    if (rd16(ctx, OFF_RECV_PROTO) != 17)
         return 0;
-    int ret = (int)rd32(b, OFF_RECV_RET);
-    int flags = (int)rd32(b, OFF_RECV_FLAGS);
+    int ret = (int)rd32(ctx, OFF_RECV_RET);
+    int flags = (int)rd32(ctx, OFF_RECV_FLAGS);
     if (ret <= 0 || (flags & MSG_PEEK))
         return 0;
-    __u64 sk = rd64(b, OFF_RECV_SK);
-    struct sockq *q = bpf_map_lookup_elem(&socks, &sk);
-    if (!q || q->head == q->tail)
+    __u64 sk = rd64(ctx, OFF_RECV_SK);
+    __u32 i = slot_of(sk, NSOCKS);
+    struct sockq *q = bpf_map_lookup_elem(&socks, &i);
+    if (!q || q->sk != sk || q->head == q->tail)
         return 0;
     struct slot *sl = &q->slots[q->head % SOCKQ];
     struct hkey k;
@@ -534,8 +574,7 @@ int recv_length(void *ctx) {
 
 SEC("tracepoint/skb/skb_copy_datagram_iovec")
 int copy(void *ctx) {
-    __u64 skb = rd64(base(ctx), OFF_COPY_SKB);
-    struct skb_info *info = bpf_map_lookup_elem(&skbs, &skb);
+    struct skb_info *info = skb_slot(rd64(ctx, OFF_COPY_SKB));
     if (!info)
         return 0;
     if (info->enq_ts) {
@@ -546,7 +585,7 @@ int copy(void *ctx) {
         __builtin_memcpy(k.dev, info->dev, sizeof(k.dev));
         record(&k, bpf_ktime_get_ns() - info->enq_ts, 0);
     }
-    bpf_map_delete_elem(&skbs, &skb);
+    info->skb = 0;
     return 0;
 }
 
@@ -575,21 +614,21 @@ static always_inline void count_drop(__u32 reason, __u16 cpu, __u16 queue, const
 
 SEC("tracepoint/skb/kfree_skb")
 int kfree(void *ctx) {
-    __u64 skb = rd64(base(ctx), OFF_FREE_SKB);
-    struct skb_info *info = bpf_map_lookup_elem(&skbs, &skb);
+    struct skb_info *info = skb_slot(rd64(ctx, OFF_FREE_SKB));
     if (!info)
         return 0;
     char dev[16];
     __builtin_memcpy(dev, info->dev, sizeof(dev));
-    count_drop(rd32(base(ctx), OFF_FREE_REASON), info->rx_cpu, info->queue, dev);
-    bpf_map_delete_elem(&skbs, &skb);
+    count_drop(rd32(ctx, OFF_FREE_REASON), info->rx_cpu, info->queue, dev);
+    info->skb = 0;
     return 0;
 }
 
 SEC("tracepoint/skb/consume_skb")
 int consume(void *ctx) {
-    __u64 skb = rd64(base(ctx), OFF_CONSUME_SKB);
-    bpf_map_delete_elem(&skbs, &skb);
+    struct skb_info *info = skb_slot(rd64(ctx, OFF_CONSUME_SKB));
+    if (info)
+        info->skb = 0;
     return 0;
 }
 
@@ -609,7 +648,7 @@ SEC("tracepoint/sched/sched_wakeup")
 int wakeup(void *ctx) {
     if (!WATCH_PID)
         return 0;
-    __u32 pid = rd32(base(ctx), OFF_WAKE_PID);
+    __u32 pid = rd32(ctx, OFF_WAKE_PID);
     __u64 *ts = bpf_map_lookup_elem(&threads, &pid);
     if (ts)
         *ts = bpf_ktime_get_ns();
@@ -620,7 +659,7 @@ SEC("tracepoint/sched/sched_switch")
 int sched_switch(void *ctx) {
     if (!WATCH_PID)
         return 0;
-    __u32 pid = rd32(base(ctx), OFF_SWITCH_NEXT_PID);
+    __u32 pid = rd32(ctx, OFF_SWITCH_NEXT_PID);
     __u64 *ts = bpf_map_lookup_elem(&threads, &pid);
     if (!ts || !*ts)
         return 0;

@@ -156,9 +156,12 @@ pub fn run(
         let next = last + opts.interval;
         let end = opts.duration.map(|d| started + d);
         let until = end.map_or(next, |e| e.min(next));
+        // A stop (a signal) ends the interval early: what it counted is still reported.
+        let mut stopped = false;
         while Instant::now() < until {
             if stop() {
-                return Ok(());
+                stopped = true;
+                break;
             }
             std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
         }
@@ -179,7 +182,7 @@ pub fn run(
         );
         emit(&Message::Interval(iv)).map_err(io)?;
         last = now;
-        if end.is_some_and(|e| now >= e) || stop() {
+        if stopped || end.is_some_and(|e| now >= e) || stop() {
             return Ok(());
         }
     }
