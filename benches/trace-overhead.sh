@@ -2,6 +2,8 @@
 # What `netsteer trace` costs, beside the same runs without it, alternated pair by pair, on the
 # veth link of `netsteer lab with` (benches/lib.sh), and the cross-check of its receive-path
 # time against the echo bench's own kernel split:
+# Three cases: plain (no trace), traced (`netsteer trace` as it runs by default: per-packet
+# programs attached for 1 s of each 10 s interval) and full (`--duty 100`, every packet).
 #   - udp-echo round trip p50 (client CPU 0, server CPU 1, 32 B, blocking): traced ÷ untraced
 #     (target <= 1.05);
 #   - the machine's CPU per echo (busy time of every CPU from /proc/stat over the echo run,
@@ -10,8 +12,9 @@
 #     traced ÷ untraced (>= 0.95);
 #   - cross-check: the client's `rx_delivery_p50_ns` (SO_TIMESTAMPING, "packet=": the kernel's
 #     receive timestamp to the application's read) beside trace's stack + residence p50 of the
-#     client's device (v0a) in the same traced runs.
+#     client's device (v0a) in the same full runs.
 # Prints each pair, then min/median/max of every ratio.
+# The window falls at random in its interval, so runs should be long beside 10 s.
 # Usage: benches/trace-overhead.sh [SECONDS_PER_RUN (3)] [PAIRS (5)]. Needs root, iperf3.
 set -euo pipefail
 secs=${1:-3}
@@ -43,10 +46,11 @@ flood_run() { # $1 tag
   ip netns exec "$nsa" taskset -c 0 iperf3 -c "$server_addr" -u -b 0 -l 64 -t "$secs" > /dev/null 2>&1 || true
   wait "$s" 2>/dev/null || true
 }
-case_run() { # $1 traced|plain, $2 pair number
-  local tag="$1.$2"
-  if [ "$1" = traced ]; then
-    "$bin" trace --json --interval 60 > "$out/$tag.trace" 2>/dev/null &
+case_run() { # $1 plain|traced|full, $2 pair number
+  local tag="$1.$2" duty=
+  case $1 in traced) duty=10 ;; full) duty=100 ;; esac
+  if [ -n "$duty" ]; then
+    "$bin" trace --json --duty "$duty" > "$out/$tag.trace" 2>/dev/null &
     tracer=$!
     sleep 2
   fi
@@ -56,7 +60,8 @@ case_run() { # $1 traced|plain, $2 pair number
 }
 echo "machine: $(nproc) CPUs, $(uname -r); $pairs pairs of ${secs} s runs, order alternated"
 for i in $(seq 1 "$pairs"); do
-  if [ $((i % 2)) = 1 ]; then case_run plain "$i"; case_run traced "$i"; else case_run traced "$i"; case_run plain "$i"; fi
+  if [ $((i % 2)) = 1 ]; then order="plain traced full"; else order="full traced plain"; fi
+  for c in $order; do case_run "$c" "$i"; done
 done
 python3 - "$out" "$pairs" "$va" <<'PY'
 import json, statistics, sys
@@ -85,17 +90,21 @@ def traced_split(tag):
         n = sum(r["count"] for r in rs)
         return sum(r["p50"] * r["count"] for r in rs) / n if n else None
     return p50("stack"), p50("residence")
-ratios = {"p50": [], "cpu": [], "flood": []}
-print(f"{'pair':>4} {'p50 plain':>10} {'traced':>10} {'cpu/echo plain':>15} {'traced':>10} {'flood pps plain':>16} {'traced':>10} {'packet= p50':>12} {'trace stack+res':>16}")
+ratios = {(m, k): [] for m in ("traced", "full") for k in ("p50", "cpu", "flood")}
+print(f"{'pair':>4} {'case':>6} {'echo p50':>9} {'cpu/echo':>9} {'flood pkts':>10} {'packet= p50':>12} {'trace stack+res':>16}")
 for i in range(1, pairs + 1):
     pp, pc, _ = echo(f"plain.{i}")
-    tp, tc, rx = echo(f"traced.{i}")
-    fp, ft = flood(f"plain.{i}") / 1.0, flood(f"traced.{i}") / 1.0
-    stack, res = traced_split(f"traced.{i}")
-    both = (stack or 0) + (res or 0)
-    ratios["p50"].append(tp / pp); ratios["cpu"].append(tc / pc); ratios["flood"].append(ft / fp)
-    print(f"{i:>4} {pp/1e3:9.1f}u {tp/1e3:9.1f}u {pc/1e3:14.2f}u {tc/1e3:9.2f}u {fp:16.0f} {ft:10.0f} {(rx or 0)/1e3:11.1f}u {both/1e3:15.1f}u")
-for k, target in [("p50", "<= 1.05"), ("cpu", "<= 1.10"), ("flood", ">= 0.95")]:
-    r = ratios[k]
-    print(f"traced/plain {k:<6} min {min(r):.3f} median {statistics.median(r):.3f} max {max(r):.3f}  (target {target})")
+    fp = flood(f"plain.{i}")
+    print(f"{i:>4} {'plain':>6} {pp/1e3:8.1f}u {pc/1e3:8.2f}u {fp:10.0f}")
+    for m in ("traced", "full"):
+        tp, tc, rx = echo(f"{m}.{i}")
+        ft = flood(f"{m}.{i}")
+        stack, res = traced_split(f"{m}.{i}")
+        both = (stack or 0) + (res or 0)
+        ratios[(m, "p50")].append(tp / pp); ratios[(m, "cpu")].append(tc / pc); ratios[(m, "flood")].append(ft / fp)
+        print(f"{i:>4} {m:>6} {tp/1e3:8.1f}u {tc/1e3:8.2f}u {ft:10.0f} {(rx or 0)/1e3:11.1f}u {both/1e3:15.1f}u")
+for m in ("traced", "full"):
+    for k, target in [("p50", "<= 1.05"), ("cpu", "<= 1.10"), ("flood", ">= 0.95")]:
+        r = ratios[(m, k)]
+        print(f"{m}/plain {k:<6} min {min(r):.3f} median {statistics.median(r):.3f} max {max(r):.3f}  (target {target})")
 PY

@@ -40,7 +40,7 @@ fn our_programs() -> Vec<String> {
         "napi_poll",
         "gro_entry",
         "data_ready",
-        "recv_length",
+        "consume",
     ];
     text.lines()
         .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1))
@@ -56,12 +56,15 @@ fn tracefs_mounted() -> bool {
         .any(|l| l.split_whitespace().nth(1) == Some("/sys/kernel/tracing"))
 }
 
-/// `netsteer trace --json` for `seconds` while `during` runs; its messages.
+/// `netsteer trace --json --duty 100` (every packet) for `seconds` while `during` runs; its
+/// messages.
 fn trace_json(seconds: u32, during: impl FnOnce()) -> (Start, Vec<Interval>) {
     let child = Command::new(BIN)
         .args([
             "trace",
             "--json",
+            "--duty",
+            "100",
             "--interval",
             &seconds.to_string(),
             "--duration",
@@ -215,7 +218,7 @@ fn a_sigkilled_trace_leaves_no_program_attached() {
     }
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut child = Command::new(BIN)
-        .args(["trace", "--json"])
+        .args(["trace", "--json", "--duty", "100"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -244,6 +247,8 @@ fn bad_flags_and_devices_are_named() {
     for (args, needle) in [
         (vec!["trace", "--interval", "0"], "--interval"),
         (vec!["trace", "--top", "0"], "--top"),
+        (vec!["trace", "--duty", "0"], "--duty"),
+        (vec!["trace", "--duty", "101"], "--duty"),
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -298,6 +303,93 @@ fn a_sleeping_reader_moves_socket_residence_and_nothing_else() {
         moved >= 5.0 * stack_moved,
         "stack moved by {stack_moved} ns, residence by {moved}"
     );
+}
+
+/// The default trace samples: its per-packet programs are attached in one window of each
+/// interval, and no time is taken from a start in one window to an end in another (the
+/// programs drop a start older than the window). A steady reader that sleeps 1 ms: every
+/// residence fits in a window, and the counts are about the window's share of the datagrams.
+#[test]
+fn a_sampled_trace_times_inside_its_windows_only() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let dev = "v0b";
+    let until = Instant::now() + Duration::from_millis(4800);
+    let r = receiver(&pair, 6004, Duration::from_millis(1), until);
+    let sender = std::thread::spawn({
+        let pair_client = pair.client.path().to_string();
+        move || {
+            let to: SocketAddr = format!("{}:6004", netsteer_lab::pair::SERVER_ADDR)
+                .parse()
+                .unwrap();
+            common::in_netns(&pair_client, || {
+                let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+                while Instant::now() < until {
+                    s.send_to(&[7u8; 32], to).unwrap();
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+            });
+        }
+    });
+    let out = Command::new(BIN)
+        .args([
+            "trace",
+            "--json",
+            "--duty",
+            "25",
+            "--interval",
+            "1",
+            "--duration",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    sender.join().unwrap();
+    r.join().unwrap().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let start: Start = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(start.duty, 0.25);
+    let intervals: Vec<Interval> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(intervals.len() >= 3, "{intervals:?}");
+    for iv in &intervals {
+        // The window, and the detach that closes it (tens of ms), not the whole interval.
+        assert!(
+            iv.traced_s > 0.2 && iv.traced_s < 0.6 && iv.traced_s < iv.interval_s,
+            "traced {} s of {} s",
+            iv.traced_s,
+            iv.interval_s
+        );
+        let longest = iv
+            .stages
+            .iter()
+            .filter(|r| r.stage.is_time())
+            .map(|r| r.max)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            (longest as f64) < iv.traced_s * 1e9,
+            "a {longest} ns sample is longer than its window ({} s)",
+            iv.traced_s
+        );
+    }
+    let (res, _, _) = stage_of(&intervals, Stage::Residence, dev);
+    let sent_in_windows: f64 = intervals.iter().map(|i| i.traced_s).sum::<f64>() / 0.0005;
+    // Datagrams go out every 0.5 ms or more slowly (the sender sleeps): at most the windows'
+    // share of them, and far more than none.
+    assert!(
+        res > 200 && (res as f64) <= sent_in_windows * 1.1,
+        "{res} residences in windows that saw at most {sent_in_windows:.0} datagrams"
+    );
+    assert!(our_programs().is_empty(), "{:?}", our_programs());
 }
 
 /// `doctor --trace`: the same sleeping reader (3 ms naps) is named as an application that reads

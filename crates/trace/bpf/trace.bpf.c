@@ -14,12 +14,19 @@
 //   RESIDENCE       sk_data_ready -> the application's copy of that skb (TCP: the skb's
 //                   skb_copy_datagram_iovec; UDP copies a linear skb without that event, so
 //                   a socket's datagrams are timed first-in first-out up to its recvmsg
-//                   return, sock_recv_length)
+//                   return, sock_recv_length. Not UDP's consume_skb: on Linux 6.18 it came
+//                   about a round trip late for a datagram read on another CPU than the one
+//                   that allocated it, which frees it in its own next NET_RX softirq
+//                   (skb_attempt_defer_free): an echo's residence read 75 us, not 30)
 //   WAKEUP          sched_wakeup -> sched_switch of a thread of --pid
 // and drops by reason (kfree_skb of a received skb, udp_fail_queue_rcv_skb,
 // sock_rcvqueue_full).
 //
 // Bounds: every map has a fixed size; an skb that is never copied is overwritten in its slot.
+//
+// Sampling: user space may attach these programs for a window of each interval only. A time
+// whose start was taken before the current window opened (ctl[0]) is not a sample: its end
+// may belong to a later window, with the events between them unseen.
 
 typedef unsigned char __u8;
 typedef unsigned short __u16;
@@ -135,13 +142,14 @@ struct slot {
 
 struct sockq {
     __u64 sk;          // the socket this slot holds now (0: none)
+    __u64 opened;      // the window its queue was started in (ctl[0] then)
     __u32 head;        // next to read
     __u32 tail;        // next to write
     struct slot slots[SOCKQ];
     char dev[16];
 };
 
-// Fixed tables indexed by a hash of the kernel address, not hash maps: an array lookup is an
+// A fixed table indexed by a hash of the skb's address, not a hash map: an array lookup is an
 // inlined bounds check, where a hash or LRU map update on every packet cost a flood a third of
 // its rate. A slot taken over by another skb or socket (a collision) loses that one sample.
 #define NSOCKS 16384
@@ -225,6 +233,20 @@ struct {
     __type(key, __u32);
     __type(value, __u64);
 } threads SEC(".maps");
+
+// ctl[0]: when the current sampling window opened (bpf_ktime_get_ns), set by user space.
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64);
+} ctl SEC(".maps");
+
+static always_inline __u64 window_start(void) {
+    __u32 z = 0;
+    __u64 *w = bpf_map_lookup_elem(&ctl, &z);
+    return w ? *w : 0;
+}
 
 // Events lost to full maps, by map: 0 hist, 1 drops.
 struct {
@@ -388,7 +410,7 @@ int softirq_entry(void *ctx) {
         return 0;
     __u64 now = bpf_ktime_get_ns();
     __u32 cpu = bpf_get_smp_processor_id();
-    if (s->raise_ts) {
+    if (s->raise_ts && s->raise_ts >= window_start()) {
         struct hkey k;
         key_of(&k, IRQ_TO_SOFTIRQ, cpu);
         k.irq = s->raise_irq;
@@ -408,6 +430,10 @@ int softirq_exit(void *ctx) {
     struct cpu_state *s = state();
     if (!s || !s->softirq_ts)
         return 0;
+    if (s->softirq_ts < window_start()) {
+        s->softirq_ts = 0;
+        return 0;
+    }
     struct hkey k;
     key_of(&k, SOFTIRQ_RUN, bpf_get_smp_processor_id());
     record(&k, bpf_ktime_get_ns() - s->softirq_ts, 0);
@@ -430,7 +456,7 @@ int napi_poll(void *ctx) {
     __builtin_memcpy(k.dev, s->poll_dev, sizeof(k.dev));
     record(&k, work > 0 ? (__u64)work : 0, (budget > 0 && work >= budget) ? 1 : 0);
     // Only polls inside a NET_RX softirq have a start mark (busy polls run elsewhere).
-    if (s->softirq_ts && s->poll_mark) {
+    if (s->softirq_ts && s->poll_mark && s->poll_mark >= window_start()) {
         k.stage = POLL_TIME;
         record(&k, now - s->poll_mark, 0);
         s->poll_mark = now;
@@ -509,6 +535,10 @@ int data_ready(void *ctx) {
     struct skb_info *info = skb_slot(s->cur_skb);
     if (!info || info->enq_ts)
         return 0;
+    if (info->rx_ts < window_start()) {
+        info->skb = 0;
+        return 0;
+    }
     __u64 now = bpf_ktime_get_ns();
     info->enq_ts = now;
     struct hkey k;
@@ -526,8 +556,11 @@ int data_ready(void *ctx) {
     struct sockq *q = bpf_map_lookup_elem(&socks, &i);
     if (!q)
         return 0;
-    if (q->sk != sk) {
+    // A queue is started afresh in each window: what was queued before it is unknown.
+    __u64 ws = window_start();
+    if (q->sk != sk || q->opened != ws) {
         q->sk = sk;
+        q->opened = ws;
         q->head = 0;
         q->tail = 0;
     }
@@ -547,19 +580,28 @@ int data_ready(void *ctx) {
 }
 
 #define MSG_PEEK 2
+#define EAGAIN 11
 
+// A datagram read: the oldest this socket's queue holds. Datagrams queued before the window
+// opened are not in it: reading them pops ours early (residence too short) until the socket's
+// queue empties, when ours is empty too (a pop of an empty queue is no sample), or until a
+// non-blocking read finds it empty (-EAGAIN), which starts it afresh.
 SEC("tracepoint/sock/sock_recv_length")
 int recv_length(void *ctx) {
     if (rd16(ctx, OFF_RECV_PROTO) != 17)
         return 0;
     int ret = (int)rd32(ctx, OFF_RECV_RET);
     int flags = (int)rd32(ctx, OFF_RECV_FLAGS);
-    if (ret <= 0 || (flags & MSG_PEEK))
-        return 0;
     __u64 sk = rd64(ctx, OFF_RECV_SK);
     __u32 i = slot_of(sk, NSOCKS);
     struct sockq *q = bpf_map_lookup_elem(&socks, &i);
-    if (!q || q->sk != sk || q->head == q->tail)
+    if (!q || q->sk != sk || q->opened != window_start())
+        return 0;
+    if (ret == -EAGAIN) {
+        q->head = q->tail;
+        return 0;
+    }
+    if (ret <= 0 || (flags & MSG_PEEK) || q->head == q->tail)
         return 0;
     struct slot *sl = &q->slots[q->head % SOCKQ];
     struct hkey k;
@@ -572,12 +614,9 @@ int recv_length(void *ctx) {
     return 0;
 }
 
-SEC("tracepoint/skb/skb_copy_datagram_iovec")
-int copy(void *ctx) {
-    struct skb_info *info = skb_slot(rd64(ctx, OFF_COPY_SKB));
-    if (!info)
-        return 0;
-    if (info->enq_ts) {
+// The application has the skb's data: RESIDENCE ends.
+static always_inline void residence(struct skb_info *info) {
+    if (info->enq_ts && info->enq_ts >= window_start()) {
         struct hkey k;
         key_of(&k, RESIDENCE, info->rx_cpu);
         k.queue = info->queue;
@@ -586,6 +625,13 @@ int copy(void *ctx) {
         record(&k, bpf_ktime_get_ns() - info->enq_ts, 0);
     }
     info->skb = 0;
+}
+
+SEC("tracepoint/skb/skb_copy_datagram_iovec")
+int copy(void *ctx) {
+    struct skb_info *info = skb_slot(rd64(ctx, OFF_COPY_SKB));
+    if (info)
+        residence(info);
     return 0;
 }
 
@@ -615,7 +661,9 @@ static always_inline void count_drop(__u32 reason, __u16 cpu, __u16 queue, const
 SEC("tracepoint/skb/kfree_skb")
 int kfree(void *ctx) {
     struct skb_info *info = skb_slot(rd64(ctx, OFF_FREE_SKB));
-    if (!info)
+    // A slot from before the window may name an skb whose address was reused since, unseen:
+    // only a slot of this window says the freed skb was a received one.
+    if (!info || info->rx_ts < window_start())
         return 0;
     char dev[16];
     __builtin_memcpy(dev, info->dev, sizeof(dev));
@@ -663,6 +711,10 @@ int sched_switch(void *ctx) {
     __u64 *ts = bpf_map_lookup_elem(&threads, &pid);
     if (!ts || !*ts)
         return 0;
+    if (*ts < window_start()) {
+        *ts = 0;
+        return 0;
+    }
     struct hkey k;
     key_of(&k, WAKEUP, bpf_get_smp_processor_id());
     record(&k, bpf_ktime_get_ns() - *ts, 0);

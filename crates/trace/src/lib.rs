@@ -139,6 +139,9 @@ pub struct Interval {
     pub kind: String,
     pub seq: u64,
     pub interval_s: f64,
+    /// How long the per-packet programs were attached in the interval (`--duty`): the counts
+    /// cover this time; a rate is a count over it.
+    pub traced_s: f64,
     pub stages: Vec<StageRow>,
     pub drops: Vec<DropRow>,
     /// Events not counted because a map was full (the maps are bounded).
@@ -151,6 +154,8 @@ pub struct Start {
     #[serde(rename = "type")]
     pub kind: String,
     pub interval_s: f64,
+    /// The share of each interval the per-packet programs are attached (1: all of it).
+    pub duty: f64,
     pub devices: Vec<String>,
     pub unavailable: Vec<Unavailable>,
 }
@@ -225,6 +230,7 @@ pub fn interval(
     shape: &Shape,
     seq: u64,
     interval_s: f64,
+    traced_s: f64,
 ) -> Interval {
     let wanted = |dev: &Option<String>| {
         shape.devices.is_empty() || dev.as_ref().is_none_or(|d| shape.devices.contains(d))
@@ -277,6 +283,7 @@ pub fn interval(
         kind: "interval".into(),
         seq,
         interval_s,
+        traced_s,
         stages,
         drops,
         lost_events: reading.lost_events,
@@ -294,9 +301,14 @@ fn us(v: Option<u64>, time: bool) -> String {
 /// An interval as text: a line per row, grouped by stage.
 pub fn text(iv: &Interval) -> Vec<String> {
     let mut out = vec![format!(
-        "--- interval {} ({:.2} s){}",
+        "--- interval {} ({:.2} s{}){}",
         iv.seq,
         iv.interval_s,
+        if iv.traced_s + 1e-3 < iv.interval_s {
+            format!(", sampled {:.2} s", iv.traced_s)
+        } else {
+            String::new()
+        },
         if iv.lost_events > 0 {
             format!("  ({} events lost to full maps)", iv.lost_events)
         } else {
@@ -430,7 +442,7 @@ mod tests {
             top: 4,
             irq_names: BTreeMap::new(),
         };
-        let iv = interval(&reading, &reasons, &shape, 1, 1.0);
+        let iv = interval(&reading, &reasons, &shape, 1, 1.0, 1.0);
         let stack: Vec<&StageRow> = iv
             .stages
             .iter()

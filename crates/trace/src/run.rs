@@ -14,6 +14,8 @@ pub struct RunOptions {
     pub duration: Option<Duration>,
     pub pid: Option<u32>,
     pub top: usize,
+    /// The share of each interval the per-packet programs are attached, in (0, 1].
+    pub duty: f64,
 }
 
 /// One message of the run.
@@ -50,8 +52,9 @@ pub struct TraceArgs {
     /// Stop after this many seconds (default: until interrupted).
     #[arg(long, value_name = "S", value_parser = seconds)]
     pub duration: Option<Duration>,
-    /// Seconds per interval (above 0, at most 3600).
-    #[arg(long, default_value = "1", value_name = "S", value_parser = seconds)]
+    /// Seconds per interval (above 0, at most 3600). With --duty below 100 each interval has
+    /// one window of duty x interval: 1 s at the defaults.
+    #[arg(long, default_value = "10", value_name = "S", value_parser = seconds)]
     pub interval: Duration,
     /// Also time the wake-up of this process's threads (sched_wakeup → sched_switch).
     #[arg(long, value_name = "PID")]
@@ -59,6 +62,13 @@ pub struct TraceArgs {
     /// At most this many rows per stage, busiest first (the rest folded into one).
     #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub top: u32,
+    /// Percent of each interval the per-packet programs are attached, in one window at a
+    /// random offset (1-100). Below 100 the latencies are a sample of the interval and the
+    /// counts cover the window only (`traced_s`); 100 traces every packet, at a cost a flood
+    /// feels (docs/trace.md, BENCHMARKS.md). Closing a window leaves the tracepoints
+    /// registered for about half a second: windows under a second cost more than they trace.
+    #[arg(long, default_value_t = 10, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub duty: u32,
     /// JSON Lines: a `start` message, then one `interval` per interval (docs/json.md).
     #[arg(long)]
     pub json: bool,
@@ -85,6 +95,7 @@ impl TraceArgs {
             duration: self.duration,
             pid: self.pid,
             top: self.top as usize,
+            duty: f64::from(self.duty) / 100.0,
         }
     }
 }
@@ -101,11 +112,13 @@ fn irq_names() -> BTreeMap<u32, String> {
         .collect()
 }
 
-/// Traces for `seconds` and returns every row, nothing folded: what `doctor --trace` gives its
-/// rules.
+/// Traces every packet for `seconds` and returns every row, nothing folded: what `doctor
+/// --trace` gives its rules (a short look, so no sampling).
 pub fn collect(seconds: Duration) -> Result<Interval, TraceError> {
     let mut session = Session::start(&Options::default())?;
+    session.resume()?;
     std::thread::sleep(seconds);
+    session.pause();
     let reading = session.read()?;
     let shape = Shape {
         devices: Vec::new(),
@@ -117,6 +130,7 @@ pub fn collect(seconds: Duration) -> Result<Interval, TraceError> {
         &session.reasons,
         &shape,
         1,
+        seconds.as_secs_f64(),
         seconds.as_secs_f64(),
     ))
 }
@@ -133,11 +147,18 @@ pub fn run(
             return Err(TraceError::Setup(format!("--dev {d}: no such interface")));
         }
     }
+    if !(opts.duty > 0.0 && opts.duty <= 1.0) {
+        return Err(TraceError::Setup(format!(
+            "--duty {}: a percentage above 0 and at most 100",
+            opts.duty * 100.0
+        )));
+    }
     let mut session = Session::start(&Options { pid: opts.pid })?;
     let io = |e: std::io::Error| TraceError::Setup(format!("writing the output: {e}"));
     emit(&Message::Start(Start {
         kind: "start".into(),
         interval_s: opts.interval.as_secs_f64(),
+        duty: opts.duty,
         devices: opts.devices.clone(),
         unavailable: session
             .unavailable
@@ -150,22 +171,43 @@ pub fn run(
     }))
     .map_err(io)?;
     let started = Instant::now();
+    let full = opts.duty >= 1.0;
+    if full {
+        session.resume()?;
+    }
     let mut last = started;
     let mut seq = 0;
+    let mut rng = Lcg::seeded();
     loop {
         let next = last + opts.interval;
         let end = opts.duration.map(|d| started + d);
         let until = end.map_or(next, |e| e.min(next));
+        // The sampling window: duty x the interval, placed at random in it so that nothing
+        // periodic is always missed (or always caught).
+        let span = until.saturating_duration_since(last);
+        let window = span.mul_f64(opts.duty);
+        let open_at = last + (span - window).mul_f64(rng.unit());
+        let mut traced = if full { span } else { Duration::ZERO };
         // A stop (a signal) ends the interval early: what it counted is still reported.
         let mut stopped = false;
-        while Instant::now() < until {
-            if stop() {
-                stopped = true;
-                break;
+        if !full {
+            stopped = sleep_until(open_at, stop);
+            if !stopped {
+                // After the attach (which first waits for the last window's detaches).
+                session.resume()?;
+                let opened = Instant::now();
+                stopped = sleep_until(opened + window, stop);
+                session.pause();
+                traced = opened.elapsed();
             }
-            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
+        }
+        if !stopped {
+            stopped = sleep_until(until, stop);
         }
         let now = Instant::now();
+        if full {
+            traced = now - last;
+        }
         let reading = session.read()?;
         seq += 1;
         let shape = Shape {
@@ -179,11 +221,48 @@ pub fn run(
             &shape,
             seq,
             (now - last).as_secs_f64(),
+            traced.as_secs_f64(),
         );
         emit(&Message::Interval(iv)).map_err(io)?;
         last = now;
         if stopped || end.is_some_and(|e| now >= e) || stop() {
+            session.pause();
             return Ok(());
         }
+    }
+}
+
+/// Sleeps until `t` in steps short enough to notice `stop()`; true when stopped.
+fn sleep_until(t: Instant, stop: &dyn Fn() -> bool) -> bool {
+    loop {
+        if stop() {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= t {
+            return false;
+        }
+        std::thread::sleep((t - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Window placement only: no statistics rest on it (a 64-bit LCG, Knuth's MMIX constants).
+struct Lcg(u64);
+
+impl Lcg {
+    fn seeded() -> Lcg {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Lcg(t ^ u64::from(std::process::id()) << 32)
+    }
+
+    /// A number in [0, 1).
+    fn unit(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
 }

@@ -10,6 +10,7 @@ use crate::hist::{Hist, NBUCKETS};
 use crate::{Stage, TraceError};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use aya::programs::TracePoint;
+use aya::programs::trace_point::TracePointLinkId;
 use aya::{Ebpf, EbpfLoader};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -235,9 +236,23 @@ pub struct Options {
     pub pid: Option<u32>,
 }
 
+/// Hooks attached for the whole session, not only in sampling windows: they fire per dropped
+/// packet, not per packet, and a drop count is wanted whole. (kfree_skb needs the window's skb
+/// table to tell a received skb from any other: it is sampled with the rest.)
+const ALWAYS: &[&str] = &["udp_fail", "rcvqueue_full"];
+
+/// The scheduler's hooks fire on every context switch of the machine: attached only for --pid.
+const SCHED: &[&str] = &["wakeup", "sched_switch"];
+
 /// Loaded and attached programs, and the last values read (to report intervals).
 pub struct Session {
     ebpf: Ebpf,
+    /// The hooks attached only while sampling (`resume` .. `pause`), and their links when
+    /// attached.
+    sampled: Vec<&'static Hook>,
+    links: Vec<(&'static str, TracePointLinkId)>,
+    /// Detaches still finishing in the kernel (see `pause`).
+    detaching: Vec<std::thread::JoinHandle<()>>,
     /// Stages that cannot run on this kernel, with why.
     pub unavailable: Vec<(Stage, String)>,
     /// `reason number → name` of skb drop reasons, from kfree_skb's format.
@@ -421,7 +436,11 @@ impl Session {
             let mut ebpf = loader
                 .load(OBJECT)
                 .map_err(|e| TraceError::Bpf(format!("loading the programs: {}", chain(&e))))?;
+            let mut sampled = Vec::new();
             for h in HOOKS.iter().filter(|h| present.contains(&h.program)) {
+                if SCHED.contains(&h.program) && opts.pid.is_none() {
+                    continue;
+                }
                 let prog: &mut TracePoint = ebpf
                     .program_mut(h.program)
                     .ok_or_else(|| {
@@ -436,20 +455,20 @@ impl Session {
                         chain(&e)
                     ))
                 })?;
-                prog.attach(h.group, h.event).map_err(|e| {
-                    TraceError::Bpf(format!(
-                        "attaching to {}:{}: {}",
-                        h.group,
-                        h.event,
-                        chain(&e)
-                    ))
-                })?;
+                if ALWAYS.contains(&h.program) {
+                    attach(prog, h)?;
+                } else {
+                    sampled.push(h);
+                }
             }
             let reasons = read_format("skb", "kfree_skb")
                 .map(|t| drop_reasons(&t))
                 .unwrap_or_default();
             let mut session = Session {
                 ebpf,
+                sampled,
+                links: Vec::new(),
+                detaching: Vec::new(),
                 unavailable,
                 reasons,
                 last: BTreeMap::new(),
@@ -461,6 +480,53 @@ impl Session {
             }
             Ok(session)
         })
+    }
+
+    /// Opens a sampling window: every per-packet hook is attached from now until `pause`.
+    /// Times begun before this call are not sampled (the programs compare with ctl[0]).
+    pub fn resume(&mut self) -> Result<(), TraceError> {
+        if !self.links.is_empty() {
+            return Ok(());
+        }
+        // The last window's hooks must be gone from the tracepoints before they come back.
+        for t in self.detaching.drain(..) {
+            let _ = t.join();
+        }
+        let bpf = |e: aya::maps::MapError| TraceError::Bpf(format!("ctl: {e}"));
+        let mut ctl: Array<&mut MapData, u64> = Array::try_from(
+            self.ebpf
+                .map_mut("ctl")
+                .ok_or_else(|| TraceError::Bpf("no map ctl".into()))?,
+        )
+        .map_err(bpf)?;
+        ctl.set(0, monotonic_ns(), 0).map_err(bpf)?;
+        let (ebpf, sampled) = (&mut self.ebpf, &self.sampled);
+        let links = with_tracefs(move || {
+            let mut links = Vec::new();
+            for h in sampled {
+                let prog: &mut TracePoint = ebpf
+                    .program_mut(h.program)
+                    .and_then(|p| p.try_into().ok())
+                    .ok_or_else(|| TraceError::Bpf(format!("no program {}", h.program)))?;
+                match attach(prog, h) {
+                    Ok(id) => links.push((h.program, id)),
+                    Err(e) => {
+                        detach_all(ebpf, links);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(links)
+        })?;
+        self.links = links;
+        Ok(())
+    }
+
+    /// Closes the sampling window: the per-packet programs stop running at once; their
+    /// tracepoints are unregistered in the background (see `detach_all`).
+    pub fn pause(&mut self) {
+        let links = std::mem::take(&mut self.links);
+        self.detaching.extend(detach_all(&mut self.ebpf, links));
     }
 
     /// Puts every thread of `pid` into the wake-up map.
@@ -551,12 +617,72 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    /// Returns once every hook is off its tracepoint.
+    fn drop(&mut self) {
+        self.pause();
+        for t in self.detaching.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
 /// One interval's counts, raw (keys as the BPF side has them).
 pub struct Reading {
     pub hists: Vec<(HKey, Hist)>,
     pub drops: Vec<(DKey, u64)>,
     /// Events not counted because a map was full.
     pub lost_events: u64,
+}
+
+fn attach(prog: &mut TracePoint, h: &Hook) -> Result<TracePointLinkId, TraceError> {
+    prog.attach(h.group, h.event).map_err(|e| {
+        TraceError::Bpf(format!(
+            "attaching to {}:{}: {}",
+            h.group,
+            h.event,
+            chain(&e)
+        ))
+    })
+}
+
+/// Detaching a hook takes two steps in the kernel: closing the BPF link takes the program off
+/// the tracepoint at once; closing the perf event, when it was the tracepoint's last, then
+/// unregisters the probe and waits for a grace period (perf_trace_event_unreg), about 40 ms a
+/// hook here and serialized between hooks, 0.6 s for all of them. Each link is dropped on a
+/// thread of its own, not waited for: the window closes when the programs are off, and the
+/// tracepoints cost nothing between windows once the threads are done (`resume` joins them).
+/// Keeping the probes registered between windows instead (an idle perf event on each) made
+/// the detach quick but cost a 64-byte flood 13 % of its rate between windows.
+fn detach_all(
+    ebpf: &mut Ebpf,
+    links: Vec<(&'static str, TracePointLinkId)>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut owned = Vec::new();
+    for (name, id) in links {
+        if let Some(prog) = ebpf
+            .program_mut(name)
+            .and_then(|p| <&mut TracePoint>::try_from(p).ok())
+            && let Ok(link) = prog.take_link(id)
+        {
+            owned.push(link);
+        }
+    }
+    owned
+        .into_iter()
+        .map(|link| std::thread::spawn(move || drop(link)))
+        .collect()
+}
+
+/// CLOCK_MONOTONIC in ns: bpf_ktime_get_ns's clock.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes into the timespec, which lives across the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// An error with every cause it carries (aya's own messages are terse on their own).
