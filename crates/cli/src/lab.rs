@@ -44,6 +44,10 @@ pub struct RunArgs {
     /// JSON Lines: one `run` message per workload run, then a `summary` (docs/json.md).
     #[arg(long)]
     json: bool,
+    /// Trace every packet of every run (root, BPF) and show per queue where the receive
+    /// path's time went; the trace's cost is in every variant alike (docs/lab.md).
+    #[arg(long, conflicts_with = "vm")]
+    trace: bool,
     /// Run seed-000's ladder between two QEMU guests (real virtio-net queues, interrupts
     /// and NAPI) instead of namespaces: each rung reports the NAPI id, where each queue's
     /// interrupts landed and whether busy polling engaged. Emulated (TCG): timings are not
@@ -129,13 +133,7 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
             let spec = netsteer_lab::vm::VmPairSpec::of(scn.vm, a.nic, a.kernel.clone());
             vm_ladder(&spec, a.repeat.unwrap_or(1), a.count, a.json)
         }
-        LabCommand::Run(a) => lab_run(
-            &a.scenario,
-            a.repeat,
-            a.duration,
-            a.report.as_deref(),
-            a.json,
-        ),
+        LabCommand::Run(a) => lab_run(a),
         LabCommand::With(w) => with(w),
         LabCommand::Clean => {
             let removed = netsteer_lab::clean_stale().context("lab clean")?;
@@ -155,18 +153,14 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
     }
 }
 
-fn lab_run(
-    scenario: &str,
-    repeat: Option<u32>,
-    duration: Option<args::Seconds>,
-    report: Option<&std::path::Path>,
-    json: bool,
-) -> Result<ExitCode> {
+fn lab_run(a: &RunArgs) -> Result<ExitCode> {
+    let (scenario, report, json) = (&a.scenario, a.report.as_deref(), a.json);
     // Before any thread starts: Ctrl-C or a kill takes the lab down before the process exits.
     netsteer_lab::clean_up_on_termination()?;
     let opts = netsteer_lab::run::RunOptions {
-        repeats: repeat,
-        duration_s: duration.map(|d| d.get().as_secs_f64()),
+        repeats: a.repeat,
+        duration_s: a.duration.map(|d| d.get().as_secs_f64()),
+        trace: a.trace,
     };
     let names = if scenario == "all" {
         netsteer_lab::scenario::list()?

@@ -162,6 +162,132 @@ fn cdf(tool: &str, summary: &Summary) -> String {
     s
 }
 
+/// Where the receive path's time went (`--trace`): per device and receive queue, one bar per
+/// variant stacking the mean stack time (the skb's entry to its socket) and the mean socket
+/// residence (the socket to the application's read); then the per-CPU softirq stages. Means,
+/// not medians, because means add up along a path.
+fn stage_bars(tool: &str, summary: &Summary) -> String {
+    use netsteer_trace::Stage;
+    let stats: Vec<(usize, &VariantStats)> = summary
+        .stats
+        .iter()
+        .filter(|s| s.tool == tool && !s.stages.is_empty())
+        .enumerate()
+        .collect();
+    if stats.is_empty() {
+        return String::new();
+    }
+    type Place = (Option<String>, Option<u32>);
+    // (device, queue) -> variant index -> (stack mean, residence mean), count-weighted over the
+    // CPUs that handled the queue.
+    let mut places: std::collections::BTreeMap<Place, Vec<(usize, f64, f64)>> =
+        std::collections::BTreeMap::new();
+    for (i, st) in &stats {
+        let mut acc: std::collections::BTreeMap<Place, [(f64, u64); 2]> =
+            std::collections::BTreeMap::new();
+        for r in &st.stages {
+            let slot = match r.stage {
+                Stage::Stack => 0,
+                Stage::Residence => 1,
+                _ => continue,
+            };
+            let e = acc.entry((r.dev.clone(), r.queue)).or_default();
+            e[slot].0 += r.mean * r.count as f64;
+            e[slot].1 += r.count;
+        }
+        for (place, [stack, res]) in acc {
+            let mean = |(sum, n): (f64, u64)| if n > 0 { sum / n as f64 } else { 0.0 };
+            places
+                .entry(place)
+                .or_default()
+                .push((*i, mean(stack), mean(res)));
+        }
+    }
+    let (w, left, bar_h, gap) = (640.0, 170.0, 16.0, 20.0);
+    let n_bars: usize = places.values().map(Vec::len).sum();
+    let h = 30.0 + gap * (n_bars + places.len()) as f64;
+    let top = places
+        .values()
+        .flatten()
+        .map(|(_, a, b)| a + b)
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
+    let x = |v: f64| (w - left - 120.0) * v / top;
+    let mut s = format!(
+        r##"<p>Where the receive path's time went (traced runs, means): <span style="color:#1971c2">■</span> stack, an skb's entry to its socket; <span style="color:#e8590c">■</span> residence, the socket to the application's read.</p><svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{} receive path per queue">"##,
+        esc(tool)
+    );
+    let mut y = 10.0;
+    for ((dev, queue), bars) in &places {
+        let name = format!(
+            "{} {}",
+            dev.as_deref().unwrap_or("-"),
+            queue.map_or("(backlog)".to_string(), |q| format!("rx-{q}"))
+        );
+        let _ = write!(
+            s,
+            r#"<text x="0" y="{:.1}" font-size="13" font-weight="bold">{}</text>"#,
+            y + 12.0,
+            esc(&name)
+        );
+        y += gap;
+        for (i, stack, res) in bars {
+            let (ws, wr) = (x(*stack), x(*res));
+            let label = &stats[*i].1.variant;
+            let _ = write!(
+                s,
+                r##"<text x="10" y="{ty:.1}" font-size="12" fill="{c}">{l}</text><rect x="{left}" y="{y:.1}" width="{ws:.1}" height="{bar_h}" fill="#1971c2"/><rect x="{x2:.1}" y="{y:.1}" width="{wr:.1}" height="{bar_h}" fill="#e8590c"/><text x="{tx:.1}" y="{ty:.1}" font-size="12">{a:.1} + {b:.1} µs</text>"##,
+                ty = y + 12.0,
+                c = color(*i),
+                l = esc(label),
+                x2 = left + ws,
+                tx = left + ws + wr + 6.0,
+                a = stack / 1e3,
+                b = res / 1e3,
+            );
+            y += gap;
+        }
+    }
+    s.push_str("</svg>");
+    s.push_str("<table><tr><th>variant</th><th>CPU</th><th>NET_RX wait mean / p99 µs</th><th>softirq run mean / p99 µs</th><th>softirqs</th></tr>");
+    for (_, st) in &stats {
+        let cpus: std::collections::BTreeSet<u32> = st
+            .stages
+            .iter()
+            .filter(|r| matches!(r.stage, Stage::IrqToSoftirq | Stage::SoftirqRun))
+            .filter_map(|r| r.cpu)
+            .collect();
+        for cpu in cpus {
+            let of = |stage: Stage| {
+                let rows: Vec<_> = st
+                    .stages
+                    .iter()
+                    .filter(|r| r.stage == stage && r.cpu == Some(cpu))
+                    .collect();
+                let n: u64 = rows.iter().map(|r| r.count).sum();
+                let mean =
+                    rows.iter().map(|r| r.mean * r.count as f64).sum::<f64>() / n.max(1) as f64;
+                let p99 = rows.iter().filter_map(|r| r.p99).max();
+                (n, mean, p99)
+            };
+            let (_, wm, wp) = of(Stage::IrqToSoftirq);
+            let (n, rm, rp) = of(Stage::SoftirqRun);
+            let p = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3));
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{cpu}</td><td>{:.1} / {}</td><td>{:.1} / {}</td><td>{n}</td></tr>",
+                esc(&st.variant),
+                wm / 1e3,
+                p(wp),
+                rm / 1e3,
+                p(rp),
+            );
+        }
+    }
+    s.push_str("</table>");
+    s
+}
+
 fn share_table(row: &Row) -> String {
     let mut s = format!(
         "<table><tr><th>CPU</th><th>packets processed, {b}</th><th>{a}</th><th>%soft {b}</th><th>{a}</th><th>%idle {b}</th><th>{a}</th></tr>",
@@ -275,6 +401,7 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
         let _ = write!(s, "<h2>{}</h2>", esc(tool));
         s.push_str(&cdf(tool, summary));
         s.push_str(&bars(tool, summary));
+        s.push_str(&stage_bars(tool, summary));
         for row in summary.rows.iter().filter(|r| r.tool == tool) {
             let d = &row.decision;
             let _ = write!(

@@ -28,7 +28,15 @@ pub use crate::pair::{CLIENT_DEV, SERVER_DEV};
 pub struct RunOptions {
     pub repeats: Option<u32>,
     pub duration_s: Option<f64>,
+    /// Trace every packet of every run (`netsteer trace --duty 100`) and record where the
+    /// receive path's time went. The trace costs what BENCHMARKS.md#trace says, in every
+    /// variant alike: compare the variants, not the figures with untraced ones.
+    pub trace: bool,
 }
+
+/// One stage of the receive path in one run, from the trace: a row of `netsteer trace`'s
+/// interval, on the lab's devices (or per CPU).
+pub type StageRow = netsteer_trace::StageRow;
 
 /// One workload run. JSON Lines: `{"type":"run",...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +64,10 @@ pub struct RunRecord {
     pub elapsed_s: f64,
     /// Packets each CPU processed (softnet_stat) during the run, and its share of all.
     pub per_cpu: Vec<CpuPackets>,
+    /// Where the receive path's time went during the run (`--trace`; empty without): the
+    /// trace's rows on the lab's two devices and its per-CPU softirq rows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageRow>,
 }
 
 /// One CPU during one run: the packets it processed (softnet_stat) and, as mpstat prints
@@ -109,6 +121,23 @@ pub struct VariantStats {
     pub extra: BTreeMap<String, f64>,
     /// Median of each CDF point over the runs, `[percentile, ns]`.
     pub latency_points: Vec<[f64; 2]>,
+    /// The traced runs' stages (`--trace`), one per stage, device, queue and CPU: the median
+    /// over the runs of each row's mean and p99 (ns; packets for poll-work), and its events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStat>,
+}
+
+/// A stage of the receive path in one variant, over its traced runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageStat {
+    pub stage: netsteer_trace::Stage,
+    pub cpu: Option<u32>,
+    pub dev: Option<String>,
+    pub queue: Option<u32>,
+    /// Events in all the runs together.
+    pub count: u64,
+    pub mean: f64,
+    pub p99: Option<u64>,
 }
 
 /// A variant as the report names it.
@@ -245,10 +274,12 @@ struct LabExecutor<'a> {
     scn: &'a Scenario,
     place: Place<'a>,
     state: PathBuf,
+    /// `--trace`: loaded once, attached for each run.
+    trace: Option<netsteer_trace::Session>,
 }
 
 /// One measurement: every workload of the scenario, with its per-CPU counts.
-type Measures = Vec<(usize, Measured, Vec<CpuPackets>)>;
+type Measures = Vec<(usize, Measured, Vec<CpuPackets>, Vec<StageRow>)>;
 
 impl LabExecutor<'_> {
     /// Runs `f` with a tuner of the server host, on a thread inside it.
@@ -337,16 +368,32 @@ impl Executor for LabExecutor<'_> {
         let v: &Variant = &self.scn.variants[variant];
         let mut out = Vec::new();
         for (i, w) in self.scn.workloads.iter().enumerate() {
+            if let Some(t) = &mut self.trace {
+                // What came before this run is not its own.
+                t.read()?;
+                t.resume()?;
+            }
+            let started = std::time::Instant::now();
             let (p0, t0) = (softnet_processed()?, cpu_times()?);
-            let m = workload::run(&self.place, w, v)?;
+            let m = workload::run(&self.place, w, v);
             let processed = delta(&p0, &softnet_processed()?);
             let t1 = cpu_times()?;
-            out.push((i, m, per_cpu(&processed, &t0, &t1)));
+            let stages = match &mut self.trace {
+                Some(t) => {
+                    t.pause();
+                    stages_of(t, started.elapsed().as_secs_f64())?
+                }
+                None => Vec::new(),
+            };
+            out.push((i, m?, per_cpu(&processed, &t0, &t1), stages));
         }
         Ok(out)
     }
 
     fn leave(&mut self, variant: usize) -> Result<(), BoxError> {
+        if let Some(t) = &mut self.trace {
+            t.pause();
+        }
         if self.scn.variants[variant].changes_host() {
             let r = self.in_server(|t| t.rollback(None))?;
             if !r.failed.is_empty() {
@@ -361,6 +408,21 @@ impl Executor for LabExecutor<'_> {
         }
         Ok(())
     }
+}
+
+/// The trace's rows since the last read: those of the lab's two devices, and the per-CPU
+/// softirq stages (which name no device).
+fn stages_of(t: &mut netsteer_trace::Session, seconds: f64) -> Result<Vec<StageRow>> {
+    let reading = t
+        .read()
+        .map_err(|e| LabError::Invalid(format!("--trace: {e}")))?;
+    let shape = netsteer_trace::Shape {
+        devices: vec![CLIENT_DEV.to_string(), SERVER_DEV.to_string()],
+        top: 64,
+        irq_names: BTreeMap::new(),
+    };
+    let iv = netsteer_trace::interval(&reading, &t.reasons, &shape, 1, seconds, seconds);
+    Ok(iv.stages)
 }
 
 fn cpus_of(list: &str) -> Result<Vec<u32>> {
@@ -407,8 +469,17 @@ pub fn run(
     )?;
     let (client, server, lab) = (&pair.client, &pair.server, &pair.lab);
     let scratch = lab.scratch()?;
+    let trace = if opts.trace {
+        Some(
+            netsteer_trace::Session::start(&netsteer_trace::Options::default())
+                .map_err(|e| LabError::Invalid(format!("--trace: {e}")))?,
+        )
+    } else {
+        None
+    };
     let mut exec = LabExecutor {
         scn,
+        trace,
         state: scratch.join("tune"),
         place: Place {
             client: client as &dyn Remote,
@@ -430,7 +501,7 @@ pub fn run(
         Order::Alternated,
         &clock as &dyn Clock,
         |t: &Timed<Measures>| {
-            for (i, m, cpus) in &t.measure {
+            for (i, m, cpus, stages) in &t.measure {
                 let w = &scn.workloads[*i];
                 let tool = w.tool;
                 let r = RunRecord {
@@ -446,6 +517,7 @@ pub fn run(
                     started_s: t.started_ns as f64 / 1e9,
                     elapsed_s: t.elapsed_ns as f64 / 1e9,
                     per_cpu: cpus.clone(),
+                    stages: stages.clone(),
                 };
                 emit(&Message::Run(r.clone())).map_err(out_err)?;
                 runs.push(r);
@@ -597,6 +669,7 @@ pub fn variant_stats(tool: &str, variant: &str, runs: &[RunRecord]) -> Option<Va
         }
     }
     Some(VariantStats {
+        stages: stage_stats(&rs),
         tool: tool.into(),
         variant: variant.into(),
         unit: rs[0].unit.clone(),
@@ -610,6 +683,45 @@ pub fn variant_stats(tool: &str, variant: &str, runs: &[RunRecord]) -> Option<Va
             .filter_map(|(p, v)| Some([p, Spread::of(&v)?.median]))
             .collect(),
     })
+}
+
+/// Each traced stage row of the runs, by stage, CPU, device and queue: the medians of the runs'
+/// means and p99s.
+fn stage_stats(rs: &[&RunRecord]) -> Vec<StageStat> {
+    type Key = (
+        netsteer_trace::Stage,
+        Option<u32>,
+        Option<String>,
+        Option<u32>,
+    );
+    let mut by: BTreeMap<Key, (u64, Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for r in rs {
+        for st in r.stages.iter().filter(|st| st.rows == 1) {
+            let e = by
+                .entry((st.stage, st.cpu, st.dev.clone(), st.queue))
+                .or_default();
+            e.0 += st.count;
+            if let Some(m) = st.mean {
+                e.1.push(m);
+            }
+            if let Some(p) = st.p99 {
+                e.2.push(p as f64);
+            }
+        }
+    }
+    by.into_iter()
+        .filter_map(|((stage, cpu, dev, queue), (count, means, p99s))| {
+            Some(StageStat {
+                stage,
+                cpu,
+                dev,
+                queue,
+                count,
+                mean: Spread::of(&means)?.median,
+                p99: Spread::of(&p99s).map(|s| s.median as u64),
+            })
+        })
+        .collect()
 }
 
 /// One tool's runs in `variant` against its runs in `baseline`.
@@ -671,7 +783,91 @@ mod tests {
             started_s: 0.0,
             elapsed_s: 1.0,
             per_cpu: per_cpu(&processed, &Times::new(), &Times::new()),
+            stages: Vec::new(),
         }
+    }
+
+    fn stage(stage: netsteer_trace::Stage, dev: &str, mean: f64, count: u64) -> StageRow {
+        StageRow {
+            stage,
+            cpu: Some(1),
+            dev: Some(dev.into()),
+            queue: None,
+            napi_id: None,
+            irq: None,
+            irq_name: None,
+            rows: 1,
+            count,
+            p50: Some(mean as u64),
+            p99: Some(mean as u64 * 3),
+            p999: None,
+            max: mean as u64 * 4,
+            mean: Some(mean),
+            squeezed: None,
+        }
+    }
+
+    /// The traced stages of a variant are the medians of its runs' means, per stage and place;
+    /// folded rows (`others`) stay out; the report stacks stack and residence per queue.
+    #[test]
+    fn traced_runs_give_each_variant_its_stage_medians_and_a_bar_per_queue() {
+        use netsteer_trace::Stage::{Residence, Stack};
+        let mut runs = Vec::new();
+        for (variant, res) in [
+            ("before", [20e3, 22e3, 90e3]),
+            ("after", [400e3, 500e3, 600e3]),
+        ] {
+            for r in res {
+                let mut x = rec("echo", variant, 1.0, 1, 1);
+                x.stages = vec![
+                    stage(Stack, "v0b", 10e3, 100),
+                    stage(Residence, "v0b", r, 100),
+                ];
+                let mut folded = stage(Stack, "v0b", 1e9, 5);
+                folded.rows = 3;
+                x.stages.push(folded);
+                runs.push(x);
+            }
+        }
+        let before = variant_stats("echo", "before", &runs).unwrap();
+        let after = variant_stats("echo", "after", &runs).unwrap();
+        let res = |v: &VariantStats| {
+            v.stages
+                .iter()
+                .find(|s| s.stage == Residence)
+                .map(|s| (s.mean, s.count))
+        };
+        assert_eq!(res(&before), Some((22e3, 300)));
+        assert_eq!(res(&after), Some((500e3, 300)));
+        // The folded row's 1 s mean is nowhere.
+        assert!(
+            after.stages.iter().all(|s| s.mean < 1e6),
+            "{:?}",
+            after.stages
+        );
+        let summary = Summary {
+            scenario: "t".into(),
+            description: String::new(),
+            repeats: 3,
+            duration_s: 1.0,
+            variants: Vec::new(),
+            limits: Vec::new(),
+            environment: Environment {
+                kernel: String::new(),
+                cpus: 2,
+                netsteer_version: String::new(),
+                tools: BTreeMap::new(),
+                steal_pct: 0.0,
+            },
+            rows: Vec::new(),
+            stats: vec![before, after],
+            restored: true,
+            restore_problems: Vec::new(),
+        };
+        let html = crate::report::html(&summary, &runs);
+        assert!(html.contains("echo receive path per queue"), "{html}");
+        assert!(html.contains("v0b (backlog)"));
+        assert!(html.contains("10.0 + 22.0 µs") && html.contains("10.0 + 500.0 µs"));
     }
 
     #[test]

@@ -303,6 +303,8 @@ fn the_scratch_directory_is_private_and_never_a_pre_existing_one() {
 /// Seed 003 through the library: its `rps` variant is applied and rolled back by the tune
 /// library on a thread inside the server host (that namespace's sysfs), never by a netsteer
 /// process; RPS moves the server's receive work off CPU 0, and the host reads as before after.
+/// Traced (`--trace`): every run records its stages, and the trace sees the same move: CPU 1
+/// runs more of the NET_RX softirqs with RPS than without.
 #[test]
 fn lab_run_tunes_in_process_and_starts_no_netsteer() {
     let _s = serial();
@@ -321,8 +323,49 @@ fn lab_run_tunes_in_process_and_starts_no_netsteer() {
     let opts = netsteer_lab::run::RunOptions {
         repeats: Some(2),
         duration_s: Some(1.0),
+        trace: true,
     };
-    let summary = netsteer_lab::run::run(&scn, &opts, |_| Ok(())).unwrap();
+    let mut runs = Vec::new();
+    let summary = netsteer_lab::run::run(&scn, &opts, |m| {
+        if let netsteer_lab::run::Message::Run(r) = m {
+            runs.push(r.clone());
+        }
+        Ok(())
+    })
+    .unwrap();
+    use netsteer_trace::Stage;
+    for r in &runs {
+        assert!(
+            r.stages
+                .iter()
+                .any(|s| s.stage == Stage::Stack && s.dev.as_deref() == Some("v0b") && s.count > 0),
+            "{} {}: no stack row on the server's device: {:?}",
+            r.variant,
+            r.tool,
+            r.stages
+        );
+    }
+    // The share of NET_RX softirq runs on CPU 1, over one variant's stats.
+    let cpu1_share = |variant: &str| {
+        let (mut one, mut all) = (0u64, 0u64);
+        for st in summary.stats.iter().filter(|s| s.variant == variant) {
+            for s in st.stages.iter().filter(|s| s.stage == Stage::SoftirqRun) {
+                all += s.count;
+                if s.cpu == Some(1) {
+                    one += s.count;
+                }
+            }
+        }
+        one as f64 / all.max(1) as f64
+    };
+    let (base, rps) = (
+        cpu1_share(&scn.variants[0].name),
+        cpu1_share(&scn.variants[1].name),
+    );
+    assert!(
+        rps > base,
+        "CPU 1's share of NET_RX runs: {base:.2} without RPS, {rps:.2} with"
+    );
     assert!(summary.restored, "{:?}", summary.restore_problems);
     assert_eq!(summary.rows.len(), 2, "{:?}", summary.rows);
     for row in &summary.rows {
