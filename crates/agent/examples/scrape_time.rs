@@ -22,6 +22,7 @@ fn main() {
             goal: Default::default(),
             version: "bench",
             rates: Rates::SinceBoot,
+            trace: None,
         },
     );
     let mut times = Vec::with_capacity(n);

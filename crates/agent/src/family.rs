@@ -6,7 +6,9 @@
 //! metrics` (the linter fleets run in CI, Debian's 2.42) reads only the classic one, and an
 //! OpenMetrics counter's `# TYPE x counter` over `x_total` samples fails it.
 
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram as PromHistogram, LabelPair, Metric, MetricFamily, MetricType,
+};
 use prometheus::{Encoder, TextEncoder};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -15,6 +17,17 @@ pub enum Kind {
     Gauge,
     /// Constant metadata: exposed as `NAME_info{labels} 1`.
     Info,
+    /// A classic histogram: `NAME_bucket{le}`, `NAME_sum`, `NAME_count` (samples carry `hist`).
+    Histogram,
+}
+
+/// A classic histogram's values: cumulative counts at each upper bound (the encoder adds
+/// `+Inf` from `count`), their sum and count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramValue {
+    pub buckets: Vec<(f64, u64)>,
+    pub sum: f64,
+    pub count: u64,
 }
 
 /// One labelled value.
@@ -22,6 +35,8 @@ pub enum Kind {
 pub struct Sample {
     pub labels: Vec<(&'static str, String)>,
     pub value: f64,
+    /// A histogram family's sample.
+    pub hist: Option<HistogramValue>,
 }
 
 impl Sample {
@@ -53,7 +68,19 @@ impl Family {
     }
 
     pub fn push(&mut self, labels: Vec<(&'static str, String)>, value: f64) {
-        self.samples.push(Sample { labels, value });
+        self.samples.push(Sample {
+            labels,
+            value,
+            hist: None,
+        });
+    }
+
+    pub fn push_hist(&mut self, labels: Vec<(&'static str, String)>, hist: HistogramValue) {
+        self.samples.push(Sample {
+            labels,
+            value: hist.count as f64,
+            hist: Some(hist),
+        });
     }
 
     /// The name a query uses: `_total` on counters, `_info` on info metrics.
@@ -61,7 +88,7 @@ impl Family {
         match self.kind {
             Kind::Counter => format!("{}_total", self.name),
             Kind::Info => format!("{}_info", self.name),
-            Kind::Gauge => self.name.to_string(),
+            Kind::Gauge | Kind::Histogram => self.name.to_string(),
         }
     }
 }
@@ -82,6 +109,7 @@ pub fn encode(families: Vec<Family>) -> String {
         mf.set_field_type(match f.kind {
             Kind::Counter => MetricType::COUNTER,
             Kind::Gauge | Kind::Info => MetricType::GAUGE,
+            Kind::Histogram => MetricType::HISTOGRAM,
         });
         let metrics = f
             .samples
@@ -109,6 +137,28 @@ pub fn encode(families: Vec<Family>) -> String {
                         let mut g = Gauge::default();
                         g.set_value(s.value);
                         m.set_gauge(g);
+                    }
+                    Kind::Histogram => {
+                        let hv = s.hist.unwrap_or(HistogramValue {
+                            buckets: Vec::new(),
+                            sum: 0.0,
+                            count: 0,
+                        });
+                        let mut h = PromHistogram::default();
+                        h.set_sample_count(hv.count);
+                        h.set_sample_sum(hv.sum);
+                        h.set_bucket(
+                            hv.buckets
+                                .iter()
+                                .map(|(le, n)| {
+                                    let mut b = Bucket::default();
+                                    b.set_upper_bound(*le);
+                                    b.set_cumulative_count(*n);
+                                    b
+                                })
+                                .collect(),
+                        );
+                        m.set_histogram(h);
                     }
                 }
                 m

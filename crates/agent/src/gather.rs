@@ -32,6 +32,8 @@ pub struct AgentOptions {
     pub version: &'static str,
     /// Where the doctor's rates come from.
     pub rates: Rates,
+    /// `--trace`: the stage histograms' sampler (None: no trace families).
+    pub trace: Option<crate::trace::TraceFeed>,
 }
 
 /// The doctor's load at a scrape.
@@ -90,7 +92,8 @@ pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize)
     let per_irq = 2 * cpus;
     // Per rx queue: RPS CPUs (≤ cpus), flow count, RSS entries; per tx queue: XPS CPUs.
     let per_device = queues * per_irq + queues * (cpus + 2) + queues * cpus + 40;
-    per_cpu + devices * per_device + findings + 20
+    let trace = crate::trace::series_bound(devices, queues);
+    per_cpu + devices * per_device + findings + 20 + trace
 }
 
 impl Agent {
@@ -133,6 +136,7 @@ impl Agent {
             goal,
             version,
             rates,
+            trace: None,
         };
         Ok(Agent::new(fs, nic, opts))
     }
@@ -144,6 +148,12 @@ impl Agent {
             opts,
             previous: Mutex::new(Kept::default()),
         }
+    }
+
+    /// Exports the stage histograms `feed` samples (`--trace`).
+    pub fn with_trace(mut self, feed: crate::trace::TraceFeed) -> Agent {
+        self.opts.trace = Some(feed);
+        self
     }
 
     /// Reads the host and returns the scrape's families. `now` times the doctor's rate
@@ -275,6 +285,13 @@ impl Agent {
             ok("tune", ok_tune);
         }
 
+        let mut trace_families = Vec::new();
+        if let Some(feed) = &self.opts.trace {
+            let names: Vec<&str> = devices.iter().map(|n| n.name.as_str()).collect();
+            let (families, status) = feed.families(&names);
+            trace_families = families;
+            ok("trace", status.is_ok());
+        }
         for (collector, worked) in success {
             out.collector_success.push(
                 vec![("collector", collector.to_string())],
@@ -289,7 +306,9 @@ impl Agent {
             ],
             1.0,
         );
-        out.into_vec()
+        let mut all = out.into_vec();
+        all.extend(trace_families);
+        all
     }
 
     fn devices<'v>(&self, view: &'v HostView) -> Vec<&'v Nic> {

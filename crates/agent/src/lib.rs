@@ -13,10 +13,14 @@
 //! Cardinality is bounded by the host's shape, never by traffic: per CPU (a fixed handful of
 //! series), per queue (settings), per (queue IRQ, CPU) only where that CPU took interrupts, per
 //! (queue, CPU) only where RPS/XPS allow that CPU, and per finding. See [`series_bound`].
+//!
+//! `--trace` adds the one background loop: [`trace::TraceFeed`] samples the receive path's stage
+//! latencies with `netsteer trace`'s programs and keeps cumulative histograms for the scrapes.
 
 mod family;
 mod gather;
 pub mod http;
+pub mod trace;
 
-pub use family::{CONTENT_TYPE, Family, Kind, Sample, encode};
+pub use family::{CONTENT_TYPE, Family, HistogramValue, Kind, Sample, encode};
 pub use gather::{Agent, AgentOptions, NicSource, Rates, series_bound};

@@ -27,6 +27,7 @@ fn agent(root: &Path, rates: Rates, state_dir: Option<PathBuf>) -> Agent {
             goal: Goal::Balanced,
             version: "test",
             rates,
+            trace: None,
         },
     )
 }
@@ -262,6 +263,7 @@ fn a_named_device_the_host_lacks_fails_the_nic_collector() {
                 goal: Goal::Balanced,
                 version: "test",
                 rates: Rates::SinceBoot,
+                trace: None,
             },
         );
         netsteer_agent::encode(a.scrape(Instant::now(), SystemTime::now()))

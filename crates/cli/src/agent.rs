@@ -31,6 +31,9 @@ pub struct AgentArgs {
     /// The goal the doctor evaluates the host for at each scrape.
     #[arg(long, value_enum, default_value = "balanced")]
     goal: Goal,
+    /// Export receive-path stage histograms (root, BPF; 1 s traced in 10: docs/agent.md).
+    #[arg(long)]
+    trace: bool,
     /// Print one scrape (Prometheus text format) on stdout and exit, instead of serving.
     #[arg(long)]
     once: bool,
@@ -50,7 +53,7 @@ pub struct AgentArgs {
 }
 
 pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
-    let agent = Agent::for_host(
+    let mut agent = Agent::for_host(
         host.fs.clone(),
         args.devices.clone(),
         args.state_dir.clone(),
@@ -58,6 +61,10 @@ pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
         env!("CARGO_PKG_VERSION"),
     )
     .map_err(anyhow::Error::msg)?;
+    if args.trace {
+        let feed = netsteer_agent::trace::TraceFeed::standard(args.once);
+        agent = agent.with_trace(feed.map_err(|e| anyhow::anyhow!("--trace: {e}"))?);
+    }
     if args.once {
         let text = netsteer_agent::encode(agent.scrape(Instant::now(), SystemTime::now()));
         io::stdout().lock().write_all(text.as_bytes())?;

@@ -392,6 +392,83 @@ fn a_sampled_trace_times_inside_its_windows_only() {
     assert!(our_programs().is_empty(), "{:?}", our_programs());
 }
 
+/// `agent --once --trace` in the server host: its scrape carries the stage histograms of the
+/// host's device (a backlog: veth), counted in the sampled window, and the trace collector
+/// succeeded.
+#[test]
+fn the_agent_exports_stage_histograms_of_its_devices() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let until = Instant::now() + Duration::from_secs(20);
+    let r = receiver(&pair, 6005, Duration::ZERO, until);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let to: SocketAddr = format!("{}:6005", netsteer_lab::pair::SERVER_ADDR)
+                .parse()
+                .unwrap();
+            common::in_netns(&pair.client.path(), || {
+                let u = UdpSocket::bind("0.0.0.0:0").unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                    u.send_to(&[7u8; 32], to).unwrap();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+        });
+        let server = pair.server.path();
+        let place = netsteer_sock::netns::Place {
+            netns: Some(std::path::Path::new(&server)),
+            cpus: &[],
+            sysfs: true,
+        };
+        let out = netsteer_sock::netns::on_thread(place, || {
+            Command::new(BIN)
+                .args(["agent", "--once", "--trace"])
+                .output()
+                .unwrap()
+        })
+        .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    });
+    r.join().unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(r#"netsteer_scrape_collector_success{collector="trace"} 1"#),
+        "{text}"
+    );
+    let count = |stage: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("netsteer_trace_stage_seconds_count{")
+                    && l.contains(r#"device="v0b""#)
+                    && l.contains(&format!(r#"stage="{stage}""#))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // About one datagram a ms, in a window of 1 s.
+    assert!(
+        count("stack") >= 100.0 && count("residence") >= 100.0,
+        "{text}"
+    );
+    let sampled: f64 = text
+        .lines()
+        .find(|l| l.starts_with("netsteer_trace_sampled_seconds_total "))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap();
+    assert!(sampled > 0.5 && sampled < 3.0, "{sampled}");
+    assert!(our_programs().is_empty(), "{:?}", our_programs());
+}
+
 /// `doctor --trace`: the same sleeping reader (3 ms naps) is named as an application that reads
 /// late, from the trace's evidence (the rules' near misses are in crates/steering/tests).
 #[test]

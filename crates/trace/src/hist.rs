@@ -81,6 +81,34 @@ impl Hist {
         }
     }
 
+    /// Counts of the values below each of `bounds` (ascending), for classic cumulative buckets:
+    /// exact where a bound is a power of two of 8 or more (a bucket edge), else the buckets
+    /// entirely below it.
+    pub fn below(&self, bounds: &[u64]) -> Vec<u64> {
+        bounds
+            .iter()
+            .map(|&le| {
+                self.buckets
+                    .iter()
+                    .enumerate()
+                    .take_while(|(b, _)| upper(*b) < le)
+                    .map(|(_, n)| n)
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Adds `h` in.
+    pub fn add(&mut self, h: &Hist) {
+        self.count += h.count;
+        self.sum += h.sum;
+        self.max = self.max.max(h.max);
+        self.squeezed += h.squeezed;
+        for (a, b) in self.buckets.iter_mut().zip(&h.buckets) {
+            *a += b;
+        }
+    }
+
     /// The value at quantile `q` (0..=1): the midpoint of its bucket (exact below 8), never
     /// above the maximum.
     pub fn quantile(&self, q: f64) -> Option<u64> {
@@ -112,6 +140,15 @@ impl Hist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_below_a_power_of_two_are_exact() {
+        let mut h = Hist::empty();
+        for v in [5u64, 1023, 1024, 1025, 4095, 70_000] {
+            h.buckets[bucket(v)] += 1;
+        }
+        assert_eq!(h.below(&[8, 1024, 4096, 65536, 1 << 20]), [1, 2, 5, 5, 6]);
+    }
 
     #[test]
     fn buckets_are_contiguous_and_within_an_eighth() {

@@ -62,7 +62,8 @@ pub enum Stage {
 }
 
 impl Stage {
-    fn from_code(c: u8) -> Option<Stage> {
+    /// The stage of a histogram key's code (`HKey::stage`).
+    pub fn from_code(c: u8) -> Option<Stage> {
         Some(match c {
             1 => Stage::IrqToSoftirq,
             2 => Stage::SoftirqRun,
@@ -178,19 +179,14 @@ pub struct Shape {
     pub irq_names: BTreeMap<u32, String>,
 }
 
-fn dev_name(raw: &[u8; 16]) -> Option<String> {
+/// A device name as the BPF side keeps it (NUL-padded); None when empty.
+pub fn dev_name(raw: &[u8; 16]) -> Option<String> {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
     (end > 0).then(|| String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
 fn merge(into: &mut Hist, h: &Hist) {
-    into.count += h.count;
-    into.sum += h.sum;
-    into.max = into.max.max(h.max);
-    into.squeezed += h.squeezed;
-    for (a, b) in into.buckets.iter_mut().zip(&h.buckets) {
-        *a += b;
-    }
+    into.add(h);
 }
 
 fn row(stage: Stage, key: Option<&session::HKey>, h: &Hist, rows: u32, shape: &Shape) -> StageRow {
