@@ -334,13 +334,15 @@ static always_inline __u32 msb64(__u64 v) {
     return r;
 }
 
-// Log-linear bucket of v: exact below 8, then 8 steps per power of two.
-static always_inline __u32 bucket(__u64 v) {
+// Log-linear bucket of v: exact below 8, then 8 steps per power of two. 64-bit throughout,
+// so that the caller's bounds check and its index are one register: with a 32-bit result
+// clang zero-extends a copy for the check and another for the index, and Linux 6.1's verifier
+// rejected the index as unbounded (newer ones accept it).
+static always_inline __u64 bucket(__u64 v) {
     if (v < 8)
-        return (__u32)v;
-    __u32 msb = msb64(v);
-    __u32 idx = (msb - 2) * 8 + (__u32)((v >> (msb - 3)) & 7);
-    return idx < NBUCKETS ? idx : NBUCKETS - 1;
+        return v;
+    __u64 msb = msb64(v);
+    return (msb - 2) * 8 + ((v >> (msb - 3)) & 7);
 }
 
 static always_inline void record(struct hkey *k, __u64 v, __u64 squeezed) {
@@ -364,7 +366,11 @@ static always_inline void record(struct hkey *k, __u64 v, __u64 squeezed) {
     __sync_fetch_and_add(&h->squeezed, squeezed);
     if (v > h->max)
         h->max = v;
-    __u32 b = bucket(v);
+    __u64 b = bucket(v);
+    if (b >= NBUCKETS)
+        b = NBUCKETS - 1;
+    // The verifier must see the clamp on the register that indexes.
+    asm volatile("" : "+r"(b));
     if (b < NBUCKETS)
         __sync_fetch_and_add(&h->buckets[b], 1);
 }
