@@ -490,7 +490,11 @@ static always_inline int rx_seen(void *ctx, __u32 off_skb, __u32 off_name, int n
     info->rx_ts = bpf_ktime_get_ns();
     info->enq_ts = 0;
     info->napi_id = napi ? rd32(ctx, OFF_GRO_NAPI) : 0;
-    info->queue = napi ? rd16(ctx, OFF_GRO_QUEUE) : 0xffff;
+    // The record has skb->queue_mapping as is: skb_record_rx_queue() stores the receive queue
+    // plus one, and 0 means none was recorded (skb_get_rx_queue, include/linux/skbuff.h).
+    // Found on igb, where every row named the queue after the one that took the interrupts.
+    __u16 qm = napi ? rd16(ctx, OFF_GRO_QUEUE) : 0;
+    info->queue = qm ? qm - 1 : 0xffff;
     info->rx_cpu = (__u16)bpf_get_smp_processor_id();
     // __data_loc: the low 16 bits are the string's offset in the record.
     __u32 loc = rd32(ctx, off_name);
