@@ -46,7 +46,7 @@ pub struct RunArgs {
     json: bool,
     /// Trace every packet of every run (root, BPF) and show per queue where the receive
     /// path's time went; the trace's cost is in every variant alike (docs/lab.md).
-    #[arg(long, conflicts_with = "vm")]
+    #[arg(long)]
     trace: bool,
     /// Run seed-000's ladder between two QEMU guests (real virtio-net queues, interrupts
     /// and NAPI) instead of namespaces: each rung reports the NAPI id, where each queue's
@@ -126,12 +126,12 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
             }
             if a.report.is_some() || a.duration.is_some() {
                 anyhow::bail!(
-                    "--vm takes --repeat, --count and --json (not --report or --duration)"
+                    "--vm takes --repeat, --count, --json and --trace (not --report or --duration)"
                 );
             }
             let scn = netsteer_lab::scenario::load(&a.scenario)?;
             let spec = netsteer_lab::vm::VmPairSpec::of(scn.vm, a.nic, a.kernel.clone());
-            vm_ladder(&spec, a.repeat.unwrap_or(1), a.count, a.json)
+            vm_ladder(&spec, (a.repeat.unwrap_or(1), a.count), a.json, a.trace)
         }
         LabCommand::Run(a) => lab_run(a),
         LabCommand::With(w) => with(w),
@@ -229,9 +229,9 @@ fn lab_run_one(
 /// `lab run seed-000 --vm`: the ladder between two guests, a line per run, then a table.
 fn vm_ladder(
     spec: &netsteer_lab::vm::VmPairSpec,
-    repeats: u32,
-    count: u64,
+    (repeats, count): (u32, u64),
     json: bool,
+    trace: bool,
 ) -> Result<ExitCode> {
     netsteer_lab::clean_up_on_termination()?;
     let bin = std::env::current_exe().context("the netsteer binary")?;
@@ -243,6 +243,7 @@ fn vm_ladder(
         count,
         &mut |line| emit(&mut out, line),
         json,
+        trace,
     )
     .context("the VM ladder")?;
     Ok(ExitCode::SUCCESS)

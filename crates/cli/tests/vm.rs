@@ -226,7 +226,8 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
 /// completes between the two guests; busy polling engages on igb's NAPI; with one queue per
 /// CPU, each queue's interrupts land on the one CPU it was given; RSS isolation puts the latency
 /// flow alone on the reserved queue (its bucket found by bisection) while the bulk flows stay
-/// off it; the n-tuple rung says the driver refuses the rule.
+/// off it; the n-tuple rung says the driver refuses the rule. Traced (`--trace`): every rung
+/// carries guest b's NET_RX wait, and the first says which stages Debian's 6.1 cannot trace.
 #[test]
 fn the_seed_000_ladder_runs_between_two_guests() {
     if !usable() {
@@ -234,7 +235,9 @@ fn the_seed_000_ladder_runs_between_two_guests() {
     }
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let out = Command::new(BIN)
-        .args(["lab", "run", "seed-000", "--vm", "--count", "200", "--json"])
+        .args([
+            "lab", "run", "seed-000", "--vm", "--count", "200", "--json", "--trace",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -251,6 +254,29 @@ fn the_seed_000_ladder_runs_between_two_guests() {
     assert_eq!(runs.len(), rungs(netsteer_lab::vm::NicModel::Igb).len());
     for r in &runs {
         assert_eq!((r.sent, r.received), (200, 200), "{}", r.rung);
+        assert!(
+            r.stages
+                .iter()
+                .any(|s| s.stage == netsteer_trace::Stage::IrqToSoftirq && s.count > 0),
+            "{}: no NET_RX wait traced: {:?} {:?}",
+            r.rung,
+            r.stages,
+            r.notes
+        );
+    }
+    if runs[0]
+        .stages
+        .iter()
+        .all(|s| s.stage != netsteer_trace::Stage::Stack)
+    {
+        assert!(
+            runs[0]
+                .notes
+                .iter()
+                .any(|n| n.starts_with("trace: stack unavailable: this kernel has no tracepoint")),
+            "{:?}",
+            runs[0].notes
+        );
     }
     let busy = runs
         .iter()

@@ -92,6 +92,10 @@ pub struct RungRun {
     /// What the rung changed, or could not (a device without coalescing, a driver that
     /// refuses n-tuple rules).
     pub notes: Vec<String>,
+    /// `--trace`: where the latency flow's time went in guest b during the run (`netsteer
+    /// trace` rows on eth0, and the per-CPU softirq rows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<netsteer_trace::StageRow>,
 }
 
 /// What a rung changes, in both guests unless it says otherwise.
@@ -660,6 +664,53 @@ fn start_server(g: &mut Guest, bin: &str, wait: &str) -> Result<()> {
     wait_port(g, true, "start")
 }
 
+/// Starts `netsteer trace` (every packet) in guest b, in the background, and waits for its
+/// programs to attach. A trace that cannot start is a note, not a failed rung.
+fn start_trace(g: &mut Guest, bin: &str, notes: &mut Vec<String>) -> Result<bool> {
+    let (rc, out) = g.sh(
+        &format!(
+            "rm -f /x/trace.json; chroot /host {bin} trace --json --duty 100 --interval 3600 --top 64 > /x/trace.json 2> /x/trace.err & echo $! > /x/trace.pid; i=0; while [ $i -lt 600 ]; do [ -s /x/trace.json ] && exit 0; kill -0 $(cat /x/trace.pid) 2>/dev/null || break; i=$((i+1)); sleep 0.1; done; cat /x/trace.err; exit 1"
+        ),
+        T,
+    )?;
+    if rc != 0 {
+        notes.push(format!("trace: {}", out.trim()));
+    }
+    Ok(rc == 0)
+}
+
+/// Stops guest b's trace (SIGINT: it prints the interval so far) and returns its rows on eth0
+/// and per CPU.
+fn stop_trace(
+    g: &mut Guest,
+    notes: &mut Vec<String>,
+    said_unavailable: &mut bool,
+) -> Result<Vec<netsteer_trace::StageRow>> {
+    let (rc, out) = g.sh(
+        "p=$(cat /x/trace.pid); kill -INT $p; i=0; while kill -0 $p 2>/dev/null && [ $i -lt 300 ]; do i=$((i+1)); sleep 0.1; done; cat /x/trace.json",
+        T,
+    )?;
+    let rows: Vec<netsteer_trace::StageRow> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<netsteer_trace::Interval>(l).ok())
+        .flat_map(|i| i.stages)
+        .filter(|r| r.dev.as_deref().is_none_or(|d| d == "eth0"))
+        .collect();
+    if rc != 0 || rows.is_empty() {
+        notes.push(format!("trace: no interval came back: {}", out.trim()));
+    }
+    let start = out
+        .lines()
+        .find_map(|l| serde_json::from_str::<netsteer_trace::Start>(l).ok());
+    if let Some(start) = start.filter(|s| !s.unavailable.is_empty() && !*said_unavailable) {
+        *said_unavailable = true;
+        for u in start.unavailable {
+            notes.push(format!("trace: {} unavailable: {}", u.stage.name(), u.why));
+        }
+    }
+    Ok(rows)
+}
+
 /// Stops guest b's echo server and waits until its port is free for the next rung's.
 fn stop_server(g: &mut Guest) -> Result<()> {
     g.sh("chroot /host pkill -TERM -f 'udp-echo [s]erver'", T)?;
@@ -687,18 +738,22 @@ fn wait_port(g: &mut Guest, listening: bool, what: &str) -> Result<()> {
 /// Runs the ladder `repeats` times (rungs in order each time), `count` round trips a run,
 /// client on guest a's CPU 0, server on guest b's CPU 1. Every change is rolled back at the end,
 /// also when a run fails.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     pair: &mut VmPair,
     bin: &str,
     cpus: u32,
     count: u64,
     repeats: u32,
+    trace: bool,
     mut emit: impl FnMut(&RungRun) -> std::io::Result<()>,
 ) -> Result<Vec<RungRun>> {
     let model = pair.nic;
     let ladder = rungs(model);
     let rss = matches!(model, NicModel::Igb | NicModel::VirtioRss);
     let mut journals: Vec<(bool, String)> = Vec::new();
+    // What the guest kernel cannot trace is said once, with the first rung.
+    let mut said_unavailable = false;
     let result = (|| {
         let mut all = Vec::new();
         for repeat in 1..=repeats {
@@ -711,7 +766,12 @@ pub fn run(
                     irq_counts(&mut pair.a, model)?,
                     irq_counts(&mut pair.b, model)?,
                 );
+                let traced = trace && start_trace(&mut pair.b, bin, &mut notes)?;
                 let (rc, out) = latency_run(pair, bin, r.wait, count)?;
+                let stages = match traced {
+                    true => stop_trace(&mut pair.b, &mut notes, &mut said_unavailable)?,
+                    false => Vec::new(),
+                };
                 if rc != 0 {
                     let _ = stop_server(&mut pair.b);
                     return Err(LabError::Invalid(format!("rung {}: client: {out}", r.name)));
@@ -760,6 +820,7 @@ pub fn run(
                     bulk,
                     bucket,
                     notes,
+                    stages,
                 };
                 emit(&run).map_err(|source| LabError::Io {
                     what: "writing the report".into(),
@@ -795,6 +856,7 @@ pub fn run_pair(
     count: u64,
     emit: &mut dyn FnMut(&str) -> std::io::Result<()>,
     json: bool,
+    trace: bool,
 ) -> Result<Vec<RungRun>> {
     eprintln!(
         "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
@@ -808,14 +870,22 @@ pub fn run_pair(
         pair.a.release
     );
     let guest_bin = pair.install(bin)?;
-    let runs = run(&mut pair, &guest_bin, spec.cpus, count, repeats, |r| {
-        let line = if json {
-            serde_json::to_string(r).map_err(std::io::Error::other)?
-        } else {
-            run_line(r)
-        };
-        emit(&line)
-    })?;
+    let runs = run(
+        &mut pair,
+        &guest_bin,
+        spec.cpus,
+        count,
+        repeats,
+        trace,
+        |r| {
+            let line = if json {
+                serde_json::to_string(r).map_err(std::io::Error::other)?
+            } else {
+                run_line(r)
+            };
+            emit(&line)
+        },
+    )?;
     if !json {
         for line in summary_lines(&runs) {
             emit(&line).map_err(|source| LabError::Io {
@@ -868,7 +938,7 @@ pub fn run_line(r: &RungRun) -> String {
         _ => String::new(),
     };
     format!(
-        "{:<44} #{} p50 {:>8} p99 {:>8} napi {:<5}{queue} server {} | client {}",
+        "{:<44} #{} p50 {:>8} p99 {:>8} napi {:<5}{queue} server {} | client {}{}",
         r.rung,
         r.repeat,
         us(r.p50_ns),
@@ -876,7 +946,44 @@ pub fn run_line(r: &RungRun) -> String {
         r.napi_id.map_or("-".into(), |n| n.to_string()),
         placement(&r.server_irqs),
         placement(&r.client_irqs),
+        breakdown(&r.stages),
     )
+}
+
+/// The traced rows as ` | server: NET_RX wait p50 …, stack p50 … (rx-N), residence p50 …`:
+/// each stage's busiest row.
+pub fn breakdown(stages: &[netsteer_trace::StageRow]) -> String {
+    use netsteer_trace::Stage;
+    let busiest = |stage: Stage| {
+        stages
+            .iter()
+            .filter(|r| r.stage == stage)
+            .max_by_key(|r| r.count)
+    };
+    let parts: Vec<String> = [
+        (Stage::IrqToSoftirq, "NET_RX wait"),
+        (Stage::Stack, "stack"),
+        (Stage::Residence, "residence"),
+    ]
+    .iter()
+    .filter_map(|(stage, name)| {
+        let r = busiest(*stage)?;
+        let at = match (r.queue, r.cpu) {
+            (Some(q), _) if *stage != Stage::IrqToSoftirq => format!(" rx-{q}"),
+            (_, Some(c)) => format!(" CPU{c}"),
+            _ => String::new(),
+        };
+        Some(format!(
+            "{name}{at} p50 {:.1}us",
+            r.p50.unwrap_or(0) as f64 / 1e3
+        ))
+    })
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" | server: {}", parts.join(", "))
+    }
 }
 
 /// After the runs: their notes, whether busy polling engaged, and what emulation cannot show.
