@@ -9,7 +9,9 @@ use crate::format::{self, Field};
 use crate::hist::{Hist, NBUCKETS};
 use crate::{Stage, TraceError};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
+use aya::programs::RawTracePoint;
 use aya::programs::TracePoint;
+use aya::programs::raw_trace_point::RawTracePointLinkId;
 use aya::programs::trace_point::TracePointLinkId;
 use aya::{Ebpf, EbpfLoader};
 use std::collections::BTreeMap;
@@ -72,6 +74,22 @@ struct Hook {
     event: &'static str,
     /// The stages that need it (empty: the core, without which nothing runs).
     needed_by: &'static [Stage],
+}
+
+/// Raw tracepoints (`raw_tp/` in the C source): the programs that read only the tracepoint's
+/// arguments, with no record formatted for them.
+const RAW: &[&str] = &[
+    "irq_entry",
+    "softirq_raise",
+    "softirq_entry",
+    "softirq_exit",
+    "napi_poll",
+];
+
+/// An attached hook's link, by program type.
+enum LinkId {
+    Classic(&'static str, TracePointLinkId),
+    Raw(&'static str, RawTracePointLinkId),
 }
 
 const HOOKS: &[Hook] = &[
@@ -199,10 +217,6 @@ const HOOKS: &[Hook] = &[
 
 /// (global in the C source, event, field).
 const OFFSETS: &[(&str, &str, &str, &str)] = &[
-    ("OFF_IRQ_IRQ", "irq", "irq_handler_entry", "irq"),
-    ("OFF_SOFTIRQ_VEC", "irq", "softirq_entry", "vec"),
-    ("OFF_POLL_WORK", "napi", "napi_poll", "work"),
-    ("OFF_POLL_BUDGET", "napi", "napi_poll", "budget"),
     ("OFF_GRO_NAME", "net", "napi_gro_receive_entry", "name"),
     ("OFF_GRO_NAPI", "net", "napi_gro_receive_entry", "napi_id"),
     (
@@ -250,7 +264,7 @@ pub struct Session {
     /// The hooks attached only while sampling (`resume` .. `pause`), and their links when
     /// attached.
     sampled: Vec<&'static Hook>,
-    links: Vec<(&'static str, TracePointLinkId)>,
+    links: Vec<LinkId>,
     /// Detaches still finishing in the kernel (see `pause`).
     detaching: Vec<std::thread::JoinHandle<()>>,
     /// Stages that cannot run on this kernel, with why.
@@ -441,22 +455,31 @@ impl Session {
                 if SCHED.contains(&h.program) && opts.pid.is_none() {
                     continue;
                 }
-                let prog: &mut TracePoint = ebpf
-                    .program_mut(h.program)
-                    .ok_or_else(|| {
-                        TraceError::Bpf(format!("no program {} in the object", h.program))
-                    })?
-                    .try_into()
-                    .map_err(|e| TraceError::Bpf(format!("{}: {e}", h.program)))?;
-                prog.load().map_err(|e| {
+                let refused = |e: aya::programs::ProgramError| {
                     TraceError::Bpf(format!(
                         "the kernel refused program {}: {}",
                         h.program,
                         chain(&e)
                     ))
+                };
+                let prog = ebpf.program_mut(h.program).ok_or_else(|| {
+                    TraceError::Bpf(format!("no program {} in the object", h.program))
                 })?;
+                let wrong =
+                    |e: aya::programs::ProgramError| TraceError::Bpf(format!("{}: {e}", h.program));
+                if RAW.contains(&h.program) {
+                    <&mut RawTracePoint>::try_from(prog)
+                        .map_err(wrong)?
+                        .load()
+                        .map_err(refused)?;
+                } else {
+                    <&mut TracePoint>::try_from(prog)
+                        .map_err(wrong)?
+                        .load()
+                        .map_err(refused)?;
+                }
                 if ALWAYS.contains(&h.program) {
-                    attach(prog, h)?;
+                    attach(&mut ebpf, h)?;
                 } else {
                     sampled.push(h);
                 }
@@ -504,14 +527,12 @@ impl Session {
         let links = with_tracefs(move || {
             let mut links = Vec::new();
             for h in sampled {
-                let prog: &mut TracePoint = ebpf
-                    .program_mut(h.program)
-                    .and_then(|p| p.try_into().ok())
-                    .ok_or_else(|| TraceError::Bpf(format!("no program {}", h.program)))?;
-                match attach(prog, h) {
-                    Ok(id) => links.push((h.program, id)),
+                match attach(ebpf, h) {
+                    Ok(id) => links.push(id),
                     Err(e) => {
-                        detach_all(ebpf, links);
+                        for t in detach_all(ebpf, links) {
+                            let _ = t.join();
+                        }
                         return Err(e);
                     }
                 }
@@ -635,15 +656,28 @@ pub struct Reading {
     pub lost_events: u64,
 }
 
-fn attach(prog: &mut TracePoint, h: &Hook) -> Result<TracePointLinkId, TraceError> {
-    prog.attach(h.group, h.event).map_err(|e| {
+fn attach(ebpf: &mut Ebpf, h: &'static Hook) -> Result<LinkId, TraceError> {
+    let failed = |e: aya::programs::ProgramError| {
         TraceError::Bpf(format!(
             "attaching to {}:{}: {}",
             h.group,
             h.event,
             chain(&e)
         ))
-    })
+    };
+    let prog = ebpf
+        .program_mut(h.program)
+        .ok_or_else(|| TraceError::Bpf(format!("no program {}", h.program)))?;
+    if RAW.contains(&h.program) {
+        let p = <&mut RawTracePoint>::try_from(prog).map_err(failed)?;
+        Ok(LinkId::Raw(h.program, p.attach(h.event).map_err(failed)?))
+    } else {
+        let p = <&mut TracePoint>::try_from(prog).map_err(failed)?;
+        Ok(LinkId::Classic(
+            h.program,
+            p.attach(h.group, h.event).map_err(failed)?,
+        ))
+    }
 }
 
 /// Detaching a hook takes two steps in the kernel: closing the BPF link takes the program off
@@ -654,24 +688,31 @@ fn attach(prog: &mut TracePoint, h: &Hook) -> Result<TracePointLinkId, TraceErro
 /// tracepoints cost nothing between windows once the threads are done (`resume` joins them).
 /// Keeping the probes registered between windows instead (an idle perf event on each) made
 /// the detach quick but cost a 64-byte flood 13 % of its rate between windows.
-fn detach_all(
-    ebpf: &mut Ebpf,
-    links: Vec<(&'static str, TracePointLinkId)>,
-) -> Vec<std::thread::JoinHandle<()>> {
-    let mut owned = Vec::new();
-    for (name, id) in links {
-        if let Some(prog) = ebpf
-            .program_mut(name)
-            .and_then(|p| <&mut TracePoint>::try_from(p).ok())
-            && let Ok(link) = prog.take_link(id)
-        {
-            owned.push(link);
+fn detach_all(ebpf: &mut Ebpf, links: Vec<LinkId>) -> Vec<std::thread::JoinHandle<()>> {
+    let mut threads = Vec::new();
+    for link in links {
+        match link {
+            LinkId::Classic(name, id) => {
+                if let Some(l) = ebpf
+                    .program_mut(name)
+                    .and_then(|p| <&mut TracePoint>::try_from(p).ok())
+                    .and_then(|p| p.take_link(id).ok())
+                {
+                    threads.push(std::thread::spawn(move || drop(l)));
+                }
+            }
+            LinkId::Raw(name, id) => {
+                if let Some(l) = ebpf
+                    .program_mut(name)
+                    .and_then(|p| <&mut RawTracePoint>::try_from(p).ok())
+                    .and_then(|p| p.take_link(id).ok())
+                {
+                    threads.push(std::thread::spawn(move || drop(l)));
+                }
+            }
         }
     }
-    owned
-        .into_iter()
-        .map(|link| std::thread::spawn(move || drop(link)))
-        .collect()
+    threads
 }
 
 /// CLOCK_MONOTONIC in ns: bpf_ktime_get_ns's clock.
