@@ -19,6 +19,7 @@
 
 pub mod image;
 pub mod ladder;
+pub mod trace;
 
 use crate::{Lab, LabError, NsHost, Result};
 use image::Image;
