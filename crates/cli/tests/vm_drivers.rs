@@ -570,7 +570,7 @@ fn fifo_hog_moves_the_net_rx_wait(pair: &mut VmPair) {
             // priority, on CPU 1.
             sh(
                 &mut pair.b,
-                "chroot /host chrt -f 50 taskset -c 1 sh -c 'end=$(( $(date +%s) + 5 )); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done; sleep 0.01; done' > /dev/null 2>&1 &",
+                "chroot /host chrt -f 50 taskset -c 1 sh -c 'end=$(( $(date +%s) + 5 )); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; sleep 0.01; done' > /dev/null 2>&1 &",
             );
         }
         sh(
@@ -620,16 +620,18 @@ fn fifo_hog_moves_the_net_rx_wait(pair: &mut VmPair) {
     let ((w0, r0), (w1, r1)) = (measured[0], measured[1]);
     assert!(w0.0 > 0 && w1.0 > 0 && r0.0 > 0 && r1.0 > 0, "{measured:?}");
     // Under a flood the wait is already ksoftirqd's now and then without the hog (tens of µs
-    // under TCG); the hog multiplies it, its tail up to a timer tick (4 ms: the tick's IRQ exit
-    // runs the pending softirq). Residence is the flood's queue in the socket, in ms: it moves
-    // with how bursty delivery is and with the host CPU the spinning vCPU takes from the
+    // under TCG); the hog multiplies it, each wait up to a timer tick (4 ms: the tick's IRQ
+    // exit runs the pending softirq). Residence is the flood's queue in the socket, in ms: it
+    // moves with how bursty delivery is and with the host CPU the spinning vCPU takes from the
     // reader's (TCG: four vCPU threads on CI's two cores), so the comparison is of how many
-    // times each stage's p99 grew: the injected one by a wide margin. Seen: wait p99 0.75 ms
-    // -> 5.4 ms (7.2x), mean 48 -> 226 µs and 46 -> 404 µs; residence p99 1.1x and 1.5x.
-    let x = |a: (u64, f64, u64), b: (u64, f64, u64)| b.2 as f64 / (a.2 as f64).max(1.0);
+    // times each stage's mean grew: the injected one by a wide margin. Means, not p99s: with a
+    // busy loop on the host, a descheduled vCPU gives the baseline's tail milliseconds too.
+    // Seen: wait mean 48 -> 226, 46 -> 404, 22 -> 348 and, under a busy loop, 14 -> 405 µs;
+    // residence 0.9x, 2.1x, 2.6x and 2.8x.
+    let x = |a: (u64, f64, u64), b: (u64, f64, u64)| b.1 / a.1.max(1.0);
     let (wait_x, res_x) = (x(w0, w1), x(r0, r1));
     assert!(
-        wait_x >= 3.0 && w1.1 >= 2.5 * w0.1 && wait_x >= 3.0 * res_x,
+        wait_x >= 3.0 && wait_x >= 2.0 * res_x,
         "NET_RX wait mean {:.0} -> {:.0} ns (p99 {} -> {}), residence mean {:.0} -> {:.0} ns (p99 {} -> {})",
         w0.1,
         w1.1,
