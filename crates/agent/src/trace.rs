@@ -14,6 +14,7 @@
 
 use crate::family::{Family, HistogramValue, Kind};
 use netsteer_trace::hist::Hist;
+use netsteer_trace::run::{Lcg, sleep_until};
 use netsteer_trace::{Options, Session, Stage, dev_name};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,16 +121,12 @@ impl TraceFeed {
         let thread = std::thread::Builder::new()
             .name("trace-feed".into())
             .spawn(move || {
-                let mut seed = Instant::now().elapsed().subsec_nanos() as u64 | 1;
-                while !sp.load(Ordering::Relaxed) {
-                    // xorshift: where the window falls, nothing statistical rests on it.
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    let slack = period - window;
-                    let offset = slack.mul_f64((seed % 1000) as f64 / 1000.0);
+                let mut rng = Lcg::seeded();
+                let stop = || sp.load(Ordering::Relaxed);
+                while !stop() {
                     let start = Instant::now();
-                    if nap(&sp, offset) {
+                    let offset = (period - window).mul_f64(rng.unit());
+                    if sleep_until(start + offset, &stop) {
                         break;
                     }
                     if let Err(e) = session.read().and_then(|_| session.resume()) {
@@ -137,7 +134,7 @@ impl TraceFeed {
                         break;
                     }
                     let opened = Instant::now();
-                    let stopped = nap(&sp, window);
+                    let stopped = sleep_until(opened + window, &stop);
                     session.pause();
                     let traced = opened.elapsed();
                     match session.read() {
@@ -157,7 +154,7 @@ impl TraceFeed {
                             break;
                         }
                     }
-                    if stopped || nap(&sp, period.saturating_sub(start.elapsed())) {
+                    if stopped || sleep_until(start + period, &stop) {
                         break;
                     }
                 }
@@ -264,21 +261,6 @@ impl Drop for TraceFeed {
 
 fn lock(m: &Mutex<Cumulative>) -> std::sync::MutexGuard<'_, Cumulative> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Sleeps `d` in short steps; true when asked to stop.
-fn nap(stop: &AtomicBool, d: Duration) -> bool {
-    let until = Instant::now() + d;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return true;
-        }
-        let now = Instant::now();
-        if now >= until {
-            return false;
-        }
-        std::thread::sleep((until - now).min(Duration::from_millis(100)));
-    }
 }
 
 #[cfg(test)]

@@ -185,10 +185,6 @@ pub fn dev_name(raw: &[u8; 16]) -> Option<String> {
     (end > 0).then(|| String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
-fn merge(into: &mut Hist, h: &Hist) {
-    into.add(h);
-}
-
 fn row(stage: Stage, key: Option<&session::HKey>, h: &Hist, rows: u32, shape: &Shape) -> StageRow {
     let (cpu, dev, queue, napi_id, irq) = match key {
         Some(k) => (
@@ -251,7 +247,7 @@ pub fn interval(
         if !rest.is_empty() {
             let mut folded = Hist::empty();
             for (_, h) in &rest {
-                merge(&mut folded, h);
+                folded.add(h);
             }
             stages.push(row(stage, None, &folded, rest.len() as u32, shape));
         }

@@ -233,7 +233,7 @@ pub fn run(
 }
 
 /// Sleeps until `t` in steps short enough to notice `stop()`; true when stopped.
-fn sleep_until(t: Instant, stop: &dyn Fn() -> bool) -> bool {
+pub fn sleep_until(t: Instant, stop: &dyn Fn() -> bool) -> bool {
     loop {
         if stop() {
             return true;
@@ -247,10 +247,11 @@ fn sleep_until(t: Instant, stop: &dyn Fn() -> bool) -> bool {
 }
 
 /// Window placement only: no statistics rest on it (a 64-bit LCG, Knuth's MMIX constants).
-struct Lcg(u64);
+pub struct Lcg(u64);
 
 impl Lcg {
-    fn seeded() -> Lcg {
+    /// Seeded from the wall clock and the process id.
+    pub fn seeded() -> Lcg {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
@@ -258,7 +259,7 @@ impl Lcg {
     }
 
     /// A number in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub fn unit(&mut self) -> f64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
