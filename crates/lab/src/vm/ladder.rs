@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const T: Duration = Duration::from_secs(300);
+pub(super) const T: Duration = Duration::from_secs(300);
 const STATE: &str = "/tmp/netsteer-ladder";
 /// The state directory of the bucket probes (each applied and rolled back at once).
 const PROBE_STATE: &str = "/tmp/netsteer-ladder-probe";

@@ -2,10 +2,8 @@
 //! line that says where the latency flow's time went.
 
 use super::Guest;
+use super::ladder::T;
 use crate::Result;
-use std::time::Duration;
-
-const T: Duration = Duration::from_secs(300);
 
 /// Starts `netsteer trace` (every packet) in guest b, in the background, and waits for its
 /// programs to attach. A trace that cannot start is a note, not a failed rung.
