@@ -505,3 +505,80 @@ fn doctor_trace_names_a_late_reader() {
         .unwrap_or_else(|| panic!("{:#?}", report.findings));
     assert_eq!(late.subjects.devices, ["v0b"]);
 }
+
+/// Datagrams to a socket that never reads and has the smallest receive buffer are dropped by
+/// UDP; the trace counts each drop twice over, as the kernel does: the skb drop reason
+/// (SOCKET_RCVBUFF, on the device and CPU that received it) and udp_fail_queue_rcv_skb, both
+/// against the server namespace's own UDP InErrors counter.
+#[test]
+fn receive_buffer_drops_are_counted_with_reason_device_and_cpu() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let server = pair.server.path();
+    let in_errors = || {
+        common::in_netns(&server, || {
+            // thread-self: /proc/self/net is the namespace of the process's first thread.
+            let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap();
+            let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+            let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+            let i = names
+                .split_whitespace()
+                .position(|n| n == "InErrors")
+                .unwrap();
+            values
+                .split_whitespace()
+                .nth(i)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+    };
+    let (sock_tx, sock_rx) = std::sync::mpsc::channel();
+    let hold = netsteer_sock::netns::spawn(
+        Some(std::path::PathBuf::from(&server)),
+        Vec::new(),
+        move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+            s.set_recv_buffer_size(1)?;
+            s.bind(&SocketAddr::from(([0, 0, 0, 0], 6003)).into())?;
+            sock_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_secs(4));
+            Ok::<(), std::io::Error>(())
+        },
+    );
+    sock_rx.recv().unwrap();
+    let before = in_errors();
+    let (_, intervals) = trace_json(3, || send(&pair, 6003, 2000, Duration::from_micros(200)));
+    let dropped = in_errors() - before;
+    hold.join().unwrap().unwrap().unwrap();
+    let count = |reason: &str, dev: Option<&str>| -> u64 {
+        intervals
+            .iter()
+            .flat_map(|i| &i.drops)
+            .filter(|d| d.reason == reason && (dev.is_none() || d.dev.as_deref() == dev))
+            .map(|d| d.count)
+            .sum()
+    };
+    let fail = count("udp_fail_queue_rcv_skb", None);
+    let rcvbuf = count("SOCKET_RCVBUFF", Some("v0b"));
+    eprintln!("InErrors +{dropped}, udp_fail {fail}, SOCKET_RCVBUFF on v0b {rcvbuf}");
+    assert!(dropped >= 1900, "only {dropped} of 2000 dropped");
+    // Machine-wide hooks: other namespaces' drops could add, never take away.
+    assert!(fail >= dropped, "udp_fail {fail} < InErrors {dropped}");
+    // Each skb is found by its address in a bounded table; a collision may lose a few.
+    assert!(
+        rcvbuf * 10 >= dropped * 9,
+        "SOCKET_RCVBUFF {rcvbuf} of {dropped}"
+    );
+    let cpus: Vec<u32> = intervals
+        .iter()
+        .flat_map(|i| &i.drops)
+        .filter(|d| d.reason == "SOCKET_RCVBUFF")
+        .map(|d| d.cpu)
+        .collect();
+    let ncpu = std::thread::available_parallelism().unwrap().get() as u32;
+    assert!(cpus.iter().all(|c| *c < ncpu), "{cpus:?}");
+}

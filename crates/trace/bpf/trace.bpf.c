@@ -65,19 +65,10 @@ volatile const __u32 OFF_GRO_NAME = 8;          // napi_gro_receive_entry.name (
 volatile const __u32 OFF_GRO_NAPI = 12;         // .napi_id
 volatile const __u32 OFF_GRO_QUEUE = 16;        // .queue_mapping
 volatile const __u32 OFF_GRO_SKB = 24;          // .skbaddr
-volatile const __u32 OFF_RCV_SKB = 8;           // netif_receive_skb.skbaddr
 volatile const __u32 OFF_NETIF_RX_SKB = 8;      // netif_rx.skbaddr
 volatile const __u32 OFF_NETIF_RX_NAME = 20;    // netif_rx.name (__data_loc)
-volatile const __u32 OFF_COPY_SKB = 8;          // skb_copy_datagram_iovec.skbaddr
 volatile const __u32 OFF_READY_SK = 8;          // sk_data_ready.skaddr
 volatile const __u32 OFF_READY_PROTO = 18;      // sk_data_ready.protocol
-volatile const __u32 OFF_RECV_SK = 8;           // sock_recv_length.sk
-volatile const __u32 OFF_RECV_PROTO = 18;       // sock_recv_length.protocol
-volatile const __u32 OFF_RECV_RET = 20;         // sock_recv_length.ret
-volatile const __u32 OFF_RECV_FLAGS = 24;       // sock_recv_length.flags
-volatile const __u32 OFF_FREE_SKB = 8;          // kfree_skb.skbaddr
-volatile const __u32 OFF_FREE_REASON = 28;      // kfree_skb.reason
-volatile const __u32 OFF_CONSUME_SKB = 8;       // consume_skb.skbaddr
 volatile const __u32 OFF_WAKE_PID = 24;         // sched_wakeup.pid
 volatile const __u32 OFF_SWITCH_NEXT_PID = 56;  // sched_switch.next_pid
 // Whether a --pid was given (its threads are in `threads`).
@@ -537,11 +528,12 @@ SEC("tracepoint/net/netif_rx")
 int netif_rx(void *ctx) { return rx_seen(ctx, OFF_NETIF_RX_SKB, OFF_NETIF_RX_NAME, 0); }
 
 // The skb the protocol layer is handling on this CPU (also after RPS moved it here).
-SEC("tracepoint/net/netif_receive_skb")
-int rcv_core(void *ctx) {
+// netif_receive_skb(struct sk_buff *skb)
+SEC("raw_tp/netif_receive_skb")
+int rcv_core(struct raw_args *ctx) {
     struct cpu_state *s = state();
     if (s)
-        s->cur_skb = rd64(ctx, OFF_RCV_SKB);
+        s->cur_skb = ctx->args[0];
     return 0;
 }
 
@@ -604,13 +596,14 @@ int data_ready(void *ctx) {
 // opened are not in it: reading them pops ours early (residence too short) until the socket's
 // queue empties, when ours is empty too (a pop of an empty queue is no sample), or until a
 // non-blocking read finds it empty (-EAGAIN), which starts it afresh.
-SEC("tracepoint/sock/sock_recv_length")
-int recv_length(void *ctx) {
-    if (rd16(ctx, OFF_RECV_PROTO) != 17)
-        return 0;
-    int ret = (int)rd32(ctx, OFF_RECV_RET);
-    int flags = (int)rd32(ctx, OFF_RECV_FLAGS);
-    __u64 sk = rd64(ctx, OFF_RECV_SK);
+// sock_recv_length(struct sock *sk, int ret, int flags): raw, so the socket's protocol is
+// not at hand; only UDP sockets are ever in `socks` (data_ready puts them there), and a read
+// of any other socket misses its slot below.
+SEC("raw_tp/sock_recv_length")
+int recv_length(struct raw_args *ctx) {
+    int ret = (int)ctx->args[1];
+    int flags = (int)ctx->args[2];
+    __u64 sk = ctx->args[0];
     __u32 i = slot_of(sk, NSOCKS);
     struct sockq *q = bpf_map_lookup_elem(&socks, &i);
     if (!q || q->sk != sk || q->opened != window_start())
@@ -645,9 +638,10 @@ static always_inline void residence(struct skb_info *info) {
     info->skb = 0;
 }
 
-SEC("tracepoint/skb/skb_copy_datagram_iovec")
-int copy(void *ctx) {
-    struct skb_info *info = skb_slot(rd64(ctx, OFF_COPY_SKB));
+// skb_copy_datagram_iovec(const struct sk_buff *skb, int len)
+SEC("raw_tp/skb_copy_datagram_iovec")
+int copy(struct raw_args *ctx) {
+    struct skb_info *info = skb_slot(ctx->args[0]);
     if (info)
         residence(info);
     return 0;
@@ -676,36 +670,40 @@ static always_inline void count_drop(__u32 reason, __u16 cpu, __u16 queue, const
     }
 }
 
-SEC("tracepoint/skb/kfree_skb")
-int kfree(void *ctx) {
-    struct skb_info *info = skb_slot(rd64(ctx, OFF_FREE_SKB));
+// kfree_skb(struct sk_buff *skb, void *location, enum skb_drop_reason reason[, struct sock
+// *rx_sk]): the reason is the third argument since it came (5.17); the loader refuses a
+// kernel whose record has no reason field.
+SEC("raw_tp/kfree_skb")
+int kfree(struct raw_args *ctx) {
+    struct skb_info *info = skb_slot(ctx->args[0]);
     // A slot from before the window may name an skb whose address was reused since, unseen:
     // only a slot of this window says the freed skb was a received one.
     if (!info || info->rx_ts < window_start())
         return 0;
     char dev[16];
     __builtin_memcpy(dev, info->dev, sizeof(dev));
-    count_drop(rd32(ctx, OFF_FREE_REASON), info->rx_cpu, info->queue, dev);
+    count_drop((__u32)ctx->args[2], info->rx_cpu, info->queue, dev);
     info->skb = 0;
     return 0;
 }
 
-SEC("tracepoint/skb/consume_skb")
-int consume(void *ctx) {
-    struct skb_info *info = skb_slot(rd64(ctx, OFF_CONSUME_SKB));
+// consume_skb(struct sk_buff *skb[, void *location])
+SEC("raw_tp/consume_skb")
+int consume(struct raw_args *ctx) {
+    struct skb_info *info = skb_slot(ctx->args[0]);
     if (info)
         info->skb = 0;
     return 0;
 }
 
-SEC("tracepoint/udp/udp_fail_queue_rcv_skb")
-int udp_fail(void *ctx) {
+SEC("raw_tp/udp_fail_queue_rcv_skb")
+int udp_fail(struct raw_args *ctx) {
     count_drop(0x10000, (__u16)bpf_get_smp_processor_id(), 0xffff, 0);
     return 0;
 }
 
-SEC("tracepoint/sock/sock_rcvqueue_full")
-int rcvqueue_full(void *ctx) {
+SEC("raw_tp/sock_rcvqueue_full")
+int rcvqueue_full(struct raw_args *ctx) {
     count_drop(0x10001, (__u16)bpf_get_smp_processor_id(), 0xffff, 0);
     return 0;
 }

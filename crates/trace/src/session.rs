@@ -77,14 +77,28 @@ struct Hook {
 }
 
 /// Raw tracepoints (`raw_tp/` in the C source): the programs that read only the tracepoint's
-/// arguments, with no record formatted for them.
+/// arguments, with no record formatted for them. A classic tracepoint formats its whole record
+/// (device names copied, fields filled) before the program runs; on a 64-byte UDP flood that
+/// was most of what tracing cost. The arguments are the tracepoint's TP_PROTO, a kernel ABI
+/// that only grows at the end (consume_skb gained `location` in 6.3, kfree_skb `rx_sk` in 6.11).
 const RAW: &[&str] = &[
     "irq_entry",
     "softirq_raise",
     "softirq_entry",
     "softirq_exit",
     "napi_poll",
+    "rcv_core",
+    "recv_length",
+    "copy",
+    "kfree",
+    "consume",
+    "udp_fail",
+    "rcvqueue_full",
 ];
+
+/// Record fields whose presence shows a raw tracepoint's argument is there: kfree_skb's
+/// `reason` came with the argument (5.17).
+const RAW_ARGS: &[(&str, &str, &str)] = &[("skb", "kfree_skb", "reason")];
 
 /// An attached hook's link, by program type.
 enum LinkId {
@@ -226,19 +240,10 @@ const OFFSETS: &[(&str, &str, &str, &str)] = &[
         "queue_mapping",
     ),
     ("OFF_GRO_SKB", "net", "napi_gro_receive_entry", "skbaddr"),
-    ("OFF_RCV_SKB", "net", "netif_receive_skb", "skbaddr"),
     ("OFF_NETIF_RX_SKB", "net", "netif_rx", "skbaddr"),
     ("OFF_NETIF_RX_NAME", "net", "netif_rx", "name"),
-    ("OFF_COPY_SKB", "skb", "skb_copy_datagram_iovec", "skbaddr"),
     ("OFF_READY_SK", "sock", "sk_data_ready", "skaddr"),
     ("OFF_READY_PROTO", "sock", "sk_data_ready", "protocol"),
-    ("OFF_RECV_SK", "sock", "sock_recv_length", "sk"),
-    ("OFF_RECV_PROTO", "sock", "sock_recv_length", "protocol"),
-    ("OFF_RECV_RET", "sock", "sock_recv_length", "ret"),
-    ("OFF_RECV_FLAGS", "sock", "sock_recv_length", "flags"),
-    ("OFF_FREE_SKB", "skb", "kfree_skb", "skbaddr"),
-    ("OFF_FREE_REASON", "skb", "kfree_skb", "reason"),
-    ("OFF_CONSUME_SKB", "skb", "consume_skb", "skbaddr"),
     ("OFF_WAKE_PID", "sched", "sched_wakeup", "pid"),
     ("OFF_SWITCH_NEXT_PID", "sched", "sched_switch", "next_pid"),
 ];
@@ -429,18 +434,22 @@ impl Session {
             // No CO-RE relocation is used: offsets come from the format files below.
             loader.btf(None);
             let mut offsets: Vec<(&'static str, u32)> = Vec::new();
-            for (global, group, event, field) in OFFSETS {
+            let globals = OFFSETS.iter().map(|&(g, gr, e, f)| (Some(g), gr, e, f));
+            let raw = RAW_ARGS.iter().map(|&(gr, e, f)| (None, gr, e, f));
+            for (global, group, event, field) in globals.chain(raw) {
                 let Ok(text) = read_format(group, event) else {
                     continue;
                 };
                 let fields = format::parse(&text)
                     .map_err(|e| TraceError::Missing(format!("{group}:{event} format: {e}")))?;
-                let Field { offset, .. } = *fields.get(*field).ok_or_else(|| {
+                let Field { offset, .. } = *fields.get(field).ok_or_else(|| {
                     TraceError::Missing(format!(
                         "{group}:{event} has no field {field} on this kernel"
                     ))
                 })?;
-                offsets.push((global, offset));
+                if let Some(global) = global {
+                    offsets.push((global, offset));
+                }
             }
             for (global, offset) in &offsets {
                 loader.set_global(global, offset, true);
