@@ -321,3 +321,116 @@ fn a_real_prometheus_scrapes_the_agent_and_the_rules_and_dashboard_evaluate() {
     let heat = prom.wait_for(&exprs[0]);
     assert_eq!(heat.len(), cpus, "{}", exprs[0]);
 }
+
+/// The words of `key=` in the packaged agent unit (deploy/systemd/netsteer-agent.service).
+fn unit_value(unit: &str, key: &str) -> Option<String> {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(|v| v.trim().to_string())
+}
+
+/// The agent as its unit runs it: an unprivileged user with no capabilities and no way to gain
+/// any (setpriv does what DynamicUser=, CapabilityBoundingSet= and NoNewPrivileges= do),
+/// beside the same command as root, on the same namespace, with a state directory that
+/// `tune apply` wrote: the same families and series, and every collector succeeding.
+#[test]
+fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
+    if !common::is_root() {
+        common::cannot_run("needs root (it drops to an unprivileged user)");
+        return;
+    }
+    let unit =
+        std::fs::read_to_string(repo().join("deploy/systemd/netsteer-agent.service")).unwrap();
+    for (key, want) in [
+        ("DynamicUser", "yes"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("ProtectSystem", "strict"),
+        ("ProtectKernelTunables", "yes"),
+    ] {
+        assert_eq!(unit_value(&unit, key).as_deref(), Some(want), "{key}");
+    }
+    let exec = unit_value(&unit, "ExecStart").unwrap();
+    let mut words = exec.split_whitespace();
+    assert_eq!(words.next(), Some("/usr/bin/netsteer"));
+    let unit_args: Vec<&str> = words.collect();
+    assert_eq!(unit_args, ["agent", "--listen", "127.0.0.1:9641"]);
+
+    let pair = common::Pair::create(2);
+    let scratch = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = scratch.path().join("state");
+    let state = state.to_str().unwrap();
+    let bin = env!("CARGO_BIN_EXE_netsteer");
+    let out = pair.server.exec(&[
+        bin,
+        "tune",
+        "apply",
+        "--profile",
+        "balanced",
+        "--dev",
+        "v0b",
+        "--state-dir",
+        state,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut args: Vec<&str> = vec![bin];
+    args.extend(&unit_args);
+    args.extend(["--once", "--dev", "v0b", "--state-dir", state]);
+    let scrape = |argv: &[&str]| -> Vec<String> {
+        let out = pair.server.exec(argv);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{argv:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut keys: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.rsplit_once(' ').unwrap().0.to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    let as_root = scrape(&args);
+    let uid = format!("{}", 61184 + std::process::id() % 4000);
+    let mut unprivileged = vec![
+        "setpriv",
+        "--reuid",
+        &uid,
+        "--regid",
+        &uid,
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+    ];
+    unprivileged.extend(&args);
+    let as_unit = scrape(&unprivileged);
+    assert_eq!(as_root, as_unit);
+    for collector in ["tune", "nic", "softnet", "snmp"] {
+        let key = format!("netsteer_scrape_collector_success{{collector=\"{collector}\"}}");
+        assert!(as_unit.contains(&key), "no {key} in {as_unit:#?}");
+    }
+    let failed: Vec<String> = pair
+        .server
+        .exec(&unprivileged)
+        .stdout
+        .split(|b| *b == b'\n')
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+        .filter(|l| l.starts_with("netsteer_scrape_collector_success") && l.ends_with(" 0"))
+        .collect();
+    assert!(failed.is_empty(), "as the unit runs it: {failed:?}");
+    assert!(
+        as_unit
+            .iter()
+            .any(|k| k.starts_with("netsteer_steering_drift_items"))
+    );
+}

@@ -260,16 +260,29 @@ fn persist_writes_inside_the_root_and_unpersist_removes_it() {
         stdout(&out),
         String::from_utf8_lossy(&out.stderr)
     );
+    // No package in the tree: the unit is written too, with this binary in ExecStart.
     let unit =
         std::fs::read_to_string(tree.path().join("etc/systemd/system/netsteer-tune.service"))
             .unwrap();
     assert!(
-        unit.contains("tune apply --profile latency --dev eth0"),
+        unit.contains(&format!(
+            "ExecStart={} $NETSTEER_TUNE_ARGS",
+            env!("CARGO_BIN_EXE_netsteer")
+        )),
         "{unit}"
     );
+    let dropin = std::fs::read_to_string(
+        tree.path()
+            .join("etc/systemd/system/netsteer-tune.service.d/persist.conf"),
+    )
+    .unwrap();
     assert!(
-        unit.contains("After=network-pre.target sys-subsystem-net-devices-eth0.device"),
-        "{unit}"
+        dropin.contains("Environment=NETSTEER_TUNE_ARGS=tune apply --profile latency --dev eth0 "),
+        "{dropin}"
+    );
+    assert!(
+        dropin.contains("After=sys-subsystem-net-devices-eth0.device"),
+        "{dropin}"
     );
     let rule = std::fs::read_to_string(tree.path().join("etc/udev/rules.d/90-netsteer-tune.rules"))
         .unwrap();
@@ -292,6 +305,54 @@ fn persist_writes_inside_the_root_and_unpersist_removes_it() {
             .join("etc/udev/rules.d/90-netsteer-tune.rules")
             .exists()
     );
+    assert!(
+        !tree
+            .path()
+            .join("etc/systemd/system/netsteer-tune.service.d")
+            .exists()
+    );
+}
+
+/// Where the package installed the unit, persist writes only the drop-in and the rule, and
+/// unpersist leaves a unit in /etc that it did not write.
+#[test]
+fn persist_uses_the_packaged_unit_and_leaves_an_administrators_own() {
+    let tree = scratch("dev-vm");
+    let packaged = tree
+        .path()
+        .join("usr/lib/systemd/system/netsteer-tune.service");
+    std::fs::create_dir_all(packaged.parent().unwrap()).unwrap();
+    std::fs::write(&packaged, netsteer_steering::tune::persist::UNIT_TEXT).unwrap();
+    let out = netsteer(
+        tree.path(),
+        &["tune", "persist", "--profile", "latency", "--dev", "eth0"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("the unit is the package's"),
+        "{}",
+        stdout(&out)
+    );
+    let etc_unit = tree.path().join("etc/systemd/system/netsteer-tune.service");
+    assert!(!etc_unit.exists());
+    assert!(
+        tree.path()
+            .join("etc/systemd/system/netsteer-tune.service.d/persist.conf")
+            .is_file()
+    );
+    std::fs::write(&etc_unit, "[Unit]\nDescription=mine\n").unwrap();
+    let out = netsteer(tree.path(), &["tune", "unpersist"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("not written by persist, left"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&etc_unit).unwrap(),
+        "[Unit]\nDescription=mine\n"
+    );
+    assert!(packaged.is_file());
 }
 
 #[test]

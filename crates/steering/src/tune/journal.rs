@@ -69,13 +69,15 @@ impl HeldDir {
         PathBuf::from(format!("/proc/self/fd/{}/{name}", self.file.as_raw_fd()))
     }
 
-    /// Creates `name` exclusively (O_EXCL|O_NOFOLLOW, mode 0600).
+    /// Creates `name` exclusively (O_EXCL|O_NOFOLLOW), mode 0644: the plan and journals hold
+    /// knob values every user can read in /proc and /sys anyway, and the agent reads them as
+    /// an unprivileged user (deploy/systemd/netsteer-agent.service) for its drift metrics.
     fn create_new(&self, name: &str, append: bool) -> io::Result<File> {
         OpenOptions::new()
             .write(true)
             .append(append)
             .create_new(true)
-            .mode(0o600)
+            .mode(0o644)
             .custom_flags(libc::O_NOFOLLOW)
             .open(self.child(name))
     }
