@@ -832,32 +832,28 @@ impl Default for Families {
                 "When the doctor last evaluated the host (at each scrape).",
             ),
             tune_applied: f(
-                "netsteer_steering_plan_applied",
+                "netsteer_tune_plan_applied",
                 Gauge,
                 "1 when a tune plan is applied (and not rolled back), else 0.",
             ),
             tune_items: f(
-                "netsteer_steering_items",
+                "netsteer_tune_items",
                 Gauge,
                 "Items of the applied plan that tune verify checks.",
             ),
             tune_drift: f(
-                "netsteer_steering_drift_items",
+                "netsteer_tune_drift_items",
                 Gauge,
                 "Items of the applied plan that no longer hold (tune verify).",
             ),
-            tune_info: f(
-                "netsteer_steering_plan",
-                Info,
-                "The applied plan's profile.",
-            ),
+            tune_info: f("netsteer_tune_plan", Info, "The applied plan's profile."),
             tune_last_apply: f(
-                "netsteer_steering_last_apply_timestamp_seconds",
+                "netsteer_tune_last_apply_timestamp_seconds",
                 Gauge,
                 "When the newest successful tune apply started.",
             ),
             tune_rollbacks: f(
-                "netsteer_steering_rolled_back_journals",
+                "netsteer_tune_rolled_back_journals",
                 Gauge,
                 "Journals in the state directory that were rolled back.",
             ),

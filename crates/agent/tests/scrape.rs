@@ -203,7 +203,7 @@ fn tune_state_is_exported_from_the_state_directory() {
     let a = agent(&root, Rates::SinceBoot, Some(tmp.path().to_path_buf()));
     let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
     assert_eq!(
-        family(&fams, "netsteer_steering_plan_applied").samples[0].value,
+        family(&fams, "netsteer_tune_plan_applied").samples[0].value,
         0.0
     );
     // A corrupt applied plan is a failed tune collector, not a crash or a fake "0 drift".
@@ -223,7 +223,7 @@ fn tune_state_is_exported_from_the_state_directory() {
     assert!(
         !fams
             .iter()
-            .any(|f| f.name == "netsteer_steering_drift_items" && !f.samples.is_empty())
+            .any(|f| f.name == "netsteer_tune_drift_items" && !f.samples.is_empty())
     );
 }
 
@@ -282,4 +282,63 @@ fn a_named_device_the_host_lacks_fails_the_nic_collector() {
         present.contains("netsteer_scrape_collector_success{collector=\"nic\"} 1"),
         "{present}"
     );
+}
+
+/// Every series the shipped alert rules and dashboard read is one the agent exports (or one
+/// the rules record): a renamed family must not leave an alert that can never fire. (A crate
+/// rename once turned `netsteer_tune_*` into `netsteer_steering_*` and nothing failed.)
+#[test]
+fn the_rules_and_the_dashboard_read_only_series_the_agent_exports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = agent(
+        &fixture("mlx5-128cpu"),
+        Rates::SinceBoot,
+        Some(tmp.path().to_path_buf()),
+    );
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    let mut exported: Vec<String> = Vec::new();
+    for f in &fams {
+        let name = f.exposed_name();
+        for suffix in ["", "_bucket", "_sum", "_count"] {
+            exported.push(format!("{name}{suffix}"));
+        }
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let rules = std::fs::read_to_string(repo.join("deploy/prometheus/netsteer.rules.yml")).unwrap();
+    let dashboard =
+        std::fs::read_to_string(repo.join("deploy/grafana/netsteer-dashboard.json")).unwrap();
+    let recorded: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("- record:")
+                .or(l.trim().strip_prefix("record:"))
+        })
+        .map(str::trim)
+        .collect();
+    assert!(!recorded.is_empty());
+    let mut read = 0;
+    for (file, text) in [("rules", &rules), ("dashboard", &dashboard)] {
+        let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+        for (i, _) in text.match_indices("netsteer_") {
+            let start = text[..i].rfind(|c| !is_name(c)).map_or(0, |p| p + 1);
+            let end = text[i..]
+                .find(|c| !is_name(c))
+                .map_or(text.len(), |p| i + p);
+            let name = &text[start..end];
+            if name.contains(':') {
+                assert!(
+                    recorded.contains(&name),
+                    "{file}: {name} is recorded by no rule"
+                );
+            } else {
+                assert!(
+                    exported.iter().any(|e| e == name),
+                    "{file}: the agent exports no {name}"
+                );
+            }
+            read += 1;
+        }
+    }
+    assert!(read > 20, "{read}");
 }

@@ -431,6 +431,6 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
     assert!(
         as_unit
             .iter()
-            .any(|k| k.starts_with("netsteer_steering_drift_items"))
+            .any(|k| k.starts_with("netsteer_tune_drift_items"))
     );
 }

@@ -238,7 +238,7 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
             );
             std::thread::sleep(Duration::from_millis(250));
         }
-        prom.wait_for("netsteer_steering_plan_applied == 0");
+        prom.wait_for("netsteer_tune_plan_applied == 0");
     });
 
     // The inventory: each host a namespace reached through `ip netns exec` (ansible runs in
@@ -262,6 +262,7 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
         serde_json::json!({
             "netsteer_run": run,
             "netsteer_waves": [1, 1, 1],
+            "netsteer_install": "binary",
             "netsteer_binary_src": bin,
             "netsteer_bin_dir": bin_dir,
             "netsteer_plan_src": plan_path,
@@ -340,8 +341,8 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
     in_netns(&mon_path, || {
         let start = Instant::now();
         loop {
-            let applied = prom.vector("netsteer_steering_plan_applied == 1").len();
-            let clean = prom.vector("netsteer_steering_drift_items == 0").len();
+            let applied = prom.vector("netsteer_tune_plan_applied == 1").len();
+            let clean = prom.vector("netsteer_tune_drift_items == 0").len();
             if applied == HOSTS && clean == HOSTS {
                 break;
             }
