@@ -277,7 +277,8 @@ fn persist_writes_inside_the_root_and_unpersist_removes_it() {
     )
     .unwrap();
     assert!(
-        dropin.contains("Environment=NETSTEER_TUNE_ARGS=tune apply --profile latency --dev eth0 "),
+        dropin
+            .contains("Environment=\"NETSTEER_TUNE_ARGS=tune apply --profile latency --dev eth0 "),
         "{dropin}"
     );
     assert!(

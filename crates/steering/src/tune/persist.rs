@@ -177,8 +177,9 @@ pub fn dropin_text(inv: &Invocation) -> io::Result<String> {
     if !devices.is_empty() {
         s += &format!("After={}\n", devices.join(" "));
     }
+    // Quoted whole: unquoted, systemd reads each space-separated word as an assignment.
     s += &format!(
-        "\n[Service]\nEnvironment=NETSTEER_TUNE_ARGS={}\n",
+        "\n[Service]\nEnvironment=\"NETSTEER_TUNE_ARGS={}\"\n",
         args.join(" ")
     );
     Ok(s)
@@ -328,7 +329,8 @@ mod tests {
         let text = dropin_text(&inv()).unwrap();
         let line = text
             .lines()
-            .find_map(|l| l.strip_prefix("Environment=NETSTEER_TUNE_ARGS="))
+            .find_map(|l| l.strip_prefix("Environment=\"NETSTEER_TUNE_ARGS="))
+            .and_then(|l| l.strip_suffix('"'))
             .unwrap();
         let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
         assert_eq!(words, inv().args());
