@@ -57,9 +57,11 @@ fn tracefs_mounted() -> bool {
 }
 
 /// `netsteer trace --json --duty 100` (every packet) for `seconds` while `during` runs; its
-/// messages.
+/// messages. `during` starts once the start message is out, which with `--duty 100` comes after
+/// every program is attached.
 fn trace_json(seconds: u32, during: impl FnOnce()) -> (Start, Vec<Interval>) {
-    let child = Command::new(BIN)
+    use std::io::BufRead;
+    let mut child = Command::new(BIN)
         .args([
             "trace",
             "--json",
@@ -76,23 +78,31 @@ fn trace_json(seconds: u32, during: impl FnOnce()) -> (Start, Vec<Interval>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The programs attach within a second or two (the start message says they did, but the
-    // child's stdout is read at the end: wait for them in the kernel instead).
-    let t = Instant::now();
-    while our_programs().len() < 7 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(60));
+    if first.is_ok() {
+        during();
     }
-    during();
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    reader.join().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
     assert!(
-        out.status.success(),
-        "{text}{}",
+        out.status.success() && first.is_ok(),
+        "{first:?} {rest:?} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut lines = text.lines();
-    let start: Start = serde_json::from_str(lines.next().unwrap()).unwrap();
-    let intervals = lines
+    let start: Start = serde_json::from_str(&first.unwrap()).unwrap();
+    let intervals = rest
+        .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
     (start, intervals)

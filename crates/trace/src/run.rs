@@ -155,6 +155,12 @@ pub fn run(
     }
     let mut session = Session::start(&Options { pid: opts.pid })?;
     let io = |e: std::io::Error| TraceError::Setup(format!("writing the output: {e}"));
+    let full = opts.duty >= 1.0;
+    // Traced throughout: attached before the start message, which then means "every packet
+    // from now on is seen" (a caller may wait for it before sending).
+    if full {
+        session.resume()?;
+    }
     emit(&Message::Start(Start {
         kind: "start".into(),
         interval_s: opts.interval.as_secs_f64(),
@@ -171,10 +177,6 @@ pub fn run(
     }))
     .map_err(io)?;
     let started = Instant::now();
-    let full = opts.duty >= 1.0;
-    if full {
-        session.resume()?;
-    }
     let mut last = started;
     let mut seq = 0;
     let mut rng = Lcg::seeded();
