@@ -287,21 +287,13 @@ pub struct Decision {
 /// "better beyond the noise" is kept. `None` when a side has no finite value or the baseline's
 /// median is zero.
 pub fn decide(metric: Metric, before: &[f64], after: &[f64]) -> Option<Decision> {
-    let b = Spread::of(before)?;
-    let a = Spread::of(after)?;
-    if b.median == 0.0 {
-        return None;
-    }
-    let sign = if metric.lower_is_better() { 1.0 } else { -1.0 };
-    let improvement_pct = sign * (b.median - a.median) / b.median.abs() * 100.0;
-    let noise_pct = b.width().max(a.width()) / b.median.abs() * 100.0;
-    let verdict = if improvement_pct > noise_pct {
-        Verdict::Better
-    } else if -improvement_pct > noise_pct {
-        Verdict::Worse
-    } else {
-        Verdict::WithinNoise
-    };
+    let Comparison {
+        before: b,
+        after: a,
+        improvement_pct,
+        noise_pct,
+        verdict,
+    } = compare(metric.lower_is_better(), before, after)?;
     let moved = if improvement_pct >= 0.0 {
         format!("{metric} {:.1}% better", improvement_pct)
     } else {
@@ -317,6 +309,45 @@ pub fn decide(metric: Metric, before: &[f64], after: &[f64]) -> Option<Decision>
         verdict,
         keep: verdict == Verdict::Better,
         why,
+    })
+}
+
+/// The three-way rule on two sets of values, whatever they measure.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    pub before: Spread,
+    pub after: Spread,
+    /// Change of the median, % of the before median (positive = better).
+    pub improvement_pct: f64,
+    /// The wider of the two spreads (max − min), % of the before median.
+    pub noise_pct: f64,
+    pub verdict: Verdict,
+}
+
+/// [`decide`]'s rule without a metric: `None` when a side has no finite value or the before
+/// median is zero.
+pub fn compare(lower_is_better: bool, before: &[f64], after: &[f64]) -> Option<Comparison> {
+    let b = Spread::of(before)?;
+    let a = Spread::of(after)?;
+    if b.median == 0.0 {
+        return None;
+    }
+    let sign = if lower_is_better { 1.0 } else { -1.0 };
+    let improvement_pct = sign * (b.median - a.median) / b.median.abs() * 100.0;
+    let noise_pct = b.width().max(a.width()) / b.median.abs() * 100.0;
+    let verdict = if improvement_pct > noise_pct {
+        Verdict::Better
+    } else if -improvement_pct > noise_pct {
+        Verdict::Worse
+    } else {
+        Verdict::WithinNoise
+    };
+    Some(Comparison {
+        before: b,
+        after: a,
+        improvement_pct,
+        noise_pct,
+        verdict,
     })
 }
 

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod experiment;
 pub mod netchannel;
 pub mod report;
+pub mod search;
 pub mod stats;
 pub mod target;
 pub mod tcp;
