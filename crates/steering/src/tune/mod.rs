@@ -8,6 +8,7 @@ pub mod apply;
 pub mod journal;
 pub mod persist;
 pub mod saved;
+pub mod search;
 pub mod text;
 pub mod tuner;
 pub mod verify;

@@ -54,6 +54,8 @@ pub enum TuneError {
     VerifyFailed { error: String },
     #[error("{0}")]
     Verify(String),
+    #[error("{0}")]
+    Search(String),
 }
 
 /// The benchmark side of a verified apply: how many runs on each side and what to compare.
