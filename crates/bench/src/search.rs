@@ -14,17 +14,17 @@
 //! ridge) to every trial; the runs' own scatter is the noise model. The search first screens
 //! each knob (its far levels; the levels between are interpolated in their order until a trial
 //! uses them), then spends the rest of the budget on the configuration the model predicts
-//! cheapest among those it predicts within the goal less the noise, learning from each; after
-//! three such picks it stays within two knobs of the cheapest configuration measured within the
-//! goal. A measured configuration is judged by its trial shrunk toward the model, so the one that
-//! came in under the goal by luck is not the one chosen. Interactions the model cannot express
-//! show up as residuals, and nothing is reported on the model's word: the best measured
-//! configurations (up to three) are confirmed in turn by fresh alternated runs against the
-//! baseline, and one is reported only if its confirmation meets the goal.
+//! cheapest among those it predicts within the goal less the noise, learning from each.
+//! Interactions the model cannot express show up as residuals, and nothing is reported on the
+//! model's word: the three measured configurations estimated cheapest within the goal (each
+//! trial's own ratios shrunk toward the model's, so the one that came in cheap or fast by luck
+//! is not taken at its word) are confirmed by fresh alternated runs against the baseline, and
+//! the cheapest whose confirmation meets the goal is reported.
 //!
 //! What it achieves is measured on synthetic surfaces with a known optimum
-//! (`crates/bench/tests/search.rs`): within 5 % of the optimum's cost in 20 trials on 75 of
-//! 100 surfaces (the target is 90).
+//! (`crates/bench/tests/search.rs`): within 5 % of the optimum's cost in 20 trials on 242 of
+//! 300 surfaces (81 %; the target is 90 %). Restricting the guided picks to the neighbourhood
+//! of the best so far, or an optimism bonus for untried levels, did not raise it.
 //!
 //! Every trial goes through [`experiment::run`]: the baseline and the candidate alternate (A B
 //! A B), so a host that drifts during the search does not pass the drift off as a knob's
@@ -145,8 +145,7 @@ pub struct Confirmation {
 pub struct Outcome {
     pub baseline: Config,
     pub trials: Vec<Trial>,
-    /// Confirmations run, in order (a failed one is followed by the next-best candidate's,
-    /// budget permitting).
+    /// Confirmations run, in order: up to three candidates, each against the baseline.
     pub confirmations: Vec<Confirmation>,
     /// The configuration found: confirmed within the goal and cheaper than the baseline beyond
     /// the noise, or within the goal where the baseline is not. `None`: none was.
@@ -208,26 +207,31 @@ pub fn search<T: Target>(
     let mut confirmations = Vec::new();
     let mut best = None;
     if s.stopped.is_none() {
-        // The measured candidates within the goal, cheapest first; at most two confirmed.
+        // The three measured candidates the estimates rank cheapest within the goal are each
+        // confirmed (5 runs a side, more than a trial's 3), and the cheapest confirmed within
+        // the goal wins: the cheapest of noisy trials is the one whose cost was most
+        // underestimated, and the confirmation is the better measurement.
+        let mut winner: Option<(f64, Config)> = None;
         for config in s.ranked(&model).into_iter().take(3) {
-            let c = confirm(target, clock, &s, &config);
-            match c {
+            match confirm(target, clock, &s, &config) {
                 Ok(c) => {
                     let ok = c.meets_goal
                         && (c.cost.verdict == Verdict::Better
                             || c.latency.before.median > opts.goal);
-                    confirmations.push(c);
-                    if ok {
-                        best = Some(config);
-                        break;
+                    let ratio = c.cost.after.median / c.cost.before.median;
+                    if ok && winner.as_ref().is_none_or(|(r, _)| ratio < *r) {
+                        winner = Some((ratio, config));
                     }
+                    confirmations.push(c);
                 }
                 Err(e) => {
                     s.stopped = Some(format!("confirmation: {e}"));
+                    winner = None;
                     break;
                 }
             }
         }
+        best = winner.map(|(_, c)| c);
     }
     Ok(Outcome {
         baseline: baseline.to_vec(),
@@ -399,26 +403,10 @@ impl State<'_> {
         let (ref_l, ref_c) = self.reference();
         let limit = self.opts.goal * (1.0 - self.noise());
         let tried = |c: &Config| *c == self.baseline || self.trials.iter().any(|t| t.config == *c);
-        // Once the model has had a few picks, it refines around the cheapest configuration
-        // measured within the goal: at most two knobs from it (interactions the additive model
-        // misses are local, and so is what it mispredicts).
-        let guided = self
-            .trials
-            .iter()
-            .filter(|t| t.phase == Phase::Guided)
-            .count();
-        let anchor = (guided >= 3)
-            .then(|| self.ranked(model).into_iter().next())
-            .flatten();
-        let near = |c: &Config| {
-            anchor
-                .as_ref()
-                .is_none_or(|a| a.iter().zip(c).filter(|(x, y)| x != y).count() <= 2)
-        };
         let mut best_in: Option<(f64, Config, (f64, f64))> = None;
         let mut best_out: Option<(f64, Config, (f64, f64))> = None;
         for c in candidates(self.dims, self.opts.max_candidates, rng) {
-            if tried(&c) || !near(&c) {
+            if tried(&c) {
                 continue;
             }
             let (l, co) = model.predict(&c);
@@ -448,7 +436,8 @@ impl State<'_> {
             let (pl, pc) = model.predict(&t.config);
             let l = ref_l * (t.latency_ratio() * pl).sqrt();
             let c = ref_c * (t.cost_ratio() * pc).sqrt();
-            if l <= self.opts.goal && t.latency.median <= self.opts.goal {
+            // Within the goal up to the noise: the confirmation has the last word.
+            if l <= self.opts.goal * (1.0 + self.noise()) {
                 within.push((c, t.config.clone()));
             }
         }

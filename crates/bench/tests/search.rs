@@ -192,15 +192,16 @@ fn run(s: &mut Surface, goal: f64, seed: u64) -> Outcome {
 }
 
 /// Near the cheapest configuration that meets the goal in at most 20 trials: within 5 % of its
-/// cost (and within the goal, up to the noise) on 100 surfaces. The target is 9 in 10;
-/// this search reaches 75 in 100 (9 of the first 10, which is luck): the bar below holds what
-/// it does, so a change that makes it worse fails. Whatever is reported was confirmed within
-/// the goal, on every surface.
+/// cost (and within the goal, up to the noise) on 300 surfaces. The target is 9 in 10;
+/// this search reaches 242 in 300 (81 %; the rate over the first 100 alone swung from 65 to 75
+/// % between versions that did the same over 300): the bar below holds what it does, so a
+/// change that makes it worse fails. Whatever is reported was confirmed within the goal, on
+/// every surface.
 #[test]
 fn twenty_trials_come_near_the_optimum_on_most_surfaces() {
     let mut near = 0;
     let mut misses = Vec::new();
-    for seed in 1..=100 {
+    for seed in 1..=300 {
         let mut s = Surface::new(seed);
         let (goal, opt) = s.goal_and_optimum();
         let out = run(&mut s, goal, seed);
@@ -230,7 +231,7 @@ fn twenty_trials_come_near_the_optimum_on_most_surfaces() {
             ));
         }
     }
-    assert!(near >= 75, "{near} of 100; misses:\n{}", misses.join("\n"));
+    assert!(near >= 240, "{near} of 300; misses:\n{}", misses.join("\n"));
 }
 
 /// A knob level that loses packets ends the search at its first run, with every configuration
