@@ -215,7 +215,7 @@ fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report 
         sh(
             &mut pair.a,
             &format!(
-                "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration 12 --timeout 5 > /dev/null 2>&1 &"
+                "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration 12 --timeout 5 > /x/client.log 2>&1 &"
             ),
         );
         std::thread::sleep(Duration::from_secs(2));
@@ -241,6 +241,10 @@ fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report 
             "doctor's sample saw {rate:.0} receive interrupts/s (attempt {attempt}) and {} the finding wanted: sampling again",
             if wants(&report) { "has" } else { "lacks" }
         );
+        // What the guests saw, for a run that stays quiet: the echo server's own rates tell a
+        // slow guest (a few packets/s) from interrupts a busy NAPI held back.
+        let (_, server) = pair.b.sh("tail -n 3 /x/server.log", T).unwrap();
+        eprintln!("the echo server's last seconds:\n{}", server.trim_end());
         std::thread::sleep(Duration::from_secs(10));
     }
     unreachable!("the fourth attempt returns");
