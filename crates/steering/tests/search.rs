@@ -10,45 +10,9 @@ use netsteer_host::HostFs;
 use netsteer_nic::TreeNic;
 use netsteer_steering::tune::Tuner;
 use netsteer_steering::tune::search::{HostTarget, SearchKnob, Space};
-use std::collections::BTreeMap;
-use std::fs;
-use std::path::{Path, PathBuf};
 
-fn copy(from: &Path, to: &Path) {
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        let ft = e.file_type().unwrap();
-        if ft.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if ft.is_dir() {
-            fs::create_dir(&dst).unwrap();
-            copy(&src, &dst);
-        } else {
-            fs::copy(&src, &dst).unwrap();
-        }
-    }
-}
-
-fn contents(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            let m = fs::symlink_metadata(&p).unwrap();
-            if m.is_dir() {
-                stack.push(p);
-            } else if m.is_file() {
-                out.insert(
-                    p.strip_prefix(root).unwrap().to_path_buf(),
-                    fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
-}
+mod common;
+use common::{contents, copy_tree, fixture};
 
 const KNOBS: [&str; 3] = [
     "/proc/sys/net/core/busy_read=25,50,100",
@@ -73,11 +37,7 @@ fn response(fs: &HostFs) -> (f64, f64) {
 
 #[test]
 fn a_search_applies_each_trial_through_tune_and_leaves_the_tree_as_it_was() {
-    let tree = tempfile::tempdir().unwrap();
-    copy(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts/dev-vm"),
-        tree.path(),
-    );
+    let tree = copy_tree(&fixture("dev-vm"));
     let state = tempfile::tempdir().unwrap();
     let before = contents(tree.path());
     let fs = HostFs::open(tree.path()).unwrap();

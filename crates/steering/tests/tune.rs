@@ -11,9 +11,11 @@ use netsteer_steering::tune::{
     PlanOptions, Profile, StepError, Target, apply, plan, rollback,
 };
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod common;
+use common::{contents, copy_tree, fixture};
 
 const HOSTS: &[&str] = &[
     "dev-vm",
@@ -28,58 +30,6 @@ const HOSTS: &[&str] = &[
     "virtio-rss-6.12",
 ];
 const PROFILES: &[Profile] = &[Profile::Latency, Profile::Throughput, Profile::Balanced];
-
-fn fixture(host: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/hosts")
-        .join(host)
-}
-
-/// Copies a tree (links kept as links) into a fresh temp dir.
-fn copy_tree(from: &Path) -> tempfile::TempDir {
-    fn copy(from: &Path, to: &Path) {
-        for e in fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let (src, dst) = (e.path(), to.join(e.file_name()));
-            let ft = e.file_type().unwrap();
-            if ft.is_symlink() {
-                std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
-            } else if ft.is_dir() {
-                fs::create_dir(&dst).unwrap();
-                copy(&src, &dst);
-            } else {
-                fs::copy(&src, &dst).unwrap();
-            }
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    copy(from, dir.path());
-    dir
-}
-
-/// Every file's bytes and every link's target, by relative path.
-fn contents(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for e in fs::read_dir(dir).unwrap() {
-            let e = e.unwrap();
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            let ft = e.file_type().unwrap();
-            if ft.is_symlink() {
-                let mut t = b"link:".to_vec();
-                t.extend(fs::read_link(&p).unwrap().to_string_lossy().bytes());
-                out.insert(rel, t);
-            } else if ft.is_dir() {
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, root, &mut out);
-    out
-}
 
 fn opts(profile: Profile) -> PlanOptions {
     PlanOptions::for_profile(profile)
