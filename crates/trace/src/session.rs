@@ -9,8 +9,7 @@ use crate::format::{self, Field};
 use crate::hist::{Hist, NBUCKETS};
 use crate::{Stage, TraceError};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
-use aya::programs::RawTracePoint;
-use aya::programs::TracePoint;
+use aya::programs::Program;
 use aya::programs::raw_trace_point::RawTracePointLinkId;
 use aya::programs::trace_point::TracePointLinkId;
 use aya::{Ebpf, EbpfLoader};
@@ -76,31 +75,17 @@ struct Hook {
     needed_by: &'static [Stage],
 }
 
-/// Raw tracepoints (`raw_tp/` in the C source): the programs that read only the tracepoint's
-/// arguments, with no record formatted for them. A classic tracepoint formats its whole record
-/// (device names copied, fields filled) before the program runs; on a 64-byte UDP flood that
-/// was most of what tracing cost. The arguments are the tracepoint's TP_PROTO, a kernel ABI
-/// that only grows at the end (consume_skb gained `location` in 6.3, kfree_skb `rx_sk` in 6.11).
-const RAW: &[&str] = &[
-    "irq_entry",
-    "softirq_raise",
-    "softirq_entry",
-    "softirq_exit",
-    "napi_poll",
-    "rcv_core",
-    "recv_length",
-    "copy",
-    "kfree",
-    "consume",
-    "udp_fail",
-    "rcvqueue_full",
-];
-
 /// Record fields whose presence shows a raw tracepoint's argument is there: kfree_skb's
 /// `reason` came with the argument (5.17).
 const RAW_ARGS: &[(&str, &str, &str)] = &[("skb", "kfree_skb", "reason")];
 
-/// An attached hook's link, by program type.
+/// An attached hook's link, by program type. A program is a raw tracepoint (`raw_tp/` in the
+/// C source) when it reads only the tracepoint's arguments: a classic tracepoint formats its
+/// whole record (device names copied, fields filled) before the program runs, which on a
+/// 64-byte UDP flood was most of what tracing cost. The arguments are the tracepoint's
+/// TP_PROTO, a kernel ABI that only grows at the end (consume_skb gained `location` in 6.3,
+/// kfree_skb `rx_sk` in 6.11). Which kind a program is comes from its section, through the
+/// loaded object.
 enum LinkId {
     Classic(&'static str, TracePointLinkId),
     Raw(&'static str, RawTracePointLinkId),
@@ -471,21 +456,15 @@ impl Session {
                         chain(&e)
                     ))
                 };
-                let prog = ebpf.program_mut(h.program).ok_or_else(|| {
-                    TraceError::Bpf(format!("no program {} in the object", h.program))
-                })?;
-                let wrong =
-                    |e: aya::programs::ProgramError| TraceError::Bpf(format!("{}: {e}", h.program));
-                if RAW.contains(&h.program) {
-                    <&mut RawTracePoint>::try_from(prog)
-                        .map_err(wrong)?
-                        .load()
-                        .map_err(refused)?;
-                } else {
-                    <&mut TracePoint>::try_from(prog)
-                        .map_err(wrong)?
-                        .load()
-                        .map_err(refused)?;
+                match ebpf.program_mut(h.program) {
+                    Some(Program::RawTracePoint(p)) => p.load().map_err(refused)?,
+                    Some(Program::TracePoint(p)) => p.load().map_err(refused)?,
+                    _ => {
+                        return Err(TraceError::Bpf(format!(
+                            "no tracepoint program {} in the object",
+                            h.program
+                        )));
+                    }
                 }
                 if ALWAYS.contains(&h.program) {
                     attach(&mut ebpf, h)?;
@@ -674,18 +653,18 @@ fn attach(ebpf: &mut Ebpf, h: &'static Hook) -> Result<LinkId, TraceError> {
             chain(&e)
         ))
     };
-    let prog = ebpf
-        .program_mut(h.program)
-        .ok_or_else(|| TraceError::Bpf(format!("no program {}", h.program)))?;
-    if RAW.contains(&h.program) {
-        let p = <&mut RawTracePoint>::try_from(prog).map_err(failed)?;
-        Ok(LinkId::Raw(h.program, p.attach(h.event).map_err(failed)?))
-    } else {
-        let p = <&mut TracePoint>::try_from(prog).map_err(failed)?;
-        Ok(LinkId::Classic(
+    match ebpf.program_mut(h.program) {
+        Some(Program::RawTracePoint(p)) => {
+            Ok(LinkId::Raw(h.program, p.attach(h.event).map_err(failed)?))
+        }
+        Some(Program::TracePoint(p)) => Ok(LinkId::Classic(
             h.program,
             p.attach(h.group, h.event).map_err(failed)?,
-        ))
+        )),
+        _ => Err(TraceError::Bpf(format!(
+            "no tracepoint program {}",
+            h.program
+        ))),
     }
 }
 
@@ -700,28 +679,24 @@ fn attach(ebpf: &mut Ebpf, h: &'static Hook) -> Result<LinkId, TraceError> {
 fn detach_all(ebpf: &mut Ebpf, links: Vec<LinkId>) -> Vec<std::thread::JoinHandle<()>> {
     let mut threads = Vec::new();
     for link in links {
-        match link {
-            LinkId::Classic(name, id) => {
-                if let Some(l) = ebpf
-                    .program_mut(name)
-                    .and_then(|p| <&mut TracePoint>::try_from(p).ok())
-                    .and_then(|p| p.take_link(id).ok())
-                {
-                    threads.push(std::thread::spawn(move || drop(l)));
-                }
-            }
-            LinkId::Raw(name, id) => {
-                if let Some(l) = ebpf
-                    .program_mut(name)
-                    .and_then(|p| <&mut RawTracePoint>::try_from(p).ok())
-                    .and_then(|p| p.take_link(id).ok())
-                {
-                    threads.push(std::thread::spawn(move || drop(l)));
-                }
-            }
-        }
+        let taken = match link {
+            LinkId::Classic(name, id) => match ebpf.program_mut(name) {
+                Some(Program::TracePoint(p)) => p.take_link(id).ok().map(spawn_drop),
+                _ => None,
+            },
+            LinkId::Raw(name, id) => match ebpf.program_mut(name) {
+                Some(Program::RawTracePoint(p)) => p.take_link(id).ok().map(spawn_drop),
+                _ => None,
+            },
+        };
+        threads.extend(taken);
     }
     threads
+}
+
+/// Drops a link on a thread of its own (see `detach_all`).
+fn spawn_drop<L: Send + 'static>(link: L) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || drop(link))
 }
 
 /// CLOCK_MONOTONIC in ns: bpf_ktime_get_ns's clock.
