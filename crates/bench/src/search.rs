@@ -340,15 +340,13 @@ impl State<'_> {
         phase: Phase,
         predicted: Option<(f64, f64)>,
     ) {
-        let abort = self.opts.goal * self.opts.abort_factor;
-        let abort = abort.is_finite().then_some(abort);
         match alternate(
             target,
             clock,
             &self.baseline,
             &config,
             self.opts.repeats,
-            abort,
+            self.abort_limit(),
         ) {
             Ok([(bl, bc, _), (l, c, lost)]) => {
                 let spread = |v: &[f64]| Spread::of(v).unwrap_or_default();
@@ -367,6 +365,12 @@ impl State<'_> {
             // as it was.
             Err(e) => self.stopped = Some(format!("trial {}: {e}", self.trials.len() + 1)),
         }
+    }
+
+    /// The latency above which a candidate's run ends the search (none for an unbounded goal).
+    fn abort_limit(&self) -> Option<f64> {
+        let limit = self.opts.goal * self.opts.abort_factor;
+        limit.is_finite().then_some(limit)
     }
 
     /// The baseline's medians over every trial: the reference the ratios multiply.
@@ -428,6 +432,7 @@ impl State<'_> {
     /// by luck in its own trial is the one a confirmation would then see over it.
     fn ranked(&self, model: &Model) -> Vec<Config> {
         let (ref_l, ref_c) = self.reference();
+        let limit = self.opts.goal * (1.0 + self.noise());
         let mut within: Vec<(f64, Config)> = Vec::new();
         for t in &self.trials {
             if t.lost > 0 || within.iter().any(|(_, c)| *c == t.config) {
@@ -437,7 +442,7 @@ impl State<'_> {
             let l = ref_l * (t.latency_ratio() * pl).sqrt();
             let c = ref_c * (t.cost_ratio() * pc).sqrt();
             // Within the goal up to the noise: the confirmation has the last word.
-            if l <= self.opts.goal * (1.0 + self.noise()) {
+            if l <= limit {
                 within.push((c, t.config.clone()));
             }
         }
@@ -452,14 +457,13 @@ fn confirm<T: Target>(
     s: &State,
     config: &[usize],
 ) -> Result<Confirmation, ExperimentError> {
-    let abort = s.opts.goal * s.opts.abort_factor;
     let [(bl, bc, _), (l, c, _)] = alternate(
         target,
         clock,
         &s.baseline,
         config,
         s.opts.confirm_repeats,
-        abort.is_finite().then_some(abort),
+        s.abort_limit(),
     )?;
     let none = || ExperimentError::Failed("no finite value in the confirmation's runs".into());
     let latency = experiment::compare(true, &bl, &l).ok_or_else(none)?;
