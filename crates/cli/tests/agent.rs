@@ -383,7 +383,8 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
     let mut args: Vec<&str> = vec![bin];
     args.extend(&unit_args);
     args.extend(["--once", "--dev", "v0b", "--state-dir", state]);
-    let scrape = |argv: &[&str]| -> Vec<String> {
+    // One scrape: its series (labels included, values left out) and the collectors that failed.
+    let scrape = |argv: &[&str]| -> (Vec<String>, Vec<String>) {
         let out = pair.server.exec(argv);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
@@ -391,15 +392,23 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
             "{argv:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut keys: Vec<String> = text
+        let samples: Vec<&str> = text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .collect();
+        let failed = samples
+            .iter()
+            .filter(|l| l.starts_with("netsteer_scrape_collector_success") && l.ends_with(" 0"))
+            .map(|l| l.to_string())
+            .collect();
+        let mut keys: Vec<String> = samples
+            .iter()
             .map(|l| l.rsplit_once(' ').unwrap().0.to_string())
             .collect();
         keys.sort();
-        keys
+        (keys, failed)
     };
-    let as_root = scrape(&args);
+    let (as_root, _) = scrape(&args);
     let uid = format!("{}", 61184 + std::process::id() % 4000);
     let mut unprivileged = vec![
         "setpriv",
@@ -413,20 +422,12 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
         "--no-new-privs",
     ];
     unprivileged.extend(&args);
-    let as_unit = scrape(&unprivileged);
+    let (as_unit, failed) = scrape(&unprivileged);
     assert_eq!(as_root, as_unit);
     for collector in ["tune", "nic", "softnet", "snmp"] {
         let key = format!("netsteer_scrape_collector_success{{collector=\"{collector}\"}}");
         assert!(as_unit.contains(&key), "no {key} in {as_unit:#?}");
     }
-    let failed: Vec<String> = pair
-        .server
-        .exec(&unprivileged)
-        .stdout
-        .split(|b| *b == b'\n')
-        .map(|l| String::from_utf8_lossy(l).into_owned())
-        .filter(|l| l.starts_with("netsteer_scrape_collector_success") && l.ends_with(" 0"))
-        .collect();
     assert!(failed.is_empty(), "as the unit runs it: {failed:?}");
     assert!(
         as_unit
