@@ -46,14 +46,15 @@ impl SearchKnob {
     }
 }
 
-/// What a configuration asks of the host: the knobs whose level differs from the baseline's.
-fn knobs_of(dims: &[Dim], paths: &[String], baseline: &[usize], config: &[usize]) -> Vec<Knob> {
+/// What a configuration asks of the host: the knobs (each dimension is named by its path)
+/// whose level differs from the baseline's.
+fn knobs_of(dims: &[Dim], baseline: &[usize], config: &[usize]) -> Vec<Knob> {
     config
         .iter()
         .enumerate()
         .filter(|&(d, &l)| l != baseline[d])
         .map(|(d, &l)| Knob {
-            path: paths[d].clone(),
+            path: dims[d].name.clone(),
             value: dims[d].levels[l].clone(),
             current: None,
         })
@@ -64,8 +65,8 @@ fn knobs_of(dims: &[Dim], paths: &[String], baseline: &[usize], config: &[usize]
 /// (put in its numeric place, or first, when it is not one of them), and the baseline, the
 /// configuration of the host as it is.
 pub struct Space {
+    /// One per knob, named by its path.
     pub dims: Vec<Dim>,
-    pub paths: Vec<String>,
     pub baseline: Vec<usize>,
     /// The devices the knobs' plans are made for.
     pub devices: Vec<String>,
@@ -119,7 +120,6 @@ impl Space {
         }
         Ok(Space {
             dims,
-            paths: knobs.iter().map(|k| k.path.clone()).collect(),
             baseline,
             devices: devices.to_vec(),
         })
@@ -129,7 +129,7 @@ impl Space {
     pub fn plan(&self, tuner: &Tuner, config: &[usize]) -> Result<Plan, TuneError> {
         tuner.plan(&options(
             &self.devices,
-            knobs_of(&self.dims, &self.paths, &self.baseline, config),
+            knobs_of(&self.dims, &self.baseline, config),
         ))
     }
 }
