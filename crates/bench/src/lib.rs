@@ -4,6 +4,9 @@
 //! tcp-rr, seeds 001-004), [`netchannel`] (seed 004's experiments E1-E4). [`experiment`] is
 //! the closed loop every caller shares: executor, order, clock and the three-way verdict.
 
+pub mod args;
+#[cfg(feature = "clap")]
+pub mod cli;
 pub mod clock;
 pub mod experiment;
 pub mod netchannel;
