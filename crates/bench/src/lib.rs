@@ -17,3 +17,4 @@ pub mod target;
 pub mod tcp;
 pub mod udp_echo;
 pub mod waiter;
+pub mod workload;

@@ -9,6 +9,7 @@ mod bench;
 mod doctor;
 mod lab;
 mod netchannel;
+mod search;
 mod show;
 mod snapshot;
 mod top;

@@ -25,6 +25,7 @@ impl TuneCommand {
                 &a.root.roots
             }
             TuneCommand::Apply(a) => &a.plan.root.roots,
+            TuneCommand::Search(a) => &a.root.roots,
             TuneCommand::Rollback(RollbackArgs { state: a, .. })
             | TuneCommand::Verify(a)
             | TuneCommand::Unpersist(a) => &a.root.roots,
@@ -50,6 +51,10 @@ pub enum TuneCommand {
     Persist(PersistArgs),
     /// Remove what `persist` installed.
     Unpersist(StateArgs),
+    /// Find the settings that meet a latency goal at the least CPU: trials of knob values,
+    /// each applied through tune's transaction, measured against the host as it is (runs
+    /// alternated) and rolled back; the best confirmed becomes a plan file.
+    Search(crate::search::SearchArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -234,16 +239,32 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         TuneCommand::Apply(a) => run_apply(host, a),
+        TuneCommand::Search(a) => crate::search::run(host, a),
         TuneCommand::Rollback(a) => {
             need_root(host, "tune rollback")?;
-            let t = tuner(host, true, &a.state.dir.state_dir)?;
-            let r = t.rollback(a.journal.as_deref())?;
-            if a.state.json {
-                print_json(&r)?;
+            // A search killed mid-trial left its trial applied: that is undone first, and is
+            // this rollback.
+            let found = match a.journal {
+                None => {
+                    let st = crate::search::search_tuner(host, true, &a.state.dir.state_dir)?;
+                    netsteer_steering::tune::search::recover(&st)?
+                }
+                Some(_) => Vec::new(),
+            };
+            let rs = if found.is_empty() {
+                let t = tuner(host, true, &a.state.dir.state_dir)?;
+                vec![t.rollback(a.journal.as_deref())?]
             } else {
-                print_lines(&render_rollback(&r))?;
+                found
+            };
+            for r in &rs {
+                if a.state.json {
+                    print_json(r)?;
+                } else {
+                    print_lines(&render_rollback(r))?;
+                }
             }
-            Ok(if r.failed.is_empty() {
+            Ok(if rs.iter().all(|r| r.failed.is_empty()) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(2)

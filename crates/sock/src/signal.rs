@@ -104,6 +104,22 @@ pub fn stop_on_termination(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) 
     Ok(())
 }
 
+/// Sends SIGKILL to every process of the process group `pgid` (a command started with
+/// `process_group(0)` leads its own group, so its children go with it).
+pub fn kill_group(pgid: u32) -> io::Result<()> {
+    let pgid = libc::pid_t::try_from(pgid)
+        .ok()
+        .filter(|p| *p > 1)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process group id"))?;
+    // SAFETY: kill(2) takes plain integers; a negative pid names the group, and pgid > 1 keeps
+    // it from ever meaning "every process" (-1).
+    if unsafe { libc::kill(-pgid, libc::SIGKILL) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod journal;
 pub mod persist;
 pub mod saved;
 pub mod search;
+pub mod search_report;
 pub mod text;
 pub mod tuner;
 pub mod verify;

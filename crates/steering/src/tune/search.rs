@@ -4,13 +4,17 @@
 //! (journaled, all or nothing) and left by rolling its own journal back, so a search, even a
 //! killed one, leaves nothing `tune rollback` cannot undo.
 
-use super::apply::ApplyOptions;
+use super::apply::{ApplyOptions, RollbackReport};
+use super::journal;
 use super::tuner::{TuneError, Tuner};
 use crate::model::desired::{Plan, Profile};
 use crate::model::planner::{Knob, PlanOptions};
+use netsteer_bench::clock::Clock;
 use netsteer_bench::experiment::BoxError;
-use netsteer_bench::search::{Dim, Obs, Target};
-use std::path::Path;
+use netsteer_bench::search::{self as engine, Dim, Obs, Options, Outcome, Target};
+use netsteer_bench::workload::Goal;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// One knob to search: a `--set` path and the values to try, in order (the order the search
 /// interpolates along).
@@ -81,21 +85,7 @@ impl Space {
         let mut dims = Vec::new();
         let mut baseline = Vec::new();
         for k in knobs {
-            let plan = tuner.plan(&options(
-                devices,
-                vec![Knob {
-                    path: k.path.clone(),
-                    value: k.values[0].clone(),
-                    current: None,
-                }],
-            ))?;
-            let current = plan
-                .items
-                .iter()
-                .find_map(|i| i.current.clone())
-                .ok_or_else(|| {
-                    TuneError::Search(format!("--knob {}: its value cannot be read", k.path))
-                })?;
+            let current = current_value(tuner, devices, k)?;
             let mut levels = k.values.clone();
             let at = match levels.iter().position(|v| *v == current) {
                 Some(i) => i,
@@ -132,6 +122,22 @@ impl Space {
             knobs_of(&self.dims, &self.baseline, config),
         ))
     }
+}
+
+/// What a knob reads now, as tune's plan reads it (a NIC setting through the NIC backend).
+fn current_value(tuner: &Tuner, devices: &[String], k: &SearchKnob) -> Result<String, TuneError> {
+    let plan = tuner.plan(&options(
+        devices,
+        vec![Knob {
+            path: k.path.clone(),
+            value: k.values[0].clone(),
+            current: None,
+        }],
+    ))?;
+    plan.items
+        .iter()
+        .find_map(|i| i.current.clone())
+        .ok_or_else(|| TuneError::Search(format!("--knob {}: its value cannot be read", k.path)))
 }
 
 fn options(devices: &[String], knobs: Vec<Knob>) -> PlanOptions {
@@ -195,4 +201,125 @@ impl Target for HostTarget<'_> {
         }
         Ok(())
     }
+}
+
+/// Where a search keeps its trials' journals: a directory of its own under tune's state
+/// directory, so a trial's apply and rollback never replace or remove the plan `tune apply`
+/// last kept (what `verify` and `persist` read).
+pub fn state_dir(tune_state: &Path) -> PathBuf {
+    tune_state.join("search")
+}
+
+/// Rolls back every journal a search left unfinished (killed mid-trial), newest first. The
+/// next search runs this before anything else, and so does `tune rollback`.
+pub fn recover(search_tuner: &Tuner) -> Result<Vec<RollbackReport>, TuneError> {
+    let dir = search_tuner.state_dir();
+    let all = journal::list(dir).map_err(|source| TuneError::State {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for p in all.iter().rev() {
+        let pending = journal::read(p).is_ok_and(|r| !journal::rolled_back(&r));
+        if pending {
+            out.push(search_tuner.rollback(Some(p))?);
+        }
+    }
+    Ok(out)
+}
+
+/// What `tune search` asks for.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub knobs: Vec<SearchKnob>,
+    pub devices: Vec<String>,
+    pub goal: Goal,
+    pub options: Options,
+}
+
+/// Everything a search did, for the terminal, the JSON and the HTML report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchReport {
+    pub goal: Goal,
+    /// The knobs (named by path) with their levels, the baseline's among them.
+    pub dims: Vec<Dim>,
+    pub outcome: Outcome,
+    /// The configuration found as a plan, for `tune apply --plan` and the fleet rollout.
+    pub plan: Option<Plan>,
+    /// Journals of an earlier, killed search rolled back before this one began.
+    pub recovered: Vec<String>,
+    /// Knobs that did not read as before after the search, `PATH: before → now` (empty: the
+    /// host was left as it was found).
+    pub not_restored: Vec<String>,
+}
+
+impl SearchReport {
+    /// `PATH=VALUE` for each knob of a configuration that differs from the baseline.
+    pub fn describe(&self, config: &[usize]) -> String {
+        let changed: Vec<String> = config
+            .iter()
+            .enumerate()
+            .filter(|&(d, &l)| l != self.outcome.baseline[d])
+            .map(|(d, &l)| format!("{}={}", self.dims[d].name, self.dims[d].levels[l]))
+            .collect();
+        if changed.is_empty() {
+            "the baseline".into()
+        } else {
+            changed.join(" ")
+        }
+    }
+}
+
+/// Runs a search on the host `tuner` writes (its state directory the search's own, see
+/// [`state_dir`]): an unfinished earlier search is rolled back first, every trial is applied
+/// and rolled back through tune's transaction, and afterwards every knob is read again and
+/// compared with what it held before.
+pub fn run(
+    tuner: &Tuner,
+    req: &Request,
+    measure: &mut dyn FnMut() -> Result<Obs, BoxError>,
+    clock: &dyn Clock,
+) -> Result<SearchReport, TuneError> {
+    let recovered = recover(tuner)?
+        .into_iter()
+        .map(|r| format!("{} ({})", r.journal, r.status))
+        .collect();
+    let space = Space::read(tuner, &req.knobs, &req.devices)?;
+    let read_all = || -> Result<Vec<String>, TuneError> {
+        req.knobs
+            .iter()
+            .map(|k| current_value(tuner, &req.devices, k))
+            .collect()
+    };
+    let before = read_all()?;
+    let opts = Options {
+        goal: req.goal.limit_ns(),
+        ..req.options.clone()
+    };
+    let outcome = {
+        let mut target = HostTarget::new(tuner, &space, measure);
+        engine::search(&mut target, &space.dims, &space.baseline, &opts, clock)
+            .map_err(|e| TuneError::Search(e.to_string()))?
+    };
+    let after = read_all()?;
+    let not_restored = req
+        .knobs
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (b, a))| b != a)
+        .map(|(k, (b, a))| format!("{}: {b} → {a}", k.path))
+        .collect();
+    let plan = outcome
+        .best
+        .as_ref()
+        .map(|c| space.plan(tuner, c))
+        .transpose()?;
+    Ok(SearchReport {
+        goal: req.goal,
+        dims: space.dims,
+        outcome,
+        plan,
+        recovered,
+        not_restored,
+    })
 }

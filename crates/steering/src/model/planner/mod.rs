@@ -106,7 +106,7 @@ impl Knob {
             Knob::check_nic_value(value).map_err(|why| bad(&why))?;
         } else if Knob::kind_of(path).is_none() {
             return Err(bad(
-                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /proc/irq/N/smp_affinity[_list], nic/IF/{channels,coalesce,rings,feature,pause}/NAME, nic/IF/rss/{indirection,weight}, nic/IF/flow-hash/{tcp4,udp4,tcp6,udp6})",
+                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /sys/class/net/IF/{gro_flush_timeout,napi_defer_hard_irqs}, /proc/irq/N/smp_affinity[_list], nic/IF/{channels,coalesce,rings,feature,pause}/NAME, nic/IF/rss/{indirection,weight}, nic/IF/flow-hash/{tcp4,udp4,tcp6,udp6})",
             ));
         }
         Ok(Knob {
@@ -201,6 +201,17 @@ impl Knob {
                     _ => None,
                 }
             }
+            // The device-wide NAPI defaults (Documentation/networking/napi.rst): what a search
+            // tries where the kernel has no per-NAPI settings, written as tune writes them for
+            // `--napi` on such kernels.
+            [
+                "",
+                "sys",
+                "class",
+                "net",
+                dev,
+                "gro_flush_timeout" | "napi_defer_hard_irqs",
+            ] if valid_device_name(dev) => Some((ItemKind::Napi, Format::Int)),
             _ => None,
         }
     }

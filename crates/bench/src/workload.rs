@@ -1,0 +1,444 @@
+//! The workload a search measures (`tune search --workload CMD`): a benchmark command run once
+//! per measurement, its latency and request count read from its JSON Lines (the client
+//! `summary` of `netsteer bench udp-echo|tcp-rr client --json`, docs/json.md), and its cost,
+//! the CPU time the host spent per request while it ran, from /proc/stat.
+//!
+//! **Why CPU from /proc/stat, not the benchmark's own threads.** What a setting trades is the
+//! host's work: busy polling burns the application's CPU, coalescing and deferral move work
+//! between hard IRQ, softirq and nothing, RPS moves it to other CPUs. Only the busy ticks of
+//! the CPUs that do that work (user, nice, system, irq, softirq; not idle, iowait or steal,
+//! fs/proc/stat.c) see every one of those. On a host that does other work too, `--cost-cpus`
+//! names the CPUs that count; the search alternates every candidate with the baseline, so load
+//! that comes and goes falls on both sides.
+
+use crate::experiment::Metric;
+use crate::search::Obs;
+use netsteer_host::HostFs;
+use netsteer_host::parse::{CpuTimes, ProcStat, parse_proc_stat};
+use serde::{Deserialize, Serialize};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// /proc/stat counts in USER_HZ ticks, 100 per second on every Linux ABI.
+const NS_PER_TICK: f64 = 10_000_000.0;
+
+/// The most of a workload's output kept (its JSON Lines summary is a few KiB; a command that
+/// prints more is cut, not read into memory without end).
+const MAX_OUTPUT: u64 = 16 << 20;
+
+/// What the search is after.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Goal {
+    /// A latency percentile at most `limit_ns`, at the least CPU per request.
+    Latency { metric: Metric, limit_ns: f64 },
+    /// The most requests per second (cost: ns per request at the rate reached).
+    MaxRate,
+}
+
+impl std::str::FromStr for Goal {
+    type Err = String;
+
+    /// `p99<=200us`, `p50<=40us`, `p999<=2ms`, `p99<=150000ns`, or `max-rate`.
+    fn from_str(s: &str) -> Result<Goal, String> {
+        let s = s.trim();
+        if s == "max-rate" {
+            return Ok(Goal::MaxRate);
+        }
+        let bad = || {
+            format!(
+                "{s:?}: expected METRIC<=LIMIT with METRIC p50, p99 or p999 and LIMIT in ns, us \
+                 or ms (p99<=200us), or max-rate"
+            )
+        };
+        let (metric, limit) = s.split_once("<=").ok_or_else(bad)?;
+        let metric: Metric = metric.trim().parse().map_err(|_| bad())?;
+        if !metric.lower_is_better() {
+            return Err(bad());
+        }
+        let limit = limit.trim();
+        let (number, scale) = [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6)]
+            .iter()
+            .find_map(|(unit, scale)| limit.strip_suffix(unit).map(|n| (n, *scale)))
+            .ok_or_else(bad)?;
+        let n: f64 = number.trim().parse().map_err(|_| bad())?;
+        let limit_ns = n * scale;
+        // A latency goal of 0 or of more than a minute is a typo, not a goal.
+        if !(limit_ns.is_finite() && limit_ns > 0.0 && limit_ns <= 60e9) {
+            return Err(format!(
+                "{s:?}: the limit must be more than 0 and at most 60 s"
+            ));
+        }
+        Ok(Goal::Latency { metric, limit_ns })
+    }
+}
+
+impl std::fmt::Display for Goal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Goal::Latency { metric, limit_ns } => write!(f, "{metric}<={}us", limit_ns / 1e3),
+            Goal::MaxRate => f.write_str("max-rate"),
+        }
+    }
+}
+
+impl Goal {
+    /// The percentile a run reports as its latency.
+    pub fn metric(&self) -> Metric {
+        match self {
+            Goal::Latency { metric, .. } => *metric,
+            Goal::MaxRate => Metric::P99,
+        }
+    }
+
+    /// The latency limit the search keeps to (none for max-rate).
+    pub fn limit_ns(&self) -> f64 {
+        match self {
+            Goal::Latency { limit_ns, .. } => *limit_ns,
+            Goal::MaxRate => f64::INFINITY,
+        }
+    }
+}
+
+/// What one run of a benchmark reported: its client summaries together.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The worst of the summaries' percentiles (one summary per target), ns.
+    pub latency_ns: f64,
+    /// Every request of the run, the warm-up's included: what the run's CPU time divides by.
+    pub requests: u64,
+    /// Requests per second over the measured time, all summaries together.
+    pub rate: f64,
+    pub lost: u64,
+    /// The workload's own price of a request, when it reports one (`cost_ns_per_request` in
+    /// its summaries, e.g. a wrapper that reads a remote server's CPU): then this, not the
+    /// local /proc/stat, is the cost.
+    pub cost_ns_per_request: Option<f64>,
+}
+
+/// Reads the client summaries of a benchmark's JSON Lines: udp-echo's (`received` plus
+/// `warmup_round_trips`, `pps`, `lost`) and tcp-rr's (`all_transactions`, or `transactions`,
+/// `transactions_per_second`).
+pub fn read_report(stdout: &str, metric: Metric) -> Result<RunReport, String> {
+    let mut r = RunReport {
+        latency_ns: f64::NAN,
+        requests: 0,
+        rate: 0.0,
+        lost: 0,
+        cost_ns_per_request: None,
+    };
+    let mut seen = 0;
+    for line in stdout.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["type"] != "summary" || v["role"] != "client" {
+            continue;
+        }
+        let key = match metric {
+            Metric::P50 => "p50",
+            Metric::P999 => "p999",
+            _ => "p99",
+        };
+        let Some(latency) = v["latency_ns"][key].as_f64() else {
+            return Err(format!(
+                "a client summary without latency_ns.{key} (nothing came back?)"
+            ));
+        };
+        let n = |k: &str| v[k].as_u64().unwrap_or(0);
+        let (requests, rate) = if v.get("received").is_some() {
+            (n("received") + n("warmup_round_trips"), v["pps"].as_f64())
+        } else {
+            (
+                n("all_transactions").max(n("transactions")),
+                v["transactions_per_second"].as_f64(),
+            )
+        };
+        r.latency_ns = if seen == 0 {
+            latency
+        } else {
+            r.latency_ns.max(latency)
+        };
+        r.requests += requests;
+        r.rate += rate.unwrap_or(0.0);
+        r.lost += n("lost");
+        if let Some(c) = v["cost_ns_per_request"].as_f64() {
+            // Weighted by requests over the summaries that give it.
+            let prev = r.cost_ns_per_request.unwrap_or(0.0) * (r.requests - requests) as f64;
+            r.cost_ns_per_request = Some((prev + c * requests as f64) / r.requests as f64);
+        }
+        seen += 1;
+    }
+    if seen == 0 {
+        return Err(
+            "no client summary in the workload's output (a netsteer bench client with --json)"
+                .into(),
+        );
+    }
+    if r.requests == 0 {
+        return Err("the workload completed no request".into());
+    }
+    Ok(r)
+}
+
+/// The CPU ns the CPUs in `cpus` (all, when empty) were busy between two /proc/stat reads.
+pub fn busy_ns(before: &ProcStat, after: &ProcStat, cpus: &[u32]) -> f64 {
+    let busy = |t: &CpuTimes| t.user + t.nice + t.system + t.irq + t.softirq;
+    let ticks = if cpus.is_empty() {
+        busy(&after.total).saturating_sub(busy(&before.total))
+    } else {
+        cpus.iter()
+            .filter_map(|c| Some((before.cpus.get(c)?, after.cpus.get(c)?)))
+            .map(|(b, a)| busy(a).saturating_sub(busy(b)))
+            .sum()
+    };
+    ticks as f64 * NS_PER_TICK
+}
+
+/// A benchmark command and how its runs are priced.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Run with `sh -c`, stdin from /dev/null, in its own process group.
+    pub command: String,
+    pub goal: Goal,
+    /// The CPUs whose busy time is the cost (empty: every CPU).
+    pub cost_cpus: Vec<u32>,
+    /// A run that takes longer is killed (with its whole process group) and fails.
+    pub timeout: Duration,
+}
+
+/// One run's numbers as the search sees them, and as the report shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub report: RunReport,
+    pub busy_ns: f64,
+}
+
+impl Run {
+    pub fn obs(&self, goal: &Goal) -> Result<Obs, String> {
+        let cost = match (goal, self.report.cost_ns_per_request) {
+            (Goal::Latency { .. }, Some(c)) => c,
+            (Goal::Latency { .. }, None) => self.busy_ns / self.report.requests as f64,
+            (Goal::MaxRate, _) => 1e9 / self.report.rate,
+        };
+        if !(cost.is_finite() && cost > 0.0) {
+            return Err(match goal {
+                Goal::Latency { .. } => "the run used no measurable CPU (/proc/stat counts 10 ms \
+                                         ticks): make each run last a second or more"
+                    .into(),
+                Goal::MaxRate => "the run reported no rate".into(),
+            });
+        }
+        Ok(Obs {
+            latency: self.report.latency_ns,
+            cost,
+            lost: self.report.lost,
+        })
+    }
+}
+
+impl Workload {
+    /// Runs the command once. `stop` is polled while it runs: when it says so, the run is
+    /// killed and fails ("interrupted"), so the search leaves the configuration at once.
+    pub fn run(&self, proc_stat: &HostFs, stop: &dyn Fn() -> bool) -> Result<Run, String> {
+        let stat = || -> Result<ProcStat, String> {
+            let text = proc_stat
+                .read_value("/proc/stat")
+                .map_err(|e| format!("/proc/stat: {e}"))?;
+            parse_proc_stat(&text).map_err(|e| format!("/proc/stat: {e}"))
+        };
+        let before = stat()?;
+        let (stdout, stderr) = self.run_command(stop)?;
+        let after = stat()?;
+        let report = read_report(&stdout, self.goal.metric()).map_err(|e| {
+            let tail: String = stderr.lines().rev().take(3).collect::<Vec<_>>().join(" / ");
+            if tail.is_empty() {
+                format!("the workload {:?}: {e}", self.command)
+            } else {
+                format!("the workload {:?}: {e} (stderr: {tail})", self.command)
+            }
+        })?;
+        Ok(Run {
+            report,
+            busy_ns: busy_ns(&before, &after, &self.cost_cpus),
+        })
+    }
+
+    fn run_command(&self, stop: &dyn Fn() -> bool) -> Result<(String, String), String> {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(&self.command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        netsteer_sock::signal::unblock_termination_in(&mut cmd);
+        // sh does not outlive a search killed with SIGKILL (what sh started in turn may: a
+        // lone simple command is exec'd by sh, and so goes too).
+        netsteer_sock::signal::die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("the workload {:?}: {e}", self.command))?;
+        let pid = child.id();
+        let drain = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut s = Vec::new();
+                if let Some(r) = r {
+                    let _ = r.take(MAX_OUTPUT).read_to_end(&mut s);
+                }
+                String::from_utf8_lossy(&s).into_owned()
+            })
+        };
+        let out = drain(
+            child
+                .stdout
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let err = drain(
+            child
+                .stderr
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) => {}
+                Err(e) => break Err(format!("waiting for the workload: {e}")),
+            }
+            let why = if stop() {
+                Some("interrupted".to_string())
+            } else if started.elapsed() > self.timeout {
+                Some(format!(
+                    "ran longer than its timeout ({:.0} s) and was killed",
+                    self.timeout.as_secs_f64()
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let _ = netsteer_sock::signal::kill_group(pid);
+                let _ = child.wait();
+                break Err(format!("the workload {:?}: {why}", self.command));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // The group may hold a background child that keeps a pipe open; it goes too.
+        let _ = netsteer_sock::signal::kill_group(pid);
+        let stdout = out.join().unwrap_or_default();
+        let stderr = err.join().unwrap_or_default();
+        let status = status?;
+        if !status.success() {
+            let tail: String = stderr.lines().rev().take(3).collect::<Vec<_>>().join(" / ");
+            return Err(format!(
+                "the workload {:?} failed ({status}): {tail}",
+                self.command
+            ));
+        }
+        Ok((stdout, stderr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn goals_parse_with_their_units_and_refuse_the_rest() {
+        assert_eq!(
+            "p99<=200us".parse::<Goal>().unwrap(),
+            Goal::Latency {
+                metric: Metric::P99,
+                limit_ns: 200_000.0
+            }
+        );
+        assert_eq!(
+            "p50 <= 1.5ms".parse::<Goal>().unwrap().limit_ns(),
+            1_500_000.0
+        );
+        assert_eq!("max-rate".parse::<Goal>().unwrap(), Goal::MaxRate);
+        for bad in [
+            "p99<200us",
+            "p99<=200",
+            "pps<=5us",
+            "p99<=0us",
+            "p99<=-1us",
+            "p99<=NaNus",
+            "p99<=2e12ms",
+            "",
+        ] {
+            let e = bad.parse::<Goal>().unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_report_sums_targets_and_keeps_the_worst_percentile() {
+        let out = r#"{"type":"interval","role":"client","latency_ns":{"p99":1}}
+{"type":"summary","bench":"udp-echo","role":"client","received":900,"warmup_round_trips":100,"pps":450.0,"lost":2,"latency_ns":{"p50":10,"p99":40,"p999":50}}
+{"type":"summary","bench":"udp-echo","role":"client","received":1000,"warmup_round_trips":0,"pps":500.0,"lost":0,"latency_ns":{"p50":12,"p99":30,"p999":60}}
+"#;
+        let r = read_report(out, Metric::P99).unwrap();
+        assert_eq!(r.latency_ns, 40.0);
+        assert_eq!(r.requests, 2000);
+        assert_eq!(r.rate, 950.0);
+        assert_eq!(r.lost, 2);
+        let rr = r#"{"type":"summary","bench":"tcp-rr","role":"client","transactions":500,"all_transactions":600,"transactions_per_second":250.0,"latency_ns":{"p50":5,"p99":9,"p999":11}}"#;
+        let r = read_report(rr, Metric::P999).unwrap();
+        assert_eq!((r.latency_ns, r.requests, r.lost), (11.0, 600, 0));
+        assert_eq!(r.cost_ns_per_request, None);
+        let own = r#"{"type":"summary","role":"client","received":100,"latency_ns":{"p99":3},"cost_ns_per_request":10}
+{"type":"summary","role":"client","received":300,"latency_ns":{"p99":3},"cost_ns_per_request":30}"#;
+        assert_eq!(
+            read_report(own, Metric::P99).unwrap().cost_ns_per_request,
+            Some(25.0)
+        );
+        assert!(read_report("garbage\n", Metric::P99).is_err());
+        let none = r#"{"type":"summary","role":"client","received":0,"latency_ns":{"p99":3}}"#;
+        assert!(
+            read_report(none, Metric::P99)
+                .unwrap_err()
+                .contains("no request")
+        );
+    }
+
+    #[test]
+    fn busy_time_counts_only_the_named_cpus_and_not_idle() {
+        let stat = |u: u64, i: u64| {
+            parse_proc_stat(&format!(
+                "cpu  {} 0 {} {} 0 0 {} 0 0 0\ncpu0 {u} 0 {u} {i} 0 0 {u} 0 0 0\ncpu1 {u} 0 {u} {i} 0 0 {u} 0 0 0\n",
+                2 * u,
+                2 * u,
+                2 * i,
+                2 * u
+            ))
+            .unwrap()
+        };
+        let (a, b) = (stat(10, 100), stat(20, 500));
+        // Per CPU: 3 columns × 10 ticks busy.
+        assert_eq!(busy_ns(&a, &b, &[1]), 30.0 * NS_PER_TICK);
+        assert_eq!(busy_ns(&a, &b, &[]), 60.0 * NS_PER_TICK);
+        assert_eq!(busy_ns(&a, &b, &[7]), 0.0);
+    }
+
+    #[test]
+    fn a_run_that_outlives_its_timeout_is_killed_with_its_children() {
+        let w = Workload {
+            command: "sleep 30 & sleep 30".into(),
+            goal: Goal::MaxRate,
+            cost_cpus: vec![],
+            timeout: Duration::from_millis(200),
+        };
+        let t = Instant::now();
+        let e = w.run(&HostFs::live(), &|| false).unwrap_err();
+        assert!(e.contains("timeout"), "{e}");
+        // The background sleep held stdout open: had it lived, the drain would wait for it.
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let stopped = w.run(&HostFs::live(), &|| true).unwrap_err();
+        assert!(stopped.contains("interrupted"), "{stopped}");
+    }
+}

@@ -1,0 +1,210 @@
+//! `netsteer tune search`: flags, progress and files; the search is
+//! `netsteer_steering::tune::search` over `netsteer_bench::search`.
+
+use crate::{Host, emit};
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use netsteer_bench::args::Seconds;
+use netsteer_bench::clock::MonotonicClock;
+use netsteer_bench::experiment::BoxError;
+use netsteer_bench::search::{Obs, Options};
+use netsteer_bench::workload::{Goal, Workload};
+use netsteer_host::{CpuSet, HostFs};
+use netsteer_steering::tune::Tuner;
+use netsteer_steering::tune::search::{self, Request, SearchKnob};
+use netsteer_steering::tune::search_report;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Args, Debug)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub root: crate::args::RootArg,
+    /// What to find: `p99<=200us` (a latency percentile, p50/p99/p999, in ns, us or ms, met at
+    /// the least CPU per request), or `max-rate` (the most requests per second).
+    #[arg(long, value_name = "GOAL", value_parser = |s: &str| s.parse::<Goal>())]
+    goal: Goal,
+    /// A knob and the values to try, in their order (repeatable): `PATH=V1,V2,...`, PATH as
+    /// `tune apply --set` takes it. The value the host holds now is added to them: it is the
+    /// baseline every trial is compared with.
+    #[arg(long = "knob", value_name = "PATH=V1,V2,...", required = true,
+          value_parser = |s: &str| SearchKnob::parse(s))]
+    knobs: Vec<SearchKnob>,
+    /// The benchmark command one run is (`sh -c`): a `netsteer bench udp-echo client` or
+    /// `tcp-rr client` with `--json` and a fixed `--rate` for a latency goal. Its client summary
+    /// gives the latency and the request count.
+    #[arg(long, value_name = "COMMAND")]
+    workload: String,
+    /// Trials (each the candidate against the baseline), the confirmations not counted.
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
+    budget: u32,
+    /// Runs of each side per trial, alternated.
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
+    repeat: u32,
+    /// Runs of each side in each confirmation.
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=50))]
+    confirm_repeat: u32,
+    /// A candidate run whose latency is above the goal times this ends the search.
+    #[arg(long, default_value_t = 3.0, value_name = "X", value_parser = abort_factor)]
+    abort_factor: f64,
+    /// The CPUs whose busy time is the cost (default: every CPU).
+    #[arg(long, value_name = "LIST")]
+    cost_cpus: Option<String>,
+    /// A workload run that takes longer is killed and ends the search.
+    #[arg(long, default_value = "600", value_name = "S")]
+    workload_timeout: Seconds,
+    /// The interfaces NIC knobs' plans are made for (default: the ones the knobs name).
+    #[arg(long = "dev", value_name = "IF")]
+    devices: Vec<String>,
+    /// Write the plan of the configuration found here (a new file), for `tune apply --plan`.
+    #[arg(long, value_name = "FILE")]
+    plan_out: Option<PathBuf>,
+    /// Write the HTML report here (a new file): every trial, each knob's response, the
+    /// confirmations.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Seed of the candidate sampling (large spaces only).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    seed: u64,
+    /// Where tune's state lives (default /var/lib/netsteer); the trials' journals go to its
+    /// `search/` directory.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Skip NIC settings (only /proc and /sys knobs).
+    #[arg(long)]
+    no_ethtool: bool,
+    /// The report as one JSON document instead of lines (docs/json.md).
+    #[arg(long)]
+    json: bool,
+}
+
+fn abort_factor(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if v.is_finite() && (1.0..=100.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s}: must be from 1 to 100"))
+    }
+}
+
+/// Creates `path` anew (never through a link, never over a file), mode 0644.
+fn write_new(flag: &str, path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("{flag} {}", path.display()))?;
+    f.write_all(bytes)
+        .with_context(|| format!("{flag} {}", path.display()))
+}
+
+/// Refuses an output path that exists before anything is measured (not after an hour).
+fn check_new(flag: &str, path: &Option<PathBuf>) -> Result<()> {
+    if let Some(p) = path
+        && std::fs::symlink_metadata(p).is_ok()
+    {
+        bail!("{flag} {}: exists; give a new file", p.display());
+    }
+    Ok(())
+}
+
+/// The tuner a search applies its trials with: tune's, with its own journal directory.
+pub fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Result<Tuner> {
+    let main =
+        Tuner::open(host.fs.clone(), use_nic, state_dir.clone()).context("the state directory")?;
+    let dir = search::state_dir(main.state_dir());
+    Tuner::open(host.fs.clone(), use_nic, Some(dir)).context("the state directory")
+}
+
+pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
+    if host.fs.is_live() && !netsteer_sock::is_root() {
+        bail!(
+            "tune search writes /proc, /sys and NIC settings: run it as root (or use --root DIR on a tree)"
+        );
+    }
+    check_new("--plan-out", &a.plan_out)?;
+    check_new("--report", &a.report)?;
+    let cost_cpus = match &a.cost_cpus {
+        Some(l) => CpuSet::parse_list(l, None)
+            .with_context(|| format!("--cost-cpus {l}"))?
+            .iter()
+            .collect(),
+        None => Vec::new(),
+    };
+    let tuner = search_tuner(host, !a.no_ethtool, &a.state_dir)?;
+    let workload = Workload {
+        command: a.workload.clone(),
+        goal: a.goal,
+        cost_cpus,
+        timeout: a.workload_timeout.get(),
+    };
+    // Ctrl-C or a kill ends the run in progress; the search then leaves (rolls back) the
+    // configuration it is in and stops, the host restored.
+    let stop = Arc::new(AtomicBool::new(false));
+    netsteer_sock::signal::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
+    // The CPU time is the machine's where the workload runs, also when the knobs are a tree's.
+    let proc = HostFs::live();
+    let mut runs = 0u32;
+    let mut measure = || -> Result<Obs, BoxError> {
+        if stop.load(Ordering::Relaxed) {
+            return Err("interrupted".into());
+        }
+        let r = workload.run(&proc, &|| stop.load(Ordering::Relaxed))?;
+        runs += 1;
+        let o = r.obs(&a.goal)?;
+        eprintln!(
+            "netsteer: run {runs}: {} {:.1} µs, {} requests, {:.2} µs per request{}",
+            a.goal.metric(),
+            o.latency / 1e3,
+            r.report.requests,
+            o.cost / 1e3,
+            if o.lost > 0 {
+                format!(", {} lost", o.lost)
+            } else {
+                String::new()
+            }
+        );
+        Ok(o)
+    };
+    let req = Request {
+        knobs: a.knobs.clone(),
+        devices: a.devices.clone(),
+        goal: a.goal,
+        options: Options {
+            budget: a.budget,
+            repeats: a.repeat,
+            confirm_repeats: a.confirm_repeat,
+            abort_factor: a.abort_factor,
+            seed: a.seed,
+            ..Options::default()
+        },
+    };
+    let report = search::run(&tuner, &req, &mut measure, &MonotonicClock::default())?;
+    if let (Some(path), Some(plan)) = (&a.plan_out, &report.plan) {
+        write_new("--plan-out", path, serde_json::to_string(plan)?.as_bytes())?;
+    }
+    if let Some(path) = &a.report {
+        write_new("--report", path, search_report::html(&report).as_bytes())?;
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        emit(&mut out, &serde_json::to_string(&report)?)?;
+    } else {
+        for l in search_report::lines(&report) {
+            emit(&mut out, &netsteer_host::safe::line(&l))?;
+        }
+    }
+    Ok(if !report.not_restored.is_empty() {
+        ExitCode::from(2)
+    } else if report.outcome.best.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

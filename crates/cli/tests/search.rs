@@ -1,0 +1,285 @@
+//! `netsteer --root <copy of a fixture> tune search` end to end, with a workload that reads the
+//! tree's knobs back (so what is measured is what was applied) and prices them exactly: the
+//! search finds the known optimum, writes a plan `tune apply --plan` takes and a report, and
+//! leaves the tree byte for byte as it was; a search killed with SIGKILL mid-trial is undone by
+//! `tune rollback`, or by the next search before it starts.
+
+mod common;
+
+use common::scratch;
+use netsteer_steering::tune::Plan;
+use netsteer_steering::tune::search::SearchReport;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// A workload: p99 and CPU per request from the tree's busy_read (r) and busy_poll (p), in ns:
+/// busy reading buys latency with CPU up to 60 µs of budget. `hang` makes a candidate's run
+/// (busy_read not 0) write its pid to `marker` and hang.
+fn workload(dir: &Path, tree: &Path, hang: Option<&Path>) -> PathBuf {
+    let core = tree.join("proc/sys/net/core");
+    let hang = match hang {
+        Some(m) => format!(
+            "if [ \"$r\" != 0 ]; then echo $$ > {m}.tmp; mv {m}.tmp {m}; exec sleep 60; fi\n",
+            m = m.display()
+        ),
+        None => String::new(),
+    };
+    let script = format!(
+        r#"#!/bin/sh
+r=$(cat {core}/busy_read)
+p=$(cat {core}/busy_poll)
+{hang}m=$r; [ $m -gt 60 ] && m=60
+lat=$((100000 - 300 * m - 100 * p))
+cost=$((10000 + 80 * r + 20 * p))
+echo '{{"type":"interval","role":"client"}}'
+echo "{{\"type\":\"summary\",\"bench\":\"udp-echo\",\"role\":\"client\",\"received\":1000,\"pps\":1000.0,\"lost\":0,\"latency_ns\":{{\"p50\":1,\"p99\":$lat,\"p999\":$lat}},\"cost_ns_per_request\":$cost}}"
+"#,
+        core = core.display()
+    );
+    let path = dir.join(if hang.is_empty() { "w.sh" } else { "hang.sh" });
+    std::fs::write(&path, script).unwrap();
+    let st = Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    assert!(st.success());
+    path
+}
+
+fn search_args<'a>(state: &'a str, workload: &'a str, goal: &'a str) -> Vec<&'a str> {
+    vec![
+        "tune",
+        "search",
+        "--state-dir",
+        state,
+        "--goal",
+        goal,
+        "--knob",
+        "/proc/sys/net/core/busy_read=25,50,100",
+        "--knob",
+        "/proc/sys/net/core/busy_poll=0,50",
+        "--workload",
+        workload,
+        "--budget",
+        "8",
+        "--repeat",
+        "2",
+        "--confirm-repeat",
+        "2",
+    ]
+}
+
+fn netsteer(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run netsteer")
+}
+
+#[test]
+fn a_search_finds_the_optimum_writes_a_plan_apply_takes_and_leaves_the_tree() {
+    let tree = scratch("dev-vm");
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("state");
+    let w = workload(work.path(), tree.path(), None);
+    let plan = work.path().join("plan.json");
+    let report = work.path().join("report.html");
+    let before = files(tree.path());
+    let mut args = search_args(state.to_str().unwrap(), w.to_str().unwrap(), "p99<=86us");
+    args.extend([
+        "--plan-out",
+        plan.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--json",
+    ]);
+    let out = netsteer(tree.path(), &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
+    // busy_read 50 alone: 85 µs at 14 µs a request; every other way within 86 µs costs more.
+    let best = r.outcome.best.clone().expect("a configuration");
+    assert_eq!(r.describe(&best), "/proc/sys/net/core/busy_read=50");
+    assert!(r.not_restored.is_empty() && r.recovered.is_empty());
+    assert!(r.outcome.trials.len() <= 8);
+    assert_eq!(
+        files(tree.path()),
+        before,
+        "the search left the tree changed"
+    );
+    // The runs alternate, and the baseline's are priced as the baseline.
+    for t in &r.outcome.trials {
+        assert_eq!(t.base_latency.median, 100_000.0);
+        assert_eq!(t.base_cost.median, 10_000.0);
+    }
+
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("busy_read=50") && html.contains("<svg"));
+    assert_eq!(html.matches("<tr><td>").count(), r.outcome.trials.len());
+
+    // The plan file is what `tune apply --plan` takes, and it sets exactly the knob found.
+    let p: Plan = serde_json::from_slice(&std::fs::read(&plan).unwrap()).unwrap();
+    assert!(p.items.iter().any(|i| i.desired == "50"));
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "apply",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--plan",
+            plan.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let core = tree.path().join("proc/sys/net/core");
+    assert_eq!(
+        std::fs::read_to_string(core.join("busy_read"))
+            .unwrap()
+            .trim(),
+        "50"
+    );
+    assert_eq!(
+        std::fs::read_to_string(core.join("busy_poll"))
+            .unwrap()
+            .trim(),
+        "0"
+    );
+
+    // An output file that exists is refused before anything runs.
+    let again = netsteer(tree.path(), &{
+        let mut a = search_args(state.to_str().unwrap(), w.to_str().unwrap(), "p99<=86us");
+        a.extend(["--report", report.to_str().unwrap()]);
+        a
+    });
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--report"));
+}
+
+/// Starts a search whose first candidate run hangs, waits until it does, and kills the search
+/// with SIGKILL: the candidate stays applied in the tree.
+fn kill_mid_trial(tree: &Path, state: &Path, work: &Path) {
+    let marker = work.join("hung");
+    let _ = std::fs::remove_file(&marker);
+    let hang = workload(work, tree, Some(&marker));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .arg("--root")
+        .arg(tree)
+        .args(search_args(
+            state.to_str().unwrap(),
+            hang.to_str().unwrap(),
+            "p99<=86us",
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !marker.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the candidate never ran"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the search ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Screening moves busy_read to its far end first.
+    let core = tree.join("proc/sys/net/core");
+    assert_eq!(
+        std::fs::read_to_string(core.join("busy_read"))
+            .unwrap()
+            .trim(),
+        "100"
+    );
+    // What the workload started may outlive a search killed with SIGKILL (only sh itself
+    // dies with it): its process group goes here.
+    let pid: i32 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pgid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(") ")
+                .next()?
+                .split(' ')
+                .nth(2)?
+                .parse::<i32>()
+                .ok()
+        });
+    if let Some(g) = pgid.filter(|g| *g > 1) {
+        let _ = Command::new("kill")
+            .args(["-9", "--", &format!("-{g}")])
+            .status();
+    }
+}
+
+#[test]
+fn a_search_killed_mid_trial_is_rolled_back_by_rollback_or_the_next_search() {
+    let tree = scratch("dev-vm");
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("state");
+    let before = files(tree.path());
+
+    kill_mid_trial(tree.path(), &state, work.path());
+    assert_ne!(files(tree.path()), before);
+    let out = netsteer(
+        tree.path(),
+        &["tune", "rollback", "--state-dir", state.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(files(tree.path()), before, "tune rollback left changes");
+
+    kill_mid_trial(tree.path(), &state, work.path());
+    assert_ne!(files(tree.path()), before);
+    let w = workload(work.path(), tree.path(), None);
+    let mut args = search_args(state.to_str().unwrap(), w.to_str().unwrap(), "p99<=86us");
+    args.push("--json");
+    let out = netsteer(tree.path(), &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.recovered.len(), 1, "{:?}", r.recovered);
+    // Its baseline is the host as it was before the killed search, not the trial it left.
+    assert!(
+        r.outcome
+            .trials
+            .iter()
+            .all(|t| t.base_latency.median == 100_000.0)
+    );
+    assert_eq!(files(tree.path()), before, "the next search left changes");
+}
