@@ -11,7 +11,7 @@ use netsteer_bench::search::{Obs, Options};
 use netsteer_bench::workload::{Goal, Workload};
 use netsteer_host::{CpuSet, HostFs};
 use netsteer_steering::tune::Tuner;
-use netsteer_steering::tune::search::{self, Request, SearchKnob};
+use netsteer_steering::tune::search::{self, Contender, Request, SearchKnob};
 use netsteer_steering::tune::search_report;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -50,6 +50,10 @@ pub struct SearchArgs {
     /// A candidate run whose latency is above the goal times this ends the search.
     #[arg(long, default_value_t = 3.0, value_name = "X", value_parser = abort_factor)]
     abort_factor: f64,
+    /// At the end, measure the configuration found against these static settings, runs
+    /// alternated (each applied through tune's transaction and rolled back).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    against: Vec<Contender>,
     /// The CPUs whose busy time is the cost (default: every CPU).
     #[arg(long, value_name = "LIST")]
     cost_cpus: Option<String>,
@@ -184,6 +188,7 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
             seed: a.seed,
             ..Options::default()
         },
+        against: a.against.clone(),
     };
     let report = search::run(&tuner, &req, &mut measure, &MonotonicClock::default())?;
     if let (Some(path), Some(plan)) = (&a.plan_out, &report.plan) {

@@ -7,11 +7,12 @@
 use super::apply::{ApplyOptions, RollbackReport};
 use super::journal;
 use super::tuner::{TuneError, Tuner};
-use crate::model::desired::{Plan, Profile};
+use crate::model::desired::{Action, Plan, Profile};
 use crate::model::planner::{Knob, PlanOptions};
 use netsteer_bench::clock::Clock;
-use netsteer_bench::experiment::BoxError;
+use netsteer_bench::experiment::{self, BoxError, Comparison, Executor, Order};
 use netsteer_bench::search::{self as engine, Dim, Obs, Options, Outcome, Target};
+use netsteer_bench::stats::Spread;
 use netsteer_bench::workload::Goal;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -235,6 +236,8 @@ pub struct Request {
     pub devices: Vec<String>,
     pub goal: Goal,
     pub options: Options,
+    /// The static settings the configuration found is measured against at the end.
+    pub against: Vec<Contender>,
 }
 
 /// Everything a search did, for the terminal, the JSON and the HTML report.
@@ -251,6 +254,10 @@ pub struct SearchReport {
     /// Knobs that did not read as before after the search, `PATH: before → now` (empty: the
     /// host was left as it was found).
     pub not_restored: Vec<String>,
+    /// The configuration found (or the baseline, when none was) against each static setting
+    /// asked for, in fresh alternated runs.
+    #[serde(default)]
+    pub against: Vec<Faceoff>,
 }
 
 impl SearchReport {
@@ -301,6 +308,15 @@ pub fn run(
         engine::search(&mut target, &space.dims, &space.baseline, &opts, clock)
             .map_err(|e| TuneError::Search(e.to_string()))?
     };
+    let against = if req.against.is_empty() || outcome.stopped.is_some() {
+        Vec::new()
+    } else {
+        let found = match &outcome.best {
+            Some(c) => space.plan(tuner, c)?,
+            None => space.plan(tuner, &space.baseline)?,
+        };
+        faceoff(tuner, req, found, measure, clock)?
+    };
     let after = read_all()?;
     let not_restored = req
         .knobs
@@ -321,5 +337,182 @@ pub fn run(
         plan,
         recovered,
         not_restored,
+        against,
     })
+}
+
+/// A static setting to measure the configuration found against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Contender {
+    /// netsteer's `--profile latency` for the devices.
+    Latency,
+    /// netsteer's `--profile balanced`.
+    Balanced,
+    /// netsteer's `--profile throughput`.
+    Throughput,
+    /// The network settings of tuned's network-latency profile as tuned ships it
+    /// (profiles/network-latency/tuned.conf): net.core.busy_read=50, net.core.busy_poll=50,
+    /// net.ipv4.tcp_fastopen=3. Its CPU settings (governor, C-states) are not network
+    /// settings and are left alone.
+    TunedNetworkLatency,
+}
+
+impl Contender {
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Latency => "netsteer latency profile",
+            Contender::Balanced => "netsteer balanced profile",
+            Contender::Throughput => "netsteer throughput profile",
+            Contender::TunedNetworkLatency => "tuned network-latency (its network settings)",
+        }
+    }
+
+    fn plan(self, tuner: &Tuner, devices: &[String]) -> Result<Plan, TuneError> {
+        let profile = match self {
+            Contender::Latency => Profile::Latency,
+            Contender::Balanced => Profile::Balanced,
+            Contender::Throughput => Profile::Throughput,
+            Contender::TunedNetworkLatency => Profile::None,
+        };
+        let knobs = match self {
+            Contender::TunedNetworkLatency => [
+                "/proc/sys/net/core/busy_read=50",
+                "/proc/sys/net/core/busy_poll=50",
+                "/proc/sys/net/ipv4/tcp_fastopen=3",
+            ]
+            .iter()
+            .map(|k| Knob::parse(k))
+            .collect::<Result<Vec<_>, _>>()?,
+            _ => Vec::new(),
+        };
+        tuner.plan(&PlanOptions {
+            devices: devices.to_vec(),
+            knobs,
+            live: tuner.fs().is_live(),
+            ..PlanOptions::for_profile(profile)
+        })
+    }
+}
+
+/// The configuration found against one static setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Faceoff {
+    pub contender: Contender,
+    /// What the static setting's plan changed, and what it could not (`PATH: why`).
+    pub changes: Vec<String>,
+    pub skipped: Vec<String>,
+    /// `before` is the configuration found, `after` the static setting: a verdict of
+    /// "worse" means the static setting is worse than what the search found.
+    pub latency: Comparison,
+    pub cost: Comparison,
+    /// The static setting's latency median within the goal.
+    pub meets_goal: bool,
+}
+
+/// Plans as an experiment's variants: each applied through the tuner, rolled back on leaving.
+struct Plans<'a> {
+    tuner: &'a Tuner,
+    plans: Vec<Plan>,
+    measure: &'a mut dyn FnMut() -> Result<Obs, BoxError>,
+    journal: Option<String>,
+}
+
+impl Executor for Plans<'_> {
+    type Measure = Obs;
+    fn enter(&mut self, variant: usize) -> Result<(), BoxError> {
+        let plan = &self.plans[variant];
+        if !plan.items.iter().any(|i| i.action == Action::Change) {
+            return Ok(());
+        }
+        let r = self.tuner.apply(plan, None, &ApplyOptions::default())?;
+        if r.status != "applied" {
+            return Err(format!("applying variant {variant}: {}", r.status).into());
+        }
+        self.journal = Some(r.journal);
+        Ok(())
+    }
+    fn measure(&mut self, _variant: usize, _repeat: u32) -> Result<Obs, BoxError> {
+        (self.measure)()
+    }
+    fn leave(&mut self, _variant: usize) -> Result<(), BoxError> {
+        let Some(journal) = self.journal.take() else {
+            return Ok(());
+        };
+        let r = self.tuner.rollback(Some(Path::new(&journal)))?;
+        if r.status != "restored" && r.status != "nothing-to-do" {
+            return Err(format!("rolling back {journal}: {}", r.status).into());
+        }
+        Ok(())
+    }
+}
+
+/// Alternated runs of the configuration found and every contender, each measured as often as
+/// a confirmation; a run that loses packets is kept (the comparison shows it), not fatal.
+fn faceoff(
+    tuner: &Tuner,
+    req: &Request,
+    found: Plan,
+    measure: &mut dyn FnMut() -> Result<Obs, BoxError>,
+    clock: &dyn Clock,
+) -> Result<Vec<Faceoff>, TuneError> {
+    let mut plans = vec![found];
+    for c in &req.against {
+        plans.push(c.plan(tuner, &req.devices)?);
+    }
+    let mut exec = Plans {
+        tuner,
+        plans,
+        measure,
+        journal: None,
+    };
+    let n = exec.plans.len();
+    let runs = experiment::run(
+        &mut exec,
+        n,
+        req.options.confirm_repeats,
+        Order::Alternated,
+        clock,
+        |_| Ok(()),
+    )
+    .map_err(|e| TuneError::Search(format!("measuring against the static settings: {e}")))?;
+    let side = |v: usize| -> (Vec<f64>, Vec<f64>) {
+        runs.iter()
+            .filter(|t| t.variant == v)
+            .map(|t| (t.measure.latency, t.measure.cost))
+            .unzip()
+    };
+    let (fl, fc) = side(0);
+    let mut out = Vec::new();
+    for (i, c) in req.against.iter().enumerate() {
+        let (l, co) = side(i + 1);
+        let none = || TuneError::Search(format!("{}: no finite measure", c.name()));
+        let latency = experiment::compare(true, &fl, &l).ok_or_else(none)?;
+        let cost = experiment::compare(true, &fc, &co).ok_or_else(none)?;
+        let plan = &exec.plans[i + 1];
+        let changes = plan
+            .items
+            .iter()
+            .filter(|it| it.action == Action::Change)
+            .map(|it| format!("{}={}", it.id, it.desired))
+            .collect();
+        let skipped = plan
+            .items
+            .iter()
+            .filter_map(|it| match &it.action {
+                Action::Skip(why) => Some(format!("{}: {why}", it.id)),
+                _ => None,
+            })
+            .collect();
+        out.push(Faceoff {
+            contender: *c,
+            changes,
+            skipped,
+            meets_goal: Spread::of(&l).is_some_and(|s| s.median <= req.goal.limit_ns()),
+            latency,
+            cost,
+        });
+    }
+    Ok(out)
 }

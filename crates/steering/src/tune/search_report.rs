@@ -100,6 +100,33 @@ pub fn lines(r: &SearchReport) -> Vec<String> {
     if let Some(why) = &r.outcome.stopped {
         out.push(format!("stopped early: {why}"));
     }
+    let found = r
+        .outcome
+        .best
+        .as_ref()
+        .map_or("the baseline".to_string(), |c| r.describe(c));
+    for f in &r.against {
+        out.push(format!(
+            "against {}: {} {} (found: {}), {} {} (found: {}): the static setting is {} on latency, {} on cost{}",
+            f.contender.name(),
+            r.goal.metric(),
+            us(f.latency.after.median),
+            us(f.latency.before.median),
+            cost_name(&r.goal),
+            us(f.cost.after.median),
+            us(f.cost.before.median),
+            f.latency.verdict,
+            f.cost.verdict,
+            if f.skipped.is_empty() {
+                String::new()
+            } else {
+                format!("; not applied here: {}", f.skipped.join("; "))
+            }
+        ));
+    }
+    if !r.against.is_empty() {
+        out.push(format!("(found = {found})"));
+    }
     match &r.outcome.best {
         Some(c) => out.push(format!("found: {}", r.describe(c))),
         None => out.push(
@@ -229,7 +256,40 @@ pub fn html(r: &SearchReport) -> String {
             if c.meets_goal { "met" } else { "missed" }
         );
     }
-    s.push_str("</table><h2>Response to each knob</h2><p>What the model fitted on every trial: each level's factor on latency (<span style=\"color:#1971c2\">■</span>) and on cost (<span style=\"color:#e8590c\">■</span>) against the baseline's level (marked *); levels no trial used are interpolated.</p>");
+    s.push_str("</table>");
+    if !r.against.is_empty() {
+        let _ = write!(
+            s,
+            "<h2>Against static settings</h2><p>Fresh alternated runs of <code>{}</code> and each static setting, each applied through tune's transaction and rolled back; the verdicts are the static setting's, against what the search found.</p><table><tr><th>static setting</th><th>what it set</th><th>latency found</th><th>latency static</th><th>verdict</th><th>cost found</th><th>cost static</th><th>verdict</th><th>goal</th></tr>",
+            esc(&r
+                .outcome
+                .best
+                .as_ref()
+                .map_or("the baseline".to_string(), |c| r.describe(c)))
+        );
+        for f in &r.against {
+            let mut set = f.changes.join(" ");
+            if !f.skipped.is_empty() {
+                set.push_str(&format!(" (not applied: {})", f.skipped.join("; ")));
+            }
+            let _ = write!(
+                s,
+                r#"<tr><td class="l">{}</td><td class="l"><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td></tr>"#,
+                esc(f.contender.name()),
+                esc(&set),
+                spread(&f.latency.before),
+                spread(&f.latency.after),
+                f.latency.verdict,
+                spread(&f.cost.before),
+                spread(&f.cost.after),
+                f.cost.verdict,
+                if f.meets_goal { "ok" } else { "bad" },
+                if f.meets_goal { "met" } else { "missed" }
+            );
+        }
+        s.push_str("</table>");
+    }
+    s.push_str("<h2>Response to each knob</h2><p>What the model fitted on every trial: each level's factor on latency (<span style=\"color:#1971c2\">■</span>) and on cost (<span style=\"color:#e8590c\">■</span>) against the baseline's level (marked *); levels no trial used are interpolated.</p>");
     for d in 0..r.dims.len() {
         let _ = write!(
             s,
