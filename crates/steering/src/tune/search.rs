@@ -311,10 +311,12 @@ pub fn run(
     let against = if req.against.is_empty() || outcome.stopped.is_some() {
         Vec::new()
     } else {
-        let found = match &outcome.best {
-            Some(c) => space.plan(tuner, c)?,
-            None => space.plan(tuner, &space.baseline)?,
-        };
+        // The baseline needs no plan: it is the host as it is.
+        let found = outcome
+            .best
+            .as_ref()
+            .map(|c| space.plan(tuner, c))
+            .transpose()?;
         faceoff(tuner, req, found, measure, clock)?
     };
     let after = read_all()?;
@@ -414,7 +416,8 @@ pub struct Faceoff {
 /// Plans as an experiment's variants: each applied through the tuner, rolled back on leaving.
 struct Plans<'a> {
     tuner: &'a Tuner,
-    plans: Vec<Plan>,
+    /// `None`: the host as it is.
+    plans: Vec<Option<Plan>>,
     measure: &'a mut dyn FnMut() -> Result<Obs, BoxError>,
     journal: Option<String>,
 }
@@ -422,7 +425,9 @@ struct Plans<'a> {
 impl Executor for Plans<'_> {
     type Measure = Obs;
     fn enter(&mut self, variant: usize) -> Result<(), BoxError> {
-        let plan = &self.plans[variant];
+        let Some(plan) = &self.plans[variant] else {
+            return Ok(());
+        };
         if !plan.items.iter().any(|i| i.action == Action::Change) {
             return Ok(());
         }
@@ -453,13 +458,13 @@ impl Executor for Plans<'_> {
 fn faceoff(
     tuner: &Tuner,
     req: &Request,
-    found: Plan,
+    found: Option<Plan>,
     measure: &mut dyn FnMut() -> Result<Obs, BoxError>,
     clock: &dyn Clock,
 ) -> Result<Vec<Faceoff>, TuneError> {
     let mut plans = vec![found];
     for c in &req.against {
-        plans.push(c.plan(tuner, &req.devices)?);
+        plans.push(Some(c.plan(tuner, &req.devices)?));
     }
     let mut exec = Plans {
         tuner,
@@ -490,7 +495,9 @@ fn faceoff(
         let none = || TuneError::Search(format!("{}: no finite measure", c.name()));
         let latency = experiment::compare(true, &fl, &l).ok_or_else(none)?;
         let cost = experiment::compare(true, &fc, &co).ok_or_else(none)?;
-        let plan = &exec.plans[i + 1];
+        let Some(plan) = &exec.plans[i + 1] else {
+            continue;
+        };
         let changes = plan
             .items
             .iter()

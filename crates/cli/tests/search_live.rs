@@ -1,0 +1,235 @@
+//! Root-only, live, inside namespaces this test creates (deleted by drop guards, also on
+//! failure): `tune search` inside the server's namespace over its veth's RPS mask, GRO and
+//! device-wide NAPI deferral, with a real udp-echo workload between the namespaces at a fixed
+//! rate, and the configuration found measured against netsteer's latency profile and tuned's
+//! network-latency. What is checked is what must hold on any machine however busy: every trial
+//! alternated with the baseline and priced from real runs, the found plan (if any) applied by
+//! `tune apply --plan` and rolled back, and the device reading as before after the search.
+//! Whether a setting wins is the benchmark's question (BENCHMARKS.md), not a test's.
+
+mod common;
+
+use common::{Netns, Pair, is_root};
+use netsteer_lab::pair::{SERVER_ADDR, SERVER_DEV};
+use netsteer_steering::tune::search::SearchReport;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
+
+fn usable() -> bool {
+    let tools = [("ip", "-V"), ("ethtool", "--version")]
+        .iter()
+        .all(|(t, v)| {
+            Command::new(t)
+                .arg(v)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| netsteer_host::CpuSet::parse_list(&s, None).ok())
+        .is_some_and(|s| s.len() >= 2);
+    if !is_root() || !tools || !cpus {
+        common::cannot_run("needs root, iproute2, ethtool and two online CPUs");
+        return false;
+    }
+    true
+}
+
+/// A process killed when dropped (also while a failed assertion unwinds).
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn text(ns: &Netns, cmd: &str) -> String {
+    let out = ns.exec(&["sh", "-c", cmd]);
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// What the search may change on the server's device, as text.
+fn state(ns: &Netns) -> String {
+    text(
+        ns,
+        &format!(
+            "d=/sys/class/net/{SERVER_DEV}; cat $d/queues/rx-0/rps_cpus $d/gro_flush_timeout \
+             $d/napi_defer_hard_irqs; ethtool -k {SERVER_DEV} | grep -E '^generic-receive-offload:'"
+        ),
+    )
+}
+
+fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
+    let mut full = vec![BIN];
+    full.extend_from_slice(args);
+    ns.exec(&full)
+}
+
+#[test]
+fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_was() {
+    if !usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let listen = format!("{SERVER_ADDR}:4321");
+    let _server = Killed(
+        pair.server
+            .command(BIN, &["bench", "udp-echo", "server", "--listen", &listen])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The server is up when a few round trips come back.
+    let t = Instant::now();
+    loop {
+        let probe = pair.client.exec(&[
+            BIN, "bench", "udp-echo", "client", &listen, "--count", "3", "--json",
+        ]);
+        if probe.status.success() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the server never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = state(&pair.server);
+    let work = tempfile::tempdir().unwrap();
+    let plan = work.path().join("plan.json");
+    let report = work.path().join("report.html");
+    let state_dir = work.path().join("state");
+    // The workload: 5,000 round trips a second for 1.5 s from the client's namespace (the
+    // search runs in the server's; `ip netns exec` reaches the other from there).
+    let workload = format!(
+        "ip netns exec {} {BIN} bench udp-echo client {listen} --rate 5000 --duration 1.5 \
+         --warmup 0.2 --json",
+        pair.client.name
+    );
+    let out = netsteer_in(
+        &pair.server,
+        &[
+            "tune",
+            "search",
+            "--state-dir",
+            state_dir.to_str().unwrap(),
+            "--goal",
+            "p99<=20ms",
+            "--abort-factor",
+            "20",
+            "--knob",
+            &format!("/sys/class/net/{SERVER_DEV}/queues/rx-0/rps_cpus=0,2"),
+            "--knob",
+            &format!("nic/{SERVER_DEV}/feature/rx-gro=0,1"),
+            "--knob",
+            &format!("/sys/class/net/{SERVER_DEV}/gro_flush_timeout=0,50000"),
+            "--knob",
+            &format!("/sys/class/net/{SERVER_DEV}/napi_defer_hard_irqs=0,2"),
+            "--dev",
+            SERVER_DEV,
+            "--workload",
+            &workload,
+            "--budget",
+            "5",
+            "--repeat",
+            "2",
+            "--confirm-repeat",
+            "2",
+            "--against",
+            "latency,tuned-network-latency",
+            "--plan-out",
+            plan.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{:?}: {stderr}",
+        out.status
+    );
+    let r: SearchReport = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {stderr}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(r.outcome.stopped, None, "{stderr}");
+    assert!(r.not_restored.is_empty(), "{:?}", r.not_restored);
+    assert_eq!(
+        state(&pair.server),
+        before,
+        "the search left the device changed"
+    );
+    assert_eq!(r.outcome.trials.len(), 5);
+    // Real runs: 7,500 round trips priced by the CPU the host spent on them.
+    for t in &r.outcome.trials {
+        for s in [&t.base_latency, &t.latency] {
+            assert!(s.min > 0.0 && s.max < 20e6, "{s:?}");
+        }
+        for s in [&t.base_cost, &t.cost] {
+            assert!(s.min > 0.0 && s.median.is_finite(), "{s:?}");
+        }
+        assert_eq!(t.lost, 0);
+    }
+    // The screening moved one knob at a time: four knobs, each to its other value, then one
+    // guided trial.
+    let moved: Vec<usize> = r.outcome.trials[..4]
+        .iter()
+        .map(|t| {
+            t.config
+                .iter()
+                .zip(&r.outcome.baseline)
+                .filter(|(a, b)| a != b)
+                .count()
+        })
+        .collect();
+    assert_eq!(moved, [1, 1, 1, 1]);
+    assert_eq!(r.against.len(), 2);
+    // tuned's busy_read/busy_poll are global sysctls a namespace has not: said so.
+    let tuned = &r.against[1];
+    assert!(
+        tuned.skipped.iter().any(|s| s.contains("busy_read")),
+        "{:?}",
+        tuned.skipped
+    );
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("Against static settings"));
+
+    // What was found applies from its plan file and rolls back.
+    match (&r.outcome.best, out.status.code()) {
+        (Some(_), Some(0)) => {
+            let sd = state_dir.to_str().unwrap();
+            let apply = netsteer_in(
+                &pair.server,
+                &[
+                    "tune",
+                    "apply",
+                    "--state-dir",
+                    sd,
+                    "--plan",
+                    plan.to_str().unwrap(),
+                ],
+            );
+            assert_eq!(
+                apply.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&apply.stderr)
+            );
+            assert_ne!(state(&pair.server), before);
+            let back = netsteer_in(&pair.server, &["tune", "rollback", "--state-dir", sd]);
+            assert_eq!(back.status.code(), Some(0));
+            assert_eq!(state(&pair.server), before);
+        }
+        (None, Some(1)) => assert!(!plan.exists()),
+        other => panic!("exit status and outcome disagree: {other:?}"),
+    }
+}
