@@ -23,6 +23,45 @@ pub enum BenchCommand {
     /// the same run: E1 one socket vs channels x copy workers, E2 4 KiB messages vs channels,
     /// E3 latency isolation beside bulk apps, E4 throughput per core.
     Netchannel(NetchannelArgs),
+    /// memcached or Redis at a fixed request rate: GETs (and a share of SETs) on a schedule,
+    /// each timed from when it was due; the cache workload `tune search` prices.
+    Kv(KvArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct KvArgs {
+    /// The server, `HOST:PORT` (11211 for memcache, 6379 for redis by default).
+    #[arg(value_name = "HOST:PORT")]
+    pub target: String,
+    #[arg(long, value_enum, default_value_t = crate::kv::Protocol::Memcache)]
+    pub protocol: crate::kv::Protocol,
+    /// Requests per second, all connections together.
+    #[arg(long, value_name = "PER_S", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub rate: u32,
+    /// Connections, one thread each, one request outstanding on each (1 to 1024).
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub connections: u32,
+    /// Seconds to measure after the warm-up.
+    #[arg(long, default_value = "10", value_name = "S")]
+    pub duration: Seconds,
+    /// Seconds of requests before measuring (not reported).
+    #[arg(long, default_value = "0", value_name = "S")]
+    pub warmup: Seconds,
+    /// Keys, each set once before the run.
+    #[arg(long, default_value_t = 1000, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub keys: u32,
+    /// Bytes per value (1 B to 1 MiB).
+    #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
+    pub value_size: usize,
+    /// One request in this many is a SET (0: only GETs; 10 is memcaslap's 9:1).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub set_every: u32,
+    /// Seconds a reply may take before the run ends with an error.
+    #[arg(long, default_value = "5", value_name = "S")]
+    pub timeout: Seconds,
+    /// JSON Lines, one message per line (docs/json.md).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

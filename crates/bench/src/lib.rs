@@ -9,6 +9,7 @@ pub mod args;
 pub mod cli;
 pub mod clock;
 pub mod experiment;
+pub mod kv;
 pub mod netchannel;
 pub mod report;
 pub mod search;

@@ -60,6 +60,7 @@ pub fn run(host: &Host, cmd: &BenchCommand) -> Result<ExitCode> {
         BenchCommand::TcpRr(TcpBench::Server(a)) => tcp_server(a, tcp::rr::BENCH),
         BenchCommand::TcpRr(TcpBench::Client(a)) => rr_client(a),
         BenchCommand::Netchannel(a) => netchannel_bench(a),
+        BenchCommand::Kv(a) => kv_client(a),
     }
 }
 
@@ -297,6 +298,37 @@ fn client(a: &ClientArgs) -> Result<ExitCode> {
         Err(e) => {
             drop(out);
             Ok(fail(a.out.json, UDP_ECHO, Role::Client, e))
+        }
+    }
+}
+
+fn kv_client(a: &KvArgs) -> Result<ExitCode> {
+    use netsteer_bench::kv;
+    let port = match a.protocol {
+        kv::Protocol::Memcache => 11211,
+        kv::Protocol::Redis => 6379,
+    };
+    let cfg = kv::KvConfig {
+        target: netsteer_bench::target::resolve(&a.target, port)?,
+        protocol: a.protocol,
+        rate: a.rate,
+        connections: a.connections,
+        duration: a.duration.get(),
+        warmup: a.warmup.get(),
+        keys: a.keys,
+        value_size: a.value_size,
+        set_every: a.set_every,
+        timeout: a.timeout.get(),
+    };
+    let mut out = reporter(a.json);
+    match kv::run_kv(&cfg) {
+        Ok(s) => {
+            out.emit(&s)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            drop(out);
+            Ok(fail(a.json, kv::BENCH, Role::Client, e))
         }
     }
 }
