@@ -410,7 +410,7 @@ fn connection(cfg: &KvConfig, c: u32, start: Instant, value: &[u8]) -> Result<Co
         x ^= x >> 7;
         x ^= x << 17;
         let key = format!("key:{}", x % u64::from(cfg.keys));
-        let set = cfg.set_every > 0 && k % u64::from(cfg.set_every) == 0;
+        let set = cfg.set_every > 0 && k.is_multiple_of(u64::from(cfg.set_every));
         let sent = Instant::now();
         let hit = conn.call(set, &key, value)?;
         let took = sent.elapsed();
