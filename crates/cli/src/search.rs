@@ -29,8 +29,9 @@ pub struct SearchArgs {
     goal: Goal,
     /// A knob and the values to try, in their order (repeatable): `PATH=V1,V2,...`, PATH as
     /// `tune apply --set` takes it. The value the host holds now is added to them: it is the
-    /// baseline every trial is compared with.
-    #[arg(long = "knob", value_name = "PATH=V1,V2,...", required = true,
+    /// baseline every trial is compared with. Without any, the knobs the `--dev` devices have
+    /// here (docs/tune-search.md).
+    #[arg(long = "knob", value_name = "PATH=V1,V2,...",
           value_parser = |s: &str| SearchKnob::parse(s))]
     knobs: Vec<SearchKnob>,
     /// The benchmark command one run is (`sh -c`): a `netsteer bench udp-echo client` or
@@ -142,6 +143,24 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
         None => Vec::new(),
     };
     let tuner = search_tuner(host, !a.no_ethtool, &a.state_dir)?;
+    let knobs = if a.knobs.is_empty() {
+        if a.devices.is_empty() {
+            bail!("name the knobs to search (--knob PATH=V1,V2,...) or the devices (--dev IF)");
+        }
+        let k = search::auto_knobs(&tuner, &a.devices, &a.goal);
+        if k.is_empty() {
+            bail!(
+                "--dev {}: no knob of these devices can be read here",
+                a.devices.join(",")
+            );
+        }
+        for k in &k {
+            eprintln!("netsteer: knob {}={}", k.path, k.values.join(","));
+        }
+        k
+    } else {
+        a.knobs.clone()
+    };
     let workload = Workload {
         command: a.workload.clone(),
         goal: a.goal,
@@ -177,7 +196,7 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
         Ok(o)
     };
     let req = Request {
-        knobs: a.knobs.clone(),
+        knobs,
         devices: a.devices.clone(),
         goal: a.goal,
         options: Options {
@@ -205,11 +224,13 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
             emit(&mut out, &netsteer_host::safe::line(&l))?;
         }
     }
-    Ok(if !report.not_restored.is_empty() {
-        ExitCode::from(2)
-    } else if report.outcome.best.is_some() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if !report.not_restored.is_empty() || report.outcome.stopped.is_some() {
+            ExitCode::from(2)
+        } else if report.outcome.best.is_some() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }

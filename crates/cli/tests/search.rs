@@ -306,3 +306,80 @@ fn a_search_killed_mid_trial_is_rolled_back_by_rollback_or_the_next_search() {
     );
     assert_eq!(files(tree.path()), before, "the next search left changes");
 }
+
+/// Without `--knob`, the knobs the device has in the tree: every rx queue's RPS mask (host-wide
+/// width), GRO, coalescing, the NAPI deferral files and busy polling; a workload that prices
+/// every configuration alike finds nothing cheaper, and the tree is left as it was.
+#[test]
+fn without_knobs_the_device_s_own_are_searched() {
+    let tree = scratch("igb-6.12");
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("state");
+    let w = work.path().join("flat.sh");
+    std::fs::write(
+        &w,
+        "#!/bin/sh\necho '{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"latency_ns\":{\"p99\":40000},\"cost_ns_per_request\":5000}'\n",
+    )
+    .unwrap();
+    assert!(
+        Command::new("chmod")
+            .arg("+x")
+            .arg(&w)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let before = files(tree.path());
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "search",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--goal",
+            "p99<=50us",
+            "--dev",
+            "eth0",
+            "--workload",
+            w.to_str().unwrap(),
+            "--budget",
+            "3",
+            "--repeat",
+            "2",
+            "--json",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = r.dims.iter().map(|d| d.name.as_str()).collect();
+    for k in [
+        "/sys/class/net/eth0/queues/rx-0/rps_cpus",
+        "/sys/class/net/eth0/queues/rx-1/rps_cpus",
+        "nic/eth0/feature/rx-gro",
+        "nic/eth0/coalesce/rx-usecs",
+        "/sys/class/net/eth0/gro_flush_timeout",
+        "/sys/class/net/eth0/napi_defer_hard_irqs",
+        "/proc/sys/net/core/busy_read",
+    ] {
+        assert!(names.contains(&k), "{k} not in {names:?}");
+        assert!(err.contains(&format!("knob {k}=")), "{err}");
+    }
+    assert!(r.outcome.best.is_none());
+    assert_eq!(files(tree.path()), before);
+    // Neither knobs nor devices: nothing to search, said before anything runs.
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "search",
+            "--goal",
+            "p99<=50us",
+            "--workload",
+            "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dev"));
+}

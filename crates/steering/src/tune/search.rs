@@ -523,3 +523,61 @@ fn faceoff(
     }
     Ok(out)
 }
+
+/// The knobs a search tries when none are named, for `devices`: those this host has and can
+/// read now (each probed as a plan would read it), with values that span what each does.
+/// - each rx queue's RPS mask: off, or every online CPU (scaling.rst: RPS moves the protocol
+///   work off the IRQ's CPU, a win with spare CPUs and a cost on few);
+/// - GRO (`nic/IF/feature/rx-gro`): off or on, where the driver lets it change;
+/// - interrupt coalescing (`nic/IF/coalesce/rx-usecs`): 0, 8, 32, 64 µs, where the driver has it;
+/// - the device-wide NAPI deferral (napi.rst): `gro_flush_timeout` 0, 20, 200 µs and
+///   `napi_defer_hard_irqs` 0, 2, 10, which together trade IRQs for polling;
+/// - for a latency goal, busy polling (`net.core.busy_read`/`busy_poll` 0, 25, 50, 100 µs), a
+///   global sysctl only the root namespace has.
+pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchKnob> {
+    let view = tuner.view();
+    let mut out = Vec::new();
+    let mut offer = |path: String, values: &[&str]| {
+        let k = SearchKnob {
+            path,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        if current_value(tuner, devices, &k).is_ok() {
+            out.push(k);
+        }
+    };
+    let all = view.topology.online.to_mask(view.topology.nr_cpu_ids).ok();
+    let off = netsteer_host::CpuSet::new()
+        .to_mask(view.topology.nr_cpu_ids)
+        .ok();
+    for dev in devices {
+        let Some(nic) = view.nic(dev) else { continue };
+        if let (Some(all), Some(off)) = (&all, &off) {
+            for q in &nic.rx_queues {
+                offer(
+                    format!("/sys/class/net/{dev}/queues/rx-{}/rps_cpus", q.index),
+                    &[off, all],
+                );
+            }
+        }
+        offer(format!("nic/{dev}/feature/rx-gro"), &["0", "1"]);
+        offer(
+            format!("nic/{dev}/coalesce/rx-usecs"),
+            &["0", "8", "32", "64"],
+        );
+        offer(
+            format!("/sys/class/net/{dev}/gro_flush_timeout"),
+            &["0", "20000", "200000"],
+        );
+        offer(
+            format!("/sys/class/net/{dev}/napi_defer_hard_irqs"),
+            &["0", "2", "10"],
+        );
+    }
+    if matches!(goal, Goal::Latency { .. }) {
+        for s in ["busy_read", "busy_poll"] {
+            offer(format!("/proc/sys/net/core/{s}"), &["0", "25", "50", "100"]);
+        }
+    }
+    out
+}
