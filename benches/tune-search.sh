@@ -10,11 +10,11 @@
 # times the baseline's p99, the median of 3 runs after a discarded one: a configuration must be faster than the
 # host as it is, and the cheapest such is wanted. Cost: busy CPU time of every CPU (/proc/stat)
 # per request. Prints each search's report (and writes its HTML next to the plan) and a table.
-# Usage: benches/tune-search.sh [SECONDS_PER_RUN (3)] [RATE (20000)] [BUDGET (12)] [CASES (udp-echo,memcached)].
+# Usage: benches/tune-search.sh [SECONDS_PER_RUN (3)] [RATE (5000)] [BUDGET (12)] [CASES (udp-echo,memcached)].
 # Needs root, memcached.
 set -euo pipefail
 secs=${1:-3}
-rate=${2:-20000}
+rate=${2:-5000}
 budget=${3:-12}
 cases=${4:-udp-echo,memcached}
 . "$(dirname "$0")/lib.sh"

@@ -58,6 +58,10 @@ pub struct SearchArgs {
     /// The CPUs whose busy time is the cost (default: every CPU).
     #[arg(long, value_name = "LIST")]
     cost_cpus: Option<String>,
+    /// Count the workload command's own CPU in the cost (by default its process tree's CPU
+    /// time is taken out: in production the clients run elsewhere).
+    #[arg(long)]
+    count_workload_cpu: bool,
     /// A workload run that takes longer is killed and ends the search.
     #[arg(long, default_value = "600", value_name = "S")]
     workload_timeout: Seconds,
@@ -166,6 +170,7 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
         goal: a.goal,
         cost_cpus,
         timeout: a.workload_timeout.get(),
+        count_workload_cpu: a.count_workload_cpu,
     };
     // Ctrl-C or a kill ends the run in progress; the search then leaves (rolls back) the
     // configuration it is in and stops, the host restored.
