@@ -33,6 +33,7 @@ pub struct KvArgs {
     /// The server, `HOST:PORT` (11211 for memcache, 6379 for redis by default).
     #[arg(value_name = "HOST:PORT")]
     pub target: String,
+    /// The server's protocol.
     #[arg(long, value_enum, default_value_t = crate::kv::Protocol::Memcache)]
     pub protocol: crate::kv::Protocol,
     /// Requests per second, all connections together.
