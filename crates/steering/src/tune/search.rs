@@ -12,7 +12,6 @@ use crate::model::planner::{Knob, PlanOptions};
 use netsteer_bench::clock::Clock;
 use netsteer_bench::experiment::{self, BoxError, Comparison, Executor, Order};
 use netsteer_bench::search::{self as engine, Dim, Obs, Options, Outcome, Target};
-use netsteer_bench::stats::Spread;
 use netsteer_bench::workload::Goal;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -149,13 +148,42 @@ fn options(devices: &[String], knobs: Vec<Knob>) -> PlanOptions {
     }
 }
 
+/// The plan in place while a trial or a face-off variant runs: applied through tune's
+/// transaction, its journal kept to roll back on leaving (the search's trials and the
+/// face-off's variants alike).
+#[derive(Default)]
+struct InPlace(Option<String>);
+
+impl InPlace {
+    fn apply(&mut self, tuner: &Tuner, plan: &Plan, what: &str) -> Result<(), BoxError> {
+        let r = tuner.apply(plan, None, &ApplyOptions::default())?;
+        if r.status != "applied" {
+            // A failed apply restores what it wrote before it returns.
+            return Err(format!("applying {what}: {}", r.status).into());
+        }
+        self.0 = Some(r.journal);
+        Ok(())
+    }
+
+    fn roll_back(&mut self, tuner: &Tuner) -> Result<(), BoxError> {
+        let Some(journal) = self.0.take() else {
+            return Ok(());
+        };
+        let r = tuner.rollback(Some(Path::new(&journal)))?;
+        if r.status != "restored" && r.status != "nothing-to-do" {
+            return Err(format!("rolling back {journal}: {}", r.status).into());
+        }
+        Ok(())
+    }
+}
+
 /// The host as the search's target. `measure` runs the workload once.
 pub struct HostTarget<'a> {
     pub tuner: &'a Tuner,
     pub space: &'a Space,
     pub measure: &'a mut dyn FnMut() -> Result<Obs, BoxError>,
-    /// The journal of the configuration entered now, rolled back on leaving.
-    journal: Option<String>,
+    /// The configuration entered now, rolled back on leaving.
+    in_place: InPlace,
 }
 
 impl<'a> HostTarget<'a> {
@@ -168,7 +196,7 @@ impl<'a> HostTarget<'a> {
             tuner,
             space,
             measure,
-            journal: None,
+            in_place: InPlace::default(),
         }
     }
 }
@@ -179,13 +207,8 @@ impl Target for HostTarget<'_> {
             return Ok(());
         }
         let plan = self.space.plan(self.tuner, config)?;
-        let r = self.tuner.apply(&plan, None, &ApplyOptions::default())?;
-        if r.status != "applied" {
-            // A failed apply restores what it wrote before it returns.
-            return Err(format!("applying {config:?}: {}", r.status).into());
-        }
-        self.journal = Some(r.journal);
-        Ok(())
+        self.in_place
+            .apply(self.tuner, &plan, &format!("{config:?}"))
     }
 
     fn measure(&mut self) -> Result<Obs, BoxError> {
@@ -193,14 +216,7 @@ impl Target for HostTarget<'_> {
     }
 
     fn leave(&mut self, _config: &[usize]) -> Result<(), BoxError> {
-        let Some(journal) = self.journal.take() else {
-            return Ok(());
-        };
-        let r = self.tuner.rollback(Some(Path::new(&journal)))?;
-        if r.status != "restored" && r.status != "nothing-to-do" {
-            return Err(format!("rolling back {journal}: {}", r.status).into());
-        }
-        Ok(())
+        self.in_place.roll_back(self.tuner)
     }
 }
 
@@ -292,13 +308,13 @@ pub fn run(
         .map(|r| format!("{} ({})", r.journal, r.status))
         .collect();
     let space = Space::read(tuner, &req.knobs, &req.devices)?;
-    let read_all = || -> Result<Vec<String>, TuneError> {
-        req.knobs
-            .iter()
-            .map(|k| current_value(tuner, &req.devices, k))
-            .collect()
-    };
-    let before = read_all()?;
+    // What each knob held before: the baseline's level, read by Space::read.
+    let before: Vec<&String> = space
+        .dims
+        .iter()
+        .zip(&space.baseline)
+        .map(|(d, &l)| &d.levels[l])
+        .collect();
     let opts = Options {
         goal: req.goal.limit_ns(),
         ..req.options.clone()
@@ -308,30 +324,28 @@ pub fn run(
         engine::search(&mut target, &space.dims, &space.baseline, &opts, clock)
             .map_err(|e| TuneError::Search(e.to_string()))?
     };
-    let against = if req.against.is_empty() || outcome.stopped.is_some() {
-        Vec::new()
-    } else {
-        // The baseline needs no plan: it is the host as it is.
-        let found = outcome
-            .best
-            .as_ref()
-            .map(|c| space.plan(tuner, c))
-            .transpose()?;
-        faceoff(tuner, req, found, measure, clock)?
-    };
-    let after = read_all()?;
-    let not_restored = req
-        .knobs
-        .iter()
-        .zip(before.iter().zip(&after))
-        .filter(|(_, (b, a))| b != a)
-        .map(|(k, (b, a))| format!("{}: {b} → {a}", k.path))
-        .collect();
     let plan = outcome
         .best
         .as_ref()
         .map(|c| space.plan(tuner, c))
         .transpose()?;
+    let against = if req.against.is_empty() || outcome.stopped.is_some() {
+        Vec::new()
+    } else {
+        faceoff(tuner, req, plan.as_ref(), measure, clock)?
+    };
+    let after = req
+        .knobs
+        .iter()
+        .map(|k| current_value(tuner, &req.devices, k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let not_restored = req
+        .knobs
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (b, a))| **b != *a)
+        .map(|(k, (b, a))| format!("{}: {b} → {a}", k.path))
+        .collect();
     Ok(SearchReport {
         goal: req.goal,
         dims: space.dims,
@@ -417,39 +431,26 @@ pub struct Faceoff {
 struct Plans<'a> {
     tuner: &'a Tuner,
     /// `None`: the host as it is.
-    plans: Vec<Option<Plan>>,
+    plans: Vec<Option<&'a Plan>>,
     measure: &'a mut dyn FnMut() -> Result<Obs, BoxError>,
-    journal: Option<String>,
+    in_place: InPlace,
 }
 
 impl Executor for Plans<'_> {
     type Measure = Obs;
     fn enter(&mut self, variant: usize) -> Result<(), BoxError> {
-        let Some(plan) = &self.plans[variant] else {
-            return Ok(());
-        };
-        if !plan.items.iter().any(|i| i.action == Action::Change) {
-            return Ok(());
+        match self.plans[variant] {
+            Some(plan) if plan.items.iter().any(|i| i.action == Action::Change) => self
+                .in_place
+                .apply(self.tuner, plan, &format!("variant {variant}")),
+            _ => Ok(()),
         }
-        let r = self.tuner.apply(plan, None, &ApplyOptions::default())?;
-        if r.status != "applied" {
-            return Err(format!("applying variant {variant}: {}", r.status).into());
-        }
-        self.journal = Some(r.journal);
-        Ok(())
     }
     fn measure(&mut self, _variant: usize, _repeat: u32) -> Result<Obs, BoxError> {
         (self.measure)()
     }
     fn leave(&mut self, _variant: usize) -> Result<(), BoxError> {
-        let Some(journal) = self.journal.take() else {
-            return Ok(());
-        };
-        let r = self.tuner.rollback(Some(Path::new(&journal)))?;
-        if r.status != "restored" && r.status != "nothing-to-do" {
-            return Err(format!("rolling back {journal}: {}", r.status).into());
-        }
-        Ok(())
+        self.in_place.roll_back(self.tuner)
     }
 }
 
@@ -458,19 +459,22 @@ impl Executor for Plans<'_> {
 fn faceoff(
     tuner: &Tuner,
     req: &Request,
-    found: Option<Plan>,
+    found: Option<&Plan>,
     measure: &mut dyn FnMut() -> Result<Obs, BoxError>,
     clock: &dyn Clock,
 ) -> Result<Vec<Faceoff>, TuneError> {
-    let mut plans = vec![found];
-    for c in &req.against {
-        plans.push(Some(c.plan(tuner, &req.devices)?));
-    }
+    let statics = req
+        .against
+        .iter()
+        .map(|c| c.plan(tuner, &req.devices))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut exec = Plans {
         tuner,
-        plans,
+        plans: std::iter::once(found)
+            .chain(statics.iter().map(Some))
+            .collect(),
         measure,
-        journal: None,
+        in_place: InPlace::default(),
     };
     let n = exec.plans.len();
     let runs = experiment::run(
@@ -490,14 +494,11 @@ fn faceoff(
     };
     let (fl, fc) = side(0);
     let mut out = Vec::new();
-    for (i, c) in req.against.iter().enumerate() {
+    for (i, (c, plan)) in req.against.iter().zip(&statics).enumerate() {
         let (l, co) = side(i + 1);
         let none = || TuneError::Search(format!("{}: no finite measure", c.name()));
         let latency = experiment::compare(true, &fl, &l).ok_or_else(none)?;
         let cost = experiment::compare(true, &fc, &co).ok_or_else(none)?;
-        let Some(plan) = &exec.plans[i + 1] else {
-            continue;
-        };
         let changes = plan
             .items
             .iter()
@@ -516,7 +517,7 @@ fn faceoff(
             contender: *c,
             changes,
             skipped,
-            meets_goal: Spread::of(&l).is_some_and(|s| s.median <= req.goal.limit_ns()),
+            meets_goal: latency.after.median <= req.goal.limit_ns(),
             latency,
             cost,
         });
