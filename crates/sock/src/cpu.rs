@@ -123,30 +123,21 @@ impl ThreadUsage {
     pub fn current() -> io::Result<ThreadUsage> {
         /// include/uapi/linux/resource.h; not exported by libc for every target.
         const RUSAGE_THREAD: libc::c_int = 1;
-        // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `ru` is a live rusage the kernel fills.
-        let rc = unsafe { libc::getrusage(RUSAGE_THREAD, &mut ru) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-        Ok(ThreadUsage {
-            user_us: us(ru.ru_utime),
-            sys_us: us(ru.ru_stime),
-            voluntary_switches: ru.ru_nvcsw as u64,
-            involuntary_switches: ru.ru_nivcsw as u64,
-        })
+        ThreadUsage::of(RUSAGE_THREAD)
     }
 
     /// What this process's waited-for children (and the descendants they waited for) have
     /// used so far (getrusage(RUSAGE_CHILDREN)): the delta over a child's run is that child's
     /// whole process tree.
     pub fn children() -> io::Result<ThreadUsage> {
+        ThreadUsage::of(libc::RUSAGE_CHILDREN)
+    }
+
+    fn of(who: libc::c_int) -> io::Result<ThreadUsage> {
         // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: `ru` is a live rusage the kernel fills.
-        let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+        let rc = unsafe { libc::getrusage(who, &mut ru) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
