@@ -264,6 +264,11 @@ impl Run {
     }
 }
 
+/// A workload's last three stderr lines (newest first) on one line: what says why it failed.
+fn last_lines(stderr: &str) -> String {
+    stderr.lines().rev().take(3).collect::<Vec<_>>().join(" / ")
+}
+
 impl Workload {
     /// Runs the command once. `stop` is polled while it runs: when it says so, the run is
     /// killed and fails ("interrupted"), so the search leaves the configuration at once.
@@ -287,7 +292,7 @@ impl Workload {
         let after = stat()?;
         let elapsed = t0.elapsed().as_nanos() as f64;
         let report = read_report(&stdout, self.goal.metric()).map_err(|e| {
-            let tail: String = stderr.lines().rev().take(3).collect::<Vec<_>>().join(" / ");
+            let tail = last_lines(&stderr);
             if tail.is_empty() {
                 format!("the workload {:?}: {e}", self.command)
             } else {
@@ -374,10 +379,10 @@ impl Workload {
         let stderr = err.join().unwrap_or_default();
         let status = status?;
         if !status.success() {
-            let tail: String = stderr.lines().rev().take(3).collect::<Vec<_>>().join(" / ");
             return Err(format!(
-                "the workload {:?} failed ({status}): {tail}",
-                self.command
+                "the workload {:?} failed ({status}): {}",
+                self.command,
+                last_lines(&stderr)
             ));
         }
         Ok((stdout, stderr))
