@@ -128,7 +128,7 @@ pub fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> 
     let main =
         Tuner::open(host.fs.clone(), use_nic, state_dir.clone()).context("the state directory")?;
     let dir = search::state_dir(main.state_dir());
-    Tuner::open(host.fs.clone(), use_nic, Some(dir)).context("the state directory")
+    Ok(main.into_state_dir(dir))
 }
 
 pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {

@@ -149,6 +149,14 @@ impl Tuner {
         &self.state_dir
     }
 
+    /// The same tuner (its host and NIC backend) keeping its journals in `dir` instead.
+    pub fn into_state_dir(self, dir: PathBuf) -> Tuner {
+        Tuner {
+            state_dir: dir,
+            ..self
+        }
+    }
+
     /// The root as journals record it (canonical), so a rollback refuses another root's.
     pub fn root_name(&self) -> String {
         let root = self.fs.root();
