@@ -5,20 +5,12 @@
 
 mod common;
 
-use common::{Netns, is_root};
+use common::{Netns, Proc, is_root};
 use netsteer_bench::kv::{KvSummary, Protocol};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn usable() -> bool {
     let have = |t: &str| {
@@ -74,7 +66,7 @@ fn a_fixed_rate_against_memcached_and_redis_completes_every_request() {
         return;
     }
     let ns = Netns::create();
-    let _mc = Killed(
+    let _mc = Proc(
         ns.command(
             "memcached",
             &["-u", "nobody", "-l", "127.0.0.1", "-p", "11211", "-m", "64"],
@@ -84,7 +76,7 @@ fn a_fixed_rate_against_memcached_and_redis_completes_every_request() {
         .spawn()
         .unwrap(),
     );
-    let _rd = Killed(
+    let _rd = Proc(
         ns.command(
             "redis-server",
             &[

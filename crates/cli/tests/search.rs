@@ -6,30 +6,12 @@
 
 mod common;
 
-use common::scratch;
+use common::{files, scratch};
 use netsteer_steering::tune::Plan;
 use netsteer_steering::tune::search::SearchReport;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                stack.push(e.path());
-            } else if t.is_file() {
-                let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
-                out.insert(rel, std::fs::read(e.path()).unwrap());
-            }
-        }
-    }
-    out
-}
 
 /// A workload: p99 and CPU per request from the tree's busy_read (r) and busy_poll (p), in ns:
 /// busy reading buys latency with CPU up to 60 µs of budget. `hang` makes a candidate's run

@@ -9,42 +9,13 @@
 
 mod common;
 
-use common::{Netns, Pair, is_root};
+use common::{Netns, Pair, Proc};
 use netsteer_lab::pair::{SERVER_ADDR, SERVER_DEV};
 use netsteer_steering::tune::search::SearchReport;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
-
-fn usable() -> bool {
-    let tools = [("ip", "-V"), ("ethtool", "--version")]
-        .iter()
-        .all(|(t, v)| {
-            Command::new(t)
-                .arg(v)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| netsteer_host::CpuSet::parse_list(&s, None).ok())
-        .is_some_and(|s| s.len() >= 2);
-    if !is_root() || !tools || !cpus {
-        common::cannot_run("needs root, iproute2, ethtool and two online CPUs");
-        return false;
-    }
-    true
-}
-
-/// A process killed when dropped (also while a failed assertion unwinds).
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn text(ns: &Netns, cmd: &str) -> String {
     let out = ns.exec(&["sh", "-c", cmd]);
@@ -75,12 +46,12 @@ fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
 
 #[test]
 fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_was() {
-    if !usable() {
+    if !common::tune_live_usable() {
         return;
     }
     let pair = Pair::create(1);
     let listen = format!("{SERVER_ADDR}:4321");
-    let _server = Killed(
+    let _server = Proc(
         pair.server
             .command(BIN, &["bench", "udp-echo", "server", "--listen", &listen])
             .stdout(Stdio::null())

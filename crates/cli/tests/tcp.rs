@@ -2,6 +2,9 @@
 //! library's message types (lossless), both sides' figures in one client summary, exit codes
 //! for verification failures and errors.
 
+mod common;
+
+use common::Proc;
 use netsteer_bench::report::{ErrorMessage, Kind, Role};
 use netsteer_bench::tcp::message::{
     RrInterval, RrSummary, ServerSummary, ServerTest, StreamInterval, StreamSummary,
@@ -11,15 +14,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn server(listen: &str, extra: &[&str]) -> (Proc, String) {
     let mut child = Command::new(BIN)

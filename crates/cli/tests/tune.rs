@@ -5,29 +5,10 @@
 
 mod common;
 
-use common::scratch;
+use common::{files, scratch};
 use netsteer_steering::tune::{Action, Plan};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-
-/// Relative path → bytes of every regular file (links are never written by tune).
-fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                stack.push(e.path());
-            } else if t.is_file() {
-                let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
-                out.insert(rel, std::fs::read(e.path()).unwrap());
-            }
-        }
-    }
-    out
-}
 
 fn netsteer(root: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_netsteer"))

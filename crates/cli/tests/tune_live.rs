@@ -11,37 +11,15 @@
 
 mod common;
 
-use common::{Netns, Pair, is_root};
+use common::{Netns, Pair};
 use netsteer_lab::pair::{CLIENT_ADDR as A_ADDR, SERVER_ADDR as B_ADDR};
 use netsteer_steering::tune::verify::VerifyReport;
 use std::net::UdpSocket;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
-
-fn usable() -> bool {
-    let tools = ["ip", "ethtool"].iter().all(|t| {
-        Command::new(t)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-            || Command::new(t)
-                .arg("-V")
-                .output()
-                .is_ok_and(|o| o.status.success())
-    });
-    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| netsteer_host::CpuSet::parse_list(&s, None).ok())
-        .is_some_and(|s| s.len() >= 2);
-    if !is_root() || !tools || !cpus {
-        common::cannot_run("needs root, iproute2, ethtool and two online CPUs");
-        return false;
-    }
-    true
-}
 
 fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
     let mut full = vec![env!("CARGO_BIN_EXE_netsteer")];
@@ -73,7 +51,7 @@ fn state(ns: &Netns, dev: &str) -> String {
 
 #[test]
 fn multiqueue_veth_apply_verify_drift_rollback() {
-    if !usable() {
+    if !common::tune_live_usable() {
         return;
     }
     let pair = Pair::create(4);
@@ -202,7 +180,7 @@ fn shares() -> Vec<f64> {
 
 #[test]
 fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
-    if !usable() {
+    if !common::tune_live_usable() {
         return;
     }
     let pair = Pair::create(1);
@@ -288,7 +266,7 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
 /// each apply and `rollback` restores every value, the kthreads gone.
 #[test]
 fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
-    if !usable() {
+    if !common::tune_live_usable() {
         return;
     }
     let pair = Pair::create(2);

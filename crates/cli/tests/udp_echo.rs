@@ -4,24 +4,17 @@
 
 mod common;
 
+use common::Proc;
+
 use netsteer_bench::udp_echo::message::{
     ClientInterval, ClientSummary, ErrorMessage, Kind, Role, ServerInterval, ServerSummary,
 };
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts a server on an ephemeral port and returns it with the address it printed.
 fn server(listen: &str, extra: &[&str]) -> (Proc, String) {

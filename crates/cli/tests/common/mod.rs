@@ -5,7 +5,61 @@
 pub mod prometheus;
 
 use netsteer_lab::Remote;
-use std::process::{Command, Output};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+
+/// A process killed (and reaped) when dropped, also while a failed assertion unwinds.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Relative path → bytes of every regular file of a tree (links are never written by tune).
+pub fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Whether the live tune tests can run here: root, iproute2, ethtool and two online CPUs
+/// (else a failure under CI=true, a SKIPPED line otherwise).
+pub fn tune_live_usable() -> bool {
+    let tools = ["ip", "ethtool"].iter().all(|t| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+            || Command::new(t)
+                .arg("-V")
+                .output()
+                .is_ok_and(|o| o.status.success())
+    });
+    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| netsteer_host::CpuSet::parse_list(&s, None).ok())
+        .is_some_and(|s| s.len() >= 2);
+    if !is_root() || !tools || !cpus {
+        cannot_run("needs root, iproute2, ethtool and two online CPUs");
+        return false;
+    }
+    true
+}
 
 /// One network namespace of its own lab (`netsteer_lab`): deleted when dropped, also while a
 /// failed assertion unwinds, and by the next run if this one is killed.
