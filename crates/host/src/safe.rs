@@ -19,6 +19,15 @@ pub fn text(s: &str) -> Cow<'_, str> {
     escape(s, true)
 }
 
+/// `s` for HTML text or a quoted attribute: `&`, `<`, `>` and `"` as entities. For the
+/// self-contained reports (the lab's, tune search's), whose names come from hosts and trees.
+pub fn html(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 fn escape(s: &str, keep_newlines: bool) -> Cow<'_, str> {
     let bad = |c: char| c.is_control() && !(keep_newlines && c == '\n');
     if !s.chars().any(bad) {

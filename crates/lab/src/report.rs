@@ -3,14 +3,8 @@
 
 use crate::run::{Row, RunRecord, Summary, VariantStats};
 use netsteer_bench::experiment::Verdict;
+use netsteer_host::safe::html as esc;
 use std::fmt::Write as _;
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// A measure in its unit, scaled for reading: Gbit/s for bit/s, µs for ns, plain for
 /// requests/s.

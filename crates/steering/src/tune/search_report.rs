@@ -6,14 +6,8 @@ use super::search::SearchReport;
 use netsteer_bench::search::{Phase, Trial};
 use netsteer_bench::stats::Spread;
 use netsteer_bench::workload::Goal;
+use netsteer_host::safe::html as esc;
 use std::fmt::Write as _;
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn us(ns: f64) -> String {
     if ns.is_finite() {
