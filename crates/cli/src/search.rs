@@ -132,11 +132,7 @@ pub fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> 
 }
 
 pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
-    if host.fs.is_live() && !netsteer_sock::is_root() {
-        bail!(
-            "tune search writes /proc, /sys and NIC settings: run it as root (or use --root DIR on a tree)"
-        );
-    }
+    crate::tune::need_root(host, "tune search")?;
     check_new("--plan-out", &a.plan_out)?;
     check_new("--report", &a.report)?;
     let cost_cpus = match &a.cost_cpus {

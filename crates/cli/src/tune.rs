@@ -174,7 +174,7 @@ pub struct PersistArgs {
 }
 
 /// Writing the live host needs root; a tree only needs its files to be writable.
-fn need_root(host: &Host, what: &str) -> Result<()> {
+pub fn need_root(host: &Host, what: &str) -> Result<()> {
     if host.fs.is_live() && !netsteer_sock::is_root() {
         bail!(
             "{what} writes /proc, /sys and NIC settings: run it as root (or use --root DIR on a tree)"
