@@ -365,3 +365,164 @@ fn without_knobs_the_device_s_own_are_searched() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--dev"));
 }
+
+/// Per-NAPI and threaded-NAPI knobs on the tree with per-NAPI settings (Linux 6.13+): IRQ
+/// suspension on every NAPI of eth0 meets the goal, threaded NAPI only costs, so the search
+/// sets the first and not the second; the plan names every NAPI instance; the tree is left as
+/// it was. A per-NAPI knob whose NAPIs disagree has no baseline and is refused, naming them.
+#[test]
+fn per_napi_irq_suspension_and_threaded_napi_are_searched() {
+    let tree = scratch("ixgbe-napi-16cpu");
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("state");
+    let w = work.path().join("napi.sh");
+    let ethtool = tree.path().join("netsteer/ethtool.json");
+    let threaded = tree.path().join("sys/class/net/eth0/threaded");
+    // s: IRQ suspension set on some NAPI of eth0 (the tree's JSON, however it is spaced).
+    std::fs::write(
+        &w,
+        format!(
+            r#"#!/bin/sh
+s=$(tr -d ' \n' < {e} | grep -c '"irq_suspend_timeout_ns":20000000')
+t=$(cat {t})
+lat=$((100000 - 40000 * s - 5000 * t))
+cost=$((10000 + 2000 * t))
+echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"latency_ns\":{{\"p99\":$lat}},\"cost_ns_per_request\":$cost}}"
+"#,
+            e = ethtool.display(),
+            t = threaded.display()
+        ),
+    )
+    .unwrap();
+    assert!(
+        Command::new("chmod")
+            .arg("+x")
+            .arg(&w)
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The fixture's NAPIs disagree (one has IRQ suspension set by hand): no single baseline,
+    // refused by name, with the fix; the fix applied, the search runs.
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "search",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--goal",
+            "p99<=70us",
+            "--dev",
+            "eth0",
+            "--knob",
+            "nic/eth0/napi/irq-suspend-timeout=0,20000000",
+            "--workload",
+            w.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("nic/eth0/napi/8198/irq-suspend-timeout 20000000")
+            && err.contains("different values"),
+        "{err}"
+    );
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "apply",
+            "--state-dir",
+            work.path().join("by-hand").to_str().unwrap(),
+            "--profile",
+            "none",
+            "--dev",
+            "eth0",
+            "--set",
+            "nic/eth0/napi/irq-suspend-timeout=0",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan = work.path().join("plan.json");
+    let before = files(tree.path());
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "search",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--goal",
+            "p99<=70us",
+            "--dev",
+            "eth0",
+            "--knob",
+            "nic/eth0/napi/irq-suspend-timeout=0,20000000",
+            "--knob",
+            "/sys/class/net/eth0/threaded=0,1",
+            "--workload",
+            w.to_str().unwrap(),
+            "--budget",
+            "4",
+            "--repeat",
+            "2",
+            "--confirm-repeat",
+            "2",
+            "--plan-out",
+            plan.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
+    let best = r.outcome.best.clone().expect("a configuration");
+    assert_eq!(
+        r.describe(&best),
+        "nic/eth0/napi/irq-suspend-timeout=20000000"
+    );
+    assert_eq!(
+        files(tree.path()),
+        before,
+        "the search left the tree changed"
+    );
+    // Every NAPI of eth0 gets it, each by its id.
+    let p: Plan = serde_json::from_slice(&std::fs::read(&plan).unwrap()).unwrap();
+    let napi_ids: Vec<&str> = p
+        .items
+        .iter()
+        .filter(|i| i.desired == "20000000")
+        .map(|i| i.id.as_str())
+        .collect();
+    let json = std::fs::read_to_string(&ethtool).unwrap();
+    let eth0: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let napis = eth0["eth0"]["netdev"]["napis"].as_array().unwrap();
+    assert!(napis.len() > 1);
+    assert_eq!(napi_ids.len(), napis.len(), "{napi_ids:?}");
+    for n in napis {
+        let id = format!("nic/eth0/napi/{}/irq-suspend-timeout", n["id"]);
+        assert!(napi_ids.contains(&id.as_str()), "{id} not in {napi_ids:?}");
+    }
+
+    // A setting the kernel has no per-NAPI form of is named with what it has instead.
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "plan",
+            "--profile",
+            "none",
+            "--set",
+            "nic/eth0/napi/busy=1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("irq-suspend-timeout"));
+    assert_eq!(files(tree.path()), before);
+}

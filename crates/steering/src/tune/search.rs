@@ -134,10 +134,30 @@ fn current_value(tuner: &Tuner, devices: &[String], k: &SearchKnob) -> Result<St
             current: None,
         }],
     ))?;
-    plan.items
+    // A per-NAPI knob is one item per NAPI: its baseline is one value only if they all hold it.
+    let mut values: Vec<(&str, Option<&str>)> = plan
+        .items
         .iter()
-        .find_map(|i| i.current.clone())
-        .ok_or_else(|| TuneError::Search(format!("--knob {}: its value cannot be read", k.path)))
+        .map(|i| (i.id.as_str(), i.current.as_deref()))
+        .collect();
+    values.dedup_by_key(|v| v.1);
+    match values.as_slice() {
+        [(_, Some(v))] => Ok(v.to_string()),
+        [_, _, ..] => Err(TuneError::Search(format!(
+            "--knob {}: its instances hold different values ({}); set them alike first (tune apply --set {}=VALUE)",
+            k.path,
+            values
+                .iter()
+                .map(|(id, v)| format!("{id} {}", v.unwrap_or("unreadable")))
+                .collect::<Vec<_>>()
+                .join(", "),
+            k.path
+        ))),
+        _ => Err(TuneError::Search(format!(
+            "--knob {}: its value cannot be read",
+            k.path
+        ))),
+    }
 }
 
 fn options(devices: &[String], knobs: Vec<Knob>) -> PlanOptions {
@@ -574,6 +594,17 @@ pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchK
             format!("/sys/class/net/{dev}/napi_defer_hard_irqs"),
             &["0", "2", "10"],
         );
+        // Threaded NAPI: polling in a kthread the scheduler places instead of in softirq on
+        // the CPU the IRQ hit (napi.rst, "Threaded NAPI").
+        offer(format!("/sys/class/net/{dev}/threaded"), &["0", "1"]);
+        // IRQ suspension (napi.rst, "IRQ suspension", 6.13+): per NAPI only, and it acts
+        // only for an application that busy-polls through epoll with prefer_busy_poll.
+        if matches!(goal, Goal::Latency { .. }) {
+            offer(
+                format!("nic/{dev}/napi/irq-suspend-timeout"),
+                &["0", "20000000"],
+            );
+        }
     }
     if matches!(goal, Goal::Latency { .. }) {
         for s in ["busy_read", "busy_poll"] {

@@ -101,18 +101,44 @@ impl Knob {
         if path.split('/').any(|c| c == ".." || c == ".") || path.contains("//") {
             return Err(bad("no '.', '..' or '//' in the path"));
         }
-        if path.starts_with("nic/") {
+        if let Some(napi) = Knob::napi_knob(path) {
+            napi.map_err(|why| bad(&why))?;
+            if value.parse::<u64>().is_err() {
+                return Err(bad("a NAPI setting's value is a number"));
+            }
+        } else if path.starts_with("nic/") {
             Knob::nic_knob(path).map_err(|why| bad(&why))?;
             Knob::check_nic_value(value).map_err(|why| bad(&why))?;
         } else if Knob::kind_of(path).is_none() {
             return Err(bad(
-                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /sys/class/net/IF/{gro_flush_timeout,napi_defer_hard_irqs}, /proc/irq/N/smp_affinity[_list], nic/IF/{channels,coalesce,rings,feature,pause}/NAME, nic/IF/rss/{indirection,weight}, nic/IF/flow-hash/{tcp4,udp4,tcp6,udp6})",
+                "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /sys/class/net/IF/{gro_flush_timeout,napi_defer_hard_irqs,threaded}, /proc/irq/N/smp_affinity[_list], nic/IF/{channels,coalesce,rings,feature,pause}/NAME, nic/IF/napi/{defer-hard-irqs,gro-flush-timeout,irq-suspend-timeout,threaded}, nic/IF/rss/{indirection,weight}, nic/IF/flow-hash/{tcp4,udp4,tcp6,udp6})",
             ));
         }
         Ok(Knob {
             path: path.to_string(),
             value: value.to_string(),
             current: None,
+        })
+    }
+
+    /// A per-NAPI setting for every NAPI a device has: `nic/IF/napi/ATTR`, ATTR as netdev.yaml
+    /// names it. None when `path` is not of that shape; the error says what is wrong with the
+    /// device or the attribute.
+    pub fn napi_knob(path: &str) -> Option<Result<(String, NapiAttr), String>> {
+        let parts: Vec<&str> = path.split('/').collect();
+        let ["nic", dev, "napi", attr] = parts.as_slice() else {
+            return None;
+        };
+        Some(if !valid_device_name(dev) {
+            Err(format!("{dev:?} is not an interface name"))
+        } else {
+            NapiAttr::parse(attr)
+                .map(|a| (dev.to_string(), a))
+                .ok_or_else(|| {
+                    format!(
+                        "no NAPI setting {attr:?} (defer-hard-irqs, gro-flush-timeout, irq-suspend-timeout, threaded)"
+                    )
+                })
         })
     }
 
@@ -201,16 +227,16 @@ impl Knob {
                     _ => None,
                 }
             }
-            // The device-wide NAPI defaults (Documentation/networking/napi.rst): what a search
-            // tries where the kernel has no per-NAPI settings, written as tune writes them for
-            // `--napi` on such kernels.
+            // The device-wide NAPI defaults and threaded NAPI (Documentation/networking/napi.rst,
+            // ABI sysfs-class-net): what a search tries where the kernel has no per-NAPI
+            // settings, written as tune writes them for `--napi` on such kernels.
             [
                 "",
                 "sys",
                 "class",
                 "net",
                 dev,
-                "gro_flush_timeout" | "napi_defer_hard_irqs",
+                "gro_flush_timeout" | "napi_defer_hard_irqs" | "threaded",
             ] if valid_device_name(dev) => Some((ItemKind::Napi, Format::Int)),
             _ => None,
         }
@@ -603,19 +629,95 @@ fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
     })
 }
 
+/// A per-NAPI knob (`nic/IF/napi/ATTR`) as one item per NAPI the device has now: NAPI ids are
+/// the kernel's and change when queues are re-created, so the path names the device and the
+/// plan names the instances (each restored by id on rollback).
+fn napi_knob_items(k: &Knob, view: &HostView) -> Result<Vec<Item>, PlanError> {
+    let bad = |why: String| PlanError::BadKnob(format!("{}={}", k.path, k.value), why);
+    let (dev, attr) = Knob::napi_knob(&k.path)
+        .unwrap_or_else(|| Err("not a NAPI knob".into()))
+        .map_err(bad)?;
+    let nic = view.nic(&dev).ok_or_else(|| {
+        let known: Vec<&str> = view.nics.iter().map(|n| n.name.as_str()).collect();
+        PlanError::NoDevice(dev.clone(), known.join(", "))
+    })?;
+    let settings = nic.settings.as_ref().ok_or_else(|| {
+        bad("NIC settings were not read (--no-ethtool or no ethtool netlink)".into())
+    })?;
+    let nd = settings.netdev().map_err(|why| bad(why.to_string()))?;
+    if nd.napis.is_empty() {
+        return Err(bad(format!(
+            "{dev} has no NAPI instances now{}",
+            if nic.kind == "veth" {
+                " (a veth gets them with GRO on or XDP attached)"
+            } else {
+                ""
+            }
+        )));
+    }
+    if nd.napis.iter().all(|n| attr.read(n).is_none()) {
+        let files = match attr {
+            NapiAttr::IrqSuspendTimeout => "it has no device-wide file".to_string(),
+            NapiAttr::DeferHardIrqs => {
+                format!("/sys/class/net/{dev}/napi_defer_hard_irqs is the device-wide one")
+            }
+            NapiAttr::GroFlushTimeout => {
+                format!("/sys/class/net/{dev}/gro_flush_timeout is the device-wide one")
+            }
+            NapiAttr::Threaded => format!("/sys/class/net/{dev}/threaded is the device-wide one"),
+        };
+        return Err(bad(format!(
+            "this kernel does not report per-NAPI {attr} (NETDEV_CMD_NAPI_SET: Linux 6.13+, threaded 6.17+); {files}"
+        )));
+    }
+    let mut items = Vec::new();
+    for n in &nd.napis {
+        let knob = NicKnob::Napi(n.id, attr);
+        let (current, action) = match knob.read(settings) {
+            Ok(v) => {
+                let a = change_or_keep(Some(&v), &k.value, Format::Int);
+                (Some(v), a)
+            }
+            Err(why) => (None, Action::Skip(why)),
+        };
+        items.push(Item {
+            id: format!("nic/{dev}/{}", knob.to_string().replace(' ', "/")),
+            kind: ItemKind::Napi,
+            target: Target::Nic {
+                dev: dev.clone(),
+                knob,
+            },
+            format: Format::Int,
+            label: None,
+            current,
+            desired: k.value.clone(),
+            reason: format!("set explicitly (--set {}, on every NAPI of {dev})", k.path),
+            action,
+            rewrite: false,
+        });
+    }
+    Ok(items)
+}
+
 /// Adds the explicit knobs to a plan: each replaces a profile item on the same file, or joins
 /// the plan in its kind's phase (so an RPS mask is still written after the IRQ it follows).
 fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanError> {
     for k in knobs {
         if k.path.starts_with("nic/") {
-            let item = nic_knob_item(k, view)?;
-            p.items.retain(|i| i.target != item.target);
-            if let Some(d) = item.target_device()
-                && !p.devices.iter().any(|x| x == d)
-            {
-                p.devices.push(d.to_string());
+            let items = if Knob::napi_knob(&k.path).is_some() {
+                napi_knob_items(k, view)?
+            } else {
+                vec![nic_knob_item(k, view)?]
+            };
+            for item in items {
+                p.items.retain(|i| i.target != item.target);
+                if let Some(d) = item.target_device()
+                    && !p.devices.iter().any(|x| x == d)
+                {
+                    p.devices.push(d.to_string());
+                }
+                p.items.push(item);
             }
-            p.items.push(item);
             continue;
         }
         let Some((kind, format)) = Knob::kind_of(&k.path) else {
