@@ -389,13 +389,23 @@ impl NicKnob {
             return Ok(());
         }
         if *self == NicKnob::RssIndirection {
-            let table = parse_indirection(v)?;
             let queues = s
                 .channels
                 .known()
                 .and_then(|c| c.combined.filter(|n| *n > 0).or(c.rx))
                 .unwrap_or(u32::MAX);
             let rss = part_mut(&mut s.rss, "rss")?;
+            // The driver's own table for its rx queues, as the kernel makes it on a reset.
+            let table = if v.trim() == INDIRECTION_DEFAULT {
+                if queues == u32::MAX {
+                    return Err("the rx queue count is not recorded in this tree".into());
+                }
+                (0..rss.indirection.len() as u32)
+                    .map(|i| i % queues)
+                    .collect()
+            } else {
+                parse_indirection(v)?
+            };
             if table.len() != rss.indirection.len() {
                 return Err(format!(
                     "the table has {} entries, the device's has {}",
@@ -555,6 +565,24 @@ pub fn ethtool_x_args(table: &[u32], queues: u32) -> Option<String> {
     })
 }
 
+/// The value that resets a device's indirection table to the driver's default
+/// (`ethtool -X IF default`): the kernel fills it with ethtool_rxfh_indir_default (bucket i on
+/// queue i mod the rx queue count) and clears IFF_RXFH_CONFIGURED, the flag that makes it
+/// refuse a channel count below the table's highest queue and keeps drivers from re-spreading
+/// the table when queues change (net/ethtool/ioctl.c ethtool_set_rxfh_indir).
+pub const INDIRECTION_DEFAULT: &str = "default";
+
+/// True when `table` is the layout the kernel gives a device with `queues` rx queues that was
+/// never asked to change it: bucket i on queue i mod `queues` (ethtool_rxfh_indir_default).
+pub fn is_default_indirection(table: &[u32], queues: u32) -> bool {
+    queues > 0
+        && !table.is_empty()
+        && table
+            .iter()
+            .enumerate()
+            .all(|(i, q)| *q as usize == i % queues as usize)
+}
+
 /// An indirection table written as queue numbers separated by spaces.
 pub fn parse_indirection(v: &str) -> Result<Vec<u32>, String> {
     v.split_whitespace()
@@ -585,6 +613,21 @@ pub fn tree_ethtool_text(e: &TreeEthtool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_layout_is_bucket_i_on_queue_i_mod_the_count() {
+        assert!(is_default_indirection(&[0, 1, 0, 1, 0, 1], 2));
+        assert!(is_default_indirection(&[0, 1, 2, 3, 0, 1, 2, 3], 4));
+        assert!(is_default_indirection(&[0, 0, 0], 1));
+        // Two queues' layout on a four-queue device was written by someone.
+        assert!(!is_default_indirection(&[0, 1, 0, 1], 4));
+        // Equal shares in another order, a skew and an empty table are not it.
+        assert!(!is_default_indirection(&[0, 0, 1, 1], 2));
+        assert!(!is_default_indirection(&[1, 0, 1, 0], 2));
+        assert!(!is_default_indirection(&[0, 1, 0, 0], 2));
+        assert!(!is_default_indirection(&[], 2));
+        assert!(!is_default_indirection(&[0, 0], 0));
+    }
 
     #[test]
     fn weights_give_the_table_ethtool_writes() {

@@ -205,6 +205,9 @@ mod tests {
         assert_eq!(get32(&b, 0), ETHTOOL_SRXFHINDIR);
         assert_eq!(get32(&b, 4), 3);
         assert_eq!([get32(&b, 8), get32(&b, 12), get32(&b, 16)], [1, 0, 1]);
+        // Size 0 is the reset to the driver's default table (ethtool.h, ethtool_rxfh_indir).
+        let reset = encode_set_indir(&[]);
+        assert_eq!((reset.len(), get32(&reset, 4)), (8, 0));
     }
 
     #[test]

@@ -361,7 +361,13 @@ impl NicBackend for Netlink {
                 });
             }
             NicKnob::RssIndirection => {
-                let table = netsteer_host::ethtool::parse_indirection(text).map_err(bad)?;
+                // An empty table is the reset both interfaces define: ETHTOOL_SRXFHINDIR with
+                // size 0, and RSS_SET with an empty ETHTOOL_A_RSS_INDIR.
+                let table = if text.trim() == netsteer_host::ethtool::INDIRECTION_DEFAULT {
+                    Vec::new()
+                } else {
+                    netsteer_host::ethtool::parse_indirection(text).map_err(bad)?
+                };
                 if !self.ethtool.has(RSS_SET) {
                     // Kernels before RSS_SET netlink: the ioctl `ethtool -X` itself uses.
                     return crate::rxfh::set_indir(dev, &table).map_err(|source| NicError::Os {

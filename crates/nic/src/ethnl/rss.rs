@@ -44,4 +44,13 @@ mod tests {
         let rss = parse(&set).unwrap();
         assert_eq!(rss.indirection, [1, 2, 3, 1]);
     }
+
+    /// The reset to the default table: the INDIR attribute present and empty (a missing one
+    /// would leave the table alone).
+    #[test]
+    fn an_empty_table_is_an_empty_attribute() {
+        let set = set(&[]);
+        let a = attr::parse(&set).unwrap();
+        assert_eq!(attr::find(&a, A_INDIR), Some(&[][..]));
+    }
 }

@@ -496,15 +496,14 @@ fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>
     for (_, w) in order {
         let item = &w.item;
         let dev = device_of(&item.target).map(str::to_string);
-        // After its count is restored a device's table is written again even when it reads
-        // as before: the driver's copy is not what the device follows (virtio-net on 6.1).
-        let force = matches!(
-            &item.target,
-            Target::Nic {
-                knob: NicKnob::RssIndirection,
-                ..
-            }
-        ) && dev.as_ref().is_some_and(|d| recounted.contains(d));
+        let value = restore_value(backend, item, &w.old);
+        // After its count is restored a device's table in the kernel's default layout is
+        // reset again even when it reads as before: the driver's copy is not what the device
+        // follows (virtio-net under QEMU drops RSS on a queue change). Any other table that
+        // reads as before is left alone: writing it would mark it configured (igb's own
+        // default, re-made by the driver on the count change, is not the kernel's layout).
+        let force = value == netsteer_host::ethtool::INDIRECTION_DEFAULT
+            && dev.as_ref().is_some_and(|d| recounted.contains(d));
         match backend.read(&item.target) {
             Ok(now) if now == w.old && !force => {
                 restored.push(item.id.clone());
@@ -524,7 +523,7 @@ fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>
             }
             _ => {}
         }
-        match backend.write(&item.target, &w.old) {
+        match backend.write(&item.target, value) {
             Ok(()) => restored.push(item.id.clone()),
             Err(e) if refused_by_design(item, &e).is_some() => restored.push(item.id.clone()),
             Err(e) => failed.push(format!("{}: {}", item.id, e)),
@@ -536,6 +535,46 @@ fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>
         }
     }
     (restored, failed)
+}
+
+/// What rollback writes to put `old` back. A table in the kernel's default layout is restored
+/// as a reset to the default, not written out: writing a table marks it configured
+/// (IFF_RXFH_CONFIGURED), after which the kernel refuses any channel count below its highest
+/// queue ("requested channel counts are too low for existing indirection table settings",
+/// seen on igb) and drivers stop re-spreading it when queues change. A reset puts back the
+/// table and the flag as the host had them, unless someone had written the default layout by
+/// hand (then the flag is cleared: the more permissive state, and the same table). A table in
+/// a driver's own default layout (igb: contiguous blocks) that an apply overwrote is written
+/// back as it was and stays marked configured: no interface resets to it.
+/// The queue count is the device's as it reads now: rollback restores channel counts first.
+fn restore_value<'a>(backend: &dyn Backend, item: &Item, old: &'a str) -> &'a str {
+    let Target::Nic {
+        dev,
+        knob: NicKnob::RssIndirection,
+    } = &item.target
+    else {
+        return old;
+    };
+    // The rx queue count as drivers give ETHTOOL_GRXRINGS: combined plus rx-only channels.
+    let count = |kind: &str| {
+        backend
+            .read(&Target::Nic {
+                dev: dev.clone(),
+                knob: NicKnob::Channels(kind.into()),
+            })
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    match (
+        netsteer_host::ethtool::parse_indirection(old),
+        count("combined") + count("rx"),
+    ) {
+        (Ok(t), n) if netsteer_host::ethtool::is_default_indirection(&t, n) => {
+            netsteer_host::ethtool::INDIRECTION_DEFAULT
+        }
+        _ => old,
+    }
 }
 
 /// Applies `plan`. `replan` is called after channel counts changed (queues were recreated) to
@@ -619,6 +658,30 @@ pub fn apply(
                             i
                         })
                         .collect();
+                    // What was to change and cannot now (a queue the new count removed) is
+                    // said in the report, not dropped unseen.
+                    for i in &rest {
+                        if let Action::Skip(why) = &i.action
+                            && plan
+                                .items
+                                .iter()
+                                .any(|o| o.id == i.id && o.action == Action::Change)
+                        {
+                            let why = format!("after the channel change: {why}");
+                            run.append(&Record::Skipped {
+                                id: i.id.clone(),
+                                why: why.clone(),
+                            })?;
+                            run.steps.push(StepOutcome {
+                                id: i.id.clone(),
+                                target: i.target.to_string(),
+                                old: String::new(),
+                                new: i.desired.clone(),
+                                status: "skipped".into(),
+                                why: Some(why),
+                            });
+                        }
+                    }
                     final_plan.items = first.iter().cloned().chain(rest.iter().cloned()).collect();
                     final_plan.notes.extend(p.notes);
                     rest
