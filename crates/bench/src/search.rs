@@ -71,6 +71,13 @@ pub trait Target {
     fn leave(&mut self, config: &[usize]) -> Result<(), BoxError>;
 }
 
+/// The defaults of [`Options`], which `tune search`'s flags show as theirs.
+pub const DEFAULT_BUDGET: u32 = 20;
+pub const DEFAULT_REPEATS: u32 = 3;
+pub const DEFAULT_CONFIRM_REPEATS: u32 = 5;
+pub const DEFAULT_ABORT_FACTOR: f64 = 3.0;
+pub const DEFAULT_SEED: u64 = 1;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     /// The goal: the latency's median over a trial's runs at most this.
@@ -93,12 +100,12 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             goal: f64::INFINITY,
-            budget: 20,
-            repeats: 3,
-            confirm_repeats: 5,
-            abort_factor: 3.0,
+            budget: DEFAULT_BUDGET,
+            repeats: DEFAULT_REPEATS,
+            confirm_repeats: DEFAULT_CONFIRM_REPEATS,
+            abort_factor: DEFAULT_ABORT_FACTOR,
             max_candidates: 200_000,
-            seed: 1,
+            seed: DEFAULT_SEED,
         }
     }
 }

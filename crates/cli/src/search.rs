@@ -7,7 +7,7 @@ use clap::Args;
 use netsteer_bench::args::Seconds;
 use netsteer_bench::clock::MonotonicClock;
 use netsteer_bench::experiment::BoxError;
-use netsteer_bench::search::{Obs, Options};
+use netsteer_bench::search::{self as engine, Obs, Options};
 use netsteer_bench::workload::{Goal, Workload};
 use netsteer_host::{CpuSet, HostFs};
 use netsteer_steering::tune::Tuner;
@@ -40,16 +40,16 @@ pub struct SearchArgs {
     #[arg(long, value_name = "COMMAND")]
     workload: String,
     /// Trials (each the candidate against the baseline), the confirmations not counted.
-    #[arg(long, default_value_t = 20, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
+    #[arg(long, default_value_t = engine::DEFAULT_BUDGET, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
     budget: u32,
     /// Runs of each side per trial, alternated.
-    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
+    #[arg(long, default_value_t = engine::DEFAULT_REPEATS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
     repeat: u32,
     /// Runs of each side in each confirmation.
-    #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=50))]
+    #[arg(long, default_value_t = engine::DEFAULT_CONFIRM_REPEATS, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=50))]
     confirm_repeat: u32,
     /// A candidate run whose latency is above the goal times this ends the search.
-    #[arg(long, default_value_t = 3.0, value_name = "X", value_parser = abort_factor)]
+    #[arg(long, default_value_t = engine::DEFAULT_ABORT_FACTOR, value_name = "X", value_parser = abort_factor)]
     abort_factor: f64,
     /// At the end, measure the configuration found against these static settings, runs
     /// alternated (each applied through tune's transaction and rolled back).
@@ -76,7 +76,7 @@ pub struct SearchArgs {
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
     /// Seed of the candidate sampling (large spaces only).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = engine::DEFAULT_SEED, value_name = "N")]
     seed: u64,
     /// Where tune's state lives (default /var/lib/netsteer); the trials' journals go to its
     /// `search/` directory.
@@ -124,7 +124,7 @@ fn check_new(flag: &str, path: &Option<PathBuf>) -> Result<()> {
 }
 
 /// The tuner a search applies its trials with: tune's, with its own journal directory.
-pub fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Result<Tuner> {
+fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Result<Tuner> {
     let main =
         Tuner::open(host.fs.clone(), use_nic, state_dir.clone()).context("the state directory")?;
     let dir = search::state_dir(main.state_dir());

@@ -290,7 +290,8 @@ fn a_search_killed_mid_trial_is_rolled_back_by_rollback_or_the_next_search() {
 }
 
 /// Without `--knob`, the knobs the device has in the tree: every rx queue's RPS mask (host-wide
-/// width), GRO, coalescing, the NAPI deferral files and busy polling; a workload that prices
+/// width), channels over the device's range, GRO, coalescing, the NAPI deferral files, threaded
+/// NAPI and busy polling; a workload that prices
 /// every configuration alike finds nothing cheaper, and the tree is left as it was.
 #[test]
 fn without_knobs_the_device_s_own_are_searched() {
@@ -343,12 +344,40 @@ fn without_knobs_the_device_s_own_are_searched() {
         "nic/eth0/coalesce/rx-usecs",
         "/sys/class/net/eth0/gro_flush_timeout",
         "/sys/class/net/eth0/napi_defer_hard_irqs",
+        "/sys/class/net/eth0/threaded",
         "/proc/sys/net/core/busy_read",
     ] {
         assert!(names.contains(&k), "{k} not in {names:?}");
         assert!(err.contains(&format!("knob {k}=")), "{err}");
     }
+    // Channels over the range igb reports (combined 2 now, at most 8).
+    let ch = r
+        .dims
+        .iter()
+        .find(|d| d.name == "nic/eth0/channels/combined")
+        .expect("channels searched");
+    assert_eq!(ch.levels, ["1", "2", "4", "8"]);
     assert!(r.outcome.best.is_none());
+    assert_eq!(files(tree.path()), before);
+    // A value past the device's maximum is refused before anything runs, naming it.
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "search",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--goal",
+            "p99<=50us",
+            "--knob",
+            "nic/eth0/channels/combined=1,16",
+            "--workload",
+            w.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("16 is more than eth0 takes (8)"), "{err}");
     assert_eq!(files(tree.path()), before);
     // Neither knobs nor devices: nothing to search, said before anything runs.
     let out = netsteer(

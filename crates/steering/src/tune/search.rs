@@ -13,6 +13,7 @@ use netsteer_bench::clock::Clock;
 use netsteer_bench::experiment::{self, BoxError, Comparison, Executor, Order};
 use netsteer_bench::search::{self as engine, Dim, Obs, Options, Outcome, Target};
 use netsteer_bench::workload::Goal;
+use netsteer_host::ethtool::NicKnob;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -85,6 +86,7 @@ impl Space {
         let mut dims = Vec::new();
         let mut baseline = Vec::new();
         for k in knobs {
+            check_limit(tuner, k)?;
             let current = current_value(tuner, devices, k)?;
             let mut levels = k.values.clone();
             let at = match levels.iter().position(|v| *v == current) {
@@ -115,12 +117,41 @@ impl Space {
         })
     }
 
+    /// What puts the host into `config`, as plan options (made again after a channel change).
+    pub fn options(&self, config: &[usize]) -> PlanOptions {
+        options(&self.devices, knobs_of(&self.dims, &self.baseline, config))
+    }
+
     /// The plan that puts the host into `config` (what `tune apply --plan` takes).
     pub fn plan(&self, tuner: &Tuner, config: &[usize]) -> Result<Plan, TuneError> {
-        tuner.plan(&options(
-            &self.devices,
-            knobs_of(&self.dims, &self.baseline, config),
-        ))
+        tuner.plan(&self.options(config))
+    }
+}
+
+/// A NIC knob's values against the largest the device says it takes (channels, rings, on/off
+/// settings), refused before anything runs rather than by the driver mid-search.
+fn check_limit(tuner: &Tuner, k: &SearchKnob) -> Result<(), TuneError> {
+    let Ok((dev, knob, _)) = Knob::nic_knob(&k.path) else {
+        return Ok(());
+    };
+    let view = tuner.view();
+    let Some(max) = view
+        .nic(&dev)
+        .and_then(|n| n.settings.as_ref())
+        .and_then(|s| knob.limit(s))
+    else {
+        return Ok(());
+    };
+    match k
+        .values
+        .iter()
+        .find(|v| v.parse::<u64>().is_ok_and(|v| v > max))
+    {
+        Some(v) => Err(TuneError::Search(format!(
+            "--knob {}: {v} is more than {dev} takes ({max})",
+            k.path
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -175,11 +206,24 @@ fn options(devices: &[String], knobs: Vec<Knob>) -> PlanOptions {
 struct InPlace(Option<String>);
 
 impl InPlace {
-    fn apply(&mut self, tuner: &Tuner, plan: &Plan, what: &str) -> Result<(), BoxError> {
-        let r = tuner.apply(plan, None, &ApplyOptions::default())?;
+    /// `opts` made `plan`: after a channel change the later phases are planned again from
+    /// them, for the queues the device has then (as `tune apply` does).
+    fn apply(
+        &mut self,
+        tuner: &Tuner,
+        plan: &Plan,
+        opts: &PlanOptions,
+        what: &str,
+    ) -> Result<(), BoxError> {
+        let r = tuner.apply(plan, Some(opts), &ApplyOptions::default())?;
         if r.status != "applied" {
             // A failed apply restores what it wrote before it returns.
-            return Err(format!("applying {what}: {}", r.status).into());
+            return Err(format!(
+                "applying {what}: {}{}",
+                r.status,
+                r.error.map(|e| format!(" ({e})")).unwrap_or_default()
+            )
+            .into());
         }
         self.0 = Some(r.journal);
         Ok(())
@@ -226,9 +270,10 @@ impl Target for HostTarget<'_> {
         if config == self.space.baseline.as_slice() {
             return Ok(());
         }
-        let plan = self.space.plan(self.tuner, config)?;
+        let opts = self.space.options(config);
+        let plan = self.tuner.plan(&opts)?;
         self.in_place
-            .apply(self.tuner, &plan, &format!("{config:?}"))
+            .apply(self.tuner, &plan, &opts, &format!("{config:?}"))
     }
 
     fn measure(&mut self) -> Result<Obs, BoxError> {
@@ -344,15 +389,18 @@ pub fn run(
         engine::search(&mut target, &space.dims, &space.baseline, &opts, clock)
             .map_err(|e| TuneError::Search(e.to_string()))?
     };
-    let plan = outcome
-        .best
-        .as_ref()
-        .map(|c| space.plan(tuner, c))
-        .transpose()?;
+    let found_opts = outcome.best.as_ref().map(|c| space.options(c));
+    let plan = found_opts.as_ref().map(|o| tuner.plan(o)).transpose()?;
     let against = if req.against.is_empty() || outcome.stopped.is_some() {
         Vec::new()
     } else {
-        faceoff(tuner, req, plan.as_ref(), measure, clock)?
+        faceoff(
+            tuner,
+            req,
+            plan.as_ref().zip(found_opts.as_ref()),
+            measure,
+            clock,
+        )?
     };
     let after = req
         .knobs
@@ -405,7 +453,7 @@ impl Contender {
         }
     }
 
-    fn plan(self, tuner: &Tuner, devices: &[String]) -> Result<Plan, TuneError> {
+    fn options(self, tuner: &Tuner, devices: &[String]) -> Result<PlanOptions, TuneError> {
         let profile = match self {
             Contender::Latency => Profile::Latency,
             Contender::Balanced => Profile::Balanced,
@@ -423,7 +471,7 @@ impl Contender {
             .collect::<Result<Vec<_>, _>>()?,
             _ => Vec::new(),
         };
-        tuner.plan(&PlanOptions {
+        Ok(PlanOptions {
             devices: devices.to_vec(),
             knobs,
             live: tuner.fs().is_live(),
@@ -450,8 +498,8 @@ pub struct Faceoff {
 /// Plans as an experiment's variants: each applied through the tuner, rolled back on leaving.
 struct Plans<'a> {
     tuner: &'a Tuner,
-    /// `None`: the host as it is.
-    plans: Vec<Option<&'a Plan>>,
+    /// `None`: the host as it is; else a plan and the options that made it.
+    plans: Vec<Option<(&'a Plan, &'a PlanOptions)>>,
     measure: &'a mut dyn FnMut() -> Result<Obs, BoxError>,
     in_place: InPlace,
 }
@@ -460,9 +508,9 @@ impl Executor for Plans<'_> {
     type Measure = Obs;
     fn enter(&mut self, variant: usize) -> Result<(), BoxError> {
         match self.plans[variant] {
-            Some(plan) if plan.items.iter().any(|i| i.action == Action::Change) => self
+            Some((plan, opts)) if plan.items.iter().any(|i| i.action == Action::Change) => self
                 .in_place
-                .apply(self.tuner, plan, &format!("variant {variant}")),
+                .apply(self.tuner, plan, opts, &format!("variant {variant}")),
             _ => Ok(()),
         }
     }
@@ -479,19 +527,22 @@ impl Executor for Plans<'_> {
 fn faceoff(
     tuner: &Tuner,
     req: &Request,
-    found: Option<&Plan>,
+    found: Option<(&Plan, &PlanOptions)>,
     measure: &mut dyn FnMut() -> Result<Obs, BoxError>,
     clock: &dyn Clock,
 ) -> Result<Vec<Faceoff>, TuneError> {
     let statics = req
         .against
         .iter()
-        .map(|c| c.plan(tuner, &req.devices))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|c| {
+            let opts = c.options(tuner, &req.devices)?;
+            Ok((tuner.plan(&opts)?, opts))
+        })
+        .collect::<Result<Vec<_>, TuneError>>()?;
     let mut exec = Plans {
         tuner,
         plans: std::iter::once(found)
-            .chain(statics.iter().map(Some))
+            .chain(statics.iter().map(|(p, o)| Some((p, o))))
             .collect(),
         measure,
         in_place: InPlace::default(),
@@ -514,7 +565,7 @@ fn faceoff(
     };
     let (fl, fc) = side(0);
     let mut out = Vec::new();
-    for (i, (c, plan)) in req.against.iter().zip(&statics).enumerate() {
+    for (i, (c, (plan, _))) in req.against.iter().zip(&statics).enumerate() {
         let (l, co) = side(i + 1);
         let none = || TuneError::Search(format!("{}: no finite measure", c.name()));
         let latency = experiment::compare(true, &fl, &l).ok_or_else(none)?;
@@ -579,6 +630,26 @@ pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchK
                     format!("/sys/class/net/{dev}/queues/rx-{}/rps_cpus", q.index),
                     &[off, all],
                 );
+            }
+        }
+        // Channels over their legal range (1 to the device's maximum; powers of two and the
+        // maximum): one queue is seed 000's "every flow on one queue" rung, the maximum one
+        // queue per CPU. A trial that drops queues also drops their RPS knobs (tune re-plans
+        // after a channel change and skips files that went away).
+        if let Some(s) = nic.settings.as_ref() {
+            for kind in ["combined", "rx"] {
+                let knob = NicKnob::Channels(kind.into());
+                if let (Ok(_), Some(max @ 2..)) = (knob.read_number(s), knob.limit(s)) {
+                    let mut levels: Vec<String> =
+                        std::iter::successors(Some(1u64), |n| Some(n * 2).filter(|n| *n < max))
+                            .chain([max])
+                            .map(|n| n.to_string())
+                            .collect();
+                    levels.truncate(32);
+                    let refs: Vec<&str> = levels.iter().map(String::as_str).collect();
+                    offer(format!("nic/{dev}/channels/{kind}"), &refs);
+                    break;
+                }
             }
         }
         offer(format!("nic/{dev}/feature/rx-gro"), &["0", "1"]);
