@@ -141,6 +141,8 @@ pub fn read_report(stdout: &str, metric: Metric) -> Result<RunReport, String> {
         cost_ns_per_request: None,
     };
     let mut seen = 0;
+    // Summaries that price their requests: their total cost and their requests.
+    let (mut cost_ns, mut cost_requests) = (0.0, 0u64);
     for line in stdout.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -176,9 +178,10 @@ pub fn read_report(stdout: &str, metric: Metric) -> Result<RunReport, String> {
         r.rate += rate.unwrap_or(0.0);
         r.lost += n("lost");
         if let Some(c) = v["cost_ns_per_request"].as_f64() {
-            // Weighted by requests over the summaries that give it.
-            let prev = r.cost_ns_per_request.unwrap_or(0.0) * (r.requests - requests) as f64;
-            r.cost_ns_per_request = Some((prev + c * requests as f64) / r.requests as f64);
+            // Weighted by requests over the summaries that give it, and only those.
+            cost_ns += c * requests as f64;
+            cost_requests += requests;
+            r.cost_ns_per_request = Some(cost_ns / cost_requests.max(1) as f64);
         }
         seen += 1;
     }
@@ -441,6 +444,15 @@ mod tests {
 {"type":"summary","role":"client","received":300,"latency_ns":{"p99":3},"cost_ns_per_request":30}"#;
         assert_eq!(
             read_report(own, Metric::P99).unwrap().cost_ns_per_request,
+            Some(25.0)
+        );
+        // Mixed: a summary without a price does not dilute the others' (it was once counted
+        // in the weights as if priced at 0).
+        let mixed = r#"{"type":"summary","role":"client","received":100,"latency_ns":{"p99":3}}
+{"type":"summary","role":"client","received":100,"latency_ns":{"p99":3},"cost_ns_per_request":10}
+{"type":"summary","role":"client","received":300,"latency_ns":{"p99":3},"cost_ns_per_request":30}"#;
+        assert_eq!(
+            read_report(mixed, Metric::P99).unwrap().cost_ns_per_request,
             Some(25.0)
         );
         assert!(read_report("garbage\n", Metric::P99).is_err());
