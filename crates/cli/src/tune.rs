@@ -244,15 +244,19 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
             need_root(host, "tune rollback")?;
             // A search killed mid-trial left its trial applied: that is undone first, and is
             // this rollback.
-            let found = match a.journal {
+            // One tuner (one NIC backend): moved to the search's journal directory for the
+            // recovery and back.
+            let t = tuner(host, true, &a.state.dir.state_dir)?;
+            let (t, found) = match a.journal {
                 None => {
-                    let st = crate::search::search_tuner(host, true, &a.state.dir.state_dir)?;
-                    netsteer_steering::tune::search::recover(&st)?
+                    let main = t.state_dir().to_path_buf();
+                    let st = t.into_state_dir(netsteer_steering::tune::search::state_dir(&main));
+                    let found = netsteer_steering::tune::search::recover(&st)?;
+                    (st.into_state_dir(main), found)
                 }
-                Some(_) => Vec::new(),
+                Some(_) => (t, Vec::new()),
             };
             let rs = if found.is_empty() {
-                let t = tuner(host, true, &a.state.dir.state_dir)?;
                 vec![t.rollback(a.journal.as_deref())?]
             } else {
                 found
