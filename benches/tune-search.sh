@@ -54,26 +54,7 @@ search() { # $1 case name, $2 workload command
     --against latency,balanced,tuned-network-latency \
     --plan-out "$out/$name.plan.json" --report "$out/$name.html" \
     --json > "$out/$name.json" 2> "$out/$name.log" || true
-  python3 - "$out/$name.json" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))
-o = r["outcome"]
-def us(x): return f"{x/1000:.1f}"
-def desc(c):
-    ch = [f'{r["dims"][d]["name"].split("/")[-1] if not r["dims"][d]["name"].startswith("nic/") else r["dims"][d]["name"]}={r["dims"][d]["levels"][l]}'
-          for d, l in enumerate(c) if l != o["baseline"][d]]
-    return " ".join(ch) or "baseline"
-print(f'trials {len(o["trials"])}, stopped: {o["stopped"]}, not restored: {r["not_restored"]}')
-for c in o["confirmations"]:
-    print(f'  confirm {desc(c["config"])}: p99 {us(c["latency"]["before"]["median"])} -> {us(c["latency"]["after"]["median"])} us, '
-          f'CPU/req {us(c["cost"]["before"]["median"])} -> {us(c["cost"]["after"]["median"])} us, meets {c["meets_goal"]}')
-found = desc(o["best"]) if o["best"] is not None else "nothing (the baseline)"
-print(f"  found: {found}")
-for f in r["against"]:
-    print(f'  vs {f["contender"]}: p99 found {us(f["latency"]["before"]["median"])} / static {us(f["latency"]["after"]["median"])} us '
-          f'({f["latency"]["verdict"]}), CPU/req found {us(f["cost"]["before"]["median"])} / static {us(f["cost"]["after"]["median"])} us '
-          f'({f["cost"]["verdict"]}), static meets goal {f["meets_goal"]}; not applied: {"; ".join(f["skipped"]) or "-"}')
-EOF
+  python3 "$(dirname "$0")/search_summary.py" "$out/$name.json"
 }
 
 for c in ${cases//,/ }; do
