@@ -555,3 +555,80 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"latency_ns\
     assert!(String::from_utf8_lossy(&out.stderr).contains("irq-suspend-timeout"));
     assert_eq!(files(tree.path()), before);
 }
+
+/// A knob that hurts ends the search at once, with the tree as it was: a candidate whose p99 is
+/// far past the goal (busy_poll on: 100× the goal, past `--abort-factor`), and one that loses
+/// packets (busy_read 100). Exit 2, the reason in the report, nothing left applied.
+#[test]
+fn a_knob_that_hurts_ends_the_search_with_the_tree_restored() {
+    let tree = scratch("dev-vm");
+    let work = tempfile::tempdir().unwrap();
+    let core = tree.path().join("proc/sys/net/core");
+    let w = work.path().join("hurt.sh");
+    std::fs::write(
+        &w,
+        format!(
+            r#"#!/bin/sh
+r=$(cat {c}/busy_read); p=$(cat {c}/busy_poll)
+lat=50000; lost=0
+[ "$p" != 0 ] && lat=5000000
+[ "$r" = 100 ] && lost=7
+echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$lost,\"latency_ns\":{{\"p99\":$lat}},\"cost_ns_per_request\":1000}}"
+"#,
+            c = core.display()
+        ),
+    )
+    .unwrap();
+    assert!(
+        Command::new("chmod")
+            .arg("+x")
+            .arg(&w)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let before = files(tree.path());
+    for (knob, why) in [
+        ("/proc/sys/net/core/busy_poll=0,50", "abort factor"),
+        ("/proc/sys/net/core/busy_read=0,100", "lost"),
+    ] {
+        let state = work.path().join(format!("state-{}", why.len()));
+        let out = netsteer(
+            tree.path(),
+            &[
+                "tune",
+                "search",
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--goal",
+                "p99<=60us",
+                "--knob",
+                knob,
+                "--workload",
+                w.to_str().unwrap(),
+                "--budget",
+                "4",
+                "--repeat",
+                "2",
+                "--json",
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{knob}: {err}");
+        let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
+        let stopped = r.outcome.stopped.clone().expect("stopped");
+        assert!(stopped.contains(why), "{knob}: {stopped}");
+        // Stopped inside the first trial: it is not counted as one.
+        assert!(
+            r.outcome.trials.is_empty(),
+            "{knob}: {:?}",
+            r.outcome.trials
+        );
+        assert!(r.outcome.best.is_none() && r.not_restored.is_empty());
+        assert_eq!(
+            files(tree.path()),
+            before,
+            "{knob}: the tree was left changed"
+        );
+    }
+}
