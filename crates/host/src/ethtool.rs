@@ -583,6 +583,18 @@ pub fn is_default_indirection(table: &[u32], queues: u32) -> bool {
             .all(|(i, q)| *q as usize == i % queues as usize)
 }
 
+/// True when `table` is the contiguous-block layout igb and igc make for `queues` rx queues
+/// when nobody configured one (igb_setup_mrqc: entry j on queue j * queues / size).
+pub fn is_block_indirection(table: &[u32], queues: u32) -> bool {
+    let size = table.len() as u64;
+    queues > 0
+        && size > 0
+        && table
+            .iter()
+            .enumerate()
+            .all(|(j, q)| u64::from(*q) == j as u64 * u64::from(queues) / size)
+}
+
 /// An indirection table written as queue numbers separated by spaces.
 pub fn parse_indirection(v: &str) -> Result<Vec<u32>, String> {
     v.split_whitespace()
@@ -627,6 +639,12 @@ mod tests {
         assert!(!is_default_indirection(&[0, 1, 0, 0], 2));
         assert!(!is_default_indirection(&[], 2));
         assert!(!is_default_indirection(&[0, 0], 0));
+        // igb's own: contiguous blocks.
+        assert!(is_block_indirection(&[0, 0, 1, 1], 2));
+        assert!(is_block_indirection(&[0, 0, 0, 1, 1, 1, 2, 2, 2], 3));
+        assert!(!is_block_indirection(&[0, 1, 0, 1], 2));
+        assert!(!is_block_indirection(&[0, 0, 1, 1], 4));
+        assert!(!is_block_indirection(&[], 2));
     }
 
     #[test]

@@ -496,13 +496,15 @@ fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>
     for (_, w) in order {
         let item = &w.item;
         let dev = device_of(&item.target).map(str::to_string);
-        let value = restore_value(backend, item, &w.old);
-        // After its count is restored a device's table in the kernel's default layout is
-        // reset again even when it reads as before: the driver's copy is not what the device
-        // follows (virtio-net under QEMU drops RSS on a queue change). Any other table that
-        // reads as before is left alone: writing it would mark it configured (igb's own
-        // default, re-made by the driver on the count change, is not the kernel's layout).
-        let force = value == netsteer_host::ethtool::INDIRECTION_DEFAULT
+        let table = old_table(backend, item, &w.old);
+        let value = match table {
+            OldTable::KernelDefault => netsteer_host::ethtool::INDIRECTION_DEFAULT,
+            _ => w.old.as_str(),
+        };
+        // After its count is restored a device's table is put back even when it reads as
+        // before (the device may not follow the driver's copy), unless it is the driver's
+        // own default, which the count change re-made (see OldTable).
+        let force = matches!(table, OldTable::KernelDefault | OldTable::Configured)
             && dev.as_ref().is_some_and(|d| recounted.contains(d));
         match backend.read(&item.target) {
             Ok(now) if now == w.old && !force => {
@@ -537,23 +539,37 @@ fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>
     (restored, failed)
 }
 
-/// What rollback writes to put `old` back. A table in the kernel's default layout is restored
-/// as a reset to the default, not written out: writing a table marks it configured
+/// What a journaled RSS table was, for rollback: writing a table out marks it configured
 /// (IFF_RXFH_CONFIGURED), after which the kernel refuses any channel count below its highest
 /// queue ("requested channel counts are too low for existing indirection table settings",
-/// seen on igb) and drivers stop re-spreading it when queues change. A reset puts back the
-/// table and the flag as the host had them, unless someone had written the default layout by
-/// hand (then the flag is cleared: the more permissive state, and the same table). A table in
-/// a driver's own default layout (igb: contiguous blocks) that an apply overwrote is written
-/// back as it was and stays marked configured: no interface resets to it.
+/// seen on igb after a rollback wrote its table back) and drivers stop re-making it when
+/// queues change. So how a table goes back depends on what it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OldTable {
+    /// Not a table.
+    None,
+    /// The kernel's default layout (ethtool_rxfh_indir_default): put back by a reset to the
+    /// default, which restores the table and clears the flag (if someone had written this
+    /// layout by hand, the flag ends cleared: the more permissive state, the same table).
+    KernelDefault,
+    /// A driver's own default (igb and igc: contiguous blocks, `j * queues / size`), which the
+    /// driver re-makes on a count change: left alone when it reads as before, written back
+    /// (and then marked configured: no interface resets to it) only when it does not.
+    DriverBlocks,
+    /// Anything else was written by someone and is marked configured already: written back,
+    /// and after a count change even when it reads as before (virtio-net under QEMU drops RSS
+    /// on a queue change while the driver keeps reporting its copy).
+    Configured,
+}
+
 /// The queue count is the device's as it reads now: rollback restores channel counts first.
-fn restore_value<'a>(backend: &dyn Backend, item: &Item, old: &'a str) -> &'a str {
+fn old_table(backend: &dyn Backend, item: &Item, old: &str) -> OldTable {
     let Target::Nic {
         dev,
         knob: NicKnob::RssIndirection,
     } = &item.target
     else {
-        return old;
+        return OldTable::None;
     };
     // The rx queue count as drivers give ETHTOOL_GRXRINGS: combined plus rx-only channels.
     let count = |kind: &str| {
@@ -566,14 +582,11 @@ fn restore_value<'a>(backend: &dyn Backend, item: &Item, old: &'a str) -> &'a st
             .and_then(|v| v.trim().parse::<u32>().ok())
             .unwrap_or(0)
     };
-    match (
-        netsteer_host::ethtool::parse_indirection(old),
-        count("combined") + count("rx"),
-    ) {
-        (Ok(t), n) if netsteer_host::ethtool::is_default_indirection(&t, n) => {
-            netsteer_host::ethtool::INDIRECTION_DEFAULT
-        }
-        _ => old,
+    let n = count("combined") + count("rx");
+    match netsteer_host::ethtool::parse_indirection(old) {
+        Ok(t) if netsteer_host::ethtool::is_default_indirection(&t, n) => OldTable::KernelDefault,
+        Ok(t) if netsteer_host::ethtool::is_block_indirection(&t, n) => OldTable::DriverBlocks,
+        _ => OldTable::Configured,
     }
 }
 
