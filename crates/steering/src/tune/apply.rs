@@ -306,22 +306,28 @@ impl Run<'_> {
                 Err(e) => {
                     let why = refused_by_design(item, &e)
                         .unwrap_or_else(|| format!("cannot read it: {}", e.message));
-                    self.append(&Record::Skipped {
-                        id: item.id.clone(),
-                        why: why.clone(),
-                    })?;
-                    self.steps.push(StepOutcome {
-                        id: item.id.clone(),
-                        target: item.target.to_string(),
-                        old: String::new(),
-                        new: item.desired.clone(),
-                        status: "skipped".into(),
-                        why: Some(why),
-                    });
+                    self.skip_unread(item, why)?;
                 }
             }
         }
         Ok(todo)
+    }
+
+    /// Journals and reports `item` as skipped before anything was read of it.
+    fn skip_unread(&mut self, item: &Item, why: String) -> Result<(), ApplyError> {
+        self.append(&Record::Skipped {
+            id: item.id.clone(),
+            why: why.clone(),
+        })?;
+        self.steps.push(StepOutcome {
+            id: item.id.clone(),
+            target: item.target.to_string(),
+            old: String::new(),
+            new: item.desired.clone(),
+            status: "skipped".into(),
+            why: Some(why),
+        });
+        Ok(())
     }
 
     fn remember(&mut self, item: &Item, old: &str) {
@@ -680,19 +686,7 @@ pub fn apply(
                                 .iter()
                                 .any(|o| o.id == i.id && o.action == Action::Change)
                         {
-                            let why = format!("after the channel change: {why}");
-                            run.append(&Record::Skipped {
-                                id: i.id.clone(),
-                                why: why.clone(),
-                            })?;
-                            run.steps.push(StepOutcome {
-                                id: i.id.clone(),
-                                target: i.target.to_string(),
-                                old: String::new(),
-                                new: i.desired.clone(),
-                                status: "skipped".into(),
-                                why: Some(why),
-                            });
+                            run.skip_unread(i, format!("after the channel change: {why}"))?;
                         }
                     }
                     final_plan.items = first.iter().cloned().chain(rest.iter().cloned()).collect();

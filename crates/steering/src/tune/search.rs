@@ -14,6 +14,7 @@ use netsteer_bench::experiment::{self, BoxError, Comparison, Executor, Order};
 use netsteer_bench::search::{self as engine, Dim, Obs, Options, Outcome, Target};
 use netsteer_bench::workload::Goal;
 use netsteer_host::ethtool::NicKnob;
+use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -85,8 +86,9 @@ impl Space {
     ) -> Result<Space, TuneError> {
         let mut dims = Vec::new();
         let mut baseline = Vec::new();
+        let view = tuner.view();
         for k in knobs {
-            check_limit(tuner, k)?;
+            check_limit(&view, k)?;
             let current = current_value(tuner, devices, k)?;
             let mut levels = k.values.clone();
             let at = match levels.iter().position(|v| *v == current) {
@@ -130,11 +132,10 @@ impl Space {
 
 /// A NIC knob's values against the largest the device says it takes (channels, rings, on/off
 /// settings), refused before anything runs rather than by the driver mid-search.
-fn check_limit(tuner: &Tuner, k: &SearchKnob) -> Result<(), TuneError> {
+fn check_limit(view: &HostView, k: &SearchKnob) -> Result<(), TuneError> {
     let Ok((dev, knob, _)) = Knob::nic_knob(&k.path) else {
         return Ok(());
     };
-    let view = tuner.view();
     let Some(max) = view
         .nic(&dev)
         .and_then(|n| n.settings.as_ref())
