@@ -25,7 +25,7 @@ fn workload(dir: &Path, tree: &Path, hang: Option<&Path>) -> PathBuf {
         ),
         None => String::new(),
     };
-    let script = format!(
+    let text = format!(
         r#"#!/bin/sh
 r=$(cat {core}/busy_read)
 p=$(cat {core}/busy_poll)
@@ -37,11 +37,18 @@ echo "{{\"type\":\"summary\",\"bench\":\"udp-echo\",\"role\":\"client\",\"receiv
 "#,
         core = core.display()
     );
-    let path = dir.join(if hang.is_empty() { "w.sh" } else { "hang.sh" });
-    std::fs::write(&path, script).unwrap();
-    let st = Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    script(
+        &dir.join(if hang.is_empty() { "w.sh" } else { "hang.sh" }),
+        &text,
+    )
+}
+
+/// Writes `text` to `path` as an executable script (a workload the search runs).
+fn script(path: &Path, text: &str) -> PathBuf {
+    std::fs::write(path, text).unwrap();
+    let st = Command::new("chmod").arg("+x").arg(path).status().unwrap();
     assert!(st.success());
-    path
+    path.to_path_buf()
 }
 
 fn search_args<'a>(state: &'a str, workload: &'a str, goal: &'a str) -> Vec<&'a str> {
@@ -298,19 +305,9 @@ fn without_knobs_the_device_s_own_are_searched() {
     let tree = scratch("igb-6.12");
     let work = tempfile::tempdir().unwrap();
     let state = work.path().join("state");
-    let w = work.path().join("flat.sh");
-    std::fs::write(
-        &w,
+    let w = script(
+        &work.path().join("flat.sh"),
         "#!/bin/sh\necho '{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"latency_ns\":{\"p99\":40000},\"cost_ns_per_request\":5000}'\n",
-    )
-    .unwrap();
-    assert!(
-        Command::new("chmod")
-            .arg("+x")
-            .arg(&w)
-            .status()
-            .unwrap()
-            .success()
     );
     let before = files(tree.path());
     let out = netsteer(
@@ -404,13 +401,12 @@ fn per_napi_irq_suspension_and_threaded_napi_are_searched() {
     let tree = scratch("ixgbe-napi-16cpu");
     let work = tempfile::tempdir().unwrap();
     let state = work.path().join("state");
-    let w = work.path().join("napi.sh");
     let ethtool = tree.path().join("netsteer/ethtool.json");
     let threaded = tree.path().join("sys/class/net/eth0/threaded");
     // s: IRQ suspension set on some NAPI of eth0 (the tree's JSON, however it is spaced).
-    std::fs::write(
-        &w,
-        format!(
+    let w = script(
+        &work.path().join("napi.sh"),
+        &format!(
             r#"#!/bin/sh
 s=$(tr -d ' \n' < {e} | grep -c '"irq_suspend_timeout_ns":20000000')
 t=$(cat {t})
@@ -421,15 +417,6 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"latency_ns\
             e = ethtool.display(),
             t = threaded.display()
         ),
-    )
-    .unwrap();
-    assert!(
-        Command::new("chmod")
-            .arg("+x")
-            .arg(&w)
-            .status()
-            .unwrap()
-            .success()
     );
     // The fixture's NAPIs disagree (one has IRQ suspension set by hand): no single baseline,
     // refused by name, with the fix; the fix applied, the search runs.
@@ -564,10 +551,9 @@ fn a_knob_that_hurts_ends_the_search_with_the_tree_restored() {
     let tree = scratch("dev-vm");
     let work = tempfile::tempdir().unwrap();
     let core = tree.path().join("proc/sys/net/core");
-    let w = work.path().join("hurt.sh");
-    std::fs::write(
-        &w,
-        format!(
+    let w = script(
+        &work.path().join("hurt.sh"),
+        &format!(
             r#"#!/bin/sh
 r=$(cat {c}/busy_read); p=$(cat {c}/busy_poll)
 lat=50000; lost=0
@@ -577,15 +563,6 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$los
 "#,
             c = core.display()
         ),
-    )
-    .unwrap();
-    assert!(
-        Command::new("chmod")
-            .arg("+x")
-            .arg(&w)
-            .status()
-            .unwrap()
-            .success()
     );
     let before = files(tree.path());
     for (knob, why) in [

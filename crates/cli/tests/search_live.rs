@@ -72,6 +72,21 @@ fn echo_server(pair: &Pair, listen: &str, extra: &[&str]) -> Proc {
     }
 }
 
+/// The report of a search that ran to its end (found something or not), every knob restored.
+fn finished(out: &Output) -> SearchReport {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{:?}: {stderr}",
+        out.status
+    );
+    let r: SearchReport = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {stderr}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(r.outcome.stopped, None, "{stderr}");
+    assert!(r.not_restored.is_empty(), "{:?}", r.not_restored);
+    r
+}
+
 #[test]
 fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_was() {
     if !common::tune_live_usable() {
@@ -130,16 +145,7 @@ fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_wa
             "--json",
         ],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        matches!(out.status.code(), Some(0 | 1)),
-        "{:?}: {stderr}",
-        out.status
-    );
-    let r: SearchReport = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {} {stderr}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(r.outcome.stopped, None, "{stderr}");
-    assert!(r.not_restored.is_empty(), "{:?}", r.not_restored);
+    let r = finished(&out);
     assert_eq!(
         state(&pair.server),
         before,
@@ -287,16 +293,7 @@ fn a_live_search_over_the_veth_s_napi_settings_leaves_them_as_they_were() {
             "--json",
         ],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        matches!(out.status.code(), Some(0 | 1)),
-        "{:?}: {stderr}",
-        out.status
-    );
-    let r: SearchReport = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {} {stderr}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(r.outcome.stopped, None, "{stderr}");
-    assert!(r.not_restored.is_empty(), "{:?}", r.not_restored);
+    let r = finished(&out);
     assert_eq!(r.outcome.trials.len(), 4);
     for t in &r.outcome.trials {
         assert!(t.latency.min > 0.0 && t.cost.min > 0.0, "{t:?}");
