@@ -44,6 +44,8 @@ mod copy;
 mod endpoint;
 mod error;
 pub mod frame_io;
+mod poll;
+pub mod preload_env;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod reorder;
@@ -58,6 +60,7 @@ pub use async_io::AsyncVSocket;
 pub use config::{Config, SocketOptions};
 pub use endpoint::{ChannelStats, Endpoint, SessionStats, Stats};
 pub use error::{Error, ReadError};
+pub use poll::Readiness;
 pub use sched::Policy;
 pub use socket::{VListener, VSocket};
 pub use wire::{Class, RstReason};

@@ -325,6 +325,20 @@ impl Reassembly {
         n
     }
 
+    /// Copies in-order bytes into `buf` without consuming them (MSG_PEEK).
+    pub fn peek(&self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        for p in &self.ready {
+            if n == buf.len() {
+                break;
+            }
+            let take = p.data.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&p.data[..take]);
+            n += take;
+        }
+        n
+    }
+
     /// The next in-order piece as received (no copy) and whether a message ends with it.
     pub fn read_chunk(&mut self) -> Option<(Bytes, bool)> {
         let p = self.ready.pop_front()?;

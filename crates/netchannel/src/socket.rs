@@ -37,7 +37,6 @@ pub(crate) struct Rx {
     pub advertised: u64,
     pub error: Option<Error>,
     pub reader_waiting: bool,
-    #[cfg(feature = "tokio")]
     pub waker: Option<std::task::Waker>,
 }
 
@@ -63,7 +62,6 @@ pub(crate) struct Tx {
     pub error: Option<Error>,
     pub cursor: Cursor,
     pub writer_waiting: bool,
-    #[cfg(feature = "tokio")]
     pub waker: Option<std::task::Waker>,
 }
 
@@ -159,7 +157,6 @@ impl VsShared {
                 advertised: 0,
                 error: None,
                 reader_waiting: false,
-                #[cfg(feature = "tokio")]
                 waker: None,
             }),
             rx_cv: Condvar::new(),
@@ -174,7 +171,6 @@ impl VsShared {
                 error: None,
                 cursor: Cursor::default(),
                 writer_waiting: false,
-                #[cfg(feature = "tokio")]
                 waker: None,
             }),
             tx_cv: Condvar::new(),
@@ -214,7 +210,6 @@ impl VsShared {
         if rx.reader_waiting {
             self.rx_cv.notify_all();
         }
-        #[cfg(feature = "tokio")]
         if let Some(w) = rx.waker.take() {
             w.wake();
         }
@@ -224,7 +219,6 @@ impl VsShared {
         if tx.writer_waiting {
             self.tx_cv.notify_all();
         }
-        #[cfg(feature = "tokio")]
         if let Some(w) = tx.waker.take() {
             w.wake();
         }
@@ -650,6 +644,8 @@ pub(crate) struct ListenQueue {
     pub backlog: usize,
     pub queue: Mutex<(VecDeque<VSocket>, bool)>,
     pub cv: Condvar,
+    /// Woken (once) when a connection is queued: [`VListener::poll_accept`].
+    pub waker: Mutex<Option<std::task::Waker>>,
 }
 
 /// A bound virtual port.
@@ -711,5 +707,9 @@ impl Drop for VListener {
         // Pending connections are dropped, which resets them like an unaccepted TCP backlog.
         q.0.clear();
         self.queue.cv.notify_all();
+        drop(q);
+        if let Some(w) = lock(&self.queue.waker).take() {
+            w.wake();
+        }
     }
 }

@@ -85,6 +85,7 @@ impl Listeners {
             backlog,
             queue: Mutex::new((Default::default(), false)),
             cv: Condvar::new(),
+            waker: Mutex::new(None),
         });
         m.insert(port, q.clone());
         Ok(q)
@@ -145,9 +146,7 @@ pub(crate) struct Session {
     pub counters: SessionCounters,
     /// Async writers waiting for a channel below its limit, and how many there are (read
     /// without the lock on every drained batch).
-    #[cfg(feature = "tokio")]
     space_wakers: Mutex<Vec<std::task::Waker>>,
-    #[cfg(feature = "tokio")]
     async_space_waiters: AtomicUsize,
 }
 
@@ -216,9 +215,7 @@ impl Session {
             closing: AtomicBool::new(false),
             pool: p.pool,
             counters: SessionCounters::default(),
-            #[cfg(feature = "tokio")]
             space_wakers: Mutex::default(),
-            #[cfg(feature = "tokio")]
             async_space_waiters: AtomicUsize::new(0),
         });
         for (slot, reader) in session.channels.iter().zip(readers) {
@@ -348,7 +345,6 @@ impl Session {
             let _g = lock(&self.space);
             self.space_cv.notify_all();
         }
-        #[cfg(feature = "tokio")]
         if self.async_space_waiters.load(Ordering::Acquire) > 0 {
             let wakers = {
                 let mut list = lock(&self.space_wakers);
@@ -361,8 +357,19 @@ impl Session {
         }
     }
 
+    /// Whether a sender of `class` would find a live channel below its limit now (or no live
+    /// channel at all: the write then fails instead of waiting).
+    pub fn has_space(&self, class: Class) -> bool {
+        let limit = self.cfg.channel_limit;
+        let chans = self.class_channels(class);
+        !chans.iter().any(|c| c.load().is_alive())
+            || chans.iter().any(|c| {
+                let c = c.load();
+                c.is_alive() && c.load().queued < limit
+            })
+    }
+
     /// Registers an async writer to be woken when a channel drains (once).
-    #[cfg(feature = "tokio")]
     pub fn wake_on_space(&self, w: &std::task::Waker) {
         let mut list = lock(&self.space_wakers);
         if !list.iter().any(|x| x.will_wake(w)) {

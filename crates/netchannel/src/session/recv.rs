@@ -264,5 +264,9 @@ impl Session {
         self.send_raw_control(ch, ack);
         q.0.push_back(sock);
         listener.cv.notify_one();
+        drop(q);
+        if let Some(w) = lock(&listener.waker).take() {
+            w.wake();
+        }
     }
 }

@@ -1,0 +1,345 @@
+//! What `netsteer netchannel run` tells its preloaded library (crate `netsteer-preload`), through the environment (the
+//! one channel that reaches a program's start-up unchanged). The CLI builds it with
+//! [`Settings::to_env`] after checking every flag; the library reads it back with
+//! [`Settings::from_env`] and refuses to start the program on anything it cannot parse.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+
+/// Channel addresses of peers (comma-separated HOST:PORT): a connect to one of their hosts on
+/// a chosen port rides netchannel to that peer.
+pub const ENV_PEERS: &str = "NETSTEER_NC_PEERS";
+/// Address this program's endpoint accepts channels on (HOST:PORT).
+pub const ENV_LISTEN: &str = "NETSTEER_NC_LISTEN";
+/// Throughput-class ports (comma-separated).
+pub const ENV_PORTS: &str = "NETSTEER_NC_PORTS";
+/// Latency-class ports: their sockets take the latency channels.
+pub const ENV_LATENCY_PORTS: &str = "NETSTEER_NC_LATENCY_PORTS";
+/// Throughput-class channels per session.
+pub const ENV_CHANNELS: &str = "NETSTEER_NC_CHANNELS";
+/// Latency-class channels per session.
+pub const ENV_LATENCY_CHANNELS: &str = "NETSTEER_NC_LATENCY_CHANNELS";
+/// Receive window of each virtual socket, in bytes.
+pub const ENV_WINDOW: &str = "NETSTEER_NC_WINDOW";
+/// `1`: one line on stderr per socket taken over.
+pub const ENV_VERBOSE: &str = "NETSTEER_NC_VERBOSE";
+
+const ALL: [&str; 8] = [
+    ENV_PEERS,
+    ENV_LISTEN,
+    ENV_PORTS,
+    ENV_LATENCY_PORTS,
+    ENV_CHANNELS,
+    ENV_LATENCY_CHANNELS,
+    ENV_WINDOW,
+    ENV_VERBOSE,
+];
+
+/// The most channels of one class (netchannel's limit is 64 in all).
+pub const MAX_CHANNELS: u16 = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub peers: Vec<SocketAddr>,
+    pub listen: Option<SocketAddr>,
+    pub ports: BTreeSet<u16>,
+    pub latency_ports: BTreeSet<u16>,
+    pub channels: u16,
+    pub latency_channels: u16,
+    pub window: u32,
+    pub verbose: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            peers: Vec::new(),
+            listen: None,
+            ports: BTreeSet::new(),
+            latency_ports: BTreeSet::new(),
+            channels: 2,
+            latency_channels: 1,
+            window: 1 << 20,
+            verbose: false,
+        }
+    }
+}
+
+/// A setting that cannot be used, named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadSetting {
+    pub name: &'static str,
+    pub value: String,
+    pub why: String,
+}
+
+impl fmt::Display for BadSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={:?}: {}", self.name, self.value, self.why)
+    }
+}
+
+impl std::error::Error for BadSetting {}
+
+fn bad(name: &'static str, value: &str, why: impl Into<String>) -> BadSetting {
+    BadSetting {
+        name,
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
+/// Parses a comma-separated port list ("6379,80"); ports are 1..=65535.
+pub fn parse_ports(name: &'static str, value: &str) -> Result<BTreeSet<u16>, BadSetting> {
+    let mut out = BTreeSet::new();
+    for p in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match p.parse::<u16>() {
+            Ok(n) if n > 0 => {
+                out.insert(n);
+            }
+            _ => return Err(bad(name, value, format!("{p:?} is not a port (1-65535)"))),
+        }
+    }
+    Ok(out)
+}
+
+pub fn parse_addr(name: &'static str, value: &str) -> Result<SocketAddr, BadSetting> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| bad(name, value, "not an address (IP:PORT, [IPv6]:PORT)"))
+}
+
+fn parse_num<T: std::str::FromStr + PartialOrd + fmt::Display>(
+    name: &'static str,
+    value: &str,
+    lo: T,
+    hi: T,
+) -> Result<T, BadSetting> {
+    match value.trim().parse::<T>() {
+        Ok(n) if n >= lo && n <= hi => Ok(n),
+        _ => Err(bad(name, value, format!("need a number in {lo}..={hi}"))),
+    }
+}
+
+impl Settings {
+    /// Reads the settings through `get` (the environment in the library).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, BadSetting> {
+        // An empty variable is an unset one (`to_env` writes every variable).
+        let get = |k: &str| get(k).filter(|v| !v.is_empty());
+        let mut s = Settings::default();
+        if let Some(v) = get(ENV_PEERS) {
+            for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                s.peers.push(parse_addr(ENV_PEERS, p)?);
+            }
+        }
+        if let Some(v) = get(ENV_LISTEN) {
+            s.listen = Some(parse_addr(ENV_LISTEN, &v)?);
+        }
+        if let Some(v) = get(ENV_PORTS) {
+            s.ports = parse_ports(ENV_PORTS, &v)?;
+        }
+        if let Some(v) = get(ENV_LATENCY_PORTS) {
+            s.latency_ports = parse_ports(ENV_LATENCY_PORTS, &v)?;
+        }
+        if let Some(v) = get(ENV_CHANNELS) {
+            s.channels = parse_num(ENV_CHANNELS, &v, 1, MAX_CHANNELS)?;
+        }
+        if let Some(v) = get(ENV_LATENCY_CHANNELS) {
+            s.latency_channels = parse_num(ENV_LATENCY_CHANNELS, &v, 0, MAX_CHANNELS)?;
+        }
+        if let Some(v) = get(ENV_WINDOW) {
+            s.window = parse_num(ENV_WINDOW, &v, 65536, 256 << 20)?;
+        }
+        s.verbose = get(ENV_VERBOSE).is_some_and(|v| v == "1");
+        s.check()?;
+        Ok(s)
+    }
+
+    /// Refuses settings that cannot work together.
+    pub fn check(&self) -> Result<(), BadSetting> {
+        if self.peers.is_empty() && self.listen.is_none() {
+            return Err(bad(
+                ENV_PEERS,
+                "",
+                "no peer and no listen address: no socket could ride netchannel",
+            ));
+        }
+        if self.ports.is_empty() && self.latency_ports.is_empty() {
+            return Err(bad(
+                ENV_PORTS,
+                "",
+                "no port chosen: no socket would ride netchannel",
+            ));
+        }
+        if let Some(p) = self.ports.intersection(&self.latency_ports).next() {
+            return Err(bad(
+                ENV_LATENCY_PORTS,
+                &self.latency_ports_text(),
+                format!("port {p} is also a throughput port"),
+            ));
+        }
+        if !self.latency_ports.is_empty() && self.latency_channels == 0 {
+            return Err(bad(
+                ENV_LATENCY_CHANNELS,
+                "0",
+                "latency ports need at least one latency channel",
+            ));
+        }
+        if let Some(l) = self.listen
+            && (self.ports.contains(&l.port()) || self.latency_ports.contains(&l.port()))
+        {
+            return Err(bad(
+                ENV_LISTEN,
+                &l.to_string(),
+                "the channel port is also a chosen application port",
+            ));
+        }
+        Ok(())
+    }
+
+    fn latency_ports_text(&self) -> String {
+        join(&self.latency_ports)
+    }
+
+    /// The environment that carries these settings (every variable, so a stale one from the
+    /// caller's environment cannot mix in).
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        let peers: Vec<String> = self.peers.iter().map(ToString::to_string).collect();
+        vec![
+            (ENV_PEERS, peers.join(",")),
+            (
+                ENV_LISTEN,
+                self.listen.map(|l| l.to_string()).unwrap_or_default(),
+            ),
+            (ENV_PORTS, join(&self.ports)),
+            (ENV_LATENCY_PORTS, join(&self.latency_ports)),
+            (ENV_CHANNELS, self.channels.to_string()),
+            (ENV_LATENCY_CHANNELS, self.latency_channels.to_string()),
+            (ENV_WINDOW, self.window.to_string()),
+            (ENV_VERBOSE, if self.verbose { "1" } else { "0" }.into()),
+        ]
+    }
+
+    /// Every variable name, for a caller that clears them.
+    pub fn names() -> &'static [&'static str] {
+        &ALL
+    }
+
+    /// Whether a socket to or on `port` rides netchannel, and in which class.
+    pub fn class_of(&self, port: u16) -> Option<crate::Class> {
+        if self.latency_ports.contains(&port) {
+            Some(crate::Class::Latency)
+        } else if self.ports.contains(&port) {
+            Some(crate::Class::Throughput)
+        } else {
+            None
+        }
+    }
+
+    /// The peer whose host a connect to `to` is aimed at, when its port is chosen.
+    pub fn peer_for(&self, to: SocketAddr) -> Option<SocketAddr> {
+        self.class_of(to.port())?;
+        self.peers.iter().copied().find(|p| same_host(p, &to))
+    }
+}
+
+fn same_host(a: &SocketAddr, b: &SocketAddr) -> bool {
+    let canon = |s: &SocketAddr| s.ip().to_canonical();
+    canon(a) == canon(b)
+}
+
+fn join(ports: &BTreeSet<u16>) -> String {
+    ports
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn round_trip_through_the_environment() {
+        let s = Settings {
+            peers: vec![
+                "10.0.0.2:7700".parse().unwrap(),
+                "[::1]:7701".parse().unwrap(),
+            ],
+            listen: Some("0.0.0.0:7700".parse().unwrap()),
+            ports: [6379, 80].into(),
+            latency_ports: [6380].into(),
+            channels: 4,
+            latency_channels: 2,
+            window: 1 << 21,
+            verbose: true,
+        };
+        let vars: HashMap<String, String> = s
+            .to_env()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        assert_eq!(Settings::from_env(|k| vars.get(k).cloned()).unwrap(), s);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = Settings::from_env(env(&[(ENV_PEERS, "10.0.0.2"), (ENV_PORTS, "1")])).unwrap_err();
+        assert_eq!(e.name, ENV_PEERS);
+        let e = Settings::from_env(env(&[(ENV_PEERS, "10.0.0.2:1"), (ENV_PORTS, "6379,x")]))
+            .unwrap_err();
+        assert_eq!(e.name, ENV_PORTS);
+        assert!(e.to_string().contains("\"x\""), "{e}");
+        let e = Settings::from_env(env(&[
+            (ENV_PEERS, "10.0.0.2:1"),
+            (ENV_PORTS, "6379"),
+            (ENV_CHANNELS, "0"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.name, ENV_CHANNELS);
+        let e = Settings::from_env(env(&[(ENV_PORTS, "6379")])).unwrap_err();
+        assert!(e.why.contains("no peer"), "{e}");
+        let e = Settings::from_env(env(&[(ENV_LISTEN, "0.0.0.0:6379"), (ENV_PORTS, "6379")]))
+            .unwrap_err();
+        assert_eq!(e.name, ENV_LISTEN);
+        let e = Settings::from_env(env(&[
+            (ENV_LISTEN, "0.0.0.0:7700"),
+            (ENV_PORTS, "6379"),
+            (ENV_LATENCY_PORTS, "6379"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.name, ENV_LATENCY_PORTS);
+    }
+
+    #[test]
+    fn which_connects_ride_netchannel() {
+        let s = Settings::from_env(env(&[
+            (ENV_PEERS, "10.0.0.2:7700"),
+            (ENV_PORTS, "6379"),
+            (ENV_LATENCY_PORTS, "6380"),
+        ]))
+        .unwrap();
+        let peer: SocketAddr = "10.0.0.2:7700".parse().unwrap();
+        assert_eq!(s.peer_for("10.0.0.2:6379".parse().unwrap()), Some(peer));
+        assert_eq!(
+            s.peer_for("[::ffff:10.0.0.2]:6380".parse().unwrap()),
+            Some(peer)
+        );
+        assert_eq!(s.peer_for("10.0.0.2:22".parse().unwrap()), None);
+        assert_eq!(s.peer_for("10.0.0.3:6379".parse().unwrap()), None);
+        assert_eq!(s.class_of(6380), Some(crate::Class::Latency));
+    }
+}
