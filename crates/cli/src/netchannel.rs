@@ -16,6 +16,50 @@ pub enum NetchannelCommand {
     /// application's connections, `server` connects them to the real backend.
     #[command(subcommand)]
     Proxy(ProxyCommand),
+    /// Run an unmodified program with its chosen TCP sockets on netchannel, in-process (a
+    /// preloaded library takes them over; no proxy hop).
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A peer's channel address (HOST:PORT): the program's connects to HOST on a chosen
+    /// port ride netchannel to it (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    peer: Vec<String>,
+    /// Accept channels on ADDR: the program's listening sockets on chosen ports also take
+    /// virtual connections (plain TCP clients still connect).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Throughput-class ports (comma-separated).
+    #[arg(long, value_name = "LIST", default_value = "")]
+    ports: String,
+    /// Latency-class ports (comma-separated): their sockets get the latency channels, apart
+    /// from bulk traffic.
+    #[arg(long, value_name = "LIST", default_value = "")]
+    latency_ports: String,
+    /// Throughput-class channels (TCP connections) per peer.
+    #[arg(long, default_value_t = 2, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=32))]
+    channels: u16,
+    /// Latency-class channels per peer.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(0..=32))]
+    latency_channels: u16,
+    /// Receive window of each virtual socket, in bytes (the memory one connection may hold
+    /// at the receiver).
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES",
+          value_parser = clap::value_parser!(u32).range(65536..=256 << 20))]
+    window: u32,
+    /// The preload library (default: beside this binary, then /usr/lib/netsteer).
+    #[arg(long, value_name = "PATH")]
+    preload: Option<std::path::PathBuf>,
+    /// One line on stderr per socket taken over.
+    #[arg(long)]
+    verbose: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -122,7 +166,10 @@ impl Common {
 }
 
 pub fn run(cmd: &NetchannelCommand) -> Result<ExitCode> {
-    let NetchannelCommand::Proxy(p) = cmd;
+    let p = match cmd {
+        NetchannelCommand::Proxy(p) => p,
+        NetchannelCommand::Run(a) => return run_preloaded(a),
+    };
     // Before any thread starts, so all inherit the mask and one sigwait sees the signal.
     netsteer_sock::signal::block_termination().context("blocking SIGINT/SIGTERM")?;
     let (proxy, endpoint, role) = match p {
@@ -198,4 +245,89 @@ fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
         );
     }
     Ok((proxy, endpoint, "server"))
+}
+
+/// The preload library's file name.
+const PRELOAD_NAME: &str = "libnetsteer_preload.so";
+
+/// Where the preload library is: `--preload`, else beside this binary (a cargo build puts
+/// both in target/<profile>), else the package's /usr/lib/netsteer.
+fn find_preload(given: Option<&std::path::Path>) -> Result<std::path::PathBuf> {
+    if let Some(p) = given {
+        if !p.is_file() {
+            bail!("--preload {}: no such file", p.display());
+        }
+        return std::fs::canonicalize(p).with_context(|| format!("--preload {}", p.display()));
+    }
+    let mut tried = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        tried.push(dir.join(PRELOAD_NAME));
+        tried.push(dir.join("deps").join(PRELOAD_NAME));
+    }
+    tried.push(std::path::Path::new("/usr/lib/netsteer").join(PRELOAD_NAME));
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    let list: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    bail!(
+        "the preload library {PRELOAD_NAME} is not in {} (build it with `cargo build -p netsteer-preload`, or give --preload)",
+        list.join(", ")
+    )
+}
+
+fn run_preloaded(a: &RunArgs) -> Result<ExitCode> {
+    use netchannel::preload_env::{self as env, Settings};
+    use std::os::unix::process::CommandExt;
+    let mut peers = Vec::new();
+    for p in &a.peer {
+        peers.push(crate::resolve_flag("--peer", p)?);
+    }
+    let listen = a
+        .listen
+        .as_deref()
+        .map(|l| crate::resolve_flag("--listen", l))
+        .transpose()?;
+    let flag = |name: &str, e: env::BadSetting| anyhow::anyhow!("{name} {:?}: {}", e.value, e.why);
+    let settings = Settings {
+        peers,
+        listen,
+        ports: env::parse_ports(env::ENV_PORTS, &a.ports).map_err(|e| flag("--ports", e))?,
+        latency_ports: env::parse_ports(env::ENV_LATENCY_PORTS, &a.latency_ports)
+            .map_err(|e| flag("--latency-ports", e))?,
+        channels: a.channels,
+        latency_channels: a.latency_channels,
+        window: a.window,
+        verbose: a.verbose,
+    };
+    if let Err(e) = settings.check() {
+        let name = match e.name {
+            env::ENV_PEERS => "--peer/--listen",
+            env::ENV_PORTS => "--ports",
+            env::ENV_LATENCY_PORTS => "--latency-ports",
+            env::ENV_LATENCY_CHANNELS => "--latency-channels",
+            env::ENV_LISTEN => "--listen",
+            other => other,
+        };
+        bail!("{name}: {}", e.why);
+    }
+    let lib = find_preload(a.preload.as_deref())?;
+    let (program, args) = a
+        .command
+        .split_first()
+        .context("no command given after --")?;
+    let mut preload = lib.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args).env("LD_PRELOAD", preload);
+    for (k, v) in settings.to_env() {
+        cmd.env(k, v);
+    }
+    // exec: the program takes this process's place (its pid, signals and exit status).
+    let e = cmd.exec();
+    bail!("running {}: {e}", program.to_string_lossy())
 }

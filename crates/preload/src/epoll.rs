@@ -1,0 +1,452 @@
+//! epoll for a program whose epoll set holds virtual sockets.
+//!
+//! The kernel cannot know when a virtual socket is readable, so each epoll set that watches
+//! one gets a hidden *shadow* epoll set, itself watched by the program's set under a random
+//! 64-bit token. The shadow holds, edge-triggered, each registered socket's eventfd (and a
+//! listener's kernel socket); whenever the endpoint's threads change a socket's state they
+//! add to its eventfd, the shadow becomes readable, and the program's epoll_wait returns.
+//! epoll_wait then asks the woken sockets (and the level-triggered ones that were ready last
+//! time) for their readiness, reports them under the program's own data, and hides the token.
+//! Level- and edge-triggered registrations and EPOLLONESHOT keep their meaning: an
+//! edge-triggered socket is reported again only after a change woke it.
+
+use crate::state::{self, Kind, Obj};
+use crate::sys::{self, real};
+use libc::{c_int, epoll_event};
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockWriteGuard};
+use std::task::Context;
+use std::time::Instant;
+
+struct Reg {
+    obj: Arc<Obj>,
+    events: u32,
+    data: u64,
+    disabled: bool,
+    /// Descriptors in the shadow for this registration (dups, so the same socket can sit
+    /// in several sets under several numbers).
+    watch: Vec<OwnedFd>,
+}
+
+pub(crate) struct EpState {
+    shadow: OwnedFd,
+    regs: BTreeMap<c_int, Reg>,
+    /// Registrations to ask on the next wait without a wake: new ones and level-triggered
+    /// ones that were ready.
+    recheck: Vec<c_int>,
+}
+
+static SETS: RwLock<BTreeMap<c_int, Arc<Mutex<EpState>>>> = RwLock::new(BTreeMap::new());
+
+pub(crate) type Held = RwLockWriteGuard<'static, BTreeMap<c_int, Arc<Mutex<EpState>>>>;
+
+pub(crate) fn hold() -> Held {
+    SETS.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn token() -> u64 {
+    static T: OnceLock<u64> = OnceLock::new();
+    *T.get_or_init(|| {
+        let mut v = 0u64;
+        // SAFETY: `v` is 8 writable bytes.
+        let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, 0) };
+        if n != 8 {
+            v = u64::from(std::process::id()) << 32 ^ 0x6e65_7473_7465_6572;
+        }
+        v
+    })
+}
+
+fn lock(m: &Mutex<EpState>) -> MutexGuard<'_, EpState> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn set_of(epfd: c_int) -> Option<Arc<Mutex<EpState>>> {
+    SETS.read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&epfd)
+        .cloned()
+}
+
+fn ctl_real(epfd: c_int, op: c_int, fd: c_int, events: u32, data: u64) -> Result<(), c_int> {
+    let ctl = real!(epoll_ctl: fn(c_int, c_int, c_int, *mut epoll_event) -> c_int);
+    let mut ev = epoll_event { events, u64: data };
+    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+    if unsafe { ctl(epfd, op, fd, &raw mut ev) } < 0 {
+        return Err(sys::errno());
+    }
+    Ok(())
+}
+
+fn dup_cloexec(fd: c_int) -> Result<OwnedFd, c_int> {
+    let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+    // SAFETY: F_DUPFD_CLOEXEC takes an int argument and returns a new descriptor or -1.
+    let n = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if n < 0 {
+        return Err(sys::errno());
+    }
+    // SAFETY: `n` is a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+/// epoll_ctl on a virtual socket `fd`.
+pub(crate) fn ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    obj: Arc<Obj>,
+    ev: Option<&epoll_event>,
+) -> Result<(), c_int> {
+    obj.usable("epoll_ctl")?;
+    let set = match set_of(epfd) {
+        Some(s) => s,
+        None if op == libc::EPOLL_CTL_ADD => {
+            let create = real!(epoll_create1: fn(c_int) -> c_int);
+            // SAFETY: plain system call; checked below.
+            let s = unsafe { create(libc::EPOLL_CLOEXEC) };
+            if s < 0 {
+                return Err(sys::errno());
+            }
+            // SAFETY: `s` is a new descriptor owned by nobody else.
+            let shadow = unsafe { OwnedFd::from_raw_fd(s) };
+            // Fails with EINVAL/EBADF when `epfd` is not an epoll set: the program's error.
+            ctl_real(
+                epfd,
+                libc::EPOLL_CTL_ADD,
+                shadow.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                token(),
+            )?;
+            let st = Arc::new(Mutex::new(EpState {
+                shadow,
+                regs: BTreeMap::new(),
+                recheck: Vec::new(),
+            }));
+            SETS.write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(epfd, st.clone());
+            state::set_epoll_ours(epfd, true);
+            st
+        }
+        None => return Err(libc::ENOENT),
+    };
+    let mut s = lock(&set);
+    match op {
+        libc::EPOLL_CTL_ADD => {
+            if s.regs.contains_key(&fd) {
+                return Err(libc::EEXIST);
+            }
+            let ev = ev.ok_or(libc::EFAULT)?;
+            let mut watch = vec![dup_cloexec(obj.efd())?];
+            if let Kind::Listener { real, .. } = &obj.kind {
+                watch.push(dup_cloexec(real.as_raw_fd())?);
+            }
+            let shadow = s.shadow.as_raw_fd();
+            for w in &watch {
+                ctl_real(
+                    shadow,
+                    libc::EPOLL_CTL_ADD,
+                    w.as_raw_fd(),
+                    (libc::EPOLLIN | libc::EPOLLET) as u32,
+                    fd as u64,
+                )?;
+            }
+            s.regs.insert(
+                fd,
+                Reg {
+                    obj,
+                    events: ev.events,
+                    data: ev.u64,
+                    disabled: false,
+                    watch,
+                },
+            );
+            s.recheck.push(fd);
+            drop(s);
+            // A listener binds its virtual port as soon as an event loop watches it, so
+            // peers can connect before its first wait.
+            if let Some(r) = lock(&set).regs.get(&fd) {
+                let _ = r.obj.virt();
+            }
+        }
+        libc::EPOLL_CTL_MOD => {
+            let ev = ev.ok_or(libc::EFAULT)?;
+            let r = s.regs.get_mut(&fd).ok_or(libc::ENOENT)?;
+            r.events = ev.events;
+            r.data = ev.u64;
+            r.disabled = false;
+            s.recheck.push(fd);
+        }
+        libc::EPOLL_CTL_DEL => {
+            let r = s.regs.remove(&fd).ok_or(libc::ENOENT)?;
+            unwatch(&s, r);
+        }
+        _ => return Err(libc::EINVAL),
+    }
+    Ok(())
+}
+
+fn unwatch(s: &EpState, r: Reg) {
+    for w in &r.watch {
+        let _ = ctl_real(
+            s.shadow.as_raw_fd(),
+            libc::EPOLL_CTL_DEL,
+            w.as_raw_fd(),
+            0,
+            0,
+        );
+    }
+    state::release(r.obj);
+}
+
+/// A virtual socket's descriptor was closed: it leaves every set (the kernel does the same
+/// for a closed file).
+pub(crate) fn forget_fd(fd: c_int) {
+    let sets: Vec<_> = SETS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    for set in sets {
+        let mut s = lock(&set);
+        if let Some(r) = s.regs.remove(&fd) {
+            unwatch(&s, r);
+        }
+    }
+}
+
+/// An epoll descriptor was closed.
+pub(crate) fn forget_set(epfd: c_int) {
+    state::set_epoll_ours(epfd, false);
+    let set = SETS
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&epfd);
+    if let Some(set) = set {
+        let mut s = lock(&set);
+        for (_, r) in std::mem::take(&mut s.regs) {
+            state::release(r.obj);
+        }
+    }
+}
+
+/// The epoll events of `obj` now, leaving its waker on what is not ready.
+pub(crate) fn events_of(obj: &Obj) -> u32 {
+    let mut cx = Context::from_waker(&obj.waker);
+    match &obj.kind {
+        Kind::Stream { vs, .. } => {
+            let r = vs.readiness(Some(&mut cx));
+            let shut_rd = obj.st().shut_rd;
+            let mut ev = 0;
+            if r.readable || shut_rd {
+                ev |= libc::EPOLLIN | libc::EPOLLRDNORM;
+            }
+            if r.read_closed || shut_rd {
+                ev |= libc::EPOLLRDHUP;
+            }
+            if r.writable {
+                ev |= libc::EPOLLOUT | libc::EPOLLWRNORM;
+            }
+            if r.error {
+                ev |= libc::EPOLLERR;
+            }
+            if r.error || (r.read_closed && r.write_closed) {
+                ev |= libc::EPOLLHUP;
+            }
+            ev as u32
+        }
+        Kind::Listener { real, .. } => {
+            let virt = obj
+                .virt()
+                .is_some_and(|g| g.as_ref().is_some_and(|l| l.has_pending(Some(&mut cx))));
+            if virt || kernel_readable(real.as_raw_fd()) {
+                (libc::EPOLLIN | libc::EPOLLRDNORM) as u32
+            } else {
+                0
+            }
+        }
+    }
+}
+
+pub(crate) fn kernel_readable(fd: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let poll = real!(poll: fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int);
+    // SAFETY: one valid pollfd.
+    unsafe { poll(&raw mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
+/// What the program waits with: epoll_wait, epoll_pwait (a signal mask) or epoll_pwait2 (a
+/// timespec).
+pub(crate) enum Waiter {
+    Wait,
+    Pwait(*const libc::sigset_t),
+    Pwait2(*const libc::sigset_t),
+}
+
+/// epoll_wait on a set that watches virtual sockets. `timeout_ns` < 0: no timeout.
+///
+/// # Safety
+/// `events` must be valid for `max` writes.
+pub(crate) unsafe fn wait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout_ns: i64,
+    how: Waiter,
+) -> c_int {
+    let Some(set) = set_of(epfd) else {
+        return -1;
+    };
+    if max <= 0 || events.is_null() {
+        sys::set_errno(libc::EINVAL);
+        return -1;
+    }
+    let max = max as usize;
+    let deadline = (timeout_ns >= 0)
+        .then(|| Instant::now() + std::time::Duration::from_nanos(timeout_ns as u64));
+    let tok = token();
+    loop {
+        let ours = collect(&set, max);
+        let room = max - ours.len();
+        let remaining_ns: i64 = if !ours.is_empty() {
+            0
+        } else {
+            match deadline {
+                None => -1,
+                Some(d) => d.saturating_duration_since(Instant::now()).as_nanos() as i64,
+            }
+        };
+        let n = if room > 0 {
+            // SAFETY: `events` is valid for `max` ≥ `room` entries (the caller's contract).
+            unsafe { wait_real(epfd, events, room as c_int, remaining_ns, &how) }
+        } else {
+            0
+        };
+        if n < 0 && ours.is_empty() {
+            return -1;
+        }
+        let n = n.max(0) as usize;
+        // SAFETY: the first `n` entries were written by epoll_wait; `max` are valid.
+        let out = unsafe { std::slice::from_raw_parts_mut(events, max) };
+        let mut kept = 0;
+        let mut woke = false;
+        for i in 0..n {
+            if out[i].u64 == tok {
+                woke = true;
+            } else {
+                out[kept] = out[i];
+                kept += 1;
+            }
+        }
+        for e in &ours {
+            out[kept] = *e;
+            kept += 1;
+        }
+        if kept > 0 {
+            return kept as c_int;
+        }
+        if woke {
+            continue;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return 0;
+        }
+    }
+}
+
+/// Takes the wakes from the shadow and asks each woken or rechecked socket for its events.
+fn collect(set: &Mutex<EpState>, max: usize) -> Vec<epoll_event> {
+    let mut s = lock(set);
+    let shadow = s.shadow.as_raw_fd();
+    let mut buf = [epoll_event { events: 0, u64: 0 }; 64];
+    let mut cands = std::mem::take(&mut s.recheck);
+    loop {
+        let ew = real!(epoll_wait: fn(c_int, *mut epoll_event, c_int, c_int) -> c_int);
+        // SAFETY: `buf` holds 64 entries.
+        let n = unsafe { ew(shadow, buf.as_mut_ptr(), 64, 0) };
+        if n <= 0 {
+            break;
+        }
+        cands.extend(buf[..n as usize].iter().map(|e| e.u64 as c_int));
+        if n < 64 {
+            break;
+        }
+    }
+    cands.sort_unstable();
+    cands.dedup();
+    let mut out = Vec::new();
+    let mut again = Vec::new();
+    for fd in cands {
+        let Some(r) = s.regs.get_mut(&fd) else {
+            continue;
+        };
+        if r.disabled {
+            continue;
+        }
+        if out.len() >= max {
+            again.push(fd);
+            continue;
+        }
+        let want = r.events | (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+        let ev = events_of(&r.obj) & want;
+        if ev == 0 {
+            continue;
+        }
+        out.push(epoll_event {
+            events: ev,
+            u64: r.data,
+        });
+        if r.events & libc::EPOLLONESHOT as u32 != 0 {
+            r.disabled = true;
+        } else if r.events & libc::EPOLLET as u32 == 0 {
+            again.push(fd);
+        }
+    }
+    s.recheck = again;
+    out
+}
+
+/// # Safety
+/// `events` valid for `max` entries.
+unsafe fn wait_real(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    ns: i64,
+    how: &Waiter,
+) -> c_int {
+    let ms = if ns < 0 {
+        -1
+    } else {
+        // Rounded up: a wait must not end before its time.
+        (ns as u64).div_ceil(1_000_000).min(c_int::MAX as u64) as c_int
+    };
+    match *how {
+        Waiter::Wait => {
+            let f = real!(epoll_wait: fn(c_int, *mut epoll_event, c_int, c_int) -> c_int);
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { f(epfd, events, max, ms) }
+        }
+        Waiter::Pwait(mask) => {
+            let f = real!(epoll_pwait: fn(c_int, *mut epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int);
+            // SAFETY: forwarded from the caller's contract; `mask` is the program's.
+            unsafe { f(epfd, events, max, ms, mask) }
+        }
+        Waiter::Pwait2(mask) => {
+            let ts = (ns >= 0).then_some(libc::timespec {
+                tv_sec: ns / 1_000_000_000,
+                tv_nsec: ns % 1_000_000_000,
+            });
+            let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+            let f = real!(epoll_pwait2: fn(c_int, *mut epoll_event, c_int, *const libc::timespec, *const libc::sigset_t) -> c_int);
+            // SAFETY: forwarded from the caller's contract; `tsp` is null or points at `ts`.
+            unsafe { f(epfd, events, max, tsp, mask) }
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Reads, writes and accepts on virtual sockets, blocking or not as the program set the
+//! descriptor. Every wait is a poll(2) on the socket's eventfd, so a signal interrupts it as
+//! it would a kernel socket's.
+
+use crate::epoll;
+use crate::state::{self, Kind, Obj};
+use crate::sys::{self, real};
+use bytes_like::gather;
+use libc::c_int;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// Largest piece one write hands the endpoint at a time (the endpoint frames it further).
+const CHUNK: usize = 256 * 1024;
+
+mod bytes_like {
+    /// Copies up to `limit` bytes from `bufs`, starting `skip` bytes in, into one buffer.
+    pub fn gather(bufs: &[&[u8]], skip: usize, limit: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(limit);
+        let mut skip = skip;
+        for b in bufs {
+            if out.len() >= limit {
+                break;
+            }
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            let part = &b[skip..];
+            skip = 0;
+            let take = part.len().min(limit - out.len());
+            out.extend_from_slice(&part[..take]);
+        }
+        out
+    }
+}
+
+/// Runs `op` until it is ready, waiting on the socket's eventfd (and `also`, a kernel
+/// descriptor whose readability matters too) in between. Non-blocking: EAGAIN at once.
+pub(crate) fn block_on<T>(
+    obj: &Obj,
+    nonblock: bool,
+    timeout: Option<Duration>,
+    also: Option<c_int>,
+    mut op: impl FnMut(&mut Context<'_>) -> Poll<Result<T, c_int>>,
+) -> Result<T, c_int> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut cx = Context::from_waker(&obj.waker);
+    loop {
+        if let Poll::Ready(r) = op(&mut cx) {
+            return r;
+        }
+        if nonblock {
+            return Err(libc::EAGAIN);
+        }
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(libc::EAGAIN);
+                }
+                left.as_millis().clamp(1, c_int::MAX as u128) as c_int
+            }
+        };
+        let efd = obj.efd();
+        let fds: Vec<c_int> = std::iter::once(efd).chain(also).collect();
+        sys::wait_readable(&fds, ms)?;
+        sys::drain(efd);
+    }
+}
+
+fn io_errno(e: io::Error) -> c_int {
+    sys::errno_of(&e)
+}
+
+fn stream(obj: &Obj) -> Result<&netchannel::VSocket, c_int> {
+    match &obj.kind {
+        Kind::Stream { vs, .. } => Ok(vs),
+        Kind::Listener { .. } => Err(libc::ENOTCONN),
+    }
+}
+
+/// recv(2) family into `bufs`.
+pub(crate) fn recv(obj: &Obj, bufs: &mut [&mut [u8]], flags: c_int) -> Result<usize, c_int> {
+    obj.usable("recv")?;
+    let vs = stream(obj)?;
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let (shut, timeout) = {
+        let st = obj.st();
+        (st.shut_rd, st.rcvtimeo)
+    };
+    if shut || total == 0 {
+        return Ok(0);
+    }
+    if flags & libc::MSG_OOB != 0 {
+        // TCP without urgent data says the same.
+        return Err(libc::EINVAL);
+    }
+    if flags & libc::MSG_ERRQUEUE != 0 {
+        return Err(libc::EAGAIN);
+    }
+    let nonblock = obj.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
+    if flags & libc::MSG_PEEK != 0 {
+        return block_on(obj, nonblock, timeout, None, |cx| {
+            let mut tmp = vec![0u8; total];
+            match vs.peek(&mut tmp) {
+                Err(e) => Poll::Ready(Err(io_errno(e))),
+                Ok(Some(n)) => {
+                    scatter(bufs, &tmp[..n]);
+                    Poll::Ready(Ok(n))
+                }
+                Ok(None) => {
+                    // Leaves the waker for the next arrival.
+                    let _ = vs.readiness(Some(cx));
+                    if vs.readable_bytes() > 0 {
+                        cx.waker().wake_by_ref();
+                    }
+                    Poll::Pending
+                }
+            }
+        });
+    }
+    let waitall = flags & libc::MSG_WAITALL != 0;
+    let mut got = 0usize;
+    let r = block_on(obj, nonblock, timeout, None, |cx| {
+        // Walk the buffers from where the stream stopped filling them.
+        let mut skip = got;
+        let mut n_this = 0usize;
+        for b in bufs.iter_mut() {
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            let dst = &mut b[skip..];
+            skip = 0;
+            match vs.poll_read(cx, dst) {
+                Poll::Ready(Ok(0)) => {
+                    got += n_this;
+                    return Poll::Ready(Ok(true));
+                }
+                Poll::Ready(Ok(n)) => {
+                    n_this += n;
+                    if n < dst.len() {
+                        break;
+                    }
+                }
+                Poll::Ready(Err(e)) => {
+                    got += n_this;
+                    if got > 0 {
+                        return Poll::Ready(Ok(true));
+                    }
+                    return Poll::Ready(Err(io_errno(e)));
+                }
+                Poll::Pending => break,
+            }
+        }
+        got += n_this;
+        if got == total || (got > 0 && !waitall) {
+            Poll::Ready(Ok(false))
+        } else {
+            Poll::Pending
+        }
+    });
+    match r {
+        Ok(_) => Ok(got),
+        Err(e) if got > 0 && e == libc::EAGAIN => Ok(got),
+        Err(e) => Err(e),
+    }
+}
+
+fn scatter(bufs: &mut [&mut [u8]], mut src: &[u8]) {
+    for b in bufs.iter_mut() {
+        if src.is_empty() {
+            break;
+        }
+        let n = b.len().min(src.len());
+        b[..n].copy_from_slice(&src[..n]);
+        src = &src[n..];
+    }
+}
+
+/// send(2) family from `bufs`. A blocking socket sends everything (or fails); a
+/// non-blocking one what fits now.
+pub(crate) fn send(obj: &Obj, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_int> {
+    obj.usable("send")?;
+    let vs = stream(obj)?;
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if total == 0 {
+        return Ok(0);
+    }
+    let nonblock = obj.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
+    let timeout = obj.st().sndtimeo;
+    let mut sent = 0usize;
+    let r = block_on(obj, nonblock, timeout, None, |cx| {
+        while sent < total {
+            let piece = bytes::Bytes::from(gather(bufs, sent, CHUNK.min(total - sent)));
+            match vs.poll_write_owned(cx, &piece) {
+                Poll::Ready(Ok(n)) => sent += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(io_errno(e))),
+                Poll::Pending => {
+                    return if sent > 0 && nonblock {
+                        Poll::Ready(Ok(()))
+                    } else {
+                        Poll::Pending
+                    };
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    });
+    match r {
+        Ok(()) => Ok(sent),
+        Err(libc::EAGAIN) if sent > 0 => Ok(sent),
+        Err(libc::EPIPE) => {
+            if flags & libc::MSG_NOSIGNAL == 0 {
+                // SAFETY: raising a signal on this thread, as the kernel does for EPIPE.
+                unsafe { libc::raise(libc::SIGPIPE) };
+            }
+            Err(libc::EPIPE)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// accept4(2) on a listener: a queued virtual connection first, else the kernel's.
+pub(crate) fn accept(
+    obj: &Obj,
+    addr: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+    flags: c_int,
+) -> Result<c_int, c_int> {
+    obj.usable("accept")?;
+    let Kind::Listener { real, .. } = &obj.kind else {
+        return Err(libc::EINVAL);
+    };
+    let kfd = real.as_raw_fd();
+    let nonblock = obj.nonblock.load(Ordering::Relaxed);
+    block_on(obj, nonblock, None, Some(kfd), |cx| {
+        if let Some(g) = obj.virt()
+            && let Some(l) = g.as_ref()
+        {
+            match l.poll_accept(cx) {
+                Poll::Ready(Ok(vs)) => {
+                    drop(g);
+                    return Poll::Ready(adopt(vs, addr, len, flags));
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(io_errno(e))),
+                Poll::Pending => {}
+            }
+        }
+        let acc =
+            real!(accept4: fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t, c_int) -> c_int);
+        // SAFETY: `addr`/`len` are the program's (null or valid, its contract with accept).
+        let n = unsafe { acc(kfd, addr, len, flags) };
+        if n >= 0 {
+            return Poll::Ready(Ok(n));
+        }
+        match sys::errno() {
+            libc::EAGAIN => Poll::Pending,
+            e => Poll::Ready(Err(e)),
+        }
+    })
+}
+
+/// A descriptor for an accepted virtual socket.
+fn adopt(
+    vs: netchannel::VSocket,
+    addr: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+    flags: c_int,
+) -> Result<c_int, c_int> {
+    let peer = std::net::SocketAddr::new(vs.peer_addr().ip(), vs.peer_port());
+    let local = std::net::SocketAddr::new(
+        state::settings()
+            .listen
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |l| l.ip()),
+        vs.local_port(),
+    );
+    let obj = Obj::new(
+        Kind::Stream { vs, local, peer },
+        flags & libc::SOCK_NONBLOCK != 0,
+    )
+    .map_err(io_errno)?;
+    let fd = new_fd(&obj, flags & libc::SOCK_CLOEXEC != 0)?;
+    if state::settings().verbose {
+        sys::say(&format!("fd {fd}: accepted virtual connection from {peer}"));
+    }
+    // SAFETY: `addr`/`len` are the program's (null or valid, its contract with accept).
+    unsafe { crate::addr::write(peer, addr, len) };
+    state::insert(fd, obj);
+    Ok(fd)
+}
+
+/// The program's descriptor for `obj`: a dup of its eventfd.
+pub(crate) fn new_fd(obj: &Arc<Obj>, cloexec: bool) -> Result<c_int, c_int> {
+    let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: F_DUPFD(_CLOEXEC) takes an int and returns a new descriptor or -1.
+    let fd = unsafe { fcntl(obj.efd(), cmd, 0) };
+    if fd < 0 {
+        return Err(sys::errno());
+    }
+    if fd as usize >= state::MAX_FD {
+        let close = real!(close: fn(c_int) -> c_int);
+        // SAFETY: closing the descriptor made just above.
+        unsafe { close(fd) };
+        sys::say(&format!(
+            "descriptor numbers reach {fd}: virtual sockets need numbers below {}",
+            state::MAX_FD
+        ));
+        return Err(libc::EMFILE);
+    }
+    Ok(fd)
+}
+
+/// Readiness as poll(2) bits.
+pub(crate) fn poll_bits(obj: &Obj) -> libc::c_short {
+    let ev = epoll::events_of(obj);
+    let mut p = 0;
+    if ev & libc::EPOLLIN as u32 != 0 {
+        p |= libc::POLLIN | libc::POLLRDNORM;
+    }
+    if ev & libc::EPOLLOUT as u32 != 0 {
+        p |= libc::POLLOUT | libc::POLLWRNORM;
+    }
+    if ev & libc::EPOLLRDHUP as u32 != 0 {
+        p |= libc::POLLRDHUP;
+    }
+    if ev & libc::EPOLLERR as u32 != 0 {
+        p |= libc::POLLERR;
+    }
+    if ev & libc::EPOLLHUP as u32 != 0 {
+        p |= libc::POLLHUP;
+    }
+    p
+}

@@ -1,0 +1,539 @@
+//! Taking a socket over (connect, listen) and the calls that describe or configure it.
+
+use crate::addr;
+use crate::epoll;
+use crate::state::{self, Kind, Obj};
+use crate::sys::{self, real};
+use libc::{c_int, c_void, socklen_t};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Whether `fd` is a TCP stream socket of the kernel (what may be taken over).
+fn is_tcp(fd: c_int) -> bool {
+    sys::sockopt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+        && sys::sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
+}
+
+fn fd_flags(fd: c_int) -> (bool, bool) {
+    let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+    // SAFETY: F_GETFD/F_GETFL take no argument and return flags or -1.
+    let (fdf, fl) = unsafe { (fcntl(fd, libc::F_GETFD, 0), fcntl(fd, libc::F_GETFL, 0)) };
+    (
+        fdf >= 0 && fdf & libc::FD_CLOEXEC != 0,
+        fl >= 0 && fl & libc::O_NONBLOCK != 0,
+    )
+}
+
+/// Options worth carrying from the kernel socket the program configured to the virtual one
+/// (so getsockopt reads back what it set before connect or listen).
+const CARRIED: [(c_int, c_int); 6] = [
+    (libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+    (libc::SOL_SOCKET, libc::SO_REUSEADDR),
+    (libc::SOL_SOCKET, libc::SO_RCVBUF),
+    (libc::SOL_SOCKET, libc::SO_SNDBUF),
+    (libc::IPPROTO_TCP, libc::TCP_NODELAY),
+    (libc::SOL_SOCKET, libc::SO_REUSEPORT),
+];
+
+/// Puts `obj`'s eventfd at the number `fd` (closing the kernel socket there) and records it.
+fn install(fd: c_int, obj: Arc<Obj>, cloexec: bool) -> Result<(), c_int> {
+    if fd as usize >= state::MAX_FD {
+        return Err(libc::EMFILE);
+    }
+    {
+        let mut st = obj.st();
+        for (level, name) in CARRIED {
+            if let Some(v) = sys::sockopt_int(fd, level, name) {
+                st.opts.insert((level, name), v.to_ne_bytes().to_vec());
+            }
+        }
+    }
+    let dup3 = real!(dup3: fn(c_int, c_int, c_int) -> c_int);
+    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    // SAFETY: both descriptors are open; dup3 atomically replaces `fd`.
+    if unsafe { dup3(obj.efd(), fd, flags) } < 0 {
+        return Err(sys::errno());
+    }
+    state::insert(fd, obj);
+    Ok(())
+}
+
+/// connect(2): a chosen destination opens a virtual socket to the peer. Ok(None): not ours,
+/// the caller connects the kernel socket.
+pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
+    let s = state::settings();
+    let Some(peer) = s.peer_for(to) else {
+        return Ok(None);
+    };
+    if !is_tcp(fd) {
+        return Ok(None);
+    }
+    let class = s
+        .class_of(to.port())
+        .unwrap_or(netchannel::Class::Throughput);
+    let opts = match class {
+        netchannel::Class::Latency => netchannel::SocketOptions::latency(),
+        netchannel::Class::Throughput => netchannel::SocketOptions::default(),
+    };
+    // A non-blocking connect would return EINPROGRESS here; opening a virtual socket is one
+    // round trip on a channel that is already up, so it completes now (as a local connect
+    // may), and the program's first poll sees it writable.
+    let ep = state::endpoint().map_err(|e| {
+        sys::say(&format!("connect to {to}: netchannel endpoint: {e}"));
+        sys::errno_of(&e)
+    })?;
+    let vs = ep.connect(peer, to.port(), opts).map_err(|e| {
+        if s.verbose {
+            sys::say(&format!("connect to {to} over netchannel peer {peer}: {e}"));
+        }
+        sys::errno_of(&e)
+    })?;
+    let local = addr::unspecified_like(&to, vs.local_port());
+    let (cloexec, nonblock) = fd_flags(fd);
+    let obj = Obj::new(
+        Kind::Stream {
+            vs,
+            local,
+            peer: to,
+        },
+        nonblock,
+    )
+    .map_err(|e| sys::errno_of(&e))?;
+    install(fd, obj, cloexec)?;
+    if s.verbose {
+        sys::say(&format!(
+            "fd {fd}: connected to {to} over netchannel peer {peer}"
+        ));
+    }
+    Ok(Some(()))
+}
+
+/// listen(2) on a chosen port: the kernel socket keeps listening (hidden) for plain TCP
+/// clients, and the program's descriptor becomes the listener of both.
+pub(crate) fn listen(fd: c_int, backlog: c_int) -> Result<Option<()>, c_int> {
+    let s = state::settings();
+    if s.listen.is_none() || !is_tcp(fd) {
+        return Ok(None);
+    }
+    let mut st: libc::sockaddr_storage = zeroed();
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+    let gsn = real!(getsockname: fn(c_int, *mut libc::sockaddr, *mut socklen_t) -> c_int);
+    // SAFETY: `st` is valid for `len` bytes.
+    if unsafe { gsn(fd, (&raw mut st).cast(), &raw mut len) } < 0 {
+        return Ok(None);
+    }
+    // SAFETY: written by getsockname, `len` bytes valid.
+    let Some(local) = (unsafe { addr::read((&raw const st).cast(), len) }) else {
+        return Ok(None);
+    };
+    if s.class_of(local.port()).is_none() {
+        return Ok(None);
+    }
+    let lst = real!(listen: fn(c_int, c_int) -> c_int);
+    // SAFETY: plain system call on the program's socket.
+    if unsafe { lst(fd, backlog) } < 0 {
+        return Err(sys::errno());
+    }
+    let (cloexec, nonblock) = fd_flags(fd);
+    let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
+    let hidden = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if hidden < 0 {
+        return Err(sys::errno());
+    }
+    // SAFETY: `hidden` is a new descriptor owned by nobody else.
+    let real_fd = unsafe { OwnedFd::from_raw_fd(hidden) };
+    // The hidden listener never blocks: accept waits on it with poll.
+    // SAFETY: F_GETFL/F_SETFL on our own descriptor.
+    unsafe {
+        let fl = fcntl(hidden, libc::F_GETFL, 0);
+        fcntl(
+            hidden,
+            libc::F_SETFL,
+            libc::c_long::from(fl | libc::O_NONBLOCK),
+        );
+    }
+    let obj = Obj::new(
+        Kind::Listener {
+            real: real_fd,
+            port: local.port(),
+            virt: std::sync::Mutex::new(None),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        },
+        nonblock,
+    )
+    .map_err(|e| sys::errno_of(&e))?;
+    install(fd, obj, cloexec)?;
+    if s.verbose {
+        sys::say(&format!(
+            "fd {fd}: port {} listens on netchannel and TCP",
+            local.port()
+        ));
+    }
+    Ok(Some(()))
+}
+
+fn zeroed() -> libc::sockaddr_storage {
+    // SAFETY: plain bytes; zero is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+/// getsockname/getpeername.
+pub(crate) fn name(
+    obj: &Obj,
+    peer: bool,
+    out: *mut libc::sockaddr,
+    len: *mut socklen_t,
+) -> Result<(), c_int> {
+    match &obj.kind {
+        Kind::Stream { local, peer: p, .. } => {
+            let a = if peer { *p } else { *local };
+            // SAFETY: the program's buffers (its contract with getsockname/getpeername).
+            unsafe { addr::write(a, out, len) };
+            Ok(())
+        }
+        Kind::Listener { real, .. } => {
+            if peer {
+                return Err(libc::ENOTCONN);
+            }
+            let gsn = real!(getsockname: fn(c_int, *mut libc::sockaddr, *mut socklen_t) -> c_int);
+            // SAFETY: the program's buffers, forwarded.
+            if unsafe { gsn(real.as_raw_fd(), out, len) } < 0 {
+                return Err(sys::errno());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Options a virtual stream socket keeps and reads back. Those marked apply change what
+/// the library does; the rest describe the kernel TCP socket the program would have had
+/// and have no meaning for a virtual one (the channels carry their own settings).
+fn emulated(level: c_int, name: c_int) -> bool {
+    matches!(
+        (level, name),
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE)
+            | (libc::SOL_SOCKET, libc::SO_REUSEADDR)
+            | (libc::SOL_SOCKET, libc::SO_REUSEPORT)
+            | (libc::SOL_SOCKET, libc::SO_RCVBUF)
+            | (libc::SOL_SOCKET, libc::SO_SNDBUF)
+            | (libc::SOL_SOCKET, libc::SO_RCVLOWAT)
+            | (libc::SOL_SOCKET, libc::SO_LINGER) // applied: l_linger 0 resets on close
+            | (libc::SOL_SOCKET, libc::SO_RCVTIMEO) // applied
+            | (libc::SOL_SOCKET, libc::SO_SNDTIMEO) // applied
+            | (libc::SOL_SOCKET, libc::SO_PRIORITY)
+            | (libc::SOL_SOCKET, libc::SO_OOBINLINE)
+            | (libc::SOL_SOCKET, libc::SO_BUSY_POLL)
+            | (libc::SOL_SOCKET, libc::SO_MARK)
+            | (libc::IPPROTO_TCP, libc::TCP_NODELAY)
+            | (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE)
+            | (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL)
+            | (libc::IPPROTO_TCP, libc::TCP_KEEPCNT)
+            | (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT)
+            | (libc::IPPROTO_TCP, libc::TCP_QUICKACK)
+            | (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT)
+            | (libc::IPPROTO_TCP, libc::TCP_CORK)
+            | (libc::IPPROTO_IP, libc::IP_TOS)
+            | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+            | (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY)
+    )
+}
+
+fn timeval(v: &[u8]) -> Option<Option<Duration>> {
+    if v.len() < std::mem::size_of::<libc::timeval>() {
+        return None;
+    }
+    // SAFETY: length checked; read unaligned.
+    let tv = unsafe { std::ptr::read_unaligned(v.as_ptr().cast::<libc::timeval>()) };
+    if tv.tv_sec < 0 || !(0..1_000_000).contains(&tv.tv_usec) {
+        return None;
+    }
+    let d = Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64);
+    Some((!d.is_zero()).then_some(d))
+}
+
+/// setsockopt on a virtual socket. A listener's go to its kernel socket too.
+pub(crate) fn setsockopt(
+    fd: c_int,
+    obj: &Obj,
+    level: c_int,
+    name: c_int,
+    val: &[u8],
+) -> Result<(), c_int> {
+    if let Kind::Listener { real, .. } = &obj.kind {
+        let set = real!(setsockopt: fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int);
+        // SAFETY: `val` is valid for its length.
+        if unsafe {
+            set(
+                real.as_raw_fd(),
+                level,
+                name,
+                val.as_ptr().cast(),
+                val.len() as socklen_t,
+            )
+        } < 0
+        {
+            return Err(sys::errno());
+        }
+        obj.st().opts.insert((level, name), val.to_vec());
+        return Ok(());
+    }
+    if !emulated(level, name) {
+        sys::say(&format!(
+            "setsockopt(fd {fd}, level {level}, option {name}) is not supported on a netchannel socket; refused with ENOPROTOOPT"
+        ));
+        return Err(libc::ENOPROTOOPT);
+    }
+    let mut st = obj.st();
+    match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => st.rcvtimeo = timeval(val).ok_or(libc::EINVAL)?,
+        (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => st.sndtimeo = timeval(val).ok_or(libc::EINVAL)?,
+        (libc::SOL_SOCKET, libc::SO_LINGER) => {
+            if val.len() < std::mem::size_of::<libc::linger>() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: length checked; read unaligned.
+            let l = unsafe { std::ptr::read_unaligned(val.as_ptr().cast::<libc::linger>()) };
+            st.linger_abort = l.l_onoff != 0 && l.l_linger == 0;
+        }
+        _ => {
+            if val.len() < std::mem::size_of::<c_int>() && level != libc::IPPROTO_TCP {
+                return Err(libc::EINVAL);
+            }
+        }
+    }
+    st.opts.insert((level, name), val.to_vec());
+    Ok(())
+}
+
+/// getsockopt on a virtual socket: kept values, and what describes a virtual socket.
+pub(crate) fn getsockopt(
+    fd: c_int,
+    obj: &Obj,
+    level: c_int,
+    name: c_int,
+) -> Result<Vec<u8>, c_int> {
+    let int = |v: c_int| Ok(v.to_ne_bytes().to_vec());
+    if level == libc::SOL_SOCKET {
+        match name {
+            libc::SO_TYPE => return int(libc::SOCK_STREAM),
+            libc::SO_PROTOCOL => return int(libc::IPPROTO_TCP),
+            libc::SO_ACCEPTCONN => return int(matches!(obj.kind, Kind::Listener { .. }) as c_int),
+            libc::SO_DOMAIN => {
+                let fam = match &obj.kind {
+                    Kind::Stream {
+                        local: SocketAddr::V6(_),
+                        ..
+                    } => libc::AF_INET6,
+                    _ => libc::AF_INET,
+                };
+                return int(fam);
+            }
+            libc::SO_ERROR => {
+                let e = match &obj.kind {
+                    Kind::Stream { vs, .. } => {
+                        let mut st = obj.st();
+                        match vs.error() {
+                            Some(e) if !st.error_taken => {
+                                st.error_taken = true;
+                                sys::errno_of(&e)
+                            }
+                            _ => 0,
+                        }
+                    }
+                    Kind::Listener { .. } => 0,
+                };
+                return int(e);
+            }
+            _ => {}
+        }
+    }
+    if let Kind::Listener { real, .. } = &obj.kind {
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len() as socklen_t;
+        let get = real!(getsockopt: fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int);
+        // SAFETY: `buf` is valid for `len` bytes.
+        if unsafe {
+            get(
+                real.as_raw_fd(),
+                level,
+                name,
+                buf.as_mut_ptr().cast(),
+                &raw mut len,
+            )
+        } < 0
+        {
+            return Err(sys::errno());
+        }
+        buf.truncate(len as usize);
+        return Ok(buf);
+    }
+    if let Some(v) = obj.st().opts.get(&(level, name)) {
+        return Ok(v.clone());
+    }
+    if emulated(level, name) {
+        // Never set: what a fresh kernel socket reads (0 for flags and timeouts; the
+        // window for buffers).
+        let v = match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_RCVBUF | libc::SO_SNDBUF) => {
+                state::settings().window as c_int
+            }
+            (libc::SOL_SOCKET, libc::SO_RCVLOWAT) => 1,
+            (libc::SOL_SOCKET, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO) => {
+                return Ok(vec![0u8; std::mem::size_of::<libc::timeval>()]);
+            }
+            (libc::SOL_SOCKET, libc::SO_LINGER) => {
+                return Ok(vec![0u8; std::mem::size_of::<libc::linger>()]);
+            }
+            _ => 0,
+        };
+        return int(v);
+    }
+    sys::say(&format!(
+        "getsockopt(fd {fd}, level {level}, option {name}) is not supported on a netchannel socket; refused with ENOPROTOOPT"
+    ));
+    Err(libc::ENOPROTOOPT)
+}
+
+/// shutdown(2).
+pub(crate) fn shutdown(obj: &Obj, how: c_int) -> Result<(), c_int> {
+    obj.usable("shutdown")?;
+    match &obj.kind {
+        Kind::Stream { vs, .. } => {
+            if how == libc::SHUT_RD || how == libc::SHUT_RDWR {
+                obj.st().shut_rd = true;
+                sys::kick(obj.efd());
+            }
+            if how == libc::SHUT_WR || how == libc::SHUT_RDWR {
+                vs.shutdown_write().map_err(|e| sys::errno_of(&e))?;
+            }
+            if !(libc::SHUT_RD..=libc::SHUT_RDWR).contains(&how) {
+                return Err(libc::EINVAL);
+            }
+            Ok(())
+        }
+        Kind::Listener { real, virt, .. } => {
+            let sd = real!(shutdown: fn(c_int, c_int) -> c_int);
+            // SAFETY: plain system call on our descriptor.
+            unsafe { sd(real.as_raw_fd(), how) };
+            drop(virt.lock().unwrap_or_else(|p| p.into_inner()).take());
+            sys::kick(obj.efd());
+            Ok(())
+        }
+    }
+}
+
+/// close(2) of a virtual socket's descriptor.
+pub(crate) fn close(fd: c_int) -> c_int {
+    let obj = state::remove(fd);
+    if obj.is_some() && obj.as_ref().is_some_and(|o| o.owner == state::pid()) {
+        epoll::forget_fd(fd);
+    }
+    let close = real!(close: fn(c_int) -> c_int);
+    // SAFETY: plain system call on the program's descriptor.
+    let r = unsafe { close(fd) };
+    if let Some(o) = obj {
+        state::release(o);
+    }
+    r
+}
+
+/// dup family: the new number names the same virtual socket.
+pub(crate) fn dup_to(obj: Arc<Obj>, newfd: c_int) {
+    if newfd >= 0 && (newfd as usize) < state::MAX_FD {
+        state::insert(newfd, obj);
+    }
+}
+
+/// fcntl(2) on a virtual socket.
+pub(crate) fn fcntl(
+    fd: c_int,
+    obj: &Arc<Obj>,
+    cmd: c_int,
+    arg: libc::c_long,
+) -> Result<c_int, c_int> {
+    match cmd {
+        libc::F_GETFL => Ok(libc::O_RDWR
+            | if obj.nonblock.load(Ordering::Relaxed) {
+                libc::O_NONBLOCK
+            } else {
+                0
+            }),
+        libc::F_SETFL => {
+            obj.nonblock
+                .store(arg as c_int & libc::O_NONBLOCK != 0, Ordering::Relaxed);
+            Ok(0)
+        }
+        libc::F_GETFD | libc::F_SETFD => {
+            let f = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+            // SAFETY: descriptor flags of the program's descriptor, forwarded.
+            let r = unsafe { f(fd, cmd, arg) };
+            if r < 0 { Err(sys::errno()) } else { Ok(r) }
+        }
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let f = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+            // SAFETY: duplicating the program's descriptor, forwarded.
+            let n = unsafe { f(fd, cmd, arg) };
+            if n < 0 {
+                return Err(sys::errno());
+            }
+            dup_to(obj.clone(), n);
+            Ok(n)
+        }
+        _ => {
+            sys::say(&format!(
+                "fcntl(fd {fd}, command {cmd}) is not supported on a netchannel socket; refused with EINVAL"
+            ));
+            Err(libc::EINVAL)
+        }
+    }
+}
+
+/// ioctl(2) on a virtual socket.
+///
+/// # Safety
+/// `arg` must be what `req` takes (an int pointer for the ones handled).
+pub(crate) unsafe fn ioctl(
+    fd: c_int,
+    obj: &Obj,
+    req: libc::c_ulong,
+    arg: usize,
+) -> Result<c_int, c_int> {
+    let out = arg as *mut c_int;
+    match req {
+        libc::FIONBIO => {
+            if out.is_null() {
+                return Err(libc::EFAULT);
+            }
+            // SAFETY: FIONBIO takes a pointer to int (the caller's contract).
+            let on = unsafe { *out } != 0;
+            obj.nonblock.store(on, Ordering::Relaxed);
+            Ok(0)
+        }
+        libc::FIONREAD | libc::TIOCOUTQ => {
+            if out.is_null() {
+                return Err(libc::EFAULT);
+            }
+            let Kind::Stream { vs, .. } = &obj.kind else {
+                return Err(libc::EINVAL);
+            };
+            let v = if req == libc::FIONREAD {
+                vs.readable_bytes()
+            } else {
+                vs.unacknowledged()
+            };
+            // SAFETY: these take a pointer to int (the caller's contract).
+            unsafe { *out = v.min(c_int::MAX as u64) as c_int };
+            Ok(0)
+        }
+        _ => {
+            sys::say(&format!(
+                "ioctl(fd {fd}, request {req:#x}) is not supported on a netchannel socket; refused with ENOTTY"
+            ));
+            Err(libc::ENOTTY)
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! The library's process-wide state: its settings, the endpoint, and which file descriptors
+//! are virtual sockets. A descriptor the program holds for a virtual socket is an eventfd (a
+//! real kernel object, so its number is the program's and poll/epoll can watch it); the
+//! socket itself lives in [`Obj`].
+//!
+//! Lookups of descriptors that are not ours (nearly every call a program makes) cost one
+//! atomic load: a bitmap says which numbers are ours.
+//!
+//! fork(2): only the calling thread survives in the child, so the endpoint's I/O threads do
+//! not; the child must never touch a virtual socket it inherited (its channels are the
+//! parent's TCP connections: a byte written from the child would corrupt the parent's
+//! stream, and a lock held by a parent thread at the fork stays held). The fork handlers take
+//! this module's locks around the fork, and every object remembers the process that made it.
+
+use crate::config::Settings;
+use crate::sys;
+use libc::c_int;
+use netchannel::{Config, Endpoint, VListener, VSocket};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockWriteGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+/// Descriptors above this are never taken over (a program that reaches them keeps plain TCP
+/// and is told so).
+pub(crate) const MAX_FD: usize = 1 << 16;
+
+pub(crate) struct Bitmap([AtomicU64; MAX_FD / 64]);
+
+impl Bitmap {
+    const fn new() -> Bitmap {
+        Bitmap([const { AtomicU64::new(0) }; MAX_FD / 64])
+    }
+
+    fn get(&self, fd: c_int) -> bool {
+        fd >= 0
+            && (fd as usize) < MAX_FD
+            && self.0[fd as usize / 64].load(Ordering::Acquire) & (1 << (fd % 64)) != 0
+    }
+
+    fn set(&self, fd: c_int, on: bool) {
+        if fd < 0 || fd as usize >= MAX_FD {
+            return;
+        }
+        let bit = 1u64 << (fd % 64);
+        if on {
+            self.0[fd as usize / 64].fetch_or(bit, Ordering::AcqRel);
+        } else {
+            self.0[fd as usize / 64].fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+}
+
+static OURS: Bitmap = Bitmap::new();
+/// epoll descriptors that watch at least one virtual socket.
+pub(crate) static EPOLL_OURS: Bitmap = Bitmap::new();
+static TABLE: RwLock<BTreeMap<c_int, Arc<Obj>>> = RwLock::new(BTreeMap::new());
+static ENDPOINT: Mutex<Option<Arc<Endpoint>>> = Mutex::new(None);
+/// This process's id, set again in a fork's child.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+pub(crate) fn is_ours(fd: c_int) -> bool {
+    OURS.get(fd)
+}
+
+pub(crate) fn epoll_is_ours(fd: c_int) -> bool {
+    EPOLL_OURS.get(fd)
+}
+
+pub(crate) fn set_epoll_ours(fd: c_int, on: bool) {
+    EPOLL_OURS.set(fd, on);
+}
+
+pub(crate) fn get(fd: c_int) -> Option<Arc<Obj>> {
+    if !is_ours(fd) {
+        return None;
+    }
+    TABLE
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&fd)
+        .cloned()
+}
+
+pub(crate) fn insert(fd: c_int, obj: Arc<Obj>) {
+    TABLE
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(fd, obj);
+    OURS.set(fd, true);
+}
+
+pub(crate) fn remove(fd: c_int) -> Option<Arc<Obj>> {
+    if !is_ours(fd) {
+        return None;
+    }
+    OURS.set(fd, false);
+    TABLE.write().unwrap_or_else(|p| p.into_inner()).remove(&fd)
+}
+
+pub(crate) fn pid() -> u32 {
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    let p = std::process::id();
+    PID.store(p, Ordering::Relaxed);
+    p
+}
+
+/// The settings, read once; a program started with settings that do not parse is stopped
+/// before it runs with them (the CLI checks them first, so this is someone setting the
+/// variables by hand).
+pub(crate) fn settings() -> &'static Settings {
+    static S: OnceLock<Settings> = OnceLock::new();
+    S.get_or_init(|| match Settings::from_env(|k| std::env::var(k).ok()) {
+        Ok(s) => s,
+        Err(e) => {
+            sys::say(&format!("bad setting {e}; stopping"));
+            // SAFETY: ends the process; nothing of it is used after.
+            unsafe { libc::_exit(2) }
+        }
+    })
+}
+
+/// The endpoint of this process, made on first use (so a parent that only forks workers, as
+/// nginx's master does, never makes one).
+pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
+    let mut g = ENDPOINT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = &*g {
+        return Ok(e.clone());
+    }
+    let s = settings();
+    let cfg = Config {
+        throughput_channels: s.channels,
+        latency_channels: s.latency_channels,
+        window: s.window,
+        max_frame: s.window.min(1 << 20),
+        // The program's own thread writes its frames when a channel is idle: no hand-off
+        // to the channel's writer per write(2) (as the proxy does).
+        inline_send: true,
+        async_inline_send: true,
+        ..Config::default()
+    };
+    let e = Arc::new(match s.listen {
+        Some(addr) => Endpoint::listen(addr, cfg)?,
+        None => Endpoint::new(cfg)?,
+    });
+    *g = Some(e.clone());
+    Ok(e)
+}
+
+/// Wakes whoever waits on a virtual socket: an eventfd of the object's own (never the
+/// program's descriptor, which the program may close while a waker is still out).
+pub(crate) struct Wake {
+    pub fd: OwnedFd,
+}
+
+impl std::task::Wake for Wake {
+    fn wake(self: Arc<Self>) {
+        sys::kick(self.fd.as_raw_fd());
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        sys::kick(self.fd.as_raw_fd());
+    }
+}
+
+/// Socket options the program set on a virtual socket: kept, read back, and the few that
+/// change behaviour applied (timeouts, SO_LINGER zero).
+#[derive(Default)]
+pub(crate) struct SockState {
+    pub opts: BTreeMap<(c_int, c_int), Vec<u8>>,
+    pub shut_rd: bool,
+    pub linger_abort: bool,
+    pub rcvtimeo: Option<Duration>,
+    pub sndtimeo: Option<Duration>,
+    /// The error poll reported and SO_ERROR has not yet handed out.
+    pub error_taken: bool,
+}
+
+pub(crate) enum Kind {
+    Stream {
+        vs: VSocket,
+        local: SocketAddr,
+        peer: SocketAddr,
+    },
+    Listener {
+        /// The kernel's listening socket (kept so plain TCP clients still connect).
+        real: OwnedFd,
+        port: u16,
+        /// The virtual port, bound on first use by the process that accepts.
+        virt: Mutex<Option<VListener>>,
+        failed: AtomicBool,
+    },
+}
+
+pub(crate) struct Obj {
+    pub kind: Kind,
+    pub wake: Arc<Wake>,
+    pub waker: Waker,
+    /// The process that made it: no other may use it (see the module docs).
+    pub owner: u32,
+    pub nonblock: AtomicBool,
+    pub st: Mutex<SockState>,
+}
+
+impl Obj {
+    pub fn new(kind: Kind, nonblock: bool) -> std::io::Result<Arc<Obj>> {
+        let wake = Arc::new(Wake {
+            fd: sys::eventfd()?,
+        });
+        Ok(Arc::new(Obj {
+            kind,
+            waker: Waker::from(wake.clone()),
+            wake,
+            owner: pid(),
+            nonblock: AtomicBool::new(nonblock),
+            st: Mutex::new(SockState::default()),
+        }))
+    }
+
+    pub fn efd(&self) -> c_int {
+        self.wake.fd.as_raw_fd()
+    }
+
+    pub fn st(&self) -> MutexGuard<'_, SockState> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this process may use it.
+    pub fn usable(&self, call: &str) -> Result<(), c_int> {
+        if self.owner == pid() {
+            return Ok(());
+        }
+        sys::say(&format!(
+            "{call}() on a netchannel socket inherited across fork(): it belongs to process \
+             {} (its channels are that process's connections); refused",
+            self.owner
+        ));
+        Err(libc::EOPNOTSUPP)
+    }
+
+    /// The virtual listener, bound now if this is the first use in this process. None if
+    /// it cannot be (the kernel listener still serves plain TCP clients).
+    pub fn virt(&self) -> Option<MutexGuard<'_, Option<VListener>>> {
+        let Kind::Listener {
+            port, virt, failed, ..
+        } = &self.kind
+        else {
+            return None;
+        };
+        let mut g = virt.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            if failed.load(Ordering::Relaxed) {
+                return None;
+            }
+            match endpoint().and_then(|e| e.bind(*port)) {
+                Ok(l) => {
+                    if settings().verbose {
+                        sys::say(&format!("listening on virtual port {port}"));
+                    }
+                    *g = Some(l);
+                }
+                Err(e) => {
+                    failed.store(true, Ordering::Relaxed);
+                    sys::say(&format!(
+                        "port {port}: netchannel listener not available ({e}); this process \
+                         accepts only plain TCP connections on it"
+                    ));
+                    return None;
+                }
+            }
+        }
+        Some(g)
+    }
+}
+
+impl Drop for Obj {
+    fn drop(&mut self) {
+        if let Kind::Stream { vs, .. } = &self.kind {
+            let abort = self.st.get_mut().is_ok_and(|s| s.linger_abort);
+            if abort {
+                vs.abort(netchannel::RstReason::Aborted);
+            }
+        }
+    }
+}
+
+/// Releases an object: the last reference closes the virtual socket (FIN, or RST with
+/// SO_LINGER 0), except in a process that did not make it, which must not touch the
+/// parent's channels and leaks it instead.
+pub(crate) fn release(obj: Arc<Obj>) {
+    if obj.owner != pid() {
+        std::mem::forget(obj);
+    }
+}
+
+thread_local! {
+    static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+}
+
+type Held = (
+    RwLockWriteGuard<'static, BTreeMap<c_int, Arc<Obj>>>,
+    MutexGuard<'static, Option<Arc<Endpoint>>>,
+    crate::epoll::Held,
+);
+
+extern "C" fn before_fork() {
+    let held = (
+        TABLE.write().unwrap_or_else(|p| p.into_inner()),
+        ENDPOINT.lock().unwrap_or_else(|p| p.into_inner()),
+        crate::epoll::hold(),
+    );
+    HELD.with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn after_fork_parent() {
+    HELD.with(|h| h.borrow_mut().take());
+}
+
+extern "C" fn after_fork_child() {
+    PID.store(std::process::id(), Ordering::Relaxed);
+    HELD.with(|h| {
+        if let Some(mut held) = h.borrow_mut().take() {
+            // The parent's endpoint is of no use here (its threads are gone); the child makes
+            // its own if it ever needs one. Forgotten, not dropped: dropping would close the
+            // parent's channels from here.
+            if let Some(e) = held.1.take() {
+                std::mem::forget(e);
+            }
+        }
+    });
+}
+
+/// Registers the fork handlers; called once from the library's constructor.
+pub(crate) fn init() {
+    pid();
+    // SAFETY: the handlers are plain extern "C" functions that live as long as the process.
+    unsafe {
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        )
+    };
+}

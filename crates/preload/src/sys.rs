@@ -1,0 +1,141 @@
+//! The C library's own definitions of the calls this library interposes, found with
+//! `dlsym(RTLD_NEXT)`, and small helpers over them. Every call the library makes for itself
+//! goes through these, never through its own hooks.
+
+use libc::{c_int, c_void};
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Looks up the next definition of `name` (NUL-terminated) after this library.
+pub(crate) fn resolve(cache: &AtomicUsize, name: &'static [u8]) -> usize {
+    let p = cache.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: `name` is a NUL-terminated byte string with static lifetime; dlsym only reads it.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    if f == 0 {
+        let msg = b"netsteer-preload: the C library has no definition of an interposed call\n";
+        // SAFETY: writes a static buffer to stderr; abort ends the process (nothing to call).
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::abort();
+        }
+    }
+    cache.store(f, Ordering::Relaxed);
+    f
+}
+
+/// `real!(name: fn(args) -> ret)`: the C library's `name`, as a function pointer.
+macro_rules! real {
+    ($name:ident : fn($($a:ty),*) -> $r:ty) => {{
+        static CACHE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let p = $crate::sys::resolve(&CACHE, concat!(stringify!($name), "\0").as_bytes());
+        // SAFETY: `p` is the address dlsym gave for this symbol, whose C prototype is the
+        // one written here (man 2 / glibc headers); a function pointer and usize have the
+        // same size on Linux.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($a),*) -> $r>(p) }
+    }};
+}
+pub(crate) use real;
+
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() = e };
+}
+
+pub(crate) fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The errno a user of a socket would see for `e`.
+pub(crate) fn errno_of(e: &io::Error) -> c_int {
+    if let Some(n) = e.raw_os_error() {
+        return n;
+    }
+    use io::ErrorKind::*;
+    match e.kind() {
+        WouldBlock => libc::EAGAIN,
+        BrokenPipe => libc::EPIPE,
+        ConnectionReset => libc::ECONNRESET,
+        ConnectionRefused => libc::ECONNREFUSED,
+        ConnectionAborted => libc::ECONNABORTED,
+        NotConnected => libc::ENOTCONN,
+        TimedOut => libc::ETIMEDOUT,
+        AddrInUse => libc::EADDRINUSE,
+        AddrNotAvailable => libc::EADDRNOTAVAIL,
+        InvalidInput => libc::EINVAL,
+        InvalidData => libc::EPROTO,
+        Interrupted => libc::EINTR,
+        _ => libc::EIO,
+    }
+}
+
+/// One line on stderr, written with one write(2) (no allocation-free guarantee is needed:
+/// this runs only on unsupported use and start-up failures).
+pub(crate) fn say(msg: &str) {
+    let line = format!("netsteer-preload[{}]: {msg}\n", std::process::id());
+    let write = real!(write: fn(c_int, *const c_void, usize) -> isize);
+    // SAFETY: the buffer is valid for its length for the duration of the call.
+    unsafe { write(2, line.as_ptr().cast(), line.len()) };
+}
+
+pub(crate) fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system call; the result is checked before use.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads an eventfd's counter away (it is non-blocking): a waiter that woke looks again.
+pub(crate) fn drain(fd: c_int) {
+    let mut v = 0u64;
+    let read = real!(read: fn(c_int, *mut c_void, usize) -> isize);
+    // SAFETY: `v` is 8 writable bytes, the size an eventfd read takes.
+    unsafe { read(fd, (&raw mut v).cast(), 8) };
+}
+
+/// Adds one to an eventfd: wakes whoever polls it.
+pub(crate) fn kick(fd: c_int) {
+    let v = 1u64;
+    let write = real!(write: fn(c_int, *const c_void, usize) -> isize);
+    // SAFETY: `v` is 8 readable bytes, the size an eventfd write takes.
+    unsafe { write(fd, (&raw const v).cast(), 8) };
+}
+
+/// Polls `fds` for POLLIN until one is readable or `timeout_ms` (-1: none) passes.
+/// Err(EINTR) when a signal came.
+pub(crate) fn wait_readable(fds: &[c_int], timeout_ms: c_int) -> Result<(), c_int> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let poll = real!(poll: fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int);
+    // SAFETY: `p` is a valid array of `p.len()` pollfd structs.
+    let n = unsafe { poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// getsockopt for an int-sized option of a real socket.
+pub(crate) fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    let get =
+        real!(getsockopt: fn(c_int, c_int, c_int, *mut c_void, *mut libc::socklen_t) -> c_int);
+    // SAFETY: `v` and `len` are valid for writes of their sizes.
+    let r = unsafe { get(fd, level, name, (&raw mut v).cast(), &raw mut len) };
+    (r == 0).then_some(v)
+}
