@@ -454,3 +454,122 @@ fn redis_cli_pub_sub_and_monitor_preloaded() {
         "{mon_out}"
     );
 }
+
+/// nginx (master and one worker: the worker adopts the listener its master made) serving a
+/// 300 KB file with sendfile and keep-alive to curl and wrk, all preloaded.
+#[test]
+fn nginx_and_wrk_preloaded() {
+    if let Err(why) = tools_present() {
+        return cannot_run(&why);
+    }
+    for tool in ["nginx", "wrk", "curl"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return cannot_run(&format!(
+                "{tool} is not installed (Debian nginx-light, wrk, curl)"
+            ));
+        }
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("html");
+    std::fs::create_dir(&root).unwrap();
+    let blob: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(root.join("blob"), &blob).unwrap();
+    let d = dir.path().display();
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "user root;\nworker_processes 1;\ndaemon off;\nerror_log stderr warn;\npid {d}/nginx.pid;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{ access_log off; sendfile on; tcp_nopush on; keepalive_timeout 30;\n\
+             client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;\n\
+             uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+             server {{ listen {SERVER_ADDR}:8080; root {}; }} }}\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    let listen = format!("{SERVER_ADDR}:{CHANNEL_PORT}");
+    let conf_s = conf.to_str().unwrap();
+    let prefix = dir.path().to_str().unwrap();
+    let server = spawn(
+        &pair.server,
+        &preloaded(
+            &["--listen", &listen, "--ports", "8080"],
+            &["nginx", "-e", "stderr", "-p", prefix, "-c", conf_s],
+        ),
+        &[],
+    );
+    wait_port(&pair.server, SERVER_ADDR, 8080);
+    let role = ["--peer", &listen, "--ports", "8080", "--channels", "2"];
+    let url = format!("http://{SERVER_ADDR}:8080/blob");
+    // The worker binds the virtual port when its event loop first watches the listener.
+    let got = [dir.path().join("got1"), dir.path().join("got2")];
+    let got_s: Vec<String> = got
+        .iter()
+        .map(|g| g.to_str().unwrap().to_string())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut c = spawn(
+            &pair.client,
+            &preloaded(
+                &role,
+                &["curl", "-sf", "-o", &got_s[0], &url, "-o", &got_s[1], &url],
+            ),
+            &[],
+        );
+        let ok = c.0.as_mut().unwrap().wait().unwrap().success();
+        if ok {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "curl never got the file over netchannel"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Two requests on one keep-alive connection.
+    for g in &got {
+        assert!(
+            std::fs::read(g).unwrap() == blob,
+            "curl got other bytes than the file"
+        );
+    }
+    let text = spawn(
+        &pair.client,
+        &preloaded(&role, &["wrk", "-t2", "-c16", "-d2s", &url]),
+        &[],
+    )
+    .finish("wrk");
+    assert!(
+        !text.contains("Socket errors") && !text.contains("Non-2xx"),
+        "{text}"
+    );
+    let requests: u64 = text
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(requests >= 16, "{text}");
+    let (_, err) = server.stop();
+    for bad in [
+        "refused",
+        "not supported",
+        "inherited",
+        "panicked",
+        "[alert]",
+        "[crit]",
+    ] {
+        assert!(!err.contains(bad), "nginx's stderr: {err}");
+    }
+}

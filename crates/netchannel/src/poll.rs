@@ -127,9 +127,9 @@ impl VSocket {
         Poll::Ready(Ok(n))
     }
 
-    /// The socket's readiness now. With a context, each side that is not ready keeps its
-    /// waker, so the caller hears of the change (a persistent waker, as an event loop has,
-    /// can be left again on every call).
+    /// The socket's readiness now. With a context, the waker stays for the next arrival,
+    /// and for credit or channel space when the socket is not writable, so the caller hears
+    /// of the change (a persistent waker, as an event loop has, can be left on every call).
     pub fn readiness(&self, mut cx: Option<&mut Context<'_>>) -> Readiness {
         let mut r = Readiness::default();
         {
@@ -137,9 +137,9 @@ impl VSocket {
             r.read_closed = rx.re.at_eof();
             r.error = rx.error.is_some();
             r.readable = rx.re.readable() > 0 || r.read_closed || r.error;
-            if !r.readable
-                && let Some(cx) = cx.as_deref_mut()
-            {
+            // Kept even when readable: an edge-triggered waiter expects to hear of every
+            // arrival (the kernel wakes epoll on each one), read to EAGAIN or not.
+            if let Some(cx) = cx.as_deref_mut() {
                 rx.waker = Some(cx.waker().clone());
             }
         }

@@ -24,9 +24,24 @@ struct Reg {
     events: u32,
     data: u64,
     disabled: bool,
-    /// Descriptors in the shadow for this registration (dups, so the same socket can sit
-    /// in several sets under several numbers).
-    watch: Vec<OwnedFd>,
+    /// Descriptors in the shadow for this registration.
+    watch: Vec<Watch>,
+}
+
+/// A descriptor watched by a shadow set: the object's own (removed from the set by number),
+/// or a dup made for a second registration of the same socket (closed with it).
+enum Watch {
+    Shared(c_int),
+    Own(OwnedFd),
+}
+
+impl Watch {
+    fn fd(&self) -> c_int {
+        match self {
+            Watch::Shared(fd) => *fd,
+            Watch::Own(o) => o.as_raw_fd(),
+        }
+    }
 }
 
 pub(crate) struct EpState {
@@ -109,7 +124,7 @@ pub(crate) fn ctl(
                 return Err(sys::errno());
             }
             // SAFETY: `s` is a new descriptor owned by nobody else.
-            let shadow = unsafe { OwnedFd::from_raw_fd(s) };
+            let shadow = sys::move_high(unsafe { OwnedFd::from_raw_fd(s) });
             // Fails with EINVAL/EBADF when `epfd` is not an epoll set: the program's error.
             ctl_real(
                 epfd,
@@ -138,19 +153,25 @@ pub(crate) fn ctl(
                 return Err(libc::EEXIST);
             }
             let ev = ev.ok_or(libc::EFAULT)?;
-            let mut watch = vec![dup_cloexec(obj.efd())?];
-            if let Kind::Listener { real, .. } = &obj.kind {
-                watch.push(dup_cloexec(real.as_raw_fd())?);
-            }
+            // The object's own eventfd goes in as it is; a second registration of the same
+            // socket in this set (under a dup'ed number) needs a descriptor of its own.
             let shadow = s.shadow.as_raw_fd();
-            for w in &watch {
-                ctl_real(
-                    shadow,
-                    libc::EPOLL_CTL_ADD,
-                    w.as_raw_fd(),
-                    (libc::EPOLLIN | libc::EPOLLET) as u32,
-                    fd as u64,
-                )?;
+            let mut watch = Vec::new();
+            let mut fds = vec![obj.efd()];
+            if let Kind::Listener { real, .. } = &obj.kind {
+                fds.push(real.as_raw_fd());
+            }
+            for wfd in fds {
+                let ev = (libc::EPOLLIN | libc::EPOLLET) as u32;
+                match ctl_real(shadow, libc::EPOLL_CTL_ADD, wfd, ev, fd as u64) {
+                    Ok(()) => watch.push(Watch::Shared(wfd)),
+                    Err(libc::EEXIST) => {
+                        let own = dup_cloexec(wfd)?;
+                        ctl_real(shadow, libc::EPOLL_CTL_ADD, own.as_raw_fd(), ev, fd as u64)?;
+                        watch.push(Watch::Own(own));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             s.regs.insert(
                 fd,
@@ -189,13 +210,7 @@ pub(crate) fn ctl(
 
 fn unwatch(s: &EpState, r: Reg) {
     for w in &r.watch {
-        let _ = ctl_real(
-            s.shadow.as_raw_fd(),
-            libc::EPOLL_CTL_DEL,
-            w.as_raw_fd(),
-            0,
-            0,
-        );
+        let _ = ctl_real(s.shadow.as_raw_fd(), libc::EPOLL_CTL_DEL, w.fd(), 0, 0);
     }
     state::release(r.obj);
 }

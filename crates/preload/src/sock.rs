@@ -145,13 +145,13 @@ pub(crate) fn listen(fd: c_int, backlog: c_int) -> Result<Option<()>, c_int> {
         return Err(sys::errno());
     }
     // SAFETY: `hidden` is a new descriptor owned by nobody else.
-    let real_fd = unsafe { OwnedFd::from_raw_fd(hidden) };
+    let real_fd = sys::move_high(unsafe { OwnedFd::from_raw_fd(hidden) });
     // The hidden listener never blocks: accept waits on it with poll.
     // SAFETY: F_GETFL/F_SETFL on our own descriptor.
     unsafe {
-        let fl = fcntl(hidden, libc::F_GETFL, 0);
+        let fl = fcntl(real_fd.as_raw_fd(), libc::F_GETFL, 0);
         fcntl(
-            hidden,
+            real_fd.as_raw_fd(),
             libc::F_SETFL,
             libc::c_long::from(fl | libc::O_NONBLOCK),
         );
@@ -429,7 +429,11 @@ pub(crate) fn shutdown(obj: &Obj, how: c_int) -> Result<(), c_int> {
 /// close(2) of a virtual socket's descriptor.
 pub(crate) fn close(fd: c_int) -> c_int {
     let obj = state::remove(fd);
-    if obj.is_some() && obj.as_ref().is_some_and(|o| o.owner == state::pid()) {
+    if obj.is_some()
+        && obj
+            .as_ref()
+            .is_some_and(|o| o.owner.load(Ordering::Acquire) == state::pid())
+    {
         epoll::forget_fd(fd);
     }
     let close = real!(close: fn(c_int) -> c_int);

@@ -202,8 +202,10 @@ pub(crate) struct Obj {
     pub kind: Kind,
     pub wake: Arc<Wake>,
     pub waker: Waker,
-    /// The process that made it: no other may use it (see the module docs).
-    pub owner: u32,
+    /// The process that may use it (see the module docs): the one that made it, or for a
+    /// listener whose virtual port was never bound, the first process that uses it (nginx's
+    /// master listens, its worker accepts).
+    pub owner: AtomicU32,
     pub nonblock: AtomicBool,
     pub st: Mutex<SockState>,
 }
@@ -217,7 +219,7 @@ impl Obj {
             kind,
             waker: Waker::from(wake.clone()),
             wake,
-            owner: pid(),
+            owner: AtomicU32::new(pid()),
             nonblock: AtomicBool::new(nonblock),
             st: Mutex::new(SockState::default()),
         }))
@@ -233,13 +235,24 @@ impl Obj {
 
     /// Whether this process may use it.
     pub fn usable(&self, call: &str) -> Result<(), c_int> {
-        if self.owner == pid() {
+        let owner = self.owner.load(Ordering::Acquire);
+        if owner == pid() {
+            return Ok(());
+        }
+        if let Kind::Listener { virt, failed, .. } = &self.kind
+            && !failed.load(Ordering::Relaxed)
+            // try_lock: a lock some thread of the parent held at the fork stays held here.
+            && virt.try_lock().is_ok_and(|g| g.is_none())
+            && self
+                .owner
+                .compare_exchange(owner, pid(), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
             return Ok(());
         }
         sys::say(&format!(
             "{call}() on a netchannel socket inherited across fork(): it belongs to process \
-             {} (its channels are that process's connections); refused",
-            self.owner
+             {owner} (its channels are that process's connections); refused"
         ));
         Err(libc::EOPNOTSUPP)
     }
@@ -294,7 +307,7 @@ impl Drop for Obj {
 /// SO_LINGER 0), except in a process that did not make it, which must not touch the
 /// parent's channels and leaks it instead.
 pub(crate) fn release(obj: Arc<Obj>) {
-    if obj.owner != pid() {
+    if obj.owner.load(Ordering::Acquire) != pid() {
         std::mem::forget(obj);
     }
 }

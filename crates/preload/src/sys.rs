@@ -90,7 +90,33 @@ pub(crate) fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    let own = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    Ok(move_high(own))
+}
+
+/// Moves a descriptor of the library's own to the upper half of the descriptor limit, out
+/// of the range a program sizes its tables by (wrk's event loop takes 10 + 3 per
+/// connection, and a kernel socket is one descriptor where a virtual one is two). Stays
+/// where it is when the limit is small or the upper half is full.
+pub(crate) fn move_high(own: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is valid for writes.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } != 0 || lim.rlim_cur < 512 {
+        return own;
+    }
+    let base = (lim.rlim_cur / 2).min(c_int::MAX as u64) as libc::c_long;
+    let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
+    let n = unsafe { fcntl(own.as_raw_fd(), libc::F_DUPFD_CLOEXEC, base) };
+    if n < 0 {
+        return own;
+    }
+    // SAFETY: `n` is a new descriptor owned by nobody else; `own` is closed on return.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(n) }
 }
 
 /// Reads an eventfd's counter away (it is non-blocking): a waiter that woke looks again.
