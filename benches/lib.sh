@@ -16,7 +16,7 @@ in_lab() {
   while [ $# -gt 0 ] && [ "$1" != -- ]; do flags+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   if [ -z "${NETSTEER_LAB_SERVER_NS:-}" ]; then
-    cargo build --release -q -p netsteer
+    cargo build --release -q -p netsteer -p netsteer-preload
     exec "$bin" lab with "${flags[@]}" -- "$self" "$@"
   fi
   nsa=$NETSTEER_LAB_CLIENT_NS; nsb=$NETSTEER_LAB_SERVER_NS

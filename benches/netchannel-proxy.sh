@@ -6,13 +6,16 @@
 #   proxy   netsteer netchannel proxy client → CHANNELS channels → proxy server → redis-server
 #   mptcp   mptcpize (Debian mptcpd) on both programs: one MPTCP connection per client with
 #           CHANNELS subflows (CHANNELS-1 extra client addresses as `subflow` endpoints)
-# The three are alternated within each pair (the order rotates pair by pair); each prints
+#   haproxy the proxy pair's anchor of its kind: two HAProxy instances in TCP mode on the same
+#           path (client side 127.0.0.1:6382 → server side SERVER:7800 → redis-server), each with
+#           HAProxy's default threads
+# The four are alternated within each pair (the order rotates pair by pair); each prints
 # requests/s and p99 per test (redis-benchmark --csv), and the summary gives min/median/max
-# over the pairs and the per-pair ratio against direct TCP.
+# over the pairs and the per-pair ratio against direct TCP (and the proxy's against HAProxy's).
 # redis-server is pinned to CPU 1 and redis-benchmark to CPU 0; the proxies are not pinned
 # (on a 2-CPU machine they share both CPUs with the programs, as a sidecar would).
 # Usage: benches/netchannel-proxy.sh [PAIRS (5)] [REQUESTS (100000)] [CHANNELS (2)] [CLIENTS (8)]
-# Needs root, iproute2, redis-server, redis-tools, mptcpd, python3.
+# Needs root, iproute2, redis-server, redis-tools, mptcpd, haproxy, python3.
 set -euo pipefail
 pairs=${1:-5}
 requests=${2:-100000}
@@ -53,11 +56,23 @@ sleep 0.5
 ip netns exec $nsa "$bin" netchannel proxy client --peer $server_addr:7700 \
   --route 127.0.0.1:6380=6379 --channels $channels --latency-channels 0 >"$work/client.out" 2>"$work/client.log" &
 pids+=($!)
+haproxy_cfg() { # bind target
+  printf 'global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n'
+  printf 'listen redis\n  bind %s\n  server s1 %s\n' "$1" "$2"
+}
+haproxy_cfg $server_addr:7800 127.0.0.1:6379 > "$work/haproxy-server.cfg"
+haproxy_cfg 127.0.0.1:6382 $server_addr:7800 > "$work/haproxy-client.cfg"
+ip netns exec $nsb haproxy -db -f "$work/haproxy-server.cfg" >"$work/haproxy-server.log" 2>&1 &
+pids+=($!)
+ip netns exec $nsa haproxy -db -f "$work/haproxy-client.cfg" >"$work/haproxy-client.log" 2>&1 &
+pids+=($!)
 for t in 1 2 3 4 5 6 7 8 9 10; do
-  ip netns exec $nsa redis-cli -h 127.0.0.1 -p 6380 ping >/dev/null 2>&1 && break
+  ip netns exec $nsa redis-cli -h 127.0.0.1 -p 6380 ping >/dev/null 2>&1 &&
+    ip netns exec $nsa redis-cli -h 127.0.0.1 -p 6382 ping >/dev/null 2>&1 && break
   sleep 0.3
 done
 ip netns exec $nsa redis-cli -h 127.0.0.1 -p 6380 ping | grep -q PONG
+ip netns exec $nsa redis-cli -h 127.0.0.1 -p 6382 ping | grep -q PONG
 
 run() { # mode pipeline → CSV lines "mode,P,test,rps,p99"
   local mode=$1 p=$2 target
@@ -65,17 +80,18 @@ run() { # mode pipeline → CSV lines "mode,P,test,rps,p99"
     direct) target=(redis-benchmark -h $server_addr -p 6379) ;;
     proxy) target=(redis-benchmark -h 127.0.0.1 -p 6380) ;;
     mptcp) target=(mptcpize run redis-benchmark -h $server_addr -p 6381) ;;
+    haproxy) target=(redis-benchmark -h 127.0.0.1 -p 6382) ;;
   esac
   ip netns exec $nsa taskset -c 0 "${target[@]}" -t set,get -n $requests -d 4096 -P $p -c $clients --csv 2>/dev/null |
     awk -F'"?,"?' -v m=$mode -v p=$p 'NR > 1 { gsub(/"/, ""); print m "," p "," $1 "," $2 "," $7 }'
 }
 
 echo "channels: $channels; clients: $clients; requests per test: $requests; pairs: $pairs"
-modes=(direct proxy mptcp)
+modes=(direct proxy mptcp haproxy)
 for p in 1 16; do
   for pair in $(seq 1 $pairs); do
-    for k in 0 1 2; do
-      run ${modes[$(( (pair + k) % 3 ))]} $p | tee -a "$work/results.csv"
+    for k in 0 1 2 3; do
+      run ${modes[$(( (pair + k) % 4 ))]} $p | tee -a "$work/results.csv"
     done
   done
 done
@@ -101,6 +117,14 @@ for (p, test, mode), v in sorted(data.items(), key=lambda kv: (int(kv[0][0]), kv
         r = [a / b for a, b in zip(rps, direct)]
         ratio = f"{min(r):.2f}/{st.median(r):.2f}/{max(r):.2f}"
     print(f"{p:>3} {test:<4} {mode:<7} {mmm(rps):>26} {st.median(p99):>10.3f} {ratio:>36}")
+print("proxy ÷ haproxy, requests/s per pair, min/med/max:")
+for (p, test, mode), v in sorted(data.items(), key=lambda kv: (int(kv[0][0]), kv[0][1], kv[0][2])):
+    if mode != "proxy":
+        continue
+    h = [x for x, _ in data.get((p, test, "haproxy"), [])]
+    r = [a / b for (a, _), b in zip(v, h)]
+    if r:
+        print(f"{p:>3} {test:<4} {min(r):.2f}/{st.median(r):.2f}/{max(r):.2f}")
 EOF
 echo "proxy logs (channel events, failures):"
 cat "$work/client.log" "$work/server.log"
