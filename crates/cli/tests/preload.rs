@@ -573,3 +573,77 @@ fn nginx_and_wrk_preloaded() {
         assert!(!err.contains(bad), "nginx's stderr: {err}");
     }
 }
+
+/// What a program may do that Redis and nginx do not: a Python client (CPython's socket
+/// module: poll for timeouts, select, MSG_PEEK, an option the library refuses, a fork whose
+/// child touches the parent's virtual socket, shutdown) against preloaded redis-server.
+#[test]
+fn odd_calls_are_answered_or_refused_by_name() {
+    if let Err(why) = tools_present() {
+        return cannot_run(&why);
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = start_redis(1);
+    let script = format!(
+        r#"
+import errno, os, select, socket, sys
+s = socket.create_connection(("{SERVER_ADDR}", 6379), timeout=10)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+assert s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+try:
+    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    sys.exit("TCP_INFO answered")
+except OSError as e:
+    assert e.errno == errno.ENOPROTOOPT, e
+s.sendall(b"*1\r\n$4\r\nPING\r\n")
+r, _, _ = select.select([s], [], [], 10)
+assert r == [s], r
+assert s.recv(2, socket.MSG_PEEK) == b"+P"
+assert s.recv(7) == b"+PONG\r\n"
+pid = os.fork()
+if pid == 0:
+    try:
+        s.send(b"*1\r\n$4\r\nPING\r\n")
+        os._exit(3)
+    except OSError as e:
+        os._exit(0 if e.errno == errno.EOPNOTSUPP else 4)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+want = b"+OK\r\n$5\r\nhello\r\n"
+got = b""
+while len(got) < len(want):
+    got += s.recv(100)
+assert got == want, got
+peer = s.getpeername()
+assert peer == ("{SERVER_ADDR}", 6379), peer
+s.shutdown(socket.SHUT_WR)
+assert s.recv(10) == b"", "no EOF after our FIN"
+s.close()
+print("all good")
+"#
+    );
+    let role = ["--peer", &r.listen, "--ports", "6379"];
+    let mut run = spawn(
+        &r.pair.client,
+        &preloaded(&role, &["python3", "-c", &script]),
+        &[],
+    );
+    let out = run.0.take().unwrap().wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert!(stdout.contains("all good"), "{stdout} {stderr}");
+    // Each refusal named its call on stderr.
+    assert!(
+        stderr.contains("getsockopt(") && stderr.contains("not supported"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("inherited across fork()") && stderr.contains("send()"),
+        "{stderr}"
+    );
+}
