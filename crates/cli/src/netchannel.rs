@@ -51,6 +51,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES",
           value_parser = clap::value_parser!(u32).range(65536..=256 << 20))]
     window: u32,
+    /// Receive memory one peer's session may hold (its open sockets × --window), in bytes; a
+    /// peer may hold 4 sessions, so 4× this bounds what one peer can make the program buffer.
+    #[arg(long, default_value_t = 256 << 20, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range((1 << 20)..=(1 << 40)))]
+    session_memory: u64,
     /// The preload library (default: beside this binary, then /usr/lib/netsteer).
     #[arg(long, value_name = "PATH")]
     preload: Option<std::path::PathBuf>,
@@ -300,6 +305,7 @@ fn run_preloaded(a: &RunArgs) -> Result<ExitCode> {
         latency_channels: a.latency_channels,
         window: a.window,
         verbose: a.verbose,
+        session_memory: a.session_memory,
     };
     if let Err(e) = settings.check() {
         let name = match e.name {
@@ -308,6 +314,7 @@ fn run_preloaded(a: &RunArgs) -> Result<ExitCode> {
             env::ENV_LATENCY_PORTS => "--latency-ports",
             env::ENV_LATENCY_CHANNELS => "--latency-channels",
             env::ENV_LISTEN => "--listen",
+            env::ENV_SESSION_MEMORY => "--session-memory",
             other => other,
         };
         bail!("{name}: {}", e.why);

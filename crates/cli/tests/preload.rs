@@ -222,11 +222,16 @@ struct Redis {
 }
 
 fn start_redis(channels: u16) -> Redis {
+    start_redis_with(channels, &[])
+}
+
+fn start_redis_with(channels: u16, extra: &[&str]) -> Redis {
     let pair = Pair::create(1);
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("{SERVER_ADDR}:{CHANNEL_PORT}");
     let d = dir.path().to_str().unwrap().to_string();
-    let role = ["--listen", &listen, "--ports", "6379"];
+    let mut role = vec!["--listen", listen.as_str(), "--ports", "6379"];
+    role.extend_from_slice(extra);
     let server = spawn(
         &pair.server,
         &preloaded(
@@ -646,4 +651,53 @@ print("all good")
         stderr.contains("inherited across fork()") && stderr.contains("send()"),
         "{stderr}"
     );
+}
+
+/// A peer that opens more than a preloaded program allows: with --session-memory 4 MiB and a
+/// 1 MiB window, one session holds 4 virtual sockets and a fifth is refused; one peer holds 4
+/// sessions and a fifth is refused; what was accepted keeps working.
+#[test]
+fn one_peer_is_held_to_its_memory_bound() {
+    if let Err(why) = tools_present() {
+        return cannot_run(&why);
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = start_redis_with(1, &["--session-memory", "4194304", "--window", "1048576"]);
+    let peer: std::net::SocketAddr = r.listen.parse().unwrap();
+    in_netns(&r.pair.client.path(), || {
+        use netchannel::{Config, Endpoint, SocketOptions};
+        let cfg = || Config {
+            window: 1 << 20,
+            latency_channels: 0,
+            ..Config::default()
+        };
+        let first = Endpoint::new(cfg()).unwrap();
+        let mut socks: Vec<_> = (0..4)
+            .map(|i| {
+                first
+                    .connect(peer, 6379, SocketOptions::default())
+                    .unwrap_or_else(|e| panic!("socket {i}: {e}"))
+            })
+            .collect();
+        let over = first.connect(peer, 6379, SocketOptions::default());
+        assert!(over.is_err(), "a fifth socket in one session was accepted");
+        let mut more = Vec::new();
+        for i in 1..4 {
+            let e = Endpoint::new(cfg()).unwrap();
+            e.connect(peer, 6379, SocketOptions::default())
+                .unwrap_or_else(|err| panic!("session {i}: {err}"));
+            more.push(e);
+        }
+        let fifth = Endpoint::new(cfg()).unwrap();
+        assert!(
+            fifth.connect(peer, 6379, SocketOptions::default()).is_err(),
+            "a fifth session from one peer was accepted"
+        );
+        // The sockets inside the bound still work.
+        let s = &mut socks[0];
+        s.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let mut got = [0u8; 7];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"+PONG\r\n");
+    });
 }

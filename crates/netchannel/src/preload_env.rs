@@ -24,8 +24,14 @@ pub const ENV_LATENCY_CHANNELS: &str = "NETSTEER_NC_LATENCY_CHANNELS";
 pub const ENV_WINDOW: &str = "NETSTEER_NC_WINDOW";
 /// `1`: one line on stderr per socket taken over.
 pub const ENV_VERBOSE: &str = "NETSTEER_NC_VERBOSE";
+/// Receive memory one peer's session may hold (its open sockets × the window), in bytes.
+pub const ENV_SESSION_MEMORY: &str = "NETSTEER_NC_SESSION_MEMORY";
 
-const ALL: [&str; 8] = [
+/// Sessions one peer address may hold with a preloaded program (a peer normally has one per
+/// process that talks to it).
+pub const SESSIONS_PER_PEER: usize = 4;
+
+const ALL: [&str; 9] = [
     ENV_PEERS,
     ENV_LISTEN,
     ENV_PORTS,
@@ -34,6 +40,7 @@ const ALL: [&str; 8] = [
     ENV_LATENCY_CHANNELS,
     ENV_WINDOW,
     ENV_VERBOSE,
+    ENV_SESSION_MEMORY,
 ];
 
 /// The most channels of one class (netchannel's limit is 64 in all).
@@ -49,6 +56,9 @@ pub struct Settings {
     pub latency_channels: u16,
     pub window: u32,
     pub verbose: bool,
+    /// Bounds what one session may make this side buffer: with [`SESSIONS_PER_PEER`], one
+    /// peer's memory is at most `SESSIONS_PER_PEER × session_memory`.
+    pub session_memory: u64,
 }
 
 impl Default for Settings {
@@ -62,6 +72,7 @@ impl Default for Settings {
             latency_channels: 1,
             window: 1 << 20,
             verbose: false,
+            session_memory: 256 << 20,
         }
     }
 }
@@ -152,6 +163,9 @@ impl Settings {
         if let Some(v) = get(ENV_WINDOW) {
             s.window = parse_num(ENV_WINDOW, &v, 65536, 256 << 20)?;
         }
+        if let Some(v) = get(ENV_SESSION_MEMORY) {
+            s.session_memory = parse_num(ENV_SESSION_MEMORY, &v, 1 << 20, 1 << 40)?;
+        }
         s.verbose = get(ENV_VERBOSE).is_some_and(|v| v == "1");
         s.check()?;
         Ok(s)
@@ -187,6 +201,13 @@ impl Settings {
                 "latency ports need at least one latency channel",
             ));
         }
+        if self.session_memory < u64::from(self.window) {
+            return Err(bad(
+                ENV_SESSION_MEMORY,
+                &self.session_memory.to_string(),
+                format!("smaller than one socket's window ({})", self.window),
+            ));
+        }
         if let Some(l) = self.listen
             && (self.ports.contains(&l.port()) || self.latency_ports.contains(&l.port()))
         {
@@ -219,6 +240,7 @@ impl Settings {
             (ENV_LATENCY_CHANNELS, self.latency_channels.to_string()),
             (ENV_WINDOW, self.window.to_string()),
             (ENV_VERBOSE, if self.verbose { "1" } else { "0" }.into()),
+            (ENV_SESSION_MEMORY, self.session_memory.to_string()),
         ]
     }
 
@@ -285,6 +307,7 @@ mod tests {
             latency_channels: 2,
             window: 1 << 21,
             verbose: true,
+            session_memory: 64 << 20,
         };
         let vars: HashMap<String, String> = s
             .to_env()

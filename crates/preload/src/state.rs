@@ -143,6 +143,8 @@ pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
         // to the channel's writer per write(2) (as the proxy does).
         inline_send: true,
         async_inline_send: true,
+        session_memory: s.session_memory,
+        max_sessions_per_peer: netchannel::preload_env::SESSIONS_PER_PEER,
         ..Config::default()
     };
     let e = Arc::new(match s.listen {
