@@ -625,6 +625,21 @@ impl Drop for VSocket {
                 );
                 self.session.send_control(&self.shared, f);
             } else {
+                // Everything that arrived was read and nothing more will be: the peer hears
+                // so now (as TCP acknowledges what it received before close). Without this a
+                // reader that closes before reading EOF leaves its last bytes unreported, and
+                // the peer's socket lingers for ever (HTTP with `Connection: close` did).
+                let last = {
+                    let mut rx = lock(&self.shared.rx);
+                    let consumed = rx.re.consumed();
+                    (consumed > rx.advertised).then(|| {
+                        rx.advertised = consumed;
+                        consumed
+                    })
+                };
+                if let Some(c) = last {
+                    self.send_credit(c);
+                }
                 let _ = self.shutdown_write();
                 let tx = lock(&self.shared.tx);
                 if !tx.all_acknowledged() && tx.error.is_none() {

@@ -240,3 +240,42 @@ fn refused_ports_and_unread_data_reset() {
     .unwrap_err();
     assert!(e.to_string().contains("channels"), "{e}");
 }
+
+/// Request, reply, close, neither side reading EOF (HTTP with `Connection: close`): each
+/// close reports what it read, so both sides forget their sockets instead of lingering for a
+/// CREDIT that would never come.
+#[test]
+fn sockets_closed_before_eof_are_forgotten_on_both_sides() {
+    let (server, client) = pair(Config::default(), cfg(2, Policy::default()));
+    let listener = server.bind(80).unwrap();
+    let t = thread::spawn(move || {
+        for _ in 0..50 {
+            let mut s = listener.accept().unwrap();
+            let mut req = [0u8; 5];
+            s.read_exact(&mut req).unwrap();
+            s.write_all(b"reply").unwrap();
+            // Dropped without reading EOF.
+        }
+    });
+    for _ in 0..50 {
+        let mut s = client
+            .connect(server.local_addr().unwrap(), 80, SocketOptions::default())
+            .unwrap();
+        s.write_all(b"hello").unwrap();
+        let mut rep = [0u8; 5];
+        s.read_exact(&mut rep).unwrap();
+        assert_eq!(&rep, b"reply");
+    }
+    t.join().unwrap();
+    let open =
+        |e: &netchannel::Endpoint| -> usize { e.stats().sessions.iter().map(|s| s.sockets).sum() };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while (open(&client) > 0 || open(&server) > 0) && std::time::Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        (open(&client), open(&server)),
+        (0, 0),
+        "closed sockets still held"
+    );
+}
