@@ -255,8 +255,8 @@ fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
 /// The preload library's file name.
 const PRELOAD_NAME: &str = "libnetsteer_preload.so";
 
-/// Where the preload library is: `--preload`, else beside this binary (a cargo build puts
-/// both in target/<profile>), else the package's /usr/lib/netsteer.
+/// Where the preload library is: `--preload`, else where cargo built it beside this binary
+/// (target/<profile>/deps, target/<profile>), else the package's /usr/lib/netsteer.
 fn find_preload(given: Option<&std::path::Path>) -> Result<std::path::PathBuf> {
     if let Some(p) = given {
         if !p.is_file() {
@@ -268,8 +268,10 @@ fn find_preload(given: Option<&std::path::Path>) -> Result<std::path::PathBuf> {
     if let Ok(exe) = std::env::current_exe()
         && let Some(dir) = exe.parent()
     {
-        tried.push(dir.join(PRELOAD_NAME));
+        // deps/ first: `cargo test` refreshes the library there and not always beside the
+        // binary, where an older `cargo build` may have left one.
         tried.push(dir.join("deps").join(PRELOAD_NAME));
+        tried.push(dir.join(PRELOAD_NAME));
     }
     tried.push(std::path::Path::new("/usr/lib/netsteer").join(PRELOAD_NAME));
     if let Some(p) = tried.iter().find(|p| p.is_file()) {

@@ -566,6 +566,29 @@ fn nginx_and_wrk_preloaded() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{text}"));
     assert!(requests >= 16, "{text}");
+    // A connection per request: nginx closes each first; every closed virtual socket must be
+    // forgotten on both sides, or the session's socket cap ends the run in connect errors.
+    let text = spawn(
+        &pair.client,
+        &preloaded(
+            &role,
+            &[
+                "wrk",
+                "-t2",
+                "-c16",
+                "-d2s",
+                "-H",
+                "Connection: close",
+                &url,
+            ],
+        ),
+        &[],
+    )
+    .finish("wrk with Connection: close");
+    assert!(
+        !text.contains("Socket errors") && !text.contains("Non-2xx"),
+        "{text}"
+    );
     let (_, err) = server.stop();
     for bad in [
         "refused",
@@ -626,6 +649,18 @@ assert peer == ("{SERVER_ADDR}", 6379), peer
 s.shutdown(socket.SHUT_WR)
 assert s.recv(10) == b"", "no EOF after our FIN"
 s.close()
+# More connections than one session may hold at once (256: --session-memory / --window), each
+# closed without reading EOF, by us first or (QUIT) by Redis first: closed sockets must be
+# forgotten on both sides.
+for i in range(600):
+    c = socket.create_connection(("{SERVER_ADDR}", 6379), timeout=10)
+    if i % 2:
+        c.sendall(b"*1\r\n$4\r\nQUIT\r\n")
+        assert c.recv(5) == b"+OK\r\n"
+    else:
+        c.sendall(b"*1\r\n$4\r\nPING\r\n")
+        assert c.recv(7) == b"+PONG\r\n"
+    c.close()
 print("all good")
 "#
     );
