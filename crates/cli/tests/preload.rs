@@ -629,6 +629,15 @@ r, _, _ = select.select([s], [], [], 10)
 assert r == [s], r
 assert s.recv(2, socket.MSG_PEEK) == b"+P"
 assert s.recv(7) == b"+PONG\r\n"
+# Descriptor flags read back as set; an exec'd program never gets the virtual socket (it would
+# read an eventfd there), whatever the flag says.
+assert not os.get_inheritable(s.fileno())
+os.set_inheritable(s.fileno(), True)
+assert os.get_inheritable(s.fileno())
+import subprocess
+probe = subprocess.run(["sh", "-c", "test -e /proc/self/fd/%d && echo open || echo closed" % s.fileno()],
+                       pass_fds=[s.fileno()], capture_output=True, text=True)
+assert probe.stdout.strip() == "closed", probe
 pid = os.fork()
 if pid == 0:
     try:

@@ -284,9 +284,10 @@ fn adopt(
     let obj = Obj::new(
         Kind::Stream { vs, local, peer },
         flags & libc::SOCK_NONBLOCK != 0,
+        flags & libc::SOCK_CLOEXEC != 0,
     )
     .map_err(io_errno)?;
-    let fd = new_fd(&obj, flags & libc::SOCK_CLOEXEC != 0)?;
+    let fd = new_fd(&obj)?;
     if state::settings().verbose {
         sys::say(&format!("fd {fd}: accepted virtual connection from {peer}"));
     }
@@ -296,16 +297,12 @@ fn adopt(
     Ok(fd)
 }
 
-/// The program's descriptor for `obj`: a dup of its eventfd.
-pub(crate) fn new_fd(obj: &Arc<Obj>, cloexec: bool) -> Result<c_int, c_int> {
+/// The program's descriptor for `obj`: a dup of its eventfd (always close-on-exec; see
+/// [`Obj::cloexec`]).
+pub(crate) fn new_fd(obj: &Arc<Obj>) -> Result<c_int, c_int> {
     let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
-    let cmd = if cloexec {
-        libc::F_DUPFD_CLOEXEC
-    } else {
-        libc::F_DUPFD
-    };
-    // SAFETY: F_DUPFD(_CLOEXEC) takes an int and returns a new descriptor or -1.
-    let fd = unsafe { fcntl(obj.efd(), cmd, 0) };
+    // SAFETY: F_DUPFD_CLOEXEC takes an int and returns a new descriptor or -1.
+    let fd = unsafe { fcntl(obj.efd(), libc::F_DUPFD_CLOEXEC, 0) };
     if fd < 0 {
         return Err(sys::errno());
     }

@@ -723,12 +723,16 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
 /// The C prototype of dup(2).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    let f = real!(dup: fn(c_int) -> c_int);
-    // SAFETY: forwarded unchanged.
-    let n = unsafe { f(fd) };
-    if n >= 0
-        && let Some(o) = state::get(fd)
-    {
+    let Some(o) = state::get(fd) else {
+        let f = real!(dup: fn(c_int) -> c_int);
+        // SAFETY: forwarded unchanged.
+        return unsafe { f(fd) };
+    };
+    // The copy of a virtual socket's descriptor is close-on-exec too (see `Obj::cloexec`).
+    let f = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+    // SAFETY: F_DUPFD_CLOEXEC on the program's descriptor.
+    let n = unsafe { f(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if n >= 0 {
         sock::dup_to(o, n);
     }
     n
@@ -747,7 +751,13 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
         }
     }
     let f = real!(dup3: fn(c_int, c_int, c_int) -> c_int);
-    // SAFETY: forwarded unchanged.
+    // A virtual socket's copy is close-on-exec too (see `Obj::cloexec`).
+    let flags = if o.is_some() {
+        flags | libc::O_CLOEXEC
+    } else {
+        flags
+    };
+    // SAFETY: forwarded (with O_CLOEXEC for a virtual socket).
     let n = unsafe { f(old, new, flags) };
     if n >= 0
         && let Some(o) = o

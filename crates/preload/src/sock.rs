@@ -39,7 +39,7 @@ const CARRIED: [(c_int, c_int); 6] = [
 ];
 
 /// Puts `obj`'s eventfd at the number `fd` (closing the kernel socket there) and records it.
-fn install(fd: c_int, obj: Arc<Obj>, cloexec: bool) -> Result<(), c_int> {
+fn install(fd: c_int, obj: Arc<Obj>) -> Result<(), c_int> {
     if fd as usize >= state::MAX_FD {
         return Err(libc::EMFILE);
     }
@@ -52,9 +52,9 @@ fn install(fd: c_int, obj: Arc<Obj>, cloexec: bool) -> Result<(), c_int> {
         }
     }
     let dup3 = real!(dup3: fn(c_int, c_int, c_int) -> c_int);
-    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
-    // SAFETY: both descriptors are open; dup3 atomically replaces `fd`.
-    if unsafe { dup3(obj.efd(), fd, flags) } < 0 {
+    // SAFETY: both descriptors are open; dup3 atomically replaces `fd` (close-on-exec: see
+    // `Obj::cloexec`).
+    if unsafe { dup3(obj.efd(), fd, libc::O_CLOEXEC) } < 0 {
         return Err(sys::errno());
     }
     state::insert(fd, obj);
@@ -100,9 +100,10 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
             peer: to,
         },
         nonblock,
+        cloexec,
     )
     .map_err(|e| sys::errno_of(&e))?;
-    install(fd, obj, cloexec)?;
+    install(fd, obj)?;
     if s.verbose {
         sys::say(&format!(
             "fd {fd}: connected to {to} over netchannel peer {peer}"
@@ -164,9 +165,10 @@ pub(crate) fn listen(fd: c_int, backlog: c_int) -> Result<Option<()>, c_int> {
             failed: std::sync::atomic::AtomicBool::new(false),
         },
         nonblock,
+        cloexec,
     )
     .map_err(|e| sys::errno_of(&e))?;
-    install(fd, obj, cloexec)?;
+    install(fd, obj)?;
     if s.verbose {
         sys::say(&format!(
             "fd {fd}: port {} listens on netchannel and TCP",
@@ -471,16 +473,21 @@ pub(crate) fn fcntl(
                 .store(arg as c_int & libc::O_NONBLOCK != 0, Ordering::Relaxed);
             Ok(0)
         }
-        libc::F_GETFD | libc::F_SETFD => {
-            let f = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
-            // SAFETY: descriptor flags of the program's descriptor, forwarded.
-            let r = unsafe { f(fd, cmd, arg) };
-            if r < 0 { Err(sys::errno()) } else { Ok(r) }
+        libc::F_GETFD => Ok(if obj.cloexec.load(Ordering::Relaxed) {
+            libc::FD_CLOEXEC
+        } else {
+            0
+        }),
+        libc::F_SETFD => {
+            obj.cloexec
+                .store(arg as c_int & libc::FD_CLOEXEC != 0, Ordering::Relaxed);
+            Ok(0)
         }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             let f = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
-            // SAFETY: duplicating the program's descriptor, forwarded.
-            let n = unsafe { f(fd, cmd, arg) };
+            // SAFETY: duplicating the program's descriptor (close-on-exec, see
+            // `Obj::cloexec`).
+            let n = unsafe { f(fd, libc::F_DUPFD_CLOEXEC, arg) };
             if n < 0 {
                 return Err(sys::errno());
             }
@@ -515,6 +522,10 @@ pub(crate) unsafe fn ioctl(
             // SAFETY: FIONBIO takes a pointer to int (the caller's contract).
             let on = unsafe { *out } != 0;
             obj.nonblock.store(on, Ordering::Relaxed);
+            Ok(0)
+        }
+        libc::FIOCLEX | libc::FIONCLEX => {
+            obj.cloexec.store(req == libc::FIOCLEX, Ordering::Relaxed);
             Ok(0)
         }
         libc::FIONREAD | libc::TIOCOUTQ => {

@@ -209,11 +209,16 @@ pub(crate) struct Obj {
     /// master listens, its worker accepts).
     pub owner: AtomicU32,
     pub nonblock: AtomicBool,
+    /// FD_CLOEXEC as the program set it. The descriptor itself is always close-on-exec: a
+    /// virtual socket cannot live on in an exec'd program (its endpoint is this process's),
+    /// and a descriptor passed on would read as an eventfd there, wrong data; closed, the
+    /// program gets EBADF.
+    pub cloexec: AtomicBool,
     pub st: Mutex<SockState>,
 }
 
 impl Obj {
-    pub fn new(kind: Kind, nonblock: bool) -> std::io::Result<Arc<Obj>> {
+    pub fn new(kind: Kind, nonblock: bool, cloexec: bool) -> std::io::Result<Arc<Obj>> {
         let wake = Arc::new(Wake {
             fd: sys::eventfd()?,
         });
@@ -223,6 +228,7 @@ impl Obj {
             wake,
             owner: AtomicU32::new(pid()),
             nonblock: AtomicBool::new(nonblock),
+            cloexec: AtomicBool::new(cloexec),
             st: Mutex::new(SockState::default()),
         }))
     }
