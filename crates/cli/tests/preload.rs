@@ -221,11 +221,13 @@ struct Redis {
     listen: String,
 }
 
-fn start_redis(channels: u16) -> Redis {
-    start_redis_with(channels, &[])
+/// redis-server preloaded in the server namespace (the connecting side picks the channel
+/// counts), with `extra` flags for `netchannel run`.
+fn start_redis() -> Redis {
+    start_redis_with(&[])
 }
 
-fn start_redis_with(channels: u16, extra: &[&str]) -> Redis {
+fn start_redis_with(extra: &[&str]) -> Redis {
     let pair = Pair::create(1);
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("{SERVER_ADDR}:{CHANNEL_PORT}");
@@ -258,7 +260,6 @@ fn start_redis_with(channels: u16, extra: &[&str]) -> Redis {
     );
     wait_port(&pair.server, SERVER_ADDR, 6379);
     wait_port(&pair.server, SERVER_ADDR, CHANNEL_PORT);
-    let _ = channels;
     Redis {
         pair,
         server,
@@ -269,7 +270,7 @@ fn start_redis_with(channels: u16, extra: &[&str]) -> Redis {
 
 fn redis_benchmark_and_checker(channels: u16) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = start_redis(channels);
+    let r = start_redis();
     let ch = channels.to_string();
     let role = ["--peer", &r.listen, "--ports", "6379", "--channels", &ch];
     let bench = spawn(
@@ -408,7 +409,7 @@ fn redis_cli_pub_sub_and_monitor_preloaded() {
         return cannot_run(&why);
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = start_redis(2);
+    let r = start_redis();
     let role = ["--peer", &r.listen, "--ports", "6379"];
     let cli = |args: &[&str]| -> Vec<String> {
         let mut v = vec!["redis-cli", "-h", SERVER_ADDR, "-p", "6379"];
@@ -611,7 +612,7 @@ fn odd_calls_are_answered_or_refused_by_name() {
         return cannot_run(&why);
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = start_redis(1);
+    let r = start_redis();
     let script = format!(
         r#"
 import errno, os, select, socket, sys
@@ -706,7 +707,7 @@ fn one_peer_is_held_to_its_memory_bound() {
         return cannot_run(&why);
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = start_redis_with(1, &["--session-memory", "4194304", "--window", "1048576"]);
+    let r = start_redis_with(&["--session-memory", "4194304", "--window", "1048576"]);
     let peer: std::net::SocketAddr = r.listen.parse().unwrap();
     in_netns(&r.pair.client.path(), || {
         use netchannel::{Config, Endpoint, SocketOptions};

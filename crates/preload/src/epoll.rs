@@ -316,7 +316,9 @@ pub(crate) unsafe fn wait(
     how: Waiter,
 ) -> c_int {
     let Some(set) = set_of(epfd) else {
-        return -1;
+        // Its last virtual socket left in between: a plain epoll set again.
+        // SAFETY: forwarded from the caller's contract.
+        return unsafe { wait_real(epfd, events, max, timeout_ns, &how) };
     };
     if max <= 0 || events.is_null() {
         sys::set_errno(libc::EINVAL);
