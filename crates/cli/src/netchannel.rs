@@ -252,38 +252,6 @@ fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
     Ok((proxy, endpoint, "server"))
 }
 
-/// The preload library's file name.
-const PRELOAD_NAME: &str = "libnetsteer_preload.so";
-
-/// Where the preload library is: `--preload`, else where cargo built it beside this binary
-/// (target/<profile>/deps, target/<profile>), else the package's /usr/lib/netsteer.
-fn find_preload(given: Option<&std::path::Path>) -> Result<std::path::PathBuf> {
-    if let Some(p) = given {
-        if !p.is_file() {
-            bail!("--preload {}: no such file", p.display());
-        }
-        return std::fs::canonicalize(p).with_context(|| format!("--preload {}", p.display()));
-    }
-    let mut tried = Vec::new();
-    if let Ok(exe) = std::env::current_exe()
-        && let Some(dir) = exe.parent()
-    {
-        // deps/ first: `cargo test` refreshes the library there and not always beside the
-        // binary, where an older `cargo build` may have left one.
-        tried.push(dir.join("deps").join(PRELOAD_NAME));
-        tried.push(dir.join(PRELOAD_NAME));
-    }
-    tried.push(std::path::Path::new("/usr/lib/netsteer").join(PRELOAD_NAME));
-    if let Some(p) = tried.iter().find(|p| p.is_file()) {
-        return Ok(p.clone());
-    }
-    let list: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
-    bail!(
-        "the preload library {PRELOAD_NAME} is not in {} (build it with `cargo build -p netsteer-preload`, or give --preload)",
-        list.join(", ")
-    )
-}
-
 fn run_preloaded(a: &RunArgs) -> Result<ExitCode> {
     use netchannel::preload_env::{self as env, Settings};
     use std::os::unix::process::CommandExt;
@@ -310,32 +278,16 @@ fn run_preloaded(a: &RunArgs) -> Result<ExitCode> {
         session_memory: a.session_memory,
     };
     if let Err(e) = settings.check() {
-        let name = match e.name {
-            env::ENV_PEERS => "--peer/--listen",
-            env::ENV_PORTS => "--ports",
-            env::ENV_LATENCY_PORTS => "--latency-ports",
-            env::ENV_LATENCY_CHANNELS => "--latency-channels",
-            env::ENV_LISTEN => "--listen",
-            env::ENV_SESSION_MEMORY => "--session-memory",
-            other => other,
-        };
-        bail!("{name}: {}", e.why);
+        bail!("{}: {}", env::flag_of(e.name), e.why);
     }
-    let lib = find_preload(a.preload.as_deref())?;
+    let exe = std::env::current_exe().ok();
+    let lib =
+        env::find_library(a.preload.as_deref(), exe.as_deref()).map_err(anyhow::Error::msg)?;
     let (program, args) = a
         .command
         .split_first()
         .context("no command given after --")?;
-    let mut preload = lib.as_os_str().to_owned();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-        preload.push(":");
-        preload.push(old);
-    }
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args).env("LD_PRELOAD", preload);
-    for (k, v) in settings.to_env() {
-        cmd.env(k, v);
-    }
+    let mut cmd = settings.command(&lib, program, args);
     // exec: the program takes this process's place (its pid, signals and exit status).
     let e = cmd.exec();
     bail!("running {}: {e}", program.to_string_lossy())

@@ -4,8 +4,11 @@
 //! [`Settings::from_env`] and refuses to start the program on anything it cannot parse.
 
 use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Channel addresses of peers (comma-separated HOST:PORT): a connect to one of their hosts on
 /// a chosen port rides netchannel to that peer.
@@ -267,6 +270,69 @@ impl Settings {
     }
 }
 
+/// The preload library's file name.
+pub const LIBRARY: &str = "libnetsteer_preload.so";
+
+/// The `netsteer netchannel run` flag that sets variable `name` (for error messages).
+pub fn flag_of(name: &str) -> &str {
+    match name {
+        ENV_PEERS => "--peer/--listen",
+        ENV_PORTS => "--ports",
+        ENV_LATENCY_PORTS => "--latency-ports",
+        ENV_LATENCY_CHANNELS => "--latency-channels",
+        ENV_LISTEN => "--listen",
+        ENV_SESSION_MEMORY => "--session-memory",
+        ENV_CHANNELS => "--channels",
+        ENV_WINDOW => "--window",
+        other => other,
+    }
+}
+
+/// Where the preload library is: `given` (`--preload`), else where cargo built it beside
+/// the binary `exe` (target/<profile>/deps first: `cargo test` refreshes the library there
+/// and not always beside the binary, where an older `cargo build` may have left one), else
+/// the package's /usr/lib/netsteer.
+pub fn find_library(given: Option<&Path>, exe: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = given {
+        return std::fs::canonicalize(p)
+            .ok()
+            .filter(|c| c.is_file())
+            .ok_or_else(|| format!("--preload {}: no such file", p.display()));
+    }
+    let mut tried = Vec::new();
+    if let Some(dir) = exe.and_then(Path::parent) {
+        tried.push(dir.join("deps").join(LIBRARY));
+        tried.push(dir.join(LIBRARY));
+    }
+    tried.push(Path::new("/usr/lib/netsteer").join(LIBRARY));
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    let list: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    Err(format!(
+        "the preload library {LIBRARY} is not in {} (build it with `cargo build -p netsteer-preload`, or give --preload)",
+        list.join(", ")
+    ))
+}
+
+impl Settings {
+    /// `program args` with `lib` preloaded (ahead of any LD_PRELOAD already set) and these
+    /// settings in its environment.
+    pub fn command(&self, lib: &Path, program: &OsStr, args: &[OsString]) -> Command {
+        let mut preload = lib.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        let mut cmd = Command::new(program);
+        cmd.args(args).env("LD_PRELOAD", preload);
+        for (k, v) in self.to_env() {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+}
+
 fn same_host(a: &SocketAddr, b: &SocketAddr) -> bool {
     let canon = |s: &SocketAddr| s.ip().to_canonical();
     canon(a) == canon(b)
@@ -364,5 +430,57 @@ mod tests {
         assert_eq!(s.peer_for("10.0.0.2:22".parse().unwrap()), None);
         assert_eq!(s.peer_for("10.0.0.3:6379".parse().unwrap()), None);
         assert_eq!(s.class_of(6380), Some(crate::Class::Latency));
+    }
+
+    #[test]
+    fn the_library_is_found_in_deps_first_and_a_bad_preload_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("netsteer");
+        std::fs::create_dir(dir.path().join("deps")).unwrap();
+        for p in [
+            dir.path().join(LIBRARY),
+            dir.path().join("deps").join(LIBRARY),
+        ] {
+            std::fs::write(p, b"").unwrap();
+        }
+        let found = find_library(None, Some(&exe)).unwrap();
+        assert_eq!(found, dir.path().join("deps").join(LIBRARY));
+        std::fs::remove_file(dir.path().join("deps").join(LIBRARY)).unwrap();
+        assert_eq!(
+            find_library(None, Some(&exe)).unwrap(),
+            dir.path().join(LIBRARY)
+        );
+        let missing = dir.path().join("nope.so");
+        let e = find_library(Some(&missing), Some(&exe)).unwrap_err();
+        assert!(e.starts_with("--preload ") && e.contains("nope.so"), "{e}");
+        assert_eq!(flag_of(ENV_SESSION_MEMORY), "--session-memory");
+    }
+
+    #[test]
+    fn the_command_carries_the_library_and_every_setting() {
+        let s = Settings {
+            peers: vec!["10.0.0.2:7700".parse().unwrap()],
+            ports: [6379].into(),
+            ..Settings::default()
+        };
+        let cmd = s.command(
+            Path::new("/x/lib.so"),
+            OsStr::new("redis-cli"),
+            &["ping".into()],
+        );
+        let envs: std::collections::HashMap<_, _> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_owned(), v.map(OsStr::to_owned)))
+            .collect();
+        let preload = envs[OsStr::new("LD_PRELOAD")].clone().unwrap();
+        assert!(
+            preload.to_string_lossy().starts_with("/x/lib.so"),
+            "{preload:?}"
+        );
+        assert_eq!(
+            envs[OsStr::new(ENV_PORTS)].as_deref(),
+            Some(OsStr::new("6379"))
+        );
+        assert_eq!(cmd.get_program(), "redis-cli");
     }
 }
