@@ -1,14 +1,16 @@
 //! epoll for a program whose epoll set holds virtual sockets.
 //!
-//! The kernel cannot know when a virtual socket is readable, so each epoll set that watches
-//! one gets a hidden *shadow* epoll set, itself watched by the program's set under a random
-//! 64-bit token. The shadow holds, edge-triggered, each registered socket's eventfd (and a
-//! listener's kernel socket); whenever the endpoint's threads change a socket's state they
-//! add to its eventfd, the shadow becomes readable, and the program's epoll_wait returns.
-//! epoll_wait then asks the woken sockets (and the level-triggered ones that were ready last
-//! time) for their readiness, reports them under the program's own data, and hides the token.
-//! Level- and edge-triggered registrations and EPOLLONESHOT keep their meaning: an
-//! edge-triggered socket is reported again only after a change woke it.
+//! The kernel cannot know when a virtual socket is readable, so each registered socket's
+//! eventfd (and a listener's kernel socket) goes into the program's own epoll set,
+//! edge-triggered, under a token: a random 64-bit base whose low 32 bits carry the program's
+//! descriptor number. Whenever the endpoint's threads change a socket's state they add to its
+//! eventfd, and the program's epoll_wait returns. epoll_wait then asks the woken sockets (and
+//! the level-triggered ones that were ready last time) for their readiness, reports them under
+//! the program's own data, and hides the tokens. Level- and edge-triggered registrations and
+//! EPOLLONESHOT keep their meaning: an edge-triggered socket is reported again only after a
+//! change woke it. (A program's own data equal to a token is the one collision possible:
+//! one in 2^32 per descriptor for data chosen at random, none for the pointers and small
+//! integers programs store.)
 
 use crate::state::{self, Kind, Obj};
 use crate::sys::{self, real};
@@ -24,11 +26,11 @@ struct Reg {
     events: u32,
     data: u64,
     disabled: bool,
-    /// Descriptors in the shadow for this registration.
+    /// Descriptors in the program's set for this registration.
     watch: Vec<Watch>,
 }
 
-/// A descriptor watched by a shadow set: the object's own (removed from the set by number),
+/// A descriptor watched for a registration: the object's own (removed from the set by number),
 /// or a dup made for a second registration of the same socket (closed with it).
 enum Watch {
     Shared(c_int),
@@ -45,7 +47,8 @@ impl Watch {
 }
 
 pub(crate) struct EpState {
-    shadow: OwnedFd,
+    /// The program's epoll descriptor.
+    epfd: c_int,
     regs: BTreeMap<c_int, Reg>,
     /// Registrations to ask on the next wait without a wake: new ones and level-triggered
     /// ones that were ready.
@@ -60,6 +63,10 @@ pub(crate) fn hold() -> Held {
     SETS.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The low bits of a token: the program's descriptor.
+const TOKEN_FD: u64 = 0xffff_ffff;
+
+/// The base of this process's tokens (low 32 bits zero).
 fn token() -> u64 {
     static T: OnceLock<u64> = OnceLock::new();
     *T.get_or_init(|| {
@@ -69,7 +76,7 @@ fn token() -> u64 {
         if n != 8 {
             v = u64::from(std::process::id()) << 32 ^ 0x6e65_7473_7465_6572;
         }
-        v
+        v & !TOKEN_FD
     })
 }
 
@@ -114,35 +121,17 @@ pub(crate) fn ctl(
     ev: Option<&epoll_event>,
 ) -> Result<(), c_int> {
     obj.usable("epoll_ctl")?;
-    let set = match set_of(epfd) {
-        Some(s) => s,
+    // A set seen for the first time is recorded only once a registration in it worked (the
+    // kernel refuses a descriptor that is not an epoll set).
+    let (set, new) = match set_of(epfd) {
+        Some(s) => (s, false),
         None if op == libc::EPOLL_CTL_ADD => {
-            let create = real!(epoll_create1: fn(c_int) -> c_int);
-            // SAFETY: plain system call; checked below.
-            let s = unsafe { create(libc::EPOLL_CLOEXEC) };
-            if s < 0 {
-                return Err(sys::errno());
-            }
-            // SAFETY: `s` is a new descriptor owned by nobody else.
-            let shadow = sys::move_high(unsafe { OwnedFd::from_raw_fd(s) });
-            // Fails with EINVAL/EBADF when `epfd` is not an epoll set: the program's error.
-            ctl_real(
+            let st = EpState {
                 epfd,
-                libc::EPOLL_CTL_ADD,
-                shadow.as_raw_fd(),
-                libc::EPOLLIN as u32,
-                token(),
-            )?;
-            let st = Arc::new(Mutex::new(EpState {
-                shadow,
                 regs: BTreeMap::new(),
                 recheck: Vec::new(),
-            }));
-            SETS.write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(epfd, st.clone());
-            state::set_epoll_ours(epfd, true);
-            st
+            };
+            (Arc::new(Mutex::new(st)), true)
         }
         None => return Err(libc::ENOENT),
     };
@@ -153,26 +142,7 @@ pub(crate) fn ctl(
                 return Err(libc::EEXIST);
             }
             let ev = ev.ok_or(libc::EFAULT)?;
-            // The object's own eventfd goes in as it is; a second registration of the same
-            // socket in this set (under a dup'ed number) needs a descriptor of its own.
-            let shadow = s.shadow.as_raw_fd();
-            let mut watch = Vec::new();
-            let mut fds = vec![obj.efd()];
-            if let Kind::Listener { real, .. } = &obj.kind {
-                fds.push(real.as_raw_fd());
-            }
-            for wfd in fds {
-                let ev = (libc::EPOLLIN | libc::EPOLLET) as u32;
-                match ctl_real(shadow, libc::EPOLL_CTL_ADD, wfd, ev, fd as u64) {
-                    Ok(()) => watch.push(Watch::Shared(wfd)),
-                    Err(libc::EEXIST) => {
-                        let own = dup_cloexec(wfd)?;
-                        ctl_real(shadow, libc::EPOLL_CTL_ADD, own.as_raw_fd(), ev, fd as u64)?;
-                        watch.push(Watch::Own(own));
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            let watch = watch(epfd, fd, &obj)?;
             s.regs.insert(
                 fd,
                 Reg {
@@ -185,6 +155,12 @@ pub(crate) fn ctl(
             );
             s.recheck.push(fd);
             drop(s);
+            if new {
+                SETS.write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(epfd, set.clone());
+                state::set_epoll_ours(epfd, true);
+            }
             // A listener binds its virtual port as soon as an event loop watches it, so
             // peers can connect before its first wait.
             if let Some(r) = lock(&set).regs.get(&fd) {
@@ -208,9 +184,43 @@ pub(crate) fn ctl(
     Ok(())
 }
 
+/// Puts the socket's eventfd (and a listener's kernel socket) in the program's set under
+/// `fd`'s token; all or nothing. The object's own eventfd goes in as it is; a second
+/// registration of the same socket in this set (under a dup'ed number) needs a descriptor of
+/// its own.
+fn watch(epfd: c_int, fd: c_int, obj: &Obj) -> Result<Vec<Watch>, c_int> {
+    let mut watch = Vec::new();
+    let mut fds = vec![obj.efd()];
+    if let Kind::Listener { real, .. } = &obj.kind {
+        fds.push(real.as_raw_fd());
+    }
+    let ev = (libc::EPOLLIN | libc::EPOLLET) as u32;
+    let tok = token() | (fd as u64 & TOKEN_FD);
+    for wfd in fds {
+        let r = match ctl_real(epfd, libc::EPOLL_CTL_ADD, wfd, ev, tok) {
+            Ok(()) => Ok(Watch::Shared(wfd)),
+            Err(libc::EEXIST) => dup_cloexec(wfd).and_then(|own| {
+                ctl_real(epfd, libc::EPOLL_CTL_ADD, own.as_raw_fd(), ev, tok)?;
+                Ok(Watch::Own(own))
+            }),
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(w) => watch.push(w),
+            Err(e) => {
+                for w in &watch {
+                    let _ = ctl_real(epfd, libc::EPOLL_CTL_DEL, w.fd(), 0, 0);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(watch)
+}
+
 fn unwatch(s: &EpState, r: Reg) {
     for w in &r.watch {
-        let _ = ctl_real(s.shadow.as_raw_fd(), libc::EPOLL_CTL_DEL, w.fd(), 0, 0);
+        let _ = ctl_real(s.epfd, libc::EPOLL_CTL_DEL, w.fd(), 0, 0);
     }
     state::release(r.obj);
 }
@@ -327,7 +337,7 @@ pub(crate) unsafe fn wait(
     let max = max as usize;
     let deadline = (timeout_ns >= 0)
         .then(|| Instant::now() + std::time::Duration::from_nanos(timeout_ns as u64));
-    let tok = token();
+    let base = token();
     loop {
         let ours = collect(&set, max);
         let room = max - ours.len();
@@ -352,10 +362,10 @@ pub(crate) unsafe fn wait(
         // SAFETY: the first `n` entries were written by epoll_wait; `max` are valid.
         let out = unsafe { std::slice::from_raw_parts_mut(events, max) };
         let mut kept = 0;
-        let mut woke = false;
+        let mut woke = Vec::new();
         for i in 0..n {
-            if out[i].u64 == tok {
-                woke = true;
+            if out[i].u64 & !TOKEN_FD == base {
+                woke.push((out[i].u64 & TOKEN_FD) as c_int);
             } else {
                 out[kept] = out[i];
                 kept += 1;
@@ -365,10 +375,23 @@ pub(crate) unsafe fn wait(
             out[kept] = *e;
             kept += 1;
         }
+        if !woke.is_empty() {
+            // Asked now, in the room left (the rest wait for the next call); a socket already
+            // reported in this call is not reported twice.
+            let mut s = lock(&set);
+            let seen: Vec<u64> = ours.iter().map(|e| e.u64).collect();
+            woke.retain(|fd| s.regs.get(fd).is_none_or(|r| !seen.contains(&r.data)));
+            let (evs, again) = ask(&mut s, woke.clone(), max - kept);
+            s.recheck.extend(again);
+            for e in evs {
+                out[kept] = e;
+                kept += 1;
+            }
+        }
         if kept > 0 {
             return kept as c_int;
         }
-        if woke {
+        if !woke.is_empty() {
             continue;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -377,24 +400,19 @@ pub(crate) unsafe fn wait(
     }
 }
 
-/// Takes the wakes from the shadow and asks each woken or rechecked socket for its events.
+/// Asks the sockets to recheck (new, modified, level-triggered and ready last time) for
+/// their events (at most `max` reported; the others stay for the next call).
 fn collect(set: &Mutex<EpState>, max: usize) -> Vec<epoll_event> {
     let mut s = lock(set);
-    let shadow = s.shadow.as_raw_fd();
-    let mut buf = [epoll_event { events: 0, u64: 0 }; 64];
-    let mut cands = std::mem::take(&mut s.recheck);
-    loop {
-        let ew = real!(epoll_wait: fn(c_int, *mut epoll_event, c_int, c_int) -> c_int);
-        // SAFETY: `buf` holds 64 entries.
-        let n = unsafe { ew(shadow, buf.as_mut_ptr(), 64, 0) };
-        if n <= 0 {
-            break;
-        }
-        cands.extend(buf[..n as usize].iter().map(|e| e.u64 as c_int));
-        if n < 64 {
-            break;
-        }
-    }
+    let cands = std::mem::take(&mut s.recheck);
+    let (out, again) = ask(&mut s, cands, max);
+    s.recheck = again;
+    out
+}
+
+/// The events of registrations `cands`, and those to ask again next time (level-triggered
+/// ones that were ready, and any beyond `max`).
+fn ask(s: &mut EpState, mut cands: Vec<c_int>, max: usize) -> (Vec<epoll_event>, Vec<c_int>) {
     cands.sort_unstable();
     cands.dedup();
     let mut out = Vec::new();
@@ -425,8 +443,7 @@ fn collect(set: &Mutex<EpState>, max: usize) -> Vec<epoll_event> {
             again.push(fd);
         }
     }
-    s.recheck = again;
-    out
+    (out, again)
 }
 
 /// # Safety
