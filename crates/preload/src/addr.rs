@@ -1,39 +1,22 @@
-//! sockaddr ⇄ SocketAddr.
+//! sockaddr ⇄ SocketAddr at the C boundary (the conversions are `netsteer_sock::sockaddr`).
 
 use libc::{sockaddr, socklen_t};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use netsteer_sock::sockaddr as raw;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// The address at `addr` if it is IPv4 or IPv6.
+/// The address at `addr` if it is IPv4 or IPv6 (the conversion is `netsteer_sock`'s).
 ///
 /// # Safety
 /// `addr` must be null or valid for `len` bytes.
 pub(crate) unsafe fn read(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
-    if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
+    if addr.is_null() {
         return None;
     }
-    // SAFETY: at least the family field is readable (checked above).
-    let family = unsafe { (*addr).sa_family } as i32;
-    match family {
-        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family and length say it is a sockaddr_in; read unaligned.
-            let a = unsafe { std::ptr::read_unaligned(addr.cast::<libc::sockaddr_in>()) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: the family and length say it is a sockaddr_in6; read unaligned.
-            let a = unsafe { std::ptr::read_unaligned(addr.cast::<libc::sockaddr_in6>()) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
+    let mut st = zeroed();
+    let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+    // SAFETY: `addr` is valid for `len` ≥ `n` bytes (the caller's contract); `st` for `n`.
+    unsafe { std::ptr::copy_nonoverlapping(addr.cast::<u8>(), (&raw mut st).cast::<u8>(), n) };
+    raw::to_std(&st, n as socklen_t)
 }
 
 /// Writes `a` to `addr` as getpeername/accept do: truncated to `*len`, `*len` set to the
@@ -45,45 +28,16 @@ pub(crate) unsafe fn write(a: SocketAddr, addr: *mut sockaddr, len: *mut socklen
     if addr.is_null() || len.is_null() {
         return;
     }
-    let mut st: libc::sockaddr_storage = unsafe_zeroed();
-    let size = match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*v4.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
-            unsafe { std::ptr::write((&raw mut st).cast::<libc::sockaddr_in>(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: v6.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in6 and suitably aligned.
-            unsafe { std::ptr::write((&raw mut st).cast::<libc::sockaddr_in6>(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
+    let (st, size) = raw::to_raw(&a);
     // SAFETY: `len` is valid (the caller's contract); `addr` is valid for `*len` bytes.
     unsafe {
-        let room = (*len as usize).min(size);
+        let room = (*len as usize).min(size as usize);
         std::ptr::copy_nonoverlapping((&raw const st).cast::<u8>(), addr.cast::<u8>(), room);
-        *len = size as socklen_t;
+        *len = size;
     }
 }
 
-fn unsafe_zeroed() -> libc::sockaddr_storage {
+fn zeroed() -> libc::sockaddr_storage {
     // SAFETY: sockaddr_storage is plain bytes; all zeroes is a valid value.
     unsafe { std::mem::zeroed() }
 }

@@ -28,6 +28,7 @@ pub mod netns;
 pub mod opt;
 pub mod pipe;
 pub mod signal;
+pub mod sockaddr;
 pub mod tcp;
 pub mod wake;
 pub mod xdp;

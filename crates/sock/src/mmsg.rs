@@ -1,7 +1,7 @@
 //! Batches of datagrams with recvmmsg(2) and sendmmsg(2): one system call moves up to `n`
 //! datagrams, each with its own peer address, which is what an echo server drains bursts with.
 
-use crate::msg::sockaddr_to_std;
+use crate::sockaddr::to_std as sockaddr_to_std;
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;

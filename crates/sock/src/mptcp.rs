@@ -5,7 +5,6 @@
 //! MPTCP falls back to plain TCP (Documentation/networking/mptcp.rst).
 
 use std::io;
-use std::mem::size_of;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -40,47 +39,11 @@ fn socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `addr` as a sockaddr_storage and its length.
-fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*a.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
-            size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: as above, for sockaddr_in6.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
-            size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
 /// An MPTCP listener on `addr` (SO_REUSEADDR, backlog 128).
 pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     let fd = socket_for(&addr)?;
     crate::opt::set_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    let (ss, len) = raw_addr(&addr);
+    let (ss, len) = crate::sockaddr::to_raw(&addr);
     // SAFETY: `fd` is a valid socket; `ss` holds a sockaddr of `len` bytes.
     let rc = unsafe {
         libc::bind(
@@ -103,7 +66,7 @@ pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
 /// An MPTCP connection to `addr` (plain TCP if the peer does not speak MPTCP).
 pub fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     let fd = socket_for(&addr)?;
-    let (ss, len) = raw_addr(&addr);
+    let (ss, len) = crate::sockaddr::to_raw(&addr);
     // SAFETY: `fd` is a valid socket; `ss` holds a sockaddr of `len` bytes.
     let rc = unsafe {
         libc::connect(

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::{MaybeUninit, size_of};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// A kernel timestamp in nanoseconds of CLOCK_REALTIME (software) or of the NIC clock (raw
@@ -41,34 +41,6 @@ pub struct TxStamp {
 fn stamp_ns(ts: &libc::timespec) -> Option<StampNs> {
     let ns = (ts.tv_sec as i128) * 1_000_000_000 + ts.tv_nsec as i128;
     (ns > 0).then_some(ns as u64)
-}
-
-pub(crate) fn sockaddr_to_std(
-    ss: &libc::sockaddr_storage,
-    len: libc::socklen_t,
-) -> Option<SocketAddr> {
-    match ss.ss_family as libc::c_int {
-        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in, and `len` covers it;
-            // sockaddr_storage is aligned for every sockaddr type.
-            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
 }
 
 /// Walks the control messages of a received `msghdr`: timestamps, and the extended error when
@@ -145,7 +117,7 @@ pub(crate) fn recv_raw(
     let (stamps, err) = parse_control(&msg);
     // SAFETY: the storage was zero-initialized and recvmsg wrote at most msg_namelen bytes.
     let name = unsafe { name.assume_init() };
-    let source = sockaddr_to_std(&name, msg.msg_namelen);
+    let source = crate::sockaddr::to_std(&name, msg.msg_namelen);
     Ok(Received {
         len: rc as usize,
         msg_flags: msg.msg_flags,
@@ -196,7 +168,7 @@ pub fn recv_from(
     }
     // SAFETY: zero-initialized storage of which the kernel wrote at most `namelen` bytes.
     let name = unsafe { name.assume_init() };
-    Ok((rc as usize, sockaddr_to_std(&name, namelen)))
+    Ok((rc as usize, crate::sockaddr::to_std(&name, namelen)))
 }
 
 /// Reads one transmit timestamp from the error queue; `Ok(None)` when none is waiting.
