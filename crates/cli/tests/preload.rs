@@ -136,19 +136,6 @@ fn channel_ports(ns: &Netns, pid: u32) -> Vec<String> {
         .collect()
 }
 
-fn value(i: u64) -> Vec<u8> {
-    (0..4096u64)
-        .map(|k| b'a' + ((i.wrapping_mul(2654435761) ^ k.wrapping_mul(40503)) % 26) as u8)
-        .collect()
-}
-
-fn read_line(r: &mut impl BufRead) -> String {
-    let mut l = String::new();
-    r.read_line(&mut l).unwrap();
-    assert!(l.ends_with("\r\n"), "truncated reply line {l:?}");
-    l.trim_end().to_string()
-}
-
 /// The checking client (run preloaded by the tests; does nothing otherwise): pipelines of
 /// 16 SETs and 16 GETs of 4 KiB values, every reply checked, "round N" on stdout before
 /// each, and a BGSAVE before round `NETSTEER_TEST_BGSAVE_AT`.
@@ -170,47 +157,15 @@ fn helper_resp_checker() {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let mut w = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
     let stdout = std::io::stdout();
-    for round in 0..rounds {
+    resp::check_replies(stream, 0, rounds, |round, w, r| {
         writeln!(stdout.lock(), "round {round}").unwrap();
         stdout.lock().flush().unwrap();
         if round == bgsave_at {
             w.write_all(b"*1\r\n$6\r\nBGSAVE\r\n").unwrap();
-            assert_eq!(read_line(&mut r), "+Background saving started");
+            assert_eq!(resp::read_line(r), "+Background saving started");
         }
-        let keys: Vec<u64> = (0..16).map(|k| round * 16 + k).collect();
-        let mut req = Vec::new();
-        for &k in &keys {
-            let key = format!("nc:{k}");
-            let v = value(k);
-            write!(
-                req,
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
-                key.len(),
-                v.len()
-            )
-            .unwrap();
-            req.extend_from_slice(&v);
-            req.extend_from_slice(b"\r\n");
-        }
-        for &k in &keys {
-            let key = format!("nc:{k}");
-            write!(req, "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).unwrap();
-        }
-        w.write_all(&req).unwrap();
-        for &k in &keys {
-            assert_eq!(read_line(&mut r), "+OK", "SET nc:{k}");
-        }
-        for &k in &keys {
-            assert_eq!(read_line(&mut r), "$4096", "GET nc:{k}");
-            let mut got = vec![0u8; 4096 + 2];
-            r.read_exact(&mut got).unwrap();
-            assert!(got[..4096] == value(k)[..], "GET nc:{k}: wrong value");
-            assert_eq!(&got[4096..], b"\r\n");
-        }
-    }
+    });
     writeln!(stdout.lock(), "done").unwrap();
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod prometheus;
+pub mod resp;
 
 use netsteer_lab::Remote;
 use std::collections::BTreeMap;
