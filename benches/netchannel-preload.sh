@@ -5,7 +5,9 @@
 # namespace, GET and SET of 4 KiB values, pipelining 1 and 16.
 #   direct   plain TCP to a redis-server that is not preloaded
 #   nc-N     redis-benchmark preloaded with N throughput channels to a preloaded redis-server
-#            (N = 1, 2, 4)
+#            (N = 1, 2, 4); the programs' own threads read the channels (--receive app)
+#   th-1     the same with one channel and a reader thread per channel (--receive thread),
+#            the design before run-to-completion
 # Modes are alternated within each pair (the order rotates pair by pair); the summary gives
 # requests/s min/median/max over the pairs and the per-pair ratio against direct TCP.
 # PIN=1 (default): redis-server on CPU 1, redis-benchmark on CPU 0 (a preloaded program's
@@ -35,6 +37,9 @@ pids+=($!)
 ip netns exec $nsb $(cpu 1) "$bin" netchannel run --listen $server_addr:7700 --ports 6380 -- \
   "${redis[@]}" --port 6380 >"$work/redis-nc.log" 2>&1 &
 pids+=($!)
+ip netns exec $nsb $(cpu 1) "$bin" netchannel run --receive thread --listen $server_addr:7701 \
+  --ports 6381 -- "${redis[@]}" --port 6381 >"$work/redis-th.log" 2>&1 &
+pids+=($!)
 for t in $(seq 1 30); do
   ip netns exec $nsa "$bin" netchannel run --peer $server_addr:7700 --ports 6380 -- \
     redis-cli -h $server_addr -p 6380 ping 2>/dev/null | grep -q PONG && break
@@ -48,17 +53,20 @@ run() { # mode pipeline → CSV lines "mode,P,test,rps,p99"
     direct) target=(redis-benchmark -h $server_addr -p 6379) ;;
     nc-*) target=("$bin" netchannel run --peer $server_addr:7700 --ports 6380 --channels ${mode#nc-}
                   --latency-channels 0 -- redis-benchmark -h $server_addr -p 6380) ;;
+    th-*) target=("$bin" netchannel run --receive thread --peer $server_addr:7701 --ports 6381
+                  --channels ${mode#th-} --latency-channels 0 -- redis-benchmark -h $server_addr -p 6381) ;;
   esac
   ip netns exec $nsa $(cpu 0) "${target[@]}" -t set,get -n $requests -d 4096 -P $p -c $clients --csv 2>/dev/null |
     awk -F'"?,"?' -v m=$mode -v p=$p 'NR > 1 { gsub(/"/, ""); print m "," p "," $1 "," $2 "," $7 }'
 }
 
 echo "clients: $clients; requests per test: $requests; pairs: $pairs; pinned: $pin"
-modes=(direct nc-1 nc-2 nc-4)
+modes=(direct nc-1 nc-2 nc-4 th-1)
+n=${#modes[@]}
 for p in 1 16; do
   for pair in $(seq 1 $pairs); do
-    for k in 0 1 2 3; do
-      run ${modes[$(( (pair + k) % 4 ))]} $p | tee -a "$work/results.csv"
+    for k in $(seq 0 $((n - 1))); do
+      run ${modes[$(( (pair + k) % n ))]} $p | tee -a "$work/results.csv"
     done
   done
 done

@@ -56,6 +56,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 256 << 20, value_name = "BYTES",
           value_parser = clap::value_parser!(u64).range((1 << 20)..=(1 << 40)))]
     session_memory: u64,
+    /// Who reads the channels: the program's own threads when they wait (app: no hand-off
+    /// per arrival), or a reader thread per channel (thread).
+    #[arg(long, default_value = "app", value_parser = ["app", "thread"])]
+    receive: String,
     /// The preload library (default: beside this binary, then /usr/lib/netsteer).
     #[arg(long, value_name = "PATH")]
     preload: Option<std::path::PathBuf>,
@@ -276,6 +280,7 @@ fn run_preloaded(a: &RunArgs) -> Result<ExitCode> {
         window: a.window,
         verbose: a.verbose,
         session_memory: a.session_memory,
+        app_driven: a.receive == "app",
     };
     if let Err(e) = settings.check() {
         bail!("{}: {}", env::flag_of(e.name), e.why);

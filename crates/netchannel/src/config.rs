@@ -109,6 +109,11 @@ pub struct Config {
     /// How often the connecting side tries to re-open a session's dead channels (None: never;
     /// the session then goes on with the channels it has left).
     pub reconnect_interval: Option<Duration>,
+    /// The application's threads read the channels when they wait ([`crate::drive`]): no
+    /// reader thread per channel, no hand-off per arrival. The application must wait through
+    /// the [`crate::Driver`] (the preload library does); a standby thread per channel reads
+    /// when none has for a while. Off: each channel has its reader thread.
+    pub app_driven: bool,
 }
 
 impl Default for Config {
@@ -149,6 +154,7 @@ impl Default for Config {
             max_queued_control: 16384,
             dead_channel_timeout: Some(Duration::from_secs(10)),
             reconnect_interval: Some(Duration::from_millis(200)),
+            app_driven: false,
         }
     }
 }

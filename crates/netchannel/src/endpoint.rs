@@ -14,6 +14,7 @@
 
 use crate::config::{Config, SocketOptions};
 use crate::copy::CopyPool;
+use crate::drive::Driver;
 use crate::session::{Listeners, Session, SessionParts};
 use crate::socket::{VListener, VSocket, lock};
 use crate::wire::{
@@ -37,6 +38,7 @@ struct PendingLink {
 
 struct Inner {
     cfg: Arc<Config>,
+    driver: Option<Arc<Driver>>,
     listeners: Arc<Listeners>,
     pool: Option<Arc<CopyPool>>,
     outgoing: Mutex<HashMap<SocketAddr, Arc<Session>>>,
@@ -191,7 +193,9 @@ impl Endpoint {
         } else {
             None
         };
+        let driver = cfg.app_driven.then(Arc::default);
         let inner = Arc::new(Inner {
+            driver,
             cfg: Arc::new(cfg),
             listeners: Arc::default(),
             pool,
@@ -220,6 +224,11 @@ impl Endpoint {
 
     pub fn config(&self) -> &Config {
         &self.inner.cfg
+    }
+
+    /// The channels the application's threads read, when [`Config::app_driven`] is set.
+    pub fn driver(&self) -> Option<&Arc<Driver>> {
+        self.inner.driver.as_ref()
     }
 
     /// Binds virtual port `port` for incoming virtual connections.
@@ -274,6 +283,7 @@ impl Endpoint {
             streams: streams.into_iter().map(|(s, _)| s).collect(),
             listeners: self.inner.listeners.clone(),
             pool: self.inner.pool.clone(),
+            driver: self.inner.driver.clone(),
         })?;
         if let Some(every) = cfg.reconnect_interval {
             let (weak, cfg) = (Arc::downgrade(&session), cfg.clone());
@@ -736,6 +746,7 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         streams,
         listeners: inner.listeners.clone(),
         pool: inner.pool.clone(),
+        driver: inner.driver.clone(),
     })
     .map_err(|e| e.to_string())?;
     incoming.push(session);

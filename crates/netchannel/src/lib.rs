@@ -41,6 +41,7 @@ mod async_io;
 mod channel;
 mod config;
 mod copy;
+pub mod drive;
 mod endpoint;
 mod error;
 pub mod frame_io;
@@ -58,6 +59,7 @@ mod work;
 #[cfg(feature = "tokio")]
 pub use async_io::AsyncVSocket;
 pub use config::{Config, SocketOptions};
+pub use drive::{DrivenChannel, Driver, Pumped, watch};
 pub use endpoint::{ChannelStats, Endpoint, SessionStats, Stats};
 pub use error::{Error, ReadError};
 pub use poll::Readiness;

@@ -29,12 +29,15 @@ pub const ENV_WINDOW: &str = "NETSTEER_NC_WINDOW";
 pub const ENV_VERBOSE: &str = "NETSTEER_NC_VERBOSE";
 /// Receive memory one peer's session may hold (its open sockets × the window), in bytes.
 pub const ENV_SESSION_MEMORY: &str = "NETSTEER_NC_SESSION_MEMORY";
+/// Who reads the channels: `app` (the program's threads when they wait; the default) or
+/// `thread` (a reader thread per channel). See [`crate::drive`].
+pub const ENV_RECEIVE: &str = "NETSTEER_NC_RECEIVE";
 
 /// Sessions one peer address may hold with a preloaded program (a peer normally has one per
 /// process that talks to it).
 pub const SESSIONS_PER_PEER: usize = 4;
 
-const ALL: [&str; 9] = [
+const ALL: [&str; 10] = [
     ENV_PEERS,
     ENV_LISTEN,
     ENV_PORTS,
@@ -44,6 +47,7 @@ const ALL: [&str; 9] = [
     ENV_WINDOW,
     ENV_VERBOSE,
     ENV_SESSION_MEMORY,
+    ENV_RECEIVE,
 ];
 
 /// The most channels of one class (netchannel's limit is 64 in all).
@@ -62,6 +66,9 @@ pub struct Settings {
     /// Bounds what one session may make this side buffer: with [`SESSIONS_PER_PEER`], one
     /// peer's memory is at most `SESSIONS_PER_PEER × session_memory`.
     pub session_memory: u64,
+    /// The program's threads read the channels ([`crate::Config::app_driven`]); false: a
+    /// reader thread per channel.
+    pub app_driven: bool,
 }
 
 impl Default for Settings {
@@ -76,6 +83,7 @@ impl Default for Settings {
             window: 1 << 20,
             verbose: false,
             session_memory: 256 << 20,
+            app_driven: true,
         }
     }
 }
@@ -169,6 +177,13 @@ impl Settings {
         if let Some(v) = get(ENV_SESSION_MEMORY) {
             s.session_memory = parse_num(ENV_SESSION_MEMORY, &v, 1 << 20, 1 << 40)?;
         }
+        if let Some(v) = get(ENV_RECEIVE) {
+            s.app_driven = match v.trim() {
+                "app" => true,
+                "thread" => false,
+                _ => return Err(bad(ENV_RECEIVE, &v, "need app or thread")),
+            };
+        }
         s.verbose = get(ENV_VERBOSE).is_some_and(|v| v == "1");
         s.check()?;
         Ok(s)
@@ -244,6 +259,10 @@ impl Settings {
             (ENV_WINDOW, self.window.to_string()),
             (ENV_VERBOSE, if self.verbose { "1" } else { "0" }.into()),
             (ENV_SESSION_MEMORY, self.session_memory.to_string()),
+            (
+                ENV_RECEIVE,
+                if self.app_driven { "app" } else { "thread" }.into(),
+            ),
         ]
     }
 
@@ -284,6 +303,7 @@ pub fn flag_of(name: &str) -> &str {
         ENV_SESSION_MEMORY => "--session-memory",
         ENV_CHANNELS => "--channels",
         ENV_WINDOW => "--window",
+        ENV_RECEIVE => "--receive",
         other => other,
     }
 }
@@ -374,6 +394,8 @@ mod tests {
             window: 1 << 21,
             verbose: true,
             session_memory: 64 << 20,
+            // Not the default, so the round trip shows it is carried.
+            app_driven: false,
         };
         let vars: HashMap<String, String> = s
             .to_env()
@@ -386,6 +408,13 @@ mod tests {
 
     #[test]
     fn bad_values_are_named() {
+        let e = Settings::from_env(env(&[
+            (ENV_PEERS, "10.0.0.2:1"),
+            (ENV_PORTS, "1"),
+            (ENV_RECEIVE, "kernel"),
+        ]))
+        .unwrap_err();
+        assert_eq!((e.name, flag_of(e.name)), (ENV_RECEIVE, "--receive"));
         let e = Settings::from_env(env(&[(ENV_PEERS, "10.0.0.2"), (ENV_PORTS, "1")])).unwrap_err();
         assert_eq!(e.name, ENV_PEERS);
         let e = Settings::from_env(env(&[(ENV_PEERS, "10.0.0.2:1"), (ENV_PORTS, "6379,x")]))

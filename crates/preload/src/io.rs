@@ -69,9 +69,43 @@ pub(crate) fn block_on<T>(
         };
         let efd = obj.efd();
         let fds: Vec<c_int> = std::iter::once(efd).chain(also).collect();
-        sys::wait_readable(&fds, ms)?;
+        wait_driving(&fds, ms)?;
         sys::drain(efd);
     }
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes, and meanwhile for the
+/// endpoint's channels: an arrival there is read on this thread (netchannel's `drive`), and
+/// the wait returns so the caller looks again. Err(EINTR) when a signal came.
+pub(crate) fn wait_driving(fds: &[c_int], timeout_ms: c_int) -> Result<(), c_int> {
+    let Some(d) = state::driver() else {
+        return sys::wait_readable(fds, timeout_ms);
+    };
+    let chans = d.channels();
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .copied()
+        .chain(chans.iter().map(|c| c.fd().as_raw_fd()))
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let poll = real!(poll: fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int);
+    let waiting = netchannel::watch(&chans);
+    // SAFETY: `p` is a valid array of `p.len()` pollfd structs.
+    let n = unsafe { poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    drop(waiting);
+    if n < 0 {
+        return Err(sys::errno());
+    }
+    for (q, c) in p[fds.len()..].iter().zip(&chans) {
+        if q.revents != 0 {
+            c.pump();
+        }
+    }
+    Ok(())
 }
 
 fn io_errno(e: io::Error) -> c_int {

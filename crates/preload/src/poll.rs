@@ -67,6 +67,21 @@ pub(crate) fn poll(
                 origin.push(None);
             }
         }
+        // The endpoint's channels: an arrival wakes this wait, which reads it here.
+        let driver = if objs.is_empty() {
+            None
+        } else {
+            state::driver()
+        };
+        let chans = driver.as_ref().map(|d| d.channels()).unwrap_or_default();
+        let chan_start = k.len();
+        for c in &chans {
+            k.push(pollfd {
+                fd: c.fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
         let wait = if ours_ready > 0 {
             Some(Duration::ZERO)
         } else {
@@ -80,8 +95,10 @@ pub(crate) fn poll(
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
         let ppoll = real!(ppoll: fn(*mut pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int);
+        let waiting = netchannel::watch(&chans);
         // SAFETY: `k` is a valid array; `tsp` null or `ts`; `mask` the program's.
         let n = unsafe { ppoll(k.as_mut_ptr(), k.len() as libc::nfds_t, tsp, mask) };
+        drop(waiting);
         if n < 0 {
             if ours_ready > 0 {
                 return ours_ready;
@@ -103,6 +120,12 @@ pub(crate) fn poll(
                     sys::drain(p.fd);
                 }
                 None => {}
+            }
+        }
+        for (p, c) in k[chan_start..].iter().zip(&chans) {
+            if p.revents != 0 {
+                c.pump();
+                woke = true;
             }
         }
         if ours_ready + theirs > 0 {

@@ -145,6 +145,7 @@ pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
         async_inline_send: true,
         session_memory: s.session_memory,
         max_sessions_per_peer: netchannel::preload_env::SESSIONS_PER_PEER,
+        app_driven: s.app_driven,
         ..Config::default()
     };
     let e = Arc::new(match s.listen {
@@ -153,6 +154,13 @@ pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
     });
     *g = Some(e.clone());
     Ok(e)
+}
+
+/// The driver of this process's endpoint when it has one and its program's threads read the
+/// channels (a wait never makes the endpoint: a process with no virtual socket has none).
+pub(crate) fn driver() -> Option<Arc<netchannel::Driver>> {
+    let g = ENDPOINT.lock().unwrap_or_else(|p| p.into_inner());
+    g.as_ref()?.driver().cloned()
 }
 
 /// Wakes whoever waits on a virtual socket: an eventfd of the object's own (never the

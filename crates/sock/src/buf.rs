@@ -35,6 +35,31 @@ pub fn recv_append_now(
     }
 }
 
+/// One recv(2) into `buf` that never blocks: WouldBlock when nothing is queued (whatever
+/// the descriptor's O_NONBLOCK says, so a blocking socket shared with a writer can still be
+/// read without waiting). Retries on EINTR.
+pub fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes; recv(2) writes at most
+        // that many and nothing else.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Runs `op` (a read(2)-like call: at most `len` bytes to `ptr`, the count or -1) on up to
 /// `max` bytes of `buf`'s spare capacity, retrying on EINTR, and extends `buf` by the count.
 fn append_with(

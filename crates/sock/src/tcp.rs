@@ -179,6 +179,29 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
     Ok(rc > 0)
 }
 
+/// Waits until one of `fds` is readable (or has an error or hang-up) for at most
+/// `timeout_ms` (-1 = forever); returns which are. All false on timeout or EINTR.
+pub fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<Vec<bool>> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `p` is a live array of `p.len()` pollfd structs.
+    let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+        return Ok(vec![false; fds.len()]);
+    }
+    Ok(p.iter().map(|q| q.revents != 0).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@
 use crate::channel::{Channel, broken};
 use crate::config::Config;
 use crate::copy::CopyPool;
+use crate::drive::Driver;
 use crate::error::Error;
 use crate::frame_io::FrameReader;
 use crate::reorder::Placed;
@@ -148,6 +149,7 @@ pub(crate) struct Session {
     /// without the lock on every drained batch).
     space_wakers: Mutex<Vec<std::task::Waker>>,
     async_space_waiters: AtomicUsize,
+    driver: Option<Arc<Driver>>,
 }
 
 pub(crate) struct SessionParts {
@@ -159,6 +161,8 @@ pub(crate) struct SessionParts {
     pub streams: Vec<TcpStream>,
     pub listeners: Arc<Listeners>,
     pub pool: Option<Arc<CopyPool>>,
+    /// Set when the application's threads read the channels ([`Config::app_driven`]).
+    pub driver: Option<Arc<Driver>>,
 }
 
 mod failure;
@@ -217,6 +221,7 @@ impl Session {
             counters: SessionCounters::default(),
             space_wakers: Mutex::default(),
             async_space_waiters: AtomicUsize::new(0),
+            driver: p.driver,
         });
         for (slot, reader) in session.channels.iter().zip(readers) {
             session.run_channel(slot.load_full(), reader)?;
@@ -243,6 +248,17 @@ impl Session {
                     s.channel_failed(&c, &format!("write failed: {e}"));
                 }
             })?;
+        if let Some(driver) = &self.driver {
+            let index = ch.index;
+            let pump = driver.add(self, ch, reader);
+            std::thread::Builder::new()
+                .name(format!("nc-standby-{index}"))
+                .spawn(move || {
+                    pin(&cpus, rt);
+                    pump.standby();
+                })?;
+            return Ok(());
+        }
         let (s, c) = (self.clone(), ch);
         std::thread::Builder::new()
             .name(format!("nc-rx-{}", c.index))
@@ -507,7 +523,19 @@ impl Session {
             return Err(self.no_channel(class).into());
         }
         let deadline = Instant::now() + self.cfg.hello_timeout;
-        match shared.wait_tx(deadline, |tx| (tx.state == OpenState::Open).then_some(()))? {
+        let opened = |tx: &crate::socket::Tx| (tx.state == OpenState::Open).then_some(());
+        let answer = match &self.driver {
+            // No reader thread will see the OPEN_ACK: this thread reads until it comes.
+            Some(d) => d.drive_until(deadline, || {
+                let tx = lock(&shared.tx);
+                match &tx.error {
+                    Some(e) => Some(Err(io::Error::from(e.clone()))),
+                    None => opened(&tx).map(Ok),
+                }
+            }),
+            None => shared.wait_tx(deadline, opened)?.map(Ok),
+        };
+        match answer.transpose()? {
             Some(()) => Ok(sock),
             None => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -608,6 +636,7 @@ fn make_channel(
             },
             wakes: Wakes::default(),
             whole_payloads: class == Class::Throughput,
+            dontwait: false,
         },
         cfg.max_frame,
         // With copy workers the reader must not pull payloads into its own buffer: it reads
@@ -691,6 +720,7 @@ mod tests {
             spin: Duration::ZERO,
             wakes: Wakes::default(),
             whole_payloads: true,
+            dontwait: false,
         };
         tx.write_all(&payload[..piece]).unwrap();
         std::thread::sleep(Duration::from_millis(50));

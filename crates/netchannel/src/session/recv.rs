@@ -16,6 +16,16 @@ impl Session {
             Ok(None) => return Err("the peer closed the channel".to_string()),
             Err(e) => return Err(format!("read failed: {e}")),
         };
+        self.handle_frame(ch, r, h)
+    }
+
+    /// Takes the payload of frame `h` (its header just read) and handles the frame.
+    pub(crate) fn handle_frame(
+        self: &Arc<Self>,
+        ch: &Arc<Channel>,
+        r: &mut ChannelReader,
+        h: Header,
+    ) -> Result<(), String> {
         ch.counters.frames_in.fetch_add(1, Ordering::Relaxed);
         ch.counters
             .bytes_in

@@ -13,6 +13,9 @@ pub(crate) struct SpinRead {
     /// Sleep until a large payload has arrived whole (SO_RCVLOWAT) instead of waking for
     /// each piece: the throughput class.
     pub(super) whole_payloads: bool,
+    /// Reads return WouldBlock instead of waiting: set while an application thread looks for
+    /// the next frame header (see `crate::drive`), never inside a frame.
+    pub(crate) dontwait: bool,
 }
 
 /// Payloads from this size up are read whole: SO_RCVLOWAT is set to what is missing first.
@@ -60,6 +63,9 @@ impl SpinRead {
 
 impl Read for SpinRead {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.dontwait {
+            return netsteer_sock::buf::recv_now(self.stream.as_fd(), buf);
+        }
         if !self.wakes.is_empty() && !tcp::wait_readable(self.stream.as_fd(), 0)? {
             self.wakes.flush();
         }

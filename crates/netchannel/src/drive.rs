@@ -1,0 +1,332 @@
+//! Run to completion: the application's own threads read the channels when they wait.
+//!
+//! Why: with a reader thread per channel every arrival is a thread hand-off — the reader
+//! wakes, reads the frame, and wakes the application, which wakes again to read the socket.
+//! `perf record` of a preloaded redis-server was led by those context switches, and it
+//! served 0.50-0.70× the requests of plain TCP on two vCPUs (BENCHMARKS.md, issue 38). The
+//! kernel runs TCP's receive in the softirq of the CPU the packet landed on and the
+//! application finds the bytes queued; OpenOnload gets the same in user space by polling
+//! its stack from the application's own calls, with a helper that steps in only when no
+//! application thread has looked for a while. This module is that for netchannel: a thread
+//! that waits (epoll, poll, a blocking read) waits on the channels' sockets as well and,
+//! when one is readable, reads what is queued there itself ([`DrivenChannel::pump`]), so
+//! one wake-up carries a frame from the socket to the application.
+//!
+//! The standby. Somebody must still read when no application thread waits: a program busy
+//! elsewhere while a peer sends more than the channel's socket buffer holds would otherwise
+//! stall the peer's writer, and a dead channel would go unnoticed. Each channel keeps one
+//! thread, asleep while the application drives. It looks every [`STANDBY`] and reads only
+//! if in that whole time no application thread read any channel and none is inside a wait;
+//! then it reads as a reader thread would until an application thread waits or reads again.
+//! While the application sits in a wait the standby's sleep grows to [`STANDBY_MAX`], so an
+//! idle process costs a few wake-ups a second.
+
+use crate::channel::Channel;
+use crate::error::ReadError;
+use crate::session::{ChannelReader, Session};
+use crate::socket::lock;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// How long no application thread may have read or waited before the standby reads.
+pub const STANDBY: Duration = Duration::from_millis(1);
+/// The longest the standby sleeps while an application thread waits.
+pub const STANDBY_MAX: Duration = Duration::from_millis(50);
+/// Frames one pump reads at most before it returns (other descriptors of the program wait
+/// meanwhile; a level-triggered wait reports the channel again at once).
+const PUMP_FRAMES: usize = 256;
+
+/// The channels of an endpoint whose sessions the application drives
+/// ([`crate::Config::app_driven`]).
+#[derive(Default)]
+pub struct Driver {
+    /// Changes to the channel list: a program's wait set re-reads the list when it moved.
+    generation: AtomicU64,
+    next_key: AtomicU64,
+    channels: Mutex<Vec<DrivenChannel>>,
+}
+
+/// A channel the application's threads read. Holding one keeps its socket descriptor open,
+/// so a wait set that registered [`DrivenChannel::fd`] can still remove it after the channel
+/// died.
+#[derive(Clone)]
+pub struct DrivenChannel(Arc<Pump>);
+
+struct Pump {
+    key: u64,
+    session: Weak<Session>,
+    ch: Arc<Channel>,
+    reader: Mutex<ChannelReader>,
+    done: AtomicBool,
+    driver: Weak<Driver>,
+    /// Application threads inside a wait that includes this channel's socket: an arrival
+    /// wakes one of them, so the standby sleeps.
+    watched: AtomicUsize,
+    /// Pumps by application threads (the standby watches it move).
+    app_pumps: AtomicU64,
+}
+
+/// What one pump did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pumped {
+    /// Read and handled this many frames (0: nothing was queued).
+    Frames(usize),
+    /// Another thread is reading this channel now.
+    Busy,
+    /// The channel is dead (it may have died in this pump); leave it.
+    Closed,
+}
+
+/// An application thread inside a wait on some channels' sockets (see [`watch`]).
+pub struct Watching<'a>(&'a [DrivenChannel]);
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        for c in self.0 {
+            c.0.watched.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Marks the calling thread as waiting on the sockets of `chans` until the guard drops: an
+/// arrival on one wakes it, so their standbys sleep meanwhile.
+pub fn watch(chans: &[DrivenChannel]) -> Watching<'_> {
+    for c in chans {
+        c.0.watched.fetch_add(1, Ordering::AcqRel);
+    }
+    Watching(chans)
+}
+
+impl Driver {
+    /// Moves whenever a channel is added or dies.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The live channels.
+    pub fn channels(&self) -> Vec<DrivenChannel> {
+        lock(&self.channels).clone()
+    }
+
+    /// Pumps every live channel once (a thread that is about to wait, or that wants what
+    /// may have arrived). True if any frame was handled.
+    pub fn pump_all(&self) -> bool {
+        let mut any = false;
+        for c in self.channels() {
+            any |= matches!(c.pump(), Pumped::Frames(n) if n > 0);
+        }
+        any
+    }
+
+    /// Waits, driving, until `done` gives a value or `deadline` passes (None): the blocking
+    /// calls of the library (an OPEN waiting for its OPEN_ACK) use it instead of a condition
+    /// variable, since no reader thread would signal one.
+    pub(crate) fn drive_until<T>(
+        &self,
+        deadline: Instant,
+        mut done: impl FnMut() -> Option<T>,
+    ) -> Option<T> {
+        loop {
+            if let Some(v) = done() {
+                return Some(v);
+            }
+            self.pump_all();
+            if let Some(v) = done() {
+                return Some(v);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            let chans = self.channels();
+            let fds: Vec<BorrowedFd<'_>> = chans.iter().map(|c| c.fd()).collect();
+            // Short waits: a frame another thread read for us ends the wait by `done`, which
+            // this thread only sees when it looks again.
+            let ms = (deadline - now).min(STANDBY).as_millis().max(1) as i32;
+            let _w = watch(&chans);
+            let _ = netsteer_sock::tcp::wait_any_readable(&fds, ms);
+        }
+    }
+
+    pub(crate) fn add(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        ch: Arc<Channel>,
+        reader: ChannelReader,
+    ) -> DrivenChannel {
+        let pump = DrivenChannel(Arc::new(Pump {
+            key: self.next_key.fetch_add(1, Ordering::Relaxed),
+            session: Arc::downgrade(session),
+            ch,
+            reader: Mutex::new(reader),
+            done: AtomicBool::new(false),
+            driver: Arc::downgrade(self),
+            watched: AtomicUsize::new(0),
+            app_pumps: AtomicU64::new(0),
+        }));
+        lock(&self.channels).push(pump.clone());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        pump
+    }
+
+    fn retire(&self, key: u64) {
+        lock(&self.channels).retain(|c| c.0.key != key);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+impl DrivenChannel {
+    /// Unique among the endpoint's channels, for as long as the endpoint lives.
+    pub fn key(&self) -> u64 {
+        self.0.key
+    }
+
+    /// The channel's socket: readable when a frame (or its end) is there to pump.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        // The channel's own descriptor (the reader's is a dup of the same socket); the handle
+        // holds the channel, so it stays open as long as the handle.
+        self.0.ch.stream.as_fd()
+    }
+
+    pub fn is_alive(&self) -> bool {
+        !self.0.done.load(Ordering::Acquire)
+    }
+
+    /// Reads and handles the frames queued on the channel now, without waiting for more
+    /// (a frame whose first bytes are there is read whole: its sender wrote it in one go).
+    pub fn pump(&self) -> Pumped {
+        self.pump_as(true)
+    }
+
+    fn pump_as(&self, app: bool) -> Pumped {
+        let p = &self.0;
+        let Ok(mut r) = p.reader.try_lock() else {
+            return Pumped::Busy;
+        };
+        if p.done.load(Ordering::Acquire) {
+            return Pumped::Closed;
+        }
+        let Some(session) = p.session.upgrade() else {
+            drop(r);
+            self.finish(None, "session gone");
+            return Pumped::Closed;
+        };
+        let mut n = 0;
+        let res = loop {
+            r.get_mut().dontwait = true;
+            let h = r.next_header();
+            r.get_mut().dontwait = false;
+            let h = match h {
+                Ok(Some(h)) => h,
+                Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                Ok(None) => break Err("the peer closed the channel".to_string()),
+                Err(e) => break Err(format!("read failed: {e}")),
+            };
+            n += 1;
+            if let Err(e) = session.handle_frame(&p.ch, &mut r, h) {
+                break Err(e);
+            }
+            if n >= PUMP_FRAMES {
+                break Ok(());
+            }
+        };
+        r.get_mut().wakes.flush();
+        drop(r);
+        if app {
+            p.app_pumps.fetch_add(1, Ordering::Release);
+        }
+        match res {
+            Ok(()) => Pumped::Frames(n),
+            Err(cause) => {
+                self.finish(Some(&session), &cause);
+                Pumped::Closed
+            }
+        }
+    }
+
+    /// The channel ended: fail it as a dead path (once) and leave the list.
+    fn finish(&self, session: Option<&Arc<Session>>, cause: &str) {
+        let p = &self.0;
+        if p.done.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(s) = session {
+            let cause =
+                p.ch.cut_off
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(|| cause.to_string());
+            s.channel_failed(&p.ch, &cause);
+        } else {
+            p.ch.close();
+        }
+        if let Some(d) = p.driver.upgrade() {
+            d.retire(p.key);
+        }
+    }
+
+    /// The standby's loop (see the module docs); returns when the channel is dead.
+    pub(crate) fn standby(&self) {
+        let p = &self.0;
+        let mut sleep = STANDBY;
+        loop {
+            if !self.is_alive() {
+                return;
+            }
+            let seen = p.app_pumps.load(Ordering::Acquire);
+            std::thread::park_timeout(sleep);
+            if !p.ch.is_alive() {
+                // Closed from this side or by a writer's error: read to the end so the
+                // channel is failed exactly as a reader thread would.
+                self.drain_dead();
+                return;
+            }
+            if p.app_pumps.load(Ordering::Acquire) != seen {
+                sleep = STANDBY;
+                continue;
+            }
+            if p.watched.load(Ordering::Acquire) > 0 {
+                sleep = (sleep * 2).min(STANDBY_MAX);
+                continue;
+            }
+            sleep = STANDBY;
+            // Nobody read for a whole period and nobody waits: read here until somebody
+            // does. (A new channel starts here: no wait includes it until the program's next
+            // look at its set, which what this reads wakes.)
+            loop {
+                let seen = p.app_pumps.load(Ordering::Acquire);
+                if self.pump_as(false) == Pumped::Closed {
+                    return;
+                }
+                if p.watched.load(Ordering::Acquire) > 0 {
+                    break;
+                }
+                let ms = STANDBY.as_millis() as i32;
+                if netsteer_sock::tcp::wait_readable(self.fd(), ms).is_err() {
+                    std::thread::sleep(STANDBY);
+                }
+                if p.app_pumps.load(Ordering::Acquire) != seen {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn drain_dead(&self) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.is_alive() && Instant::now() < deadline {
+            match self.pump_as(false) {
+                Pumped::Closed => return,
+                Pumped::Busy => std::thread::sleep(STANDBY),
+                Pumped::Frames(_) => {
+                    let _ = netsteer_sock::tcp::wait_readable(self.fd(), 10);
+                }
+            }
+        }
+        let session = self.0.session.upgrade();
+        self.finish(session.as_ref(), "channel closed");
+    }
+}
