@@ -114,6 +114,9 @@ pub struct Config {
     /// the [`crate::Driver`] (the preload library does); a standby thread per channel reads
     /// when none has for a while. Off: each channel has its reader thread.
     pub app_driven: bool,
+    /// With `app_driven`: how long no application thread may have read a channel or waited
+    /// on it before its standby thread reads it ([`crate::drive`]).
+    pub standby_after: Duration,
 }
 
 impl Default for Config {
@@ -155,6 +158,7 @@ impl Default for Config {
             dead_channel_timeout: Some(Duration::from_secs(10)),
             reconnect_interval: Some(Duration::from_millis(200)),
             app_driven: false,
+            standby_after: crate::drive::STANDBY,
         }
     }
 }

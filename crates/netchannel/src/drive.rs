@@ -15,11 +15,19 @@
 //! The standby. Somebody must still read when no application thread waits: a program busy
 //! elsewhere while a peer sends more than the channel's socket buffer holds would otherwise
 //! stall the peer's writer, and a dead channel would go unnoticed. Each channel keeps one
-//! thread, asleep while the application drives. It looks every [`STANDBY`] and reads only
-//! if in that whole time no application thread read any channel and none is inside a wait;
-//! then it reads as a reader thread would until an application thread waits or reads again.
+//! thread, asleep while the application drives. It looks every `Config::standby_after`
+//! ([`STANDBY`] unless set) and reads only if in that whole time no application thread
+//! pumped this channel and none is inside a wait that includes its socket ([`watch`]); then
+//! it reads as a reader thread would until an application thread waits on it or pumps it.
 //! While the application sits in a wait the standby's sleep grows to [`STANDBY_MAX`], so an
-//! idle process costs a few wake-ups a second.
+//! idle process costs a few wake-ups a second. The check is per channel, not per process: a
+//! channel that joins while a thread sleeps in a wait built before it is in no wait, so its
+//! standby reads it, and what it delivers wakes that thread, whose next wait includes it.
+//!
+//! Where it costs: a program blocked outside the calls that drive (in a disk read, a lock)
+//! gets its frames read by the standby after up to `standby_after`, with the hand-off the
+//! reader thread design paid on every frame. The library's own blocking calls (an OPEN
+//! waiting for its answer) drive too.
 
 use crate::channel::Channel;
 use crate::error::ReadError;
@@ -31,7 +39,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// How long no application thread may have read or waited before the standby reads.
+/// How long no application thread may have read or waited before the standby reads (the
+/// default of [`crate::Config::standby_after`]).
 pub const STANDBY: Duration = Duration::from_millis(1);
 /// The longest the standby sleeps while an application thread waits.
 pub const STANDBY_MAX: Duration = Duration::from_millis(50);
@@ -269,9 +278,10 @@ impl DrivenChannel {
     }
 
     /// The standby's loop (see the module docs); returns when the channel is dead.
-    pub(crate) fn standby(&self) {
+    pub(crate) fn standby(&self, after: Duration) {
         let p = &self.0;
-        let mut sleep = STANDBY;
+        let after = after.max(Duration::from_micros(100));
+        let mut sleep = after;
         loop {
             if !self.is_alive() {
                 return;
@@ -285,14 +295,14 @@ impl DrivenChannel {
                 return;
             }
             if p.app_pumps.load(Ordering::Acquire) != seen {
-                sleep = STANDBY;
+                sleep = after;
                 continue;
             }
             if p.watched.load(Ordering::Acquire) > 0 {
-                sleep = (sleep * 2).min(STANDBY_MAX);
+                sleep = (sleep * 2).min(STANDBY_MAX.max(after));
                 continue;
             }
-            sleep = STANDBY;
+            sleep = after;
             // Nobody read for a whole period and nobody waits: read here until somebody
             // does. (A new channel starts here: no wait includes it until the program's next
             // look at its set, which what this reads wakes.)
@@ -304,9 +314,9 @@ impl DrivenChannel {
                 if p.watched.load(Ordering::Acquire) > 0 {
                     break;
                 }
-                let ms = STANDBY.as_millis() as i32;
+                let ms = after.as_millis().clamp(1, 1000) as i32;
                 if netsteer_sock::tcp::wait_readable(self.fd(), ms).is_err() {
-                    std::thread::sleep(STANDBY);
+                    std::thread::sleep(after);
                 }
                 if p.app_pumps.load(Ordering::Acquire) != seen {
                     break;

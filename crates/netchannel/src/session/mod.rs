@@ -249,13 +249,13 @@ impl Session {
                 }
             })?;
         if let Some(driver) = &self.driver {
-            let index = ch.index;
+            let (index, after) = (ch.index, self.cfg.standby_after);
             let pump = driver.add(self, ch, reader);
             std::thread::Builder::new()
                 .name(format!("nc-standby-{index}"))
                 .spawn(move || {
                     pin(&cpus, rt);
-                    pump.standby();
+                    pump.standby(after);
                 })?;
             return Ok(());
         }
