@@ -33,6 +33,7 @@ use crate::channel::Channel;
 use crate::error::ReadError;
 use crate::session::{ChannelReader, Session};
 use crate::socket::lock;
+use crate::wire::Header;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -68,7 +69,7 @@ struct Pump {
     key: u64,
     session: Weak<Session>,
     ch: Arc<Channel>,
-    reader: Mutex<ChannelReader>,
+    reader: Mutex<Reading>,
     done: AtomicBool,
     driver: Weak<Driver>,
     /// Application threads inside a wait that includes this channel's socket: an arrival
@@ -76,6 +77,13 @@ struct Pump {
     watched: AtomicUsize,
     /// Pumps by application threads (the standby watches it move).
     app_pumps: AtomicU64,
+}
+
+/// A channel's reader and the frame whose header it took and whose payload is not all there
+/// yet (the reader keeps the bytes so far).
+struct Reading {
+    r: ChannelReader,
+    pending: Option<Header>,
 }
 
 /// What one pump did.
@@ -164,13 +172,19 @@ impl Driver {
         self: &Arc<Self>,
         session: &Arc<Session>,
         ch: Arc<Channel>,
-        reader: ChannelReader,
+        mut reader: ChannelReader,
     ) -> DrivenChannel {
+        // Only pumps read it, and a pump never waits: not for a header, not for the rest of a
+        // payload a peer may never send (it keeps what came and goes on at the next pump).
+        reader.get_mut().dontwait = true;
         let pump = DrivenChannel(Arc::new(Pump {
             key: self.next_key.fetch_add(1, Ordering::Relaxed),
             session: Arc::downgrade(session),
             ch,
-            reader: Mutex::new(reader),
+            reader: Mutex::new(Reading {
+                r: reader,
+                pending: None,
+            }),
             done: AtomicBool::new(false),
             driver: Arc::downgrade(self),
             watched: AtomicUsize::new(0),
@@ -224,25 +238,36 @@ impl DrivenChannel {
             return Pumped::Closed;
         };
         let mut n = 0;
+        let st = &mut *r;
         let res = loop {
-            r.get_mut().dontwait = true;
-            let h = r.next_header();
-            r.get_mut().dontwait = false;
-            let h = match h {
-                Ok(Some(h)) => h,
-                Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
-                Ok(None) => break Err("the peer closed the channel".to_string()),
+            let h = match st.pending.take() {
+                Some(h) => h,
+                None => match st.r.next_header() {
+                    Ok(Some(h)) => h,
+                    Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                        break Ok(());
+                    }
+                    Ok(None) => break Err("the peer closed the channel".to_string()),
+                    Err(e) => break Err(format!("read failed: {e}")),
+                },
+            };
+            let payload = match st.r.payload(&h) {
+                Ok(p) => p,
+                Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    st.pending = Some(h);
+                    break Ok(());
+                }
                 Err(e) => break Err(format!("read failed: {e}")),
             };
             n += 1;
-            if let Err(e) = session.handle_frame(&p.ch, &mut r, h) {
+            if let Err(e) = session.frame_in(&p.ch, h, payload, &mut st.r.get_mut().wakes) {
                 break Err(e);
             }
             if n >= PUMP_FRAMES {
                 break Ok(());
             }
         };
-        r.get_mut().wakes.flush();
+        st.r.get_mut().wakes.flush();
         drop(r);
         if app {
             p.app_pumps.fetch_add(1, Ordering::Release);

@@ -130,6 +130,12 @@ fn check(cfg: &Config) -> io::Result<()> {
     netsteer_sock::cpu::check_cpus("io_cpus", &cfg.io_cpus)?;
     netsteer_sock::cpu::check_cpus("latency_cpus", &cfg.latency_cpus)?;
     netsteer_sock::cpu::check_cpus("copy_cpus", &cfg.copy_cpus)?;
+    if cfg.app_driven && cfg.copy_workers > 0 {
+        return bad(format!(
+            "copy_workers {} with app_driven: the application's threads copy what they read",
+            cfg.copy_workers
+        ));
+    }
     if cfg.window < cfg.max_frame {
         return bad(format!(
             "window {} is smaller than max_frame {}",

@@ -122,6 +122,10 @@ pub struct FrameReader<R> {
     head_pad: usize,
     tail_pad: usize,
     pool: Arc<BufPool>,
+    /// A direct read the source stopped with WouldBlock (a non-blocking source): the bytes so
+    /// far, the alignment pad in front of them, and whether the buffer is pooled. The next
+    /// `payload` call for the same header goes on from here.
+    partial: Option<(Vec<u8>, usize, bool)>,
 }
 
 impl<R: Source> FrameReader<R> {
@@ -142,6 +146,7 @@ impl<R: Source> FrameReader<R> {
             head_pad: 0,
             tail_pad: 0,
             pool: BufPool::new(max_frame as usize, POOL_KEEP_BYTES),
+            partial: None,
         }
     }
 
@@ -250,33 +255,50 @@ impl<R: Source> FrameReader<R> {
     }
 
     /// Reads the payload of `h`.
+    ///
+    /// Resumable: when the source is non-blocking and runs dry (an `Io` error of kind
+    /// WouldBlock), what was read is kept, and calling this again with the same header goes
+    /// on. So a thread that must not wait (an application thread pumping a channel) never
+    /// waits for the rest of a frame a peer may never send.
     pub fn payload(&mut self, h: &Header) -> Result<Bytes, ReadError> {
         self.skip_head_pad()?;
         let len = h.len as usize;
         let have = self.end - self.start;
-        if len > have && (len >= DIRECT_READ || len > self.buf.len()) {
-            // The kernel copies the rest of the payload to v[pad + have..]: start that on a
-            // cache line. Into a malloc'd buffer it lands anywhere 16 bytes apart, and on AMD
-            // EPYC `rep movsb` to user space runs at half speed unless the destination is
-            // 64-byte aligned (netsteer_sock::buf::AlignedBuf; BENCHMARKS.md, issue 14).
-            let pooled = self.pool.fits(len + CACHE_LINE);
-            let mut v = if pooled {
-                self.pool.take()
-            } else {
-                Vec::with_capacity(len + CACHE_LINE)
-            };
-            let pad = v.as_ptr().wrapping_add(have).align_offset(CACHE_LINE);
-            v.resize(pad, 0);
-            v.extend_from_slice(&self.buf[self.start..self.end]);
-            self.start = self.end;
-            self.direct = true;
-            self.inner.append_exact(&mut v, len - have).map_err(|e| {
-                if e.kind() == io::ErrorKind::UnexpectedEof {
-                    ReadError::Truncated(HEADER_LEN + have)
-                } else {
-                    ReadError::Io(e)
+        if self.partial.is_some() || (len > have && (len >= DIRECT_READ || len > self.buf.len())) {
+            let (mut v, pad, pooled) = match self.partial.take() {
+                Some(p) => p,
+                None => {
+                    // The kernel copies the rest of the payload to v[pad + have..]: start that
+                    // on a cache line. Into a malloc'd buffer it lands anywhere 16 bytes apart,
+                    // and on AMD EPYC `rep movsb` to user space runs at half speed unless the
+                    // destination is 64-byte aligned (netsteer_sock::buf::AlignedBuf;
+                    // BENCHMARKS.md, issue 14).
+                    let pooled = self.pool.fits(len + CACHE_LINE);
+                    let mut v = if pooled {
+                        self.pool.take()
+                    } else {
+                        Vec::with_capacity(len + CACHE_LINE)
+                    };
+                    let pad = v.as_ptr().wrapping_add(have).align_offset(CACHE_LINE);
+                    v.resize(pad, 0);
+                    v.extend_from_slice(&self.buf[self.start..self.end]);
+                    self.start = self.end;
+                    self.direct = true;
+                    (v, pad, pooled)
                 }
-            })?;
+            };
+            let missing = pad + len - v.len();
+            match self.inner.append_exact(&mut v, missing) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.partial = Some((v, pad, pooled));
+                    return Err(ReadError::Io(e));
+                }
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Err(ReadError::Truncated(HEADER_LEN + v.len() - pad));
+                }
+                Err(e) => return Err(ReadError::Io(e)),
+            }
             if pooled {
                 let pool = self.pool.clone();
                 return Ok(Bytes::from_owner(Pooled { buf: v, pad, pool }));
@@ -550,6 +572,49 @@ mod tests {
         assert_eq!(pooled(&d), (POOL_KEEP_BYTES / (max + CACHE_LINE)).min(5));
     }
 
+    /// A non-blocking source that has at most `cut` more bytes each time it is asked after
+    /// running dry: every other call finds nothing (WouldBlock), as a socket read with
+    /// MSG_DONTWAIT does while a peer's frame is still on its way.
+    struct Stutter {
+        inner: Pieces,
+        dry: bool,
+    }
+
+    impl Stutter {
+        fn turn(&mut self) -> io::Result<()> {
+            self.dry = !self.dry;
+            if self.dry {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(())
+        }
+    }
+
+    impl Read for Stutter {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.turn()?;
+            self.inner.read(buf)
+        }
+    }
+
+    impl Source for Stutter {
+        fn append_exact(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
+            let want = v.len() + n;
+            while v.len() < want {
+                self.turn()?;
+                let at = v.len();
+                let k = (want - at).min(self.inner.cut);
+                v.resize(at + k, 0);
+                let got = self.inner.read(&mut v[at..])?;
+                v.truncate(at + got);
+                if got == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            Ok(())
+        }
+    }
+
     /// A writer that accepts at most `cut` bytes per call.
     struct Short {
         out: Vec<u8>,
@@ -628,6 +693,61 @@ mod tests {
                     prop_assert_eq!(h.len, len);
                     prop_assert!(p.iter().enumerate().all(|(i, &b)| b == (seq + i as u64) as u8));
                     seq += u64::from(len);
+                }
+            }
+        }
+
+        // A reader over a source that keeps running dry (WouldBlock) inside headers, pads
+        // and payloads, staged or read directly, gives the same frames as over one that
+        // never does, when each header and payload call is simply repeated until it
+        // answers: nothing read before a WouldBlock is lost or read twice.
+        #[test]
+        fn frames_resume_after_would_block(lens in proptest::collection::vec(0u32..70_000, 1..10),
+                                           cut in 1usize..50_000, padded in any::<bool>()) {
+            let mut stream = Vec::new();
+            let mut seq = 0u64;
+            for &len in &lens {
+                let mut h = data(seq, len);
+                if padded {
+                    h.flags |= flags::PAD;
+                }
+                let (head, tail) = h.pads();
+                stream.extend_from_slice(&h.encode());
+                stream.extend_from_slice(&ZEROS[..head]);
+                stream.extend((0..len).map(|i| (seq + u64::from(i)) as u8));
+                stream.extend_from_slice(&ZEROS[..tail]);
+                seq += u64::from(len);
+            }
+            let src = Stutter { inner: Pieces { data: stream, at: 0, cut }, dry: false };
+            let mut r = FrameReader::new(src, 1 << 17);
+            let would_block =
+                |e: &ReadError| matches!(e, ReadError::Io(e) if e.kind() == io::ErrorKind::WouldBlock);
+            let mut seq = 0u64;
+            for &len in &lens {
+                let h = loop {
+                    match r.next_header() {
+                        Ok(Some(h)) => break h,
+                        Err(e) if would_block(&e) => continue,
+                        other => panic!("{other:?}"),
+                    }
+                };
+                prop_assert_eq!((h.seq, h.len), (seq, len));
+                let p = loop {
+                    match r.payload(&h) {
+                        Ok(p) => break p,
+                        Err(e) if would_block(&e) => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                };
+                prop_assert_eq!(p.len(), len as usize);
+                prop_assert!(p.iter().enumerate().all(|(i, &b)| b == (seq + i as u64) as u8));
+                seq += u64::from(len);
+            }
+            loop {
+                match r.next_header() {
+                    Ok(None) => break,
+                    Err(e) if would_block(&e) => continue,
+                    other => panic!("trailing {other:?}"),
                 }
             }
         }

@@ -413,3 +413,80 @@ fn set_nofile(soft: u64, hard: u64) {
     assert!(st.success());
     assert_eq!(libc_rlimit().0, soft);
 }
+
+/// Run to completion (`Config::app_driven`): the thread that reads a channel is the
+/// application's own. A peer that sends a frame's header and part of its payload and then
+/// stops must not hold it: the pump returns at once, keeps what came, and finishes the frame
+/// when the rest arrives, for a payload read directly into its own buffer (40,000 bytes) and
+/// one staged (100 bytes) alike.
+#[test]
+fn a_half_sent_frame_never_holds_the_thread_that_reads_it() {
+    use netchannel::{DrivenChannel, Pumped};
+    use std::task::{Context, Poll, Waker};
+    let _g = serial();
+    let cfg = Config {
+        app_driven: true,
+        // Only this test's thread reads: the standby never steps in.
+        standby_after: Duration::from_secs(3600),
+        max_frame: 64 * 1024,
+        window: 256 * 1024,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let d = server.driver().unwrap().clone();
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(9).unwrap();
+    let mut s = one_channel("127.0.0.1", addr, 78);
+    // Pumps every channel on another thread; fails if that does not come back.
+    let pump_all = || {
+        let chans: Vec<DrivenChannel> = d.channels();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let done: Vec<Pumped> = chans.iter().map(DrivenChannel::pump).collect();
+            let _ = tx.send(done);
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("a pump waited for the rest of a frame")
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    s.write_all(&frame(FrameType::Open, 40000, 9, u32::MAX, 0, 0))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let victim = loop {
+        pump_all();
+        if let Poll::Ready(v) = l.poll_accept(&mut cx) {
+            break v.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the OPEN was never read");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut seq = 0u64;
+    for len in [40_000u32, 100] {
+        let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let half = len as usize / 2;
+        s.write_all(&frame(FrameType::Data, 40000, 9, 0, seq, len))
+            .unwrap();
+        s.write_all(&payload[..half]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        pump_all();
+        let mut buf = vec![0u8; len as usize];
+        assert!(
+            victim.poll_read(&mut cx, &mut buf).is_pending(),
+            "half a frame was delivered"
+        );
+        s.write_all(&payload[half..]).unwrap();
+        let mut got = Vec::new();
+        while got.len() < len as usize {
+            pump_all();
+            if let Poll::Ready(n) = victim.poll_read(&mut cx, &mut buf) {
+                got.extend_from_slice(&buf[..n.unwrap()]);
+            }
+            assert!(
+                Instant::now() < deadline + Duration::from_secs(10),
+                "stalled"
+            );
+        }
+        assert!(got == payload, "a {len}-byte frame resumed changed");
+        seq += u64::from(len);
+    }
+}

@@ -43,6 +43,21 @@ impl Session {
         self.deliver(ch.index, h, payload, &mut r.get_mut().wakes)
     }
 
+    /// Handles frame `h` whose payload was read whole (by a pump: `crate::drive`).
+    pub(crate) fn frame_in(
+        self: &Arc<Self>,
+        ch: &Channel,
+        h: Header,
+        payload: Bytes,
+        wakes: &mut Wakes,
+    ) -> Result<(), String> {
+        ch.counters.frames_in.fetch_add(1, Ordering::Relaxed);
+        ch.counters
+            .bytes_in
+            .fetch_add(h.wire_len() as u64, Ordering::Relaxed);
+        self.deliver(ch.index, h, payload, wakes)
+    }
+
     /// The reader loop of a channel's I/O thread.
     pub(super) fn read_loop(self: &Arc<Self>, ch: &Arc<Channel>, mut r: ChannelReader) {
         let cause = loop {

@@ -81,6 +81,19 @@ impl Read for SpinRead {
 
 impl crate::frame_io::Source for SpinRead {
     fn append_exact(&mut self, v: &mut Vec<u8>, n: usize) -> io::Result<()> {
+        if self.dontwait {
+            // What is queued, then WouldBlock with the bytes so far left in `v` (the frame
+            // reader keeps them and goes on later).
+            let want = v.len() + n;
+            while v.len() < want {
+                match netsteer_sock::buf::recv_append_now(self.stream.as_fd(), v, want - v.len())? {
+                    None => return Err(io::ErrorKind::WouldBlock.into()),
+                    Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                    Some(_) => {}
+                }
+            }
+            return Ok(());
+        }
         if self.whole_payloads && n >= WHOLE_PAYLOAD_MIN {
             return self.append_whole(v, n);
         }
