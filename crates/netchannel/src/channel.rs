@@ -2,7 +2,7 @@
 //! Frames on one channel may go out in any order relative to frames on other channels; the
 //! receiver orders a socket's bytes by `seq`, so a channel only has to write each frame whole.
 
-use crate::frame_io::{OutFrame, write_all_vectored};
+use crate::frame_io::{OutFrame, write_all_vectored, write_now};
 use crate::sched::{Load, choose_worker};
 use crate::socket::lock;
 use crate::wire::{Class, FrameType, Header, flags};
@@ -95,6 +95,21 @@ pub(crate) struct Channel {
     pub cut_off: std::sync::OnceLock<String>,
 }
 
+/// Whether a sender writes its frame itself when the channel is idle (`Config::inline_send`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inline {
+    /// Never: the frame is queued for the writer thread (replies from a thread that must not
+    /// block on a peer that does not read).
+    Never,
+    /// Yes, waiting in write(2) for room (a blocking call of the application).
+    Wait,
+    /// Yes, what the socket takes now; the rest is queued, ahead of everything, for the
+    /// writer thread. An event loop's thread must never wait on a peer that stopped reading
+    /// its channel (it would stall every other connection of the program until the channel
+    /// is declared dead).
+    NoWait,
+}
+
 /// How a channel copies outgoing payloads.
 pub(crate) struct SendCopy<'a> {
     pub workers: usize,
@@ -179,11 +194,10 @@ impl Channel {
     /// Queues a frame, or writes it at once from the calling thread when the channel is
     /// idle and inline sending is on (nvme-tcp's "try send inline": no hand-off, no wake-up).
     pub fn send(&self, header: &Header, payload: Bytes) -> io::Result<()> {
-        self.send_with(header, payload, true)
+        self.send_with(header, payload, Inline::Wait)
     }
 
-    /// `may_block = false` never writes inline (async callers must not block in write(2)).
-    pub fn send_with(&self, header: &Header, payload: Bytes, may_block: bool) -> io::Result<()> {
+    pub fn send_with(&self, header: &Header, payload: Bytes, inline: Inline) -> io::Result<()> {
         let mut q = lock(&self.tx);
         if q.closed {
             return Err(broken());
@@ -209,26 +223,38 @@ impl Channel {
             return Err(io::Error::new(io::ErrorKind::QuotaExceeded, why));
         }
         let mut frame = OutFrame::new(&header, payload);
-        if may_block && self.inline && !q.writing && q.frames.is_empty() {
+        if inline != Inline::Never && self.inline && !q.writing && q.frames.is_empty() {
             q.writing = true;
             drop(q);
-            let parts = [
-                &frame.header[..],
-                frame.head_pad(),
-                &frame.payload[..],
-                frame.tail_pad(),
-            ];
-            let res = write_all_vectored(&mut &self.stream, &parts);
+            let total = frame.wire_len();
+            let res = match inline {
+                Inline::NoWait => write_now(self.stream.as_fd(), &frame.parts()),
+                _ => write_all_vectored(&mut &self.stream, &frame.parts()).map(|()| total),
+            };
             let mut q = lock(&self.tx);
             q.writing = false;
+            if let Ok(n) = res
+                && n < total
+            {
+                // The rest goes first: every frame queued meanwhile came after this one.
+                frame.skip = n;
+                self.queued
+                    .fetch_add(frame.left() as u64, Ordering::Relaxed);
+                q.frames.push_front(frame);
+                q.control += usize::from(control);
+                if q.writer_waiting {
+                    self.tx_cv.notify_all();
+                }
+                return Ok(());
+            }
             if q.writer_waiting && (!q.frames.is_empty() || q.closed) {
                 self.tx_cv.notify_all();
             }
             drop(q);
             if res.is_ok() {
-                self.count_out(frame.wire_len(), 1);
+                self.count_out(total, 1);
             }
-            return res;
+            return res.map(|_| ());
         }
         if header.kind == FrameType::Data && frame.payload.len() >= SEND_OFFLOAD_MIN {
             frame.via = self.offload(&mut q, &frame.payload);
@@ -267,10 +293,14 @@ impl Channel {
     fn write_batch(&self, batch: &[OutFrame]) -> io::Result<()> {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(4 * batch.len());
         for f in batch {
+            if f.via.is_none() {
+                parts.extend(f.parts());
+                continue;
+            }
             parts.push(&f.header);
             parts.push(f.head_pad());
             match f.via {
-                None => parts.push(&f.payload),
+                None => unreachable!("handled above"),
                 Some(w) => {
                     write_all_vectored(&mut &self.stream, &parts)?;
                     parts.clear();
@@ -388,7 +418,7 @@ impl Channel {
                 q.writing = true;
             }
             let res = self.write_batch(&batch);
-            let bytes: usize = batch.iter().map(OutFrame::wire_len).sum();
+            let bytes: usize = batch.iter().map(OutFrame::left).sum();
             // close() may have zeroed the count meanwhile.
             let _ = self
                 .queued

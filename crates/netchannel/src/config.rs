@@ -46,10 +46,12 @@ pub struct Config {
     /// of handing them to the channel's I/O thread (saves a hand-off; the app thread then
     /// does the kernel copy). Latency channels always do this.
     pub inline_send: bool,
-    /// Async writers ([`crate::AsyncVSocket`]) write inline too, where the channel's class
-    /// does (`inline_send`, or the latency class). The write(2) may then hold the task's
-    /// thread while that channel's socket buffer is full; a proxy that owns its runtime takes
-    /// that to save a thread hand-off per frame. Off: async writers always queue.
+    /// Async writers ([`crate::AsyncVSocket`], the `poll_write` family) write inline too,
+    /// where the channel's class does (`inline_send`, or the latency class): what the
+    /// channel's socket takes at once, never waiting for room (MSG_DONTWAIT); the rest is
+    /// queued ahead of everything for the channel's writer. Saves a thread hand-off per frame
+    /// and never holds the caller's thread on a peer that stops reading. Off: async writers
+    /// always queue.
     pub async_inline_send: bool,
     /// TCP_NOTSENT_LOWAT of throughput channels (None = kernel default).
     pub throughput_notsent_lowat: Option<u32>,

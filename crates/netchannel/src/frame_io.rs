@@ -344,6 +344,9 @@ pub struct OutFrame {
     pub via: Option<usize>,
     /// Not DATA: a reply or a flow-control frame (counted against `max_queued_control`).
     pub control: bool,
+    /// Bytes of it already written (a sender wrote what the socket took without waiting and
+    /// queued the rest); only for frames written from `payload`.
+    pub skip: usize,
 }
 
 impl OutFrame {
@@ -354,11 +357,38 @@ impl OutFrame {
             pads: header.pads(),
             via: None,
             control: header.kind != crate::wire::FrameType::Data,
+            skip: 0,
         }
     }
 
     pub fn wire_len(&self) -> usize {
         HEADER_LEN + self.pads.0 + self.payload.len() + self.pads.1
+    }
+
+    /// Bytes still to write.
+    pub fn left(&self) -> usize {
+        self.wire_len() - self.skip
+    }
+
+    /// The frame's bytes in order, past the `skip` already written (`via` frames excepted:
+    /// their payload is in a pipe).
+    pub fn parts(&self) -> Vec<&[u8]> {
+        let mut skip = self.skip;
+        let mut out = Vec::with_capacity(4);
+        for p in [
+            &self.header[..],
+            self.head_pad(),
+            &self.payload[..],
+            self.tail_pad(),
+        ] {
+            if skip >= p.len() {
+                skip -= p.len();
+            } else {
+                out.push(&p[skip..]);
+                skip = 0;
+            }
+        }
+        out
     }
 
     pub fn head_pad(&self) -> &'static [u8] {
@@ -368,6 +398,32 @@ impl OutFrame {
     pub fn tail_pad(&self) -> &'static [u8] {
         &ZEROS[..self.pads.1]
     }
+}
+
+/// Writes what the socket takes of `parts` now, without waiting: the count written (short
+/// when its send buffer filled).
+pub fn write_now(fd: std::os::fd::BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut done = 0;
+    while done < total {
+        let mut skip = done;
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(parts.len());
+        for p in parts {
+            if skip >= p.len() {
+                skip -= p.len();
+            } else {
+                slices.push(IoSlice::new(&p[skip..]));
+                skip = 0;
+            }
+        }
+        match netsteer_sock::buf::send_vectored_now(fd, &slices) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
 }
 
 /// Writes every slice completely with as few writev(2) calls as the socket allows.

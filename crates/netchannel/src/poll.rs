@@ -4,6 +4,7 @@
 //! with the socket (data, credit), the session (channel space) or the listener (a queued
 //! connection); the endpoint's I/O threads wake it once.
 
+use crate::channel::Inline;
 use crate::sched::Choice;
 use crate::socket::{Rx, VListener, VSocket, lock};
 use bytes::Bytes;
@@ -121,7 +122,12 @@ impl VSocket {
             };
             (ch, tx.take_seq(n), n)
         };
-        if let Err(e) = self.send_data(ch, seq, take(n), false, session.cfg.async_inline_send) {
+        let inline = if session.cfg.async_inline_send {
+            Inline::NoWait
+        } else {
+            Inline::Never
+        };
+        if let Err(e) = self.send_data(ch, seq, take(n), false, inline) {
             return Poll::Ready(Err(e));
         }
         Poll::Ready(Ok(n))

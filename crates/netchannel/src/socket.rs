@@ -3,6 +3,7 @@
 //! sender how much it has consumed (CREDIT), so a socket never has more than its window in
 //! flight and a slow reader never stalls a channel that other sockets share.
 
+use crate::channel::Inline;
 use crate::error::Error;
 use crate::reorder::Reassembly;
 use crate::sched::{self, Choice, Cursor, Policy};
@@ -367,7 +368,7 @@ impl VSocket {
         seq: u64,
         payload: Bytes,
         eom: bool,
-        may_block: bool,
+        inline: Inline,
     ) -> io::Result<()> {
         let lat = if self.shared.class == Class::Latency {
             flags::LAT
@@ -390,7 +391,7 @@ impl VSocket {
             eom,
             via: channel.id,
         });
-        let Err(e) = channel.send_with(&h, payload, may_block) else {
+        let Err(e) = channel.send_with(&h, payload, inline) else {
             return Ok(());
         };
         // The channel died under us: close it (which re-sends what it carried), then move
@@ -412,7 +413,7 @@ impl VSocket {
             let (seq, n) = self.reserve(max.min(total - off))?;
             let ch = self.pick(n as u64)?;
             let last = off + n == total;
-            self.send_data(ch, seq, src.part(off, off + n), eom && last, true)?;
+            self.send_data(ch, seq, src.part(off, off + n), eom && last, Inline::Wait)?;
             off += n;
         }
         Ok(total)

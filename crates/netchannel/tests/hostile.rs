@@ -490,3 +490,53 @@ fn a_half_sent_frame_never_holds_the_thread_that_reads_it() {
         seq += u64::from(len);
     }
 }
+
+/// A peer that grants a large window and then stops reading its channel must not hold a
+/// writer that may not wait (an event loop's thread: the preload library and the proxy write
+/// with `poll_write` and `async_inline_send`): each call returns at once, what the socket did
+/// not take is queued for the channel's writer thread, and the writer is told to wait
+/// (Pending) once the channel's queue is full.
+#[test]
+fn a_peer_that_stops_reading_never_holds_a_writer_that_may_not_wait() {
+    use std::task::{Context, Poll, Waker};
+    let _g = serial();
+    let cfg = Config {
+        window: 64 << 20,
+        max_frame: 1 << 20,
+        inline_send: true,
+        async_inline_send: true,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(9).unwrap();
+    let mut s = one_channel("127.0.0.1", addr, 79);
+    s.write_all(&frame(FrameType::Open, 40000, 9, u32::MAX, 0, 0))
+        .unwrap();
+    let victim = l.accept_timeout(Duration::from_secs(5)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut cx = Context::from_waker(Waker::noop());
+        let chunk = vec![7u8; 256 * 1024];
+        let mut written = 0usize;
+        let outcome = loop {
+            match victim.poll_write(&mut cx, &chunk) {
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => break Err(e.to_string()),
+                Poll::Pending => break Ok(written),
+            }
+            if written >= 64 << 20 {
+                break Ok(written);
+            }
+        };
+        let _ = tx.send(outcome);
+        victim
+    });
+    let written = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a write that may not wait waited for a peer that does not read")
+        .unwrap();
+    // The peer reads nothing: the kernel holds a few MiB, the channel's queue its limit.
+    assert!(written > 0 && written < 64 << 20, "{written} bytes taken");
+    drop(s);
+}

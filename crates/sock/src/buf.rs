@@ -60,6 +60,34 @@ pub fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// One sendmsg(2) of `bufs` that never blocks (MSG_DONTWAIT, whatever the descriptor's
+/// O_NONBLOCK says) and never raises SIGPIPE: the count the socket took, possibly short;
+/// WouldBlock when its send buffer is full. Retries on EINTR.
+pub fn send_vectored_now(fd: BorrowedFd<'_>, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no address, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec (std documents it); sendmsg only reads them.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
+    loop {
+        // SAFETY: `msg` points at `msg_iovlen` live iovecs for the duration of the call.
+        let n = unsafe {
+            libc::sendmsg(
+                fd.as_raw_fd(),
+                &msg,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Runs `op` (a read(2)-like call: at most `len` bytes to `ptr`, the count or -1) on up to
 /// `max` bytes of `buf`'s spare capacity, retrying on EINTR, and extends `buf` by the count.
 fn append_with(

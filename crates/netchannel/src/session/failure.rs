@@ -95,7 +95,7 @@ impl Session {
             };
             let placed = (0..live.len())
                 .map(|k| (next + k) % live.len())
-                .find(|&k| live[k].send_with(&h, f.data.clone(), false).is_ok());
+                .find(|&k| live[k].send_with(&h, f.data.clone(), Inline::Never).is_ok());
             // None: the class is dying too; its last channel's failure fails the socket.
             let Some(k) = placed else { break };
             f.via = live[k].id;

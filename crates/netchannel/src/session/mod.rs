@@ -15,7 +15,7 @@
 //! sending after close(2). MPTCP recovers the same way at the data level (DATA_ACK and
 //! re-injection on another subflow, RFC 8684 §3.3); NetChannel itself has no recovery.
 
-use crate::channel::{Channel, broken};
+use crate::channel::{Channel, Inline, broken};
 use crate::config::Config;
 use crate::copy::CopyPool;
 use crate::drive::Driver;
@@ -458,7 +458,7 @@ impl Session {
     fn send_raw_control(&self, channel: usize, h: Header) {
         let _ = self.channels[channel]
             .load()
-            .send_with(&h, Bytes::new(), false);
+            .send_with(&h, Bytes::new(), Inline::Never);
     }
 
     /// Opens a virtual socket to `port` on the peer and waits for OPEN_ACK.
