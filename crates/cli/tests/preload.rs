@@ -84,8 +84,12 @@ impl Drop for Running {
 }
 
 fn spawn(ns: &Netns, args: &[&str], env: &[(&str, &str)]) -> Running {
+    spawn_with(ns, args, env, Stdio::null())
+}
+
+fn spawn_with(ns: &Netns, args: &[&str], env: &[(&str, &str)], stdin: Stdio) -> Running {
     let mut cmd = ns.command(args[0], &args[1..]);
-    cmd.stdin(Stdio::null())
+    cmd.stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -157,10 +161,22 @@ fn helper_resp_checker() {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    // Rounds at which it waits for a line on stdin after saying so: the test looks at its
+    // channels while it cannot have finished (a fast checker could otherwise be done before
+    // the test reads "round N").
+    let pause: Vec<u64> = std::env::var("NETSTEER_TEST_PAUSE_AT")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|v| v.parse().ok())
+        .collect();
     let stdout = std::io::stdout();
     resp::check_replies(stream, 0, rounds, |round, w, r| {
         writeln!(stdout.lock(), "round {round}").unwrap();
         stdout.lock().flush().unwrap();
+        if pause.contains(&round) {
+            let mut go = String::new();
+            std::io::stdin().read_line(&mut go).unwrap();
+        }
         if round == bgsave_at {
             w.write_all(b"*1\r\n$6\r\nBGSAVE\r\n").unwrap();
             assert_eq!(resp::read_line(r), "+Background saving started");
@@ -257,7 +273,7 @@ fn redis_benchmark_and_checker(channels: u16) {
     let exe = std::env::current_exe().unwrap();
     let exe = exe.to_str().unwrap();
     let target = format!("{SERVER_ADDR}:6379");
-    let mut checker = spawn(
+    let mut checker = spawn_with(
         &r.pair.client,
         &preloaded(
             &role,
@@ -275,8 +291,12 @@ fn redis_benchmark_and_checker(channels: u16) {
             (CHECK_ENV, &target),
             ("NETSTEER_TEST_ROUNDS", "200"),
             ("NETSTEER_TEST_BGSAVE_AT", "40"),
+            ("NETSTEER_TEST_PAUSE_AT", "60,150"),
         ],
+        Stdio::piped(),
     );
+    let mut go = checker.0.as_mut().unwrap().stdin.take().unwrap();
+    let mut resume = move || go.write_all(b"go\n").unwrap();
     // Follow the checker's rounds; kill one of its channels at round 60, and see it back
     // by round 150.
     let pid = checker.0.as_ref().unwrap().id();
@@ -291,6 +311,8 @@ fn redis_benchmark_and_checker(channels: u16) {
             // Its throughput channels and the one latency channel.
             assert_eq!(ports.len(), channels as usize + 1, "{ports:?}");
             let victim = ports[0].clone();
+            // Killed while it runs: 140 rounds are left.
+            resume();
             let k = r.pair.client.exec(&[
                 "ss",
                 "-K",
@@ -318,6 +340,9 @@ fn redis_benchmark_and_checker(channels: u16) {
                 channel_ports(&r.pair.client, pid).len(),
                 channels as usize + 1
             );
+        }
+        if (line == "round 60" && channels == 1) || line == "round 150" {
+            resume();
         }
         done |= line == "done";
     }
