@@ -193,7 +193,23 @@ struct Shared {
     cpus: Vec<u32>,
     max_connections: usize,
     hello_timeout: Duration,
+    /// Tests registered whose summary is not yet sent (a test writes its client's result
+    /// first, then reports): the server waits for them at its stop, so its totals count a
+    /// test whose client already finished.
+    reporting: AtomicUsize,
 }
+
+/// One test's summary still owed (see `Shared::reporting`), however its handler returns.
+struct Owed<'a>(&'a AtomicUsize);
+
+impl Drop for Owed<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long a stopping server waits for the summaries of tests still reporting.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 pub struct Server {
     listener: TcpListener,
@@ -263,20 +279,24 @@ impl Server {
             cpus: self.cfg.cpus.clone(),
             max_connections: self.cfg.max_connections,
             hello_timeout: self.cfg.hello_timeout,
+            reporting: AtomicUsize::new(0),
         });
         let (tx, rx) = mpsc::channel::<ServerTest>();
         let started = Instant::now();
         let mut totals = ServerTotals::default();
         let mut write_err = None;
         let mut refused = Refused::default();
+        let mut take = |m: ServerTest, totals: &mut ServerTotals| {
+            totals.tests += 1;
+            if write_err.is_none()
+                && let Err(e) = on_test(&m)
+            {
+                write_err = Some(e);
+            }
+        };
         loop {
             for m in rx.try_iter() {
-                totals.tests += 1;
-                if write_err.is_none()
-                    && let Err(e) = on_test(&m)
-                {
-                    write_err = Some(e);
-                }
+                take(m, &mut totals);
             }
             if stop.load(Ordering::Relaxed)
                 || self.cfg.duration.is_some_and(|d| started.elapsed() >= d)
@@ -326,6 +346,15 @@ impl Server {
             .values()
         {
             t.stop_flows();
+        }
+        let grace = Instant::now() + STOP_GRACE;
+        while shared.reporting.load(Ordering::Acquire) > 0 && Instant::now() < grace {
+            if let Ok(m) = rx.recv_timeout(Duration::from_millis(10)) {
+                take(m, &mut totals);
+            }
+        }
+        for m in rx.try_iter() {
+            take(m, &mut totals);
         }
         totals.rejected_connections = shared.rejected.load(Ordering::Relaxed);
         match write_err {
@@ -498,6 +527,8 @@ fn control(
         low_water: stream::low_water(spec.write_size, spec.read_size, segment, spec.flows, usable),
         reads_per_turn: stream::reads_per_turn(segment, spec.write_size),
     });
+    shared.reporting.fetch_add(1, Ordering::AcqRel);
+    let _owed = Owed(&shared.reporting);
     shared
         .tests
         .lock()
