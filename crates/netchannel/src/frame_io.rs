@@ -499,6 +499,26 @@ mod tests {
         }
     }
 
+    /// DATA frames of `lens` bytes back to back, seq counting on, payload byte i of a frame
+    /// at seq s being (s + i) as u8; padded to whole lines when `padded`.
+    fn data_stream(lens: &[u32], padded: bool) -> Vec<u8> {
+        let mut stream = Vec::new();
+        let mut seq = 0u64;
+        for &len in lens {
+            let mut h = data(seq, len);
+            if padded {
+                h.flags |= flags::PAD;
+            }
+            let (head, tail) = h.pads();
+            stream.extend_from_slice(&h.encode());
+            stream.extend_from_slice(&ZEROS[..head]);
+            stream.extend((0..len).map(|i| (seq + u64::from(i)) as u8));
+            stream.extend_from_slice(&ZEROS[..tail]);
+            seq += u64::from(len);
+        }
+        stream
+    }
+
     /// A socket-like source that records where each direct read was asked to land.
     struct Landing {
         inner: Pieces,
@@ -713,20 +733,7 @@ mod tests {
         fn frames_survive_any_split(lens in proptest::collection::vec(0u32..40_000, 1..12),
                                     cut in 1usize..70_000, flip in any::<Option<(usize, u8)>>(),
                                     padded in any::<bool>()) {
-            let mut stream = Vec::new();
-            let mut seq = 0u64;
-            for &len in &lens {
-                let mut h = data(seq, len);
-                if padded {
-                    h.flags |= flags::PAD;
-                }
-                let (head, tail) = h.pads();
-                stream.extend_from_slice(&h.encode());
-                stream.extend_from_slice(&ZEROS[..head]);
-                stream.extend((0..len).map(|i| (seq + u64::from(i)) as u8));
-                stream.extend_from_slice(&ZEROS[..tail]);
-                seq += u64::from(len);
-            }
+            let mut stream = data_stream(&lens, padded);
             let corrupt = flip.is_some();
             if let Some((at, x)) = flip {
                 let at = at % stream.len();
@@ -760,20 +767,7 @@ mod tests {
         #[test]
         fn frames_resume_after_would_block(lens in proptest::collection::vec(0u32..70_000, 1..10),
                                            cut in 1usize..50_000, padded in any::<bool>()) {
-            let mut stream = Vec::new();
-            let mut seq = 0u64;
-            for &len in &lens {
-                let mut h = data(seq, len);
-                if padded {
-                    h.flags |= flags::PAD;
-                }
-                let (head, tail) = h.pads();
-                stream.extend_from_slice(&h.encode());
-                stream.extend_from_slice(&ZEROS[..head]);
-                stream.extend((0..len).map(|i| (seq + u64::from(i)) as u8));
-                stream.extend_from_slice(&ZEROS[..tail]);
-                seq += u64::from(len);
-            }
+            let stream = data_stream(&lens, padded);
             let src = Stutter { inner: Pieces { data: stream, at: 0, cut }, dry: false };
             let mut r = FrameReader::new(src, 1 << 17);
             let would_block =
