@@ -13,6 +13,7 @@
 # PIN=1 (default): redis-server on CPU 1, redis-benchmark on CPU 0 (a preloaded program's
 # channel threads inherit its CPU); PIN=0: nothing pinned (channel work may take the other CPU).
 # Usage: benches/netchannel-preload.sh [PAIRS (5)] [REQUESTS (100000)] [CLIENTS (50)]
+#   MODES="direct nc-1" and PIPELINES=16 narrow a run (default: all modes, pipelining 1 and 16).
 # Needs root, iproute2, redis-server, redis-tools, python3.
 set -euo pipefail
 pairs=${1:-5}
@@ -61,9 +62,9 @@ run() { # mode pipeline → CSV lines "mode,P,test,rps,p99"
 }
 
 echo "clients: $clients; requests per test: $requests; pairs: $pairs; pinned: $pin"
-modes=(direct nc-1 nc-2 nc-4 th-1)
+read -ra modes <<<"${MODES:-direct nc-1 nc-2 nc-4 th-1}"
 n=${#modes[@]}
-for p in 1 16; do
+for p in ${PIPELINES:-1 16}; do
   for pair in $(seq 1 $pairs); do
     for k in $(seq 0 $((n - 1))); do
       run ${modes[$(( (pair + k) % n ))]} $p | tee -a "$work/results.csv"

@@ -15,6 +15,7 @@
 # redis-server is pinned to CPU 1 and redis-benchmark to CPU 0; the proxies are not pinned
 # (on a 2-CPU machine they share both CPUs with the programs, as a sidecar would).
 # Usage: benches/netchannel-proxy.sh [PAIRS (5)] [REQUESTS (100000)] [CHANNELS (2)] [CLIENTS (8)]
+#   MODES="direct proxy haproxy" and PIPELINES=16 narrow a run (default: all four, P 1 and 16).
 # Needs root, iproute2, redis-server, redis-tools, mptcpd, haproxy, python3.
 set -euo pipefail
 pairs=${1:-5}
@@ -87,11 +88,12 @@ run() { # mode pipeline → CSV lines "mode,P,test,rps,p99"
 }
 
 echo "channels: $channels; clients: $clients; requests per test: $requests; pairs: $pairs"
-modes=(direct proxy mptcp haproxy)
-for p in 1 16; do
+read -ra modes <<<"${MODES:-direct proxy mptcp haproxy}"
+n=${#modes[@]}
+for p in ${PIPELINES:-1 16}; do
   for pair in $(seq 1 $pairs); do
-    for k in 0 1 2 3; do
-      run ${modes[$(( (pair + k) % 4 ))]} $p | tee -a "$work/results.csv"
+    for k in $(seq 0 $((n - 1))); do
+      run ${modes[$(( (pair + k) % n ))]} $p | tee -a "$work/results.csv"
     done
   done
 done
