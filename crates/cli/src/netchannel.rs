@@ -158,6 +158,7 @@ impl Common {
             window: self.window,
             inline_send: true,
             async_inline_send: true,
+            app_driven: true,
             ..Config::default()
         }
     }
@@ -235,10 +236,7 @@ fn client(a: &ClientArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
 fn server(a: &ServerArgs) -> Result<(Proxy, Arc<Endpoint>, &'static str)> {
     let backends = Backend::parse_all(&a.backend).map_err(anyhow::Error::msg)?;
     let listen = crate::resolve_flag("--listen", &a.listen)?;
-    let cfg = Config {
-        window: a.common.window,
-        ..Config::default()
-    };
+    let cfg = a.common.config();
     let endpoint =
         Arc::new(Endpoint::listen(listen, cfg).with_context(|| format!("--listen {listen}"))?);
     let local = endpoint.local_addr().unwrap_or(listen);

@@ -44,6 +44,26 @@ impl VSocket {
         Poll::Pending
     }
 
+    /// The next in-order piece as it arrived (no copy; at most one frame's payload), None at
+    /// end of stream; Pending leaves the waker for the next arrival. A relay that writes the
+    /// piece on (the proxy) saves the copy [`VSocket::poll_read`] makes into its buffer.
+    pub fn poll_read_chunk(&self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        let mut rx = lock(&self.shared.rx);
+        if let Some((b, _)) = rx.re.read_chunk() {
+            self.credit_after_read(rx);
+            return Poll::Ready(Ok(Some(b)));
+        }
+        if rx.re.at_eof() {
+            self.credit_after_read(rx);
+            return Poll::Ready(Ok(None));
+        }
+        if let Some(e) = &rx.error {
+            return Poll::Ready(Err(e.clone().into()));
+        }
+        rx.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
     /// Copies what is readable into `buf` without consuming it (recv's MSG_PEEK): Some(0)
     /// at end of stream, None when nothing is readable yet.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {

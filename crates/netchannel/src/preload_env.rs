@@ -309,7 +309,7 @@ pub fn flag_of(name: &str) -> &str {
 }
 
 /// Where the preload library is: `given` (`--preload`), else where cargo built it beside
-/// the binary `exe` (target/<profile>/deps first: `cargo test` refreshes the library there
+/// the binary `exe` (`target/<profile>/deps` first: `cargo test` refreshes the library there
 /// and not always beside the binary, where an older `cargo build` may have left one), else
 /// the package's /usr/lib/netsteer.
 pub fn find_library(given: Option<&Path>, exe: Option<&Path>) -> Result<PathBuf, String> {

@@ -17,14 +17,20 @@
 //! | more connections than the cap | the new connection is reset at once |
 //! | more virtual sockets from one peer address than `max_per_peer` | the new one is reset (Refused) |
 //!
-//! Memory per connection is bounded: one copy buffer per direction here, and the virtual
-//! socket's receive window at each end (the sender stops at the peer's credit).
+//! Memory per connection is bounded: towards the channels, one read block of `buffer`
+//! bytes plus the frames the peer has not consumed (its window); towards the application,
+//! the one frame payload being written; and the virtual socket's receive window at each end
+//! (the sender stops at the peer's credit). No byte is copied in user space: what is read
+//! from TCP is the frames' payload, and a frame's payload is what is written to TCP.
 //!
-//! The copies run on a tokio runtime (one task per connection, no thread per connection);
-//! the channels keep their own I/O threads. Blocking calls of the library (opening a
-//! virtual socket, accepting one) run on their own threads.
+//! The copies run on a tokio runtime (one task per connection, no thread per connection).
+//! With `Config::app_driven` (what `netsteer netchannel proxy` sets) the runtime reads the
+//! channels too (`drive_channels`): an arrival is handled on the worker that runs the copy
+//! it wakes. Blocking calls of the library (opening a virtual socket, accepting one) run on
+//! their own threads.
 
-use crate::{AsyncVSocket, Class, Endpoint, RstReason, SocketOptions, VListener, VSocket};
+use crate::{Class, Endpoint, RstReason, SocketOptions, VListener, VSocket};
+use bytes::{Buf, BytesMut};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -266,6 +272,9 @@ impl Proxy {
         listeners: Vec<Arc<VListener>>,
     ) -> Proxy {
         runtime.spawn(watch_channels(endpoint.clone(), shared.clone()));
+        if let Some(driver) = endpoint.driver() {
+            runtime.spawn(drive_channels(driver.clone()));
+        }
         Proxy {
             shared,
             runtime: Some(runtime),
@@ -353,6 +362,72 @@ async fn watch_channels(endpoint: Arc<Endpoint>, shared: Arc<Shared>) {
                 ));
             }
             known.insert(s.link_id, (s.lost_channels, s.rejoined_channels));
+        }
+    }
+}
+
+/// How often the driving task looks for channels that joined (one that joins is read by
+/// its standby meanwhile, so this bounds only how long that hand-off lasts).
+const DRIVE_LOOK: Duration = Duration::from_millis(10);
+
+/// Run to completion on the proxy's runtime (an endpoint with `Config::app_driven`): each
+/// channel gets a task that waits on its socket in the runtime's reactor and reads the
+/// frames on the worker thread itself, so the copy task an arrival wakes runs on that
+/// worker next, without a reader thread's hand-off per frame (the preload library does the
+/// same in the program's epoll; see `drive`). The channels' standby threads stay as the
+/// fallback for a runtime that stops polling.
+async fn drive_channels(driver: Arc<crate::Driver>) {
+    let mut running = std::collections::HashSet::new();
+    let mut seen = None;
+    loop {
+        let generation = driver.generation();
+        if seen != Some(generation) {
+            seen = Some(generation);
+            let chans = driver.channels();
+            running.retain(|k| chans.iter().any(|c| c.key() == *k));
+            for c in chans {
+                if running.insert(c.key()) {
+                    tokio::spawn(drive_channel(c));
+                }
+            }
+        }
+        tokio::time::sleep(DRIVE_LOOK).await;
+    }
+}
+
+/// Reads `ch` whenever its socket is readable, until the channel dies.
+async fn drive_channel(ch: crate::DrivenChannel) {
+    // A duplicate in the reactor, for readiness only: the pump reads the channel's own.
+    let Ok(fd) = ch
+        .fd()
+        .try_clone_to_owned()
+        .and_then(netsteer_sock::reactor::readable)
+    else {
+        // Not in the reactor: the channel's standby reads it.
+        return;
+    };
+    let chans = [ch.clone()];
+    // This task waits on the socket, so the standby sleeps while it lives.
+    let _watching = crate::watch(&chans);
+    loop {
+        let Ok(mut ready) = fd.readable().await else {
+            return;
+        };
+        match ch.pump() {
+            crate::Pumped::Closed => return,
+            // Stopped at its batch limit: more is queued; let other tasks run first.
+            crate::Pumped::Frames(n) if n >= crate::drive::PUMP_FRAMES => {
+                tokio::task::yield_now().await
+            }
+            // Read until the socket ran dry: wait for the next arrival (an arrival since the
+            // readiness was seen keeps it set; tokio clears only that tick).
+            crate::Pumped::Frames(_) => ready.clear_ready(),
+            // The standby is reading (it stepped in before this task looked): it stops
+            // once it sees this task's watch; look again shortly.
+            crate::Pumped::Busy => {
+                drop(ready);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
         }
     }
 }
@@ -508,39 +583,74 @@ enum End {
     Virtual(io::Error),
 }
 
-/// Copies `from` into `to` until EOF, then half-closes `to`; counts into `total` (the proxy's)
-/// and `count` (the connection's). Failures are told apart by side: `read_failed` wraps an
-/// error reading `from`, `write_failed` one writing or shutting `to`.
-async fn copy_half<R, W>(
+/// Copies the TCP side into the virtual socket until EOF, then half-closes the virtual
+/// socket; counts into `total` (the proxy's) and `count` (the connection's). The bytes read
+/// are the frames' payloads as they are (`poll_write_owned`): the frames the sender keeps
+/// for re-sending share the read buffer's blocks, so a byte is copied only by the kernel.
+/// Memory: one block of `buffer` bytes being filled, plus what the peer has not consumed
+/// (bounded by its window), which pins at most one partly used block more.
+async fn tcp_to_virtual<R>(
     from: &mut R,
-    to: &mut W,
+    to: &VSocket,
     buffer: usize,
     total: &AtomicU64,
     count: &AtomicU64,
-    read_failed: fn(io::Error) -> End,
-    write_failed: fn(io::Error) -> End,
 ) -> End
 where
     R: tokio::io::AsyncRead + Unpin,
-    W: tokio::io::AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; buffer];
+    let mut buf = BytesMut::with_capacity(buffer);
     loop {
-        let n = match from.read(&mut buf).await {
+        // A fresh block only when the current one is nearly full: its front is in frames
+        // the sender keeps, so reserving more in place would copy or reallocate each read.
+        if buf.capacity() - buf.len() < buffer.min(4096) {
+            buf = BytesMut::with_capacity(buffer);
+        }
+        let n = match from.read_buf(&mut buf).await {
             Ok(0) => {
-                return match to.shutdown().await {
+                return match to.shutdown_write() {
                     Ok(()) => End::Eof,
-                    Err(e) => write_failed(e),
+                    Err(e) => End::Virtual(e),
                 };
             }
             Ok(n) => n,
-            Err(e) => return read_failed(e),
+            Err(e) => return End::Tcp(e),
         };
-        if let Err(e) = to.write_all(&buf[..n]).await {
-            return write_failed(e);
+        let mut data = buf.split().freeze();
+        while !data.is_empty() {
+            match std::future::poll_fn(|cx| to.poll_write_owned(cx, &data)).await {
+                Ok(k) => data.advance(k),
+                Err(e) => return End::Virtual(e),
+            }
         }
         count.fetch_add(n as u64, Ordering::Relaxed);
         total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Copies the virtual socket into the TCP side until EOF, then half-closes the TCP side.
+/// Each piece goes on as it arrived ([`VSocket::poll_read_chunk`]: no copy in user space);
+/// memory: the one piece being written, at most a frame's payload.
+async fn virtual_to_tcp<W>(from: &VSocket, to: &mut W, total: &AtomicU64, count: &AtomicU64) -> End
+where
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        let piece = match std::future::poll_fn(|cx| from.poll_read_chunk(cx)).await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                return match to.shutdown().await {
+                    Ok(()) => End::Eof,
+                    Err(e) => End::Tcp(e),
+                };
+            }
+            Err(e) => return End::Virtual(e),
+        };
+        if let Err(e) = to.write_all(&piece).await {
+            return End::Tcp(e);
+        }
+        count.fetch_add(piece.len() as u64, Ordering::Relaxed);
+        total.fetch_add(piece.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -552,27 +662,10 @@ async fn pump(mut tcp: TcpStream, vs: VSocket, label: &str, shared: &Shared) {
     if shared.limits.verbose {
         shared.log(format_args!("{label}: open"));
     }
-    let (mut vr, mut vw) = tokio::io::split(AsyncVSocket::new(vs));
     let failure = {
         let (mut tr, mut tw) = tcp.split();
-        let up = copy_half(
-            &mut tr,
-            &mut vw,
-            buffer,
-            &c.bytes_in,
-            &sent,
-            End::Tcp,
-            End::Virtual,
-        );
-        let down = copy_half(
-            &mut vr,
-            &mut tw,
-            buffer,
-            &c.bytes_out,
-            &received,
-            End::Virtual,
-            End::Tcp,
-        );
+        let up = tcp_to_virtual(&mut tr, &vs, buffer, &c.bytes_in, &sent);
+        let down = virtual_to_tcp(&vs, &mut tw, &c.bytes_out, &received);
         tokio::pin!(up, down);
         let (mut up_done, mut down_done) = (false, false);
         loop {
@@ -587,7 +680,6 @@ async fn pump(mut tcp: TcpStream, vs: VSocket, label: &str, shared: &Shared) {
             }
         }
     };
-    let vs = vr.unsplit(vw).into_inner();
     match failure {
         None | Some(End::Eof) => {
             if shared.limits.verbose {

@@ -34,6 +34,24 @@ impl Rig {
 }
 
 fn rig(backend: SocketAddr, max_connections: usize) -> Rig {
+    rig_with(backend, max_connections, Config::default())
+}
+
+/// Run to completion, as `netsteer netchannel proxy` runs: the runtime's tasks read the
+/// channels. The standbys wait a minute before they step in, so a proxy whose runtime did
+/// not drive would stall (the server proxy would not see the OPEN before the connect
+/// timeout) rather than pass on its standbys' reads.
+fn driven() -> Config {
+    Config {
+        app_driven: true,
+        standby_after: Duration::from_secs(60),
+        inline_send: true,
+        async_inline_send: true,
+        ..Config::default()
+    }
+}
+
+fn rig_with(backend: SocketAddr, max_connections: usize, cfg: Config) -> Rig {
     let log = Arc::new(Mutex::new(Vec::new()));
     let sink = log.clone();
     let to_log: Log = Arc::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
@@ -43,7 +61,7 @@ fn rig(backend: SocketAddr, max_connections: usize) -> Rig {
         ..Limits::default()
     };
     let server_ep =
-        Arc::new(Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap());
+        Arc::new(Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg.clone()).unwrap());
     let peer = server_ep.local_addr().unwrap();
     let server = Proxy::server(
         server_ep,
@@ -52,7 +70,7 @@ fn rig(backend: SocketAddr, max_connections: usize) -> Rig {
         to_log.clone(),
     )
     .unwrap();
-    let client_ep = Arc::new(Endpoint::new(Config::default()).unwrap());
+    let client_ep = Arc::new(Endpoint::new(cfg).unwrap());
     let client = Proxy::client(
         client_ep,
         peer,
@@ -80,8 +98,17 @@ fn connect(addr: SocketAddr) -> TcpStream {
 
 #[test]
 fn half_close_passes_through_both_ways() {
+    half_close(Config::default());
+}
+
+#[test]
+fn half_close_passes_through_both_ways_run_to_completion() {
+    half_close(driven());
+}
+
+fn half_close(cfg: Config) {
     let backend = TcpListener::bind("127.0.0.1:0").unwrap();
-    let rig = rig(backend.local_addr().unwrap(), 16);
+    let rig = rig_with(backend.local_addr().unwrap(), 16, cfg);
     let mut app = connect(rig.addr());
     let server = std::thread::spawn(move || {
         let (mut b, _) = backend.accept().unwrap();
@@ -173,11 +200,20 @@ fn a_connection_over_the_cap_is_reset_and_the_others_go_on() {
 
 #[test]
 fn a_slow_application_backs_the_sink_up_and_loses_nothing() {
+    slow_application(Config::default());
+}
+
+#[test]
+fn a_slow_application_backs_the_sink_up_and_loses_nothing_run_to_completion() {
+    slow_application(driven());
+}
+
+fn slow_application(cfg: Config) {
     // The backend sends 32 MiB at once; the application sleeps before reading, so the
     // proxy's writes into its connection hit a full buffer many times (and the virtual
     // socket's window holds the sender back), and every byte must still arrive in order.
     let backend = TcpListener::bind("127.0.0.1:0").unwrap();
-    let rig = rig(backend.local_addr().unwrap(), 16);
+    let rig = rig_with(backend.local_addr().unwrap(), 16, cfg);
     let mut app = connect(rig.addr());
     app.write_all(b"go").unwrap();
     let total = 32usize << 20;

@@ -14,6 +14,7 @@
 //! * [`netns`]: moving a thread into a network namespace.
 //! * [`zerocopy`]: MSG_ZEROCOPY sends and completions, TCP_ZEROCOPY_RECEIVE.
 //! * [`xdp`]: AF_XDP sockets and the XDP program that feeds them (kernel bypass).
+//! * `reactor` (feature `tokio`): a descriptor registered in tokio's reactor for readiness.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("netsteer-sock uses Linux socket options; it builds on Linux only");
@@ -27,6 +28,8 @@ pub mod msg;
 pub mod netns;
 pub mod opt;
 pub mod pipe;
+#[cfg(feature = "tokio")]
+pub mod reactor;
 pub mod signal;
 pub mod sockaddr;
 pub mod tcp;
