@@ -637,6 +637,7 @@ fn make_channel(
             wakes: Wakes::default(),
             whole_payloads: class == Class::Throughput,
             dontwait: false,
+            drained: false,
         },
         cfg.max_frame,
         // With copy workers the reader must not pull payloads into its own buffer: it reads
@@ -721,6 +722,7 @@ mod tests {
             wakes: Wakes::default(),
             whole_payloads: true,
             dontwait: false,
+            drained: false,
         };
         tx.write_all(&payload[..piece]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
