@@ -233,25 +233,20 @@ impl Channel {
             };
             let mut q = lock(&self.tx);
             q.writing = false;
-            if let Ok(n) = res
-                && n < total
-            {
+            let partial = matches!(res, Ok(n) if n < total);
+            if let (true, Ok(n)) = (partial, &res) {
                 // The rest goes first: every frame queued meanwhile came after this one.
-                frame.skip = n;
+                frame.skip = *n;
                 self.queued
                     .fetch_add(frame.left() as u64, Ordering::Relaxed);
                 q.frames.push_front(frame);
                 q.control += usize::from(control);
-                if q.writer_waiting {
-                    self.tx_cv.notify_all();
-                }
-                return Ok(());
             }
             if q.writer_waiting && (!q.frames.is_empty() || q.closed) {
                 self.tx_cv.notify_all();
             }
             drop(q);
-            if res.is_ok() {
+            if res.is_ok() && !partial {
                 self.count_out(total, 1);
             }
             return res.map(|_| ());

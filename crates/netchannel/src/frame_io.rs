@@ -373,22 +373,16 @@ impl OutFrame {
     /// The frame's bytes in order, past the `skip` already written (`via` frames excepted:
     /// their payload is in a pipe).
     pub fn parts(&self) -> Vec<&[u8]> {
-        let mut skip = self.skip;
-        let mut out = Vec::with_capacity(4);
-        for p in [
-            &self.header[..],
-            self.head_pad(),
-            &self.payload[..],
-            self.tail_pad(),
-        ] {
-            if skip >= p.len() {
-                skip -= p.len();
-            } else {
-                out.push(&p[skip..]);
-                skip = 0;
-            }
-        }
-        out
+        past(
+            &[
+                &self.header[..],
+                self.head_pad(),
+                &self.payload[..],
+                self.tail_pad(),
+            ],
+            self.skip,
+        )
+        .collect()
     }
 
     pub fn head_pad(&self) -> &'static [u8] {
@@ -400,22 +394,28 @@ impl OutFrame {
     }
 }
 
+/// The bytes of `parts` past the first `skip`, as slices (parts wholly skipped, and empty
+/// ones, left out).
+fn past<'a, 'p>(parts: &'p [&'a [u8]], mut skip: usize) -> impl Iterator<Item = &'a [u8]> + 'p {
+    parts.iter().filter_map(move |p| {
+        if skip >= p.len() {
+            skip -= p.len();
+            None
+        } else {
+            let rest = &p[skip..];
+            skip = 0;
+            Some(rest)
+        }
+    })
+}
+
 /// Writes what the socket takes of `parts` now, without waiting: the count written (short
 /// when its send buffer filled).
 pub fn write_now(fd: std::os::fd::BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut done = 0;
     while done < total {
-        let mut skip = done;
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(parts.len());
-        for p in parts {
-            if skip >= p.len() {
-                skip -= p.len();
-            } else {
-                slices.push(IoSlice::new(&p[skip..]));
-                skip = 0;
-            }
-        }
+        let slices: Vec<IoSlice<'_>> = past(parts, done).map(IoSlice::new).collect();
         match netsteer_sock::buf::send_vectored_now(fd, &slices) {
             Ok(0) => break,
             Ok(n) => done += n,
