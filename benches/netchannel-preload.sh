@@ -73,6 +73,8 @@ for p in ${PIPELINES:-1 16}; do
 done
 python3 - "$work/results.csv" <<'PY'
 import sys, statistics as st
+sys.path.insert(0, "benches")
+import pairs as pr
 rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.strip()]
 data = {}
 for mode, p, test, rps, p99 in rows:
@@ -89,6 +91,17 @@ for (p, test, mode), v in sorted(data.items(), key=lambda kv: (int(kv[0][0]), kv
         r = [a / b for a, b in zip(rps, direct)]
         ratio = f"{min(r):.2f}/{st.median(r):.2f}/{max(r):.2f}"
     print(f"{p:>3} {test:<4} {mode:<7} {mmm(rps):>26} {st.median(p99):>10.3f} {ratio:>36}")
+# The goal (issue 38): one channel, preloaded ÷ direct ≥ 1.0; the median's 95 % interval and
+# the verdict (benches/pairs.py; from 6 pairs up).
+print("nc-1 ÷ direct, per pair, min/med/max (pairs ≥ 1) [median's 95 % interval]:")
+judge = pr.Judge()
+for (p, test, mode), v in sorted(data.items(), key=lambda kv: (int(kv[0][0]), kv[0][1], kv[0][2])):
+    direct = [x for x, _ in data.get((p, test, "direct"), [])]
+    if mode != "nc-1" or len(direct) != len(v):
+        continue
+    r = [a / b for (a, _), b in zip(v, direct)]
+    print(f"{p:>3} {test:<4} {judge.cell(r, lambda x: x >= 1.0, f'P{p} {test} nc-1 ÷ direct')}")
+judge.report("one channel ÷ direct TCP ≥ 1.00")
 PY
 echo "preloaded redis-server's stderr:"
 grep -v "^[0-9]*:[CM] " "$work/redis-nc.log" | head -20 || true

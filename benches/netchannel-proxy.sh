@@ -102,6 +102,8 @@ ip netns exec $nsa nstat -az MPTcpExtMPJoinSynAckRx MPTcpExtMPCapableSYNACKRX | 
 
 python3 - "$work/results.csv" "$pairs" <<'EOF'
 import sys, statistics as st
+sys.path.insert(0, "benches")
+import pairs as pr
 rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.strip()]
 pairs = int(sys.argv[2])
 data = {}
@@ -119,14 +121,16 @@ for (p, test, mode), v in sorted(data.items(), key=lambda kv: (int(kv[0][0]), kv
         r = [a / b for a, b in zip(rps, direct)]
         ratio = f"{min(r):.2f}/{st.median(r):.2f}/{max(r):.2f}"
     print(f"{p:>3} {test:<4} {mode:<7} {mmm(rps):>26} {st.median(p99):>10.3f} {ratio:>36}")
-print("proxy ÷ haproxy, requests/s per pair, min/med/max:")
+print("proxy ÷ haproxy, requests/s per pair, min/med/max (pairs ≥ 1) [median's 95 % interval]:")
+judge = pr.Judge()
 for (p, test, mode), v in sorted(data.items(), key=lambda kv: (int(kv[0][0]), kv[0][1], kv[0][2])):
     if mode != "proxy":
         continue
     h = [x for x, _ in data.get((p, test, "haproxy"), [])]
     r = [a / b for (a, _), b in zip(v, h)]
     if r:
-        print(f"{p:>3} {test:<4} {min(r):.2f}/{st.median(r):.2f}/{max(r):.2f}")
+        print(f"{p:>3} {test:<4} {judge.cell(r, lambda x: x >= 1.0, f'P{p} {test} proxy ÷ haproxy')}")
+judge.report("proxy pair ÷ HAProxy pair ≥ 1.00")
 EOF
 echo "proxy logs (channel events, failures):"
 cat "$work/client.log" "$work/server.log"
