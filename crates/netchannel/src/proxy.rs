@@ -319,10 +319,8 @@ impl Proxy {
 struct Exec {
     handle: tokio::runtime::Handle,
     multi: Option<tokio::runtime::Runtime>,
-    single: Option<(
-        tokio::sync::oneshot::Sender<()>,
-        std::thread::JoinHandle<()>,
-    )>,
+    /// Ends the current-thread runtime's thread (its `block_on`).
+    single: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Exec {
@@ -346,7 +344,7 @@ impl Exec {
             .build()?;
         let handle = rt.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("nc-proxy".into())
             .spawn(move || {
                 rt.block_on(async {
@@ -359,7 +357,7 @@ impl Exec {
         Ok(Exec {
             handle,
             multi: None,
-            single: Some((stop, thread)),
+            single: Some(stop),
         })
     }
 }
@@ -369,9 +367,10 @@ impl Drop for Exec {
         if let Some(rt) = self.multi.take() {
             rt.shutdown_background();
         }
-        if let Some((stop, thread)) = self.single.take() {
+        if let Some(stop) = self.single.take() {
+            // Not joined, as shutdown_background does not wait: a task stuck in a call would
+            // otherwise hold whoever drops the proxy.
             let _ = stop.send(());
-            let _ = thread.join();
         }
     }
 }

@@ -259,6 +259,16 @@ fn slow_application(cfg: Config) {
 /// legitimate clients were reset.)
 #[test]
 fn one_peer_cannot_take_every_place_of_the_server_cap() {
+    peer_cap(Config::default());
+}
+
+/// The same hostile peer against a server proxy whose runtime reads the channels.
+#[test]
+fn one_peer_cannot_take_every_place_of_the_server_cap_run_to_completion() {
+    peer_cap(driven());
+}
+
+fn peer_cap(cfg: Config) {
     use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
     use socket2::{Domain, SockAddr, Socket, Type};
     // An echo backend.
@@ -280,7 +290,7 @@ fn one_peer_cannot_take_every_place_of_the_server_cap() {
         ..Limits::default()
     };
     let server_ep =
-        Arc::new(Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap());
+        Arc::new(Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg.clone()).unwrap());
     let peer = server_ep.local_addr().unwrap();
     let server = Proxy::server(
         server_ep,
@@ -330,9 +340,24 @@ fn one_peer_cannot_take_every_place_of_the_server_cap() {
     assert_eq!(st.accepted, 120, "{st:?}");
     assert!(st.active <= 16, "{st:?}");
     assert_eq!(st.over_peer_cap, 120 - st.active, "{st:?}");
+    // And a frame it never finishes: a DATA header announcing 32 KiB, then 100 bytes. The
+    // server's reader keeps what came and goes on when the rest comes, holding nobody (with
+    // run to completion the runtime's one thread reads this channel): the client below
+    // must still be served.
+    let data = Header {
+        kind: FrameType::Data,
+        flags: 0,
+        src_port: 40000,
+        dst_port: 80,
+        len: 32 << 10,
+        credit: 0,
+        seq: 0,
+    };
+    s.write_all(&data.encode()).unwrap();
+    s.write_all(&[7u8; 100]).unwrap();
     // A client proxy from 127.0.0.1 is served: 8 connections echo.
     let client = Proxy::client(
-        Arc::new(Endpoint::new(Config::default()).unwrap()),
+        Arc::new(Endpoint::new(cfg).unwrap()),
         peer,
         &[Route {
             listen: "127.0.0.1:0".parse().unwrap(),
