@@ -337,8 +337,8 @@ impl DrivenChannel {
             }
             // Someone waits on it now: an arrival wakes them. Checked before the looks, so a
             // channel a thread always waits on (the proxy's reactor task) costs its standby
-            // 20 wake-ups a second, not one per `after` (2 000 a second for the proxy pair
-            // at pipelining 1, strace).
+            // 20 wake-ups a second, not one per `after` (strace of the proxy pair at
+            // pipelining 1: 1 500 futex calls a second before, 90 after).
             if p.watched.load(Ordering::Acquire) > 0 {
                 sleep = (sleep * 2).min(most);
                 continue;
