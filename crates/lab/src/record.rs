@@ -61,30 +61,19 @@ fn private_record_dir() -> Result<()> {
 impl Record {
     pub fn create(prefix: &str) -> Result<Record> {
         let io = |what: String| move |source| LabError::Io { what, source };
+        private_record_dir()?;
         let pid = std::process::id();
         let started = start_time(pid).unwrap_or(0);
         let path = Path::new(RECORD_DIR).join(prefix);
-        let mut tries = 0;
-        loop {
-            private_record_dir()?;
-            let res = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path);
-            match res {
-                // The directory was there a moment ago and is not now: once, in a fresh-clone
-                // CI run, a lab's record failed with ENOENT right after the check above (not
-                // reproduced since, 27 runs). Make it again and retry rather than fail a run.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
-                res => {
-                    res.and_then(|mut f| f.write_all(format!("{pid} {started}\n").as_bytes()))
-                        .map_err(io(format!("writing {}", path.display())))?;
-                    return Ok(Record { path });
-                }
-            }
-        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut f| f.write_all(format!("{pid} {started}\n").as_bytes()))
+            .map_err(io(format!("writing {}", path.display())))?;
+        Ok(Record { path })
     }
 
     pub fn path(&self) -> &Path {
