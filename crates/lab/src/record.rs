@@ -119,16 +119,18 @@ pub(crate) fn create_scratch(prefix: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The owner line of a record ("pid starttime"), if it has been written whole.
+fn owner(text: &str) -> Option<(u32, u64)> {
+    let line = text.split_inclusive('\n').next()?.strip_suffix('\n')?;
+    let mut f = line.split_whitespace();
+    let pid = f.next()?.parse::<u32>().ok()?;
+    let started = f.next()?.parse::<u64>().ok()?;
+    f.next().is_none().then_some((pid, started))
+}
+
 /// True while the process that wrote `text` ("pid starttime") still runs.
 fn owner_alive(text: &str) -> bool {
-    let mut f = text.split_whitespace();
-    let (Some(pid), Some(started)) = (
-        f.next().and_then(|p| p.parse::<u32>().ok()),
-        f.next().and_then(|s| s.parse::<u64>().ok()),
-    ) else {
-        return false;
-    };
-    start_time(pid) == Some(started)
+    owner(text).is_some_and(|(pid, started)| start_time(pid) == Some(started))
 }
 
 /// Deletes a namespace after killing what still runs in it (`ip netns pids`), as the kernel
@@ -148,15 +150,30 @@ pub(crate) fn delete_namespace(name: &str) -> std::result::Result<(), String> {
 /// namespaces removed. Labs of live processes (this one included) are left alone, and so is
 /// every namespace that no record names.
 pub fn clean_stale() -> Result<Vec<String>> {
-    remove_labs(|text| !owner_alive(text)).map_err(|source| LabError::Io {
+    remove_labs(|text, age| {
+        if owner(text).is_some() {
+            !owner_alive(text)
+        } else {
+            // No owner line yet: a lab of another thread or process is between creating its
+            // record and writing it (create_new, then the write). Taken for stale only when
+            // old. Before, a fresh-clone CI run failed when one test's new lab removed the
+            // record another test's lab had just created, whose next note then found no file
+            // ("writing /run/netsteer-lab/nsl…-ncloss: No such file or directory").
+            age > UNWRITTEN_RECORD_AGE
+        }
+    })
+    .map_err(|source| LabError::Io {
         what: format!("listing {RECORD_DIR}"),
         source,
     })
 }
 
+/// How old a record without its owner line must be before a later lab removes it.
+const UNWRITTEN_RECORD_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Removes every lab whose record text `select` picks: the namespaces named after it (with
 /// what runs in them), its scratch directory, then the record. Returns the namespaces removed.
-fn remove_labs(select: impl Fn(&str) -> bool) -> std::io::Result<Vec<String>> {
+fn remove_labs(select: impl Fn(&str, std::time::Duration) -> bool) -> std::io::Result<Vec<String>> {
     let mut removed = Vec::new();
     let entries = match std::fs::read_dir(RECORD_DIR) {
         Ok(e) => e,
@@ -179,7 +196,13 @@ fn remove_labs(select: impl Fn(&str) -> bool) -> std::io::Result<Vec<String>> {
             continue;
         };
         let text = String::from_utf8_lossy(&bytes);
-        if !select(&text) {
+        let age = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .unwrap_or_default();
+        if !select(&text, age) {
             continue;
         }
         let prefix = entry.file_name().to_string_lossy().into_owned();
@@ -212,7 +235,7 @@ fn remove_labs(select: impl Fn(&str) -> bool) -> std::io::Result<Vec<String>> {
 /// stacks will not run then). Returns the namespaces removed.
 pub fn clean_own() -> Vec<String> {
     let me = std::process::id().to_string();
-    remove_labs(|text| text.split_whitespace().next() == Some(me.as_str())).unwrap_or_default()
+    remove_labs(|text, _| text.split_whitespace().next() == Some(me.as_str())).unwrap_or_default()
 }
 
 /// Programs the lab lent itself to (`netsteer lab with`): stopped before the lab goes.
@@ -293,9 +316,14 @@ mod tests {
     fn a_record_is_alive_only_with_its_own_process_and_start_time() {
         let me = std::process::id();
         let t = start_time(me).unwrap();
-        assert!(owner_alive(&format!("{me} {t}")));
-        assert!(!owner_alive(&format!("{me} {}", t + 1)), "a reused pid");
-        assert!(!owner_alive("4194305 1"), "no such pid");
+        assert!(owner_alive(&format!("{me} {t}\n")));
+        assert!(!owner_alive(&format!("{me} {}\n", t + 1)), "a reused pid");
+        assert!(!owner_alive("4194305 1\n"), "no such pid");
         assert!(!owner_alive("garbage"));
+        // Half written: no whole owner line yet.
+        assert_eq!(owner(""), None);
+        assert_eq!(owner(&format!("{me}")), None);
+        assert_eq!(owner(&format!("{me} {t}")), None);
+        assert_eq!(owner(&format!("{me} {t}\nns x\n")), Some((me, t)));
     }
 }

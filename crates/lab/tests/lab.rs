@@ -390,3 +390,39 @@ fn lab_run_tunes_in_process_and_starts_no_netsteer() {
     let mine = namespaces_with(&format!("nsl{}x", std::process::id()));
     assert!(mine.is_empty(), "{mine:?}");
 }
+
+/// A record with no owner line yet belongs to a lab between creating it and writing it (another
+/// test's, another process's): a new lab's clean-up leaves it, and removes one that stayed
+/// unwritten for over a minute. (A fresh-clone CI run failed when one test's lab removed the
+/// record another test's lab had just created.)
+#[test]
+fn a_record_still_being_written_is_left_to_its_lab() {
+    let _s = serial();
+    if !can_run() {
+        return;
+    }
+    let dir = std::path::Path::new(netsteer_lab::RECORD_DIR);
+    let first = Lab::new("rec").unwrap();
+    let young = dir.join(format!("nslwriting{}x0-t", std::process::id()));
+    let old = dir.join(format!("nslwriting{}x1-t", std::process::id()));
+    std::fs::write(&young, "").unwrap();
+    std::fs::write(&old, "12").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(120))
+        .unwrap();
+    let second = Lab::new("rec").unwrap();
+    let young_kept = young.exists();
+    let _ = std::fs::remove_file(&young);
+    let old_kept = old.exists();
+    let _ = std::fs::remove_file(&old);
+    assert!(
+        young_kept,
+        "a record being written was taken for a dead lab's"
+    );
+    assert!(!old_kept, "a record unwritten for two minutes was kept");
+    drop(second);
+    drop(first);
+}
