@@ -430,8 +430,9 @@ const DRIVE_LOOK: Duration = Duration::from_millis(10);
 /// channel gets a task that waits on its socket in the runtime's reactor and reads the
 /// frames on the worker thread itself, so the copy task an arrival wakes runs on that
 /// worker next, without a reader thread's hand-off per frame (the preload library does the
-/// same in the program's epoll; see `drive`). The channels' standby threads stay as the
-/// fallback for a runtime that stops polling.
+/// same in the program's epoll; see `drive`). A channel's standby thread reads it only until
+/// its task has started: the task waits on the socket for as long as it lives, so the
+/// standby sleeps.
 async fn drive_channels(driver: Arc<crate::Driver>) {
     let mut running = std::collections::HashSet::new();
     let mut seen = None;
