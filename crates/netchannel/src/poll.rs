@@ -31,37 +31,47 @@ impl VSocket {
     /// Reads what is in order now into `buf`. Ready(Ok(0)) is end of stream (or an empty
     /// `buf`); Pending leaves the waker for the next arrival.
     pub fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        let mut rx = lock(&self.shared.rx);
-        let n = rx.re.read(buf);
-        if n > 0 || rx.re.at_eof() || buf.is_empty() {
-            self.credit_after_read(rx);
-            return Poll::Ready(Ok(n));
-        }
-        if let Some(e) = &rx.error {
-            return Poll::Ready(Err(e.clone().into()));
-        }
-        rx.waker = Some(cx.waker().clone());
-        Poll::Pending
+        let empty = buf.is_empty();
+        self.poll_take(
+            cx,
+            |rx| {
+                let n = rx.re.read(buf);
+                (n > 0 || empty).then_some(n)
+            },
+            0,
+        )
     }
 
     /// The next in-order piece as it arrived (no copy; at most one frame's payload), None at
     /// end of stream; Pending leaves the waker for the next arrival. A relay that writes the
     /// piece on (the proxy) saves the copy [`VSocket::poll_read`] makes into its buffer.
     pub fn poll_read_chunk(&self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        self.poll_take(cx, |rx| rx.re.read_chunk().map(|(b, _)| Some(b)), None)
+    }
+
+    /// Runs `take` on what is readable now: its value, or `eof` at end of stream (either way
+    /// with the credit the read made due), the socket's error, or Pending with the waker
+    /// left for the next arrival. The non-blocking twin of `VSocket::read_with`.
+    fn poll_take<T>(
+        &self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(&mut Rx) -> Option<T>,
+        eof: T,
+    ) -> Poll<io::Result<T>> {
         let mut rx = lock(&self.shared.rx);
-        if let Some((b, _)) = rx.re.read_chunk() {
-            self.credit_after_read(rx);
-            return Poll::Ready(Ok(Some(b)));
-        }
-        if rx.re.at_eof() {
-            self.credit_after_read(rx);
-            return Poll::Ready(Ok(None));
-        }
-        if let Some(e) = &rx.error {
-            return Poll::Ready(Err(e.clone().into()));
-        }
-        rx.waker = Some(cx.waker().clone());
-        Poll::Pending
+        let v = match take(&mut rx) {
+            Some(v) => v,
+            None if rx.re.at_eof() => eof,
+            None => {
+                if let Some(e) = &rx.error {
+                    return Poll::Ready(Err(e.clone().into()));
+                }
+                rx.waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+        };
+        self.credit_after_read(rx);
+        Poll::Ready(Ok(v))
     }
 
     /// Copies what is readable into `buf` without consuming it (recv's MSG_PEEK): Some(0)
