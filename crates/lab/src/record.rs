@@ -128,9 +128,9 @@ fn owner(text: &str) -> Option<(u32, u64)> {
     f.next().is_none().then_some((pid, started))
 }
 
-/// True while the process that wrote `text` ("pid starttime") still runs.
-fn owner_alive(text: &str) -> bool {
-    owner(text).is_some_and(|(pid, started)| start_time(pid) == Some(started))
+/// True while the process of an owner line (pid, start time) still runs.
+fn alive((pid, started): (u32, u64)) -> bool {
+    start_time(pid) == Some(started)
 }
 
 /// Deletes a namespace after killing what still runs in it (`ip netns pids`), as the kernel
@@ -150,17 +150,14 @@ pub(crate) fn delete_namespace(name: &str) -> std::result::Result<(), String> {
 /// namespaces removed. Labs of live processes (this one included) are left alone, and so is
 /// every namespace that no record names.
 pub fn clean_stale() -> Result<Vec<String>> {
-    remove_labs(|text, age| {
-        if owner(text).is_some() {
-            !owner_alive(text)
-        } else {
-            // No owner line yet: a lab of another thread or process is between creating its
-            // record and writing it (create_new, then the write). Taken for stale only when
-            // old. Before, a fresh-clone CI run failed when one test's new lab removed the
-            // record another test's lab had just created, whose next note then found no file
-            // ("writing /run/netsteer-lab/nsl…-ncloss: No such file or directory").
-            age > UNWRITTEN_RECORD_AGE
-        }
+    remove_labs(|text, age| match owner(text) {
+        Some(owner) => !alive(owner),
+        // No owner line yet: a lab of another thread or process is between creating its
+        // record and writing it (create_new, then the write). Taken for stale only when old.
+        // Before, a fresh-clone CI run failed when one test's new lab removed the record
+        // another test's lab had just created, whose next note then found no file ("writing
+        // /run/netsteer-lab/nsl…-ncloss: No such file or directory").
+        None => age > UNWRITTEN_RECORD_AGE,
     })
     .map_err(|source| LabError::Io {
         what: format!("listing {RECORD_DIR}"),
@@ -316,10 +313,10 @@ mod tests {
     fn a_record_is_alive_only_with_its_own_process_and_start_time() {
         let me = std::process::id();
         let t = start_time(me).unwrap();
-        assert!(owner_alive(&format!("{me} {t}\n")));
-        assert!(!owner_alive(&format!("{me} {}\n", t + 1)), "a reused pid");
-        assert!(!owner_alive("4194305 1\n"), "no such pid");
-        assert!(!owner_alive("garbage"));
+        assert!(alive((me, t)));
+        assert!(!alive((me, t + 1)), "a reused pid");
+        assert!(!alive((4194305, 1)), "no such pid");
+        assert_eq!(owner("garbage\n"), None);
         // Half written: no whole owner line yet.
         assert_eq!(owner(""), None);
         assert_eq!(owner(&format!("{me}")), None);
