@@ -233,10 +233,11 @@ impl Channel {
             };
             let mut q = lock(&self.tx);
             q.writing = false;
-            let partial = matches!(res, Ok(n) if n < total);
-            if let (true, Ok(n)) = (partial, &res) {
+            let written = res.as_ref().ok().copied();
+            let whole = written == Some(total);
+            if let Some(n) = written.filter(|&n| n < total) {
                 // The rest goes first: every frame queued meanwhile came after this one.
-                frame.skip = *n;
+                frame.skip = n;
                 self.queued
                     .fetch_add(frame.left() as u64, Ordering::Relaxed);
                 q.frames.push_front(frame);
@@ -246,7 +247,7 @@ impl Channel {
                 self.tx_cv.notify_all();
             }
             drop(q);
-            if res.is_ok() && !partial {
+            if whole {
                 self.count_out(total, 1);
             }
             return res.map(|_| ());
