@@ -612,9 +612,10 @@ fn queue_label(role: IrqRole) -> String {
         IrqRole::Rx(q) => format!("rx-{q}"),
         IrqRole::Tx(q) => format!("tx-{q}"),
         IrqRole::RxTx(q) => format!("combined-{q}"),
+        IrqRole::RxAndTx { rx, tx } => format!("rx-{rx}+tx-{tx}"),
         IrqRole::AllQueues => "all".into(),
         IrqRole::Control => "control".into(),
-        IrqRole::Other => "other".into(),
+        IrqRole::Other => "unrecognised".into(),
     }
 }
 

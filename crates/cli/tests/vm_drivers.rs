@@ -109,13 +109,7 @@ fn readbacks(g: &mut Guest, model: NicModel) -> String {
 
 /// The receive queue of a vector name (`eth0-rx-1`, `eth0-TxRx-1`, `virtio2-input.1`).
 fn rx_queue(name: &str) -> Option<u32> {
-    let q = |s: &str| s.parse::<u32>().ok();
-    if let Some((_, n)) = name.rsplit_once("-input.") {
-        return q(n);
-    }
-    name.rsplit_once("-rx-")
-        .or_else(|| name.rsplit_once("-TxRx-"))
-        .and_then(|(_, n)| q(n))
+    netsteer_lab::vm::ladder::rx_queue_of(name)
 }
 
 /// Receive interrupts per queue since boot, from the guest's /proc/interrupts.

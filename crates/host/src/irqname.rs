@@ -1,9 +1,34 @@
-//! Which queue an IRQ serves, from the names drivers give their vectors.
+//! Which queue an IRQ serves, from the names drivers give their vectors: the one place that
+//! knows the naming of every driver netsteer reads (show, doctor, tune, the lab, the tests).
 //!
-//! Patterns checked against the names each driver gives its vectors in the kernel sources
-//! (the `request_irq` callers in drivers/net/virtio_net.c and under drivers/net/ethernet/: e.g.
-//! virtio's `virtioN-input.Q`, mlx5's `mlx5_compQ@pci:…`, ixgbe/igb's `IF-TxRx-Q`); the index is
-//! the queue or channel number.
+//! Each rule was written from the function in the kernel (6.1) that builds the name:
+//!
+//! | driver | vector names | built by |
+//! |---|---|---|
+//! | virtio_net | `virtioN-input.Q`, `virtioN-output.Q`, `virtioN-config`, `virtioN-virtqueues`, INTx `virtioN` | virtio_net.c `virtnet_alloc_queues` ("input.%u"), virtio_pci_common.c `vp_request_msix_vectors` |
+//! | igb, igc | `IF-TxRx-Q`, `IF-rx-Q`, `IF-tx-Q`, `IF-unused`; other causes `IF` | igb_main.c / igc_main.c `igb_request_msix` / `igc_request_msix` (`q_vector->name`) |
+//! | ixgbe | `IF-TxRx-Q`, `IF-rx-Q`, `IF-tx-Q`; other causes `IF` | ixgbe_main.c `ixgbe_request_msix_irqs` |
+//! | e1000e | `IF-rx-0`, `IF-tx-0`, other `IF`; on MSI or INTx the one vector `IF` | e1000e/netdev.c `e1000_request_msix`, `e1000_request_irq` |
+//! | e1000, rtl8139, … | the one (often shared INTx) line `IF` | their `request_irq(pdev->irq, …, netdev->name, …)` |
+//! | i40e | `i40e-IF-TxRx-Q`, flow director `…:fdir`, misc `i40e-BDF:misc` | i40e_main.c `i40e_vsi_request_irq_msix` |
+//! | ice | `ice-IF-TxRx-Q`, `…:ctrl`, misc `ice-BDF:misc` | ice_main.c `ice_vsi_req_irq_msix`, `ice_req_irq_msix_misc` |
+//! | mlx5 | `mlx5_compQ@pci:BDF` (older: `mlx5_compQ`), `mlx5_async…@pci:BDF` | mlx5/core/pci_irq.c `irq_set_name`, `MLX5_IRQ_NAME_FORMAT_STR` |
+//! | mlx4 | `mlx4-E@BDF` (E = EQ index, 1-based; EQ 0 is `mlx4-async@pci:BDF`), the EQs split between the function's ports | mlx4/eq.c `mlx4_assign_eq`, mlx4/main.c `mlx4_enable_msi_x` |
+//! | tg3 | by **vector** index V, rings from V − 1: `IF-rx-V`, `IF-txrx-V`, `IF-tx-V` (`IF-tx-0`: ring 0 on vector 0 without TSS), link-only `IF-0`; one vector: `IF` | tg3.c `tg3_request_irq`, `tg3_mem_rx_acquire` ("vector 0 does not handle rx") |
+//! | qlcnic | `IF-rx-Q`, the last status ring also completes tx ring 0: `IF-tx-0-rx-Q`; `IF-tx-Q` | qlcnic_main.c `qlcnic_request_irq` |
+//! | ena | `IF-Tx-Rx-Q`, management `ena-mgmnt@pci:BDF` | ena_netdev.c `ena_setup_io_intr` |
+//! | gve | notification blocks `IF-ntfy-block.B` / `gve-ntfy-blkB@pci:BDF`: tx the lower half, rx the upper | gve_main.c `gve_alloc_notify_blocks`, `gve_rx_idx_to_ntfy` |
+//! | bnxt | `IF-TxRx-Q` (shared rings); else `IF-rx-I` then `IF-tx-I` numbered on after the rx rings | bnxt.c `bnxt_setup_msix` |
+//! | sfc | `IF-Q` (combined), `IF-rx-Q`, `IF-tx-Q` | sfc/efx_channels.c `efx_get_channel_name` |
+//! | hns3 | `hns3-BDF-TxRx-N` with N counting by two (queue N ÷ 2), `hns3-BDF-Rx-N`, `hns3-BDF-Tx-N` | hns3_enet.c `hns3_nic_init_irq` |
+//! | vmxnet3 | `IF-rxtx-Q`, `IF-rx-Q`, `IF-tx-Q`, `IF-event-N` | vmxnet3_drv.c `vmxnet3_request_irqs` |
+//! | mana | `mana_qQ@pci:BDF`, `mana_hwc@pci:BDF` | mana/gdma_main.c `mana_gd_setup_irqs` |
+//! | qede | `IF-fp-Q` | qede_main.c `qede_req_msix_irqs` |
+//! | xen-netfront | `IF-qQ-tx`, `IF-qQ-rx` | xen-netfront.c `setup_netfront_split` |
+//! | hv_netvsc | none of its own: its channels interrupt through VMBus (`Hyper-V VMbus`, `HYP` rows), so no vector names a queue | hyperv/netvsc.c (no `request_irq`) |
+//!
+//! A vector of the device whose name matches no rule is [`IrqRole::Other`], shown as
+//! "unrecognised vector": never guessed into a queue.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,24 +42,67 @@ pub enum IrqRole {
     Tx(u32),
     /// A combined channel N serving rx-N and tx-N (`eth0-TxRx-N`, `mlx5_compN@pci:...`).
     RxTx(u32),
+    /// One vector for receive queue `rx` and transmit queue `tx` of different numbers
+    /// (qlcnic's `eth0-tx-0-rx-3`: the last status ring also completes tx ring 0).
+    RxAndTx { rx: u32, tx: u32 },
     /// One vector for every queue (`virtio0-virtqueues`, INTx `virtio0`).
     AllQueues,
     /// Configuration, mailbox, admin or async events: no packets.
     Control,
-    /// A vector of the device whose name matches no known pattern.
+    /// A vector of the device whose name matches no known pattern: shown as
+    /// "unrecognised vector", never guessed into a queue.
     Other,
 }
 
-/// The queue label used in reports: `rx-0`, `tx-3`, `rx/tx-5`, `all queues`, `control`, `other`.
+impl IrqRole {
+    /// The receive queue this vector serves, if it serves exactly one.
+    pub fn rx_queue(self) -> Option<u32> {
+        match self {
+            IrqRole::Rx(q) | IrqRole::RxTx(q) | IrqRole::RxAndTx { rx: q, .. } => Some(q),
+            _ => None,
+        }
+    }
+
+    /// The transmit queue this vector serves, if it serves exactly one.
+    pub fn tx_queue(self) -> Option<u32> {
+        match self {
+            IrqRole::Tx(q) | IrqRole::RxTx(q) | IrqRole::RxAndTx { tx: q, .. } => Some(q),
+            _ => None,
+        }
+    }
+
+    /// True for a vector that interrupts for received packets (a receive queue, or all).
+    pub fn carries_rx(self) -> bool {
+        self.rx_queue().is_some() || self == IrqRole::AllQueues
+    }
+
+    /// True for a vector that carries packets at all (not control, not unrecognised).
+    pub fn carries_packets(self) -> bool {
+        !matches!(self, IrqRole::Control | IrqRole::Other)
+    }
+
+    /// The queue number a placement keys this vector by: its receive queue (the one whose
+    /// NET_RX softirq runs where it fires), else its transmit queue; 0 for a vector of all.
+    pub fn placement_queue(self) -> Option<u32> {
+        match self {
+            IrqRole::AllQueues => Some(0),
+            r => r.rx_queue().or(r.tx_queue()),
+        }
+    }
+}
+
+/// The queue label used in reports: `rx-0`, `tx-3`, `rx/tx-5`, `rx-3+tx-0`, `all queues`,
+/// `control`, `unrecognised vector`.
 impl std::fmt::Display for IrqRole {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             IrqRole::Rx(q) => write!(f, "rx-{q}"),
             IrqRole::Tx(q) => write!(f, "tx-{q}"),
             IrqRole::RxTx(q) => write!(f, "rx/tx-{q}"),
+            IrqRole::RxAndTx { rx, tx } => write!(f, "rx-{rx}+tx-{tx}"),
             IrqRole::AllQueues => f.write_str("all queues"),
             IrqRole::Control => f.write_str("control"),
-            IrqRole::Other => f.write_str("other"),
+            IrqRole::Other => f.write_str("unrecognised vector"),
         }
     }
 }
@@ -100,8 +168,10 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
         if let Some(i) = base.strip_prefix("mana_q").and_then(index) {
             return Some(IrqRole::RxTx(i));
         }
+        // mlx4: "mlx4-E@BDF" names event queue E; EQ 0 is the async EQ, so the completion
+        // EQs are 1.. and serve rings 0.. (per port: see `view::split_shared_function`).
         if let Some(i) = base.strip_prefix("mlx4-").and_then(index) {
-            return Some(IrqRole::RxTx(i));
+            return Some(i.checked_sub(1).map_or(IrqRole::Other, IrqRole::RxTx));
         }
         // gve: TX blocks are the lower half, RX the upper half; resolved by the caller that
         // knows how many blocks there are (see `gve_block`).
@@ -117,6 +187,18 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
         && let Some(i) = base.strip_prefix("mlx5_comp").and_then(index)
     {
         return Some(IrqRole::RxTx(i));
+    }
+    // hns3 names the PCI function, not the interface: "hns3-<BDF>-TxRx-<n>", with n counting
+    // by two for combined vectors (hns3_nic_init_irq increments txrx_int_idx twice).
+    if let (Some(b), Some(rest)) = (ctx.bus_id, name.strip_prefix("hns3-"))
+        && let Some(rest) = rest.strip_prefix(b).and_then(|r| r.strip_prefix('-'))
+    {
+        return Some(match rest.split_once('-') {
+            Some(("TxRx", n)) => index(n).map_or(IrqRole::Other, |n| IrqRole::RxTx(n / 2)),
+            Some(("Rx", n)) => index(n).map_or(IrqRole::Other, IrqRole::Rx),
+            Some(("Tx", n)) => index(n).map_or(IrqRole::Other, IrqRole::Tx),
+            _ => IrqRole::Other,
+        });
     }
     let ifname = ctx.ifname;
     if ifname.is_empty() {
@@ -151,7 +233,9 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
     }
     let rest = &name[pos + ifname.len()..];
     if rest.is_empty() {
-        // ixgbe's "other causes" vector is named after the interface alone.
+        // The interface's name alone: ixgbe's, igb's and e1000e's "other causes" vector beside
+        // queue vectors, or the one vector of a device on MSI or INTx (e1000e, tg3, e1000).
+        // `resolve_device` tells them apart once it has seen every vector of the device.
         return Some(IrqRole::Control);
     }
     let rest = rest.strip_prefix('-')?;
@@ -159,9 +243,21 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
         return Some(IrqRole::Other);
     }
     let lower = rest.to_ascii_lowercase();
+    if ctx.driver == Some("tg3") {
+        return Some(tg3_role(&lower));
+    }
+    // qlcnic: the last status ring also completes tx ring T: "<if>-tx-T-rx-R".
+    if let Some(tr) = lower.strip_prefix("tx-")
+        && let Some((t, r)) = tr.split_once("-rx-")
+        && let (Some(tx), Some(rx)) = (index(t), index(r))
+    {
+        return Some(IrqRole::RxAndTx { rx, tx });
+    }
     for (prefix, role) in [
         ("txrx-", IrqRole::RxTx as fn(u32) -> IrqRole),
         ("tx-rx-", IrqRole::RxTx),
+        // vmxnet3_request_irqs: "<if>-rxtx-<i>" when a vector serves both.
+        ("rxtx-", IrqRole::RxTx),
         ("fp-", IrqRole::RxTx),
         ("rx-", IrqRole::Rx),
         ("tx-", IrqRole::Tx),
@@ -169,6 +265,10 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
         if let Some(i) = lower.strip_prefix(prefix).and_then(index) {
             return Some(role(i));
         }
+    }
+    // igb/igc: a vector with no ring ("<if>-unused"); vmxnet3's event vector ("<if>-event-N").
+    if lower == "unused" || lower.strip_prefix("event-").and_then(index).is_some() {
+        return Some(IrqRole::Control);
     }
     // xen-netfront: <if>-q<i>-tx / -rx
     if let Some(q) = rest.strip_prefix('q')
@@ -192,16 +292,106 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
     None
 }
 
+/// The role of a vector named `name` on interface `ifname` driven by `driver`, for readers
+/// that see only names (a guest's /proc/interrupts in the lab): virtio_net's vectors carry
+/// the `virtioN` index in their own name.
+pub fn classify_named(name: &str, ifname: &str, driver: &str) -> Option<IrqRole> {
+    let virtio_index = (driver == "virtio_net")
+        .then(|| {
+            let rest = name.strip_prefix("virtio")?;
+            let end = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            index(&rest[..end])
+        })
+        .flatten();
+    let ctx = NameContext {
+        ifname,
+        driver: Some(driver),
+        virtio_index,
+        bus_id: None,
+    };
+    let mut one = [(name, classify(name, &ctx)?)];
+    resolve_device(&mut one, &ctx);
+    Some(one[0].1)
+}
+
+/// tg3 numbers its vectors, not its rings (tg3.c `tg3_request_irq` prints `irq_num`, the
+/// vector). With several vectors RSS is on and vector 0 serves no receive ring
+/// (`tg3_mem_rx_acquire`: "vector 0 does not handle rx"), so vector V serves rx ring V − 1;
+/// with TSS vector 0 serves no transmit ring either (`tg3_mem_tx_acquire`), so `txrx-V` and
+/// `tx-V` serve tx ring V − 1, while `tx-0` is tx ring 0 on vector 0 without TSS. `IF-0`
+/// is vector 0 with neither: link and error events.
+fn tg3_role(lower: &str) -> IrqRole {
+    let ring = |v: &str| index(v).and_then(|v| v.checked_sub(1));
+    if let Some(v) = lower.strip_prefix("txrx-") {
+        return ring(v).map_or(IrqRole::Other, IrqRole::RxTx);
+    }
+    if let Some(v) = lower.strip_prefix("rx-") {
+        return ring(v).map_or(IrqRole::Other, IrqRole::Rx);
+    }
+    if let Some(v) = lower.strip_prefix("tx-") {
+        return match index(v) {
+            Some(0) => IrqRole::Tx(0),
+            _ => ring(v).map_or(IrqRole::Other, IrqRole::Tx),
+        };
+    }
+    if index(lower) == Some(0) {
+        return IrqRole::Control;
+    }
+    IrqRole::Other
+}
+
+/// Corrections that need every vector of one device at once, applied after [`classify`]:
+/// - a vector named after the interface alone is the device's only packet vector when no
+///   other vector serves a queue (e1000e, tg3 and e1000 on MSI or INTx), else "other causes";
+/// - bnxt numbers its transmit vectors on after its receive vectors (`bnxt_setup_msix`:
+///   "%s-tx-%d" with i ≥ rx_nr_rings), so tx-I serves tx ring I − (number of rx vectors);
+/// - gve names notification blocks, not queues: split into tx (lower half) and rx (upper).
+pub fn resolve_device(vectors: &mut [(&str, IrqRole)], ctx: &NameContext<'_>) {
+    let queue_vectors = vectors
+        .iter()
+        .filter(|(n, r)| r.carries_packets() && gve_block(n).is_none())
+        .count();
+    if queue_vectors == 0 {
+        for (n, r) in vectors.iter_mut() {
+            if *r == IrqRole::Control && *n == ctx.ifname {
+                *r = IrqRole::AllQueues;
+            }
+        }
+    }
+    if ctx.driver == Some("bnxt_en") {
+        let rx = vectors
+            .iter()
+            .filter(|(_, r)| matches!(r, IrqRole::Rx(_)))
+            .count() as u32;
+        for (_, r) in vectors.iter_mut() {
+            if let IrqRole::Tx(i) = r {
+                *r = i.checked_sub(rx).map_or(IrqRole::Other, IrqRole::Tx);
+            }
+        }
+    }
+    let blocks: Vec<(usize, u32)> = vectors
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (n, _))| gve_block(n).map(|b| (i, b)))
+        .collect();
+    let nblocks = blocks.len() as u32;
+    for (i, b) in blocks {
+        vectors[i].1 = gve_role(b, nblocks);
+    }
+}
+
 /// gve names notification blocks, not queues: with `blocks` blocks, block i < blocks/2 serves
 /// tx queue i and the rest serve rx queue i - blocks/2 (gve_main.c `gve_rx_idx_to_ntfy`).
-pub fn gve_block(name: &str) -> Option<u32> {
+fn gve_block(name: &str) -> Option<u32> {
     let base = name.split('@').next()?;
     base.strip_prefix("gve-ntfy-blk")
         .or_else(|| base.rsplit_once("-ntfy-block.").map(|(_, i)| i))
         .and_then(index)
 }
 
-pub fn gve_role(block: u32, blocks: u32) -> IrqRole {
+fn gve_role(block: u32, blocks: u32) -> IrqRole {
     let half = blocks / 2;
     if block < half {
         IrqRole::Tx(block)

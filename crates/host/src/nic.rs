@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::ethtool::NicSettings;
 use crate::field::Field;
 use crate::fs::HostFs;
-use crate::irqname::{IrqRole, NameContext, classify, gve_block, gve_role};
+use crate::irqname::{IrqRole, NameContext, classify, resolve_device};
 use crate::parse::{Interrupts, parse_int, parse_uint};
 use crate::topology::{read_list, read_mask};
 use serde::{Deserialize, Serialize};
@@ -62,6 +62,22 @@ pub struct NicIrq {
     /// The CPU that took most of them, if any were taken.
     pub busiest_cpu: Option<u32>,
     pub affinity: IrqAffinity,
+    /// `intx` for the device's legacy interrupt line (`device/irq`, no MSI vectors); absent
+    /// for an MSI or MSI-X vector.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub line: Option<IrqLine>,
+    /// The other actions on the same IRQ line (`/proc/interrupts` lists each `request_irq`):
+    /// whatever they are, they fire on the same CPUs as this NIC's interrupt.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub shared_with: Vec<String>,
+}
+
+/// How a NIC's interrupt arrives, when it is not an MSI vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IrqLine {
+    /// A legacy INTx line (Documentation/PCI/msi-howto.rst: may be shared by several devices).
+    Intx,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,6 +250,33 @@ impl Nic {
         }
     }
 
+    /// Fills each queue's `irqs` from the device's vectors and their roles.
+    pub fn link_queue_irqs(&mut self) {
+        let serving = |want: &dyn Fn(IrqRole) -> bool| -> Vec<u32> {
+            self.irqs
+                .iter()
+                .filter(|i| want(i.role) || i.role == IrqRole::AllQueues)
+                .map(|i| i.irq)
+                .collect()
+        };
+        let rx: Vec<Vec<u32>> = self
+            .rx_queues
+            .iter()
+            .map(|q| serving(&|r| r.rx_queue() == Some(q.index)))
+            .collect();
+        let tx: Vec<Vec<u32>> = self
+            .tx_queues
+            .iter()
+            .map(|q| serving(&|r| r.tx_queue() == Some(q.index)))
+            .collect();
+        for (q, irqs) in self.rx_queues.iter_mut().zip(rx) {
+            q.irqs = irqs;
+        }
+        for (q, irqs) in self.tx_queues.iter_mut().zip(tx) {
+            q.irqs = irqs;
+        }
+    }
+
     pub fn is_virtual(&self) -> bool {
         self.kind != "physical"
     }
@@ -244,9 +287,7 @@ impl Nic {
 
     /// IRQs that carry packets (not control vectors).
     pub fn queue_irqs(&self) -> impl Iterator<Item = &NicIrq> {
-        self.irqs
-            .iter()
-            .filter(|i| !matches!(i.role, IrqRole::Control | IrqRole::Other))
+        self.irqs.iter().filter(|i| i.role.carries_packets())
     }
 }
 
@@ -274,10 +315,14 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
     let ifindex = read_u32(fs, &format!("{dir}/ifindex"));
     let iflink = read_u32(fs, &format!("{dir}/iflink"));
     let dev_type = read_u32(fs, &format!("{dir}/type"));
-    let is_virtual = canonical
-        .as_ref()
-        .is_some_and(|p| p.starts_with("/sys/devices/virtual"))
-        || !fs.exists(format!("{dir}/device"));
+    // Virtual: sysfs puts the device under /sys/devices/virtual. A device under a bus
+    // (/sys/devices/pci…, /sys/devices/vmbus…) is physical even when a tree lacks its
+    // `device` link; only when the canonical path is unknown does the link decide.
+    let is_virtual = match &canonical {
+        Some(p) if p.starts_with("/sys/devices/virtual") => true,
+        Some(p) if p.starts_with("/sys/devices") => false,
+        _ => !fs.exists(format!("{dir}/device")),
+    };
     let kind = if !is_virtual {
         "physical".to_string()
     } else if let Some(t) = uevent_devtype(fs, &dir) {
@@ -296,20 +341,29 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
     };
 
     let device = format!("{dir}/device");
-    let driver: Field<String> = if is_virtual {
-        Field::Known(kind.clone())
-    } else {
-        fs.read_link(format!("{device}/driver"))
-            .map(|t| file_name(&t).unwrap_or_default())
-            .into()
-    };
 
     // The function holding the MSI vectors: the device itself, or for virtio_net its parent PCI
     // function (`device` is `virtioN`, which has neither msi_irqs nor numa_node).
+    // Without the `device` link, a netdev at <function>/net/<name> still names its function.
     let dev_canonical = if is_virtual {
         None
     } else {
-        fs.canonical(&device).ok()
+        fs.canonical(&device).ok().or_else(|| {
+            let p = canonical.as_deref()?;
+            (p.parent()?.file_name()? == "net")
+                .then(|| p.parent()?.parent().map(Path::to_path_buf))
+                .flatten()
+        })
+    };
+    let driver: Field<String> = if is_virtual {
+        Field::Known(kind.clone())
+    } else {
+        let dev = dev_canonical
+            .as_ref()
+            .map_or(device.clone(), |d| d.to_string_lossy().into_owned());
+        fs.read_link(format!("{dev}/driver"))
+            .map(|t| file_name(&t).unwrap_or_default())
+            .into()
     };
     let virtio_index = dev_canonical
         .as_deref()
@@ -365,15 +419,14 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
             virtio_index,
             bus_id: bus_id.as_deref(),
         };
-        find_irqs(fs, interrupts, msi_dir.as_deref(), &ctx, nr_cpu_ids)
+        // The INTx line of the function (for virtio_net, of its PCI parent): 0 means none.
+        let intx = function_str
+            .as_ref()
+            .and_then(|f| fs.read_parsed(format!("{f}/irq"), parse_uint).ok())
+            .and_then(|i| u32::try_from(i).ok())
+            .filter(|i| *i > 0);
+        find_irqs(fs, interrupts, msi_dir.as_deref(), intx, &ctx, nr_cpu_ids)
     };
-    let serving = |role_matches: &dyn Fn(IrqRole) -> bool| -> Vec<u32> {
-        irqs.iter()
-            .filter(|i| role_matches(i.role))
-            .map(|i| i.irq)
-            .collect()
-    };
-
     let single_tx = tx_idx.len() == 1;
     let rx_queues = rx_idx
         .iter()
@@ -385,10 +438,7 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
                 rps_flow_cnt: fs
                     .read_parsed(format!("{qd}/rps_flow_cnt"), parse_uint)
                     .into(),
-                irqs: serving(&|r| {
-                    matches!(r, IrqRole::Rx(i) | IrqRole::RxTx(i) if i == q)
-                        || r == IrqRole::AllQueues
-                }),
+                irqs: Vec::new(),
             }
         })
         .collect();
@@ -407,15 +457,12 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
                 index: q,
                 xps_cpus,
                 xps_rxqs: read_mask(fs, &format!("{qd}/xps_rxqs")).into(),
-                irqs: serving(&|r| {
-                    matches!(r, IrqRole::Tx(i) | IrqRole::RxTx(i) if i == q)
-                        || r == IrqRole::AllQueues
-                }),
+                irqs: Vec::new(),
             }
         })
         .collect();
 
-    Nic {
+    let mut nic = Nic {
         name: name.to_string(),
         ifindex,
         kind,
@@ -438,13 +485,16 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
         queues_unknown,
         settings: None,
         napis: Vec::new(),
-    }
+    };
+    nic.link_queue_irqs();
+    nic
 }
 
 fn find_irqs(
     fs: &HostFs,
     interrupts: Option<&Interrupts>,
     msi_dir: Option<&str>,
+    intx: Option<u32>,
     ctx: &NameContext<'_>,
     nr_cpu_ids: u32,
 ) -> Vec<NicIrq> {
@@ -466,18 +516,37 @@ fn find_irqs(
         v.sort_unstable();
         v
     });
-    let mut found = Vec::new();
+    // A device without MSI vectors interrupts on its INTx line (`device/irq`), which other
+    // devices may share: that row is ours whatever its actions are named.
+    let own = own.filter(|v| !v.is_empty());
+    let intx = intx.filter(|_| own.is_none());
+    let mut found: Vec<NicIrq> = Vec::new();
     for row in &interrupts.rows {
         let Some(irq) = row.number() else { continue };
         let is_own = own.as_ref().is_some_and(|v| v.binary_search(&irq).is_ok());
         if own.is_some() && !is_own {
             continue;
         }
-        let name = row.actions.join(", ");
-        let role = match classify(&name, ctx) {
-            Some(r) => r,
-            None if is_own => IrqRole::Other,
+        let on_line = intx == Some(irq);
+        // Each action is one request_irq: a shared line lists several ("eth0, ehci_hcd:usb1").
+        let mine = row
+            .actions
+            .iter()
+            .find_map(|a| classify(a, ctx).map(|r| (a.clone(), r)));
+        let (name, role) = match mine {
+            Some(m) => m,
+            None if on_line => (row.actions.join(", "), IrqRole::AllQueues),
+            None if is_own => (row.actions.join(", "), IrqRole::Other),
             None => continue,
+        };
+        let shared: Vec<String> = if on_line || row.actions.len() > 1 {
+            row.actions
+                .iter()
+                .filter(|a| **a != name)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
         };
         let busiest_cpu = interrupts
             .per_cpu(row)
@@ -491,19 +560,92 @@ fn find_irqs(
             count: row.total(),
             busiest_cpu,
             affinity: read_irq_affinity(fs, irq, nr_cpu_ids),
+            line: on_line.then_some(IrqLine::Intx),
+            shared_with: shared,
         });
     }
-    // gve names blocks, not queues: split them into tx (lower half) and rx (upper half).
-    let blocks: Vec<(usize, u32)> = found
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| gve_block(&f.name).map(|b| (i, b)))
-        .collect();
-    let nblocks = blocks.len() as u32;
-    for (i, b) in blocks {
-        found[i].role = gve_role(b, nblocks);
+    let mut roles: Vec<(&str, IrqRole)> = found.iter().map(|i| (i.name.as_str(), i.role)).collect();
+    resolve_device(&mut roles, ctx);
+    let roles: Vec<IrqRole> = roles.into_iter().map(|(_, r)| r).collect();
+    for (irq, role) in found.iter_mut().zip(roles) {
+        irq.role = role;
     }
     found
+}
+
+/// Netdevs that share one PCI function (the ports of a ConnectX-3, or of any multi-port
+/// function) all see the function's `msi_irqs`. Each keeps only its own vectors:
+/// - a vector another port recognised by name is that port's, not an unrecognised one here;
+/// - mlx4 names its EQs after the function, not the port: `mlx4_enable_msi_x` (mlx4/main.c)
+///   gives each port `num_comp_vectors / num_ports` consecutive completion EQs, unless there
+///   are fewer than `MIN_MSIX_P_PORT` (5) per port (`MLX4_IS_LEGACY_EQ_MODE`), when every EQ
+///   serves every port. The port is the netdev's `dev_port` (mlx4_en sets `port - 1`).
+pub fn split_shared_function(fs: &HostFs, nics: &mut [Nic]) {
+    let mut groups: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+    for (i, n) in nics.iter().enumerate() {
+        if let (false, Some(b)) = (n.is_virtual(), &n.bus_id) {
+            groups.entry(b.clone()).or_default().push(i);
+        }
+    }
+    for members in groups.values().filter(|m| m.len() > 1) {
+        let recognised: std::collections::BTreeMap<u32, usize> = members
+            .iter()
+            .flat_map(|&i| {
+                nics[i]
+                    .irqs
+                    .iter()
+                    .filter(|q| q.role != IrqRole::Other && !q.name.starts_with("mlx4-"))
+                    .map(move |q| (q.irq, i))
+            })
+            .collect();
+        let ports: Vec<(usize, u64)> = {
+            let mut p: Vec<(usize, u64)> = members
+                .iter()
+                .map(|&i| {
+                    let port = fs
+                        .read_parsed(format!("{NET_DIR}/{}/dev_port", nics[i].name), parse_uint)
+                        .unwrap_or(u64::MAX);
+                    (i, port)
+                })
+                .collect();
+            p.sort_by_key(|&(i, port)| (port, nics[i].name.clone()));
+            p
+        };
+        let nports = ports.len() as u32;
+        for (pos, &(i, _)) in ports.iter().enumerate() {
+            let nic = &mut nics[i];
+            nic.irqs.retain(|q| {
+                q.role != IrqRole::Other || recognised.get(&q.irq).is_none_or(|o| *o == i)
+            });
+            let comp: Vec<u32> = nic
+                .irqs
+                .iter()
+                .filter(|q| q.name.starts_with("mlx4-"))
+                .filter_map(|q| q.role.rx_queue())
+                .collect();
+            let ncomp = comp.len() as u32;
+            if ncomp == 0 || ncomp < nports * 5 {
+                nic.link_queue_irqs();
+                continue;
+            }
+            let per_port = ncomp / nports;
+            let first = pos as u32 * per_port;
+            nic.irqs.retain_mut(|q| {
+                if !q.name.starts_with("mlx4-") {
+                    return true;
+                }
+                match q.role.rx_queue() {
+                    Some(eq) if (first..first + per_port).contains(&eq) => {
+                        q.role = IrqRole::RxTx(eq - first);
+                        true
+                    }
+                    Some(_) => false,
+                    None => true,
+                }
+            });
+            nic.link_queue_irqs();
+        }
+    }
 }
 
 /// Interface names under /sys/class/net, sorted.

@@ -31,6 +31,16 @@ fn irq_line(i: &NicIrq) -> String {
     if a.settable == Field::Known(false) {
         s.push_str(" [managed: kernel will not move it]");
     }
+    if i.line.is_some() {
+        s.push_str(" [legacy INTx line]");
+    }
+    if !i.shared_with.is_empty() {
+        let _ = write!(
+            s,
+            " [shared with {}]",
+            crate::safe::line(&i.shared_with.join(", "))
+        );
+    }
     s
 }
 
@@ -177,10 +187,16 @@ fn render_nic(o: &mut String, n: &Nic) {
             let _ = writeln!(o, "           {}", irq_line(irq));
         }
     }
+    // Control and unrecognised vectors, and any packet vector whose queue the device does not
+    // list (a queue count a tree's sysfs does not follow): every vector shows somewhere.
+    let listed = |irq: u32| {
+        n.rx_queues.iter().any(|q| q.irqs.contains(&irq))
+            || n.tx_queues.iter().any(|q| q.irqs.contains(&irq))
+    };
     for irq in n
         .irqs
         .iter()
-        .filter(|i| matches!(i.role, IrqRole::Control | IrqRole::Other))
+        .filter(|i| !i.role.carries_packets() || !listed(i.irq))
     {
         let _ = writeln!(o, "  {}", irq_line(irq));
     }

@@ -101,16 +101,19 @@ pub fn read_host_reusing(
     let names = list_interfaces(fs)
         .map_err(|e| problems.push(format!("{e} (no interfaces listed)")))
         .unwrap_or_default();
-    let nics = names
+    let mut nics: Vec<Nic> = names
         .iter()
         .map(|name| {
             let mut nic = read_nic(fs, name, interrupts.as_ref(), topology.nr_cpu_ids);
             nic.settings = settings.map(|f| f(name));
             nic.take_link_kind();
-            nic.napis = crate::nic::resolve_napis(fs, &nic, topology.nr_cpu_ids);
             nic
         })
         .collect();
+    crate::nic::split_shared_function(fs, &mut nics);
+    for nic in &mut nics {
+        nic.napis = crate::nic::resolve_napis(fs, nic, topology.nr_cpu_ids);
+    }
     HostView {
         schema_version: SCHEMA_VERSION,
         kernel: fs.read_value("/proc/sys/kernel/osrelease").into(),

@@ -22,6 +22,7 @@
 use super::{Guest, NicModel, VM_B_ADDR, VmPair};
 use crate::{LabError, Result};
 use netsteer_bench::udp_echo::message::ClientSummary;
+use netsteer_host::irqname::IrqRole;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -261,13 +262,16 @@ fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
 /// The receive queue a vector serves, from its name (`virtio2-input.1` → 1, `eth0-rx-1` → 1,
 /// `eth0-TxRx-1` → 1); None for a transmit-only vector.
 pub fn rx_queue_of(name: &str) -> Option<u32> {
-    let q = |s: &str| s.parse::<u32>().ok();
-    if let Some((_, n)) = name.rsplit_once("-input.") {
-        return q(n);
-    }
-    name.rsplit_once("-rx-")
-        .or_else(|| name.rsplit_once("-TxRx-"))
-        .and_then(|(_, n)| q(n))
+    role_of(name)?.rx_queue()
+}
+
+/// A guest vector's role, by the host crate's naming rules for the lab's NIC models (each
+/// guest has one NIC, eth0).
+fn role_of(name: &str) -> Option<IrqRole> {
+    [NicModel::Virtio, NicModel::Igb]
+        .iter()
+        .find_map(|m| netsteer_host::irqname::classify_named(name, "eth0", m.driver()))
+        .filter(|r| r.carries_packets())
 }
 
 /// Receive interrupts per queue in a run.
@@ -331,13 +335,10 @@ fn pin_knobs(g: &mut Guest, model: NicModel, cpus: u32, xps: bool) -> Result<Vec
     let counts = irq_counts(g, model)?;
     let mut knobs = Vec::new();
     for (irq, (name, _, _)) in &counts {
-        let q: u32 = name
-            .rsplit(['.', '-'])
-            .next()
-            .and_then(|q| q.parse().ok())
-            .unwrap_or(0);
+        let role = role_of(name);
+        let q: u32 = role.and_then(IrqRole::placement_queue).unwrap_or(0);
         knobs.push(format!("/proc/irq/{irq}/smp_affinity_list={}", q % cpus));
-        let transmits = name.contains("output") || name.contains("-tx-") || name.contains("TxRx");
+        let transmits = role.and_then(IrqRole::tx_queue).is_some();
         if xps && transmits {
             knobs.push(format!(
                 "/sys/class/net/eth0/queues/tx-{q}/xps_cpus={:x}",

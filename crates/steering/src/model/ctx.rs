@@ -3,7 +3,6 @@
 
 use super::load::{App, Goal, Load, LoadSource, Trace};
 use netsteer_host::CpuSet;
-use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::{Nic, NicIrq};
 use netsteer_host::sample::{CpuRates, DeviceRates};
 use netsteer_host::view::HostView;
@@ -137,15 +136,7 @@ impl<'a> Ctx<'a> {
 
     /// Queue IRQs that receive (rx, combined or all-queue vectors).
     pub fn rx_irqs<'n>(&self, nic: &'n Nic) -> Vec<&'n NicIrq> {
-        nic.irqs
-            .iter()
-            .filter(|i| {
-                matches!(
-                    i.role,
-                    IrqRole::Rx(_) | IrqRole::RxTx(_) | IrqRole::AllQueues
-                )
-            })
-            .collect()
+        nic.irqs.iter().filter(|i| i.role.carries_rx()).collect()
     }
 
     /// The NIC's NUMA node, when the device reports one (-1 means the platform does not know).

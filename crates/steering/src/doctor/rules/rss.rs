@@ -45,12 +45,12 @@ fn rx_queue_rates(ctx: &Ctx, nic: &Nic) -> Option<BTreeMap<u32, f64>> {
     let active = active_rx_queues(nic);
     let mut rates = BTreeMap::new();
     for i in ctx.rx_irqs(nic) {
-        match i.role {
-            IrqRole::Rx(q) | IrqRole::RxTx(q) if q >= active => {}
-            IrqRole::Rx(q) | IrqRole::RxTx(q) => {
+        match i.role.rx_queue() {
+            Some(q) if q >= active => {}
+            Some(q) => {
                 *rates.entry(q).or_insert(0.0) += ctx.irq_rate(i.irq).unwrap_or(0.0);
             }
-            _ => return None,
+            None => return None,
         }
     }
     (rates.len() >= 2).then_some(rates)

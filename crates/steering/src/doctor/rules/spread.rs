@@ -12,11 +12,7 @@ use std::collections::BTreeSet;
 
 /// Queue index of a packet-carrying IRQ (all-queue vectors count as queue 0).
 fn queue_of(role: IrqRole) -> Option<u32> {
-    match role {
-        IrqRole::Rx(q) | IrqRole::Tx(q) | IrqRole::RxTx(q) => Some(q),
-        IrqRole::AllQueues => Some(0),
-        IrqRole::Control | IrqRole::Other => None,
-    }
+    role.placement_queue()
 }
 
 fn movable(irq: &NicIrq) -> bool {
@@ -47,8 +43,7 @@ pub fn irq_spread_steps(ctx: &Ctx, nic: &Nic) -> Vec<String> {
 
 fn rx_queue_count(nic: &Nic) -> usize {
     nic.queue_irqs()
-        .filter(|i| matches!(i.role, IrqRole::Rx(_) | IrqRole::RxTx(_)))
-        .filter_map(|i| queue_of(i.role))
+        .filter_map(|i| i.role.rx_queue())
         .collect::<BTreeSet<_>>()
         .len()
 }

@@ -5,7 +5,6 @@ use super::spread::remote_irqs;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, pct, queue_writes};
 use netsteer_host::CpuSet;
-use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::Nic;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,7 +14,7 @@ pub fn xps_layout(ctx: &Ctx, nic: &Nic) -> BTreeMap<u32, CpuSet> {
     let nq = nic.tx_queues.len() as u32;
     let mut irq_cpu_of_queue: BTreeMap<u32, u32> = BTreeMap::new();
     for i in nic.queue_irqs() {
-        if let IrqRole::Tx(q) | IrqRole::RxTx(q) = i.role
+        if let Some(q) = i.role.tx_queue()
             && let Some(c) = ctx.irq_cpus(i).lowest()
         {
             irq_cpu_of_queue.entry(q).or_insert(c);
@@ -125,10 +124,7 @@ pub fn rss_remote_queues(ctx: &Ctx) -> Vec<Finding> {
         }
         let remote: BTreeSet<u32> = remote_irqs(ctx, nic)
             .iter()
-            .filter_map(|(i, _)| match i.role {
-                IrqRole::Rx(q) | IrqRole::RxTx(q) => Some(q),
-                _ => None,
-            })
+            .filter_map(|(i, _)| i.role.rx_queue())
             .collect();
         let hits = rss
             .indirection

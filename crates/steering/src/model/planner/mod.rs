@@ -496,16 +496,8 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         let queue_cpu = b.irqs(nic, irqbalance_blocks.clone());
         let rx_queue_cpus: CpuSet = nic
             .queue_irqs()
-            .filter(|i| {
-                matches!(
-                    i.role,
-                    IrqRole::Rx(_) | IrqRole::RxTx(_) | IrqRole::AllQueues
-                )
-            })
-            .filter_map(|i| match i.role {
-                IrqRole::Rx(q) | IrqRole::RxTx(q) => queue_cpu.get(&q).copied(),
-                _ => queue_cpu.get(&0).copied(),
-            })
+            .filter(|i| i.role.carries_rx())
+            .filter_map(|i| queue_cpu.get(&i.role.placement_queue()?).copied())
             .collect();
         b.rps(nic, &rx_queue_cpus);
         b.xps(nic, &queue_cpu);

@@ -16,11 +16,7 @@ impl Builder<'_> {
         if order.is_empty() {
             return by_queue;
         }
-        let queue_of = |irq: &NicIrq| match irq.role {
-            IrqRole::Rx(q) | IrqRole::Tx(q) | IrqRole::RxTx(q) => Some(q),
-            IrqRole::AllQueues => Some(0),
-            _ => None,
-        };
+        let queue_of = |irq: &NicIrq| irq.role.placement_queue();
         let mut queues: Vec<u32> = nic.queue_irqs().filter_map(queue_of).collect();
         queues.sort_unstable();
         queues.dedup();
