@@ -273,14 +273,35 @@ fn xps_unset() {
     let r = run(&v, &l, Goal::Balanced);
     let f = one(&r, "xps-unset");
     assert_eq!(f.subjects.queues.len(), 11);
-    // Seed 000's layout: queue q for CPU q and its sibling q+12, CPUs 11 and 23 shared out.
+    // The fix is the planner's own XPS lines, the ones `tune` prints under it: seed 000's
+    // layout (each CPU on the queue whose IRQ it takes, an HT sibling with its core) over
+    // node 0, where the plan moves the queues that sat on node 1.
+    use netsteer_steering::tune::{Action, ItemKind, PlanOptions, Profile, plan};
+    let tune: Vec<String> = plan(&v, &PlanOptions::for_profile(Profile::Balanced))
+        .unwrap()
+        .items
+        .iter()
+        .filter(|i| i.kind == ItemKind::Xps && i.action == Action::Change)
+        .filter_map(|i| i.shell_command())
+        .collect();
+    assert_eq!(f.fix.steps, tune);
     assert!(
         f.fix
             .steps
-            .contains(&"echo 001001 > /sys/class/net/eth2/queues/tx-0/xps_cpus".to_string()),
-        "{:?}",
+            .contains(&"echo 020820 > /sys/class/net/eth2/queues/tx-5/xps_cpus".to_string()),
+        "CPU 5's queue with its sibling 17: {:?}",
         f.fix.steps
     );
+    // Isolated CPUs take no part: the admin set them aside.
+    let (mut iso, l2) = host("cloudflare-24cpu");
+    iso.topology.isolated = Field::Known((18..24).collect());
+    let r = run(&iso, &l2, Goal::Balanced);
+    let f = one(&r, "xps-unset");
+    for step in &f.fix.steps {
+        let mask = step.split_whitespace().nth(1).unwrap();
+        let bits = u64::from_str_radix(mask, 16).unwrap();
+        assert_eq!(bits & 0xfc0000, 0, "isolated CPU 18-23 in {step}");
+    }
     for quiet in ["tuned-ixgbe-16cpu", "kvm-virtio-16cpu", "mlx5-128cpu"] {
         let (v, l) = host(quiet);
         absent(&run(&v, &l, Goal::Balanced), "xps-unset");

@@ -17,7 +17,10 @@ pub struct Ctx<'a> {
     pub goal: Goal,
     pub app: Option<&'a App>,
     pub online: CpuSet,
-    /// Online CPUs that are not `isolcpus=`: where kernel work may be steered.
+    /// Online CPUs that are neither `isolcpus=` nor `nohz_full=`: where kernel work may be
+    /// steered. Both lists name CPUs the admin set aside for an application that must not be
+    /// interrupted (Documentation/admin-guide/kernel-per-CPU-kthreads.rst); an IRQ or RPS there
+    /// undoes that.
     pub usable: CpuSet,
     /// Stage latencies from `netsteer trace` over the sample (`doctor --trace`).
     pub trace: Option<&'a Trace>,
@@ -31,10 +34,13 @@ impl<'a> Ctx<'a> {
         app: Option<&'a App>,
     ) -> Self {
         let online = view.topology.online.clone();
-        let usable = match view.topology.isolated.known() {
+        let mut usable = match view.topology.isolated.known() {
             Some(iso) => online.difference(iso),
             None => online.clone(),
         };
+        if let Some(nohz) = view.topology.nohz_full.known() {
+            usable = usable.difference(nohz);
+        }
         Ctx {
             view,
             load,

@@ -66,20 +66,41 @@ pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
     RpsPlan { cpus, steps }
 }
 
-/// The items of `kinds` in the plan `tune` makes for this one NIC (all actions, in plan
-/// order); none when the planner refuses.
+/// The items of `kinds` that concern this one NIC in the plan `tune` makes for the whole host
+/// (all actions, in plan order); none when the planner refuses. The host-wide plan, not one
+/// made for this NIC alone: queues are placed over every NIC at once (no two NICs stacked on
+/// the same CPUs), so doctor's fix and `tune plan`'s line are the same line.
 pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Vec<Item> {
-    let opts = PlanOptions {
+    let host = PlanOptions::for_profile(profile);
+    let alone = PlanOptions {
         devices: vec![nic.name.clone()],
         ..PlanOptions::for_profile(profile)
     };
-    match crate::model::planner::plan(ctx.view, &opts) {
-        Ok(p) => p
-            .items
-            .into_iter()
-            .filter(|i| kinds.contains(&i.kind))
-            .collect(),
-        Err(_) => Vec::new(),
+    let plan = crate::model::planner::plan(ctx.view, &host)
+        .ok()
+        .filter(|p| p.devices.contains(&nic.name))
+        .or_else(|| crate::model::planner::plan(ctx.view, &alone).ok());
+    let Some(p) = plan else {
+        return Vec::new();
+    };
+    p.items
+        .into_iter()
+        .filter(|i| kinds.contains(&i.kind))
+        .filter(|i| concerns(i, nic))
+        .collect()
+}
+
+/// True when a plan item is about `nic`: its IRQs, its queues, its own settings.
+fn concerns(item: &Item, nic: &Nic) -> bool {
+    if let Some(irq) = item.id.strip_prefix("irq/") {
+        return irq.parse().is_ok_and(|n| nic.irq(n).is_some());
+    }
+    let mut parts = item.id.split('/');
+    match parts.next() {
+        // Per-device items name the device second: "rps/eth0/rx-1", "nic/eth0/…".
+        Some("rps" | "rfs" | "xps" | "nic" | "napi") => parts.next() == Some(nic.name.as_str()),
+        // Host-wide items (sysctls, services) serve every NIC.
+        _ => true,
     }
 }
 

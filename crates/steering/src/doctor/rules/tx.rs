@@ -3,71 +3,10 @@
 use super::rps::tune_cmd;
 use super::spread::remote_irqs;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
-use crate::model::ctx::{Ctx, pct, queue_writes};
+use crate::model::ctx::{Ctx, pct};
+use crate::model::desired::{Action, ItemKind, Profile};
 use netsteer_host::CpuSet;
-use netsteer_host::nic::Nic;
-use std::collections::{BTreeMap, BTreeSet};
-
-/// CPU → tx queue: the queue whose interrupt the CPU (or its HT sibling) takes, else the
-/// queues in turn; the same layout as seed 000's `XPS=("0 12" "1 13" ...)`.
-pub fn xps_layout(ctx: &Ctx, nic: &Nic) -> BTreeMap<u32, CpuSet> {
-    let nq = nic.tx_queues.len() as u32;
-    let mut irq_cpu_of_queue: BTreeMap<u32, u32> = BTreeMap::new();
-    for i in nic.queue_irqs() {
-        if let Some(q) = i.role.tx_queue()
-            && let Some(c) = ctx.irq_cpus(i).lowest()
-        {
-            irq_cpu_of_queue.entry(q).or_insert(c);
-        }
-    }
-    let mut layout: BTreeMap<u32, CpuSet> = nic
-        .tx_queues
-        .iter()
-        .map(|q| (q.index, CpuSet::new()))
-        .collect();
-    let node_of = |c: u32| ctx.view.topology.cpu(c).and_then(|i| i.node);
-    let mut next = 0u32;
-    for cpu in ctx.online.iter() {
-        let siblings = ctx.siblings(cpu);
-        let by_irq = irq_cpu_of_queue
-            .iter()
-            .find(|(_, c)| **c == cpu)
-            .map(|(q, _)| *q);
-        let by_sibling = || {
-            irq_cpu_of_queue
-                .iter()
-                .find(|(_, c)| siblings.contains(**c))
-                .map(|(q, _)| *q)
-                .or_else(|| {
-                    // A sibling already placed (CPU 23 follows CPU 11 in seed 000's layout).
-                    layout
-                        .iter()
-                        .find(|(_, set)| set.iter().any(|c| c != cpu && siblings.contains(c)))
-                        .map(|(q, _)| *q)
-                })
-        };
-        // Else the queue whose interrupt CPU is nearest on the same node.
-        let by_node = || {
-            irq_cpu_of_queue
-                .iter()
-                .filter(|(_, c)| node_of(**c) == node_of(cpu))
-                .min_by_key(|(_, c)| c.abs_diff(cpu))
-                .map(|(q, _)| *q)
-        };
-        let q = by_irq
-            .or_else(by_sibling)
-            .or_else(by_node)
-            .unwrap_or_else(|| {
-                let q = next % nq.max(1);
-                next += 1;
-                q
-            });
-        if let Some(set) = layout.get_mut(&q) {
-            set.insert(cpu);
-        }
-    }
-    layout
-}
+use std::collections::BTreeSet;
 
 pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -82,13 +21,13 @@ pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
         if !all_off {
             continue;
         }
-        let layout = xps_layout(ctx, nic);
-        let values: Vec<(u32, String)> = layout
+        // The planner's own XPS items: the same lines `tune` writes under the fix, over the
+        // CPUs the planner may use (no isolated or nohz_full CPU).
+        let steps: Vec<String> = super::rps::planned(ctx, nic, Profile::Balanced, &[ItemKind::Xps])
             .iter()
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(q, s)| (*q, ctx.mask(s)))
+            .filter(|i| i.action == Action::Change)
+            .filter_map(|i| i.shell_command())
             .collect();
-        let steps = queue_writes(nic, "tx", "xps_cpus", &values);
         out.push(Finding {
             id: "xps-unset".into(),
             severity: Severity::Warning,

@@ -10,7 +10,6 @@ use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
 use netsteer_host::CpuSet;
 use netsteer_host::ethtool::{NicKnob, NicSettings};
 use netsteer_host::field::Field;
-use netsteer_host::irqname::IrqRole;
 use netsteer_host::netdev::NapiAttr;
 use netsteer_host::nic::{Nic, NicIrq};
 use netsteer_host::view::HostView;
@@ -282,6 +281,12 @@ struct Builder<'a> {
     opts: &'a PlanOptions,
     items: Vec<Item>,
     notes: Vec<String>,
+    /// Queue vectors the plan puts on each CPU so far, over every NIC: the NICs are placed
+    /// one after another on one host, not each as if it were alone.
+    irq_load: BTreeMap<u32, usize>,
+    /// No CPU takes more than this many queue vectors: ⌈vectors ÷ usable CPUs⌉ + 1 over every
+    /// NIC planned (the + 1 lets a NIC stay on its own node when the split is uneven).
+    irq_cap: usize,
 }
 
 mod nic;
@@ -384,6 +389,8 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             opts,
             items: Vec::new(),
             notes: Vec::new(),
+            irq_load: BTreeMap::new(),
+            irq_cap: usize::MAX,
         };
         if opts.napi.is_some() {
             // Only the per-NAPI settings, on the devices named (every one when none is).
@@ -437,11 +444,15 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     if nics.is_empty() {
         return Err(PlanError::NothingToTune);
     }
+    let vectors: usize = nics.iter().map(|n| n.queue_irqs().count()).sum();
+    let irq_cap = vectors.div_ceil(ctx.usable.len().max(1)) + 1;
     let mut b = Builder {
         ctx,
         opts,
         items: Vec::new(),
         notes: Vec::new(),
+        irq_load: BTreeMap::new(),
+        irq_cap,
     };
 
     // irqbalance: stopped only when asked; otherwise IRQ pins are skipped, and the plan says so.

@@ -4,8 +4,12 @@
 use super::*;
 
 impl Builder<'_> {
-    /// One CPU per queue IRQ, in the order `spread_order` gives (local node, one thread per core
-    /// first, HT siblings next, CPU 0 last). Returns the CPU chosen for each queue index.
+    /// One CPU per queue IRQ, host-wide: each NIC's queues on its own node's CPUs (in the
+    /// order `spread_order` gives: one thread per core first, CPU 0 last, HT siblings next),
+    /// each on the CPU that carries the fewest queue vectors of every NIC planned so far, and
+    /// none past `irq_cap`; when the node's CPUs are all at the cap the queue goes to the
+    /// least loaded CPU of another node, and the reason says so. Returns the CPU chosen for
+    /// each queue index.
     pub(super) fn irqs(
         &mut self,
         nic: &Nic,
@@ -16,17 +20,23 @@ impl Builder<'_> {
         if order.is_empty() {
             return by_queue;
         }
+        let mut remote: Vec<u32> = self
+            .ctx
+            .usable
+            .iter()
+            .filter(|c| !order.contains(c))
+            .collect();
+        remote.sort_by_key(|&c| (self.ctx.is_secondary_thread(c), c == 0, c));
         let queue_of = |irq: &NicIrq| irq.role.placement_queue();
-        let mut queues: Vec<u32> = nic.queue_irqs().filter_map(queue_of).collect();
-        queues.sort_unstable();
-        queues.dedup();
-        // A queue whose receive IRQ already sits alone on an acceptable CPU (one of `order`:
-        // local, usable, inside --cpus) stays there: a well-placed NIC plans no moves, and
-        // doctor — which plans through this function — never proposes moving an IRQ it has
-        // no complaint about. Each CPU takes at most its share of queues (one each while
-        // there are enough CPUs); the other queues take the first free CPUs of the order.
-        let share = queues.len().div_ceil(order.len()).max(1);
-        let mut load: BTreeMap<u32, usize> = BTreeMap::new();
+        // Queue → how many of its vectors move with it (rx-N and tx-N of split vectors).
+        let mut queues: BTreeMap<u32, usize> = BTreeMap::new();
+        for i in nic.queue_irqs() {
+            if let Some(q) = queue_of(i) {
+                *queues.entry(q).or_default() += 1;
+            }
+        }
+        let cap = self.irq_cap;
+        let fair = cap.saturating_sub(1).max(1);
         let current_cpu = |q: u32| -> Option<u32> {
             let single = |i: &NicIrq| {
                 let set = i.affinity.requested.known()?;
@@ -40,7 +50,7 @@ impl Builder<'_> {
             // IRQ of the same queue follows it.
             let rx = of_queue
                 .iter()
-                .filter(|i| !matches!(i.role, IrqRole::Tx(_)))
+                .filter(|i| i.role.carries_rx())
                 .find_map(|i| single(i));
             rx.or_else(|| {
                 let first = single(of_queue.first()?)?;
@@ -50,26 +60,62 @@ impl Builder<'_> {
                     .then_some(first)
             })
         };
-        for q in &queues {
-            if let Some(cpu) = current_cpu(*q)
+        // A queue whose receive IRQ already sits on an acceptable CPU (local, usable, inside
+        // --cpus) that carries no more than its fair share of every NIC's vectors stays there:
+        // a well-placed host plans no moves, and doctor — which plans through this function —
+        // never proposes moving an IRQ it has no complaint about. Two NICs stacked on the same
+        // CPUs are not well placed: the second finds those CPUs at their share and moves.
+        for (&q, &k) in &queues {
+            if let Some(cpu) = current_cpu(q)
                 && order.contains(&cpu)
-                && load.get(&cpu).copied().unwrap_or(0) < share
+                && self.irq_load.get(&cpu).copied().unwrap_or(0) + k <= fair.max(k)
             {
-                by_queue.insert(*q, cpu);
-                *load.entry(cpu).or_default() += 1;
+                by_queue.insert(q, cpu);
+                *self.irq_load.entry(cpu).or_default() += k;
             }
         }
-        for q in &queues {
-            if by_queue.contains_key(q) {
+        let mut spilled: BTreeMap<u32, bool> = BTreeMap::new();
+        for (&q, &k) in &queues {
+            if by_queue.contains_key(&q) {
                 continue;
             }
-            let cpu = (1..=share)
-                .find_map(|n| order.iter().find(|c| load.get(c).copied().unwrap_or(0) < n))
-                .copied()
-                .unwrap_or(order[0]);
-            by_queue.insert(*q, cpu);
-            *load.entry(cpu).or_default() += 1;
+            let load = &self.irq_load;
+            let pick = |cands: &[u32]| -> Option<u32> {
+                cands
+                    .iter()
+                    .enumerate()
+                    .map(|(pos, c)| (load.get(c).copied().unwrap_or(0), pos, *c))
+                    .filter(|(l, _, _)| l + k <= cap.max(k))
+                    .min()
+                    .map(|(_, _, c)| c)
+            };
+            let (cpu, far) = match pick(&order) {
+                Some(c) => (c, false),
+                None => match pick(&remote) {
+                    Some(c) => (c, true),
+                    None => (
+                        order
+                            .iter()
+                            .enumerate()
+                            .map(|(pos, c)| (load.get(c).copied().unwrap_or(0), pos, *c))
+                            .min()
+                            .map_or(order[0], |(_, _, c)| c),
+                        false,
+                    ),
+                },
+            };
+            by_queue.insert(q, cpu);
+            spilled.insert(q, far);
+            *self.irq_load.entry(cpu).or_default() += k;
         }
+        let near = match self.ctx.nic_node(nic) {
+            Some(n) => format!("on node {n}, {}'s own", nic.name),
+            None if self.ctx.view.topology.nodes.len() > 1 => format!(
+                "{}'s NUMA node is unknown (numa_node {}), so any usable CPU",
+                nic.name, nic.numa_node
+            ),
+            None => "one NUMA node".to_string(),
+        };
         let irqs: Vec<NicIrq> = nic.queue_irqs().cloned().collect();
         for irq in irqs {
             let Some(q) = queue_of(&irq) else { continue };
@@ -81,10 +127,17 @@ impl Builder<'_> {
             } else {
                 irqbalance_blocks.clone()
             };
-            let reason = format!(
-                "{} ({}) on CPU {cpu}: one queue per CPU near {}: a thread per core first, CPU 0 last of those, HT siblings after",
-                irq.name, irq.role, nic.name
-            );
+            let reason = if spilled.get(&q).copied().unwrap_or(false) {
+                format!(
+                    "{} ({}) on CPU {cpu}: every CPU {near} already carries {cap} queue vectors (the cap: ⌈vectors ÷ CPUs⌉ + 1 over every NIC), so the least loaded CPU of another node",
+                    irq.name, irq.role
+                )
+            } else {
+                format!(
+                    "{} ({}) on CPU {cpu}: {near}; the CPU with the fewest queue vectors of every NIC (at most {cap}), a thread per core first, CPU 0 last of those, HT siblings after",
+                    irq.name, irq.role
+                )
+            };
             // smp_affinity_list rather than the mask: the kernel parses both the same way
             // (bitmap_parselist), the list reads the same at any nr_cpu_ids, and it is the
             // file the host model reads (and so the one a snapshot tree holds).
@@ -271,9 +324,30 @@ impl Builder<'_> {
                 placed.insert(*cpu);
             }
         }
-        // ...and the others are dealt round-robin over the queues.
-        for (i, cpu) in order.iter().filter(|c| !placed.contains(**c)).enumerate() {
-            masks.entry((i % ntx) as u32).or_default().insert(*cpu);
+        // ...an HT sibling of such a CPU sends on its core's queue (seed 000's "0 12" pairs),
+        // and the other usable CPUs, the NIC's node first, are dealt round-robin over the
+        // queues: a sender may run anywhere, and a CPU without XPS picks its queue by hash.
+        let mut rest: Vec<u32> = order.clone();
+        let mut remote: Vec<u32> = self
+            .ctx
+            .usable
+            .iter()
+            .filter(|c| !order.contains(c))
+            .collect();
+        remote.sort_by_key(|&c| (self.ctx.is_secondary_thread(c), c));
+        rest.extend(remote);
+        let mut next = 0usize;
+        for cpu in rest.into_iter().filter(|c| !placed.contains(*c)) {
+            let core_queue = queue_cpu
+                .iter()
+                .find(|(q, c)| (**q as usize) < ntx && self.ctx.siblings(cpu).contains(**c))
+                .map(|(q, _)| *q);
+            let q = core_queue.unwrap_or_else(|| {
+                let q = (next % ntx) as u32;
+                next += 1;
+                q
+            });
+            masks.entry(q).or_default().insert(cpu);
         }
         let queues = nic.tx_queues.clone();
         for q in &queues {
