@@ -164,8 +164,12 @@ impl Agent {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut out = Families::default();
-        let mut success: Vec<(&'static str, bool)> = Vec::new();
-        let mut ok = |collector: &'static str, worked: bool| success.push((collector, worked));
+        // Each collector with whether it worked and, when it did not, why: every collector is
+        // reported every scrape, so a blind one is a 0 with its reason, never a missing series.
+        let mut success: Vec<(&'static str, Option<String>)> = Vec::new();
+        let mut fail =
+            |collector: &'static str, why: Option<String>| success.push((collector, why));
+        let broke = |worked: bool| (!worked).then(|| "could not be read".to_string());
         let fs = &self.fs;
         let nic = (self.nic)();
         let settings = |name: &str| match &nic {
@@ -178,13 +182,29 @@ impl Agent {
 
         let counters = read_sample(fs);
         let net = read_net_counters(fs);
-        ok("stat", counters.is_ok());
         let load = match &counters {
             Ok(c) => {
+                fail("stat", None);
                 self.cpu(&mut out, c);
-                ok("softirqs", c.softirqs.is_some());
-                ok("softnet", !c.softnet.is_empty());
-                ok("interrupts", c.interrupts.is_some());
+                let why = |file: &str| {
+                    c.problems
+                        .iter()
+                        .find(|p| p.contains(file))
+                        .cloned()
+                        .unwrap_or_else(|| format!("{file}: no rows"))
+                };
+                fail(
+                    "softirqs",
+                    c.softirqs.is_none().then(|| why("/proc/softirqs")),
+                );
+                fail(
+                    "softnet",
+                    c.softnet.is_empty().then(|| why("/proc/net/softnet_stat")),
+                );
+                fail(
+                    "interrupts",
+                    c.interrupts.is_none().then(|| why("/proc/interrupts")),
+                );
                 self.interrupts(&mut out, c, &devices);
                 let load = match previous.counters.as_ref() {
                     Some(p) if self.opts.rates == Rates::BetweenScrapes && now > p.at => Some(
@@ -199,7 +219,14 @@ impl Agent {
                 });
                 load
             }
-            Err(_) => None,
+            Err(e) => {
+                // Without /proc/stat no counter sample is taken: the collectors that read
+                // with it failed too, for the same reason.
+                for c in ["stat", "softirqs", "softnet", "interrupts"] {
+                    fail(c, Some(e.to_string()));
+                }
+                None
+            }
         };
         if let Some(snmp) = &net.snmp {
             let sum = |counter: &str| {
@@ -216,7 +243,7 @@ impl Agent {
                 out.udp_in_errors.push(vec![], v);
             }
         }
-        ok("snmp", net.snmp.is_some());
+        fail("snmp", broke(net.snmp.is_some()));
 
         self.steering(&mut out, &view, &devices);
         // A device asked for by name that the host does not have is a failed collection, not
@@ -227,12 +254,18 @@ impl Agent {
                 .devices
                 .iter()
                 .all(|d| view.nics.iter().any(|n| &n.name == d));
-        ok("nic", nic_ok);
+        fail("nic", broke(nic_ok));
         if nic_ok {
             self.nic_settings(&mut out, &devices);
         }
 
         let report = diagnose(&view, load.as_ref(), self.opts.goal, None);
+        // Zero findings from a doctor that could not see is not health: it fails as a collector.
+        let mut blind = report.not_judged.clone();
+        if load.is_none() {
+            blind.push("no counters: every rule that needs rates was skipped".into());
+        }
+        fail("doctor", (!blind.is_empty()).then(|| blind.join("; ")));
         for f in &report.findings {
             let severity = match f.severity {
                 Severity::Critical => "critical",
@@ -282,7 +315,7 @@ impl Agent {
                 nic: backend_nic,
             };
             let ok_tune = self.tune(&mut out, dir, &backend, &view);
-            ok("tune", ok_tune);
+            fail("tune", broke(ok_tune));
         }
 
         let mut trace_families = Vec::new();
@@ -290,13 +323,19 @@ impl Agent {
             let names: Vec<&str> = devices.iter().map(|n| n.name.as_str()).collect();
             let (families, status) = feed.families(&names);
             trace_families = families;
-            ok("trace", status.is_ok());
+            fail("trace", broke(status.is_ok()));
         }
-        for (collector, worked) in success {
+        for (collector, why) in success {
             out.collector_success.push(
                 vec![("collector", collector.to_string())],
-                f64::from(u8::from(worked)),
+                f64::from(u8::from(why.is_none())),
             );
+            if let Some(why) = why {
+                out.collector_error.push(
+                    vec![("collector", collector.to_string()), ("reason", why)],
+                    1.0,
+                );
+            }
         }
         let kernel = view.kernel.known().cloned().unwrap_or_default();
         out.build.push(
@@ -629,6 +668,7 @@ fn unix_seconds(t: SystemTime) -> f64 {
 struct Families {
     build: Family,
     collector_success: Family,
+    collector_error: Family,
     cpu_seconds: Family,
     softirqs: Family,
     softnet_processed: Family,
@@ -680,7 +720,12 @@ impl Default for Families {
             collector_success: f(
                 "netsteer_scrape_collector_success",
                 Gauge,
-                "1 when this scrape could read the source (stat, softirqs, softnet, interrupts, snmp, nic, tune), else 0.",
+                "1 when this scrape could read the source (stat, softirqs, softnet, interrupts, snmp, nic, doctor, tune, trace), else 0; netsteer_scrape_collector_error_info says why.",
+            ),
+            collector_error: f(
+                "netsteer_scrape_collector_error",
+                Info,
+                "Why a collector failed this scrape (one series per failed collector, its reason a label).",
             ),
             cpu_seconds: f(
                 "netsteer_cpu_seconds",
@@ -867,6 +912,7 @@ impl Families {
         vec![
             self.build,
             self.collector_success,
+            self.collector_error,
             self.cpu_seconds,
             self.softirqs,
             self.softnet_processed,

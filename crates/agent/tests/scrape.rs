@@ -342,3 +342,39 @@ fn the_rules_and_the_dashboard_read_only_series_the_agent_exports() {
     }
     assert!(read > 20, "{read}");
 }
+
+/// A tree without /proc/stat: every collector that reads with it is exported as 0 with its
+/// reason, and the doctor that saw no counters is a failed collector, not "0 findings".
+#[test]
+fn a_collector_that_cannot_read_is_a_zero_with_its_reason_never_a_missing_series() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("tuned-ixgbe-16cpu"), dir.path());
+    std::fs::remove_file(dir.path().join("proc/stat")).unwrap();
+    let a = agent(dir.path(), Rates::SinceBoot, None);
+    let text = encode(a.scrape(Instant::now(), SystemTime::now()));
+    for c in ["stat", "softirqs", "softnet", "interrupts", "doctor"] {
+        assert!(
+            text.contains(&format!(
+                "netsteer_scrape_collector_success{{collector=\"{c}\"}} 0"
+            )),
+            "{c}: {text}"
+        );
+    }
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("netsteer_scrape_collector_error_info{collector=\"stat\""))
+        .collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(errors[0].contains("/proc/stat"), "{}", errors[0]);
+    // The whole tree: every collector 1, and no error series.
+    let a = agent(&fixture("tuned-ixgbe-16cpu"), Rates::SinceBoot, None);
+    let text = encode(a.scrape(Instant::now(), SystemTime::now()));
+    assert!(
+        !text.contains("netsteer_scrape_collector_error_info{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("netsteer_scrape_collector_success{collector=\"doctor\"} 1"),
+        "{text}"
+    );
+}

@@ -145,8 +145,22 @@ pub fn snapshot(
 ) -> Result<(usize, Vec<String>)> {
     let (fs, recorder) = fs.recording();
     let view = crate::read_host(&fs, Some(settings));
-    crate::sample::read_sample(&fs)?;
-    for optional in ["/proc/net/dev", "/proc/net/snmp", "/proc/uptime"] {
+    let mut problems = view.problems.clone();
+    // A counter file that cannot be read is a hole the bundle names, not a reason to write
+    // no bundle: what could be read is still worth having.
+    if let Err(e) = crate::sample::read_sample(&fs) {
+        let e = e.to_string();
+        if !problems.contains(&e) {
+            problems.push(e);
+        }
+    }
+    for optional in [
+        "/proc/softirqs",
+        "/proc/net/softnet_stat",
+        "/proc/net/dev",
+        "/proc/net/snmp",
+        "/proc/uptime",
+    ] {
         let _ = fs.read(optional);
     }
     let ethtool: TreeEthtool = view
@@ -165,5 +179,5 @@ pub fn snapshot(
     };
     let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
     let files = write_tree(&recorder, output, meta, Some(&ethtool))?;
-    Ok((files, view.problems))
+    Ok((files, problems))
 }

@@ -45,6 +45,9 @@ pub enum HostError {
     NotAHostTree { root: PathBuf, reason: String },
     #[error("{path}: symbolic links nest too deeply")]
     LinkLoop { path: PathBuf },
+    /// What the tree cannot answer at all (not one file's failure).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl HostError {

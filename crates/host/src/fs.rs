@@ -572,10 +572,18 @@ impl HostFs {
             .unwrap_or(false)
     }
 
+    /// True for a directory. While recording, a directory found is recorded (empty unless
+    /// listed too): what a reader decided from a directory's presence (a bond's `bonding/`,
+    /// a bridge's `bridge/`) must decide the same in the snapshot.
     pub fn is_dir(&self, host_path: impl AsRef<Path>) -> bool {
-        self.resolve(host_path.as_ref())
-            .map(|(_, real)| real.is_dir())
-            .unwrap_or(false)
+        let Ok((resolved, real)) = self.resolve(host_path.as_ref()) else {
+            return false;
+        };
+        let dir = real.is_dir();
+        if dir && self.recorder.is_some() {
+            self.record(resolved, Recorded::Dir);
+        }
+        dir
     }
 
     /// Permission bits of a file (0444 on `smp_affinity` = the kernel will refuse writes).

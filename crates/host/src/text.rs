@@ -138,14 +138,15 @@ fn render_nic(o: &mut String, n: &Nic) {
         );
     }
     o.push('\n');
+    // A device whose queues/ could not be listed has unknown queues, not none.
+    let queues = match &n.queues_unknown {
+        Some(why) => format!("queues unknown ({})", crate::safe::line(why)),
+        None => format!("{} rx / {} tx queues", n.rx_queues.len(), n.tx_queues.len()),
+    };
     let _ = writeln!(
         o,
-        "  {} rx / {} tx queues  napi: gro_flush_timeout={} napi_defer_hard_irqs={} threaded={}",
-        n.rx_queues.len(),
-        n.tx_queues.len(),
-        n.gro_flush_timeout,
-        n.napi_defer_hard_irqs,
-        n.threaded
+        "  {queues}  napi: gro_flush_timeout={} napi_defer_hard_irqs={} threaded={}",
+        n.gro_flush_timeout, n.napi_defer_hard_irqs, n.threaded
     );
     for q in &n.rx_queues {
         let _ = write!(

@@ -101,15 +101,41 @@ pub fn read_topology_reusing(
     previous: Option<&Topology>,
 ) -> Topology {
     let online_r = read_list(fs, &format!("{CPU_DIR}/online"), None);
+    // Without the lists and without /proc/stat, the cpuN directories still name the CPUs
+    // (a tree that kept only per-CPU sysfs): never an empty host beside twelve of them.
+    let dirs = || -> Option<CpuSet> {
+        let set: CpuSet = fs
+            .read_dir(CPU_DIR)
+            .ok()?
+            .iter()
+            .filter_map(|n| n.strip_prefix("cpu")?.parse::<u32>().ok())
+            .collect();
+        (!set.is_empty()).then_some(set)
+    };
     let possible = read_list(fs, &format!("{CPU_DIR}/possible"), None)
         .ok()
         .or_else(|| online_r.as_ref().ok().cloned())
         .or_else(|| fallback_cpus.cloned())
+        .or_else(dirs)
         .unwrap_or_default();
     let nr = nr_cpu_ids(&possible);
+    // Each cpuN's own `online` file (absent for a CPU that cannot go offline, such as CPU 0
+    // on x86) says which of the directories' CPUs are online.
+    let per_cpu_online = || -> Option<CpuSet> {
+        let dirs = dirs()?;
+        Some(
+            dirs.iter()
+                .filter(|c| {
+                    fs.read_value(format!("{CPU_DIR}/cpu{c}/online"))
+                        .map_or(true, |v| v != "0")
+                })
+                .collect(),
+        )
+    };
     let online = online_r
         .ok()
         .or_else(|| fallback_cpus.cloned())
+        .or_else(per_cpu_online)
         .unwrap_or_else(|| possible.clone());
     let isolated = read_list(fs, &format!("{CPU_DIR}/isolated"), Some(nr)).into();
     let nohz_full = match read_list(fs, &format!("{CPU_DIR}/nohz_full"), Some(nr)) {

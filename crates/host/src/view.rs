@@ -54,7 +54,17 @@ impl HostView {
 /// recorded, so a snapshot carries no list of the host's processes.
 pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
     let scan = fs.unrecorded();
-    for entry in scan.read_dir("/proc")? {
+    let entries = scan.read_dir("/proc")?;
+    // A tree that holds no process at all (a /proc dump of a few files) cannot say whether
+    // irqbalance runs: that is unknown, not "not running". A snapshot of a host without
+    // irqbalance records the lowest process's `comm` (PID 1's: init), so it still answers.
+    let lowest = entries.iter().filter_map(|e| e.parse::<u32>().ok()).min();
+    let Some(lowest) = lowest else {
+        return Err(crate::error::HostError::Unavailable(
+            "/proc holds no process to look for irqbalance in".into(),
+        ));
+    };
+    for entry in entries {
         let Ok(pid) = entry.parse::<u32>() else {
             continue;
         };
@@ -67,6 +77,7 @@ pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
             });
         }
     }
+    let _ = fs.read(format!("/proc/{lowest}/comm"));
     Ok(Irqbalance {
         running: false,
         pid: None,

@@ -1072,3 +1072,80 @@ fn socket_reads_late_from_the_trace() {
         "socket-reads-late",
     );
 }
+
+/// Real hosts' arithmetic: a CPU with no column in /proc/softirqs has unknown NET_RX runs,
+/// not "100 % of its runs squeezed"; the flow limit is blamed only for the drops it made.
+#[test]
+fn unknown_runs_and_a_small_flow_limit_share_are_not_overstated() {
+    let (v, mut l) = host("tuned-ixgbe-16cpu");
+    for c in &mut l.cpu.cpus {
+        if c.cpu == 3 {
+            c.squeezed = Some(50.0);
+            c.net_rx = None;
+        }
+        if c.cpu == 4 {
+            c.dropped = Some(161_088.0);
+            c.flow_limit = Some(163.0);
+        }
+    }
+    let r = run(&v, &l, Goal::Balanced);
+    let f = one(&r, "budget-squeeze");
+    let cpu3 = f.evidence.iter().find(|e| e.starts_with("CPU 3:")).unwrap();
+    assert!(cpu3.contains("NET_RX runs are unknown"), "{cpu3}");
+    assert!(!cpu3.contains("100"), "{cpu3}");
+    let f = one(&r, "backlog-drops");
+    assert!(
+        !f.fix.summary.contains("one flow fills the backlog"),
+        "{}",
+        f.fix.summary
+    );
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.contains("were cut by the flow limit"))
+    );
+}
+
+/// Doctor blind is not doctor healthy: a view without /proc/interrupts or interfaces says
+/// what it could not judge, in text and JSON, instead of the healthy sentence.
+#[test]
+fn a_blind_doctor_says_what_it_could_not_judge() {
+    let (mut v, l) = host("tuned-ixgbe-16cpu");
+    assert!(run(&v, &l, Goal::Balanced).not_judged.is_empty());
+    v.problems
+        .push("/proc/interrupts: Permission denied (os error 13) (NIC IRQs unknown)".into());
+    v.problems
+        .push("/sys/class/net: Permission denied (os error 13) (no interfaces listed)".into());
+    v.nics.clear();
+    let r = run(&v, &l, Goal::Balanced);
+    assert_eq!(r.not_judged.len(), 2, "{:?}", r.not_judged);
+    let text = netsteer_steering::doctor::text::render(&r);
+    assert!(
+        !text.contains("nothing keeps packet processing here from scaling"),
+        "{text}"
+    );
+    assert!(text.contains("not judged: IRQ placement"), "{text}");
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["not_judged"].as_array().map(Vec::len), Some(2));
+}
+
+/// A sysctl a tree does not hold is "not in this tree", not "exists only in the root
+/// network namespace" (which only a live read can say).
+#[test]
+fn a_sysctl_missing_from_a_tree_is_said_as_such() {
+    use netsteer_steering::tune::{PlanOptions, Profile, plan};
+    let (mut v, _) = host("tuned-ixgbe-16cpu");
+    v.sysctls.netdev_budget =
+        Field::unknown("/proc/sys/net/core/netdev_budget: No such file or directory (os error 2)");
+    let p = plan(&v, &PlanOptions::for_profile(Profile::Throughput)).unwrap();
+    let item = p
+        .items
+        .iter()
+        .find(|i| i.id == "sysctl/net.core.netdev_budget")
+        .unwrap();
+    let netsteer_steering::tune::Action::Skip(why) = &item.action else {
+        panic!("{item:?}");
+    };
+    assert!(why.contains("the tree does not hold it"), "{why}");
+    assert!(!why.contains("root network namespace"), "{why}");
+}

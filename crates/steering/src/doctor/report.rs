@@ -57,6 +57,10 @@ pub struct Report {
     pub counts: Counts,
     /// Files that could not be read, so some rules saw less.
     pub problems: Vec<String>,
+    /// What doctor could not judge at all, and why (a core input missing): with any of these
+    /// an empty `findings` does not mean healthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<String>,
 }
 
 impl Report {
@@ -136,5 +140,27 @@ pub fn diagnose_traced(
         findings,
         counts,
         problems: view.problems.clone(),
+        not_judged: blind_spots(view),
     }
+}
+
+/// The parts of the host the view could not see at all, each with the rules it blinds.
+fn blind_spots(view: &HostView) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(why) = view.irqs_unknown() {
+        out.push(format!(
+            "IRQ placement (spread, remote NUMA, RSS and XPS rules): {why}"
+        ));
+    }
+    if let Some(why) = view
+        .problems
+        .iter()
+        .find(|p| p.ends_with("(no interfaces listed)"))
+    {
+        out.push(format!("every NIC rule: {why}"));
+    }
+    if view.topology.online.is_empty() {
+        out.push("every CPU rule: no online CPU could be read (cpu/online, /proc/stat, cpuN directories)".into());
+    }
+    out
 }

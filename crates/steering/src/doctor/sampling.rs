@@ -97,5 +97,12 @@ pub fn examine(
     let mut report =
         super::report::diagnose_traced(&view, load.as_ref(), goal, app, trace.as_ref());
     report.problems.extend(problems);
+    if load.is_none()
+        && let Some(why) = missing_core.last()
+    {
+        report.not_judged.push(format!(
+            "drops, squeezes and softirq load (every rule that needs rates): {why}"
+        ));
+    }
     (report, missing_core)
 }

@@ -89,10 +89,17 @@ pub fn render(r: &Report) -> String {
         }
     }
     let c = r.counts;
-    if r.findings.is_empty() {
+    if r.findings.is_empty() && r.not_judged.is_empty() {
         let _ = writeln!(
             s,
             "\nNo findings: nothing keeps packet processing here from scaling."
+        );
+    } else if r.findings.is_empty() {
+        // Blind is not healthy: say what was not judged instead of the healthy sentence.
+        let _ = writeln!(
+            s,
+            "\nNo findings in what could be judged; doctor could not judge {} part(s) of this host:",
+            r.not_judged.len()
         );
     } else {
         let _ = writeln!(
@@ -103,6 +110,12 @@ pub fn render(r: &Report) -> String {
             c.warning,
             c.info
         );
+    }
+    if !r.findings.is_empty() && !r.not_judged.is_empty() {
+        let _ = writeln!(s, "doctor could not judge:");
+    }
+    for n in &r.not_judged {
+        let _ = writeln!(s, "  not judged: {}", line(n));
     }
     for p in &r.problems {
         let _ = writeln!(s, "note: {}", line(p));

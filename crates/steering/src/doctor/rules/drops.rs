@@ -49,11 +49,17 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
     let mut steps = Vec::new();
     let mut summary = "lengthen the per-CPU backlog".to_string();
     if flow_limited > 0.0 {
+        let share = flow_limited * 100.0 / total.max(flow_limited);
         evidence.push(format!(
-            "{} of them were cut by the flow limit (one flow filling the backlog)",
-            ctx.amount(flow_limited)
+            "{} of them ({}) were cut by the flow limit (one flow over its share of the backlog)",
+            ctx.amount(flow_limited),
+            pct(share)
         ));
-        summary = "one flow fills the backlog: the flow limit is protecting the others; spread that flow's work or lengthen the backlog".into();
+        // Blame the flow limit only for what it did: most of the drops (163 of 161,088 is
+        // the backlog's doing, not one flow's).
+        if share >= 50.0 {
+            summary = "one flow fills the backlog: the flow limit is protecting the others; spread that flow's work or lengthen the backlog".into();
+        }
     }
     let next = backlog.map_or(4096, |b| (b * 2).max(4096));
     steps.push(format!("sysctl -w net.core.netdev_max_backlog={next}"));
@@ -75,39 +81,48 @@ pub fn budget_squeeze(ctx: &Ctx) -> Vec<Finding> {
     let Some(load) = ctx.load else {
         return Vec::new();
     };
-    let ratio = |c: &netsteer_host::sample::CpuRates| {
-        let runs = c.net_rx.unwrap_or(0.0);
-        if runs > 0.0 {
+    // The share of NET_RX runs that were squeezed; unknown when /proc/softirqs has no count
+    // of runs for the CPU (no column for it, or no file): then no share is made up.
+    let ratio = |c: &netsteer_host::sample::CpuRates| -> Option<f64> {
+        let runs = c.net_rx?;
+        Some(if runs > 0.0 {
             c.squeezed.unwrap_or(0.0) * 100.0 / runs
         } else {
             100.0
-        }
+        })
     };
     // An occasional squeeze is normal on a busy host; below 0.1% of the NET_RX runs it is noise.
     let squeezed: Vec<_> = load
         .cpu
         .cpus
         .iter()
-        .filter(|c| c.squeezed.unwrap_or(0.0) > 0.0 && ratio(c) >= 0.1)
+        .filter(|c| c.squeezed.unwrap_or(0.0) > 0.0 && ratio(c).is_none_or(|r| r >= 0.1))
         .collect();
     if squeezed.is_empty() {
         return Vec::new();
     }
     let heavy = squeezed
         .iter()
-        .any(|c| ratio(c) >= 1.0 && c.squeezed.unwrap_or(0.0) >= 1.0);
+        .any(|c| ratio(c).is_some_and(|r| r >= 1.0) && c.squeezed.unwrap_or(0.0) >= 1.0);
     let budget = ctx.view.sysctls.netdev_budget.known().copied();
     let usecs = ctx.view.sysctls.netdev_budget_usecs.known().copied();
     let mut evidence = capped(
         squeezed
             .iter()
             .map(|c| {
-                format!(
-                    "CPU {}: {} squeezes ({} of its NET_RX softirq runs)",
-                    c.cpu,
-                    ctx.amount(c.squeezed.unwrap_or(0.0)),
-                    pct(ratio(c))
-                )
+                match ratio(c) {
+                    Some(r) => format!(
+                        "CPU {}: {} squeezes ({} of its NET_RX softirq runs)",
+                        c.cpu,
+                        ctx.amount(c.squeezed.unwrap_or(0.0)),
+                        pct(r)
+                    ),
+                    None => format!(
+                        "CPU {}: {} squeezes (its NET_RX runs are unknown: /proc/softirqs has no count for it)",
+                        c.cpu,
+                        ctx.amount(c.squeezed.unwrap_or(0.0))
+                    ),
+                }
             })
             .collect(),
         8,

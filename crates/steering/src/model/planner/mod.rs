@@ -338,12 +338,19 @@ impl Builder<'_> {
         }
         let (current, skip) = match field {
             Field::Known(v) => (Some(v.to_string()), None),
-            Field::Unknown { unknown } => (
+            // Absent from a tree is not absent from a host: only a live read of a missing
+            // file says where this process runs (a global sysctl exists only in the initial
+            // network namespace, Documentation/admin-guide/sysctl/net.rst).
+            Field::Unknown { unknown } if !self.opts.live => {
+                (None, Some(format!("{unknown} (the tree does not hold it)")))
+            }
+            Field::Unknown { unknown } if unknown.contains("No such file") => (
                 None,
                 Some(format!(
                     "{unknown} (a global sysctl exists only in the root network namespace)"
                 )),
             ),
+            Field::Unknown { unknown } => (None, Some(unknown.clone())),
         };
         // Raise-only knobs: never lower what an operator already raised.
         let desired = match current.as_deref().and_then(|c| c.parse::<i64>().ok()) {

@@ -292,3 +292,82 @@ fn an_unknown_vector_name_is_unrecognised_not_guessed() {
     assert_eq!(other.role, IrqRole::Other);
     assert_eq!(other.role.to_string(), "unrecognised vector");
 }
+
+// Absent, unreadable and zero are three answers.
+
+/// A netdev whose `queues/` the tree lacks has unknown queues, not zero.
+#[test]
+fn a_netdev_without_queues_has_unknown_queues_not_zero() {
+    let t = Tree::new(2);
+    t.pci_nic("eth0", "0000:07:00.0", "igb", 1, &[]);
+    fs::remove_dir_all(
+        t.0.path()
+            .join("sys/devices/pci0000:00/0000:07:00.0/net/eth0/queues"),
+    )
+    .unwrap();
+    t.interrupts(2, &[]);
+    let view = read_host(&HostFs::open(t.0.path()).unwrap(), None);
+    assert!(view.nics[0].queues_unknown.is_some());
+    let text = netsteer_host::text::host_view(&view);
+    assert!(text.contains("queues unknown ("), "{text}");
+    assert!(!text.contains("0 rx / 0 tx queues"), "{text}");
+}
+
+/// A tree with no process in /proc cannot say whether irqbalance runs.
+#[test]
+fn irqbalance_is_unknown_in_a_tree_without_processes() {
+    let t = Tree::new(2);
+    t.interrupts(2, &[]);
+    let view = read_host(&HostFs::open(t.0.path()).unwrap(), None);
+    assert!(view.irqbalance.known().is_none(), "{:?}", view.irqbalance);
+    // One process that is not irqbalance: then "not running" is an answer.
+    t.write("proc/1/comm", "systemd\n");
+    let view = read_host(&HostFs::open(t.0.path()).unwrap(), None);
+    assert_eq!(view.irqbalance.known().map(|i| i.running), Some(false));
+}
+
+/// No cpu/online, no cpu/possible and no /proc/stat: the cpuN directories name the CPUs.
+#[test]
+fn cpu_directories_name_the_cpus_when_the_lists_and_proc_stat_are_absent() {
+    let t = Tree(tempfile::tempdir().unwrap());
+    for c in 0..12 {
+        t.write(
+            &format!("sys/devices/system/cpu/cpu{c}/topology/core_id"),
+            &format!("{c}\n"),
+        );
+    }
+    t.write("sys/devices/system/cpu/cpu11/online", "0\n");
+    t.write("proc/interrupts", "  CPU0\n");
+    let view = read_host(&HostFs::open(t.0.path()).unwrap(), None);
+    assert_eq!(view.topology.possible.to_list(), "0-11");
+    assert_eq!(view.topology.online.to_list(), "0-10");
+    assert_eq!(view.topology.nr_cpu_ids, 12);
+}
+
+/// A snapshot of a tree that lacks /proc/stat is still written, naming the hole; a bond
+/// (known only by its `bonding/` directory) is still a bond when the snapshot is read back.
+#[test]
+fn a_snapshot_keeps_what_it_can_and_a_bond_stays_a_bond() {
+    let t = Tree(tempfile::tempdir().unwrap());
+    t.write("sys/devices/system/cpu/online", "0-1\n");
+    t.write("proc/interrupts", "  CPU0 CPU1\n");
+    let bond = "sys/devices/virtual/net/bond0";
+    t.write(&format!("{bond}/bonding/mode"), "802.3ad 4\n");
+    t.write(&format!("{bond}/ifindex"), "5\n");
+    t.write(&format!("{bond}/iflink"), "5\n");
+    t.link("sys/class/net/bond0", "../../devices/virtual/net/bond0");
+    let fs = HostFs::open(t.0.path()).unwrap();
+    assert_eq!(read_host(&fs, None).nics[0].kind, "bond");
+    let out = tempfile::tempdir().unwrap();
+    let bundle = out.path().join("snap");
+    let unavailable = |_: &str| netsteer_host::ethtool::NicSettings::unavailable("test");
+    let (files, problems) = netsteer_host::capture::snapshot(&fs, &unavailable, &bundle)
+        .expect("a bundle despite the hole");
+    assert!(files > 0);
+    assert!(
+        problems.iter().any(|p| p.contains("/proc/stat")),
+        "{problems:?}"
+    );
+    let back = read_host(&HostFs::open(&bundle).unwrap(), None);
+    assert_eq!(back.nics[0].kind, "bond");
+}
