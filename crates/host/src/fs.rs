@@ -184,12 +184,15 @@ impl HostFs {
                 reason: "not a directory".into(),
             });
         }
-        let has_proc = fs.root.join("proc/stat").exists();
+        // A /proc/interrupts alone is a host's tree too (the dump most often shared).
+        let has_proc =
+            fs.root.join("proc/stat").exists() || fs.root.join("proc/interrupts").exists();
         let has_sys = fs.root.join("sys/devices/system/cpu").is_dir();
         if !has_proc && !has_sys {
             return Err(HostError::NotAHostTree {
                 root: fs.root.clone(),
-                reason: "neither proc/stat nor sys/devices/system/cpu is inside it".into(),
+                reason: "none of proc/stat, proc/interrupts, sys/devices/system/cpu is inside it"
+                    .into(),
             });
         }
         if !fs.is_live() {

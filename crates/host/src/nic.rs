@@ -14,6 +14,10 @@ use std::path::Path;
 
 pub const NET_DIR: &str = "/sys/class/net";
 
+/// The kind of an interface a tree does not describe: its `/sys/class/net/NAME` is a plain
+/// directory (sysfs always makes it a link, into /sys/devices/…) with no `device` link.
+pub const KIND_UNKNOWN: &str = "unknown";
+
 /// Affinity of one IRQ as /proc/irq/N shows it (kernel/irq/proc.c).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IrqAffinity {
@@ -323,7 +327,20 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
         Some(p) if p.starts_with("/sys/devices") => false,
         _ => !fs.exists(format!("{dir}/device")),
     };
-    let kind = if !is_virtual {
+    // Real sysfs makes every /sys/class/net entry a link; a tree whose entry is a plain
+    // directory without a `device` link (a partial dump) does not say what the interface is.
+    let undescribed = is_virtual
+        && fs.read_link(&dir).is_err()
+        && canonical
+            .as_ref()
+            .is_none_or(|p| !p.starts_with("/sys/devices"));
+    let kind = if undescribed
+        && !fs.exists(format!("{dir}/type"))
+        && !fs.is_dir(format!("{dir}/bonding"))
+        && !fs.is_dir(format!("{dir}/bridge"))
+    {
+        KIND_UNKNOWN.to_string()
+    } else if !is_virtual {
         "physical".to_string()
     } else if let Some(t) = uevent_devtype(fs, &dir) {
         t
@@ -355,7 +372,9 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
                 .flatten()
         })
     };
-    let driver: Field<String> = if is_virtual {
+    let driver: Field<String> = if kind == KIND_UNKNOWN {
+        Field::unknown("the tree does not say what this interface is")
+    } else if is_virtual {
         Field::Known(kind.clone())
     } else {
         let dev = dev_canonical

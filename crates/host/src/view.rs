@@ -104,11 +104,17 @@ pub fn read_host_reusing(
         .map(|s| s.cpus.keys().copied().collect())
         .map_err(|e| problems.push(format!("{e}")))
         .ok();
-    let topology = read_topology_reusing(fs, stat_cpus.as_ref(), previous);
     let interrupts: Option<Interrupts> = fs
         .read_parsed("/proc/interrupts", parse_interrupts)
         .map_err(|e| problems.push(format!("{e}{IRQS_UNKNOWN}")))
         .ok();
+    // Without /proc/stat, the columns of /proc/interrupts name the online CPUs (the kernel
+    // prints one per online CPU, kernel/irq/proc.c show_interrupts).
+    let fallback = stat_cpus.or_else(|| {
+        let cpus: CpuSet = interrupts.as_ref()?.cpus.iter().copied().collect();
+        (!cpus.is_empty()).then_some(cpus)
+    });
+    let topology = read_topology_reusing(fs, fallback.as_ref(), previous);
     let names = list_interfaces(fs)
         .map_err(|e| problems.push(format!("{e} (no interfaces listed)")))
         .unwrap_or_default();

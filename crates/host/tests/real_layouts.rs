@@ -337,7 +337,6 @@ fn cpu_directories_name_the_cpus_when_the_lists_and_proc_stat_are_absent() {
         );
     }
     t.write("sys/devices/system/cpu/cpu11/online", "0\n");
-    t.write("proc/interrupts", "  CPU0\n");
     let view = read_host(&HostFs::open(t.0.path()).unwrap(), None);
     assert_eq!(view.topology.possible.to_list(), "0-11");
     assert_eq!(view.topology.online.to_list(), "0-10");

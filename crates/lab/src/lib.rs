@@ -49,6 +49,10 @@ pub enum LabError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// QEMU itself died before the guest was up (TCG has bugs of its own, such as
+    /// `iotlb_to_section: Assertion ... failed`): not netsteer's failure, and worth one retry.
+    #[error("guest {guest}: the emulator crashed before the guest was up: {detail}")]
+    EmulatorCrashed { guest: String, detail: String },
     #[error(transparent)]
     Experiment(#[from] netsteer_bench::experiment::ExperimentError),
 }

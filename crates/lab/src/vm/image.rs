@@ -18,7 +18,21 @@ use std::process::Command;
 
 /// The modules the guest loads (their dependencies come along): every NIC model's driver, so
 /// one image serves them all (a driver without its device only registers itself).
-const MODULES: &[&str] = &["virtio_pci", "virtio_net", "igb", "9pnet_virtio", "9p"];
+/// The zoo's guests add e1000e, e1000 (a legacy INTx line), vmxnet3 and rtl8139, and a bond
+/// and a VLAN over them.
+const MODULES: &[&str] = &[
+    "virtio_pci",
+    "virtio_net",
+    "igb",
+    "e1000e",
+    "e1000",
+    "vmxnet3",
+    "8139too",
+    "bonding",
+    "8021q",
+    "9pnet_virtio",
+    "9p",
+];
 
 /// The guest's /init: mounts, modules, the host's root (read-only) and the lab's scratch
 /// directory over 9p, then the command loop on the second serial port. Each command line is

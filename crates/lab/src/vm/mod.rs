@@ -20,6 +20,7 @@
 pub mod image;
 pub mod ladder;
 pub mod trace;
+pub mod zoo;
 
 use crate::{Lab, LabError, NsHost, Result};
 use image::Image;
@@ -170,6 +171,8 @@ pub struct GuestSpec {
     /// The tap (in the namespace QEMU runs in), the NIC's queues and its model.
     pub nic: Option<(String, u32, NicModel)>,
     pub mac: String,
+    /// More QEMU arguments (a zoo guest's NUMA nodes, expander bridges and extra NICs).
+    pub extra: Vec<String>,
 }
 
 /// How long a command line may go unacknowledged before it is sent again, and how many times
@@ -243,6 +246,7 @@ impl Guest {
         if let Some((tap, queues, model)) = &spec.nic {
             args.extend(model.qemu_args(tap, *queues, &spec.mac));
         }
+        args.extend(spec.extra.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut cmd = match ns {
             Some(h) => {
@@ -290,8 +294,31 @@ impl Guest {
         )
     }
 
-    /// Waits up to `limit` for the guest's command loop.
+    /// Waits up to `limit` for the guest's command loop. A QEMU that is gone by then (an
+    /// abort, a signal) is [`LabError::EmulatorCrashed`], whatever the channel said.
     pub fn wait_ready(&mut self, started: Instant, limit: Duration) -> Result<()> {
+        let r = self.wait_ready_inner(started, limit);
+        if r.is_err() && self.emulator_died() {
+            return Err(LabError::EmulatorCrashed {
+                guest: self.name.clone(),
+                detail: self.why_not(),
+            });
+        }
+        r
+    }
+
+    /// True once QEMU has exited (waiting a moment for a process that is going down).
+    fn emulator_died(&mut self) -> bool {
+        for _ in 0..20 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    fn wait_ready_inner(&mut self, started: Instant, limit: Duration) -> Result<()> {
         let sock = self.dir.join("ch.sock");
         let stream = loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -588,6 +615,8 @@ impl VmPairSpec {
 /// Two guests whose `eth0`s (`nic`, `queues` queues each) share a bridge in the lab's
 /// `net` namespace, addressed [`VM_A_ADDR`] and [`VM_B_ADDR`].
 pub struct VmPair {
+    /// Set when the first boot's emulator crashed and the pair was booted again: what died.
+    pub retried: Option<String>,
     pub a: Guest,
     pub b: Guest,
     pub image: Image,
@@ -601,7 +630,24 @@ pub struct VmPair {
 pub const GUEST_SHARE: &str = "/tmp/netsteer-x";
 
 impl VmPair {
+    /// Boots the pair; once more when QEMU itself crashed before a guest was up (said on
+    /// stderr and kept in [`VmPair::retried`]; a second crash is the error).
     pub fn new(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
+        match Self::new_once(tag, spec) {
+            Err(LabError::EmulatorCrashed { guest, detail }) => {
+                let what = format!(
+                    "guest {guest}: the emulator crashed before the guest was up ({detail}); booting the pair once more"
+                );
+                eprintln!("netsteer lab: {what}");
+                let mut pair = Self::new_once(tag, spec)?;
+                pair.retried = Some(what);
+                Ok(pair)
+            }
+            other => other,
+        }
+    }
+
+    fn new_once(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
         spec.nic.check_qemu()?;
         let image = image::build(spec.kernel.as_deref())?;
         let mut lab = Lab::new(tag)?;
@@ -625,6 +671,7 @@ impl VmPair {
                     mem_mb: spec.mem_mb,
                     nic: Some((tap, spec.queues, spec.nic)),
                     mac: format!("52:54:00:4e:53:{:02x}", i + 1),
+                    extra: Vec::new(),
                 },
                 Some(&net),
                 &dir.join(name),
@@ -648,6 +695,7 @@ impl VmPair {
             }
         }
         Ok(VmPair {
+            retried: None,
             a,
             b,
             image,

@@ -24,6 +24,9 @@ pub struct NicSummary {
     pub rx_queues: usize,
     pub tx_queues: usize,
     pub queue_irqs: usize,
+    /// Why the queues could not be listed (then the counts above are not the device's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues_unknown: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +101,7 @@ fn summarize(view: &HostView) -> HostSummary {
                 rx_queues: n.rx_queues.len(),
                 tx_queues: n.tx_queues.len(),
                 queue_irqs: n.queue_irqs().count(),
+                queues_unknown: n.queues_unknown.clone(),
             })
             .collect(),
     }
@@ -158,6 +162,18 @@ fn blind_spots(view: &HostView) -> Vec<String> {
         .find(|p| p.ends_with("(no interfaces listed)"))
     {
         out.push(format!("every NIC rule: {why}"));
+    }
+    let unknown: Vec<&str> = view
+        .nics
+        .iter()
+        .filter(|n| n.kind == netsteer_host::nic::KIND_UNKNOWN)
+        .map(|n| n.name.as_str())
+        .collect();
+    if !unknown.is_empty() {
+        out.push(format!(
+            "NIC rules for {}: the tree does not say what these interfaces are (no sysfs link to a device or to /sys/devices/virtual)",
+            unknown.join(", ")
+        ));
     }
     if view.topology.online.is_empty() {
         out.push("every CPU rule: no online CPU could be read (cpu/online, /proc/stat, cpuN directories)".into());

@@ -51,14 +51,17 @@ pub fn render(r: &Report) -> String {
         }
     );
     for n in &h.nics {
+        let queues = if n.queues_unknown.is_some() {
+            "queues unknown".to_string()
+        } else {
+            format!("{} rx / {} tx queues", n.rx_queues, n.tx_queues)
+        };
         let _ = writeln!(
             s,
-            "  {} ({}, {}): {} rx / {} tx queues, {} queue IRQs{}",
+            "  {} ({}, {}): {queues}, {} queue IRQs{}",
             netsteer_host::safe::line(&n.name),
             n.kind,
             netsteer_host::safe::line(n.driver.as_deref().unwrap_or("?")),
-            n.rx_queues,
-            n.tx_queues,
             n.queue_irqs,
             n.numa_node
                 .filter(|n| *n >= 0)

@@ -1,0 +1,357 @@
+//! The corpus of real hosts: every tree under `fixtures/real/` (public real data, each with
+//! its source in `fixtures/real/SOURCES`) and the trees captured here from real kernels
+//! (`fixtures/hosts/dev-vm`, the driver guests and the zoo). Adding a tree is dropping in a
+//! directory.
+//!
+//! Every read-only command runs on every tree: no panic, JSON that parses. The facts netsteer
+//! states (online CPUs, each NIC's queues, each vector's queue, CPU and total, RPS masks,
+//! softnet rows) are checked against a reader written here, from the files themselves, never
+//! against netsteer's own earlier output.
+
+use netsteer_host::irqname::IrqRole;
+use netsteer_host::view::HostView;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+/// The corpus: fixtures/real/* and the real captures among fixtures/hosts.
+fn trees() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in ["real", "hosts"] {
+        let Ok(entries) = std::fs::read_dir(fixtures().join(dir)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let captured = dir == "real"
+                || name == "dev-vm"
+                || name.starts_with("igb-")
+                || name.starts_with("virtio-rss-")
+                || name.starts_with("zoo-");
+            if e.path().is_dir() && captured {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn run(tree: &Path, args: &[&str]) -> Output {
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(tree)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked"),
+        "{} {}: {err}",
+        tree.display(),
+        args.join(" ")
+    );
+    assert!(
+        matches!(out.status.code(), Some(0..=2)),
+        "{} {}: exit {:?}: {err}",
+        tree.display(),
+        args.join(" "),
+        out.status.code()
+    );
+    out
+}
+
+fn json(tree: &Path, args: &[&str]) -> serde_json::Value {
+    let out = run(tree, args);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{} {}: not JSON ({e}): {}",
+            tree.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+// The independent reader: only std, only the files.
+
+fn read(tree: &Path, rel: &str) -> Option<String> {
+    std::fs::read_to_string(tree.join(rel)).ok()
+}
+
+/// "0-3,8" → [0,1,2,3,8].
+fn list(text: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+/// A hex CPU mask ("00000000,0000000f") → its set bits.
+fn mask(text: &str) -> Vec<u32> {
+    let hex: String = text.trim().chars().filter(|c| *c != ',').collect();
+    let mut out = Vec::new();
+    for (i, c) in hex.chars().rev().enumerate() {
+        let v = c.to_digit(16).unwrap();
+        for b in 0..4 {
+            if v & (1 << b) != 0 {
+                out.push(i as u32 * 4 + b);
+            }
+        }
+    }
+    out
+}
+
+/// Each numbered IRQ's per-CPU counts.
+type Rows = BTreeMap<u32, Vec<u64>>;
+
+/// /proc/interrupts: the CPU of each column, and each numbered IRQ's per-CPU counts.
+fn interrupts(tree: &Path) -> Option<(Vec<u32>, Rows)> {
+    let text = read(tree, "proc/interrupts")?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let cpus: Vec<u32> = lines
+        .next()?
+        .split_whitespace()
+        .map(|c| c.trim_start_matches("CPU").parse().unwrap())
+        .collect();
+    let mut rows = BTreeMap::new();
+    for l in lines {
+        let Some((label, rest)) = l.split_once(':') else {
+            continue;
+        };
+        let Ok(irq) = label.trim().parse::<u32>() else {
+            continue;
+        };
+        let counts: Vec<u64> = rest
+            .split_whitespace()
+            .take(cpus.len())
+            .map_while(|f| f.parse().ok())
+            .collect();
+        rows.insert(irq, counts);
+    }
+    Some((cpus, rows))
+}
+
+/// Online CPUs as the files state them: cpu/online, else /proc/stat's cpuN lines, else the
+/// columns of /proc/interrupts.
+fn online(tree: &Path) -> Vec<u32> {
+    if let Some(t) = read(tree, "sys/devices/system/cpu/online") {
+        return list(&t);
+    }
+    if let Some(t) = read(tree, "proc/stat") {
+        let cpus: Vec<u32> = t
+            .lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .strip_prefix("cpu")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        if !cpus.is_empty() {
+            return cpus;
+        }
+    }
+    interrupts(tree).map(|(c, _)| c).unwrap_or_default()
+}
+
+fn check_facts(tree: &Path, view: &HostView) {
+    let name = tree.display();
+    let want = online(tree);
+    let got: Vec<u32> = view.topology.online.iter().collect();
+    assert_eq!(got, want, "{name}: online CPUs");
+    let irqs = interrupts(tree);
+    for nic in &view.nics {
+        // Queues: the rx-N/tx-N directories the tree lists.
+        let qdir = tree.join(format!("sys/class/net/{}/queues", nic.name));
+        if let Ok(entries) = std::fs::read_dir(&qdir) {
+            let names: Vec<String> = entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            let rx = names.iter().filter(|n| n.starts_with("rx-")).count();
+            let tx = names.iter().filter(|n| n.starts_with("tx-")).count();
+            assert_eq!(
+                (nic.rx_queues.len(), nic.tx_queues.len()),
+                (rx, tx),
+                "{name}: {} queues",
+                nic.name
+            );
+            assert!(nic.queues_unknown.is_none());
+        } else {
+            assert!(
+                nic.rx_queues.is_empty() && nic.queues_unknown.is_some(),
+                "{name}: {} has no queues/ and must say so",
+                nic.name
+            );
+        }
+        // RPS masks, as the files hold them.
+        for q in &nic.rx_queues {
+            if let Some(m) = read(
+                tree,
+                &format!("sys/class/net/{}/queues/rx-{}/rps_cpus", nic.name, q.index),
+            ) {
+                let got: Vec<u32> = q.rps_cpus.known().unwrap().iter().collect();
+                assert_eq!(
+                    got,
+                    mask(&m),
+                    "{name}: {} rx-{} rps_cpus",
+                    nic.name,
+                    q.index
+                );
+            }
+        }
+        // Each vector: its total and busiest CPU from /proc/interrupts, its queue one the
+        // device lists (a named queue that does not exist is a misread name).
+        for irq in &nic.irqs {
+            let (cpus, rows) = irqs.as_ref().expect("vectors without /proc/interrupts");
+            let counts = &rows[&irq.irq];
+            assert_eq!(
+                irq.count,
+                counts.iter().sum::<u64>(),
+                "{name}: IRQ {} total",
+                irq.irq
+            );
+            let max = counts.iter().copied().max().unwrap_or(0);
+            if max > 0 {
+                let cpu = irq.busiest_cpu.expect("a busiest CPU");
+                let col = cpus.iter().position(|c| *c == cpu).unwrap();
+                assert_eq!(counts[col], max, "{name}: IRQ {} busiest CPU", irq.irq);
+            }
+            // virtio_net requests vectors for every queue pair the device offers
+            // (virtnet_find_vqs, max_queue_pairs), not only the active ones: its input.N may
+            // outnumber rx-N. Any other driver's vector names a queue the device lists.
+            let virtio = nic.driver.known().is_some_and(|d| d == "virtio_net");
+            if let Some(q) = irq.role.rx_queue()
+                && !nic.rx_queues.is_empty()
+                && !virtio
+            {
+                assert!(
+                    nic.rx_queues.iter().any(|r| r.index == q),
+                    "{name}: {} ({}) names rx-{q}, which {} does not have",
+                    irq.name,
+                    irq.role,
+                    nic.name
+                );
+            }
+            if irq.role == IrqRole::Other {
+                eprintln!("{name}: {}: unrecognised vector {}", nic.name, irq.name);
+            }
+        }
+    }
+}
+
+/// Softnet rows: one per CPU that has one, as the agent exports them.
+fn check_softnet(tree: &Path) {
+    let Some(text) = read(tree, "proc/net/softnet_stat") else {
+        return;
+    };
+    if read(tree, "proc/stat").is_none() {
+        return;
+    }
+    let rows = text.lines().filter(|l| !l.trim().is_empty()).count();
+    let out = run(tree, &["agent", "--once"]);
+    let exposition = String::from_utf8_lossy(&out.stdout);
+    let series = exposition
+        .lines()
+        .filter(|l| l.starts_with("netsteer_softnet_processed_total{"))
+        .count();
+    assert_eq!(series, rows, "{}: softnet rows", tree.display());
+}
+
+#[test]
+fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
+    let trees = trees();
+    assert!(trees.len() >= 10, "the corpus holds {} trees", trees.len());
+    let sources = read(&fixtures(), "real/SOURCES").expect("fixtures/real/SOURCES");
+    for tree in &trees {
+        let label = tree.file_name().unwrap().to_string_lossy().into_owned();
+        if tree.starts_with(fixtures().join("real")) {
+            assert!(
+                sources.contains(&format!("{label}:")),
+                "{label} has no entry in SOURCES"
+            );
+        }
+        let text = run(tree, &["show"]);
+        assert!(!text.stdout.is_empty(), "{label}: show printed nothing");
+        let view: HostView =
+            serde_json::from_value(json(tree, &["show", "--json", "--no-ethtool"]))
+                .unwrap_or_else(|e| panic!("{label}: show --json: {e}"));
+        check_facts(tree, &view);
+        let report = json(tree, &["doctor", "--json", "--no-ethtool"]);
+        let blind = report["not_judged"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty());
+        let doctor = run(tree, &["doctor", "--no-ethtool"]);
+        let said = String::from_utf8_lossy(&doctor.stdout);
+        if blind || doctor.status.code() == Some(2) {
+            assert!(
+                !said.contains("nothing keeps packet processing here from scaling"),
+                "{label}: a blind doctor said healthy: {said}"
+            );
+        }
+        for profile in ["latency", "throughput", "balanced"] {
+            let out = run(
+                tree,
+                &[
+                    "tune",
+                    "plan",
+                    "--profile",
+                    profile,
+                    "--json",
+                    "--no-ethtool",
+                ],
+            );
+            if out.status.success() {
+                let _: serde_json::Value = serde_json::from_slice(&out.stdout)
+                    .unwrap_or_else(|e| panic!("{label}: tune plan {profile}: {e}"));
+            } else {
+                assert!(
+                    !out.stderr.is_empty(),
+                    "{label}: tune plan {profile} failed silently"
+                );
+            }
+        }
+        check_softnet(tree);
+        // A snapshot of the tree, read back, states the same facts.
+        let dir = tempfile::tempdir().unwrap();
+        let snap = dir.path().join("snap");
+        let out = run(tree, &["snapshot", "--output", snap.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{label}: snapshot: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let again: HostView =
+            serde_json::from_value(json(&snap, &["show", "--json", "--no-ethtool"])).unwrap();
+        assert_eq!(
+            again.topology.online, view.topology.online,
+            "{label}: snapshot online CPUs"
+        );
+        let kinds = |v: &HostView| -> Vec<(String, String, usize, usize)> {
+            v.nics
+                .iter()
+                .map(|n| {
+                    (
+                        n.name.clone(),
+                        n.kind.clone(),
+                        n.rx_queues.len(),
+                        n.irqs.len(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(kinds(&again), kinds(&view), "{label}: snapshot round trip");
+    }
+}

@@ -1,0 +1,243 @@
+//! Root-only, live: the zoo — single QEMU guests shaped like the hosts users run (two NUMA
+//! nodes, several NIC models at once, a legacy INTx line, a bond and a VLAN, a CPU offline).
+//! Every readback is the guest's own (/proc/interrupts, /proc/irq/N/smp_affinity_list).
+//!
+//! `capture_zoo_fixtures` (ignored, run by hand) snapshots each zoo shape on each guest kernel
+//! into `fixtures/hosts/zoo-*`; the `--root` tests then read real kernels' trees without QEMU.
+//! `a_two_node_guest_gets_each_nic_on_its_node` stays in the suite: it runs the whole story on
+//! one live guest.
+
+mod common;
+
+use common::is_root;
+use netsteer_host::view::HostView;
+use netsteer_lab::vm::zoo::{ZooGuest, ZooNic, ZooSpec};
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
+const T: Duration = Duration::from_secs(300);
+
+fn usable() -> bool {
+    let busybox = std::path::Path::new("/bin/busybox").is_file();
+    let qemu = Command::new("qemu-system-x86_64")
+        .args(["-device", "help"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("name \"igb\""))
+        .unwrap_or(false);
+    if !is_root() || !busybox || !qemu {
+        common::cannot_run("needs root, busybox-static and QEMU 8+ (igb)");
+        return false;
+    }
+    true
+}
+
+/// The zoo's main shape: 4 vCPUs on 2 nodes; virtio×4 on node 0, igb and e1000e on node 1,
+/// vmxnet3 on node 0, e1000 on the root bus (INTx, node unknown).
+fn two_node(kernel: &str) -> ZooSpec {
+    ZooSpec {
+        kernel: Some(kernel.into()),
+        cpus: 4,
+        nodes: 2,
+        mem_mb: 1024,
+        nics: vec![
+            (ZooNic::Virtio { queues: 4 }, Some(0)),
+            (ZooNic::Igb, Some(1)),
+            (ZooNic::E1000e, Some(1)),
+            (ZooNic::Vmxnet3, Some(0)),
+            (ZooNic::E1000, None),
+        ],
+        boot_limit: Duration::from_secs(300),
+    }
+}
+
+/// Boots a zoo guest (the lab boots once more after an emulator crash, and says so).
+fn boot(tag: &str, spec: &ZooSpec) -> ZooGuest {
+    let g = ZooGuest::boot(tag, spec).unwrap_or_else(|e| panic!("{}: {e}", spec.describe()));
+    if let Some(what) = &g.retried {
+        eprintln!("zoo: retried after an emulator crash: {what}");
+    }
+    g
+}
+
+fn ns(g: &mut ZooGuest, bin: &str, args: &[&str]) -> (i32, String) {
+    let mut argv = vec![bin];
+    argv.extend_from_slice(args);
+    g.guest.host(&argv, T).unwrap()
+}
+
+/// Regenerates `fixtures/hosts/zoo-*`: each shape on each kernel, captured with `netsteer
+/// snapshot` inside the guest. Run by hand (`cargo test --test vm_zoo -- --ignored capture`),
+/// review the diff, then bless the golden `show` outputs (`NETSTEER_BLESS=1 cargo test --test
+/// hosts`).
+#[test]
+#[ignore]
+fn capture_zoo_fixtures() {
+    assert!(usable());
+    let kernels: Vec<String> = std::env::var("ZOO_KERNELS")
+        .unwrap_or_else(|_| "6.1 6.12".into())
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    for kernel in &kernels {
+        let spec = two_node(kernel);
+        let mut g = boot("zoo", &spec);
+        eprintln!(
+            "zoo: {} booted in {:.0} s ({})",
+            spec.describe(),
+            g.guest.boot_time.as_secs_f64(),
+            g.guest.release
+        );
+        let bin = g.install(std::path::Path::new(BIN)).unwrap();
+        g.shape(Some(("eth2", "eth3")), Some("eth0"), Some(3))
+            .unwrap();
+        // Some transmit work on every NIC, so the vectors' counts are not all zero.
+        let _ = g.guest.sh(
+            "for i in 0 1 4; do chroot /host ping -c 3 -W 1 -b -I eth$i 255.255.255.255 >/dev/null 2>&1; done; true",
+            T,
+        );
+        g.guest.sh("rm -rf /x/snap", T).unwrap();
+        let (rc, out) = ns(
+            &mut g,
+            &bin,
+            &["snapshot", "--output", "/tmp/netsteer-x/snap"],
+        );
+        assert_eq!(rc, 0, "snapshot: {out}");
+        let name = format!("zoo-2node-5nic-{kernel}");
+        let dest = common::fixture(&name);
+        let _ = std::fs::remove_dir_all(&dest);
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(g.guest.share_dir().join("snap"))
+            .arg(&dest)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        eprintln!("captured {}", dest.display());
+    }
+}
+
+/// Which CPUs each NUMA node has, from the guest's own sysfs.
+fn node_cpus(g: &mut ZooGuest) -> BTreeMap<u32, Vec<u32>> {
+    let out = g
+        .sh_ok(
+            "for n in /sys/devices/system/node/node*; do echo ${n##*node} $(cat $n/cpulist); done",
+            T,
+        )
+        .unwrap();
+    out.lines()
+        .filter_map(|l| {
+            let (n, list) = l.split_once(' ')?;
+            let set = netsteer_host::CpuSet::parse_list(list, None).ok()?;
+            Some((n.parse().ok()?, set.iter().collect()))
+        })
+        .collect()
+}
+
+/// On a live two-node guest with five NICs: doctor runs, `tune apply --profile throughput`
+/// places every NIC's queue vectors on its own node's CPUs with no CPU over the bound (read
+/// from the guest's /proc/irq), and rollback leaves every affinity byte for byte as it was.
+#[test]
+fn a_two_node_guest_gets_each_nic_on_its_node() {
+    if !usable() {
+        return;
+    }
+    let spec = two_node("6.1");
+    let mut g = boot("zoolive", &spec);
+    let bin = g.install(std::path::Path::new(BIN)).unwrap();
+    g.shape(None, None, None).unwrap();
+    let nodes = node_cpus(&mut g);
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    let (_, json) = ns(&mut g, &bin, &["show", "--json", "--no-ethtool"]);
+    let view: HostView = serde_json::from_str(&json).expect("show --json");
+    // The guest's own view of each NIC's node and vectors.
+    let node_of = |dev: &str| view.nic(dev).and_then(|n| n.numa_node.known().copied());
+    assert_eq!(node_of("eth0"), Some(0), "virtio on pxb0");
+    assert_eq!(node_of("eth1"), Some(1), "igb on pxb1");
+    let e1000 = view.nic("eth4").expect("eth4");
+    assert!(
+        e1000.irqs.iter().any(|i| i.line.is_some()),
+        "e1000's INTx line: {:?}",
+        e1000.irqs
+    );
+    let affinities =
+        "for i in /proc/irq/[0-9]*; do echo ${i##*/} $(cat $i/smp_affinity_list); done";
+    let before = g.sh_ok(affinities, T).unwrap();
+    let (rc, doctor) = ns(&mut g, &bin, &["doctor", "--sample", "1", "--no-ethtool"]);
+    assert!(rc == 0 || rc == 1, "doctor: {doctor}");
+    let (rc, out) = ns(
+        &mut g,
+        &bin,
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "throughput",
+            "--no-ethtool",
+            "--state-dir",
+            "/tmp/st",
+            "--json",
+        ],
+    );
+    assert_eq!(rc, 0, "tune apply: {out}");
+    let after = g.sh_ok(affinities, T).unwrap();
+    let affinity: BTreeMap<u32, String> = after
+        .lines()
+        .filter_map(|l| {
+            let (i, a) = l.split_once(' ')?;
+            Some((i.parse().ok()?, a.to_string()))
+        })
+        .collect();
+    let mut per_cpu: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut vectors = 0usize;
+    for nic in view.nics.iter().filter(|n| !n.is_virtual()) {
+        let node = nic.numa_node.known().copied().filter(|n| *n >= 0);
+        for irq in nic
+            .queue_irqs()
+            .filter(|i| i.affinity.settable.known() != Some(&false))
+        {
+            vectors += 1;
+            let cpus = netsteer_host::CpuSet::parse_list(&affinity[&irq.irq], None).unwrap();
+            assert_eq!(
+                cpus.len(),
+                1,
+                "{} ({}) pinned to one CPU: {cpus:?}",
+                irq.name,
+                nic.name
+            );
+            let cpu = cpus.lowest().unwrap();
+            *per_cpu.entry(cpu).or_default() += 1;
+            if let Some(n) = node {
+                assert!(
+                    nodes[&(n as u32)].contains(&cpu),
+                    "{} of {} (node {n}) on CPU {cpu}, off its node {:?}",
+                    irq.name,
+                    nic.name,
+                    nodes
+                );
+            }
+        }
+    }
+    let bound = vectors.div_ceil(spec.cpus as usize) + 1;
+    assert!(
+        per_cpu.values().all(|n| *n <= bound),
+        "over {bound}: {per_cpu:?}"
+    );
+    let journal = serde_json::from_str::<serde_json::Value>(&out).unwrap()["journal"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (rc, out) = ns(
+        &mut g,
+        &bin,
+        &["tune", "rollback", &journal, "--state-dir", "/tmp/st"],
+    );
+    assert_eq!(rc, 0, "rollback: {out}");
+    assert_eq!(
+        g.sh_ok(affinities, T).unwrap(),
+        before,
+        "rollback byte for byte"
+    );
+}
