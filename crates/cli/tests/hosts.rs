@@ -455,3 +455,54 @@ fn tune_plans_on_the_driver_trees() {
         assert!(!p.items.iter().any(|i| i.id.contains("/ntuple/")), "{host}");
     }
 }
+
+/// The zoo's real guests (two NUMA nodes, five NIC models, a bond, a VLAN, CPU 3 offline), as
+/// Debian's 6.1 and 6.12 kernels show them: golden `show --json`, and the facts the zoo exists
+/// for, read from the view.
+#[test]
+fn zoo_guests_read_as_their_kernels_show_them() {
+    for host in ["zoo-2node-5nic-6.1", "zoo-2node-5nic-6.12"] {
+        let view = golden(host);
+        assert_eq!(
+            view.topology.online.to_list(),
+            "0-2",
+            "{host}: CPU 3 offline"
+        );
+        assert_eq!(view.topology.nodes.len(), 2, "{host}");
+        let by_driver = |d: &str| {
+            view.nics
+                .iter()
+                .find(|n| n.driver.known().is_some_and(|x| x == d))
+                .unwrap_or_else(|| panic!("{host}: no {d}"))
+        };
+        assert_eq!(by_driver("igb").numa_node.known(), Some(&1), "{host}");
+        assert_eq!(
+            by_driver("virtio_net").numa_node.known(),
+            Some(&0),
+            "{host}"
+        );
+        let e1000 = by_driver("e1000");
+        assert!(
+            e1000
+                .irqs
+                .iter()
+                .any(|i| i.line.is_some() && i.role == IrqRole::AllQueues),
+            "{host}: e1000's INTx line"
+        );
+        let e1000e = by_driver("e1000e");
+        assert!(
+            e1000e.irqs.iter().any(|i| i.role == IrqRole::Control),
+            "{host}: e1000e's other-causes vector"
+        );
+        assert!(
+            view.nics
+                .iter()
+                .any(|n| n.kind == "bond" && n.name == "bond1"),
+            "{host}: bond1"
+        );
+        assert!(
+            view.nics.iter().any(|n| n.kind == "vlan"),
+            "{host}: the VLAN"
+        );
+    }
+}
