@@ -457,11 +457,12 @@ fn tune_plans_on_the_driver_trees() {
 }
 
 /// The zoo's real guests (two NUMA nodes, five NIC models, a bond, a VLAN, CPU 3 offline), as
-/// Debian's 6.1 and 6.12 kernels show them: golden `show --json`, and the facts the zoo exists
-/// for, read from the view.
+/// Debian's 5.10, 6.1, 6.12 and trixie-backports' 7.3 show them: golden `show --json`, and the
+/// facts the zoo exists for, read from the view.
 #[test]
 fn zoo_guests_read_as_their_kernels_show_them() {
-    for host in ["zoo-2node-5nic-6.1", "zoo-2node-5nic-6.12"] {
+    for kernel in ["5.10", "6.1", "6.12", "7.3"] {
+        let host = &format!("zoo-2node-5nic-{kernel}");
         let view = golden(host);
         assert_eq!(
             view.topology.online.to_list(),
@@ -504,5 +505,45 @@ fn zoo_guests_read_as_their_kernels_show_them() {
             view.nics.iter().any(|n| n.kind == "vlan"),
             "{host}: the VLAN"
         );
+    }
+}
+
+/// The zoo's legacy guests: five NICs on INTx lines, more NICs than lines, so lines are shared:
+/// each NIC lists the line with the others on it, and a plan places each line once.
+#[test]
+fn zoo_legacy_guests_share_their_intx_lines() {
+    for kernel in ["5.10", "6.1", "6.12", "7.3"] {
+        let host = &format!("zoo-legacy-intx-{kernel}");
+        let view = golden(host);
+        let physical: Vec<_> = view.nics.iter().filter(|n| !n.is_virtual()).collect();
+        assert_eq!(physical.len(), 5, "{host}");
+        let mut lines = std::collections::BTreeMap::new();
+        for n in &physical {
+            let irq = n
+                .irqs
+                .iter()
+                .find(|i| i.line.is_some())
+                .unwrap_or_else(|| panic!("{host}: {} has no INTx line: {:?}", n.name, n.irqs));
+            assert_eq!(irq.role, IrqRole::AllQueues, "{host}: {}", n.name);
+            lines
+                .entry(irq.irq)
+                .or_insert_with(Vec::new)
+                .push((n.name.clone(), irq.shared_with.clone()));
+        }
+        assert!(
+            lines.len() < 5,
+            "{host}: five NICs on {} lines",
+            lines.len()
+        );
+        for (irq, nics) in &lines {
+            for (name, shared) in nics {
+                for (other, _) in nics.iter().filter(|(o, _)| o != name) {
+                    assert!(
+                        shared.contains(other),
+                        "{host}: IRQ {irq}: {name} names {other}: {shared:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -314,8 +314,23 @@ fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
                 ],
             );
             if out.status.success() {
-                let _: serde_json::Value = serde_json::from_slice(&out.stdout)
+                let plan: serde_json::Value = serde_json::from_slice(&out.stdout)
                     .unwrap_or_else(|e| panic!("{label}: tune plan {profile}: {e}"));
+                // One item per knob: an IRQ line shared by several NICs is planned once.
+                let mut ids: Vec<&str> = plan["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|i| i["id"].as_str())
+                    .collect();
+                let n = ids.len();
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(
+                    ids.len(),
+                    n,
+                    "{label}: tune plan {profile} plans a knob twice"
+                );
             } else {
                 assert!(
                     !out.stderr.is_empty(),

@@ -52,6 +52,26 @@ fn two_node(kernel: &str) -> ZooSpec {
     }
 }
 
+/// The zoo's legacy shape: 2 vCPUs, one node, five NICs of the kind that interrupt on INTx
+/// lines (rtl8139, ne2k_pci, pcnet, i82559er, tulip): more devices than lines, so lines are
+/// shared.
+fn legacy(kernel: &str) -> ZooSpec {
+    ZooSpec {
+        kernel: Some(kernel.into()),
+        cpus: 2,
+        nodes: 1,
+        mem_mb: 1024,
+        nics: vec![
+            (ZooNic::Rtl8139, None),
+            (ZooNic::Ne2kPci, None),
+            (ZooNic::Pcnet, None),
+            (ZooNic::E100, None),
+            (ZooNic::Tulip, None),
+        ],
+        boot_limit: Duration::from_secs(300),
+    }
+}
+
 /// Boots a zoo guest (the lab boots once more after an emulator crash, and says so).
 fn boot(tag: &str, spec: &ZooSpec) -> ZooGuest {
     let g = ZooGuest::boot(tag, spec).unwrap_or_else(|e| panic!("{}: {e}", spec.describe()));
@@ -76,46 +96,49 @@ fn ns(g: &mut ZooGuest, bin: &str, args: &[&str]) -> (i32, String) {
 fn capture_zoo_fixtures() {
     assert!(usable());
     let kernels: Vec<String> = std::env::var("ZOO_KERNELS")
-        .unwrap_or_else(|_| "6.1 6.12".into())
+        .unwrap_or_else(|_| "5.10 6.1 6.12 7.3".into())
         .split_whitespace()
         .map(str::to_string)
         .collect();
     for kernel in &kernels {
-        let spec = two_node(kernel);
-        let mut g = boot("zoo", &spec);
-        eprintln!(
-            "zoo: {} booted in {:.0} s ({})",
-            spec.describe(),
-            g.guest.boot_time.as_secs_f64(),
-            g.guest.release
-        );
-        let bin = g.install(std::path::Path::new(BIN)).unwrap();
-        g.shape(Some(("eth2", "eth3")), Some("eth0"), Some(3))
-            .unwrap();
-        // Some transmit work on every NIC, so the vectors' counts are not all zero.
-        let _ = g.guest.sh(
-            "for i in 0 1 4; do chroot /host ping -c 3 -W 1 -b -I eth$i 255.255.255.255 >/dev/null 2>&1; done; true",
-            T,
-        );
-        g.guest.sh("rm -rf /x/snap", T).unwrap();
-        let (rc, out) = ns(
-            &mut g,
-            &bin,
-            &["snapshot", "--output", "/tmp/netsteer-x/snap"],
-        );
-        assert_eq!(rc, 0, "snapshot: {out}");
-        let name = format!("zoo-2node-5nic-{kernel}");
-        let dest = common::fixture(&name);
-        let _ = std::fs::remove_dir_all(&dest);
-        let ok = Command::new("cp")
-            .arg("-a")
-            .arg(g.guest.share_dir().join("snap"))
-            .arg(&dest)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        eprintln!("captured {}", dest.display());
+        for (shape, spec) in [
+            ("2node-5nic", two_node(kernel)),
+            ("legacy-intx", legacy(kernel)),
+        ] {
+            let mut g = boot("zoo", &spec);
+            eprintln!(
+                "zoo: {} booted in {:.0} s ({})",
+                spec.describe(),
+                g.guest.boot_time.as_secs_f64(),
+                g.guest.release
+            );
+            let bin = g.install(std::path::Path::new(BIN)).unwrap();
+            if shape == "2node-5nic" {
+                g.shape(Some(("eth2", "eth3")), Some("eth0"), Some(3))
+                    .unwrap();
+            } else {
+                g.shape(None, Some("eth1"), None).unwrap();
+            }
+            g.guest.sh("rm -rf /x/snap", T).unwrap();
+            let (rc, out) = ns(
+                &mut g,
+                &bin,
+                &["snapshot", "--output", "/tmp/netsteer-x/snap"],
+            );
+            assert_eq!(rc, 0, "snapshot: {out}");
+            let name = format!("zoo-{shape}-{kernel}");
+            let dest = common::fixture(&name);
+            let _ = std::fs::remove_dir_all(&dest);
+            let ok = Command::new("cp")
+                .arg("-a")
+                .arg(g.guest.share_dir().join("snap"))
+                .arg(&dest)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+            eprintln!("captured {}", dest.display());
+        }
     }
 }
 

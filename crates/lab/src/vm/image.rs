@@ -18,8 +18,8 @@ use std::process::Command;
 
 /// The modules the guest loads (their dependencies come along): every NIC model's driver, so
 /// one image serves them all (a driver without its device only registers itself).
-/// The zoo's guests add e1000e, e1000 (a legacy INTx line), vmxnet3 and rtl8139, and a bond
-/// and a VLAN over them.
+/// The zoo's guests add e1000e, vmxnet3 and the legacy NICs that interrupt on INTx lines (e1000,
+/// rtl8139, ne2k-pci, pcnet32, e100, tulip), and a bond and a VLAN over them.
 const MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_net",
@@ -28,6 +28,11 @@ const MODULES: &[&str] = &[
     "e1000",
     "vmxnet3",
     "8139too",
+    "8139cp",
+    "ne2k_pci",
+    "pcnet32",
+    "e100",
+    "tulip",
     "bonding",
     "8021q",
     "9pnet_virtio",
@@ -241,40 +246,181 @@ const DIR: u32 = 0o040755;
 const EXEC: u32 = 0o100755;
 const FILE: u32 = 0o100644;
 
-/// The kernel package to boot: the candidate `linux-image-amd64` depends on, or, for a
-/// `series` (`6.12`), the one the newest `linux-image-amd64` of that series depends on in any
-/// configured suite (`apt-cache madison` lists them all).
-pub fn kernel_package(series: Option<&str>) -> Result<String> {
-    let depends_of = |spec: &str| -> Result<String> {
+/// Debian suites the lab may take a guest kernel from besides those the machine is configured
+/// with: Debian 11's 5.10, Debian 13's 6.12 and the newest kernel of trixie-backports (7.x).
+/// Read through a private apt configuration ([`Apt::private`]), never the host's.
+const OTHER_SUITES: &[&str] = &["bullseye", "trixie", "trixie-backports"];
+
+/// Where apt looks: the machine's own configuration, or a private one under the lab's cache
+/// whose sources name only [`OTHER_SUITES`] on the archive the machine already uses. The
+/// private lists are read by `apt-cache` and `apt-get download` with these options alone:
+/// nothing in them can be installed on the host (its sources and status are not involved).
+#[derive(Debug, Clone)]
+pub struct Apt {
+    options: Vec<String>,
+    /// The private configuration's directory, when this is one.
+    pub dir: Option<PathBuf>,
+}
+
+impl Apt {
+    pub fn host() -> Apt {
+        Apt {
+            options: Vec::new(),
+            dir: None,
+        }
+    }
+
+    /// The private configuration, its package lists fetched when absent or a day old. The
+    /// archive is the one that serves the machine's own suite (`apt-get indextargets`), as
+    /// `.ci/deps` derives bookworm-backports: no host name is written anywhere.
+    pub fn private() -> Result<Apt> {
+        let dir = cache_dir().join("apt");
+        let io = |what: String| move |source| LabError::Io { what, source };
+        for d in ["etc", "lists/partial", "cache/archives/partial"] {
+            std::fs::create_dir_all(dir.join(d))
+                .map_err(io(format!("creating {}", dir.join(d).display())))?;
+        }
+        let codename = std::fs::read_to_string("/etc/os-release")
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    l.strip_prefix("VERSION_CODENAME=")
+                        .map(|v| v.trim_matches('"').to_string())
+                })
+            })
+            .ok_or_else(|| {
+                LabError::Invalid(
+                    "/etc/os-release names no VERSION_CODENAME: is this Debian?".into(),
+                )
+            })?;
+        let targets = run(
+            Command::new("apt-get").args(["indextargets", "--format", "$(SITE) $(RELEASE)"]),
+            "apt-get indextargets",
+        )?;
+        let site = targets
+            .lines()
+            .find_map(|l| {
+                let (site, release) = l.split_once(' ')?;
+                (release == codename).then(|| site.to_string())
+            })
+            .ok_or_else(|| {
+                LabError::Invalid(format!(
+                    "no apt source serves '{codename}': cannot derive the archive for {}",
+                    OTHER_SUITES.join(", ")
+                ))
+            })?;
+        let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
+        let sources: String = OTHER_SUITES
+            .iter()
+            .filter(|s| !s.starts_with(codename.as_str()))
+            .map(|s| format!("deb [signed-by={keyring}] {site} {s} main\n"))
+            .collect();
+        let list = dir.join("etc/sources.list");
+        let stale = std::fs::read_to_string(&list).ok().as_deref() != Some(sources.as_str());
+        std::fs::write(&list, &sources).map_err(io(format!("writing {}", list.display())))?;
+        let apt = Apt {
+            options: [
+                format!("Dir::Etc::SourceList={}", list.display()),
+                "Dir::Etc::SourceParts=/dev/null".into(),
+                format!("Dir::State::Lists={}", dir.join("lists").display()),
+                format!("Dir::Cache={}", dir.join("cache").display()),
+                "Dir::State::status=/dev/null".into(),
+                "Debug::NoLocking=1".into(),
+            ]
+            .into_iter()
+            .flat_map(|o| ["-o".to_string(), o])
+            .collect(),
+            dir: Some(dir.clone()),
+        };
+        let fresh = std::fs::metadata(dir.join("lists"))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < std::time::Duration::from_secs(86_400));
+        let has_lists = std::fs::read_dir(dir.join("lists"))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
+            })
+            .unwrap_or(false);
+        if stale || !fresh || !has_lists {
+            run(
+                Command::new("apt-get").args(&apt.options).arg("update"),
+                &format!(
+                    "apt-get update of the lab's private list ({})",
+                    OTHER_SUITES.join(", ")
+                ),
+            )?;
+        }
+        Ok(apt)
+    }
+
+    fn cache(&self, args: &[&str]) -> Result<String> {
         run(
-            Command::new("apt-cache").args(["depends", spec]),
-            &format!("apt-cache depends {spec} (is this Debian?)"),
-        )?
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("Depends: ")
-                .filter(|p| p.starts_with("linux-image-"))
-                .map(str::to_string)
-        })
-        .ok_or_else(|| LabError::Invalid(format!("{spec} names no kernel package")))
+            Command::new("apt-cache").args(&self.options).args(args),
+            &format!("apt-cache {} (is this Debian?)", args.join(" ")),
+        )
+    }
+
+    /// The packages `spec` depends on whose names start with `prefix`.
+    fn depends_on(&self, spec: &str, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .cache(&["depends", spec])?
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("Depends: "))
+            .filter(|p| p.starts_with(prefix))
+            .map(str::to_string)
+            .collect())
+    }
+
+    fn download(&self, pkgs: &[String], dir: &Path) -> Result<()> {
+        run(
+            Command::new("apt-get")
+                .args(&self.options)
+                .arg("download")
+                .args(pkgs)
+                .current_dir(dir),
+            &format!("apt-get download {}", pkgs.join(" ")),
+        )
+        .map(|_| ())
+    }
+}
+
+/// The kernel package to boot and where apt finds it: the candidate `linux-image-amd64`
+/// depends on, or, for a `series` (`6.12`), the one the newest `linux-image-amd64` of that
+/// series depends on — in the machine's own suites first, else in [`OTHER_SUITES`].
+pub fn kernel_package(series: Option<&str>) -> Result<(String, Apt)> {
+    let host = Apt::host();
+    let image_of = |apt: &Apt, spec: &str| -> Result<String> {
+        apt.depends_on(spec, "linux-image-")?
+            .into_iter()
+            .next()
+            .ok_or_else(|| LabError::Invalid(format!("{spec} names no kernel package")))
     };
     let Some(series) = series else {
-        return depends_of("linux-image-amd64");
+        return Ok((image_of(&host, "linux-image-amd64")?, host));
     };
-    let listed = run(
-        Command::new("apt-cache").args(["madison", "linux-image-amd64"]),
-        "apt-cache madison linux-image-amd64",
-    )?;
-    let mut versions = versions_of_series(&listed, series);
-    versions.sort_by(|a, b| dpkg_compare(a, b));
-    let newest = versions.pop().ok_or_else(|| {
+    let newest = |apt: &Apt| -> Result<Option<String>> {
+        let listed = apt.cache(&["madison", "linux-image-amd64"])?;
+        let mut versions = versions_of_series(&listed, series);
+        versions.sort_by(|a, b| dpkg_compare(a, b));
+        Ok(versions.pop())
+    };
+    if let Some(v) = newest(&host)? {
+        return Ok((image_of(&host, &format!("linux-image-amd64={v}"))?, host));
+    }
+    let private = Apt::private()?;
+    let v = newest(&private)?.ok_or_else(|| {
         LabError::Invalid(format!(
-            "no linux-image-amd64 of kernel series {series} in the apt sources (Debian 12 has 6.12 \
-             from bookworm-backports: .ci/deps enables it; then apt-get update)"
+            "no linux-image-amd64 of kernel series {series} in the apt sources nor in {} \
+             (Debian 12 has 6.1, bookworm-backports 6.12, bullseye 5.10, trixie-backports 7.x)",
+            OTHER_SUITES.join(", ")
         ))
     })?;
-    depends_of(&format!("linux-image-amd64={newest}"))
+    Ok((
+        image_of(&private, &format!("linux-image-amd64={v}"))?,
+        private,
+    ))
 }
 
 /// The versions `apt-cache madison` lists whose upstream part is of `series` (`6.12.95-1~bpo12+1`
@@ -313,7 +459,7 @@ fn dpkg_compare(a: &str, b: &str) -> std::cmp::Ordering {
 /// busybox (`busybox-static`) at /bin/busybox.
 pub fn build(series: Option<&str>) -> Result<Image> {
     let cache = cache_dir();
-    let pkg = kernel_package(series)?;
+    let (pkg, apt) = kernel_package(series)?;
     let release = pkg.trim_start_matches("linux-image-").to_string();
     let dir = cache.join(&release);
     let kernel = dir.join("vmlinuz");
@@ -330,25 +476,56 @@ pub fn build(series: Option<&str>) -> Result<Image> {
     let io = |what: String| move |source| LabError::Io { what, source };
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
     let unpacked = dir.join("deb");
-    if !unpacked.join("boot").is_dir() {
-        run(
-            Command::new("apt-get")
-                .args(["download", &pkg])
-                .current_dir(&dir),
-            &format!("apt-get download {pkg}"),
-        )?;
-        let deb = std::fs::read_dir(&dir)
+    // Debian's kernels up to 6.x ship in linux-image-REL (/boot/vmlinuz-REL, /lib/modules);
+    // from 7.x that package is an empty shell depending on linux-base-REL (modules.builtin),
+    // linux-binary-REL (the image, /usr/lib/modules/REL/vmlinuz) and linux-modules-REL.
+    let layouts = [
+        (
+            unpacked.join(format!("boot/vmlinuz-{release}")),
+            unpacked.join("lib/modules").join(&release),
+        ),
+        (
+            unpacked.join(format!("usr/lib/modules/{release}/vmlinuz")),
+            unpacked.join("usr/lib/modules").join(&release),
+        ),
+    ];
+    if !layouts.iter().any(|(k, _)| k.is_file()) {
+        let mut pkgs = vec![pkg.clone()];
+        for part in ["linux-base-", "linux-binary-", "linux-modules-"] {
+            pkgs.extend(
+                apt.depends_on(&pkg, part)?
+                    .into_iter()
+                    .filter(|p| p.ends_with(&release)),
+            );
+        }
+        apt.download(&pkgs, &dir)?;
+        let debs: Vec<PathBuf> = std::fs::read_dir(&dir)
             .map_err(io(format!("listing {}", dir.display())))?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| p.extension().is_some_and(|e| e == "deb"))
-            .ok_or_else(|| LabError::Invalid(format!("apt-get download {pkg}: no .deb")))?;
-        run(
-            Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked),
-            &format!("dpkg-deb -x {}", deb.display()),
-        )?;
-        let _ = std::fs::remove_file(&deb);
+            .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+            .collect();
+        if debs.is_empty() {
+            return Err(LabError::Invalid(format!(
+                "apt-get download {pkg}: no .deb"
+            )));
+        }
+        for deb in debs {
+            run(
+                Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked),
+                &format!("dpkg-deb -x {}", deb.display()),
+            )?;
+            let _ = std::fs::remove_file(&deb);
+        }
     }
-    let modroot = unpacked.join("lib/modules").join(&release);
+    let (vmlinuz, modroot) = layouts
+        .iter()
+        .find(|(k, _)| k.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            LabError::Invalid(format!(
+                "{pkg}: no kernel image at boot/vmlinuz-{release} nor usr/lib/modules/{release}/vmlinuz"
+            ))
+        })?;
     let builtin = std::fs::read_to_string(modroot.join("modules.builtin")).unwrap_or_default();
     let find = |name: &str| -> Option<Module> {
         if is_builtin(&builtin, name) {
@@ -407,8 +584,7 @@ pub fn build(series: Option<&str>) -> Result<Image> {
     });
     let tmp = dir.join("initramfs.cpio.tmp");
     std::fs::write(&tmp, cpio(&entries)).map_err(io(format!("writing {}", tmp.display())))?;
-    std::fs::copy(unpacked.join(format!("boot/vmlinuz-{release}")), &kernel)
-        .map_err(io(format!("copying the kernel of {pkg}")))?;
+    std::fs::copy(&vmlinuz, &kernel).map_err(io(format!("copying the kernel of {pkg}")))?;
     std::fs::rename(&tmp, &initramfs).map_err(io(format!("writing {}", initramfs.display())))?;
     Ok(Image {
         kernel,

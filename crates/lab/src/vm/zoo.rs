@@ -24,8 +24,16 @@ pub enum ZooNic {
     Vmxnet3,
     /// Intel 82540EM (e1000): no MSI, one legacy INTx line.
     E1000,
-    /// Realtek 8139 (8139too): no MSI, one legacy INTx line.
+    /// Realtek 8139 (8139cp in C+ mode, else 8139too): no MSI, one legacy INTx line.
     Rtl8139,
+    /// NE2000 (ne2k-pci): no MSI, one legacy INTx line.
+    Ne2kPci,
+    /// AMD PCnet (pcnet32): no MSI, one legacy INTx line.
+    Pcnet,
+    /// Intel i82559ER (e100): no MSI, one legacy INTx line.
+    E100,
+    /// DEC 21143 (tulip): no MSI, one legacy INTx line.
+    Tulip,
 }
 
 impl ZooNic {
@@ -38,6 +46,10 @@ impl ZooNic {
             ZooNic::Vmxnet3 => "vmxnet3",
             ZooNic::E1000 => "e1000",
             ZooNic::Rtl8139 => "rtl8139",
+            ZooNic::Ne2kPci => "ne2k_pci",
+            ZooNic::Pcnet => "pcnet",
+            ZooNic::E100 => "i82559er",
+            ZooNic::Tulip => "tulip",
         }
     }
 
@@ -50,6 +62,10 @@ impl ZooNic {
             ZooNic::Vmxnet3 => "vmxnet3",
             ZooNic::E1000 => "e1000",
             ZooNic::Rtl8139 => "8139cp",
+            ZooNic::Ne2kPci => "ne2k-pci",
+            ZooNic::Pcnet => "pcnet32",
+            ZooNic::E100 => "e100",
+            ZooNic::Tulip => "tulip",
         }
     }
 

@@ -284,6 +284,9 @@ struct Builder<'a> {
     /// Queue vectors the plan puts on each CPU so far, over every NIC: the NICs are placed
     /// one after another on one host, not each as if it were alone.
     irq_load: BTreeMap<u32, usize>,
+    /// The CPU each IRQ was given, over every NIC: a legacy INTx line shared by several NICs
+    /// is one IRQ, placed once (by the first NIC), never planned twice with two answers.
+    irq_cpu: BTreeMap<u32, u32>,
     /// No CPU takes more than this many queue vectors: ⌈vectors ÷ usable CPUs⌉ + 1 over every
     /// NIC planned (the + 1 lets a NIC stay on its own node when the split is uneven).
     irq_cap: usize,
@@ -397,6 +400,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             items: Vec::new(),
             notes: Vec::new(),
             irq_load: BTreeMap::new(),
+            irq_cpu: BTreeMap::new(),
             irq_cap: usize::MAX,
         };
         if opts.napi.is_some() {
@@ -451,7 +455,12 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     if nics.is_empty() {
         return Err(PlanError::NothingToTune);
     }
-    let vectors: usize = nics.iter().map(|n| n.queue_irqs().count()).sum();
+    // Each IRQ once: NICs sharing an INTx line share its one vector.
+    let vectors: usize = nics
+        .iter()
+        .flat_map(|n| n.queue_irqs().map(|i| i.irq))
+        .collect::<std::collections::BTreeSet<u32>>()
+        .len();
     let irq_cap = vectors.div_ceil(ctx.usable.len().max(1)) + 1;
     let mut b = Builder {
         ctx,
@@ -459,6 +468,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         items: Vec::new(),
         notes: Vec::new(),
         irq_load: BTreeMap::new(),
+        irq_cpu: BTreeMap::new(),
         irq_cap,
     };
 

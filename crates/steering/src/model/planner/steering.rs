@@ -32,9 +32,15 @@ impl Builder<'_> {
         let mut queues: BTreeMap<u32, usize> = BTreeMap::new();
         for i in nic.queue_irqs() {
             if let Some(q) = queue_of(i) {
+                // A shared line another NIC already placed: this queue follows it.
+                if let Some(cpu) = self.irq_cpu.get(&i.irq) {
+                    by_queue.insert(q, *cpu);
+                    continue;
+                }
                 *queues.entry(q).or_default() += 1;
             }
         }
+        queues.retain(|q, _| !by_queue.contains_key(q));
         let cap = self.irq_cap;
         let fair = cap.saturating_sub(1).max(1);
         let current_cpu = |q: u32| -> Option<u32> {
@@ -120,6 +126,9 @@ impl Builder<'_> {
         for irq in irqs {
             let Some(q) = queue_of(&irq) else { continue };
             let cpu = by_queue[&q];
+            if self.irq_cpu.insert(irq.irq, cpu).is_some() {
+                continue;
+            }
             let want: CpuSet = std::iter::once(cpu).collect();
             let current = irq.affinity.requested.known().map(CpuSet::to_list);
             let skip = if irq.affinity.settable.known() == Some(&false) {
@@ -127,14 +136,22 @@ impl Builder<'_> {
             } else {
                 irqbalance_blocks.clone()
             };
+            let shared = if irq.shared_with.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " [one line shared with {}: they follow it]",
+                    irq.shared_with.join(", ")
+                )
+            };
             let reason = if spilled.get(&q).copied().unwrap_or(false) {
                 format!(
-                    "{} ({}) on CPU {cpu}: every CPU {near} already carries {cap} queue vectors (the cap: ⌈vectors ÷ CPUs⌉ + 1 over every NIC), so the least loaded CPU of another node",
+                    "{} ({}) on CPU {cpu}: every CPU {near} already carries {cap} queue vectors (the cap: ⌈vectors ÷ CPUs⌉ + 1 over every NIC), so the least loaded CPU of another node{shared}",
                     irq.name, irq.role
                 )
             } else {
                 format!(
-                    "{} ({}) on CPU {cpu}: {near}; the CPU with the fewest queue vectors of every NIC (at most {cap}), a thread per core first, CPU 0 last of those, HT siblings after",
+                    "{} ({}) on CPU {cpu}: {near}; the CPU with the fewest queue vectors of every NIC (at most {cap}), a thread per core first, CPU 0 last of those, HT siblings after{shared}",
                     irq.name, irq.role
                 )
             };
