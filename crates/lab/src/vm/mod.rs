@@ -626,6 +626,24 @@ pub struct VmPair {
     pub lab: Lab,
 }
 
+/// Runs `boot`, and once more when it failed because QEMU itself crashed before a guest was up
+/// ([`LabError::EmulatorCrashed`]): said on stderr and returned as the second value; a second
+/// crash, or any other failure, is the error.
+pub fn once_more_after_a_crash<T>(
+    mut boot: impl FnMut() -> Result<T>,
+) -> Result<(T, Option<String>)> {
+    match boot() {
+        Err(LabError::EmulatorCrashed { guest, detail }) => {
+            let what = format!(
+                "guest {guest}: the emulator crashed before the guest was up ({detail}); booted once more"
+            );
+            eprintln!("netsteer lab: {what}");
+            Ok((boot()?, Some(what)))
+        }
+        other => other.map(|t| (t, None)),
+    }
+}
+
 /// Where the guest's scratch share appears inside `chroot /host` (see the image's init).
 pub const GUEST_SHARE: &str = "/tmp/netsteer-x";
 
@@ -633,18 +651,9 @@ impl VmPair {
     /// Boots the pair; once more when QEMU itself crashed before a guest was up (said on
     /// stderr and kept in [`VmPair::retried`]; a second crash is the error).
     pub fn new(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
-        match Self::new_once(tag, spec) {
-            Err(LabError::EmulatorCrashed { guest, detail }) => {
-                let what = format!(
-                    "guest {guest}: the emulator crashed before the guest was up ({detail}); booting the pair once more"
-                );
-                eprintln!("netsteer lab: {what}");
-                let mut pair = Self::new_once(tag, spec)?;
-                pair.retried = Some(what);
-                Ok(pair)
-            }
-            other => other,
-        }
+        let (mut pair, retried) = once_more_after_a_crash(|| Self::new_once(tag, spec))?;
+        pair.retried = retried;
+        Ok(pair)
     }
 
     fn new_once(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {

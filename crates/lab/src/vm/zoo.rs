@@ -210,18 +210,9 @@ impl ZooGuest {
     /// guest is up is an emulator crash (TCG has its own bugs): said on stderr, kept in
     /// [`ZooGuest::retried`], and booted once more; a second crash is the error.
     pub fn boot(tag: &str, spec: &ZooSpec) -> Result<ZooGuest> {
-        match Self::boot_once(tag, spec) {
-            Err(LabError::EmulatorCrashed { guest, detail }) => {
-                let what = format!(
-                    "guest {guest}: the emulator crashed before the guest was up ({detail}); booting once more"
-                );
-                eprintln!("netsteer lab: {what}");
-                let mut g = Self::boot_once(tag, spec)?;
-                g.retried = Some(what);
-                Ok(g)
-            }
-            other => other,
-        }
+        let (mut g, retried) = super::once_more_after_a_crash(|| Self::boot_once(tag, spec))?;
+        g.retried = retried;
+        Ok(g)
     }
 
     fn boot_once(tag: &str, spec: &ZooSpec) -> Result<ZooGuest> {

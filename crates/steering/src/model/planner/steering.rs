@@ -4,6 +4,19 @@
 use super::*;
 
 impl Builder<'_> {
+    /// The usable CPUs outside a NIC's `order` (its node's CPUs), in the same order of
+    /// preference: one thread per core first, CPU 0 last of those, HT siblings after.
+    fn off_node(&self, order: &[u32]) -> Vec<u32> {
+        let mut cpus: Vec<u32> = self
+            .ctx
+            .usable
+            .iter()
+            .filter(|c| !order.contains(c))
+            .collect();
+        cpus.sort_by_key(|&c| (self.ctx.is_secondary_thread(c), c == 0, c));
+        cpus
+    }
+
     /// One CPU per queue IRQ, host-wide: each NIC's queues on its own node's CPUs (in the
     /// order `spread_order` gives: one thread per core first, CPU 0 last, HT siblings next),
     /// each on the CPU that carries the fewest queue vectors of every NIC planned so far, and
@@ -20,13 +33,7 @@ impl Builder<'_> {
         if order.is_empty() {
             return by_queue;
         }
-        let mut remote: Vec<u32> = self
-            .ctx
-            .usable
-            .iter()
-            .filter(|c| !order.contains(c))
-            .collect();
-        remote.sort_by_key(|&c| (self.ctx.is_secondary_thread(c), c == 0, c));
+        let remote = self.off_node(&order);
         let queue_of = |irq: &NicIrq| irq.role.placement_queue();
         // Queue → how many of its vectors move with it (rx-N and tx-N of split vectors).
         let mut queues: BTreeMap<u32, usize> = BTreeMap::new();
@@ -345,14 +352,7 @@ impl Builder<'_> {
         // and the other usable CPUs, the NIC's node first, are dealt round-robin over the
         // queues: a sender may run anywhere, and a CPU without XPS picks its queue by hash.
         let mut rest: Vec<u32> = order.clone();
-        let mut remote: Vec<u32> = self
-            .ctx
-            .usable
-            .iter()
-            .filter(|c| !order.contains(c))
-            .collect();
-        remote.sort_by_key(|&c| (self.ctx.is_secondary_thread(c), c));
-        rest.extend(remote);
+        rest.extend(self.off_node(&order));
         let mut next = 0usize;
         for cpu in rest.into_iter().filter(|c| !placed.contains(*c)) {
             let core_queue = queue_cpu
