@@ -48,7 +48,7 @@ fn two_node(kernel: &str) -> ZooSpec {
             (ZooNic::Vmxnet3, Some(0)),
             (ZooNic::E1000, None),
         ],
-        boot_limit: Duration::from_secs(300),
+        boot_limit: Duration::from_secs(150),
     }
 }
 
@@ -68,7 +68,7 @@ fn legacy(kernel: &str) -> ZooSpec {
             (ZooNic::E100, None),
             (ZooNic::Tulip, None),
         ],
-        boot_limit: Duration::from_secs(300),
+        boot_limit: Duration::from_secs(150),
     }
 }
 

@@ -53,6 +53,14 @@ pub enum LabError {
     /// `iotlb_to_section: Assertion ... failed`): not netsteer's failure, and worth one retry.
     #[error("guest {guest}: the emulator crashed before the guest was up: {detail}")]
     EmulatorCrashed { guest: String, detail: String },
+    /// The guest never reached its command loop while QEMU kept running (a TCG stall, a
+    /// kernel that hung in early boot): also the emulator's class of failure, worth one retry.
+    #[error("guest {guest}: not up after {seconds} s while its emulator still ran: {detail}")]
+    BootStalled {
+        guest: String,
+        seconds: u64,
+        detail: String,
+    },
     #[error(transparent)]
     Experiment(#[from] netsteer_bench::experiment::ExperimentError),
 }

@@ -304,6 +304,13 @@ impl Guest {
                 detail: self.why_not(),
             });
         }
+        if r.is_err() && started.elapsed() > limit {
+            return Err(LabError::BootStalled {
+                guest: self.name.clone(),
+                seconds: limit.as_secs(),
+                detail: self.why_not(),
+            });
+        }
         r
     }
 
@@ -626,17 +633,15 @@ pub struct VmPair {
     pub lab: Lab,
 }
 
-/// Runs `boot`, and once more when it failed because QEMU itself crashed before a guest was up
-/// ([`LabError::EmulatorCrashed`]): said on stderr and returned as the second value; a second
-/// crash, or any other failure, is the error.
+/// Runs `boot`, and once more when it failed because QEMU itself crashed or stalled before a
+/// guest was up ([`LabError::EmulatorCrashed`], [`LabError::BootStalled`]): said on stderr and
+/// returned as the second value; a second failure, or any other, is the error.
 pub fn once_more_after_a_crash<T>(
     mut boot: impl FnMut() -> Result<T>,
 ) -> Result<(T, Option<String>)> {
     match boot() {
-        Err(LabError::EmulatorCrashed { guest, detail }) => {
-            let what = format!(
-                "guest {guest}: the emulator crashed before the guest was up ({detail}); booted once more"
-            );
+        Err(e @ (LabError::EmulatorCrashed { .. } | LabError::BootStalled { .. })) => {
+            let what = format!("{e}; booted once more");
             eprintln!("netsteer lab: {what}");
             Ok((boot()?, Some(what)))
         }
@@ -740,5 +745,52 @@ impl VmPair {
             )))?;
         }
         Ok(format!("{GUEST_SHARE}/{name}"))
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    fn crashed() -> LabError {
+        LabError::EmulatorCrashed {
+            guest: "a".into(),
+            detail: "iotlb_to_section: Assertion failed".into(),
+        }
+    }
+
+    #[test]
+    fn an_emulator_failure_boots_once_more_and_says_so_and_nothing_else_does() {
+        let mut n = 0;
+        let (v, note) = once_more_after_a_crash(|| {
+            n += 1;
+            if n == 1 { Err(crashed()) } else { Ok(7) }
+        })
+        .unwrap();
+        assert_eq!((v, n), (7, 2));
+        assert!(note.unwrap().contains("booted once more"));
+        // A stall twice is the error: one retry, not a loop.
+        let mut n = 0;
+        let r: Result<(u8, _)> = once_more_after_a_crash(|| {
+            n += 1;
+            Err(LabError::BootStalled {
+                guest: "b".into(),
+                seconds: 150,
+                detail: String::new(),
+            })
+        });
+        assert!(matches!(r, Err(LabError::BootStalled { .. })));
+        assert_eq!(n, 2);
+        // Any other failure is not the emulator's: no retry.
+        let mut n = 0;
+        let r: Result<(u8, _)> = once_more_after_a_crash(|| {
+            n += 1;
+            Err(LabError::Invalid("bad spec".into()))
+        });
+        assert!(r.is_err());
+        assert_eq!(n, 1);
+        // A success is not retried and carries no note.
+        let (_, note) = once_more_after_a_crash(|| Ok(())).unwrap();
+        assert!(note.is_none());
     }
 }

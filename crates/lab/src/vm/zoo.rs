@@ -206,9 +206,9 @@ pub struct ZooGuest {
 }
 
 impl ZooGuest {
-    /// Builds (or reuses) the kernel's image and boots the guest. A QEMU that dies before the
-    /// guest is up is an emulator crash (TCG has its own bugs): said on stderr, kept in
-    /// [`ZooGuest::retried`], and booted once more; a second crash is the error.
+    /// Builds (or reuses) the kernel's image and boots the guest. A QEMU that dies or stalls
+    /// before the guest is up is the emulator's failure (TCG has its own bugs): said on stderr,
+    /// kept in [`ZooGuest::retried`], and booted once more; a second failure is the error.
     pub fn boot(tag: &str, spec: &ZooSpec) -> Result<ZooGuest> {
         let (mut g, retried) = super::once_more_after_a_crash(|| Self::boot_once(tag, spec))?;
         g.retried = retried;
