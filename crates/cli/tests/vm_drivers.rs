@@ -561,7 +561,9 @@ fn fifo_hog_moves_the_net_rx_wait(pair: &mut VmPair) {
         &format!("for i in $({vectors}); do echo 2 > /proc/irq/$i/smp_affinity; done"),
     );
     let mut measured = Vec::new();
-    for hog in [false, true] {
+    // One trace window of the flood, with or without the hog: (NET_RX wait on CPU 1, residence),
+    // each as (rows, mean ns, p99 ns).
+    let measure = |pair: &mut VmPair, hog: bool| {
         sh(
             &mut pair.b,
             "chroot /host iperf3 -s -1 -A 0 > /x/iperf3.log 2>&1 &",
@@ -620,7 +622,17 @@ fn fifo_hog_moves_the_net_rx_wait(pair: &mut VmPair) {
         eprintln!(
             "hog {hog}: NET_RX wait on CPU 1 (n, mean ns, p99 ns) {wait:?}; residence {res:?}"
         );
-        measured.push((wait, res));
+        (wait, res)
+    };
+    for hog in [false, true] {
+        let mut m = measure(pair, hog);
+        // A window in which a stage got no row at all measured nothing (under a busy host the
+        // hog can starve CPU 1 until the 3 s flood is over): said, and measured once more.
+        if m.0.0 == 0 || m.1.0 == 0 {
+            eprintln!("hog {hog}: a stage had no rows in the window ({m:?}); measuring once more");
+            m = measure(pair, hog);
+        }
+        measured.push(m);
     }
     let restore: String = saved
         .lines()
