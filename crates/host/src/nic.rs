@@ -636,13 +636,11 @@ pub fn split_shared_function(fs: &HostFs, nics: &mut [Nic]) {
             nic.irqs.retain(|q| {
                 q.role != IrqRole::Other || recognised.get(&q.irq).is_none_or(|o| *o == i)
             });
-            let comp: Vec<u32> = nic
+            let ncomp = nic
                 .irqs
                 .iter()
-                .filter(|q| q.name.starts_with("mlx4-"))
-                .filter_map(|q| q.role.rx_queue())
-                .collect();
-            let ncomp = comp.len() as u32;
+                .filter(|q| q.name.starts_with("mlx4-") && q.role.rx_queue().is_some())
+                .count() as u32;
             if ncomp == 0 || ncomp < nports * 5 {
                 nic.link_queue_irqs();
                 continue;

@@ -103,14 +103,20 @@ pub fn read_topology_reusing(
     let online_r = read_list(fs, &format!("{CPU_DIR}/online"), None);
     // Without the lists and without /proc/stat, the cpuN directories still name the CPUs
     // (a tree that kept only per-CPU sysfs): never an empty host beside twelve of them.
+    // Listed at most once, when a fallback first needs it.
+    let listed = std::cell::OnceCell::new();
     let dirs = || -> Option<CpuSet> {
-        let set: CpuSet = fs
-            .read_dir(CPU_DIR)
-            .ok()?
-            .iter()
-            .filter_map(|n| n.strip_prefix("cpu")?.parse::<u32>().ok())
-            .collect();
-        (!set.is_empty()).then_some(set)
+        listed
+            .get_or_init(|| {
+                let set: CpuSet = fs
+                    .read_dir(CPU_DIR)
+                    .ok()?
+                    .iter()
+                    .filter_map(|n| n.strip_prefix("cpu")?.parse::<u32>().ok())
+                    .collect();
+                (!set.is_empty()).then_some(set)
+            })
+            .clone()
     };
     let possible = read_list(fs, &format!("{CPU_DIR}/possible"), None)
         .ok()

@@ -724,28 +724,34 @@ impl VmPair {
     /// its own tmpfs over /tmp (a clone under /tmp would be shadowed), so the program goes
     /// through each guest's scratch share instead (one copy, hard-linked for the second).
     pub fn install(&self, host_bin: &Path) -> Result<String> {
-        let name = host_bin
-            .file_name()
-            .ok_or_else(|| LabError::Invalid(format!("{}: not a file", host_bin.display())))?
-            .to_string_lossy()
-            .into_owned();
-        let io = |what: String| move |source| LabError::Io { what, source };
-        let first = self.a.dir.join("x").join(&name);
-        std::fs::copy(host_bin, &first).map_err(io(format!(
-            "copying {} to {}",
-            host_bin.display(),
-            first.display()
-        )))?;
-        let second = self.b.dir.join("x").join(&name);
-        if std::fs::hard_link(&first, &second).is_err() {
-            std::fs::copy(&first, &second).map_err(io(format!(
+        install_into(host_bin, &[&self.a, &self.b])
+    }
+}
+
+/// Gives `guests` the program at `host_bin` through their scratch shares (one copy, hard-linked
+/// for the others where the file system allows) and returns its path inside `chroot /host`.
+pub fn install_into(host_bin: &Path, guests: &[&Guest]) -> Result<String> {
+    let name = host_bin
+        .file_name()
+        .ok_or_else(|| LabError::Invalid(format!("{}: not a file", host_bin.display())))?
+        .to_string_lossy()
+        .into_owned();
+    let io = |what: String| move |source| LabError::Io { what, source };
+    let mut first: Option<PathBuf> = None;
+    for g in guests {
+        let dest = g.share_dir().join(&name);
+        let from = first.as_deref().unwrap_or(host_bin);
+        let linked = first.is_some() && std::fs::hard_link(from, &dest).is_ok();
+        if !linked {
+            std::fs::copy(from, &dest).map_err(io(format!(
                 "copying {} to {}",
-                first.display(),
-                second.display()
+                from.display(),
+                dest.display()
             )))?;
         }
-        Ok(format!("{GUEST_SHARE}/{name}"))
+        first.get_or_insert(dest);
     }
+    Ok(format!("{GUEST_SHARE}/{name}"))
 }
 
 #[cfg(test)]

@@ -246,17 +246,7 @@ impl ZooGuest {
 
     /// Gives the guest the program at `host_bin` and returns its path inside `chroot /host`.
     pub fn install(&self, host_bin: &Path) -> Result<String> {
-        let name = host_bin
-            .file_name()
-            .ok_or_else(|| LabError::Invalid(format!("{}: not a file", host_bin.display())))?
-            .to_string_lossy()
-            .into_owned();
-        let dest = self.guest.share_dir().join(&name);
-        std::fs::copy(host_bin, &dest).map_err(|source| LabError::Io {
-            what: format!("copying {} to {}", host_bin.display(), dest.display()),
-            source,
-        })?;
-        Ok(format!("{}/{name}", super::GUEST_SHARE))
+        super::install_into(host_bin, &[&self.guest])
     }
 
     /// A guest shell line that must succeed; its output.

@@ -87,38 +87,33 @@ impl Builder<'_> {
                 *self.irq_load.entry(cpu).or_default() += k;
             }
         }
-        let mut spilled: BTreeMap<u32, bool> = BTreeMap::new();
+        let mut spilled: std::collections::BTreeSet<u32> = Default::default();
         for (&q, &k) in &queues {
             if by_queue.contains_key(&q) {
                 continue;
             }
             let load = &self.irq_load;
-            let pick = |cands: &[u32]| -> Option<u32> {
+            // The least loaded of `cands` that stays within `limit`, earlier in order first.
+            let pick = |cands: &[u32], limit: usize| -> Option<u32> {
                 cands
                     .iter()
                     .enumerate()
                     .map(|(pos, c)| (load.get(c).copied().unwrap_or(0), pos, *c))
-                    .filter(|(l, _, _)| l + k <= cap.max(k))
+                    .filter(|(l, _, _)| l + k <= limit.max(k))
                     .min()
                     .map(|(_, _, c)| c)
             };
-            let (cpu, far) = match pick(&order) {
-                Some(c) => (c, false),
-                None => match pick(&remote) {
-                    Some(c) => (c, true),
-                    None => (
-                        order
-                            .iter()
-                            .enumerate()
-                            .map(|(pos, c)| (load.get(c).copied().unwrap_or(0), pos, *c))
-                            .min()
-                            .map_or(order[0], |(_, _, c)| c),
-                        false,
-                    ),
+            let cpu = match pick(&order, cap) {
+                Some(c) => c,
+                None => match pick(&remote, cap) {
+                    Some(c) => {
+                        spilled.insert(q);
+                        c
+                    }
+                    None => pick(&order, usize::MAX).unwrap_or(order[0]),
                 },
             };
             by_queue.insert(q, cpu);
-            spilled.insert(q, far);
             *self.irq_load.entry(cpu).or_default() += k;
         }
         let near = match self.ctx.nic_node(nic) {
@@ -151,7 +146,7 @@ impl Builder<'_> {
                     irq.shared_with.join(", ")
                 )
             };
-            let reason = if spilled.get(&q).copied().unwrap_or(false) {
+            let reason = if spilled.contains(&q) {
                 format!(
                     "{} ({}) on CPU {cpu}: every CPU {near} already carries {cap} queue vectors (the cap: ⌈vectors ÷ CPUs⌉ + 1 over every NIC), so the least loaded CPU of another node{shared}",
                     irq.name, irq.role
