@@ -610,7 +610,8 @@ pub fn apply(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let journal = Journal::create(state_dir, started).map_err(jerr(state_dir))?;
+    let journal = Journal::create(state_dir).map_err(jerr(state_dir))?;
+    let seq = journal.seq();
     let mut run = Run {
         backend,
         journal,
@@ -622,6 +623,7 @@ pub fn apply(
     };
     run.append(&Record::Begin {
         version: journal::JOURNAL_VERSION,
+        seq,
         root: root.to_string(),
         started_unix: started,
         plan: Box::new(plan.clone()),

@@ -126,6 +126,12 @@ pub enum Record {
     /// The first line: what is being applied, and to which root.
     Begin {
         version: u32,
+        /// This apply's place among the state directory's journals: one more than any before
+        /// it, claimed by creating the file named after it exclusively. Rollback and recovery
+        /// go by it, not by names or clocks (two applies in one second by pids 9999 and 10000
+        /// sort the wrong way as text). Journals written before it existed read as 0.
+        #[serde(default)]
+        seq: u64,
         root: String,
         started_unix: u64,
         plan: Box<Plan>,
@@ -161,6 +167,7 @@ pub enum Record {
 pub struct Journal {
     path: PathBuf,
     file: File,
+    seq: u64,
 }
 
 /// Names the file in an I/O error ("No space left on device" alone does not say where), with
@@ -170,9 +177,11 @@ fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
 }
 
 impl Journal {
-    /// Creates `<state_dir>/journal/<unix-seconds>-<pid>.jsonl` (exclusively) and syncs the
-    /// directory so the file survives a crash.
-    pub fn create(state_dir: &Path, started_unix: u64) -> io::Result<Journal> {
+    /// Creates the next journal of `state_dir/journal/`, `<seq>.jsonl` (exclusively), and syncs
+    /// the directory so the file survives a crash. The sequence number is one more than the
+    /// highest there; the exclusive create claims it, so two applies racing for one number both
+    /// get their own (the loser takes the next). Its [`Journal::seq`] goes into the begin record.
+    pub fn create(state_dir: &Path) -> io::Result<Journal> {
         fs::create_dir_all(state_dir).map_err(at(state_dir))?;
         let state = HeldDir::open(state_dir, false)?;
         let dir = state_dir.join("journal");
@@ -182,23 +191,33 @@ impl Journal {
             Err(e) => return Err(at(&dir)(e)),
         }
         let held = HeldDir::open_as(&state.child("journal"), &dir, true)?;
-        let mut n = 0;
-        loop {
-            let name = if n == 0 {
-                format!("{started_unix:012}-{}.jsonl", std::process::id())
-            } else {
-                format!("{started_unix:012}-{}-{n}.jsonl", std::process::id())
-            };
+        let mut seq = order(&held, &dir)?
+            .iter()
+            .map(|(k, _)| k.seq)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        for _ in 0..1000 {
+            let name = format!("{seq:012}.jsonl");
             let path = dir.join(&name);
             match held.create_new(&name, true) {
                 Ok(file) => {
                     held.sync()?;
-                    return Ok(Journal { path, file });
+                    return Ok(Journal { path, file, seq });
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => seq += 1,
                 Err(e) => return Err(at(&path)(e)),
             }
         }
+        Err(at(&dir)(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "a thousand journal sequence numbers in a row were taken while this apply looked",
+        )))
+    }
+
+    /// This journal's sequence number (for its begin record).
+    pub fn seq(&self) -> u64 {
+        self.seq
     }
 
     /// Re-opens an existing journal to append (rollback's own record).
@@ -217,6 +236,7 @@ impl Journal {
         Ok(Journal {
             path: path.to_path_buf(),
             file,
+            seq: 0,
         })
     }
 
@@ -282,7 +302,8 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
     }
 }
 
-/// Journals in a state directory, oldest first.
+/// Journals in a state directory, oldest first: in the order of the sequence number inside
+/// each ([`Record::Begin`]'s `seq`), never the order of their names.
 pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
     let dir = state_dir.join("journal");
     let held = match HeldDir::open(&dir, true) {
@@ -290,15 +311,65 @@ pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut out: Vec<PathBuf> = fs::read_dir(format!("/proc/self/fd/{}", held.file.as_raw_fd()))
-        .map_err(at(&dir))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .map(|e| dir.join(e.file_name()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
+    Ok(order(&held, &dir)?.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Where a journal stands among the others.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Place {
+    /// The begin record's `seq`; for a journal whose begin record is not on disk yet (just
+    /// created, or torn), the number its name claims.
+    seq: u64,
+    /// Journals from before sequence numbers (all 0) go by when they started, then by the
+    /// pid in their name `<seconds>-<pid>[-n].jsonl` as a number, then by that `n`.
+    started_unix: u64,
+    pid: u64,
+    n: u64,
+}
+
+/// The journals of a held directory with their places, oldest first.
+fn order(held: &HeldDir, dir: &Path) -> io::Result<Vec<(Place, PathBuf)>> {
+    let mut out: Vec<(Place, PathBuf)> =
+        fs::read_dir(format!("/proc/self/fd/{}", held.file.as_raw_fd()))
+            .map_err(at(dir))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| dir.join(e.file_name()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .map(|p| (place(&p), p))
+            .collect();
     out.sort();
     Ok(out)
+}
+
+fn place(path: &Path) -> Place {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let parts: Vec<u64> = stem.split('-').map(|p| p.parse().unwrap_or(0)).collect();
+    let (named_seq, started, pid, n) = match parts.as_slice() {
+        [seq] => (*seq, 0, 0, 0),
+        [s, pid] => (0, *s, *pid, 0),
+        [s, pid, n, ..] => (0, *s, *pid, *n),
+        [] => (0, 0, 0, 0),
+    };
+    match read(path).ok().and_then(|r| r.into_iter().next()) {
+        Some(Record::Begin {
+            seq, started_unix, ..
+        }) => Place {
+            seq,
+            started_unix,
+            pid,
+            n,
+        },
+        _ => Place {
+            seq: named_seq,
+            started_unix: started,
+            pid,
+            n,
+        },
+    }
 }
 
 /// True when the journal has had a complete rollback (nothing left to restore).
@@ -362,7 +433,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let not_a_dir = dir.path().join("state");
         fs::write(&not_a_dir, "x").unwrap();
-        let e = Journal::create(&not_a_dir, 1).err().unwrap();
+        let e = Journal::create(&not_a_dir).err().unwrap();
         assert!(
             e.to_string().starts_with(&not_a_dir.display().to_string()),
             "{e}"
@@ -377,9 +448,94 @@ mod tests {
             let mut j = Journal {
                 path: PathBuf::from("/dev/full"),
                 file: OpenOptions::new().append(true).open("/dev/full").unwrap(),
+                seq: 0,
             };
             let e = j.append(&Record::Write { id: "irq/1".into() }).unwrap_err();
             assert!(e.to_string().starts_with("/dev/full: "), "{e}");
         }
+    }
+
+    fn begin(seq: u64, started_unix: u64) -> Record {
+        Record::Begin {
+            version: JOURNAL_VERSION,
+            seq,
+            root: "/".into(),
+            started_unix,
+            plan: Box::new(Plan {
+                schema_version: 1,
+                profile: crate::model::desired::Profile::Latency,
+                devices: Vec::new(),
+                cpus: None,
+                items: Vec::new(),
+                notes: Vec::new(),
+            }),
+        }
+    }
+
+    /// Journals go by the sequence number inside them. Before it, names `<seconds>-<pid>`
+    /// sorted as text put pid 10000 before pid 9999 of the same second, and a second apply of
+    /// one process in that second (`<seconds>-<pid>-1`) before its first: rollback then undid
+    /// the older apply first and left the knob at the value in between.
+    #[test]
+    fn journals_are_ordered_by_their_sequence_not_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut made = Vec::new();
+        for _ in 0..12 {
+            let mut j = Journal::create(dir.path()).unwrap();
+            j.append(&begin(j.seq(), 1_700_000_000)).unwrap();
+            made.push(j.path().to_path_buf());
+        }
+        assert_eq!(list(dir.path()).unwrap(), made);
+        // A journal created but whose begin record is not on disk yet still holds its number.
+        let j = Journal::create(dir.path()).unwrap();
+        assert_eq!(j.seq(), 13);
+        assert_eq!(Journal::create(dir.path()).unwrap().seq(), 14);
+        assert_eq!(list(dir.path()).unwrap().len(), 14);
+        // The order is the one inside, whatever the names say.
+        let swapped = tempfile::tempdir().unwrap();
+        let jd = swapped.path().join("journal");
+        fs::create_dir(&jd).unwrap();
+        let line = |r: &Record| serde_json::to_string(r).unwrap() + "\n";
+        fs::write(jd.join("000000000001.jsonl"), line(&begin(2, 5))).unwrap();
+        fs::write(jd.join("000000000002.jsonl"), line(&begin(1, 9))).unwrap();
+        let l = list(swapped.path()).unwrap();
+        assert!(l[0].ends_with("000000000002.jsonl"), "{l:?}");
+        // The next claims one more than the highest inside.
+        assert_eq!(Journal::create(swapped.path()).unwrap().seq(), 3);
+    }
+
+    /// Journals written before sequence numbers existed go first, by start time and pid as
+    /// numbers.
+    #[test]
+    fn journals_from_before_sequence_numbers_go_by_time_and_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let jd = dir.path().join("journal");
+        fs::create_dir(&jd).unwrap();
+        let mut old = serde_json::to_value(begin(0, 1_700_000_000)).unwrap();
+        old.as_object_mut().unwrap().remove("seq");
+        let old = old.to_string() + "\n";
+        for name in [
+            "001700000000-10000",
+            "001700000000-9999",
+            "001700000000-9999-1",
+        ] {
+            fs::write(jd.join(format!("{name}.jsonl")), &old).unwrap();
+        }
+        let mut j = Journal::create(dir.path()).unwrap();
+        j.append(&begin(j.seq(), 1_600_000_000)).unwrap();
+        let names: Vec<String> = list(dir.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "001700000000-9999.jsonl",
+                "001700000000-9999-1.jsonl",
+                "001700000000-10000.jsonl",
+                "000000000001.jsonl"
+            ]
+        );
     }
 }
