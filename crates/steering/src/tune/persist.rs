@@ -68,7 +68,12 @@ impl Invocation {
                 crate::tune::IrqbalancePolicy::Leave => "leave".into(),
                 crate::tune::IrqbalancePolicy::Stop => "stop".into(),
             },
-            state_dir: state_dir.display().to_string(),
+            // The unit runs from `/`: a relative `--state-dir` is saved as the directory it
+            // named when persisted.
+            state_dir: std::path::absolute(state_dir)
+                .unwrap_or_else(|_| state_dir.to_path_buf())
+                .display()
+                .to_string(),
             reserve_queue: opts.reserve_queue,
             ports: opts.ports.clone(),
             napi: opts.napi.map(|m| m.to_string()),
@@ -150,17 +155,34 @@ pub fn unit_text(exe: &Path) -> io::Result<String> {
     ))
 }
 
+/// The name systemd gives the device unit of interface `dev`: its path
+/// `/sys/subsystem/net/devices/<dev>` escaped as `systemd-escape --path` does
+/// (systemd.unit(5) "String Escaping for Inclusion in Unit Names"; `do_escape` in systemd's
+/// src/basic/unit-name.c): `/` becomes `-`; letters, digits, `:`, `_` and `.` stay (a
+/// leading `.` is escaped, but the path starts with `sys`); every other byte, `-` included, becomes `\xNN`. `br-lan`'s unit is
+/// `sys-subsystem-net-devices-br\x2dlan.device`; an `After=` on the unescaped name waits for a
+/// unit that never appears.
+pub fn device_unit(dev: &str) -> String {
+    let mut s = String::from("sys-subsystem-net-devices-");
+    for b in dev.bytes() {
+        if b.is_ascii_alphanumeric() || b":_.".contains(&b) {
+            s.push(b as char);
+        } else if b == b'/' {
+            s.push('-');
+        } else {
+            s += &format!("\\x{b:02x}");
+        }
+    }
+    s + ".device"
+}
+
 /// The drop-in: the invocation, and the tuned devices to wait for.
 pub fn dropin_text(inv: &Invocation) -> io::Result<String> {
     let args = inv.args();
     for a in &args {
         check_word(a)?;
     }
-    let devices: Vec<String> = inv
-        .devices
-        .iter()
-        .map(|d| format!("sys-subsystem-net-devices-{d}.device"))
-        .collect();
+    let devices: Vec<String> = inv.devices.iter().map(|d| device_unit(d)).collect();
     let mut s = format!(
         "{HEADER}[Unit]\nDescription=netsteer: apply the {profile} to {devs}\n",
         profile = if inv.profile.is_empty() {
@@ -353,6 +375,64 @@ mod tests {
         assert!(unit.starts_with(HEADER));
         assert!(unit.contains("ExecStart=/opt/netsteer/bin/netsteer $NETSTEER_TUNE_ARGS"));
         assert!(!unit.contains(PACKAGED_EXE));
+    }
+
+    /// Device units are named as systemd names them: compared with the real `systemd-escape`.
+    #[test]
+    fn device_units_are_escaped_as_systemd_escapes_them() {
+        let names = [
+            "eth0",
+            "br-lan",
+            "enp3s0f1",
+            "eth0.100",
+            "bond0.10-x",
+            "wg+x",
+            "a@b",
+            "x,y",
+            "v=1",
+            "_veth",
+            "tap:1",
+            ".hidden",
+            "caf\u{e9}",
+        ];
+        let out = std::process::Command::new("systemd-escape")
+            .arg("--path")
+            .arg("--suffix=device")
+            .args(
+                names
+                    .iter()
+                    .map(|n| format!("/sys/subsystem/net/devices/{n}")),
+            )
+            .output()
+            .expect("systemd-escape (package systemd, installed by .ci/deps)");
+        assert!(out.status.success(), "{out:?}");
+        let want: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let got: Vec<String> = names.iter().map(|n| device_unit(n)).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            device_unit("br-lan"),
+            "sys-subsystem-net-devices-br\\x2dlan.device"
+        );
+        let mut i = inv();
+        i.devices = vec!["br-lan".into()];
+        assert!(
+            dropin_text(&i)
+                .unwrap()
+                .contains("After=sys-subsystem-net-devices-br\\x2dlan.device\n")
+        );
+    }
+
+    /// A relative `--state-dir` is saved as the directory it named: the unit runs from `/`.
+    #[test]
+    fn a_relative_state_dir_is_saved_absolute() {
+        let opts = crate::tune::PlanOptions::for_profile(crate::tune::Profile::Latency);
+        let i = Invocation::from_options(None, &opts, None, Path::new("st/x"));
+        let want = std::env::current_dir().unwrap().join("st/x");
+        assert_eq!(Path::new(&i.state_dir), want);
     }
 
     /// No profile (only `--set`): no empty word, which the split would drop.
