@@ -1,6 +1,7 @@
 //! `netsteer lab`: list, run and clean scenarios, and `with`, which lends the two-host lab to
 //! any command (the benchmark scripts run inside it). The lab crate does the work.
 
+use crate::output::Output;
 use crate::{args, emit};
 use anyhow::{Context, Result};
 use clap::Subcommand;
@@ -167,17 +168,24 @@ fn lab_run(a: &RunArgs) -> Result<ExitCode> {
     } else {
         vec![scenario.to_string()]
     };
-    let mut code = ExitCode::SUCCESS;
+    // Every report file is made before the first scenario runs (several go into a directory).
+    let mut reports = Vec::new();
     for name in &names {
-        let report = match (report, names.len() > 1) {
+        reports.push(match (report, names.len() > 1) {
             (Some(dir), true) => {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("--report {}", dir.display()))?;
-                Some(dir.join(format!("{name}.html")))
+                Some(Output::reserve(
+                    "--report",
+                    &dir.join(format!("{name}.html")),
+                )?)
             }
-            (r, _) => r.map(std::path::Path::to_path_buf),
-        };
-        let one = lab_run_one(name, &opts, report.as_deref(), json);
+            (r, _) => Output::maybe("--report", r)?,
+        });
+    }
+    let mut code = ExitCode::SUCCESS;
+    for (name, report) in names.iter().zip(reports) {
+        let one = lab_run_one(name, &opts, report, json);
         // A signal being handled makes the lab's commands fail; its exit status wins.
         netsteer_lab::wait_if_terminating();
         if one? != ExitCode::SUCCESS {
@@ -190,7 +198,7 @@ fn lab_run(a: &RunArgs) -> Result<ExitCode> {
 fn lab_run_one(
     scenario: &str,
     opts: &netsteer_lab::run::RunOptions,
-    report: Option<&std::path::Path>,
+    report: Option<Output>,
     json: bool,
 ) -> Result<ExitCode> {
     use netsteer_lab::run::Message;
@@ -215,9 +223,8 @@ fn lab_run_one(
             emit(&mut out, &line)?;
         }
     }
-    if let Some(path) = report {
-        std::fs::write(path, netsteer_lab::report::html(&summary, &runs))
-            .with_context(|| format!("--report {}", path.display()))?;
+    if let Some(out) = report {
+        out.write(netsteer_lab::report::html(&summary, &runs).as_bytes())?;
     }
     Ok(if summary.restored {
         ExitCode::SUCCESS

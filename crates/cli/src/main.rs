@@ -9,6 +9,7 @@ mod bench;
 mod doctor;
 mod lab;
 mod netchannel;
+mod output;
 mod search;
 mod show;
 mod snapshot;

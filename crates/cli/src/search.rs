@@ -1,6 +1,7 @@
 //! `netsteer tune search`: flags, progress and files; the search is
 //! `netsteer_steering::tune::search` over `netsteer_bench::search`.
 
+use crate::output::Output;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -13,8 +14,7 @@ use netsteer_host::{CpuSet, HostFs};
 use netsteer_steering::tune::Tuner;
 use netsteer_steering::tune::search::{self, Contender, Request, SearchKnob};
 use netsteer_steering::tune::search_report;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,30 +99,6 @@ fn abort_factor(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Creates `path` anew (never through a link, never over a file), mode 0644.
-fn write_new(flag: &str, path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("{flag} {}", path.display()))?;
-    f.write_all(bytes)
-        .with_context(|| format!("{flag} {}", path.display()))
-}
-
-/// Refuses an output path that exists before anything is measured (not after an hour).
-fn check_new(flag: &str, path: &Option<PathBuf>) -> Result<()> {
-    if let Some(p) = path
-        && std::fs::symlink_metadata(p).is_ok()
-    {
-        bail!("{flag} {}: exists; give a new file", p.display());
-    }
-    Ok(())
-}
-
 /// The tuner a search applies its trials with: tune's, with its own journal directory.
 fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Result<Tuner> {
     let main =
@@ -133,8 +109,8 @@ fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Resu
 
 pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
     crate::tune::need_root(host, "tune search")?;
-    check_new("--plan-out", &a.plan_out)?;
-    check_new("--report", &a.report)?;
+    let plan_out = Output::maybe("--plan-out", a.plan_out.as_deref())?;
+    let report_out = Output::maybe("--report", a.report.as_deref())?;
     let cost_cpus = match &a.cost_cpus {
         Some(l) => CpuSet::parse_list(l, None)
             .with_context(|| format!("--cost-cpus {l}"))?
@@ -211,11 +187,11 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
         against: a.against.clone(),
     };
     let report = search::run(&tuner, &req, &mut measure, &MonotonicClock::default())?;
-    if let (Some(path), Some(plan)) = (&a.plan_out, &report.plan) {
-        write_new("--plan-out", path, serde_json::to_string(plan)?.as_bytes())?;
+    if let (Some(out), Some(plan)) = (plan_out, &report.plan) {
+        out.write(serde_json::to_string(plan)?.as_bytes())?;
     }
-    if let Some(path) = &a.report {
-        write_new("--report", path, search_report::html(&report).as_bytes())?;
+    if let Some(out) = report_out {
+        out.write(search_report::html(&report).as_bytes())?;
     }
     let mut out = std::io::stdout().lock();
     if a.json {

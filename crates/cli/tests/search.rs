@@ -188,6 +188,35 @@ fn a_search_finds_the_optimum_writes_a_plan_apply_takes_and_leaves_the_tree() {
     });
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("--report"));
+
+    // So is one whose directory is missing: before the first run, not after the last.
+    let ran = work.path().join("ran");
+    let marking = script(
+        &work.path().join("mark.sh"),
+        &format!("#!/bin/sh\ntouch {}\nexec {}\n", ran.display(), w.display()),
+    );
+    for flag in ["--plan-out", "--report"] {
+        let missing = work.path().join("no-such-dir/out");
+        let out = netsteer(tree.path(), &{
+            let mut a = search_args(
+                state.to_str().unwrap(),
+                marking.to_str().unwrap(),
+                "p99<=86us",
+            );
+            a.extend([flag, missing.to_str().unwrap()]);
+            a
+        });
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("{flag} {}", missing.display())) && err.contains("No such file"),
+            "{err}"
+        );
+        assert!(
+            !ran.exists(),
+            "{flag}: the workload ran before the path was checked"
+        );
+    }
 }
 
 /// Starts a search whose first candidate run hangs, waits until it does, and kills the search
