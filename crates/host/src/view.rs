@@ -11,6 +11,7 @@ use crate::parse::{Interrupts, parse_interrupts, parse_proc_stat};
 use crate::sysctl::{NetCoreSysctls, read_net_core};
 use crate::topology::{Topology, read_topology_reusing};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// Bumped when a field changes meaning or disappears (additions keep it).
 pub const SCHEMA_VERSION: u32 = 1;
@@ -50,8 +51,12 @@ impl HostView {
     }
 }
 
-/// Finds a running irqbalance by scanning /proc/PID/comm. Only the matching process's `comm` is
-/// recorded, so a snapshot carries no list of the host's processes.
+/// Finds a running irqbalance. A process's name (`/proc/PID/comm`) only makes it a candidate:
+/// any user can name a process `irqbalance` (prctl PR_SET_NAME, or a copied binary), and an
+/// unprivileged one cannot move an IRQ (smp_affinity is root's), so it must not make root's
+/// plan skip its IRQ pins. A candidate is irqbalance when [`is_irqbalance`] says so. Only the
+/// files read of the matching process are recorded, so a snapshot carries no list of the
+/// host's processes.
 pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
     let scan = fs.unrecorded();
     let entries = scan.read_dir("/proc")?;
@@ -69,8 +74,12 @@ pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
             continue;
         };
         let path = format!("/proc/{pid}/comm");
-        if scan.read_value(&path).is_ok_and(|c| c == "irqbalance") {
+        if scan.read_value(&path).is_ok_and(|c| c == "irqbalance") && is_irqbalance(&scan, pid) {
+            // Recorded: what made it irqbalance, for a snapshot to answer the same.
             let _ = fs.read(&path);
+            let _ = fs.read(format!("/proc/{pid}/status"));
+            let _ = fs.read(format!("/proc/{pid}/cgroup"));
+            let _ = fs.read_link(format!("/proc/{pid}/exe"));
             return Ok(Irqbalance {
                 running: true,
                 pid: Some(pid),
@@ -82,6 +91,47 @@ pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
         running: false,
         pid: None,
     })
+}
+
+/// Whether process `pid` is irqbalance: it runs as root (real and effective uid 0 in
+/// `/proc/PID/status`) and either its executable (`/proc/PID/exe`) is a file named
+/// `irqbalance` or it runs in systemd's `irqbalance.service` (`/proc/PID/cgroup`, which only
+/// root can move a process into). A process of another user is never irqbalance, whatever it is
+/// called. A tree from before these files were recorded (only `comm`) is taken at its name:
+/// that is what it recorded.
+pub fn is_irqbalance(fs: &HostFs, pid: u32) -> bool {
+    let status = fs.read(format!("/proc/{pid}/status"));
+    let exe = fs.read_link(format!("/proc/{pid}/exe"));
+    let cgroup = fs.read(format!("/proc/{pid}/cgroup"));
+    let Ok(status) = status else {
+        // Live, a process that vanished or whose status cannot be read is not confirmed; a
+        // tree that recorded only `comm` answers by it.
+        return !fs.is_live() && exe.is_err() && cgroup.is_err();
+    };
+    let root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .map(|ids| {
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            ids.len() >= 2 && ids[0] == "0" && ids[1] == "0"
+        })
+        .unwrap_or(false);
+    if !root {
+        return false;
+    }
+    let by_exe = exe.is_ok_and(|target| {
+        let t = target.to_string_lossy();
+        let t = t.strip_suffix(" (deleted)").unwrap_or(&t);
+        Path::new(t).file_name().is_some_and(|n| n == "irqbalance")
+    });
+    let by_unit = cgroup.is_ok_and(|c| {
+        c.lines().any(|l| {
+            l.rsplit(':')
+                .next()
+                .is_some_and(|p| p.split('/').any(|part| part == "irqbalance.service"))
+        })
+    });
+    by_exe || by_unit
 }
 
 /// Reads the host. Never fails on a missing or malformed file: that part becomes unknown and the

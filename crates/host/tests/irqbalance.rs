@@ -1,0 +1,155 @@
+//! irqbalance is recognised by what it is, not what it is called: a process of another user
+//! named `irqbalance` made root's `tune plan` skip every IRQ pin (hardening round three).
+
+use netsteer_host::fs::HostFs;
+use netsteer_host::view::{find_irqbalance, is_irqbalance};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, text).unwrap();
+}
+
+fn status(uid: u32) -> String {
+    format!(
+        "Name:\tirqbalance\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n"
+    )
+}
+
+/// One process, pid 700, named irqbalance, with what else the tree holds of it.
+fn tree(status_uid: Option<u32>, exe: Option<&str>, cgroup: Option<&str>) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    write(r, "proc/1/comm", "systemd\n");
+    write(r, "proc/700/comm", "irqbalance\n");
+    if let Some(uid) = status_uid {
+        write(r, "proc/700/status", &status(uid));
+    }
+    if let Some(exe) = exe {
+        std::os::unix::fs::symlink(exe, r.join("proc/700/exe")).unwrap();
+    }
+    if let Some(c) = cgroup {
+        write(r, "proc/700/cgroup", c);
+    }
+    t
+}
+
+fn running(t: &tempfile::TempDir) -> bool {
+    find_irqbalance(&HostFs::new(t.path())).unwrap().running
+}
+
+#[test]
+fn a_process_is_irqbalance_by_its_user_and_executable_or_unit_not_its_name() {
+    let unit = "0::/system.slice/irqbalance.service\n";
+    // The real thing: root, its executable, its unit.
+    assert!(running(&tree(
+        Some(0),
+        Some("/usr/sbin/irqbalance"),
+        Some(unit)
+    )));
+    assert!(running(&tree(Some(0), Some("/usr/sbin/irqbalance"), None)));
+    assert!(running(&tree(
+        Some(0),
+        Some("/usr/sbin/irqbalance (deleted)"),
+        None
+    )));
+    assert!(running(&tree(Some(0), None, Some(unit))));
+    // cgroup v1 lists a line per hierarchy.
+    assert!(running(&tree(
+        Some(0),
+        Some("/usr/bin/python3.11"),
+        Some(
+            "12:pids:/system.slice/irqbalance.service\n1:name=systemd:/system.slice/irqbalance.service\n"
+        )
+    )));
+    // Named irqbalance, but another user's, or root's something else.
+    assert!(!running(&tree(
+        Some(1000),
+        Some("/home/u/irqbalance"),
+        None
+    )));
+    assert!(!running(&tree(
+        Some(1000),
+        Some("/usr/sbin/irqbalance"),
+        Some(unit)
+    )));
+    assert!(!running(&tree(Some(0), Some("/usr/bin/sleep"), None)));
+    assert!(!running(&tree(
+        Some(0),
+        Some("/usr/bin/sleep"),
+        Some("0::/user.slice/user-1000.slice/session-3.scope\n")
+    )));
+    // A tree that recorded only `comm` (snapshots before these files were kept) answers by it.
+    assert!(running(&tree(None, None, None)));
+}
+
+/// Runs a copy of `sleep` called `irqbalance`, as `uid` (through setpriv), and waits until the
+/// process is it.
+fn fake_irqbalance(dir: &Path, uid: Option<u32>) -> Child {
+    let exe = dir.join("irqbalance");
+    if !exe.exists() {
+        fs::copy("/bin/sleep", &exe).unwrap();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let child = match uid {
+        Some(u) => Command::new("setpriv")
+            .args([
+                &format!("--reuid={u}"),
+                &format!("--regid={u}"),
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&exe)
+            .arg("30")
+            .spawn()
+            .unwrap(),
+        None => Command::new(&exe).arg("30").spawn().unwrap(),
+    };
+    let comm = format!("/proc/{}/comm", child.id());
+    let t0 = Instant::now();
+    while fs::read_to_string(&comm)
+        .map(|c| c.trim() != "irqbalance")
+        .unwrap_or(true)
+    {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the fake never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+#[test]
+fn live_an_unprivileged_process_named_irqbalance_is_not_irqbalance() {
+    // Root: the effective uid in /proc/self/status.
+    let root = fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+            panic!("live test cannot run under CI=true: needs root (setpriv to another user)");
+        }
+        eprintln!("SKIPPED: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let live = HostFs::live();
+    let mut nobody = fake_irqbalance(dir.path(), Some(65534));
+    let as_nobody = is_irqbalance(&live, nobody.id());
+    let _ = nobody.kill();
+    let _ = nobody.wait();
+    let mut roots = fake_irqbalance(dir.path(), None);
+    let as_root = is_irqbalance(&live, roots.id());
+    let _ = roots.kill();
+    let _ = roots.wait();
+    assert!(
+        !as_nobody,
+        "another user's process named irqbalance was taken for it"
+    );
+    assert!(as_root, "root's irqbalance executable was not recognised");
+}
