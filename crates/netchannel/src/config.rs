@@ -72,7 +72,9 @@ pub struct Config {
     pub session_memory: u64,
     /// Connections waiting in an accept queue per listening virtual port.
     pub accept_backlog: usize,
-    /// How long a new channel may take to send its HELLO, and a whole link to assemble.
+    /// How long a new channel may take to send its whole HELLO (a deadline for all of it, not
+    /// for each read: one byte every few seconds does not hold a place longer), how long a
+    /// connecting side waits for the whole answer, and how long a link may take to assemble.
     pub hello_timeout: Duration,
     /// Channel connections in handshake at once; more are closed at once (HELLO floods).
     pub max_handshakes: usize,
@@ -88,6 +90,27 @@ pub struct Config {
     pub max_sessions: usize,
     /// Sessions accepted from one peer address and alive at once.
     pub max_sessions_per_peer: usize,
+    /// The source prefix peers are also counted by (bits of an IPv4 address): the caps
+    /// `*_per_prefix` hold for all addresses of one such prefix together, so a peer with many
+    /// addresses (a /24 of loopback, a cloud subnet) does not get many addresses' places.
+    pub peer_prefix_v4: u8,
+    /// The same for IPv6 (bits; a /64 is what one host or one customer commonly holds).
+    pub peer_prefix_v6: u8,
+    /// Channel connections in handshake at once from one source prefix.
+    pub max_handshakes_per_prefix: usize,
+    /// Links half-assembled at once from one source prefix.
+    pub max_pending_links_per_prefix: usize,
+    /// Sessions accepted from one source prefix and alive at once.
+    pub max_sessions_per_prefix: usize,
+    /// Channels of accepted sessions alive at once, all peers together: each costs this side
+    /// two file descriptors and its I/O threads, so this bounds them whatever the peers ask.
+    pub max_channels: usize,
+    /// Receive memory peers may make this side hold, all together: each virtual socket a peer
+    /// opens leases one `window` (the most it may buffer here) until it is gone; an OPEN
+    /// beyond is reset (TooManySockets) and the refusal names this cap.
+    pub max_receive_memory: u64,
+    /// The same for one source prefix, so one prefix cannot lease all of it.
+    pub max_receive_memory_per_prefix: u64,
     /// Most channels an accepted link may have (the connecting side chooses the count in its
     /// HELLO; each channel costs this side two threads and two file descriptors).
     pub max_accepted_channels: u16,
@@ -154,6 +177,14 @@ impl Default for Config {
             max_handshakes_per_peer: 16,
             max_sessions: 256,
             max_sessions_per_peer: 16,
+            peer_prefix_v4: 24,
+            peer_prefix_v6: 64,
+            max_handshakes_per_prefix: 32,
+            max_pending_links_per_prefix: 16,
+            max_sessions_per_prefix: 64,
+            max_channels: 1024,
+            max_receive_memory: 8 << 30,
+            max_receive_memory_per_prefix: 2 << 30,
             max_accepted_channels: 16,
             fd_reserve: 64,
             max_queued_control: 16384,

@@ -15,6 +15,7 @@
 use crate::config::{Config, SocketOptions};
 use crate::copy::CopyPool;
 use crate::drive::Driver;
+use crate::limits::{self, Caps, Guard, Tally};
 use crate::session::{Listeners, Session, SessionParts};
 use crate::socket::{VListener, VSocket, lock};
 use crate::wire::{
@@ -25,7 +26,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,12 +46,12 @@ struct Inner {
     incoming: Mutex<Vec<Arc<Session>>>,
     local: Option<SocketAddr>,
     shutdown: AtomicBool,
-    rejected: AtomicU64,
-    last_rejection: Mutex<Option<String>>,
     pending: Mutex<HashMap<u64, PendingLink>>,
-    handshakes: AtomicUsize,
-    /// Handshakes in progress per peer address (entries leave at zero).
-    handshakes_by_peer: Mutex<HashMap<IpAddr, usize>>,
+    /// Handshakes in progress, per address, per prefix and in all.
+    handshakes: Mutex<Tally>,
+    /// Receive memory leased to peers' sockets, and the refusals (shared with the accepted
+    /// sessions, which lease and refuse OPENs).
+    guard: Arc<Guard>,
 }
 
 /// One channel as [`Endpoint::stats`] reports it.
@@ -93,7 +94,13 @@ pub struct Stats {
     pub sessions: Vec<SessionStats>,
     /// Incoming channel connections closed during the handshake.
     pub rejected_channels: u64,
+    /// The newest refusal, naming the cap it hit (a channel, a link, a session or a peer's
+    /// OPEN).
     pub last_rejection: Option<String>,
+    /// Peers' OPENs reset for a cap (receive memory, sockets per session).
+    pub rejected_opens: u64,
+    /// Receive-window bytes peers' sockets hold leased now (bounded by max_receive_memory).
+    pub receive_memory_leased: u64,
     /// Bytes each receive copy worker copied.
     pub copy_worker_bytes: Vec<u64>,
 }
@@ -148,13 +155,22 @@ fn check(cfg: &Config) -> io::Result<()> {
         || cfg.max_sessions_per_peer == 0
         || cfg.max_pending_links_per_peer == 0
         || cfg.max_handshakes_per_peer == 0
+        || cfg.max_handshakes_per_prefix == 0
+        || cfg.max_pending_links_per_prefix == 0
+        || cfg.max_sessions_per_prefix == 0
+        || cfg.max_channels == 0
+        || (cfg
+            .max_receive_memory_per_prefix
+            .min(cfg.max_receive_memory))
+            < u64::from(cfg.window)
         || cfg.max_accepted_channels == 0
         || cfg.max_queued_control == 0
     {
         return bad(
-            "max_sockets, max_sessions(_per_peer), max_pending_links_per_peer, \
-             max_handshakes_per_peer, max_accepted_channels, max_queued_control and \
-             accept_backlog must be at least 1"
+            "max_sockets, max_sessions(_per_peer, _per_prefix), max_pending_links_per_peer \
+             (_per_prefix), max_handshakes_per_peer (_per_prefix), max_channels, \
+             max_accepted_channels, max_queued_control and accept_backlog must be at least 1, \
+             and max_receive_memory (_per_prefix) at least one window"
                 .into(),
         );
     }
@@ -200,20 +216,20 @@ impl Endpoint {
             None
         };
         let driver = cfg.app_driven.then(Arc::default);
+        let cfg = Arc::new(cfg);
+        let guard = Guard::new(cfg.clone());
         let inner = Arc::new(Inner {
             driver,
-            cfg: Arc::new(cfg),
+            cfg,
             listeners: Arc::default(),
             pool,
             outgoing: Mutex::default(),
             incoming: Mutex::default(),
             local: listener.as_ref().map(|l| l.local_addr()).transpose()?,
             shutdown: AtomicBool::new(false),
-            rejected: AtomicU64::new(0),
-            last_rejection: Mutex::new(None),
             pending: Mutex::default(),
-            handshakes: AtomicUsize::new(0),
-            handshakes_by_peer: Mutex::default(),
+            handshakes: Mutex::default(),
+            guard,
         });
         if let Some(l) = listener {
             let i = inner.clone();
@@ -290,6 +306,7 @@ impl Endpoint {
             listeners: self.inner.listeners.clone(),
             pool: self.inner.pool.clone(),
             driver: self.inner.driver.clone(),
+            guard: None,
         })?;
         if let Some(every) = cfg.reconnect_interval {
             let (weak, cfg) = (Arc::downgrade(&session), cfg.clone());
@@ -343,8 +360,10 @@ impl Endpoint {
                         .collect(),
                 })
                 .collect(),
-            rejected_channels: self.inner.rejected.load(Ordering::Relaxed),
-            last_rejection: lock(&self.inner.last_rejection).clone(),
+            rejected_channels: self.inner.guard.rejected.load(Ordering::Relaxed),
+            last_rejection: lock(&self.inner.guard.last_rejection).clone(),
+            rejected_opens: self.inner.guard.rejected_opens.load(Ordering::Relaxed),
+            receive_memory_leased: self.inner.guard.memory_leased(),
             copy_worker_bytes: self
                 .inner
                 .pool
@@ -407,6 +426,41 @@ fn send_hello(
     Ok((s, hello))
 }
 
+/// Reads all of `buf` by `deadline`: each read waits only what is left, so a peer that
+/// sends a byte now and then cannot stretch the wait (a per-read timeout restarts with every
+/// byte: one byte every 3 s held a handshake place for minutes).
+fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{got} of {} bytes by the deadline (hello_timeout)",
+                    buf.len()
+                ),
+            ));
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("closed after {got} of {} bytes", buf.len()),
+                ));
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Reads the peer's HELLO answer on a channel and checks it matches ours; the peer's
 /// max_frame.
 fn read_hello_answer(
@@ -415,9 +469,8 @@ fn read_hello_answer(
     s: &mut TcpStream,
     mine: &Hello,
 ) -> io::Result<u32> {
-    s.set_read_timeout(Some(cfg.hello_timeout))?;
     let mut b = [0u8; HEADER_LEN + HELLO_LEN];
-    s.read_exact(&mut b)
+    read_exact_by(s, &mut b, Instant::now() + cfg.hello_timeout)
         .map_err(|e| io::Error::new(e.kind(), format!("HELLO answer from {peer}: {e}")))?;
     let theirs = Hello::decode(&b).map_err(|e| {
         io::Error::new(
@@ -513,42 +566,40 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
     }
 }
 
-/// One of `max_handshakes` places (and of the peer's `max_handshakes_per_peer`), given back
-/// when dropped: on return, on a failed spawn and while a panicking handshake thread unwinds.
-/// A place that leaked would, after `max_handshakes` of them, refuse every new session for
-/// good.
+/// One handshake place (counted per address, per prefix and in all), given back when
+/// dropped: on return, on a failed spawn and while a panicking handshake thread unwinds. A
+/// place that leaked would, after `max_handshakes` of them, refuse every new session for good.
 struct HandshakeSlot(Arc<Inner>, IpAddr);
 
 impl HandshakeSlot {
     fn take(inner: &Arc<Inner>, peer: IpAddr) -> Result<HandshakeSlot, String> {
-        let mut by_peer = lock(&inner.handshakes_by_peer);
-        let mine = by_peer.get(&peer).copied().unwrap_or(0);
-        if mine >= inner.cfg.max_handshakes_per_peer {
-            return Err(format!(
-                "{mine} handshakes from this address in progress (max_handshakes_per_peer)"
-            ));
-        }
-        inner
-            .handshakes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < inner.cfg.max_handshakes).then_some(n + 1)
-            })
-            .map_err(|n| format!("{n} handshakes in progress (max_handshakes)"))?;
-        by_peer.insert(peer, mine + 1);
+        let cfg = &inner.cfg;
+        let caps = Caps {
+            per_address: (
+                cfg.max_handshakes_per_peer as u64,
+                "max_handshakes_per_peer",
+            ),
+            per_prefix: (
+                cfg.max_handshakes_per_prefix as u64,
+                "max_handshakes_per_prefix",
+            ),
+            total: (cfg.max_handshakes as u64, "max_handshakes"),
+        };
+        lock(&inner.handshakes).take(
+            "handshakes in progress",
+            peer,
+            inner.guard.prefix(peer),
+            1,
+            &caps,
+        )?;
         Ok(HandshakeSlot(inner.clone(), peer))
     }
 }
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
-        let mut by_peer = lock(&self.0.handshakes_by_peer);
-        if let Some(n) = by_peer.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                by_peer.remove(&self.1);
-            }
-        }
-        self.0.handshakes.fetch_sub(1, Ordering::AcqRel);
+        let net = self.0.guard.prefix(self.1);
+        lock(&self.0.handshakes).give_back(self.1, net, 1);
     }
 }
 
@@ -586,8 +637,7 @@ fn fd_budget(cfg: &Config, channels: usize) -> Result<(), String> {
 }
 
 fn reject(inner: &Inner, from: SocketAddr, why: &str) {
-    inner.rejected.fetch_add(1, Ordering::Relaxed);
-    *lock(&inner.last_rejection) = Some(format!("channel from {from}: {why}"));
+    inner.guard.reject(format!("channel from {from}: {why}"));
 }
 
 /// A HELLO for a session that exists: the connecting side re-dials a dead channel. The
@@ -630,10 +680,9 @@ fn rejoin(
 /// link is complete.
 fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(), String> {
     let cfg = &inner.cfg;
-    s.set_read_timeout(Some(cfg.hello_timeout))
-        .map_err(|e| e.to_string())?;
     let mut b = [0u8; HEADER_LEN + HELLO_LEN];
-    s.read_exact(&mut b).map_err(|e| format!("no HELLO: {e}"))?;
+    read_exact_by(&mut s, &mut b, Instant::now() + cfg.hello_timeout)
+        .map_err(|e| format!("no HELLO: {e}"))?;
     let hello = Hello::decode(&b).map_err(|e| e.to_string())?;
     let existing = lock(&inner.incoming)
         .iter()
@@ -646,19 +695,30 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         let mut pending = lock(&inner.pending);
         pending.retain(|_, p| p.since.elapsed() < cfg.hello_timeout);
         if !pending.contains_key(&hello.link_id) {
-            if pending.len() >= cfg.max_pending_links {
-                return Err(format!("{} links already half-open", pending.len()));
-            }
-            let from_peer = pending
-                .values()
-                .filter(|p| p.peer.ip() == from.ip())
-                .count();
-            if from_peer >= cfg.max_pending_links_per_peer {
-                return Err(format!(
-                    "{from_peer} links from this address already half-open \
-                     (max_pending_links_per_peer)"
-                ));
-            }
+            let net = inner.guard.prefix(from.ip());
+            let counts = pending.values().fold((0, 0, 0), |(a, p, t), l| {
+                (
+                    a + u64::from(l.peer.ip() == from.ip()),
+                    p + u64::from(inner.guard.prefix(l.peer.ip()) == net),
+                    t + 1,
+                )
+            });
+            limits::fits(
+                "links half-open",
+                1,
+                counts,
+                &Caps {
+                    per_address: (
+                        cfg.max_pending_links_per_peer as u64,
+                        "max_pending_links_per_peer",
+                    ),
+                    per_prefix: (
+                        cfg.max_pending_links_per_prefix as u64,
+                        "max_pending_links_per_prefix",
+                    ),
+                    total: (cfg.max_pending_links as u64, "max_pending_links"),
+                },
+            )?;
             let total = usize::try_from(hello.total_channels()).unwrap_or(usize::MAX);
             if total > usize::from(cfg.max_accepted_channels) {
                 return Err(format!(
@@ -708,19 +768,36 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
     // last place. The writes below are 56-byte answers into fresh sockets: they do not block.
     let mut incoming = lock(&inner.incoming);
     incoming.retain(|s| s.is_alive());
-    if incoming.len() >= cfg.max_sessions {
+    let (ip, net) = (link.peer.ip(), inner.guard.prefix(link.peer.ip()));
+    let counts = incoming.iter().fold((0, 0, 0), |(a, p, t), s| {
+        (
+            a + u64::from(s.peer.ip() == ip),
+            p + u64::from(inner.guard.prefix(s.peer.ip()) == net),
+            t + 1,
+        )
+    });
+    limits::fits(
+        "sessions accepted",
+        1,
+        counts,
+        &Caps {
+            per_address: (cfg.max_sessions_per_peer as u64, "max_sessions_per_peer"),
+            per_prefix: (
+                cfg.max_sessions_per_prefix as u64,
+                "max_sessions_per_prefix",
+            ),
+            total: (cfg.max_sessions as u64, "max_sessions"),
+        },
+    )?;
+    // Channels are capped in all (each holds descriptors and threads here); a session's
+    // share per address and prefix follows from its session caps and max_accepted_channels.
+    let channels: usize = incoming.iter().map(|s| s.channels.len()).sum();
+    if channels + link.slots.len() > cfg.max_channels {
         return Err(format!(
-            "{} sessions already accepted (max_sessions)",
-            incoming.len()
-        ));
-    }
-    let from_peer = incoming
-        .iter()
-        .filter(|s| s.peer.ip() == link.peer.ip())
-        .count();
-    if from_peer >= cfg.max_sessions_per_peer {
-        return Err(format!(
-            "{from_peer} sessions from this address already accepted (max_sessions_per_peer)"
+            "{channels} channels of accepted sessions alive, {} more would pass {} \
+             (max_channels)",
+            link.slots.len(),
+            cfg.max_channels
         ));
     }
     let mut streams = Vec::with_capacity(link.slots.len());
@@ -753,6 +830,7 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         listeners: inner.listeners.clone(),
         pool: inner.pool.clone(),
         driver: inner.driver.clone(),
+        guard: Some(inner.guard.clone()),
     })
     .map_err(|e| e.to_string())?;
     incoming.push(session);

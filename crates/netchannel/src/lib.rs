@@ -45,6 +45,7 @@ pub mod drive;
 mod endpoint;
 mod error;
 pub mod frame_io;
+pub mod limits;
 mod poll;
 pub mod preload_env;
 #[cfg(feature = "proxy")]

@@ -37,6 +37,23 @@ pub const ENV_RECEIVE: &str = "NETSTEER_NC_RECEIVE";
 /// process that talks to it).
 pub const SESSIONS_PER_PEER: usize = 4;
 
+/// What all peers together may take of a preloaded program, whatever they send (the library
+/// [`crate::Config`]'s defaults are sized for a dedicated proxy; a preloaded program is
+/// somebody's service, so it gives peers less). Stated in docs/netchannel.md and driven past
+/// by the preload's hostile-peer test.
+pub fn apply_peer_caps(cfg: &mut crate::Config) {
+    cfg.max_sessions_per_peer = SESSIONS_PER_PEER;
+    cfg.max_sessions = 128;
+    cfg.max_sessions_per_prefix = 32;
+    // Three channels a session by default: 128 sessions' worth. Each costs the program two
+    // threads (its writer and its standby reader) and two descriptors.
+    cfg.max_channels = 384;
+    cfg.max_handshakes = 64;
+    cfg.max_handshakes_per_prefix = 32;
+    cfg.max_receive_memory = 2 << 30;
+    cfg.max_receive_memory_per_prefix = 512 << 20;
+}
+
 const ALL: [&str; 10] = [
     ENV_PEERS,
     ENV_LISTEN,

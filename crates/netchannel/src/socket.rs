@@ -135,9 +135,17 @@ pub(crate) struct VsShared {
     /// the session's table (as TCP keeps sending after close(2)) until the peer has consumed
     /// everything, so a channel dying now still cannot lose those bytes.
     pub lingering: std::sync::atomic::AtomicBool,
+    /// The receive window leased from the endpoint's budget for a socket a peer opened;
+    /// given back when the last reference to the socket goes.
+    lease: Option<crate::limits::Lease>,
 }
 
 impl VsShared {
+    pub fn leased(mut self, lease: Option<crate::limits::Lease>) -> VsShared {
+        self.lease = lease;
+        self
+    }
+
     pub fn new(
         local: u16,
         remote: u16,
@@ -162,6 +170,7 @@ impl VsShared {
             }),
             rx_cv: Condvar::new(),
             lingering: std::sync::atomic::AtomicBool::new(false),
+            lease: None,
             tx: Mutex::new(Tx {
                 state,
                 unacked: VecDeque::new(),

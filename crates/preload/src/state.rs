@@ -134,7 +134,7 @@ pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
         return Ok(e.clone());
     }
     let s = settings();
-    let cfg = Config {
+    let mut cfg = Config {
         throughput_channels: s.channels,
         latency_channels: s.latency_channels,
         window: s.window,
@@ -144,10 +144,10 @@ pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
         inline_send: true,
         async_inline_send: true,
         session_memory: s.session_memory,
-        max_sessions_per_peer: netchannel::preload_env::SESSIONS_PER_PEER,
         app_driven: s.app_driven,
         ..Config::default()
     };
+    netchannel::preload_env::apply_peer_caps(&mut cfg);
     let e = Arc::new(match s.listen {
         Some(addr) => Endpoint::listen(addr, cfg)?,
         None => Endpoint::new(cfg)?,

@@ -150,6 +150,7 @@ pub(crate) struct Session {
     space_wakers: Mutex<Vec<std::task::Waker>>,
     async_space_waiters: AtomicUsize,
     driver: Option<Arc<Driver>>,
+    guard: Option<Arc<crate::limits::Guard>>,
 }
 
 pub(crate) struct SessionParts {
@@ -163,6 +164,9 @@ pub(crate) struct SessionParts {
     pub pool: Option<Arc<CopyPool>>,
     /// Set when the application's threads read the channels ([`Config::app_driven`]).
     pub driver: Option<Arc<Driver>>,
+    /// An accepted session's share of the endpoint's caps (receive memory); None for a
+    /// session this side dialed.
+    pub guard: Option<Arc<crate::limits::Guard>>,
 }
 
 mod failure;
@@ -222,6 +226,7 @@ impl Session {
             space_wakers: Mutex::default(),
             async_space_waiters: AtomicUsize::new(0),
             driver: p.driver,
+            guard: p.guard,
         });
         for (slot, reader) in session.channels.iter().zip(readers) {
             session.run_channel(slot.load_full(), reader)?;

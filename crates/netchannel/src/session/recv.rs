@@ -258,21 +258,41 @@ impl Session {
                 drop(t);
                 return refuse(RstReason::TooManySockets);
             }
+            let is_new = !t.socks.contains_key(&(h.dst_port, h.src_port));
+            // Each socket a peer opens leases its receive window from the endpoint's
+            // budget (per prefix and in all), held until the socket is gone.
+            let lease = match (&self.guard, is_new) {
+                (Some(g), true) => match g.lease(self.peer.ip()) {
+                    Ok(l) => Some(l),
+                    Err(why) => {
+                        drop(t);
+                        g.refuse_open(format!(
+                            "OPEN of virtual port {} from {}: {why}",
+                            h.dst_port, self.peer
+                        ));
+                        return refuse(RstReason::TooManySockets);
+                    }
+                },
+                _ => None,
+            };
             if t.socks.contains_key(&(h.dst_port, h.src_port)) {
                 // The opener re-sends OPEN when a channel dies before it saw OPEN_ACK (which
                 // may have been on that channel): answer again.
                 drop(t);
                 return self.send_raw_control(ch, ack);
             }
-            let vs = Arc::new(VsShared::new(
-                h.dst_port,
-                h.src_port,
-                class,
-                self.cfg.policy,
-                u64::from(self.cfg.window),
-                OpenState::Open,
-                self.send_window(h.credit),
-            ));
+            let vs = Arc::new(
+                VsShared::new(
+                    h.dst_port,
+                    h.src_port,
+                    class,
+                    self.cfg.policy,
+                    u64::from(self.cfg.window),
+                    OpenState::Open,
+                    self.send_window(h.credit),
+                )
+                .leased(lease),
+            );
             t.socks.insert((h.dst_port, h.src_port), vs.clone());
             vs
         };

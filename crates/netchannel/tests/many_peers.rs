@@ -1,0 +1,332 @@
+//! Hostile peers, round three (issue 53): a peer with many addresses, caps for the whole
+//! endpoint, and a HELLO that drips. Each test drives an attack past the cap it checks, reads
+//! the refusal's named cap, and has a legitimate peer served afterwards.
+
+use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
+use netchannel::{Class, Config, Endpoint, SocketOptions};
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A TCP connection to `to` from loopback address `from`.
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&SockAddr::from(local)).unwrap();
+    s.connect_timeout(&SockAddr::from(to), Duration::from_secs(5))
+        .unwrap();
+    s.into()
+}
+
+fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HEADER_LEN + 32] {
+    Hello {
+        version: u16::from(netchannel::wire::VERSION),
+        link_id: link,
+        channel_index: index,
+        class: if index < thpt {
+            Class::Throughput
+        } else {
+            Class::Latency
+        },
+        throughput_channels: thpt,
+        latency_channels: lat,
+        max_frame: 65536,
+    }
+    .encode()
+}
+
+/// A one-channel session from `from`: Some(stream) when the server answered the HELLO.
+fn one_channel(from: &str, addr: SocketAddr, link: u64) -> Option<TcpStream> {
+    let mut s = connect_from(from, addr);
+    s.write_all(&hello(link, 0, 1, 0)).ok()?;
+    let mut answer = [0u8; HEADER_LEN + 32];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.read_exact(&mut answer).ok()?;
+    Some(s)
+}
+
+/// The last rejection once it names `what` (recorded just after the close), or as it is
+/// after five seconds.
+fn rejection(e: &Endpoint, what: &str) -> String {
+    let t = Instant::now();
+    loop {
+        let why = e.stats().last_rejection.unwrap_or_default();
+        if why.contains(what) || t.elapsed() > Duration::from_secs(5) {
+            return why;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A legitimate peer (from 127.0.0.1, another /24 than the attackers') opens a socket and is
+/// served.
+fn served(server: &Endpoint, port: u16) {
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(port).unwrap();
+    let client = Endpoint::new(Config::default()).unwrap();
+    let c = client
+        .connect(addr, port, SocketOptions::default())
+        .unwrap_or_else(|e| {
+            panic!(
+                "the legitimate peer was refused: {e}; server: {:?}",
+                server.stats().last_rejection
+            )
+        });
+    (&c).write_all(b"ok").unwrap();
+    let mut b = [0u8; 2];
+    (&l.accept().unwrap()).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ok");
+}
+
+/// 64 addresses of one /24 opening four sessions each (256, every place of `max_sessions`
+/// by per-address counting alone) get `max_sessions_per_prefix` between them; the refusal
+/// names it, and a peer of another prefix is served. (Before: the 64 addresses took all 256
+/// places in 0.2 s and the legitimate peer was refused.)
+#[test]
+fn many_addresses_of_one_prefix_share_one_prefix_s_places() {
+    let _g = serial();
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let cfg = Config::default();
+    let mut held = Vec::new();
+    let mut link = 1u64;
+    for host in 1..=64 {
+        for _ in 0..4 {
+            if let Some(s) = one_channel(&format!("127.1.0.{host}"), addr, link) {
+                held.push(s);
+            }
+            link += 1;
+        }
+    }
+    assert!(
+        held.len() <= cfg.max_sessions_per_prefix,
+        "{} sessions from one /24",
+        held.len()
+    );
+    let why = rejection(&server, "max_sessions_per_prefix");
+    assert!(why.contains("max_sessions_per_prefix"), "{why}");
+    served(&server, 1);
+    drop(held);
+}
+
+/// Eight prefixes, each within its own caps, together reach the endpoint's `max_channels`:
+/// the link past it is refused by that name, and the channels alive never pass it.
+#[test]
+fn channels_are_capped_for_the_whole_endpoint() {
+    let _g = serial();
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            max_channels: 40,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let mut held = Vec::new();
+    for net in 1..=8u64 {
+        // Two links of four channels from each prefix.
+        for k in 0..2u64 {
+            let link = net * 100 + k;
+            let mut chans: Vec<TcpStream> = (0..4u16)
+                .map(|i| {
+                    let mut c = connect_from(&format!("127.2.{net}.1"), addr);
+                    c.write_all(&hello(link, i, 4, 0)).unwrap();
+                    c
+                })
+                .collect();
+            let answered = chans.iter_mut().all(|c| {
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                c.read_exact(&mut [0u8; HEADER_LEN + 32]).is_ok()
+            });
+            if answered {
+                held.push(chans);
+            }
+        }
+    }
+    let alive: usize = server
+        .stats()
+        .sessions
+        .iter()
+        .map(|s| s.channels.iter().filter(|c| c.alive).count())
+        .sum();
+    assert!(alive <= 40, "{alive} channels alive");
+    assert_eq!(held.len(), 10, "links of four accepted under a cap of 40");
+    let why = rejection(&server, "max_channels");
+    assert!(why.contains("(max_channels)"), "{why}");
+    drop(held);
+    // The dead are forgotten at the next accept: a new peer's link fits again.
+    let t = Instant::now();
+    while server
+        .stats()
+        .sessions
+        .iter()
+        .any(|s| s.channels.iter().any(|c| c.alive))
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    served(&server, 2);
+}
+
+/// A peer opening virtual sockets leases a receive window for each: past the prefix's share of
+/// receive memory its OPENs are reset and the refusal names the cap; the leases come back when
+/// its session goes. (Before: memory was bounded per session only; each address added its own
+/// share.)
+#[test]
+fn receive_memory_is_leased_per_socket_and_capped_per_prefix() {
+    let _g = serial();
+    let window = 64 << 10;
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            window,
+            max_frame: 1 << 16,
+            max_receive_memory_per_prefix: 16 * u64::from(window),
+            max_receive_memory: 64 * u64::from(window),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(9).unwrap();
+    // Two addresses of one prefix, 20 OPENs each.
+    let mut acks = 0;
+    let mut resets = 0;
+    let mut held = Vec::new();
+    for (n, from) in ["127.3.0.1", "127.3.0.2"].iter().enumerate() {
+        let mut s = one_channel(from, addr, 900 + n as u64).unwrap();
+        for port in 0..20u16 {
+            let open = Header::control(FrameType::Open, 40000 + port, 9, window, 0);
+            s.write_all(&open.encode()).unwrap();
+        }
+        let mut answers = 0;
+        while answers < 20 {
+            let mut raw = [0u8; HEADER_LEN];
+            s.read_exact(&mut raw).unwrap();
+            let h = Header::decode(&raw, 1 << 20).unwrap_or_else(|e| panic!("{e}"));
+            let mut rest = vec![0u8; h.wire_len() - HEADER_LEN];
+            s.read_exact(&mut rest).unwrap();
+            match h.kind {
+                FrameType::OpenAck => acks += 1,
+                FrameType::Rst => resets += 1,
+                _ => continue,
+            }
+            answers += 1;
+        }
+        held.push(s);
+    }
+    assert_eq!((acks, resets), (16, 24));
+    let stats = server.stats();
+    assert_eq!(stats.receive_memory_leased, 16 * u64::from(window));
+    assert_eq!(stats.rejected_opens, 24);
+    let why = stats.last_rejection.unwrap_or_default();
+    assert!(why.contains("max_receive_memory_per_prefix"), "{why}");
+    // The accepted sockets are the application's; when they and the peers' sessions are gone,
+    // so are the leases.
+    let mut accepted = Vec::new();
+    for _ in 0..16 {
+        accepted.push(l.accept().unwrap());
+    }
+    drop(accepted);
+    drop(held);
+    let t = Instant::now();
+    while server.stats().receive_memory_leased != 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.stats().receive_memory_leased, 0);
+    served(&server, 10);
+}
+
+/// A HELLO sent a byte at a time, each byte well inside `hello_timeout` of the last, is cut
+/// off when the whole HELLO is late: the deadline is for all of it, not for each read.
+/// (Before: one byte every 3 s held a handshake place for minutes.)
+#[test]
+fn a_dripped_hello_is_cut_off_at_its_deadline() {
+    let _g = serial();
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            hello_timeout: Duration::from_secs(2),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let mut s = connect_from("127.4.0.1", addr);
+    let bytes = hello(1, 0, 1, 0);
+    let mut sent = 0;
+    // 200 ms a byte: the 56 bytes would take 11 s.
+    for b in bytes {
+        if s.write_all(&[b]).is_err() {
+            break;
+        }
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(200));
+        // A closed connection shows as EOF on a non-blocking read.
+        s.set_nonblocking(true).unwrap();
+        let closed = matches!(s.read(&mut [0u8; 1]), Ok(0));
+        s.set_nonblocking(false).unwrap();
+        if closed {
+            break;
+        }
+    }
+    assert!(sent < bytes.len(), "the whole dripped HELLO was taken");
+    let why = rejection(&server, "hello_timeout");
+    assert!(
+        why.contains("no HELLO") && why.contains("hello_timeout"),
+        "{why}"
+    );
+}
+
+/// The connecting side's wait for the HELLO answer is one deadline too: a server dripping its
+/// answer makes `connect` fail with TimedOut naming the peer, not hang for the drip's length.
+#[test]
+fn a_dripped_hello_answer_fails_the_connect_at_its_deadline() {
+    let _g = serial();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let dripper = std::thread::spawn(move || {
+        // Every channel's HELLO is answered, a byte every 200 ms.
+        let mut conns = Vec::new();
+        l.set_nonblocking(false).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let mut h = [0u8; HEADER_LEN + 32];
+        s.read_exact(&mut h).unwrap();
+        let theirs = Hello::decode(&h).unwrap();
+        let answer = Hello {
+            max_frame: 65536,
+            ..theirs
+        }
+        .encode();
+        for b in answer {
+            if s.write_all(&[b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        conns.push(s);
+    });
+    let client = Endpoint::new(Config {
+        hello_timeout: Duration::from_secs(2),
+        throughput_channels: 1,
+        latency_channels: 0,
+        ..Config::default()
+    })
+    .unwrap();
+    let e = client
+        .connect(addr, 1, SocketOptions::default())
+        .map(|_| ())
+        .expect_err("a dripped HELLO answer was waited out");
+    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+    assert!(e.to_string().contains("hello_timeout"), "{e}");
+    dripper.join().unwrap();
+}
