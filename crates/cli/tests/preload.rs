@@ -726,3 +726,328 @@ fn one_peer_is_held_to_its_memory_bound() {
         assert_eq!(&got, b"+PONG\r\n");
     });
 }
+
+/// Runs `script` with python3 preloaded as a client of `r`'s Redis; its stdout and stderr, and
+/// whether it exited 0.
+fn python_client(r: &Redis, script: &str) -> (bool, String, String) {
+    let role = ["--peer", &r.listen, "--ports", "6379"];
+    let mut run = spawn(
+        &r.pair.client,
+        &preloaded(&role, &["python3", "-c", script]),
+        &[],
+    );
+    let out = run.0.take().unwrap().wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Hardening round three: what real programs do with descriptors. Each part failed before:
+/// after `os.closerange` (close_range(2)) a file opened on the number sent its writes to
+/// Redis and stayed empty; `dup2` over an epoll set left the old set's registrations
+/// answering under the number; a forked child's epoll_wait on the parent's set read frames
+/// off the parent's channels (the parent then died with EPIPE); `fdopen` gave a FILE whose
+/// writes vanished; `F_DUPFD` at 65,536 or above gave a number that read the eventfd.
+#[test]
+fn descriptors_closed_duplicated_or_inherited_stay_right() {
+    if let Err(why) = tools_present() {
+        return cannot_run(&why);
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = start_redis();
+    let script = format!(
+        r#"
+import ctypes, errno, fcntl, os, resource, select, socket, sys, tempfile
+PING = b"*1\r\n$4\r\nPING\r\n"
+def conn():
+    return socket.create_connection(("{SERVER_ADDR}", 6379), timeout=10)
+def pong(s):
+    s.sendall(PING)
+    got = b""
+    while len(got) < 7:
+        got += s.recv(7 - len(got))
+    assert got == b"+PONG\r\n", got
+
+# 1. close_range: the number is a file's afterwards.
+s = conn(); pong(s)
+fd = s.fileno()
+s.detach()
+os.closerange(fd, fd + 1)
+d = tempfile.mkdtemp()
+f = os.open(os.path.join(d, "f"), os.O_CREAT | os.O_RDWR)
+assert f == fd, (f, fd)
+os.write(f, b"file data")
+os.lseek(f, 0, 0)
+assert os.read(f, 100) == b"file data", "the file's bytes went elsewhere"
+os.close(f)
+print("closerange ok")
+
+# 2. dup2 over an epoll set: the number is the new set, with nothing of the old one.
+s = conn()
+ep1 = select.epoll(); ep1.register(s.fileno(), select.EPOLLIN)
+ep2 = select.epoll()
+os.dup2(ep2.fileno(), ep1.fileno())
+s.sendall(PING)
+assert ep2.poll(5) == [], "the new set reported the old set's socket"
+assert ep1.poll(0.5) == [], "the number still answered for the old set"
+assert s.recv(7) == b"+PONG\r\n"
+print("dup2 ok")
+
+# 3. fork: the child never reads the parent's set; the parent's connection lives on.
+s = conn(); pong(s)
+ep = select.epoll(); ep.register(s.fileno(), select.EPOLLIN)
+pid = os.fork()
+if pid == 0:
+    try:
+        ep.poll(1)
+        os._exit(3)
+    except OSError as e:
+        os._exit(0 if e.errno == errno.EOPNOTSUPP else 4)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+for _ in range(20):
+    pong(s)
+s.sendall(PING)
+assert ep.poll(10) == [(s.fileno(), select.EPOLLIN)]
+assert s.recv(7) == b"+PONG\r\n"
+print("fork ok")
+
+# 4. stdio: fdopen is refused by name, never a FILE that loses data.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fdopen.restype = ctypes.c_void_p
+assert libc.fdopen(s.fileno(), b"w") is None
+assert ctypes.get_errno() == errno.EOPNOTSUPP, ctypes.get_errno()
+pong(s)
+print("fdopen ok")
+
+# 5. F_DUPFD far up is the same socket, as on TCP: at 65,536 where the hard limit allows
+# (above the library's bitmap; raising the hard limit needs CAP_SYS_RESOURCE, which some
+# containers lack), else just under the limit.
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+target = 65536 if hard > 65536 else hard - 64
+s.setblocking(True)
+high = fcntl.fcntl(s.fileno(), fcntl.F_DUPFD, target)
+assert high >= target, high
+os.write(high, PING)
+got = b""
+while len(got) < 7:
+    got += os.read(high, 7 - len(got))
+assert got == b"+PONG\r\n", got
+os.close(high)
+pong(s)
+print("high ok")
+"#
+    );
+    let (ok, stdout, stderr) = python_client(&r, &script);
+    assert!(ok, "{stdout} {stderr}");
+    for part in ["closerange", "dup2", "fork", "fdopen", "high"] {
+        assert!(
+            stdout.contains(&format!("{part} ok")),
+            "{part}: {stdout} {stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("epoll_wait() on epoll set") && stderr.contains("inherited across fork()"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("fdopen(fd"), "{stderr}");
+}
+
+/// A preloaded server: python3 listening on `bind`:`port` (ports `port` and 9302 carried, with
+/// `--listen SERVER_ADDR:7700`), then running `script_tail`; waited for until the channel
+/// port listens (the tail's first accept makes the endpoint).
+fn python_server(pair: &Pair, bind: &str, port: u16, script_tail: &str) -> Running {
+    let listen = format!("{SERVER_ADDR}:{CHANNEL_PORT}");
+    let port_s = port.to_string();
+    let script = format!(
+        r#"
+import errno, os, resource, socket, sys, time
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("{bind}", {port}))
+l.listen(16)
+print("ready", flush=True)
+{script_tail}
+"#
+    );
+    let ports = format!("{port_s},9302");
+    let role = ["--listen", listen.as_str(), "--ports", ports.as_str()];
+    let args = preloaded(&role, &["python3", "-u", "-c", &script]);
+    let r = spawn(&pair.server, &args, &[]);
+    wait_port(&pair.server, bind, port);
+    wait_port(&pair.server, SERVER_ADDR, CHANNEL_PORT);
+    r
+}
+
+/// `--listen` takes over a listener only where channels arrive: one bound to 127.0.0.1 stays
+/// plain TCP, so no peer reaches it through the channel address, while the same program's
+/// listener on every address is reached. (Before: any listener of the port was taken over,
+/// and a loopback-only service became reachable from another host.)
+#[test]
+fn a_loopback_only_listener_is_not_reachable_through_the_channel_address() {
+    if let Err(why) = tools_present() {
+        return cannot_run(&why);
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let tail = r#"
+l2 = socket.socket()
+l2.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l2.bind(("0.0.0.0", 9302))
+l2.listen(16)
+c, _ = l2.accept()
+c.sendall(b"hi")
+time.sleep(5)
+"#;
+    let server = python_server(&pair, "127.0.0.1", 9301, tail);
+    let peer: std::net::SocketAddr = format!("{SERVER_ADDR}:{CHANNEL_PORT}").parse().unwrap();
+    in_netns(&pair.client.path(), || {
+        use netchannel::{Config, Endpoint, SocketOptions};
+        let e = Endpoint::new(Config::default()).unwrap();
+        let c = e
+            .connect(peer, 9302, SocketOptions::default())
+            .expect("the listener on every address is reached");
+        let mut b = [0u8; 2];
+        (&c).read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"hi");
+        let r = e.connect(peer, 9301, SocketOptions::default());
+        assert!(
+            r.is_err(),
+            "a service bound to 127.0.0.1 was reached through the channel address"
+        );
+    });
+    let (_, stderr) = server.stop();
+    assert!(
+        stderr.contains("is bound to 127.0.0.1") && stderr.contains("stays plain TCP"),
+        "{stderr}"
+    );
+}
+
+/// accept(2) at the descriptor limit fails with EMFILE and leaves the connection queued, as
+/// TCP does: once a descriptor is free, the next accept gets it and it works. (Before: the
+/// connection was taken off the queue, then dropped.)
+#[test]
+fn accept_at_the_descriptor_limit_leaves_the_connection_queued() {
+    if let Err(why) = tools_present() {
+        return cannot_run(&why);
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = Pair::create(1);
+    let tail = r#"
+import select
+# The peer's session (its channels are descriptors here too) comes first, with one socket.
+c0, _ = l.accept()
+c0.settimeout(10)
+assert c0.recv(3) == b"one"
+# Then every descriptor up to a low limit is taken.
+soft = len(os.listdir("/proc/self/fd")) + 8
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+hold = []
+while True:
+    try:
+        hold.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        assert e.errno == errno.EMFILE, e
+        break
+print("full", flush=True)
+select.select([l], [], [], 30)
+try:
+    l.accept()
+    print("accepted while full", flush=True)
+    sys.exit(1)
+except OSError as e:
+    print("accept:", errno.errorcode[e.errno], flush=True)
+for fd in hold[:4]:
+    os.close(fd)
+c, _ = l.accept()
+c.settimeout(10)
+assert c.recv(5) == b"hello", "the queued connection lost its bytes"
+c.sendall(b"hi")
+print("served", flush=True)
+time.sleep(5)
+"#;
+    let mut server = python_server(&pair, "0.0.0.0", 9302, tail);
+    let stdout = server.0.as_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut wait_for = |want: &str| -> Vec<String> {
+        let mut seen = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            seen.push(line.clone());
+            if line.contains(want) {
+                return seen;
+            }
+        }
+        panic!("the server never said {want:?}: {seen:?}");
+    };
+    let peer: std::net::SocketAddr = format!("{SERVER_ADDR}:{CHANNEL_PORT}").parse().unwrap();
+    let (client, first) = in_netns(&pair.client.path(), || {
+        use netchannel::{Config, Endpoint, SocketOptions};
+        let e = Endpoint::new(Config::default()).unwrap();
+        let c = e.connect(peer, 9302, SocketOptions::default()).unwrap();
+        (&c).write_all(b"one").unwrap();
+        (e, c)
+    });
+    wait_for("full");
+    // A second socket on the same session: it needs no descriptor at the server until
+    // accepted.
+    let c = client
+        .connect(peer, 9302, netchannel::SocketOptions::default())
+        .expect("the connection is queued at the server");
+    (&c).write_all(b"hello").unwrap();
+    let said = wait_for("served");
+    assert!(said.iter().any(|l| l == "accept: EMFILE"), "{said:?}");
+    let mut b = [0u8; 2];
+    (&c).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"hi");
+    drop((c, first, client));
+}
+
+/// A blocking read interrupted by a signal restarts when the handler asked for it
+/// (SA_RESTART), as on TCP, and fails with EINTR when it did not. (Before: EINTR either way.)
+/// The read is libc's read(2) through ctypes, so CPython's own EINTR retry (PEP 475) plays no
+/// part; a thread sends the request that makes the reply arrive after the signal.
+#[test]
+fn a_blocking_read_restarts_under_sa_restart_and_not_otherwise() {
+    if let Err(why) = tools_present() {
+        return cannot_run(&why);
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = start_redis();
+    let script = format!(
+        r#"
+import ctypes, errno, signal, socket, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+# Only SIGALRM has a handler (Python's SIGINT handler has no SA_RESTART).
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+fired = []
+signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+def attempt(restart):
+    signal.siginterrupt(signal.SIGALRM, not restart)
+    s = socket.create_connection(("{SERVER_ADDR}", 6379), timeout=10)
+    s.setblocking(True)
+    later = threading.Timer(1.0, lambda: s.send(b"*1\r\n$4\r\nPING\r\n"))
+    later.start()
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    buf = ctypes.create_string_buffer(16)
+    n = libc.read(s.fileno(), buf, 7)
+    e = ctypes.get_errno()
+    later.join()
+    if n < 0 and e == errno.EINTR:
+        assert s.recv(7) == b"+PONG\r\n"
+    s.close()
+    return n, e, buf.raw[:max(n, 0)]
+n, e, got = attempt(True)
+assert (n, got) == (7, b"+PONG\r\n"), (n, errno.errorcode.get(e), got)
+n, e, got = attempt(False)
+assert n == -1 and e == errno.EINTR, (n, errno.errorcode.get(e), got)
+assert len(fired) == 2, fired
+print("signals ok")
+"#
+    );
+    let (ok, stdout, stderr) = python_client(&r, &script);
+    assert!(ok && stdout.contains("signals ok"), "{stdout} {stderr}");
+}

@@ -227,6 +227,17 @@ impl VListener {
         Poll::Pending
     }
 
+    /// Puts a connection taken by [`VListener::poll_accept`] back at the head of the queue,
+    /// for a caller that could not take it after all (no descriptor for it: `accept` at
+    /// EMFILE leaves the connection queued on TCP too). On a closed listener it is dropped,
+    /// which resets it as the rest of the queue was.
+    pub fn requeue(&self, s: VSocket) {
+        let mut q = lock(&self.queue.queue);
+        if !q.1 {
+            q.0.push_front(s);
+        }
+    }
+
     /// Whether a connection is queued now; with a context, the waker stays for the next one
     /// when none is.
     pub fn has_pending(&self, cx: Option<&mut Context<'_>>) -> bool {

@@ -50,6 +50,8 @@ impl Watch {
 pub(crate) struct EpState {
     /// The program's epoll descriptor.
     epfd: c_int,
+    /// The process that made it (see [`not_inherited`]).
+    owner: u32,
     regs: BTreeMap<c_int, Reg>,
     /// Registrations the program deleted whose descriptors are still open: their eventfds
     /// stay in the kernel's set (an arrival there is ignored), so that adding the socket
@@ -179,6 +181,7 @@ pub(crate) fn ctl(
         None if op == libc::EPOLL_CTL_ADD => {
             let st = EpState {
                 epfd,
+                owner: state::pid(),
                 regs: BTreeMap::new(),
                 parked: BTreeMap::new(),
                 recheck: Vec::new(),
@@ -190,6 +193,7 @@ pub(crate) fn ctl(
         None => return Err(libc::ENOENT),
     };
     let mut s = lock(&set);
+    not_inherited(&s, "epoll_ctl")?;
     match op {
         libc::EPOLL_CTL_ADD => {
             if s.regs.contains_key(&fd) {
@@ -309,20 +313,72 @@ pub(crate) fn forget_fd(fd: c_int) {
     }
 }
 
-/// An epoll descriptor was closed.
+/// An epoll descriptor was closed. A set the program holds under another number too (a dup)
+/// lives on under that number.
 pub(crate) fn forget_set(epfd: c_int) {
     state::set_epoll_ours(epfd, false);
-    let set = SETS
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&epfd);
-    if let Some(set) = set {
-        let mut s = lock(&set);
-        let parked = std::mem::take(&mut s.parked);
-        for (_, r) in std::mem::take(&mut s.regs).into_iter().chain(parked) {
-            state::release(r.obj);
+    let mut sets = SETS.write().unwrap_or_else(|p| p.into_inner());
+    let Some(set) = sets.remove(&epfd) else {
+        return;
+    };
+    let other = sets
+        .iter()
+        .find(|(_, s)| Arc::ptr_eq(s, &set))
+        .map(|(fd, _)| *fd);
+    drop(sets);
+    let mut s = lock(&set);
+    if let Some(other) = other {
+        if s.epfd == epfd {
+            s.epfd = other;
         }
+        return;
     }
+    let parked = std::mem::take(&mut s.parked);
+    for (_, r) in std::mem::take(&mut s.regs).into_iter().chain(parked) {
+        state::release(r.obj);
+    }
+}
+
+/// The epoll sets numbered in `lo..=hi` are closed (close_range, closefrom, dup2 over one).
+pub(crate) fn forget_sets_in(lo: c_int, hi: c_int) {
+    let fds: Vec<c_int> = SETS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .range(lo..=hi)
+        .map(|(fd, _)| *fd)
+        .collect();
+    for fd in fds {
+        forget_set(fd);
+    }
+}
+
+/// `new` is a dup of `old` (dup, dup2/dup3, F_DUPFD): when `old` is a set with virtual
+/// sockets, `new` names the same set (a wait on it must translate the tokens too).
+pub(crate) fn dup_set(old: c_int, new: c_int) {
+    if !state::epoll_is_ours(old) || old == new {
+        return;
+    }
+    let mut sets = SETS.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(set) = sets.get(&old).cloned() {
+        sets.insert(new, set);
+        state::set_epoll_ours(new, true);
+    }
+}
+
+/// A set made by another process (inherited across fork) is never used here: its virtual
+/// sockets' channels are that process's connections, and the kernel set itself is shared, so
+/// a wait here would take the parent's edge-triggered wake-ups and read frames off its
+/// channels (its connection then died with EPIPE).
+fn not_inherited(s: &EpState, call: &str) -> Result<(), c_int> {
+    if s.owner == state::pid() {
+        return Ok(());
+    }
+    sys::say(&format!(
+        "{call}() on epoll set {} inherited across fork(): it watches netchannel sockets of \
+         process {} (their channels are that process's connections); refused",
+        s.epfd, s.owner
+    ));
+    Err(libc::EOPNOTSUPP)
 }
 
 /// The epoll events of `obj` now, leaving its waker on what is not ready.
@@ -400,6 +456,10 @@ pub(crate) unsafe fn wait(
     };
     if max <= 0 || events.is_null() {
         sys::set_errno(libc::EINVAL);
+        return -1;
+    }
+    if let Err(e) = not_inherited(&lock(&set), "epoll_wait") {
+        sys::set_errno(e);
         return -1;
     }
     let max = max as usize;

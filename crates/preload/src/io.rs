@@ -9,7 +9,6 @@ use bytes_like::gather;
 use libc::c_int;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -69,7 +68,14 @@ pub(crate) fn block_on<T>(
         };
         let efd = obj.efd();
         let fds: Vec<c_int> = std::iter::once(efd).chain(also).collect();
-        wait_driving(&fds, ms)?;
+        match wait_driving(&fds, ms) {
+            // A signal came. TCP restarts a wait without a timeout when the handler has
+            // SA_RESTART and fails one with a timeout with EINTR (sock_intr_errno() in
+            // include/net/sock.h: -ERESTARTSYS only for MAX_SCHEDULE_TIMEOUT).
+            Err(libc::EINTR) if deadline.is_none() && sys::signals_restart() => {}
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
         sys::drain(efd);
     }
 }
@@ -280,8 +286,16 @@ pub(crate) fn accept(
         {
             match l.poll_accept(cx) {
                 Poll::Ready(Ok(vs)) => {
-                    drop(g);
-                    return Poll::Ready(adopt(vs, addr, len, flags));
+                    return Poll::Ready(match adopt(vs, addr, len, flags) {
+                        Ok(fd) => Ok(fd),
+                        // No descriptor for it (EMFILE, ENFILE): the connection goes back
+                        // to the head of the queue, as TCP leaves it queued, and the
+                        // program sees the errno.
+                        Err((e, vs)) => {
+                            l.requeue(vs);
+                            Err(e)
+                        }
+                    });
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(io_errno(e))),
                 Poll::Pending => {}
@@ -301,13 +315,23 @@ pub(crate) fn accept(
     })
 }
 
-/// A descriptor for an accepted virtual socket.
+/// A descriptor for an accepted virtual socket. Both descriptors it needs (the socket's
+/// eventfd and the program's number for it) are made before the socket is wrapped, so when
+/// either cannot be, the socket is handed back untouched.
 fn adopt(
     vs: netchannel::VSocket,
     addr: *mut libc::sockaddr,
     len: *mut libc::socklen_t,
     flags: c_int,
-) -> Result<c_int, c_int> {
+) -> Result<c_int, (c_int, netchannel::VSocket)> {
+    let efd = match sys::eventfd() {
+        Ok(f) => f,
+        Err(e) => return Err((io_errno(e), vs)),
+    };
+    let fd = match program_fd(efd.as_raw_fd()) {
+        Ok(fd) => fd,
+        Err(e) => return Err((e, vs)),
+    };
     let peer = std::net::SocketAddr::new(vs.peer_addr().ip(), vs.peer_port());
     let local = std::net::SocketAddr::new(
         state::settings()
@@ -315,13 +339,12 @@ fn adopt(
             .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |l| l.ip()),
         vs.local_port(),
     );
-    let obj = Obj::new(
+    let obj = Obj::with_wake(
         Kind::Stream { vs, local, peer },
+        efd,
         flags & libc::SOCK_NONBLOCK != 0,
         flags & libc::SOCK_CLOEXEC != 0,
-    )
-    .map_err(io_errno)?;
-    let fd = new_fd(&obj)?;
+    );
     if state::settings().verbose {
         sys::say(&format!("fd {fd}: accepted virtual connection from {peer}"));
     }
@@ -331,24 +354,15 @@ fn adopt(
     Ok(fd)
 }
 
-/// The program's descriptor for `obj`: a dup of its eventfd (always close-on-exec; see
-/// [`Obj::cloexec`]).
-pub(crate) fn new_fd(obj: &Arc<Obj>) -> Result<c_int, c_int> {
+/// The program's descriptor for a virtual socket: a close-on-exec dup (see [`Obj::cloexec`])
+/// of its eventfd `efd`, the lowest number free (as socket(2) and accept(2) give), at any
+/// height: numbers past the bitmap are looked up in the table.
+fn program_fd(efd: c_int) -> Result<c_int, c_int> {
     let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
     // SAFETY: F_DUPFD_CLOEXEC takes an int and returns a new descriptor or -1.
-    let fd = unsafe { fcntl(obj.efd(), libc::F_DUPFD_CLOEXEC, 0) };
+    let fd = unsafe { fcntl(efd, libc::F_DUPFD_CLOEXEC, 0) };
     if fd < 0 {
         return Err(sys::errno());
-    }
-    if fd as usize >= state::MAX_FD {
-        let close = real!(close: fn(c_int) -> c_int);
-        // SAFETY: closing the descriptor made just above.
-        unsafe { close(fd) };
-        sys::say(&format!(
-            "descriptor numbers reach {fd}: virtual sockets need numbers below {}",
-            state::MAX_FD
-        ));
-        return Err(libc::EMFILE);
     }
     Ok(fd)
 }

@@ -579,6 +579,73 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     unsafe { f(fd) }
 }
 
+/// close_range(2) (glibc 2.34): every virtual socket and epoll set in the range stops being
+/// one before the kernel closes the numbers, so a file opened later on a number is the
+/// file's (CPython's `os.closerange` and `subprocess` close descriptors this way; before,
+/// the library still took such a number for a virtual socket and sent the file's writes to
+/// the peer). With CLOSE_RANGE_CLOEXEC nothing closes: the flag is recorded as F_SETFD would.
+///
+/// # Safety
+/// The C prototype of close_range(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    const UNSHARE: c_int = 1 << 1;
+    const CLOEXEC: c_int = 1 << 2;
+    let f = real!(close_range: fn(libc::c_uint, libc::c_uint, c_int) -> c_int);
+    if first <= last && flags & !(UNSHARE | CLOEXEC) == 0 {
+        let (lo, hi) = (
+            first.min(c_int::MAX as libc::c_uint) as c_int,
+            last.min(c_int::MAX as libc::c_uint) as c_int,
+        );
+        if flags & CLOEXEC != 0 {
+            sock::mark_cloexec_range(lo, hi);
+        } else {
+            sock::forget_range(lo, hi);
+        }
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { f(first, last, flags) }
+}
+
+/// closefrom(3) (glibc 2.34): as [`close_range`] from `low` up.
+///
+/// # Safety
+/// The C prototype of closefrom(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    if low >= 0 {
+        sock::forget_range(low, c_int::MAX);
+    }
+    let f = real!(closefrom: fn(c_int) -> ());
+    // SAFETY: forwarded unchanged.
+    unsafe { f(low) }
+}
+
+/// fdopen(3) on a virtual socket is refused, loudly: the C library's stdio reads and writes
+/// through its own internal calls, which no preload sees, so a FILE on it would read and write
+/// the eventfd behind the number (before: `fwrite` + `fflush` succeeded and nothing arrived).
+///
+/// # Safety
+/// The C prototype of fdopen(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const libc::c_char) -> *mut libc::FILE {
+    if state::is_ours(fd) {
+        sys::say(&format!(
+            "fdopen(fd {fd}) on a netchannel socket: stdio bypasses the library's calls, so \
+             a FILE on it would lose data; refused with EOPNOTSUPP (use read/write/send/recv)"
+        ));
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    }
+    let f = real!(fdopen: fn(c_int, *const libc::c_char) -> *mut libc::FILE);
+    // SAFETY: forwarded unchanged.
+    unsafe { f(fd, mode) }
+}
+
 /// # Safety
 /// The C prototype of getsockname(2).
 #[unsafe(no_mangle)]
@@ -683,7 +750,11 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_long) -> c_in
         None => {
             let f = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
             // SAFETY: forwarded unchanged (see the ABI note above).
-            unsafe { f(fd, cmd, arg) }
+            let n = unsafe { f(fd, cmd, arg) };
+            if n >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+                epoll::dup_set(fd, n);
+            }
+            n
         }
     }
 }
@@ -697,7 +768,11 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_long) -> c_
         None => {
             let f = real!(fcntl64: fn(c_int, c_int, libc::c_long) -> c_int);
             // SAFETY: forwarded unchanged (see the ABI note on `fcntl`).
-            unsafe { f(fd, cmd, arg) }
+            let n = unsafe { f(fd, cmd, arg) };
+            if n >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+                epoll::dup_set(fd, n);
+            }
+            n
         }
     }
 }
@@ -726,7 +801,11 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     let Some(o) = state::get(fd) else {
         let f = real!(dup: fn(c_int) -> c_int);
         // SAFETY: forwarded unchanged.
-        return unsafe { f(fd) };
+        let n = unsafe { f(fd) };
+        if n >= 0 {
+            epoll::dup_set(fd, n);
+        }
+        return n;
     };
     // The copy of a virtual socket's descriptor is close-on-exec too (see `Obj::cloexec`).
     let f = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
@@ -743,12 +822,14 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     let o = state::get(old);
-    if old != new && state::is_ours(new) {
-        // dup3 closes `new` first: so does the library.
-        if let Some(prev) = state::remove(new) {
-            epoll::forget_fd(new);
-            state::release(prev);
-        }
+    let getfd = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+    // SAFETY: F_GETFD only reads the descriptor's flags: a closed `old` fails the dup3
+    // without closing `new`, so `new` is forgotten only when it will be closed.
+    if old != new && unsafe { getfd(old, libc::F_GETFD, 0) } >= 0 {
+        // dup3 closes `new` first: so does the library, for a virtual socket and for an
+        // epoll set (whose registrations would otherwise answer under the old set's data:
+        // a freed pointer in a real event loop).
+        sock::forget_range(new, new);
     }
     let f = real!(dup3: fn(c_int, c_int, c_int) -> c_int);
     // A virtual socket's copy is close-on-exec too (see `Obj::cloexec`).
@@ -759,10 +840,11 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     };
     // SAFETY: forwarded (with O_CLOEXEC for a virtual socket).
     let n = unsafe { f(old, new, flags) };
-    if n >= 0
-        && let Some(o) = o
-    {
-        sock::dup_to(o, n);
+    if n >= 0 {
+        match o {
+            Some(o) => sock::dup_to(o, n),
+            None => epoll::dup_set(old, n),
+        }
     }
     n
 }

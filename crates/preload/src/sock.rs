@@ -40,9 +40,6 @@ const CARRIED: [(c_int, c_int); 6] = [
 
 /// Puts `obj`'s eventfd at the number `fd` (closing the kernel socket there) and records it.
 fn install(fd: c_int, obj: Arc<Obj>) -> Result<(), c_int> {
-    if fd as usize >= state::MAX_FD {
-        return Err(libc::EMFILE);
-    }
     {
         let mut st = obj.st();
         for (level, name) in CARRIED {
@@ -131,6 +128,21 @@ pub(crate) fn listen(fd: c_int, backlog: c_int) -> Result<Option<()>, c_int> {
         return Ok(None);
     };
     if s.class_of(local.port()).is_none() {
+        return Ok(None);
+    }
+    // Channels arrive at the --listen address: a listener bound to another address (a
+    // service on 127.0.0.1 only) must not become reachable through it. Taken over only when
+    // bound to every address or to the channel address itself.
+    if let Some(channel) = s.listen
+        && !takes_over(local.ip(), channel.ip())
+    {
+        sys::say(&format!(
+            "fd {fd}: port {} is bound to {}, not to the netchannel address {} nor to all \
+             addresses; it stays plain TCP",
+            local.port(),
+            local.ip(),
+            channel.ip()
+        ));
         return Ok(None);
     }
     let lst = real!(listen: fn(c_int, c_int) -> c_int);
@@ -447,11 +459,46 @@ pub(crate) fn close(fd: c_int) -> c_int {
     r
 }
 
+/// Whether a listener bound to `bound` serves connections that arrive at `channel` (the
+/// --listen address): bound to all addresses, or to that one (an IPv4-mapped IPv6 address
+/// counts as its IPv4 address). A channel address of 0.0.0.0 accepts at every address, so
+/// only listeners on every address are taken over then.
+pub(crate) fn takes_over(bound: std::net::IpAddr, channel: std::net::IpAddr) -> bool {
+    let canon = |ip: std::net::IpAddr| match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    bound.is_unspecified() || (!channel.is_unspecified() && canon(bound) == canon(channel))
+}
+
+/// Numbers `lo..=hi` are being closed by other means than close(2) (close_range, closefrom,
+/// dup2/dup3 over them): the virtual sockets and epoll sets there stop being ours, as
+/// [`close`] does, before the kernel reuses the numbers.
+pub(crate) fn forget_range(lo: c_int, hi: c_int) {
+    for fd in state::in_range(lo, hi) {
+        if let Some(o) = state::remove(fd) {
+            if o.owner.load(Ordering::Acquire) == state::pid() {
+                epoll::forget_fd(fd);
+            }
+            state::release(o);
+        }
+    }
+    epoll::forget_sets_in(lo, hi);
+}
+
+/// CLOSE_RANGE_CLOEXEC over `lo..=hi`: the program's view of FD_CLOEXEC (the descriptors
+/// themselves are always close-on-exec, see `Obj::cloexec`).
+pub(crate) fn mark_cloexec_range(lo: c_int, hi: c_int) {
+    for fd in state::in_range(lo, hi) {
+        if let Some(o) = state::get(fd) {
+            o.cloexec.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// dup family: the new number names the same virtual socket.
 pub(crate) fn dup_to(obj: Arc<Obj>, newfd: c_int) {
-    if newfd >= 0 && (newfd as usize) < state::MAX_FD {
-        state::insert(newfd, obj);
-    }
+    state::insert(newfd, obj);
 }
 
 /// fcntl(2) on a virtual socket.

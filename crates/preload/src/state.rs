@@ -24,9 +24,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockWriteGuard};
 use std::task::Waker;
 use std::time::Duration;
 
-/// Descriptors above this are never taken over (a program that reaches them keeps plain TCP
-/// and is told so).
+/// Descriptors below this are looked up in the bitmap (one atomic load). A virtual socket
+/// may still live above it (`F_DUPFD` to 65,536 and beyond, as TCP allows): such numbers are
+/// counted in [`HIGH`] and looked up in the table, so a program without them pays nothing.
 pub(crate) const MAX_FD: usize = 1 << 16;
+/// Virtual-socket descriptors at or above [`MAX_FD`].
+static HIGH: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) struct Bitmap([AtomicU64; MAX_FD / 64]);
 
@@ -63,7 +66,24 @@ static ENDPOINT: Mutex<Option<Arc<Endpoint>>> = Mutex::new(None);
 static PID: AtomicU32 = AtomicU32::new(0);
 
 pub(crate) fn is_ours(fd: c_int) -> bool {
+    if fd >= 0 && fd as usize >= MAX_FD {
+        return HIGH.load(Ordering::Acquire) > 0
+            && TABLE
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&fd);
+    }
     OURS.get(fd)
+}
+
+/// The virtual-socket descriptors in `first..=last`, with their objects.
+pub(crate) fn in_range(first: c_int, last: c_int) -> Vec<c_int> {
+    TABLE
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .range(first..=last)
+        .map(|(fd, _)| *fd)
+        .collect()
 }
 
 pub(crate) fn epoll_is_ours(fd: c_int) -> bool {
@@ -86,11 +106,20 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<Obj>> {
 }
 
 pub(crate) fn insert(fd: c_int, obj: Arc<Obj>) {
-    TABLE
+    if fd < 0 {
+        return;
+    }
+    let prev = TABLE
         .write()
         .unwrap_or_else(|p| p.into_inner())
         .insert(fd, obj);
-    OURS.set(fd, true);
+    if fd as usize >= MAX_FD {
+        if prev.is_none() {
+            HIGH.fetch_add(1, Ordering::AcqRel);
+        }
+    } else {
+        OURS.set(fd, true);
+    }
 }
 
 pub(crate) fn remove(fd: c_int) -> Option<Arc<Obj>> {
@@ -98,7 +127,11 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<Obj>> {
         return None;
     }
     OURS.set(fd, false);
-    TABLE.write().unwrap_or_else(|p| p.into_inner()).remove(&fd)
+    let gone = TABLE.write().unwrap_or_else(|p| p.into_inner()).remove(&fd);
+    if gone.is_some() && fd as usize >= MAX_FD {
+        HIGH.fetch_sub(1, Ordering::AcqRel);
+    }
+    gone
 }
 
 pub(crate) fn pid() -> u32 {
@@ -227,10 +260,14 @@ pub(crate) struct Obj {
 
 impl Obj {
     pub fn new(kind: Kind, nonblock: bool, cloexec: bool) -> std::io::Result<Arc<Obj>> {
-        let wake = Arc::new(Wake {
-            fd: sys::eventfd()?,
-        });
-        Ok(Arc::new(Obj {
+        Ok(Obj::with_wake(kind, sys::eventfd()?, nonblock, cloexec))
+    }
+
+    /// An object around eventfd `efd`, made by the caller (who then cannot fail after taking
+    /// the socket).
+    pub fn with_wake(kind: Kind, efd: OwnedFd, nonblock: bool, cloexec: bool) -> Arc<Obj> {
+        let wake = Arc::new(Wake { fd: efd });
+        Arc::new(Obj {
             kind,
             waker: Waker::from(wake.clone()),
             wake,
@@ -238,7 +275,7 @@ impl Obj {
             nonblock: AtomicBool::new(nonblock),
             cloexec: AtomicBool::new(cloexec),
             st: Mutex::new(SockState::default()),
-        }))
+        })
     }
 
     pub fn efd(&self) -> c_int {
@@ -376,4 +413,40 @@ pub(crate) fn init() {
             Some(after_fork_child),
         )
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A virtual socket above the bitmap (F_DUPFD to 65,536 and beyond) is found, counted and
+    /// forgotten like one below it.
+    #[test]
+    fn descriptors_past_the_bitmap_are_looked_up_in_the_table() {
+        // Any descriptor stands in for the listener's kernel socket (a real listen(2) in this
+        // binary would go through the library's own hook).
+        let real = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let obj = Obj::new(
+            Kind::Listener {
+                real,
+                port: 1,
+                virt: Mutex::new(None),
+                failed: AtomicBool::new(false),
+            },
+            false,
+            true,
+        )
+        .unwrap();
+        for fd in [(MAX_FD + 7) as c_int, 70_000, c_int::MAX - 1] {
+            assert!(!is_ours(fd));
+            insert(fd, obj.clone());
+            insert(fd, obj.clone());
+            assert!(is_ours(fd) && get(fd).is_some());
+            assert_eq!(in_range(fd, fd), [fd]);
+            assert_eq!(HIGH.load(Ordering::Acquire), 1);
+            assert!(remove(fd).is_some());
+            assert!(!is_ours(fd) && remove(fd).is_none());
+            assert_eq!(HIGH.load(Ordering::Acquire), 0);
+        }
+    }
 }

@@ -155,6 +155,36 @@ pub(crate) fn wait_readable(fds: &[c_int], timeout_ms: c_int) -> Result<(), c_in
     Ok(())
 }
 
+/// Whether a wait a signal interrupted is to be restarted, as the kernel restarts a socket
+/// call under a handler installed with SA_RESTART. Which signal came is not known here, so
+/// the answer is yes when every signal with a handler has SA_RESTART: a program whose
+/// handlers all ask for restarts never sees EINTR from a virtual socket, as it never does
+/// from TCP; one with any handler without it sees EINTR, which it must handle already (that
+/// handler's signal makes TCP calls fail with EINTR too). glibc's internal signals cannot
+/// be queried (sigaction answers EINVAL) and are passed over.
+pub(crate) fn signals_restart() -> bool {
+    let rtmax = libc::SIGRTMAX();
+    for sig in 1..=rtmax {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction is a valid out-parameter; a null `act` only queries.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &raw mut old) } != 0 {
+            continue;
+        }
+        if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
+            continue;
+        }
+        if old.sa_flags & libc::SA_RESTART == 0 {
+            return false;
+        }
+    }
+    // No handler at all (a stop and continue, a tracer): the kernel restarts those too.
+    true
+}
+
 /// getsockopt for an int-sized option of a real socket.
 pub(crate) fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
     let mut v: c_int = 0;
