@@ -43,6 +43,10 @@ struct Inner {
     listeners: Arc<Listeners>,
     pool: Option<Arc<CopyPool>>,
     outgoing: Mutex<HashMap<SocketAddr, Arc<Session>>>,
+    /// Sessions being dialed, one per peer: a second connect to the peer waits for that dial
+    /// instead of dialing again, and no lock is held across a peer's I/O (a peer dripping its
+    /// HELLO answer once held the lock every other connect needed).
+    dialing: Mutex<HashMap<SocketAddr, Arc<Dial>>>,
     incoming: Mutex<Vec<Arc<Session>>>,
     local: Option<SocketAddr>,
     shutdown: AtomicBool,
@@ -224,6 +228,7 @@ impl Endpoint {
             listeners: Arc::default(),
             pool,
             outgoing: Mutex::default(),
+            dialing: Mutex::default(),
             incoming: Mutex::default(),
             local: listener.as_ref().map(|l| l.local_addr()).transpose()?,
             shutdown: AtomicBool::new(false),
@@ -274,14 +279,35 @@ impl Endpoint {
     }
 
     fn session_to(&self, peer: SocketAddr) -> io::Result<Arc<Session>> {
-        let mut out = lock(&self.inner.outgoing);
-        out.retain(|_, s| s.is_alive());
-        if let Some(s) = out.get(&peer) {
-            return Ok(s.clone());
+        // Lock order: `dialing`, then `outgoing` (a finished dial takes them one at a time).
+        let (dial, mine) = {
+            let mut dialing = lock(&self.inner.dialing);
+            {
+                let mut out = lock(&self.inner.outgoing);
+                out.retain(|_, s| s.is_alive());
+                if let Some(s) = out.get(&peer) {
+                    return Ok(s.clone());
+                }
+            }
+            match dialing.get(&peer) {
+                Some(d) => (d.clone(), false),
+                None => {
+                    let d = Arc::new(Dial::default());
+                    dialing.insert(peer, d.clone());
+                    (d, true)
+                }
+            }
+        };
+        if !mine {
+            return dial.wait();
         }
-        let s = self.open_session(peer)?;
-        out.insert(peer, s.clone());
-        Ok(s)
+        let r = self.open_session(peer);
+        if let Ok(s) = &r {
+            lock(&self.inner.outgoing).insert(peer, s.clone());
+        }
+        lock(&self.inner.dialing).remove(&peer);
+        dial.finish(&r);
+        r
     }
 
     fn open_session(&self, peer: SocketAddr) -> io::Result<Arc<Session>> {
@@ -394,6 +420,35 @@ impl Drop for Endpoint {
             p.shutdown();
         }
         lock(&self.inner.pending).clear();
+    }
+}
+
+/// A session being dialed, and its outcome for whoever waits on it.
+#[derive(Default)]
+struct Dial {
+    done: Mutex<Option<Result<Arc<Session>, (io::ErrorKind, String)>>>,
+    cv: std::sync::Condvar,
+}
+
+impl Dial {
+    fn finish(&self, r: &io::Result<Arc<Session>>) {
+        *lock(&self.done) = Some(match r {
+            Ok(s) => Ok(s.clone()),
+            Err(e) => Err((e.kind(), e.to_string())),
+        });
+        self.cv.notify_all();
+    }
+
+    /// Waits for the dial's outcome (the dial itself is bounded by its connect and HELLO
+    /// deadlines).
+    fn wait(&self) -> io::Result<Arc<Session>> {
+        let mut g = lock(&self.done);
+        loop {
+            if let Some(r) = &*g {
+                return r.clone().map_err(|(k, m)| io::Error::new(k, m));
+            }
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
     }
 }
 

@@ -330,3 +330,76 @@ fn a_dripped_hello_answer_fails_the_connect_at_its_deadline() {
     assert!(e.to_string().contains("hello_timeout"), "{e}");
     dripper.join().unwrap();
 }
+
+/// A connect to a peer that never answers its HELLO fails with TimedOut (ETIMEDOUT for a
+/// program), never WouldBlock (EAGAIN, which programs read as "in progress"); and while one
+/// peer drips its answer, a connect to another peer goes through: no lock is held across a
+/// peer's I/O. (Before: the dial held the lock every other connect needed.)
+#[test]
+fn a_silent_or_slow_peer_neither_says_eagain_nor_holds_other_connects() {
+    let _g = serial();
+    // Accepts and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let keep = std::thread::spawn(move || {
+        let c = silent.accept();
+        std::thread::sleep(Duration::from_secs(3));
+        drop(c);
+    });
+    let client = Endpoint::new(Config {
+        hello_timeout: Duration::from_secs(1),
+        throughput_channels: 1,
+        latency_channels: 0,
+        ..Config::default()
+    })
+    .unwrap();
+    let e = client
+        .connect(silent_addr, 1, SocketOptions::default())
+        .map(|_| ())
+        .expect_err("a silent peer was connected");
+    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+    keep.join().unwrap();
+
+    // One peer drips its answer (11 s at a byte every 200 ms); another answers at once.
+    let slow = TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow_addr = slow.local_addr().unwrap();
+    let dripper = std::thread::spawn(move || {
+        let (mut s, _) = slow.accept().unwrap();
+        let mut h = [0u8; HEADER_LEN + 32];
+        s.read_exact(&mut h).unwrap();
+        let answer = Hello {
+            max_frame: 65536,
+            ..Hello::decode(&h).unwrap()
+        }
+        .encode();
+        for b in answer {
+            if s.write_all(&[b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let good = Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let _l = good.bind(5).unwrap();
+    let client = std::sync::Arc::new(
+        Endpoint::new(Config {
+            hello_timeout: Duration::from_secs(30),
+            throughput_channels: 1,
+            latency_channels: 0,
+            ..Config::default()
+        })
+        .unwrap(),
+    );
+    let c2 = client.clone();
+    let stuck = std::thread::spawn(move || c2.connect(slow_addr, 1, SocketOptions::default()));
+    std::thread::sleep(Duration::from_millis(300));
+    client
+        .connect(good.local_addr().unwrap(), 5, SocketOptions::default())
+        .expect("a connect to a good peer while another dials");
+    assert!(
+        !stuck.is_finished(),
+        "the slow dial ended before the good connect: nothing was shown"
+    );
+    let _ = stuck.join().unwrap();
+    dripper.join().unwrap();
+}
