@@ -423,10 +423,13 @@ impl Drop for Endpoint {
     }
 }
 
+/// How a dial ended: the session, or the error's kind and text (io::Error is not Clone).
+type Dialed = Result<Arc<Session>, (io::ErrorKind, String)>;
+
 /// A session being dialed, and its outcome for whoever waits on it.
 #[derive(Default)]
 struct Dial {
-    done: Mutex<Option<Result<Arc<Session>, (io::ErrorKind, String)>>>,
+    done: Mutex<Option<Dialed>>,
     cv: std::sync::Condvar,
 }
 
