@@ -1,10 +1,10 @@
 //! `netsteer lab`: list, run and clean scenarios, and `with`, which lends the two-host lab to
 //! any command (the benchmark scripts run inside it). The lab crate does the work.
 
-use crate::output::Output;
 use crate::{args, emit};
 use anyhow::{Context, Result};
 use clap::Subcommand;
+use netsteer_host::output::NewFile;
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -175,12 +175,12 @@ fn lab_run(a: &RunArgs) -> Result<ExitCode> {
             (Some(dir), true) => {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("--report {}", dir.display()))?;
-                Some(Output::reserve(
+                Some(NewFile::create(
                     "--report",
                     &dir.join(format!("{name}.html")),
                 )?)
             }
-            (r, _) => Output::maybe("--report", r)?,
+            (r, _) => NewFile::maybe("--report", r)?,
         });
     }
     let mut code = ExitCode::SUCCESS;
@@ -198,7 +198,7 @@ fn lab_run(a: &RunArgs) -> Result<ExitCode> {
 fn lab_run_one(
     scenario: &str,
     opts: &netsteer_lab::run::RunOptions,
-    report: Option<Output>,
+    report: Option<NewFile>,
     json: bool,
 ) -> Result<ExitCode> {
     use netsteer_lab::run::Message;

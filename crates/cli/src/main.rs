@@ -9,7 +9,6 @@ mod bench;
 mod doctor;
 mod lab;
 mod netchannel;
-mod output;
 mod search;
 mod show;
 mod snapshot;

@@ -1,7 +1,6 @@
 //! `netsteer tune search`: flags, progress and files; the search is
 //! `netsteer_steering::tune::search` over `netsteer_bench::search`.
 
-use crate::output::Output;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -10,6 +9,7 @@ use netsteer_bench::clock::MonotonicClock;
 use netsteer_bench::experiment::BoxError;
 use netsteer_bench::search::{self as engine, Obs, Options};
 use netsteer_bench::workload::{Goal, Workload};
+use netsteer_host::output::NewFile;
 use netsteer_host::{CpuSet, HostFs};
 use netsteer_steering::tune::Tuner;
 use netsteer_steering::tune::search::{self, Contender, Request, SearchKnob};
@@ -109,8 +109,8 @@ fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Resu
 
 pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
     crate::tune::need_root(host, "tune search")?;
-    let plan_out = Output::maybe("--plan-out", a.plan_out.as_deref())?;
-    let report_out = Output::maybe("--report", a.report.as_deref())?;
+    let plan_out = NewFile::maybe("--plan-out", a.plan_out.as_deref())?;
+    let report_out = NewFile::maybe("--report", a.report.as_deref())?;
     let cost_cpus = match &a.cost_cpus {
         Some(l) => CpuSet::parse_list(l, None)
             .with_context(|| format!("--cost-cpus {l}"))?

@@ -20,6 +20,7 @@ pub mod fs;
 pub mod irqname;
 pub mod netdev;
 pub mod nic;
+pub mod output;
 pub mod parse;
 pub mod process;
 pub mod safe;
