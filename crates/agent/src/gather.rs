@@ -53,11 +53,17 @@ struct Previous {
     net: NetCounters,
 }
 
+/// Clients whose previous scrape is kept (the least recently seen goes first): each gets
+/// rates over the interval since its own previous scrape, so a client scraping every 50 ms
+/// cannot shorten Prometheus's interval until a finding's rate drowns. The memory is this many
+/// counter samples at most.
+pub const MAX_CLIENTS: usize = 16;
+
 /// What one scrape leaves for the next.
 #[derive(Default)]
 struct Kept {
-    /// For the doctor's rates.
-    counters: Option<Previous>,
+    /// For the doctor's rates: per client, with the order they were last seen in.
+    counters: Vec<(String, Previous)>,
     /// Per-CPU topology, reused while no CPU comes or goes.
     topology: Option<netsteer_host::topology::Topology>,
 }
@@ -159,10 +165,21 @@ impl Agent {
     /// Reads the host and returns the scrape's families. `now` times the doctor's rate
     /// interval and `wall` stamps the evaluation (both injected, so tests choose them).
     pub fn scrape(&self, now: Instant, wall: SystemTime) -> Vec<Family> {
+        self.scrape_for("", now, wall)
+    }
+
+    /// [`Agent::scrape`] for `client` (the HTTP front's user or address): the doctor's rates
+    /// are over the interval since this client's previous scrape ([`MAX_CLIENTS`]).
+    pub fn scrape_for(&self, client: &str, now: Instant, wall: SystemTime) -> Vec<Family> {
         let mut previous = self
             .previous
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mine = previous
+            .counters
+            .iter()
+            .position(|(c, _)| c == client)
+            .map(|i| previous.counters.remove(i).1);
         let mut out = Families::default();
         // Each collector with whether it worked and, when it did not, why: every collector is
         // reported every scrape, so a blind one is a 0 with its reason, never a missing series.
@@ -206,17 +223,23 @@ impl Agent {
                     c.interrupts.is_none().then(|| why("/proc/interrupts")),
                 );
                 self.interrupts(&mut out, c, &devices);
-                let load = match previous.counters.as_ref() {
+                let load = match mine.as_ref() {
                     Some(p) if self.opts.rates == Rates::BetweenScrapes && now > p.at => Some(
                         Load::sampled((&p.counters, &p.net), (c, &net), (now - p.at).as_secs_f64()),
                     ),
                     _ => since_boot(fs, c, &net),
                 };
-                previous.counters = Some(Previous {
-                    at: now,
-                    counters: c.clone(),
-                    net: net.clone(),
-                });
+                if previous.counters.len() >= MAX_CLIENTS {
+                    previous.counters.remove(0);
+                }
+                previous.counters.push((
+                    client.to_string(),
+                    Previous {
+                        at: now,
+                        counters: c.clone(),
+                        net: net.clone(),
+                    },
+                ));
                 load
             }
             Err(e) => {
@@ -950,5 +973,44 @@ impl Families {
             self.tune_last_apply,
             self.tune_rollbacks,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// Each client's rates run over its own interval: a client scraping often moves only its
+    /// own previous sample, and at most MAX_CLIENTS samples are kept (the least recently seen
+    /// client goes first).
+    #[test]
+    fn each_client_keeps_its_own_previous_scrape_and_their_number_is_bounded() {
+        let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts/dev-vm");
+        let agent = Agent::for_host(HostFs::new(tree), vec![], None, Goal::Balanced, "t").unwrap();
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        agent.scrape_for("prometheus", t0, wall);
+        for i in 0..40u64 {
+            agent.scrape_for("eager", t0 + Duration::from_millis(50 * (i + 1)), wall);
+        }
+        let at = |who: &str| {
+            agent
+                .previous
+                .lock()
+                .unwrap()
+                .counters
+                .iter()
+                .find(|(c, _)| c == who)
+                .map(|(_, p)| p.at)
+        };
+        assert_eq!(at("prometheus"), Some(t0));
+        assert_eq!(at("eager"), Some(t0 + Duration::from_millis(2000)));
+        for i in 0..MAX_CLIENTS + 5 {
+            agent.scrape_for(&format!("c{i}"), t0, wall);
+        }
+        let kept = agent.previous.lock().unwrap().counters.len();
+        assert_eq!(kept, MAX_CLIENTS);
+        assert_eq!(at("prometheus"), None, "the least recently seen goes first");
     }
 }

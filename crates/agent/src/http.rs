@@ -1,14 +1,19 @@
-//! The agent's HTTP front: `GET /metrics` and nothing else, written for a listener that may
-//! face the network. The request head is read with a size cap (8 KiB) and a whole-head
-//! deadline (5 s); connections are capped in total and per source network (a slow or hostile
-//! client can hold at most a few slots, never all of them), with places kept for the
-//! configured scrapers; anything it does not know (a path, a method, a body) gets a 404 and a
-//! closed connection.
+//! The agent's HTTP front: `GET /metrics` and nothing else, for a listener that may face the
+//! network. HTTP/1.1 is hyper's (the request head parsed by a maintained stack, with its size
+//! cap and a whole-head deadline); TLS is rustls's, configured from the exporter-toolkit web
+//! configuration file ([`crate::web`]) with optional client certificates; basic auth checks
+//! bcrypt hashes. Connections are capped in total and per source network (a slow or hostile
+//! client can hold at most a few places, never all of them), with places kept for the
+//! configured scrapers, or, with `scrapers_only`, for nobody else at all. Anything it does not
+//! know (a path, a method, a body) gets a 404 and a closed connection.
 
 use crate::Agent;
+use crate::web::WebConfig;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -80,16 +85,16 @@ fn peer_key(ip: IpAddr, scrapers: &[Net]) -> (IpAddr, bool) {
     (net, false)
 }
 
-/// The request head's cap: a scrape's head is a few hundred bytes.
-const MAX_HEAD: usize = 8192;
-/// A connection that sends nothing at all is closed after this: idle costs a short deadline
-/// (a scraper sends its request as soon as it connects).
-const FIRST_BYTE_DEADLINE: Duration = Duration::from_secs(2);
-/// The whole head must arrive within this (not per read: a client trickling a byte a second
-/// would otherwise hold its slot forever).
+/// The whole request head must arrive within this from the connection's start (not per
+/// read: a client trickling a byte a second would otherwise hold its place forever).
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
-/// Writing the response must finish within this.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A TLS handshake must finish within this.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// A whole connection (head, scrape, response) must end within this.
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(60);
+/// Successful basic-auth checks remembered, so a scraper's every request does not cost a
+/// bcrypt hash (tens of milliseconds by design); failures are never remembered.
+const AUTH_CACHE: usize = 64;
 
 /// How many connections are served at once.
 #[derive(Debug, Clone)]
@@ -100,6 +105,8 @@ pub struct Limits {
     pub per_peer: usize,
     /// Scrapers' addresses or networks: counted apart, with `per_peer` places kept for them.
     pub scrapers: Vec<Net>,
+    /// Only the scrapers are served: every other client's connection is closed at once.
+    pub scrapers_only: bool,
 }
 
 impl Limits {
@@ -145,222 +152,319 @@ impl Drop for Slot {
     }
 }
 
-/// Serves `/metrics` on `listener` until the process ends.
-pub fn serve(listener: TcpListener, agent: Arc<Agent>, limits: Limits) -> ! {
-    let slots = Arc::new(Mutex::new(Slots::default()));
-    loop {
-        let (mut stream, peer) = match listener.accept() {
-            Ok(c) => c,
-            // A connection reset before accept, or out of fds for a moment: keep serving.
-            Err(e) => {
-                eprintln!("netsteer agent: accept: {e}");
-                std::thread::sleep(Duration::from_millis(50));
+/// What every connection's task shares.
+struct Front {
+    agent: Arc<Agent>,
+    users: std::collections::BTreeMap<String, String>,
+    headers: Vec<(String, String)>,
+    /// Sha-256 of "user:password" pairs that passed bcrypt, oldest first.
+    passed: Mutex<Vec<[u8; 32]>>,
+}
+
+/// Serves `/metrics` on `listener` until the process ends, over TLS and with basic auth when
+/// `web` asks for them. Errors only when it cannot start.
+pub fn serve(
+    listener: TcpListener,
+    agent: Arc<Agent>,
+    limits: Limits,
+    web: Option<WebConfig>,
+) -> std::io::Result<std::convert::Infallible> {
+    let web = web.unwrap_or_default();
+    let tls = match &web.tls {
+        Some(_) => Some(tokio_rustls::TlsAcceptor::from(
+            web.server_config().map_err(std::io::Error::other)?,
+        )),
+        None => None,
+    };
+    let front = Arc::new(Front {
+        agent,
+        users: web.users.clone(),
+        headers: web.headers.clone(),
+        passed: Mutex::new(Vec::new()),
+    });
+    // Two threads serve connections; scrapes run on tokio's blocking pool (they read /proc
+    // and /sys and take the agent's lock).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .thread_name("agent-http")
+        .enable_all()
+        .build()?;
+    listener.set_nonblocking(true)?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let slots = Arc::new(Mutex::new(Slots::default()));
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(c) => c,
+                // A connection reset before accept, or out of fds for a moment: keep serving.
+                Err(e) => {
+                    eprintln!("netsteer agent: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let (key, scraper) = peer_key(peer.ip(), &limits.scrapers);
+            if limits.scrapers_only && !scraper {
+                // Not on the allow list: closed before a byte is read.
                 continue;
             }
-        };
-        let slot = {
-            let mut s = slots.lock().unwrap_or_else(|p| p.into_inner());
-            let (key, scraper) = peer_key(peer.ip(), &limits.scrapers);
-            let mine = s.by_peer.get(&key).copied().unwrap_or(0);
-            if s.total >= limits.total
-                || mine >= limits.per_peer
-                || (!scraper && s.others >= limits.for_others())
-            {
-                None
-            } else {
-                s.total += 1;
-                s.others += usize::from(!scraper);
-                *s.by_peer.entry(key).or_default() += 1;
-                Some(Slot {
-                    slots: slots.clone(),
-                    peer: key,
-                    scraper,
-                })
-            }
-        };
-        let Some(slot) = slot else {
-            // Told why in one non-blocking write, then closed: refusing costs no thread.
-            let _ = stream.set_nonblocking(true);
-            let _ = stream.write_all(&response(
-                "503 Service Unavailable",
-                "text/plain",
-                b"too many connections\n",
-                false,
-            ));
-            continue;
-        };
-        let agent = agent.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("agent {peer}"))
-            .spawn(move || {
-                let _slot = slot;
-                if let Err(e) = handle(&mut stream, &agent) {
-                    // Timeouts and resets are the client's business; nothing to log at rate.
-                    if !matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::ConnectionReset
-                            | io::ErrorKind::BrokenPipe
-                            | io::ErrorKind::UnexpectedEof
-                    ) {
-                        eprintln!("netsteer agent: {peer}: {e}");
-                    }
+            let slot = {
+                let mut s = slots.lock().unwrap_or_else(|p| p.into_inner());
+                let mine = s.by_peer.get(&key).copied().unwrap_or(0);
+                if s.total >= limits.total
+                    || mine >= limits.per_peer
+                    || (!scraper && s.others >= limits.for_others())
+                {
+                    None
+                } else {
+                    s.total += 1;
+                    s.others += usize::from(!scraper);
+                    *s.by_peer.entry(key).or_default() += 1;
+                    Some(Slot {
+                        slots: slots.clone(),
+                        peer: key,
+                        scraper,
+                    })
                 }
+            };
+            let Some(slot) = slot else {
+                // Told why in one non-blocking write (plain HTTP only: a TLS client would
+                // read it as a broken handshake), then closed: refusing costs no task.
+                if tls.is_none() {
+                    let _ = stream.try_write(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+                          Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n",
+                    );
+                }
+                continue;
+            };
+            let (front, tls, client) = (front.clone(), tls.clone(), key.to_string());
+            tokio::spawn(async move {
+                let _slot = slot;
+                let served = tokio::time::timeout(CONNECTION_DEADLINE, async {
+                    match tls {
+                        Some(acceptor) => {
+                            let Ok(Ok(s)) =
+                                tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream))
+                                    .await
+                            else {
+                                return;
+                            };
+                            connection(hyper_util::rt::TokioIo::new(s), front, peer, client).await
+                        }
+                        None => {
+                            connection(hyper_util::rt::TokioIo::new(stream), front, peer, client)
+                                .await
+                        }
+                    }
+                })
+                .await;
+                let _ = served;
             });
-        if let Err(e) = spawned {
-            eprintln!("netsteer agent: {peer}: no thread for the connection: {e}");
+        }
+    })
+}
+
+/// One HTTP/1.1 connection: one request (no keep-alive: a scraper's connection does not
+/// hold a place between scrapes).
+async fn connection<I>(io: I, front: Arc<Front>, peer: SocketAddr, client: String)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let (front, client) = (front.clone(), client.clone());
+        async move { Ok::<_, std::convert::Infallible>(answer(req, &front, &client).await) }
+    });
+    let r = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_DEADLINE)
+        .max_buf_size(8192)
+        .keep_alive(false)
+        .serve_connection(io, svc)
+        .await;
+    if let Err(e) = r
+        && !(e.is_timeout() || e.is_incomplete_message() || e.is_canceled() || e.is_closed())
+        && !e.is_parse()
+    {
+        // Timeouts, resets and garbage are the client's business; nothing to log at rate.
+        let io = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some();
+        if !io {
+            eprintln!("netsteer agent: {peer}: {e}");
         }
     }
 }
 
-/// What the request head asks for.
-#[derive(Debug, PartialEq, Eq)]
-enum Route {
-    Metrics { head_only: bool },
-    Index { head_only: bool },
-    NotFound,
+fn reply(
+    front: &Front,
+    status: StatusCode,
+    content_type: &str,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if let Ok(v) = content_type.parse() {
+        h.insert(hyper::header::CONTENT_TYPE, v);
+    }
+    for (name, value) in &front.headers {
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            hyper::header::HeaderValue::from_str(value),
+        ) {
+            h.insert(n, v);
+        }
+    }
+    r
 }
 
-/// Parses a complete request head (`httparse`), or says it is not complete yet.
-fn route(head: &[u8]) -> Result<Option<Route>, ()> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut req = httparse::Request::new(&mut headers);
-    match req.parse(head) {
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Ok(httparse::Status::Complete(_)) => {}
-        Err(_) => return Err(()),
+/// The user the request authenticates as (Basic, checked against the bcrypt hashes), or
+/// why not.
+fn authenticate(front: &Front, req: &Request<Incoming>) -> Result<String, &'static str> {
+    use base64::Engine;
+    let header = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .ok_or("no credentials")?;
+    let b64 = header
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Basic "))
+        .ok_or("not basic auth")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| "credentials are not base64")?;
+    let text = String::from_utf8(decoded).map_err(|_| "credentials are not UTF-8")?;
+    let (user, password) = text.split_once(':').ok_or("credentials without ':'")?;
+    let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
+        .as_ref()
+        .try_into()
+        .expect("32 bytes");
+    if front
+        .passed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&digest)
+    {
+        return Ok(user.to_string());
     }
+    // An unknown user costs a bcrypt check too (against a fixed hash), so the time taken
+    // does not tell which user names exist.
+    const DUMMY: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
+    let (hash, known) = match front.users.get(user) {
+        Some(h) => (h.as_str(), true),
+        None => (DUMMY, false),
+    };
+    if bcrypt::verify(password, hash).unwrap_or(false) && known {
+        let mut passed = front.passed.lock().unwrap_or_else(|p| p.into_inner());
+        if passed.len() >= AUTH_CACHE {
+            passed.remove(0);
+        }
+        passed.push(digest);
+        return Ok(user.to_string());
+    }
+    Err("wrong user name or password")
+}
+
+async fn answer(req: Request<Incoming>, front: &Arc<Front>, client: &str) -> Response<Full<Bytes>> {
+    let plain = "text/plain; charset=utf-8";
+    let user = if front.users.is_empty() {
+        None
+    } else {
+        // bcrypt is slow by design: checked off the connection threads.
+        let (f, r) = (front.clone(), req);
+        let (r, checked) = tokio::task::spawn_blocking(move || {
+            let c = authenticate(&f, &r);
+            (r, c)
+        })
+        .await
+        .expect("the auth check does not panic");
+        match checked {
+            Ok(u) => {
+                return route(r, front, Some(u), client).await;
+            }
+            Err(_) => {
+                let mut resp = reply(
+                    front,
+                    StatusCode::UNAUTHORIZED,
+                    plain,
+                    Bytes::from_static(b"Unauthorized\n"),
+                );
+                resp.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    hyper::header::HeaderValue::from_static("Basic"),
+                );
+                return resp;
+            }
+        }
+    };
+    route(req, front, user, client).await
+}
+
+async fn route(
+    req: Request<Incoming>,
+    front: &Arc<Front>,
+    user: Option<String>,
+    client: &str,
+) -> Response<Full<Bytes>> {
+    let plain = "text/plain; charset=utf-8";
+    let not_found = || {
+        reply(
+            front,
+            StatusCode::NOT_FOUND,
+            plain,
+            Bytes::from_static(b"not found\n"),
+        )
+    };
     // A body is nothing this server knows: GET /metrics has none.
-    let has_body = req.headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("transfer-encoding")
-            || (h.name.eq_ignore_ascii_case("content-length")
-                && std::str::from_utf8(h.value).map(str::trim) != Ok("0"))
-    });
-    let head_only = match req.method {
-        Some("GET") => false,
-        Some("HEAD") => true,
-        _ => return Ok(Some(Route::NotFound)),
+    let has_body = req.headers().contains_key(hyper::header::TRANSFER_ENCODING)
+        || req
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0");
+    let head_only = match *req.method() {
+        hyper::Method::GET => false,
+        hyper::Method::HEAD => true,
+        _ => return not_found(),
     };
     if has_body {
-        return Ok(Some(Route::NotFound));
+        return not_found();
     }
-    let path = req.path.unwrap_or("");
-    let path = path.split_once('?').map_or(path, |(p, _)| p);
-    Ok(Some(match path {
-        "/metrics" => Route::Metrics { head_only },
-        "/" => Route::Index { head_only },
-        _ => Route::NotFound,
-    }))
-}
-
-/// Reads the head within the deadline and the size cap.
-fn read_head(stream: &mut TcpStream) -> io::Result<Option<Route>> {
-    let start = Instant::now();
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let deadline = if buf.is_empty() {
-            FIRST_BYTE_DEADLINE
-        } else {
-            HEAD_DEADLINE
-        };
-        let left = deadline
-            .checked_sub(start.elapsed())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
-        stream.set_read_timeout(Some(left))?;
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+    let mut resp = match req.uri().path() {
+        "/metrics" => {
+            // Each client (its user, else its address or network) gets rates over the
+            // interval since its own previous scrape.
+            let who = user.unwrap_or_else(|| client.to_string());
+            let agent = front.agent.clone();
+            let text = tokio::task::spawn_blocking(move || {
+                crate::encode(agent.scrape_for(&who, Instant::now(), SystemTime::now()))
+            })
+            .await
+            .expect("a scrape does not panic");
+            reply(
+                front,
+                StatusCode::OK,
+                crate::CONTENT_TYPE,
+                Bytes::from(text),
+            )
         }
-        buf.extend_from_slice(&chunk[..n]);
-        match route(&buf) {
-            Ok(Some(r)) => return Ok(Some(r)),
-            Ok(None) if buf.len() >= MAX_HEAD => return Ok(None),
-            Ok(None) => {}
-            Err(()) => return Ok(None),
-        }
-    }
-}
-
-fn response(status: &str, content_type: &str, body: &[u8], head_only: bool) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(body);
-    }
-    out
-}
-
-fn handle(stream: &mut TcpStream, agent: &Agent) -> io::Result<()> {
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    let reply = match read_head(stream)? {
-        None => response(
-            "400 Bad Request",
-            "text/plain",
-            b"malformed or oversized request head\n",
-            false,
+        "/" => reply(
+            front,
+            StatusCode::OK,
+            plain,
+            Bytes::from_static(b"netsteer agent: metrics at /metrics\n"),
         ),
-        Some(Route::Metrics { head_only }) => response(
-            "200 OK",
-            crate::CONTENT_TYPE,
-            crate::encode(agent.scrape(Instant::now(), SystemTime::now())).as_bytes(),
-            head_only,
-        ),
-        Some(Route::Index { head_only }) => response(
-            "200 OK",
-            "text/plain; charset=utf-8",
-            b"netsteer agent: metrics at /metrics\n",
-            head_only,
-        ),
-        Some(Route::NotFound) => response("404 Not Found", "text/plain", b"not found\n", false),
+        _ => return not_found(),
     };
-    stream.write_all(&reply)?;
-    stream.flush()?;
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes() {
-        let r = |s: &str| route(s.as_bytes());
-        assert_eq!(
-            r("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Ok(Some(Route::Metrics { head_only: false }))
-        );
-        assert_eq!(
-            r("GET /metrics?x=1 HTTP/1.1\r\n\r\n"),
-            Ok(Some(Route::Metrics { head_only: false }))
-        );
-        assert_eq!(
-            r("HEAD / HTTP/1.0\r\n\r\n"),
-            Ok(Some(Route::Index { head_only: true }))
-        );
-        assert_eq!(r("GET /metrics HTTP/1.1\r\nHost: x\r\n"), Ok(None));
-        assert_eq!(
-            r("GET /etc/passwd HTTP/1.1\r\n\r\n"),
-            Ok(Some(Route::NotFound))
-        );
-        assert_eq!(
-            r("POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
-            Ok(Some(Route::NotFound))
-        );
-        assert_eq!(
-            r("GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\n"),
-            Ok(Some(Route::NotFound))
-        );
-        assert_eq!(
-            r("GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            Ok(Some(Route::NotFound))
-        );
-        assert_eq!(r("\x00\x01garbage\r\n\r\n"), Err(()));
+    if head_only {
+        let len = hyper::body::Body::size_hint(resp.body())
+            .exact()
+            .unwrap_or(0);
+        *resp.body_mut() = Full::new(Bytes::new());
+        resp.headers_mut()
+            .insert(hyper::header::CONTENT_LENGTH, len.into());
     }
+    resp
 }

@@ -21,6 +21,7 @@ mod family;
 mod gather;
 pub mod http;
 pub mod trace;
+pub mod web;
 
 pub use family::{CONTENT_TYPE, Family, HistogramValue, Kind, Sample, encode};
 pub use gather::{Agent, AgentOptions, NicSource, Rates, series_bound};

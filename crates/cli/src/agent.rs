@@ -1,7 +1,7 @@
 //! `netsteer agent`: flags for `netsteer_agent` and its HTTP front (`netsteer_agent::http`).
 
 use crate::Host;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use netsteer_agent::Agent;
 use netsteer_steering::doctor::Goal;
@@ -50,9 +50,25 @@ pub struct AgentArgs {
     /// kept for it, so no other client can lock it out.
     #[arg(long, value_name = "ADDR[/LEN]", value_parser = netsteer_agent::http::parse_net)]
     scraper: Vec<netsteer_agent::http::Net>,
+    /// Serve only the `--scraper` addresses: every other client's connection is closed
+    /// before a byte is read.
+    #[arg(long, requires = "scraper")]
+    scrapers_only: bool,
+    /// Prometheus's web configuration file (exporter-toolkit format, as node_exporter's
+    /// `--web.config.file`): TLS with optional client certificates, basic auth with bcrypt
+    /// hashes. Needed to listen beyond loopback (docs/agent.md).
+    #[arg(long, alias = "web.config.file", value_name = "FILE")]
+    web_config_file: Option<PathBuf>,
 }
 
 pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
+    // Checked first, with --once too: a bad file is said before anything runs.
+    let web = args
+        .web_config_file
+        .as_deref()
+        .map(netsteer_agent::web::WebConfig::load)
+        .transpose()
+        .context("--web-config-file")?;
     let mut agent = Agent::for_host(
         host.fs.clone(),
         args.devices.clone(),
@@ -70,18 +86,37 @@ pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
         io::stdout().lock().write_all(text.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
+    // Anything that listens beyond loopback authenticates its clients: the metrics name the
+    // host's NICs, CPUs and findings.
+    if !args.listen.ip().is_loopback() && !web.as_ref().is_some_and(|w| w.authenticates()) {
+        bail!(
+            "--listen {}: beyond loopback the agent authenticates its scrapers: give \
+             --web-config-file with basic_auth_users or client certificates \
+             (RequireAndVerifyClientCert); see docs/agent.md",
+            args.listen
+        );
+    }
     let listener =
         TcpListener::bind(args.listen).with_context(|| format!("--listen {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let scheme = if web.as_ref().is_some_and(|w| w.tls.is_some()) {
+        "https"
+    } else {
+        "http"
+    };
     // The address line is what scripts (and the tests) wait for; port 0 picks a free port.
-    eprintln!("netsteer agent: serving http://{addr}/metrics");
-    netsteer_agent::http::serve(
+    eprintln!("netsteer agent: serving {scheme}://{addr}/metrics");
+    let never = netsteer_agent::http::serve(
         listener,
         Arc::new(agent),
         netsteer_agent::http::Limits {
             total: args.max_connections as usize,
             per_peer: args.max_per_peer as usize,
             scrapers: args.scraper.clone(),
+            scrapers_only: args.scrapers_only,
         },
+        web,
     )
+    .context("serving /metrics")?;
+    match never {}
 }

@@ -38,6 +38,7 @@ impl AgentProcess {
         let addr = line
             .trim()
             .strip_prefix("netsteer agent: serving http://")
+            .or_else(|| line.trim().strip_prefix("netsteer agent: serving https://"))
             .and_then(|s| s.strip_suffix("/metrics"))
             .unwrap_or_else(|| panic!("no address line: {line:?}"))
             .parse()
@@ -83,7 +84,8 @@ fn the_agent_serves_metrics_and_refuses_what_it_does_not_know() {
     let _ = s.write_all(&vec![b'a'; 64 * 1024]);
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
-    assert_eq!(parse_response(&out).0, 400);
+    // 431 Request Header Fields Too Large (RFC 6585), hyper's answer at its 8 KiB cap.
+    assert_eq!(parse_response(&out).0, 431);
     // Still serving.
     assert_eq!(get(agent.addr, "/metrics").0, 200);
 }
@@ -434,4 +436,252 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
             .iter()
             .any(|k| k.starts_with("netsteer_tune_drift_items"))
     );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl(1)
+/// in `dir`.
+fn certificates(dir: &std::path::Path) {
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .arg("-ec")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (Debian openssl)");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=netsteer-test-ca \
+        -keyout ca.key -out ca.crt 2>/dev/null",
+    );
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+        ),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        sh(&format!(
+            "openssl req -newkey rsa:2048 -nodes -subj /CN={name} -keyout {name}.key \
+             -out {name}.csr 2>/dev/null && openssl x509 -req -in {name}.csr -CA ca.crt \
+             -CAkey ca.key -CAcreateserial -days 2 -extfile {name}.ext -out {name}.crt 2>/dev/null"
+        ));
+    }
+}
+
+/// curl's HTTP status for `url` with `args` (0 when no HTTP answer came: a refused handshake).
+fn curl(url: &str, args: &[&str]) -> u16 {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Hardening round three: the agent takes Prometheus's web configuration file. Over TLS with
+/// basic auth a real Prometheus scrapes it with the credentials (up 1) and is refused without
+/// them (up 0); curl sees 401 without credentials and a failed handshake in plain HTTP; with
+/// client certificates required, a client without one never gets a response. Beyond loopback
+/// the agent does not start without authentication. (Before: no TLS, no credentials, and
+/// `--listen 0.0.0.0` served anyone.)
+#[test]
+fn over_tls_with_credentials_prometheus_scrapes_and_without_it_is_refused() {
+    let openssl = Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !tool("prometheus") || !tool("curl") || !openssl {
+        return common::cannot_run("needs prometheus, curl and openssl (.ci/deps installs them)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let hash = bcrypt::hash("s3cret-scrape", 6).unwrap();
+    std::fs::write(
+        d.join("web.yml"),
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+             basic_auth_users:\n  prometheus: '{hash}'\n\
+             http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n"
+        ),
+    )
+    .unwrap();
+    let web = d.join("web.yml");
+    let fixture = common::fixture("mlx5-128cpu");
+    let agent = AgentProcess::start(&[
+        "--root",
+        fixture.to_str().unwrap(),
+        "--web-config-file",
+        web.to_str().unwrap(),
+    ]);
+    let url = format!("https://{}/metrics", agent.addr);
+    let ca = d.join("ca.crt");
+    let ca = ca.to_str().unwrap();
+    assert_eq!(curl(&url, &["--cacert", ca]), 401);
+    assert_eq!(curl(&url, &["--cacert", ca, "-u", "prometheus:wrong"]), 401);
+    assert_eq!(
+        curl(&url, &["--cacert", ca, "-u", "nobody:s3cret-scrape"]),
+        401
+    );
+    assert_eq!(
+        curl(&url, &["--cacert", ca, "-u", "prometheus:s3cret-scrape"]),
+        200
+    );
+    // Cached after the first success: still checked against the password.
+    assert_eq!(
+        curl(&url, &["--cacert", ca, "-u", "prometheus:s3cret-scrapE"]),
+        401
+    );
+    assert_eq!(
+        curl(&format!("http://{}/metrics", agent.addr), &[]),
+        0,
+        "plain HTTP on the TLS port got an answer"
+    );
+
+    let password = d.join("password");
+    std::fs::write(&password, "s3cret-scrape").unwrap();
+    let target = vec![agent.addr.to_string()];
+    let tls = format!("    scheme: https\n    tls_config:\n      ca_file: {ca}\n");
+    let with = format!(
+        "{tls}    basic_auth:\n      username: prometheus\n      password_file: {}\n",
+        password.display()
+    );
+    let prom = Prometheus::start_jobs(
+        None,
+        &[("with", &target, &with), ("without", &target, &tls)],
+    );
+    assert_eq!(prom.wait_for("up{job=\"with\"} == 1").len(), 1);
+    assert_eq!(prom.wait_for("up{job=\"without\"} == 0").len(), 1);
+    // What it scraped is the agent's.
+    let with = prom.wait_for("count(netsteer_softnet_processed_total{job=\"with\"})");
+    assert_eq!(with[0]["value"][1], "128", "{with:?}");
+    let without = prom.vector("count(netsteer_softnet_processed_total{job=\"without\"})");
+    assert!(without.is_empty(), "{without:?}");
+    drop(prom);
+    drop(agent);
+
+    // Client certificates, required and verified.
+    std::fs::write(
+        d.join("mtls.yml"),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+    )
+    .unwrap();
+    let mtls = d.join("mtls.yml");
+    let agent = AgentProcess::start(&[
+        "--root",
+        fixture.to_str().unwrap(),
+        "--web-config-file",
+        mtls.to_str().unwrap(),
+    ]);
+    let url = format!("https://{}/metrics", agent.addr);
+    assert_eq!(curl(&url, &["--cacert", ca]), 0);
+    let (cert, key) = (d.join("client.crt"), d.join("client.key"));
+    assert_eq!(
+        curl(
+            &url,
+            &[
+                "--cacert",
+                ca,
+                "--cert",
+                cert.to_str().unwrap(),
+                "--key",
+                key.to_str().unwrap()
+            ]
+        ),
+        200
+    );
+    // The server's own certificate is no client's.
+    let (scert, skey) = (d.join("server.crt"), d.join("server.key"));
+    assert_eq!(
+        curl(
+            &url,
+            &[
+                "--cacert",
+                ca,
+                "--cert",
+                scert.to_str().unwrap(),
+                "--key",
+                skey.to_str().unwrap()
+            ]
+        ),
+        0
+    );
+    drop(agent);
+
+    // Beyond loopback: authentication or no start; a bad file is named.
+    for (extra, want) in [
+        (vec![], "beyond loopback"),
+        (
+            vec!["--web-config-file", "/nonexistent/web.yml"],
+            "/nonexistent/web.yml",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+            .args([
+                "agent",
+                "--listen",
+                "0.0.0.0:0",
+                "--root",
+                fixture.to_str().unwrap(),
+            ])
+            .args(&extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+/// `--scrapers-only`: the `--scraper` list is an allow list; any other client's connection is
+/// closed before a byte is read, and the scraper is served. (Before: `--scraper` kept places
+/// for the scraper but served everyone.)
+#[test]
+fn with_scrapers_only_nobody_else_is_served() {
+    let agent = AgentProcess::start(&[
+        "--root",
+        common::fixture("dev-vm").to_str().unwrap(),
+        "--scraper",
+        "127.0.0.2",
+        "--scrapers-only",
+    ]);
+    for other in ["127.0.0.1", "127.0.0.3", "127.0.1.2"] {
+        let mut s = connect_from(other, agent.addr);
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        assert!(
+            out.is_empty(),
+            "{other} got {:?}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    assert_eq!(scrape_from("127.0.0.2", agent.addr), 200);
+    // --scrapers-only without a --scraper is a flag error.
+    let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+        .args(["agent", "--scrapers-only", "--once"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--scraper"));
 }

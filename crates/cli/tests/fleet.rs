@@ -197,7 +197,19 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
 
     let before: Vec<String> = hosts.iter().map(state).collect();
 
-    // An agent per host, on its switch address.
+    // An agent per host, on its switch address: beyond loopback it authenticates its scraper
+    // (basic auth from a web configuration file; the switch is the lab's own, so no TLS).
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "basic_auth_users:\n  prometheus: '{}'\n",
+            bcrypt::hash("fleet-scrape", 6).unwrap()
+        ),
+    )
+    .unwrap();
+    let password = dir.path().join("scrape-password");
+    std::fs::write(&password, "fleet-scrape").unwrap();
     let mut agents = Vec::new();
     for (i, h) in hosts.iter().enumerate() {
         std::fs::create_dir_all(state_dir(i)).unwrap();
@@ -215,6 +227,8 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
                     "eth0",
                     "--state-dir",
                     sd.to_str().unwrap(),
+                    "--web-config-file",
+                    web.to_str().unwrap(),
                 ],
             )
             .stdout(Stdio::null())
@@ -227,7 +241,11 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
         .map(|i| format!("{}:9641", host_addr(i)))
         .collect();
     let prom_addr: SocketAddr = format!("{MON_ADDR}:9090").parse().unwrap();
-    let prom = Prometheus::start(Some((&mon, prom_addr)), &targets);
+    let auth = format!(
+        "    basic_auth:\n      username: prometheus\n      password_file: {}\n",
+        password.display()
+    );
+    let prom = Prometheus::start_jobs(Some((&mon, prom_addr)), &[("netsteer", &targets, &auth)]);
     let mon_path = mon.path();
     in_netns(&mon_path, || {
         let start = Instant::now();

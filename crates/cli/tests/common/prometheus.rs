@@ -68,17 +68,31 @@ impl Prometheus {
         inside: Option<(&netsteer_lab::NsHost, SocketAddr)>,
         targets: &[String],
     ) -> Prometheus {
+        Prometheus::start_jobs(inside, &[("netsteer", targets, "")])
+    }
+
+    /// As [`Prometheus::start`], with several jobs: (name, targets, more YAML of the job at
+    /// its indentation, e.g. `scheme`, `tls_config`, `basic_auth`).
+    pub fn start_jobs(
+        inside: Option<(&netsteer_lab::NsHost, SocketAddr)>,
+        jobs: &[(&str, &[String], &str)],
+    ) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let rules = repo().join("deploy/prometheus/netsteer.rules.yml");
-        let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: netsteer\n    static_configs:\n      - targets: [{}]\n",
+        let mut config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n",
             rules.canonicalize().unwrap().display(),
-            targets
-                .iter()
-                .map(|t| format!("'{t}'"))
-                .collect::<Vec<_>>()
-                .join(", ")
         );
+        for (name, targets, extra) in jobs {
+            config += &format!(
+                "  - job_name: {name}\n{extra}    static_configs:\n      - targets: [{}]\n",
+                targets
+                    .iter()
+                    .map(|t| format!("'{t}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config).unwrap();
         let addr: SocketAddr = match inside {
