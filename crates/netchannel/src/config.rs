@@ -105,6 +105,8 @@ pub struct Config {
     /// Channels of accepted sessions alive at once, all peers together: each costs this side
     /// two file descriptors and its I/O threads, so this bounds them whatever the peers ask.
     pub max_channels: usize,
+    /// The same for one source prefix, so one prefix cannot take every channel.
+    pub max_channels_per_prefix: usize,
     /// Receive memory peers may make this side hold, all together: each virtual socket a peer
     /// opens leases one `window` (the most it may buffer here) until it is gone; an OPEN
     /// beyond is reset (TooManySockets) and the refusal names this cap.
@@ -183,6 +185,7 @@ impl Default for Config {
             max_pending_links_per_prefix: 16,
             max_sessions_per_prefix: 64,
             max_channels: 1024,
+            max_channels_per_prefix: 256,
             max_receive_memory: 8 << 30,
             max_receive_memory_per_prefix: 2 << 30,
             max_accepted_channels: 16,

@@ -163,6 +163,7 @@ fn check(cfg: &Config) -> io::Result<()> {
         || cfg.max_pending_links_per_prefix == 0
         || cfg.max_sessions_per_prefix == 0
         || cfg.max_channels == 0
+        || cfg.max_channels_per_prefix == 0
         || (cfg
             .max_receive_memory_per_prefix
             .min(cfg.max_receive_memory))
@@ -271,6 +272,14 @@ impl Endpoint {
     }
 
     /// Opens a virtual socket to `port` at `peer`, opening the session first if needed.
+    /// Whether a live session to `peer` is up (a connect then needs no handshake, only one
+    /// OPEN round trip on a channel).
+    pub fn has_session(&self, peer: SocketAddr) -> bool {
+        lock(&self.inner.outgoing)
+            .get(&peer)
+            .is_some_and(|s| s.is_alive())
+    }
+
     pub fn connect(&self, peer: SocketAddr, port: u16, opts: SocketOptions) -> io::Result<VSocket> {
         let session = self.session_to(peer)?;
         let class = opts.class();
@@ -847,17 +856,33 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
             total: (cfg.max_sessions as u64, "max_sessions"),
         },
     )?;
-    // Channels are capped in all (each holds descriptors and threads here); a session's
-    // share per address and prefix follows from its session caps and max_accepted_channels.
-    let channels: usize = incoming.iter().map(|s| s.channels.len()).sum();
-    if channels + link.slots.len() > cfg.max_channels {
-        return Err(format!(
-            "{channels} channels of accepted sessions alive, {} more would pass {} \
-             (max_channels)",
-            link.slots.len(),
-            cfg.max_channels
-        ));
-    }
+    // Channels are capped per prefix and in all (each holds descriptors and threads here);
+    // per address they follow from max_sessions_per_peer × max_accepted_channels.
+    let channels = incoming.iter().fold((0, 0, 0), |(a, p, t), s| {
+        let n = s.channels.len() as u64;
+        (
+            a + if s.peer.ip() == ip { n } else { 0 },
+            p + if inner.guard.prefix(s.peer.ip()) == net {
+                n
+            } else {
+                0
+            },
+            t + n,
+        )
+    });
+    limits::fits(
+        "channels of accepted sessions alive",
+        link.slots.len() as u64,
+        channels,
+        &Caps {
+            per_address: (u64::MAX, "max_sessions_per_peer × max_accepted_channels"),
+            per_prefix: (
+                cfg.max_channels_per_prefix as u64,
+                "max_channels_per_prefix",
+            ),
+            total: (cfg.max_channels as u64, "max_channels"),
+        },
+    )?;
     let mut streams = Vec::with_capacity(link.slots.len());
     for (i, slot) in link.slots.into_iter().enumerate() {
         let mut s = slot.expect("complete link");

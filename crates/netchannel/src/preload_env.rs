@@ -48,6 +48,7 @@ pub fn apply_peer_caps(cfg: &mut crate::Config) {
     // Three channels a session by default: 128 sessions' worth. Each costs the program two
     // threads (its writer and its standby reader) and two descriptors.
     cfg.max_channels = 384;
+    cfg.max_channels_per_prefix = 96;
     cfg.max_handshakes = 64;
     cfg.max_handshakes_per_prefix = 32;
     cfg.max_receive_memory = 2 << 30;

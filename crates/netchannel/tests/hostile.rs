@@ -316,7 +316,7 @@ fn sessions_channels_and_descriptors_are_budgeted_per_peer() {
     let l = server.bind(1).unwrap();
     let mut hostile = Vec::new();
     // 64-channel links are refused outright.
-    let mut s = connect_from("127.0.0.2", addr);
+    let mut s = connect_from("127.0.1.2", addr);
     s.write_all(&hello(6000, 0, 64, 0)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert!(matches!(s.read(&mut [0u8; 64]), Ok(0) | Err(_)));
@@ -327,7 +327,7 @@ fn sessions_channels_and_descriptors_are_budgeted_per_peer() {
     for link in 0..40u64 {
         let mut chans = Vec::new();
         for i in 0..16u16 {
-            let mut c = connect_from("127.0.0.2", addr);
+            let mut c = connect_from("127.0.1.2", addr);
             c.write_all(&hello(6100 + link, i, 16, 0)).unwrap();
             chans.push(c);
         }
@@ -348,7 +348,7 @@ fn sessions_channels_and_descriptors_are_budgeted_per_peer() {
         why.contains("max_sessions_per_peer") || why.contains("RLIMIT_NOFILE"),
         "{why}"
     );
-    // Another peer is still served.
+    // Another peer (of another /24: one prefix is one peer's share too) is still served.
     let client = Endpoint::new(Config::default()).unwrap();
     let c = client.connect(addr, 1, SocketOptions::default()).unwrap();
     (&c).write_all(b"ok").unwrap();

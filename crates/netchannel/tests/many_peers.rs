@@ -403,3 +403,42 @@ fn a_silent_or_slow_peer_neither_says_eagain_nor_holds_other_connects() {
     let _ = stuck.join().unwrap();
     dripper.join().unwrap();
 }
+
+/// One prefix cannot take every channel: past `max_channels_per_prefix` its links are refused
+/// by that name while another prefix's link is accepted.
+#[test]
+fn one_prefix_cannot_take_every_channel() {
+    let _g = serial();
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            max_channels_per_prefix: 8,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let link = |from: &str, id: u64| -> Option<Vec<TcpStream>> {
+        let mut chans: Vec<TcpStream> = (0..4u16)
+            .map(|i| {
+                let mut c = connect_from(from, addr);
+                c.write_all(&hello(id, i, 4, 0)).unwrap();
+                c
+            })
+            .collect();
+        chans
+            .iter_mut()
+            .all(|c| {
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                c.read_exact(&mut [0u8; HEADER_LEN + 32]).is_ok()
+            })
+            .then_some(chans)
+    };
+    let a = link("127.6.0.1", 1).expect("first link of the prefix");
+    let b = link("127.6.0.2", 2).expect("second link of the prefix");
+    assert!(link("127.6.0.3", 3).is_none(), "a third link of one prefix");
+    let why = rejection(&server, "max_channels_per_prefix");
+    assert!(why.contains("max_channels_per_prefix"), "{why}");
+    let c = link("127.7.0.1", 4).expect("another prefix's link");
+    drop((a, b, c));
+}

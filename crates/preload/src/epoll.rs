@@ -406,6 +406,12 @@ pub(crate) fn events_of(obj: &Obj) -> u32 {
             }
             ev as u32
         }
+        Kind::Connecting { done, .. } => match done.get() {
+            None => 0,
+            Some(Ok(next)) => events_of(next),
+            // As a failed TCP connect polls: writable, with an error, hung up.
+            Some(Err(_)) => (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32,
+        },
         Kind::Listener { real, .. } => {
             let virt = obj
                 .virt()

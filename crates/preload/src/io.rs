@@ -122,6 +122,18 @@ fn stream(obj: &Obj) -> Result<&netchannel::VSocket, c_int> {
     match &obj.kind {
         Kind::Stream { vs, .. } => Ok(vs),
         Kind::Listener { .. } => Err(libc::ENOTCONN),
+        Kind::Connecting { done, .. } => loop {
+            match done.get() {
+                Some(Ok(next)) => return stream(next),
+                Some(Err(e)) => return Err(*e),
+                // Still connecting: TCP answers EAGAIN on a non-blocking socket and waits on
+                // a blocking one (the program may have cleared O_NONBLOCK since).
+                None if obj.nonblock.load(Ordering::Relaxed) => return Err(libc::EAGAIN),
+                None => {
+                    sys::wait_readable(&[obj.efd()], 100)?;
+                }
+            }
+        },
     }
 }
 

@@ -157,8 +157,16 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) 
         // SAFETY: forwarded unchanged.
         return unsafe { f(fd, a, len) };
     }
-    // Already connected (or a listener).
-    set_errno(libc::EISCONN);
+    // Already connected (or a listener), or connecting: as TCP answers a second connect.
+    let e = match state::get(fd).as_deref().map(|o| &o.kind) {
+        Some(state::Kind::Connecting { done, .. }) => match done.get() {
+            None => libc::EALREADY,
+            Some(Err(e)) => *e,
+            Some(Ok(_)) => libc::EISCONN,
+        },
+        _ => libc::EISCONN,
+    };
+    set_errno(e);
     -1
 }
 

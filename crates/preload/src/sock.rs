@@ -75,13 +75,62 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
         netchannel::Class::Latency => netchannel::SocketOptions::latency(),
         netchannel::Class::Throughput => netchannel::SocketOptions::default(),
     };
-    // A non-blocking connect would return EINPROGRESS here; opening a virtual socket is one
-    // round trip on a channel that is already up, so it completes now (as a local connect
-    // may), and the program's first poll sees it writable.
     let ep = state::endpoint().map_err(|e| {
         sys::say(&format!("connect to {to}: netchannel endpoint: {e}"));
         sys::errno_of(&e)
     })?;
+    let (cloexec, nonblock) = fd_flags(fd);
+    // Opening a virtual socket on a session that is up is one round trip on a channel: it
+    // completes now (as a local TCP connect may). A session to dial first takes the peer's
+    // handshake: a non-blocking socket gets EINPROGRESS, as on TCP, and the program learns the
+    // outcome from poll (writable) and SO_ERROR.
+    if nonblock && !ep.has_session(peer) {
+        let obj = Obj::new(
+            Kind::Connecting {
+                to,
+                done: std::sync::OnceLock::new(),
+                error_taken: std::sync::atomic::AtomicBool::new(false),
+            },
+            nonblock,
+            cloexec,
+        )
+        .map_err(|e| sys::errno_of(&e))?;
+        install(fd, obj.clone())?;
+        let verbose = s.verbose;
+        let dial = move || {
+            let r = ep.connect(peer, to.port(), opts);
+            let Kind::Connecting { done, .. } = &obj.kind else {
+                return;
+            };
+            let outcome = match r {
+                Ok(vs) => {
+                    let local = addr::unspecified_like(&to, vs.local_port());
+                    let next = obj.successor(Kind::Stream {
+                        vs,
+                        local,
+                        peer: to,
+                    });
+                    state::succeed(&obj, &next);
+                    Ok(next)
+                }
+                Err(e) => {
+                    if verbose {
+                        sys::say(&format!("connect to {to} over netchannel peer {peer}: {e}"));
+                    }
+                    Err(sys::errno_of(&e))
+                }
+            };
+            let _ = done.set(outcome);
+            sys::kick(obj.efd());
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("nc-connect".into())
+            .spawn(dial)
+        {
+            return Err(sys::errno_of(&e));
+        }
+        return Err(libc::EINPROGRESS);
+    }
     let vs = ep.connect(peer, to.port(), opts).map_err(|e| {
         if s.verbose {
             sys::say(&format!("connect to {to} over netchannel peer {peer}: {e}"));
@@ -89,7 +138,6 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
         sys::errno_of(&e)
     })?;
     let local = addr::unspecified_like(&to, vs.local_port());
-    let (cloexec, nonblock) = fd_flags(fd);
     let obj = Obj::new(
         Kind::Stream {
             vs,
@@ -209,6 +257,15 @@ pub(crate) fn name(
             unsafe { addr::write(a, out, len) };
             Ok(())
         }
+        Kind::Connecting { to, done, .. } => match done.get() {
+            Some(Ok(next)) => name(next, peer, out, len),
+            _ if peer => Err(libc::ENOTCONN),
+            _ => {
+                // SAFETY: the program's buffers (its contract with getsockname).
+                unsafe { addr::write(addr::unspecified_like(to, 0), out, len) };
+                Ok(())
+            }
+        },
         Kind::Listener { real, .. } => {
             if peer {
                 return Err(libc::ENOTCONN);
@@ -341,6 +398,10 @@ pub(crate) fn getsockopt(
                     Kind::Stream {
                         local: SocketAddr::V6(_),
                         ..
+                    }
+                    | Kind::Connecting {
+                        to: SocketAddr::V6(_),
+                        ..
                     } => libc::AF_INET6,
                     _ => libc::AF_INET,
                 };
@@ -358,6 +419,16 @@ pub(crate) fn getsockopt(
                             _ => 0,
                         }
                     }
+                    // A failed connect's error, once (as TCP hands out sk_err).
+                    Kind::Connecting {
+                        done, error_taken, ..
+                    } => match done.get() {
+                        Some(Err(e)) if !error_taken.swap(true, Ordering::AcqRel) => *e,
+                        Some(Ok(next)) => {
+                            return getsockopt(fd, next, level, name);
+                        }
+                        _ => 0,
+                    },
                     Kind::Listener { .. } => 0,
                 };
                 return int(e);
@@ -429,6 +500,10 @@ pub(crate) fn shutdown(obj: &Obj, how: c_int) -> Result<(), c_int> {
             }
             Ok(())
         }
+        Kind::Connecting { done, .. } => match done.get() {
+            Some(Ok(next)) => shutdown(next, how),
+            _ => Err(libc::ENOTCONN),
+        },
         Kind::Listener { real, virt, .. } => {
             let sd = real!(shutdown: fn(c_int, c_int) -> c_int);
             // SAFETY: plain system call on our descriptor.
@@ -579,8 +654,16 @@ pub(crate) unsafe fn ioctl(
             if out.is_null() {
                 return Err(libc::EFAULT);
             }
-            let Kind::Stream { vs, .. } = &obj.kind else {
-                return Err(libc::EINVAL);
+            let vs = match &obj.kind {
+                Kind::Stream { vs, .. } => vs,
+                Kind::Connecting { done, .. } => match done.get() {
+                    Some(Ok(next)) => match &next.kind {
+                        Kind::Stream { vs, .. } => vs,
+                        _ => return Err(libc::EINVAL),
+                    },
+                    _ => return Err(libc::ENOTCONN),
+                },
+                Kind::Listener { .. } => return Err(libc::EINVAL),
             };
             let v = if req == libc::FIONREAD {
                 vs.readable_bytes()

@@ -122,6 +122,16 @@ pub(crate) fn insert(fd: c_int, obj: Arc<Obj>) {
     }
 }
 
+/// Every number naming `old` names `new` from now on (a finished connect; dups included).
+pub(crate) fn succeed(old: &Arc<Obj>, new: &Arc<Obj>) {
+    let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    for v in t.values_mut() {
+        if Arc::ptr_eq(v, old) {
+            *v = new.clone();
+        }
+    }
+}
+
 pub(crate) fn remove(fd: c_int) -> Option<Arc<Obj>> {
     if !is_ours(fd) {
         return None;
@@ -239,6 +249,16 @@ pub(crate) enum Kind {
         virt: Mutex<Option<VListener>>,
         failed: AtomicBool,
     },
+    /// A non-blocking connect that needs a session dialed first: connect(2) said EINPROGRESS
+    /// and a thread dials. When it is done the table holds a `Stream` object sharing this
+    /// one's eventfd (so the program's number, and its epoll registrations, stay right) and
+    /// `done` points at it; a failure is kept for SO_ERROR and every later call.
+    Connecting {
+        to: SocketAddr,
+        done: OnceLock<Result<Arc<Obj>, c_int>>,
+        /// The failure was handed out by SO_ERROR.
+        error_taken: AtomicBool,
+    },
 }
 
 pub(crate) struct Obj {
@@ -261,6 +281,21 @@ pub(crate) struct Obj {
 impl Obj {
     pub fn new(kind: Kind, nonblock: bool, cloexec: bool) -> std::io::Result<Arc<Obj>> {
         Ok(Obj::with_wake(kind, sys::eventfd()?, nonblock, cloexec))
+    }
+
+    /// The object a finished connect becomes: `kind`, with this one's eventfd and waker (the
+    /// program's number is a dup of that eventfd), flags and socket options.
+    pub fn successor(&self, kind: Kind) -> Arc<Obj> {
+        let st = std::mem::take(&mut *self.st());
+        Arc::new(Obj {
+            kind,
+            wake: self.wake.clone(),
+            waker: self.waker.clone(),
+            owner: AtomicU32::new(self.owner.load(Ordering::Acquire)),
+            nonblock: AtomicBool::new(self.nonblock.load(Ordering::Relaxed)),
+            cloexec: AtomicBool::new(self.cloexec.load(Ordering::Relaxed)),
+            st: Mutex::new(st),
+        })
     }
 
     /// An object around eventfd `efd`, made by the caller (who then cannot fail after taking
