@@ -23,11 +23,11 @@
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use yaml_rust2::{Yaml, YamlLoader};
 
 /// The largest web configuration, certificate or key file read.
 const MAX_FILE: u64 = 1 << 20;
@@ -84,16 +84,16 @@ pub struct WebConfig {
     pub headers: Vec<(String, String)>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The file's fields, read strictly: an unknown key anywhere is an error naming it (the
+/// toolkit reads the file strictly too).
+#[derive(Default)]
 struct Raw {
     tls_server_config: Option<RawTls>,
     basic_auth_users: Option<BTreeMap<String, String>>,
     http_server_config: Option<RawHttp>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 struct RawTls {
     cert_file: Option<String>,
     key_file: Option<String>,
@@ -101,22 +101,102 @@ struct RawTls {
     client_ca_file: Option<String>,
     min_version: Option<String>,
     max_version: Option<String>,
-    // Known to the toolkit, refused here by name (rustls chooses these itself).
-    cipher_suites: Option<serde_yaml_ng::Value>,
-    curve_preferences: Option<serde_yaml_ng::Value>,
-    prefer_server_cipher_suites: Option<serde_yaml_ng::Value>,
-    client_allowed_sans: Option<serde_yaml_ng::Value>,
-    cert: Option<serde_yaml_ng::Value>,
-    key: Option<serde_yaml_ng::Value>,
+    /// Keys the toolkit knows that are refused here by name (rustls chooses cipher suites
+    /// and curves itself; certificates and keys come from files).
+    refused: Vec<&'static str>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 struct RawHttp {
-    /// HTTP/2 is not served (Prometheus scrapes over HTTP/1.1 too): accepted and ignored.
-    #[allow(dead_code)]
-    http2: Option<bool>,
     headers: Option<BTreeMap<String, String>>,
+}
+
+/// A mapping's entries with string keys, or an error naming `at`.
+fn mapping<'a>(y: &'a Yaml, at: &str) -> Result<Vec<(&'a str, &'a Yaml)>, String> {
+    match y {
+        Yaml::Hash(h) => h
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                Some(k) => Ok((k, v)),
+                None => Err(format!("{at}: a key that is not a string")),
+            })
+            .collect(),
+        Yaml::Null => Ok(Vec::new()),
+        _ => Err(format!("{at}: not a mapping")),
+    }
+}
+
+/// A scalar read as text (YAML's `TLS12`, `true` and `10` are all strings to the toolkit).
+fn text(y: &Yaml, at: &str) -> Result<String, String> {
+    match y {
+        Yaml::String(s) => Ok(s.clone()),
+        Yaml::Integer(i) => Ok(i.to_string()),
+        Yaml::Boolean(b) => Ok(b.to_string()),
+        Yaml::Real(r) => Ok(r.clone()),
+        _ => Err(format!("{at}: not a string")),
+    }
+}
+
+fn string_map(y: &Yaml, at: &str) -> Result<BTreeMap<String, String>, String> {
+    mapping(y, at)?
+        .into_iter()
+        .map(|(k, v)| Ok((k.to_string(), text(v, &format!("{at}.{k}"))?)))
+        .collect()
+}
+
+fn parse(source: &str) -> Result<Raw, String> {
+    let docs = YamlLoader::load_from_str(source).map_err(|e| e.to_string())?;
+    let mut raw = Raw::default();
+    let Some(top) = docs.first() else {
+        return Ok(raw);
+    };
+    for (key, v) in mapping(top, "the file")? {
+        match key {
+            "tls_server_config" => {
+                let mut t = RawTls::default();
+                for (k, v) in mapping(v, key)? {
+                    let at = format!("tls_server_config.{k}");
+                    match k {
+                        "cert_file" => t.cert_file = Some(text(v, &at)?),
+                        "key_file" => t.key_file = Some(text(v, &at)?),
+                        "client_auth_type" => t.client_auth_type = Some(text(v, &at)?),
+                        "client_ca_file" => t.client_ca_file = Some(text(v, &at)?),
+                        "min_version" => t.min_version = Some(text(v, &at)?),
+                        "max_version" => t.max_version = Some(text(v, &at)?),
+                        "cipher_suites" => t.refused.push("cipher_suites"),
+                        "curve_preferences" => t.refused.push("curve_preferences"),
+                        "prefer_server_cipher_suites" => {
+                            t.refused.push("prefer_server_cipher_suites")
+                        }
+                        "client_allowed_sans" => t.refused.push("client_allowed_sans"),
+                        "cert" => t.refused.push("cert"),
+                        "key" => t.refused.push("key"),
+                        other => return Err(format!("{at}: unknown field {other:?}")),
+                    }
+                }
+                raw.tls_server_config = Some(t);
+            }
+            "basic_auth_users" => raw.basic_auth_users = Some(string_map(v, key)?),
+            "http_server_config" => {
+                let mut h = RawHttp::default();
+                for (k, v) in mapping(v, key)? {
+                    match k {
+                        // HTTP/2 is not served (Prometheus scrapes over HTTP/1.1 too).
+                        "http2" => {}
+                        "headers" => h.headers = Some(string_map(v, "http_server_config.headers")?),
+                        other => {
+                            return Err(format!(
+                                "http_server_config.{other}: unknown field {other:?}"
+                            ));
+                        }
+                    }
+                }
+                raw.http_server_config = Some(h);
+            }
+            other => return Err(format!("unknown field {other:?}")),
+        }
+    }
+    Ok(raw)
 }
 
 /// The response headers the toolkit lets a configuration set.
@@ -141,7 +221,8 @@ impl WebConfig {
             what,
         };
         let bytes = read_capped(path).map_err(err)?;
-        let raw: Raw = serde_yaml_ng::from_slice(&bytes).map_err(|e| err(e.to_string()))?;
+        let source = String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))?;
+        let raw = parse(&source).map_err(err)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &str| {
             let p = Path::new(p);
@@ -153,24 +234,12 @@ impl WebConfig {
         };
         let mut out = WebConfig::default();
         if let Some(t) = raw.tls_server_config {
-            for (name, set) in [
-                ("cipher_suites", t.cipher_suites.is_some()),
-                ("curve_preferences", t.curve_preferences.is_some()),
-                (
-                    "prefer_server_cipher_suites",
-                    t.prefer_server_cipher_suites.is_some(),
-                ),
-                ("client_allowed_sans", t.client_allowed_sans.is_some()),
-                ("cert", t.cert.is_some()),
-                ("key", t.key.is_some()),
-            ] {
-                if set {
-                    return Err(err(format!(
-                        "tls_server_config.{name} is not supported by netsteer agent (cipher \
-                         suites and curves are rustls's choice; certificates and keys come \
-                         from cert_file and key_file)"
-                    )));
-                }
+            if let Some(name) = t.refused.first() {
+                return Err(err(format!(
+                    "tls_server_config.{name} is not supported by netsteer agent (cipher \
+                     suites and curves are rustls's choice; certificates and keys come \
+                     from cert_file and key_file)"
+                )));
             }
             let cert = t
                 .cert_file
