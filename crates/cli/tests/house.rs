@@ -90,7 +90,113 @@ fn one_spread_and_one_namespace_thread_helper() {
         }
     }
     assert_eq!(spreads.len(), 1, "{spreads:?}");
-    assert!(spreads[0].ends_with("bench/src/stats.rs"), "{spreads:?}");
+    assert!(
+        spreads[0].ends_with("experiment/src/stats.rs"),
+        "{spreads:?}"
+    );
     assert_eq!(setns.len(), 1, "{setns:?}");
     assert!(setns[0].ends_with("sock/src/netns.rs"), "{setns:?}");
+}
+
+/// The arrows docs/architecture.md allows, `crate -> deps` per line after its `crate arrows`
+/// marker ("netsteer-" dropped from the names).
+fn documented_arrows() -> std::collections::BTreeMap<String, Vec<String>> {
+    let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
+    let block = doc
+        .split("<!-- crate arrows -->")
+        .nth(1)
+        .expect("docs/architecture.md has its crate arrows")
+        .split("```")
+        .nth(1)
+        .expect("the arrows' code block");
+    block
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once("->"))
+        .map(|(from, to)| {
+            let mut to: Vec<String> = to.split_whitespace().map(str::to_string).collect();
+            to.sort();
+            (from.trim().to_string(), to)
+        })
+        .collect()
+}
+
+/// The workspace's real arrows: each crate's normal dependencies on the others, from
+/// `cargo metadata`.
+fn real_arrows() -> std::collections::BTreeMap<String, Vec<String>> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(workspace())
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let short = |n: &str| n.strip_prefix("netsteer-").unwrap_or(n).to_string();
+    let pkgs = m["packages"].as_array().unwrap();
+    let names: Vec<&str> = pkgs.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    pkgs.iter()
+        .map(|p| {
+            let mut deps: Vec<String> = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap())
+                .filter(|d| names.contains(d))
+                .map(short)
+                .collect();
+            deps.sort();
+            deps.dedup();
+            (short(p["name"].as_str().unwrap()), deps)
+        })
+        .collect()
+}
+
+/// The crate graph is the one docs/architecture.md draws: an arrow it does not allow (policy
+/// importing an engine, a reader importing the binary) fails here, and so does one it lists
+/// that went, so the page cannot drift again. Shown failing once by adding `netsteer-bench` to
+/// steering's dependencies (the closing note of issue 54).
+#[test]
+fn the_crate_graph_is_the_one_the_architecture_page_draws() {
+    let doc = documented_arrows();
+    let real = real_arrows();
+    let mut wrong = Vec::new();
+    for (krate, deps) in &real {
+        match doc.get(krate) {
+            None => wrong.push(format!("{krate}: not on the page")),
+            Some(allowed) => {
+                for d in deps.iter().filter(|d| !allowed.contains(d)) {
+                    wrong.push(format!("{krate} -> {d}: an arrow the page does not allow"));
+                }
+                for d in allowed.iter().filter(|d| !deps.contains(d)) {
+                    wrong.push(format!("{krate} -> {d}: on the page, not in Cargo.toml"));
+                }
+            }
+        }
+    }
+    for krate in doc.keys().filter(|k| !real.contains_key(*k)) {
+        wrong.push(format!("{krate}: on the page, not in the workspace"));
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Policy never compiles an engine.
+    for engine in ["bench", "netchannel"] {
+        assert!(
+            !real["steering"].contains(&engine.to_string()),
+            "steering -> {engine}"
+        );
+        assert!(
+            !real["experiment"].contains(&engine.to_string()),
+            "experiment -> {engine}"
+        );
+    }
 }

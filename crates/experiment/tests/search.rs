@@ -2,9 +2,9 @@
 //! that drifts during the search, a knob that interacts with another, and a knob that hurts.
 //! Deterministic: seeded noise, a manual clock.
 
-use netsteer_bench::clock::ManualClock;
-use netsteer_bench::experiment::BoxError;
-use netsteer_bench::search::{Config, Dim, Obs, Options, Outcome, Target, search};
+use netsteer_experiment::clock::ManualClock;
+use netsteer_experiment::experiment::BoxError;
+use netsteer_experiment::search::{Config, Dim, Obs, Options, Outcome, Target, search};
 
 /// xorshift64*, seeded per surface.
 struct Rng(u64);

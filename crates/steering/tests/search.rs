@@ -3,9 +3,9 @@
 //! search finds the optimum of a response that reads the knobs back from the tree (so what is
 //! measured is what was applied). The tree reads byte for byte as before afterwards.
 
-use netsteer_bench::clock::ManualClock;
-use netsteer_bench::experiment::BoxError;
-use netsteer_bench::search::{Obs, Options, search};
+use netsteer_experiment::clock::ManualClock;
+use netsteer_experiment::experiment::BoxError;
+use netsteer_experiment::search::{Obs, Options, search};
 use netsteer_host::HostFs;
 use netsteer_nic::TreeNic;
 use netsteer_steering::tune::Tuner;

@@ -702,8 +702,8 @@ fn a_saved_plan_finds_renumbered_irqs_by_name_and_refuses_a_missing_device() {
 /// beyond the noise is rolled back to the byte; a failed "after" run rolls back and errs.
 #[test]
 fn a_verified_apply_keeps_only_a_change_better_beyond_the_noise() {
-    use netsteer_bench::clock::ManualClock;
-    use netsteer_bench::experiment::{Metric, Verdict};
+    use netsteer_experiment::clock::ManualClock;
+    use netsteer_experiment::experiment::{Metric, Verdict};
     use netsteer_steering::tune::{Check, Side, TuneError, Tuner};
     let src = fixture("kvm-virtio-16cpu");
     // (before, after) p50 values per run; None: the after run fails.
@@ -742,7 +742,7 @@ fn a_verified_apply_keeps_only_a_change_better_beyond_the_noise() {
         let clock = ManualClock::new(0);
         let mut calls = Vec::new();
         let mut measure =
-            |side: Side, repeat: u32| -> Result<f64, netsteer_bench::experiment::BoxError> {
+            |side: Side, repeat: u32| -> Result<f64, netsteer_experiment::experiment::BoxError> {
                 clock.advance(1_000_000);
                 calls.push((side, repeat));
                 let i = repeat as usize - 1;

@@ -1,4 +1,4 @@
-//! The host's side of `tune search` (the engine is `netsteer_bench::search`): the knobs to
+//! The host's side of `tune search` (the engine is `netsteer_experiment::search`): the knobs to
 //! search as dimensions, each with the host's current value as its baseline level, and the
 //! host as the search's target: every configuration is applied through tune's transaction
 //! (journaled, all or nothing) and left by rolling its own journal back, so a search, even a
@@ -9,10 +9,10 @@ use super::journal;
 use super::tuner::{TuneError, Tuner};
 use crate::model::desired::{Action, Plan, Profile};
 use crate::model::planner::{Knob, PlanOptions};
-use netsteer_bench::clock::Clock;
-use netsteer_bench::experiment::{self, BoxError, Comparison, Executor, Order};
-use netsteer_bench::search::{self as engine, Dim, Obs, Options, Outcome, Target};
-use netsteer_bench::workload::Goal;
+use netsteer_experiment::clock::Clock;
+use netsteer_experiment::experiment::{self, BoxError, Comparison, Executor, Order};
+use netsteer_experiment::search::{self as engine, Dim, Obs, Options, Outcome, Target};
+use netsteer_experiment::workload::Goal;
 use netsteer_host::ethtool::NicKnob;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};

@@ -3,9 +3,9 @@
 //! response, and the confirmations.
 
 use super::search::SearchReport;
-use netsteer_bench::search::{Phase, Trial};
-use netsteer_bench::stats::Spread;
-use netsteer_bench::workload::Goal;
+use netsteer_experiment::search::{Phase, Trial};
+use netsteer_experiment::stats::Spread;
+use netsteer_experiment::workload::Goal;
 use netsteer_host::safe::html as esc;
 use std::fmt::Write as _;
 

@@ -3,7 +3,7 @@
 
 use super::verify::VerifyReport;
 use super::{Action, ApplyReport, Plan, RollbackReport};
-use netsteer_bench::experiment::Decision;
+use netsteer_experiment::experiment::Decision;
 
 /// A value for people: long ones (an RSS table) shortened to their start and length.
 fn short(v: &str) -> String {
