@@ -1,6 +1,6 @@
 //! Where the CPU time goes: one CPU drowning in softirq, and a hypervisor taking the vCPUs.
 
-use super::rps::{rps_plan, tune_cmd};
+use super::rps::{rps_off, rps_plan, tune_cmd};
 use super::spread::irq_spread_steps;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, cpus_text, pct, rate};
@@ -154,11 +154,7 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
         if fix.is_some() {
             continue;
         }
-        let rps_off = nic
-            .rx_queues
-            .iter()
-            .all(|q| q.rps_cpus.known().is_some_and(CpuSet::is_empty));
-        if nic.rx_queues.len() == 1 && rps_off {
+        if nic.rx_queues.len() == 1 && rps_off(nic) {
             let plan = rps_plan(ctx, nic);
             fix = Some(Fix {
                 summary: format!(
@@ -189,11 +185,7 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
             .traffic_nics()
             .into_iter()
             .filter(|n| n.is_virtual())
-            .filter(|n| {
-                n.rx_queues
-                    .iter()
-                    .all(|q| q.rps_cpus.known().is_some_and(CpuSet::is_empty))
-            })
+            .filter(|n| rps_off(n))
             .collect();
         match receivers.first() {
             Some(nic) => {

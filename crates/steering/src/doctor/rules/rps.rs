@@ -31,6 +31,17 @@ pub struct RpsPlan {
     pub steps: Vec<String>,
 }
 
+/// Whether RPS is off on every receive queue of `nic`: each queue's `rps_cpus` read, and
+/// empty. A queue whose mask could not be read makes the answer no (unknown is not off). The
+/// one place the doctor decides "RPS is off" (the rps and cpu rules ask it).
+pub fn rps_off(nic: &Nic) -> bool {
+    !nic.rx_queues.is_empty()
+        && nic
+            .rx_queues
+            .iter()
+            .all(|q| q.rps_cpus.known().is_some_and(CpuSet::is_empty))
+}
+
 fn rps_on(nic: &Nic) -> bool {
     nic.rx_queues
         .iter()
@@ -130,16 +141,11 @@ pub fn single_queue_no_rps(ctx: &Ctx) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        if nic.rx_queues.len() != 1 {
+        if nic.rx_queues.len() != 1 || !rps_off(nic) {
             continue;
         }
         let q = &nic.rx_queues[0];
-        let Some(rps) = q.rps_cpus.known() else {
-            continue;
-        };
-        if !rps.is_empty() {
-            continue;
-        }
+        let rps = q.rps_cpus.known().expect("read: rps_off");
         let plan = rps_plan(ctx, nic);
         let mut evidence = vec![format!(
             "{} has 1 receive queue and rx-0/rps_cpus = {} (RPS off); {} CPUs can take kernel work",

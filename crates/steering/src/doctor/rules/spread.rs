@@ -19,18 +19,6 @@ fn movable(irq: &NicIrq) -> bool {
     irq.affinity.settable.known() != Some(&false)
 }
 
-/// One CPU per queue in [`Ctx::spread_order`]; rx-N and tx-N of split vectors go together.
-pub fn irq_assignment(ctx: &Ctx, nic: &Nic) -> Vec<(u32, u32)> {
-    let order = ctx.spread_order(nic);
-    if order.is_empty() {
-        return Vec::new();
-    }
-    nic.queue_irqs()
-        .filter(|i| movable(i))
-        .filter_map(|i| Some((i.irq, order[queue_of(i.role)? as usize % order.len()])))
-        .collect()
-}
-
 /// The IRQ pins `netsteer tune apply --profile throughput --dev NIC` would write, from the
 /// planner itself (one CPU per queue, IRQs already well placed left alone).
 pub fn irq_spread_steps(ctx: &Ctx, nic: &Nic) -> Vec<String> {
