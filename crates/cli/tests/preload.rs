@@ -30,21 +30,12 @@ const CHECK_ENV: &str = "NETSTEER_TEST_RESP_CHECK";
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn tools_present() -> Result<(), String> {
-    if !is_root() {
-        return Err("needs root (network namespaces)".into());
-    }
-    for tool in ["redis-server", "redis-benchmark", "redis-cli", "ss"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Err(format!(
-                "{tool} is not installed (Debian redis-server, redis-tools, iproute2)"
-            ));
-        }
-    }
-    Ok(())
+    root_and_tools(&[
+        ("redis-server", "redis-server"),
+        ("redis-benchmark", "redis-tools"),
+        ("redis-cli", "redis-tools"),
+        ("ss", "iproute2"),
+    ])
 }
 
 struct Running(Option<Child>);
@@ -107,19 +98,6 @@ fn preloaded<'a>(role: &'a [&'a str], program: &[&'a str]) -> Vec<&'a str> {
     v.push("--");
     v.extend_from_slice(program);
     v
-}
-
-fn wait_port(ns: &Netns, addr: &str, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let target = format!("{addr}:{port}");
-    while Instant::now() < deadline {
-        let out = ns.exec(&["ss", "-ltnH", &format!("( sport = :{port} )")]);
-        if String::from_utf8_lossy(&out.stdout).contains(&format!(":{port}")) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("nothing listens on {target} in {}", ns.name);
 }
 
 /// Established channel connections of process `pid` in `ns`, as local ports.

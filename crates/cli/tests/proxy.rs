@@ -23,21 +23,11 @@ const PROXY_PORT: u16 = 6380;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn tools_present() -> Result<(), String> {
-    if !is_root() {
-        return Err("needs root (network namespaces)".into());
-    }
-    for tool in ["redis-server", "redis-benchmark", "ss"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Err(format!(
-                "{tool} is not installed (Debian redis-server, redis-tools, iproute2)"
-            ));
-        }
-    }
-    Ok(())
+    root_and_tools(&[
+        ("redis-server", "redis-server"),
+        ("redis-benchmark", "redis-tools"),
+        ("ss", "iproute2"),
+    ])
 }
 
 /// A child process killed (and reaped) when dropped.
@@ -76,20 +66,6 @@ fn spawn(ns: &Netns, program: &str, args: &[&str], what: &'static str) -> Proc {
         .spawn()
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     Proc(Some(child))
-}
-
-/// Waits until something accepts TCP connections on `port` of the namespace's loopback.
-fn wait_port(ns: &Netns, addr: &str, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let target = format!("{addr}:{port}");
-    while Instant::now() < deadline {
-        let up = in_netns(&ns.path(), || TcpStream::connect(&target).is_ok());
-        if up {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("nothing listens on {target} in {}", ns.name);
 }
 
 /// The client proxy's channel connections, as "local-port" strings, from `ss`.

@@ -188,3 +188,35 @@ pub fn in_netns<T: Send>(path: &str, f: impl FnOnce() -> T + Send) -> T {
     };
     netsteer_sock::netns::on_thread(place, f).unwrap()
 }
+
+/// Root and every `(tool, Debian package)` on PATH, or why not (for [`cannot_run`]).
+#[allow(dead_code)]
+pub fn root_and_tools(tools: &[(&str, &str)]) -> Result<(), String> {
+    if !is_root() {
+        return Err("needs root (network namespaces)".into());
+    }
+    for (tool, package) in tools {
+        let found = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Err(format!("{tool} is not installed (Debian {package})"));
+        }
+    }
+    Ok(())
+}
+
+/// Waits (up to 20 s) until something listens on TCP `port` in `ns` (`ss -ltn`).
+#[allow(dead_code)]
+pub fn wait_port(ns: &Netns, addr: &str, port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        let out = ns.exec(&["ss", "-ltnH", &format!("( sport = :{port} )")]);
+        if String::from_utf8_lossy(&out.stdout).contains(&format!(":{port}")) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("nothing listens on {addr}:{port} in {}", ns.name);
+}
