@@ -99,14 +99,6 @@ fn abort_factor(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The tuner a search applies its trials with: tune's, with its own journal directory.
-fn search_tuner(host: &Host, use_nic: bool, state_dir: &Option<PathBuf>) -> Result<Tuner> {
-    let main =
-        Tuner::open(host.fs.clone(), use_nic, state_dir.clone()).context("the state directory")?;
-    let dir = search::state_dir(main.state_dir());
-    Ok(main.into_state_dir(dir))
-}
-
 pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
     crate::tune::need_root(host, "tune search")?;
     let plan_out = NewFile::maybe("--plan-out", a.plan_out.as_deref())?;
@@ -118,7 +110,9 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
             .collect(),
         None => Vec::new(),
     };
-    let tuner = search_tuner(host, !a.no_ethtool, &a.state_dir)?;
+    let tuner = Tuner::open(host.fs.clone(), !a.no_ethtool, a.state_dir.clone())
+        .context("the state directory")?
+        .for_search();
     let knobs = if a.knobs.is_empty() {
         if a.devices.is_empty() {
             bail!("name the knobs to search (--knob PATH=V1,V2,...) or the devices (--dev IF)");

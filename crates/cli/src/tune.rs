@@ -242,25 +242,8 @@ pub fn run(host: &Host, cmd: &TuneCommand) -> Result<ExitCode> {
         TuneCommand::Search(a) => crate::search::run(host, a),
         TuneCommand::Rollback(a) => {
             need_root(host, "tune rollback")?;
-            // A search killed mid-trial left its trial applied: that is undone first, and is
-            // this rollback.
-            // One tuner (one NIC backend): moved to the search's journal directory for the
-            // recovery and back.
-            let t = tuner(host, true, &a.state.dir.state_dir)?;
-            let (t, found) = match a.journal {
-                None => {
-                    let main = t.state_dir().to_path_buf();
-                    let st = t.into_state_dir(netsteer_steering::tune::search::state_dir(&main));
-                    let found = netsteer_steering::tune::search::recover(&st)?;
-                    (st.into_state_dir(main), found)
-                }
-                Some(_) => (t, Vec::new()),
-            };
-            let rs = if found.is_empty() {
-                vec![t.rollback(a.journal.as_deref())?]
-            } else {
-                found
-            };
+            let rs = tuner(host, true, &a.state.dir.state_dir)?
+                .rollback_or_recover(a.journal.as_deref())?;
             for r in &rs {
                 if a.state.json {
                     print_json(r)?;

@@ -220,6 +220,34 @@ impl Tuner {
         )?)
     }
 
+    /// The tuner `tune search` applies its trials with: this one (its host and NIC backend),
+    /// keeping its journals in the search's own directory, so a trial's apply and rollback
+    /// never replace the plan `tune apply` last kept.
+    pub fn for_search(self) -> Tuner {
+        let dir = crate::tune::search::state_dir(&self.state_dir);
+        self.into_state_dir(dir)
+    }
+
+    /// `tune rollback`: with no journal named, a search killed mid-trial left its trial
+    /// applied, and undoing that first is this rollback (every such journal, newest first);
+    /// otherwise [`Tuner::rollback`]. One tuner (one NIC backend) moves to the search's
+    /// directory for the recovery and back.
+    pub fn rollback_or_recover(
+        self,
+        journal_path: Option<&Path>,
+    ) -> Result<Vec<RollbackReport>, TuneError> {
+        if journal_path.is_none() {
+            let main = self.state_dir.clone();
+            let search = self.for_search();
+            let found = crate::tune::search::recover(&search)?;
+            if !found.is_empty() {
+                return Ok(found);
+            }
+            return Ok(vec![search.into_state_dir(main).rollback(None)?]);
+        }
+        Ok(vec![self.rollback(journal_path)?])
+    }
+
     /// Restores what a journal recorded (default: the newest one not yet rolled back). When
     /// the host is back as it was, the applied plan no longer describes it and is removed.
     pub fn rollback(&self, journal_path: Option<&Path>) -> Result<RollbackReport, TuneError> {
