@@ -2,9 +2,11 @@
 //! bound it checks and asserts memory, slots or bytes stay within it. One test at a time
 //! (RSS is the process's, and the rlimit test changes the process's limit).
 
-use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
-use netchannel::{Class, Config, Endpoint, SocketOptions};
-use socket2::{Domain, SockAddr, Socket, Type};
+mod common;
+use common::{connect_from, hello, rejection};
+
+use netchannel::wire::{FrameType, HEADER_LEN, Header};
+use netchannel::{Config, Endpoint, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
@@ -26,34 +28,6 @@ fn rss() -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap();
     kb * 1024
-}
-
-/// A TCP connection to `to` from the loopback address `from` (another peer, as the server
-/// sees it).
-fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    let local: SocketAddr = format!("{from}:0").parse().unwrap();
-    s.bind(&SockAddr::from(local)).unwrap();
-    s.connect_timeout(&SockAddr::from(to), Duration::from_secs(5))
-        .unwrap();
-    s.into()
-}
-
-fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HEADER_LEN + 32] {
-    Hello {
-        version: u16::from(netchannel::wire::VERSION),
-        link_id: link,
-        channel_index: index,
-        class: if index < thpt {
-            Class::Throughput
-        } else {
-            Class::Latency
-        },
-        throughput_channels: thpt,
-        latency_channels: lat,
-        max_frame: 65536,
-    }
-    .encode()
 }
 
 /// A one-channel session from `from`, handshake done.
@@ -374,19 +348,6 @@ fn sessions_channels_and_descriptors_are_budgeted_per_peer() {
     assert!(why.contains("RLIMIT_NOFILE 2048"), "{why}");
     old.0 = cur;
     set_nofile(old.0, old.1);
-}
-
-/// The endpoint's last rejection once it mentions `what` (it is recorded just after the
-/// connection closes), or whatever it is after five seconds.
-fn rejection(e: &Endpoint, what: &str) -> String {
-    let t = Instant::now();
-    loop {
-        let why = e.stats().last_rejection.unwrap_or_default();
-        if why.contains(what) || t.elapsed() > Duration::from_secs(5) {
-            return why;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// (soft, hard) RLIMIT_NOFILE, from /proc/self/limits.

@@ -2,9 +2,11 @@
 //! endpoint, and a HELLO that drips. Each test drives an attack past the cap it checks, reads
 //! the refusal's named cap, and has a legitimate peer served afterwards.
 
+mod common;
+use common::{connect_from, hello, rejection};
+
 use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
-use netchannel::{Class, Config, Endpoint, SocketOptions};
-use socket2::{Domain, SockAddr, Socket, Type};
+use netchannel::{Config, Endpoint, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Mutex;
@@ -16,33 +18,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A TCP connection to `to` from loopback address `from`.
-fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    let local: SocketAddr = format!("{from}:0").parse().unwrap();
-    s.bind(&SockAddr::from(local)).unwrap();
-    s.connect_timeout(&SockAddr::from(to), Duration::from_secs(5))
-        .unwrap();
-    s.into()
-}
-
-fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HEADER_LEN + 32] {
-    Hello {
-        version: u16::from(netchannel::wire::VERSION),
-        link_id: link,
-        channel_index: index,
-        class: if index < thpt {
-            Class::Throughput
-        } else {
-            Class::Latency
-        },
-        throughput_channels: thpt,
-        latency_channels: lat,
-        max_frame: 65536,
-    }
-    .encode()
-}
-
 /// A one-channel session from `from`: Some(stream) when the server answered the HELLO.
 fn one_channel(from: &str, addr: SocketAddr, link: u64) -> Option<TcpStream> {
     let mut s = connect_from(from, addr);
@@ -51,19 +26,6 @@ fn one_channel(from: &str, addr: SocketAddr, link: u64) -> Option<TcpStream> {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.read_exact(&mut answer).ok()?;
     Some(s)
-}
-
-/// The last rejection once it names `what` (recorded just after the close), or as it is
-/// after five seconds.
-fn rejection(e: &Endpoint, what: &str) -> String {
-    let t = Instant::now();
-    loop {
-        let why = e.stats().last_rejection.unwrap_or_default();
-        if why.contains(what) || t.elapsed() > Duration::from_secs(5) {
-            return why;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A legitimate peer (from 127.0.0.1, another /24 than the attackers') opens a socket and is

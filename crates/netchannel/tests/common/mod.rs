@@ -1,7 +1,11 @@
 #![allow(dead_code)]
 
-use netchannel::{Config, Endpoint};
+use netchannel::wire::{HEADER_LEN, Hello};
+use netchannel::{Class, Config, Endpoint};
+use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 pub fn byte(seed: u64, i: u64) -> u8 {
     ((i ^ seed.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
@@ -84,4 +88,47 @@ pub fn cannot_run(why: &str) {
         panic!("live test cannot run under CI=true: {why}");
     }
     eprintln!("SKIPPED: {why}");
+}
+
+// The hostile peers' tools (hostile.rs, many_peers.rs).
+
+/// A TCP connection to `to` from the loopback address `from` (another peer, as the server
+/// sees it).
+pub fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&SockAddr::from(local)).unwrap();
+    s.connect_timeout(&SockAddr::from(to), Duration::from_secs(5))
+        .unwrap();
+    s.into()
+}
+
+pub fn hello(link: u64, index: u16, thpt: u16, lat: u16) -> [u8; HEADER_LEN + 32] {
+    Hello {
+        version: u16::from(netchannel::wire::VERSION),
+        link_id: link,
+        channel_index: index,
+        class: if index < thpt {
+            Class::Throughput
+        } else {
+            Class::Latency
+        },
+        throughput_channels: thpt,
+        latency_channels: lat,
+        max_frame: 65536,
+    }
+    .encode()
+}
+
+/// The endpoint's last rejection once it mentions `what` (it is recorded just after the
+/// connection closes), or whatever it is after five seconds.
+pub fn rejection(e: &Endpoint, what: &str) -> String {
+    let t = Instant::now();
+    loop {
+        let why = e.stats().last_rejection.unwrap_or_default();
+        if why.contains(what) || t.elapsed() > Duration::from_secs(5) {
+            return why;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
