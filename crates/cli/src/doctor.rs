@@ -2,9 +2,8 @@ use crate::args::Seconds;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use netsteer_host::HostFs;
 use netsteer_host::process::read_process;
-use netsteer_steering::doctor::fleet::{FleetHost, FleetReport, host_names};
+use netsteer_steering::doctor::fleet::examine_trees;
 use netsteer_steering::doctor::{App, Goal, RULES, Report, sampling, text};
 use std::io;
 use std::path::PathBuf;
@@ -52,31 +51,10 @@ pub fn run_fleet(roots: &[PathBuf], args: &DoctorArgs) -> Result<ExitCode> {
     if args.pid.is_some() {
         bail!("--pid names a process of one live host, not of a fleet's trees");
     }
-    let names = host_names(roots);
-    let mut hosts = Vec::new();
-    for (root, name) in roots.iter().zip(names) {
-        let entry = |report: Option<Report>, error: Option<String>| FleetHost {
-            host: name.clone(),
-            root: root.display().to_string(),
-            report,
-            error,
-        };
-        let host = match HostFs::open(root) {
-            Ok(fs) => Host { fs },
-            Err(e) => {
-                hosts.push(entry(None, Some(format!("--root {}: {e}", root.display()))));
-                continue;
-            }
-        };
-        match examine(&host, args, None) {
-            (report, missing) if missing.is_empty() => hosts.push(entry(Some(report), None)),
-            (report, missing) => hosts.push(entry(
-                Some(report),
-                Some(format!("could not read {}", missing.join("; "))),
-            )),
-        }
+    if args.trace.is_some() {
+        bail!("--trace traces this live host, not a fleet's trees");
     }
-    let fleet = FleetReport::new(hosts);
+    let fleet = examine_trees(roots, args.goal, !args.no_ethtool);
     let mut out = io::stdout().lock();
     if args.json {
         emit(&mut out, &serde_json::to_string_pretty(&fleet)?)?;

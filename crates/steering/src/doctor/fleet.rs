@@ -87,6 +87,40 @@ impl FleetReport {
     }
 }
 
+/// Doctor on every tree of `roots` (averages since boot, as for one `--root`): each host's
+/// report, or why there is none (a tree that cannot be opened), or the core inputs it could not
+/// read beside its report. `use_nic`: read each tree's recorded NIC settings.
+pub fn examine_trees(roots: &[PathBuf], goal: super::Goal, use_nic: bool) -> FleetReport {
+    let names = host_names(roots);
+    let mut hosts = Vec::new();
+    for (root, name) in roots.iter().zip(names) {
+        let entry = |report: Option<Report>, error: Option<String>| FleetHost {
+            host: name.clone(),
+            root: root.display().to_string(),
+            report,
+            error,
+        };
+        let fs = match netsteer_host::HostFs::open(root) {
+            Ok(fs) => fs,
+            Err(e) => {
+                hosts.push(entry(None, Some(format!("--root {}: {e}", root.display()))));
+                continue;
+            }
+        };
+        let settings = netsteer_nic::settings_source(&fs);
+        let on = use_nic.then_some(&*settings);
+        let sample = std::time::Duration::ZERO;
+        match super::sampling::examine(&fs, on, sample, goal, None, None) {
+            (report, missing) if missing.is_empty() => hosts.push(entry(Some(report), None)),
+            (report, missing) => hosts.push(entry(
+                Some(report),
+                Some(format!("could not read {}", missing.join("; "))),
+            )),
+        }
+    }
+    FleetReport::new(hosts)
+}
+
 /// Short, unique host names from tree paths: the directory name, or more of the path where two
 /// trees share it.
 pub fn host_names(roots: &[std::path::PathBuf]) -> Vec<String> {
