@@ -2,18 +2,14 @@
 //! URL, readable offline (mailed, attached to a ticket).
 
 use crate::run::{Row, RunRecord, Summary, VariantStats};
+use crate::scenario::Unit;
 use netsteer_bench::experiment::Verdict;
 use netsteer_host::safe::html as esc;
 use std::fmt::Write as _;
 
-/// A measure in its unit, scaled for reading: Gbit/s for bit/s, µs for ns, plain for
-/// requests/s.
-pub fn show(v: f64, unit: &str) -> String {
-    match unit {
-        "bit/s" => format!("{:.3} Gbit/s", v / 1e9),
-        "ns" => format!("{:.1} µs", v / 1e3),
-        _ => format!("{v:.0} {unit}"),
-    }
+/// A measure in its unit, scaled for reading ([`Unit::show`]).
+pub fn show(v: f64, unit: Unit) -> String {
+    unit.show(v)
 }
 
 /// Colours of the variants, in order (the baseline grey).
@@ -70,7 +66,7 @@ fn bars(tool: &str, summary: &Summary) -> String {
             y0 = y + 5.0,
             y1 = y + bar_h - 5.0,
             tx = x(sp.max) + 6.0,
-            med = show(sp.median, &first.unit),
+            med = show(sp.median, first.unit),
         );
     }
     s.push_str("</svg>");
@@ -409,8 +405,8 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
                     Verdict::Worse => "undo",
                 },
                 why = esc(&d.why),
-                mb = show(d.before.median, &row.unit),
-                ma = show(d.after.median, &row.unit),
+                mb = show(d.before.median, row.unit),
+                ma = show(d.after.median, row.unit),
                 imp = d.improvement_pct,
                 noise = d.noise_pct,
                 table = share_table(row),
@@ -441,7 +437,7 @@ pub fn html(summary: &Summary, runs: &[RunRecord]) -> String {
             r.repeat,
             esc(&r.variant),
             esc(&r.tool),
-            show(r.value, &r.unit),
+            show(r.value, r.unit),
             r.p99_us.map_or("-".into(), |p| format!("{p:.0} µs")),
             share.join(", ")
         );
@@ -460,7 +456,7 @@ pub fn run_line(r: &RunRecord) -> String {
         r.repeat,
         r.variant,
         r.tool,
-        show(r.value, &r.unit),
+        show(r.value, r.unit),
         r.per_cpu
             .iter()
             .map(|p| format!("{}:{:.0}%/{:.0}", p.cpu, p.share * 100.0, p.soft))
@@ -476,7 +472,7 @@ pub fn summary_lines(summary: &Summary) -> Vec<String> {
         .rows
         .iter()
         .map(|row| {
-            let (d, u) = (&row.decision, row.unit.as_str());
+            let (d, u) = (&row.decision, row.unit);
             format!(
                 "{} {} against {}: median {} -> {} (min-max {}..{} -> {}..{}): {}",
                 row.tool,

@@ -6,12 +6,12 @@
 //! three-way verdict; at the end the server host must read exactly as before.
 
 use crate::pair::{Pair, PairSpec};
-use crate::scenario::{Scenario, Variant};
+use crate::scenario::{Scenario, Unit, Variant};
 use crate::workload::{self, Measured, Place};
 use crate::{LabError, Remote, Result};
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::experiment::{
-    self, BoxError, Decision, Executor, Metric, Order, Spread, Timed, decide,
+    self, BoxError, Decision, Executor, Order, Spread, Timed, decide,
 };
 use netsteer_host::HostFs;
 use netsteer_host::parse::parse_softnet_stat;
@@ -50,7 +50,7 @@ pub struct RunRecord {
     /// What the workload measured, in `unit`: the receiver's bits per second, requests per
     /// second for an application, the median round trip in ns for an echo tool.
     pub value: f64,
-    pub unit: String,
+    pub unit: Unit,
     /// The 99th percentile round trip, where the tool reports one (wrk, the echo tools).
     pub p99_us: Option<f64>,
     /// Points of the round-trip CDF, `[percentile 0-100, ns]` (echo tools).
@@ -103,7 +103,7 @@ pub struct CpuShares {
 pub struct Row {
     pub tool: String,
     /// The unit of the decision's values (the runs' `unit`).
-    pub unit: String,
+    pub unit: Unit,
     pub baseline: String,
     pub variant: String,
     pub decision: Decision,
@@ -115,7 +115,7 @@ pub struct Row {
 pub struct VariantStats {
     pub tool: String,
     pub variant: String,
-    pub unit: String,
+    pub unit: Unit,
     pub value: Spread,
     /// Median of each extra measure over the runs.
     pub extra: BTreeMap<String, f64>,
@@ -510,7 +510,7 @@ pub fn run(
                     variant: scn.variants[t.variant].name.clone(),
                     tool: w.label().into(),
                     value: m.value,
-                    unit: tool.unit().into(),
+                    unit: tool.unit(),
                     p99_us: m.p99_us,
                     latency_points: m.latency_points.iter().map(|(p, v)| [*p, *v]).collect(),
                     extra: m.extra.clone(),
@@ -635,14 +635,6 @@ fn median_per_cpu(runs: &[&RunRecord], f: fn(&CpuPackets) -> f64) -> BTreeMap<u3
         .collect()
 }
 
-fn metric_of(unit: &str) -> Metric {
-    match unit {
-        "bit/s" => Metric::BitsPerSecond,
-        "ns" => Metric::P50,
-        _ => Metric::TransactionsPerSecond,
-    }
-}
-
 fn of<'a>(runs: &'a [RunRecord], tool: &str, variant: &str) -> Vec<&'a RunRecord> {
     runs.iter()
         .filter(|r| r.tool == tool && r.variant == variant)
@@ -672,7 +664,7 @@ pub fn variant_stats(tool: &str, variant: &str, runs: &[RunRecord]) -> Option<Va
         stages: stage_stats(&rs),
         tool: tool.into(),
         variant: variant.into(),
-        unit: rs[0].unit.clone(),
+        unit: rs[0].unit,
         value,
         extra: extra
             .into_iter()
@@ -728,8 +720,8 @@ fn stage_stats(rs: &[&RunRecord]) -> Vec<StageStat> {
 pub fn row(tool: &str, baseline: &str, variant: &str, runs: &[RunRecord]) -> Option<Row> {
     let (b, a) = (of(runs, tool, baseline), of(runs, tool, variant));
     let values = |v: &[&RunRecord]| v.iter().map(|r| r.value).collect::<Vec<_>>();
-    let unit = b.first()?.unit.clone();
-    let decision = decide(metric_of(&unit), &values(&b), &values(&a))?;
+    let unit = b.first()?.unit;
+    let decision = decide(unit.metric(), &values(&b), &values(&a))?;
     let (sb, sa) = (
         median_per_cpu(&b, |p| p.share),
         median_per_cpu(&a, |p| p.share),
@@ -776,7 +768,7 @@ mod tests {
             variant: variant.into(),
             tool: tool.into(),
             value: bps,
-            unit: "bit/s".into(),
+            unit: Unit::BitsPerSecond,
             p99_us: None,
             latency_points: vec![[50.0, bps], [100.0, bps * 2.0]],
             extra: [("x".to_string(), bps)].into(),

@@ -100,11 +100,13 @@ impl Tool {
 
     /// What a run of this tool measures: bits per second for the stream tools, requests per
     /// second for the applications, the median round trip for the echo tools.
-    pub fn unit(self) -> &'static str {
+    pub fn unit(self) -> Unit {
         match self {
-            Tool::NetsteerTcpStream | Tool::Iperf3 | Tool::NetsteerNetchannel => "bit/s",
-            Tool::NginxWrk | Tool::MemcachedMemcaslap => "requests/s",
-            Tool::NetsteerUdpEcho | Tool::Sockperf => "ns",
+            Tool::NetsteerTcpStream | Tool::Iperf3 | Tool::NetsteerNetchannel => {
+                Unit::BitsPerSecond
+            }
+            Tool::NginxWrk | Tool::MemcachedMemcaslap => Unit::RequestsPerSecond,
+            Tool::NetsteerUdpEcho | Tool::Sockperf => Unit::Nanoseconds,
         }
     }
 
@@ -114,6 +116,42 @@ impl Tool {
 
     fn echo(self) -> bool {
         matches!(self, Tool::NetsteerUdpEcho | Tool::Sockperf)
+    }
+}
+
+/// What a tool's runs measure, carried as a type from the tool to the verdict (the JSON keeps
+/// the unit's text: "bit/s", "requests/s", "ns").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Unit {
+    #[serde(rename = "bit/s")]
+    BitsPerSecond,
+    #[serde(rename = "requests/s")]
+    RequestsPerSecond,
+    /// A round trip's median, in nanoseconds.
+    #[serde(rename = "ns")]
+    Nanoseconds,
+}
+
+impl Unit {
+    /// How the experiment judges values of this unit: more is better for a rate, less for a
+    /// round trip.
+    pub fn metric(self) -> netsteer_bench::experiment::Metric {
+        use netsteer_bench::experiment::Metric;
+        match self {
+            Unit::BitsPerSecond => Metric::BitsPerSecond,
+            Unit::RequestsPerSecond => Metric::TransactionsPerSecond,
+            Unit::Nanoseconds => Metric::P50,
+        }
+    }
+
+    /// A value in this unit, scaled for reading: Gbit/s for bit/s, µs for ns, plain for
+    /// requests/s.
+    pub fn show(self, v: f64) -> String {
+        match self {
+            Unit::BitsPerSecond => format!("{:.3} Gbit/s", v / 1e9),
+            Unit::Nanoseconds => format!("{:.1} µs", v / 1e3),
+            Unit::RequestsPerSecond => format!("{v:.0} requests/s"),
+        }
     }
 }
 
