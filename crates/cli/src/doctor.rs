@@ -71,7 +71,10 @@ fn examine(host: &Host, args: &DoctorArgs, app: Option<&App>) -> (Report, Vec<St
     let settings = host.nic_settings_source();
     let mut trace = |d| {
         let iv = netsteer_trace::run::collect(d).map_err(|e| format!("--trace: {e}"))?;
-        sampling::Trace::from_rows(iv.interval_s, serde_json::to_value(&iv.stages))
+        Ok(sampling::Trace {
+            seconds: iv.interval_s,
+            stages: iv.stages,
+        })
     };
     let during = args.trace.map(|_| &mut trace as sampling::During);
     let sample = args.trace.unwrap_or(args.sample).get();

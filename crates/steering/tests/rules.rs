@@ -960,23 +960,34 @@ fn stage(
     dev: Option<&str>,
     count: u64,
     p99: u64,
-) -> netsteer_steering::model::load::StageStat {
-    netsteer_steering::model::load::StageStat {
-        stage: stage.into(),
+) -> netsteer_steering::model::load::StageRow {
+    use netsteer_steering::model::load::Stage;
+    netsteer_steering::model::load::StageRow {
+        stage: match stage {
+            "irq-to-softirq" => Stage::IrqToSoftirq,
+            "residence" => Stage::Residence,
+            "stack" => Stage::Stack,
+            other => panic!("no stage {other}"),
+        },
         cpu,
         dev: dev.map(str::to_string),
         queue: dev.map(|_| 0),
+        napi_id: None,
         irq: None,
         irq_name: None,
+        rows: 1,
         count,
         p50: Some(p99 / 4),
         p99: Some(p99),
+        p999: None,
         max: p99 * 2,
+        mean: None,
+        squeezed: None,
     }
 }
 
 fn traced(
-    rows: Vec<netsteer_steering::model::load::StageStat>,
+    rows: Vec<netsteer_steering::model::load::StageRow>,
     goal: Goal,
     app: Option<&ProcessPlacement>,
 ) -> Report {

@@ -95,40 +95,12 @@ impl Load {
 /// The application named with `--pid`.
 pub type App = ProcessPlacement;
 
-/// Receive-path stage latencies measured by `netsteer trace` over the doctor's sample (the
-/// trace crate's rows, as plain data: the rules read them, nothing here loads BPF).
+/// Receive-path stage latencies measured by `netsteer trace` over the doctor's sample: the
+/// trace's own typed rows (`netsteer-trace-model`, no BPF in it), read by the rules as they are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trace {
     pub seconds: f64,
-    pub stages: Vec<StageStat>,
+    pub stages: Vec<StageRow>,
 }
 
-impl Trace {
-    /// From `netsteer trace`'s rows as JSON (its `StageRow`s carry these field names), so the
-    /// rules read them without this crate loading BPF.
-    pub fn from_rows(
-        seconds: f64,
-        rows: serde_json::Result<serde_json::Value>,
-    ) -> Result<Trace, String> {
-        let stages = rows
-            .and_then(serde_json::from_value)
-            .map_err(|e| format!("trace rows: {e}"))?;
-        Ok(Trace { seconds, stages })
-    }
-}
-
-/// One stage row: `irq-to-softirq`, `softirq-run`, `poll-time`, `poll-work`, `stack`,
-/// `residence` or `wakeup`; nanoseconds (poll-work: packets).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StageStat {
-    pub stage: String,
-    pub cpu: Option<u32>,
-    pub dev: Option<String>,
-    pub queue: Option<u32>,
-    pub irq: Option<u32>,
-    pub irq_name: Option<String>,
-    pub count: u64,
-    pub p50: Option<u64>,
-    pub p99: Option<u64>,
-    pub max: u64,
-}
+pub use netsteer_trace_model::{Stage, StageRow};

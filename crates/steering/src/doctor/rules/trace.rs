@@ -3,7 +3,7 @@
 
 use crate::doctor::model::{Finding, Fix, Goal, Severity, Subjects};
 use crate::model::ctx::{Ctx, cpus_text};
-use crate::model::load::StageStat;
+use crate::model::load::{Stage, StageRow};
 
 /// Events a row needs before its tail says anything.
 pub const MIN_EVENTS: u64 = 50;
@@ -24,7 +24,7 @@ fn us(ns: u64) -> String {
     }
 }
 
-fn rows<'a>(ctx: &Ctx<'a>, stage: &'a str) -> impl Iterator<Item = &'a StageStat> {
+fn rows<'a>(ctx: &Ctx<'a>, stage: Stage) -> impl Iterator<Item = &'a StageRow> {
     ctx.trace
         .into_iter()
         .flat_map(|t| &t.stages)
@@ -33,7 +33,7 @@ fn rows<'a>(ctx: &Ctx<'a>, stage: &'a str) -> impl Iterator<Item = &'a StageStat
 
 pub fn softirq_delayed(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
-    for r in rows(ctx, "irq-to-softirq") {
+    for r in rows(ctx, Stage::IrqToSoftirq) {
         let (Some(cpu), Some(p99)) = (r.cpu, r.p99) else {
             continue;
         };
@@ -100,7 +100,7 @@ pub fn softirq_delayed(ctx: &Ctx) -> Vec<Finding> {
 
 pub fn socket_reads_late(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
-    for r in rows(ctx, "residence") {
+    for r in rows(ctx, Stage::Residence) {
         let Some(p99) = r.p99 else {
             continue;
         };
@@ -108,7 +108,7 @@ pub fn socket_reads_late(ctx: &Ctx) -> Vec<Finding> {
             .trace
             .into_iter()
             .flat_map(|t| &t.stages)
-            .filter(|s| s.stage == "stack" && s.dev == r.dev && s.queue == r.queue)
+            .filter(|s| s.stage == Stage::Stack && s.dev == r.dev && s.queue == r.queue)
             .filter_map(|s| s.p99)
             .max();
         if p99 < LATE_READ_NS || stack.is_some_and(|s| p99 < 10 * s) {
