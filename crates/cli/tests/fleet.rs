@@ -17,7 +17,7 @@ mod common;
 
 use common::prometheus::{Prometheus, repo, tool};
 use common::{in_netns, is_root};
-use netsteer_lab::{Lab, LinkSpec, NsHost, Remote};
+use netsteer_lab::{Lab, LinkSpec, NsHost};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Stdio};

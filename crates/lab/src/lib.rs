@@ -31,7 +31,6 @@ pub use record::{
     RECORD_DIR, Record, clean_own, clean_stale, clean_up_on_termination, scratch_path,
     stop_child_on_termination, wait_if_terminating,
 };
-pub use remote::Remote;
 
 use std::io;
 use std::process::{Command, Output};

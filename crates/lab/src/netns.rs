@@ -1,8 +1,8 @@
 //! Hosts (network namespaces) and the veth links between them.
 
 use crate::record::delete_namespace;
-use crate::{Cleanup, LabError, Remote, Result, run};
-use std::process::{Command, Output};
+use crate::{Cleanup, LabError, Result, run};
+use std::process::{Child, Command, Output, Stdio};
 
 /// A lab host: one network namespace. Cheap to clone; the lab owns its lifetime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,14 +67,20 @@ impl NsHost {
     }
 }
 
-impl Remote for NsHost {
-    fn label(&self) -> &str {
+/// Where a lab host's programs run. A namespace of this machine is the lab's only kind of host
+/// (the `Remote` trait over it had one implementation once SSH went; issue 54): it runs
+/// programs (`command`, `exec`, `sh`, `spawn`, pinned with taskset), and lets this process
+/// enter it (`netns_path`), which netsteer's own benchmarks and the tune library use to run
+/// in-process on a thread inside it.
+impl NsHost {
+    /// The host's name in messages ("nsl123x0-lab-server").
+    pub fn label(&self) -> &str {
         &self.name
     }
 
     /// `ip netns exec NAME [taskset -c CPUS] PROGRAM ARGS`; the namespace's cleanup kills
-    /// whatever still runs in it.
-    fn command(&self, cpus: Option<&str>, program: &str, args: &[&str]) -> Command {
+    /// whatever still runs in it. The caller sets stdio and spawns it.
+    pub fn command(&self, cpus: Option<&str>, program: &str, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
         // A lab run blocks the termination signals for its signal thread; what it starts must
         // still stop on them.
@@ -88,8 +94,38 @@ impl Remote for NsHost {
         c
     }
 
-    fn netns_path(&self) -> Option<String> {
+    /// The host's network namespace file (for setns(2)).
+    pub fn netns_path(&self) -> Option<String> {
         Some(self.path())
+    }
+
+    /// Runs a program on the host and waits; a non-zero exit is an error with its stderr.
+    pub fn exec(&self, args: &[&str]) -> Result<Output> {
+        let Some((program, rest)) = args.split_first() else {
+            return Err(LabError::Invalid("exec: no program".into()));
+        };
+        crate::output_of(
+            self.command(None, program, rest).stdin(Stdio::null()),
+            &format!("{} (on {})", args.join(" "), self.label()),
+        )
+    }
+
+    /// Runs a shell script on the host.
+    pub fn sh(&self, script: &str) -> Result<Output> {
+        self.exec(&["sh", "-c", script])
+    }
+
+    /// Starts a program on the host, output discarded, stdin closed.
+    pub fn spawn(&self, cpus: Option<&str>, program: &str, args: &[&str]) -> Result<Child> {
+        self.command(cpus, program, args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| LabError::Io {
+                what: format!("starting {program} on {}", self.label()),
+                source,
+            })
     }
 }
 

@@ -2,7 +2,7 @@
 //! the shape of the seeds' two-machine experiments. `lab run`, `lab with` (the benchmark
 //! scripts) and the live tests all build it here, so none keeps a copy of namespace set-up.
 
-use crate::{Lab, LabError, LinkSpec, NsHost, Remote, Result, Veth};
+use crate::{Lab, LabError, LinkSpec, NsHost, Result, Veth};
 use netsteer_host::CpuSet;
 
 /// The client's address on the link.

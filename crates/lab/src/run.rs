@@ -8,7 +8,7 @@
 use crate::pair::{Pair, PairSpec};
 use crate::scenario::{Scenario, Unit, Variant};
 use crate::workload::{self, Measured, Place};
-use crate::{LabError, Remote, Result};
+use crate::{LabError, Result};
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::experiment::{
     self, BoxError, Decision, Executor, Order, Spread, Timed, decide,
@@ -482,8 +482,8 @@ pub fn run(
         trace,
         state: scratch.join("tune"),
         place: Place {
-            client: client as &dyn Remote,
-            server: server as &dyn Remote,
+            client,
+            server,
             client_cpus,
             server_cpus,
             duration: Duration::from_secs_f64(duration_s),

@@ -4,7 +4,7 @@
 //! memcached+memcaslap, sockperf) run as processes inside the hosts, pinned with taskset.
 
 use crate::scenario::{Tool, Variant, Wait, Workload};
-use crate::{LabError, Remote, Result};
+use crate::{LabError, NsHost, Result};
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::stats::LatencySummary;
 use netsteer_bench::waiter::Busy;
@@ -33,8 +33,8 @@ pub struct Measured {
 
 /// Where a workload runs.
 pub struct Place<'a> {
-    pub client: &'a dyn Remote,
-    pub server: &'a dyn Remote,
+    pub client: &'a NsHost,
+    pub server: &'a NsHost,
     pub client_cpus: Vec<u32>,
     pub server_cpus: Vec<u32>,
     pub duration: Duration,
@@ -58,7 +58,7 @@ fn invalid(what: &str, e: impl std::fmt::Display) -> LabError {
 
 /// The namespace file of a host this process can enter: netsteer's own benchmarks run
 /// in-process, so they need a namespace host (see [`crate::remote`]).
-fn namespace_of(host: &dyn Remote) -> Result<String> {
+fn namespace_of(host: &NsHost) -> Result<String> {
     host.netns_path().ok_or_else(|| {
         LabError::Invalid(format!(
             "{}: netsteer's benchmarks run in-process and need a namespace host",
@@ -70,7 +70,7 @@ fn namespace_of(host: &dyn Remote) -> Result<String> {
 /// Runs `f` on a thread inside `host`'s network namespace, pinned to `cpus`. Sockets made
 /// there belong to the host; threads it starts inherit the namespace.
 fn in_host<T: Send>(
-    host: &dyn Remote,
+    host: &NsHost,
     cpus: &[u32],
     f: impl FnOnce() -> Result<T> + Send,
 ) -> Result<T> {
@@ -140,7 +140,7 @@ fn stdout_of(o: &std::process::Output) -> String {
 }
 
 /// Waits until something listens on `port` inside `host` (ss), for at most 5 s.
-fn wait_listening(host: &dyn Remote, port: u16, udp: bool) -> Result<()> {
+fn wait_listening(host: &NsHost, port: u16, udp: bool) -> Result<()> {
     let flags = if udp { "-Huln" } else { "-Htln" };
     for _ in 0..100 {
         if let Ok(o) = host.exec(&["ss", flags, &format!("sport = :{port}")])

@@ -2,7 +2,7 @@
 //! the owning process was killed with SIGKILL (the next lab removes the leftovers, and nothing
 //! else).
 
-use netsteer_lab::{Lab, LinkSpec, Remote, clean_stale, is_root};
+use netsteer_lab::{Lab, LinkSpec, clean_stale, is_root};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;

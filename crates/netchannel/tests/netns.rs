@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use netchannel::{Config, Endpoint, Policy, SocketOptions, VListener, VSocket};
 use netsteer_lab::pair::SERVER_ADDR;
-use netsteer_lab::{NsHost, Pair, PairSpec, Remote};
+use netsteer_lab::{NsHost, Pair, PairSpec};
 use std::thread;
 use std::time::Duration;
 

@@ -5,7 +5,6 @@
 pub mod prometheus;
 pub mod resp;
 
-use netsteer_lab::Remote;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};

@@ -107,7 +107,6 @@ impl Prometheus {
         ];
         let mut cmd = match inside {
             Some((host, _)) => {
-                use netsteer_lab::Remote;
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 host.command(None, "prometheus", &args)
             }

@@ -249,10 +249,7 @@ impl Guest {
         args.extend(spec.extra.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut cmd = match ns {
-            Some(h) => {
-                use crate::Remote;
-                h.command(None, "qemu-system-x86_64", &argv)
-            }
+            Some(h) => h.command(None, "qemu-system-x86_64", &argv),
             None => {
                 let mut c = Command::new("qemu-system-x86_64");
                 c.args(&argv);
