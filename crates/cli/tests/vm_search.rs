@@ -122,8 +122,12 @@ fn a_search_on_igb_in_a_guest_measures_real_runs_and_leaves_the_nic_as_it_was() 
         r.outcome.trials
     );
     for t in &r.outcome.trials {
+        // Round trips in nanoseconds, each under the client's reply timeout (--timeout, 5 s by
+        // default; a later reply counts as lost): a bound of
+        // the workload's configuration, not of the machine's speed (a TCG guest under a busy
+        // loop once took 50.4 ms where an earlier bound said 50).
         for s in [&t.base_latency, &t.latency] {
-            assert!(s.min > 0.0 && s.max < 50e6, "{s:?}");
+            assert!(s.min > 0.0 && s.max < 5e9, "{s:?}");
         }
         for s in [&t.base_cost, &t.cost] {
             assert!(s.min > 0.0 && s.median.is_finite(), "{s:?}");
