@@ -831,9 +831,12 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     let o = state::get(old);
     let getfd = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
-    // SAFETY: F_GETFD only reads the descriptor's flags: a closed `old` fails the dup3
+    // Only a `new` that is ours needs forgetting: a program's other dup2s (a shell's stdio
+    // redirections) cost one bitmap load here, as before. A closed `old` fails the dup3
     // without closing `new`, so `new` is forgotten only when it will be closed.
-    if old != new && unsafe { getfd(old, libc::F_GETFD, 0) } >= 0 {
+    let ours = old != new && (state::is_ours(new) || state::epoll_is_ours(new));
+    // SAFETY: F_GETFD only reads the descriptor's flags.
+    if ours && unsafe { getfd(old, libc::F_GETFD, 0) } >= 0 {
         // dup3 closes `new` first: so does the library, for a virtual socket and for an
         // epoll set (whose registrations would otherwise answer under the old set's data:
         // a freed pointer in a real event loop).
