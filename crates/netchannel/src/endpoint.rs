@@ -762,14 +762,9 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         let mut pending = lock(&inner.pending);
         pending.retain(|_, p| p.since.elapsed() < cfg.hello_timeout);
         if !pending.contains_key(&hello.link_id) {
-            let net = inner.guard.prefix(from.ip());
-            let counts = pending.values().fold((0, 0, 0), |(a, p, t), l| {
-                (
-                    a + u64::from(l.peer.ip() == from.ip()),
-                    p + u64::from(inner.guard.prefix(l.peer.ip()) == net),
-                    t + 1,
-                )
-            });
+            let counts = inner
+                .guard
+                .counts(from.ip(), pending.values().map(|l| (l.peer.ip(), 1)));
             limits::fits(
                 "links half-open",
                 1,
@@ -835,14 +830,10 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
     // last place. The writes below are 56-byte answers into fresh sockets: they do not block.
     let mut incoming = lock(&inner.incoming);
     incoming.retain(|s| s.is_alive());
-    let (ip, net) = (link.peer.ip(), inner.guard.prefix(link.peer.ip()));
-    let counts = incoming.iter().fold((0, 0, 0), |(a, p, t), s| {
-        (
-            a + u64::from(s.peer.ip() == ip),
-            p + u64::from(inner.guard.prefix(s.peer.ip()) == net),
-            t + 1,
-        )
-    });
+    let ip = link.peer.ip();
+    let counts = inner
+        .guard
+        .counts(ip, incoming.iter().map(|s| (s.peer.ip(), 1)));
     limits::fits(
         "sessions accepted",
         1,
@@ -858,18 +849,12 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
     )?;
     // Channels are capped per prefix and in all (each holds descriptors and threads here);
     // per address they follow from max_sessions_per_peer × max_accepted_channels.
-    let channels = incoming.iter().fold((0, 0, 0), |(a, p, t), s| {
-        let n = s.channels.len() as u64;
-        (
-            a + if s.peer.ip() == ip { n } else { 0 },
-            p + if inner.guard.prefix(s.peer.ip()) == net {
-                n
-            } else {
-                0
-            },
-            t + n,
-        )
-    });
+    let channels = inner.guard.counts(
+        ip,
+        incoming
+            .iter()
+            .map(|s| (s.peer.ip(), s.channels.len() as u64)),
+    );
     limits::fits(
         "channels of accepted sessions alive",
         link.slots.len() as u64,

@@ -164,6 +164,23 @@ impl Guard {
         prefix(ip, self.cfg.peer_prefix_v4, self.cfg.peer_prefix_v6)
     }
 
+    /// What the holders `items` (each an address and how much it holds) count against one
+    /// more from `ip`: (from `ip`, from its prefix, in all), for [`fits`].
+    pub fn counts(
+        &self,
+        ip: IpAddr,
+        items: impl Iterator<Item = (IpAddr, u64)>,
+    ) -> (u64, u64, u64) {
+        let net = self.prefix(ip);
+        items.fold((0, 0, 0), |(a, p, t), (other, n)| {
+            (
+                a + if other == ip { n } else { 0 },
+                p + if self.prefix(other) == net { n } else { 0 },
+                t + n,
+            )
+        })
+    }
+
     /// Leases one receive window for a socket `ip` opened. Per address the sessions' own
     /// bound applies (`max_sessions_per_peer × session_memory`).
     pub fn lease(self: &Arc<Self>, ip: IpAddr) -> Result<Lease, String> {
