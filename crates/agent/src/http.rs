@@ -369,38 +369,33 @@ fn authenticate(front: &Front, req: &Request<Incoming>) -> Result<String, &'stat
 }
 
 async fn answer(req: Request<Incoming>, front: &Arc<Front>, client: &str) -> Response<Full<Bytes>> {
-    let plain = "text/plain; charset=utf-8";
-    let user = if front.users.is_empty() {
-        None
-    } else {
-        // bcrypt is slow by design: checked off the connection threads.
-        let (f, r) = (front.clone(), req);
-        let (r, checked) = tokio::task::spawn_blocking(move || {
-            let c = authenticate(&f, &r);
-            (r, c)
-        })
-        .await
-        .expect("the auth check does not panic");
-        match checked {
-            Ok(u) => {
-                return route(r, front, Some(u), client).await;
-            }
-            Err(_) => {
-                let mut resp = reply(
-                    front,
-                    StatusCode::UNAUTHORIZED,
-                    plain,
-                    Bytes::from_static(b"Unauthorized\n"),
-                );
-                resp.headers_mut().insert(
-                    hyper::header::WWW_AUTHENTICATE,
-                    hyper::header::HeaderValue::from_static("Basic"),
-                );
-                return resp;
-            }
+    if front.users.is_empty() {
+        return route(req, front, None, client).await;
+    }
+    // bcrypt is slow by design: checked off the connection threads.
+    let f = front.clone();
+    let (req, checked) = tokio::task::spawn_blocking(move || {
+        let c = authenticate(&f, &req);
+        (req, c)
+    })
+    .await
+    .expect("the auth check does not panic");
+    match checked {
+        Ok(user) => route(req, front, Some(user), client).await,
+        Err(_) => {
+            let mut resp = reply(
+                front,
+                StatusCode::UNAUTHORIZED,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(b"Unauthorized\n"),
+            );
+            resp.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Basic"),
+            );
+            resp
         }
-    };
-    route(req, front, user, client).await
+    }
 }
 
 async fn route(
