@@ -708,7 +708,12 @@ fn one_peer_is_held_to_its_memory_bound() {
 /// Runs `script` with python3 preloaded as a client of `r`'s Redis; its stdout and stderr, and
 /// whether it exited 0.
 fn python_client(r: &Redis, script: &str) -> (bool, String, String) {
-    let role = ["--peer", &r.listen, "--ports", "6379"];
+    python_client_of(r, &r.listen, script)
+}
+
+/// As [`python_client`], with `peer` as the channel peer (`--peer`).
+fn python_client_of(r: &Redis, peer: &str, script: &str) -> (bool, String, String) {
+    let role = ["--peer", peer, "--ports", "6379"];
     let mut run = spawn(
         &r.pair.client,
         &preloaded(&role, &["python3", "-c", script]),
@@ -1053,20 +1058,7 @@ fn a_non_blocking_connect_says_in_progress_and_so_error_gives_the_outcome() {
         &[],
     );
     wait_port(&r.pair.server, SERVER_ADDR, 7798);
-    let run = |peer: &str, script: &str| -> (bool, String, String) {
-        let role = ["--peer", peer, "--ports", "6379"];
-        let mut p = spawn(
-            &r.pair.client,
-            &preloaded(&role, &["python3", "-c", script]),
-            &[],
-        );
-        let out = p.0.take().unwrap().wait_with_output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |peer: &str, script: &str| python_client_of(&r, peer, script);
     let nonblocking = format!(
         r#"
 import errno, select, socket, sys
