@@ -5,10 +5,11 @@ use netsteer_host::ethtool::NicSettings;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::Nic;
 use netsteer_host::parse::IrqLabel;
-use netsteer_host::sample::{CounterSample, NetCounters, read_net_counters, read_sample};
+use netsteer_host::sample::{CounterSample, read_net_counters};
 use netsteer_host::{Field, HostFs, HostView, read_host_reusing};
 use netsteer_nic::NicBackend;
-use netsteer_steering::doctor::{Goal, Load, Severity, diagnose};
+use netsteer_steering::doctor::{Goal, Severity, diagnose};
+use netsteer_steering::model::load::Reading;
 use netsteer_steering::tune::journal::{self, Record};
 use netsteer_steering::tune::verify::verify;
 use netsteer_steering::tune::{HostBackend, Plan};
@@ -46,13 +47,6 @@ pub enum Rates {
     SinceBoot,
 }
 
-/// What the previous scrape read, for the doctor's rates over the scrape interval.
-struct Previous {
-    at: Instant,
-    counters: CounterSample,
-    net: NetCounters,
-}
-
 /// Clients whose previous scrape is kept (the least recently seen goes first): each gets
 /// rates over the interval since its own previous scrape, so a client scraping every 50 ms
 /// cannot shorten Prometheus's interval until a finding's rate drowns. The memory is this many
@@ -63,7 +57,7 @@ pub const MAX_CLIENTS: usize = 16;
 #[derive(Default)]
 struct Kept {
     /// For the doctor's rates: per client, with the order they were last seen in.
-    counters: Vec<(String, Previous)>,
+    counters: Vec<(String, Reading)>,
     /// Per-CPU topology, reused while no CPU comes or goes.
     topology: Option<netsteer_host::topology::Topology>,
 }
@@ -197,10 +191,16 @@ impl Agent {
         previous.topology = Some(view.topology.clone());
         let devices = self.devices(&view);
 
-        let counters = read_sample(fs);
-        let net = read_net_counters(fs);
-        let load = match &counters {
-            Ok(c) => {
+        // Without /proc/stat there is no counter sample, but the net counters are still read
+        // for the collectors that need only them.
+        let reading = Reading::take(fs, now);
+        let net = match &reading {
+            Ok(r) => r.net.clone(),
+            Err(_) => read_net_counters(fs),
+        };
+        let load = match reading {
+            Ok(r) => {
+                let c = &r.counters;
                 fail("stat", None);
                 self.cpu(&mut out, c);
                 let why = |file: &str| {
@@ -224,22 +224,15 @@ impl Agent {
                 );
                 self.interrupts(&mut out, c, &devices);
                 let load = match mine.as_ref() {
-                    Some(p) if self.opts.rates == Rates::BetweenScrapes && now > p.at => Some(
-                        Load::sampled((&p.counters, &p.net), (c, &net), (now - p.at).as_secs_f64()),
-                    ),
-                    _ => since_boot(fs, c, &net),
+                    Some(p) if self.opts.rates == Rates::BetweenScrapes && now > p.at => {
+                        Some(r.since(p))
+                    }
+                    _ => r.since_boot(fs).ok().map(|(load, _)| load),
                 };
                 if previous.counters.len() >= MAX_CLIENTS {
                     previous.counters.remove(0);
                 }
-                previous.counters.push((
-                    client.to_string(),
-                    Previous {
-                        at: now,
-                        counters: c.clone(),
-                        net: net.clone(),
-                    },
-                ));
+                previous.counters.push((client.to_string(), r));
                 load
             }
             Err(e) => {
@@ -644,17 +637,6 @@ impl Agent {
         }
         fine
     }
-}
-
-/// The load averaged since boot, when there is no previous scrape (or the host is a tree, whose
-/// counters never move).
-fn since_boot(fs: &HostFs, c: &CounterSample, net: &NetCounters) -> Option<Load> {
-    let uptime = fs
-        .read_parsed("/proc/uptime", netsteer_host::sample::parse_uptime)
-        .ok()
-        .or_else(|| c.uptime_from_ticks())
-        .filter(|u| *u > 0.0)?;
-    Some(Load::since_boot(c, net, uptime))
 }
 
 /// The NIC features that change where and how much packet work is done.

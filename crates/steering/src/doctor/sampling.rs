@@ -4,19 +4,11 @@
 //! the caller's `HostFs`.
 
 use super::{App, Goal, Load, Report};
+use crate::model::load::Reading;
 pub use crate::model::load::Trace;
 use netsteer_host::HostFs;
 use netsteer_host::ethtool::NicSettings;
-use netsteer_host::sample::{
-    CounterSample, NetCounters, parse_uptime, read_net_counters, read_sample,
-};
 use std::time::{Duration, Instant};
-
-/// Counters of one moment, both the per-CPU files and the namespace's net counters.
-fn read_counters(fs: &HostFs) -> Result<(CounterSample, NetCounters), String> {
-    let s = read_sample(fs).map_err(|e| format!("reading counters: {e}"))?;
-    Ok((s, read_net_counters(fs)))
-}
 
 /// What passes the sample's time: a sleep, or `netsteer trace` over it (returning its stages).
 pub type During<'a> = &'a mut dyn FnMut(Duration) -> Result<Trace, String>;
@@ -28,10 +20,10 @@ pub fn measure_load(
     sample: Duration,
     during: Option<During>,
 ) -> Result<(Load, Vec<String>, bool, Option<Trace>), String> {
-    let (s0, n0) = read_counters(fs)?;
-    let mut problems: Vec<String> = s0.problems.iter().chain(&n0.problems).cloned().collect();
+    let read = |at| Reading::take(fs, at).map_err(|e| format!("reading counters: {e}"));
+    let first = read(Instant::now())?;
+    let mut problems: Vec<String> = first.problems().cloned().collect();
     if fs.is_live() && !sample.is_zero() {
-        let t0 = Instant::now();
         let trace = match during {
             Some(f) => Some(f(sample)?),
             None => {
@@ -39,32 +31,15 @@ pub fn measure_load(
                 None
             }
         };
-        let (s1, n1) = read_counters(fs)?;
-        let dt = t0.elapsed().as_secs_f64();
-        let interrupts = s0.interrupts.is_some() && s1.interrupts.is_some();
-        return Ok((
-            Load::sampled((&s0, &n0), (&s1, &n1), dt),
-            problems,
-            interrupts,
-            trace,
-        ));
+        let second = read(Instant::now())?;
+        let interrupts =
+            first.counters.interrupts.is_some() && second.counters.interrupts.is_some();
+        return Ok((second.since(&first), problems, interrupts, trace));
     }
-    let uptime = match fs.read_parsed("/proc/uptime", parse_uptime) {
-        Ok(u) => Some(u),
-        Err(e) => {
-            problems.push(format!("{e} (uptime taken from /proc/stat ticks)"));
-            s0.uptime_from_ticks()
-        }
-    }
-    .filter(|u| *u > 0.0)
-    .ok_or("no uptime: neither /proc/uptime nor /proc/stat ticks give one")?;
-    let interrupts = s0.interrupts.is_some();
-    Ok((
-        Load::since_boot(&s0, &n0, uptime),
-        problems,
-        interrupts,
-        None,
-    ))
+    let (load, note) = first.since_boot(fs)?;
+    problems.extend(note);
+    let interrupts = first.counters.interrupts.is_some();
+    Ok((load, problems, interrupts, None))
 }
 
 /// One host's report and the core inputs it could not read. /proc/stat and /proc/interrupts

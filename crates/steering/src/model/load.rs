@@ -1,8 +1,12 @@
 //! What the doctor's rules and the planner read besides the host: the goal, the load (rates
 //! measured over an interval) and the application's placement.
 
+use netsteer_host::HostFs;
 use netsteer_host::process::ProcessPlacement;
-use netsteer_host::sample::{CounterSample, NetCounters, NetRates, Rates, net_rates, rates};
+use netsteer_host::sample::{
+    CounterSample, NetCounters, NetRates, Rates, net_rates, parse_uptime, rates, read_net_counters,
+    read_sample,
+};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -89,6 +93,61 @@ impl Load {
             cpu: rates(&now.boot_baseline(), now, uptime_s, None),
             net: net_rates(&net.boot_baseline(), net, uptime_s),
         }
+    }
+}
+
+/// One moment's counters, the per-CPU files and the namespace's net counters, and when they were
+/// read: the one load sampler. The doctor reads two of them a sample apart; the agent keeps each
+/// client's previous one and reads the next at its next scrape. Both fall back to averages since
+/// boot the same way.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    pub at: std::time::Instant,
+    pub counters: CounterSample,
+    pub net: NetCounters,
+}
+
+impl Reading {
+    /// Reads the counters now. Without /proc/stat there is no sample (the error names it);
+    /// every other file missing is a problem carried inside the sample.
+    pub fn take(fs: &HostFs, at: std::time::Instant) -> netsteer_host::Result<Reading> {
+        Ok(Reading {
+            at,
+            counters: read_sample(fs)?,
+            net: read_net_counters(fs),
+        })
+    }
+
+    /// What the two reads could not see, in the order they met it.
+    pub fn problems(&self) -> impl Iterator<Item = &String> {
+        self.counters.problems.iter().chain(&self.net.problems)
+    }
+
+    /// The rates over the interval since `earlier` (the clock's own interval, not a nominal one).
+    pub fn since(&self, earlier: &Reading) -> Load {
+        let seconds = self.at.saturating_duration_since(earlier.at).as_secs_f64();
+        Load::sampled(
+            (&earlier.counters, &earlier.net),
+            (&self.counters, &self.net),
+            seconds,
+        )
+    }
+
+    /// Averages since boot (a tree's counters never move; a first scrape has no earlier read).
+    /// The uptime comes from /proc/uptime, else from /proc/stat's ticks, and the note says why
+    /// the second was used; a host with neither gives no load.
+    pub fn since_boot(&self, fs: &HostFs) -> Result<(Load, Option<String>), String> {
+        let (uptime, note) = match fs.read_parsed("/proc/uptime", parse_uptime) {
+            Ok(u) => (Some(u), None),
+            Err(e) => (
+                self.counters.uptime_from_ticks(),
+                Some(format!("{e} (uptime taken from /proc/stat ticks)")),
+            ),
+        };
+        let uptime = uptime
+            .filter(|u| *u > 0.0)
+            .ok_or("no uptime: neither /proc/uptime nor /proc/stat ticks give one")?;
+        Ok((Load::since_boot(&self.counters, &self.net, uptime), note))
     }
 }
 
