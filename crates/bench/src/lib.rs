@@ -4,9 +4,6 @@
 //! the experiment machinery are `netsteer-experiment`'s (re-exported here for the engines and
 //! their callers), so policy never compiles an engine.
 
-pub mod args;
-#[cfg(feature = "clap")]
-pub mod cli;
 pub use netsteer_experiment::{clock, experiment, search, stats, workload};
 pub mod kv;
 pub mod netchannel;

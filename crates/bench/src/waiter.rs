@@ -131,37 +131,3 @@ mod tests {
         assert!(Wait::Epoll.nonblocking() && !Wait::BusyPoll.nonblocking());
     }
 }
-
-/// The wait flags (`--wait`, `--busy-poll`, ...), one group for every benchmark that waits.
-#[cfg(feature = "clap")]
-/// How a benchmark thread waits for data, shared by udp-echo and tcp-rr.
-#[derive(clap::Args, Debug, Clone)]
-pub struct WaitArgs {
-    /// block: sleep in the receive; spin: non-blocking receives in a loop; busy-poll:
-    /// SO_BUSY_POLL; epoll: sleep in epoll_wait; epoll-busy: epoll_wait busy-polling per
-    /// context (EPIOCSPARAMS, 6.9+).
-    #[arg(long, value_enum, default_value = "block")]
-    pub wait: Wait,
-    /// Busy-poll µs for `--wait busy-poll` and `epoll-busy` (up to 1 s).
-    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    pub busy_poll: u32,
-    /// Packets per busy-poll round (SO_BUSY_POLL_BUDGET / the epoll context's budget; 0: the
-    /// kernel's 8; above 64 needs CAP_NET_ADMIN).
-    #[arg(long, default_value_t = 0, value_name = "PACKETS")]
-    pub busy_poll_budget: u16,
-    /// Prefer busy polling (SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll): the
-    /// device's interrupts stay deferred while the application polls (with defer-hard-irqs).
-    #[arg(long)]
-    pub prefer_busy_poll: bool,
-}
-
-#[cfg(feature = "clap")]
-impl WaitArgs {
-    pub fn busy(&self) -> Busy {
-        Busy {
-            usecs: self.busy_poll,
-            budget: self.busy_poll_budget,
-            prefer: self.prefer_busy_poll,
-        }
-    }
-}

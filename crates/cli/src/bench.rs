@@ -1,7 +1,7 @@
 use crate::Host;
 use crate::args::Seconds;
+pub use crate::bench_args::*;
 use anyhow::{Context, Result};
-pub use netsteer_bench::cli::*;
 use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::report::{ErrorMessage, Role};
 use netsteer_bench::report::{Format, Reporter};

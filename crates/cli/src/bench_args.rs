@@ -1,11 +1,15 @@
-//! The flags of `netsteer bench` (clap), here beside the engines they configure so the binary
-//! stays a thin caller (as `netsteer trace`'s are in the trace crate).
+//! The flags of `netsteer bench` (clap). Flags live in the binary (docs/architecture.md): the
+//! engines in `netsteer-bench` take configs and never see clap.
 
 use crate::args::Seconds;
-use crate::netchannel::Experiment;
-use crate::tcp;
 use clap::builder::RangedU64ValueParser;
 use clap::{Args, Subcommand};
+use netsteer_bench::netchannel::Experiment;
+use netsteer_bench::tcp;
+use netsteer_bench::udp_echo::Wait;
+use netsteer_bench::udp_echo::xdp::XdpConfig;
+use netsteer_bench::waiter::Busy;
+use netsteer_sock::xdp as x;
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -34,8 +38,8 @@ pub struct KvArgs {
     #[arg(value_name = "HOST:PORT")]
     pub target: String,
     /// The server's protocol.
-    #[arg(long, value_enum, default_value_t = crate::kv::Protocol::Memcache)]
-    pub protocol: crate::kv::Protocol,
+    #[arg(long, value_enum, default_value_t = netsteer_bench::kv::Protocol::Memcache)]
+    pub protocol: netsteer_bench::kv::Protocol,
     /// Requests per second, all connections together.
     #[arg(long, value_name = "PER_S", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub rate: u32,
@@ -260,7 +264,7 @@ pub struct RrArgs {
     pub cpu: Option<String>,
     /// How both sides wait (the server follows the client's choice).
     #[command(flatten)]
-    pub wait: crate::waiter::WaitArgs,
+    pub wait: WaitArgs,
     /// Seconds to measure after the warm-up.
     #[arg(
         long,
@@ -333,7 +337,7 @@ pub struct ServerArgs {
     pub cpu: Option<String>,
     /// How each thread waits for the next datagram.
     #[command(flatten)]
-    pub wait: crate::waiter::WaitArgs,
+    pub wait: WaitArgs,
     /// IRQ suspension for the run (6.13+): set irq-suspend-timeout to NS, defer-hard-irqs to 2
     /// and gro-flush-timeout to 200 µs on every NAPI of `--dev`, and restore them after
     /// (also on Ctrl-C or SIGTERM). Needs `--wait epoll-busy --prefer-busy-poll`, the only
@@ -355,7 +359,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
     pub duration: Option<Seconds>,
     #[command(flatten)]
-    pub xdp: crate::udp_echo::xdp::XdpArgs,
+    pub xdp: XdpArgs,
     #[command(flatten)]
     pub out: Output,
 }
@@ -384,7 +388,7 @@ pub struct ClientArgs {
     pub warmup: Seconds,
     /// How each flow waits for its echo.
     #[command(flatten)]
-    pub wait: crate::waiter::WaitArgs,
+    pub wait: WaitArgs,
     /// Round trips per second per flow (default: as fast as the echoes come back); a paced
     /// client shows what a wait mode costs the server at a fixed load.
     #[arg(long, value_name = "PER_S", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
@@ -410,7 +414,74 @@ pub struct ClientArgs {
     #[arg(long)]
     pub timestamp: bool,
     #[command(flatten)]
-    pub xdp: crate::udp_echo::xdp::XdpArgs,
+    pub xdp: XdpArgs,
     #[command(flatten)]
     pub out: Output,
+}
+
+/// The wait flags (`--wait`, `--busy-poll`, ...), one group for every benchmark that waits.
+/// How a benchmark thread waits for data, shared by udp-echo and tcp-rr.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WaitArgs {
+    /// block: sleep in the receive; spin: non-blocking receives in a loop; busy-poll:
+    /// SO_BUSY_POLL; epoll: sleep in epoll_wait; epoll-busy: epoll_wait busy-polling per
+    /// context (EPIOCSPARAMS, 6.9+).
+    #[arg(long, value_enum, default_value = "block")]
+    pub wait: Wait,
+    /// Busy-poll µs for `--wait busy-poll` and `epoll-busy` (up to 1 s).
+    #[arg(long, default_value_t = 50, value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub busy_poll: u32,
+    /// Packets per busy-poll round (SO_BUSY_POLL_BUDGET / the epoll context's budget; 0: the
+    /// kernel's 8; above 64 needs CAP_NET_ADMIN).
+    #[arg(long, default_value_t = 0, value_name = "PACKETS")]
+    pub busy_poll_budget: u16,
+    /// Prefer busy polling (SO_PREFER_BUSY_POLL / the epoll context's prefer_busy_poll): the
+    /// device's interrupts stay deferred while the application polls (with defer-hard-irqs).
+    #[arg(long)]
+    pub prefer_busy_poll: bool,
+}
+
+impl WaitArgs {
+    pub fn busy(&self) -> Busy {
+        Busy {
+            usecs: self.busy_poll,
+            budget: self.busy_poll_budget,
+            prefer: self.prefer_busy_poll,
+        }
+    }
+}
+
+/// The AF_XDP flags, shared by the echo server and client.
+#[derive(clap::Args, Debug, Clone)]
+pub struct XdpArgs {
+    /// Send and receive through AF_XDP sockets on IF (kernel bypass; root only): an XDP
+    /// program takes IPv4/UDP datagrams to this side's port and passes everything else to the
+    /// kernel. The server serves every rx queue (or QUEUE); the client one queue (QUEUE, else
+    /// 0). The program is detached when the process ends, also when it is killed.
+    #[arg(long, value_name = "IF[:QUEUE]", value_parser = parse_xdp)]
+    pub xdp: Option<XdpConfig>,
+    /// Where the XDP program runs (default: native, else generic).
+    #[arg(long, value_enum, requires = "xdp")]
+    pub xdp_attach: Option<x::AttachMode>,
+    /// copy (the kernel copies into the UMEM, every driver) or zero-copy (the driver uses
+    /// the UMEM; AF_XDP zero-copy drivers only). Default: zero-copy where offered, else copy.
+    #[arg(long, value_name = "MODE", value_parser = ["copy", "zero-copy"], requires = "xdp")]
+    pub xdp_bind: Option<String>,
+    /// Attach even to the interface that carries the default route (the host's own traffic).
+    #[arg(long, requires = "xdp")]
+    pub xdp_allow_default_route: bool,
+}
+
+fn parse_xdp(s: &str) -> Result<XdpConfig, String> {
+    XdpConfig::parse(s)
+}
+
+impl XdpArgs {
+    pub fn config(&self) -> Option<XdpConfig> {
+        let mut c = self.xdp.clone()?;
+        c.mode = self.xdp_attach;
+        c.zerocopy = self.xdp_bind.as_deref().map(|b| b == "zero-copy");
+        c.allow_default_route = self.xdp_allow_default_route;
+        Some(c)
+    }
 }

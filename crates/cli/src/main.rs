@@ -6,6 +6,7 @@
 mod agent;
 mod args;
 mod bench;
+mod bench_args;
 mod doctor;
 mod lab;
 mod netchannel;
@@ -73,7 +74,7 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Where each microsecond of the receive path goes, per device, queue, NAPI and CPU: hard
     /// IRQ → softirq, NAPI polls, stack, socket residence, wake-up, drops (eBPF, root).
-    Trace(netsteer_trace::run::TraceArgs),
+    Trace(trace::TraceArgs),
     /// netchannel for unmodified applications: a TCP proxy pair that carries each connection
     /// as a virtual socket over several channels (and survives a channel's death).
     #[command(subcommand)]

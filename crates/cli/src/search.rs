@@ -1,10 +1,10 @@
 //! `netsteer tune search`: flags, progress and files; the search is
 //! `netsteer_steering::tune::search` over `netsteer_bench::search`.
 
+use crate::args::Seconds;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use netsteer_bench::args::Seconds;
 use netsteer_bench::clock::MonotonicClock;
 use netsteer_bench::experiment::BoxError;
 use netsteer_bench::search::{self as engine, Obs, Options};

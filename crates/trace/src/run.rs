@@ -42,64 +42,6 @@ impl Message {
     }
 }
 
-/// `netsteer trace`'s flags.
-#[cfg(feature = "clap")]
-#[derive(clap::Args, Debug, Clone)]
-pub struct TraceArgs {
-    /// Only this interface's rows (repeatable); per-CPU stages are always shown.
-    #[arg(long = "dev", value_name = "IF")]
-    pub devices: Vec<String>,
-    /// Stop after this many seconds (default: until interrupted).
-    #[arg(long, value_name = "S", value_parser = seconds)]
-    pub duration: Option<Duration>,
-    /// Seconds per interval (above 0, at most 3600). With --duty below 100 each interval has
-    /// one window of duty x interval: 1 s at the defaults.
-    #[arg(long, default_value = "10", value_name = "S", value_parser = seconds)]
-    pub interval: Duration,
-    /// Also time the wake-up of this process's threads (sched_wakeup → sched_switch).
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// At most this many rows per stage, busiest first (the rest folded into one).
-    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub top: u32,
-    /// Percent of each interval the per-packet programs are attached, in one window at a
-    /// random offset (1-100). Below 100 the latencies are a sample of the interval and the
-    /// counts cover the window only (`traced_s`); 100 traces every packet, at a cost a flood
-    /// feels (docs/trace.md, BENCHMARKS.md). Closing a window leaves the tracepoints
-    /// registered for about half a second: windows under a second cost more than they trace.
-    #[arg(long, default_value_t = 10, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub duty: u32,
-    /// JSON Lines: a `start` message, then one `interval` per interval (docs/json.md).
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// A number of seconds above 0 and at most an hour.
-#[cfg(feature = "clap")]
-fn seconds(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(v > 0.0 && v <= 3600.0) {
-        return Err(format!("{s}: above 0 and at most 3600 seconds"));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
-#[cfg(feature = "clap")]
-impl TraceArgs {
-    pub fn options(&self) -> RunOptions {
-        RunOptions {
-            devices: self.devices.clone(),
-            interval: self.interval,
-            duration: self.duration,
-            pid: self.pid,
-            top: self.top as usize,
-            duty: f64::from(self.duty) / 100.0,
-        }
-    }
-}
-
 /// IRQ number → name from /proc/interrupts (the last column), for irq-to-softirq rows.
 fn irq_names() -> BTreeMap<u32, String> {
     let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();

@@ -457,44 +457,6 @@ impl XdpLink {
     }
 }
 
-/// The AF_XDP flags, shared by the echo server and client.
-#[cfg(feature = "clap")]
-#[derive(clap::Args, Debug, Clone)]
-pub struct XdpArgs {
-    /// Send and receive through AF_XDP sockets on IF (kernel bypass; root only): an XDP
-    /// program takes IPv4/UDP datagrams to this side's port and passes everything else to the
-    /// kernel. The server serves every rx queue (or QUEUE); the client one queue (QUEUE, else
-    /// 0). The program is detached when the process ends, also when it is killed.
-    #[arg(long, value_name = "IF[:QUEUE]", value_parser = parse_xdp)]
-    pub xdp: Option<XdpConfig>,
-    /// Where the XDP program runs (default: native, else generic).
-    #[arg(long, value_enum, requires = "xdp")]
-    pub xdp_attach: Option<x::AttachMode>,
-    /// copy (the kernel copies into the UMEM, every driver) or zero-copy (the driver uses
-    /// the UMEM; AF_XDP zero-copy drivers only). Default: zero-copy where offered, else copy.
-    #[arg(long, value_name = "MODE", value_parser = ["copy", "zero-copy"], requires = "xdp")]
-    pub xdp_bind: Option<String>,
-    /// Attach even to the interface that carries the default route (the host's own traffic).
-    #[arg(long, requires = "xdp")]
-    pub xdp_allow_default_route: bool,
-}
-
-#[cfg(feature = "clap")]
-fn parse_xdp(s: &str) -> Result<XdpConfig, String> {
-    XdpConfig::parse(s)
-}
-
-#[cfg(feature = "clap")]
-impl XdpArgs {
-    pub fn config(&self) -> Option<XdpConfig> {
-        let mut c = self.xdp.clone()?;
-        c.mode = self.xdp_attach;
-        c.zerocopy = self.xdp_bind.as_deref().map(|b| b == "zero-copy");
-        c.allow_default_route = self.xdp_allow_default_route;
-        Some(c)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
