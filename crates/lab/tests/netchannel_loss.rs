@@ -1,12 +1,16 @@
-//! Two network namespaces joined by a veth, with packet loss on the path (netem where the
-//! kernel has it; otherwise a token bucket with a tiny queue, which drops by overflow), and
-//! data verified end to end. Needs root; skipped (with a message) otherwise, a failure under
-//! CI=true.
+//! NetChannel across the lab's link: two network namespaces joined by a veth, with packet loss
+//! on the path (netem where the kernel has it; otherwise a token bucket with a tiny queue, which
+//! drops by overflow), and data verified end to end. Needs root; skipped (with a message)
+//! otherwise, a failure under CI=true. It lives with the lab, which builds on netchannel through
+//! bench, so that netchannel's own tests never depend on the lab (no crate cycle, even a
+//! test-only one); the stream helpers are netchannel's tests' own, included by path.
 
+#[path = "../../netchannel/tests/common/mod.rs"]
 mod common;
 
 use common::*;
 use netchannel::{Config, Endpoint, Policy, SocketOptions, VListener, VSocket};
+use netsteer_lab::is_root;
 use netsteer_lab::pair::SERVER_ADDR;
 use netsteer_lab::{NsHost, Pair, PairSpec};
 use std::thread;

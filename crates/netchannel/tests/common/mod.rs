@@ -76,10 +76,6 @@ pub fn pair(server: Config, client: Config) -> (Endpoint, Endpoint) {
     (s, c)
 }
 
-// The lab's root check; only the namespace tests use it, the other test files share this module.
-#[allow(unused_imports)]
-pub use netsteer_lab::is_root;
-
 /// A live test that cannot run on this machine. Under CI (`CI=true`) that is a failure, not a
 /// pass: libtest hides a passing test's output, so a quiet skip would turn CI green having
 /// tested nothing live.
