@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 use netsteer_bench::clock::MonotonicClock;
 use netsteer_bench::experiment::{BoxError, Metric};
 use netsteer_host::CpuSet;
+use netsteer_steering::model::load::Reading;
 use netsteer_steering::tune::persist::{self, Invocation};
 use netsteer_steering::tune::text::{
     render_apply, render_decision, render_plan, render_rollback, render_verify,
@@ -99,6 +100,10 @@ pub struct PlanArgs {
     /// Skip NIC settings (channels, GRO, coalescing, flow control).
     #[arg(long)]
     no_ethtool: bool,
+    /// Sample the load for this many seconds first (live host only): the IRQs that move are
+    /// placed by their measured interrupt rate, hottest first. Without it, by vector count.
+    #[arg(long, value_name = "S")]
+    sample: Option<crate::args::Seconds>,
     /// One JSON document instead of the text report (docs/json.md).
     #[arg(long)]
     json: bool,
@@ -136,7 +141,7 @@ pub struct ApplyArgs {
     #[arg(
         long = "plan",
         value_name = "FILE",
-        conflicts_with_all = ["profile", "knobs", "napi", "devices", "cpus", "reserve_queue", "ports"]
+        conflicts_with_all = ["profile", "knobs", "napi", "devices", "cpus", "reserve_queue", "ports", "sample"]
     )]
     plan_file: Option<PathBuf>,
     #[command(flatten)]
@@ -210,6 +215,13 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
         live: host.fs.is_live(),
         knobs: a.knobs.clone(),
         napi: a.napi,
+        load: match a.sample.map(|s| s.get()).filter(|d| !d.is_zero()) {
+            None => None,
+            Some(_) if !host.fs.is_live() => {
+                bail!("--sample: a --root tree has no live counters to sample")
+            }
+            Some(d) => Some(Reading::sample(&host.fs, d).context("--sample")?),
+        },
     })
 }
 

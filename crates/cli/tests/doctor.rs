@@ -59,9 +59,10 @@ fn seed_003_guest_hot_cpu_and_single_queue() {
         .find(|f| f.id == "single-queue-no-rps")
         .unwrap();
     assert_eq!(sq.subjects.devices, ["eth0"]);
+    // Planned for the doctor's goal (balanced by default), not another goal's profile.
     assert_eq!(
         sq.fix.tune.as_deref(),
-        Some("netsteer tune apply --profile throughput --dev eth0")
+        Some("netsteer tune apply --profile balanced --dev eth0")
     );
     // Most severe first.
     assert!(
@@ -170,60 +171,88 @@ fn live_run_with_a_pid_reads_back() {
 
 /// Hardening item 12: on seed 003's guest, doctor's fix and the `tune apply` it recommends are
 /// the same writes (one planner), and the planner keeps the receive IRQ where it already is
-/// (CPU 9 is acceptable), so RPS is everything but CPU 9 in both.
+/// (CPU 9 is acceptable), so RPS is everything but CPU 9 in both. The fix is planned for the
+/// doctor's own goal: a balanced or throughput host is told its own profile; a latency host,
+/// whose profile leaves RPS off, is told the balanced one (RPS without throughput's budgets).
 #[test]
 fn doctor_fix_steps_are_the_writes_of_the_tune_it_recommends() {
-    let (r, _) = doctor("kvm-virtio-16cpu", &[]);
-    for id in ["softirq-hot-cpu", "single-queue-no-rps"] {
-        let f = r
-            .findings
-            .iter()
-            .find(|f| f.id == id)
-            .unwrap_or_else(|| panic!("no {id}"));
-        assert_eq!(
-            f.fix.tune.as_deref(),
-            Some("netsteer tune apply --profile throughput --dev eth0")
-        );
-        let out = netsteer(&[
-            "--root",
-            root("kvm-virtio-16cpu").to_str().unwrap(),
-            "tune",
-            "plan",
-            "--profile",
-            "throughput",
-            "--dev",
-            "eth0",
-            "--json",
-        ]);
-        assert_eq!(out.status.code(), Some(0));
-        let plan: netsteer_steering::tune::Plan = serde_json::from_slice(&out.stdout).unwrap();
-        use netsteer_steering::tune::{Action, ItemKind};
-        let irq48 = plan.items.iter().find(|i| i.id == "irq/48").unwrap();
-        assert_eq!(irq48.action, Action::Keep, "the rx IRQ stays on CPU 9");
-        let writes: Vec<String> = plan
-            .items
-            .iter()
-            .filter(|i| i.action == Action::Change)
-            .filter(|i| {
-                matches!(
-                    i.kind,
-                    ItemKind::IrqAffinity
-                        | ItemKind::Rps
-                        | ItemKind::RfsTable
-                        | ItemKind::RfsFlowCnt
-                )
-            })
-            .filter_map(|i| i.shell_command())
-            .collect();
-        assert_eq!(f.fix.steps, writes, "{id}");
-        assert!(
-            f.fix
-                .steps
-                .contains(&"echo fdff > /sys/class/net/eth0/queues/rx-0/rps_cpus".to_string()),
-            "{:?}",
-            f.fix.steps
-        );
+    for (goal, profile) in [
+        ("balanced", "balanced"),
+        ("throughput", "throughput"),
+        ("latency", "balanced"),
+    ] {
+        let (r, _) = doctor("kvm-virtio-16cpu", &["--goal", goal]);
+        for id in ["softirq-hot-cpu", "single-queue-no-rps"] {
+            let f = r
+                .findings
+                .iter()
+                .find(|f| f.id == id)
+                .unwrap_or_else(|| panic!("{goal}: no {id}"));
+            assert_eq!(
+                f.fix.tune.as_deref(),
+                Some(format!("netsteer tune apply --profile {profile} --dev eth0").as_str()),
+                "{goal}: {id}"
+            );
+            let out = netsteer(&[
+                "--root",
+                root("kvm-virtio-16cpu").to_str().unwrap(),
+                "tune",
+                "plan",
+                "--profile",
+                profile,
+                "--dev",
+                "eth0",
+                "--json",
+            ]);
+            assert_eq!(out.status.code(), Some(0));
+            let plan: netsteer_steering::tune::Plan = serde_json::from_slice(&out.stdout).unwrap();
+            use netsteer_steering::tune::{Action, ItemKind};
+            let irq48 = plan.items.iter().find(|i| i.id == "irq/48").unwrap();
+            assert_eq!(irq48.action, Action::Keep, "the rx IRQ stays on CPU 9");
+            let writes: Vec<String> = plan
+                .items
+                .iter()
+                .filter(|i| i.action == Action::Change)
+                .filter(|i| {
+                    matches!(
+                        i.kind,
+                        ItemKind::IrqAffinity
+                            | ItemKind::Rps
+                            | ItemKind::RfsTable
+                            | ItemKind::RfsFlowCnt
+                    )
+                })
+                .filter_map(|i| i.shell_command())
+                .collect();
+            assert_eq!(f.fix.steps, writes, "{goal}: {id}");
+            assert!(
+                f.fix
+                    .steps
+                    .contains(&"echo fdff > /sys/class/net/eth0/queues/rx-0/rps_cpus".to_string()),
+                "{:?}",
+                f.fix.steps
+            );
+        }
     }
+}
+
+/// `tune plan --sample` reads the live host's load; a tree has none to sample, and saying so
+/// is an error naming the flag, not a plan that silently ignored it.
+#[test]
+fn tune_plan_sample_needs_the_live_host() {
+    let out = netsteer(&[
+        "--root",
+        root("kvm-virtio-16cpu").to_str().unwrap(),
+        "tune",
+        "plan",
+        "--profile",
+        "balanced",
+        "--sample",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sample"), "{err}");
 }
 
 /// A directory of support bundles (or several `--root`s) gives one fleet report: each host's

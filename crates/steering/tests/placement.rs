@@ -193,3 +193,131 @@ fn isolated_and_nohz_full_cpus_take_no_queue() {
         "{load:?}"
     );
 }
+
+/// A sampled load giving each IRQ of `view`'s NIC `dev` these interrupts per second (by queue).
+fn sampled(
+    view: &netsteer_host::view::HostView,
+    dev: &str,
+    per_queue: &[f64],
+) -> netsteer_steering::model::load::Load {
+    use netsteer_host::sample::{IrqRate, NetRates, Rates};
+    use netsteer_steering::model::load::{Load, LoadSource};
+    let nic = view.nic(dev).unwrap();
+    let irqs = nic
+        .queue_irqs()
+        .map(|i| {
+            let q = i.role.placement_queue().unwrap() as usize;
+            IrqRate {
+                irq: i.irq,
+                name: i.name.clone(),
+                per_cpu: std::iter::once((0, per_queue[q])).collect(),
+                total: per_queue[q],
+            }
+        })
+        .collect();
+    Load {
+        source: LoadSource::Sampled,
+        seconds: 2.0,
+        cpu: Rates {
+            interval_s: 2.0,
+            irqs,
+            ..Default::default()
+        },
+        net: NetRates::default(),
+    }
+}
+
+/// Queue → CPU of `dev`'s IRQ pins in a plan.
+fn queue_cpus(
+    view: &netsteer_host::view::HostView,
+    p: &netsteer_steering::tune::Plan,
+    dev: &str,
+) -> BTreeMap<u32, u32> {
+    let nic = view.nic(dev).unwrap();
+    p.items
+        .iter()
+        .filter(|i| i.kind == ItemKind::IrqAffinity)
+        .map(|i| {
+            let irq: u32 = i.id.strip_prefix("irq/").unwrap().parse().unwrap();
+            let q = nic.irq(irq).unwrap().role.placement_queue().unwrap();
+            (q, i.desired.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_sampled_load_keeps_the_hot_queues_apart_and_an_average_since_boot_is_not_used() {
+    // Four queues on node 0's two CPUs, all on CPU 0. By vector count alone the plan pairs
+    // rx-0 with rx-3 (CPU 0 keeps rx-0; rx-1, rx-2 fill CPU 1; rx-3 comes back to CPU 0).
+    let dir = two_socket(4, &[("eth0", 0)], 4, "");
+    let fs = HostFs::open(dir.path()).unwrap();
+    let view = read_host(&fs, None);
+    let by_count = plan(&view, &PlanOptions::for_profile(Profile::Throughput)).unwrap();
+    let q = queue_cpus(&view, &by_count, "eth0");
+    assert_eq!(q[&0], q[&3], "{q:?}");
+    // rx-0 and rx-3 are the hot queues: a sampled load puts them on different CPUs, and says
+    // why in the reason.
+    let load = sampled(&view, "eth0", &[100_000.0, 10.0, 10.0, 100_000.0]);
+    let opts = PlanOptions {
+        load: Some(load.clone()),
+        ..PlanOptions::for_profile(Profile::Throughput)
+    };
+    let weighted = plan(&view, &opts).unwrap();
+    let q = queue_cpus(&view, &weighted, "eth0");
+    assert_ne!(q[&0], q[&3], "{q:?}");
+    assert!(
+        weighted
+            .items
+            .iter()
+            .any(|i| i.reason.contains("100000 interrupts/s sampled")),
+        "{:?}",
+        weighted.items
+    );
+    // Still at most ⌈4 ÷ 4⌉ + 1 vectors per CPU, all on node 0.
+    let mut per: BTreeMap<u32, usize> = BTreeMap::new();
+    q.values().for_each(|c| *per.entry(*c).or_default() += 1);
+    assert!(per.iter().all(|(c, n)| *c < 2 && *n <= 2), "{per:?}");
+    // The same rates as an average since boot weigh nothing: the plan is the count's.
+    let boot = PlanOptions {
+        load: Some(netsteer_steering::model::load::Load {
+            source: netsteer_steering::model::load::LoadSource::SinceBoot,
+            ..load
+        }),
+        ..PlanOptions::for_profile(Profile::Throughput)
+    };
+    assert_eq!(plan(&view, &boot).unwrap().items, by_count.items);
+}
+
+#[test]
+fn a_well_placed_host_moves_nothing_under_a_sampled_load() {
+    // Four queues, each already alone on one of four CPUs of its node: uneven rates (one queue
+    // ten times the others) are no reason to move an IRQ that has its CPU to itself.
+    let dir = two_socket(8, &[("eth0", 0)], 4, "");
+    for q in 0..4u32 {
+        fs::write(
+            dir.path()
+                .join(format!("proc/irq/{}/smp_affinity_list", 100 + q)),
+            format!("{q}\n"),
+        )
+        .unwrap();
+    }
+    let fs = HostFs::open(dir.path()).unwrap();
+    let view = read_host(&fs, None);
+    let opts = PlanOptions {
+        load: Some(sampled(
+            &view,
+            "eth0",
+            &[50_000.0, 5_000.0, 5_000.0, 5_000.0],
+        )),
+        ..PlanOptions::for_profile(Profile::Throughput)
+    };
+    let p = plan(&view, &opts).unwrap();
+    let moves: Vec<_> = p
+        .items
+        .iter()
+        .filter(|i| {
+            i.kind == ItemKind::IrqAffinity && i.action == netsteer_steering::tune::Action::Change
+        })
+        .collect();
+    assert!(moves.is_empty(), "{moves:?}");
+}

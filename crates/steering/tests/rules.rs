@@ -889,7 +889,7 @@ fn rss_hash_no_ports() {
     assert_eq!(f.fix.steps, ["ethtool -N eth2 rx-flow-hash udp4 sdfn"]);
     assert_eq!(
         f.fix.tune.as_deref(),
-        Some("netsteer tune apply --profile throughput --dev eth2")
+        Some("netsteer tune apply --profile throughput --dev eth2 --sample 2")
     );
     // Without a live picture it is only said (info); when the table itself sends everything to
     // that queue, rss-table-skewed says so and this stays info.

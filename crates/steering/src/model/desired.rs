@@ -23,6 +23,19 @@ pub enum Profile {
     None,
 }
 
+impl Profile {
+    /// The profile that tunes for `goal` (doctor's `--goal` and tune's profiles are the same
+    /// three aims).
+    pub fn for_goal(goal: crate::model::load::Goal) -> Profile {
+        use crate::model::load::Goal;
+        match goal {
+            Goal::Latency => Profile::Latency,
+            Goal::Throughput => Profile::Throughput,
+            Goal::Balanced => Profile::Balanced,
+        }
+    }
+}
+
 /// Per-NAPI settings (netdev netlink NAPI_SET), named after the modes of
 /// Documentation/networking/napi.rst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -118,6 +118,13 @@ impl Reading {
         })
     }
 
+    /// The load over the next `d`: two reads `d` apart (`tune plan --sample`).
+    pub fn sample(fs: &HostFs, d: std::time::Duration) -> netsteer_host::Result<Load> {
+        let first = Reading::take(fs, std::time::Instant::now())?;
+        std::thread::sleep(d);
+        Ok(Reading::take(fs, std::time::Instant::now())?.since(&first))
+    }
+
     /// What the two reads could not see, in the order they met it.
     pub fn problems(&self) -> impl Iterator<Item = &String> {
         self.counters.problems.iter().chain(&self.net.problems)

@@ -1,7 +1,7 @@
 //! Where the CPU time goes: one CPU drowning in softirq, and a hypervisor taking the vCPUs.
 
-use super::rps::{rps_off, rps_plan, tune_cmd};
-use super::spread::irq_spread_steps;
+use super::rps::{rps_off, rps_plan};
+use super::spread::irq_spread;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, cpus_text, pct, rate};
 use netsteer_host::CpuSet;
@@ -163,18 +163,18 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
                     cpus_text(&plan.cpus)
                 ),
                 steps: plan.steps,
-                tune: Some(tune_cmd("throughput", &nic.name)),
+                tune: Some(plan.tune),
             });
         } else if on_hot.len() >= 2 {
-            let steps = irq_spread_steps(ctx, nic);
+            let spread = irq_spread(ctx, nic);
             fix = Some(Fix {
                 summary: format!(
                     "{} queue IRQs of {} share the hot CPU: give each queue its own CPU",
                     on_hot.len(),
                     nic.name
                 ),
-                steps,
-                tune: Some(tune_cmd("throughput", &nic.name)),
+                steps: spread.steps(),
+                tune: Some(spread.tune(ctx, &nic.name)),
             });
         }
     }
@@ -198,7 +198,7 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
                         cpus_text(&plan.cpus)
                     ),
                     steps: plan.steps,
-                    tune: Some(tune_cmd("throughput", &nic.name)),
+                    tune: Some(plan.tune),
                 }
             }
             None => Fix {

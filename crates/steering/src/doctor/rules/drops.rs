@@ -3,6 +3,7 @@
 
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, capped, pct};
+use crate::model::desired::Profile;
 
 /// Severity of a loss counter: any growth in a live sample is a warning; since boot, an average
 /// of at least one per second is, anything less is history worth knowing.
@@ -193,7 +194,7 @@ pub fn nic_rx_drops(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: "lengthen the rx ring and make sure the queue's CPU keeps up (spread queues, raise the budget)".into(),
                 steps,
-                tune: Some(super::rps::tune_cmd("throughput", &nic.name)),
+                tune: Some(super::rps::tune_cmd(ctx, Profile::Throughput, &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });

@@ -4,6 +4,7 @@
 use super::rps::tune_cmd;
 use crate::doctor::model::{Finding, Fix, Goal, Severity, Subjects};
 use crate::model::ctx::{Ctx, cpus_text};
+use crate::model::desired::Profile;
 use netsteer_host::CpuSet;
 use netsteer_host::nic::Nic;
 
@@ -69,7 +70,7 @@ pub fn busy_poll_ineffective(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: format!("give {} a NAPI context (GRO and UDP GRO forwarding on for veth) or drop busy polling for its traffic", nic.name),
                 steps: vec![format!("ethtool -K {} gro on rx-udp-gro-forwarding on", nic.name)],
-                tune: Some(tune_cmd("latency", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::Latency, &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });
@@ -105,7 +106,7 @@ pub fn coalescing_latency(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: "interrupt at once for a latency goal".into(),
                 steps: vec![format!("ethtool -C {} adaptive-rx off rx-usecs 0", nic.name)],
-                tune: Some(tune_cmd("latency", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::Latency, &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });
@@ -140,7 +141,7 @@ pub fn flow_control_on(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: "turn pause frames off for a latency goal (and on the switch port)".into(),
                 steps: vec![format!("ethtool -A {} autoneg off rx off tx off", nic.name)],
-                tune: Some(tune_cmd("latency", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::Latency, &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });

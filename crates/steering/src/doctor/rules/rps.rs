@@ -4,6 +4,7 @@
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, cpus_text, pct, queue_writes, rate};
 use crate::model::desired::{Action, Item, ItemKind, Profile};
+use crate::model::load::LoadSource;
 use crate::model::planner::PlanOptions;
 pub use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
 use netsteer_host::CpuSet;
@@ -22,13 +23,55 @@ const ARFS_DRIVERS: &[&str] = &[
     "hns3",
 ];
 
-pub fn tune_cmd(profile: &str, dev: &str) -> String {
-    format!("netsteer tune apply --profile {profile} --dev {dev}")
+/// The `netsteer tune apply` line that makes a fix: `profile` on `dev`, with the doctor's own
+/// sample length when its load was sampled, so tune places IRQs from the same kind of reading
+/// the finding's steps were planned from ([`PlanOptions::load`]).
+pub fn tune_cmd(ctx: &Ctx, profile: Profile, dev: &str) -> String {
+    let sample = match ctx.load {
+        Some(l) if l.source == LoadSource::Sampled => {
+            format!(" --sample {}", l.seconds.round().max(1.0))
+        }
+        _ => String::new(),
+    };
+    format!("netsteer tune apply --profile {profile} --dev {dev}{sample}")
+}
+
+/// The profile for a fix that spreads packet work in software (RPS/RFS): the doctor's goal's,
+/// except under a latency goal, whose profile leaves RPS and RFS off; there it is balanced,
+/// which spreads without throughput's budgets and backlogs.
+pub fn spreading_profile(ctx: &Ctx) -> Profile {
+    match Profile::for_goal(ctx.goal) {
+        Profile::Latency => Profile::Balanced,
+        p => p,
+    }
+}
+
+/// A fix the planner made for one NIC: the profile that makes it and its items.
+pub struct Planned {
+    pub profile: Profile,
+    pub items: Vec<Item>,
+}
+
+impl Planned {
+    /// The shell commands of the items that change something, in plan order.
+    pub fn steps(&self) -> Vec<String> {
+        self.items
+            .iter()
+            .filter(|i| i.action == Action::Change)
+            .filter_map(|i| i.shell_command())
+            .collect()
+    }
+
+    pub fn tune(&self, ctx: &Ctx, dev: &str) -> String {
+        tune_cmd(ctx, self.profile, dev)
+    }
 }
 
 pub struct RpsPlan {
     pub cpus: CpuSet,
     pub steps: Vec<String>,
+    /// The `tune apply` line that makes these steps.
+    pub tune: String,
 }
 
 /// Whether RPS is off on every receive queue of `nic`: each queue's `rps_cpus` read, and
@@ -48,15 +91,18 @@ fn rps_on(nic: &Nic) -> bool {
         .any(|q| q.rps_cpus.known().is_some_and(|s| !s.is_empty()))
 }
 
-/// The RPS/RFS change `netsteer tune apply --profile throughput --dev NIC` would make, taken
-/// from the planner itself so doctor's steps and tune's writes cannot disagree: RPS over the
-/// NIC's local CPUs without those taking its receive interrupts, RFS sized for the device, and
-/// any IRQ pin the plan makes first (it keeps an IRQ already on an acceptable CPU).
+/// The RPS/RFS change `netsteer tune apply` would make, taken from the planner itself so
+/// doctor's steps and tune's writes cannot disagree: RPS over the NIC's local CPUs without
+/// those taking its receive interrupts, RFS sized for the device, and any IRQ pin the plan
+/// makes first (it keeps an IRQ already on an acceptable CPU). Planned for the doctor's goal
+/// where that profile spreads with RPS; a latency goal's profile leaves RPS off (an IPI and a
+/// second CPU per packet), so there the fix names the balanced profile, which spreads without
+/// throughput's budgets and backlogs.
 pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
-    let items = planned(
+    let p = planned(
         ctx,
         nic,
-        Profile::Throughput,
+        spreading_profile(ctx),
         &[
             ItemKind::IrqAffinity,
             ItemKind::Rps,
@@ -64,41 +110,48 @@ pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
             ItemKind::RfsFlowCnt,
         ],
     );
-    let cpus = items
+    let cpus = p
+        .items
         .iter()
         .filter(|i| i.kind == ItemKind::Rps)
         .filter_map(|i| CpuSet::parse_mask(&i.desired).ok())
         .fold(CpuSet::new(), |acc, s| acc.union(&s));
-    let steps = items
-        .iter()
-        .filter(|i| i.action == Action::Change)
-        .filter_map(|i| i.shell_command())
-        .collect();
-    RpsPlan { cpus, steps }
+    RpsPlan {
+        cpus,
+        steps: p.steps(),
+        tune: p.tune(ctx, &nic.name),
+    }
 }
 
 /// The items of `kinds` that concern this one NIC in the plan `tune` makes for the whole host
-/// (all actions, in plan order); none when the planner refuses. The host-wide plan, not one
-/// made for this NIC alone: queues are placed over every NIC at once (no two NICs stacked on
-/// the same CPUs), so doctor's fix and `tune plan`'s line are the same line.
-pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Vec<Item> {
-    let host = PlanOptions::for_profile(profile);
+/// (all actions, in plan order), with `profile` (the doctor's goal's, or the one whose plan
+/// holds this fix) and the doctor's own load; no items when the planner refuses. The
+/// host-wide plan, not one made for this NIC alone: queues are placed over every NIC at once
+/// (no two NICs stacked on the same CPUs), so doctor's fix and `tune plan`'s line are the
+/// same line.
+pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Planned {
+    let host = PlanOptions {
+        load: ctx.load.cloned(),
+        ..PlanOptions::for_profile(profile)
+    };
     let alone = PlanOptions {
         devices: vec![nic.name.clone()],
-        ..PlanOptions::for_profile(profile)
+        ..host.clone()
     };
     let plan = crate::model::planner::plan(ctx.view, &host)
         .ok()
         .filter(|p| p.devices.contains(&nic.name))
         .or_else(|| crate::model::planner::plan(ctx.view, &alone).ok());
-    let Some(p) = plan else {
-        return Vec::new();
-    };
-    p.items
-        .into_iter()
-        .filter(|i| kinds.contains(&i.kind))
-        .filter(|i| concerns(i, nic))
-        .collect()
+    let items = plan
+        .map(|p| {
+            p.items
+                .into_iter()
+                .filter(|i| kinds.contains(&i.kind))
+                .filter(|i| concerns(i, nic))
+                .collect()
+        })
+        .unwrap_or_default();
+    Planned { profile, items }
 }
 
 /// True when a plan item is about `nic`: its IRQs, its queues, its own settings.
@@ -231,7 +284,7 @@ pub fn single_queue_no_rps(ctx: &Ctx) -> Vec<Finding> {
                     flow_cnt_per_queue(RFS_ENTRIES, 1)
                 ),
                 steps,
-                tune: Some(tune_cmd("throughput", &nic.name)),
+                tune: Some(plan.tune.clone()),
             },
             subjects,
         });
@@ -307,7 +360,7 @@ pub fn rfs_off(ctx: &Ctx) -> Vec<Finding> {
                     if arfs_possible { ", plus ntuple for aRFS" } else { "" }
                 ),
                 steps,
-                tune: Some(tune_cmd("throughput", &nic.name)),
+                tune: Some(tune_cmd(ctx, spreading_profile(ctx), &nic.name)),
             },
             subjects: Subjects {
                 devices: vec![nic.name.clone()],

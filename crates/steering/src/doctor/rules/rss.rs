@@ -10,6 +10,7 @@
 use super::rps::tune_cmd;
 use crate::doctor::model::{Finding, Fix, LoadSource, Severity, Subjects};
 use crate::model::ctx::{Ctx, pct, rate};
+use crate::model::desired::Profile;
 use netsteer_host::ethtool::ethtool_x_args;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::Nic;
@@ -143,7 +144,7 @@ pub fn rss_table_skewed(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: format!("share the table equally over the {nq} rx queues"),
                 steps: vec![format!("ethtool -X {} equal {nq}", nic.name)],
-                tune: Some(tune_cmd("balanced", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::Balanced, &nic.name)),
             },
             subjects: Subjects {
                 devices: vec![nic.name.clone()],
@@ -313,7 +314,7 @@ pub fn rss_hash_no_ports(ctx: &Ctx) -> Vec<Finding> {
                     .iter()
                     .map(|t| format!("ethtool -N {} rx-flow-hash {t} sdfn", nic.name))
                     .collect(),
-                tune: Some(tune_cmd("throughput", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::Throughput, &nic.name)),
             },
             subjects: Subjects::device(&nic.name),
         });

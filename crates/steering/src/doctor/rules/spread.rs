@@ -4,7 +4,7 @@
 use super::rps::tune_cmd;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, capped, cpus_text, rate};
-use crate::model::desired::{Action, ItemKind, Profile};
+use crate::model::desired::{ItemKind, Profile};
 use netsteer_host::CpuSet;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::{Nic, NicIrq};
@@ -19,14 +19,17 @@ fn movable(irq: &NicIrq) -> bool {
     irq.affinity.settable.known() != Some(&false)
 }
 
-/// The IRQ pins `netsteer tune apply --profile throughput --dev NIC` would write, from the
-/// planner itself (one CPU per queue, IRQs already well placed left alone).
-pub fn irq_spread_steps(ctx: &Ctx, nic: &Nic) -> Vec<String> {
-    super::rps::planned(ctx, nic, Profile::Throughput, &[ItemKind::IrqAffinity])
-        .iter()
-        .filter(|i| i.action == Action::Change)
-        .filter_map(|i| i.shell_command())
-        .collect()
+/// The IRQ pins `netsteer tune apply` would write for the doctor's goal and load, from the
+/// planner itself (one CPU per queue, IRQs already well placed left alone; with a sampled
+/// load the hottest queues placed first).
+pub fn irq_spread(ctx: &Ctx, nic: &Nic) -> super::rps::Planned {
+    // Every profile places IRQs alike: the goal's own names the fix.
+    super::rps::planned(
+        ctx,
+        nic,
+        Profile::for_goal(ctx.goal),
+        &[ItemKind::IrqAffinity],
+    )
 }
 
 fn rx_queue_count(nic: &Nic) -> usize {
@@ -66,6 +69,7 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
                 .collect();
             evidence.push(format!("CPU {cpu} takes IRQs {}", here.join(", ")));
         }
+        let spread = irq_spread(ctx, nic);
         out.push(Finding {
             id: "irqs-not-spread".into(),
             severity: Severity::Warning,
@@ -79,8 +83,8 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
             why: "RSS spreads flows over queues, but each queue's packets are processed on the CPU that takes its interrupt; queues stacked on a few CPUs give those CPUs all the work and leave the hardware parallelism unused.".into(),
             fix: Fix {
                 summary: format!("give each queue of {} its own CPU on the NIC's node", nic.name),
-                steps: irq_spread_steps(ctx, nic),
-                tune: Some(tune_cmd("throughput", &nic.name)),
+                steps: spread.steps(),
+                tune: Some(spread.tune(ctx, &nic.name)),
             },
             subjects: Subjects {
                 cpus: used.iter().collect(),
@@ -198,7 +202,7 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: format!("move these IRQs to free CPUs of node {node}, or stop RSS from using their queues"),
                 steps,
-                tune: Some(tune_cmd("balanced", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
             },
             subjects,
         });
@@ -297,7 +301,7 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: "move one IRQ of each pair to a core no queue uses (HT siblings are the last choice)".into(),
                 steps,
-                tune: Some(tune_cmd("throughput", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
             },
             subjects,
         });
@@ -403,7 +407,7 @@ pub fn irqbalance_conflict(ctx: &Ctx) -> Vec<Finding> {
                         format!("echo 'IRQBALANCE_ARGS=\"{}\"' >> /etc/default/irqbalance && systemctl restart irqbalance", ban.join(" ")),
                         "or: systemctl disable --now irqbalance".into(),
                     ],
-                    tune: Some(tune_cmd("balanced", &nic.name)),
+                    tune: Some(tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
                 },
                 subjects: Subjects {
                     irqs: irqs.iter().map(|i| i.irq).collect(),
@@ -424,7 +428,7 @@ pub fn irqbalance_conflict(ctx: &Ctx) -> Vec<Finding> {
                 fix: Fix {
                     summary: "stop irqbalance and pin the queue IRQ yourself, then spread with RPS".into(),
                     steps: vec!["systemctl disable --now irqbalance".into()],
-                    tune: Some(tune_cmd("throughput", &nic.name)),
+                    tune: Some(tune_cmd(ctx, super::rps::spreading_profile(ctx), &nic.name)),
                 },
                 subjects: Subjects::device(&nic.name),
             });

@@ -4,7 +4,7 @@ use super::rps::tune_cmd;
 use super::spread::remote_irqs;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, pct};
-use crate::model::desired::{Action, ItemKind, Profile};
+use crate::model::desired::{ItemKind, Profile};
 use netsteer_host::CpuSet;
 use std::collections::BTreeSet;
 
@@ -23,11 +23,7 @@ pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
         }
         // The planner's own XPS items: the same lines `tune` writes under the fix, over the
         // CPUs the planner may use (no isolated or nohz_full CPU).
-        let steps: Vec<String> = super::rps::planned(ctx, nic, Profile::Balanced, &[ItemKind::Xps])
-            .iter()
-            .filter(|i| i.action == Action::Change)
-            .filter_map(|i| i.shell_command())
-            .collect();
+        let xps = super::rps::planned(ctx, nic, Profile::for_goal(ctx.goal), &[ItemKind::Xps]);
         out.push(Finding {
             id: "xps-unset".into(),
             severity: Severity::Warning,
@@ -39,8 +35,8 @@ pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
             why: "Each packet then completes on, and raises its transmit interrupt at, another CPU's queue: the queue lock and completion cache lines bounce between CPUs and latency grows (seed 000 saw transmit interrupts on a queue it had taken out of RSS); XPS maps each CPU to its own queue.".into(),
             fix: Fix {
                 summary: format!("map every CPU to the tx queue whose interrupt it (or its HT sibling) takes on {}", nic.name),
-                steps,
-                tune: Some(tune_cmd("balanced", &nic.name)),
+                steps: xps.steps(),
+                tune: Some(xps.tune(ctx, &nic.name)),
             },
             subjects: Subjects {
                 devices: vec![nic.name.clone()],
@@ -102,7 +98,7 @@ pub fn rss_remote_queues(ctx: &Ctx) -> Vec<Finding> {
             fix: Fix {
                 summary: format!("give the remote queues weight 0 in the indirection table (or move their IRQs to node {node})"),
                 steps: vec![format!("ethtool -X {} weight {}", nic.name, weights.join(" "))],
-                tune: Some(tune_cmd("balanced", &nic.name)),
+                tune: Some(tune_cmd(ctx, Profile::Balanced, &nic.name)),
             },
             subjects: Subjects {
                 devices: vec![nic.name.clone()],

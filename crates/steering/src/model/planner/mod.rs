@@ -5,7 +5,7 @@ use crate::model::ctx::Ctx;
 use crate::model::desired::{
     Action, Format, Item, ItemKind, NapiMode, PLAN_SCHEMA_VERSION, Plan, Profile, Target,
 };
-use crate::model::load::Goal;
+use crate::model::load::{Goal, Load};
 use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
 use netsteer_host::CpuSet;
 use netsteer_host::ethtool::{NicKnob, NicSettings};
@@ -54,6 +54,12 @@ pub struct PlanOptions {
     /// Per-NAPI settings for every NAPI of the tuned devices (`--napi`); the latency profile
     /// without it turns hard-IRQ deferral off.
     pub napi: Option<NapiMode>,
+    /// The host's load (`tune plan --sample`, or the doctor's own sample for its fixes). A
+    /// sampled load weighs the IRQ placement: queues that move go hottest first, each to the
+    /// CPU with the fewest interrupts per second planned so far (irqbalance balances by
+    /// interrupt counts the same way). An average since boot mixes every load the host has
+    /// had and is not used.
+    pub load: Option<Load>,
 }
 
 impl PlanOptions {
@@ -71,6 +77,7 @@ impl PlanOptions {
             live: false,
             knobs: Vec::new(),
             napi: None,
+            load: None,
         }
     }
 }
@@ -290,6 +297,8 @@ struct Builder<'a> {
     /// No CPU takes more than this many queue vectors: ⌈vectors ÷ usable CPUs⌉ + 1 over every
     /// NIC planned (the + 1 lets a NIC stay on its own node when the split is uneven).
     irq_cap: usize,
+    /// Interrupts per second the plan puts on each CPU so far (a sampled load only).
+    irq_rate: BTreeMap<u32, f64>,
 }
 
 mod nic;
@@ -390,6 +399,11 @@ fn check_devices(view: &HostView, devices: &[String]) -> Result<(), PlanError> {
 /// Computes the plan: the desired value of every knob the profile cares about, for the chosen
 /// interfaces, and whether each must change.
 pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    // Only a sampled load weighs the IRQ placement ([`PlanOptions::load`]).
+    let load = opts
+        .load
+        .as_ref()
+        .filter(|l| l.source == crate::model::load::LoadSource::Sampled);
     if opts.profile == Profile::None {
         if opts.knobs.is_empty() && opts.napi.is_none() {
             return Err(PlanError::NoKnobs);
@@ -402,6 +416,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             irq_load: BTreeMap::new(),
             irq_cpu: BTreeMap::new(),
             irq_cap: usize::MAX,
+            irq_rate: BTreeMap::new(),
         };
         if opts.napi.is_some() {
             // Only the per-NAPI settings, on the devices named (every one when none is).
@@ -436,7 +451,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         Profile::Throughput => Goal::Throughput,
         Profile::Balanced | Profile::None => Goal::Balanced,
     };
-    let mut ctx = Ctx::new(view, None, goal, None);
+    let mut ctx = Ctx::new(view, load, goal, None);
     if let Some(cpus) = &opts.cpus {
         let usable = ctx.usable.intersection(cpus);
         if usable.is_empty() {
@@ -470,6 +485,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         irq_load: BTreeMap::new(),
         irq_cpu: BTreeMap::new(),
         irq_cap,
+        irq_rate: BTreeMap::new(),
     };
 
     // irqbalance: stopped only when asked; otherwise IRQ pins are skipped, and the plan says so.

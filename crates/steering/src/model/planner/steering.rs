@@ -21,8 +21,10 @@ impl Builder<'_> {
     /// order `spread_order` gives: one thread per core first, CPU 0 last, HT siblings next),
     /// each on the CPU that carries the fewest queue vectors of every NIC planned so far, and
     /// none past `irq_cap`; when the node's CPUs are all at the cap the queue goes to the
-    /// least loaded CPU of another node, and the reason says so. Returns the CPU chosen for
-    /// each queue index.
+    /// least loaded CPU of another node, and the reason says so. With a sampled load the
+    /// queues that move go hottest first, each to the CPU with the fewest interrupts per second
+    /// planned so far (then the fewest vectors): two hot queues of a skewed RSS table do not
+    /// share a CPU while cold ones share another. Returns the CPU chosen for each queue index.
     pub(super) fn irqs(
         &mut self,
         nic: &Nic,
@@ -48,6 +50,24 @@ impl Builder<'_> {
             }
         }
         queues.retain(|q, _| !by_queue.contains_key(q));
+        // Interrupts per second of each queue's vectors over the sampled interval.
+        let rates: Option<BTreeMap<u32, f64>> = self.ctx.load.map(|l| {
+            let mut by_q: BTreeMap<u32, f64> = BTreeMap::new();
+            for i in nic.queue_irqs() {
+                if let Some(q) = queue_of(i) {
+                    let r = l.cpu.irqs.iter().find(|r| r.irq == i.irq);
+                    *by_q.entry(q).or_default() += r.map_or(0.0, |r| r.total);
+                }
+            }
+            by_q
+        });
+        let rate = |q: u32| {
+            rates
+                .as_ref()
+                .and_then(|r| r.get(&q))
+                .copied()
+                .unwrap_or(0.0)
+        };
         let cap = self.irq_cap;
         let fair = cap.saturating_sub(1).max(1);
         let current_cpu = |q: u32| -> Option<u32> {
@@ -78,30 +98,67 @@ impl Builder<'_> {
         // a well-placed host plans no moves, and doctor — which plans through this function —
         // never proposes moving an IRQ it has no complaint about. Two NICs stacked on the same
         // CPUs are not well placed: the second finds those CPUs at their share and moves.
-        for (&q, &k) in &queues {
+        // With a sampled load the share is also one of interrupts per second (hottest queues
+        // first, a quarter over the even split allowed so noise moves nothing): two hot queues
+        // on one CPU are not well placed even when the vector count is fair. A queue alone on
+        // its CPU always stays.
+        let mut staying: Vec<(u32, usize)> = queues.iter().map(|(&q, &k)| (q, k)).collect();
+        let fair_rate = rates.as_ref().map(|r| {
+            let planned: f64 = order.iter().filter_map(|c| self.irq_rate.get(c)).sum();
+            1.25 * (r.values().sum::<f64>() + planned) / order.len() as f64
+        });
+        if rates.is_some() {
+            staying.sort_by(|a, b| rate(b.0).total_cmp(&rate(a.0)));
+        }
+        for (q, k) in staying {
+            let rate_fits = |cpu: u32| {
+                fair_rate.is_none_or(|fair| {
+                    let here = self.irq_rate.get(&cpu).copied().unwrap_or(0.0);
+                    here == 0.0 || here + rate(q) <= fair
+                })
+            };
             if let Some(cpu) = current_cpu(q)
                 && order.contains(&cpu)
                 && self.irq_load.get(&cpu).copied().unwrap_or(0) + k <= fair.max(k)
+                && rate_fits(cpu)
             {
                 by_queue.insert(q, cpu);
                 *self.irq_load.entry(cpu).or_default() += k;
+                *self.irq_rate.entry(cpu).or_default() += rate(q);
             }
         }
         let mut spilled: std::collections::BTreeSet<u32> = Default::default();
-        for (&q, &k) in &queues {
-            if by_queue.contains_key(&q) {
-                continue;
-            }
+        let mut moving: Vec<(u32, usize)> = queues
+            .iter()
+            .filter(|(q, _)| !by_queue.contains_key(q))
+            .map(|(&q, &k)| (q, k))
+            .collect();
+        if rates.is_some() {
+            // Hottest first (longest processing time first); the sort is stable, so equal
+            // rates keep queue order.
+            moving.sort_by(|a, b| rate(b.0).total_cmp(&rate(a.0)));
+        }
+        for (q, k) in moving {
             let load = &self.irq_load;
-            // The least loaded of `cands` that stays within `limit`, earlier in order first.
+            let planned_rate = &self.irq_rate;
+            let weighted = rates.is_some();
+            // The least loaded of `cands` that stays within `limit`, earlier in order first;
+            // with a sampled load, least loaded in interrupts per second first.
             let pick = |cands: &[u32], limit: usize| -> Option<u32> {
                 cands
                     .iter()
                     .enumerate()
-                    .map(|(pos, c)| (load.get(c).copied().unwrap_or(0), pos, *c))
-                    .filter(|(l, _, _)| l + k <= limit.max(k))
-                    .min()
-                    .map(|(_, _, c)| c)
+                    .map(|(pos, c)| {
+                        let r = if weighted {
+                            planned_rate.get(c).copied().unwrap_or(0.0)
+                        } else {
+                            0.0
+                        };
+                        (r, load.get(c).copied().unwrap_or(0), pos, *c)
+                    })
+                    .filter(|(_, l, _, _)| l + k <= limit.max(k))
+                    .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)))
+                    .map(|(_, _, _, c)| c)
             };
             let cpu = match pick(&order, cap) {
                 Some(c) => c,
@@ -115,6 +172,7 @@ impl Builder<'_> {
             };
             by_queue.insert(q, cpu);
             *self.irq_load.entry(cpu).or_default() += k;
+            *self.irq_rate.entry(cpu).or_default() += rate(q);
         }
         let near = match self.ctx.nic_node(nic) {
             Some(n) => format!("on node {n}, {}'s own", nic.name),
@@ -150,6 +208,13 @@ impl Builder<'_> {
                 format!(
                     "{} ({}) on CPU {cpu}: every CPU {near} already carries {cap} queue vectors (the cap: ⌈vectors ÷ CPUs⌉ + 1 over every NIC), so the least loaded CPU of another node{shared}",
                     irq.name, irq.role
+                )
+            } else if rates.is_some() {
+                format!(
+                    "{} ({}, {:.0} interrupts/s sampled) on CPU {cpu}: {near}; hottest queues first, each on the CPU with the fewest interrupts per second planned so far (at most {cap} queue vectors), a thread per core first, CPU 0 last of those, HT siblings after{shared}",
+                    irq.name,
+                    irq.role,
+                    rate(q)
                 )
             } else {
                 format!(
