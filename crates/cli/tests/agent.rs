@@ -10,7 +10,7 @@ mod common;
 
 use common::prometheus::{Prometheus, get, parse_response, raw, repo, tool};
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -24,17 +24,12 @@ pub struct AgentProcess {
 impl AgentProcess {
     /// Starts the agent on 127.0.0.1 with a free port and waits for its address line.
     pub fn start(extra: &[&str]) -> AgentProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_netsteer"))
-            .args(["agent", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("netsteer agent");
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (child, line) = common::spawn_with_start_line(
+            Command::new(env!("CARGO_BIN_EXE_netsteer"))
+                .args(["agent", "--listen", "127.0.0.1:0"])
+                .args(extra)
+                .stdout(Stdio::null()),
+        );
         let addr = line
             .trim()
             .strip_prefix("netsteer agent: serving http://")

@@ -30,12 +30,7 @@ const CHECK_ENV: &str = "NETSTEER_TEST_RESP_CHECK";
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn tools_present() -> Result<(), String> {
-    root_and_tools(&[
-        ("redis-server", "redis-server"),
-        ("redis-benchmark", "redis-tools"),
-        ("redis-cli", "redis-tools"),
-        ("ss", "iproute2"),
-    ])
+    root_and_tools(REDIS_TOOLS)
 }
 
 struct Running(Option<Child>);

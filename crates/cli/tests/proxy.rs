@@ -23,11 +23,7 @@ const PROXY_PORT: u16 = 6380;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn tools_present() -> Result<(), String> {
-    root_and_tools(&[
-        ("redis-server", "redis-server"),
-        ("redis-benchmark", "redis-tools"),
-        ("ss", "iproute2"),
-    ])
+    root_and_tools(REDIS_TOOLS)
 }
 
 /// A child process killed (and reaped) when dropped.

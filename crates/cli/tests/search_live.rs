@@ -17,25 +17,12 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 
-fn text(ns: &Netns, cmd: &str) -> String {
-    let out = ns.exec(&["sh", "-c", cmd]);
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// What the search may change on the server's device, as text.
 fn state(ns: &Netns) -> String {
-    text(
-        ns,
-        &format!(
-            "d=/sys/class/net/{SERVER_DEV}; cat $d/queues/rx-0/rps_cpus $d/gro_flush_timeout \
+    ns.text(&format!(
+        "d=/sys/class/net/{SERVER_DEV}; cat $d/queues/rx-0/rps_cpus $d/gro_flush_timeout \
              $d/napi_defer_hard_irqs; ethtool -k {SERVER_DEV} | grep -E '^generic-receive-offload:'"
-        ),
-    )
+    ))
 }
 
 fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
@@ -230,11 +217,9 @@ fn a_live_search_over_the_veth_s_napi_settings_leaves_them_as_they_were() {
         return;
     }
     let pair = Pair::create(1);
-    text(&pair.server, &format!("ethtool -K {SERVER_DEV} gro on"));
+    pair.server.text(&format!("ethtool -K {SERVER_DEV} gro on"));
     let napi = |ns: &Netns| {
-        text(
-            ns,
-            &format!(
+        ns.text(&format!(
                 "cat /sys/class/net/{SERVER_DEV}/threaded; {BIN} show --dev {SERVER_DEV} | grep -E '^ *napi [0-9]'"
             ),
         )

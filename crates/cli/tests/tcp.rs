@@ -10,30 +10,24 @@ use netsteer_bench::tcp::message::{
     RrInterval, RrSummary, ServerSummary, ServerTest, StreamInterval, StreamSummary,
 };
 use serde::de::DeserializeOwned;
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 
 fn server(listen: &str, extra: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .args([
-            "bench",
-            "tcp-stream",
-            "server",
-            "--listen",
-            listen,
-            "--json",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = common::spawn_with_start_line(
+        Command::new(BIN)
+            .args([
+                "bench",
+                "tcp-stream",
+                "server",
+                "--listen",
+                listen,
+                "--json",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped()),
+    );
     // "netsteer: tcp-stream/tcp-rr server on 127.0.0.1:40123"
     let addr = line
         .trim()

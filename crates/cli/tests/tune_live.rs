@@ -27,21 +27,9 @@ fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
     ns.exec(&full)
 }
 
-fn text(ns: &Netns, cmd: &str) -> String {
-    let out = ns.exec(&["sh", "-c", cmd]);
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// Everything tune may change on the device, as text, to compare before and after.
 fn state(ns: &Netns, dev: &str) -> String {
-    text(
-        ns,
-        &format!(
+    ns.text(&format!(
             "cd /sys/class/net/{dev}/queues && for q in rx-* tx-*; do \
                for f in rps_cpus rps_flow_cnt xps_cpus; do [ -e $q/$f ] && echo $q/$f=$(cat $q/$f 2>/dev/null); done; \
              done; ethtool -l {dev} | tail -n 5; ethtool -k {dev} | grep -E '^(generic-receive-offload|large-receive-offload):'"
@@ -304,7 +292,7 @@ fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
         .map(|n| format!("napi/v0b-{}", n.id))
         .collect();
     let kthreads = || {
-        text(b, "ps -e -o comm=")
+        b.text("ps -e -o comm=")
             .lines()
             .filter(|c| names.iter().any(|n| n == c.trim()))
             .count()

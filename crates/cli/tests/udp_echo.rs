@@ -9,7 +9,6 @@ use common::Proc;
 use netsteer_bench::udp_echo::message::{
     ClientInterval, ClientSummary, ErrorMessage, Kind, Role, ServerInterval, ServerSummary,
 };
-use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -18,17 +17,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 
 /// Starts a server on an ephemeral port and returns it with the address it printed.
 fn server(listen: &str, extra: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .args(["bench", "udp-echo", "server", "--listen", listen])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = common::spawn_with_start_line(
+        Command::new(BIN)
+            .args(["bench", "udp-echo", "server", "--listen", listen])
+            .args(extra)
+            .stdout(Stdio::piped()),
+    );
     // "netsteer: udp-echo server on 127.0.0.1:40123 (1 thread(s), wait block)"
     let addr = line
         .split(" on ")

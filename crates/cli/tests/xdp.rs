@@ -16,7 +16,7 @@ mod common;
 use common::{Pair, in_netns, is_root};
 use netsteer_bench::udp_echo::message::{ClientSummary, ServerSummary};
 use netsteer_lab::pair::{CLIENT_ADDR, SERVER_ADDR};
-use std::io::{BufRead, BufReader};
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,17 +44,8 @@ impl Server {
     fn start(pair: &Pair, args: &[&str]) -> Server {
         let mut all = vec!["bench", "udp-echo", "server", "--json"];
         all.extend_from_slice(args);
-        let mut child = pair
-            .server
-            .command(BIN, &all)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (child, line) =
+            common::spawn_with_start_line(pair.server.command(BIN, &all).stdout(Stdio::piped()));
         assert!(
             line.contains("udp-echo server on"),
             "server did not start: {line:?}"

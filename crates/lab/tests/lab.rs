@@ -2,21 +2,23 @@
 //! the owning process was killed with SIGKILL (the next lab removes the leftovers, and nothing
 //! else).
 
-use netsteer_lab::{Lab, LinkSpec, clean_stale, is_root};
+use netsteer_lab::{Lab, LinkSpec, clean_stale};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+#[path = "../../../support/live.rs"]
+mod live;
+
 /// Under CI a live test that cannot run fails instead of passing.
 fn can_run() -> bool {
-    if is_root() && Command::new("ip").arg("-V").output().is_ok() {
-        return true;
+    match live::root_and_tools(&[("ip", "iproute2")]) {
+        Ok(()) => true,
+        Err(why) => {
+            live::cannot_run(&why);
+            false
+        }
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("live test cannot run under CI=true: needs root and iproute2");
-    }
-    eprintln!("SKIPPED: needs root and iproute2");
-    false
 }
 
 /// The tests of this file run one at a time: every new lab cleans stale labs, which must not

@@ -378,3 +378,39 @@ fn peer_cap(cfg: Config) {
     }
     drop(s);
 }
+
+/// A stopping proxy drains: new connections are reset while an open one goes on to its end,
+/// and the drain returns as soon as the last one closed (or says how many are left).
+#[test]
+fn a_drain_refuses_new_connections_and_waits_for_the_open_ones() {
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rig = rig(backend.local_addr().unwrap(), 16);
+    let mut app = connect(rig.addr());
+    app.write_all(b"ping").unwrap();
+    let (mut b, _) = backend.accept().unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = [0u8; 4];
+    b.read_exact(&mut got).unwrap();
+    // Still open when the deadline comes: the drain says so.
+    assert_eq!(rig.client.drain(Duration::from_millis(200)), 1);
+    // A new connection during the drain is reset, naming why.
+    let mut late = connect(rig.addr());
+    let mut buf = [0u8; 1];
+    let err = late.read(&mut buf).expect_err("refused while draining");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+    assert!(
+        rig.logged("the proxy is stopping"),
+        "{:?}",
+        rig.log.lock().unwrap()
+    );
+    // The open one is untouched and closes normally; then the drain ends at once.
+    b.write_all(b"pong").unwrap();
+    app.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"pong");
+    app.shutdown(Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    b.read_to_end(&mut rest).unwrap();
+    drop(b);
+    app.read_to_end(&mut rest).unwrap();
+    assert_eq!(rig.client.drain(Duration::from_secs(10)), 0);
+}

@@ -6,6 +6,9 @@ use netsteer_steering::tune::{ItemKind, PlanOptions, Profile, plan};
 use std::collections::BTreeMap;
 use std::fs;
 
+mod common;
+use common::sampled;
+
 /// A two-socket host of `cpus` CPUs (node 0 the lower half) whose NICs each have `queues`
 /// combined vectors (`NAME-TxRx-Q`), all pinned to CPU 0 as a fresh boot may leave them.
 fn two_socket(cpus: u32, nics: &[(&str, i32)], queues: u32, isolated: &str) -> tempfile::TempDir {
@@ -194,39 +197,6 @@ fn isolated_and_nohz_full_cpus_take_no_queue() {
     );
 }
 
-/// A sampled load giving each IRQ of `view`'s NIC `dev` these interrupts per second (by queue).
-fn sampled(
-    view: &netsteer_host::view::HostView,
-    dev: &str,
-    per_queue: &[f64],
-) -> netsteer_steering::model::load::Load {
-    use netsteer_host::sample::{IrqRate, NetRates, Rates};
-    use netsteer_steering::model::load::{Load, LoadSource};
-    let nic = view.nic(dev).unwrap();
-    let irqs = nic
-        .queue_irqs()
-        .map(|i| {
-            let q = i.role.placement_queue().unwrap() as usize;
-            IrqRate {
-                irq: i.irq,
-                name: i.name.clone(),
-                per_cpu: std::iter::once((0, per_queue[q])).collect(),
-                total: per_queue[q],
-            }
-        })
-        .collect();
-    Load {
-        source: LoadSource::Sampled,
-        seconds: 2.0,
-        cpu: Rates {
-            interval_s: 2.0,
-            irqs,
-            ..Default::default()
-        },
-        net: NetRates::default(),
-    }
-}
-
 /// Queue → CPU of `dev`'s IRQ pins in a plan.
 fn queue_cpus(
     view: &netsteer_host::view::HostView,
@@ -257,7 +227,7 @@ fn a_sampled_load_keeps_the_hot_queues_apart_and_an_average_since_boot_is_not_us
     assert_eq!(q[&0], q[&3], "{q:?}");
     // rx-0 and rx-3 are the hot queues: a sampled load puts them on different CPUs, and says
     // why in the reason.
-    let load = sampled(&view, "eth0", &[100_000.0, 10.0, 10.0, 100_000.0]);
+    let load = sampled(&view, "eth0", &[100_000.0, 10.0, 10.0, 100_000.0], 0.0);
     let opts = PlanOptions {
         load: Some(load.clone()),
         ..PlanOptions::for_profile(Profile::Throughput)
@@ -308,6 +278,7 @@ fn a_well_placed_host_moves_nothing_under_a_sampled_load() {
             &view,
             "eth0",
             &[50_000.0, 5_000.0, 5_000.0, 5_000.0],
+            0.0,
         )),
         ..PlanOptions::for_profile(Profile::Throughput)
     };

@@ -12,6 +12,9 @@ use netsteer_host::{CpuSet, HostFs, read_host};
 use netsteer_steering::doctor::{Finding, Goal, Load, LoadSource, Report, Severity, diagnose};
 use std::path::{Path, PathBuf};
 
+mod common;
+use common::sampled;
+
 fn root(host: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/hosts")
@@ -712,45 +715,6 @@ fn napi_rules_fire_on_the_netdev_view_and_stay_quiet_when_it_agrees() {
         "napi-thread-placement",
     ] {
         absent(&r, id);
-    }
-}
-
-/// A live sample of `secs` in which each rx queue of `dev` took `per_queue[q]` interrupts/s
-/// and `udp` UDP datagrams/s were delivered (the rates the RSS rules compare with the table).
-fn sampled(view: &HostView, dev: &str, per_queue: &[f64], udp: f64) -> Load {
-    use netsteer_host::irqname::IrqRole;
-    use netsteer_host::sample::{IrqRate, NetRates, Rates};
-    let nic = view.nic(dev).unwrap();
-    let irqs = nic
-        .irqs
-        .iter()
-        .filter_map(|i| match i.role {
-            IrqRole::Rx(q) | IrqRole::RxTx(q) => Some((i, q)),
-            _ => None,
-        })
-        .map(|(i, q)| {
-            let v = per_queue.get(q as usize).copied().unwrap_or(0.0);
-            IrqRate {
-                irq: i.irq,
-                name: i.name.clone(),
-                per_cpu: std::iter::once((0, v)).collect(),
-                total: v,
-            }
-        })
-        .collect();
-    Load {
-        source: LoadSource::Sampled,
-        seconds: 2.0,
-        cpu: Rates {
-            interval_s: 2.0,
-            irqs,
-            ..Default::default()
-        },
-        net: NetRates {
-            devices: Vec::new(),
-            udp_in: Some(udp),
-            udp_rcvbuf_errors: Some(0.0),
-        },
     }
 }
 

@@ -19,6 +19,21 @@ impl Drop for Proc {
     }
 }
 
+/// Spawns `cmd` with stderr piped and returns it with the first line it writes there: the start
+/// line every netsteer server prints once it listens (its address, its mode).
+pub fn spawn_with_start_line(cmd: &mut Command) -> (Child, String) {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
 /// Relative path → bytes of every regular file of a tree (links are never written by tune).
 pub fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
@@ -135,6 +150,17 @@ impl Netns {
             panic!("{script}: {e}");
         }
     }
+
+    /// What a shell command inside prints, trimmed; it must succeed.
+    pub fn text(&self, cmd: &str) -> String {
+        let out = self.exec(&["sh", "-c", cmd]);
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
 }
 
 pub fn run(cmd: &str, args: &[&str]) {
@@ -146,18 +172,10 @@ pub fn run(cmd: &str, args: &[&str]) {
     );
 }
 
+#[path = "../../../../support/live.rs"]
+mod live;
 #[allow(unused_imports)]
-pub use netsteer_lab::is_root;
-
-/// A live test that cannot run on this machine. Under CI (`CI=true`) that is a failure, not a
-/// pass: libtest hides a passing test's output, so a quiet skip would turn CI green having
-/// tested nothing live.
-pub fn cannot_run(why: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("live test cannot run under CI=true: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-}
+pub use live::{REDIS_TOOLS, cannot_run, is_ci, is_root, root_and_tools};
 
 /// A fixture host tree of the repository.
 pub fn fixture(host: &str) -> std::path::PathBuf {
@@ -186,24 +204,6 @@ pub fn in_netns<T: Send>(path: &str, f: impl FnOnce() -> T + Send) -> T {
         ..Default::default()
     };
     netsteer_sock::netns::on_thread(place, f).unwrap()
-}
-
-/// Root and every `(tool, Debian package)` on PATH, or why not (for [`cannot_run`]).
-#[allow(dead_code)]
-pub fn root_and_tools(tools: &[(&str, &str)]) -> Result<(), String> {
-    if !is_root() {
-        return Err("needs root (network namespaces)".into());
-    }
-    for (tool, package) in tools {
-        let found = std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Err(format!("{tool} is not installed (Debian {package})"));
-        }
-    }
-    Ok(())
 }
 
 /// Waits (up to 20 s) until something listens on TCP `port` in `ns` (`ss -ltn`).

@@ -2,6 +2,8 @@
 //! byte for byte.
 #![allow(dead_code)]
 
+use netsteer_host::view::HostView;
+use netsteer_steering::doctor::{Load, LoadSource};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -56,4 +58,43 @@ pub fn contents(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     walk(root, root, &mut out);
     out
+}
+
+/// A live sample of two seconds in which each rx queue of `dev` took `per_queue[q]` interrupts/s
+/// and `udp` UDP datagrams/s were delivered (the rates the RSS rules compare with the table).
+pub fn sampled(view: &HostView, dev: &str, per_queue: &[f64], udp: f64) -> Load {
+    use netsteer_host::irqname::IrqRole;
+    use netsteer_host::sample::{IrqRate, NetRates, Rates};
+    let nic = view.nic(dev).unwrap();
+    let irqs = nic
+        .irqs
+        .iter()
+        .filter_map(|i| match i.role {
+            IrqRole::Rx(q) | IrqRole::RxTx(q) => Some((i, q)),
+            _ => None,
+        })
+        .map(|(i, q)| {
+            let v = per_queue.get(q as usize).copied().unwrap_or(0.0);
+            IrqRate {
+                irq: i.irq,
+                name: i.name.clone(),
+                per_cpu: std::iter::once((0, v)).collect(),
+                total: v,
+            }
+        })
+        .collect();
+    Load {
+        source: LoadSource::Sampled,
+        seconds: 2.0,
+        cpu: Rates {
+            interval_s: 2.0,
+            irqs,
+            ..Default::default()
+        },
+        net: NetRates {
+            devices: Vec::new(),
+            udp_in: Some(udp),
+            udp_rcvbuf_errors: Some(0.0),
+        },
+    }
 }
