@@ -148,6 +148,11 @@ pub struct Common {
     /// Log every connection's open and close, not only failures.
     #[arg(long)]
     verbose: bool,
+    /// Seconds a stop (SIGTERM, SIGINT) waits for open connections to finish, refusing new
+    /// ones; what is still open then is aborted.
+    #[arg(long, default_value_t = 5, value_name = "S",
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    drain: u64,
 }
 
 impl Common {
@@ -186,8 +191,18 @@ pub fn run(cmd: &NetchannelCommand) -> Result<ExitCode> {
         ProxyCommand::Client(a) => client(a)?,
         ProxyCommand::Server(a) => server(a)?,
     };
+    let drain = match p {
+        ProxyCommand::Client(a) => a.common.drain,
+        ProxyCommand::Server(a) => a.common.drain,
+    };
     let sig = netsteer_sock::signal::wait_termination().context("waiting for a signal")?;
     eprintln!("netchannel proxy {role}: signal {sig}, stopping");
+    let open = proxy.drain(std::time::Duration::from_secs(drain));
+    if open > 0 {
+        eprintln!(
+            "netchannel proxy {role}: {open} connection(s) still open after {drain} s: aborted"
+        );
+    }
     println!("{}", proxy.stats().summary_line(role, &endpoint.stats()));
     drop(proxy);
     drop(endpoint);

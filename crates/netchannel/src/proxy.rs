@@ -130,6 +130,8 @@ struct Shared {
     log: Log,
     /// Open connections per peer address (server side; entries leave at zero).
     per_peer: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    /// Set by [`Proxy::drain`]: new connections are refused while the open ones finish.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -141,6 +143,9 @@ impl Shared {
     fn admit(self: &Arc<Self>, peer: Option<std::net::IpAddr>) -> Result<Slot, String> {
         let c = &self.counters;
         c.accepted.fetch_add(1, Ordering::Relaxed);
+        if self.draining.load(Ordering::Acquire) {
+            return Err("the proxy is stopping".into());
+        }
         let mut per_peer = crate::socket::lock(&self.per_peer);
         if let Some(ip) = peer {
             let open = per_peer.get(&ip).copied().unwrap_or(0);
@@ -288,6 +293,23 @@ impl Proxy {
         }
     }
 
+    /// Stops taking connections (new ones are reset) and waits, up to `within`, for the open
+    /// ones to finish as their ends close them; returns how many were still open. A proxy
+    /// dropped at once aborts what is open, and the peer proxy then resets its side: a
+    /// connection that was only closing (a FIN on its way through the channel) would be cut
+    /// as if it had failed. Stopping on a signal drains first.
+    pub fn drain(&self, within: Duration) -> u64 {
+        self.shared.draining.store(true, Ordering::Release);
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let open = self.shared.counters.active.load(Ordering::Acquire);
+            if open == 0 || std::time::Instant::now() >= deadline {
+                return open;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The client side's bound TCP addresses, in route order.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.listen
@@ -383,6 +405,7 @@ fn prepare(limits: Limits, log: Log) -> io::Result<(Exec, Arc<Shared>)> {
         limits,
         log,
         per_peer: Default::default(),
+        draining: Default::default(),
     });
     Ok((runtime, shared))
 }
