@@ -53,6 +53,10 @@ pub enum Rates {
 /// counter samples at most.
 pub const MAX_CLIENTS: usize = 16;
 
+/// Standing advice series exported at most (a watcher has three reflexes, one per device for
+/// RPS; a larger file is not a watcher's).
+const MAX_WATCH_ADVICE: usize = 64;
+
 /// What one scrape leaves for the next.
 #[derive(Default)]
 struct Kept {
@@ -93,7 +97,7 @@ pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize)
     // Per rx queue: RPS CPUs (≤ cpus), flow count, RSS entries; per tx queue: XPS CPUs.
     let per_device = queues * per_irq + queues * (cpus + 2) + queues * cpus + 40;
     let trace = crate::trace::series_bound(devices, queues);
-    per_cpu + devices * per_device + findings + 20 + trace
+    per_cpu + devices * per_device + findings + 20 + trace + MAX_WATCH_ADVICE
 }
 
 impl Agent {
@@ -332,6 +336,23 @@ impl Agent {
             };
             let ok_tune = self.tune(&mut out, dir, &backend, &view);
             fail("tune", broke(ok_tune));
+            // `netsteer watch`'s standing advice, from the file it keeps in its directory
+            // (at most MAX_WATCH_ADVICE series: the ids are a reflex and a device).
+            match netsteer_steering::watch::read_advice(&dir.join("watch")) {
+                Ok(list) => {
+                    for a in list.iter().take(MAX_WATCH_ADVICE) {
+                        out.watch_advice.push(
+                            vec![
+                                ("id", a.id.clone()),
+                                ("reflex", format!("{:?}", a.reflex).to_lowercase()),
+                            ],
+                            a.since,
+                        );
+                    }
+                    fail("watch", None);
+                }
+                Err(e) => fail("watch", Some(e.to_string())),
+            }
         }
 
         let mut trace_families = Vec::new();
@@ -710,6 +731,7 @@ struct Families {
     tune_info: Family,
     tune_last_apply: Family,
     tune_rollbacks: Family,
+    watch_advice: Family,
 }
 
 impl Default for Families {
@@ -725,7 +747,7 @@ impl Default for Families {
             collector_success: f(
                 "netsteer_scrape_collector_success",
                 Gauge,
-                "1 when this scrape could read the source (stat, softirqs, softnet, interrupts, snmp, nic, doctor, tune, trace), else 0; netsteer_scrape_collector_error_info says why.",
+                "1 when this scrape could read the source (stat, softirqs, softnet, interrupts, snmp, nic, doctor, tune, watch, trace), else 0; netsteer_scrape_collector_error_info says why.",
             ),
             collector_error: f(
                 "netsteer_scrape_collector_error",
@@ -908,6 +930,11 @@ impl Default for Families {
                 Gauge,
                 "Journals in the state directory that were rolled back.",
             ),
+            watch_advice: f(
+                "netsteer_watch_advice_since_timestamp_seconds",
+                Gauge,
+                "When each advice netsteer watch stands by began (one series per advice id; none when no advice stands).",
+            ),
         }
     }
 }
@@ -954,6 +981,7 @@ impl Families {
             self.tune_info,
             self.tune_last_apply,
             self.tune_rollbacks,
+            self.watch_advice,
         ]
     }
 }

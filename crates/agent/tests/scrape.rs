@@ -378,3 +378,42 @@ fn a_collector_that_cannot_read_is_a_zero_with_its_reason_never_a_missing_series
         "{text}"
     );
 }
+
+/// `netsteer watch`'s standing advice is exported from the file the watcher keeps: one series
+/// per advice id with when it began, none when none stands, and a file that is not JSON a
+/// failed `watch` collector.
+#[test]
+fn the_watchers_standing_advice_is_exported_with_its_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = agent(
+        &fixture("dev-vm"),
+        Rates::SinceBoot,
+        Some(tmp.path().to_path_buf()),
+    );
+    let name = "netsteer_watch_advice_since_timestamp_seconds";
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    assert!(family(&fams, name).samples.is_empty());
+    let dir = tmp.path().join("watch");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join(netsteer_steering::watch::ADVICE_FILE),
+        r#"[{"id":"backlog","reflex":"backlog","since":1790000000.0,"evidence":["x"],"changes":[]}]"#,
+    )
+    .unwrap();
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    let s = &family(&fams, name).samples;
+    assert_eq!(s.len(), 1);
+    assert_eq!(
+        (s[0].label("id"), s[0].label("reflex"), s[0].value),
+        (Some("backlog"), Some("backlog"), 1_790_000_000.0)
+    );
+    std::fs::write(dir.join(netsteer_steering::watch::ADVICE_FILE), "{not json").unwrap();
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    let watch = family(&fams, "netsteer_scrape_collector_success")
+        .samples
+        .iter()
+        .find(|s| s.label("collector") == Some("watch"))
+        .unwrap()
+        .value;
+    assert_eq!(watch, 0.0);
+}

@@ -17,6 +17,7 @@ mod top;
 mod trace;
 mod tui;
 mod tune;
+mod watch;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -79,6 +80,11 @@ enum Command {
     /// as a virtual socket over several channels (and survives a channel's death).
     #[command(subcommand)]
     Netchannel(netchannel::NetchannelCommand),
+    /// React within seconds to what the kernel reports: softnet drops → backlog and flow
+    /// limit, squeezes → budget, one CPU drowning in NET_RX → RPS. Advice by default; with
+    /// --apply through tune's journal, within caps, guarded, stepping aside when someone else
+    /// rewrites a knob.
+    Watch(watch::WatchArgs),
     /// Print a shell completion script (e.g. `netsteer completions bash >
     /// /etc/bash_completion.d/netsteer`).
     Completions {
@@ -202,6 +208,7 @@ fn run_hostless(cli: Cli) -> Result<ExitCode> {
         }
         Command::Bench(cmd) => bench::run(&Host::open(&[])?, cmd),
         Command::Trace(a) => trace::run_trace(a),
+        Command::Watch(a) => watch::run(&Host::open(&[])?, a),
         _ => unreachable!("every command without --root is above"),
     }
 }

@@ -210,6 +210,11 @@ impl Knob {
     pub fn kind_of(path: &str) -> Option<(ItemKind, Format)> {
         let parts: Vec<&str> = path.split('/').collect();
         match parts.as_slice() {
+            // A CPU mask the kernel parses with bitmap_parse and prints at its own width:
+            // compared as a set, not as text.
+            ["", "proc", "sys", "net", "core", "flow_limit_cpu_bitmap"] => {
+                Some((ItemKind::Sysctl, Format::Mask))
+            }
             ["", "proc", "sys", "net", rest @ ..] if !rest.is_empty() => {
                 Some((ItemKind::Sysctl, Format::Text))
             }

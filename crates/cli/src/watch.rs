@@ -1,0 +1,113 @@
+//! `netsteer watch`: flags and output; the reflexes, their guards and the journal are
+//! `netsteer_steering::watch`'s.
+
+use crate::Host;
+use crate::args::Seconds;
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use netsteer_steering::doctor::Goal;
+use netsteer_steering::tune::Tuner;
+use netsteer_steering::watch::{self, RunOptions, WatchConfig, Watcher};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// Take the reflexes' actions through tune's transaction and journal; without it, only
+    /// advise (each advice with a stable id, its evidence and the exact changes).
+    #[arg(long)]
+    apply: bool,
+    /// Seconds between two readings (0.2 to 60).
+    #[arg(long, default_value = "1", value_name = "S")]
+    interval: Seconds,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(long, value_name = "S")]
+    duration: Option<Seconds>,
+    /// Intervals a signal must hold before a reflex fires.
+    #[arg(long, default_value_t = 3, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=600))]
+    persist: u32,
+    /// Least seconds between two actions of one reflex.
+    #[arg(long, default_value = "30", value_name = "S")]
+    min_interval: Seconds,
+    /// Cap on net.core.netdev_max_backlog (at most 1048576).
+    #[arg(long, default_value_t = 32_768, value_name = "N")]
+    max_backlog: i64,
+    /// Cap on net.core.netdev_budget (at most 100000).
+    #[arg(long, default_value_t = 1_200, value_name = "N")]
+    max_budget: i64,
+    /// Cap on net.core.netdev_budget_usecs (at most 10000).
+    #[arg(long, default_value_t = 2_000, value_name = "US")]
+    max_budget_usecs: i64,
+    /// The doctor goal the RPS reflex plans for.
+    #[arg(long, value_enum, default_value = "balanced")]
+    goal: Goal,
+    /// Roll back what the watcher still owns when it stops (default: leave it; the journals
+    /// stay for `tune rollback --state-dir DIR/watch`).
+    #[arg(long)]
+    rollback_on_exit: bool,
+    /// tune's state directory (default /var/lib/netsteer); the watcher's journals go to its
+    /// `watch/` subdirectory.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// JSON Lines, one event per line (docs/watch.md).
+    #[arg(long)]
+    json: bool,
+}
+
+impl WatchArgs {
+    fn config(&self) -> Result<WatchConfig> {
+        let cfg = WatchConfig {
+            apply: self.apply,
+            persist: self.persist,
+            min_interval: self.min_interval.get(),
+            max_backlog: self.max_backlog,
+            max_budget: self.max_budget,
+            max_budget_usecs: self.max_budget_usecs,
+            goal: self.goal,
+            ..WatchConfig::default()
+        };
+        cfg.check().map_err(anyhow::Error::msg)?;
+        Ok(cfg)
+    }
+}
+
+pub fn run(host: &Host, a: &WatchArgs) -> Result<ExitCode> {
+    let interval = a.interval.get();
+    if !(Duration::from_millis(200)..=Duration::from_secs(60)).contains(&interval) {
+        bail!("--interval {}: 0.2 to 60 seconds", interval.as_secs_f64());
+    }
+    let cfg = a.config()?;
+    if a.apply && !netsteer_sock::is_root() {
+        bail!("watch --apply writes sysctls and sysfs: run it as root (or leave out --apply)");
+    }
+    let tuner =
+        Tuner::open(host.fs.clone(), false, a.state_dir.clone()).context("the state directory")?;
+    let (w, adopted) = Watcher::new(cfg, tuner).context("the watcher's state")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    netsteer_sock::signal::stop_on_termination(stop.clone())?;
+    let mut out = std::io::stdout().lock();
+    let json = a.json;
+    let mut print = |e: &watch::Event| {
+        let line = if json {
+            serde_json::to_string(e).map_err(std::io::Error::other)?
+        } else {
+            netsteer_host::safe::line(&watch::text(e)).into_owned()
+        };
+        crate::emit(&mut out, &line)
+    };
+    for e in &adopted {
+        print(e)?;
+    }
+    let opts = RunOptions {
+        interval,
+        duration: a.duration.map(|d| d.get()),
+        rollback_on_exit: a.rollback_on_exit,
+    };
+    watch::run(w, &opts, &|| stop.load(Ordering::Relaxed), &mut print)
+        .map_err(anyhow::Error::msg)?;
+    Ok(ExitCode::SUCCESS)
+}

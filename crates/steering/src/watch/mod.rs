@@ -1,0 +1,927 @@
+//! `netsteer watch`: a few reflexes over what the kernel reports every interval, each a doctor
+//! finding whose fix the watcher may take — advice by default, through tune's transaction and
+//! journal with `apply`, within hard caps, guarded after it acts, and stepping aside from any
+//! knob someone else rewrites.
+//!
+//! Why a command of its own and not a mode of the agent: the agent serves scrapes to whoever
+//! is allowed (it may listen beyond loopback) and must never write to the host; the watcher
+//! writes, runs as root, and keeps one journal directory. The agent exports the watcher's
+//! standing advice from the file the watcher keeps ([`ADVICE_FILE`]).
+//!
+//! The reflexes (each a doctor rule's signal, judged on the interval's rates):
+//! - `backlog`: softnet drops (`/proc/net/softnet_stat` column 2: the per-CPU backlog was
+//!   full, `netdev_max_backlog`, or the flow limit dropped) → `net.core.netdev_max_backlog`
+//!   doubled, up to its cap, and the dropping CPUs added to `net.core.flow_limit_cpu_bitmap`
+//!   (written as the hex CPU mask the kernel parses, not a decimal number).
+//! - `budget`: time squeezes (column 3: `net_rx_action` ran out of budget or time with work
+//!   left) → `netdev_budget` and `netdev_budget_usecs` doubled, each up to its cap (2 ms for the
+//!   time: a larger one holds a CPU in softirq for longer than a scheduler tick is worth).
+//! - `rps`: doctor's `softirq-hot-cpu` (one CPU drowning in NET_RX while others idle) on a
+//!   device whose queues have RPS off → the RPS/RFS the planner makes for it.
+//!
+//! A reflex fires only after its signal held for `persist` intervals, at most once per
+//! `min_interval`, and only raises: a guard measured after each action (the signal must fall
+//! by half, the CPU in softirq and system time may not rise more than `guard_cpu_points`)
+//! either confirms it or rolls it back and puts the reflex to sleep with the reason, so no
+//! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
+//! logs who changed what (as far as polling can tell) and leaves that knob alone.
+
+mod state;
+
+use crate::doctor::rules::rps::{planned, spreading_profile};
+use crate::doctor::{Ctx, Goal, Load, diagnose};
+use crate::model::desired::Profile;
+use crate::model::desired::{Action, ItemKind, Target};
+use crate::model::planner::{Knob, PlanOptions};
+use crate::tune::{ApplyOptions, TuneError, Tuner};
+use netsteer_host::CpuSet;
+use netsteer_host::view::HostView;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+pub use state::{ADVICE_FILE, OWNED_FILE, StandingAdvice, read_advice};
+
+const BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
+const FLOW_LIMIT: &str = "/proc/sys/net/core/flow_limit_cpu_bitmap";
+const BUDGET: &str = "/proc/sys/net/core/netdev_budget";
+const BUDGET_USECS: &str = "/proc/sys/net/core/netdev_budget_usecs";
+
+/// The ceilings no flag can lift: far above any sane setting, and inside what the kernel
+/// accepts (all three are `int` sysctls; `netdev_budget_usecs` is in microseconds).
+pub const HARD_MAX_BACKLOG: i64 = 1 << 20;
+pub const HARD_MAX_BUDGET: i64 = 100_000;
+pub const HARD_MAX_BUDGET_USECS: i64 = 10_000;
+
+/// What the watcher may do and how far.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// Take the reflexes' actions (through tune's transaction); otherwise only advise.
+    pub apply: bool,
+    /// Intervals a signal must hold before a reflex fires (hysteresis).
+    pub persist: u32,
+    /// Least time between two actions of one reflex.
+    pub min_interval: Duration,
+    /// Intervals measured after an action before its guard judges it.
+    pub guard_intervals: u32,
+    /// How much more CPU (softirq + system + hard IRQ, percentage points summed over all
+    /// CPUs) an action may cost before its guard rolls it back.
+    pub guard_cpu_points: f64,
+    /// Drops and squeezes per second below this are noise.
+    pub min_rate: f64,
+    pub max_backlog: i64,
+    pub max_budget: i64,
+    pub max_budget_usecs: i64,
+    /// The doctor goal the `rps` reflex plans for.
+    pub goal: Goal,
+}
+
+impl Default for WatchConfig {
+    fn default() -> WatchConfig {
+        WatchConfig {
+            apply: false,
+            persist: 3,
+            min_interval: Duration::from_secs(30),
+            guard_intervals: 5,
+            guard_cpu_points: 10.0,
+            min_rate: 1.0,
+            // 32 × the default 1000: bpftune's users saw backlogs drop at tens of thousands.
+            max_backlog: 32_768,
+            // 4 × the default 300 packets per NET_RX run.
+            max_budget: 1_200,
+            // The default is 2000 µs; bpftune once let this reach ~300 ms (its issue #178),
+            // which holds a CPU in softirq for a third of a second. Never past 2 ms here.
+            max_budget_usecs: 2_000,
+            goal: Goal::Balanced,
+        }
+    }
+}
+
+impl WatchConfig {
+    /// Checks the caps against the hard ceilings, naming the one that is out of range.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v, max) in [
+            ("max-backlog", self.max_backlog, HARD_MAX_BACKLOG),
+            ("max-budget", self.max_budget, HARD_MAX_BUDGET),
+            (
+                "max-budget-usecs",
+                self.max_budget_usecs,
+                HARD_MAX_BUDGET_USECS,
+            ),
+        ] {
+            if !(1..=max).contains(&v) {
+                return Err(format!("--{name} {v}: 1 to {max}"));
+            }
+        }
+        if self.persist == 0 || self.guard_intervals == 0 {
+            return Err("--persist and the guard need at least one interval".into());
+        }
+        Ok(())
+    }
+}
+
+/// The reflexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reflex {
+    Backlog,
+    Budget,
+    Rps,
+}
+
+impl Reflex {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reflex::Backlog => "backlog",
+            Reflex::Budget => "budget",
+            Reflex::Rps => "rps",
+        }
+    }
+}
+
+/// One knob a reflex would change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub path: String,
+    pub from: String,
+    pub to: String,
+}
+
+/// A reflex's proposal: the same id for the same reflex on the same subject in every run
+/// (`backlog`, `budget`, `rps/eth0`), the evidence, and the exact changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advice {
+    pub id: String,
+    pub reflex: Reflex,
+    pub evidence: Vec<String>,
+    pub changes: Vec<Change>,
+}
+
+/// What happened in one interval, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    /// A proposal that held for `persist` intervals (new, or its changes moved).
+    Advice {
+        at: f64,
+        advice: Advice,
+    },
+    /// A standing proposal whose signal went away.
+    AdviceGone {
+        at: f64,
+        id: String,
+    },
+    /// The signal asks for more, but every knob of the reflex is at its cap.
+    AtCap {
+        at: f64,
+        id: String,
+        evidence: Vec<String>,
+    },
+    Applied {
+        at: f64,
+        id: String,
+        journal: String,
+        changes: Vec<Change>,
+    },
+    ApplyFailed {
+        at: f64,
+        id: String,
+        error: String,
+    },
+    GuardPassed {
+        at: f64,
+        id: String,
+        signal: (f64, f64),
+        cpu: (f64, f64),
+    },
+    /// The guard failed: the action was rolled back and the reflex sleeps until restart.
+    RolledBack {
+        at: f64,
+        id: String,
+        why: String,
+    },
+    /// Someone else rewrote a knob the watcher set: it is theirs now.
+    SteppedAside {
+        at: f64,
+        path: String,
+        ours: String,
+        now: String,
+        who: String,
+    },
+    /// A proposal the watcher will not act on, and why (said once).
+    Held {
+        at: f64,
+        id: String,
+        why: String,
+    },
+}
+
+/// A proposal with the number the guard watches.
+struct Proposal {
+    advice: Advice,
+    reflex: Reflex,
+    /// The quantity that must fall (drops/s, squeezes/s, the hot CPU's softirq %).
+    signal: f64,
+    /// True when every knob is at its cap (nothing left to change).
+    at_cap: bool,
+}
+
+/// An action being judged.
+struct Pending {
+    id: String,
+    reflex: Reflex,
+    journal: String,
+    signal_before: f64,
+    cpu_before: f64,
+    seen: Vec<(f64, f64)>,
+}
+
+/// The watcher: feed it one interval at a time.
+pub struct Watcher {
+    cfg: WatchConfig,
+    tuner: Tuner,
+    /// Recent signal values per proposal id (the hysteresis window).
+    held: BTreeMap<String, VecDeque<f64>>,
+    standing: BTreeMap<String, Advice>,
+    said: BTreeSet<String>,
+    last_action: BTreeMap<Reflex, f64>,
+    pending: Option<Pending>,
+    asleep: BTreeMap<Reflex, String>,
+    state: state::Owned,
+    cpu_history: VecDeque<f64>,
+}
+
+impl Watcher {
+    /// A watcher whose journals live in `tuner`'s state directory under `watch/`. What a
+    /// previous watcher set and recorded there is adopted when the host still holds it, and
+    /// given up when someone changed it meanwhile.
+    pub fn new(cfg: WatchConfig, tuner: Tuner) -> Result<(Watcher, Vec<Event>), TuneError> {
+        let dir = tuner.state_dir().join("watch");
+        let tuner = tuner.into_state_dir(dir);
+        let (state, adopted) = state::Owned::load(&tuner)?;
+        let events = adopted
+            .into_iter()
+            .map(|(path, ours, now)| Event::SteppedAside {
+                at: 0.0,
+                path,
+                ours,
+                now,
+                who: "changed while no watcher ran".into(),
+            })
+            .collect();
+        Ok((
+            Watcher {
+                cfg,
+                tuner,
+                held: BTreeMap::new(),
+                standing: BTreeMap::new(),
+                said: BTreeSet::new(),
+                last_action: BTreeMap::new(),
+                pending: None,
+                asleep: BTreeMap::new(),
+                state,
+                cpu_history: VecDeque::new(),
+            },
+            events,
+        ))
+    }
+
+    /// The tuner of the watcher's own journal directory (`tune rollback --state-dir` it).
+    pub fn tuner(&self) -> &Tuner {
+        &self.tuner
+    }
+
+    /// The advice standing now.
+    pub fn standing(&self) -> impl Iterator<Item = &Advice> {
+        self.standing.values()
+    }
+
+    /// One interval: `now` in seconds (any monotonic origin), the host and the load over the
+    /// interval that just ended.
+    pub fn step(&mut self, now: f64, view: &HostView, load: &Load) -> Vec<Event> {
+        let mut out = Vec::new();
+        self.step_aside(now, &mut out);
+        let cpu = cpu_cost(load);
+        let proposals = self.proposals(view, load);
+        self.judge(now, &proposals, cpu, &mut out);
+        let ids: BTreeSet<String> = proposals.iter().map(|p| p.advice.id.clone()).collect();
+        self.held.retain(|id, _| ids.contains(id));
+        let gone: Vec<String> = self
+            .standing
+            .keys()
+            .filter(|id| !ids.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.standing.remove(&id);
+            self.said.retain(|s| !s.starts_with(&format!("{id}|")));
+            out.push(Event::AdviceGone { at: now, id });
+        }
+        // This interval's CPU counts in the "before" of an action taken now.
+        self.cpu_history.push_back(cpu);
+        while self.cpu_history.len() > self.cfg.persist as usize {
+            self.cpu_history.pop_front();
+        }
+        for p in proposals {
+            let window = self.held.entry(p.advice.id.clone()).or_default();
+            window.push_back(p.signal);
+            while window.len() > self.cfg.persist as usize {
+                window.pop_front();
+            }
+            if window.len() < self.cfg.persist as usize {
+                continue;
+            }
+            let before = window.iter().sum::<f64>() / window.len() as f64;
+            self.consider(now, p, before, &mut out);
+        }
+        if let Err(e) = self.state.save_advice(&self.tuner, self.standing.values()) {
+            out.push(Event::Held {
+                at: now,
+                id: "advice-file".into(),
+                why: e.to_string(),
+            });
+        }
+        out
+    }
+
+    /// On exit: with `rollback`, every action still owned is undone, newest first (a knob
+    /// someone else took is left as they set it); otherwise nothing changes and the journals
+    /// stay for `tune rollback` or the next watcher.
+    pub fn finish(mut self, now: f64, rollback: bool) -> Vec<Event> {
+        let mut out = Vec::new();
+        if !rollback {
+            return out;
+        }
+        for (journal, id) in self.state.journals_newest_first() {
+            if self.state.journal_disowned(&journal) {
+                out.push(Event::Held {
+                    at: now,
+                    id,
+                    why: format!("{journal}: someone else changed a knob it set; left as it is"),
+                });
+                continue;
+            }
+            match self.tuner.rollback(Some(std::path::Path::new(&journal))) {
+                Ok(_) => {
+                    self.state.forget_journal(&journal);
+                    out.push(Event::RolledBack {
+                        at: now,
+                        id,
+                        why: "the watcher stopped (rollback on exit)".into(),
+                    });
+                }
+                Err(e) => out.push(Event::ApplyFailed {
+                    at: now,
+                    id,
+                    error: format!("rollback of {journal}: {e}"),
+                }),
+            }
+        }
+        let _ = self.state.save(&self.tuner);
+        out
+    }
+
+    /// Gives up every knob whose value is no longer the one the watcher wrote.
+    fn step_aside(&mut self, now: f64, out: &mut Vec<Event>) {
+        for (path, ours, now_value) in self.state.drifted(&self.tuner) {
+            out.push(Event::SteppedAside {
+                at: now,
+                path,
+                ours,
+                now: now_value,
+                // Polling sees the new value, not the writer; the sysctl write hook bpftune
+                // uses would name it, and is not attached here.
+                who: "another writer (seen by polling)".into(),
+            });
+        }
+        let _ = self.state.save(&self.tuner);
+    }
+
+    /// The guard of the pending action: one more interval measured, and its verdict when the
+    /// window is full.
+    fn judge(&mut self, now: f64, proposals: &[Proposal], cpu: f64, out: &mut Vec<Event>) {
+        let Some(p) = &mut self.pending else { return };
+        let signal = proposals
+            .iter()
+            .find(|x| x.reflex == p.reflex)
+            .map_or(0.0, |x| x.signal);
+        p.seen.push((signal, cpu));
+        if p.seen.len() < self.cfg.guard_intervals as usize {
+            return;
+        }
+        let p = self.pending.take().expect("pending");
+        let n = p.seen.len() as f64;
+        let signal_after = p.seen.iter().map(|s| s.0).sum::<f64>() / n;
+        let cpu_after = p.seen.iter().map(|s| s.1).sum::<f64>() / n;
+        let fell = signal_after <= p.signal_before / 2.0 || signal_after < self.cfg.min_rate;
+        let cost = cpu_after - p.cpu_before;
+        if fell && cost <= self.cfg.guard_cpu_points {
+            out.push(Event::GuardPassed {
+                at: now,
+                id: p.id,
+                signal: (p.signal_before, signal_after),
+                cpu: (p.cpu_before, cpu_after),
+            });
+            return;
+        }
+        let why = if !fell {
+            format!(
+                "the signal did not fall by half ({:.1} before, {:.1} after)",
+                p.signal_before, signal_after
+            )
+        } else {
+            format!(
+                "it cost {cost:.1} points of CPU (softirq + system + irq, {:.1} → {:.1}), more than {:.1}",
+                p.cpu_before, cpu_after, self.cfg.guard_cpu_points
+            )
+        };
+        let why = match self.tuner.rollback(Some(std::path::Path::new(&p.journal))) {
+            Ok(_) => {
+                self.state.forget_journal(&p.journal);
+                let _ = self.state.save(&self.tuner);
+                why
+            }
+            Err(e) => format!("{why}; its rollback failed: {e}"),
+        };
+        self.asleep.insert(p.reflex, why.clone());
+        out.push(Event::RolledBack {
+            at: now,
+            id: p.id,
+            why,
+        });
+    }
+
+    /// Advice for a proposal that held; the action when asked for and allowed.
+    fn consider(&mut self, now: f64, p: Proposal, before: f64, out: &mut Vec<Event>) {
+        let id = p.advice.id.clone();
+        let say = |out: &mut Vec<Event>, said: &mut BTreeSet<String>, key: &str, e: Event| {
+            if said.insert(format!("{id}|{key}")) {
+                out.push(e);
+            }
+        };
+        if p.at_cap {
+            say(
+                out,
+                &mut self.said,
+                "cap",
+                Event::AtCap {
+                    at: now,
+                    id: id.clone(),
+                    evidence: p.advice.evidence.clone(),
+                },
+            );
+            return;
+        }
+        if self.standing.get(&id) != Some(&p.advice) {
+            self.standing.insert(id.clone(), p.advice.clone());
+            out.push(Event::Advice {
+                at: now,
+                advice: p.advice.clone(),
+            });
+        }
+        if !self.cfg.apply {
+            return;
+        }
+        if let Some(why) = self.asleep.get(&p.reflex) {
+            let why = format!("the {} reflex sleeps: {why}", p.reflex.name());
+            say(
+                out,
+                &mut self.said,
+                "asleep",
+                Event::Held {
+                    at: now,
+                    id: id.clone(),
+                    why,
+                },
+            );
+            return;
+        }
+        if let Some(c) = p
+            .advice
+            .changes
+            .iter()
+            .find(|c| self.state.is_disowned(&c.path))
+        {
+            let why = format!(
+                "{} was rewritten by someone else: not touched again",
+                c.path
+            );
+            say(
+                out,
+                &mut self.said,
+                "disowned",
+                Event::Held {
+                    at: now,
+                    id: id.clone(),
+                    why,
+                },
+            );
+            return;
+        }
+        if self.pending.is_some() {
+            return;
+        }
+        if let Some(t) = self.last_action.get(&p.reflex)
+            && now - t < self.cfg.min_interval.as_secs_f64()
+        {
+            return;
+        }
+        let cpu_before = if self.cpu_history.is_empty() {
+            0.0
+        } else {
+            self.cpu_history.iter().sum::<f64>() / self.cpu_history.len() as f64
+        };
+        match self.apply(&p.advice) {
+            Ok(journal) => {
+                self.last_action.insert(p.reflex, now);
+                for c in &p.advice.changes {
+                    self.state.own(&c.path, &c.to, &journal, &id);
+                }
+                let _ = self.state.save(&self.tuner);
+                out.push(Event::Applied {
+                    at: now,
+                    id: id.clone(),
+                    journal: journal.clone(),
+                    changes: p.advice.changes.clone(),
+                });
+                self.pending = Some(Pending {
+                    id,
+                    reflex: p.reflex,
+                    journal,
+                    signal_before: before,
+                    cpu_before,
+                    seen: Vec::new(),
+                });
+                self.held.clear();
+                self.said.clear();
+            }
+            Err(e) => {
+                // A reflex whose write the host refuses sleeps with the reason, as a failed
+                // guard does: it would fail the same way every interval.
+                self.asleep.insert(p.reflex, e.clone());
+                out.push(Event::ApplyFailed {
+                    at: now,
+                    id,
+                    error: e,
+                });
+            }
+        }
+    }
+
+    /// The advice's changes through tune's transaction: plan (reading each file's value now),
+    /// journal, write, read back; all or nothing. Returns the journal.
+    fn apply(&self, a: &Advice) -> Result<String, String> {
+        let knobs = a
+            .changes
+            .iter()
+            .map(|c| Knob {
+                path: c.path.clone(),
+                value: c.to.clone(),
+                current: None,
+            })
+            .collect();
+        let opts = PlanOptions {
+            knobs,
+            ..PlanOptions::for_profile(Profile::None)
+        };
+        let mut plan = self.tuner.plan(&opts).map_err(|e| e.to_string())?;
+        for item in &mut plan.items {
+            item.reason = format!("netsteer watch, {}: {}", a.id, a.evidence.join("; "));
+        }
+        let r = self
+            .tuner
+            .apply(&plan, None, &ApplyOptions::default())
+            .map_err(|e| e.to_string())?;
+        if r.status != "applied" {
+            return Err(r.error.unwrap_or(r.status));
+        }
+        Ok(r.journal)
+    }
+
+    /// Every reflex's proposal for this interval.
+    fn proposals(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
+        let mut out = Vec::new();
+        out.extend(self.backlog(view, load));
+        out.extend(self.budget(view, load));
+        out.extend(self.rps(view, load));
+        out
+    }
+
+    /// The CPUs whose `rate` is at least `min_rate`, their sum, and one evidence line.
+    fn per_cpu(
+        &self,
+        load: &Load,
+        rate: fn(&netsteer_host::sample::CpuRates) -> Option<f64>,
+        what: &str,
+    ) -> Option<(Vec<u32>, f64, String)> {
+        let over: Vec<(u32, f64)> = load
+            .cpu
+            .cpus
+            .iter()
+            .filter_map(|c| Some((c.cpu, rate(c)?)))
+            .filter(|(_, r)| *r >= self.cfg.min_rate)
+            .collect();
+        if over.is_empty() {
+            return None;
+        }
+        let line = over
+            .iter()
+            .map(|(c, r)| format!("CPU {c} {r:.0}/s"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some((
+            over.iter().map(|o| o.0).collect(),
+            over.iter().map(|o| o.1).sum(),
+            format!("{what}: {line}"),
+        ))
+    }
+
+    fn backlog(&self, view: &HostView, load: &Load) -> Option<Proposal> {
+        let (dropping, total, line) = self.per_cpu(
+            load,
+            |c| c.dropped,
+            "softnet drops (backlog full or flow limit)",
+        )?;
+        let mut evidence = vec![line];
+        let mut changes = Vec::new();
+        let cur = view.sysctls.netdev_max_backlog.known().copied();
+        if let Some(cur) = cur {
+            evidence.push(format!(
+                "net.core.netdev_max_backlog = {cur} (cap {})",
+                self.cfg.max_backlog
+            ));
+            let next = cur.saturating_mul(2).min(self.cfg.max_backlog);
+            if next > cur {
+                changes.push(Change {
+                    path: BACKLOG.into(),
+                    from: cur.to_string(),
+                    to: next.to_string(),
+                });
+            }
+        }
+        let ctx = Ctx::new(view, None, self.cfg.goal, None);
+        if let Some(set) = view.sysctls.flow_limit_cpu_bitmap.known() {
+            let want = dropping.iter().fold(set.clone(), |mut s, c| {
+                s.insert(*c);
+                s
+            });
+            if &want != set {
+                // The kernel parses this file as a hex CPU mask (bitmap_parse in
+                // flow_limit_cpu_sysctl, net/core/sysctl_net_core.c).
+                changes.push(Change {
+                    path: FLOW_LIMIT.into(),
+                    from: ctx.mask(set),
+                    to: ctx.mask(&want),
+                });
+            }
+        }
+        Some(Proposal {
+            at_cap: changes.is_empty(),
+            advice: Advice {
+                id: "backlog".into(),
+                reflex: Reflex::Backlog,
+                evidence,
+                changes,
+            },
+            reflex: Reflex::Backlog,
+            signal: total,
+        })
+    }
+
+    fn budget(&self, view: &HostView, load: &Load) -> Option<Proposal> {
+        let (_, total, line) = self.per_cpu(
+            load,
+            |c| c.squeezed,
+            "NET_RX ran out of budget or time with work left (time_squeeze)",
+        )?;
+        let mut evidence = vec![line];
+        let mut changes = Vec::new();
+        for (path, field, cap) in [
+            (BUDGET, &view.sysctls.netdev_budget, self.cfg.max_budget),
+            (
+                BUDGET_USECS,
+                &view.sysctls.netdev_budget_usecs,
+                self.cfg.max_budget_usecs,
+            ),
+        ] {
+            let Some(cur) = field.known().copied() else {
+                continue;
+            };
+            let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
+            evidence.push(format!("{name} = {cur} (cap {cap})"));
+            let next = cur.saturating_mul(2).min(cap);
+            if next > cur {
+                changes.push(Change {
+                    path: path.into(),
+                    from: cur.to_string(),
+                    to: next.to_string(),
+                });
+            }
+        }
+        Some(Proposal {
+            at_cap: changes.is_empty(),
+            advice: Advice {
+                id: "budget".into(),
+                reflex: Reflex::Budget,
+                evidence,
+                changes,
+            },
+            reflex: Reflex::Budget,
+            signal: total,
+        })
+    }
+
+    /// doctor's `softirq-hot-cpu` on a device with RPS off: the RPS/RFS the planner makes.
+    fn rps(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
+        let report = diagnose(view, Some(load), self.cfg.goal, None);
+        let ctx = Ctx::new(view, Some(load), self.cfg.goal, None);
+        let mut out = Vec::new();
+        for f in report.findings.iter().filter(|f| f.id == "softirq-hot-cpu") {
+            let hot = f
+                .subjects
+                .cpus
+                .iter()
+                .filter_map(|c| ctx.cpu(*c))
+                .map(|c| c.soft)
+                .fold(0.0, f64::max);
+            for dev in &f.subjects.devices {
+                let Some(nic) = view.nic(dev) else { continue };
+                if !crate::doctor::rules::rps::rps_off(nic) {
+                    continue;
+                }
+                let p = planned(
+                    &ctx,
+                    nic,
+                    spreading_profile(&ctx),
+                    &[ItemKind::Rps, ItemKind::RfsTable, ItemKind::RfsFlowCnt],
+                );
+                let changes: Vec<Change> = p
+                    .items
+                    .iter()
+                    .filter(|i| i.action == Action::Change)
+                    .filter_map(|i| match &i.target {
+                        Target::File { path } => Some(Change {
+                            path: path.clone(),
+                            from: i.current.clone().unwrap_or_default(),
+                            to: i.desired.clone(),
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                if changes.is_empty() {
+                    continue;
+                }
+                let mut evidence = vec![f.title.clone()];
+                evidence.extend(f.evidence.iter().take(3).cloned());
+                out.push(Proposal {
+                    at_cap: false,
+                    advice: Advice {
+                        id: format!("rps/{dev}"),
+                        reflex: Reflex::Rps,
+                        evidence,
+                        changes,
+                    },
+                    reflex: Reflex::Rps,
+                    signal: hot,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Softirq + system + hard IRQ time over all CPUs, in percentage points of one CPU.
+fn cpu_cost(load: &Load) -> f64 {
+    load.cpu.cpus.iter().map(|c| c.soft + c.sys + c.irq).sum()
+}
+
+/// A CPU set's mask for a path the kernel parses as a mask, compared as sets.
+pub(crate) fn same_value(path: &str, a: &str, b: &str) -> bool {
+    if path == FLOW_LIMIT || path.ends_with("/rps_cpus") {
+        return match (CpuSet::parse_mask(a.trim()), CpuSet::parse_mask(b.trim())) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => a.trim() == b.trim(),
+        };
+    }
+    a.trim() == b.trim()
+}
+
+/// How a live run goes.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub interval: Duration,
+    /// None: until `stop` says so.
+    pub duration: Option<Duration>,
+    /// Roll back what the watcher still owns when it stops (not the default: a service that
+    /// relies on a change must not lose it because the watcher restarted).
+    pub rollback_on_exit: bool,
+}
+
+/// Runs `w` on the live host behind its tuner: one reading per interval (the one load
+/// sampler), the host view read again every ten intervals and after each change, every event
+/// handed to `emit` as it happens.
+pub fn run(
+    mut w: Watcher,
+    opts: &RunOptions,
+    stop: &dyn Fn() -> bool,
+    emit: &mut dyn FnMut(&Event) -> std::io::Result<()>,
+) -> Result<(), String> {
+    use crate::model::load::Reading;
+    use std::time::Instant;
+    let fs = w.tuner.fs().clone();
+    if !fs.is_live() {
+        return Err("watch reads the live host's counters; a --root tree has none".into());
+    }
+    let take = |at| Reading::take(&fs, at).map_err(|e| format!("reading counters: {e}"));
+    let start = Instant::now();
+    let mut prev = take(start)?;
+    let mut view = netsteer_host::read_host(&fs, None);
+    let mut fresh = 0u32;
+    let io = |e: std::io::Error| e.to_string();
+    loop {
+        let due = prev.at + opts.interval;
+        while Instant::now() < due && !stop() {
+            std::thread::sleep((due - Instant::now()).min(Duration::from_millis(100)));
+        }
+        let done = opts.duration.is_some_and(|d| start.elapsed() >= d);
+        if stop() || done {
+            break;
+        }
+        let cur = take(Instant::now())?;
+        let load = cur.since(&prev);
+        prev = cur;
+        fresh += 1;
+        if fresh >= 10 {
+            view = netsteer_host::read_host(&fs, None);
+            fresh = 0;
+        }
+        let events = w.step(start.elapsed().as_secs_f64(), &view, &load);
+        let changed = events
+            .iter()
+            .any(|e| matches!(e, Event::Applied { .. } | Event::RolledBack { .. }));
+        for e in &events {
+            emit(e).map_err(io)?;
+        }
+        if changed {
+            view = netsteer_host::read_host(&fs, None);
+            fresh = 0;
+        }
+    }
+    for e in w.finish(start.elapsed().as_secs_f64(), opts.rollback_on_exit) {
+        emit(&e).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// One event as a line of text.
+pub fn text(e: &Event) -> String {
+    let changes = |cs: &[Change]| {
+        cs.iter()
+            .map(|c| format!("{} {} -> {}", c.path, c.from, c.to))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    match e {
+        Event::Advice { at, advice } => format!(
+            "{at:7.1}s advice  {}: {} | {}",
+            advice.id,
+            advice.evidence.join("; "),
+            changes(&advice.changes)
+        ),
+        Event::AdviceGone { at, id } => format!("{at:7.1}s gone    {id}: the signal went away"),
+        Event::AtCap { at, id, evidence } => format!(
+            "{at:7.1}s at-cap  {id}: every knob is at its cap; {}",
+            evidence.join("; ")
+        ),
+        Event::Applied {
+            at,
+            id,
+            journal,
+            changes: cs,
+        } => format!(
+            "{at:7.1}s applied {id}: {} (journal {journal})",
+            changes(cs)
+        ),
+        Event::ApplyFailed { at, id, error } => format!("{at:7.1}s failed  {id}: {error}"),
+        Event::GuardPassed {
+            at,
+            id,
+            signal,
+            cpu,
+        } => format!(
+            "{at:7.1}s guard   {id}: kept (signal {:.1} -> {:.1}, CPU {:.1} -> {:.1})",
+            signal.0, signal.1, cpu.0, cpu.1
+        ),
+        Event::RolledBack { at, id, why } => format!("{at:7.1}s undone  {id}: {why}"),
+        Event::SteppedAside {
+            at,
+            path,
+            ours,
+            now,
+            who,
+        } => format!(
+            "{at:7.1}s aside   {path}: we wrote {ours}, it holds {now} ({who}); not touched again"
+        ),
+        Event::Held { at, id, why } => format!("{at:7.1}s held    {id}: {why}"),
+    }
+}

@@ -1,0 +1,196 @@
+//! What the watcher owns, kept in its journal directory so that a restart adopts it (a
+//! SIGKILL leaves journals and this file; the next watcher keeps what still holds the value it
+//! wrote and gives up the rest), and the standing advice the agent exports.
+
+use super::{Advice, Reflex, same_value};
+use crate::tune::{TuneError, Tuner};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The knobs the watcher set and still owns (JSON, in its journal directory).
+pub const OWNED_FILE: &str = "owned.json";
+/// The advice standing now (JSON, in its journal directory), for the agent.
+pub const ADVICE_FILE: &str = "advice.json";
+
+/// The largest state file read back (a few hundred knobs at most).
+const MAX_STATE_BYTES: u64 = 1 << 20;
+
+/// A knob given up: (its path, what the watcher wrote, what it found).
+pub(super) type Drift = (String, String, String);
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct OwnedKnob {
+    value: String,
+    journal: String,
+    id: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct Owned {
+    knobs: BTreeMap<String, OwnedKnob>,
+    /// Knobs someone else rewrote: (what the watcher wrote, what was found), with the journal
+    /// that set them. Never written again by this watcher.
+    disowned: BTreeMap<String, (String, String, String)>,
+    /// Journals in the order applied, with their advice id.
+    journals: Vec<(String, String)>,
+    /// When each standing advice first stood (Unix seconds).
+    #[serde(default)]
+    since: BTreeMap<String, f64>,
+}
+
+/// One standing advice as the agent exports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StandingAdvice {
+    pub id: String,
+    pub reflex: Reflex,
+    /// Unix seconds when it first stood.
+    pub since: f64,
+    pub evidence: Vec<String>,
+    pub changes: Vec<super::Change>,
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> TuneError {
+    TuneError::State {
+        path: path.display().to_string(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// Reads a watcher's advice file (a regular file of at most 1 MiB, never through a link).
+/// No file: no advice.
+pub fn read_advice(dir: &Path) -> std::io::Result<Vec<StandingAdvice>> {
+    let path = dir.join(ADVICE_FILE);
+    match netsteer_host::fs::read_regular_nofollow(&path, MAX_STATE_BYTES) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        )),
+    }
+}
+
+impl Owned {
+    /// The previous watcher's record, and the knobs it set that now hold another value
+    /// (path, what it wrote, what is there): those are given up.
+    pub(super) fn load(tuner: &Tuner) -> Result<(Owned, Vec<Drift>), TuneError> {
+        let path = tuner.state_dir().join(OWNED_FILE);
+        let mut owned: Owned =
+            match netsteer_host::fs::read_regular_nofollow(&path, MAX_STATE_BYTES) {
+                Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| io_err(&path, e))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Owned::default(),
+                Err(e) => return Err(io_err(&path, e)),
+            };
+        owned.since.clear();
+        let drifted = owned.drifted(tuner);
+        Ok((owned, drifted))
+    }
+
+    pub(super) fn save(&self, tuner: &Tuner) -> Result<(), TuneError> {
+        if self.knobs.is_empty() && self.disowned.is_empty() && self.journals.is_empty() {
+            let path = tuner.state_dir().join(OWNED_FILE);
+            if !path.exists() {
+                return Ok(());
+            }
+        }
+        let path = tuner.state_dir().join(OWNED_FILE);
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| io_err(&path, e))?;
+        crate::tune::journal::write_atomic(&path, &bytes).map_err(|e| io_err(&path, e))
+    }
+
+    /// Writes the standing advice for the agent (only when it changed).
+    pub(super) fn save_advice<'a>(
+        &mut self,
+        tuner: &Tuner,
+        standing: impl Iterator<Item = &'a Advice>,
+    ) -> Result<(), TuneError> {
+        let now = unix_now();
+        let mut since = BTreeMap::new();
+        let list: Vec<StandingAdvice> = standing
+            .map(|a| {
+                let s = *self.since.get(&a.id).unwrap_or(&now);
+                since.insert(a.id.clone(), s);
+                StandingAdvice {
+                    id: a.id.clone(),
+                    reflex: a.reflex,
+                    since: s,
+                    evidence: a.evidence.clone(),
+                    changes: a.changes.clone(),
+                }
+            })
+            .collect();
+        let path = tuner.state_dir().join(ADVICE_FILE);
+        if since == self.since && (path.exists() || list.is_empty()) {
+            return Ok(());
+        }
+        self.since = since;
+        let bytes = serde_json::to_vec_pretty(&list).map_err(|e| io_err(&path, e))?;
+        crate::tune::journal::write_atomic(&path, &bytes).map_err(|e| io_err(&path, e))
+    }
+
+    pub(super) fn own(&mut self, path: &str, value: &str, journal: &str, id: &str) {
+        self.knobs.insert(
+            path.to_string(),
+            OwnedKnob {
+                value: value.to_string(),
+                journal: journal.to_string(),
+                id: id.to_string(),
+            },
+        );
+        if !self.journals.iter().any(|(j, _)| j == journal) {
+            self.journals.push((journal.to_string(), id.to_string()));
+        }
+    }
+
+    /// Owned knobs whose value is no longer the one written: given up, returned as (path,
+    /// ours, now). A knob that cannot be read is given up too (it is not ours to guess).
+    pub(super) fn drifted(&mut self, tuner: &Tuner) -> Vec<Drift> {
+        let mut out = Vec::new();
+        let paths: Vec<String> = self.knobs.keys().cloned().collect();
+        for path in paths {
+            let ours = &self.knobs[&path];
+            let now = tuner
+                .fs()
+                .read_value(&path)
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|e| format!("(unreadable: {e})"));
+            if same_value(&path, &ours.value, &now) {
+                continue;
+            }
+            let k = self.knobs.remove(&path).expect("listed");
+            out.push((path.clone(), k.value.clone(), now.clone()));
+            self.disowned.insert(path, (k.value, now, k.journal));
+        }
+        out
+    }
+
+    pub(super) fn is_disowned(&self, path: &str) -> bool {
+        self.disowned.contains_key(path)
+    }
+
+    pub(super) fn journal_disowned(&self, journal: &str) -> bool {
+        self.disowned.values().any(|(_, _, j)| j == journal)
+    }
+
+    pub(super) fn forget_journal(&mut self, journal: &str) {
+        self.knobs.retain(|_, k| k.journal != journal);
+        self.journals.retain(|(j, _)| j != journal);
+    }
+
+    pub(super) fn journals_newest_first(&self) -> Vec<(String, String)> {
+        self.journals.iter().rev().cloned().collect()
+    }
+}

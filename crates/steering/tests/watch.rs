@@ -1,0 +1,481 @@
+//! `netsteer watch`'s reflexes on a copy of seed 003's guest tree, through the real Tuner (its
+//! journal, writes, read-backs and rollbacks in the tree), fed one interval at a time with
+//! injected rates: advice after the hysteresis, caps that hold against a signal asking for
+//! more forever, a guard that rolls back and puts its reflex to sleep, a person's write never
+//! fought, a restart that adopts what it owns, and ids that do not change between runs.
+
+mod common;
+
+use common::{contents, copy_tree, fixture};
+use netsteer_host::sample::{CpuRates, Rates};
+use netsteer_host::view::HostView;
+use netsteer_host::{CpuSet, HostFs, read_host};
+use netsteer_steering::doctor::{Load, LoadSource};
+use netsteer_steering::tune::Tuner;
+use netsteer_steering::watch::{Event, Reflex, WatchConfig, Watcher, read_advice};
+use std::path::Path;
+use std::time::Duration;
+
+const BACKLOG: &str = "proc/sys/net/core/netdev_max_backlog";
+const BUDGET: &str = "proc/sys/net/core/netdev_budget";
+const BUDGET_USECS: &str = "proc/sys/net/core/netdev_budget_usecs";
+const FLOW_LIMIT: &str = "proc/sys/net/core/flow_limit_cpu_bitmap";
+
+/// A tree, its state directory (outside the tree) and a watcher over them.
+struct Rig {
+    tree: tempfile::TempDir,
+    state: tempfile::TempDir,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Rig {
+            tree: copy_tree(&fixture("kvm-virtio-16cpu")),
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn fs(&self) -> HostFs {
+        HostFs::open(self.tree.path()).unwrap()
+    }
+
+    fn watcher(&self, cfg: WatchConfig) -> (Watcher, Vec<Event>) {
+        let tuner = Tuner::open(self.fs(), false, Some(self.state.path().to_path_buf())).unwrap();
+        Watcher::new(cfg, tuner).unwrap()
+    }
+
+    fn view(&self) -> HostView {
+        read_host(&self.fs(), None)
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.tree.path().join(rel))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    fn write(&self, rel: &str, v: &str) {
+        std::fs::write(self.tree.path().join(rel), format!("{v}\n")).unwrap();
+    }
+}
+
+/// One interval's rates: for each `(cpu, dropped/s, squeezed/s, softirq %)`, the rest idle.
+fn load(cpus: &[(u32, f64, f64, f64)]) -> Load {
+    let cpus = (0..16)
+        .map(|c| {
+            let (d, s, soft) = cpus
+                .iter()
+                .find(|x| x.0 == c)
+                .map_or((0.0, 0.0, 0.0), |x| (x.1, x.2, x.3));
+            CpuRates {
+                cpu: c,
+                soft,
+                idle: 100.0 - soft,
+                dropped: Some(d),
+                squeezed: Some(s),
+                processed: Some(1000.0),
+                ..Default::default()
+            }
+        })
+        .collect();
+    Load {
+        source: LoadSource::Sampled,
+        seconds: 1.0,
+        cpu: Rates {
+            interval_s: 1.0,
+            cpus,
+            ..Default::default()
+        },
+        net: Default::default(),
+    }
+}
+
+fn drops(cpu: u32, rate: f64) -> Load {
+    load(&[(cpu, rate, 0.0, 5.0)])
+}
+
+fn squeezes(rate: f64, soft: f64) -> Load {
+    load(&[(2, 0.0, rate, soft)])
+}
+
+/// A watcher that acts: `persist` intervals of hysteresis, a guard of `guard` intervals, no
+/// minimum interval between actions.
+fn acting(persist: u32, guard: u32) -> WatchConfig {
+    WatchConfig {
+        apply: true,
+        persist,
+        guard_intervals: guard,
+        min_interval: Duration::ZERO,
+        ..WatchConfig::default()
+    }
+}
+
+fn applied(events: &[Event]) -> Vec<&Event> {
+    events
+        .iter()
+        .filter(|e| matches!(e, Event::Applied { .. }))
+        .collect()
+}
+
+/// Feeds `loads` one interval a second from `t0`, re-reading the tree after every change as
+/// the live loop does; returns every event.
+fn feed(rig: &Rig, w: &mut Watcher, t0: f64, loads: &[Load]) -> Vec<Event> {
+    let mut out = Vec::new();
+    let mut view = rig.view();
+    for (i, l) in loads.iter().enumerate() {
+        let ev = w.step(t0 + i as f64, &view, l);
+        if ev
+            .iter()
+            .any(|e| matches!(e, Event::Applied { .. } | Event::RolledBack { .. }))
+        {
+            view = rig.view();
+        }
+        out.extend(ev);
+    }
+    out
+}
+
+fn advice_ids(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Advice { advice, .. } => Some(advice.id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn advice_comes_after_the_hysteresis_and_without_apply_nothing_is_written() {
+    let rig = Rig::new();
+    let before = contents(rig.tree.path());
+    let (mut w, adopted) = rig.watcher(WatchConfig::default());
+    assert!(adopted.is_empty());
+    // CPU 4 drops 200 packets/s: nothing for two intervals, advice at the third (persist 3).
+    let ev = feed(&rig, &mut w, 0.0, &[drops(4, 200.0), drops(4, 200.0)]);
+    assert!(advice_ids(&ev).is_empty(), "{ev:?}");
+    let ev = feed(&rig, &mut w, 2.0, &[drops(4, 200.0)]);
+    let Some(Event::Advice { advice, .. }) = ev.first() else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        (advice.id.as_str(), advice.reflex),
+        ("backlog", Reflex::Backlog)
+    );
+    assert!(advice.evidence[0].contains("CPU 4 200/s"), "{advice:?}");
+    let backlog = &advice.changes[0];
+    assert_eq!(
+        (
+            backlog.path.as_str(),
+            backlog.from.as_str(),
+            backlog.to.as_str()
+        ),
+        ("/proc/sys/net/core/netdev_max_backlog", "1000", "2000")
+    );
+    // The flow limit as the hex mask the kernel parses (CPU 4 is 0x10, not decimal 16).
+    let flow = &advice.changes[1];
+    assert_eq!(flow.path, "/proc/sys/net/core/flow_limit_cpu_bitmap");
+    assert_eq!(flow.to, "0010");
+    assert_eq!(
+        CpuSet::parse_mask(&flow.to).unwrap(),
+        [4].into_iter().collect::<CpuSet>()
+    );
+    // Advice is said once while it stands, and the agent's file holds it.
+    let ev = feed(&rig, &mut w, 3.0, &[drops(4, 200.0), drops(4, 200.0)]);
+    assert!(advice_ids(&ev).is_empty(), "{ev:?}");
+    let standing = read_advice(&rig.state.path().join("watch")).unwrap();
+    assert_eq!(standing.len(), 1);
+    assert_eq!(standing[0].id, "backlog");
+    // Gone when the drops stop; advice mode never touched the tree.
+    let ev = feed(&rig, &mut w, 5.0, &[drops(4, 0.0)]);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::AdviceGone { id, .. } if id == "backlog")),
+        "{ev:?}"
+    );
+    assert!(
+        read_advice(&rig.state.path().join("watch"))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(contents(rig.tree.path()), before);
+}
+
+#[test]
+fn ids_are_the_same_in_every_run_for_the_same_evidence() {
+    let (a, b) = (Rig::new(), Rig::new());
+    let loads = [
+        squeezes(50.0, 40.0),
+        squeezes(50.0, 40.0),
+        squeezes(50.0, 40.0),
+    ];
+    let (mut wa, _) = a.watcher(WatchConfig::default());
+    let (mut wb, _) = b.watcher(WatchConfig::default());
+    let (ea, eb) = (
+        feed(&a, &mut wa, 0.0, &loads),
+        feed(&b, &mut wb, 100.0, &loads),
+    );
+    assert_eq!(advice_ids(&ea), ["budget"]);
+    let strip = |e: &[Event]| -> Vec<_> {
+        e.iter()
+            .filter_map(|e| match e {
+                Event::Advice { advice, .. } => Some(advice.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(strip(&ea), strip(&eb));
+}
+
+#[test]
+fn a_flapping_signal_never_fires() {
+    let rig = Rig::new();
+    let cfg = WatchConfig {
+        apply: true,
+        ..WatchConfig::default()
+    };
+    let (mut w, _) = rig.watcher(cfg);
+    let loads: Vec<Load> = (0..30)
+        .map(|i| {
+            if i % 3 == 2 {
+                drops(1, 0.0)
+            } else {
+                drops(1, 500.0)
+            }
+        })
+        .collect();
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        advice_ids(&ev).is_empty() && applied(&ev).is_empty(),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BACKLOG), "1000");
+}
+
+/// A signal that comes back after every action that helped: the budget doubles, the guard
+/// confirms, the squeezes return, and so on — never past the caps, never more often than the
+/// minimum interval, and at the caps the watcher says so instead of writing.
+#[test]
+fn a_signal_asking_for_more_forever_stops_at_the_caps() {
+    let rig = Rig::new();
+    let cfg = WatchConfig {
+        min_interval: Duration::from_secs(10),
+        max_budget: 1_000,
+        max_budget_usecs: 3_000,
+        ..acting(2, 2)
+    };
+    let (mut w, _) = rig.watcher(cfg);
+    let mut view = rig.view();
+    let mut events = Vec::new();
+    let mut guard_left = 0;
+    for t in 0..200 {
+        // Squeezes stop for the guard's two intervals after each action, then come back.
+        let l = if guard_left > 0 {
+            guard_left -= 1;
+            squeezes(0.0, 20.0)
+        } else {
+            squeezes(80.0, 20.0)
+        };
+        let ev = w.step(t as f64, &view, &l);
+        if !applied(&ev).is_empty() {
+            guard_left = 2;
+            view = rig.view();
+        }
+        let budget: i64 = rig.read(BUDGET).parse().unwrap();
+        let usecs: i64 = rig.read(BUDGET_USECS).parse().unwrap();
+        assert!(budget <= 1_000 && usecs <= 3_000, "t={t}: {budget} {usecs}");
+        events.extend(ev);
+    }
+    assert_eq!(
+        (rig.read(BUDGET), rig.read(BUDGET_USECS)),
+        ("1000".into(), "3000".into())
+    );
+    let at: Vec<f64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Applied { at, .. } => Some(*at),
+            _ => None,
+        })
+        .collect();
+    // 300 → 600 → 1000 (and 2000 → 3000 µs): two actions, at least 10 s apart.
+    assert_eq!(at.len(), 2, "{events:?}");
+    assert!(at[1] - at[0] >= 10.0, "{at:?}");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::GuardPassed { .. }))
+            .count(),
+        2
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::AtCap { .. }))
+            .count(),
+        1,
+        "said once: {events:?}"
+    );
+    // The journals are tune's: `tune rollback` of the watcher's directory restores the tree.
+    let t = Tuner::open(rig.fs(), false, Some(rig.state.path().join("watch"))).unwrap();
+    t.rollback(None).unwrap();
+    t.rollback(None).unwrap();
+    assert_eq!(
+        (rig.read(BUDGET), rig.read(BUDGET_USECS)),
+        ("300".into(), "2000".into())
+    );
+}
+
+#[test]
+fn a_guard_that_fails_rolls_back_and_the_reflex_sleeps() {
+    let rig = Rig::new();
+    let before = contents(rig.tree.path());
+    let cfg = acting(2, 3);
+    let (mut w, _) = rig.watcher(cfg);
+    // Squeezes that a bigger budget does not cure, while softirq time climbs.
+    let mut loads = vec![squeezes(100.0, 20.0); 2];
+    loads.extend(vec![squeezes(100.0, 60.0); 12]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert_eq!(applied(&ev).len(), 1, "{ev:?}");
+    let undone: Vec<&String> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::RolledBack { why, .. } => Some(why),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(undone.len(), 1, "{ev:?}");
+    assert!(undone[0].contains("did not fall"), "{undone:?}");
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Held { why, .. } if why.contains("sleeps"))),
+        "{ev:?}"
+    );
+    // Back byte for byte (the watcher's journal lives outside the tree).
+    assert_eq!(contents(rig.tree.path()), before);
+}
+
+#[test]
+fn a_guard_rolls_back_an_action_that_costs_cpu_without_saving_drops() {
+    let rig = Rig::new();
+    let cfg = WatchConfig {
+        guard_cpu_points: 10.0,
+        ..acting(2, 2)
+    };
+    let (mut w, _) = rig.watcher(cfg);
+    // The drops stop, but softirq on CPU 2 goes from 20 % to 70 %: 50 points over the bound.
+    let mut loads = vec![load(&[(2, 300.0, 0.0, 20.0)]); 2];
+    loads.extend(vec![load(&[(2, 0.0, 0.0, 70.0)]); 3]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::RolledBack { why, .. } if why.contains("points of CPU"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BACKLOG), "1000");
+}
+
+#[test]
+fn a_person_who_rewrites_a_knob_keeps_it() {
+    let rig = Rig::new();
+    let cfg = acting(1, 1);
+    let (mut w, _) = rig.watcher(cfg);
+    let mut ev = feed(&rig, &mut w, 0.0, &[drops(3, 100.0), drops(3, 0.0)]);
+    assert_eq!(applied(&ev).len(), 1, "{ev:?}");
+    assert_eq!(rig.read(BACKLOG), "2000");
+    // `sysctl -w net.core.netdev_max_backlog=5000` by someone else.
+    rig.write(BACKLOG, "5000");
+    ev = feed(&rig, &mut w, 2.0, &[drops(3, 100.0)]);
+    assert!(
+        matches!(ev.first(), Some(Event::SteppedAside { path, ours, now, .. })
+            if path.ends_with("netdev_max_backlog") && ours == "2000" && now == "5000"),
+        "{ev:?}"
+    );
+    // Drops go on: the watcher says why it holds back, and never writes that knob again.
+    let more = feed(&rig, &mut w, 3.0, &vec![drops(3, 100.0); 20]);
+    assert!(applied(&more).is_empty(), "{more:?}");
+    assert!(
+        ev.iter()
+            .chain(&more)
+            .any(|e| matches!(e, Event::Held { why, .. } if why.contains("rewritten"))),
+        "{ev:?} {more:?}"
+    );
+    assert_eq!(rig.read(BACKLOG), "5000");
+    // Rollback on exit leaves the person's value (that journal is no longer the watcher's).
+    let end = w.finish(30.0, true);
+    assert!(
+        end.iter()
+            .any(|e| matches!(e, Event::Held { why, .. } if why.contains("someone else"))),
+        "{end:?}"
+    );
+    assert_eq!(rig.read(BACKLOG), "5000");
+}
+
+#[test]
+fn a_restart_adopts_what_it_owns_and_rollback_on_exit_restores_the_tree() {
+    let rig = Rig::new();
+    let before = contents(rig.tree.path());
+    let cfg = acting(1, 1);
+    {
+        let (mut w, _) = rig.watcher(cfg.clone());
+        let ev = feed(&rig, &mut w, 0.0, &[drops(5, 100.0), drops(5, 0.0)]);
+        assert_eq!(applied(&ev).len(), 1, "{ev:?}");
+        // Dropped without finish(): as a SIGKILL leaves it.
+    }
+    assert_eq!(rig.read(BACKLOG), "2000");
+    assert_eq!(
+        CpuSet::parse_mask(&rig.read(FLOW_LIMIT)).unwrap(),
+        [5].into_iter().collect::<CpuSet>()
+    );
+    // The next watcher finds its knobs as it left them: adopted, nothing stepped aside.
+    let (w, adopted) = rig.watcher(cfg.clone());
+    assert!(adopted.is_empty(), "{adopted:?}");
+    // With rollback on exit, the host is back as it was.
+    let end = w.finish(10.0, true);
+    assert!(
+        end.iter().any(|e| matches!(e, Event::RolledBack { .. })),
+        "{end:?}"
+    );
+    assert_eq!(contents(rig.tree.path()), before);
+    // And a watcher whose knob was changed while none ran gives it up at once.
+    let (mut w, _) = rig.watcher(cfg.clone());
+    feed(&rig, &mut w, 0.0, &[drops(5, 100.0), drops(5, 0.0)]);
+    drop(w);
+    rig.write(BACKLOG, "7000");
+    let (_, adopted) = rig.watcher(cfg);
+    assert!(
+        matches!(adopted.first(), Some(Event::SteppedAside { now, who, .. })
+            if now == "7000" && who.contains("while no watcher ran")),
+        "{adopted:?}"
+    );
+}
+
+#[test]
+fn one_cpu_drowning_in_net_rx_gets_rps_from_the_planner() {
+    let rig = Rig::new();
+    // The guest's own counters (CPU 9 at 94 % softirq, one virtio queue, RPS off) as a sample.
+    let fs = rig.fs();
+    let reading =
+        netsteer_steering::model::load::Reading::take(&fs, std::time::Instant::now()).unwrap();
+    let (mut l, _) = reading.since_boot(&fs).unwrap();
+    l.source = LoadSource::Sampled;
+    let cfg = acting(3, 5);
+    let (mut w, _) = rig.watcher(cfg);
+    let ev = feed(&rig, &mut w, 0.0, &vec![l.clone(); 3]);
+    let Some(Event::Advice { advice, .. }) = ev
+        .iter()
+        .find(|e| matches!(e, Event::Advice { advice, .. } if advice.reflex == Reflex::Rps))
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(advice.id, "rps/eth0");
+    let rps = advice
+        .changes
+        .iter()
+        .find(|c| c.path.ends_with("rx-0/rps_cpus"))
+        .expect("an RPS change");
+    // Every CPU but the interrupt's (9), as doctor's fix and `tune plan` say.
+    assert_eq!(rps.to, "fdff");
+    assert_eq!(rig.read("sys/class/net/eth0/queues/rx-0/rps_cpus"), "fdff");
+    assert!(Path::new(&rig.state.path().join("watch/owned.json")).exists());
+}
