@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// `--root`: before any command, or after one that reads a host (show, snapshot, top,
-/// doctor, tune, agent); the others do not list it.
+/// doctor, tune, agent, watch); the others do not list it.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RootArg {
     /// Read the host from this directory instead of `/` (a `netsteer snapshot` or fixture

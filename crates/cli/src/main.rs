@@ -110,6 +110,7 @@ impl Command {
             Command::Top(a) => &a.root.roots,
             Command::Doctor(a) => &a.root.roots,
             Command::Agent(a) => &a.root.roots,
+            Command::Watch(a) => &a.root.roots,
             Command::Tune(c) => c.roots(),
             _ => return None,
         })
@@ -181,6 +182,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Doctor(args) => doctor::run(&host, &args),
         Command::Tune(cmd) => tune::run(&host, &cmd),
         Command::Agent(args) => agent::run(&host, &args),
+        Command::Watch(args) => watch::run(&host, &args),
         _ => unreachable!("every command with --root is above"),
     }
 }
@@ -208,7 +210,6 @@ fn run_hostless(cli: Cli) -> Result<ExitCode> {
         }
         Command::Bench(cmd) => bench::run(&Host::open(&[])?, cmd),
         Command::Trace(a) => trace::run_trace(a),
-        Command::Watch(a) => watch::run(&Host::open(&[])?, a),
         _ => unreachable!("every command without --root is above"),
     }
 }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use netsteer_steering::doctor::Goal;
 use netsteer_steering::tune::Tuner;
-use netsteer_steering::watch::{self, RunOptions, WatchConfig, Watcher};
+use netsteer_steering::watch::{self, RunOptions, Source, WatchConfig, Watcher};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,6 +16,15 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct WatchArgs {
+    #[command(flatten)]
+    pub root: crate::args::RootArg,
+    /// Replay recorded loads against a --root tree instead of reading the live host: one JSON
+    /// object a line, each a `load` as `doctor --json` prints it, one per interval.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+    /// Test hook: abort after this many writes of an action, as a crash would.
+    #[arg(long, hide = true, value_name = "K")]
+    crash_after_writes: Option<usize>,
     /// Take the reflexes' actions through tune's transaction and journal; without it, only
     /// advise (each advice with a stable id, its evidence and the exact changes).
     #[arg(long)]
@@ -68,6 +77,7 @@ impl WatchArgs {
             max_budget: self.max_budget,
             max_budget_usecs: self.max_budget_usecs,
             goal: self.goal,
+            crash_after_writes: self.crash_after_writes,
             ..WatchConfig::default()
         };
         cfg.check().map_err(anyhow::Error::msg)?;
@@ -81,7 +91,19 @@ pub fn run(host: &Host, a: &WatchArgs) -> Result<ExitCode> {
         bail!("--interval {}: 0.2 to 60 seconds", interval.as_secs_f64());
     }
     let cfg = a.config()?;
-    if a.apply && !netsteer_sock::is_root() {
+    let source = match &a.replay {
+        None => Source::Live,
+        Some(path) => {
+            let bytes = netsteer_host::fs::read_regular(path, 64 << 20)
+                .with_context(|| format!("--replay {}", path.display()))?;
+            let text = String::from_utf8_lossy(&bytes);
+            Source::Replay(
+                watch::parse_replay(&text)
+                    .map_err(|e| anyhow::anyhow!("--replay {}: {e}", path.display()))?,
+            )
+        }
+    };
+    if a.apply && host.fs.is_live() && !netsteer_sock::is_root() {
         bail!("watch --apply writes sysctls and sysfs: run it as root (or leave out --apply)");
     }
     let tuner =
@@ -106,6 +128,7 @@ pub fn run(host: &Host, a: &WatchArgs) -> Result<ExitCode> {
         interval,
         duration: a.duration.map(|d| d.get()),
         rollback_on_exit: a.rollback_on_exit,
+        source,
     };
     watch::run(w, &opts, &|| stop.load(Ordering::Relaxed), &mut print)
         .map_err(anyhow::Error::msg)?;

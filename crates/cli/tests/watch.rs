@@ -47,3 +47,174 @@ fn a_cap_past_its_ceiling_is_refused_naming_the_flag() {
         assert!(err.contains(flag), "{flag}: {err}");
     }
 }
+
+mod common;
+
+use common::{files, scratch};
+use netsteer_steering::watch::Event;
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// A recording of one interval per rate, in which CPU 4 drops that many packets/s, as
+/// `doctor --json` prints a load (one object a line).
+fn recording(dir: &Path, rates: &[f64]) -> std::path::PathBuf {
+    use netsteer_host::sample::{CpuRates, Rates};
+    use netsteer_steering::doctor::{Load, LoadSource};
+    let load = |rate: f64| Load {
+        source: LoadSource::Sampled,
+        seconds: 1.0,
+        cpu: Rates {
+            interval_s: 1.0,
+            cpus: (0..16)
+                .map(|c| CpuRates {
+                    cpu: c,
+                    idle: 95.0,
+                    soft: 5.0,
+                    dropped: Some(if c == 4 { rate } else { 0.0 }),
+                    squeezed: Some(0.0),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        },
+        net: Default::default(),
+    };
+    let lines: Vec<String> = rates
+        .iter()
+        .map(|r| serde_json::to_string(&load(*r)).unwrap())
+        .collect();
+    let path = dir.join("loads.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+fn watch(tree: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--root")
+        .arg(tree)
+        .arg("watch")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn events(o: &Output) -> Vec<Event> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+/// A recorded incident replayed against seed 003's tree: advice at the third interval, and
+/// the tree untouched without --apply.
+#[test]
+fn a_replay_advises_on_a_tree_and_changes_nothing() {
+    let tree = scratch("kvm-virtio-16cpu");
+    let work = tempfile::tempdir().unwrap();
+    let rec = recording(work.path(), &[300.0; 5]);
+    let state = work.path().join("state");
+    let before = files(tree.path());
+    let out = watch(
+        tree.path(),
+        &[
+            "--replay",
+            rec.to_str().unwrap(),
+            "--json",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ev = events(&out);
+    assert!(
+        matches!(ev.first(), Some(Event::Advice { at, advice }) if *at == 3.0 && advice.id == "backlog"),
+        "{ev:?}"
+    );
+    assert_eq!(files(tree.path()), before);
+    // Without a recording a tree has nothing to watch: refused, naming what to give.
+    let out = watch(tree.path(), &["--duration", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--replay"));
+}
+
+/// A watcher killed in the middle of an action (the process aborts between its two writes,
+/// as a SIGKILL would) leaves a journal that `tune rollback --state-dir STATE/watch` completes:
+/// the tree reads byte for byte as before. With --rollback-on-exit a finished run leaves the
+/// tree as it found it.
+#[test]
+fn a_watcher_killed_mid_change_is_undone_by_tune_rollback() {
+    let tree = scratch("kvm-virtio-16cpu");
+    let work = tempfile::tempdir().unwrap();
+    // Drops for one interval, then none: the action helps and its guard keeps it.
+    let rec = recording(work.path(), &[300.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    let state = work.path().join("state");
+    let sd = state.to_str().unwrap();
+    let before = files(tree.path());
+    let apply = [
+        "--replay",
+        rec.to_str().unwrap(),
+        "--apply",
+        "--persist",
+        "1",
+        "--state-dir",
+        sd,
+    ];
+    let mut args = apply.to_vec();
+    args.extend(["--crash-after-writes", "1"]);
+    let out = watch(tree.path(), &args);
+    assert_eq!(
+        out.status.code(),
+        None,
+        "aborted: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_ne!(
+        files(tree.path()),
+        before,
+        "the crash came before the first write"
+    );
+    let watch_dir = state.join("watch");
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(tree.path())
+        .args([
+            "tune",
+            "rollback",
+            "--state-dir",
+            watch_dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(files(tree.path()), before);
+
+    let mut args = apply.to_vec();
+    args.extend(["--rollback-on-exit", "--json"]);
+    let out = watch(tree.path(), &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ev = events(&out);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Applied { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        matches!(ev.last(), Some(Event::RolledBack { why, .. }) if why.contains("rollback on exit")),
+        "{ev:?}"
+    );
+    assert_eq!(files(tree.path()), before);
+}

@@ -74,6 +74,9 @@ pub struct WatchConfig {
     pub max_budget_usecs: i64,
     /// The doctor goal the `rps` reflex plans for.
     pub goal: Goal,
+    /// Test hook: abort the process after this many writes of an action (a crash between two
+    /// writes, as `tune apply --crash-after-writes`).
+    pub crash_after_writes: Option<usize>,
 }
 
 impl Default for WatchConfig {
@@ -93,6 +96,7 @@ impl Default for WatchConfig {
             // which holds a CPU in softirq for a third of a second. Never past 2 ms here.
             max_budget_usecs: 2_000,
             goal: Goal::Balanced,
+            crash_after_writes: None,
         }
     }
 }
@@ -590,7 +594,13 @@ impl Watcher {
         }
         let r = self
             .tuner
-            .apply(&plan, None, &ApplyOptions::default())
+            .apply(
+                &plan,
+                None,
+                &ApplyOptions {
+                    crash_after_writes: self.cfg.crash_after_writes,
+                },
+            )
             .map_err(|e| e.to_string())?;
         if r.status != "applied" {
             return Err(r.error.unwrap_or(r.status));
@@ -806,20 +816,41 @@ pub(crate) fn same_value(path: &str, a: &str, b: &str) -> bool {
     a.trim() == b.trim()
 }
 
-/// How a live run goes.
+/// Where the intervals come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// The live host: one reading per interval.
+    Live,
+    /// Recorded loads, one per interval (`doctor --json`'s `load`, one JSON object a line),
+    /// replayed against a `--root` tree as fast as they are read: what the watcher would have
+    /// said and done during a recorded incident.
+    Replay(Vec<Load>),
+}
+
+/// How a run goes.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub interval: Duration,
-    /// None: until `stop` says so.
+    /// None: until `stop` says so (live) or the recording ends (replay).
     pub duration: Option<Duration>,
     /// Roll back what the watcher still owns when it stops (not the default: a service that
     /// relies on a change must not lose it because the watcher restarted).
     pub rollback_on_exit: bool,
+    pub source: Source,
 }
 
-/// Runs `w` on the live host behind its tuner: one reading per interval (the one load
-/// sampler), the host view read again every ten intervals and after each change, every event
-/// handed to `emit` as it happens.
+/// Parses a recording: one `Load` per non-empty line; errors name the line.
+pub fn parse_replay(text: &str) -> Result<Vec<Load>, String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 1)))
+        .collect()
+}
+
+/// Runs `w` over its source: on the live host one reading per interval (the one load
+/// sampler), the host view read again every ten intervals and after each change; a replay
+/// steps through its loads against the tree. Every event is handed to `emit` as it happens.
 pub fn run(
     mut w: Watcher,
     opts: &RunOptions,
@@ -829,45 +860,66 @@ pub fn run(
     use crate::model::load::Reading;
     use std::time::Instant;
     let fs = w.tuner.fs().clone();
-    if !fs.is_live() {
-        return Err("watch reads the live host's counters; a --root tree has none".into());
-    }
-    let take = |at| Reading::take(&fs, at).map_err(|e| format!("reading counters: {e}"));
-    let start = Instant::now();
-    let mut prev = take(start)?;
-    let mut view = netsteer_host::read_host(&fs, None);
-    let mut fresh = 0u32;
     let io = |e: std::io::Error| e.to_string();
-    loop {
-        let due = prev.at + opts.interval;
-        while Instant::now() < due && !stop() {
-            std::thread::sleep((due - Instant::now()).min(Duration::from_millis(100)));
+    let mut view = netsteer_host::read_host(&fs, None);
+    let mut at = 0.0;
+    let mut step = |w: &mut Watcher, view: &mut HostView, at: f64, load: &Load, fresh: &mut u32| {
+        let events = w.step(at, view, load);
+        *fresh += 1;
+        if *fresh >= 10
+            || events
+                .iter()
+                .any(|e| matches!(e, Event::Applied { .. } | Event::RolledBack { .. }))
+        {
+            *view = netsteer_host::read_host(&fs, None);
+            *fresh = 0;
         }
-        let done = opts.duration.is_some_and(|d| start.elapsed() >= d);
-        if stop() || done {
-            break;
+        events.iter().try_for_each(|e| emit(e)).map_err(io)
+    };
+    let mut fresh = 0u32;
+    match &opts.source {
+        Source::Replay(loads) => {
+            if fs.is_live() {
+                return Err(
+                    "a replay is for a --root tree: recorded loads must not change the live host"
+                        .into(),
+                );
+            }
+            for load in loads {
+                if stop() || opts.duration.is_some_and(|d| at >= d.as_secs_f64()) {
+                    break;
+                }
+                at += opts.interval.as_secs_f64();
+                step(&mut w, &mut view, at, load, &mut fresh)?;
+            }
         }
-        let cur = take(Instant::now())?;
-        let load = cur.since(&prev);
-        prev = cur;
-        fresh += 1;
-        if fresh >= 10 {
-            view = netsteer_host::read_host(&fs, None);
-            fresh = 0;
-        }
-        let events = w.step(start.elapsed().as_secs_f64(), &view, &load);
-        let changed = events
-            .iter()
-            .any(|e| matches!(e, Event::Applied { .. } | Event::RolledBack { .. }));
-        for e in &events {
-            emit(e).map_err(io)?;
-        }
-        if changed {
-            view = netsteer_host::read_host(&fs, None);
-            fresh = 0;
+        Source::Live => {
+            if !fs.is_live() {
+                return Err(
+                    "watch reads the live host's counters; a --root tree has none (give --replay FILE)"
+                        .into(),
+                );
+            }
+            let take = |t| Reading::take(&fs, t).map_err(|e| format!("reading counters: {e}"));
+            let start = Instant::now();
+            let mut prev = take(start)?;
+            loop {
+                let due = prev.at + opts.interval;
+                while Instant::now() < due && !stop() {
+                    std::thread::sleep((due - Instant::now()).min(Duration::from_millis(100)));
+                }
+                if stop() || opts.duration.is_some_and(|d| start.elapsed() >= d) {
+                    break;
+                }
+                let cur = take(Instant::now())?;
+                let load = cur.since(&prev);
+                prev = cur;
+                at = start.elapsed().as_secs_f64();
+                step(&mut w, &mut view, at, &load, &mut fresh)?;
+            }
         }
     }
-    for e in w.finish(start.elapsed().as_secs_f64(), opts.rollback_on_exit) {
+    for e in w.finish(at, opts.rollback_on_exit) {
         emit(&e).map_err(io)?;
     }
     Ok(())
