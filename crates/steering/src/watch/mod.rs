@@ -874,7 +874,7 @@ pub fn run(
             *view = netsteer_host::read_host(&fs, None);
             *fresh = 0;
         }
-        events.iter().try_for_each(|e| emit(e)).map_err(io)
+        events.iter().try_for_each(&mut *emit).map_err(io)
     };
     let mut fresh = 0u32;
     match &opts.source {
