@@ -38,6 +38,16 @@ fn family<'a>(fams: &'a [Family], name: &str) -> &'a Family {
         .unwrap_or_else(|| panic!("no family {name}"))
 }
 
+/// `netsteer_scrape_collector_success` of one collector.
+fn collector(fams: &[Family], name: &str) -> f64 {
+    family(fams, "netsteer_scrape_collector_success")
+        .samples
+        .iter()
+        .find(|s| s.label("collector") == Some(name))
+        .unwrap_or_else(|| panic!("no collector {name}"))
+        .value
+}
+
 fn series(fams: &[Family]) -> usize {
     fams.iter().map(|f| f.samples.len()).sum()
 }
@@ -213,12 +223,7 @@ fn tune_state_is_exported_from_the_state_directory() {
     )
     .unwrap();
     let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
-    let tune = family(&fams, "netsteer_scrape_collector_success")
-        .samples
-        .iter()
-        .find(|s| s.label("collector") == Some("tune"))
-        .unwrap()
-        .value;
+    let tune = collector(&fams, "tune");
     assert_eq!(tune, 0.0);
     assert!(
         !fams
@@ -409,11 +414,6 @@ fn the_watchers_standing_advice_is_exported_with_its_start() {
     );
     std::fs::write(dir.join(netsteer_steering::watch::ADVICE_FILE), "{not json").unwrap();
     let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
-    let watch = family(&fams, "netsteer_scrape_collector_success")
-        .samples
-        .iter()
-        .find(|s| s.label("collector") == Some("watch"))
-        .unwrap()
-        .value;
+    let watch = collector(&fams, "watch");
     assert_eq!(watch, 0.0);
 }

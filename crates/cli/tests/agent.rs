@@ -198,15 +198,23 @@ fn many_addresses_of_one_network_cannot_lock_the_scraper_out() {
             s
         })
         .collect();
+    // Time for the agent to take the 60 in.
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(scrape_from("127.0.1.1", agent.addr), 200);
-    // And a 61st other network is refused: the scraper's places are kept.
+    // A 61st other network is refused at once: the scraper's places are kept. Asked first,
+    // while the 60 heads are surely within their 5 s deadline (a slow scrape on a loaded
+    // machine once let them expire, and the late one was admitted).
     let mut late = connect_from("127.9.9.9", agent.addr);
     late.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let mut buf = Vec::new();
     let _ = late.read_to_end(&mut buf);
+    assert!(
+        !buf.is_empty(),
+        "the 61st network was admitted, not refused"
+    );
     assert_eq!(parse_response(&buf).0, 503);
+    // And the scraper is still served.
+    assert_eq!(scrape_from("127.0.1.1", agent.addr), 200);
     others.clear();
 }
 
@@ -372,11 +380,7 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
         "--state-dir",
         state,
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     let mut args: Vec<&str> = vec![bin];
     args.extend(&unit_args);
     args.extend(["--once", "--dev", "v0b", "--state-dir", state]);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Netns, Proc, is_root};
+use common::{Netns, Proc, REDIS_SERVER, is_root};
 use netsteer_bench::kv::{KvSummary, Protocol};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -77,23 +77,11 @@ fn a_fixed_rate_against_memcached_and_redis_completes_every_request() {
         .unwrap(),
     );
     let _rd = Proc(
-        ns.command(
-            "redis-server",
-            &[
-                "--port",
-                "6379",
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap(),
+        ns.command(REDIS_SERVER[0], &REDIS_SERVER[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
     for (protocol, target) in [
         (Protocol::Memcache, "127.0.0.1:11211"),
@@ -120,11 +108,7 @@ fn a_fixed_rate_against_memcached_and_redis_completes_every_request() {
                 "--json",
             ],
         );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::succeeded(&out);
         let s: KvSummary = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(s.protocol, protocol);
         // A schedule of 2,000 a second for 1 s: every request is sent and answered, whatever

@@ -45,11 +45,7 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
 
     let bin = env!("CARGO_BIN_EXE_netsteer");
     let out = ns.exec(&[bin, "show", "--json", "--dev", "v0a"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     let v: HostView = serde_json::from_slice(&out.stdout).unwrap();
     let nic = v.nic("v0a").expect("veth listed");
     assert_eq!(nic.kind, "veth");
@@ -82,11 +78,7 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("snap");
     let out = ns.exec(&[bin, "snapshot", "-o", snap.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     let live = ns.exec(&[bin, "show", "--json", "--dev", "v0a"]);
     let offline = Command::new(bin)
         .args([

@@ -18,7 +18,7 @@ use common::*;
 use netsteer_lab::pair::SERVER_ADDR;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -33,57 +33,12 @@ fn tools_present() -> Result<(), String> {
     root_and_tools(REDIS_TOOLS)
 }
 
-struct Running(Option<Child>);
-
-impl Running {
-    fn stop(mut self) -> (String, String) {
-        let c = self.0.take().unwrap();
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let out = c.wait_with_output().unwrap();
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn finish(mut self, what: &str) -> String {
-        let out = self.0.take().unwrap().wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{what}: {stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 fn spawn(ns: &Netns, args: &[&str], env: &[(&str, &str)]) -> Running {
     spawn_with(ns, args, env, Stdio::null())
 }
 
 fn spawn_with(ns: &Netns, args: &[&str], env: &[(&str, &str)], stdin: Stdio) -> Running {
-    let mut cmd = ns.command(args[0], &args[1..]);
-    cmd.stdin(stdin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    Running(Some(
-        cmd.spawn().unwrap_or_else(|e| panic!("{args:?}: {e}")),
-    ))
+    Running::spawn(ns, args, env, stdin)
 }
 
 /// `netsteer netchannel run` with the client's or the server's flags, then `program`.

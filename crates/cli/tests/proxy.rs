@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use netsteer_lab::pair::SERVER_ADDR;
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -26,42 +26,10 @@ fn tools_present() -> Result<(), String> {
     root_and_tools(REDIS_TOOLS)
 }
 
-/// A child process killed (and reaped) when dropped.
-struct Proc(Option<Child>);
-
-impl Proc {
-    /// SIGTERM, then its whole stdout and stderr.
-    fn stop(mut self) -> (String, String) {
-        let c = self.0.take().unwrap();
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let out = c.wait_with_output().unwrap();
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn spawn(ns: &Netns, program: &str, args: &[&str], what: &'static str) -> Proc {
-    let child = ns
-        .command(program, args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    Proc(Some(child))
+fn spawn(ns: &Netns, program: &str, args: &[&str]) -> Running {
+    let mut all = vec![program];
+    all.extend_from_slice(args);
+    Running::spawn(ns, &all, &[], Stdio::null())
 }
 
 /// The client proxy's channel connections, as "local-port" strings, from `ss`.
@@ -110,23 +78,7 @@ fn summary_numbers(stdout: &str) -> (u64, u64, String) {
 fn run_through_proxy(channels: u16, kill: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let pair = Pair::create(1);
-    let redis = spawn(
-        &pair.server,
-        "redis-server",
-        &[
-            "--port",
-            "6379",
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-        ],
-        "redis-server",
-    );
+    let redis = spawn(&pair.server, REDIS_SERVER[0], &REDIS_SERVER[1..]);
     wait_port(&pair.server, "127.0.0.1", 6379);
     let listen = format!("{SERVER_ADDR}:{CHANNEL_PORT}");
     let server = spawn(
@@ -141,7 +93,6 @@ fn run_through_proxy(channels: u16, kill: bool) {
             "--backend",
             "6379=127.0.0.1:6379",
         ],
-        "proxy server",
     );
     wait_port(&pair.server, SERVER_ADDR, CHANNEL_PORT);
     let route = format!("127.0.0.1:{PROXY_PORT}=6379");
@@ -162,7 +113,6 @@ fn run_through_proxy(channels: u16, kill: bool) {
             "--latency-channels",
             "0",
         ],
-        "proxy client",
     );
     wait_port(&pair.client, "127.0.0.1", PROXY_PORT);
     let port = PROXY_PORT.to_string();
@@ -188,7 +138,6 @@ fn run_through_proxy(channels: u16, kill: bool) {
             "-e",
             "-q",
         ],
-        "redis-benchmark",
     );
     let mut bench = bench;
     let mut killed = None;

@@ -87,11 +87,7 @@ fn stream_json_round_trip_on_ipv4_and_ipv6() {
                 args.extend(["--zerocopy-recv", "--zerocopy-send", "--mss", "4108"]);
             }
             let out = run(&args);
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            common::succeeded(&out);
             let (mut intervals, mut summaries) = (Vec::new(), Vec::new());
             for (v, l) in lines(&out) {
                 assert_eq!(
@@ -163,11 +159,7 @@ fn rr_json_round_trip_and_server_lines() {
         "2",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     let mut summary = None;
     let mut n_intervals = 0;
     for (v, l) in lines(&out) {

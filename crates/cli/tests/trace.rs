@@ -359,11 +359,7 @@ fn a_sampled_trace_times_inside_its_windows_only() {
         .unwrap();
     sender.join().unwrap();
     r.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
     let start: Start = serde_json::from_str(lines.next().unwrap()).unwrap();
@@ -446,11 +442,7 @@ fn the_agent_exports_stage_histograms_of_its_devices() {
     });
     r.join().unwrap().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     assert!(
         text.contains(r#"netsteer_scrape_collector_success{collector="trace"} 1"#),
         "{text}"

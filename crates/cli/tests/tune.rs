@@ -484,11 +484,7 @@ fn a_saved_plan_file_is_applied_as_reviewed_and_idempotent() {
         planning.path(),
         &["tune", "plan", "--profile", "throughput", "--json"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     let plan_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(plan_file.path(), &out.stdout).unwrap();
     let plan_arg = plan_file.path().to_str().unwrap();

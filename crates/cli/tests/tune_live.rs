@@ -262,11 +262,7 @@ fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
     b.sh("ethtool -K v0b gro on");
     let napis = |ns: &Netns| -> Vec<netsteer_host::nic::NapiView> {
         let out = netsteer_in(ns, &["show", "--json", "--dev", "v0b"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::succeeded(&out);
         let v: netsteer_host::view::HostView = serde_json::from_slice(&out.stdout).unwrap();
         let nic = v.nic("v0b").unwrap();
         assert_eq!(nic.kind, "veth");

@@ -81,11 +81,7 @@ fn json_lines_read_back_into_types_ipv4_and_ipv6() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::succeeded(&out);
         let (intervals, summaries) = parse_client(&out.stdout);
         assert!(!intervals.is_empty());
         assert_eq!(summaries.len(), 1);
@@ -230,11 +226,7 @@ fn interop_with_socat_both_ways() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeded(&out);
     let (_, s) = parse_client(&out.stdout);
     assert_eq!((s[0].received, s[0].lost, s[0].corrupted), (500, 0, 0));
 

@@ -197,22 +197,37 @@ fn rx_during_burst(pair: &mut VmPair) -> BTreeMap<u32, u64> {
 }
 
 /// `doctor --sample 2` in guest b while guest a sends 64 flows. The RSS rules judge only a
-/// sample with enough receive interrupts (`MIN_RX_IRQS_PER_S`); on a loaded machine TCG guests
-/// can be too slow to reach it, so a sample the guest's own /proc/interrupts says was too quiet
-/// is taken again (up to four times) rather than judged. So is one without the finding the
-/// caller `wants`: the guest's count spans the whole doctor run, and under a host busy loop
-/// doctor's own 2 s inside it was once too quiet while the whole was not. A rule that never
-/// fires still fails: the fourth report goes back to the caller's assertion.
+/// sample with enough receive interrupts (`MIN_RX_IRQS_PER_S`, counted here from the guest's
+/// /proc/interrupts around the doctor run); on a loaded machine TCG guests can be too slow to reach it (a fresh-clone
+/// run under a busy loop once carried 7 to 106 echoes/s), so a sample too quiet for the rule is
+/// taken again (up to six times) rather than judged, each only once the echo server says the
+/// traffic arrives. So is one without the finding the caller `wants`. A rule that never fires
+/// still fails: the last report goes back to the caller's assertion.
 fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report {
     use netsteer_steering::doctor::rules::rss::MIN_RX_IRQS_PER_S;
-    for attempt in 1..=4 {
+    const ATTEMPTS: u32 = 6;
+    for attempt in 1..=ATTEMPTS {
         sh(
             &mut pair.a,
             &format!(
-                "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration 12 --timeout 5 > /dev/null 2>&1 &"
+                "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration 16 --timeout 5 > /dev/null 2>&1 &"
             ),
         );
-        std::thread::sleep(Duration::from_secs(2));
+        // Until the server's last second shows echoes (at most 10 s): a TCG guest can take
+        // seconds to start 64 threads.
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_secs(1));
+            let (_, last) = pair.b.sh("tail -n 1 /x/server.log", T).unwrap();
+            let pps = last
+                .split("pps=")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            if pps >= 20 {
+                break;
+            }
+        }
         let before = rx_irqs(&mut pair.b, pair.nic);
         let started = std::time::Instant::now();
         let (rc, out) = ns(&mut pair.b, &["doctor", "--json", "--sample", "2"]);
@@ -220,14 +235,16 @@ fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report 
         let after = rx_irqs(&mut pair.b, pair.nic);
         assert!(rc == 0 || rc == 1, "doctor exit {rc}: {out}");
         let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-        let rate = since(&before, &after).values().sum::<u64>() as f64 / seconds;
-        if rate >= 2.0 * MIN_RX_IRQS_PER_S && wants(&report) {
+        // Over the whole doctor run (its sample is 2 s of it), with a fifth over the rule's
+        // threshold for the part of the run outside the sample.
+        let rate = since(&before, &after).values().sum::<u64>() as f64 / seconds / 1.2;
+        if rate >= MIN_RX_IRQS_PER_S && wants(&report) {
             return report;
         }
-        if attempt == 4 {
+        if attempt == ATTEMPTS {
             assert!(
-                rate >= 2.0 * MIN_RX_IRQS_PER_S,
-                "four samples too quiet to judge ({rate:.0} receive interrupts/s): the guests cannot carry the test's traffic here"
+                rate >= MIN_RX_IRQS_PER_S,
+                "{ATTEMPTS} samples too quiet to judge ({rate:.0} receive interrupts/s): the guests cannot carry the test's traffic here"
             );
             return report;
         }
@@ -241,7 +258,7 @@ fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report 
         eprintln!("the echo server's last seconds:\n{}", server.trim_end());
         std::thread::sleep(Duration::from_secs(10));
     }
-    unreachable!("the fourth attempt returns");
+    unreachable!("the last attempt returns");
 }
 
 /// `show` gives every queue of eth0 its vector(s), each named as /proc/interrupts names it, and

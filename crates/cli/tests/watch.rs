@@ -4,27 +4,44 @@
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 
-#[test]
-fn advice_mode_runs_for_its_duration_and_speaks_json_lines() {
-    let state = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["watch", "--interval", "0.5", "--duration", "2", "--json"])
-        .arg("--state-dir")
-        .arg(state.path())
-        .output()
-        .unwrap();
+/// `netsteer [--root TREE] ARGS`.
+fn netsteer(root: Option<&Path>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    if let Some(r) = root {
+        cmd.arg("--root").arg(r);
+    }
+    cmd.args(args).output().unwrap()
+}
+
+/// The run must succeed; its events.
+fn ok(out: &Output) -> Vec<Event> {
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let e: netsteer_steering::watch::Event =
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    events(out)
+}
+
+#[test]
+fn advice_mode_runs_for_its_duration_and_speaks_json_lines() {
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path().to_str().unwrap();
+    let args = [
+        "watch",
+        "--interval",
+        "0.5",
+        "--duration",
+        "2",
+        "--json",
+        "--state-dir",
+        sd,
+    ];
+    for e in ok(&netsteer(None, &args)) {
         assert!(
-            !matches!(e, netsteer_steering::watch::Event::Applied { .. }),
-            "advice mode applied: {line}"
+            !matches!(e, Event::Applied { .. }),
+            "advice mode applied: {e:?}"
         );
     }
     // Advice mode keeps no journal.
@@ -38,10 +55,7 @@ fn a_cap_past_its_ceiling_is_refused_naming_the_flag() {
         ("--max-backlog", "0"),
         ("--interval", "0.05"),
     ] {
-        let out = std::process::Command::new(BIN)
-            .args(["watch", flag, v, "--duration", "1"])
-            .output()
-            .unwrap();
+        let out = netsteer(None, &["watch", flag, v, "--duration", "1"]);
         assert_eq!(out.status.code(), Some(2), "{flag} {v}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(flag), "{flag}: {err}");
@@ -89,13 +103,9 @@ fn recording(dir: &Path, rates: &[f64]) -> std::path::PathBuf {
 }
 
 fn watch(tree: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--root")
-        .arg(tree)
-        .arg("watch")
-        .args(args)
-        .output()
-        .unwrap()
+    let mut all = vec!["watch"];
+    all.extend_from_slice(args);
+    netsteer(Some(tree), &all)
 }
 
 fn events(o: &Output) -> Vec<Event> {
@@ -124,13 +134,7 @@ fn a_replay_advises_on_a_tree_and_changes_nothing() {
             state.to_str().unwrap(),
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ev = events(&out);
+    let ev = ok(&out);
     assert!(
         matches!(ev.first(), Some(Event::Advice { at, advice }) if *at == 3.0 && advice.id == "backlog"),
         "{ev:?}"
@@ -179,35 +183,21 @@ fn a_watcher_killed_mid_change_is_undone_by_tune_rollback() {
         "the crash came before the first write"
     );
     let watch_dir = state.join("watch");
-    let out = Command::new(BIN)
-        .arg("--root")
-        .arg(tree.path())
-        .args([
-            "tune",
-            "rollback",
-            "--state-dir",
-            watch_dir.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let rollback = [
+        "tune",
+        "rollback",
+        "--state-dir",
+        watch_dir.to_str().unwrap(),
+    ];
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        netsteer(Some(tree.path()), &rollback).status.code(),
+        Some(0)
     );
     assert_eq!(files(tree.path()), before);
 
     let mut args = apply.to_vec();
     args.extend(["--rollback-on-exit", "--json"]);
-    let out = watch(tree.path(), &args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ev = events(&out);
+    let ev = ok(&watch(tree.path(), &args));
     assert!(
         ev.iter().any(|e| matches!(e, Event::Applied { .. })),
         "{ev:?}"

@@ -34,6 +34,92 @@ pub fn spawn_with_start_line(cmd: &mut Command) -> (Child, String) {
     (child, line)
 }
 
+/// A child process in a namespace with its output piped: stopped with SIGTERM (its output
+/// returned) or waited for, and killed and reaped when dropped, also while a failed assertion
+/// unwinds.
+pub struct Running(pub Option<Child>);
+
+impl Running {
+    /// Starts `args` in `ns` with `env` added and `stdin`; stdout and stderr piped.
+    pub fn spawn(
+        ns: &Netns,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdin: std::process::Stdio,
+    ) -> Running {
+        use std::process::Stdio;
+        let mut cmd = ns.command(args[0], &args[1..]);
+        cmd.stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Running(Some(
+            cmd.spawn().unwrap_or_else(|e| panic!("{args:?}: {e}")),
+        ))
+    }
+
+    /// SIGTERM, then its whole stdout and stderr.
+    pub fn stop(mut self) -> (String, String) {
+        let c = self.0.take().unwrap();
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let out = c.wait_with_output().unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Waits for it to end; it must succeed. Its stdout.
+    pub fn finish(mut self, what: &str) -> String {
+        let out = self.0.take().unwrap().wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{what}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The command must have succeeded; its stderr says why not.
+pub fn succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A throwaway redis-server on 127.0.0.1:6379 (no persistence, in the foreground): the tests'
+/// real cache server, started inside their namespace.
+pub const REDIS_SERVER: &[&str] = &[
+    "redis-server",
+    "--port",
+    "6379",
+    "--bind",
+    "127.0.0.1",
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--daemonize",
+    "no",
+];
+
 /// Relative path → bytes of every regular file of a tree (links are never written by tune).
 pub fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();

@@ -387,7 +387,11 @@ impl Watcher {
 
     /// Gives up every knob whose value is no longer the one the watcher wrote.
     fn step_aside(&mut self, now: f64, out: &mut Vec<Event>) {
-        for (path, ours, now_value) in self.state.drifted(&self.tuner) {
+        let drifted = self.state.drifted(&self.tuner);
+        if drifted.is_empty() {
+            return;
+        }
+        for (path, ours, now_value) in drifted {
             out.push(Event::SteppedAside {
                 at: now,
                 path,
@@ -398,6 +402,7 @@ impl Watcher {
                 who: "another writer (seen by polling)".into(),
             });
         }
+        // Written only when something changed: not a file write every interval.
         let _ = self.state.save(&self.tuner);
     }
 
@@ -654,21 +659,15 @@ impl Watcher {
         )?;
         let mut evidence = vec![line];
         let mut changes = Vec::new();
-        let cur = view.sysctls.netdev_max_backlog.known().copied();
-        if let Some(cur) = cur {
-            evidence.push(format!(
-                "net.core.netdev_max_backlog = {cur} (cap {})",
-                self.cfg.max_backlog
-            ));
-            let next = cur.saturating_mul(2).min(self.cfg.max_backlog);
-            if next > cur {
-                changes.push(Change {
-                    path: BACKLOG.into(),
-                    from: cur.to_string(),
-                    to: next.to_string(),
-                });
-            }
-        }
+        doubling(
+            (
+                BACKLOG,
+                &view.sysctls.netdev_max_backlog,
+                self.cfg.max_backlog,
+            ),
+            &mut evidence,
+            &mut changes,
+        );
         let ctx = Ctx::new(view, None, self.cfg.goal, None);
         if let Some(set) = view.sysctls.flow_limit_cpu_bitmap.known() {
             let want = dropping.iter().fold(set.clone(), |mut s, c| {
@@ -685,17 +684,13 @@ impl Watcher {
                 });
             }
         }
-        Some(Proposal {
-            at_cap: changes.is_empty(),
-            advice: Advice {
-                id: "backlog".into(),
-                reflex: Reflex::Backlog,
-                evidence,
-                changes,
-            },
-            reflex: Reflex::Backlog,
-            signal: total,
-        })
+        Some(Proposal::of(
+            Reflex::Backlog,
+            "backlog",
+            evidence,
+            changes,
+            total,
+        ))
     }
 
     fn budget(&self, view: &HostView, load: &Load) -> Option<Proposal> {
@@ -714,31 +709,15 @@ impl Watcher {
                 self.cfg.max_budget_usecs,
             ),
         ] {
-            let Some(cur) = field.known().copied() else {
-                continue;
-            };
-            let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
-            evidence.push(format!("{name} = {cur} (cap {cap})"));
-            let next = cur.saturating_mul(2).min(cap);
-            if next > cur {
-                changes.push(Change {
-                    path: path.into(),
-                    from: cur.to_string(),
-                    to: next.to_string(),
-                });
-            }
+            doubling((path, field, cap), &mut evidence, &mut changes);
         }
-        Some(Proposal {
-            at_cap: changes.is_empty(),
-            advice: Advice {
-                id: "budget".into(),
-                reflex: Reflex::Budget,
-                evidence,
-                changes,
-            },
-            reflex: Reflex::Budget,
-            signal: total,
-        })
+        Some(Proposal::of(
+            Reflex::Budget,
+            "budget",
+            evidence,
+            changes,
+            total,
+        ))
     }
 
     /// doctor's `softirq-hot-cpu` on a device with RPS off: the RPS/RFS the planner makes.
@@ -783,20 +762,61 @@ impl Watcher {
                 }
                 let mut evidence = vec![f.title.clone()];
                 evidence.extend(f.evidence.iter().take(3).cloned());
-                out.push(Proposal {
-                    at_cap: false,
-                    advice: Advice {
-                        id: format!("rps/{dev}"),
-                        reflex: Reflex::Rps,
-                        evidence,
-                        changes,
-                    },
-                    reflex: Reflex::Rps,
-                    signal: hot,
-                });
+                out.push(Proposal::of(
+                    Reflex::Rps,
+                    &format!("rps/{dev}"),
+                    evidence,
+                    changes,
+                    hot,
+                ));
             }
         }
         out
+    }
+}
+
+impl Proposal {
+    /// A reflex's proposal on one subject; at its cap when nothing is left to change.
+    fn of(
+        reflex: Reflex,
+        id: &str,
+        evidence: Vec<String>,
+        changes: Vec<Change>,
+        signal: f64,
+    ) -> Proposal {
+        Proposal {
+            at_cap: changes.is_empty(),
+            advice: Advice {
+                id: id.into(),
+                reflex,
+                evidence,
+                changes,
+            },
+            reflex,
+            signal,
+        }
+    }
+}
+
+/// An integer sysctl doubled up to its cap: its value (and cap) as evidence, the change when
+/// there is room. An unreadable one is left out.
+fn doubling(
+    (path, field, cap): (&str, &netsteer_host::field::Field<i64>, i64),
+    evidence: &mut Vec<String>,
+    changes: &mut Vec<Change>,
+) {
+    let Some(cur) = field.known().copied() else {
+        return;
+    };
+    let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
+    evidence.push(format!("{name} = {cur} (cap {cap})"));
+    let next = cur.saturating_mul(2).min(cap);
+    if next > cur {
+        changes.push(Change {
+            path: path.into(),
+            from: cur.to_string(),
+            to: next.to_string(),
+        });
     }
 }
 
