@@ -344,7 +344,7 @@ impl Agent {
                         out.watch_advice.push(
                             vec![
                                 ("id", a.id.clone()),
-                                ("reflex", format!("{:?}", a.reflex).to_lowercase()),
+                                ("reflex", a.reflex.name().to_string()),
                             ],
                             a.since,
                         );

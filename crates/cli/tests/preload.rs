@@ -34,11 +34,7 @@ fn tools_present() -> Result<(), String> {
 }
 
 fn spawn(ns: &Netns, args: &[&str], env: &[(&str, &str)]) -> Running {
-    spawn_with(ns, args, env, Stdio::null())
-}
-
-fn spawn_with(ns: &Netns, args: &[&str], env: &[(&str, &str)], stdin: Stdio) -> Running {
-    Running::spawn(ns, args, env, stdin)
+    Running::spawn(ns, args, env, Stdio::null())
 }
 
 /// `netsteer netchannel run` with the client's or the server's flags, then `program`.
@@ -201,7 +197,7 @@ fn redis_benchmark_and_checker(channels: u16) {
     let exe = std::env::current_exe().unwrap();
     let exe = exe.to_str().unwrap();
     let target = format!("{SERVER_ADDR}:6379");
-    let mut checker = spawn_with(
+    let mut checker = Running::spawn(
         &r.pair.client,
         &preloaded(
             &role,

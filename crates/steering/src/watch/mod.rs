@@ -34,7 +34,6 @@ use crate::model::desired::Profile;
 use crate::model::desired::{Action, ItemKind, Target};
 use crate::model::planner::{Knob, PlanOptions};
 use crate::tune::{ApplyOptions, TuneError, Tuner};
-use netsteer_host::CpuSet;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -825,15 +824,12 @@ fn cpu_cost(load: &Load) -> f64 {
     load.cpu.cpus.iter().map(|c| c.soft + c.sys + c.irq).sum()
 }
 
-/// A CPU set's mask for a path the kernel parses as a mask, compared as sets.
+/// Whether a knob still holds what was written, compared as tune compares a plan item's file
+/// (masks and lists as CPU sets, counts as numbers, the rest as trimmed text).
 pub(crate) fn same_value(path: &str, a: &str, b: &str) -> bool {
-    if path == FLOW_LIMIT || path.ends_with("/rps_cpus") {
-        return match (CpuSet::parse_mask(a.trim()), CpuSet::parse_mask(b.trim())) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => a.trim() == b.trim(),
-        };
-    }
-    a.trim() == b.trim()
+    Knob::kind_of(path)
+        .map_or(crate::model::desired::Format::Text, |(_, f)| f)
+        .same(a, b)
 }
 
 /// Where the intervals come from.

@@ -100,13 +100,12 @@ impl Owned {
     }
 
     pub(super) fn save(&self, tuner: &Tuner) -> Result<(), TuneError> {
-        if self.knobs.is_empty() && self.disowned.is_empty() && self.journals.is_empty() {
-            let path = tuner.state_dir().join(OWNED_FILE);
-            if !path.exists() {
-                return Ok(());
-            }
-        }
         let path = tuner.state_dir().join(OWNED_FILE);
+        // Nothing owned and no file yet: advice mode leaves no state behind.
+        let empty = self.knobs.is_empty() && self.disowned.is_empty() && self.journals.is_empty();
+        if empty && !path.exists() {
+            return Ok(());
+        }
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| io_err(&path, e))?;
         crate::tune::journal::write_atomic(&path, &bytes).map_err(|e| io_err(&path, e))
     }
