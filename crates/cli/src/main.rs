@@ -9,6 +9,7 @@ mod bench;
 mod bench_args;
 mod doctor;
 mod lab;
+mod lane;
 mod netchannel;
 mod search;
 mod show;
@@ -65,6 +66,11 @@ enum Command {
     /// if a benchmark says it helped.
     #[command(subcommand)]
     Tune(tune::TuneCommand),
+    /// A lane for one latency-critical service: its flow on a receive queue of its own, that
+    /// queue's IRQ and the service on one CPU, the rest kept off it, the NAPI in the mode asked
+    /// for; one transaction, held with the service's life.
+    #[command(subcommand)]
+    Lane(lane::LaneCommand),
     /// The lab: scenarios of the seeds run between namespace hosts, before and after a tune
     /// change, with a report.
     #[command(subcommand)]
@@ -112,6 +118,7 @@ impl Command {
             Command::Agent(a) => &a.root.roots,
             Command::Watch(a) => &a.root.roots,
             Command::Tune(c) => c.roots(),
+            Command::Lane(c) => c.roots(),
             _ => return None,
         })
     }
@@ -181,6 +188,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Top(args) => top::run(&host, &args),
         Command::Doctor(args) => doctor::run(&host, &args),
         Command::Tune(cmd) => tune::run(&host, &cmd),
+        Command::Lane(cmd) => lane::run(&host, &cmd),
         Command::Agent(args) => agent::run(&host, &args),
         Command::Watch(args) => watch::run(&host, &args),
         _ => unreachable!("every command with --root is above"),

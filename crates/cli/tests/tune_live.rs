@@ -280,7 +280,7 @@ fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
     assert!(
         before
             .iter()
-            .all(|n| n.thread.is_none() && n.threaded == Some(false))
+            .all(|n| n.thread.is_none() && n.threaded == Some(0))
     );
     // By name and id: the test's own NAPIs, not another lab's v0b.
     let names: Vec<String> = before

@@ -25,6 +25,7 @@ pub mod parse;
 pub mod process;
 pub mod safe;
 pub mod sample;
+pub mod sockets;
 pub mod sysctl;
 pub mod text;
 pub mod top;

@@ -20,7 +20,24 @@ pub struct Napi {
     /// IRQ suspension (6.13): how long a busy-polling application may keep the queue's
     /// interrupts off (acts only with prefer-busy-poll, Documentation/networking/napi.rst).
     pub irq_suspend_timeout_ns: Option<u64>,
-    pub threaded: Option<bool>,
+    /// netdev.yaml `napi-threaded`: 0 disabled, 1 enabled, 2 busy-poll (6.19); a later
+    /// kernel's value is kept as it is. Records written when this was a bool read as 0/1.
+    #[serde(default, deserialize_with = "threaded_mode")]
+    pub threaded: Option<u32>,
+}
+
+/// `threaded` as a number, also from the `true`/`false` of records made before busy-poll.
+pub fn threaded_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Flag(bool),
+        Mode(u32),
+    }
+    Ok(Option::<Either>::deserialize(d)?.map(|e| match e {
+        Either::Flag(b) => u32::from(b),
+        Either::Mode(m) => m,
+    }))
 }
 
 /// rx or tx.
@@ -147,7 +164,7 @@ impl NapiAttr {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
-    /// The current value (threaded as 0/1); `None` when the kernel did not report it.
+    /// The current value (threaded as its mode number); `None` when the kernel did not report it.
     pub fn read(self, n: &Napi) -> Option<u64> {
         match self {
             NapiAttr::DeferHardIrqs => n.defer_hard_irqs.map(u64::from),
@@ -158,7 +175,8 @@ impl NapiAttr {
     }
 
     /// Stores a value as NAPI_SET would (a tree's recorded state); the kernel's limits:
-    /// defer-hard-irqs is an s32 ≥ 0 (napi_set_defer_hard_irqs), threaded 0 or 1.
+    /// defer-hard-irqs is an s32 ≥ 0 (napi_set_defer_hard_irqs), threaded 0, 1 or 2
+    /// (netdev.yaml `napi-threaded`; 2 is busy-poll, 6.19).
     pub fn store(self, n: &mut Napi, v: u64) -> Result<(), String> {
         match self {
             NapiAttr::DeferHardIrqs => {
@@ -171,10 +189,10 @@ impl NapiAttr {
             NapiAttr::GroFlushTimeout => n.gro_flush_timeout_ns = Some(v),
             NapiAttr::IrqSuspendTimeout => n.irq_suspend_timeout_ns = Some(v),
             NapiAttr::Threaded => {
-                if v > 1 {
-                    return Err(format!("threaded {v}: 0 or 1"));
+                if v > 2 {
+                    return Err(format!("threaded {v}: 0, 1 or 2 (busy-poll)"));
                 }
-                n.threaded = Some(v == 1);
+                n.threaded = Some(v as u32);
             }
         }
         Ok(())
@@ -203,7 +221,9 @@ mod tests {
             a.store(&mut n, 1).unwrap();
             assert_eq!(a.read(&n), Some(1));
         }
-        assert!(NapiAttr::Threaded.store(&mut n, 2).is_err());
+        NapiAttr::Threaded.store(&mut n, 2).unwrap();
+        assert_eq!(n.threaded, Some(2), "busy-poll (6.19)");
+        assert!(NapiAttr::Threaded.store(&mut n, 3).is_err());
         assert!(NapiAttr::DeferHardIrqs.store(&mut n, 1 << 31).is_err());
         assert_eq!(NapiAttr::parse("busy"), None);
         assert_eq!(xdp_feature_names(0b1001), "basic,xsk-zerocopy");

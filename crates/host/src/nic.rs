@@ -173,7 +173,9 @@ pub struct NapiView {
     pub defer_hard_irqs: Option<u32>,
     pub gro_flush_timeout_ns: Option<u64>,
     pub irq_suspend_timeout_ns: Option<u64>,
-    pub threaded: Option<bool>,
+    /// 0 disabled, 1 enabled, 2 busy-poll ([`crate::netdev::Napi::threaded`]).
+    #[serde(default, deserialize_with = "crate::netdev::threaded_mode")]
+    pub threaded: Option<u32>,
 }
 
 /// Resolves the netdev data of `nic`'s settings into [`NapiView`]s, reading the IRQs'

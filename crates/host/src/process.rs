@@ -49,6 +49,19 @@ pub fn parse_task_stat(text: &str) -> std::result::Result<(String, u32, u64), Pa
     Ok((comm, cpu, field(14)? + field(15)?))
 }
 
+/// A process's start time (`stat` field 22, in clock ticks after boot): with the pid, what
+/// names one process, since a pid is reused once its process is gone.
+pub fn parse_start_time(text: &str) -> std::result::Result<u64, ParseError> {
+    let close = text
+        .rfind(')')
+        .ok_or_else(|| ParseError::new(1, "no closing \")\" after comm"))?;
+    text[close + 1..]
+        .split_whitespace()
+        .nth(22 - 3)
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| ParseError::new(1, "field 22 (starttime) missing or not a number"))
+}
+
 /// `Cpus_allowed_list` from a `status` file.
 pub fn parse_status_allowed(text: &str) -> std::result::Result<CpuSet, ParseError> {
     let (i, line) = text
@@ -105,6 +118,8 @@ mod tests {
         assert_eq!(ticks, 100);
         assert!(parse_task_stat("4242 (x) S 1 2").is_err());
         assert!(parse_task_stat("no parens").is_err());
+        assert_eq!(parse_start_time(line).unwrap(), 123);
+        assert!(parse_start_time("4242 (x) S 1 2").is_err());
     }
 
     #[test]

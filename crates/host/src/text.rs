@@ -289,13 +289,17 @@ fn render_netdev(o: &mut String, n: &Nic, s: &crate::ethtool::NicSettings) {
             ),
             (None, ..) => "no IRQ".into(),
         };
+        let mode = match p.threaded {
+            Some(2) => "threaded busy-poll",
+            _ => "threaded",
+        };
         let thread = match (&p.thread, p.threaded) {
             (Some(t), _) => format!(
-                "threaded: kthread {} on CPU {} (allowed {})",
+                "{mode}: kthread {} on CPU {} (allowed {})",
                 t.pid, t.last_cpu, t.allowed
             ),
-            (None, Some(true)) => "threaded (no kthread reported)".into(),
-            (None, Some(false)) => "threaded off".into(),
+            (None, Some(0)) => "threaded off".into(),
+            (None, Some(_)) => format!("{mode} (no kthread reported)"),
             (None, None) => "threaded -".into(),
         };
         let _ = writeln!(

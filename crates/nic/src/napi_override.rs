@@ -114,7 +114,7 @@ mod tests {
             defer_hard_irqs: Some(0),
             gro_flush_timeout_ns: Some(0),
             irq_suspend_timeout_ns: Some(0),
-            threaded: Some(false),
+            threaded: Some(0),
             ..Napi::default()
         }
     }

@@ -7,6 +7,7 @@
 //! tune's transaction for what it changes.
 
 pub mod doctor;
+pub mod lane;
 pub mod model;
 pub mod tune;
 pub mod watch;

@@ -704,7 +704,7 @@ fn napi_rules_fire_on_the_netdev_view_and_stay_quiet_when_it_agrees() {
     for n in &mut eth0.napis {
         n.defer_hard_irqs = Some(0);
         n.gro_flush_timeout_ns = Some(0);
-        n.threaded = Some(false);
+        n.threaded = Some(0);
         n.thread = None;
         n.irq_suspend_timeout_ns = Some(0);
     }

@@ -37,7 +37,7 @@ pub fn parse(buf: &[u8]) -> Result<Napi, String> {
         defer_hard_irqs: u32_(A::DeferHardIrqs),
         gro_flush_timeout_ns: uint(A::GroFlushTimeout),
         irq_suspend_timeout_ns: uint(A::IrqSuspendTimeout),
-        threaded: u32_(A::Threaded).map(|t| t != 0),
+        threaded: u32_(A::Threaded),
     })
 }
 
@@ -56,8 +56,10 @@ pub fn set(id: u32, what: NapiAttr, v: u64) -> Result<Vec<u8>, String> {
         NapiAttr::GroFlushTimeout => attr::put_uint(&mut a, A::GroFlushTimeout as u16, v),
         NapiAttr::IrqSuspendTimeout => attr::put_uint(&mut a, A::IrqSuspendTimeout as u16, v),
         NapiAttr::Threaded => {
-            if v > 1 {
-                return Err(format!("threaded {v}: 0 or 1"));
+            // netdev.yaml napi-threaded: disabled, enabled, busy-poll (6.19); an older
+            // kernel refuses 2 with EINVAL and names the attribute in its extack.
+            if v > 2 {
+                return Err(format!("threaded {v}: 0, 1 or 2 (busy-poll)"));
             }
             attr::put(&mut a, A::Threaded as u16, &(v as u32).to_ne_bytes());
         }
@@ -91,7 +93,7 @@ mod tests {
                 defer_hard_irqs: Some(2),
                 gro_flush_timeout_ns: Some(200_000),
                 irq_suspend_timeout_ns: Some(1 << 33),
-                threaded: Some(true),
+                threaded: Some(1),
             }
         );
         let s = set(257, NapiAttr::IrqSuspendTimeout, 1 << 33).unwrap();

@@ -54,6 +54,23 @@ pub enum NapiMode {
     /// Each NAPI polled by its own kernel thread (`napi/<dev>-<id>`), which the scheduler
     /// places and which can be pinned, instead of in softirq context.
     Threaded,
+    /// Threaded busy polling (Linux 6.19, netdev.yaml `napi-threaded: busy-poll`): the NAPI's
+    /// kthread polls without stopping and its IRQ stays off; it burns a whole CPU, so pin it.
+    ThreadedPoll,
+}
+
+/// The first kernel with threaded busy polling: the series "Add support to do threaded napi
+/// busy poll" was merged into net-next on 2025-11-03, after 6.18's merge window.
+pub const THREADED_POLL_SINCE: (u32, u32) = (6, 19);
+/// The first kernel with per-NAPI settings over netdev netlink (NAPI_SET) and IRQ suspension.
+pub const NAPI_SET_SINCE: (u32, u32) = (6, 13);
+
+/// `(major, minor)` of a kernel release string (`6.12.57+deb13-amd64` → (6, 12)).
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.trim().split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 impl NapiMode {
@@ -101,6 +118,11 @@ impl NapiMode {
                 1,
                 "a kthread per NAPI: schedulable and pinnable, off the IRQ's CPU",
             )],
+            NapiMode::ThreadedPoll => &[(
+                Threaded,
+                2,
+                "napi.rst, threaded busy polling: the NAPI's kthread polls the queue continuously and its interrupt stays off",
+            )],
         }
     }
 }
@@ -112,6 +134,7 @@ impl fmt::Display for NapiMode {
             NapiMode::PreferBusyPoll => "prefer-busy-poll",
             NapiMode::IrqSuspend => "irq-suspend",
             NapiMode::Threaded => "threaded",
+            NapiMode::ThreadedPoll => "threaded-poll",
         })
     }
 }
@@ -152,6 +175,10 @@ pub enum Target {
     Nic { dev: String, knob: NicKnob },
     /// A systemd service's running state (`active` / `inactive`); live host only.
     Service { name: String },
+    /// The CPUs every thread of one process may run on (`Cpus_allowed_list`, written with
+    /// sched_setaffinity through `taskset -a`); live host only. `start` is the process's
+    /// start time (`/proc/PID/stat` field 22): a pid reused by another process is not it.
+    Process { pid: u32, start: u64 },
 }
 
 impl fmt::Display for Target {
@@ -165,6 +192,7 @@ impl fmt::Display for Target {
             } => write!(f, "netdev {dev} {knob}"),
             Target::Nic { dev, knob } => write!(f, "ethtool {dev} {knob}"),
             Target::Service { name } => write!(f, "service {name}"),
+            Target::Process { pid, .. } => write!(f, "process {pid}"),
         }
     }
 }
@@ -223,6 +251,8 @@ pub enum ItemKind {
     Napi,
     /// A receive flow-steering (n-tuple) rule.
     Ntuple,
+    /// A process's CPU affinity (a lane pins its service).
+    Affinity,
 }
 
 impl ItemKind {
@@ -243,6 +273,8 @@ impl ItemKind {
             ItemKind::IrqAffinity | ItemKind::Napi => 3,
             ItemKind::Rps | ItemKind::RfsTable | ItemKind::RfsFlowCnt | ItemKind::Xps => 4,
             ItemKind::Sysctl => 5,
+            // Last: the service moves to its CPU once the queue's work is there.
+            ItemKind::Affinity => 6,
         }
     }
 }
@@ -264,6 +296,7 @@ impl fmt::Display for ItemKind {
             ItemKind::RfsFlowCnt => "rfs-flow-cnt",
             ItemKind::Xps => "xps",
             ItemKind::Sysctl => "sysctl",
+            ItemKind::Affinity => "affinity",
         })
     }
 }

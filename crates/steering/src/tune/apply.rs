@@ -42,7 +42,11 @@ pub struct HostBackend<'a> {
     pub nic: &'a dyn NicBackend,
 }
 
-fn step_err(target: &Target, errno: Option<i32>, message: impl Into<String>) -> StepError {
+pub(super) fn step_err(
+    target: &Target,
+    errno: Option<i32>,
+    message: impl Into<String>,
+) -> StepError {
     StepError {
         target: target.to_string(),
         errno,
@@ -77,7 +81,7 @@ impl HostBackend<'_> {
             Err(step_err(
                 target,
                 None,
-                "services are not touched with --root",
+                "services and processes are not touched with --root",
             ))
         }
     }
@@ -151,6 +155,10 @@ impl Backend for HostBackend<'_> {
                 self.services_allowed(target)?;
                 systemctl(&["is-active", name]).map_err(|m| step_err(target, None, m))
             }
+            Target::Process { pid, start } => {
+                self.services_allowed(target)?;
+                super::process::read_affinity(&self.fs, target, *pid, *start)
+            }
         }
     }
 
@@ -175,6 +183,10 @@ impl Backend for HostBackend<'_> {
                     .map(|_| ())
                     .map_err(|m| step_err(target, None, m))
             }
+            Target::Process { pid, start } => {
+                self.services_allowed(target)?;
+                super::process::write_affinity(&self.fs, target, *pid, *start, value)
+            }
         }
     }
 }
@@ -193,6 +205,8 @@ fn refused_by_design(item: &Item, e: &StepError) -> Option<String> {
         (ItemKind::Xps, libc::ENOENT) => {
             Some("the device does not back xps_cpus (ENOENT: one tx queue)".into())
         }
+        // A lane's service that exited: its pin went with it, nothing to put back.
+        (ItemKind::Affinity, libc::ESRCH) => Some("the process is gone (ESRCH)".into()),
         _ => None,
     }
 }
@@ -228,6 +242,13 @@ pub struct ApplyReport {
     /// off, coalescing it does not offer).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+impl ApplyReport {
+    /// How many steps changed a value.
+    pub fn changed(&self) -> usize {
+        self.steps.iter().filter(|s| s.status == "changed").count()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -480,7 +501,7 @@ fn device_of(target: &Target) -> Option<&str> {
         Target::File { path } => path
             .strip_prefix("/sys/class/net/")
             .and_then(|r| r.split('/').next()),
-        Target::Service { .. } => None,
+        Target::Service { .. } | Target::Process { .. } => None,
     }
 }
 
@@ -935,6 +956,7 @@ fn kind_of(id: &str) -> ItemKind {
         "rfs" => ItemKind::RfsFlowCnt,
         "xps" => ItemKind::Xps,
         "service" => ItemKind::Irqbalance,
+        "process" => ItemKind::Affinity,
         "napi" => ItemKind::Napi,
         "nic" if id.contains("/channels/") || id.contains("/rings/") => ItemKind::Channels,
         "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,

@@ -7,6 +7,7 @@
 pub mod apply;
 pub mod journal;
 pub mod persist;
+pub mod process;
 pub mod saved;
 pub mod search;
 pub mod search_report;

@@ -33,7 +33,11 @@ pub fn napi_sysfs_mismatch(ctx: &Ctx) -> Vec<Finding> {
     for nic in with_napis(ctx) {
         let sysfs_gro = nic.gro_flush_timeout.known().copied();
         let sysfs_defer = nic.napi_defer_hard_irqs.known().copied();
-        let sysfs_threaded = nic.threaded.known().map(|t| t.trim() == "1");
+        // The sysfs file prints the device's mode number (0, 1, 2 for busy-poll).
+        let sysfs_threaded = nic
+            .threaded
+            .known()
+            .and_then(|t| t.trim().parse::<u32>().ok());
         let mut evidence = Vec::new();
         let mut steps = Vec::new();
         for n in &nic.napis {
@@ -58,11 +62,7 @@ pub fn napi_sysfs_mismatch(ctx: &Ctx) -> Vec<Finding> {
             if let (Some(s), Some(v)) = (sysfs_threaded, n.threaded)
                 && s != v
             {
-                diffs.push(format!(
-                    "threaded {} (sysfs threaded {})",
-                    u8::from(v),
-                    u8::from(s)
-                ));
+                diffs.push(format!("threaded {v} (sysfs threaded {s})"));
                 steps.push(ynl_set(n.id, "threaded", u64::from(s)));
             }
             if !diffs.is_empty() {

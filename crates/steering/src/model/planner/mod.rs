@@ -3,7 +3,8 @@
 
 use crate::model::ctx::Ctx;
 use crate::model::desired::{
-    Action, Format, Item, ItemKind, NapiMode, PLAN_SCHEMA_VERSION, Plan, Profile, Target,
+    Action, Format, Item, ItemKind, NAPI_SET_SINCE, NapiMode, PLAN_SCHEMA_VERSION, Plan, Profile,
+    THREADED_POLL_SINCE, Target, kernel_version,
 };
 use crate::model::load::{Goal, Load};
 use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
@@ -306,6 +307,7 @@ struct Builder<'a> {
     irq_rate: BTreeMap<u32, f64>,
 }
 
+pub mod lane;
 mod nic;
 mod steering;
 

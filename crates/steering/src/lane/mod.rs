@@ -1,0 +1,561 @@
+//! `netsteer lane`: one latency-critical service's lane (planned by
+//! [`crate::model::planner::lane`]), applied through tune's transaction and kept with the
+//! service's life. Each lane lives in its own state directory (`STATE/lanes/NAME/`): the lane
+//! as asked (`lane.json`), tune's journals and its applied plan. So the main `tune` state, the
+//! watcher's and each lane's never roll back each other's changes.
+//!
+//! [`Lanes::hold`] binds a lane to its service: applied while the service runs (its threads
+//! pinned, whichever pids it has now), rolled back when it stops, applied again when it comes
+//! back. A holder that restarts adopts a lane that still matches its service; it leaves the
+//! lane in place when it exits unless told otherwise (OpenShift's tuning operator learnt both
+//! the hard way: a restart cleared the IRQ bans running pods relied on, and rollback on exit
+//! caused outages).
+
+use crate::model::planner::lane::{LaneClaim, LaneError, LaneProcess};
+use crate::tune::apply::ApplyOptions;
+use crate::tune::journal::{self, Record};
+use crate::tune::{ApplyReport, Plan, RollbackReport, Target, TuneError, Tuner};
+use netsteer_host::HostFs;
+use netsteer_host::sockets;
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use crate::model::planner::lane::{
+    LaneMode, LaneSpec, LaneSpec as Spec, ServiceRef, plan_lane, valid_lane_name,
+};
+
+pub mod text;
+
+/// The lane as asked, in its directory.
+pub const SPEC_FILE: &str = "lane.json";
+/// Held (flock) by the lane's holder while it runs: one holder per lane.
+pub const LOCK_FILE: &str = "hold.lock";
+/// The largest `lane.json` read back.
+const MAX_SPEC_BYTES: u64 = 64 << 10;
+/// At most this many lanes on a host are read (a directory of thousands is not ours).
+const MAX_LANES: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaneOpError {
+    #[error(transparent)]
+    Lane(#[from] LaneError),
+    #[error(transparent)]
+    Tune(#[from] TuneError),
+    #[error("{path}: {source}")]
+    State {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("lane {0:?}: no such lane (netsteer lane list shows them)")]
+    NoLane(String),
+    #[error("{0}")]
+    Service(String),
+    #[error("lane {0:?}: another netsteer holds it (lane hold runs for it already; {1} is locked)")]
+    Held(String, String),
+}
+
+fn state_err(path: &Path) -> impl FnOnce(io::Error) -> LaneOpError + '_ {
+    move |source| LaneOpError::State {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Where a lane stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LaneState {
+    /// Applied and kept.
+    Applied,
+    /// Recorded, not applied (its service is not running, or it was rolled back).
+    Down,
+    /// An apply was cut short (netsteer killed): rollback completes it.
+    Interrupted,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LaneStatus {
+    pub spec: LaneSpec,
+    pub state: LaneState,
+    /// The pids its applied plan pinned.
+    pub pids: Vec<u32>,
+    pub dir: String,
+}
+
+/// The lanes of one host: their state directories under `STATE/lanes`.
+pub struct Lanes {
+    fs: HostFs,
+    use_nic: bool,
+    dir: PathBuf,
+}
+
+impl Lanes {
+    /// The lanes under `state_dir/lanes` (default state directory: tune's, /var/lib/netsteer
+    /// inside the root).
+    pub fn open(
+        fs: HostFs,
+        use_nic: bool,
+        state_dir: Option<PathBuf>,
+    ) -> Result<Lanes, LaneOpError> {
+        let base = Tuner::open(fs.clone(), false, state_dir)?
+            .state_dir()
+            .to_path_buf();
+        Ok(Lanes {
+            fs,
+            use_nic,
+            dir: base.join("lanes"),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn lane_dir(&self, name: &str) -> Result<PathBuf, LaneOpError> {
+        if !valid_lane_name(name) {
+            return Err(LaneError::BadName(name.to_string()).into());
+        }
+        Ok(self.dir.join(name))
+    }
+
+    /// The tuner of one lane: the host's NIC backend, the lane's own journals.
+    pub fn tuner(&self, name: &str) -> Result<Tuner, LaneOpError> {
+        Ok(Tuner::open(
+            self.fs.clone(),
+            self.use_nic,
+            Some(self.lane_dir(name)?),
+        )?)
+    }
+
+    /// The lane recorded as `name`.
+    pub fn spec(&self, name: &str) -> Result<LaneSpec, LaneOpError> {
+        let path = self.lane_dir(name)?.join(SPEC_FILE);
+        let bytes = match netsteer_host::fs::read_regular_nofollow(&path, MAX_SPEC_BYTES) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(LaneOpError::NoLane(name.to_string()));
+            }
+            Err(e) => return Err(state_err(&path)(e)),
+        };
+        let spec: LaneSpec = serde_json::from_slice(&bytes)
+            .map_err(|e| state_err(&path)(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+        if spec.name != name {
+            return Err(state_err(&path)(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("names lane {:?}, not {name:?}", spec.name),
+            )));
+        }
+        Ok(spec)
+    }
+
+    /// Every recorded lane's name, sorted.
+    pub fn names(&self) -> Result<Vec<String>, LaneOpError> {
+        let rd = match std::fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(state_err(&self.dir)(e)),
+        };
+        let mut out: Vec<String> = rd
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| valid_lane_name(n))
+            .filter(|n| self.dir.join(n).join(SPEC_FILE).is_file())
+            .take(MAX_LANES)
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// What the other lanes hold (every recorded lane: a lane that is down keeps its CPU, so
+    /// its service finds it free when it comes back).
+    pub fn claims(&self, except: &str) -> Result<Vec<LaneClaim>, LaneOpError> {
+        let mut out = Vec::new();
+        for name in self.names()?.into_iter().filter(|n| n != except) {
+            let Ok(spec) = self.spec(&name) else { continue };
+            let queue = self.claimed_queue(&spec);
+            out.push(LaneClaim {
+                name,
+                dev: spec.dev.clone(),
+                cpu: spec.cpu,
+                queue,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The queue a lane holds: the one given, else the device's last (as the planner picks).
+    fn claimed_queue(&self, spec: &LaneSpec) -> u32 {
+        spec.queue.unwrap_or_else(|| {
+            let n = self
+                .fs
+                .read_dir(format!("/sys/class/net/{}/queues", spec.dev))
+                .map(|q| q.iter().filter(|q| q.starts_with("rx-")).count() as u32)
+                .unwrap_or(1);
+            n.saturating_sub(1)
+        })
+    }
+
+    /// The service's processes now: the holders of its port, or (for a unit or cgroup) the
+    /// group's processes once one of them holds the port. Empty: not running.
+    pub fn service(&self, spec: &LaneSpec) -> Result<Vec<LaneProcess>, LaneOpError> {
+        let service_err = |e: netsteer_host::HostError| {
+            LaneOpError::Service(format!("--{} {}: {e}", spec.proto, spec.port))
+        };
+        let inodes = sockets::serving(&self.fs, spec.proto, spec.port).map_err(service_err)?;
+        let owners = sockets::socket_owners(&self.fs, &inodes).map_err(service_err)?;
+        let pids: Vec<u32> = match &spec.service {
+            ServiceRef::Port => owners,
+            ServiceRef::Unit(_) | ServiceRef::Cgroup(_) => {
+                let group = self.group_pids(&spec.service)?;
+                if owners.iter().any(|p| group.contains(p)) {
+                    group.into_iter().collect()
+                } else {
+                    Vec::new()
+                }
+            }
+        };
+        Ok(pids
+            .into_iter()
+            .filter_map(|pid| self.process(pid))
+            .collect())
+    }
+
+    fn process(&self, pid: u32) -> Option<LaneProcess> {
+        use netsteer_host::process::{parse_start_time, parse_status_allowed};
+        let start = self
+            .fs
+            .read_parsed(format!("/proc/{pid}/stat"), parse_start_time)
+            .ok()?;
+        Some(LaneProcess {
+            pid,
+            start,
+            comm: self
+                .fs
+                .read_value(format!("/proc/{pid}/comm"))
+                .unwrap_or_default(),
+            allowed: self
+                .fs
+                .read_parsed(format!("/proc/{pid}/status"), parse_status_allowed)
+                .ok(),
+        })
+    }
+
+    /// The processes of a unit's or cgroup's cgroup (v2: `cgroup.procs`).
+    fn group_pids(&self, service: &ServiceRef) -> Result<BTreeSet<u32>, LaneOpError> {
+        let rel = match service {
+            ServiceRef::Port => return Ok(BTreeSet::new()),
+            ServiceRef::Cgroup(c) => c.clone(),
+            ServiceRef::Unit(u) => unit_cgroup(u)?,
+        };
+        let rel = rel.trim_start_matches('/');
+        if rel.split('/').any(|c| c == ".." || c == ".") || rel.contains("//") {
+            return Err(LaneOpError::Service(format!(
+                "--cgroup {rel}: a path below /sys/fs/cgroup without '.' or '..'"
+            )));
+        }
+        let path = format!("/sys/fs/cgroup/{rel}/cgroup.procs");
+        match self.fs.read(&path) {
+            Ok(text) => Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect()),
+            // A unit that is not running has no cgroup: no process.
+            Err(e) if e.is_not_found() => Ok(BTreeSet::new()),
+            Err(e) => Err(LaneOpError::Service(format!("{path}: {e}"))),
+        }
+    }
+
+    /// The plan of `spec` for its service as it runs now.
+    pub fn plan(&self, spec: &LaneSpec) -> Result<Plan, LaneOpError> {
+        let processes = self.service(spec)?;
+        let others = self.claims(&spec.name)?;
+        let t = self.tuner(&spec.name)?;
+        Ok(plan_lane(
+            &t.view(),
+            spec,
+            &processes,
+            &others,
+            self.fs.is_live(),
+        )?)
+    }
+
+    /// Records `spec` and applies its plan (all or nothing). An interrupted apply of the
+    /// same lane is rolled back first; a lane already applied is rolled back and applied
+    /// again (its settings or its service changed).
+    pub fn apply(&self, spec: &LaneSpec, opts: &ApplyOptions) -> Result<ApplyReport, LaneOpError> {
+        let plan = self.plan(spec)?;
+        let dir = self.lane_dir(&spec.name)?;
+        let t = self.tuner(&spec.name)?;
+        if self.state(&spec.name)? != LaneState::Down {
+            t.rollback(None)?;
+        }
+        let bytes = serde_json::to_vec_pretty(spec).expect("a lane serialises");
+        journal::write_atomic(&dir.join(SPEC_FILE), &bytes).map_err(state_err(&dir))?;
+        Ok(t.apply(&plan, None, opts)?)
+    }
+
+    /// Rolls the lane back (its newest journal) and, with `forget`, removes its record.
+    pub fn remove(&self, name: &str, forget: bool) -> Result<Option<RollbackReport>, LaneOpError> {
+        let dir = self.lane_dir(name)?;
+        if !dir.join(SPEC_FILE).exists() {
+            return Err(LaneOpError::NoLane(name.to_string()));
+        }
+        let dev = self.spec(name)?.dev;
+        let report = match journal::list(&dir).map_err(state_err(&dir))?.is_empty() {
+            true => None,
+            false => Some(self.tuner(name)?.rollback(None)?),
+        };
+        if forget && report.as_ref().is_none_or(|r| r.failed.is_empty()) {
+            let spec = dir.join(SPEC_FILE);
+            std::fs::remove_file(&spec).map_err(state_err(&spec))?;
+        }
+        self.repair_others(name, &dev)?;
+        Ok(report)
+    }
+
+    /// Rolls the lane back (its service stopped), then repairs the other lanes of its device.
+    fn roll_back(
+        &self,
+        name: &str,
+    ) -> Result<(RollbackReport, Vec<(String, ApplyReport)>), LaneOpError> {
+        let dev = self.spec(name)?.dev;
+        let r = self.tuner(name)?.rollback(None)?;
+        Ok((r, self.repair_others(name, &dev)?))
+    }
+
+    /// Another applied lane of `dev` that a rollback undid part of (the RSS table or the
+    /// n-tuple feature both relied on, put back to what it was before the first of them) is
+    /// applied again: its drift says so. Returns the lanes applied again.
+    pub fn repair_others(
+        &self,
+        except: &str,
+        dev: &str,
+    ) -> Result<Vec<(String, ApplyReport)>, LaneOpError> {
+        let mut out = Vec::new();
+        for other in self.names()?.into_iter().filter(|n| n != except) {
+            let Ok(spec) = self.spec(&other) else {
+                continue;
+            };
+            if spec.dev != dev || self.state(&other)? != LaneState::Applied {
+                continue;
+            }
+            let drift = self.tuner(&other)?.verify()?.drift;
+            // A pinned process that is gone is its holder's business, not a repair.
+            let broken = drift.iter().any(|d| !d.id.starts_with("process/"));
+            if broken {
+                out.push((other.clone(), self.apply(&spec, &ApplyOptions::default())?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applied, down or interrupted, from the lane's newest journal.
+    pub fn state(&self, name: &str) -> Result<LaneState, LaneOpError> {
+        let dir = self.lane_dir(name)?;
+        let all = journal::list(&dir).map_err(state_err(&dir))?;
+        let Some(newest) = all.last() else {
+            return Ok(LaneState::Down);
+        };
+        let records = journal::read(newest).map_err(state_err(newest))?;
+        if journal::rolled_back(&records) {
+            return Ok(LaneState::Down);
+        }
+        let ended = records
+            .iter()
+            .any(|r| matches!(r, Record::End { status, .. } if status == "applied"));
+        Ok(if ended {
+            LaneState::Applied
+        } else {
+            LaneState::Interrupted
+        })
+    }
+
+    /// The pids the applied plan pinned (none when the lane is down).
+    pub fn pinned(&self, name: &str) -> Result<BTreeSet<(u32, u64)>, LaneOpError> {
+        if self.state(name)? != LaneState::Applied {
+            return Ok(BTreeSet::new());
+        }
+        let plan = match self.tuner(name)?.applied_plan() {
+            Ok(p) => p,
+            Err(TuneError::NothingApplied { .. }) => return Ok(BTreeSet::new()),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(plan
+            .items
+            .iter()
+            .filter_map(|i| match i.target {
+                Target::Process { pid, start } => Some((pid, start)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    pub fn status(&self, name: &str) -> Result<LaneStatus, LaneOpError> {
+        Ok(LaneStatus {
+            spec: self.spec(name)?,
+            state: self.state(name)?,
+            pids: self.pinned(name)?.into_iter().map(|(p, _)| p).collect(),
+            dir: self.lane_dir(name)?.display().to_string(),
+        })
+    }
+
+    /// Takes the lane's hold lock (one holder per lane): held while the returned file lives.
+    pub fn lock(&self, name: &str) -> Result<File, LaneOpError> {
+        let dir = self.lane_dir(name)?;
+        let path = dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .custom_flags_nofollow()
+            .open(&path)
+            .map_err(state_err(&path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => Err(LaneOpError::Held(
+                name.to_string(),
+                path.display().to_string(),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(state_err(&path)(e)),
+        }
+    }
+
+    /// One step of holding: brings the lane in line with its service (see [`HoldEvent`]).
+    pub fn reconcile(&self, name: &str, opts: &ApplyOptions) -> Result<HoldEvent, LaneOpError> {
+        let spec = self.spec(name)?;
+        let state = self.state(name)?;
+        if state == LaneState::Interrupted {
+            let r = self.tuner(name)?.rollback(None)?;
+            return Ok(HoldEvent::Recovered(r));
+        }
+        let running = self.service(&spec)?;
+        let now: BTreeSet<(u32, u64)> = running.iter().map(|p| (p.pid, p.start)).collect();
+        match (state, running.is_empty()) {
+            (LaneState::Applied, true) => {
+                let (r, repaired) = self.roll_back(name)?;
+                Ok(HoldEvent::RolledBack(r, repaired))
+            }
+            (LaneState::Applied, false) => {
+                if self.pinned(name)? == now {
+                    Ok(HoldEvent::Holding)
+                } else {
+                    // The service restarted between two looks (or gained a process): the
+                    // lane goes with its processes as they are now.
+                    let r = self.apply(&spec, opts)?;
+                    Ok(HoldEvent::Reapplied(r))
+                }
+            }
+            (_, true) => Ok(HoldEvent::Waiting),
+            (_, false) => Ok(HoldEvent::Applied(self.apply(&spec, opts)?)),
+        }
+    }
+
+    /// Holds the lane until `stop` is set: [`Lanes::reconcile`] every `interval`, each event
+    /// passed to `on_event`. An error of one step (a plan refused now, a write failed) is
+    /// reported and the loop goes on; it never rolls back on its own exit unless
+    /// `rollback_on_exit`.
+    pub fn hold(
+        &self,
+        name: &str,
+        interval: Duration,
+        rollback_on_exit: bool,
+        opts: &ApplyOptions,
+        stop: &dyn Fn() -> bool,
+        on_event: &mut dyn FnMut(Result<&HoldEvent, &LaneOpError>),
+    ) -> Result<(), LaneOpError> {
+        self.spec(name)?;
+        let _lock = self.lock(name)?;
+        let mut last_err: Option<String> = None;
+        while !stop() {
+            match self.reconcile(name, opts) {
+                Ok(HoldEvent::Holding | HoldEvent::Waiting) => last_err = None,
+                Ok(ev) => {
+                    last_err = None;
+                    on_event(Ok(&ev));
+                }
+                Err(e) => {
+                    // The same refusal every interval is said once.
+                    let text = e.to_string();
+                    if last_err.as_deref() != Some(text.as_str()) {
+                        on_event(Err(&e));
+                        last_err = Some(text);
+                    }
+                }
+            }
+            sleep_unless(stop, interval);
+        }
+        if rollback_on_exit && self.state(name)? != LaneState::Down {
+            let (r, repaired) = self.roll_back(name)?;
+            on_event(Ok(&HoldEvent::RolledBack(r, repaired)));
+        }
+        Ok(())
+    }
+}
+
+/// What one step of holding did.
+#[derive(Debug)]
+pub enum HoldEvent {
+    /// The service runs and the lane is in place for its processes.
+    Holding,
+    /// The service does not run and the lane is down.
+    Waiting,
+    /// The service came (back): the lane was applied.
+    Applied(ApplyReport),
+    /// The service's processes changed: rolled back and applied for the new ones.
+    Reapplied(ApplyReport),
+    /// The service stopped: the lane was rolled back (and these other lanes of its device,
+    /// which the rollback undid part of, applied again).
+    RolledBack(RollbackReport, Vec<(String, ApplyReport)>),
+    /// An apply cut short was rolled back.
+    Recovered(RollbackReport),
+}
+
+fn sleep_unless(stop: &dyn Fn() -> bool, d: Duration) {
+    let step = Duration::from_millis(20);
+    let mut left = d;
+    while !left.is_zero() && !stop() {
+        let s = left.min(step);
+        std::thread::sleep(s);
+        left -= s;
+    }
+}
+
+/// The cgroup of a systemd unit (`systemctl show -p ControlGroup`).
+fn unit_cgroup(unit: &str) -> Result<String, LaneOpError> {
+    let ok = !unit.is_empty()
+        && unit.len() <= 256
+        && !unit.starts_with('-')
+        && unit
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@:\\".contains(c));
+    if !ok {
+        return Err(LaneOpError::Service(format!(
+            "--unit {unit:?}: not a unit name"
+        )));
+    }
+    let out = std::process::Command::new("systemctl")
+        .args(["show", "-p", "ControlGroup", "--value", unit])
+        .output()
+        .map_err(|e| LaneOpError::Service(format!("--unit {unit}: systemctl: {e}")))?;
+    if !out.status.success() {
+        return Err(LaneOpError::Service(format!(
+            "--unit {unit}: systemctl show: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `OpenOptions` without following a link at the last component.
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for std::fs::OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_NOFOLLOW)
+    }
+}

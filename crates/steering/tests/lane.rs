@@ -1,0 +1,449 @@
+//! `netsteer lane`'s plan on recorded hosts: what the lane takes (queue, IRQ, RPS, XPS, the
+//! queue's NAPI, the service's threads), what it keeps off the lane's CPU, and every request
+//! refused before anything is written, naming the flag. Applied to a copy of a tree and rolled
+//! back, the tree is byte-identical again.
+
+use netsteer_host::sockets::Proto;
+use netsteer_host::{CpuSet, HostFs, HostView, read_host};
+use netsteer_nic::{NicBackend, TreeNic};
+use netsteer_steering::model::planner::lane::{
+    LaneClaim, LaneError, LaneMode, LaneProcess, LaneSpec, ServiceRef, plan_lane,
+};
+use netsteer_steering::tune::{
+    Action, ApplyOptions, HostBackend, Item, ItemKind, Plan, Target, apply, rollback,
+};
+use std::fs;
+use std::path::Path;
+
+mod common;
+use common::{contents, copy_tree, fixture};
+
+fn view_of(root: &Path) -> HostView {
+    let fs = HostFs::open(root).unwrap();
+    let nic = TreeNic::new(root);
+    let settings = |n: &str| nic.settings(n);
+    read_host(&fs, Some(&settings))
+}
+
+fn spec(dev: &str, cpu: u32, mode: LaneMode) -> LaneSpec {
+    LaneSpec {
+        name: "echo".into(),
+        dev: dev.into(),
+        proto: Proto::Udp,
+        port: 4321,
+        cpu,
+        queue: None,
+        mode,
+        rss_buckets: Vec::new(),
+        device_coalesce: false,
+        stop_irqbalance: false,
+        service: ServiceRef::Port,
+    }
+}
+
+fn service() -> Vec<LaneProcess> {
+    vec![LaneProcess {
+        pid: 4242,
+        start: 777,
+        comm: "echo-server".into(),
+        allowed: Some(CpuSet::parse_list("0-15", None).unwrap()),
+    }]
+}
+
+fn item<'a>(p: &'a Plan, id: &str) -> &'a Item {
+    p.items
+        .iter()
+        .find(|i| i.id == id)
+        .unwrap_or_else(|| panic!("no item {id} in {:#?}", p.items))
+}
+
+fn list(s: &str) -> CpuSet {
+    CpuSet::parse_list(s, None).unwrap()
+}
+
+fn mask(s: &str) -> CpuSet {
+    CpuSet::parse_mask(s).unwrap()
+}
+
+/// ixgbe on 6.13 (n-tuple filters off but changeable, NAPIs linked to queues): the whole
+/// recipe on rx-7 and CPU 3, whose own queue (rx/tx-3) moves off it.
+#[test]
+fn an_ixgbe_lane_takes_its_queue_and_cpu_and_keeps_the_rest_off() {
+    let view = view_of(&fixture("ixgbe-napi-16cpu"));
+    let p = plan_lane(
+        &view,
+        &spec("eth0", 3, LaneMode::Suspend),
+        &service(),
+        &[],
+        false,
+    )
+    .unwrap();
+
+    // Steering: both rules of the lane's protocol to rx-7, the feature on, rx-7 out of RSS.
+    assert_eq!(item(&p, "nic/eth0/feature/ntuple-filters").desired, "1");
+    for proto in ["udp4", "udp6"] {
+        let r = item(&p, &format!("nic/eth0/ntuple/{proto}-dst-port-4321"));
+        assert_eq!(
+            r.desired,
+            format!("flow-type {proto} dst-port 4321 action 7")
+        );
+    }
+    assert!(!p.items.iter().any(|i| i.id.contains("tcp4")));
+    let table: Vec<u32> = item(&p, "nic/eth0/rss/indirection")
+        .desired
+        .split(' ')
+        .map(|q| q.parse().unwrap())
+        .collect();
+    assert_eq!(table.len(), 512);
+    assert!(!table.contains(&7) && (0..7).all(|q| table.iter().filter(|t| **t == q).count() >= 73));
+
+    // The lane's IRQ on CPU 3; the queue that was there moves off, nothing else lands on 3.
+    assert_eq!(item(&p, "irq/68").desired, "3");
+    let moved = item(&p, "irq/64");
+    assert_eq!(moved.current.as_deref(), Some("3"));
+    assert!(!list(&moved.desired).contains(3) && !list(&moved.desired).is_empty());
+    for i in p
+        .items
+        .iter()
+        .filter(|i| i.kind == ItemKind::IrqAffinity && i.id != "irq/68")
+    {
+        assert!(!list(&i.desired).contains(3), "{i:#?}");
+    }
+    // No RPS after the lane's queue, none onto its CPU; replies on tx-7 from CPU 3 only.
+    assert!(mask(&item(&p, "rps/eth0/rx-7").desired).is_empty());
+    assert_eq!(mask(&item(&p, "xps/eth0/tx-7").desired), list("3"));
+    for i in p
+        .items
+        .iter()
+        .filter(|i| matches!(i.kind, ItemKind::Rps | ItemKind::Xps))
+    {
+        if !i.id.ends_with("-7") {
+            assert!(!mask(&i.desired).contains(3), "{i:#?}");
+        }
+    }
+    // Suspend on rx-7's NAPI only (8200 serves rx/tx-7 in this tree).
+    let napi: Vec<&Item> = p
+        .items
+        .iter()
+        .filter(|i| i.kind == ItemKind::Napi)
+        .collect();
+    assert_eq!(napi.len(), 3, "{napi:#?}");
+    let napi7 = view
+        .nic("eth0")
+        .unwrap()
+        .settings
+        .as_ref()
+        .unwrap()
+        .netdev()
+        .unwrap()
+        .queues
+        .iter()
+        .find(|q| q.id == 7 && q.kind == netsteer_host::netdev::QueueType::Rx)
+        .and_then(|q| q.napi_id)
+        .unwrap();
+    for n in &napi {
+        assert!(
+            n.id.starts_with(&format!("nic/eth0/napi/{napi7}/")),
+            "{n:#?}"
+        );
+    }
+    assert_eq!(
+        item(&p, &format!("nic/eth0/napi/{napi7}/irq-suspend-timeout")).desired,
+        "20000000"
+    );
+    // The service pinned, and told what to set (coalescing is device-wide: said, not done).
+    let pin = item(&p, "process/4242");
+    assert_eq!(pin.desired, "3");
+    assert_eq!(
+        pin.target,
+        Target::Process {
+            pid: 4242,
+            start: 777
+        }
+    );
+    assert!(
+        p.notes.iter().any(|n| n.contains("EPIOCSPARAMS")),
+        "{:#?}",
+        p.notes
+    );
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("rx-usecs 50") && n.contains("--device-coalesce")),
+        "{:#?}",
+        p.notes
+    );
+    let mut coalesce = spec("eth0", 3, LaneMode::Suspend);
+    coalesce.device_coalesce = true;
+    let p2 = plan_lane(&view, &coalesce, &service(), &[], false).unwrap();
+    assert_eq!(item(&p2, "nic/eth0/coalesce/rx-usecs").desired, "0");
+}
+
+/// Applied to a copy of the tree (a tree's processes are never touched: that item is
+/// skipped), read back, and rolled back byte for byte.
+#[test]
+fn a_lane_applies_to_a_tree_and_rolls_back_byte_for_byte() {
+    let dir = copy_tree(&fixture("ixgbe-napi-16cpu"));
+    let state = tempfile::tempdir().unwrap();
+    let before = contents(dir.path());
+    let view = view_of(dir.path());
+    let p = plan_lane(
+        &view,
+        &spec("eth0", 3, LaneMode::BusyPoll),
+        &service(),
+        &[],
+        false,
+    )
+    .unwrap();
+    assert!(matches!(item(&p, "process/4242").action, Action::Skip(_)));
+    let fs = HostFs::open(dir.path()).unwrap();
+    let nic = TreeNic::new(dir.path());
+    let backend = HostBackend { fs, nic: &nic };
+    let root = fs::canonicalize(dir.path()).unwrap().display().to_string();
+    let r = apply(
+        &p,
+        &root,
+        &backend,
+        state.path(),
+        &mut || Ok(p.clone()),
+        &ApplyOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(r.status, "applied", "{r:#?}");
+    let after = view_of(dir.path());
+    let again = plan_lane(
+        &after,
+        &spec("eth0", 3, LaneMode::BusyPoll),
+        &service(),
+        &[],
+        false,
+    )
+    .unwrap();
+    let left: Vec<&Item> = again
+        .items
+        .iter()
+        .filter(|i| i.action == Action::Change)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "a lane applied plans nothing more: {left:#?}"
+    );
+    let rb = rollback(Path::new(&r.journal), &root, &backend).unwrap();
+    assert_eq!(rb.status, "restored", "{rb:#?}");
+    let after = contents(dir.path());
+    let differ: Vec<_> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    assert!(differ.is_empty(), "not as before: {differ:?}");
+}
+
+/// Two lanes on one device: the second keeps the first's queue out of RSS and leaves its IRQ,
+/// RPS and XPS where the first put them.
+#[test]
+fn a_second_lane_leaves_the_first_alone() {
+    let view = view_of(&fixture("ixgbe-napi-16cpu"));
+    let first = LaneClaim {
+        name: "first".into(),
+        dev: "eth0".into(),
+        cpu: 7,
+        queue: 7,
+    };
+    let mut s = spec("eth0", 6, LaneMode::Irq);
+    s.queue = Some(6);
+    s.port = 5000;
+    let p = plan_lane(&view, &s, &service(), &[first], false).unwrap();
+    let table = &item(&p, "nic/eth0/rss/indirection").desired;
+    assert!(!table.split(' ').any(|q| q == "6" || q == "7"), "{table}");
+    assert!(
+        !p.items.iter().any(|i| i.id == "irq/68"),
+        "the first lane's IRQ stays"
+    );
+    assert_eq!(item(&p, "irq/67").desired, "6");
+    for i in p
+        .items
+        .iter()
+        .filter(|i| i.kind == ItemKind::IrqAffinity && i.id != "irq/67")
+    {
+        assert!(
+            !list(&i.desired).contains(6) && !list(&i.desired).contains(7),
+            "{i:#?}"
+        );
+    }
+    assert!(
+        !p.items
+            .iter()
+            .any(|i| i.id.ends_with("/rx-7") || i.id.ends_with("/tx-7"))
+    );
+}
+
+fn refused(view: &HostView, s: &LaneSpec, others: &[LaneClaim]) -> LaneError {
+    plan_lane(view, s, &service(), others, false).unwrap_err()
+}
+
+#[test]
+fn bad_requests_are_refused_naming_the_flag() {
+    let view = view_of(&fixture("ixgbe-napi-16cpu"));
+    let claim = |name: &str, cpu, queue| LaneClaim {
+        name: name.into(),
+        dev: "eth0".into(),
+        cpu,
+        queue,
+    };
+    let cases: Vec<(LaneSpec, Vec<LaneClaim>, &str)> = vec![
+        (
+            spec("eth0", 99, LaneMode::Irq),
+            vec![],
+            "--cpu 99: no such online CPU",
+        ),
+        (spec("eth9", 3, LaneMode::Irq), vec![], "--dev eth9"),
+        (
+            spec("eth0", 3, LaneMode::Irq),
+            vec![claim("db", 3, 5)],
+            "--cpu 3: lane \"db\" holds it",
+        ),
+        (
+            spec("eth0", 3, LaneMode::Irq),
+            vec![claim("db", 5, 7)],
+            "--queue 7: lane \"db\" holds rx-7",
+        ),
+        (
+            LaneSpec {
+                queue: Some(8),
+                ..spec("eth0", 3, LaneMode::Irq)
+            },
+            vec![],
+            "--queue 8: eth0 has 8 rx queue(s)",
+        ),
+        (
+            LaneSpec {
+                name: "../x".into(),
+                ..spec("eth0", 3, LaneMode::Irq)
+            },
+            vec![],
+            "--name",
+        ),
+        (
+            spec("eth0", 3, LaneMode::ThreadedPoll),
+            vec![],
+            "--mode threaded-poll: threaded busy polling (napi threaded = busy-poll) is in Linux 6.19 and later; this kernel is 6.13",
+        ),
+    ];
+    for (s, others, want) in cases {
+        let e = refused(&view, &s, &others).to_string();
+        assert!(e.contains(want), "{e}\nwanted: {want}");
+    }
+    // Nobody serves the port.
+    let e = plan_lane(&view, &spec("eth0", 3, LaneMode::Irq), &[], &[], false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("--udp 4321: nobody serves it"), "{e}");
+}
+
+#[test]
+fn an_isolated_cpu_and_the_last_cpu_near_the_nic_are_refused() {
+    let dir = copy_tree(&fixture("ixgbe-napi-16cpu"));
+    fs::write(
+        dir.path().join("sys/devices/system/cpu/isolated"),
+        "12-15\n",
+    )
+    .unwrap();
+    let view = view_of(dir.path());
+    let e = refused(&view, &spec("eth0", 13, LaneMode::Irq), &[]).to_string();
+    assert!(
+        e.contains("--cpu 13: the CPU is set aside for something else (isolated 12-15)"),
+        "{e}"
+    );
+    // CPUs 0-11 are the NIC's usable ones: lanes on 0-10 leave 11 alone for everything else.
+    let others: Vec<LaneClaim> = (0..11)
+        .map(|c| LaneClaim {
+            name: format!("l{c}"),
+            dev: format!("other{c}"),
+            cpu: c,
+            queue: 0,
+        })
+        .collect();
+    let e = refused(&view, &spec("eth0", 11, LaneMode::Irq), &others).to_string();
+    assert!(
+        e.contains("--cpu 11: it is the last CPU left near eth0"),
+        "{e}"
+    );
+}
+
+/// mlx5 with irqbalance running: refused unless told to stop it, which becomes an item.
+#[test]
+fn irqbalance_is_stopped_only_when_asked() {
+    let view = view_of(&fixture("mlx5-128cpu"));
+    let e = refused(&view, &spec("ens1f0np0", 5, LaneMode::Irq), &[]).to_string();
+    assert!(e.contains("--irqbalance stop"), "{e}");
+    let mut s = spec("ens1f0np0", 5, LaneMode::Irq);
+    s.stop_irqbalance = true;
+    let p = plan_lane(&view, &s, &service(), &[], true).unwrap();
+    assert_eq!(item(&p, "service/irqbalance").desired, "inactive");
+}
+
+/// igb on 6.12: no n-tuple filters, so the lane needs the flow's RSS buckets; given them, they
+/// alone go to the lane's queue. Suspension is not there before 6.13: the plan says so and
+/// uses the device-wide deferral instead.
+#[test]
+fn without_ntuple_filters_the_lane_needs_rss_buckets() {
+    let dir = copy_tree(&fixture("igb-6.12"));
+    let view = view_of(dir.path());
+    let nq = view.nic("eth0").unwrap().rx_queues.len() as u32;
+    assert!(nq >= 2, "igb-6.12 has {nq} rx queues");
+    let e = refused(&view, &spec("eth0", 1, LaneMode::Irq), &[]).to_string();
+    assert!(
+        e.contains("--dev eth0: nothing would steer udp port 4321 to rx-1")
+            && e.contains("--rss-bucket"),
+        "{e}"
+    );
+    let mut s = spec("eth0", 1, LaneMode::Suspend);
+    s.rss_buckets = vec![5, 77];
+    let p = plan_lane(&view, &s, &service(), &[], false).unwrap();
+    let table: Vec<&str> = item(&p, "nic/eth0/rss/indirection")
+        .desired
+        .split(' ')
+        .collect();
+    for (i, q) in table.iter().enumerate() {
+        assert_eq!(*q == "1", i == 5 || i == 77, "bucket {i} → {q}");
+    }
+    s.rss_buckets = vec![128];
+    let e = refused(&view, &s, &[]).to_string();
+    assert!(e.starts_with("--rss-bucket: bucket 128"), "{e}");
+}
+
+#[test]
+fn before_6_13_suspend_becomes_device_wide_deferral_and_says_so() {
+    let view = view_of(&fixture("igb-6.12"));
+    let mut s = spec("eth0", 1, LaneMode::Suspend);
+    s.rss_buckets = vec![5];
+    let p = plan_lane(&view, &s, &service(), &[], false).unwrap();
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("irq-suspend-timeout is per-NAPI only") && n.contains("6.12")),
+        "{:#?}",
+        p.notes
+    );
+    assert_eq!(item(&p, "napi/eth0/napi_defer_hard_irqs").desired, "2");
+    assert!(
+        item(&p, "napi/eth0/gro_flush_timeout")
+            .reason
+            .contains("every queue")
+    );
+    assert!(!p.items.iter().any(|i| i.id.contains("irq-suspend")));
+}
+
+#[test]
+fn a_lane_spec_round_trips_and_old_threaded_records_still_read() {
+    let s = spec("eth0", 3, LaneMode::ThreadedPoll);
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(text.contains("\"mode\":\"threaded-poll\""), "{text}");
+    assert_eq!(serde_json::from_str::<LaneSpec>(&text).unwrap(), s);
+    let n: netsteer_host::netdev::Napi =
+        serde_json::from_str(r#"{"id":1,"irq":null,"pid":null,"defer_hard_irqs":0,"gro_flush_timeout_ns":0,"irq_suspend_timeout_ns":0,"threaded":true}"#).unwrap();
+    assert_eq!(n.threaded, Some(1));
+    let n: netsteer_host::netdev::Napi = serde_json::from_str(r#"{"id":1,"threaded":2}"#).unwrap();
+    assert_eq!(n.threaded, Some(2));
+}
