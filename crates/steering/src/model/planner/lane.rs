@@ -256,6 +256,19 @@ pub fn plan_lane(
             lane: o.name.clone(),
         });
     }
+    // A mode this kernel does not have, before anything else is looked at.
+    if spec.mode == LaneMode::ThreadedPoll {
+        let kernel = view.kernel.known().cloned().unwrap_or_else(|| "?".into());
+        if kernel_version(&kernel).is_none_or(|k| k < THREADED_POLL_SINCE) {
+            return Err(LaneError::Mode {
+                mode: spec.mode,
+                why: format!(
+                    "threaded busy polling (napi threaded = busy-poll) is in Linux {}.{} and later; this kernel is {kernel}",
+                    THREADED_POLL_SINCE.0, THREADED_POLL_SINCE.1
+                ),
+            });
+        }
+    }
     let lane_cpus: CpuSet = others
         .iter()
         .map(|o| o.cpu)
@@ -861,15 +874,6 @@ impl Builder<'_> {
             .unwrap_or_else(|| "?".into());
         let version = kernel_version(&kernel);
         let at_least = |v: (u32, u32)| version.is_some_and(|k| k >= v);
-        if mode == LaneMode::ThreadedPoll && !at_least(THREADED_POLL_SINCE) {
-            return Err(LaneError::Mode {
-                mode,
-                why: format!(
-                    "threaded busy polling (napi threaded = busy-poll) is in Linux {}.{} and later; this kernel is {kernel}",
-                    THREADED_POLL_SINCE.0, THREADED_POLL_SINCE.1
-                ),
-            });
-        }
         let netdev = nic.settings.as_ref().and_then(|s| s.netdev().ok());
         let napi = netdev.and_then(|nd| {
             let linked = nd

@@ -1,0 +1,387 @@
+//! `netsteer lane` live, root-only, inside namespaces this test creates (deleted by drop
+//! guards, also on failure). The service is a real UDP server (socat) in the server's
+//! namespace; every readback is the kernel's own (netdev netlink through `show --json`,
+//! /proc/PID/status, sysfs).
+//!
+//! 1. A lane lives and dies with its service: applied (the NAPI in the mode asked, the server
+//!    pinned), rolled back to the byte when the server is killed, applied again for the new
+//!    server, left in place by a killed holder and adopted by the next one, removed at last.
+//! 2. Bad requests change nothing and name the flag.
+//! 3. A killed apply leaves a journal the holder's next start completes.
+
+mod common;
+
+use common::{Netns, Pair, Running};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PORT: &str = "4321";
+
+fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
+    let mut full = vec![env!("CARGO_BIN_EXE_netsteer")];
+    full.extend_from_slice(args);
+    ns.exec(&full)
+}
+
+fn ok(out: Output) -> Output {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The kernel's (major, minor).
+fn kernel() -> (u32, u32) {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut p = r.trim().split(['.', '-', '+']);
+    (
+        p.next().unwrap().parse().unwrap(),
+        p.next().unwrap().parse().unwrap(),
+    )
+}
+
+/// A UDP server on PORT in `ns`: the lane's service.
+fn service(ns: &Netns) -> Running {
+    let s = Running::spawn(
+        ns,
+        &["socat", "-u", &format!("UDP-RECV:{PORT}"), "/dev/null"],
+        &[],
+        Stdio::null(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ns.text("ss -uanH").contains(&format!(":{PORT} ")) {
+        assert!(Instant::now() < deadline, "socat never bound {PORT}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s
+}
+
+fn pid(r: &Running) -> u32 {
+    r.0.as_ref().unwrap().id()
+}
+
+fn allowed(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// v0b's NAPIs as netdev netlink reports them.
+fn napis(ns: &Netns) -> Vec<netsteer_host::nic::NapiView> {
+    let out = ok(netsteer_in(ns, &["show", "--json", "--dev", "v0b"]));
+    let v: netsteer_host::view::HostView = serde_json::from_slice(&out.stdout).unwrap();
+    v.nic("v0b").unwrap().napis.clone()
+}
+
+/// Everything a lane may change on v0b, as the kernel prints it.
+fn state(ns: &Netns) -> String {
+    let files = ns.text(
+        "cd /sys/class/net/v0b && for f in queues/rx-*/rps_cpus queues/tx-*/xps_cpus napi_defer_hard_irqs gro_flush_timeout; do echo $f=$(cat $f 2>/dev/null); done",
+    );
+    format!("{files}\n{:?}", napis(ns))
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    t0.elapsed()
+}
+
+fn journals(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir.join("lanes/echo/journal"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_lane_lives_and_dies_with_its_service() {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let suspend = kernel() >= (6, 13);
+    let mode = if suspend { "suspend" } else { "busy-poll" };
+    let sd = tempfile::tempdir().unwrap();
+    let sdp = sd.path().to_str().unwrap();
+    let server = service(b);
+    let before = state(b);
+    let before_allowed = allowed(pid(&server));
+    let lane = |verb: &str| -> Vec<String> {
+        [
+            "lane",
+            verb,
+            "--name",
+            "echo",
+            "--dev",
+            "v0b",
+            "--udp",
+            PORT,
+            "--cpu",
+            "1",
+            "--mode",
+            mode,
+            "--state-dir",
+            sdp,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let args = lane("apply");
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok(netsteer_in(b, &argv));
+    let applied = state(b);
+    let n = napis(b);
+    assert_eq!(n.len(), 1, "{n:#?}");
+    assert_eq!(n[0].defer_hard_irqs, Some(2), "{n:#?}");
+    assert_eq!(n[0].gro_flush_timeout_ns, Some(200_000));
+    if suspend {
+        assert_eq!(n[0].irq_suspend_timeout_ns, Some(20_000_000));
+    }
+    assert_eq!(
+        allowed(pid(&server)),
+        "1",
+        "the service is pinned to the lane's CPU"
+    );
+
+    // Held: the server's death rolls the lane back to the byte.
+    let holder = Running::spawn(
+        b,
+        &[
+            env!("CARGO_BIN_EXE_netsteer"),
+            "lane",
+            "hold",
+            "echo",
+            "--state-dir",
+            sdp,
+            "--interval",
+            "0.1",
+            "--json",
+        ],
+        &[],
+        Stdio::null(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(state(b), applied, "a holder adopts the lane as it stands");
+    drop(server);
+    let took = wait_for(
+        "rollback after the service died",
+        Duration::from_secs(10),
+        || state(b) == before,
+    );
+    eprintln!("lane rolled back {took:?} after its service was killed");
+
+    // The service again: the lane comes back, for the new pid.
+    let server = service(b);
+    wait_for(
+        "apply when the service came back",
+        Duration::from_secs(10),
+        || state(b) == applied && allowed(pid(&server)) == "1",
+    );
+
+    // A killed holder leaves the lane; the next adopts it without writing anything.
+    drop(holder);
+    assert_eq!(state(b), applied);
+    let written = journals(sd.path());
+    let holder = Running::spawn(
+        b,
+        &[
+            env!("CARGO_BIN_EXE_netsteer"),
+            "lane",
+            "hold",
+            "echo",
+            "--state-dir",
+            sdp,
+            "--interval",
+            "0.1",
+        ],
+        &[],
+        Stdio::null(),
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(journals(sd.path()), written, "nothing re-applied");
+    // Two holders of one lane: the second is refused.
+    let second = netsteer_in(b, &["lane", "hold", "echo", "--state-dir", sdp]);
+    assert_eq!(second.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another netsteer holds it"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    // SIGTERM: the policy is to leave the lane for its service.
+    let (out, err) = holder.stop();
+    assert!(err.is_empty(), "{out}{err}");
+    assert_eq!(state(b), applied);
+    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.contains(&format!("echo: udp {PORT} on v0b")) && text.contains("applied"),
+        "{text}"
+    );
+    ok(netsteer_in(
+        b,
+        &["lane", "remove", "echo", "--state-dir", sdp],
+    ));
+    assert_eq!(state(b), before);
+    assert_eq!(allowed(pid(&server)), before_allowed);
+    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    assert_eq!(
+        String::from_utf8_lossy(&list.stdout).trim(),
+        "no lane recorded"
+    );
+}
+
+#[test]
+fn bad_requests_change_nothing_and_name_the_flag() {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(2);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let sd = tempfile::tempdir().unwrap();
+    let sdp = sd.path().to_str().unwrap();
+    let _server = service(b);
+    let before = state(b);
+    let refused = |extra: &[&str], want: &str| {
+        let mut args = vec![
+            "lane",
+            "apply",
+            "--name",
+            "echo",
+            "--dev",
+            "v0b",
+            "--state-dir",
+            sdp,
+        ];
+        args.extend_from_slice(extra);
+        let out = netsteer_in(b, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}\nwanted: {want}");
+        assert_eq!(state(b), before, "{args:?} changed something");
+    };
+    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let absent = netsteer_host::CpuSet::parse_list(cpus.trim(), None)
+        .unwrap()
+        .max()
+        .unwrap()
+        + 1;
+    let absent_s = absent.to_string();
+    // Two queues and nothing to steer with (veth has neither n-tuple filters nor RSS).
+    refused(
+        &["--udp", PORT, "--cpu", "1"],
+        "--dev v0b: nothing would steer udp port 4321 to rx-1",
+    );
+    refused(
+        &["--udp", "4999", "--cpu", "1", "--queue", "1"],
+        "--udp 4999: nobody serves it",
+    );
+    refused(
+        &["--udp", PORT, "--cpu", &absent_s],
+        &format!("--cpu {absent}: no such online CPU"),
+    );
+    refused(&["--udp", PORT, "--cpu", "1", "--queue", "5"], "--queue 5");
+    if kernel() < (6, 19) {
+        refused(
+            &["--udp", PORT, "--cpu", "1", "--mode", "threaded-poll"],
+            "--mode threaded-poll: threaded busy polling",
+        );
+    }
+    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    assert_eq!(
+        String::from_utf8_lossy(&list.stdout).trim(),
+        "no lane recorded"
+    );
+}
+
+#[test]
+fn a_killed_apply_is_completed_by_the_next_holder() {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let sd = tempfile::tempdir().unwrap();
+    let sdp = sd.path().to_str().unwrap();
+    let server = service(b);
+    let before = state(b);
+    let before_allowed = allowed(pid(&server));
+    let out = netsteer_in(
+        b,
+        &[
+            "lane",
+            "apply",
+            "--name",
+            "echo",
+            "--dev",
+            "v0b",
+            "--udp",
+            PORT,
+            "--cpu",
+            "1",
+            "--mode",
+            "busy-poll",
+            "--state-dir",
+            sdp,
+            "--crash-after-writes",
+            "1",
+        ],
+    );
+    assert!(!out.status.success(), "the hook aborts the apply");
+    assert_ne!(state(b), before, "one write was made before the crash");
+    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("interrupted"),
+        "{}",
+        String::from_utf8_lossy(&list.stdout)
+    );
+    let holder = Running::spawn(
+        b,
+        &[
+            env!("CARGO_BIN_EXE_netsteer"),
+            "lane",
+            "hold",
+            "echo",
+            "--state-dir",
+            sdp,
+            "--interval",
+            "0.1",
+            "--json",
+        ],
+        &[],
+        Stdio::null(),
+    );
+    wait_for("the holder's apply", Duration::from_secs(10), || {
+        allowed(pid(&server)) == "1"
+    });
+    let (out, _) = holder.stop();
+    let events: Vec<String> = out
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["event"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(events, ["recovered", "applied"], "{out}");
+    ok(netsteer_in(
+        b,
+        &["lane", "remove", "echo", "--state-dir", sdp],
+    ));
+    assert_eq!(state(b), before);
+    assert_eq!(allowed(pid(&server)), before_allowed);
+}
