@@ -62,6 +62,11 @@ pub struct RunArgs {
     /// download); default: the scenario's, else the apt candidate.
     #[arg(long, value_name = "SERIES", requires = "vm")]
     kernel: Option<String>,
+    /// With --vm: instead of the ladder, seed 000's top rung alone: `netsteer lane` for the
+    /// echo server against no lane, under 16 bulk flows, runs alternated, judged by the
+    /// three-way verdict on the latency flow's p99 (docs/lab.md).
+    #[arg(long, requires = "vm", conflicts_with = "trace")]
+    lane: bool,
     /// Round trips per run with --vm.
     #[arg(long, default_value_t = 2000, value_name = "N", requires = "vm", value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     count: u64,
@@ -132,6 +137,9 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
             }
             let scn = netsteer_lab::scenario::load(&a.scenario)?;
             let spec = netsteer_lab::vm::VmPairSpec::of(scn.vm, a.nic, a.kernel.clone());
+            if a.lane {
+                return vm_lane(&spec, (a.repeat.unwrap_or(3), a.count), a.json);
+            }
             vm_ladder(&spec, (a.repeat.unwrap_or(1), a.count), a.json, a.trace)
         }
         LabCommand::Run(a) => lab_run(a),
@@ -231,6 +239,27 @@ fn lab_run_one(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `lab run seed-000 --vm --lane`: the lane against no lane, a line per run, then the summary.
+fn vm_lane(
+    spec: &netsteer_lab::vm::VmPairSpec,
+    (repeats, count): (u32, u64),
+    json: bool,
+) -> Result<ExitCode> {
+    netsteer_lab::clean_up_on_termination()?;
+    let bin = std::env::current_exe().context("the netsteer binary")?;
+    let mut out = io::stdout().lock();
+    netsteer_lab::vm::lane::run_pair(
+        spec,
+        &bin,
+        repeats,
+        count,
+        &mut |line| emit(&mut out, line),
+        json,
+    )
+    .context("the VM lane")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `lab run seed-000 --vm`: the ladder between two guests, a line per run, then a table.

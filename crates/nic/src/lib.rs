@@ -57,7 +57,7 @@ impl NicError {
     /// The errno the kernel answered with, if it did.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            NicError::Os { source, .. } | NicError::Socket(source) => source.raw_os_error(),
+            NicError::Os { source, .. } | NicError::Socket(source) => socket::errno_of(source),
             _ => None,
         }
     }

@@ -157,11 +157,11 @@ mod tests {
         let dir = tree_with(vec![napi(1), napi(2)]);
         let before = std::fs::read(dir.path().join("netsteer/ethtool.json")).unwrap();
         let nic = TreeNic::new(dir.path());
-        // The second setting is refused (threaded 2): the first is put back.
+        // The second setting is refused (threaded 3: not a mode): the first is put back.
         let e = NapiOverride::apply(
             &nic,
             "eth0",
-            &[(NapiAttr::DeferHardIrqs, 2), (NapiAttr::Threaded, 2)],
+            &[(NapiAttr::DeferHardIrqs, 2), (NapiAttr::Threaded, 3)],
         )
         .unwrap_err();
         assert!(e.to_string().contains("threaded"), "{e}");

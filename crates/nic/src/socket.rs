@@ -14,6 +14,99 @@ pub const NLM_F_ACK: u16 = 4;
 /// many messages as it takes, ended by NLMSG_DONE.
 pub const NLM_F_DUMP: u16 = 0x300;
 
+/// NLM_F_ACK_TLVS on an NLMSG_ERROR: extended-ack attributes follow (netlink.h).
+const NLM_F_ACK_TLVS: u16 = 0x200;
+/// NLM_F_CAPPED on an NLMSG_ERROR: the request's payload is not echoed back.
+const NLM_F_CAPPED: u16 = 0x100;
+const SOL_NETLINK: libc::c_int = 270;
+const NETLINK_CAP_ACK: libc::c_int = 10;
+const NETLINK_EXT_ACK: libc::c_int = 11;
+/// NLMSGERR_ATTR_MSG: the kernel's words for a refusal; NLMSGERR_ATTR_OFFS: the offset of the
+/// attribute it refused, in the request.
+const NLMSGERR_ATTR_MSG: u16 = 1;
+const NLMSGERR_ATTR_OFFS: u16 = 2;
+
+/// A request the kernel refused: its errno and, with extended ACKs (4.12+), its own words and
+/// the offending attribute (kernel selftests name both; so do we).
+#[derive(Debug)]
+pub struct NlError {
+    pub errno: i32,
+    pub message: Option<String>,
+    /// The refused attribute's type, found from the offset the kernel reported.
+    pub attr: Option<u16>,
+}
+
+impl std::fmt::Display for NlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", io::Error::from_raw_os_error(self.errno))?;
+        if let Some(m) = &self.message {
+            write!(f, ": {m}")?;
+        }
+        if let Some(a) = self.attr {
+            write!(f, " (attribute {a})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NlError {}
+
+/// The errno of an error from this socket: a plain OS error's, or a refusal's ([`NlError`]).
+pub fn errno_of(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<NlError>())
+            .map(|n| n.errno)
+    })
+}
+
+/// The error of an NLMSG_ERROR body (`code` < 0) whose header carried `flags`, for a request
+/// whose attributes began at `attrs_at` in the message and were `attrs`.
+fn refusal(code: i32, flags: u16, body: &[u8], attrs_at: usize, attrs: &[u8]) -> io::Error {
+    let errno = -code;
+    let mut message = None;
+    let mut attr = None;
+    // With NETLINK_CAP_ACK the request comes back as its header only.
+    if flags & NLM_F_ACK_TLVS != 0 && flags & NLM_F_CAPPED != 0 {
+        let mut tlvs = body.get(4 + NLMSG_HDRLEN..).unwrap_or(&[]);
+        while tlvs.len() >= 4 {
+            let len = u16::from_ne_bytes([tlvs[0], tlvs[1]]) as usize;
+            let kind = u16::from_ne_bytes([tlvs[2], tlvs[3]]) & 0x3fff;
+            if len < 4 || len > tlvs.len() {
+                break;
+            }
+            let value = &tlvs[4..len];
+            match kind {
+                NLMSGERR_ATTR_MSG => {
+                    let text = value.split(|b| *b == 0).next().unwrap_or(&[]);
+                    message = Some(String::from_utf8_lossy(text).into_owned());
+                }
+                NLMSGERR_ATTR_OFFS if value.len() >= 4 => {
+                    let off = u32::from_ne_bytes([value[0], value[1], value[2], value[3]]) as usize;
+                    // The offset is from the start of the request message.
+                    attr = off
+                        .checked_sub(attrs_at)
+                        .and_then(|o| attrs.get(o + 2..o + 4))
+                        .map(|t| u16::from_ne_bytes([t[0], t[1]]) & 0x3fff);
+                }
+                _ => {}
+            }
+            tlvs = &tlvs[((len + 3) & !3).min(tlvs.len())..];
+        }
+    }
+    if message.is_none() && attr.is_none() {
+        return io::Error::from_raw_os_error(errno);
+    }
+    io::Error::new(
+        io::Error::from_raw_os_error(errno).kind(),
+        NlError {
+            errno,
+            message,
+            attr,
+        },
+    )
+}
+
 pub struct NlSocket {
     fd: OwnedFd,
     seq: u32,
@@ -61,6 +154,21 @@ impl NlSocket {
         };
         if rc < 0 {
             return Err(io::Error::last_os_error());
+        }
+        // Extended ACKs: a refusal comes with the kernel's reason and the attribute it refused.
+        // Best effort: a kernel without them (before 4.12) answers with the errno alone.
+        for opt in [NETLINK_EXT_ACK, NETLINK_CAP_ACK] {
+            let one: libc::c_int = 1;
+            // SAFETY: `one` lives across the call and its size is passed.
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    SOL_NETLINK,
+                    opt,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
         }
         Ok(NlSocket { fd, seq: 1 })
     }
@@ -138,6 +246,7 @@ impl NlSocket {
             while data.len() >= NLMSG_HDRLEN {
                 let mlen = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
                 let mtype = u16::from_ne_bytes([data[4], data[5]]);
+                let mflags = u16::from_ne_bytes([data[6], data[7]]);
                 let mseq = u32::from_ne_bytes([data[8], data[9], data[10], data[11]]);
                 if mlen < NLMSG_HDRLEN || mlen > data.len() {
                     return Err(io::Error::new(
@@ -154,7 +263,13 @@ impl NlSocket {
                                 .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
                                 .unwrap_or(-libc::EIO);
                             if code != 0 {
-                                return Err(io::Error::from_raw_os_error(-code));
+                                return Err(refusal(
+                                    code,
+                                    mflags,
+                                    body,
+                                    NLMSG_HDRLEN + fixed.len(),
+                                    attrs,
+                                ));
                             }
                             done = true;
                         }
@@ -176,5 +291,52 @@ impl NlSocket {
                 return Ok(replies);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An NLMSG_ERROR body as the kernel builds it with NETLINK_EXT_ACK and NETLINK_CAP_ACK:
+    /// the errno, the request's header, then the message and the offending attribute's offset.
+    #[test]
+    fn a_refusal_names_the_kernels_reason_and_the_attribute() {
+        let attrs_at = NLMSG_HDRLEN + 4;
+        // The request's attributes: a header nest (type 1, 8 bytes), then INDIR (type 4).
+        let mut attrs = Vec::new();
+        attrs.extend_from_slice(&8u16.to_ne_bytes());
+        attrs.extend_from_slice(&1u16.to_ne_bytes());
+        attrs.extend_from_slice(&[0; 4]);
+        attrs.extend_from_slice(&12u16.to_ne_bytes());
+        attrs.extend_from_slice(&4u16.to_ne_bytes());
+        attrs.extend_from_slice(&[0; 8]);
+        let mut body = (-libc::EINVAL).to_ne_bytes().to_vec();
+        body.extend_from_slice(&[0; NLMSG_HDRLEN]);
+        let msg = b"entry 3: queue out of range (2)\0";
+        body.extend_from_slice(&((4 + msg.len()) as u16).to_ne_bytes());
+        body.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+        body.extend_from_slice(msg);
+        while body.len() % 4 != 0 {
+            body.push(0);
+        }
+        body.extend_from_slice(&8u16.to_ne_bytes());
+        body.extend_from_slice(&NLMSGERR_ATTR_OFFS.to_ne_bytes());
+        body.extend_from_slice(&((attrs_at + 8) as u32).to_ne_bytes());
+        let e = refusal(
+            -libc::EINVAL,
+            NLM_F_ACK_TLVS | NLM_F_CAPPED,
+            &body,
+            attrs_at,
+            &attrs,
+        );
+        assert_eq!(errno_of(&e), Some(libc::EINVAL));
+        assert_eq!(
+            e.to_string(),
+            "Invalid argument (os error 22): entry 3: queue out of range (2) (attribute 4)"
+        );
+        // Without extended-ack attributes: the plain OS error.
+        let plain = refusal(-libc::EPERM, 0, &body[..4], attrs_at, &attrs);
+        assert_eq!(plain.raw_os_error(), Some(libc::EPERM));
     }
 }

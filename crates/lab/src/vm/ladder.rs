@@ -200,10 +200,10 @@ pub fn rungs(model: NicModel) -> Vec<Rung> {
 }
 
 /// Per queue vector (by IRQ number): its name, its count per CPU and its allowed CPUs.
-type Counts = BTreeMap<u32, (String, Vec<u64>, String)>;
+pub(super) type Counts = BTreeMap<u32, (String, Vec<u64>, String)>;
 
 /// The queue vectors' counts per CPU now, and their allowed CPUs.
-fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
+pub(super) fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
     let pat = model.queue_irq_pattern();
     let (_, out) = g.sh(
         &format!(
@@ -240,7 +240,7 @@ fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
     Ok(m)
 }
 
-fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
+pub(super) fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
     after
         .iter()
         .map(|(irq, (name, counts, allowed))| {
@@ -286,7 +286,7 @@ pub fn rx_by_queue(irqs: &[QueueIrq]) -> BTreeMap<u32, u64> {
 }
 
 /// The queue with most receive interrupts, if any had some.
-fn busiest(by_queue: &BTreeMap<u32, u64>) -> Option<u32> {
+pub(super) fn busiest(by_queue: &BTreeMap<u32, u64>) -> Option<u32> {
     by_queue
         .iter()
         .filter(|(_, n)| **n > 0)
@@ -295,7 +295,12 @@ fn busiest(by_queue: &BTreeMap<u32, u64>) -> Option<u32> {
 }
 
 /// `tune apply` in a guest; returns the journal (to roll back) and a note of what it did.
-fn apply(g: &mut Guest, bin: &str, state: &str, args: &[&str]) -> Result<(String, String)> {
+pub(super) fn apply(
+    g: &mut Guest,
+    bin: &str,
+    state: &str,
+    args: &[&str],
+) -> Result<(String, String)> {
     let mut argv = vec![bin, "tune", "apply", "--state-dir", state, "--json"];
     argv.extend_from_slice(args);
     let out = g.host_ok(&argv, T)?;
@@ -324,7 +329,7 @@ fn apply(g: &mut Guest, bin: &str, state: &str, args: &[&str]) -> Result<(String
     Ok((r.journal, note))
 }
 
-fn rollback_one(g: &mut Guest, bin: &str, state: &str, journal: &str) -> Result<()> {
+pub(super) fn rollback_one(g: &mut Guest, bin: &str, state: &str, journal: &str) -> Result<()> {
     g.host_ok(&[bin, "tune", "rollback", journal, "--state-dir", state], T)?;
     Ok(())
 }
@@ -359,10 +364,25 @@ fn set_args(knobs: &[String]) -> Vec<String> {
 }
 
 /// The server's indirection table length (entries), read by the guest's own ethtool.
-fn table_len(g: &mut Guest) -> Result<usize> {
+pub(super) fn table_len(g: &mut Guest) -> Result<usize> {
     let out = g.host_ok(&["ethtool", "-x", "eth0"], T)?;
-    let n: usize = out
+    match indirection_len(&out) {
+        0 => Err(LabError::Invalid(format!(
+            "guest {}: ethtool -x eth0 shows no indirection table: {out}",
+            g.name
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// The entries of the table `ethtool -x` prints (`    0:      0     0 ...` rows). Only the
+/// table's rows count: the hash key after it is hex bytes joined by ':', and a key that starts
+/// with a decimal-looking byte (`48:6d:...`) would count as one more entry (a 7.3 guest's
+/// 128-entry table once read as 129, and the kernel refused the 129-entry table).
+pub fn indirection_len(ethtool_x: &str) -> usize {
+    ethtool_x
         .lines()
+        .take_while(|l| !l.trim_start().starts_with("RSS hash key"))
         .filter(|l| {
             l.trim_start()
                 .split(':')
@@ -374,18 +394,16 @@ fn table_len(g: &mut Guest) -> Result<usize> {
                 .nth(1)
                 .map_or(0, |v| v.split_whitespace().count())
         })
-        .sum();
-    if n == 0 {
-        return Err(LabError::Invalid(format!(
-            "guest {}: ethtool -x eth0 shows no indirection table: {out}",
-            g.name
-        )));
-    }
-    Ok(n)
+        .sum()
 }
 
 /// Round trips of the latency flow (its fixed source port) to the server; the client summary.
-fn latency_run(pair: &mut VmPair, bin: &str, wait: &str, count: u64) -> Result<(i32, String)> {
+pub(super) fn latency_run(
+    pair: &mut VmPair,
+    bin: &str,
+    wait: &str,
+    count: u64,
+) -> Result<(i32, String)> {
     let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
     let count = count.to_string();
     let port = LATENCY_PORT.to_string();
@@ -415,7 +433,7 @@ fn latency_run(pair: &mut VmPair, bin: &str, wait: &str, count: u64) -> Result<(
 }
 
 /// The server's receive interrupts per queue during `run`.
-fn server_rx_during(
+pub(super) fn server_rx_during(
     pair: &mut VmPair,
     run: impl FnOnce(&mut VmPair) -> Result<()>,
 ) -> Result<BTreeMap<u32, u64>> {
@@ -427,7 +445,7 @@ fn server_rx_during(
 }
 
 /// A burst of the bulk flows alone (they need no particular wait).
-fn bulk_burst(pair: &mut VmPair, bin: &str) -> Result<()> {
+pub(super) fn bulk_burst(pair: &mut VmPair, bin: &str) -> Result<()> {
     let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
     let flows = BULK_FLOWS.to_string();
     let port = BULK_PORT.to_string();
@@ -471,7 +489,7 @@ fn table_knob(len: usize, reserved: impl Fn(usize) -> bool) -> String {
 /// round sends the probed half to [`RESERVED_QUEUE`] and the rest to queue 0, sends a few of
 /// the flow's round trips, and keeps the half whose queue took them. Every probe table is
 /// applied with tune and rolled back before the next.
-fn latency_bucket(pair: &mut VmPair, bin: &str, len: usize) -> Result<u32> {
+pub(super) fn latency_bucket(pair: &mut VmPair, bin: &str, len: usize) -> Result<u32> {
     let (mut lo, mut hi) = (0usize, len);
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
@@ -666,13 +684,13 @@ fn start_server(g: &mut Guest, bin: &str, wait: &str) -> Result<()> {
 }
 
 /// Stops guest b's echo server and waits until its port is free for the next rung's.
-fn stop_server(g: &mut Guest) -> Result<()> {
+pub(super) fn stop_server(g: &mut Guest) -> Result<()> {
     g.sh("chroot /host pkill -TERM -f 'udp-echo [s]erver'", T)?;
     wait_port(g, false, "stop")
 }
 
 /// Waits up to 10 s until the server port is (or is no longer) listened on in guest b.
-fn wait_port(g: &mut Guest, listening: bool, what: &str) -> Result<()> {
+pub(super) fn wait_port(g: &mut Guest, listening: bool, what: &str) -> Result<()> {
     let done = if listening { "&&" } else { "||" };
     let (rc, out) = g.sh(
         &format!(
@@ -932,6 +950,8 @@ mod tests {
     #[test]
     fn vector_names_give_their_receive_queue() {
         assert_eq!(rx_queue_of("virtio2-input.3"), Some(3));
+        let x = "RX flow hash indirection table for eth0 with 2 RX ring(s):\n    0:      0     0     0     0     0     0     0     0\n    8:      1     1     1     1     1     1     1     1\nRSS hash key:\n48:6d:1a:00:ff\nRSS hash function:\n    toeplitz: on\n";
+        assert_eq!(indirection_len(x), 16, "the key is not a row");
         assert_eq!(rx_queue_of("virtio2-output.3"), None);
         assert_eq!(rx_queue_of("eth0-rx-1"), Some(1));
         assert_eq!(rx_queue_of("eth0-tx-1"), None);

@@ -19,6 +19,7 @@
 
 pub mod image;
 pub mod ladder;
+pub mod lane;
 pub mod trace;
 pub mod zoo;
 

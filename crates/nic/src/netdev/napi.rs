@@ -100,7 +100,8 @@ mod tests {
         let back = parse(&s).unwrap();
         assert_eq!(back.irq_suspend_timeout_ns, Some(1 << 33));
         assert_eq!(back.id, 257);
-        assert!(set(1, NapiAttr::Threaded, 2).is_err());
+        assert!(set(1, NapiAttr::Threaded, 2).is_ok(), "busy-poll (6.19)");
+        assert!(set(1, NapiAttr::Threaded, 3).is_err());
         assert!(set(1, NapiAttr::DeferHardIrqs, 1 << 31).is_err());
         assert!(parse(&dump(2)).is_err(), "no id");
     }

@@ -15,7 +15,10 @@ pub mod text;
 pub mod tuner;
 pub mod verify;
 
-pub use crate::model::desired::{Action, Format, Item, ItemKind, NapiMode, Plan, Profile, Target};
+pub use crate::model::desired::{
+    Action, Format, Item, ItemKind, NAPI_SET_SINCE, NapiMode, Plan, Profile, THREADED_POLL_SINCE,
+    Target, kernel_version,
+};
 pub use crate::model::planner::{IrqbalancePolicy, Knob, PlanError, PlanOptions, plan};
 pub use apply::{
     ApplyOptions, ApplyReport, Backend, HostBackend, RollbackReport, StepError, apply,

@@ -481,6 +481,33 @@ impl Builder<'_> {
                     }
                 })
                 .collect();
+            // The buckets were found for one flow: with addresses alone in the hash every
+            // flow between the same two hosts shares them (igb hashes UDP that way).
+            if let Ok(hash) = s.flow_hash() {
+                for t in match spec.proto {
+                    Proto::Udp => ["udp4", "udp6"],
+                    Proto::Tcp => ["tcp4", "tcp6"],
+                } {
+                    let Some(now) = hash.get(t) else { continue };
+                    if now.contains('f') && now.contains('n') {
+                        continue;
+                    }
+                    let want: String = "mvtsdfnr"
+                        .chars()
+                        .filter(|c| now.contains(*c) || *c == 'f' || *c == 'n')
+                        .collect();
+                    self.nic_text_item(
+                        nic,
+                        ItemKind::Rss,
+                        NicKnob::FlowHash(t.into()),
+                        Format::Text,
+                        want,
+                        format!(
+                            "{t} hashed on the ports too: with addresses alone every flow between two hosts shares the lane's bucket(s)"
+                        ),
+                    );
+                }
+            }
             let buckets: Vec<String> = spec.rss_buckets.iter().map(u32::to_string).collect();
             self.nic_text_item(
                 nic,

@@ -1,0 +1,508 @@
+//! Seed 000's top rung: `netsteer lane` for the echo server in guest b, against no lane, under
+//! the same bulk neighbour, runs alternated (without, with, without, ...), judged by the
+//! three-way verdict on the latency flow's p99. Every readback is the guest's own: the lane
+//! NAPI's settings over netdev netlink (`netsteer show`), per-queue packets from the driver's
+//! counters (`ethtool -S`), interrupts from `/proc/interrupts`.
+//!
+//! The lane takes rx-[`RESERVED_QUEUE`] and CPU 1. The emulated NICs have no n-tuple filters,
+//! so the latency flow's RSS bucket is found first by the ladder's bisection (UDP hashed on
+//! ports) and given to the lane as `--rss-bucket`. The mode is `suspend` on kernels with IRQ
+//! suspension (6.13+, the server busy-polling through an epoll context with prefer-busy-poll)
+//! and `busy-poll` before (SO_BUSY_POLL with SO_PREFER_BUSY_POLL).
+//!
+//! Under TCG the microseconds are not bare metal's: the verdict and the ratio of the medians
+//! are what the run shows, and where each flow's packets went.
+
+use super::ladder::{
+    self, BULK_FLOWS, BULK_PORT, RESERVED_QUEUE, SERVER_PORT, T, apply, delta, irq_counts,
+    latency_bucket, latency_run, rollback_one, rx_by_queue, stop_server, table_len, wait_port,
+};
+use super::{Guest, VM_B_ADDR, VmPair};
+use crate::{LabError, Result};
+use netsteer_bench::experiment::{Comparison, compare};
+use netsteer_bench::udp_echo::message::ClientSummary;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The lane's state directory in guest b (apart from the ladder's tune state).
+const LANE_STATE: &str = "/tmp/netsteer-lane";
+const STATE: &str = "/tmp/netsteer-lane-tune";
+/// The lane's CPU in guest b (the echo server is pinned there too).
+pub const LANE_CPU: u32 = 1;
+
+/// One run: the latency flow's round trips while the bulk flows run beside it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaneRun {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// With the lane applied.
+    pub lane: bool,
+    pub repeat: u32,
+    pub sent: u64,
+    pub received: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    /// Packets the server's driver counted per rx queue during the run (`ethtool -S`).
+    pub rx_packets: BTreeMap<u32, u64>,
+    /// Receive interrupts per rx queue during the run (`/proc/interrupts`).
+    pub rx_irqs: BTreeMap<u32, u64>,
+}
+
+/// The whole experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaneSummary {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub kernel: String,
+    pub nic: String,
+    pub mode: String,
+    /// The latency flow's RSS bucket (the bisection's answer).
+    pub bucket: u32,
+    /// What `lane apply` changed, and its notes.
+    pub applied: Vec<String>,
+    /// The lane NAPI's settings as netdev netlink reads them back with the lane applied:
+    /// `defer-hard-irqs`, `gro-flush-timeout`, `irq-suspend-timeout` (absent: not reported).
+    pub napi: BTreeMap<String, u64>,
+    /// A burst of the bulk flows alone with the lane applied: packets on the lane's queue and
+    /// on every queue (a bulk flow whose hash falls in the lane's bucket shares it: 1 in 128).
+    pub bulk_on_lane_queue: u64,
+    pub bulk_total: u64,
+    /// The p99s without the lane (before) against with it (after).
+    pub p99: Option<Comparison>,
+    /// `lane remove`'s status: `restored` when every value is back.
+    pub removed: String,
+}
+
+/// Packets received per queue since boot, from the driver's own counters (`ethtool -S eth0`):
+/// `rx_queue_N_packets` (igb; virtio-net before 6.10) or `rxN_packets` (virtio-net after).
+pub fn rx_packets(g: &mut Guest) -> Result<BTreeMap<u32, u64>> {
+    let out = g.host_ok(&["ethtool", "-S", "eth0"], T)?;
+    let mut m = BTreeMap::new();
+    for l in out.lines() {
+        let Some((k, v)) = l.trim().split_once(':') else {
+            continue;
+        };
+        let q = k
+            .strip_prefix("rx_queue_")
+            .or_else(|| k.strip_prefix("rx"))
+            .and_then(|r| r.strip_suffix("_packets"))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let (Some(q), Ok(n)) = (q, v.trim().parse::<u64>()) {
+            m.insert(q, n);
+        }
+    }
+    Ok(m)
+}
+
+fn since(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> BTreeMap<u32, u64> {
+    after
+        .iter()
+        .map(|(q, n)| (*q, n.saturating_sub(before.get(q).copied().unwrap_or(0))))
+        .collect()
+}
+
+/// The mode for the guest's kernel and the server's wait flags that go with it. The server
+/// busy-polls for 20 ms before it sleeps: under TCG a round trip takes milliseconds, and a
+/// poller that sleeps between two requests lets the queue's IRQ back on (napi.rst: suspension
+/// holds only while the poller finds work); on bare metal 50 µs would do.
+fn mode_for(release: &str) -> (&'static str, &'static [&'static str]) {
+    let v = netsteer_steering::tune::kernel_version(release);
+    if v.is_some_and(|v| v >= netsteer_steering::tune::NAPI_SET_SINCE) {
+        (
+            "suspend",
+            &[
+                "--wait",
+                "epoll-busy",
+                "--busy-poll",
+                "20000",
+                "--prefer-busy-poll",
+            ],
+        )
+    } else {
+        (
+            "busy-poll",
+            &[
+                "--wait",
+                "busy-poll",
+                "--busy-poll",
+                "20000",
+                "--prefer-busy-poll",
+            ],
+        )
+    }
+}
+
+fn start_server(g: &mut Guest, bin: &str, wait: &[&str]) -> Result<()> {
+    let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
+    g.sh(
+        &format!(
+            "chroot /host {bin} bench udp-echo server --listen {server} --cpu {LANE_CPU} {} --max-pps-per-source 0 --max-pps 0 --duration 3600 > /x/echo-server.log 2>&1 &",
+            wait.join(" ")
+        ),
+        T,
+    )?;
+    wait_port(g, true, "start")
+}
+
+/// The bulk neighbour in guest a (CPU 1), in the background for `seconds`.
+fn start_bulk(g: &mut Guest, bin: &str, seconds: u32) -> Result<()> {
+    g.sh(
+        &format!(
+            "chroot /host {bin} bench udp-echo client {VM_B_ADDR}:{SERVER_PORT} --flows {BULK_FLOWS} --src-port {BULK_PORT} --cpu 1 --duration {seconds} --timeout 5 > /x/bulk.log 2>&1 &"
+        ),
+        T,
+    )?;
+    Ok(())
+}
+
+fn stop_bulk(g: &mut Guest) -> Result<()> {
+    g.sh(
+        "chroot /host pkill -TERM -f 'src-port [4]1000' ; i=0; while chroot /host pgrep -f 'src-port [4]1000' >/dev/null && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done",
+        T,
+    )?;
+    Ok(())
+}
+
+fn lane_args<'a>(bin: &'a str, mode: &'a str, bucket: &'a str) -> Vec<&'a str> {
+    vec![
+        bin,
+        "lane",
+        "apply",
+        "--name",
+        "lat",
+        "--dev",
+        "eth0",
+        "--udp",
+        "4321",
+        "--cpu",
+        "1",
+        "--queue",
+        "1",
+        "--mode",
+        mode,
+        "--rss-bucket",
+        bucket,
+        "--state-dir",
+        LANE_STATE,
+        "--json",
+    ]
+}
+
+fn remove_lane(g: &mut Guest, bin: &str) -> Result<String> {
+    let out = g.host_ok(
+        &[
+            bin,
+            "lane",
+            "remove",
+            "lat",
+            "--state-dir",
+            LANE_STATE,
+            "--json",
+        ],
+        T,
+    )?;
+    let v: serde_json::Value = serde_json::from_str(out.trim())
+        .map_err(|e| LabError::Invalid(format!("lane remove output: {e}: {out}")))?;
+    Ok(v["status"].as_str().unwrap_or("?").to_string())
+}
+
+/// The lane NAPI's settings, read back by netsteer show (netdev netlink) in guest b.
+fn lane_napi(g: &mut Guest, bin: &str) -> Result<BTreeMap<String, u64>> {
+    let out = g.host_ok(&[bin, "show", "--json", "--dev", "eth0"], T)?;
+    let v: netsteer_host::view::HostView =
+        serde_json::from_str(&out).map_err(|e| LabError::Invalid(format!("show output: {e}")))?;
+    let nic = v
+        .nic("eth0")
+        .ok_or_else(|| LabError::Invalid("show: no eth0".into()))?;
+    let mut m = BTreeMap::new();
+    let napi = nic
+        .napis
+        .iter()
+        .find(|n| n.rx_queues.contains(&RESERVED_QUEUE));
+    match napi {
+        Some(n) => {
+            let mut put = |k: &str, v: Option<u64>| {
+                if let Some(v) = v {
+                    m.insert(k.to_string(), v);
+                }
+            };
+            put("defer-hard-irqs", n.defer_hard_irqs.map(u64::from));
+            put("gro-flush-timeout", n.gro_flush_timeout_ns);
+            put("irq-suspend-timeout", n.irq_suspend_timeout_ns);
+        }
+        None => {
+            // A driver that links no NAPI to its queues: the device-wide files.
+            if let Some(d) = nic.napi_defer_hard_irqs.known() {
+                m.insert("napi_defer_hard_irqs (device)".into(), *d);
+            }
+            if let Some(g) = nic.gro_flush_timeout.known() {
+                m.insert("gro_flush_timeout (device)".into(), *g);
+            }
+        }
+    }
+    Ok(m)
+}
+
+fn one_run(pair: &mut VmPair, bin: &str, lane: bool, repeat: u32, count: u64) -> Result<LaneRun> {
+    let model = pair.nic;
+    // Long enough to cover the latency run under TCG; stopped right after it.
+    start_bulk(&mut pair.a, bin, 600)?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (p0, i0) = (rx_packets(&mut pair.b)?, irq_counts(&mut pair.b, model)?);
+    let (rc, out) = latency_run(pair, bin, "spin", count)?;
+    let (p1, i1) = (rx_packets(&mut pair.b)?, irq_counts(&mut pair.b, model)?);
+    stop_bulk(&mut pair.a)?;
+    if rc != 0 {
+        return Err(LabError::Invalid(format!("lane run: client: {out}")));
+    }
+    let s: ClientSummary = out
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| LabError::Invalid(format!("lane run: no summary: {out}")))?;
+    Ok(LaneRun {
+        kind: "vm-lane-run".into(),
+        lane,
+        repeat,
+        sent: s.sent,
+        received: s.received,
+        p50_ns: s.latency_ns.as_ref().map(|l| l.p50),
+        p99_ns: s.latency_ns.as_ref().map(|l| l.p99),
+        rx_packets: since(&p0, &p1),
+        rx_irqs: rx_by_queue(&delta(&i0, &i1)),
+    })
+}
+
+/// Runs the experiment: `repeats` pairs of runs (without, then with the lane), `count` round
+/// trips each. Everything the lane and the flow hash changed is rolled back at the end, also
+/// when a run fails.
+pub fn run(
+    pair: &mut VmPair,
+    bin: &str,
+    count: u64,
+    repeats: u32,
+    emit: &mut dyn FnMut(&LaneRun) -> std::io::Result<()>,
+) -> Result<LaneSummary> {
+    let (mode, wait) = mode_for(&pair.b.release);
+    let mut hash_journal: Option<String> = None;
+    let mut lane_on = false;
+    let result = (|| -> Result<LaneSummary> {
+        // Ports in the hash, then the latency flow's bucket (the ladder's bisection).
+        let (journal, _) = apply(
+            &mut pair.b,
+            bin,
+            STATE,
+            &["--profile", "none", "--set", "nic/eth0/flow-hash/udp4=sdfn"],
+        )?;
+        hash_journal = Some(journal);
+        start_server(&mut pair.b, bin, wait)?;
+        let len = table_len(&mut pair.b)?;
+        let bucket = latency_bucket(pair, bin, len)?;
+        let bucket_s = bucket.to_string();
+        let mut applied = Vec::new();
+        let mut napi = BTreeMap::new();
+        let mut runs = Vec::new();
+        for repeat in 1..=repeats {
+            for lane in [false, true] {
+                if lane {
+                    let out = pair.b.host_ok(&lane_args(bin, mode, &bucket_s), T)?;
+                    lane_on = true;
+                    let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out)
+                        .map_err(|e| LabError::Invalid(format!("lane apply output: {e}: {out}")))?;
+                    if r.status != "applied" {
+                        return Err(LabError::Invalid(format!(
+                            "lane apply: {}",
+                            r.error.unwrap_or(r.status)
+                        )));
+                    }
+                    if applied.is_empty() {
+                        applied = r
+                            .steps
+                            .iter()
+                            .filter(|s| s.status == "changed")
+                            .map(|s| format!("{}: {} -> {}", s.id, s.old, s.new))
+                            .chain(r.notes.iter().cloned())
+                            .collect();
+                        napi = lane_napi(&mut pair.b, bin)?;
+                    }
+                }
+                let run = one_run(pair, bin, lane, repeat, count)?;
+                emit(&run).map_err(|source| LabError::Io {
+                    what: "writing the report".into(),
+                    source,
+                })?;
+                runs.push(run);
+                if lane {
+                    remove_lane(&mut pair.b, bin)?;
+                    lane_on = false;
+                }
+            }
+        }
+        // The bulk flows alone with the lane in place: how many land on its queue.
+        pair.b.host_ok(&lane_args(bin, mode, &bucket_s), T)?;
+        lane_on = true;
+        let p0 = rx_packets(&mut pair.b)?;
+        ladder::bulk_burst(pair, bin)?;
+        let bulk = since(&p0, &rx_packets(&mut pair.b)?);
+        let removed = remove_lane(&mut pair.b, bin)?;
+        lane_on = false;
+        let p99 = |lane: bool| -> Vec<f64> {
+            runs.iter()
+                .filter(|r| r.lane == lane)
+                .filter_map(|r| r.p99_ns.map(|v| v as f64))
+                .collect()
+        };
+        Ok(LaneSummary {
+            kind: "vm-lane".into(),
+            kernel: pair.b.release.clone(),
+            nic: pair.nic.name().into(),
+            mode: mode.into(),
+            bucket,
+            applied,
+            napi,
+            bulk_on_lane_queue: bulk.get(&RESERVED_QUEUE).copied().unwrap_or(0),
+            bulk_total: bulk.values().sum(),
+            p99: compare(true, &p99(false), &p99(true)),
+            removed,
+        })
+    })();
+    // Undo whatever is still in place, newest first; the first error is the one reported.
+    let mut undo: Result<()> = Ok(());
+    if lane_on {
+        undo = remove_lane(&mut pair.b, bin).map(|_| ());
+    }
+    let _ = stop_server(&mut pair.b);
+    if let Some(j) = hash_journal {
+        let r = rollback_one(&mut pair.b, bin, STATE, &j);
+        if undo.is_ok() {
+            undo = r;
+        }
+    }
+    let summary = result?;
+    undo?;
+    Ok(summary)
+}
+
+/// Boots the pair, installs `bin` and runs the experiment; a line (or a JSON object) per run,
+/// then the summary.
+pub fn run_pair(
+    spec: &super::VmPairSpec,
+    bin: &std::path::Path,
+    repeats: u32,
+    count: u64,
+    emit: &mut dyn FnMut(&str) -> std::io::Result<()>,
+    json: bool,
+) -> Result<LaneSummary> {
+    eprintln!(
+        "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
+        spec.describe()
+    );
+    let mut pair = VmPair::new("lane", spec)?;
+    eprintln!(
+        "netsteer lab: guests up in {:.1} s and {:.1} s (kernel {})",
+        pair.a.boot_time.as_secs_f64(),
+        pair.b.boot_time.as_secs_f64(),
+        pair.b.release
+    );
+    let guest_bin = pair.install(bin)?;
+    let io = |source| LabError::Io {
+        what: "writing the report".into(),
+        source,
+    };
+    let summary = run(&mut pair, &guest_bin, count, repeats, &mut |r| {
+        let line = if json {
+            serde_json::to_string(r).map_err(std::io::Error::other)?
+        } else {
+            run_line(r)
+        };
+        emit(&line)
+    })?;
+    if json {
+        emit(
+            &serde_json::to_string(&summary)
+                .map_err(std::io::Error::other)
+                .map_err(io)?,
+        )
+        .map_err(io)?;
+    } else {
+        for l in summary_lines(&summary) {
+            emit(&l).map_err(io)?;
+        }
+    }
+    Ok(summary)
+}
+
+/// The summary as lines for people.
+pub fn summary_lines(s: &LaneSummary) -> Vec<String> {
+    let mut out = vec![format!(
+        "lane on guest b (kernel {}, {} NIC): mode {}, rx-{RESERVED_QUEUE} and CPU {LANE_CPU}, the latency flow's RSS bucket {}",
+        s.kernel, s.nic, s.mode, s.bucket
+    )];
+    for a in &s.applied {
+        out.push(format!("  {a}"));
+    }
+    let napi: Vec<String> = s.napi.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    out.push(format!(
+        "  the lane's NAPI read back: {}",
+        if napi.is_empty() {
+            "nothing reported".into()
+        } else {
+            napi.join(", ")
+        }
+    ));
+    out.push(format!(
+        "  bulk flows alone with the lane: {} of {} packets on rx-{RESERVED_QUEUE}",
+        s.bulk_on_lane_queue, s.bulk_total
+    ));
+    match &s.p99 {
+        Some(c) => out.push(format!(
+            "  latency flow p99, without → with the lane: median {:.0} → {:.0} µs (ratio {:.2}), {} ({:+.1}%, noise {:.1}%)",
+            c.before.median / 1e3,
+            c.after.median / 1e3,
+            c.after.median / c.before.median,
+            c.verdict,
+            c.improvement_pct,
+            c.noise_pct
+        )),
+        None => out.push("  latency flow p99: no usable runs".into()),
+    }
+    out.push(format!("  lane removed: {}", s.removed));
+    out
+}
+
+/// One run as a line.
+pub fn run_line(r: &LaneRun) -> String {
+    let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.0} µs", v as f64 / 1e3));
+    let q = |m: &BTreeMap<u32, u64>| {
+        m.iter()
+            .map(|(q, n)| format!("rx-{q} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "{} #{} p50 {} p99 {} | packets {} | irqs {}",
+        if r.lane {
+            "with lane   "
+        } else {
+            "without lane"
+        },
+        r.repeat,
+        us(r.p50_ns),
+        us(r.p99_ns),
+        q(&r.rx_packets),
+        q(&r.rx_irqs)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mode_follows_the_kernel() {
+        assert_eq!(mode_for("7.3.4+deb13-amd64").0, "suspend");
+        assert_eq!(mode_for("6.13.0-1-amd64").0, "suspend");
+        assert_eq!(mode_for("6.12.95+deb12-amd64").0, "busy-poll");
+        assert_eq!(mode_for("6.1.0-56-amd64").0, "busy-poll");
+    }
+}
