@@ -317,7 +317,7 @@ mod tests {
         body.extend_from_slice(&((4 + msg.len()) as u16).to_ne_bytes());
         body.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
         body.extend_from_slice(msg);
-        while body.len() % 4 != 0 {
+        while !body.len().is_multiple_of(4) {
             body.push(0);
         }
         body.extend_from_slice(&8u16.to_ne_bytes());
