@@ -385,3 +385,125 @@ fn a_killed_apply_is_completed_by_the_next_holder() {
     assert_eq!(state(b), before);
     assert_eq!(allowed(pid(&server)), before_allowed);
 }
+
+/// A cgroup this test makes (v2 unified, or the first v1 hierarchy with `cgroup.procs`):
+/// removed when dropped, its processes moved back to the parent first.
+struct Cgroup {
+    dir: std::path::PathBuf,
+    rel: String,
+}
+
+impl Cgroup {
+    fn create() -> Cgroup {
+        let root = std::path::Path::new("/sys/fs/cgroup");
+        let base = if root.join("cgroup.procs").is_file() {
+            root.to_path_buf()
+        } else {
+            std::fs::read_dir(root)
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.join("cgroup.procs").is_file())
+                .min()
+                .expect("a cgroup hierarchy")
+        };
+        let name = format!("netsteer-lane-test-{}", std::process::id());
+        let dir = base.join(&name);
+        std::fs::create_dir(&dir).unwrap();
+        let rel = dir
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        Cgroup { dir, rel }
+    }
+
+    fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let parent = self.dir.parent().unwrap().join("cgroup.procs");
+        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for p in procs.lines() {
+                let _ = std::fs::write(&parent, p);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// `--cgroup`: the service is every process of the group once one of them holds the port;
+/// the group's other process is pinned too, and the lane goes when the port's holder does
+/// even though the group is not empty.
+#[test]
+fn a_cgroup_service_is_all_its_processes() {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let sd = tempfile::tempdir().unwrap();
+    let sdp = sd.path().to_str().unwrap();
+    let group = Cgroup::create();
+    let helper = Running::spawn(b, &["sleep", "600"], &[], Stdio::null());
+    let server = service(b);
+    group.add(pid(&helper));
+    group.add(pid(&server));
+    let before = (allowed(pid(&helper)), state(b));
+    ok(netsteer_in(
+        b,
+        &[
+            "lane",
+            "apply",
+            "--name",
+            "echo",
+            "--dev",
+            "v0b",
+            "--udp",
+            PORT,
+            "--cpu",
+            "1",
+            "--cgroup",
+            &group.rel,
+            "--state-dir",
+            sdp,
+        ],
+    ));
+    assert_eq!(allowed(pid(&server)), "1");
+    assert_eq!(
+        allowed(pid(&helper)),
+        "1",
+        "the group's other process is the service too"
+    );
+    let holder = Running::spawn(
+        b,
+        &[
+            env!("CARGO_BIN_EXE_netsteer"),
+            "lane",
+            "hold",
+            "echo",
+            "--state-dir",
+            sdp,
+            "--interval",
+            "0.1",
+        ],
+        &[],
+        Stdio::null(),
+    );
+    drop(server);
+    wait_for(
+        "rollback once the port's holder is gone",
+        Duration::from_secs(10),
+        || allowed(pid(&helper)) == before.0,
+    );
+    assert_eq!(state(b), before.1);
+    drop(holder);
+    ok(netsteer_in(
+        b,
+        &["lane", "remove", "echo", "--state-dir", sdp],
+    ));
+}

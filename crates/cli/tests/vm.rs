@@ -352,22 +352,28 @@ fn the_seed_000_ladder_runs_between_two_guests() {
 }
 
 /// `netsteer lab run seed-000 --vm --lane --kernel 7.3`: seed 000's top rung on Debian's 7.3
-/// kernel (per-NAPI settings, IRQ suspension) and igb. With the lane, the latency flow's
-/// packets all arrive on the lane's queue (the driver's own per-queue counters) while the 16
-/// bulk flows run beside it, and the bulk flows alone stay off it (bar one hashing into the
-/// lane's bucket, one in 128 each); netdev netlink reads back the lane NAPI's suspend settings;
-/// the p99s of the alternated runs get a three-way verdict (under TCG: whichever it is); and
-/// `lane remove` restores every value.
+/// kernel (per-NAPI settings, IRQ suspension), with igb and with virtio-net's RSS. With the
+/// lane, the latency flow's packets all arrive on the lane's queue (the driver's per-queue
+/// counters, or netdev qstats) while the 16 bulk flows run beside it, and the bulk flows alone
+/// stay off it (bar one hashing into the lane's bucket, one in 128 each); netdev netlink reads
+/// back the lane NAPI's suspend settings; the p99s of the alternated runs get a three-way
+/// verdict (under TCG: whichever it is); and `lane remove` restores every value.
 #[test]
-fn the_lane_rung_runs_on_a_7_3_guest() {
+fn the_lane_rung_runs_on_7_3_guests() {
     if !usable() {
         return;
     }
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for nic in ["igb", "virtio-rss"] {
+        lane_rung(nic);
+    }
+}
+
+fn lane_rung(nic: &str) {
     let count = 200u64;
     let out = Command::new(BIN)
         .args([
-            "lab", "run", "seed-000", "--vm", "--lane", "--nic", "igb", "--kernel", "7.3",
+            "lab", "run", "seed-000", "--vm", "--lane", "--nic", nic, "--kernel", "7.3",
             "--repeat", "2", "--count", "200", "--json",
         ])
         .output()
@@ -375,7 +381,7 @@ fn the_lane_rung_runs_on_a_7_3_guest() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{text}{}",
+        "{nic}: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let lines: Vec<&str> = text.lines().collect();
@@ -387,31 +393,31 @@ fn the_lane_rung_runs_on_a_7_3_guest() {
     let s: netsteer_lab::vm::lane::LaneSummary = serde_json::from_str(summary).unwrap();
     assert_eq!(runs.len(), 4, "{text}");
     assert!(s.kernel.starts_with("7.3"), "{}", s.kernel);
-    assert_eq!(s.mode, "suspend");
+    assert_eq!((s.nic.as_str(), s.mode.as_str()), (nic, "suspend"));
     use netsteer_lab::vm::ladder::RESERVED_QUEUE;
     for r in &runs {
-        assert_eq!((r.sent, r.received), (count, count), "{r:?}");
+        assert_eq!((r.sent, r.received), (count, count), "{nic}: {r:?}");
         if r.lane {
             // Every latency packet on the lane's queue; any more there are bulk packets of a
             // flow sharing the lane's bucket, counted below.
             assert!(
                 r.rx_packets.get(&RESERVED_QUEUE).copied().unwrap_or(0) >= count,
-                "{r:?}"
+                "{nic}: {r:?}"
             );
         }
     }
-    assert_eq!(s.napi.get("defer-hard-irqs"), Some(&2), "{s:?}");
+    assert_eq!(s.napi.get("defer-hard-irqs"), Some(&2), "{nic}: {s:?}");
     assert_eq!(s.napi.get("gro-flush-timeout"), Some(&200_000), "{s:?}");
     assert_eq!(
         s.napi.get("irq-suspend-timeout"),
         Some(&20_000_000),
         "{s:?}"
     );
-    assert!(s.bulk_total > 0, "{s:?}");
+    assert!(s.bulk_total > 0, "{nic}: {s:?}");
     assert!(
         s.bulk_on_lane_queue * 4 <= s.bulk_total,
-        "the bulk flows crowd the lane's queue: {s:?}"
+        "{nic}: the bulk flows crowd the lane's queue: {s:?}"
     );
     assert!(s.p99.is_some(), "{s:?}");
-    assert_eq!(s.removed, "restored", "{s:?}");
+    assert_eq!(s.removed, "restored", "{nic}: {s:?}");
 }

@@ -74,8 +74,10 @@ pub struct LaneSummary {
 }
 
 /// Packets received per queue since boot, from the driver's own counters (`ethtool -S eth0`):
-/// `rx_queue_N_packets` (igb; virtio-net before 6.10) or `rxN_packets` (virtio-net after).
-pub fn rx_packets(g: &mut Guest) -> Result<BTreeMap<u32, u64>> {
+/// `rx_queue_N_packets` (igb; virtio-net before 6.10) or `rxN_packets`; where the driver names
+/// them otherwise (virtio-net on 6.12+), the kernel's per-queue counters over netdev netlink
+/// (`qstats-get`, read by `netsteer show`).
+pub fn rx_packets(g: &mut Guest, bin: &str) -> Result<BTreeMap<u32, u64>> {
     let out = g.host_ok(&["ethtool", "-S", "eth0"], T)?;
     let mut m = BTreeMap::new();
     for l in out.lines() {
@@ -89,6 +91,25 @@ pub fn rx_packets(g: &mut Guest) -> Result<BTreeMap<u32, u64>> {
             .and_then(|n| n.parse::<u32>().ok());
         if let (Some(q), Ok(n)) = (q, v.trim().parse::<u64>()) {
             m.insert(q, n);
+        }
+    }
+    if !m.is_empty() {
+        return Ok(m);
+    }
+    let out = g.host_ok(&[bin, "show", "--json", "--dev", "eth0"], T)?;
+    let v: netsteer_host::view::HostView =
+        serde_json::from_str(&out).map_err(|e| LabError::Invalid(format!("show output: {e}")))?;
+    let stats = v
+        .nic("eth0")
+        .and_then(|n| n.settings.as_ref())
+        .and_then(|s| s.netdev().ok())
+        .map(|nd| nd.qstats.clone())
+        .unwrap_or_default();
+    for q in stats {
+        if q.kind == netsteer_host::netdev::QueueType::Rx
+            && let Some(p) = q.packets
+        {
+            m.insert(q.id, p);
         }
     }
     Ok(m)
@@ -248,9 +269,15 @@ fn one_run(pair: &mut VmPair, bin: &str, lane: bool, repeat: u32, count: u64) ->
     // Long enough to cover the latency run under TCG; stopped right after it.
     start_bulk(&mut pair.a, bin, 600)?;
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let (p0, i0) = (rx_packets(&mut pair.b)?, irq_counts(&mut pair.b, model)?);
+    let (p0, i0) = (
+        rx_packets(&mut pair.b, bin)?,
+        irq_counts(&mut pair.b, model)?,
+    );
     let (rc, out) = latency_run(pair, bin, "spin", count)?;
-    let (p1, i1) = (rx_packets(&mut pair.b)?, irq_counts(&mut pair.b, model)?);
+    let (p1, i1) = (
+        rx_packets(&mut pair.b, bin)?,
+        irq_counts(&mut pair.b, model)?,
+    );
     stop_bulk(&mut pair.a)?;
     if rc != 0 {
         return Err(LabError::Invalid(format!("lane run: client: {out}")));
@@ -295,9 +322,14 @@ pub fn run(
             &["--profile", "none", "--set", "nic/eth0/flow-hash/udp4=sdfn"],
         )?;
         hash_journal = Some(journal);
-        start_server(&mut pair.b, bin, wait)?;
+        // The bisection reads which queue took the flow's interrupts: a busy-polling server
+        // would keep its own queue's interrupts down and point it the wrong way, so it runs
+        // against a server that sleeps, and the lane's server starts after.
+        start_server(&mut pair.b, bin, &["--wait", "block"])?;
         let len = table_len(&mut pair.b)?;
         let bucket = latency_bucket(pair, bin, len)?;
+        stop_server(&mut pair.b)?;
+        start_server(&mut pair.b, bin, wait)?;
         let bucket_s = bucket.to_string();
         let mut applied = Vec::new();
         let mut napi = BTreeMap::new();
@@ -341,9 +373,9 @@ pub fn run(
         // The bulk flows alone with the lane in place: how many land on its queue.
         pair.b.host_ok(&lane_args(bin, mode, &bucket_s), T)?;
         lane_on = true;
-        let p0 = rx_packets(&mut pair.b)?;
+        let p0 = rx_packets(&mut pair.b, bin)?;
         ladder::bulk_burst(pair, bin)?;
-        let bulk = since(&p0, &rx_packets(&mut pair.b)?);
+        let bulk = since(&p0, &rx_packets(&mut pair.b, bin)?);
         let removed = remove_lane(&mut pair.b, bin)?;
         lane_on = false;
         let p99 = |lane: bool| -> Vec<f64> {

@@ -245,26 +245,39 @@ impl Lanes {
         })
     }
 
-    /// The processes of a unit's or cgroup's cgroup (v2: `cgroup.procs`).
+    /// The processes of a unit's or cgroup's cgroup, by each process's own
+    /// `/proc/PID/cgroup` (so it works where /sys/fs/cgroup is not mounted, as in `ip netns
+    /// exec`, which mounts a fresh sysfs).
     fn group_pids(&self, service: &ServiceRef) -> Result<BTreeSet<u32>, LaneOpError> {
         let rel = match service {
             ServiceRef::Port => return Ok(BTreeSet::new()),
             ServiceRef::Cgroup(c) => c.clone(),
             ServiceRef::Unit(u) => unit_cgroup(u)?,
         };
-        let rel = rel.trim_start_matches('/');
-        if rel.split('/').any(|c| c == ".." || c == ".") || rel.contains("//") {
+        let rel = rel.trim_matches('/').to_string();
+        if rel.is_empty()
+            || rel
+                .split('/')
+                .any(|c| c == ".." || c == "." || c.is_empty())
+        {
             return Err(LaneOpError::Service(format!(
-                "--cgroup {rel}: a path below /sys/fs/cgroup without '.' or '..'"
+                "--cgroup {rel:?}: a path below /sys/fs/cgroup, without '.', '..' or '//'"
             )));
         }
-        let path = format!("/sys/fs/cgroup/{rel}/cgroup.procs");
-        match self.fs.read(&path) {
-            Ok(text) => Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect()),
-            // A unit that is not running has no cgroup: no process.
-            Err(e) if e.is_not_found() => Ok(BTreeSet::new()),
-            Err(e) => Err(LaneOpError::Service(format!("{path}: {e}"))),
-        }
+        let scan = self.fs.unrecorded();
+        let pids: Vec<u32> = scan
+            .read_dir("/proc")
+            .map_err(|e| LaneOpError::Service(format!("/proc: {e}")))?
+            .iter()
+            .filter_map(|e| e.parse().ok())
+            .collect();
+        Ok(pids
+            .into_iter()
+            .filter(|pid| {
+                scan.read(format!("/proc/{pid}/cgroup"))
+                    .is_ok_and(|text| in_cgroup(&text, &rel))
+            })
+            .collect())
     }
 
     /// The plan of `spec` for its service as it runs now.
@@ -522,6 +535,31 @@ fn sleep_unless(stop: &dyn Fn() -> bool, d: Duration) {
     }
 }
 
+/// Whether a `/proc/PID/cgroup` text puts the process in `rel`, a path below /sys/fs/cgroup:
+/// on cgroup v2 the unified path (`0::/rel`); on v1 either a hierarchy's path (`rel` whole) or
+/// a hierarchy named by its first component (`cpu,cpuacct/grp` → the line whose controllers
+/// are `cpu,cpuacct`, or one of them, with the path `/grp`).
+pub fn in_cgroup(text: &str, rel: &str) -> bool {
+    let whole = format!("/{rel}");
+    let split = rel.split_once('/');
+    text.lines().any(|line| {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            return false;
+        };
+        if path == whole {
+            return true;
+        }
+        split.is_some_and(|(c, rest)| {
+            path.strip_prefix('/') == Some(rest)
+                && (controllers == c
+                    || controllers
+                        .split(',')
+                        .any(|x| x == c || x.strip_prefix("name=") == Some(c)))
+        })
+    })
+}
+
 /// The cgroup of a systemd unit (`systemctl show -p ControlGroup`).
 fn unit_cgroup(unit: &str) -> Result<String, LaneOpError> {
     let ok = !unit.is_empty()
@@ -557,5 +595,26 @@ impl NoFollow for std::fs::OpenOptions {
     fn custom_flags_nofollow(&mut self) -> &mut Self {
         use std::os::unix::fs::OpenOptionsExt;
         self.custom_flags(libc::O_NOFOLLOW)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_cgroup;
+
+    #[test]
+    fn cgroup_membership_on_v1_and_v2() {
+        let v2 = "0::/system.slice/echo.service\n";
+        assert!(in_cgroup(v2, "system.slice/echo.service"));
+        assert!(!in_cgroup(v2, "system.slice/other.service"));
+        assert!(!in_cgroup(v2, "system.slice"));
+        let v1 = "12:blkio:/grp\n11:cpu,cpuacct:/grp2\n1:name=systemd:/system.slice/echo.service\n";
+        assert!(in_cgroup(v1, "blkio/grp"));
+        assert!(in_cgroup(v1, "cpu,cpuacct/grp2"));
+        assert!(in_cgroup(v1, "cpu/grp2"));
+        assert!(in_cgroup(v1, "system.slice/echo.service"));
+        assert!(in_cgroup(v1, "systemd/system.slice/echo.service"));
+        assert!(!in_cgroup(v1, "blkio/grp2"));
+        assert!(!in_cgroup(v1, "memory/grp"));
     }
 }
