@@ -156,6 +156,31 @@ fn a_lane_lives_and_dies_with_its_service() {
         "1",
         "the service is pinned to the lane's CPU"
     );
+    // A second lane on the same CPU is refused, naming the lane that holds it.
+    let second = netsteer_in(
+        b,
+        &[
+            "lane",
+            "apply",
+            "--name",
+            "other",
+            "--dev",
+            "v0b",
+            "--udp",
+            PORT,
+            "--cpu",
+            "1",
+            "--state-dir",
+            sdp,
+        ],
+    );
+    assert_eq!(second.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("--cpu 1: lane \"echo\" holds it"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(state(b), applied);
 
     // Held: the server's death rolls the lane back to the byte.
     let holder = Running::spawn(
@@ -506,4 +531,98 @@ fn a_cgroup_service_is_all_its_processes() {
         b,
         &["lane", "remove", "echo", "--state-dir", sdp],
     ));
+}
+
+/// A TCP service: its listener is the service (a connection's socket on the same port is not
+/// a listener); the UDP port of the same number has nobody.
+#[test]
+fn a_tcp_service_gets_its_lane() {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let sd = tempfile::tempdir().unwrap();
+    let sdp = sd.path().to_str().unwrap();
+    let server = Running::spawn(
+        b,
+        &["socat", "TCP-LISTEN:8080,reuseaddr,fork", "/dev/null"],
+        &[],
+        Stdio::null(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.text("ss -ltnH").contains(":8080 ") {
+        assert!(Instant::now() < deadline, "socat never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = (allowed(pid(&server)), state(b));
+    let udp = netsteer_in(
+        b,
+        &[
+            "lane",
+            "apply",
+            "--name",
+            "web",
+            "--dev",
+            "v0b",
+            "--udp",
+            "8080",
+            "--cpu",
+            "1",
+            "--state-dir",
+            sdp,
+        ],
+    );
+    assert_eq!(udp.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&udp.stderr).contains("--udp 8080: nobody serves it"));
+    let plan = ok(netsteer_in(
+        b,
+        &[
+            "lane",
+            "plan",
+            "--name",
+            "web",
+            "--dev",
+            "v0b",
+            "--tcp",
+            "8080",
+            "--cpu",
+            "1",
+            "--mode",
+            "busy-poll",
+            "--state-dir",
+            sdp,
+        ],
+    ));
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        text.starts_with("lane web: tcp 8080 on v0b") && text.contains("SO_PREFER_BUSY_POLL"),
+        "{text}"
+    );
+    ok(netsteer_in(
+        b,
+        &[
+            "lane",
+            "apply",
+            "--name",
+            "web",
+            "--dev",
+            "v0b",
+            "--tcp",
+            "8080",
+            "--cpu",
+            "1",
+            "--mode",
+            "busy-poll",
+            "--state-dir",
+            sdp,
+        ],
+    ));
+    assert_eq!(allowed(pid(&server)), "1");
+    ok(netsteer_in(
+        b,
+        &["lane", "remove", "web", "--state-dir", sdp],
+    ));
+    assert_eq!((allowed(pid(&server)), state(b)), before);
 }

@@ -447,3 +447,31 @@ fn a_lane_spec_round_trips_and_old_threaded_records_still_read() {
     let n: netsteer_host::netdev::Napi = serde_json::from_str(r#"{"id":1,"threaded":2}"#).unwrap();
     assert_eq!(n.threaded, Some(2));
 }
+
+/// A 7.3 guest (recorded from the VM lab) has threaded busy polling: the lane sets its NAPI's
+/// `threaded` to 2 (busy-poll) and says the kthread wants a CPU of its own; 6.12 refuses it.
+#[test]
+fn threaded_poll_where_the_kernel_has_it() {
+    let view = view_of(&fixture("zoo-2node-5nic-7.3"));
+    let p = plan_lane(
+        &view,
+        &spec("eth0", 1, LaneMode::ThreadedPoll),
+        &service(),
+        &[],
+        false,
+    )
+    .unwrap();
+    let t = item(&p, "nic/eth0/napi/8193/threaded");
+    assert_eq!(t.desired, "2");
+    assert!(
+        p.notes.iter().any(|n| n.contains("kthread")),
+        "{:#?}",
+        p.notes
+    );
+    let old = view_of(&fixture("igb-6.12"));
+    let e = refused(&old, &spec("eth0", 1, LaneMode::ThreadedPoll), &[]).to_string();
+    assert!(
+        e.contains("Linux 6.19 and later; this kernel is 6.12"),
+        "{e}"
+    );
+}
