@@ -90,6 +90,10 @@ pub struct LaneArgs {
     /// SO_PREFER_BUSY_POLL), suspend (IRQ suspension, 6.13+), threaded-poll (6.19+).
     #[arg(long, value_enum, default_value = "irq")]
     mode: LaneMode,
+    /// With --mode threaded-poll: the CPU the NAPI's polling kthread is pinned to (not
+    /// --cpu: it polls without pause).
+    #[arg(long, value_name = "CPU")]
+    poll_cpu: Option<u32>,
     /// The service is this systemd unit's processes (default: whoever holds the port).
     #[arg(long, value_name = "UNIT", conflicts_with = "cgroup")]
     unit: Option<String>,
@@ -130,6 +134,7 @@ impl LaneArgs {
             rss_buckets: self.rss_bucket.clone(),
             device_coalesce: self.device_coalesce,
             stop_irqbalance: self.irqbalance == netsteer_steering::tune::IrqbalancePolicy::Stop,
+            poll_cpu: self.poll_cpu,
             service: match (&self.unit, &self.cgroup) {
                 (Some(u), _) => ServiceRef::Unit(u.clone()),
                 (None, Some(c)) => ServiceRef::Cgroup(c.clone()),

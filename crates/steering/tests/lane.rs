@@ -38,6 +38,7 @@ fn spec(dev: &str, cpu: u32, mode: LaneMode) -> LaneSpec {
         device_coalesce: false,
         stop_irqbalance: false,
         service: ServiceRef::Port,
+        poll_cpu: None,
     }
 }
 
@@ -249,6 +250,7 @@ fn a_second_lane_leaves_the_first_alone() {
         dev: "eth0".into(),
         cpu: 7,
         queue: 7,
+        poll_cpu: None,
     };
     let mut s = spec("eth0", 6, LaneMode::Irq);
     s.queue = Some(6);
@@ -290,6 +292,7 @@ fn bad_requests_are_refused_naming_the_flag() {
         dev: "eth0".into(),
         cpu,
         queue,
+        poll_cpu: None,
     };
     let cases: Vec<(LaneSpec, Vec<LaneClaim>, &str)> = vec![
         (
@@ -362,6 +365,7 @@ fn an_isolated_cpu_and_the_last_cpu_near_the_nic_are_refused() {
             dev: format!("other{c}"),
             cpu: c,
             queue: 0,
+            poll_cpu: None,
         })
         .collect();
     let e = refused(&view, &spec("eth0", 11, LaneMode::Irq), &others).to_string();
@@ -453,21 +457,50 @@ fn a_lane_spec_round_trips_and_old_threaded_records_still_read() {
 #[test]
 fn threaded_poll_where_the_kernel_has_it() {
     let view = view_of(&fixture("zoo-2node-5nic-7.3"));
-    let p = plan_lane(
-        &view,
-        &spec("eth0", 1, LaneMode::ThreadedPoll),
-        &service(),
-        &[],
-        false,
-    )
-    .unwrap();
+    let mut s = spec("eth0", 1, LaneMode::ThreadedPoll);
+    let e = refused(&view, &s, &[]).to_string();
+    assert!(
+        e.starts_with("--poll-cpu: --mode threaded-poll needs it"),
+        "{e}"
+    );
+    s.poll_cpu = Some(1);
+    let e = refused(&view, &s, &[]).to_string();
+    assert!(e.contains("the service's CPU"), "{e}");
+    // Node 0 has CPUs 0-1: the lane's two would leave eth0's node nothing.
+    s.poll_cpu = Some(0);
+    let e = refused(&view, &s, &[]).to_string();
+    assert!(e.contains("the last CPU left near eth0"), "{e}");
+    s.poll_cpu = Some(2);
+    let p = plan_lane(&view, &s, &service(), &[], false).unwrap();
     let t = item(&p, "nic/eth0/napi/8193/threaded");
     assert_eq!(t.desired, "2");
-    assert!(
-        p.notes.iter().any(|n| n.contains("kthread")),
-        "{:#?}",
-        p.notes
+    let k = item(&p, "napi-thread/eth0/8193");
+    assert_eq!((k.desired.as_str(), k.current.as_deref()), ("2", Some("")));
+    assert_eq!(
+        k.target,
+        Target::NapiThread {
+            dev: "eth0".into(),
+            napi: 8193
+        }
     );
+    assert!(
+        k.phase() > t.phase(),
+        "the kthread is pinned after it exists"
+    );
+    // Another lane's poll CPU is held like its service CPU.
+    let other = LaneClaim {
+        name: "db".into(),
+        dev: "eth1".into(),
+        cpu: 0,
+        queue: 0,
+        poll_cpu: Some(2),
+    };
+    let e = refused(&view, &s, &[other]).to_string();
+    assert!(e.contains("--poll-cpu: CPU 2: lane \"db\" holds it"), "{e}");
+    let mut irq = spec("eth0", 1, LaneMode::Irq);
+    irq.poll_cpu = Some(0);
+    let e = refused(&view, &irq, &[]).to_string();
+    assert!(e.contains("only --mode threaded-poll"), "{e}");
     let old = view_of(&fixture("igb-6.12"));
     let e = refused(&old, &spec("eth0", 1, LaneMode::ThreadedPoll), &[]).to_string();
     assert!(

@@ -183,6 +183,7 @@ impl Lanes {
                 dev: spec.dev.clone(),
                 cpu: spec.cpu,
                 queue,
+                poll_cpu: spec.poll_cpu,
             });
         }
         Ok(out)

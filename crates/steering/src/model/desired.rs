@@ -179,6 +179,9 @@ pub enum Target {
     /// sched_setaffinity through `taskset -a`); live host only. `start` is the process's
     /// start time (`/proc/PID/stat` field 22): a pid reused by another process is not it.
     Process { pid: u32, start: u64 },
+    /// The CPUs a NAPI's kthread may run on (`napi/DEV-ID`, its pid from netdev netlink); ""
+    /// when the NAPI has no kthread. Live host only.
+    NapiThread { dev: String, napi: u32 },
 }
 
 impl fmt::Display for Target {
@@ -193,6 +196,7 @@ impl fmt::Display for Target {
             Target::Nic { dev, knob } => write!(f, "ethtool {dev} {knob}"),
             Target::Service { name } => write!(f, "service {name}"),
             Target::Process { pid, .. } => write!(f, "process {pid}"),
+            Target::NapiThread { dev, napi } => write!(f, "kthread of {dev} napi {napi}"),
         }
     }
 }

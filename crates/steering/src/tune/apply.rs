@@ -159,6 +159,10 @@ impl Backend for HostBackend<'_> {
                 self.services_allowed(target)?;
                 super::process::read_affinity(&self.fs, target, *pid, *start)
             }
+            Target::NapiThread { dev, napi } => {
+                self.services_allowed(target)?;
+                super::process::read_napi_thread(&self.fs, self.nic, target, dev, *napi)
+            }
         }
     }
 
@@ -186,6 +190,10 @@ impl Backend for HostBackend<'_> {
             Target::Process { pid, start } => {
                 self.services_allowed(target)?;
                 super::process::write_affinity(&self.fs, target, *pid, *start, value)
+            }
+            Target::NapiThread { dev, napi } => {
+                self.services_allowed(target)?;
+                super::process::write_napi_thread(&self.fs, self.nic, target, dev, *napi, value)
             }
         }
     }
@@ -501,7 +509,7 @@ fn device_of(target: &Target) -> Option<&str> {
         Target::File { path } => path
             .strip_prefix("/sys/class/net/")
             .and_then(|r| r.split('/').next()),
-        Target::Service { .. } | Target::Process { .. } => None,
+        Target::Service { .. } | Target::Process { .. } | Target::NapiThread { .. } => None,
     }
 }
 
@@ -956,7 +964,7 @@ fn kind_of(id: &str) -> ItemKind {
         "rfs" => ItemKind::RfsFlowCnt,
         "xps" => ItemKind::Xps,
         "service" => ItemKind::Irqbalance,
-        "process" => ItemKind::Affinity,
+        "process" | "napi-thread" => ItemKind::Affinity,
         "napi" => ItemKind::Napi,
         "nic" if id.contains("/channels/") || id.contains("/rings/") => ItemKind::Channels,
         "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,

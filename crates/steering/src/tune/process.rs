@@ -7,6 +7,7 @@ use super::apply::{StepError, step_err};
 use crate::model::desired::Target;
 use netsteer_host::HostFs;
 use netsteer_host::process::{parse_start_time, parse_status_allowed};
+use netsteer_nic::NicBackend;
 
 fn gone(target: &Target, pid: u32) -> StepError {
     StepError {
@@ -67,4 +68,57 @@ pub fn write_affinity(
             String::from_utf8_lossy(&out.stderr).trim()
         ),
     ))
+}
+
+/// The pid of NAPI `napi`'s kthread on `dev` now (netdev netlink's napi-get), if it has one.
+fn napi_thread_pid(nic: &dyn NicBackend, dev: &str, napi: u32) -> Option<u32> {
+    nic.settings(dev)
+        .netdev()
+        .ok()?
+        .napis
+        .iter()
+        .find(|n| n.id == napi)?
+        .pid
+}
+
+/// The kthread's `Cpus_allowed_list`, or "" when the NAPI has none (not threaded).
+pub fn read_napi_thread(
+    fs: &HostFs,
+    nic: &dyn NicBackend,
+    target: &Target,
+    dev: &str,
+    napi: u32,
+) -> Result<String, StepError> {
+    let Some(pid) = napi_thread_pid(nic, dev, napi) else {
+        return Ok(String::new());
+    };
+    fs.read_parsed(format!("/proc/{pid}/status"), parse_status_allowed)
+        .map(|c| c.to_list())
+        .map_err(|e| step_err(target, None, format!("kthread {pid}: {e}")))
+}
+
+/// Pins the NAPI's kthread to the CPUs of `value`; "" (what a NAPI without a kthread read as)
+/// has nothing to pin: the kthread went with `threaded` 0.
+pub fn write_napi_thread(
+    fs: &HostFs,
+    nic: &dyn NicBackend,
+    target: &Target,
+    dev: &str,
+    napi: u32,
+    value: &str,
+) -> Result<(), StepError> {
+    if value.trim().is_empty() {
+        return Ok(());
+    }
+    let pid = napi_thread_pid(nic, dev, napi).ok_or_else(|| {
+        step_err(
+            target,
+            Some(libc::ESRCH),
+            format!("NAPI {napi} of {dev} has no kthread (threaded is off)"),
+        )
+    })?;
+    let start = fs
+        .read_parsed(format!("/proc/{pid}/stat"), parse_start_time)
+        .map_err(|_| gone(target, pid))?;
+    write_affinity(fs, target, pid, start, value)
 }

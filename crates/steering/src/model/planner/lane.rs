@@ -86,6 +86,10 @@ pub struct LaneSpec {
     #[serde(default)]
     pub stop_irqbalance: bool,
     pub service: ServiceRef,
+    /// `threaded-poll`: the CPU the NAPI's kthread is pinned to (it polls without pause, so
+    /// not the service's).
+    #[serde(default)]
+    pub poll_cpu: Option<u32>,
 }
 
 /// One process of the service: what names it (pid and start time) and where it may run now.
@@ -104,6 +108,16 @@ pub struct LaneClaim {
     pub dev: String,
     pub cpu: u32,
     pub queue: u32,
+    /// The CPU its threaded-poll kthread holds.
+    #[serde(default)]
+    pub poll_cpu: Option<u32>,
+}
+
+impl LaneClaim {
+    /// Every CPU the lane holds.
+    fn cpus(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.cpu).chain(self.poll_cpu)
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -151,6 +165,8 @@ pub enum LaneError {
     BadBucket(String),
     #[error("--mode {mode}: {why}")]
     Mode { mode: LaneMode, why: String },
+    #[error("--poll-cpu: {0}")]
+    PollCpu(String),
     #[error(
         "--{proto} {port}: nobody serves it in this network namespace (no {what} socket on the port){unit}"
     )]
@@ -230,12 +246,57 @@ pub fn plan_lane(
         .join(", ");
         return Err(LaneError::Isolated { cpu, why });
     }
+    // A mode this kernel does not have, before anything else is looked at.
+    if spec.mode == LaneMode::ThreadedPoll {
+        let kernel = view.kernel.known().cloned().unwrap_or_else(|| "?".into());
+        if kernel_version(&kernel).is_none_or(|k| k < THREADED_POLL_SINCE) {
+            return Err(LaneError::Mode {
+                mode: spec.mode,
+                why: format!(
+                    "threaded busy polling (napi threaded = busy-poll) is in Linux {}.{} and later; this kernel is {kernel}",
+                    THREADED_POLL_SINCE.0, THREADED_POLL_SINCE.1
+                ),
+            });
+        }
+    }
     let others: Vec<&LaneClaim> = others.iter().filter(|o| o.name != spec.name).collect();
-    if let Some(o) = others.iter().find(|o| o.cpu == cpu) {
+    if let Some(o) = others.iter().find(|o| o.cpus().any(|c| c == cpu)) {
         return Err(LaneError::CpuTaken {
             cpu,
             lane: o.name.clone(),
         });
+    }
+    // threaded-poll's kthread gets a CPU of its own: online, not set aside, no lane's.
+    match (spec.mode, spec.poll_cpu) {
+        (LaneMode::ThreadedPoll, None) => {
+            return Err(LaneError::PollCpu(
+                "--mode threaded-poll needs it: the NAPI's kthread polls without pause and burns the CPU it runs on, which must not be the service's".into(),
+            ));
+        }
+        (LaneMode::ThreadedPoll, Some(p)) => {
+            let why = if p == cpu {
+                Some("the service's CPU (--cpu); the kthread needs one of its own".to_string())
+            } else if !ctx.usable.contains(p) {
+                Some(format!(
+                    "CPU {p} is not online and usable (usable: {})",
+                    ctx.usable.to_list()
+                ))
+            } else {
+                others
+                    .iter()
+                    .find(|o| o.cpus().any(|c| c == p))
+                    .map(|o| format!("CPU {p}: lane {:?} holds it already", o.name))
+            };
+            if let Some(why) = why {
+                return Err(LaneError::PollCpu(why));
+            }
+        }
+        (_, Some(_)) => {
+            return Err(LaneError::PollCpu(
+                "only --mode threaded-poll has a polling kthread to pin".into(),
+            ));
+        }
+        (_, None) => {}
     }
     let nq = nic.rx_queues.len() as u32;
     let queue = spec.queue.unwrap_or(nq.saturating_sub(1));
@@ -256,23 +317,11 @@ pub fn plan_lane(
             lane: o.name.clone(),
         });
     }
-    // A mode this kernel does not have, before anything else is looked at.
-    if spec.mode == LaneMode::ThreadedPoll {
-        let kernel = view.kernel.known().cloned().unwrap_or_else(|| "?".into());
-        if kernel_version(&kernel).is_none_or(|k| k < THREADED_POLL_SINCE) {
-            return Err(LaneError::Mode {
-                mode: spec.mode,
-                why: format!(
-                    "threaded busy polling (napi threaded = busy-poll) is in Linux {}.{} and later; this kernel is {kernel}",
-                    THREADED_POLL_SINCE.0, THREADED_POLL_SINCE.1
-                ),
-            });
-        }
-    }
     let lane_cpus: CpuSet = others
         .iter()
-        .map(|o| o.cpu)
+        .flat_map(|o| o.cpus())
         .chain(std::iter::once(cpu))
+        .chain(spec.poll_cpu)
         .collect();
     let near = ctx.local_cpus(nic);
     if near.difference(&lane_cpus).is_empty() {
@@ -409,7 +458,7 @@ fn service_advice(spec: &LaneSpec, queue: u32) -> Vec<String> {
             "service: epoll ioctl EPIOCSPARAMS {busy_poll_usecs 64, busy_poll_budget 64, prefer_busy_poll 1} on its epoll fd: IRQ suspension acts only for an epoll busy poller with prefer_busy_poll (napi.rst, IRQ suspension)".into(),
         ),
         LaneMode::ThreadedPoll => out.push(
-            "service: nothing to poll itself: the NAPI's kthread (napi/DEV-ID) polls without pause and burns its CPU; pin that kthread to a CPU of its own (its pid is in netdev napi-get)".into(),
+            "service: nothing to poll itself: the NAPI's kthread polls without pause on the --poll-cpu and keeps the queue's IRQ off; the service reads what it delivered".into(),
         ),
     }
     out
@@ -931,6 +980,35 @@ impl Builder<'_> {
                         NicKnob::Napi(n.id, *attr),
                         *v,
                         format!("{mode}: {why} (NAPI {} of rx-{queue} only)", n.id),
+                    );
+                }
+                if let (LaneMode::ThreadedPoll, Some(p)) = (mode, spec.poll_cpu) {
+                    // The kthread exists once `threaded` is written (napi_set_threaded makes
+                    // it at once); the pin is written after, in the last phase. No kthread
+                    // reads as "" and is what a rollback leaves (it goes with threaded 0).
+                    let current = nic
+                        .napis
+                        .iter()
+                        .find(|v| v.id == n.id)
+                        .and_then(|v| v.thread.as_ref())
+                        .and_then(|t| t.allowed.known().map(CpuSet::to_list))
+                        .unwrap_or_default();
+                    let want: CpuSet = std::iter::once(p).collect();
+                    self.push(
+                        format!("napi-thread/{}/{}", nic.name, n.id),
+                        ItemKind::Affinity,
+                        Target::NapiThread {
+                            dev: nic.name.clone(),
+                            napi: n.id,
+                        },
+                        Format::List,
+                        Some(current),
+                        want.to_list(),
+                        format!(
+                            "threaded-poll: NAPI {}'s kthread (napi/{}-{}) on its own CPU {p}, off the service's {}: it polls without pause (napi.rst pins each NAPI thread to one CPU)",
+                            n.id, nic.name, n.id, spec.cpu
+                        ),
+                        None,
                     );
                 }
                 Ok(())
