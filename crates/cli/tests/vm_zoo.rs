@@ -369,3 +369,102 @@ fn a_two_node_guest_gets_each_nic_on_its_node() {
         "rollback byte for byte"
     );
 }
+
+/// `lane --mode threaded-poll` where the kernel has it (Debian's 7.3, a 3-CPU guest with a
+/// virtio-net cut to one channel, so the lane's queue is every flow's): the lane NAPI's
+/// `threaded` reads back 2 (busy-poll) over netdev netlink, its kthread is pinned to
+/// `--poll-cpu` (read from the guest's /proc), the service to `--cpu`; `lane remove` turns
+/// threaded off (the kthread goes) and restores the service's affinity.
+#[test]
+fn a_threaded_poll_lane_pins_its_kthread() {
+    if !usable() {
+        return;
+    }
+    let spec = ZooSpec {
+        kernel: Some("7.3".into()),
+        cpus: 3,
+        nodes: 1,
+        mem_mb: 1024,
+        nics: vec![(ZooNic::Virtio { queues: 2 }, None)],
+        boot_limit: Duration::from_secs(150),
+    };
+    let mut g = boot("zoolane", &spec);
+    let bin = g.install(std::path::Path::new(BIN)).unwrap();
+    g.sh_ok("ip link set eth0 up", T).unwrap();
+    g.sh_ok("chroot /host ethtool -L eth0 combined 1", T)
+        .unwrap();
+    g.sh_ok(
+        &format!(
+            "chroot /host {bin} bench udp-echo server --listen 0.0.0.0:4321 --duration 600 > /x/srv.log 2>&1 &"
+        ),
+        T,
+    )
+    .unwrap();
+    g.sh_ok(
+        "i=0; while ! chroot /host ss -Hlun 'sport = :4321' | grep -q .; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done",
+        T,
+    )
+    .unwrap();
+    let napi = |g: &mut ZooGuest| -> netsteer_host::nic::NapiView {
+        let (rc, json) = ns(g, &bin, &["show", "--json", "--dev", "eth0"]);
+        assert_eq!(rc, 0, "{json}");
+        let v: HostView = serde_json::from_str(&json).unwrap();
+        v.nic("eth0")
+            .unwrap()
+            .napis
+            .iter()
+            .find(|n| n.rx_queues.contains(&0))
+            .cloned()
+            .expect("rx-0's NAPI")
+    };
+    let server_allowed = |g: &mut ZooGuest| {
+        g.sh_ok(
+            "grep Cpus_allowed_list /proc/$(chroot /host pgrep -f 'udp-echo [s]erver')/status",
+            T,
+        )
+        .unwrap()
+    };
+    let before = (napi(&mut g), server_allowed(&mut g));
+    assert_eq!(before.0.threaded, Some(0), "{:?}", before.0);
+    let apply = [
+        "lane",
+        "apply",
+        "--name",
+        "poll",
+        "--dev",
+        "eth0",
+        "--udp",
+        "4321",
+        "--cpu",
+        "1",
+        "--mode",
+        "threaded-poll",
+        "--poll-cpu",
+        "2",
+        "--state-dir",
+        "/tmp/lanes",
+    ];
+    let (rc, out) = ns(&mut g, &bin, &apply);
+    assert_eq!(rc, 0, "{out}");
+    let n = napi(&mut g);
+    assert_eq!(n.threaded, Some(2), "{n:?}");
+    let t = n.thread.as_ref().expect("a kthread polls the lane's NAPI");
+    assert_eq!(
+        t.allowed.known().map(|c| c.to_list()),
+        Some("2".into()),
+        "{n:?}"
+    );
+    assert!(
+        server_allowed(&mut g).trim().ends_with('1'),
+        "the service on --cpu 1"
+    );
+    let (rc, out) = ns(
+        &mut g,
+        &bin,
+        &["lane", "remove", "poll", "--state-dir", "/tmp/lanes"],
+    );
+    assert_eq!(rc, 0, "{out}");
+    let n = napi(&mut g);
+    assert_eq!((n.threaded, n.thread.is_none()), (Some(0), true), "{n:?}");
+    assert_eq!(server_allowed(&mut g), before.1);
+}
