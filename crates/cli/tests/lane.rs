@@ -626,3 +626,74 @@ fn a_tcp_service_gets_its_lane() {
     ));
     assert_eq!((allowed(pid(&server)), state(b)), before);
 }
+
+/// The service restarted while no holder looked (its lane still applied for the old pid): the
+/// next holder rolls the lane back and applies it again for the new process, every setting
+/// written again, not only the new pin.
+#[test]
+fn a_service_restarted_unseen_gets_its_lane_again() {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let sd = tempfile::tempdir().unwrap();
+    let sdp = sd.path().to_str().unwrap();
+    let server = service(b);
+    let before = state(b);
+    ok(netsteer_in(
+        b,
+        &[
+            "lane",
+            "apply",
+            "--name",
+            "echo",
+            "--dev",
+            "v0b",
+            "--udp",
+            PORT,
+            "--cpu",
+            "1",
+            "--mode",
+            "busy-poll",
+            "--state-dir",
+            sdp,
+        ],
+    ));
+    let applied = state(b);
+    assert_ne!(applied, before);
+    drop(server);
+    let server = service(b);
+    let holder = Running::spawn(
+        b,
+        &[
+            env!("CARGO_BIN_EXE_netsteer"),
+            "lane",
+            "hold",
+            "echo",
+            "--state-dir",
+            sdp,
+            "--interval",
+            "0.1",
+            "--json",
+        ],
+        &[],
+        Stdio::null(),
+    );
+    wait_for("the new server pinned", Duration::from_secs(10), || {
+        allowed(pid(&server)) == "1"
+    });
+    assert_eq!(
+        state(b),
+        applied,
+        "every setting of the lane, not only the pin"
+    );
+    let (out, _) = holder.stop();
+    assert!(out.contains("\"event\":\"reapplied\""), "{out}");
+    ok(netsteer_in(
+        b,
+        &["lane", "remove", "echo", "--state-dir", sdp],
+    ));
+    assert_eq!(state(b), before);
+}

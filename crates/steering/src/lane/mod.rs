@@ -299,11 +299,15 @@ impl Lanes {
     /// same lane is rolled back first; a lane already applied is rolled back and applied
     /// again (its settings or its service changed).
     pub fn apply(&self, spec: &LaneSpec, opts: &ApplyOptions) -> Result<ApplyReport, LaneOpError> {
-        let plan = self.plan(spec)?;
+        // Refused requests change nothing: planned once before anything is rolled back.
+        let mut plan = self.plan(spec)?;
         let dir = self.lane_dir(&spec.name)?;
         let t = self.tuner(&spec.name)?;
         if self.state(&spec.name)? != LaneState::Down {
             t.rollback(None)?;
+            // Planned again from the host as the rollback left it: what read as already set
+            // under the old lane is to be written again.
+            plan = self.plan(spec)?;
         }
         let bytes = serde_json::to_vec_pretty(spec).expect("a lane serialises");
         journal::write_atomic(&dir.join(SPEC_FILE), &bytes).map_err(state_err(&dir))?;
