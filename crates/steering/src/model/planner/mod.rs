@@ -349,6 +349,22 @@ impl Builder<'_> {
         });
     }
 
+    /// Stopping the irqbalance service (active → inactive; a rollback starts it again).
+    pub(super) fn stop_irqbalance(&mut self, reason: String) {
+        self.push(
+            "service/irqbalance".into(),
+            ItemKind::Irqbalance,
+            Target::Service {
+                name: "irqbalance".into(),
+            },
+            Format::Text,
+            Some("active".into()),
+            "inactive".into(),
+            reason,
+            None,
+        );
+    }
+
     pub(super) fn sysctl(&mut self, name: &str, field: &Field<i64>, desired: i64, reason: String) {
         let path = format!("/proc/sys/{}", name.replace('.', "/"));
         let id = format!("sysctl/{name}");
@@ -504,18 +520,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     {
         let pid = ib.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
         match (opts.irqbalance, opts.live) {
-            (IrqbalancePolicy::Stop, true) => b.push(
-                "service/irqbalance".into(),
-                ItemKind::Irqbalance,
-                Target::Service {
-                    name: "irqbalance".into(),
-                },
-                Format::Text,
-                Some("active".into()),
-                "inactive".into(),
-                format!("irqbalance{pid} rewrites smp_affinity every 10 s and would undo the IRQ pins; rollback starts it again"),
-                None,
-            ),
+            (IrqbalancePolicy::Stop, true) => b.stop_irqbalance(format!("irqbalance{pid} rewrites smp_affinity every 10 s and would undo the IRQ pins; rollback starts it again")),
             (IrqbalancePolicy::Stop, false) => {
                 b.notes.push(format!(
                     "irqbalance{pid} runs in this tree's host; with --root no service is stopped, the IRQ pins are planned as if it were"

@@ -3,6 +3,37 @@
 
 use super::*;
 
+/// An RSS table of `current.len()` buckets shared equally by `queues`. A table that already
+/// does so (within one) and names no other queue is kept as it is, whatever its layout: igb's
+/// default is contiguous blocks, ethtool's `equal` round robin, and both spread flows the same.
+/// Otherwise the buckets are dealt round robin. `queues` is not empty.
+pub(super) fn equal_table(current: &[u32], queues: &[u32]) -> Vec<String> {
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for q in current {
+        *counts.entry(*q).or_default() += 1;
+    }
+    let (lo, hi) = queues.iter().fold((usize::MAX, 0), |(lo, hi), q| {
+        let n = counts.get(q).copied().unwrap_or(0);
+        (lo.min(n), hi.max(n))
+    });
+    if counts.keys().all(|q| queues.contains(q)) && hi - lo <= 1 {
+        current.iter().map(u32::to_string).collect()
+    } else {
+        (0..current.len())
+            .map(|i| queues[i % queues.len()].to_string())
+            .collect()
+    }
+}
+
+/// A flow hash (ethtool's rx-flow-hash letters) with the two port halves added, in ethtool's
+/// letter order.
+pub(super) fn with_ports(now: &str) -> String {
+    "mvtsdfnr"
+        .chars()
+        .filter(|c| now.contains(*c) || *c == 'f' || *c == 'n')
+        .collect()
+}
+
 impl Builder<'_> {
     pub(super) fn nic_item(
         &mut self,
@@ -130,28 +161,7 @@ impl Builder<'_> {
         if queues.is_empty() {
             return;
         }
-        // A table that already shares the buckets equally (within one) over exactly these
-        // queues is kept as it is, whatever its layout: igb's default is contiguous blocks,
-        // ethtool's `equal` round robin, and both spread flows the same.
-        let counts = {
-            let mut c = BTreeMap::new();
-            for q in &rss.indirection {
-                *c.entry(*q).or_insert(0usize) += 1;
-            }
-            c
-        };
-        let (lo, hi) = queues.iter().fold((usize::MAX, 0), |(lo, hi), q| {
-            let n = counts.get(q).copied().unwrap_or(0);
-            (lo.min(n), hi.max(n))
-        });
-        let only_these = counts.keys().all(|q| queues.contains(q));
-        let table: Vec<String> = if only_these && hi - lo <= 1 {
-            rss.indirection.iter().map(u32::to_string).collect()
-        } else {
-            (0..rss.indirection.len())
-                .map(|i| queues[i % queues.len()].to_string())
-                .collect()
-        };
+        let table = equal_table(&rss.indirection, &queues);
         let reason = match reserved {
             None => format!(
                 "RSS: the {} hash buckets shared equally by the {nq} rx queues",
@@ -201,17 +211,12 @@ impl Builder<'_> {
             let Some(now) = hash.get(t) else {
                 continue;
             };
-            // ethtool's letter order, with the two port halves added.
-            let want: String = "mvtsdfnr"
-                .chars()
-                .filter(|c| now.contains(*c) || *c == 'f' || *c == 'n')
-                .collect();
             self.nic_text_item(
                 nic,
                 ItemKind::Rss,
                 NicKnob::FlowHash(t.into()),
                 Format::Text,
-                want,
+                with_ports(now),
                 format!(
                     "throughput: hash {t} on the ports too (ethtool -N {} rx-flow-hash {t} sdfn), so UDP flows between two hosts spread over the {} queues",
                     nic.name,

@@ -265,6 +265,39 @@ impl Builder<'_> {
         true
     }
 
+    /// One queue's CPU mask file as an item: `rps_cpus` of rx-`index` (kind `Rps`) or
+    /// `xps_cpus` of tx-`index` (kind `Xps`), from what it holds now (`now`, or why it could
+    /// not be read: then the item is skipped with that reason) to `want`.
+    pub(super) fn queue_mask(
+        &mut self,
+        nic: &Nic,
+        index: u32,
+        now: &Field<CpuSet>,
+        want: &CpuSet,
+        kind: ItemKind,
+        reason: String,
+    ) {
+        let (id, dir, file) = match kind {
+            ItemKind::Xps => ("xps", "tx", "xps_cpus"),
+            _ => ("rps", "rx", "rps_cpus"),
+        };
+        let current = now.known().map(|s| self.ctx.mask(s));
+        let skip = now.unknown_reason().map(str::to_string);
+        let mask = self.ctx.mask(want);
+        self.push(
+            format!("{id}/{}/{dir}-{index}", nic.name),
+            kind,
+            Target::File {
+                path: format!("/sys/class/net/{}/queues/{dir}-{index}/{file}", nic.name),
+            },
+            Format::Mask,
+            current,
+            mask,
+            reason,
+            skip,
+        );
+    }
+
     pub(super) fn rps(&mut self, nic: &Nic, irq_cpus: &CpuSet) {
         if self.queues_unreadable(nic, ItemKind::Rps, "rps") {
             return;
@@ -325,20 +358,13 @@ impl Builder<'_> {
         };
         let queues = nic.rx_queues.clone();
         for (i, q) in queues.iter().enumerate() {
-            let current = q.rps_cpus.known().map(|s| self.ctx.mask(s));
-            let skip = q.rps_cpus.unknown_reason().map(str::to_string);
-            let mask = self.ctx.mask(&per_queue[i]);
-            self.push(
-                format!("rps/{}/rx-{}", nic.name, q.index),
+            self.queue_mask(
+                nic,
+                q.index,
+                &q.rps_cpus,
+                &per_queue[i],
                 ItemKind::Rps,
-                Target::File {
-                    path: format!("/sys/class/net/{}/queues/rx-{}/rps_cpus", nic.name, q.index),
-                },
-                Format::Mask,
-                current,
-                mask,
                 reason.clone(),
-                skip,
             );
         }
         if !spread {
@@ -429,8 +455,6 @@ impl Builder<'_> {
         let queues = nic.tx_queues.clone();
         for q in &queues {
             let want = masks.get(&q.index).cloned().unwrap_or_default();
-            let current = q.xps_cpus.known().map(|s| self.ctx.mask(s));
-            let skip = q.xps_cpus.unknown_reason().map(str::to_string);
             let reason = if want.is_empty() {
                 format!(
                     "more tx queues ({ntx}) than CPUs: tx-{} gets no CPU",
@@ -439,19 +463,7 @@ impl Builder<'_> {
             } else {
                 format!("CPU(s) {} send on tx-{}", want.to_list(), q.index)
             };
-            let mask = self.ctx.mask(&want);
-            self.push(
-                format!("xps/{}/tx-{}", nic.name, q.index),
-                ItemKind::Xps,
-                Target::File {
-                    path: format!("/sys/class/net/{}/queues/tx-{}/xps_cpus", nic.name, q.index),
-                },
-                Format::Mask,
-                current,
-                mask,
-                reason,
-                skip,
-            );
+            self.queue_mask(nic, q.index, &q.xps_cpus, &want, ItemKind::Xps, reason);
         }
     }
 }

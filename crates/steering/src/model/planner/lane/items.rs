@@ -80,16 +80,12 @@ impl Builder<'_> {
                     if now.contains('f') && now.contains('n') {
                         continue;
                     }
-                    let want: String = "mvtsdfnr"
-                        .chars()
-                        .filter(|c| now.contains(*c) || *c == 'f' || *c == 'n')
-                        .collect();
                     self.nic_text_item(
                         nic,
                         ItemKind::Rss,
                         NicKnob::FlowHash(t.into()),
                         Format::Text,
-                        want,
+                        super::super::nic::with_ports(now),
                         format!(
                             "{t} hashed on the ports too: with addresses alone every flow between two hosts shares the lane's bucket(s)"
                         ),
@@ -189,21 +185,7 @@ impl Builder<'_> {
         if rest.is_empty() {
             return Err("every other rx queue is a lane's".into());
         }
-        let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
-        for q in &rss.indirection {
-            *counts.entry(*q).or_default() += 1;
-        }
-        let (lo, hi) = rest.iter().fold((usize::MAX, 0), |(lo, hi), q| {
-            let n = counts.get(q).copied().unwrap_or(0);
-            (lo.min(n), hi.max(n))
-        });
-        let table: Vec<String> = if counts.keys().all(|q| rest.contains(q)) && hi - lo <= 1 {
-            rss.indirection.iter().map(u32::to_string).collect()
-        } else {
-            (0..rss.indirection.len())
-                .map(|i| rest[i % rest.len()].to_string())
-                .collect()
-        };
+        let table = super::super::nic::equal_table(&rss.indirection, &rest);
         let lanes: Vec<String> = std::iter::once(queue)
             .chain(held.iter().copied())
             .map(|q| format!("rx-{q}"))
@@ -363,20 +345,7 @@ impl Builder<'_> {
             } else {
                 continue;
             };
-            let mask = self.ctx.mask(&want);
-            let current = Some(self.ctx.mask(&now));
-            self.push(
-                format!("rps/{}/rx-{}", nic.name, q.index),
-                ItemKind::Rps,
-                Target::File {
-                    path: format!("/sys/class/net/{}/queues/rx-{}/rps_cpus", nic.name, q.index),
-                },
-                Format::Mask,
-                current,
-                mask,
-                reason,
-                None,
-            );
+            self.queue_mask(nic, q.index, &q.rps_cpus, &want, ItemKind::Rps, reason);
         }
         let ntx = nic.tx_queues.len() as u32;
         if ntx < 2 {
@@ -416,20 +385,7 @@ impl Builder<'_> {
             } else {
                 continue;
             };
-            let mask = self.ctx.mask(&want);
-            let current = Some(self.ctx.mask(&now));
-            self.push(
-                format!("xps/{}/tx-{}", nic.name, q.index),
-                ItemKind::Xps,
-                Target::File {
-                    path: format!("/sys/class/net/{}/queues/tx-{}/xps_cpus", nic.name, q.index),
-                },
-                Format::Mask,
-                current,
-                mask,
-                reason,
-                None,
-            );
+            self.queue_mask(nic, q.index, &q.xps_cpus, &want, ItemKind::Xps, reason);
         }
     }
 

@@ -379,18 +379,7 @@ pub fn plan_lane(
             return Err(LaneError::Irqbalance { pid });
         }
         if live {
-            b.push(
-                "service/irqbalance".into(),
-                ItemKind::Irqbalance,
-                Target::Service {
-                    name: "irqbalance".into(),
-                },
-                Format::Text,
-                Some("active".into()),
-                "inactive".into(),
-                format!("irqbalance{pid} rewrites smp_affinity every 10 s and would move the lane's IRQ; removing the lane starts it again"),
-                None,
-            );
+            b.stop_irqbalance(format!("irqbalance{pid} rewrites smp_affinity every 10 s and would move the lane's IRQ; removing the lane starts it again"));
         }
     }
 
