@@ -137,10 +137,8 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
             }
             let scn = netsteer_lab::scenario::load(&a.scenario)?;
             let spec = netsteer_lab::vm::VmPairSpec::of(scn.vm, a.nic, a.kernel.clone());
-            if a.lane {
-                return vm_lane(&spec, (a.repeat.unwrap_or(3), a.count), a.json);
-            }
-            vm_ladder(&spec, (a.repeat.unwrap_or(1), a.count), a.json, a.trace)
+            let repeats = a.repeat.unwrap_or(if a.lane { 3 } else { 1 });
+            vm_run(&spec, (repeats, a.count), a.json, a.trace, a.lane)
         }
         LabCommand::Run(a) => lab_run(a),
         LabCommand::With(w) => with(w),
@@ -241,46 +239,25 @@ fn lab_run_one(
     })
 }
 
-/// `lab run seed-000 --vm --lane`: the lane against no lane, a line per run, then the summary.
-fn vm_lane(
-    spec: &netsteer_lab::vm::VmPairSpec,
-    (repeats, count): (u32, u64),
-    json: bool,
-) -> Result<ExitCode> {
-    netsteer_lab::clean_up_on_termination()?;
-    let bin = std::env::current_exe().context("the netsteer binary")?;
-    let mut out = io::stdout().lock();
-    netsteer_lab::vm::lane::run_pair(
-        spec,
-        &bin,
-        repeats,
-        count,
-        &mut |line| emit(&mut out, line),
-        json,
-    )
-    .context("the VM lane")?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `lab run seed-000 --vm`: the ladder between two guests, a line per run, then a table.
-fn vm_ladder(
+/// `lab run seed-000 --vm`: the ladder between two guests, a line per run, then a table; with
+/// `--lane`, the lane against no lane, a line per run, then the summary.
+fn vm_run(
     spec: &netsteer_lab::vm::VmPairSpec,
     (repeats, count): (u32, u64),
     json: bool,
     trace: bool,
+    lane: bool,
 ) -> Result<ExitCode> {
     netsteer_lab::clean_up_on_termination()?;
     let bin = std::env::current_exe().context("the netsteer binary")?;
     let mut out = io::stdout().lock();
-    netsteer_lab::vm::ladder::run_pair(
-        spec,
-        &bin,
-        repeats,
-        count,
-        &mut |line| emit(&mut out, line),
-        json,
-        trace,
-    )
-    .context("the VM ladder")?;
+    let mut line = |l: &str| emit(&mut out, l);
+    if lane {
+        netsteer_lab::vm::lane::run_pair(spec, &bin, repeats, count, &mut line, json)
+            .context("the VM lane")?;
+    } else {
+        netsteer_lab::vm::ladder::run_pair(spec, &bin, repeats, count, &mut line, json, trace)
+            .context("the VM ladder")?;
+    }
     Ok(ExitCode::SUCCESS)
 }

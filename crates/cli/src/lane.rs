@@ -2,6 +2,7 @@
 //! the lanes' state and their holding `netsteer_steering::lane`'s.
 
 use crate::args::Seconds;
+use crate::tune::{print_json, print_lines};
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
@@ -196,19 +197,6 @@ pub struct ListArgs {
 
 fn lanes(host: &Host, c: &Common, use_nic: bool) -> Result<Lanes> {
     Lanes::open(host.fs.clone(), use_nic, c.state_dir.clone()).context("the state directory")
-}
-
-fn print_lines(lines: &[String]) -> Result<()> {
-    let mut out = io::stdout().lock();
-    for l in lines {
-        emit(&mut out, &netsteer_host::safe::line(l))?;
-    }
-    Ok(())
-}
-
-fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
-    emit(&mut io::stdout().lock(), &serde_json::to_string(v)?)?;
-    Ok(())
 }
 
 pub fn run(host: &Host, cmd: &LaneCommand) -> Result<ExitCode> {

@@ -225,7 +225,8 @@ fn options(host: &Host, a: &PlanArgs) -> Result<PlanOptions> {
     })
 }
 
-fn print_lines(lines: &[String]) -> Result<()> {
+/// Lines for people, each made safe for a terminal.
+pub(crate) fn print_lines(lines: &[String]) -> Result<()> {
     let mut out = io::stdout().lock();
     for l in lines {
         emit(&mut out, &netsteer_host::safe::line(l))?;
@@ -233,7 +234,8 @@ fn print_lines(lines: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+/// One JSON document on a line.
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     emit(&mut io::stdout().lock(), &serde_json::to_string(v)?)?;
     Ok(())
 }

@@ -190,24 +190,7 @@ fn burst(a: &mut Guest, flows: u32, seconds: u32) {
 
 /// Packets received per queue since boot, from the driver's own counters (`ethtool -S eth0`).
 fn rx_packets(g: &mut Guest) -> BTreeMap<u32, u64> {
-    let text = sh(g, "chroot /host ethtool -S eth0");
-    let mut m = BTreeMap::new();
-    for l in text.lines() {
-        let Some((k, v)) = l.trim().split_once(':') else {
-            continue;
-        };
-        // `rx_queue_N_packets` (igb; virtio-net before 6.10), `rxN_packets` (virtio-net since
-        // its per-queue statistics moved to `virtnet_get_strings`'s "rx%u_%s").
-        let q = k
-            .strip_prefix("rx_queue_")
-            .or_else(|| k.strip_prefix("rx"))
-            .and_then(|r| r.strip_suffix("_packets"))
-            .and_then(|n| n.parse::<u32>().ok());
-        if let (Some(q), Ok(n)) = (q, v.trim().parse::<u64>()) {
-            m.insert(q, n);
-        }
-    }
-    m
+    netsteer_lab::vm::lane::ethtool_rx_packets(&sh(g, "chroot /host ethtool -S eth0"))
 }
 
 /// The server's received packets per queue during a one-second burst of 64 flows: the

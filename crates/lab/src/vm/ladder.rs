@@ -830,17 +830,7 @@ pub fn run_pair(
     json: bool,
     trace: bool,
 ) -> Result<Vec<RungRun>> {
-    eprintln!(
-        "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
-        spec.describe()
-    );
-    let mut pair = VmPair::new("ladder", spec)?;
-    eprintln!(
-        "netsteer lab: guests up in {:.1} s and {:.1} s (kernel {})",
-        pair.a.boot_time.as_secs_f64(),
-        pair.b.boot_time.as_secs_f64(),
-        pair.a.release
-    );
+    let mut pair = VmPair::boot_announced("ladder", spec)?;
     let guest_bin = pair.install(bin)?;
     let runs = run(
         &mut pair,

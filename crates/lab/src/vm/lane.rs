@@ -79,20 +79,7 @@ pub struct LaneSummary {
 /// (`qstats-get`, read by `netsteer show`).
 pub fn rx_packets(g: &mut Guest, bin: &str) -> Result<BTreeMap<u32, u64>> {
     let out = g.host_ok(&["ethtool", "-S", "eth0"], T)?;
-    let mut m = BTreeMap::new();
-    for l in out.lines() {
-        let Some((k, v)) = l.trim().split_once(':') else {
-            continue;
-        };
-        let q = k
-            .strip_prefix("rx_queue_")
-            .or_else(|| k.strip_prefix("rx"))
-            .and_then(|r| r.strip_suffix("_packets"))
-            .and_then(|n| n.parse::<u32>().ok());
-        if let (Some(q), Ok(n)) = (q, v.trim().parse::<u64>()) {
-            m.insert(q, n);
-        }
-    }
+    let mut m = ethtool_rx_packets(&out);
     if !m.is_empty() {
         return Ok(m);
     }
@@ -113,6 +100,28 @@ pub fn rx_packets(g: &mut Guest, bin: &str) -> Result<BTreeMap<u32, u64>> {
         }
     }
     Ok(m)
+}
+
+/// The per-queue receive packet counters in `ethtool -S` output, under the names the lab's
+/// drivers give them: `rx_queue_N_packets` (igb; virtio-net before 6.10) or `rxN_packets`
+/// (virtio-net since its per-queue statistics are named by `virtnet_get_strings`'s "rx%u_%s").
+/// Empty when the driver names them otherwise (virtio-net on 6.12+).
+pub fn ethtool_rx_packets(ethtool_s: &str) -> BTreeMap<u32, u64> {
+    let mut m = BTreeMap::new();
+    for l in ethtool_s.lines() {
+        let Some((k, v)) = l.trim().split_once(':') else {
+            continue;
+        };
+        let q = k
+            .strip_prefix("rx_queue_")
+            .or_else(|| k.strip_prefix("rx"))
+            .and_then(|r| r.strip_suffix("_packets"))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let (Some(q), Ok(n)) = (q, v.trim().parse::<u64>()) {
+            m.insert(q, n);
+        }
+    }
+    m
 }
 
 fn since(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> BTreeMap<u32, u64> {
@@ -425,17 +434,7 @@ pub fn run_pair(
     emit: &mut dyn FnMut(&str) -> std::io::Result<()>,
     json: bool,
 ) -> Result<LaneSummary> {
-    eprintln!(
-        "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
-        spec.describe()
-    );
-    let mut pair = VmPair::new("lane", spec)?;
-    eprintln!(
-        "netsteer lab: guests up in {:.1} s and {:.1} s (kernel {})",
-        pair.a.boot_time.as_secs_f64(),
-        pair.b.boot_time.as_secs_f64(),
-        pair.b.release
-    );
+    let mut pair = VmPair::boot_announced("lane", spec)?;
     let guest_bin = pair.install(bin)?;
     let io = |source| LabError::Io {
         what: "writing the report".into(),
@@ -536,5 +535,18 @@ mod tests {
         assert_eq!(mode_for("6.13.0-1-amd64").0, "suspend");
         assert_eq!(mode_for("6.12.95+deb12-amd64").0, "busy-poll");
         assert_eq!(mode_for("6.1.0-56-amd64").0, "busy-poll");
+    }
+
+    #[test]
+    fn per_queue_packets_are_read_under_both_names() {
+        let igb = "NIC statistics:\n     rx_packets: 900\n     rx_queue_0_packets: 500\n     rx_queue_1_packets: 400\n     rx_queue_1_bytes: 1\n";
+        assert_eq!(
+            ethtool_rx_packets(igb),
+            BTreeMap::from([(0, 500), (1, 400)])
+        );
+        assert_eq!(
+            ethtool_rx_packets("     rx0_packets: 7\n     tx0_packets: 9\n"),
+            BTreeMap::from([(0, 7)])
+        );
     }
 }

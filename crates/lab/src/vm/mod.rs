@@ -659,6 +659,23 @@ impl VmPair {
         Ok(pair)
     }
 
+    /// [`VmPair::new`], saying on stderr what boots and how long it took (a first run fetches
+    /// the kernel; TCG boots take tens of seconds).
+    pub fn boot_announced(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
+        eprintln!(
+            "netsteer lab: booting two guests ({}; the first run fetches and caches the kernel)",
+            spec.describe()
+        );
+        let pair = VmPair::new(tag, spec)?;
+        eprintln!(
+            "netsteer lab: guests up in {:.1} s and {:.1} s (kernel {})",
+            pair.a.boot_time.as_secs_f64(),
+            pair.b.boot_time.as_secs_f64(),
+            pair.a.release
+        );
+        Ok(pair)
+    }
+
     fn new_once(tag: &str, spec: &VmPairSpec) -> Result<VmPair> {
         spec.nic.check_qemu()?;
         let image = image::build(spec.kernel.as_deref())?;
