@@ -17,12 +17,6 @@ use std::time::{Duration, Instant};
 
 const PORT: &str = "4321";
 
-fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
-    let mut full = vec![env!("CARGO_BIN_EXE_netsteer")];
-    full.extend_from_slice(args);
-    ns.exec(&full)
-}
-
 fn ok(out: Output) -> Output {
     assert_eq!(
         out.status.code(),
@@ -76,7 +70,7 @@ fn allowed(pid: u32) -> String {
 
 /// v0b's NAPIs as netdev netlink reports them.
 fn napis(ns: &Netns) -> Vec<netsteer_host::nic::NapiView> {
-    let out = ok(netsteer_in(ns, &["show", "--json", "--dev", "v0b"]));
+    let out = ok(ns.netsteer(&["show", "--json", "--dev", "v0b"]));
     let v: netsteer_host::view::HostView = serde_json::from_slice(&out.stdout).unwrap();
     v.nic("v0b").unwrap().napis.clone()
 }
@@ -96,6 +90,24 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Dura
         std::thread::sleep(Duration::from_millis(25));
     }
     t0.elapsed()
+}
+
+/// `lane hold echo` in `ns`, looking every 0.1 s; JSON Lines on stdout with `json`.
+fn hold(ns: &Netns, state_dir: &str, json: bool) -> Running {
+    let mut args = vec![
+        env!("CARGO_BIN_EXE_netsteer"),
+        "lane",
+        "hold",
+        "echo",
+        "--state-dir",
+        state_dir,
+        "--interval",
+        "0.1",
+    ];
+    if json {
+        args.push("--json");
+    }
+    Running::spawn(ns, &args, &[], Stdio::null())
 }
 
 fn journals(dir: &std::path::Path) -> usize {
@@ -142,7 +154,7 @@ fn a_lane_lives_and_dies_with_its_service() {
     };
     let args = lane("apply");
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    ok(netsteer_in(b, &argv));
+    ok(b.netsteer(&argv));
     let applied = state(b);
     let n = napis(b);
     assert_eq!(n.len(), 1, "{n:#?}");
@@ -157,23 +169,20 @@ fn a_lane_lives_and_dies_with_its_service() {
         "the service is pinned to the lane's CPU"
     );
     // A second lane on the same CPU is refused, naming the lane that holds it.
-    let second = netsteer_in(
-        b,
-        &[
-            "lane",
-            "apply",
-            "--name",
-            "other",
-            "--dev",
-            "v0b",
-            "--udp",
-            PORT,
-            "--cpu",
-            "1",
-            "--state-dir",
-            sdp,
-        ],
-    );
+    let second = b.netsteer(&[
+        "lane",
+        "apply",
+        "--name",
+        "other",
+        "--dev",
+        "v0b",
+        "--udp",
+        PORT,
+        "--cpu",
+        "1",
+        "--state-dir",
+        sdp,
+    ]);
     assert_eq!(second.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&second.stderr).contains("--cpu 1: lane \"echo\" holds it"),
@@ -183,22 +192,7 @@ fn a_lane_lives_and_dies_with_its_service() {
     assert_eq!(state(b), applied);
 
     // Held: the server's death rolls the lane back to the byte.
-    let holder = Running::spawn(
-        b,
-        &[
-            env!("CARGO_BIN_EXE_netsteer"),
-            "lane",
-            "hold",
-            "echo",
-            "--state-dir",
-            sdp,
-            "--interval",
-            "0.1",
-            "--json",
-        ],
-        &[],
-        Stdio::null(),
-    );
+    let holder = hold(b, sdp, true);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(state(b), applied, "a holder adopts the lane as it stands");
     drop(server);
@@ -221,25 +215,11 @@ fn a_lane_lives_and_dies_with_its_service() {
     drop(holder);
     assert_eq!(state(b), applied);
     let written = journals(sd.path());
-    let holder = Running::spawn(
-        b,
-        &[
-            env!("CARGO_BIN_EXE_netsteer"),
-            "lane",
-            "hold",
-            "echo",
-            "--state-dir",
-            sdp,
-            "--interval",
-            "0.1",
-        ],
-        &[],
-        Stdio::null(),
-    );
+    let holder = hold(b, sdp, false);
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(journals(sd.path()), written, "nothing re-applied");
     // Two holders of one lane: the second is refused.
-    let second = netsteer_in(b, &["lane", "hold", "echo", "--state-dir", sdp]);
+    let second = b.netsteer(&["lane", "hold", "echo", "--state-dir", sdp]);
     assert_eq!(second.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&second.stderr).contains("another netsteer holds it"),
@@ -250,19 +230,16 @@ fn a_lane_lives_and_dies_with_its_service() {
     let (out, err) = holder.stop();
     assert!(err.is_empty(), "{out}{err}");
     assert_eq!(state(b), applied);
-    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
     let text = String::from_utf8_lossy(&list.stdout);
     assert!(
         text.contains(&format!("echo: udp {PORT} on v0b")) && text.contains("applied"),
         "{text}"
     );
-    ok(netsteer_in(
-        b,
-        &["lane", "remove", "echo", "--state-dir", sdp],
-    ));
+    ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
     assert_eq!(state(b), before);
     assert_eq!(allowed(pid(&server)), before_allowed);
-    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
     assert_eq!(
         String::from_utf8_lossy(&list.stdout).trim(),
         "no lane recorded"
@@ -293,7 +270,7 @@ fn bad_requests_change_nothing_and_name_the_flag() {
             sdp,
         ];
         args.extend_from_slice(extra);
-        let out = netsteer_in(b, &args);
+        let out = b.netsteer(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}\nwanted: {want}");
@@ -326,7 +303,7 @@ fn bad_requests_change_nothing_and_name_the_flag() {
             "--mode threaded-poll: threaded busy polling",
         );
     }
-    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
     assert_eq!(
         String::from_utf8_lossy(&list.stdout).trim(),
         "no lane recorded"
@@ -346,51 +323,33 @@ fn a_killed_apply_is_completed_by_the_next_holder() {
     let server = service(b);
     let before = state(b);
     let before_allowed = allowed(pid(&server));
-    let out = netsteer_in(
-        b,
-        &[
-            "lane",
-            "apply",
-            "--name",
-            "echo",
-            "--dev",
-            "v0b",
-            "--udp",
-            PORT,
-            "--cpu",
-            "1",
-            "--mode",
-            "busy-poll",
-            "--state-dir",
-            sdp,
-            "--crash-after-writes",
-            "1",
-        ],
-    );
+    let out = b.netsteer(&[
+        "lane",
+        "apply",
+        "--name",
+        "echo",
+        "--dev",
+        "v0b",
+        "--udp",
+        PORT,
+        "--cpu",
+        "1",
+        "--mode",
+        "busy-poll",
+        "--state-dir",
+        sdp,
+        "--crash-after-writes",
+        "1",
+    ]);
     assert!(!out.status.success(), "the hook aborts the apply");
     assert_ne!(state(b), before, "one write was made before the crash");
-    let list = ok(netsteer_in(b, &["lane", "list", "--state-dir", sdp]));
+    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
     assert!(
         String::from_utf8_lossy(&list.stdout).contains("interrupted"),
         "{}",
         String::from_utf8_lossy(&list.stdout)
     );
-    let holder = Running::spawn(
-        b,
-        &[
-            env!("CARGO_BIN_EXE_netsteer"),
-            "lane",
-            "hold",
-            "echo",
-            "--state-dir",
-            sdp,
-            "--interval",
-            "0.1",
-            "--json",
-        ],
-        &[],
-        Stdio::null(),
-    );
+    let holder = hold(b, sdp, true);
     wait_for("the holder's apply", Duration::from_secs(10), || {
         allowed(pid(&server)) == "1"
     });
@@ -403,10 +362,7 @@ fn a_killed_apply_is_completed_by_the_next_holder() {
         })
         .collect();
     assert_eq!(events, ["recovered", "applied"], "{out}");
-    ok(netsteer_in(
-        b,
-        &["lane", "remove", "echo", "--state-dir", sdp],
-    ));
+    ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
     assert_eq!(state(b), before);
     assert_eq!(allowed(pid(&server)), before_allowed);
 }
@@ -479,46 +435,29 @@ fn a_cgroup_service_is_all_its_processes() {
     group.add(pid(&helper));
     group.add(pid(&server));
     let before = (allowed(pid(&helper)), state(b));
-    ok(netsteer_in(
-        b,
-        &[
-            "lane",
-            "apply",
-            "--name",
-            "echo",
-            "--dev",
-            "v0b",
-            "--udp",
-            PORT,
-            "--cpu",
-            "1",
-            "--cgroup",
-            &group.rel,
-            "--state-dir",
-            sdp,
-        ],
-    ));
+    ok(b.netsteer(&[
+        "lane",
+        "apply",
+        "--name",
+        "echo",
+        "--dev",
+        "v0b",
+        "--udp",
+        PORT,
+        "--cpu",
+        "1",
+        "--cgroup",
+        &group.rel,
+        "--state-dir",
+        sdp,
+    ]));
     assert_eq!(allowed(pid(&server)), "1");
     assert_eq!(
         allowed(pid(&helper)),
         "1",
         "the group's other process is the service too"
     );
-    let holder = Running::spawn(
-        b,
-        &[
-            env!("CARGO_BIN_EXE_netsteer"),
-            "lane",
-            "hold",
-            "echo",
-            "--state-dir",
-            sdp,
-            "--interval",
-            "0.1",
-        ],
-        &[],
-        Stdio::null(),
-    );
+    let holder = hold(b, sdp, false);
     drop(server);
     wait_for(
         "rollback once the port's holder is gone",
@@ -527,10 +466,7 @@ fn a_cgroup_service_is_all_its_processes() {
     );
     assert_eq!(state(b), before.1);
     drop(holder);
-    ok(netsteer_in(
-        b,
-        &["lane", "remove", "echo", "--state-dir", sdp],
-    ));
+    ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
 }
 
 /// A TCP service: its listener is the service (a connection's socket on the same port is not
@@ -557,73 +493,61 @@ fn a_tcp_service_gets_its_lane() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let before = (allowed(pid(&server)), state(b));
-    let udp = netsteer_in(
-        b,
-        &[
-            "lane",
-            "apply",
-            "--name",
-            "web",
-            "--dev",
-            "v0b",
-            "--udp",
-            "8080",
-            "--cpu",
-            "1",
-            "--state-dir",
-            sdp,
-        ],
-    );
+    let udp = b.netsteer(&[
+        "lane",
+        "apply",
+        "--name",
+        "web",
+        "--dev",
+        "v0b",
+        "--udp",
+        "8080",
+        "--cpu",
+        "1",
+        "--state-dir",
+        sdp,
+    ]);
     assert_eq!(udp.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&udp.stderr).contains("--udp 8080: nobody serves it"));
-    let plan = ok(netsteer_in(
-        b,
-        &[
-            "lane",
-            "plan",
-            "--name",
-            "web",
-            "--dev",
-            "v0b",
-            "--tcp",
-            "8080",
-            "--cpu",
-            "1",
-            "--mode",
-            "busy-poll",
-            "--state-dir",
-            sdp,
-        ],
-    ));
+    let plan = ok(b.netsteer(&[
+        "lane",
+        "plan",
+        "--name",
+        "web",
+        "--dev",
+        "v0b",
+        "--tcp",
+        "8080",
+        "--cpu",
+        "1",
+        "--mode",
+        "busy-poll",
+        "--state-dir",
+        sdp,
+    ]));
     let text = String::from_utf8_lossy(&plan.stdout);
     assert!(
         text.starts_with("lane web: tcp 8080 on v0b") && text.contains("SO_PREFER_BUSY_POLL"),
         "{text}"
     );
-    ok(netsteer_in(
-        b,
-        &[
-            "lane",
-            "apply",
-            "--name",
-            "web",
-            "--dev",
-            "v0b",
-            "--tcp",
-            "8080",
-            "--cpu",
-            "1",
-            "--mode",
-            "busy-poll",
-            "--state-dir",
-            sdp,
-        ],
-    ));
+    ok(b.netsteer(&[
+        "lane",
+        "apply",
+        "--name",
+        "web",
+        "--dev",
+        "v0b",
+        "--tcp",
+        "8080",
+        "--cpu",
+        "1",
+        "--mode",
+        "busy-poll",
+        "--state-dir",
+        sdp,
+    ]));
     assert_eq!(allowed(pid(&server)), "1");
-    ok(netsteer_in(
-        b,
-        &["lane", "remove", "web", "--state-dir", sdp],
-    ));
+    ok(b.netsteer(&["lane", "remove", "web", "--state-dir", sdp]));
     assert_eq!((allowed(pid(&server)), state(b)), before);
 }
 
@@ -642,45 +566,27 @@ fn a_service_restarted_unseen_gets_its_lane_again() {
     let sdp = sd.path().to_str().unwrap();
     let server = service(b);
     let before = state(b);
-    ok(netsteer_in(
-        b,
-        &[
-            "lane",
-            "apply",
-            "--name",
-            "echo",
-            "--dev",
-            "v0b",
-            "--udp",
-            PORT,
-            "--cpu",
-            "1",
-            "--mode",
-            "busy-poll",
-            "--state-dir",
-            sdp,
-        ],
-    ));
+    ok(b.netsteer(&[
+        "lane",
+        "apply",
+        "--name",
+        "echo",
+        "--dev",
+        "v0b",
+        "--udp",
+        PORT,
+        "--cpu",
+        "1",
+        "--mode",
+        "busy-poll",
+        "--state-dir",
+        sdp,
+    ]));
     let applied = state(b);
     assert_ne!(applied, before);
     drop(server);
     let server = service(b);
-    let holder = Running::spawn(
-        b,
-        &[
-            env!("CARGO_BIN_EXE_netsteer"),
-            "lane",
-            "hold",
-            "echo",
-            "--state-dir",
-            sdp,
-            "--interval",
-            "0.1",
-            "--json",
-        ],
-        &[],
-        Stdio::null(),
-    );
+    let holder = hold(b, sdp, true);
     wait_for("the new server pinned", Duration::from_secs(10), || {
         allowed(pid(&server)) == "1"
     });
@@ -691,9 +597,6 @@ fn a_service_restarted_unseen_gets_its_lane_again() {
     );
     let (out, _) = holder.stop();
     assert!(out.contains("\"event\":\"reapplied\""), "{out}");
-    ok(netsteer_in(
-        b,
-        &["lane", "remove", "echo", "--state-dir", sdp],
-    ));
+    ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
     assert_eq!(state(b), before);
 }

@@ -25,12 +25,6 @@ fn state(ns: &Netns) -> String {
     ))
 }
 
-fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
-    let mut full = vec![BIN];
-    full.extend_from_slice(args);
-    ns.exec(&full)
-}
-
 /// A udp-echo server in the server's namespace, once a few round trips come back.
 fn echo_server(pair: &Pair, listen: &str, extra: &[&str]) -> Proc {
     let mut args = vec!["bench", "udp-echo", "server", "--listen", listen];
@@ -94,44 +88,41 @@ fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_wa
          --warmup 0.2 --json",
         pair.client.name
     );
-    let out = netsteer_in(
-        &pair.server,
-        &[
-            "tune",
-            "search",
-            "--state-dir",
-            state_dir.to_str().unwrap(),
-            "--goal",
-            "p99<=20ms",
-            "--abort-factor",
-            "20",
-            "--knob",
-            &format!("/sys/class/net/{SERVER_DEV}/queues/rx-0/rps_cpus=0,2"),
-            "--knob",
-            &format!("nic/{SERVER_DEV}/feature/rx-gro=0,1"),
-            "--knob",
-            &format!("/sys/class/net/{SERVER_DEV}/gro_flush_timeout=0,50000"),
-            "--knob",
-            &format!("/sys/class/net/{SERVER_DEV}/napi_defer_hard_irqs=0,2"),
-            "--dev",
-            SERVER_DEV,
-            "--workload",
-            &workload,
-            "--budget",
-            "5",
-            "--repeat",
-            "2",
-            "--confirm-repeat",
-            "2",
-            "--against",
-            "latency,tuned-network-latency",
-            "--plan-out",
-            plan.to_str().unwrap(),
-            "--report",
-            report.to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let out = pair.server.netsteer(&[
+        "tune",
+        "search",
+        "--state-dir",
+        state_dir.to_str().unwrap(),
+        "--goal",
+        "p99<=20ms",
+        "--abort-factor",
+        "20",
+        "--knob",
+        &format!("/sys/class/net/{SERVER_DEV}/queues/rx-0/rps_cpus=0,2"),
+        "--knob",
+        &format!("nic/{SERVER_DEV}/feature/rx-gro=0,1"),
+        "--knob",
+        &format!("/sys/class/net/{SERVER_DEV}/gro_flush_timeout=0,50000"),
+        "--knob",
+        &format!("/sys/class/net/{SERVER_DEV}/napi_defer_hard_irqs=0,2"),
+        "--dev",
+        SERVER_DEV,
+        "--workload",
+        &workload,
+        "--budget",
+        "5",
+        "--repeat",
+        "2",
+        "--confirm-repeat",
+        "2",
+        "--against",
+        "latency,tuned-network-latency",
+        "--plan-out",
+        plan.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--json",
+    ]);
     let r = finished(&out);
     assert_eq!(
         state(&pair.server),
@@ -177,17 +168,14 @@ fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_wa
     match (&r.outcome.best, out.status.code()) {
         (Some(_), Some(0)) => {
             let sd = state_dir.to_str().unwrap();
-            let apply = netsteer_in(
-                &pair.server,
-                &[
-                    "tune",
-                    "apply",
-                    "--state-dir",
-                    sd,
-                    "--plan",
-                    plan.to_str().unwrap(),
-                ],
-            );
+            let apply = pair.server.netsteer(&[
+                "tune",
+                "apply",
+                "--state-dir",
+                sd,
+                "--plan",
+                plan.to_str().unwrap(),
+            ]);
             assert_eq!(
                 apply.status.code(),
                 Some(0),
@@ -195,7 +183,9 @@ fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_wa
                 String::from_utf8_lossy(&apply.stderr)
             );
             assert_ne!(state(&pair.server), before);
-            let back = netsteer_in(&pair.server, &["tune", "rollback", "--state-dir", sd]);
+            let back = pair
+                .server
+                .netsteer(&["tune", "rollback", "--state-dir", sd]);
             assert_eq!(back.status.code(), Some(0));
             assert_eq!(state(&pair.server), before);
         }
@@ -246,38 +236,35 @@ fn a_live_search_over_the_veth_s_napi_settings_leaves_them_as_they_were() {
         pair.client.name
     );
     let knob = |k: &str| format!("nic/{SERVER_DEV}/napi/{k}");
-    let out = netsteer_in(
-        &pair.server,
-        &[
-            "tune",
-            "search",
-            "--state-dir",
-            state_dir.to_str().unwrap(),
-            "--goal",
-            "p99<=20ms",
-            "--abort-factor",
-            "20",
-            "--knob",
-            &format!("{}=0,20000000", knob("irq-suspend-timeout")),
-            "--knob",
-            &format!("{}=0,2", knob("defer-hard-irqs")),
-            "--knob",
-            &format!("{}=0,200000", knob("gro-flush-timeout")),
-            "--knob",
-            &format!("/sys/class/net/{SERVER_DEV}/threaded=0,1"),
-            "--dev",
-            SERVER_DEV,
-            "--workload",
-            &workload,
-            "--budget",
-            "4",
-            "--repeat",
-            "2",
-            "--confirm-repeat",
-            "2",
-            "--json",
-        ],
-    );
+    let out = pair.server.netsteer(&[
+        "tune",
+        "search",
+        "--state-dir",
+        state_dir.to_str().unwrap(),
+        "--goal",
+        "p99<=20ms",
+        "--abort-factor",
+        "20",
+        "--knob",
+        &format!("{}=0,20000000", knob("irq-suspend-timeout")),
+        "--knob",
+        &format!("{}=0,2", knob("defer-hard-irqs")),
+        "--knob",
+        &format!("{}=0,200000", knob("gro-flush-timeout")),
+        "--knob",
+        &format!("/sys/class/net/{SERVER_DEV}/threaded=0,1"),
+        "--dev",
+        SERVER_DEV,
+        "--workload",
+        &workload,
+        "--budget",
+        "4",
+        "--repeat",
+        "2",
+        "--confirm-repeat",
+        "2",
+        "--json",
+    ]);
     let r = finished(&out);
     assert_eq!(r.outcome.trials.len(), 4);
     for t in &r.outcome.trials {

@@ -21,12 +21,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
-fn netsteer_in(ns: &Netns, args: &[&str]) -> Output {
-    let mut full = vec![env!("CARGO_BIN_EXE_netsteer")];
-    full.extend_from_slice(args);
-    ns.exec(&full)
-}
-
 /// Everything tune may change on the device, as text, to compare before and after.
 fn state(ns: &Netns, dev: &str) -> String {
     ns.text(&format!(
@@ -49,20 +43,17 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
     let sd = state_dir.path().to_str().unwrap();
     let before = state(b, "v0b");
 
-    let out = netsteer_in(
-        b,
-        &[
-            "tune",
-            "apply",
-            "--profile",
-            "throughput",
-            "--dev",
-            "v0b",
-            "--state-dir",
-            sd,
-            "--json",
-        ],
-    );
+    let out = b.netsteer(&[
+        "tune",
+        "apply",
+        "--profile",
+        "throughput",
+        "--dev",
+        "v0b",
+        "--state-dir",
+        sd,
+        "--json",
+    ]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -105,13 +96,13 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
     assert!(now.contains("generic-receive-offload: on"), "{now}");
 
     // No drift right after apply.
-    let out = netsteer_in(b, &["tune", "verify", "--state-dir", sd, "--json"]);
+    let out = b.netsteer(&["tune", "verify", "--state-dir", sd, "--json"]);
     let v: VerifyReport = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v.drift.is_empty() && out.status.code() == Some(0), "{v:#?}");
 
     // ethtool -L down and up recreates rx-1/tx-1 with RPS/RFS/XPS reset: drift, exit 1.
     b.sh("ethtool -L v0b rx 1 tx 1 && ethtool -L v0b rx 2 tx 2");
-    let out = netsteer_in(b, &["tune", "verify", "--state-dir", sd, "--json"]);
+    let out = b.netsteer(&["tune", "verify", "--state-dir", sd, "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: VerifyReport = serde_json::from_slice(&out.stdout).unwrap();
     let drifted: Vec<&str> = v.drift.iter().map(|d| d.id.as_str()).collect();
@@ -127,7 +118,7 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
     assert!(why.contains("recreated"), "{why}");
 
     // Rollback restores the recorded values (channels back to 1/1 removes rx-1 again).
-    let out = netsteer_in(b, &["tune", "rollback", "--state-dir", sd, "--json"]);
+    let out = b.netsteer(&["tune", "rollback", "--state-dir", sd, "--json"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -136,7 +127,7 @@ fn multiqueue_veth_apply_verify_drift_rollback() {
     );
     assert_eq!(state(b, "v0b"), before);
     // Twice is harmless.
-    let out = netsteer_in(b, &["tune", "rollback", "--state-dir", sd, "--json"]);
+    let out = b.netsteer(&["tune", "rollback", "--state-dir", sd, "--json"]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(state(b, "v0b"), before);
 }
@@ -193,23 +184,20 @@ fn seed_003_throughput_profile_spreads_net_rx_and_rollback_undoes_it() {
     let sd = state_dir.path().to_str().unwrap();
 
     let before = shares();
-    let out = netsteer_in(
-        b,
-        &[
-            "tune",
-            "apply",
-            "--profile",
-            "throughput",
-            "--dev",
-            "v0b",
-            "--state-dir",
-            sd,
-        ],
-    );
+    let out = b.netsteer(&[
+        "tune",
+        "apply",
+        "--profile",
+        "throughput",
+        "--dev",
+        "v0b",
+        "--state-dir",
+        sd,
+    ]);
     let applied = String::from_utf8_lossy(&out.stdout).to_string();
     thread::sleep(Duration::from_millis(300));
     let during = shares();
-    let out2 = netsteer_in(b, &["tune", "rollback", "--state-dir", sd]);
+    let out2 = b.netsteer(&["tune", "rollback", "--state-dir", sd]);
     thread::sleep(Duration::from_millis(300));
     let after = shares();
     stop.store(true, Ordering::Relaxed);
@@ -261,7 +249,7 @@ fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
     let b = &pair.server;
     b.sh("ethtool -K v0b gro on");
     let napis = |ns: &Netns| -> Vec<netsteer_host::nic::NapiView> {
-        let out = netsteer_in(ns, &["show", "--json", "--dev", "v0b"]);
+        let out = ns.netsteer(&["show", "--json", "--dev", "v0b"]);
         common::succeeded(&out);
         let v: netsteer_host::view::HostView = serde_json::from_slice(&out.stdout).unwrap();
         let nic = v.nic("v0b").unwrap();
@@ -307,22 +295,19 @@ fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
     };
 
     for mode in ["irq-suspend", "threaded"] {
-        let out = ok(netsteer_in(
-            b,
-            &[
-                "tune",
-                "apply",
-                "--profile",
-                "none",
-                "--napi",
-                mode,
-                "--dev",
-                "v0b",
-                "--state-dir",
-                sd,
-                "--json",
-            ],
-        ));
+        let out = ok(b.netsteer(&[
+            "tune",
+            "apply",
+            "--profile",
+            "none",
+            "--napi",
+            mode,
+            "--dev",
+            "v0b",
+            "--state-dir",
+            sd,
+            "--json",
+        ]));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let changed = report["steps"]
             .as_array()
@@ -346,10 +331,10 @@ fn napi_settings_and_threaded_mode_apply_verify_and_roll_back() {
             }
             assert_eq!(kthreads(), 2);
         }
-        let out = netsteer_in(b, &["tune", "verify", "--state-dir", sd, "--json"]);
+        let out = b.netsteer(&["tune", "verify", "--state-dir", sd, "--json"]);
         let v: VerifyReport = serde_json::from_slice(&out.stdout).unwrap();
         assert!(v.drift.is_empty() && out.status.code() == Some(0), "{v:#?}");
-        ok(netsteer_in(b, &["tune", "rollback", "--state-dir", sd]));
+        ok(b.netsteer(&["tune", "rollback", "--state-dir", sd]));
         assert_eq!(napis(b), before, "{mode} rolled back");
         assert_eq!(kthreads(), 0, "the kthreads go with threaded off");
     }

@@ -237,6 +237,13 @@ impl Netns {
         }
     }
 
+    /// This build's netsteer run inside, with `args`; the output whatever the exit status.
+    pub fn netsteer(&self, args: &[&str]) -> Output {
+        let mut full = vec![env!("CARGO_BIN_EXE_netsteer")];
+        full.extend_from_slice(args);
+        self.exec(&full)
+    }
+
     /// What a shell command inside prints, trimmed; it must succeed.
     pub fn text(&self, cmd: &str) -> String {
         let out = self.exec(&["sh", "-c", cmd]);
