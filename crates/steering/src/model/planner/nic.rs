@@ -343,6 +343,37 @@ impl Builder<'_> {
     /// Where the kernel has no per-NAPI settings (before 6.13), the device-wide sysfs files
     /// the mode's values go to instead (napi.rst: they are the defaults of every NAPI of the
     /// device, so one value for all is the same state); IRQ suspension has no such file.
+    /// The device-wide sysfs file of a per-NAPI setting (napi.rst: the defaults of every NAPI of
+    /// the device) as an item; IRQ suspension has no such file and plans nothing.
+    pub(super) fn napi_sysfs_item(&mut self, nic: &Nic, attr: NapiAttr, v: u64, reason: String) {
+        let (file, current) = match attr {
+            NapiAttr::DeferHardIrqs => (
+                "napi_defer_hard_irqs",
+                nic.napi_defer_hard_irqs.known().map(u64::to_string),
+            ),
+            NapiAttr::GroFlushTimeout => (
+                "gro_flush_timeout",
+                nic.gro_flush_timeout.known().map(u64::to_string),
+            ),
+            NapiAttr::Threaded => ("threaded", nic.threaded.known().cloned()),
+            NapiAttr::IrqSuspendTimeout => return,
+        };
+        let path = format!("/sys/class/net/{}/{file}", nic.name);
+        let skip = current
+            .is_none()
+            .then(|| format!("{path} cannot be read on this host"));
+        self.push(
+            format!("napi/{}/{file}", nic.name),
+            ItemKind::Napi,
+            Target::File { path },
+            Format::Int,
+            current,
+            v.to_string(),
+            reason,
+            skip,
+        );
+    }
+
     fn napi_sysfs(
         &mut self,
         nic: &Nic,
@@ -352,39 +383,20 @@ impl Builder<'_> {
     ) {
         let mut planned = 0;
         for (attr, v, reason) in settings {
-            let (file, current) = match attr {
-                NapiAttr::DeferHardIrqs => (
-                    "napi_defer_hard_irqs",
-                    nic.napi_defer_hard_irqs.known().map(u64::to_string),
-                ),
-                NapiAttr::GroFlushTimeout => (
-                    "gro_flush_timeout",
-                    nic.gro_flush_timeout.known().map(u64::to_string),
-                ),
-                NapiAttr::Threaded => ("threaded", nic.threaded.known().cloned()),
-                NapiAttr::IrqSuspendTimeout => {
-                    if *v != 0 {
-                        self.notes.push(format!(
-                            "{}: irq-suspend-timeout not planned: it is per-NAPI only (NETDEV_CMD_NAPI_SET, Linux 6.13+) and {why}; the rest of the mode goes to the device-wide sysfs files",
-                            nic.name
-                        ));
-                    }
-                    continue;
+            if *attr == NapiAttr::IrqSuspendTimeout {
+                if *v != 0 {
+                    self.notes.push(format!(
+                        "{}: irq-suspend-timeout not planned: it is per-NAPI only (NETDEV_CMD_NAPI_SET, Linux 6.13+) and {why}; the rest of the mode goes to the device-wide sysfs files",
+                        nic.name
+                    ));
                 }
-            };
-            let path = format!("/sys/class/net/{}/{file}", nic.name);
-            let skip = current
-                .is_none()
-                .then(|| format!("{path} cannot be read on this host"));
-            self.push(
-                format!("napi/{}/{file}", nic.name),
-                ItemKind::Napi,
-                Target::File { path },
-                Format::Int,
-                current,
-                v.to_string(),
+                continue;
+            }
+            self.napi_sysfs_item(
+                nic,
+                *attr,
+                *v,
                 format!("{reason} (device-wide: per-NAPI settings need Linux 6.13+, and {why})"),
-                skip,
             );
             planned += 1;
         }

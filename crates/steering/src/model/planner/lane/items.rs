@@ -543,39 +543,24 @@ impl Builder<'_> {
                         nic.name, NAPI_SET_SINCE.0, NAPI_SET_SINCE.1
                     ));
                 }
-                for (file, v, current) in [
-                    (
-                        "napi_defer_hard_irqs",
-                        2u64,
-                        nic.napi_defer_hard_irqs.known().map(u64::to_string),
-                    ),
-                    (
-                        "gro_flush_timeout",
-                        200_000,
-                        nic.gro_flush_timeout.known().map(u64::to_string),
-                    ),
-                ] {
-                    let path = format!("/sys/class/net/{}/{file}", nic.name);
-                    let skip = current
-                        .is_none()
-                        .then(|| format!("{path} cannot be read on this host"));
-                    self.push(
-                        format!("napi/{}/{file}", nic.name),
-                        ItemKind::Napi,
-                        Target::File { path },
-                        Format::Int,
-                        current,
-                        v.to_string(),
+                let why = if napi.is_some() || !at_least(NAPI_SET_SINCE) {
+                    format!(
+                        "no per-NAPI settings before {}.{}",
+                        NAPI_SET_SINCE.0, NAPI_SET_SINCE.1
+                    )
+                } else {
+                    format!("the driver links no NAPI to rx-{queue}")
+                };
+                // busy-poll's deferral, the part of the mode a device-wide file can hold.
+                for (attr, v, _) in NapiMode::PreferBusyPoll.settings() {
+                    self.napi_sysfs_item(
+                        nic,
+                        *attr,
+                        *v,
                         format!(
-                            "{mode}: device-wide ({}): every queue of {} defers its hard IRQs while a busy poller polls it, and a queue nobody polls waits for the 200 µs timer",
-                            if napi.is_some() || !at_least(NAPI_SET_SINCE) {
-                                format!("no per-NAPI settings before {}.{}", NAPI_SET_SINCE.0, NAPI_SET_SINCE.1)
-                            } else {
-                                format!("the driver links no NAPI to rx-{queue}")
-                            },
+                            "{mode}: device-wide ({why}): every queue of {} defers its hard IRQs while a busy poller polls it, and a queue nobody polls waits for the 200 µs timer",
                             nic.name
                         ),
-                        skip,
                     );
                 }
                 Ok(())
