@@ -143,7 +143,8 @@ fn interrupts(tree: &Path) -> Option<(Vec<u32>, Rows)> {
 }
 
 /// Online CPUs as the files state them: cpu/online, else /proc/stat's cpuN lines, else the
-/// columns of /proc/interrupts.
+/// columns of /proc/interrupts, else the cpuN directories (present CPUs) less those whose own
+/// cpuN/online holds 0 (Documentation/ABI/testing/sysfs-devices-system-cpu).
 fn online(tree: &Path) -> Vec<u32> {
     if let Some(t) = read(tree, "sys/devices/system/cpu/online") {
         return list(&t);
@@ -163,7 +164,22 @@ fn online(tree: &Path) -> Vec<u32> {
             return cpus;
         }
     }
-    interrupts(tree).map(|(c, _)| c).unwrap_or_default()
+    if let Some((cpus, _)) = interrupts(tree) {
+        return cpus;
+    }
+    let Ok(dirs) = std::fs::read_dir(tree.join("sys/devices/system/cpu")) else {
+        return Vec::new();
+    };
+    let mut cpus: Vec<u32> = dirs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+        .filter(|c| {
+            read(tree, &format!("sys/devices/system/cpu/cpu{c}/online"))
+                .is_none_or(|v| v.trim() != "0")
+        })
+        .collect();
+    cpus.sort_unstable();
+    cpus
 }
 
 fn check_facts(tree: &Path, view: &HostView) {
@@ -171,6 +187,27 @@ fn check_facts(tree: &Path, view: &HostView) {
     let want = online(tree);
     let got: Vec<u32> = view.topology.online.iter().collect();
     assert_eq!(got, want, "{name}: online CPUs");
+    // nohz_full and isolated: the sysfs lists, else the boot command line's parameters.
+    let boot = |key: &str| -> Option<String> {
+        read(tree, "proc/cmdline")?
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
+            .last()
+    };
+    let nohz = read(tree, "sys/devices/system/cpu/nohz_full").or_else(|| boot("nohz_full"));
+    if let Some(text) = nohz {
+        let got: Option<Vec<u32>> = view.topology.nohz_full.known().map(|c| c.iter().collect());
+        let want = if text.trim() == "(null)" {
+            Vec::new()
+        } else {
+            list(&text)
+        };
+        assert_eq!(got, Some(want), "{name}: nohz_full");
+    }
+    if let Some(text) = read(tree, "sys/devices/system/cpu/isolated") {
+        let got: Option<Vec<u32>> = view.topology.isolated.known().map(|c| c.iter().collect());
+        assert_eq!(got, Some(list(&text)), "{name}: isolated");
+    }
     let irqs = interrupts(tree);
     for nic in &view.nics {
         // Queues: the rx-N/tx-N directories the tree lists.
@@ -249,6 +286,95 @@ fn check_facts(tree: &Path, view: &HostView) {
                 eprintln!("{name}: {}: unrecognised vector {}", nic.name, irq.name);
             }
         }
+        // A PCI function interrupts on its INTx line or on MSI/MSI-X vectors, never both
+        // (enabling MSI disables INTx: Documentation/PCI/msi-howto.rst).
+        let on_line = nic.irqs.iter().filter(|i| i.line.is_some()).count();
+        assert!(
+            on_line == 0 || on_line == nic.irqs.len(),
+            "{name}: {} both on an INTx line and on vectors: {:?}",
+            nic.name,
+            nic.irqs
+                .iter()
+                .map(|i| (&i.name, i.line.is_some()))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// `tune plan --profile throughput` over every NIC: no queue vector on a nohz_full or isolated
+/// CPU, none on another node than its NIC's (`device/local_cpulist`, read here) while that
+/// node has CPUs to take it, and no CPU with more than ⌈vectors ÷ CPUs⌉ + 1 of them.
+fn check_placement(tree: &Path, view: &HostView, plan: &serde_json::Value) {
+    let name = tree.display();
+    let topo = &view.topology;
+    let avoid: Vec<u32> = [&topo.isolated, &topo.nohz_full]
+        .iter()
+        .filter_map(|f| f.known())
+        .flat_map(|c| c.iter())
+        .collect();
+    let usable: Vec<u32> = topo.online.iter().filter(|c| !avoid.contains(c)).collect();
+    // Each queue vector's NIC and queue: a queue's vectors (rx-N with tx-N) move together.
+    let mut queue_irq: BTreeMap<u32, (&str, u32)> = BTreeMap::new();
+    let mut per_queue: BTreeMap<(&str, u32), usize> = BTreeMap::new();
+    for nic in &view.nics {
+        for irq in &nic.irqs {
+            let q = match irq.role {
+                IrqRole::AllQueues => Some(0),
+                r => r.rx_queue().or(r.tx_queue()),
+            };
+            if let Some(q) = q {
+                queue_irq.insert(irq.irq, (&nic.name, q));
+                *per_queue.entry((&nic.name, q)).or_default() += 1;
+            }
+        }
+    }
+    let mut per_cpu: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut placed: usize = 0;
+    let mut off_node: Vec<(String, usize, Vec<u32>)> = Vec::new();
+    for item in plan["items"].as_array().unwrap() {
+        let Some(irq) = item["id"].as_str().and_then(|i| i.strip_prefix("irq/")) else {
+            continue;
+        };
+        let Some(&(nic, q)) = irq.parse().ok().and_then(|i: u32| queue_irq.get(&i)) else {
+            continue;
+        };
+        let cpus = list(item["desired"].as_str().unwrap());
+        if cpus.len() != 1 {
+            continue;
+        }
+        let cpu = cpus[0];
+        placed += 1;
+        *per_cpu.entry(cpu).or_default() += 1;
+        assert!(
+            !avoid.contains(&cpu),
+            "{name}: IRQ {irq} placed on isolated/nohz_full CPU {cpu}"
+        );
+        if let Some(local) = read(tree, &format!("sys/class/net/{nic}/device/local_cpulist")) {
+            let local: Vec<u32> = list(&local)
+                .into_iter()
+                .filter(|c| usable.contains(c))
+                .collect();
+            if local.len() < usable.len() && !local.is_empty() && !local.contains(&cpu) {
+                off_node.push((irq.to_string(), per_queue[&(nic, q)], local));
+            }
+        }
+    }
+    if placed > 0 && !usable.is_empty() {
+        let bound = placed.div_ceil(usable.len()) + 1;
+        // Off its node only when no CPU of its node has room for the queue's vectors.
+        for (irq, k, local) in &off_node {
+            assert!(
+                local
+                    .iter()
+                    .all(|c| per_cpu.get(c).copied().unwrap_or(0) + k > bound),
+                "{name}: IRQ {irq} placed off its node while CPUs {local:?} had room: {per_cpu:?}"
+            );
+        }
+        let max = per_cpu.values().copied().max().unwrap_or(0);
+        assert!(
+            max <= bound,
+            "{name}: a CPU takes {max} queue vectors, bound {bound}: {per_cpu:?}"
+        );
     }
 }
 
@@ -316,6 +442,9 @@ fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
             if out.status.success() {
                 let plan: serde_json::Value = serde_json::from_slice(&out.stdout)
                     .unwrap_or_else(|e| panic!("{label}: tune plan {profile}: {e}"));
+                if profile == "throughput" {
+                    check_placement(tree, &view, &plan);
+                }
                 // One item per knob: an IRQ line shared by several NICs is planned once.
                 let mut ids: Vec<&str> = plan["items"]
                     .as_array()
@@ -369,4 +498,48 @@ fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
         };
         assert_eq!(kinds(&again), kinds(&view), "{label}: snapshot round trip");
     }
+}
+
+/// What doctor says of two real OpenShift nodes: the worker booted with
+/// `nohz_full=0-4,11-79` (no sysfs list in its tree: the command line says it) has its i40e
+/// queue IRQs on those CPUs, and the control-plane node whose 112 queues per NIC fill every CPU
+/// of their node is not "stacked".
+#[test]
+fn doctor_reads_real_openshift_nodes_right() {
+    let findings = |tree: &str| -> Vec<(String, Vec<String>)> {
+        let report = json(
+            &fixtures().join("real").join(tree),
+            &["doctor", "--json", "--no-ethtool"],
+        );
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let devs = f["subjects"]["devices"]
+                    .as_array()
+                    .map(|d| {
+                        d.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (f["id"].as_str().unwrap().to_string(), devs)
+            })
+            .collect()
+    };
+    let worker = findings("nto-80cpu-i40e-igb");
+    for dev in ["eno1", "eno2", "ens7f0", "ens7f1"] {
+        assert!(
+            worker
+                .iter()
+                .any(|(id, d)| id == "irqs-on-isolated-cpus" && d.iter().any(|x| x == dev)),
+            "{dev}: {worker:?}"
+        );
+    }
+    let master = findings("nto-112cpu-ice-i40e");
+    assert!(
+        master.iter().all(|(id, _)| id != "irqs-not-spread"),
+        "{master:?}"
+    );
 }

@@ -523,8 +523,15 @@ impl HostFs {
 
     /// Where a link-laden host path really lives (host path form), e.g.
     /// `/sys/class/net/eth0/device` → `/sys/devices/pci0000:00/0000:00:03.0/virtio2`.
+    /// While recording, the directory it resolves to is recorded too: a reader that judged
+    /// from where a link lands (an interface under /sys/devices/pci… is physical) must judge
+    /// the same in the snapshot, where a link to a directory never written would dangle.
     pub fn canonical(&self, host_path: impl AsRef<Path>) -> Result<PathBuf> {
-        Ok(self.resolve_in_root(host_path.as_ref())?.0)
+        let (resolved, real) = self.resolve_in_root(host_path.as_ref())?;
+        if self.recorder.is_some() && real.is_dir() {
+            self.record(resolved.clone(), Recorded::Dir);
+        }
+        Ok(resolved)
     }
 
     /// The real path under the root for a directory netsteer will create and write (a state

@@ -76,6 +76,39 @@ pub(crate) fn read_mask(fs: &HostFs, path: &str) -> Result<CpuSet> {
     })
 }
 
+/// The CPUs a boot parameter names (Documentation/admin-guide/kernel-parameters.txt), `None`
+/// when the command line does not carry it. `isolcpus=[flag,...,]cpu-list`: the flags `nohz`,
+/// `domain` and `managed_irq`; without flags it means `domain`, and only domain isolation is
+/// what sysfs `isolated` lists (`housekeeping_isolcpus_setup`, kernel/sched/isolation.c), so
+/// `isolcpus=managed_irq,…` alone isolates no CPU from the scheduler: an empty set.
+fn boot_cpus(cmdline: &str, key: &str, nr: u32) -> Option<std::result::Result<CpuSet, String>> {
+    let value = cmdline
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .last()?;
+    let mut flags = Vec::new();
+    let mut list = value;
+    if key == "isolcpus" {
+        while let Some((head, rest)) = list.split_once(',')
+            && head.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        {
+            flags.push(head);
+            list = rest;
+        }
+        if list.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
+            return Some(Err(format!("{key}={value}: no CPU list after the flags")));
+        }
+    }
+    let cpus = match CpuSet::parse_list(list, Some(nr)) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(format!("{key}={value}: {e}"))),
+    };
+    if key == "isolcpus" && !flags.is_empty() && !flags.contains(&"domain") {
+        return Some(Ok(CpuSet::new()));
+    }
+    Some(Ok(cpus))
+}
+
 fn read_u32(fs: &HostFs, path: &str) -> Result<u32> {
     let v = fs.read_parsed(path, parse_uint)?;
     u32::try_from(v).map_err(|_| HostError::Parse {
@@ -143,9 +176,36 @@ pub fn read_topology_reusing(
         .or_else(|| fallback_cpus.cloned())
         .or_else(per_cpu_online)
         .unwrap_or_else(|| possible.clone());
-    let isolated = read_list(fs, &format!("{CPU_DIR}/isolated"), Some(nr)).into();
-    let nohz_full = match read_list(fs, &format!("{CPU_DIR}/nohz_full"), Some(nr)) {
-        Err(e) if e.is_not_found() => Field::Known(CpuSet::new()),
+    // Without the sysfs lists (a partial tree, an old kernel), the command line the kernel was
+    // booted with says the same: isolcpus= and nohz_full=.
+    let cmdline = std::cell::OnceCell::new();
+    let boot = |key: &str| -> Option<std::result::Result<CpuSet, String>> {
+        let text: &Option<String> = cmdline.get_or_init(|| fs.read("/proc/cmdline").ok());
+        boot_cpus(text.as_deref()?, key, nr)
+    };
+    let isolated = match read_list(fs, &format!("{CPU_DIR}/isolated"), Some(nr)) {
+        Err(e) if e.is_not_found() => match boot("isolcpus") {
+            Some(r) => r.map_err(|why| format!("/proc/cmdline: {why}")).into(),
+            None => Field::unknown(e),
+        },
+        other => other.into(),
+    };
+    let nohz_path = format!("{CPU_DIR}/nohz_full");
+    let nohz_read = match fs.read(&nohz_path) {
+        // Booted without nohz_full, the kernel prints its NULL tick_nohz_full_mask as "(null)"
+        // (print_cpus_nohz_full, drivers/base/cpu.c; Debian's 5.10 to 6.12 guests here do,
+        // 7.3 prints an empty line): none, not an unreadable list.
+        Ok(text) if text.trim() == "(null)" => Ok(CpuSet::new()),
+        _ => read_list(fs, &nohz_path, Some(nr)),
+    };
+    let nohz_full = match nohz_read {
+        Err(e) if e.is_not_found() => match boot("nohz_full") {
+            Some(r) => r.map_err(|why| format!("/proc/cmdline: {why}")).into(),
+            // A kernel without CONFIG_NO_HZ_FULL has no file: none. A tree without the cpu
+            // directory at all says nothing.
+            None if fs.is_dir(CPU_DIR) => Field::Known(CpuSet::new()),
+            None => Field::unknown(e),
+        },
         other => other.into(),
     };
     let smt = fs.read_value(format!("{CPU_DIR}/smt/control")).into();
@@ -206,6 +266,36 @@ pub fn read_topology_reusing(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boot_parameters_stand_in_for_missing_sysfs_lists() {
+        let line =
+            "BOOT_IMAGE=/vmlinuz rw isolcpus=managed_irq,0-4,11-79 nohz_full=0-4,11-79 quiet";
+        let nohz = boot_cpus(line, "nohz_full", 80).unwrap().unwrap();
+        assert_eq!(nohz.to_string(), "0-4,11-79");
+        // managed_irq alone isolates nobody from the scheduler: sysfs `isolated` is empty.
+        assert!(boot_cpus(line, "isolcpus", 80).unwrap().unwrap().is_empty());
+        let plain = boot_cpus("isolcpus=2-3", "isolcpus", 8).unwrap().unwrap();
+        assert_eq!(plain.to_string(), "2-3");
+        let domain = boot_cpus("isolcpus=domain,managed_irq,1,5", "isolcpus", 8).unwrap();
+        assert_eq!(domain.unwrap().to_string(), "1,5");
+        assert!(boot_cpus("quiet", "isolcpus", 8).is_none());
+        assert!(boot_cpus("isolcpus=nohz", "isolcpus", 8).unwrap().is_err());
+        // A tree holding /proc/cmdline but no cpu lists reads them from it.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc")).unwrap();
+        std::fs::create_dir_all(dir.path().join("sys/devices/system/cpu/cpu0")).unwrap();
+        std::fs::write(dir.path().join("proc/cmdline"), "nohz_full=0 isolcpus=0\n").unwrap();
+        let fs = HostFs::new(dir.path());
+        let t = read_topology(&fs, None);
+        assert_eq!(t.nohz_full.known().map(|c| c.to_string()), Some("0".into()));
+        assert_eq!(t.isolated.known().map(|c| c.to_string()), Some("0".into()));
+        // Neither the lists nor the command line nor the cpu directory: nohz_full unknown.
+        let bare = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(bare.path().join("proc")).unwrap();
+        let t = read_topology(&HostFs::new(bare.path()), None);
+        assert!(t.nohz_full.known().is_none() && t.isolated.known().is_none());
+    }
 
     fn copy_fixture(name: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -44,6 +44,11 @@ pub const RULES: &[Rule] = &[
         check: spread::irqs_not_spread,
     },
     Rule {
+        id: "irqs-on-isolated-cpus",
+        looks_for: "queue IRQs delivered only to isolcpus/nohz_full CPUs while housekeeping CPUs exist",
+        check: spread::irqs_on_isolated_cpus,
+    },
+    Rule {
         id: "irq-remote-numa",
         looks_for: "queue IRQs on CPUs of another NUMA node than the NIC",
         check: spread::irq_remote_numa,

@@ -50,7 +50,9 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
         let used = irqs
             .iter()
             .fold(CpuSet::new(), |acc, i| acc.union(&ctx.irq_cpus(i)));
-        let room = queues.min(ctx.usable.len());
+        // The room is the NIC's own node's usable CPUs where NUMA is known: 112 queues over
+        // all 56 CPUs of their node are as spread as placement allows, not stacked.
+        let room = queues.min(ctx.local_cpus(nic).len());
         if used.is_empty() || used.len() * 2 > room {
             continue;
         }
@@ -89,6 +91,83 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
             subjects: Subjects {
                 cpus: used.iter().collect(),
                 irqs: irqs.iter().map(|i| i.irq).collect(),
+                devices: vec![nic.name.clone()],
+                ..Default::default()
+            },
+        });
+    }
+    out
+}
+
+/// Queue IRQs delivered only to isolated or nohz_full CPUs while housekeeping CPUs exist.
+pub fn irqs_on_isolated_cpus(ctx: &Ctx) -> Vec<Finding> {
+    let topo = &ctx.view.topology;
+    let isolated = topo.isolated.known().cloned().unwrap_or_default();
+    let nohz = topo.nohz_full.known().cloned().unwrap_or_default();
+    let kept = isolated.union(&nohz);
+    if kept.is_empty() || ctx.usable.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let on: Vec<(&NicIrq, CpuSet)> = nic
+            .queue_irqs()
+            .filter(|i| movable(i))
+            .map(|i| (i, ctx.irq_cpus(i)))
+            .filter(|(_, cpus)| !cpus.is_empty() && cpus.difference(&kept).is_empty())
+            .collect();
+        if on.is_empty() {
+            continue;
+        }
+        let cpus = on.iter().fold(CpuSet::new(), |a, (_, c)| a.union(c));
+        let mut evidence = vec![format!(
+            "{}: {} of its {} queue IRQs are delivered only to CPUs kept for isolated work ({}); housekeeping CPUs: {}",
+            nic.name,
+            on.len(),
+            nic.queue_irqs().count(),
+            cpus_text(&cpus),
+            cpus_text(&ctx.usable)
+        )];
+        if !isolated.is_empty() {
+            evidence.push(format!(
+                "isolated (isolcpus= domain): {}",
+                cpus_text(&isolated)
+            ));
+        }
+        if !nohz.is_empty() {
+            evidence.push(format!("nohz_full: {}", cpus_text(&nohz)));
+        }
+        for (irq, c) in on.iter().take(8) {
+            evidence.push(format!(
+                "IRQ {} ({}) on {}",
+                irq.irq,
+                irq.role,
+                cpus_text(c)
+            ));
+        }
+        let spread = irq_spread(ctx, nic);
+        out.push(Finding {
+            id: "irqs-on-isolated-cpus".into(),
+            severity: Severity::Warning,
+            title: format!(
+                "{}: {} queue IRQs on isolated or nohz_full {}",
+                nic.name,
+                on.len(),
+                cpus_text(&cpus)
+            ),
+            evidence,
+            why: "isolcpus= and nohz_full= keep CPUs for one undisturbed task; a queue interrupt there runs its hard IRQ and the NET_RX softirq it raises on that CPU for every burst of packets, the very interruption the isolation exists to avoid (Documentation/timers/no_hz.rst). isolcpus=managed_irq moves only kernel-managed IRQs, and a NIC's queue IRQs usually are not.".into(),
+            fix: Fix {
+                summary: format!(
+                    "move {}'s queue IRQs to housekeeping CPUs of its node",
+                    nic.name
+                ),
+                steps: spread.steps(),
+                tune: Some(spread.tune(ctx, &nic.name)),
+            },
+            subjects: Subjects {
+                cpus: cpus.iter().collect(),
+                irqs: on.iter().map(|(i, _)| i.irq).collect(),
                 devices: vec![nic.name.clone()],
                 ..Default::default()
             },

@@ -206,8 +206,8 @@ impl Builder<'_> {
             };
             let reason = if spilled.contains(&q) {
                 format!(
-                    "{} ({}) on CPU {cpu}: every CPU {near} already carries {cap} queue vectors (the cap: ⌈vectors ÷ CPUs⌉ + 1 over every NIC), so the least loaded CPU of another node{shared}",
-                    irq.name, irq.role
+                    "{} ({}) on CPU {cpu}: no CPU {near} has room for this queue's {} vector(s) under the cap of {cap} (⌈vectors ÷ CPUs⌉ + 1 over every NIC), so the least loaded CPU of another node{shared}",
+                    irq.name, irq.role, queues[&q]
                 )
             } else if rates.is_some() {
                 format!(
