@@ -11,7 +11,8 @@
 //! | e1000e | `IF-rx-0`, `IF-tx-0`, other `IF`; on MSI or INTx the one vector `IF` | e1000e/netdev.c `e1000_request_msix`, `e1000_request_irq` |
 //! | e1000, rtl8139, … | the one (often shared INTx) line `IF` | their `request_irq(pdev->irq, …, netdev->name, …)` |
 //! | i40e | `i40e-IF-TxRx-Q`, flow director `…:fdir`, misc `i40e-BDF:misc` | i40e_main.c `i40e_vsi_request_irq_msix` |
-//! | ice | `ice-IF-TxRx-Q`, `…:ctrl`, misc `ice-BDF:misc` | ice_main.c `ice_vsi_req_irq_msix`, `ice_req_irq_msix_misc` |
+//! | irdma | RDMA event queues on an ice/i40e function: `irdma-BDF-CEQ-N`, `irdma-BDF-AEQ` (control) | irdma/hw.c `irdma_cfg_ceq_vector` |
+//! | ice | `ice-IF-TxRx-Q`; function-wide `ice-BDF:misc`, `ice-BDF:ll_ts` (PTP), `ice-BDF:ctrl-TxRx-0` (flow-director control VSI) | ice_main.c `ice_vsi_req_irq_msix`, `ice_req_irq_msix_misc` |
 //! | mlx5 | `mlx5_compQ@pci:BDF` (older: `mlx5_compQ`), `mlx5_async…@pci:BDF` | mlx5/core/pci_irq.c `irq_set_name`, `MLX5_IRQ_NAME_FORMAT_STR` |
 //! | mlx4 | `mlx4-E@BDF` (E = EQ index, 1-based; EQ 0 is `mlx4-async@pci:BDF`), the EQs split between the function's ports | mlx4/eq.c `mlx4_assign_eq`, mlx4/main.c `mlx4_enable_msi_x` |
 //! | tg3 | by **vector** index V, rings from V − 1: `IF-rx-V`, `IF-txrx-V`, `IF-tx-V` (`IF-tx-0`: ring 0 on vector 0 without TSS), link-only `IF-0`; one vector: `IF` | tg3.c `tg3_request_irq`, `tg3_mem_rx_acquire` ("vector 0 does not handle rx") |
@@ -204,9 +205,20 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
     if ifname.is_empty() {
         return None;
     }
+    // i40e and ice name their function-wide vectors after the PCI function, not the
+    // interface: `i40e-BDF:misc`, `ice-BDF:misc`, the PTP timestamp vector `ice-BDF:ll_ts` and
+    // the flow-director control VSI's `ice-BDF:ctrl-TxRx-0` (all on a real RHEL 9.4 host,
+    // fixtures/real/nto-112cpu-ice-i40e): none carries a data queue.
     if let Some(b) = ctx.bus_id
-        && name.ends_with(":misc")
-        && name.contains(b)
+        && name.contains(&format!("{b}:"))
+    {
+        return Some(IrqRole::Control);
+    }
+    // irdma (the RDMA half of ice and i40e) takes vectors of the same function for its event
+    // queues, `irdma-BDF-CEQ-N` and `irdma-BDF-AEQ` (irdma/hw.c `irdma_cfg_ceq_vector`,
+    // `irdma_cfg_aeq_vector`): no packet queue of the netdev.
+    if let Some(b) = ctx.bus_id
+        && name.starts_with(&format!("irdma-{b}-"))
     {
         return Some(IrqRole::Control);
     }
@@ -478,5 +490,25 @@ mod tests {
         assert_eq!(gve_block("eth0-ntfy-block.3"), Some(3));
         assert_eq!(gve_role(1, 8), IrqRole::Tx(1));
         assert_eq!(gve_role(5, 8), IrqRole::Rx(1));
+    }
+
+    #[test]
+    fn ice_function_wide_vectors_are_control_never_a_queue() {
+        // As a real ice host names them (fixtures/real/nto-112cpu-ice-i40e).
+        let c = ctx("ens3f0", Some("ice"), Some("0000:4b:00.0"));
+        for name in [
+            "ice-0000:4b:00.0:misc",
+            "ice-0000:4b:00.0:ll_ts",
+            "ice-0000:4b:00.0:ctrl-TxRx-0",
+        ] {
+            assert_eq!(classify(name, &c), Some(IrqRole::Control), "{name}");
+        }
+        assert_eq!(classify("ice-ens3f0-TxRx-7", &c), Some(IrqRole::RxTx(7)));
+        assert_eq!(
+            classify("irdma-0000:4b:00.0-CEQ-5", &c),
+            Some(IrqRole::Control)
+        );
+        // Another function's are not ours at all.
+        assert_eq!(classify("ice-0000:98:00.0:ctrl-TxRx-0", &c), None);
     }
 }
