@@ -314,6 +314,9 @@ fn uevent_devtype(fs: &HostFs, dir: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// `type` of an IPoIB netdev (include/uapi/linux/if_arp.h).
+const ARPHRD_INFINIBAND: u32 = 32;
+
 /// Reads one interface. `interrupts` is the parsed /proc/interrupts, when it could be read.
 pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu_ids: u32) -> Nic {
     let dir = format!("{NET_DIR}/{name}");
@@ -446,7 +449,20 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
             .and_then(|f| fs.read_parsed(format!("{f}/irq"), parse_uint).ok())
             .and_then(|i| u32::try_from(i).ok())
             .filter(|i| *i > 0);
-        find_irqs(fs, interrupts, msi_dir.as_deref(), intx, &ctx, nr_cpu_ids)
+        let mut irqs = find_irqs(fs, interrupts, msi_dir.as_deref(), intx, &ctx, nr_cpu_ids);
+        // An IPoIB netdev (type 32, ARPHRD_INFINIBAND) sits on the HCA's PCI function, whose
+        // mlx4/mlx5 completion vectors every verbs consumer shares: IPoIB picks one for its
+        // CQs (drivers/infiniband/ulp/ipoib/ipoib_verbs.c, `comp_vector`), and no vector name
+        // says which. They are not its rings: never a queue of it.
+        if dev_type.known() == Some(&ARPHRD_INFINIBAND) {
+            for irq in &mut irqs {
+                let hca = irq.name.starts_with("mlx4-") || irq.name.starts_with("mlx5_comp");
+                if hca && irq.role.placement_queue().is_some() {
+                    irq.role = IrqRole::Other;
+                }
+            }
+        }
+        irqs
     };
     let single_tx = tx_idx.len() == 1;
     let rx_queues = rx_idx
