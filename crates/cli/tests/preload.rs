@@ -1109,9 +1109,10 @@ fn cpu_by_thread_name(pid: u32) -> std::collections::BTreeMap<String, f64> {
 /// Hardening round three, the bound to show: a preloaded server (redis-server, the preload's
 /// defaults) under hostile peers from 256 addresses in 8 /24s, each opening a link of 8
 /// channels and holding it. The peers get at most the stated caps (96 channels per prefix,
-/// 384 in all: `preload_env::apply_peer_caps`), the server's threads stay within 2 per channel
-/// plus the handshakes plus its own, and a legitimate peer connected before is served
-/// throughout. Threads, memory and idle CPU are printed (the numbers in the closing note and
+/// 384 in all: `preload_env::apply_peer_caps`), the idle channels cost the server no thread
+/// (a writer exists only while frames wait, one standby serves the endpoint: its threads grow
+/// by the endpoint's few, whatever the number of channels), and a legitimate peer connected
+/// before is served throughout. Threads, memory and idle CPU are printed (the numbers in the closing note and
 /// docs/netchannel.md come from here).
 #[test]
 fn hostile_peers_from_256_addresses_stay_within_the_stated_bounds() {
@@ -1196,7 +1197,7 @@ fn hostile_peers_from_256_addresses_stay_within_the_stated_bounds() {
             }
         }
         // Settled, then idle for 5 s: what the held channels cost when nothing moves.
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(Duration::from_secs(3));
         let (threads, rss, cpu0) = proc_usage(pid);
         let by0 = cpu_by_thread_name(pid);
         std::thread::sleep(Duration::from_secs(5));
@@ -1218,15 +1219,18 @@ fn hostile_peers_from_256_addresses_stay_within_the_stated_bounds() {
             (cpu1 - cpu0) / 5.0 * 100.0
         );
         // The stated bounds: 384 channels in all (the legitimate peer's 3 among them), 96 per
-        // prefix; two threads a channel, a thread a handshake (64), and the program's own.
+        // prefix; once idle (the writers that sent the handshakes' answers lingered a second
+        // and ended), no thread a channel: the endpoint's standby and accept threads and the
+        // program's own (7 -> 10 measured with 376 channels held).
         assert!(accepted * 8 + 3 <= 384, "{accepted} hostile links");
         assert!(
             accepted <= 8 * 12,
             "{accepted} hostile links past 96 channels a prefix"
         );
         assert!(
-            threads <= t0 + 2 * 384 + 64,
-            "{threads} threads (from {t0})"
+            threads <= t0 + 8,
+            "{threads} threads (from {t0}) for {} idle channels",
+            accepted * 8
         );
         drop(held);
         drop(good);

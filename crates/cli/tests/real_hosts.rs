@@ -192,7 +192,7 @@ fn check_facts(tree: &Path, view: &HostView) {
         read(tree, "proc/cmdline")?
             .split_whitespace()
             .filter_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
-            .last()
+            .next_back()
     };
     let nohz = read(tree, "sys/devices/system/cpu/nohz_full").or_else(|| boot("nohz_full"));
     if let Some(text) = nohz {

@@ -85,7 +85,7 @@ fn boot_cpus(cmdline: &str, key: &str, nr: u32) -> Option<std::result::Result<Cp
     let value = cmdline
         .split_whitespace()
         .filter_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .last()?;
+        .next_back()?;
     let mut flags = Vec::new();
     let mut list = value;
     if key == "isolcpus" {

@@ -27,12 +27,24 @@ struct TxQueue {
     frames: VecDeque<OutFrame>,
     writing: bool,
     writer_waiting: bool,
+    /// A writer thread exists (it ends after [`WRITER_LINGER`] with nothing queued).
+    writer_running: bool,
     closed: bool,
     /// Control frames (not DATA) among `frames`.
     control: usize,
     /// The send copy worker chosen last (round-robin).
     last_worker: usize,
 }
+
+/// How long a writer thread waits with nothing queued before it ends. A channel's writer
+/// exists only while frames wait for it: an idle channel costs no thread (issue 53: two
+/// threads a channel let 1,024 idle channels from hostile peers cost a server 2,050
+/// threads), and a frame sent on an idle channel goes out inline from the sender's thread
+/// anyway. A second keeps the thread through a burst's pauses (a spawn costs tens of µs).
+pub const WRITER_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Starts a channel's writer thread (the session's `run_channel` sets it).
+pub type WriterSpawn = Box<dyn Fn() -> io::Result<()> + Send + Sync>;
 
 /// Payloads at least this large go through a send copy worker when the channel has some.
 const SEND_OFFLOAD_MIN: usize = 64 * 1024;
@@ -93,6 +105,8 @@ pub(crate) struct Channel {
     /// Why this side cut the connection off, when it did (the reader reports this cause
     /// instead of the bare end of the stream it then sees).
     pub cut_off: std::sync::OnceLock<String>,
+    /// Starts the writer thread when frames are queued and none runs.
+    writer: std::sync::OnceLock<WriterSpawn>,
 }
 
 /// Whether a sender writes its frame itself when the channel is idle (`Config::inline_send`).
@@ -177,6 +191,7 @@ impl Channel {
             worker_limit: copy.limit,
             max_control: copy.max_control,
             cut_off: std::sync::OnceLock::new(),
+            writer: std::sync::OnceLock::new(),
         })
     }
 
@@ -246,11 +261,11 @@ impl Channel {
             if q.writer_waiting && (!q.frames.is_empty() || q.closed) {
                 self.tx_cv.notify_all();
             }
-            drop(q);
+            let started = self.ensure_writer(q);
             if whole {
                 self.count_out(total, 1);
             }
-            return res.map(|_| ());
+            return res.and(started).map(|_| ());
         }
         if header.kind == FrameType::Data && frame.payload.len() >= SEND_OFFLOAD_MIN {
             frame.via = self.offload(&mut q, &frame.payload);
@@ -262,7 +277,27 @@ impl Channel {
         if q.writer_waiting {
             self.tx_cv.notify_all();
         }
-        Ok(())
+        self.ensure_writer(q)
+    }
+
+    /// Sets how the writer thread is started, and starts it if frames already wait.
+    pub fn set_writer(&self, spawn: WriterSpawn) -> io::Result<()> {
+        let _ = self.writer.set(spawn);
+        self.ensure_writer(lock(&self.tx))
+    }
+
+    /// Starts a writer if frames wait and none runs (the caller's queue guard is released
+    /// first: the new thread takes the queue).
+    fn ensure_writer(&self, mut q: std::sync::MutexGuard<'_, TxQueue>) -> io::Result<()> {
+        if q.writer_running || q.closed || q.frames.is_empty() {
+            return Ok(());
+        }
+        let Some(spawn) = self.writer.get() else {
+            return Ok(());
+        };
+        q.writer_running = true;
+        drop(q);
+        spawn().inspect_err(|_| lock(&self.tx).writer_running = false)
     }
 
     /// Hands a payload to a send copy worker, in queue order (the caller holds the queue).
@@ -388,6 +423,7 @@ impl Channel {
         loop {
             {
                 let mut q = lock(&self.tx);
+                let mut lingered = false;
                 loop {
                     if q.closed {
                         return None;
@@ -395,8 +431,19 @@ impl Channel {
                     if !q.frames.is_empty() && !q.writing {
                         break;
                     }
+                    if q.frames.is_empty() && !q.writing && lingered {
+                        // Nothing for a whole linger: end; the next queued frame starts a
+                        // writer again (ensure_writer, under this same lock).
+                        q.writer_running = false;
+                        return None;
+                    }
                     q.writer_waiting = true;
-                    q = self.tx_cv.wait(q).unwrap_or_else(|p| p.into_inner());
+                    let (g, timeout) = self
+                        .tx_cv
+                        .wait_timeout(q, WRITER_LINGER)
+                        .unwrap_or_else(|p| p.into_inner());
+                    q = g;
+                    lingered = timeout.timed_out();
                     q.writer_waiting = false;
                 }
                 let mut bytes = 0;

@@ -14,18 +14,18 @@
 //!
 //! The standby. Somebody must still read when no application thread waits: a program busy
 //! elsewhere while a peer sends more than the channel's socket buffer holds would otherwise
-//! stall the peer's writer, and a dead channel would go unnoticed. Each channel keeps one
-//! thread, asleep while the application drives. It looks every `Config::standby_after`
-//! ([`STANDBY`] unless set) and reads only if in that whole time no application thread
-//! pumped this channel or entered a wait that includes its socket ([`watch`]); then it reads
-//! as a reader thread would until an application thread waits on it or pumps it. When the
-//! application came back soon after the standby stepped in, it was busy rather than gone, so
-//! the standby's patience doubles (up to [`STANDBY_MAX`]); it returns to `standby_after`
-//! when the application stays away.
-//! While the application sits in a wait the standby's sleep grows to [`STANDBY_MAX`], so an
-//! idle process costs a few wake-ups a second. The check is per channel, not per process: a
-//! channel that joins while a thread sleeps in a wait built before it is in no wait, so its
-//! standby reads it, and what it delivers wakes that thread, whose next wait includes it.
+//! stall the peer's writer, and a dead channel would go unnoticed. One thread per endpoint
+//! stands by for every channel ([`crate::standby`]): after an arrival it waits
+//! `Config::standby_after` ([`STANDBY`] unless set) and reads only if in that whole time no
+//! application thread pumped this channel or entered a wait that includes its socket
+//! ([`watch`]); then it reads as a reader thread would until an application thread waits on
+//! it or pumps it. When the application came back soon after the standby stepped in, it was
+//! busy rather than gone, so the channel's patience doubles (up to [`STANDBY_MAX`]); it
+//! returns to `standby_after` when the application stays away. An idle channel costs it
+//! nothing: no thread, no timer, one armed epoll registration. The check is per channel, not
+//! per process: a channel that joins while a thread sleeps in a wait built before it is in no
+//! wait, so the standby reads it, and what it delivers wakes that thread, whose next wait
+//! includes it.
 //!
 //! Where it costs: a program blocked outside the calls that drive (in a disk read, a lock)
 //! gets its frames read by the standby after up to `standby_after`, with the hand-off the
@@ -63,6 +63,8 @@ pub struct Driver {
     generation: AtomicU64,
     next_key: AtomicU64,
     channels: Mutex<Vec<DrivenChannel>>,
+    /// The endpoint's standby thread, started with its first channel.
+    standby: Mutex<Option<crate::standby::Standby>>,
 }
 
 /// A channel the application's threads read. Holding one keeps its socket descriptor open,
@@ -180,12 +182,15 @@ impl Driver {
         }
     }
 
+    /// Adds a channel the application's threads will read, and hands it to the endpoint's
+    /// standby (started here with the first channel, with patience `after`).
     pub(crate) fn add(
         self: &Arc<Self>,
         session: &Arc<Session>,
         ch: Arc<Channel>,
         mut reader: ChannelReader,
-    ) -> DrivenChannel {
+        after: Duration,
+    ) -> io::Result<DrivenChannel> {
         // Only pumps read it, and a pump never waits: not for a header, not for the rest of a
         // payload a peer may never send (it keeps what came and goes on at the next pump).
         reader.get_mut().dontwait = true;
@@ -202,9 +207,16 @@ impl Driver {
             watched: AtomicUsize::new(0),
             looks: AtomicU64::new(0),
         }));
+        let mut standby = lock(&self.standby);
+        if standby.is_none() {
+            *standby = Some(crate::standby::Standby::start(after)?);
+        }
         lock(&self.channels).push(pump.clone());
         self.generation.fetch_add(1, Ordering::AcqRel);
-        pump
+        if let Some(s) = standby.as_ref() {
+            s.add(pump.clone());
+        }
+        Ok(pump)
     }
 
     fn retire(&self, key: u64) {
@@ -316,109 +328,35 @@ impl DrivenChannel {
         }
     }
 
-    /// The standby's loop (see the module docs); returns when the channel is dead.
-    pub(crate) fn standby(&self, after: Duration) {
-        let p = &self.0;
-        let after = after.max(Duration::from_micros(100));
-        let most = STANDBY_MAX.max(after);
-        // How long the application may go without a look before this steps in: `after`,
-        // doubled each time the application came back soon after this stepped in (it was busy,
-        // not gone), back to `after` when it stayed away.
-        let mut patience = after;
-        let mut sleep = patience;
-        let mut frames_seen = u64::MAX;
-        loop {
-            if !self.is_alive() {
-                return;
-            }
-            let seen = p.looks.load(Ordering::Acquire);
-            std::thread::park_timeout(sleep);
-            if !p.ch.is_alive() {
-                // Closed from this side or by a writer's error: read to the end so the
-                // channel is failed exactly as a reader thread would.
-                self.drain_dead();
-                return;
-            }
-            // Someone waits on it now: an arrival wakes them. Checked before the looks, so a
-            // channel a thread always waits on (the proxy's reactor task) costs its standby
-            // 20 wake-ups a second, not one per `after` (strace of the proxy pair at
-            // pipelining 1: 1 500 futex calls a second before, 90 after).
-            // A channel on which nothing arrived since the last look sleeps longer still (to
-            // IDLE_WAIT_MAX): a preloaded server's event loop watches every channel, and 379
-            // idle ones woke 19,000 times a second between them (20 % of a CPU with no
-            // traffic; 400 a second and 2 % with this and the stepped-in wait below:
-            // crates/cli/tests/preload.rs, hostile peers).
-            if p.watched.load(Ordering::Acquire) > 0 {
-                let frames = p.ch.counters.frames_in.load(Ordering::Relaxed);
-                let cap = if frames == frames_seen {
-                    IDLE_WAIT_MAX
-                } else {
-                    most
-                };
-                frames_seen = frames;
-                sleep = (sleep * 2).min(cap);
-                continue;
-            }
-            if p.looks.load(Ordering::Acquire) != seen {
-                sleep = patience;
-                continue;
-            }
-            // Nobody read for a whole period and nobody waits: read here until somebody
-            // does. (A new channel starts here: no wait includes it until the program's next
-            // look at its set, which what this reads wakes.)
-            let stepped_in = Instant::now();
-            // While it reads here, an arrival wakes this wait at once; its timeout is only for
-            // noticing that the application came back. It doubles while nothing arrives (to
-            // IDLE_WAIT_MAX), so an idle channel costs about one wake-up a second, not one per
-            // `after`.
-            let mut wait = after;
-            loop {
-                let seen = p.looks.load(Ordering::Acquire);
-                let pumped = self.pump_as(false);
-                if pumped == Pumped::Closed {
-                    return;
-                }
-                if p.watched.load(Ordering::Acquire) > 0 {
-                    break;
-                }
-                wait = match pumped {
-                    Pumped::Frames(n) if n > 0 => after,
-                    _ => (wait * 2).min(IDLE_WAIT_MAX),
-                };
-                let ms = wait.as_millis().clamp(1, 1000) as i32;
-                if netsteer_sock::tcp::wait_readable(self.fd(), ms).is_err() {
-                    std::thread::sleep(after);
-                }
-                if p.looks.load(Ordering::Acquire) != seen {
-                    break;
-                }
-            }
-            // Why the patience grows: a program whose turn of its loop outlasts it
-            // (redis-server answering 50 clients' 16 pipelined GETs of 4 KiB takes over 1 ms)
-            // is busy, not gone, and every frame read here meanwhile is a hand-off: perf put
-            // 8 % of the preloaded server's CPU in this loop at pipelining 16. Back within
-            // two periods (the wait above sees a look only at its end) is soon.
-            patience = if stepped_in.elapsed() <= patience * 2 {
-                (patience * 2).min(most)
-            } else {
-                after
-            };
-            sleep = patience;
-        }
+    /// False once the channel was closed from this side (or by a writer's error): the
+    /// standby then reads it to its end, so it fails as a reader thread would fail it.
+    pub(crate) fn channel_open(&self) -> bool {
+        self.0.ch.is_alive()
     }
 
-    fn drain_dead(&self) {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while self.is_alive() && Instant::now() < deadline {
-            match self.pump_as(false) {
-                Pumped::Closed => return,
-                Pumped::Busy => std::thread::sleep(STANDBY),
-                Pumped::Frames(_) => {
-                    let _ = netsteer_sock::tcp::wait_readable(self.fd(), 10);
-                }
-            }
-        }
+    /// Application threads in a wait that includes this channel now.
+    pub(crate) fn watched(&self) -> usize {
+        self.0.watched.load(Ordering::Acquire)
+    }
+
+    /// Moves with every application pump and wait that includes this channel.
+    pub(crate) fn looks(&self) -> u64 {
+        self.0.looks.load(Ordering::Acquire)
+    }
+
+    /// Frames received on the channel so far.
+    pub(crate) fn frames_in(&self) -> u64 {
+        self.0.ch.counters.frames_in.load(Ordering::Relaxed)
+    }
+
+    /// A pump by the standby (it does not count as the application looking).
+    pub(crate) fn pump_standby(&self) -> Pumped {
+        self.pump_as(false)
+    }
+
+    /// Ends a channel that did not read to its end in time.
+    pub(crate) fn give_up(&self, cause: &str) {
         let session = self.0.session.upgrade();
-        self.finish(session.as_ref(), "channel closed");
+        self.finish(session.as_ref(), cause);
     }
 }

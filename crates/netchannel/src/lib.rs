@@ -54,11 +54,13 @@ pub mod reorder;
 pub mod sched;
 mod session;
 mod socket;
+mod standby;
 pub mod wire;
 mod work;
 
 #[cfg(feature = "tokio")]
 pub use async_io::AsyncVSocket;
+pub use channel::WRITER_LINGER;
 pub use config::{Config, SocketOptions};
 pub use drive::{DrivenChannel, Driver, Pumped, watch};
 pub use endpoint::{ChannelStats, Endpoint, SessionStats, Stats};

@@ -1,6 +1,6 @@
 //! Run to completion (`Config::app_driven`): the application's threads read the channels
-//! when they wait, a standby thread reads when none does, and the channel list follows a
-//! channel's death and replacement.
+//! when they wait, the endpoint's one standby thread reads when none does, and the channel
+//! list follows a channel's death and replacement.
 
 mod common;
 

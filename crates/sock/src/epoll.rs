@@ -36,6 +36,8 @@ pub struct Ready {
     pub writable: bool,
 }
 
+const ONCE_READ: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
+
 /// An epoll instance watching sockets for input.
 #[derive(Debug)]
 pub struct Epoll {
@@ -71,6 +73,19 @@ impl Epoll {
             Interest::Write => libc::EPOLLOUT,
         };
         self.ctl(libc::EPOLL_CTL_ADD, fd, events as u32, token)
+    }
+
+    /// Watches `fd` for input once (EPOLLONESHOT): after it is reported, it is disarmed until
+    /// [`Epoll::rearm`]. A watcher of many idle descriptors that wants to hear of each arrival
+    /// once, not at every wait while the bytes sit unread.
+    pub fn watch_once(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, ONCE_READ, token)
+    }
+
+    /// Arms a descriptor watched with [`Epoll::watch_once`] again (reported at once if input
+    /// is already there).
+    pub fn rearm(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, ONCE_READ, token)
     }
 
     /// Stops watching `fd`.
@@ -255,5 +270,27 @@ mod watch_tests {
         ep.ready(1000, &mut ready).unwrap();
         assert_eq!((ready[0].token, ready[0].readable), (9, true));
         assert_eq!(b.read(&mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_once_watch_reports_an_arrival_once_until_rearmed() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        let ep = Epoll::new().unwrap();
+        ep.watch_once(b.as_fd(), 5).unwrap();
+        let mut ready = Vec::new();
+        ep.ready(0, &mut ready).unwrap();
+        assert!(ready.is_empty(), "nothing sent yet");
+        a.write_all(b"x").unwrap();
+        ep.ready(1000, &mut ready).unwrap();
+        assert_eq!((ready.len(), ready[0].token), (1, 5));
+        // Unread, but disarmed: not reported again.
+        ep.ready(50, &mut ready).unwrap();
+        assert!(ready.is_empty());
+        // Re-armed with the byte still there: reported at once.
+        ep.rearm(b.as_fd(), 6).unwrap();
+        ep.ready(1000, &mut ready).unwrap();
+        assert_eq!((ready.len(), ready[0].token), (1, 6));
     }
 }

@@ -234,7 +234,8 @@ impl Session {
         Ok(session)
     }
 
-    /// Starts a channel's two I/O threads.
+    /// Starts a channel: its reader thread (or the endpoint's standby when the application
+    /// drives), and the means to start its writer when frames wait.
     fn run_channel(self: &Arc<Self>, ch: Arc<Channel>, reader: ChannelReader) -> io::Result<()> {
         let cpus = self.cpus_for(&ch);
         let rt = if ch.class == Class::Latency {
@@ -242,26 +243,29 @@ impl Session {
         } else {
             None
         };
-        let (s, c) = (self.clone(), ch.clone());
+        // The writer thread exists only while frames wait (channel.rs, WRITER_LINGER). The
+        // spawner holds the session and channel weakly: the channel keeps it.
+        let (ws, wc) = (Arc::downgrade(self), Arc::downgrade(&ch));
         let cpus2 = cpus.clone();
-        std::thread::Builder::new()
-            .name(format!("nc-tx-{}", ch.index))
-            .spawn(move || {
-                let _g = FailOnUnwind(&s, &c, "writer");
-                pin(&cpus2, rt);
-                if let Some(e) = c.write_loop(|| s.space_freed()) {
-                    s.channel_failed(&c, &format!("write failed: {e}"));
-                }
-            })?;
-        if let Some(driver) = &self.driver {
-            let (index, after) = (ch.index, self.cfg.standby_after);
-            let pump = driver.add(self, ch, reader);
+        ch.set_writer(Box::new(move || {
+            let (Some(s), Some(c)) = (ws.upgrade(), wc.upgrade()) else {
+                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "session gone"));
+            };
+            let cpus = cpus2.clone();
             std::thread::Builder::new()
-                .name(format!("nc-standby-{index}"))
+                .name(format!("nc-tx-{}", c.index))
                 .spawn(move || {
+                    let _g = FailOnUnwind(&s, &c, "writer");
                     pin(&cpus, rt);
-                    pump.standby(after);
-                })?;
+                    if let Some(e) = c.write_loop(|| s.space_freed()) {
+                        s.channel_failed(&c, &format!("write failed: {e}"));
+                    }
+                })
+                .map(|_| ())
+        }))?;
+        if let Some(driver) = &self.driver {
+            // The endpoint's one standby stands by for it (crate::standby): no thread here.
+            driver.add(self, ch, reader, self.cfg.standby_after)?;
             return Ok(());
         }
         let (s, c) = (self.clone(), ch);
