@@ -62,6 +62,11 @@ pub struct WatchArgs {
     /// `watch/` subdirectory.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Take back a knob the watcher gave up when someone else rewrote it (its path, e.g.
+    /// /proc/sys/net/core/netdev_max_backlog, or `all`): its value written again through
+    /// tune's transaction at start. Needs --apply. Repeatable.
+    #[arg(long, value_name = "PATH")]
+    reclaim: Vec<String>,
     /// JSON Lines, one event per line (docs/watch.md).
     #[arg(long)]
     json: bool,
@@ -78,6 +83,7 @@ impl WatchArgs {
             max_budget_usecs: self.max_budget_usecs,
             goal: self.goal,
             crash_after_writes: self.crash_after_writes,
+            reclaim: self.reclaim.clone(),
             ..WatchConfig::default()
         };
         cfg.check().map_err(anyhow::Error::msg)?;

@@ -411,6 +411,69 @@ fn a_person_who_rewrites_a_knob_keeps_it() {
     assert_eq!(rig.read(BACKLOG), "5000");
 }
 
+/// Given up is not forever when a person says so: `--reclaim PATH` at the next start writes
+/// the watcher's value back in a journal of its own and owns the knob again (a later rewrite
+/// is stepped aside from again); a path it never gave up is refused by name with nothing
+/// written; and reclaiming needs --apply.
+#[test]
+fn a_knob_given_up_is_taken_back_only_when_told() {
+    let rig = Rig::new();
+    let cfg = acting(1, 1);
+    let (mut w, _) = rig.watcher(cfg.clone());
+    feed(&rig, &mut w, 0.0, &[drops(3, 100.0), drops(3, 0.0)]);
+    assert_eq!(rig.read(BACKLOG), "2000");
+    rig.write(BACKLOG, "5000");
+    let ev = feed(&rig, &mut w, 2.0, &[drops(3, 100.0)]);
+    assert!(
+        matches!(ev.first(), Some(Event::SteppedAside { .. })),
+        "{ev:?}"
+    );
+    drop(w);
+    // Not told: the person's value stays, at every start.
+    let (_, ev) = rig.watcher(cfg.clone());
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(rig.read(BACKLOG), "5000");
+    // A path it never gave up: refused by name, nothing written.
+    let tree_before = contents(rig.tree.path());
+    let bad = WatchConfig {
+        reclaim: vec!["/proc/sys/net/core/netdev_budget".into()],
+        ..cfg.clone()
+    };
+    let tuner = Tuner::open(rig.fs(), false, Some(rig.state.path().to_path_buf())).unwrap();
+    let err = Watcher::new(bad, tuner).err().expect("refused").to_string();
+    assert!(
+        err.contains("--reclaim /proc/sys/net/core/netdev_budget")
+            && err.contains("netdev_max_backlog"),
+        "{err}"
+    );
+    assert_eq!(contents(rig.tree.path()), tree_before);
+    // Reclaiming writes: without --apply it is refused.
+    let advise = WatchConfig {
+        apply: false,
+        reclaim: vec!["all".into()],
+        ..cfg.clone()
+    };
+    assert!(advise.check().unwrap_err().contains("--apply"));
+    // Told: written back, owned again.
+    let told = WatchConfig {
+        reclaim: vec!["/proc/sys/net/core/netdev_max_backlog".into()],
+        ..cfg.clone()
+    };
+    let (mut w, ev) = rig.watcher(told);
+    assert!(
+        matches!(ev.as_slice(), [Event::Reclaimed { path, value, was, .. }]
+            if path.ends_with("netdev_max_backlog") && value == "2000" && was == "5000"),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BACKLOG), "2000");
+    rig.write(BACKLOG, "6000");
+    let ev = feed(&rig, &mut w, 0.0, &[drops(3, 0.0)]);
+    assert!(
+        matches!(ev.first(), Some(Event::SteppedAside { now, .. }) if now == "6000"),
+        "owned again, so stepped aside from again: {ev:?}"
+    );
+}
+
 #[test]
 fn a_restart_adopts_what_it_owns_and_rollback_on_exit_restores_the_tree() {
     let rig = Rig::new();

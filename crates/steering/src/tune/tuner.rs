@@ -56,6 +56,9 @@ pub enum TuneError {
     Verify(String),
     #[error("{0}")]
     Search(String),
+    /// A request refused before anything was written, naming the flag and value.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The benchmark side of a verified apply: how many runs on each side and what to compare.

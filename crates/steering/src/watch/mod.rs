@@ -26,6 +26,7 @@
 //! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
 //! logs who changed what (as far as polling can tell) and leaves that knob alone.
 
+mod reclaim;
 mod state;
 
 use crate::doctor::rules::rps::{planned, spreading_profile};
@@ -76,6 +77,10 @@ pub struct WatchConfig {
     /// Test hook: abort the process after this many writes of an action (a crash between two
     /// writes, as `tune apply --crash-after-writes`).
     pub crash_after_writes: Option<usize>,
+    /// Knobs given up after someone rewrote them that the watcher is told to take back at
+    /// start (their paths, or `all`): the watcher's value written again through tune's
+    /// transaction, and the knob watched as its own again.
+    pub reclaim: Vec<String>,
 }
 
 impl Default for WatchConfig {
@@ -96,6 +101,7 @@ impl Default for WatchConfig {
             max_budget_usecs: 2_000,
             goal: Goal::Balanced,
             crash_after_writes: None,
+            reclaim: Vec::new(),
         }
     }
 }
@@ -118,6 +124,9 @@ impl WatchConfig {
         }
         if self.persist == 0 || self.guard_intervals == 0 {
             return Err("--persist and the guard need at least one interval".into());
+        }
+        if !self.reclaim.is_empty() && !self.apply {
+            return Err("--reclaim writes the watcher's values back: it needs --apply".into());
         }
         Ok(())
     }
@@ -211,6 +220,15 @@ pub enum Event {
         now: String,
         who: String,
     },
+    /// A knob given up earlier, taken back when told (`--reclaim`): the watcher's value
+    /// written again, in a journal of its own.
+    Reclaimed {
+        at: f64,
+        path: String,
+        value: String,
+        was: String,
+        journal: String,
+    },
     /// A proposal the watcher will not act on, and why (said once).
     Held {
         at: f64,
@@ -272,21 +290,21 @@ impl Watcher {
                 who: "changed while no watcher ran".into(),
             })
             .collect();
-        Ok((
-            Watcher {
-                cfg,
-                tuner,
-                held: BTreeMap::new(),
-                standing: BTreeMap::new(),
-                said: BTreeSet::new(),
-                last_action: BTreeMap::new(),
-                pending: None,
-                asleep: BTreeMap::new(),
-                state,
-                cpu_history: VecDeque::new(),
-            },
-            events,
-        ))
+        let mut w = Watcher {
+            cfg,
+            tuner,
+            held: BTreeMap::new(),
+            standing: BTreeMap::new(),
+            said: BTreeSet::new(),
+            last_action: BTreeMap::new(),
+            pending: None,
+            asleep: BTreeMap::new(),
+            state,
+            cpu_history: VecDeque::new(),
+        };
+        let mut events: Vec<Event> = events;
+        events.extend(w.reclaim()?);
+        Ok((w, events))
     }
 
     /// The tuner of the watcher's own journal directory (`tune rollback --state-dir` it).
@@ -981,6 +999,13 @@ pub fn text(e: &Event) -> String {
             signal.0, signal.1, cpu.0, cpu.1
         ),
         Event::RolledBack { at, id, why } => format!("{at:7.1}s undone  {id}: {why}"),
+        Event::Reclaimed {
+            at,
+            path,
+            value,
+            was,
+            journal,
+        } => format!("{at:7.1}s reclaim {path}: {was} -> {value} (told to; journal {journal})"),
         Event::SteppedAside {
             at,
             path,

@@ -176,6 +176,27 @@ impl Owned {
         out
     }
 
+    /// The knobs given up, as (path, what the watcher wrote, the advice id that wrote it).
+    pub(super) fn disowned(&self) -> Vec<(String, String, String)> {
+        self.disowned
+            .iter()
+            .map(|(path, (ours, _, journal))| {
+                let id = self
+                    .journals
+                    .iter()
+                    .find(|(j, _)| j == journal)
+                    .map_or_else(String::new, |(_, id)| id.clone());
+                (path.clone(), ours.clone(), id)
+            })
+            .collect()
+    }
+
+    /// A given-up knob written back by `journal`: owned again.
+    pub(super) fn reclaimed(&mut self, path: &str, value: &str, journal: &str, id: &str) {
+        self.disowned.remove(path);
+        self.own(path, value, journal, id);
+    }
+
     pub(super) fn is_disowned(&self, path: &str) -> bool {
         self.disowned.contains_key(path)
     }
