@@ -508,3 +508,84 @@ fn threaded_poll_where_the_kernel_has_it() {
         "{e}"
     );
 }
+
+/// The holder looks at its service every 0.2 s; between full /proc scans (every
+/// `FULL_SCAN_EVERY` looks) it trusts what it saw while the port's sockets and each process
+/// are the same. Shown on a tree: with the server's descriptor table gone from the tree, the
+/// holder still sees it until the next full scan, which then finds nobody; a new socket on the
+/// port or a restarted process (a new start time) forces the full scan at once.
+#[test]
+fn the_holder_scans_proc_only_when_the_service_may_have_changed() {
+    use netsteer_steering::lane::{FULL_SCAN_EVERY, Lanes};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    };
+    let head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n";
+    // Port 4321 is 10E1.
+    let udp = |inodes: &[u64]| {
+        let mut t = head.to_string();
+        for (i, ino) in inodes.iter().enumerate() {
+            t += &format!(
+                "  {i}: 00000000:10E1 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 {ino} 2 0000000000000000 0\n"
+            );
+        }
+        t
+    };
+    write("proc/net/udp", &udp(&[4242]));
+    let process = |pid: u32, start: u64| {
+        write(
+            &format!("proc/{pid}/stat"),
+            &format!(
+                "{pid} (echo) S 1 {pid} {pid} 0 -1 4194560 100 0 0 0 1 1 0 0 20 0 1 0 {start} 1000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n"
+            ),
+        );
+        write(&format!("proc/{pid}/comm"), "echo\n");
+        write(
+            &format!("proc/{pid}/status"),
+            "Name:\techo\nCpus_allowed_list:\t0-3\n",
+        );
+    };
+    process(77, 5000);
+    let fd = |pid: u32, ino: u64| {
+        let d = root.join(format!("proc/{pid}/fd"));
+        fs::create_dir_all(&d).unwrap();
+        let _ = fs::remove_file(d.join("3"));
+        std::os::unix::fs::symlink(format!("socket:[{ino}]"), d.join("3")).unwrap();
+    };
+    fd(77, 4242);
+    let lanes = Lanes::open(HostFs::new(root), false, Some(root.join("state"))).unwrap();
+    let s = spec("eth0", 1, LaneMode::Irq);
+    let pids = |seen: &mut Option<_>| -> Vec<u32> {
+        lanes
+            .service_seen(&s, seen)
+            .unwrap()
+            .iter()
+            .map(|p| p.pid)
+            .collect()
+    };
+    let mut seen = None;
+    assert_eq!(pids(&mut seen), vec![77]);
+    // Its descriptors vanish from the tree: not scanned again until the full scan is due.
+    fs::remove_dir_all(root.join("proc/77/fd")).unwrap();
+    for _ in 0..FULL_SCAN_EVERY {
+        assert_eq!(pids(&mut seen), vec![77]);
+    }
+    assert_eq!(pids(&mut seen), Vec::<u32>::new(), "the full scan is due");
+    // Nobody seen: every look scans (a socket whose owner was not found is not trusted).
+    fd(77, 4242);
+    assert_eq!(pids(&mut seen), vec![77]);
+    // A new socket on the port: scanned at once.
+    assert_eq!(pids(&mut seen), vec![77]);
+    process(88, 6000);
+    fd(88, 4343);
+    write("proc/net/udp", &udp(&[4242, 4343]));
+    assert_eq!(pids(&mut seen), vec![77, 88]);
+    // The process restarted under the same pid (a new start time): scanned at once.
+    fs::remove_dir_all(root.join("proc/88/fd")).unwrap();
+    process(88, 7000);
+    assert_eq!(pids(&mut seen), vec![77]);
+}

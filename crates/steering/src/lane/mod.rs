@@ -226,6 +226,42 @@ impl Lanes {
             .collect())
     }
 
+    /// As [`Lanes::service`], through what the holder saw last: while the port's sockets are
+    /// the same and each process seen is still the same process, the /proc scan is skipped
+    /// (it reads a link per descriptor of every process: on a busy host the bulk of a
+    /// holder's work, every interval). What that misses: a process forked after the scan
+    /// inherits the service's CPU affinity (sched_setaffinity is inherited across fork and
+    /// exec), so the lane already holds it; a new socket (SO_REUSEPORT, a restart) changes
+    /// the inodes; a descriptor passed over a Unix socket is found by the full scan every
+    /// [`FULL_SCAN_EVERY`] looks.
+    pub fn service_seen(
+        &self,
+        spec: &LaneSpec,
+        seen: &mut Option<SeenService>,
+    ) -> Result<Vec<LaneProcess>, LaneOpError> {
+        let inodes = sockets::serving(&self.fs, spec.proto, spec.port)
+            .map_err(|e| LaneOpError::Service(format!("--{} {}: {e}", spec.proto, spec.port)))?;
+        if let Some(s) = seen.as_mut()
+            && s.inodes == inodes
+            && !inodes.is_empty()
+            && !s.procs.is_empty()
+            && s.looks < FULL_SCAN_EVERY
+            && s.procs
+                .iter()
+                .all(|p| self.process(p.pid).is_some_and(|q| q.start == p.start))
+        {
+            s.looks += 1;
+            return Ok(s.procs.clone());
+        }
+        let procs = self.service(spec)?;
+        *seen = Some(SeenService {
+            inodes,
+            procs: procs.clone(),
+            looks: 0,
+        });
+        Ok(procs)
+    }
+
     fn process(&self, pid: u32) -> Option<LaneProcess> {
         use netsteer_host::process::{parse_start_time, parse_status_allowed};
         let start = self
@@ -442,13 +478,23 @@ impl Lanes {
 
     /// One step of holding: brings the lane in line with its service (see [`HoldEvent`]).
     pub fn reconcile(&self, name: &str, opts: &ApplyOptions) -> Result<HoldEvent, LaneOpError> {
+        self.reconcile_seen(name, opts, &mut None)
+    }
+
+    /// [`Lanes::reconcile`] with what the holder saw last ([`Lanes::service_seen`]).
+    pub fn reconcile_seen(
+        &self,
+        name: &str,
+        opts: &ApplyOptions,
+        seen: &mut Option<SeenService>,
+    ) -> Result<HoldEvent, LaneOpError> {
         let spec = self.spec(name)?;
         let state = self.state(name)?;
         if state == LaneState::Interrupted {
             let r = self.tuner(name)?.rollback(None)?;
             return Ok(HoldEvent::Recovered(r));
         }
-        let running = self.service(&spec)?;
+        let running = self.service_seen(&spec, seen)?;
         let now: BTreeSet<(u32, u64)> = running.iter().map(|p| (p.pid, p.start)).collect();
         match (state, running.is_empty()) {
             (LaneState::Applied, true) => {
@@ -486,8 +532,9 @@ impl Lanes {
         self.spec(name)?;
         let _lock = self.lock(name)?;
         let mut last_err: Option<String> = None;
+        let mut seen = None;
         while !stop() {
-            match self.reconcile(name, opts) {
+            match self.reconcile_seen(name, opts, &mut seen) {
                 Ok(HoldEvent::Holding | HoldEvent::Waiting) => last_err = None,
                 Ok(ev) => {
                     last_err = None;
@@ -510,6 +557,17 @@ impl Lanes {
         }
         Ok(())
     }
+}
+
+/// Looks at the service between two full /proc scans (0.2 s each by default: 2 s).
+pub const FULL_SCAN_EVERY: u32 = 10;
+
+/// What the holder saw of the service at its last full scan.
+#[derive(Debug, Clone)]
+pub struct SeenService {
+    inodes: BTreeSet<u64>,
+    procs: Vec<LaneProcess>,
+    looks: u32,
 }
 
 /// What one step of holding did.
