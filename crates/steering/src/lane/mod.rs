@@ -191,14 +191,12 @@ impl Lanes {
 
     /// The queue a lane holds: the one given, else the device's last (as the planner picks).
     fn claimed_queue(&self, spec: &LaneSpec) -> u32 {
-        spec.queue.unwrap_or_else(|| {
-            let n = self
-                .fs
-                .read_dir(format!("/sys/class/net/{}/queues", spec.dev))
-                .map(|q| q.iter().filter(|q| q.starts_with("rx-")).count() as u32)
-                .unwrap_or(1);
-            n.saturating_sub(1)
-        })
+        let n = self
+            .fs
+            .read_dir(format!("/sys/class/net/{}/queues", spec.dev))
+            .map(|q| q.iter().filter(|q| q.starts_with("rx-")).count() as u32)
+            .unwrap_or(1);
+        spec.queue_of(n)
     }
 
     /// The service's processes now: the holders of its port, or (for a unit or cgroup) the

@@ -92,6 +92,14 @@ pub struct LaneSpec {
     pub poll_cpu: Option<u32>,
 }
 
+impl LaneSpec {
+    /// The receive queue the lane takes on a device with `rx_queues` of them: the one given,
+    /// else the last (the planner and the other lanes' claims both ask here).
+    pub fn queue_of(&self, rx_queues: u32) -> u32 {
+        self.queue.unwrap_or(rx_queues.saturating_sub(1))
+    }
+}
+
 /// One process of the service: what names it (pid and start time) and where it may run now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaneProcess {
@@ -299,7 +307,7 @@ pub fn plan_lane(
         (_, None) => {}
     }
     let nq = nic.rx_queues.len() as u32;
-    let queue = spec.queue.unwrap_or(nq.saturating_sub(1));
+    let queue = spec.queue_of(nq);
     if queue >= nq.max(1) {
         return Err(LaneError::NoQueue {
             dev: nic.name.clone(),
