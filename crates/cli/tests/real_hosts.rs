@@ -318,11 +318,7 @@ fn check_placement(tree: &Path, view: &HostView, plan: &serde_json::Value) {
     let mut per_queue: BTreeMap<(&str, u32), usize> = BTreeMap::new();
     for nic in &view.nics {
         for irq in &nic.irqs {
-            let q = match irq.role {
-                IrqRole::AllQueues => Some(0),
-                r => r.rx_queue().or(r.tx_queue()),
-            };
-            if let Some(q) = q {
+            if let Some(q) = irq.role.placement_queue() {
                 queue_irq.insert(irq.irq, (&nic.name, q));
                 *per_queue.entry((&nic.name, q)).or_default() += 1;
             }

@@ -558,7 +558,8 @@ fn find_irqs(
     let own = own.filter(|v| !v.is_empty());
     let intx = intx.filter(|_| own.is_none());
     let mut found: Vec<NicIrq> = Vec::new();
-    let mut unnamed_line: Vec<bool> = Vec::new();
+    // The function's one INTx line, when no action on it is named after the device.
+    let mut unnamed_line: Option<u32> = None;
     for row in &interrupts.rows {
         let Some(irq) = row.number() else { continue };
         let is_own = own.as_ref().is_some_and(|v| v.binary_search(&irq).is_ok());
@@ -571,7 +572,9 @@ fn find_irqs(
             .actions
             .iter()
             .find_map(|a| classify(a, ctx).map(|r| (a.clone(), r)));
-        let named = mine.is_some();
+        if on_line && mine.is_none() {
+            unnamed_line = Some(irq);
+        }
         let (name, role) = match mine {
             Some(m) => m,
             None if on_line => (row.actions.join(", "), IrqRole::AllQueues),
@@ -602,15 +605,15 @@ fn find_irqs(
             line: on_line.then_some(IrqLine::Intx),
             shared_with: shared,
         });
-        unnamed_line.push(on_line && !named);
     }
     // A function interrupts on its INTx line or on MSI/MSI-X vectors, never both (enabling
     // MSI disables INTx: Documentation/PCI/msi-howto.rst). Where sysfs did not list the
     // vectors (a tree without msi_irqs) but vectors named after the device were found,
     // `device/irq` is only the pin's routing: the line belongs to whoever is named on it.
-    if found.iter().any(|i| i.line.is_none()) {
-        let mut keep = unnamed_line.iter().map(|u| !u);
-        found.retain(|_| keep.next().unwrap_or(true));
+    if let Some(line) = unnamed_line
+        && found.iter().any(|i| i.line.is_none())
+    {
+        found.retain(|i| i.irq != line);
     }
     let mut roles: Vec<(&str, IrqRole)> = found.iter().map(|i| (i.name.as_str(), i.role)).collect();
     resolve_device(&mut roles, ctx);

@@ -61,8 +61,12 @@ impl Topology {
 }
 
 pub(crate) fn read_list(fs: &HostFs, path: &str, nr: Option<u32>) -> Result<CpuSet> {
-    let text = fs.read(path)?;
-    CpuSet::parse_list(&text, nr).map_err(|source| HostError::CpuSet {
+    parse_list_of(path, &fs.read(path)?, nr)
+}
+
+/// A CPU list read from `path`, an error naming the file.
+fn parse_list_of(path: &str, text: &str, nr: Option<u32>) -> Result<CpuSet> {
+    CpuSet::parse_list(text, nr).map_err(|source| HostError::CpuSet {
         path: path.into(),
         source,
     })
@@ -196,7 +200,8 @@ pub fn read_topology_reusing(
         // (print_cpus_nohz_full, drivers/base/cpu.c; Debian's 5.10 to 6.12 guests here do,
         // 7.3 prints an empty line): none, not an unreadable list.
         Ok(text) if text.trim() == "(null)" => Ok(CpuSet::new()),
-        _ => read_list(fs, &nohz_path, Some(nr)),
+        Ok(text) => parse_list_of(&nohz_path, &text, Some(nr)),
+        Err(e) => Err(e),
     };
     let nohz_full = match nohz_read {
         Err(e) if e.is_not_found() => match boot("nohz_full") {
