@@ -110,6 +110,26 @@ fn hold(ns: &Netns, state_dir: &str, json: bool) -> Running {
     Running::spawn(ns, &args, &[], Stdio::null())
 }
 
+/// `lane apply` of the tests' lane "echo" (UDP `PORT` on v0b, CPU 1) with `extra` flags.
+fn apply_echo(ns: &Netns, state_dir: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "lane",
+        "apply",
+        "--name",
+        "echo",
+        "--dev",
+        "v0b",
+        "--udp",
+        PORT,
+        "--cpu",
+        "1",
+        "--state-dir",
+        state_dir,
+    ];
+    args.extend_from_slice(extra);
+    ns.netsteer(&args)
+}
+
 fn journals(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir.join("lanes/echo/journal"))
         .map(|d| d.count())
@@ -131,30 +151,7 @@ fn a_lane_lives_and_dies_with_its_service() {
     let server = service(b);
     let before = state(b);
     let before_allowed = allowed(pid(&server));
-    let lane = |verb: &str| -> Vec<String> {
-        [
-            "lane",
-            verb,
-            "--name",
-            "echo",
-            "--dev",
-            "v0b",
-            "--udp",
-            PORT,
-            "--cpu",
-            "1",
-            "--mode",
-            mode,
-            "--state-dir",
-            sdp,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
-    let args = lane("apply");
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    ok(b.netsteer(&argv));
+    ok(apply_echo(b, sdp, &["--mode", mode]));
     let applied = state(b);
     let n = napis(b);
     assert_eq!(n.len(), 1, "{n:#?}");
@@ -323,24 +320,11 @@ fn a_killed_apply_is_completed_by_the_next_holder() {
     let server = service(b);
     let before = state(b);
     let before_allowed = allowed(pid(&server));
-    let out = b.netsteer(&[
-        "lane",
-        "apply",
-        "--name",
-        "echo",
-        "--dev",
-        "v0b",
-        "--udp",
-        PORT,
-        "--cpu",
-        "1",
-        "--mode",
-        "busy-poll",
-        "--state-dir",
+    let out = apply_echo(
+        b,
         sdp,
-        "--crash-after-writes",
-        "1",
-    ]);
+        &["--mode", "busy-poll", "--crash-after-writes", "1"],
+    );
     assert!(!out.status.success(), "the hook aborts the apply");
     assert_ne!(state(b), before, "one write was made before the crash");
     let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
@@ -435,22 +419,7 @@ fn a_cgroup_service_is_all_its_processes() {
     group.add(pid(&helper));
     group.add(pid(&server));
     let before = (allowed(pid(&helper)), state(b));
-    ok(b.netsteer(&[
-        "lane",
-        "apply",
-        "--name",
-        "echo",
-        "--dev",
-        "v0b",
-        "--udp",
-        PORT,
-        "--cpu",
-        "1",
-        "--cgroup",
-        &group.rel,
-        "--state-dir",
-        sdp,
-    ]));
+    ok(apply_echo(b, sdp, &["--cgroup", &group.rel]));
     assert_eq!(allowed(pid(&server)), "1");
     assert_eq!(
         allowed(pid(&helper)),
@@ -566,22 +535,7 @@ fn a_service_restarted_unseen_gets_its_lane_again() {
     let sdp = sd.path().to_str().unwrap();
     let server = service(b);
     let before = state(b);
-    ok(b.netsteer(&[
-        "lane",
-        "apply",
-        "--name",
-        "echo",
-        "--dev",
-        "v0b",
-        "--udp",
-        PORT,
-        "--cpu",
-        "1",
-        "--mode",
-        "busy-poll",
-        "--state-dir",
-        sdp,
-    ]));
+    ok(apply_echo(b, sdp, &["--mode", "busy-poll"]));
     let applied = state(b);
     assert_ne!(applied, before);
     drop(server);

@@ -202,11 +202,22 @@ impl Lanes {
     /// The service's processes now: the holders of its port, or (for a unit or cgroup) the
     /// group's processes once one of them holds the port. Empty: not running.
     pub fn service(&self, spec: &LaneSpec) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let service_err = |e: netsteer_host::HostError| {
-            LaneOpError::Service(format!("--{} {}: {e}", spec.proto, spec.port))
-        };
-        let inodes = sockets::serving(&self.fs, spec.proto, spec.port).map_err(service_err)?;
-        let owners = sockets::socket_owners(&self.fs, &inodes).map_err(service_err)?;
+        let inodes = self.serving(spec)?;
+        self.service_of(spec, &inodes)
+    }
+
+    /// The sockets serving the lane's port.
+    fn serving(&self, spec: &LaneSpec) -> Result<BTreeSet<u64>, LaneOpError> {
+        sockets::serving(&self.fs, spec.proto, spec.port).map_err(|e| service_err(spec, e))
+    }
+
+    /// The service's processes, given the sockets serving its port.
+    fn service_of(
+        &self,
+        spec: &LaneSpec,
+        inodes: &BTreeSet<u64>,
+    ) -> Result<Vec<LaneProcess>, LaneOpError> {
+        let owners = sockets::socket_owners(&self.fs, inodes).map_err(|e| service_err(spec, e))?;
         let pids: Vec<u32> = match &spec.service {
             ServiceRef::Port => owners,
             ServiceRef::Unit(_) | ServiceRef::Cgroup(_) => {
@@ -237,8 +248,7 @@ impl Lanes {
         spec: &LaneSpec,
         seen: &mut Option<SeenService>,
     ) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let inodes = sockets::serving(&self.fs, spec.proto, spec.port)
-            .map_err(|e| LaneOpError::Service(format!("--{} {}: {e}", spec.proto, spec.port)))?;
+        let inodes = self.serving(spec)?;
         if let Some(s) = seen.as_mut()
             && s.inodes == inodes
             && !inodes.is_empty()
@@ -246,12 +256,12 @@ impl Lanes {
             && s.looks < FULL_SCAN_EVERY
             && s.procs
                 .iter()
-                .all(|p| self.process(p.pid).is_some_and(|q| q.start == p.start))
+                .all(|p| self.start_of(p.pid) == Some(p.start))
         {
             s.looks += 1;
             return Ok(s.procs.clone());
         }
-        let procs = self.service(spec)?;
+        let procs = self.service_of(spec, &inodes)?;
         *seen = Some(SeenService {
             inodes,
             procs: procs.clone(),
@@ -260,12 +270,19 @@ impl Lanes {
         Ok(procs)
     }
 
+    /// A process's start time (`/proc/PID/stat` field 22): with its pid, which process it is.
+    fn start_of(&self, pid: u32) -> Option<u64> {
+        self.fs
+            .read_parsed(
+                format!("/proc/{pid}/stat"),
+                netsteer_host::process::parse_start_time,
+            )
+            .ok()
+    }
+
     fn process(&self, pid: u32) -> Option<LaneProcess> {
-        use netsteer_host::process::{parse_start_time, parse_status_allowed};
-        let start = self
-            .fs
-            .read_parsed(format!("/proc/{pid}/stat"), parse_start_time)
-            .ok()?;
+        use netsteer_host::process::parse_status_allowed;
+        let start = self.start_of(pid)?;
         Some(LaneProcess {
             pid,
             start,
@@ -555,6 +572,10 @@ impl Lanes {
         }
         Ok(())
     }
+}
+
+fn service_err(spec: &LaneSpec, e: netsteer_host::HostError) -> LaneOpError {
+    LaneOpError::Service(format!("--{} {}: {e}", spec.proto, spec.port))
 }
 
 /// Looks at the service between two full /proc scans (0.2 s each by default: 2 s).
