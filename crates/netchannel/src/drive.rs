@@ -46,10 +46,11 @@ use std::time::{Duration, Instant};
 /// How long no application thread may have read or waited before the standby reads (the
 /// default of [`crate::Config::standby_after`]).
 pub const STANDBY: Duration = Duration::from_millis(1);
-/// The longest the standby sleeps while an application thread waits.
+/// The longest a channel's patience grows to, and the longest the standby rests from a
+/// channel the application reads while frames move on it ([`crate::standby`]).
 pub const STANDBY_MAX: Duration = Duration::from_millis(50);
-/// The longest a standby that reads a channel nobody else reads waits between looks at
-/// whether the application came back (an arrival ends the wait at once).
+/// The longest the standby rests from a channel the application waits on while nothing
+/// arrives on it: a few looks a second at most for a channel every wait includes.
 pub const IDLE_WAIT_MAX: Duration = Duration::from_secs(1);
 /// Frames one pump reads at most before it returns (other descriptors of the program wait
 /// meanwhile; a level-triggered wait reports the channel again at once).
