@@ -110,7 +110,7 @@ impl Pair {
     /// docs/lab.md: the namespaces (for `ip netns exec`), the addresses and the devices.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         let mut env = vec![
-            ("NETSTEER_LAB_PREFIX", self.lab.prefix().to_string()),
+            (PREFIX_VAR, self.lab.prefix().to_string()),
             ("NETSTEER_LAB_CLIENT_NS", self.client.name().to_string()),
             ("NETSTEER_LAB_SERVER_NS", self.server.name().to_string()),
             ("NETSTEER_LAB_CLIENT_ADDR", CLIENT_ADDR.to_string()),
@@ -139,6 +139,10 @@ impl Pair {
         c
     }
 }
+
+/// The variable naming the lab in its command's environment (`lab clean` finds the command
+/// of a killed lab by it).
+pub(crate) const PREFIX_VAR: &str = "NETSTEER_LAB_PREFIX";
 
 /// `netsteer lab with`: makes the two-host lab, runs `command` in the root namespace with the
 /// lab in its environment, and takes the lab down — also on a termination signal, which

@@ -221,10 +221,39 @@ fn remove_labs(select: impl Fn(&str, std::time::Duration) -> bool) -> std::io::R
                 _ => {}
             }
         }
+        kill_marked(&prefix);
         let _ = std::fs::remove_dir_all(scratch_path(&prefix));
         let _ = std::fs::remove_file(entry.path());
     }
     Ok(removed)
+}
+
+/// Stops every process started with the lab's mark in its environment
+/// (`NETSTEER_LAB_PREFIX=prefix`, which `lab with` gives its command, and which the command's
+/// own children inherit). The record's `child` line cannot be the only way: it is written just
+/// after the spawn, and a `lab with` killed in between (a fresh-clone CI run on a loaded
+/// machine did) left its command running with no line naming it.
+fn kill_marked(prefix: &str) {
+    let mark = format!("{}={prefix}", crate::pair::PREFIX_VAR);
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| *p != me)
+    {
+        // environ is at most the exec's argument space; 1 MiB covers it.
+        let Ok(env) = netsteer_host::fs::read_regular_nofollow(
+            Path::new(&format!("/proc/{pid}/environ")),
+            1 << 20,
+        ) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == mark.as_bytes()) {
+            let _ = run("kill", &["-9", &pid.to_string()]);
+        }
+    }
 }
 
 /// Removes the namespaces and scratch directories of this process's own labs, and their
