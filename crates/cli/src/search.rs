@@ -187,6 +187,22 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
     if let Some(out) = report_out {
         out.write(search_report::html(&report).as_bytes())?;
     }
+    // With --json the report is on stdout for a program; why the search ended early or left a
+    // knob changed is also said on stderr, where the person watching the runs reads.
+    if a.json {
+        if let Some(why) = &report.outcome.stopped {
+            eprintln!(
+                "netsteer: search stopped early: {}",
+                netsteer_host::safe::line(why)
+            );
+        }
+        if !report.not_restored.is_empty() {
+            eprintln!(
+                "netsteer: NOT RESTORED: {}",
+                netsteer_host::safe::line(&report.not_restored.join("; "))
+            );
+        }
+    }
     let mut out = std::io::stdout().lock();
     if a.json {
         emit(&mut out, &serde_json::to_string(&report)?)?;

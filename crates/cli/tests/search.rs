@@ -624,6 +624,11 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$los
         let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
         let stopped = r.outcome.stopped.clone().expect("stopped");
         assert!(stopped.contains(why), "{knob}: {stopped}");
+        // Said on stderr too: with --json a person watching sees the runs there, not stdout.
+        assert!(
+            err.contains(&format!("netsteer: search stopped early: {stopped}")),
+            "{knob}: {err}"
+        );
         // Stopped inside the first trial: it is not counted as one.
         assert!(
             r.outcome.trials.is_empty(),
