@@ -67,6 +67,9 @@ pub struct WatchArgs {
     /// tune's transaction at start. Needs --apply. Repeatable.
     #[arg(long, value_name = "PATH")]
     reclaim: Vec<String>,
+    /// Skip NIC settings over ethtool netlink (the rss reflex then has no table to judge).
+    #[arg(long)]
+    no_ethtool: bool,
     /// JSON Lines, one event per line (docs/watch.md).
     #[arg(long)]
     json: bool,
@@ -112,8 +115,8 @@ pub fn run(host: &Host, a: &WatchArgs) -> Result<ExitCode> {
     if a.apply && host.fs.is_live() && !netsteer_sock::is_root() {
         bail!("watch --apply writes sysctls and sysfs: run it as root (or leave out --apply)");
     }
-    let tuner =
-        Tuner::open(host.fs.clone(), false, a.state_dir.clone()).context("the state directory")?;
+    let tuner = Tuner::open(host.fs.clone(), !a.no_ethtool, a.state_dir.clone())
+        .context("the state directory")?;
     let (w, adopted) = Watcher::new(cfg, tuner).context("the watcher's state")?;
     let stop = Arc::new(AtomicBool::new(false));
     netsteer_sock::signal::stop_on_termination(stop.clone())?;

@@ -542,3 +542,117 @@ fn one_cpu_drowning_in_net_rx_gets_rps_from_the_planner() {
     assert_eq!(rig.read("sys/class/net/eth0/queues/rx-0/rps_cpus"), "fdff");
     assert!(Path::new(&rig.state.path().join("watch/owned.json")).exists());
 }
+
+/// The cloudflare host's eth2 (11 queues, 128 buckets) in the tree's NIC record.
+fn eth2_table(rig: &Rig) -> Vec<u64> {
+    let path = rig.tree.path().join("netsteer/ethtool.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    v["eth2"]["rss"]["indirection"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q.as_u64().unwrap())
+        .collect()
+}
+
+fn set_eth2_table(rig: &Rig, table: &[u64]) {
+    let path = rig.tree.path().join("netsteer/ethtool.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    v["eth2"]["rss"]["indirection"] = serde_json::json!(table);
+    std::fs::write(path, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn a_hot_queue_under_a_skewed_rss_table_gets_the_equal_table_over_the_nic_backend() {
+    let rig = Rig {
+        tree: copy_tree(&fixture("cloudflare-24cpu")),
+        state: tempfile::tempdir().unwrap(),
+    };
+    // Every bucket on rx-0 (a table left over from a reservation), rx-0 taking the traffic.
+    set_eth2_table(&rig, &[0; 128]);
+    let tuner = Tuner::open(rig.fs(), true, Some(rig.state.path().to_path_buf())).unwrap();
+    let (mut w, _) = Watcher::new(acting(3, 3), tuner).unwrap();
+    let rates = |hot: f64, rest: f64| -> Vec<f64> {
+        std::iter::once(hot)
+            .chain(std::iter::repeat_n(rest, 10))
+            .collect()
+    };
+    // The watcher's own view: the NIC record read through the tuner's backend.
+    let feed_nic = |w: &mut Watcher, t0: f64, per_queue: &[f64], n: usize| {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let view = w.tuner().view();
+            let load = common::sampled(&view, "eth2", per_queue, 0.0);
+            out.extend(w.step(t0 + i as f64, &view, &load));
+        }
+        out
+    };
+    let ev = feed_nic(&mut w, 0.0, &rates(5000.0, 2.0), 3);
+    let Some(Event::Advice { advice, .. }) = ev
+        .iter()
+        .find(|e| matches!(e, Event::Advice { advice, .. } if advice.reflex == Reflex::Rss))
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(advice.id, "rss/eth2");
+    assert_eq!(advice.changes.len(), 1, "{:?}", advice.changes);
+    let c = &advice.changes[0];
+    assert_eq!(c.path, "nic/eth2/rss/indirection");
+    assert_eq!(c.from, vec!["0"; 128].join(" "));
+    let equal: Vec<u64> = (0..128).map(|i| i % 11).collect();
+    assert_eq!(
+        c.to,
+        equal
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    assert!(
+        advice.evidence.iter().any(|e| e.contains("128 of the 128")),
+        "{:?}",
+        advice.evidence
+    );
+    assert_eq!(applied(&ev).len(), 1, "{ev:?}");
+    assert_eq!(
+        eth2_table(&rig),
+        equal,
+        "written through the tree's NIC backend"
+    );
+
+    // The traffic spreads: the skew falls from ~100 to 0 points and the guard keeps the table.
+    let ev = feed_nic(&mut w, 3.0, &rates(500.0, 450.0), 3);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "rss/eth2")),
+        "{ev:?}"
+    );
+    // Its own table, read back over the NIC backend, is not taken for someone else's.
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::SteppedAside { .. })),
+        "{ev:?}"
+    );
+
+    // A person writes another table (`ethtool -X eth2 weight ...`): the watcher reads it back
+    // through the NIC backend, steps aside, and holds its advice when the skew comes back.
+    let theirs: Vec<u64> = (0..128).map(|i| if i < 100 { 0 } else { 1 }).collect();
+    set_eth2_table(&rig, &theirs);
+    let ev = feed_nic(&mut w, 6.0, &rates(5000.0, 2.0), 4);
+    assert!(
+        ev.iter().any(
+            |e| matches!(e, Event::SteppedAside { path, .. } if path == "nic/eth2/rss/indirection")
+        ),
+        "{ev:?}"
+    );
+    assert!(applied(&ev).is_empty(), "{ev:?}");
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Held { id, why, .. } if id == "rss/eth2" && why.contains("someone else"))),
+        "{ev:?}"
+    );
+    assert_eq!(
+        eth2_table(&rig),
+        theirs,
+        "their table is left as they wrote it"
+    );
+}

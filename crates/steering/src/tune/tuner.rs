@@ -152,6 +152,31 @@ impl Tuner {
         &self.state_dir
     }
 
+    /// Whether NIC settings are read and written (ethtool netlink live, the tree's record
+    /// under a root).
+    pub fn reads_nic(&self) -> bool {
+        self.nic_enabled
+    }
+
+    /// What a knob holds now, by the path `tune apply --set` takes: a file through the root, a
+    /// NIC setting (`nic/IF/GROUP/NAME`) through the NIC backend, as a plan item reads it.
+    pub fn read_knob(&self, path: &str) -> Result<String, String> {
+        if path.starts_with("nic/") {
+            if !self.nic_enabled {
+                return Err(
+                    "NIC settings are not read here (--no-ethtool or no ethtool netlink)".into(),
+                );
+            }
+            let (dev, knob, _) = crate::model::planner::Knob::nic_knob(path)?;
+            knob.read(&self.nic.settings(&dev))
+        } else {
+            self.fs
+                .read_value(path)
+                .map(|v| v.trim().to_string())
+                .map_err(|e| e.to_string())
+        }
+    }
+
     /// The same tuner (its host and NIC backend) keeping its journals in `dir` instead.
     pub fn into_state_dir(self, dir: PathBuf) -> Tuner {
         Tuner {

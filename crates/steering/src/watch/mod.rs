@@ -18,6 +18,9 @@
 //!   time: a larger one holds a CPU in softirq for longer than a scheduler tick is worth).
 //! - `rps`: doctor's `softirq-hot-cpu` (one CPU drowning in NET_RX while others idle) on a
 //!   device whose queues have RPS off → the RPS/RFS the planner makes for it.
+//! - `rss`: doctor's `rss-table-skewed` (one queue holds most of the indirection table and
+//!   takes most of the receive interrupts) → the equal table the planner makes for the
+//!   device's active queues, written over ethtool netlink (`nic/IF/rss/indirection`).
 //!
 //! A reflex fires only after its signal held for `persist` intervals, at most once per
 //! `min_interval`, and only raises: a guard measured after each action (the signal must fall
@@ -26,14 +29,13 @@
 //! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
 //! logs who changed what (as far as polling can tell) and leaves that knob alone.
 
+mod doctor;
 mod reclaim;
 mod state;
 mod text;
 
-use crate::doctor::rules::rps::{planned, spreading_profile};
-use crate::doctor::{Ctx, Goal, Load, diagnose};
+use crate::doctor::{Ctx, Goal, Load};
 use crate::model::desired::Profile;
-use crate::model::desired::{Action, ItemKind, Target};
 use crate::model::planner::{Knob, PlanOptions};
 use crate::tune::{ApplyOptions, TuneError, Tuner};
 use netsteer_host::view::HostView;
@@ -141,6 +143,7 @@ pub enum Reflex {
     Backlog,
     Budget,
     Rps,
+    Rss,
 }
 
 impl Reflex {
@@ -149,6 +152,7 @@ impl Reflex {
             Reflex::Backlog => "backlog",
             Reflex::Budget => "budget",
             Reflex::Rps => "rps",
+            Reflex::Rss => "rss",
         }
     }
 }
@@ -637,7 +641,7 @@ impl Watcher {
         let mut out = Vec::new();
         out.extend(self.backlog(view, load));
         out.extend(self.budget(view, load));
-        out.extend(self.rps(view, load));
+        out.extend(self.doctor_reflexes(view, load));
         out
     }
 
@@ -737,60 +741,6 @@ impl Watcher {
             changes,
             total,
         ))
-    }
-
-    /// doctor's `softirq-hot-cpu` on a device with RPS off: the RPS/RFS the planner makes.
-    fn rps(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
-        let report = diagnose(view, Some(load), self.cfg.goal, None);
-        let ctx = Ctx::new(view, Some(load), self.cfg.goal, None);
-        let mut out = Vec::new();
-        for f in report.findings.iter().filter(|f| f.id == "softirq-hot-cpu") {
-            let hot = f
-                .subjects
-                .cpus
-                .iter()
-                .filter_map(|c| ctx.cpu(*c))
-                .map(|c| c.soft)
-                .fold(0.0, f64::max);
-            for dev in &f.subjects.devices {
-                let Some(nic) = view.nic(dev) else { continue };
-                if !crate::doctor::rules::rps::rps_off(nic) {
-                    continue;
-                }
-                let p = planned(
-                    &ctx,
-                    nic,
-                    spreading_profile(&ctx),
-                    &[ItemKind::Rps, ItemKind::RfsTable, ItemKind::RfsFlowCnt],
-                );
-                let changes: Vec<Change> = p
-                    .items
-                    .iter()
-                    .filter(|i| i.action == Action::Change)
-                    .filter_map(|i| match &i.target {
-                        Target::File { path } => Some(Change {
-                            path: path.clone(),
-                            from: i.current.clone().unwrap_or_default(),
-                            to: i.desired.clone(),
-                        }),
-                        _ => None,
-                    })
-                    .collect();
-                if changes.is_empty() {
-                    continue;
-                }
-                let mut evidence = vec![f.title.clone()];
-                evidence.extend(f.evidence.iter().take(3).cloned());
-                out.push(Proposal::of(
-                    Reflex::Rps,
-                    &format!("rps/{dev}"),
-                    evidence,
-                    changes,
-                    hot,
-                ));
-            }
-        }
-        out
     }
 }
 
@@ -897,7 +847,8 @@ pub fn run(
     use std::time::Instant;
     let fs = w.tuner.fs().clone();
     let io = |e: std::io::Error| e.to_string();
-    let mut view = netsteer_host::read_host(&fs, None);
+    // The tuner's view: with NIC settings when it reads them (the rss reflex needs the table).
+    let mut view = w.tuner.view();
     let mut at = 0.0;
     let mut step = |w: &mut Watcher, view: &mut HostView, at: f64, load: &Load, fresh: &mut u32| {
         let events = w.step(at, view, load);
@@ -907,7 +858,7 @@ pub fn run(
                 .iter()
                 .any(|e| matches!(e, Event::Applied { .. } | Event::RolledBack { .. }))
         {
-            *view = netsteer_host::read_host(&fs, None);
+            *view = w.tuner.view();
             *fresh = 0;
         }
         events.iter().try_for_each(&mut *emit).map_err(io)

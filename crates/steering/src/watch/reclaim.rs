@@ -33,12 +33,7 @@ impl Watcher {
             if !all && !self.cfg.reclaim.contains(&path) {
                 continue;
             }
-            let was = self
-                .tuner
-                .fs()
-                .read_value(&path)
-                .map(|v| v.trim().to_string())
-                .unwrap_or_default();
+            let was = self.tuner.read_knob(&path).unwrap_or_default();
             let id = if id.is_empty() { path.clone() } else { id };
             let advice = Advice {
                 id: format!("reclaim/{id}"),

@@ -161,10 +161,12 @@ impl Owned {
         let paths: Vec<String> = self.knobs.keys().cloned().collect();
         for path in paths {
             let ours = &self.knobs[&path];
+            // A NIC setting a watcher without NIC access cannot read is not someone else's.
+            if path.starts_with("nic/") && !tuner.reads_nic() {
+                continue;
+            }
             let now = tuner
-                .fs()
-                .read_value(&path)
-                .map(|v| v.trim().to_string())
+                .read_knob(&path)
                 .unwrap_or_else(|e| format!("(unreadable: {e})"));
             if same_value(&path, &ours.value, &now) {
                 continue;

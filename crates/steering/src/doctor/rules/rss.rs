@@ -87,6 +87,18 @@ fn ntuple_targets(nic: &Nic) -> Vec<u64> {
         .unwrap_or_default()
 }
 
+/// How far the busiest rx queue's share of the device's receive interrupts stands above an
+/// equal share, in points of the way to taking them all: 0 when every queue takes as much,
+/// 100 when one takes everything (so two queues and eleven read alike). None without a live
+/// sample that shows enough traffic.
+pub fn hot_queue_excess(ctx: &Ctx, nic: &Nic) -> Option<f64> {
+    let (_, rates, total) = table_and_traffic(ctx, nic)?;
+    let n = rates.len() as f64;
+    let hot = rates.values().copied().fold(0.0, f64::max);
+    let equal = 1.0 / n;
+    Some(((hot / total - equal) / (1.0 - equal) * 100.0).max(0.0))
+}
+
 pub fn rss_table_skewed(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
