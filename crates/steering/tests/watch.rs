@@ -181,8 +181,10 @@ fn advice_comes_after_the_hysteresis_and_without_apply_nothing_is_written() {
         CpuSet::parse_mask(&flow.to).unwrap(),
         [4].into_iter().collect::<CpuSet>()
     );
-    // Advice is said once while it stands, and the agent's file holds it.
-    let ev = feed(&rig, &mut w, 3.0, &[drops(4, 200.0), drops(4, 200.0)]);
+    // Advice is said once while it stands, also while its rates move (a real flood's do every
+    // second), and the agent's file holds it (as it first stood: the file is written when
+    // the standing ids change, not every interval).
+    let ev = feed(&rig, &mut w, 3.0, &[drops(4, 6364.0), drops(4, 410.0)]);
     assert!(advice_ids(&ev).is_empty(), "{ev:?}");
     let standing = read_advice(&rig.state.path().join("watch")).unwrap();
     assert_eq!(standing.len(), 1);

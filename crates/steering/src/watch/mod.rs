@@ -100,8 +100,10 @@ impl Default for WatchConfig {
             max_backlog: 32_768,
             // 4 × the default 300 packets per NET_RX run.
             max_budget: 1_200,
-            // The default is 2000 µs; bpftune once let this reach ~300 ms (its issue #178),
-            // which holds a CPU in softirq for a third of a second. Never past 2 ms here.
+            // The kernel's default is two jiffies (2 ms at HZ=1000, 8 ms at Debian's HZ=250:
+            // 2 * USEC_PER_SEC / HZ in net/core/dev.c); bpftune once let this reach ~300 ms
+            // (its issue #178), a CPU held in softirq for a third of a second. The reflex never
+            // raises it past 2 ms (a default already above the cap is left as it is).
             max_budget_usecs: 2_000,
             goal: Goal::Balanced,
             crash_after_writes: None,
@@ -179,7 +181,8 @@ pub struct Advice {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
-    /// A proposal that held for `persist` intervals (new, or its changes moved).
+    /// A proposal that held for `persist` intervals (new, or its changes moved; its
+    /// evidence alone changing is not said again).
     Advice {
         at: f64,
         advice: Advice,
@@ -276,6 +279,8 @@ pub struct Watcher {
     asleep: BTreeMap<Reflex, String>,
     state: state::Owned,
     cpu_history: VecDeque<f64>,
+    /// The advice file's last write error, said once.
+    advice_file_error: Option<String>,
 }
 
 impl Watcher {
@@ -307,6 +312,7 @@ impl Watcher {
             asleep: BTreeMap::new(),
             state,
             cpu_history: VecDeque::new(),
+            advice_file_error: None,
         };
         let mut events: Vec<Event> = events;
         events.extend(w.reclaim()?);
@@ -361,12 +367,19 @@ impl Watcher {
             let before = window.iter().sum::<f64>() / window.len() as f64;
             self.consider(now, p, before, &mut out);
         }
-        if let Err(e) = self.state.save_advice(&self.tuner, self.standing.values()) {
-            out.push(Event::Held {
-                at: now,
-                id: "advice-file".into(),
-                why: e.to_string(),
-            });
+        // A file that cannot be written is said once (and again only when the error changes,
+        // or after it could be written), not every interval.
+        match self.state.save_advice(&self.tuner, self.standing.values()) {
+            Err(e) if self.advice_file_error.as_deref() != Some(&e.to_string()) => {
+                self.advice_file_error = Some(e.to_string());
+                out.push(Event::Held {
+                    at: now,
+                    id: "advice-file".into(),
+                    why: e.to_string(),
+                });
+            }
+            Err(_) => {}
+            Ok(()) => self.advice_file_error = None,
         }
         out
     }
@@ -504,8 +517,15 @@ impl Watcher {
             );
             return;
         }
-        if self.standing.get(&id) != Some(&p.advice) {
-            self.standing.insert(id.clone(), p.advice.clone());
+        // Said when new or when its changes move; the evidence's rates differ every interval
+        // and are refreshed silently (a guest's backlog flood printed the same advice every
+        // second when the whole advice was compared).
+        let moved = self
+            .standing
+            .get(&id)
+            .is_none_or(|a| a.changes != p.advice.changes);
+        self.standing.insert(id.clone(), p.advice.clone());
+        if moved {
             out.push(Event::Advice {
                 at: now,
                 advice: p.advice.clone(),
