@@ -38,7 +38,13 @@ fn advice_mode_runs_for_its_duration_and_speaks_json_lines() {
         "--state-dir",
         sd,
     ];
-    for e in ok(&netsteer(None, &args)) {
+    let ev = ok(&netsteer(None, &args));
+    // It says when it sees its first interval, and what it will do.
+    assert!(
+        matches!(ev.first(), Some(Event::Started { apply: false, interval_s, .. }) if *interval_s == 0.5),
+        "{ev:?}"
+    );
+    for e in ev {
         assert!(
             !matches!(e, Event::Applied { .. }),
             "advice mode applied: {e:?}"

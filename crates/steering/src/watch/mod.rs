@@ -238,6 +238,13 @@ pub enum Event {
         was: String,
         journal: String,
     },
+    /// The watcher reads its first counters: from here on it sees every interval (a script
+    /// that starts a load after the watcher waits for this line).
+    Started {
+        at: f64,
+        apply: bool,
+        interval_s: f64,
+    },
     /// A proposal the watcher will not act on, and why (said once).
     Held {
         at: f64,
@@ -870,7 +877,7 @@ pub fn run(
     // The tuner's view: with NIC settings when it reads them (the rss reflex needs the table).
     let mut view = w.tuner.view();
     let mut at = 0.0;
-    let mut step = |w: &mut Watcher, view: &mut HostView, at: f64, load: &Load, fresh: &mut u32| {
+    let step = |w: &mut Watcher, view: &mut HostView, at: f64, load: &Load, fresh: &mut u32| {
         let events = w.step(at, view, load);
         *fresh += 1;
         if *fresh >= 10
@@ -881,7 +888,7 @@ pub fn run(
             *view = w.tuner.view();
             *fresh = 0;
         }
-        events.iter().try_for_each(&mut *emit).map_err(io)
+        events
     };
     let mut fresh = 0u32;
     match &opts.source {
@@ -897,7 +904,10 @@ pub fn run(
                     break;
                 }
                 at += opts.interval.as_secs_f64();
-                step(&mut w, &mut view, at, load, &mut fresh)?;
+                step(&mut w, &mut view, at, load, &mut fresh)
+                    .iter()
+                    .try_for_each(&mut *emit)
+                    .map_err(io)?;
             }
         }
         Source::Live => {
@@ -910,6 +920,12 @@ pub fn run(
             let take = |t| Reading::take(&fs, t).map_err(|e| format!("reading counters: {e}"));
             let start = Instant::now();
             let mut prev = take(start)?;
+            emit(&Event::Started {
+                at: 0.0,
+                apply: w.cfg.apply,
+                interval_s: opts.interval.as_secs_f64(),
+            })
+            .map_err(io)?;
             loop {
                 let due = prev.at + opts.interval;
                 while Instant::now() < due && !stop() {
@@ -922,7 +938,10 @@ pub fn run(
                 let load = cur.since(&prev);
                 prev = cur;
                 at = start.elapsed().as_secs_f64();
-                step(&mut w, &mut view, at, &load, &mut fresh)?;
+                step(&mut w, &mut view, at, &load, &mut fresh)
+                    .iter()
+                    .try_for_each(&mut *emit)
+                    .map_err(io)?;
             }
         }
     }

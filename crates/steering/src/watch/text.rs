@@ -59,5 +59,17 @@ pub fn text(e: &Event) -> String {
             "{at:7.1}s aside   {path}: we wrote {ours}, it holds {now} ({who}); not touched again"
         ),
         Event::Held { at, id, why } => format!("{at:7.1}s held    {id}: {why}"),
+        Event::Started {
+            at,
+            apply,
+            interval_s,
+        } => format!(
+            "{at:7.1}s started every {interval_s:.1} s, {}",
+            if *apply {
+                "acting (--apply)"
+            } else {
+                "advising only"
+            }
+        ),
     }
 }
