@@ -500,10 +500,12 @@ fn doctor_trace_names_a_late_reader() {
         String::from_utf8_lossy(&sender.stderr)
     );
     let report: netsteer_steering::doctor::Report = serde_json::from_slice(&sender.stdout).unwrap();
+    // The trace sees the whole host: another late reader elsewhere (a VM lab's tap, once, in
+    // a run beside this one) is a finding of its own, not this one.
     let late = report
         .findings
         .iter()
-        .find(|f| f.id == "socket-reads-late")
+        .find(|f| f.id == "socket-reads-late" && f.subjects.devices.iter().any(|d| d == "v0b"))
         .unwrap_or_else(|| panic!("{:#?}", report.findings));
     assert_eq!(late.subjects.devices, ["v0b"]);
 }
