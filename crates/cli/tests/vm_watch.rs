@@ -32,13 +32,14 @@ fn sh(g: &mut Guest, cmd: &str) -> String {
 }
 
 /// Runs a watcher in guest b with `args` in the background, each line it prints stamped with
-/// b's uptime as it comes, and its exit code last; returns once it reads its first counters
+/// b's uptime as it comes, and its exit code last (on CPU 0, as the drop poller: on the
+/// starved CPU 1 the stamps would come late); returns once it reads its first counters
 /// (its `started` line: the binary loads over 9p, seconds under TCG).
 fn start_watcher(b: &mut Guest, tag: &str, args: &str) {
     sh(
         b,
         &format!(
-            "( {{ chroot /host {GBIN} watch {args} --json 2> /x/{tag}.err; echo \"rc $?\"; }} | while read -r l; do echo \"$(cut -d' ' -f1 /proc/uptime) $l\"; done > /x/{tag}.json ) > /dev/null 2>&1 &"
+            "taskset -c 0 sh -c '{{ chroot /host {GBIN} watch {args} --json 2> /x/{tag}.err; echo \"rc $?\"; }} | while read -r l; do echo \"$(cut -d\" \" -f1 /proc/uptime) $l\"; done > /x/{tag}.json' > /dev/null 2>&1 &"
         ),
     );
     sh(
@@ -55,7 +56,7 @@ fn flood(pair: &mut VmPair, tag: &str, secs: u32) {
     sh(
         &mut pair.b,
         &format!(
-            "( d0=$(awk 'NR==2{{print $2}}' /proc/net/softnet_stat); while [ \"$(awk 'NR==2{{print $2}}' /proc/net/softnet_stat)\" = \"$d0\" ]; do sleep 0.1; done; cut -d' ' -f1 /proc/uptime > /x/{tag}.onset ) > /dev/null 2>&1 &"
+            "taskset -c 0 sh -c 'd0=$(awk \"NR==2{{print \\$2}}\" /proc/net/softnet_stat); while [ \"$(awk \"NR==2{{print \\$2}}\" /proc/net/softnet_stat)\" = \"$d0\" ]; do sleep 0.1; done; cut -d\" \" -f1 /proc/uptime > /x/{tag}.onset' > /dev/null 2>&1 &"
         ),
     );
     let out = sh(
