@@ -114,7 +114,7 @@ pub fn cache_dir() -> PathBuf {
     base.join("netsteer/vm")
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<String> {
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd.output().map_err(|source| LabError::Io {
         what: what.to_string(),
         source,
@@ -373,7 +373,7 @@ impl Apt {
             .collect())
     }
 
-    fn download(&self, pkgs: &[String], dir: &Path) -> Result<()> {
+    pub(crate) fn download(&self, pkgs: &[String], dir: &Path) -> Result<()> {
         run(
             Command::new("apt-get")
                 .args(&self.options)

@@ -17,6 +17,7 @@
 //! whether busy polling engages. What it does not: timings. Under TCG (this machine's nested
 //! KVM stalls at boot) a guest's microseconds are not bare metal's.
 
+pub mod anchor;
 pub mod image;
 pub mod ladder;
 pub mod lane;
