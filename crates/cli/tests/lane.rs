@@ -110,8 +110,9 @@ fn hold(ns: &Netns, state_dir: &str, json: bool) -> Running {
     Running::spawn(ns, &args, &[], Stdio::null())
 }
 
-/// `lane apply` of the tests' lane "echo" (UDP `PORT` on v0b, CPU 1) with `extra` flags.
-fn apply_echo(ns: &Netns, state_dir: &str, extra: &[&str]) -> Output {
+/// `lane apply` of the tests' lane "echo" on v0b with `extra` flags (the port, CPU and the
+/// rest as each test gives them).
+fn apply_lane(ns: &Netns, state_dir: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "lane",
         "apply",
@@ -119,15 +120,18 @@ fn apply_echo(ns: &Netns, state_dir: &str, extra: &[&str]) -> Output {
         "echo",
         "--dev",
         "v0b",
-        "--udp",
-        PORT,
-        "--cpu",
-        "1",
         "--state-dir",
         state_dir,
     ];
     args.extend_from_slice(extra);
     ns.netsteer(&args)
+}
+
+/// `lane apply` of the tests' lane "echo" (UDP `PORT` on v0b, CPU 1) with `extra` flags.
+fn apply_echo(ns: &Netns, state_dir: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--udp", PORT, "--cpu", "1"];
+    args.extend_from_slice(extra);
+    apply_lane(ns, state_dir, &args)
 }
 
 fn journals(dir: &std::path::Path) -> usize {
@@ -255,19 +259,8 @@ fn bad_requests_change_nothing_and_name_the_flag() {
     let sdp = sd.path().to_str().unwrap();
     let _server = service(b);
     let before = state(b);
-    let refused = |extra: &[&str], want: &str| {
-        let mut args = vec![
-            "lane",
-            "apply",
-            "--name",
-            "echo",
-            "--dev",
-            "v0b",
-            "--state-dir",
-            sdp,
-        ];
-        args.extend_from_slice(extra);
-        let out = b.netsteer(&args);
+    let refused = |args: &[&str], want: &str| {
+        let out = apply_lane(b, sdp, args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}\nwanted: {want}");

@@ -4,7 +4,7 @@
 //! sources) and unpacked with `dpkg-deb -x` into a root of their own, which the guest reaches
 //! through its scratch share and runs with that root's own dynamic loader.
 
-use super::image::{Apt, cache_dir, run};
+use super::image::{Apt, cache_dir, debs_in, run};
 use crate::{LabError, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,11 +49,7 @@ impl PrivateRoot {
         let pkgs: Vec<String> = BPFTUNE_PACKAGES.iter().map(|p| p.to_string()).collect();
         let got = (|| {
             apt.download(&pkgs, &work)?;
-            let debs: Vec<PathBuf> = std::fs::read_dir(&work)
-                .map_err(io(format!("listing {}", work.display())))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "deb"))
-                .collect();
+            let debs = debs_in(&work)?;
             let version = debs
                 .iter()
                 .filter_map(|d| d.file_name()?.to_str())

@@ -386,6 +386,18 @@ impl Apt {
     }
 }
 
+/// The `.deb` files in `dir` (what `apt-get download` left there).
+pub(crate) fn debs_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(std::fs::read_dir(dir)
+        .map_err(|source| LabError::Io {
+            what: format!("listing {}", dir.display()),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+        .collect())
+}
+
 /// The kernel package to boot and where apt finds it: the candidate `linux-image-amd64`
 /// depends on, or, for a `series` (`6.12`), the one the newest `linux-image-amd64` of that
 /// series depends on — in the machine's own suites first, else in [`OTHER_SUITES`].
@@ -499,11 +511,7 @@ pub fn build(series: Option<&str>) -> Result<Image> {
             );
         }
         apt.download(&pkgs, &dir)?;
-        let debs: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map_err(io(format!("listing {}", dir.display())))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "deb"))
-            .collect();
+        let debs = debs_in(&dir)?;
         if debs.is_empty() {
             return Err(LabError::Invalid(format!(
                 "apt-get download {pkg}: no .deb"
