@@ -197,15 +197,13 @@ pub fn read_report(stdout: &str, metric: Metric) -> Result<RunReport, String> {
     Ok(r)
 }
 
-/// The CPU ns the CPUs in `cpus` (all that both reads list, when empty) were busy between two
-/// /proc/stat reads `elapsed_ns` apart: per CPU, the wall time less its idle, iowait and steal.
-pub fn busy_ns(before: &ProcStat, after: &ProcStat, cpus: &[u32], elapsed_ns: f64) -> f64 {
-    let not_busy = |t: &CpuTimes| t.idle + t.iowait + t.steal;
-    let one = |b: &CpuTimes, a: &CpuTimes| {
-        let away = not_busy(a).saturating_sub(not_busy(b)) as f64 * NS_PER_TICK;
-        (elapsed_ns - away).max(0.0)
-    };
-    let pairs: Vec<(&CpuTimes, &CpuTimes)> = if cpus.is_empty() {
+/// The CPUs in `cpus` (all that both reads list, when empty) as (before, after) pairs.
+fn cpu_pairs<'a>(
+    before: &'a ProcStat,
+    after: &'a ProcStat,
+    cpus: &[u32],
+) -> Vec<(&'a CpuTimes, &'a CpuTimes)> {
+    if cpus.is_empty() {
         before
             .cpus
             .iter()
@@ -215,8 +213,35 @@ pub fn busy_ns(before: &ProcStat, after: &ProcStat, cpus: &[u32], elapsed_ns: f6
         cpus.iter()
             .filter_map(|c| Some((before.cpus.get(c)?, after.cpus.get(c)?)))
             .collect()
+    }
+}
+
+/// The CPU ns the CPUs in `cpus` (all that both reads list, when empty) were busy between two
+/// /proc/stat reads `elapsed_ns` apart: per CPU, the wall time less its idle, iowait and steal.
+pub fn busy_ns(before: &ProcStat, after: &ProcStat, cpus: &[u32], elapsed_ns: f64) -> f64 {
+    let not_busy = |t: &CpuTimes| t.idle + t.iowait + t.steal;
+    let one = |b: &CpuTimes, a: &CpuTimes| {
+        let away = not_busy(a).saturating_sub(not_busy(b)) as f64 * NS_PER_TICK;
+        (elapsed_ns - away).max(0.0)
     };
-    pairs.into_iter().map(|(b, a)| one(b, a)).sum()
+    cpu_pairs(before, after, cpus)
+        .into_iter()
+        .map(|(b, a)| one(b, a))
+        .sum()
+}
+
+/// The host's busy time with the workload's own CPU (`own_ns`, its rusage) taken out, over
+/// `cpus` CPUs. The two clocks differ: /proc/stat counts whole ticks per CPU (each CPU's
+/// difference is off by up to one tick), rusage counts nanoseconds, so when the workload is
+/// most of what ran (a client that busy-polls under a latency profile) the difference can
+/// come out at or below zero by measurement alone. What is left is then below what the
+/// ticks can tell apart, and that bound (one tick per CPU) is the cost's honest upper
+/// estimate; a run where the host was not measurably busy at all stays zero (too short).
+pub fn cost_busy_ns(busy_ns: f64, own_ns: f64, cpus: usize) -> f64 {
+    if busy_ns <= 0.0 {
+        return 0.0;
+    }
+    (busy_ns - own_ns).max(NS_PER_TICK * cpus.max(1) as f64)
 }
 
 /// A benchmark command and how its runs are priced.
@@ -303,12 +328,13 @@ impl Workload {
             }
         })?;
         let busy = busy_ns(&before, &after, &self.cost_cpus, elapsed);
+        let cpus = cpu_pairs(&before, &after, &self.cost_cpus).len();
         Ok(Run {
             report,
             busy_ns: if self.count_workload_cpu {
                 busy
             } else {
-                (busy - own).max(0.0)
+                cost_busy_ns(busy, own, cpus)
             },
             workload_cpu_ns: own,
         })
@@ -482,6 +508,22 @@ mod tests {
         assert_eq!(busy_ns(&a, &b, &[7], wall), 0.0);
         // Never below zero when the reads straddle a tick.
         assert_eq!(busy_ns(&a, &b, &[0], 2e9), 0.0);
+    }
+
+    /// The search that CI saw stop: a busy-polling client was nearly all the host ran, its
+    /// rusage came out above /proc/stat's ticks, and the run's cost was zero ("no measurable
+    /// CPU") although the host had been busy for 1.6 s.
+    #[test]
+    fn a_workload_that_is_most_of_the_busy_time_leaves_a_cost_at_the_tick_bound() {
+        let tick = NS_PER_TICK;
+        // Measurably more than the workload: the difference.
+        assert_eq!(cost_busy_ns(160.0 * tick, 100.0 * tick, 2), 60.0 * tick);
+        // Within the ticks' error, or past it by rusage's finer clock: one tick per CPU.
+        assert_eq!(cost_busy_ns(160.0 * tick, 159.5 * tick, 2), 2.0 * tick);
+        assert_eq!(cost_busy_ns(160.0 * tick, 163.0 * tick, 2), 2.0 * tick);
+        assert_eq!(cost_busy_ns(160.0 * tick, 163.0 * tick, 0), tick);
+        // Not busy at all: the run was too short, and says so.
+        assert_eq!(cost_busy_ns(0.0, 3.0 * tick, 2), 0.0);
     }
 
     /// A workload that burns a few hundred ms of its own CPU: that time is measured as its own
