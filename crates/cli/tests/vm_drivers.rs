@@ -20,7 +20,7 @@ mod common;
 
 use common::is_root;
 use netsteer_host::view::HostView;
-use netsteer_lab::vm::{Guest, NicModel, VM_B_ADDR, VmPair, VmPairSpec};
+use netsteer_lab::vm::{Guest, NicModel, VM_B_ADDR, VmPair, VmPairSpec, ladder};
 use netsteer_steering::doctor::Report;
 use netsteer_steering::tune::ApplyReport;
 use std::collections::BTreeMap;
@@ -98,13 +98,14 @@ fn ns_ok(g: &mut Guest, args: &[&str]) -> String {
 /// What the guest's own tools say about eth0: the four ethtool readbacks and each queue
 /// vector's affinity, as text to compare byte for byte.
 fn readbacks(g: &mut Guest, model: NicModel) -> String {
-    let pat = model.queue_irq_pattern();
-    sh(
+    let mut out = sh(
         g,
-        &format!(
-            "chroot /host ethtool -x eth0; chroot /host ethtool -c eth0; chroot /host ethtool -l eth0; chroot /host ethtool -g eth0; for i in $(grep -E '{pat}' /proc/interrupts | cut -d: -f1); do echo $i $(cat /proc/irq/$i/smp_affinity) $(cat /proc/irq/$i/smp_affinity_list); done"
-        ),
-    )
+        "chroot /host ethtool -x eth0; chroot /host ethtool -c eth0; chroot /host ethtool -l eth0; chroot /host ethtool -g eth0",
+    );
+    for (irq, (name, _, allowed)) in ladder::irq_counts(g, model).unwrap() {
+        out.push_str(&format!("{irq} {name} {allowed}\n"));
+    }
+    out
 }
 
 /// The receive queue of a vector name (`eth0-rx-1`, `eth0-TxRx-1`, `virtio2-input.1`).
@@ -114,19 +115,8 @@ fn rx_queue(name: &str) -> Option<u32> {
 
 /// Receive interrupts per queue since boot, from the guest's /proc/interrupts.
 fn rx_irqs(g: &mut Guest, model: NicModel) -> BTreeMap<u32, u64> {
-    let text = sh(
-        g,
-        &format!("grep -E '{}' /proc/interrupts", model.rx_irq_pattern()),
-    );
-    let mut m = BTreeMap::new();
-    for l in text.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let counts: u64 = f[1..].iter().map_while(|t| t.parse::<u64>().ok()).sum();
-        if let Some(q) = f.last().and_then(|n| rx_queue(n)) {
-            *m.entry(q).or_insert(0) += counts;
-        }
-    }
-    m
+    let now = ladder::irq_counts(g, model).unwrap();
+    ladder::rx_by_queue(&ladder::delta(&Default::default(), &now))
 }
 
 fn since(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> BTreeMap<u32, u64> {

@@ -306,26 +306,45 @@ pub fn classify(name: &str, ctx: &NameContext<'_>) -> Option<IrqRole> {
 
 /// The role of a vector named `name` on interface `ifname` driven by `driver`, for readers
 /// that see only names (a guest's /proc/interrupts in the lab): virtio_net's vectors carry
-/// the `virtioN` index in their own name.
+/// the `virtioN` index in their own name. Alone, a vector named after the interface is taken
+/// as the device's only one; [`classify_named_all`] judges it beside the others.
 pub fn classify_named(name: &str, ifname: &str, driver: &str) -> Option<IrqRole> {
-    let virtio_index = (driver == "virtio_net")
-        .then(|| {
-            let rest = name.strip_prefix("virtio")?;
-            let end = rest
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(rest.len());
-            index(&rest[..end])
-        })
-        .flatten();
-    let ctx = NameContext {
-        ifname,
-        driver: Some(driver),
-        virtio_index,
-        bus_id: None,
+    classify_named_all(&[name], ifname, driver)
+        .pop()
+        .map(|(_, r)| r)
+}
+
+/// Every vector in `names` that is `ifname`'s, classified together so that
+/// [`resolve_device`] sees them all (igb's vector named `eth0` beside `eth0-rx-0` is its
+/// other-causes vector, not a queue).
+pub fn classify_named_all<'a>(
+    names: &[&'a str],
+    ifname: &str,
+    driver: &str,
+) -> Vec<(&'a str, IrqRole)> {
+    let ctx_of = |name: &str| {
+        let virtio_index = (driver == "virtio_net")
+            .then(|| {
+                let rest = name.strip_prefix("virtio")?;
+                let end = rest
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(rest.len());
+                index(&rest[..end])
+            })
+            .flatten();
+        NameContext {
+            ifname,
+            driver: Some(driver),
+            virtio_index,
+            bus_id: None,
+        }
     };
-    let mut one = [(name, classify(name, &ctx)?)];
-    resolve_device(&mut one, &ctx);
-    Some(one[0].1)
+    let mut out: Vec<(&str, IrqRole)> = names
+        .iter()
+        .filter_map(|n| Some((*n, classify(n, &ctx_of(n))?)))
+        .collect();
+    resolve_device(&mut out, &ctx_of(""));
+    out
 }
 
 /// tg3 numbers its vectors, not its rings (tg3.c `tg3_request_irq` prints `irq_num`, the
@@ -438,6 +457,46 @@ mod tests {
         assert_eq!(classify("virtio2-config", &c), Some(IrqRole::Control));
         assert_eq!(classify("virtio2-virtqueues", &c), Some(IrqRole::AllQueues));
         assert_eq!(classify("virtio1-input.0", &c), None);
+    }
+
+    /// By names alone (a guest's /proc/interrupts): igb's `eth0` is its other-causes vector
+    /// beside its queues, and the only packet vector of an e1000e on MSI.
+    #[test]
+    fn names_judged_together_tell_an_other_vector_from_a_lone_one() {
+        let igb = classify_named_all(
+            &[
+                "eth0",
+                "eth0-rx-0",
+                "eth0-tx-0",
+                "virtio0-requests",
+                "eth1-rx-0",
+            ],
+            "eth0",
+            "igb",
+        );
+        assert_eq!(
+            igb,
+            [
+                ("eth0", IrqRole::Control),
+                ("eth0-rx-0", IrqRole::Rx(0)),
+                ("eth0-tx-0", IrqRole::Tx(0))
+            ]
+        );
+        assert_eq!(
+            classify_named_all(&["eth0", "ahci"], "eth0", "e1000e"),
+            [("eth0", IrqRole::AllQueues)]
+        );
+        let virtio = classify_named_all(
+            &["virtio2-config", "virtio2-input.1", "virtio0-requests"],
+            "eth0",
+            "virtio_net",
+        );
+        assert_eq!(virtio[1], ("virtio2-input.1", IrqRole::Rx(1)));
+        assert!(
+            !virtio
+                .iter()
+                .any(|(_, r)| r.carries_packets() && r.rx_queue().is_none())
+        );
     }
 
     #[test]

@@ -200,20 +200,26 @@ pub fn rungs(model: NicModel) -> Vec<Rung> {
 }
 
 /// Per queue vector (by IRQ number): its name, its count per CPU and its allowed CPUs.
-pub(super) type Counts = BTreeMap<u32, (String, Vec<u64>, String)>;
+pub type Counts = BTreeMap<u32, (String, Vec<u64>, String)>;
 
-/// The queue vectors' counts per CPU now, and their allowed CPUs.
-pub(super) fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
-    let pat = model.queue_irq_pattern();
+/// The queue vectors' counts per CPU now, and their allowed CPUs: the guest's whole
+/// /proc/interrupts and every IRQ's smp_affinity_list, read by the host crate's naming rules
+/// (`queue_vectors`), not by a pattern of the lab's own.
+pub fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
     let (_, out) = g.sh(
-        &format!(
-            "grep -E '{pat}' /proc/interrupts; for i in $(grep -E '{pat}' /proc/interrupts | cut -d: -f1); do echo \"@ $i $(cat /proc/irq/$i/smp_affinity_list)\"; done"
-        ),
+        "cat /proc/interrupts; for i in /proc/irq/[0-9]*; do echo \"@ ${i#/proc/irq/} $(cat $i/smp_affinity_list)\"; done",
         T,
     )?;
-    let mut m = BTreeMap::new();
+    Ok(queue_vectors(&out, model))
+}
+
+/// `irq_counts` from its text: /proc/interrupts, then `@ IRQ LIST` lines. A vector is kept
+/// when `netsteer_host::irqname` names it a packet queue of eth0 under the model's driver
+/// (config, control and other devices' vectors are not).
+pub fn queue_vectors(text: &str, model: NicModel) -> Counts {
+    let mut lines = BTreeMap::new();
     let mut allowed = BTreeMap::new();
-    for l in out.lines() {
+    for l in text.lines() {
         if let Some(rest) = l.strip_prefix("@ ") {
             let mut f = rest.split_whitespace();
             if let (Some(i), Some(a)) = (f.next().and_then(|i| i.parse::<u32>().ok()), f.next()) {
@@ -229,18 +235,26 @@ pub(super) fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
         let counts: Vec<u64> = f.iter().map_while(|t| t.parse().ok()).collect();
-        let name = f.last().unwrap_or(&"").to_string();
-        m.insert(irq, (name, counts, String::new()));
+        lines.insert(irq, (f.last().unwrap_or(&"").to_string(), counts));
     }
-    for (irq, a) in allowed {
-        if let Some(e) = m.get_mut(&irq) {
-            e.2 = a;
-        }
-    }
-    Ok(m)
+    let names: Vec<&str> = lines.values().map(|(n, _)| n.as_str()).collect();
+    let queues: Vec<&str> =
+        netsteer_host::irqname::classify_named_all(&names, "eth0", model.driver())
+            .into_iter()
+            .filter(|(_, r)| r.carries_packets())
+            .map(|(n, _)| n)
+            .collect();
+    lines
+        .iter()
+        .filter(|(_, (n, _))| queues.contains(&n.as_str()))
+        .map(|(irq, (n, c))| {
+            let a = allowed.get(irq).cloned().unwrap_or_default();
+            (*irq, (n.clone(), c.clone(), a))
+        })
+        .collect()
 }
 
-pub(super) fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
+pub fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
     after
         .iter()
         .map(|(irq, (name, counts, allowed))| {
@@ -947,6 +961,34 @@ mod tests {
         assert_eq!(rx_queue_of("eth0-tx-1"), None);
         assert_eq!(rx_queue_of("eth0-TxRx-5"), Some(5));
         assert_eq!(rx_queue_of("eth0"), None);
+    }
+
+    /// Real guests' /proc/interrupts (fixtures/hosts, captured by vm_drivers.rs): the NIC's
+    /// queue vectors and nothing else (not igb's other vector `eth0`, virtio's config, or
+    /// the disks' `virtioN-requests`).
+    #[test]
+    fn queue_vectors_of_real_guests_are_the_nic_s_queues_only() {
+        let read = |h: &str| {
+            let root =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts");
+            let mut t = std::fs::read_to_string(root.join(h).join("proc/interrupts")).unwrap();
+            t.push_str("@ 25 1\n@ 26 0-1\n@ 99 0\n");
+            t
+        };
+        let names = |c: &Counts| c.values().map(|v| v.0.clone()).collect::<Vec<_>>();
+        let igb = queue_vectors(&read("igb-6.12"), NicModel::Igb);
+        assert_eq!(
+            names(&igb),
+            ["eth0-rx-0", "eth0-rx-1", "eth0-tx-0", "eth0-tx-1"]
+        );
+        assert_eq!(igb[&25].1, [9213, 0]);
+        assert_eq!(igb[&25].2, "1");
+        assert_eq!(igb[&26].2, "0-1");
+        assert_eq!(igb[&27].2, "", "no affinity line read: none invented");
+        let virtio = queue_vectors(&read("virtio-rss-6.12"), NicModel::VirtioRss);
+        assert_eq!(virtio.len(), 8, "{:?}", names(&virtio));
+        assert!(names(&virtio).iter().all(|n| n.starts_with("virtio2-")));
+        assert_eq!(rx_by_queue(&delta(&Counts::new(), &virtio))[&0], 6283);
     }
 
     #[test]

@@ -73,22 +73,6 @@ impl NicModel {
         !matches!(self, NicModel::Igb)
     }
 
-    /// The egrep pattern of its queue vectors' names in the guest's /proc/interrupts.
-    pub fn queue_irq_pattern(self) -> &'static str {
-        match self {
-            NicModel::Virtio | NicModel::VirtioRss => "virtio[0-9]+-(input|output)",
-            NicModel::Igb => "eth0-(rx|tx|TxRx)-[0-9]+",
-        }
-    }
-
-    /// The egrep pattern of its receive vectors (those that carry rx, alone or combined).
-    pub fn rx_irq_pattern(self) -> &'static str {
-        match self {
-            NicModel::Virtio | NicModel::VirtioRss => "virtio[0-9]+-input",
-            NicModel::Igb => "eth0-(rx|TxRx)-[0-9]+",
-        }
-    }
-
     /// QEMU's `-netdev` and `-device` arguments for a NIC on `tap` with `queues` queue pairs
     /// (igb takes its queue count from the guest driver, one per vCPU by default).
     fn qemu_args(self, tap: &str, queues: u32, mac: &str) -> [String; 4] {
