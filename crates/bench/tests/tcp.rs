@@ -123,6 +123,7 @@ fn rr_cfg(addr: SocketAddr) -> RrConfig {
         timeout: Duration::from_secs(10),
         congestion: None,
         mss: None,
+        src_port: None,
     }
 }
 
@@ -964,4 +965,59 @@ fn a_silent_test_does_not_hold_its_slot_for_its_claimed_duration() {
     assert!(s.transactions > 0);
     let tests = srv.stop();
     let _ = tests;
+}
+
+/// `--src-port`: data connection i comes from port P + i, run after run (the second run's
+/// connects find the first's in TIME_WAIT and take it over); a port another socket listens on
+/// is refused by name; ports past 65535 are refused before anything connects.
+#[test]
+fn an_rr_client_with_a_source_port_binds_it_run_after_run() {
+    let srv = Running::start(64, Duration::from_secs(5));
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let port = free();
+    for run in 0..2 {
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
+        let s = run_rr_client(
+            &RrConfig {
+                flows: 2,
+                src_port: Some(port),
+                ..rr_cfg(srv.addr)
+            },
+            clock,
+            |_| Ok(()),
+        )
+        .unwrap_or_else(|e| panic!("run {run} from port {port}: {e}"));
+        assert!(s.transactions > 0, "{s:?}");
+    }
+    // Someone listens on the port: the bind fails and says which port.
+    let taken = std::net::TcpListener::bind(("0.0.0.0", free())).unwrap();
+    let q = taken.local_addr().unwrap().port();
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
+    let e = run_rr_client(
+        &RrConfig {
+            src_port: Some(q),
+            ..rr_cfg(srv.addr)
+        },
+        clock.clone(),
+        |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains(&format!("source port {q}")), "{e}");
+    let e = run_rr_client(
+        &RrConfig {
+            flows: 3,
+            src_port: Some(65534),
+            ..rr_cfg(srv.addr)
+        },
+        clock,
+        |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--src-port 65534"), "{e}");
 }

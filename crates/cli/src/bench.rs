@@ -183,6 +183,7 @@ fn rr_client(a: &RrArgs) -> Result<ExitCode> {
         timeout: a.timeout.get(),
         congestion: a.congestion.clone(),
         mss: a.mss,
+        src_port: a.src_port,
     };
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::default());
     let mut out = reporter(a.out.json);

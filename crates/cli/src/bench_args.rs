@@ -287,6 +287,10 @@ pub struct RrArgs {
     /// TCP_MAXSEG for the data connections.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(88..=65535))]
     pub mss: Option<u32>,
+    /// Fixed source port of the first data connection (the others count up): the same flow
+    /// hash, so the same RSS bucket, run after run.
+    #[arg(long, value_name = "PORT")]
+    pub src_port: Option<u16>,
     /// Seconds a response may be late before the run ends with an error.
     #[arg(
         long,

@@ -165,6 +165,11 @@ pub struct SockOpts {
     /// TCP_MAXSEG before connect: clamps the MSS both ways of the handshake.
     pub mss: Option<u32>,
     pub busy_poll_us: Option<u32>,
+    /// Data connection i binds this source port + i before connecting (SO_REUSEADDR), so a
+    /// flow hashes to the same RSS bucket run after run (the VM lab's lane finds its bucket
+    /// by bisection). A port still in TIME_WAIT toward the same server refuses the connect
+    /// (EADDRNOTAVAIL) unless `net.ipv4.tcp_tw_reuse` lets it.
+    pub src_port: Option<u16>,
 }
 
 pub(crate) fn io_ctx(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
@@ -189,11 +194,22 @@ pub(crate) fn connect(
     target: SocketAddr,
     opts: &SockOpts,
     timeout: Duration,
+    src_port: Option<u16>,
 ) -> io::Result<TcpStream> {
     let s = Socket::new(Domain::for_address(target), Type::STREAM, None)?;
     if let Some(mss) = opts.mss {
         netsteer_sock::tcp::set_max_segment(s.as_fd(), mss)
             .map_err(|e| io::Error::new(e.kind(), format!("TCP_MAXSEG {mss}: {e}")))?;
+    }
+    if let Some(port) = src_port {
+        let any: std::net::IpAddr = if target.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        s.set_reuse_address(true)?;
+        s.bind(&SocketAddr::new(any, port).into())
+            .map_err(|e| io::Error::new(e.kind(), format!("source port {port}: {e}")))?;
     }
     s.connect_timeout(&target.into(), timeout)?;
     let sock: TcpStream = s.into();
@@ -222,6 +238,7 @@ impl Session {
                 ..SockOpts::default()
             },
             timeout,
+            None,
         )
         .map_err(io_ctx(what.clone()))?;
         control
@@ -260,7 +277,23 @@ impl Session {
         timeout: Duration,
     ) -> Result<TcpStream, BenchError> {
         let what = format!("data connection {flow} to {}", self.target);
-        let mut s = connect(self.target, opts, timeout).map_err(io_ctx(what.clone()))?;
+        let port = opts.src_port.map(|p| p + flow as u16);
+        // The same 4-tuple as a connection of the run before may still be in TIME_WAIT here:
+        // tcp_tw_reuse takes it over once its last timestamp is a second old
+        // (tcp_twsk_unique), so a fixed port retries EADDRNOTAVAIL within the timeout.
+        let deadline = std::time::Instant::now() + timeout;
+        let mut s = loop {
+            match connect(self.target, opts, timeout, port) {
+                Err(e)
+                    if port.is_some()
+                        && e.kind() == io::ErrorKind::AddrNotAvailable
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                r => break r.map_err(io_ctx(what.clone()))?,
+            }
+        };
         proto::write_preamble(&mut s).map_err(io_ctx(what.clone()))?;
         proto::write_frame(
             &mut s,

@@ -133,6 +133,8 @@ pub struct RrConfig {
     pub timeout: Duration,
     pub congestion: Option<String>,
     pub mss: Option<u32>,
+    /// Source port of data connection 0 (the others count up); None: the kernel's choice.
+    pub src_port: Option<u16>,
 }
 
 impl RrConfig {
@@ -154,6 +156,14 @@ impl RrConfig {
         }
         if self.duration.is_zero() || self.interval.is_zero() {
             return bad("--duration and --interval must be more than 0".into());
+        }
+        if let Some(p) = self.src_port
+            && (p == 0 || u32::from(p) + self.flows - 1 > u32::from(u16::MAX))
+        {
+            return bad(format!(
+                "--src-port {p} with {} flows: ports 1..=65535 for every flow",
+                self.flows
+            ));
         }
         netsteer_sock::cpu::check_cpus("--cpu", &self.cpus)
             .map_err(|e| BenchError::Config(e.to_string()))?;
@@ -299,6 +309,7 @@ pub fn run_rr_client(
         mss: cfg.mss,
         // Each flow's thread sets its wait mode up itself (set_wait).
         busy_poll_us: None,
+        src_port: cfg.src_port,
     };
     let mut socks = Vec::new();
     for f in 0..cfg.flows {

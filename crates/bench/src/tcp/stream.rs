@@ -677,6 +677,7 @@ pub fn run_stream_client(
         congestion: cfg.congestion.clone(),
         mss: cfg.mss,
         busy_poll_us: None,
+        src_port: None,
     };
     let mut flows = Vec::new();
     for f in 0..cfg.flows {
