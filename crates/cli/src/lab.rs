@@ -63,10 +63,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "SERIES", requires = "vm")]
     kernel: Option<String>,
     /// With --vm: instead of the ladder, seed 000's top rung alone: `netsteer lane` for the
-    /// echo server against no lane, under 16 bulk flows, runs alternated, judged by the
-    /// three-way verdict on the latency flow's p99 (docs/lab.md).
-    #[arg(long, requires = "vm", conflicts_with = "trace")]
-    lane: bool,
+    /// service against no lane, under 16 bulk flows, runs alternated, judged by the
+    /// three-way verdict on the latency flow's p99 (docs/lab.md). The service: `udp` (the
+    /// echo server, the default), `tcp` (a request/response server) or `udp,tcp` (both, one
+    /// after the other in the same guests).
+    #[arg(long, requires = "vm", conflicts_with = "trace", value_name = "SERVICES", num_args = 0..=1, default_missing_value = "udp", value_delimiter = ',')]
+    lane: Option<Vec<netsteer_lab::vm::lane::Service>>,
     /// Round trips per run with --vm.
     #[arg(long, default_value_t = 2000, value_name = "N", requires = "vm", value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     count: u64,
@@ -137,8 +139,14 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
             }
             let scn = netsteer_lab::scenario::load(&a.scenario)?;
             let spec = netsteer_lab::vm::VmPairSpec::of(scn.vm, a.nic, a.kernel.clone());
-            let repeats = a.repeat.unwrap_or(if a.lane { 3 } else { 1 });
-            vm_run(&spec, (repeats, a.count), a.json, a.trace, a.lane)
+            let repeats = a.repeat.unwrap_or(if a.lane.is_some() { 3 } else { 1 });
+            vm_run(
+                &spec,
+                (repeats, a.count),
+                a.json,
+                a.trace,
+                a.lane.as_deref(),
+            )
         }
         LabCommand::Run(a) => lab_run(a),
         LabCommand::With(w) => with(w),
@@ -246,14 +254,14 @@ fn vm_run(
     (repeats, count): (u32, u64),
     json: bool,
     trace: bool,
-    lane: bool,
+    lane: Option<&[netsteer_lab::vm::lane::Service]>,
 ) -> Result<ExitCode> {
     netsteer_lab::clean_up_on_termination()?;
     let bin = std::env::current_exe().context("the netsteer binary")?;
     let mut out = io::stdout().lock();
     let mut line = |l: &str| emit(&mut out, l);
-    if lane {
-        netsteer_lab::vm::lane::run_pair(spec, &bin, repeats, count, &mut line, json)
+    if let Some(services) = lane {
+        netsteer_lab::vm::lane::run_pair(spec, &bin, services, (count, repeats), &mut line, json)
             .context("the VM lane")?;
     } else {
         netsteer_lab::vm::ladder::run_pair(spec, &bin, repeats, count, &mut line, json, trace)

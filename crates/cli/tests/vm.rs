@@ -351,13 +351,14 @@ fn the_seed_000_ladder_runs_between_two_guests() {
     );
 }
 
-/// `netsteer lab run seed-000 --vm --lane --kernel 7.3`: seed 000's top rung on Debian's 7.3
-/// kernel (per-NAPI settings, IRQ suspension), with igb and with virtio-net's RSS. With the
-/// lane, the latency flow's packets all arrive on the lane's queue (the driver's per-queue
-/// counters, or netdev qstats) while the 16 bulk flows run beside it, and the bulk flows alone
-/// stay off it (bar one hashing into the lane's bucket, one in 128 each); netdev netlink reads
-/// back the lane NAPI's suspend settings; the p99s of the alternated runs get a three-way
-/// verdict (under TCG: whichever it is); and `lane remove` restores every value.
+/// `netsteer lab run seed-000 --vm --lane udp,tcp --kernel 7.3`: seed 000's top rung on
+/// Debian's 7.3 kernel (per-NAPI settings, IRQ suspension), with igb and with virtio-net's
+/// RSS, for a UDP echo service and then a TCP request/response service in the same guests.
+/// With the lane, the latency flow's packets all arrive on the lane's queue (the driver's
+/// per-queue counters, or netdev qstats) while the 16 bulk flows run beside it, and the bulk
+/// flows alone stay off it (bar one hashing into the lane's bucket, one in 128 each); netdev
+/// netlink reads back the lane NAPI's suspend settings; the p99s of the alternated runs get a
+/// three-way verdict (under TCG: whichever it is); and `lane remove` restores every value.
 #[test]
 fn the_lane_rung_runs_on_7_3_guests() {
     if !usable() {
@@ -370,10 +371,11 @@ fn the_lane_rung_runs_on_7_3_guests() {
 }
 
 fn lane_rung(nic: &str) {
+    use netsteer_lab::vm::lane::{LaneRun, LaneSummary, Service};
     let count = 200u64;
     let out = Command::new(BIN)
         .args([
-            "lab", "run", "seed-000", "--vm", "--lane", "--nic", nic, "--kernel", "7.3",
+            "lab", "run", "seed-000", "--vm", "--lane", "udp,tcp", "--nic", nic, "--kernel", "7.3",
             "--repeat", "2", "--count", "200", "--json",
         ])
         .output()
@@ -384,40 +386,58 @@ fn lane_rung(nic: &str) {
         "{nic}: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<&str> = text.lines().collect();
-    let (summary, runs) = lines.split_last().expect("output");
-    let runs: Vec<netsteer_lab::vm::lane::LaneRun> = runs
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    let s: netsteer_lab::vm::lane::LaneSummary = serde_json::from_str(summary).unwrap();
-    assert_eq!(runs.len(), 4, "{text}");
-    assert!(s.kernel.starts_with("7.3"), "{}", s.kernel);
-    assert_eq!((s.nic.as_str(), s.mode.as_str()), (nic, "suspend"));
-    use netsteer_lab::vm::ladder::RESERVED_QUEUE;
-    for r in &runs {
-        assert_eq!((r.sent, r.received), (count, count), "{nic}: {r:?}");
-        if r.lane {
-            // Every latency packet on the lane's queue; any more there are bulk packets of a
-            // flow sharing the lane's bucket, counted below.
-            assert!(
-                r.rx_packets.get(&RESERVED_QUEUE).copied().unwrap_or(0) >= count,
-                "{nic}: {r:?}"
-            );
+    // Each service's runs, then its summary.
+    let mut runs: Vec<LaneRun> = Vec::new();
+    let mut summaries: Vec<(LaneSummary, Vec<LaneRun>)> = Vec::new();
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        if v["type"] == "vm-lane-run" {
+            runs.push(serde_json::from_value(v).unwrap());
+        } else {
+            summaries.push((
+                serde_json::from_value(v).unwrap(),
+                std::mem::take(&mut runs),
+            ));
         }
     }
-    assert_eq!(s.napi.get("defer-hard-irqs"), Some(&2), "{nic}: {s:?}");
-    assert_eq!(s.napi.get("gro-flush-timeout"), Some(&200_000), "{s:?}");
-    assert_eq!(
-        s.napi.get("irq-suspend-timeout"),
-        Some(&20_000_000),
-        "{s:?}"
-    );
-    assert!(s.bulk_total > 0, "{nic}: {s:?}");
-    assert!(
-        s.bulk_on_lane_queue * 4 <= s.bulk_total,
-        "{nic}: the bulk flows crowd the lane's queue: {s:?}"
-    );
-    assert!(s.p99.is_some(), "{s:?}");
-    assert_eq!(s.removed, "restored", "{nic}: {s:?}");
+    let services: Vec<Service> = summaries.iter().map(|(s, _)| s.service).collect();
+    assert_eq!(services, [Service::Udp, Service::Tcp], "{text}");
+    use netsteer_lab::vm::ladder::RESERVED_QUEUE;
+    for (s, runs) in &summaries {
+        let what = format!("{nic} {}", s.service.name());
+        assert_eq!(runs.len(), 4, "{what}: {text}");
+        assert!(s.kernel.starts_with("7.3"), "{}", s.kernel);
+        assert_eq!((s.nic.as_str(), s.mode.as_str()), (nic, "suspend"));
+        for r in runs {
+            assert_eq!(r.service, s.service, "{what}: {r:?}");
+            match s.service {
+                Service::Udp => assert_eq!((r.sent, r.received), (count, count), "{what}: {r:?}"),
+                // Every transaction answered: the run would have failed otherwise.
+                Service::Tcp => assert!(r.sent > 0 && r.sent == r.received, "{what}: {r:?}"),
+            }
+            if r.lane {
+                // Every latency packet (a request is one segment) on the lane's queue; any
+                // more there are bulk packets of a flow sharing the lane's bucket (counted
+                // below) or the TCP flow's pure ACKs.
+                assert!(
+                    r.rx_packets.get(&RESERVED_QUEUE).copied().unwrap_or(0) >= r.sent,
+                    "{what}: {r:?}"
+                );
+            }
+        }
+        assert_eq!(s.napi.get("defer-hard-irqs"), Some(&2), "{what}: {s:?}");
+        assert_eq!(s.napi.get("gro-flush-timeout"), Some(&200_000), "{s:?}");
+        assert_eq!(
+            s.napi.get("irq-suspend-timeout"),
+            Some(&20_000_000),
+            "{s:?}"
+        );
+        assert!(s.bulk_total > 0, "{what}: {s:?}");
+        assert!(
+            s.bulk_on_lane_queue * 4 <= s.bulk_total,
+            "{what}: the bulk flows crowd the lane's queue: {s:?}"
+        );
+        assert!(s.p99.is_some(), "{s:?}");
+        assert_eq!(s.removed, "restored", "{what}: {s:?}");
+    }
 }

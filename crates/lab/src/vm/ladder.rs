@@ -504,6 +504,23 @@ fn table_knob(len: usize, reserved: impl Fn(usize) -> bool) -> String {
 /// the flow's round trips, and keeps the half whose queue took them. Every probe table is
 /// applied with tune and rolled back before the next.
 pub(super) fn latency_bucket(pair: &mut VmPair, bin: &str, len: usize) -> Result<u32> {
+    latency_bucket_of(pair, bin, len, &mut |p| {
+        let (rc, out) = latency_run(p, bin, "block", 10)?;
+        if rc != 0 {
+            return Err(LabError::Invalid(format!("bucket probe: client: {out}")));
+        }
+        Ok(())
+    })
+}
+
+/// The RSS bucket of the flow `probe` sends, by bisection: each half of the table on the
+/// reserved queue in turn, the probe run, the server's receive interrupts read.
+pub(super) fn latency_bucket_of(
+    pair: &mut VmPair,
+    bin: &str,
+    len: usize,
+    probe: &mut dyn FnMut(&mut VmPair) -> Result<()>,
+) -> Result<u32> {
     let (mut lo, mut hi) = (0usize, len);
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
@@ -514,13 +531,7 @@ pub(super) fn latency_bucket(pair: &mut VmPair, bin: &str, len: usize) -> Result
             PROBE_STATE,
             &["--profile", "none", "--set", &knob],
         )?;
-        let by_queue = server_rx_during(pair, |p| {
-            let (rc, out) = latency_run(p, bin, "block", 10)?;
-            if rc != 0 {
-                return Err(LabError::Invalid(format!("bucket probe: client: {out}")));
-            }
-            Ok(())
-        });
+        let by_queue = server_rx_during(pair, |p| probe(p));
         rollback_one(&mut pair.b, bin, PROBE_STATE, &journal)?;
         let by_queue = by_queue?;
         let on = |q: u32| by_queue.get(&q).copied().unwrap_or(0);

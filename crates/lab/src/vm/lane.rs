@@ -10,16 +10,23 @@
 //! suspension (6.13+, the server busy-polling through an epoll context with prefer-busy-poll)
 //! and `busy-poll` before (SO_BUSY_POLL with SO_PREFER_BUSY_POLL).
 //!
+//! The service is the UDP echo server or, with [`Service::Tcp`], a TCP request/response
+//! server (`bench tcp-rr`, 64-byte requests and responses) on [`TCP_PORT`], its one data
+//! connection from a fixed source port so that its bucket is found the same way; the bulk
+//! neighbour is the same 16 UDP flows (to an echo server on CPU 0 then).
+//!
 //! Under TCG the microseconds are not bare metal's: the verdict and the ratio of the medians
 //! are what the run shows, and where each flow's packets went.
 
 use super::ladder::{
-    self, BULK_FLOWS, BULK_PORT, RESERVED_QUEUE, SERVER_PORT, T, apply, delta, irq_counts,
-    latency_bucket, latency_run, rollback_one, rx_by_queue, stop_server, table_len, wait_port,
+    self, BULK_FLOWS, BULK_PORT, LATENCY_PORT, RESERVED_QUEUE, SERVER_PORT, T, apply, delta,
+    irq_counts, latency_bucket, latency_bucket_of, latency_run, rollback_one, rx_by_queue,
+    stop_server, table_len, wait_port,
 };
 use super::{Guest, VM_B_ADDR, VmPair};
 use crate::{LabError, Result};
 use netsteer_bench::experiment::{Comparison, compare};
+use netsteer_bench::tcp::message::RrSummary;
 use netsteer_bench::udp_echo::message::ClientSummary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -30,6 +37,50 @@ const STATE: &str = "/tmp/netsteer-lane-tune";
 /// The lane's CPU in guest b (the echo server is pinned there too).
 pub const LANE_CPU: u32 = 1;
 
+/// The TCP service's port in guest b (the UDP echo server keeps [`SERVER_PORT`]).
+pub const TCP_PORT: u16 = 4322;
+/// Seconds each TCP run measures (after half a second of warm-up).
+const TCP_SECONDS: u32 = 3;
+
+/// The latency-critical service the lane is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    /// `bench udp-echo server` on [`SERVER_PORT`]: `--count` round trips a run.
+    #[default]
+    Udp,
+    /// `bench tcp-rr server` on [`TCP_PORT`]: one connection, 64-byte requests and responses,
+    /// for a few seconds a run.
+    Tcp,
+}
+
+impl Service {
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Udp => "udp",
+            Service::Tcp => "tcp",
+        }
+    }
+
+    fn port(self) -> u16 {
+        match self {
+            Service::Udp => SERVER_PORT,
+            Service::Tcp => TCP_PORT,
+        }
+    }
+}
+
+impl std::str::FromStr for Service {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Service, String> {
+        match s {
+            "udp" => Ok(Service::Udp),
+            "tcp" => Ok(Service::Tcp),
+            _ => Err(format!("{s:?}: udp or tcp")),
+        }
+    }
+}
+
 /// One run: the latency flow's round trips while the bulk flows run beside it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LaneRun {
@@ -37,7 +88,10 @@ pub struct LaneRun {
     pub kind: String,
     /// With the lane applied.
     pub lane: bool,
+    #[serde(default)]
+    pub service: Service,
     pub repeat: u32,
+    /// Requests sent and answered (for TCP: the transactions, both).
     pub sent: u64,
     pub received: u64,
     pub p50_ns: Option<u64>,
@@ -55,6 +109,8 @@ pub struct LaneSummary {
     pub kind: String,
     pub kernel: String,
     pub nic: String,
+    #[serde(default)]
+    pub service: Service,
     pub mode: String,
     /// The latency flow's RSS bucket (the bisection's answer).
     pub bucket: u32,
@@ -163,15 +219,77 @@ fn mode_for(release: &str) -> (&'static str, &'static [&'static str]) {
 }
 
 fn start_server(g: &mut Guest, bin: &str, wait: &[&str]) -> Result<()> {
+    start_echo(g, bin, LANE_CPU, wait)
+}
+
+fn start_echo(g: &mut Guest, bin: &str, cpu: u32, wait: &[&str]) -> Result<()> {
     let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
     g.sh(
         &format!(
-            "chroot /host {bin} bench udp-echo server --listen {server} --cpu {LANE_CPU} {} --max-pps-per-source 0 --max-pps 0 --duration 3600 > /x/echo-server.log 2>&1 &",
+            "chroot /host {bin} bench udp-echo server --listen {server} --cpu {cpu} {} --max-pps-per-source 0 --max-pps 0 --duration 3600 > /x/echo-server.log 2>&1 &",
             wait.join(" ")
         ),
         T,
     )?;
     wait_port(g, true, "start")
+}
+
+/// The TCP service on the lane's CPU (its wait follows each client's).
+fn start_tcp_server(g: &mut Guest, bin: &str) -> Result<()> {
+    let server = format!("{VM_B_ADDR}:{TCP_PORT}");
+    let (rc, out) = g.sh(
+        &format!(
+            "chroot /host {bin} bench tcp-rr server --listen {server} --cpu {LANE_CPU} > /x/rr-server.log 2>&1 & i=0; while [ $i -lt 100 ]; do chroot /host ss -Hltn 'sport = :{TCP_PORT}' | grep -q . && exit 0; i=$((i+1)); sleep 0.1; done; cat /x/rr-server.log; exit 1"
+        ),
+        T,
+    )?;
+    if rc != 0 {
+        return Err(LabError::Invalid(format!(
+            "guest {}: the tcp-rr server did not start: {out}",
+            g.name
+        )));
+    }
+    Ok(())
+}
+
+fn stop_tcp_server(g: &mut Guest) -> Result<()> {
+    g.sh(
+        &format!(
+            "chroot /host pkill -TERM -f 'tcp-rr [s]erver'; i=0; while chroot /host ss -Hltn 'sport = :{TCP_PORT}' | grep -q . && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done"
+        ),
+        T,
+    )?;
+    Ok(())
+}
+
+/// One TCP run from guest a's CPU 0: `seconds` of 64-byte transactions on one connection from
+/// [`LATENCY_PORT`], the client's wait flags (the server follows them).
+fn tcp_run(pair: &mut VmPair, bin: &str, wait: &[&str], seconds: u32) -> Result<(i32, String)> {
+    let mut argv = vec![
+        bin.to_string(),
+        "bench".into(),
+        "tcp-rr".into(),
+        "client".into(),
+        format!("{VM_B_ADDR}:{TCP_PORT}"),
+        "--src-port".into(),
+        LATENCY_PORT.to_string(),
+        "--cpu".into(),
+        "0".into(),
+        "--request-size".into(),
+        "64".into(),
+        "--response-size".into(),
+        "64".into(),
+        "--warmup".into(),
+        "0.5".into(),
+        "--duration".into(),
+        seconds.to_string(),
+        "--timeout".into(),
+        "5".into(),
+        "--json".into(),
+    ];
+    argv.extend(wait.iter().map(|w| w.to_string()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    pair.a.host(&argv, T)
 }
 
 /// The bulk neighbour in guest a (CPU 1), in the background for `seconds`.
@@ -193,7 +311,13 @@ fn stop_bulk(g: &mut Guest) -> Result<()> {
     Ok(())
 }
 
-fn lane_args<'a>(bin: &'a str, mode: &'a str, bucket: &'a str) -> Vec<&'a str> {
+fn lane_args<'a>(
+    bin: &'a str,
+    service: Service,
+    port: &'a str,
+    mode: &'a str,
+    bucket: &'a str,
+) -> Vec<&'a str> {
     vec![
         bin,
         "lane",
@@ -202,8 +326,11 @@ fn lane_args<'a>(bin: &'a str, mode: &'a str, bucket: &'a str) -> Vec<&'a str> {
         "lat",
         "--dev",
         "eth0",
-        "--udp",
-        "4321",
+        match service {
+            Service::Udp => "--udp",
+            Service::Tcp => "--tcp",
+        },
+        port,
         "--cpu",
         "1",
         "--queue",
@@ -273,7 +400,14 @@ fn lane_napi(g: &mut Guest, bin: &str) -> Result<BTreeMap<String, u64>> {
     Ok(m)
 }
 
-fn one_run(pair: &mut VmPair, bin: &str, lane: bool, repeat: u32, count: u64) -> Result<LaneRun> {
+fn one_run(
+    pair: &mut VmPair,
+    bin: &str,
+    (service, wait): (Service, &[&str]),
+    lane: bool,
+    repeat: u32,
+    count: u64,
+) -> Result<LaneRun> {
     let model = pair.nic;
     // Long enough to cover the latency run under TCG; stopped right after it.
     start_bulk(&mut pair.a, bin, 600)?;
@@ -282,7 +416,10 @@ fn one_run(pair: &mut VmPair, bin: &str, lane: bool, repeat: u32, count: u64) ->
         rx_packets(&mut pair.b, bin)?,
         irq_counts(&mut pair.b, model)?,
     );
-    let (rc, out) = latency_run(pair, bin, "spin", count)?;
+    let (rc, out) = match service {
+        Service::Udp => latency_run(pair, bin, "spin", count)?,
+        Service::Tcp => tcp_run(pair, bin, wait, TCP_SECONDS)?,
+    };
     let (p1, i1) = (
         rx_packets(&mut pair.b, bin)?,
         irq_counts(&mut pair.b, model)?,
@@ -291,19 +428,38 @@ fn one_run(pair: &mut VmPair, bin: &str, lane: bool, repeat: u32, count: u64) ->
     if rc != 0 {
         return Err(LabError::Invalid(format!("lane run: client: {out}")));
     }
-    let s: ClientSummary = out
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .ok_or_else(|| LabError::Invalid(format!("lane run: no summary: {out}")))?;
+    let no_summary = || LabError::Invalid(format!("lane run: no summary: {out}"));
+    let (sent, received, latency) = match service {
+        Service::Udp => {
+            let s: ClientSummary = out
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str(l).ok())
+                .ok_or_else(no_summary)?;
+            (s.sent, s.received, s.latency_ns.map(|l| (l.p50, l.p99)))
+        }
+        Service::Tcp => {
+            let s: RrSummary = out
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str(l).ok())
+                .ok_or_else(no_summary)?;
+            (
+                s.transactions,
+                s.transactions,
+                s.latency_ns.map(|l| (l.p50, l.p99)),
+            )
+        }
+    };
     Ok(LaneRun {
         kind: "vm-lane-run".into(),
         lane,
+        service,
         repeat,
-        sent: s.sent,
-        received: s.received,
-        p50_ns: s.latency_ns.as_ref().map(|l| l.p50),
-        p99_ns: s.latency_ns.as_ref().map(|l| l.p99),
+        sent,
+        received,
+        p50_ns: latency.map(|l| l.0),
+        p99_ns: latency.map(|l| l.1),
         rx_packets: since(&p0, &p1),
         rx_irqs: rx_by_queue(&delta(&i0, &i1)),
     })
@@ -315,11 +471,12 @@ fn one_run(pair: &mut VmPair, bin: &str, lane: bool, repeat: u32, count: u64) ->
 pub fn run(
     pair: &mut VmPair,
     bin: &str,
-    count: u64,
-    repeats: u32,
+    service: Service,
+    (count, repeats): (u64, u32),
     emit: &mut dyn FnMut(&LaneRun) -> std::io::Result<()>,
 ) -> Result<LaneSummary> {
     let (mode, wait) = mode_for(&pair.b.release);
+    let port_s = service.port().to_string();
     let mut hash_journal: Option<String> = None;
     let mut lane_on = false;
     let result = (|| -> Result<LaneSummary> {
@@ -334,11 +491,30 @@ pub fn run(
         // The bisection reads which queue took the flow's interrupts: a busy-polling server
         // would keep its own queue's interrupts down and point it the wrong way, so it runs
         // against a server that sleeps, and the lane's server starts after.
-        start_server(&mut pair.b, bin, &["--wait", "block"])?;
         let len = table_len(&mut pair.b)?;
-        let bucket = latency_bucket(pair, bin, len)?;
-        stop_server(&mut pair.b)?;
-        start_server(&mut pair.b, bin, wait)?;
+        let bucket = match service {
+            Service::Udp => {
+                start_server(&mut pair.b, bin, &["--wait", "block"])?;
+                let bucket = latency_bucket(pair, bin, len)?;
+                stop_server(&mut pair.b)?;
+                start_server(&mut pair.b, bin, wait)?;
+                bucket
+            }
+            Service::Tcp => {
+                // The TCP server waits as each client asks: the probes block, the runs
+                // busy-poll. The bulk flows' echo server stays off the lane's CPU.
+                start_tcp_server(&mut pair.b, bin)?;
+                let bucket = latency_bucket_of(pair, bin, len, &mut |p| {
+                    let (rc, out) = tcp_run(p, bin, &["--wait", "block"], 1)?;
+                    if rc != 0 {
+                        return Err(LabError::Invalid(format!("bucket probe: client: {out}")));
+                    }
+                    Ok(())
+                })?;
+                start_echo(&mut pair.b, bin, 0, &["--wait", "block"])?;
+                bucket
+            }
+        };
         let bucket_s = bucket.to_string();
         let mut applied = Vec::new();
         let mut napi = BTreeMap::new();
@@ -346,7 +522,9 @@ pub fn run(
         for repeat in 1..=repeats {
             for lane in [false, true] {
                 if lane {
-                    let out = pair.b.host_ok(&lane_args(bin, mode, &bucket_s), T)?;
+                    let out = pair
+                        .b
+                        .host_ok(&lane_args(bin, service, &port_s, mode, &bucket_s), T)?;
                     lane_on = true;
                     let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out)
                         .map_err(|e| LabError::Invalid(format!("lane apply output: {e}: {out}")))?;
@@ -367,7 +545,7 @@ pub fn run(
                         napi = lane_napi(&mut pair.b, bin)?;
                     }
                 }
-                let run = one_run(pair, bin, lane, repeat, count)?;
+                let run = one_run(pair, bin, (service, wait), lane, repeat, count)?;
                 emit(&run).map_err(|source| LabError::Io {
                     what: "writing the report".into(),
                     source,
@@ -380,7 +558,8 @@ pub fn run(
             }
         }
         // The bulk flows alone with the lane in place: how many land on its queue.
-        pair.b.host_ok(&lane_args(bin, mode, &bucket_s), T)?;
+        pair.b
+            .host_ok(&lane_args(bin, service, &port_s, mode, &bucket_s), T)?;
         lane_on = true;
         let p0 = rx_packets(&mut pair.b, bin)?;
         ladder::bulk_burst(pair, bin)?;
@@ -397,6 +576,7 @@ pub fn run(
             kind: "vm-lane".into(),
             kernel: pair.b.release.clone(),
             nic: pair.nic.name().into(),
+            service,
             mode: mode.into(),
             bucket,
             applied,
@@ -413,6 +593,9 @@ pub fn run(
         undo = remove_lane(&mut pair.b, bin).map(|_| ());
     }
     let _ = stop_server(&mut pair.b);
+    if service == Service::Tcp {
+        let _ = stop_tcp_server(&mut pair.b);
+    }
     if let Some(j) = hash_journal {
         let r = rollback_one(&mut pair.b, bin, STATE, &j);
         if undo.is_ok() {
@@ -429,45 +612,53 @@ pub fn run(
 pub fn run_pair(
     spec: &super::VmPairSpec,
     bin: &std::path::Path,
-    repeats: u32,
-    count: u64,
+    services: &[Service],
+    (count, repeats): (u64, u32),
     emit: &mut dyn FnMut(&str) -> std::io::Result<()>,
     json: bool,
-) -> Result<LaneSummary> {
+) -> Result<Vec<LaneSummary>> {
     let mut pair = VmPair::boot_announced("lane", spec)?;
     let guest_bin = pair.install(bin)?;
     let io = |source| LabError::Io {
         what: "writing the report".into(),
         source,
     };
-    let summary = run(&mut pair, &guest_bin, count, repeats, &mut |r| {
-        let line = if json {
-            serde_json::to_string(r).map_err(std::io::Error::other)?
+    let mut out = Vec::new();
+    for &service in services {
+        let summary = run(&mut pair, &guest_bin, service, (count, repeats), &mut |r| {
+            let line = if json {
+                serde_json::to_string(r).map_err(std::io::Error::other)?
+            } else {
+                run_line(r)
+            };
+            emit(&line)
+        })?;
+        if json {
+            emit(
+                &serde_json::to_string(&summary)
+                    .map_err(std::io::Error::other)
+                    .map_err(io)?,
+            )
+            .map_err(io)?;
         } else {
-            run_line(r)
-        };
-        emit(&line)
-    })?;
-    if json {
-        emit(
-            &serde_json::to_string(&summary)
-                .map_err(std::io::Error::other)
-                .map_err(io)?,
-        )
-        .map_err(io)?;
-    } else {
-        for l in summary_lines(&summary) {
-            emit(&l).map_err(io)?;
+            for l in summary_lines(&summary) {
+                emit(&l).map_err(io)?;
+            }
         }
+        out.push(summary);
     }
-    Ok(summary)
+    Ok(out)
 }
 
 /// The summary as lines for people.
 pub fn summary_lines(s: &LaneSummary) -> Vec<String> {
     let mut out = vec![format!(
-        "lane on guest b (kernel {}, {} NIC): mode {}, rx-{RESERVED_QUEUE} and CPU {LANE_CPU}, the latency flow's RSS bucket {}",
-        s.kernel, s.nic, s.mode, s.bucket
+        "{} lane on guest b (kernel {}, {} NIC): mode {}, rx-{RESERVED_QUEUE} and CPU {LANE_CPU}, the latency flow's RSS bucket {}",
+        s.service.name(),
+        s.kernel,
+        s.nic,
+        s.mode,
+        s.bucket
     )];
     for a in &s.applied {
         out.push(format!("  {a}"));
