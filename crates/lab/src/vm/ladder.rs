@@ -210,48 +210,45 @@ pub fn irq_counts(g: &mut Guest, model: NicModel) -> Result<Counts> {
         "cat /proc/interrupts; for i in /proc/irq/[0-9]*; do echo \"@ ${i#/proc/irq/} $(cat $i/smp_affinity_list)\"; done",
         T,
     )?;
-    Ok(queue_vectors(&out, model))
+    queue_vectors(&out, model)
 }
 
-/// `irq_counts` from its text: /proc/interrupts, then `@ IRQ LIST` lines. A vector is kept
-/// when `netsteer_host::irqname` names it a packet queue of eth0 under the model's driver
-/// (config, control and other devices' vectors are not).
-pub fn queue_vectors(text: &str, model: NicModel) -> Counts {
-    let mut lines = BTreeMap::new();
-    let mut allowed = BTreeMap::new();
-    for l in text.lines() {
-        if let Some(rest) = l.strip_prefix("@ ") {
-            let mut f = rest.split_whitespace();
-            if let (Some(i), Some(a)) = (f.next().and_then(|i| i.parse::<u32>().ok()), f.next()) {
-                allowed.insert(i, a.to_string());
-            }
-            continue;
-        }
-        let Some((irq, rest)) = l.split_once(':') else {
-            continue;
-        };
-        let Ok(irq) = irq.trim().parse::<u32>() else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let counts: Vec<u64> = f.iter().map_while(|t| t.parse().ok()).collect();
-        lines.insert(irq, (f.last().unwrap_or(&"").to_string(), counts));
-    }
-    let names: Vec<&str> = lines.values().map(|(n, _)| n.as_str()).collect();
+/// `irq_counts` from its text: /proc/interrupts (read by the host crate's parser), then
+/// `@ IRQ LIST` lines. A vector is kept when `netsteer_host::irqname` names it a packet queue
+/// of eth0 under the model's driver (config, control and other devices' vectors are not).
+pub fn queue_vectors(text: &str, model: NicModel) -> Result<Counts> {
+    let (affinity, interrupts): (Vec<&str>, Vec<&str>) =
+        text.lines().partition(|l| l.starts_with("@ "));
+    let allowed: BTreeMap<u32, &str> = affinity
+        .iter()
+        .filter_map(|l| {
+            let mut f = l[2..].split_whitespace();
+            Some((f.next()?.parse().ok()?, f.next()?))
+        })
+        .collect();
+    let parsed = netsteer_host::parse::parse_interrupts(&interrupts.join("\n"))
+        .map_err(|e| LabError::Invalid(format!("the guest's /proc/interrupts: {e}")))?;
+    // A row's name is its last handler's (a shared line lists several).
+    let rows: Vec<(u32, &str, &Vec<u64>)> = parsed
+        .rows
+        .iter()
+        .filter_map(|r| Some((r.number()?, r.actions.last()?.as_str(), &r.counts)))
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r.1).collect();
     let queues: Vec<&str> =
         netsteer_host::irqname::classify_named_all(&names, "eth0", model.driver())
             .into_iter()
             .filter(|(_, r)| r.carries_packets())
             .map(|(n, _)| n)
             .collect();
-    lines
-        .iter()
-        .filter(|(_, (n, _))| queues.contains(&n.as_str()))
-        .map(|(irq, (n, c))| {
-            let a = allowed.get(irq).cloned().unwrap_or_default();
-            (*irq, (n.clone(), c.clone(), a))
+    Ok(rows
+        .into_iter()
+        .filter(|r| queues.contains(&r.1))
+        .map(|(irq, name, counts)| {
+            let a = allowed.get(&irq).copied().unwrap_or_default();
+            (irq, (name.to_string(), counts.clone(), a.to_string()))
         })
-        .collect()
+        .collect())
 }
 
 pub fn delta(before: &Counts, after: &Counts) -> Vec<QueueIrq> {
@@ -714,19 +711,53 @@ pub(super) fn stop_server(g: &mut Guest) -> Result<()> {
     wait_port(g, false, "stop")
 }
 
-/// Waits up to 10 s until the server port is (or is no longer) listened on in guest b.
+/// The last line of a benchmark's JSON Lines output that reads as a `T` (its summary).
+pub(super) fn last_json<T: serde::de::DeserializeOwned>(out: &str) -> Option<T> {
+    out.lines().rev().find_map(|l| serde_json::from_str(l).ok())
+}
+
+/// A server in guest b: how `ss` lists its port, and the log that says why it did not start.
+pub(super) struct Listener {
+    /// `ss` flags for its protocol's listening sockets (`-Hlun`, `-Hltn`).
+    pub ss: &'static str,
+    pub port: u16,
+    pub log: &'static str,
+    pub name: &'static str,
+}
+
+/// The UDP echo server every rung and the lane's bulk flows talk to.
+pub(super) const ECHO: Listener = Listener {
+    ss: "-Hlun",
+    port: SERVER_PORT,
+    log: "/x/echo-server.log",
+    name: "the echo server",
+};
+
+/// Waits up to 10 s until the echo server's port is (or is no longer) listened on in guest b.
 pub(super) fn wait_port(g: &mut Guest, listening: bool, what: &str) -> Result<()> {
+    wait_listening(g, &ECHO, listening, what)
+}
+
+/// Waits up to 10 s until `l`'s port is (or is no longer) listened on in guest b; its log in
+/// the error when not.
+pub(super) fn wait_listening(
+    g: &mut Guest,
+    l: &Listener,
+    listening: bool,
+    what: &str,
+) -> Result<()> {
     let done = if listening { "&&" } else { "||" };
     let (rc, out) = g.sh(
         &format!(
-            "i=0; while [ $i -lt 100 ]; do chroot /host ss -Hlun 'sport = :{SERVER_PORT}' | grep -q . {done} exit 0; i=$((i+1)); sleep 0.1; done; cat /x/echo-server.log; exit 1"
+            "i=0; while [ $i -lt 100 ]; do chroot /host ss {} 'sport = :{}' | grep -q . {done} exit 0; i=$((i+1)); sleep 0.1; done; cat {}; exit 1",
+            l.ss, l.port, l.log
         ),
         T,
     )?;
     if rc != 0 {
         return Err(LabError::Invalid(format!(
-            "guest {}: the echo server did not {what}: {out}",
-            g.name
+            "guest {}: {} did not {what}: {out}",
+            g.name, l.name
         )));
     }
     Ok(())
@@ -791,13 +822,9 @@ pub fn run(
                     _ => None,
                 };
                 stop_server(&mut pair.b)?;
-                let s: ClientSummary = out
-                    .lines()
-                    .rev()
-                    .find_map(|l| serde_json::from_str(l).ok())
-                    .ok_or_else(|| {
-                        LabError::Invalid(format!("rung {}: no summary: {out}", r.name))
-                    })?;
+                let s: ClientSummary = last_json(&out).ok_or_else(|| {
+                    LabError::Invalid(format!("rung {}: no summary: {out}", r.name))
+                })?;
                 let napi = s.napi_id;
                 let run = RungRun {
                     kind: "vm-rung".into(),
@@ -987,7 +1014,7 @@ mod tests {
             t
         };
         let names = |c: &Counts| c.values().map(|v| v.0.clone()).collect::<Vec<_>>();
-        let igb = queue_vectors(&read("igb-6.12"), NicModel::Igb);
+        let igb = queue_vectors(&read("igb-6.12"), NicModel::Igb).unwrap();
         assert_eq!(
             names(&igb),
             ["eth0-rx-0", "eth0-rx-1", "eth0-tx-0", "eth0-tx-1"]
@@ -996,7 +1023,7 @@ mod tests {
         assert_eq!(igb[&25].2, "1");
         assert_eq!(igb[&26].2, "0-1");
         assert_eq!(igb[&27].2, "", "no affinity line read: none invented");
-        let virtio = queue_vectors(&read("virtio-rss-6.12"), NicModel::VirtioRss);
+        let virtio = queue_vectors(&read("virtio-rss-6.12"), NicModel::VirtioRss).unwrap();
         assert_eq!(virtio.len(), 8, "{:?}", names(&virtio));
         assert!(names(&virtio).iter().all(|n| n.starts_with("virtio2-")));
         assert_eq!(rx_by_queue(&delta(&Counts::new(), &virtio))[&0], 6283);

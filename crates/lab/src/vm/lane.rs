@@ -19,9 +19,9 @@
 //! are what the run shows, and where each flow's packets went.
 
 use super::ladder::{
-    self, BULK_FLOWS, BULK_PORT, LATENCY_PORT, RESERVED_QUEUE, SERVER_PORT, T, apply, delta,
-    irq_counts, latency_bucket, latency_bucket_of, latency_run, rollback_one, rx_by_queue,
-    stop_server, table_len, wait_port,
+    self, BULK_FLOWS, BULK_PORT, LATENCY_PORT, Listener, RESERVED_QUEUE, SERVER_PORT, T, apply,
+    delta, irq_counts, last_json, latency_bucket, latency_bucket_of, latency_run, rollback_one,
+    rx_by_queue, stop_server, table_len, wait_listening, wait_port,
 };
 use super::{Guest, VM_B_ADDR, VmPair};
 use crate::{LabError, Result};
@@ -234,32 +234,30 @@ fn start_echo(g: &mut Guest, bin: &str, cpu: u32, wait: &[&str]) -> Result<()> {
     wait_port(g, true, "start")
 }
 
+/// The TCP service in guest b.
+const RR: Listener = Listener {
+    ss: "-Hltn",
+    port: TCP_PORT,
+    log: "/x/rr-server.log",
+    name: "the tcp-rr server",
+};
+
 /// The TCP service on the lane's CPU (its wait follows each client's).
 fn start_tcp_server(g: &mut Guest, bin: &str) -> Result<()> {
     let server = format!("{VM_B_ADDR}:{TCP_PORT}");
-    let (rc, out) = g.sh(
+    g.sh(
         &format!(
-            "chroot /host {bin} bench tcp-rr server --listen {server} --cpu {LANE_CPU} > /x/rr-server.log 2>&1 & i=0; while [ $i -lt 100 ]; do chroot /host ss -Hltn 'sport = :{TCP_PORT}' | grep -q . && exit 0; i=$((i+1)); sleep 0.1; done; cat /x/rr-server.log; exit 1"
+            "chroot /host {bin} bench tcp-rr server --listen {server} --cpu {LANE_CPU} > {} 2>&1 &",
+            RR.log
         ),
         T,
     )?;
-    if rc != 0 {
-        return Err(LabError::Invalid(format!(
-            "guest {}: the tcp-rr server did not start: {out}",
-            g.name
-        )));
-    }
-    Ok(())
+    wait_listening(g, &RR, true, "start")
 }
 
 fn stop_tcp_server(g: &mut Guest) -> Result<()> {
-    g.sh(
-        &format!(
-            "chroot /host pkill -TERM -f 'tcp-rr [s]erver'; i=0; while chroot /host ss -Hltn 'sport = :{TCP_PORT}' | grep -q . && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done"
-        ),
-        T,
-    )?;
-    Ok(())
+    g.sh("chroot /host pkill -TERM -f 'tcp-rr [s]erver'", T)?;
+    wait_listening(g, &RR, false, "stop")
 }
 
 /// One TCP run from guest a's CPU 0: `seconds` of 64-byte transactions on one connection from
@@ -431,19 +429,11 @@ fn one_run(
     let no_summary = || LabError::Invalid(format!("lane run: no summary: {out}"));
     let (sent, received, latency) = match service {
         Service::Udp => {
-            let s: ClientSummary = out
-                .lines()
-                .rev()
-                .find_map(|l| serde_json::from_str(l).ok())
-                .ok_or_else(no_summary)?;
+            let s: ClientSummary = last_json(&out).ok_or_else(no_summary)?;
             (s.sent, s.received, s.latency_ns.map(|l| (l.p50, l.p99)))
         }
         Service::Tcp => {
-            let s: RrSummary = out
-                .lines()
-                .rev()
-                .find_map(|l| serde_json::from_str(l).ok())
-                .ok_or_else(no_summary)?;
+            let s: RrSummary = last_json(&out).ok_or_else(no_summary)?;
             (
                 s.transactions,
                 s.transactions,
