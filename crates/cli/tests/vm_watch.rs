@@ -114,6 +114,69 @@ fn first_advice(ev: &[(f64, Event)], reflex: Reflex) -> Option<(f64, Vec<String>
     })
 }
 
+/// Guest b made to drop: every rx queue's RPS mask sends to CPU 1, an iperf3 server, and
+/// `hog` on CPU 1 at nice -20 (the loop NET_RX's deferred work waits behind). Returns the
+/// sysctls as they were.
+fn starve_cpu1(b: &mut Guest, hog: &str) -> String {
+    sh(
+        b,
+        "for q in /sys/class/net/eth0/queues/rx-*; do echo 2 > $q/rps_cpus; done",
+    );
+    sh(b, "chroot /host iperf3 -s -D -p 5201");
+    sh(
+        b,
+        &format!("chroot /host nice -n -20 taskset -c 1 sh -c '{hog}' > /dev/null 2>&1 &"),
+    );
+    sh(b, &format!("cat {SYSCTLS}"))
+}
+
+/// The guest command that writes the sysctls back as `before` read them.
+fn reset_command(before: &str) -> String {
+    SYSCTLS
+        .split_whitespace()
+        .zip(before.lines())
+        .map(|(f, v)| format!("echo {v} > {f}; "))
+        .collect()
+}
+
+/// A watcher's action or verdict `since` seconds after the first drop, as a line.
+fn describe(since: f64, e: &Event) -> Option<String> {
+    Some(match e {
+        Event::Advice { advice, .. } => format!("{since:.1} s advice {}", advice.id),
+        Event::Applied { id, changes, .. } => format!(
+            "{since:.1} s {id} applied {}",
+            changes
+                .iter()
+                .map(|c| format!("{} {} -> {}", c.path, c.from, c.to))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Event::GuardPassed { id, signal, .. } => format!(
+            "{since:.1} s {id} guard passed ({:.0} -> {:.0}/s)",
+            signal.0, signal.1
+        ),
+        Event::RolledBack { id, why, .. } => format!("{since:.1} s {id} rolled back: {why}"),
+        _ => return None,
+    })
+}
+
+/// `tune rollback` of a watcher's journal directory in guest b, newest first, until nothing is
+/// left; more than `most` rounds is a rollback that never ends.
+fn roll_back_watch(b: &mut Guest, dir: &str, most: usize) {
+    let mut rounds = 0;
+    loop {
+        let out = sh(
+            b,
+            &format!("chroot /host {GBIN} tune rollback --state-dir {dir} --json"),
+        );
+        if out.contains("nothing-to-do") {
+            break;
+        }
+        rounds += 1;
+        assert!(rounds <= most, "rollback never ends: {out}");
+    }
+}
+
 #[test]
 fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_and_rolled_back() {
     let qemu = NicModel::Virtio.check_qemu();
@@ -128,16 +191,7 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
         .unwrap_or_else(|e| panic!("virtio guests: {e}"));
     pair.install(std::path::Path::new(BIN)).unwrap();
     let b = &mut pair.b;
-    sh(
-        b,
-        "for q in /sys/class/net/eth0/queues/rx-*; do echo 2 > $q/rps_cpus; done",
-    );
-    sh(b, "chroot /host iperf3 -s -D -p 5201");
-    sh(
-        b,
-        "chroot /host nice -n -20 taskset -c 1 sh -c 'while :; do :; done' > /dev/null 2>&1 &",
-    );
-    let before = sh(b, &format!("cat {SYSCTLS}"));
+    let before = starve_cpu1(b, "while :; do :; done");
 
     // Advice mode: it names the backlog and CPU 1, and writes nothing.
     start_watcher(
@@ -212,44 +266,16 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
         }
     }
     for (t, e) in &ev {
-        match e {
-            Event::Applied { id, changes, .. } => eprintln!(
-                "measured: {:.1} s after the first drop {id} applied {}",
-                t - onset,
-                changes
-                    .iter()
-                    .map(|c| format!("{} {} -> {}", c.path, c.from, c.to))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Event::GuardPassed { id, signal, .. } => eprintln!(
-                "measured: {:.1} s after the first drop {id} guard passed, signal {:.0} -> {:.0}/s",
-                t - onset,
-                signal.0,
-                signal.1
-            ),
-            Event::RolledBack { id, why, .. } => eprintln!(
-                "measured: {:.1} s after the first drop {id} rolled back: {why}",
-                t - onset
-            ),
-            _ => {}
+        if !matches!(e, Event::Advice { .. })
+            && let Some(line) = describe(t - onset, e)
+        {
+            eprintln!("measured: after the first drop: {line}");
         }
     }
 
     // Whatever the guards left applied, tune rollback of the watcher's directory undoes it,
     // newest first, until nothing is left.
-    let mut rounds = 0;
-    loop {
-        let out = sh(
-            &mut pair.b,
-            &format!("chroot /host {GBIN} tune rollback --state-dir {GSHARE}/st2/watch --json"),
-        );
-        if out.contains("nothing-to-do") {
-            break;
-        }
-        rounds += 1;
-        assert!(rounds <= applied.len(), "rollback never ends: {out}");
-    }
+    roll_back_watch(&mut pair.b, &format!("{GSHARE}/st2/watch"), applied.len());
     assert_eq!(
         sh(&mut pair.b, &format!("cat {SYSCTLS}")),
         before,
@@ -295,19 +321,10 @@ fn beside_bpftune() {
     );
     sh(
         b,
-        "for q in /sys/class/net/eth0/queues/rx-*; do echo 2 > $q/rps_cpus; done; mkdir -p /var/run /sys/fs/cgroup; grep -q cgroup2 /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup",
+        "mkdir -p /var/run /sys/fs/cgroup; grep -q cgroup2 /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup",
     );
-    sh(b, "chroot /host iperf3 -s -D -p 5201");
-    sh(
-        b,
-        "chroot /host nice -n -20 taskset -c 1 sh -c 'while :; do :; done' > /dev/null 2>&1 &",
-    );
-    let before = sh(b, &format!("cat {SYSCTLS}"));
-    let reset: String = SYSCTLS
-        .split_whitespace()
-        .zip(before.lines())
-        .map(|(f, v)| format!("echo {v} > {f}; "))
-        .collect();
+    let before = starve_cpu1(b, "while :; do :; done");
+    let reset = reset_command(&before);
     let drops = |g: &mut Guest| -> u64 {
         let v = sh(g, "awk 'NR==2{print $2}' /proc/net/softnet_stat");
         u64::from_str_radix(v.trim(), 16).unwrap()
@@ -385,17 +402,7 @@ fn beside_bpftune() {
             let killed = sh(&mut pair.b, &format!("cat {SYSCTLS}"));
             let mut after = killed.clone();
             if tool == "netsteer" {
-                for _ in 0..8 {
-                    let out = sh(
-                        &mut pair.b,
-                        &format!(
-                            "chroot /host {GBIN} tune rollback --state-dir {GSHARE}/st-{tag}/watch --json"
-                        ),
-                    );
-                    if out.contains("nothing-to-do") {
-                        break;
-                    }
-                }
+                roll_back_watch(&mut pair.b, &format!("{GSHARE}/st-{tag}/watch"), 8);
                 after = sh(&mut pair.b, &format!("cat {SYSCTLS}"));
             }
             let one = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -429,24 +436,11 @@ fn bursts_a_bigger_backlog_absorbs() {
     let mut pair = VmPair::new("wbst", &VmPairSpec::default())
         .unwrap_or_else(|e| panic!("virtio guests: {e}"));
     pair.install(std::path::Path::new(BIN)).unwrap();
-    let b = &mut pair.b;
-    sh(
-        b,
-        "for q in /sys/class/net/eth0/queues/rx-*; do echo 2 > $q/rps_cpus; done",
+    let before = starve_cpu1(
+        &mut pair.b,
+        &format!("while :; do timeout {busy} sh -c \"while :; do :; done\"; sleep {idle}; done"),
     );
-    sh(b, "chroot /host iperf3 -s -D -p 5201");
-    sh(
-        b,
-        &format!(
-            "chroot /host nice -n -20 taskset -c 1 sh -c 'while :; do timeout {busy} sh -c \"while :; do :; done\"; sleep {idle}; done' > /dev/null 2>&1 &"
-        ),
-    );
-    let before = sh(b, &format!("cat {SYSCTLS}"));
-    let reset: String = SYSCTLS
-        .split_whitespace()
-        .zip(before.lines())
-        .map(|(f, v)| format!("echo {v} > {f}; "))
-        .collect();
+    let reset = reset_command(&before);
     eprintln!("bursts: {rate} a stream × 4, CPU 1 taken {busy} s of every {busy} + {idle} s");
     for round in 0..rounds {
         for watcher in [false, true] {
@@ -505,33 +499,10 @@ fn bursts_a_bigger_backlog_absorbs() {
                 .windows(2)
                 .rfind(|w| w[1].1 > w[0].1 && w[1].0 <= end)
                 .map_or(f64::NAN, |w| w[1].0 - onset);
-            let mut what = Vec::new();
-            for (t, e) in &ev {
-                match e {
-                    Event::Advice { advice, .. } => {
-                        what.push(format!("{:.1} s advice {}", t - onset, advice.id))
-                    }
-                    Event::Applied { id, changes, .. } => what.push(format!(
-                        "{:.1} s {id} applied {}",
-                        t - onset,
-                        changes
-                            .iter()
-                            .map(|c| format!("{} {} -> {}", c.path, c.from, c.to))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )),
-                    Event::GuardPassed { id, signal, .. } => what.push(format!(
-                        "{:.1} s {id} guard passed ({:.0} -> {:.0}/s)",
-                        t - onset,
-                        signal.0,
-                        signal.1
-                    )),
-                    Event::RolledBack { id, why, .. } => {
-                        what.push(format!("{:.1} s {id} rolled back: {why}", t - onset))
-                    }
-                    _ => {}
-                }
-            }
+            let what: Vec<String> = ev
+                .iter()
+                .filter_map(|(t, e)| describe(t - onset, e))
+                .collect();
             eprintln!(
                 "measured: {tag}: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s); last drop {last:.1} s after the first; ends with [{}]; {}",
                 end - onset,
@@ -542,17 +513,7 @@ fn bursts_a_bigger_backlog_absorbs() {
                 what.join("; ")
             );
             if watcher {
-                for _ in 0..8 {
-                    let out = sh(
-                        &mut pair.b,
-                        &format!(
-                            "chroot /host {GBIN} tune rollback --state-dir {GSHARE}/st-{tag}/watch --json"
-                        ),
-                    );
-                    if out.contains("nothing-to-do") {
-                        break;
-                    }
-                }
+                roll_back_watch(&mut pair.b, &format!("{GSHARE}/st-{tag}/watch"), 8);
                 assert_eq!(
                     sh(&mut pair.b, &format!("cat {SYSCTLS}")),
                     before,
