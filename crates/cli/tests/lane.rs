@@ -134,6 +134,12 @@ fn apply_echo(ns: &Netns, state_dir: &str, extra: &[&str]) -> Output {
     apply_lane(ns, state_dir, &args)
 }
 
+/// `lane list`'s text.
+fn listed(ns: &Netns, state_dir: &str) -> String {
+    let out = ok(ns.netsteer(&["lane", "list", "--state-dir", state_dir]));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn journals(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir.join("lanes/echo/journal"))
         .map(|d| d.count())
@@ -209,7 +215,14 @@ fn a_lane_lives_and_dies_with_its_service() {
     wait_for(
         "apply when the service came back",
         Duration::from_secs(10),
-        || state(b) == applied && allowed(pid(&server)) == "1",
+        || {
+            // The journal's end too, not only the knobs: a holder killed between its last
+            // write and its journal's `End` leaves an interrupted apply, which the next
+            // holder rightly rolls back and applies again.
+            state(b) == applied
+                && allowed(pid(&server)) == "1"
+                && listed(b, sdp).contains(&format!(": applied, pinned pid(s) {}", pid(&server)))
+        },
     );
 
     // A killed holder leaves the lane; the next adopts it without writing anything.
@@ -231,8 +244,7 @@ fn a_lane_lives_and_dies_with_its_service() {
     let (out, err) = holder.stop();
     assert!(err.is_empty(), "{out}{err}");
     assert_eq!(state(b), applied);
-    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
-    let text = String::from_utf8_lossy(&list.stdout);
+    let text = listed(b, sdp);
     assert!(
         text.contains(&format!("echo: udp {PORT} on v0b")) && text.contains("applied"),
         "{text}"
@@ -240,11 +252,7 @@ fn a_lane_lives_and_dies_with_its_service() {
     ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
     assert_eq!(state(b), before);
     assert_eq!(allowed(pid(&server)), before_allowed);
-    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
-    assert_eq!(
-        String::from_utf8_lossy(&list.stdout).trim(),
-        "no lane recorded"
-    );
+    assert_eq!(listed(b, sdp).trim(), "no lane recorded");
 }
 
 #[test]
@@ -293,11 +301,7 @@ fn bad_requests_change_nothing_and_name_the_flag() {
             "--mode threaded-poll: threaded busy polling",
         );
     }
-    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
-    assert_eq!(
-        String::from_utf8_lossy(&list.stdout).trim(),
-        "no lane recorded"
-    );
+    assert_eq!(listed(b, sdp).trim(), "no lane recorded");
 }
 
 #[test]
@@ -320,12 +324,8 @@ fn a_killed_apply_is_completed_by_the_next_holder() {
     );
     assert!(!out.status.success(), "the hook aborts the apply");
     assert_ne!(state(b), before, "one write was made before the crash");
-    let list = ok(b.netsteer(&["lane", "list", "--state-dir", sdp]));
-    assert!(
-        String::from_utf8_lossy(&list.stdout).contains("interrupted"),
-        "{}",
-        String::from_utf8_lossy(&list.stdout)
-    );
+    let text = listed(b, sdp);
+    assert!(text.contains("interrupted"), "{text}");
     let holder = hold(b, sdp, true);
     wait_for("the holder's apply", Duration::from_secs(10), || {
         allowed(pid(&server)) == "1"
