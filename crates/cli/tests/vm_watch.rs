@@ -25,6 +25,9 @@ const GSHARE: &str = "/tmp/netsteer-x";
 const T: Duration = Duration::from_secs(300);
 const SYSCTLS: &str = "/proc/sys/net/core/netdev_max_backlog /proc/sys/net/core/flow_limit_cpu_bitmap /proc/sys/net/core/netdev_budget /proc/sys/net/core/netdev_budget_usecs";
 
+/// Every rx queue's RPS mask of guest b's eth0.
+const RPS_MASKS: &str = "cat /sys/class/net/eth0/queues/rx-*/rps_cpus";
+
 fn sh(g: &mut Guest, cmd: &str) -> String {
     let (rc, out) = g.sh(cmd, T).unwrap();
     assert_eq!(rc, 0, "guest {}: {cmd}: {out}", g.name);
@@ -177,6 +180,54 @@ fn roll_back_watch(b: &mut Guest, dir: &str, most: usize) {
     }
 }
 
+/// A poller in guest b (on CPU 0) noting b's uptime and every CPU's softnet drop counter
+/// every 0.5 s in /x/`tag`.drops, until [`drop_timeline`].
+fn start_drop_poller(b: &mut Guest, tag: &str) {
+    sh(
+        b,
+        &format!(
+            "taskset -c 0 sh -c 'while :; do echo \"$(cut -d\" \" -f1 /proc/uptime) $(awk \"{{printf \\\"%s,\\\", \\$2}}\" /proc/net/softnet_stat)\"; sleep 0.5; done' > /x/{tag}.drops 2>/dev/null & echo $! > /x/{tag}.pid"
+        ),
+    );
+}
+
+/// Stops `tag`'s poller: (b's uptime, drops summed over every CPU) per look.
+fn drop_timeline(b: &mut Guest, tag: &str) -> Vec<(f64, u64)> {
+    sh(b, &format!("kill $(cat /x/{tag}.pid)"));
+    std::fs::read_to_string(b.share_dir().join(format!("{tag}.drops")))
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (t, d) = l.split_once(' ')?;
+            let per_cpu: Option<Vec<u64>> = d
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .map(|x| u64::from_str_radix(x.trim(), 16).ok())
+                .collect();
+            Some((t.parse().ok()?, per_cpu?.iter().sum()))
+        })
+        .collect()
+}
+
+/// From a drop timeline, the flood's first drop at `onset` and its end at `end` (b's
+/// uptime): the drops in the first 10 s after the first one, after that, and when the last
+/// one was seen (seconds after the first; NaN when none).
+fn drops_after(timeline: &[(f64, u64)], onset: f64, end: f64) -> (u64, u64, f64) {
+    let at = |t: f64| {
+        timeline
+            .iter()
+            .take_while(|(s, _)| *s <= t)
+            .last()
+            .map_or(0, |p| p.1)
+    };
+    let first = at(onset - 0.5);
+    let last = timeline
+        .windows(2)
+        .rfind(|w| w[1].1 > w[0].1 && w[1].0 <= end)
+        .map_or(f64::NAN, |w| w[1].0 - onset);
+    (at(onset + 10.0) - first, at(end) - at(onset + 10.0), last)
+}
+
 #[test]
 fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_and_rolled_back() {
     let qemu = NicModel::Virtio.check_qemu();
@@ -192,6 +243,7 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
     pair.install(std::path::Path::new(BIN)).unwrap();
     let b = &mut pair.b;
     let before = starve_cpu1(b, "while :; do :; done");
+    let rps_before = sh(b, RPS_MASKS);
 
     // Advice mode: it names the backlog and CPU 1, and writes nothing.
     start_watcher(
@@ -225,8 +277,14 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
             "--apply --min-interval 1 --interval 1 --persist 2 --duration 40 --state-dir {GSHARE}/st2"
         ),
     );
+    start_drop_poller(&mut pair.b, "act");
     flood(&mut pair, "act", 25);
+    let end: f64 = sh(&mut pair.b, "cut -d' ' -f1 /proc/uptime")
+        .trim()
+        .parse()
+        .unwrap();
     let (ev, onset) = events(&mut pair.b, "act");
+    let (early, late, last) = drops_after(&drop_timeline(&mut pair.b, "act"), onset, end);
     let applied: Vec<_> = ev
         .iter()
         .filter_map(|(t, e)| match e {
@@ -239,9 +297,13 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
             _ => None,
         })
         .collect();
+    // CPU 1 has no idle time (the nice -20 loop): what acts first is rps-away when CPU 0
+    // has room for the packets, else the backlog.
     assert!(
-        applied.iter().any(|a| a.1 == "backlog"),
-        "the backlog reflex acted: {ev:?}"
+        applied
+            .first()
+            .is_some_and(|a| a.1 == "backlog" || a.1 == "rps-away/eth0"),
+        "a drop reflex acted: {ev:?}"
     );
     let share = pair.b.share_dir();
     for (_, id, journal, changes) in &applied {
@@ -261,6 +323,15 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
                 }
                 // CPU 1 as the hex mask the kernel's bitmap_parse reads, not decimal.
                 "/proc/sys/net/core/flow_limit_cpu_bitmap" => assert_eq!(c.to, "2"),
+                // Away from the saturated CPU 1: CPU 0 alone (the guest has two).
+                p if p.starts_with("/sys/class/net/eth0/queues/rx-")
+                    && p.ends_with("/rps_cpus") =>
+                {
+                    assert_eq!(
+                        (id.as_str(), c.from.as_str(), c.to.as_str()),
+                        ("rps-away/eth0", "2", "1")
+                    )
+                }
                 other => panic!("{id} changed {other}"),
             }
         }
@@ -272,6 +343,10 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
             eprintln!("measured: after the first drop: {line}");
         }
     }
+    eprintln!(
+        "measured: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s); last drop {last:.1} s after the first",
+        end - onset
+    );
 
     // Whatever the guards left applied, tune rollback of the watcher's directory undoes it,
     // newest first, until nothing is left.
@@ -280,6 +355,11 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
         sh(&mut pair.b, &format!("cat {SYSCTLS}")),
         before,
         "tune rollback left a sysctl changed"
+    );
+    assert_eq!(
+        sh(&mut pair.b, RPS_MASKS),
+        rps_before,
+        "tune rollback left an RPS mask changed"
     );
 }
 
@@ -323,11 +403,20 @@ fn beside_bpftune() {
         b,
         "mkdir -p /var/run /sys/fs/cgroup; grep -q cgroup2 /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup",
     );
-    let before = starve_cpu1(b, "while :; do :; done");
-    let reset = reset_command(&before);
+    starve_cpu1(b, "while :; do :; done");
+    // The sysctls and every RPS mask (netsteer's rps-away may move them; bpftune does not).
+    let knobs = format!("cat {SYSCTLS}; {RPS_MASKS}");
+    let before = sh(b, &knobs);
+    let reset = format!(
+        "{} for q in /sys/class/net/eth0/queues/rx-*; do echo 2 > $q/rps_cpus; done",
+        reset_command(&before)
+    );
+    // Every CPU's: packets moved off CPU 1 may be dropped at another's backlog.
     let drops = |g: &mut Guest| -> u64 {
-        let v = sh(g, "awk 'NR==2{print $2}' /proc/net/softnet_stat");
-        u64::from_str_radix(v.trim(), 16).unwrap()
+        sh(g, "awk '{print $2}' /proc/net/softnet_stat")
+            .lines()
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .sum()
     };
     for round in 0..rounds {
         let order = if round % 2 == 0 {
@@ -368,7 +457,7 @@ fn beside_bpftune() {
             sh(
                 &mut pair.b,
                 &format!(
-                    "taskset -c 0 sh -c 'v0=$(cat /proc/sys/net/core/netdev_max_backlog); while [ \"$(cat /proc/sys/net/core/netdev_max_backlog)\" = \"$v0\" ]; do sleep 0.1; done; cut -d\" \" -f1 /proc/uptime > /x/{tag}.change' > /dev/null 2>&1 &"
+                    "taskset -c 0 sh -c 'v0=$({knobs}); while [ \"$({knobs})\" = \"$v0\" ]; do sleep 0.1; done; cut -d\" \" -f1 /proc/uptime > /x/{tag}.change' > /dev/null 2>&1 &"
                 ),
             );
             let d0 = drops(&mut pair.b);
@@ -385,7 +474,7 @@ fn beside_bpftune() {
                     )
                 );
             }
-            let ends = sh(&mut pair.b, &format!("cat {SYSCTLS}"));
+            let ends = sh(&mut pair.b, &knobs);
             let share = pair.b.share_dir();
             let onset: f64 = std::fs::read_to_string(share.join(format!("{tag}.onset")))
                 .ok()
@@ -399,15 +488,15 @@ fn beside_bpftune() {
                 &mut pair.b,
                 "pkill -9 -f 'netsteer watch|bpftune' ; sleep 1; true",
             );
-            let killed = sh(&mut pair.b, &format!("cat {SYSCTLS}"));
+            let killed = sh(&mut pair.b, &knobs);
             let mut after = killed.clone();
             if tool == "netsteer" {
                 roll_back_watch(&mut pair.b, &format!("{GSHARE}/st-{tag}/watch"), 8);
-                after = sh(&mut pair.b, &format!("cat {SYSCTLS}"));
+                after = sh(&mut pair.b, &knobs);
             }
             let one = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
             eprintln!(
-                "measured: {tool} round {round}: backlog changed {:.1} s after the first drop; {lost} drops during the flood; ends with [{}]; after SIGKILL [{}]; after tune rollback [{}] (before [{}])",
+                "measured: {tool} round {round}: first change {:.1} s after the first drop; {lost} drops during the flood; ends with [{}]; after SIGKILL [{}]; after tune rollback [{}] (before [{}])",
                 change - onset,
                 one(&ends),
                 one(&killed),
@@ -455,13 +544,7 @@ fn bursts_a_bigger_backlog_absorbs() {
                     ),
                 );
             }
-            // CPU 1's drop counter every 0.5 s with b's uptime, from CPU 0.
-            sh(
-                &mut pair.b,
-                &format!(
-                    "taskset -c 0 sh -c 'while :; do echo \"$(cut -d\" \" -f1 /proc/uptime) $(awk \"NR==2{{print \\$2}}\" /proc/net/softnet_stat)\"; sleep 0.5; done' > /x/{tag}.drops 2>/dev/null & echo $! > /x/{tag}.pid"
-                ),
-            );
+            start_drop_poller(&mut pair.b, &tag);
             flood_at(&mut pair, &tag, 30, &rate);
             let end: f64 = sh(&mut pair.b, "cut -d' ' -f1 /proc/uptime")
                 .trim()
@@ -475,30 +558,7 @@ fn bursts_a_bigger_backlog_absorbs() {
                         .unwrap_or_else(|e| panic!("{tag}: the bursts caused no drop ({e})"));
                 (Vec::new(), onset.trim().parse().unwrap())
             };
-            sh(&mut pair.b, &format!("kill $(cat /x/{tag}.pid)"));
-            let timeline: Vec<(f64, u64)> =
-                std::fs::read_to_string(pair.b.share_dir().join(format!("{tag}.drops")))
-                    .unwrap()
-                    .lines()
-                    .filter_map(|l| {
-                        let (t, d) = l.split_once(' ')?;
-                        Some((t.parse().ok()?, u64::from_str_radix(d.trim(), 16).ok()?))
-                    })
-                    .collect();
-            let at = |t: f64| {
-                timeline
-                    .iter()
-                    .take_while(|(s, _)| *s <= t)
-                    .last()
-                    .map_or(0, |p| p.1)
-            };
-            let first = at(onset - 0.5);
-            let early = at(onset + 10.0) - first;
-            let late = at(end) - at(onset + 10.0);
-            let last = timeline
-                .windows(2)
-                .rfind(|w| w[1].1 > w[0].1 && w[1].0 <= end)
-                .map_or(f64::NAN, |w| w[1].0 - onset);
+            let (early, late, last) = drops_after(&drop_timeline(&mut pair.b, &tag), onset, end);
             let what: Vec<String> = ev
                 .iter()
                 .filter_map(|(t, e)| describe(t - onset, e))

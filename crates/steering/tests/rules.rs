@@ -334,6 +334,61 @@ fn rfs_off() {
     }
 }
 
+/// Drops on a CPU with no idle time that RPS feeds: doctor says to move RPS off it first (a
+/// longer backlog cannot help a CPU that has no time to drain it), with the exact writes.
+#[test]
+fn backlog_drops_on_a_saturated_rps_target_move_rps_first() {
+    let (mut v, mut l) = host("tuned-ixgbe-16cpu");
+    l.source = LoadSource::Sampled;
+    l.seconds = 3.0;
+    for c in &mut l.cpu.cpus {
+        c.idle = 90.0;
+    }
+    let cpu2 = &mut l.cpu.cpus[2];
+    (cpu2.dropped, cpu2.idle, cpu2.usr) = (Some(900.0), 2.0, 90.0);
+    let eth0 = v.nics.iter_mut().find(|n| n.name == "eth0").unwrap();
+    // rx-0 and rx-1 send to CPU 2 alone, rx-2 to CPUs 2 and 3; the rest RPS off.
+    for (q, mask) in [(0, "4"), (1, "4"), (2, "c")] {
+        eth0.rx_queues[q].rps_cpus =
+            netsteer_host::field::Field::Known(CpuSet::parse_mask(mask).unwrap());
+    }
+    let r = run(&v, &l, Goal::Balanced);
+    let f = one(&r, "backlog-drops");
+    assert!(f.fix.summary.contains("no idle time"), "{:?}", f.fix);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.contains("CPU 2 900/s at 2 % idle")),
+        "{:?}",
+        f.evidence
+    );
+    let echo: Vec<&String> = f
+        .fix
+        .steps
+        .iter()
+        .filter(|s| s.contains("rps_cpus"))
+        .collect();
+    // rx-2 keeps CPU 3; rx-0 and rx-1 go to every other CPU with room (all but 2).
+    assert_eq!(
+        echo,
+        [
+            "echo fffb > /sys/class/net/eth0/queues/rx-0/rps_cpus",
+            "echo fffb > /sys/class/net/eth0/queues/rx-1/rps_cpus",
+            "echo 0008 > /sys/class/net/eth0/queues/rx-2/rps_cpus",
+        ],
+        "{:?}",
+        f.fix.steps
+    );
+    // With idle time left, a longer backlog is the fix, as before.
+    l.cpu.cpus[2].idle = 40.0;
+    let f = one(&run(&v, &l, Goal::Balanced), "backlog-drops").clone();
+    assert!(
+        !f.fix.steps.iter().any(|s| s.contains("rps_cpus")),
+        "{:?}",
+        f.fix
+    );
+}
+
 #[test]
 fn backlog_drops_and_budget_squeeze() {
     let (v, l) = host("rhel7-4cpu");

@@ -181,11 +181,19 @@ fn advice_comes_after_the_hysteresis_and_without_apply_nothing_is_written() {
         CpuSet::parse_mask(&flow.to).unwrap(),
         [4].into_iter().collect::<CpuSet>()
     );
-    // Advice is said once while it stands, also while its rates move (a real flood's do every
-    // second), and the agent's file holds it (as it first stood: the file is written when
-    // the standing ids change, not every interval).
+    // A second past what the backlog step was sized for moves the advice (1000 + twice the
+    // worst second, 13,728, rounded up to a power of two); rates that move below that (a real
+    // flood's do every second) say nothing again, and the agent's file holds it (the file is
+    // written when the standing ids change, not every interval).
     let ev = feed(&rig, &mut w, 3.0, &[drops(4, 6364.0), drops(4, 410.0)]);
-    assert!(advice_ids(&ev).is_empty(), "{ev:?}");
+    let moved: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Advice { advice, .. } => Some(advice.changes[0].to.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(moved, ["16384"], "{ev:?}");
     let standing = read_advice(&rig.state.path().join("watch")).unwrap();
     assert_eq!(standing.len(), 1);
     assert_eq!(standing[0].id, "backlog");
@@ -657,4 +665,132 @@ fn a_hot_queue_under_a_skewed_rss_table_gets_the_equal_table_over_the_nic_backen
         theirs,
         "their table is left as they wrote it"
     );
+}
+
+const ETH0_RPS: &str = "sys/class/net/eth0/queues/rx-0/rps_cpus";
+
+/// CPU 4 drops 3000 packets/s with 5 % idle (RPS sends eth0's queue there); every other CPU idle.
+fn saturated_cpu4(cpus: &[(u32, f64)]) -> Load {
+    let mut l = load(&[(4, 3000.0, 0.0, 95.0)]);
+    for (cpu, d) in cpus {
+        l.cpu.cpus[*cpu as usize].dropped = Some(*d);
+    }
+    l
+}
+
+#[test]
+fn drops_on_a_cpu_with_no_idle_time_move_rps_away_before_any_backlog_grows() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let before = contents(rig.tree.path());
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // Two intervals of drops on the saturated CPU: rps-away acts (not the backlog, which
+    // holds the same drops but cannot help a CPU with no time to drain it).
+    let mut loads = vec![saturated_cpu4(&[]); 2];
+    // Then the drops stop: the guard confirms.
+    loads.extend(vec![load(&[(4, 0.0, 0.0, 95.0)]); 3]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    let acted: Vec<(&str, &str)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Applied { id, changes, .. } => Some((id.as_str(), changes[0].to.as_str())),
+            _ => None,
+        })
+        .collect();
+    // Every other CPU of the guest has room (all idle): the mask without CPU 4.
+    assert_eq!(acted, [("rps-away/eth0", "ffef")], "{ev:?}");
+    let advice = ev
+        .iter()
+        .find_map(|e| match e {
+            Event::Advice { advice, .. } if advice.reflex == Reflex::RpsAway => Some(advice),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        advice.evidence[0].contains("CPU 4 3000/s at 5 % idle"),
+        "{advice:?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "rps-away/eth0")),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(ETH0_RPS), "ffef");
+    assert_eq!(rig.read(BACKLOG), "1000");
+    let t = Tuner::open(rig.fs(), false, Some(rig.state.path().join("watch"))).unwrap();
+    t.rollback(None).unwrap();
+    assert_eq!(contents(rig.tree.path()), before);
+}
+
+#[test]
+fn drops_that_only_move_to_another_cpu_roll_rps_away_back_and_the_backlog_goes_next() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let mut loads = vec![saturated_cpu4(&[]); 2];
+    // CPU 4 stops dropping, CPU 5 drops as much (with idle time left: not saturated).
+    loads.extend(vec![
+        load(&[(4, 0.0, 0.0, 95.0), (5, 3000.0, 0.0, 40.0)]);
+        3
+    ]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::RolledBack { id, why, .. }
+            if id == "rps-away/eth0" && why.contains("did not fall"))),
+        "the guard counts every CPU's drops: {ev:?}"
+    );
+    assert_eq!(rig.read(ETH0_RPS), "0010");
+    // Then the backlog, for the drops that stood at CPU 5 meanwhile, sized by the worst
+    // second seen: 1000 + 2 × 3000 → 8192, and CPU 5 in the flow limit.
+    let acted: Vec<(&str, Vec<&str>)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Applied { id, changes, .. } => {
+                Some((id.as_str(), changes.iter().map(|c| c.to.as_str()).collect()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        acted,
+        [
+            ("rps-away/eth0", vec!["ffef"]),
+            ("backlog", vec!["8192", "0020"])
+        ],
+        "{ev:?}"
+    );
+    // Drops at CPU 4 again: rps-away sleeps, and says why.
+    let ev = feed(&rig, &mut w, 10.0, &vec![saturated_cpu4(&[]); 2]);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Held { id, why, .. }
+                if id == "rps-away/eth0" && why.contains("sleeps"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(ETH0_RPS), "0010");
+}
+
+#[test]
+fn cpu_that_delivers_the_packets_an_action_saved_passes_the_guard() {
+    let rig = Rig::new();
+    let cfg = WatchConfig {
+        guard_cpu_points: 10.0,
+        ..acting(2, 2)
+    };
+    let (mut w, _) = rig.watcher(cfg);
+    // Drops stop and softirq on CPU 2 goes 20 % → 70 %, but the stack takes 3.5× the
+    // packets: the same CPU per packet, what the bigger backlog was for.
+    let mut loads = vec![load(&[(2, 300.0, 0.0, 20.0)]); 2];
+    let mut after = load(&[(2, 0.0, 0.0, 70.0)]);
+    for c in &mut after.cpu.cpus {
+        c.processed = Some(3500.0);
+    }
+    loads.extend(vec![after; 2]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "backlog")),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BACKLOG), "2000");
 }

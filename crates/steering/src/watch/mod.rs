@@ -9,10 +9,14 @@
 //! standing advice from the file the watcher keeps ([`ADVICE_FILE`]).
 //!
 //! The reflexes (each a doctor rule's signal, judged on the interval's rates):
+//! - `rps-away`: softnet drops on a CPU with no idle time that RPS feeds (doctor's
+//!   `backlog-drops`, [`crate::doctor::rules::drops::rps_away`]) → each such queue's RPS mask
+//!   without that CPU: a CPU with no time to drain its backlog drops at any backlog length.
 //! - `backlog`: softnet drops (`/proc/net/softnet_stat` column 2: the per-CPU backlog was
 //!   full, `netdev_max_backlog`, or the flow limit dropped) → `net.core.netdev_max_backlog`
-//!   doubled, up to its cap, and the dropping CPUs added to `net.core.flow_limit_cpu_bitmap`
-//!   (written as the hex CPU mask the kernel parses, not a decimal number).
+//!   grown by twice the most one CPU dropped in a second (at least doubled), up to its cap,
+//!   and the dropping CPUs added to `net.core.flow_limit_cpu_bitmap` (written as the hex CPU
+//!   mask the kernel parses, not a decimal number).
 //! - `budget`: time squeezes (column 3: `net_rx_action` ran out of budget or time with work
 //!   left) → `netdev_budget` and `netdev_budget_usecs` doubled, each up to its cap (2 ms for the
 //!   time: a larger one holds a CPU in softirq for longer than a scheduler tick is worth).
@@ -24,20 +28,24 @@
 //!
 //! A reflex fires only after its signal held for `persist` intervals, at most once per
 //! `min_interval`, and only raises: a guard measured after each action (the signal must fall
-//! by half, the CPU in softirq and system time may not rise more than `guard_cpu_points`)
+//! by half, the CPU in softirq and system time may not rise more than `guard_cpu_points`
+//! unless it delivers the packets it saved at no more CPU per packet)
 //! either confirms it or rolls it back and puts the reflex to sleep with the reason, so no
 //! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
 //! logs who changed what (as far as polling can tell) and leaves that knob alone.
 
+mod backlog;
 mod doctor;
+mod guard;
 mod reclaim;
 mod state;
 mod text;
 
-use crate::doctor::{Ctx, Goal, Load};
+use crate::doctor::{Goal, Load};
 use crate::model::desired::Profile;
 use crate::model::planner::{Knob, PlanOptions};
 use crate::tune::{ApplyOptions, TuneError, Tuner};
+use guard::Cost;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -146,6 +154,8 @@ pub enum Reflex {
     Budget,
     Rps,
     Rss,
+    #[serde(rename = "rps-away")]
+    RpsAway,
 }
 
 impl Reflex {
@@ -155,6 +165,7 @@ impl Reflex {
             Reflex::Budget => "budget",
             Reflex::Rps => "rps",
             Reflex::Rss => "rss",
+            Reflex::RpsAway => "rps-away",
         }
     }
 }
@@ -269,8 +280,11 @@ struct Pending {
     reflex: Reflex,
     journal: String,
     signal_before: f64,
-    cpu_before: f64,
-    seen: Vec<(f64, f64)>,
+    /// The CPU cost and the packets the stack took per second (softnet column 1, all CPUs)
+    /// over the `persist` intervals before the action.
+    cpu_before: Cost,
+    /// Per interval since: the guard's signal and the cost.
+    seen: Vec<(f64, Cost)>,
 }
 
 /// The watcher: feed it one interval at a time.
@@ -285,7 +299,10 @@ pub struct Watcher {
     pending: Option<Pending>,
     asleep: BTreeMap<Reflex, String>,
     state: state::Owned,
-    cpu_history: VecDeque<f64>,
+    cpu_history: VecDeque<Cost>,
+    /// The most one CPU dropped in a second while drops went on (backlog sizing); reset when
+    /// they stop and after an action.
+    peak_drops: f64,
     /// The advice file's last write error, said once.
     advice_file_error: Option<String>,
 }
@@ -319,6 +336,7 @@ impl Watcher {
             asleep: BTreeMap::new(),
             state,
             cpu_history: VecDeque::new(),
+            peak_drops: 0.0,
             advice_file_error: None,
         };
         let mut events: Vec<Event> = events;
@@ -341,9 +359,20 @@ impl Watcher {
     pub fn step(&mut self, now: f64, view: &HostView, load: &Load) -> Vec<Event> {
         let mut out = Vec::new();
         self.step_aside(now, &mut out);
-        let cpu = cpu_cost(load);
+        let cpu = Cost::of(load);
+        let worst = load
+            .cpu
+            .cpus
+            .iter()
+            .filter_map(|c| c.dropped)
+            .fold(0.0, f64::max);
+        self.peak_drops = if worst >= self.cfg.min_rate {
+            self.peak_drops.max(worst)
+        } else {
+            0.0
+        };
         let proposals = self.proposals(view, load);
-        self.judge(now, &proposals, cpu, &mut out);
+        self.judge(now, &proposals, load, cpu, &mut out);
         let ids: BTreeSet<String> = proposals.iter().map(|p| p.advice.id.clone()).collect();
         self.held.retain(|id, _| ids.contains(id));
         let gone: Vec<String> = self
@@ -449,60 +478,6 @@ impl Watcher {
         let _ = self.state.save(&self.tuner);
     }
 
-    /// The guard of the pending action: one more interval measured, and its verdict when the
-    /// window is full.
-    fn judge(&mut self, now: f64, proposals: &[Proposal], cpu: f64, out: &mut Vec<Event>) {
-        let Some(p) = &mut self.pending else { return };
-        let signal = proposals
-            .iter()
-            .find(|x| x.reflex == p.reflex)
-            .map_or(0.0, |x| x.signal);
-        p.seen.push((signal, cpu));
-        if p.seen.len() < self.cfg.guard_intervals as usize {
-            return;
-        }
-        let p = self.pending.take().expect("pending");
-        let n = p.seen.len() as f64;
-        let signal_after = p.seen.iter().map(|s| s.0).sum::<f64>() / n;
-        let cpu_after = p.seen.iter().map(|s| s.1).sum::<f64>() / n;
-        let fell = signal_after <= p.signal_before / 2.0 || signal_after < self.cfg.min_rate;
-        let cost = cpu_after - p.cpu_before;
-        if fell && cost <= self.cfg.guard_cpu_points {
-            out.push(Event::GuardPassed {
-                at: now,
-                id: p.id,
-                signal: (p.signal_before, signal_after),
-                cpu: (p.cpu_before, cpu_after),
-            });
-            return;
-        }
-        let why = if !fell {
-            format!(
-                "the signal did not fall by half ({:.1} before, {:.1} after)",
-                p.signal_before, signal_after
-            )
-        } else {
-            format!(
-                "it cost {cost:.1} points of CPU (softirq + system + irq, {:.1} → {:.1}), more than {:.1}",
-                p.cpu_before, cpu_after, self.cfg.guard_cpu_points
-            )
-        };
-        let why = match self.tuner.rollback(Some(std::path::Path::new(&p.journal))) {
-            Ok(_) => {
-                self.state.forget_journal(&p.journal);
-                let _ = self.state.save(&self.tuner);
-                why
-            }
-            Err(e) => format!("{why}; its rollback failed: {e}"),
-        };
-        self.asleep.insert(p.reflex, why.clone());
-        out.push(Event::RolledBack {
-            at: now,
-            id: p.id,
-            why,
-        });
-    }
-
     /// Advice for a proposal that held; the action when asked for and allowed.
     fn consider(&mut self, now: f64, p: Proposal, before: f64, out: &mut Vec<Event>) {
         let id = p.advice.id.clone();
@@ -585,11 +560,7 @@ impl Watcher {
         {
             return;
         }
-        let cpu_before = if self.cpu_history.is_empty() {
-            0.0
-        } else {
-            self.cpu_history.iter().sum::<f64>() / self.cpu_history.len() as f64
-        };
+        let cpu_before = Cost::mean(self.cpu_history.iter());
         match self.apply(&p.advice) {
             Ok(journal) => {
                 self.last_action.insert(p.reflex, now);
@@ -613,6 +584,7 @@ impl Watcher {
                 });
                 self.held.clear();
                 self.said.clear();
+                self.peak_drops = 0.0;
             }
             Err(e) => {
                 // A reflex whose write the host refuses sleeps with the reason, as a failed
@@ -665,7 +637,9 @@ impl Watcher {
 
     /// Every reflex's proposal for this interval.
     fn proposals(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
-        let mut out = Vec::new();
+        // rps-away before backlog: when both hold, the dropping CPU has no time to drain, and
+        // moving its packets is what can help (one action is judged at a time).
+        let mut out = self.rps_away(view, load);
         out.extend(self.backlog(view, load));
         out.extend(self.budget(view, load));
         out.extend(self.doctor_reflexes(view, load));
@@ -673,7 +647,7 @@ impl Watcher {
     }
 
     /// The CPUs whose `rate` is at least `min_rate`, their sum, and one evidence line.
-    fn per_cpu(
+    pub(super) fn per_cpu(
         &self,
         load: &Load,
         rate: fn(&netsteer_host::sample::CpuRates) -> Option<f64>,
@@ -698,48 +672,6 @@ impl Watcher {
             over.iter().map(|o| o.0).collect(),
             over.iter().map(|o| o.1).sum(),
             format!("{what}: {line}"),
-        ))
-    }
-
-    fn backlog(&self, view: &HostView, load: &Load) -> Option<Proposal> {
-        let (dropping, total, line) = self.per_cpu(
-            load,
-            |c| c.dropped,
-            "softnet drops (backlog full or flow limit)",
-        )?;
-        let mut evidence = vec![line];
-        let mut changes = Vec::new();
-        doubling(
-            (
-                BACKLOG,
-                &view.sysctls.netdev_max_backlog,
-                self.cfg.max_backlog,
-            ),
-            &mut evidence,
-            &mut changes,
-        );
-        let ctx = Ctx::new(view, None, self.cfg.goal, None);
-        if let Some(set) = view.sysctls.flow_limit_cpu_bitmap.known() {
-            let want = dropping.iter().fold(set.clone(), |mut s, c| {
-                s.insert(*c);
-                s
-            });
-            if &want != set {
-                // The kernel parses this file as a hex CPU mask (bitmap_parse in
-                // flow_limit_cpu_sysctl, net/core/sysctl_net_core.c).
-                changes.push(Change {
-                    path: FLOW_LIMIT.into(),
-                    from: ctx.mask(set),
-                    to: ctx.mask(&want),
-                });
-            }
-        }
-        Some(Proposal::of(
-            Reflex::Backlog,
-            "backlog",
-            evidence,
-            changes,
-            total,
         ))
     }
 
@@ -814,11 +746,6 @@ fn doubling(
             to: next.to_string(),
         });
     }
-}
-
-/// Softirq + system + hard IRQ time over all CPUs, in percentage points of one CPU.
-fn cpu_cost(load: &Load) -> f64 {
-    load.cpu.cpus.iter().map(|c| c.soft + c.sys + c.irq).sum()
 }
 
 /// Whether a knob still holds what was written, compared as tune compares a plan item's file

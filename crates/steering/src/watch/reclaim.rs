@@ -71,11 +71,13 @@ impl Watcher {
 }
 
 impl Reflex {
-    /// The reflex behind an advice id (`backlog`, `budget`, `rps/eth0`).
+    /// The reflex behind an advice id (`backlog`, `budget`, `rps/eth0`, `rss/eth0`, `rps-away/eth0`).
     pub(super) fn of_id(id: &str) -> Reflex {
         match id.split('/').next() {
             Some("budget") => Reflex::Budget,
             Some("rps") => Reflex::Rps,
+            Some("rss") => Reflex::Rss,
+            Some("rps-away") => Reflex::RpsAway,
             _ => Reflex::Backlog,
         }
     }

@@ -4,6 +4,98 @@
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, capped, pct};
 use crate::model::desired::Profile;
+use netsteer_host::CpuSet;
+use netsteer_host::nic::Nic;
+use netsteer_host::sample::CpuRates;
+
+/// Idle (with iowait: time the CPU could run anything) below this share of the sample: the
+/// CPU had no time to drain its backlog.
+pub const SATURATED_IDLE: f64 = 10.0;
+/// Idle share from which a CPU can take another's RPS work.
+pub const ROOM_IDLE: f64 = 30.0;
+
+fn idle(c: &CpuRates) -> f64 {
+    c.idle + c.iowait
+}
+
+/// Backlog drops on CPUs with no idle time, and a device whose RPS sends packets there.
+///
+/// `enqueue_to_backlog()` (net/core/dev.c) drops when the CPU's input queue already holds
+/// `netdev_max_backlog` packets: they came faster than `process_backlog()` ran there. With
+/// idle time left the CPU catches up between bursts and a longer queue holds the burst; with
+/// none (a higher-priority task or other softirq work holds the CPU) the queue is full at any
+/// length, and only sending the packets elsewhere helps: the RPS masks naming that CPU.
+pub struct RpsAway<'a> {
+    pub nic: &'a Nic,
+    /// The CPUs with drops (at least `min_rate` a second) and no idle time: (cpu, drops/s,
+    /// idle %).
+    pub saturated: Vec<(u32, f64, f64)>,
+    /// CPUs near the device, usable for kernel work, with room (idle ≥ [`ROOM_IDLE`], no
+    /// drops).
+    pub room: CpuSet,
+    /// Each receive queue whose mask names a saturated CPU: (queue, mask now, mask without
+    /// the saturated CPUs — the rest of its mask, or else `room`).
+    pub moves: Vec<(u32, CpuSet, CpuSet)>,
+}
+
+/// The devices whose RPS feeds a saturated, dropping CPU, each with a new mask for every such
+/// queue; a device that would leave a queue nowhere to go is not listed (the backlog is then
+/// all there is).
+pub fn rps_away<'a>(ctx: &Ctx<'a>, min_rate: f64) -> Vec<RpsAway<'a>> {
+    let Some(load) = ctx.load else {
+        return Vec::new();
+    };
+    let dropping = |c: &CpuRates| c.dropped.is_some_and(|d| d >= min_rate && d > 0.0);
+    let saturated: Vec<(u32, f64, f64)> = load
+        .cpu
+        .cpus
+        .iter()
+        .filter(|c| dropping(c) && idle(c) < SATURATED_IDLE)
+        .map(|c| (c.cpu, c.dropped.unwrap_or(0.0), idle(c)))
+        .collect();
+    if saturated.is_empty() {
+        return Vec::new();
+    }
+    let full: CpuSet = saturated.iter().map(|c| c.0).collect();
+    let mut out = Vec::new();
+    for nic in &ctx.view.nics {
+        let fed: Vec<(u32, &CpuSet)> = nic
+            .rx_queues
+            .iter()
+            .filter_map(|q| Some((q.index, q.rps_cpus.known()?)))
+            .filter(|(_, m)| !m.intersection(&full).is_empty())
+            .collect();
+        if fed.is_empty() {
+            continue;
+        }
+        let room: CpuSet = ctx
+            .local_cpus(nic)
+            .iter()
+            .filter(|c| {
+                ctx.cpu(*c)
+                    .is_some_and(|r| !dropping(r) && idle(r) >= ROOM_IDLE)
+            })
+            .filter(|c| !full.contains(*c))
+            .collect();
+        let moves: Vec<(u32, CpuSet, CpuSet)> = fed
+            .iter()
+            .filter_map(|(q, mask)| {
+                let rest = mask.difference(&full);
+                let to = if rest.is_empty() { room.clone() } else { rest };
+                (!to.is_empty()).then(|| (*q, (*mask).clone(), to))
+            })
+            .collect();
+        if moves.len() == fed.len() {
+            out.push(RpsAway {
+                nic,
+                saturated: saturated.clone(),
+                room,
+                moves,
+            });
+        }
+    }
+    out
+}
 
 /// Severity of a loss counter: any growth in a live sample is a warning; since boot, an average
 /// of at least one per second is, anything less is history worth knowing.
@@ -62,9 +154,33 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
             summary = "one flow fills the backlog: the flow limit is protecting the others; spread that flow's work or lengthen the backlog".into();
         }
     }
+    let away = rps_away(ctx, 0.0);
+    for a in &away {
+        evidence.extend(away_evidence(a));
+        let moves: Vec<(u32, String)> = a
+            .moves
+            .iter()
+            .map(|(q, _, to)| (*q, ctx.mask(to)))
+            .collect();
+        if moves.windows(2).all(|w| w[0].1 == w[1].1) {
+            steps.extend(crate::model::ctx::queue_writes(
+                a.nic, "rx", "rps_cpus", &moves,
+            ));
+        } else {
+            steps.extend(moves.iter().map(|(q, m)| {
+                format!(
+                    "echo {m} > {}/rps_cpus",
+                    Ctx::queue_dir(a.nic, &format!("rx-{q}"))
+                )
+            }));
+        }
+    }
+    if !away.is_empty() {
+        summary = "a CPU with no idle time cannot drain its backlog at any length: move RPS off it first, then lengthen the backlog for what bursts remain".into();
+    }
     let next = backlog.map_or(4096, |b| (b * 2).max(4096));
     steps.push(format!("sysctl -w net.core.netdev_max_backlog={next}"));
-    if dropping.len() == 1 && load.cpu.cpus.len() > 1 {
+    if away.is_empty() && dropping.len() == 1 && load.cpu.cpus.len() > 1 {
         summary += "; the drops are on one CPU, so spread its work first (RPS)";
     }
     vec![Finding {
@@ -76,6 +192,34 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
         fix: Fix { summary, steps, tune: Some("netsteer tune apply --profile throughput".into()) },
         subjects: Subjects { cpus: dropping.iter().map(|c| c.cpu).collect(), ..Default::default() },
     }]
+}
+
+/// The evidence lines for one device of [`rps_away`].
+pub fn away_evidence(a: &RpsAway) -> Vec<String> {
+    let queues: Vec<String> = a.moves.iter().map(|m| format!("rx-{}", m.0)).collect();
+    let mut out = vec![
+        format!(
+            "drops on CPUs with no idle time: {}",
+            a.saturated
+                .iter()
+                .map(|(c, d, i)| format!("CPU {c} {d:.0}/s at {i:.0} % idle"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        format!(
+            "RPS sends {}'s {} there; a CPU with no time to drain its backlog drops at any backlog length",
+            a.nic.name,
+            queues.join(", ")
+        ),
+    ];
+    if !a.room.is_empty() {
+        out.push(format!(
+            "CPUs near {} with at least {ROOM_IDLE:.0} % idle: {}",
+            a.nic.name,
+            a.room.to_list()
+        ));
+    }
+    out
 }
 
 pub fn budget_squeeze(ctx: &Ctx) -> Vec<Finding> {

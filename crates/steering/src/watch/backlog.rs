@@ -1,0 +1,93 @@
+//! The reflexes over softnet drops (`/proc/net/softnet_stat` column 2): `rps-away` when the
+//! dropping CPU has no time left to drain its backlog (doctor's [`rps_away`], which says why),
+//! `backlog` when it has.
+
+use super::{BACKLOG, Change, FLOW_LIMIT, Proposal, Reflex, Watcher};
+use crate::doctor::rules::drops::{away_evidence, rps_away};
+use crate::doctor::{Ctx, Load};
+use netsteer_host::view::HostView;
+
+impl Watcher {
+    pub(super) fn backlog(&self, view: &HostView, load: &Load) -> Option<Proposal> {
+        let (dropping, total, line) = self.per_cpu(
+            load,
+            |c| c.dropped,
+            "softnet drops (backlog full or flow limit)",
+        )?;
+        let mut evidence = vec![line];
+        let mut changes = Vec::new();
+        if let Some(cur) = view.sysctls.netdev_max_backlog.known().copied() {
+            let cap = self.cfg.max_backlog;
+            evidence.push(format!("net.core.netdev_max_backlog = {cur} (cap {cap})"));
+            // The most one CPU dropped in a second (while drops went on) is packets its
+            // backlog did not hold: the backlog grows by twice that (a burst's worth with
+            // room for a larger one), rounded up to a power of two so the advice moves only
+            // when a burst twice as large comes, and at least doubles. One step sized by the
+            // evidence, not several doublings each judged by the guard in turn.
+            let need = cur.saturating_add((2.0 * self.peak_drops).ceil() as i64);
+            let next = if need > cur.saturating_mul(2) {
+                (need as u64).next_power_of_two().min(i64::MAX as u64) as i64
+            } else {
+                cur.saturating_mul(2)
+            }
+            .min(cap);
+            if next > cur {
+                changes.push(Change {
+                    path: BACKLOG.into(),
+                    from: cur.to_string(),
+                    to: next.to_string(),
+                });
+            }
+        }
+        let ctx = Ctx::new(view, None, self.cfg.goal, None);
+        if let Some(set) = view.sysctls.flow_limit_cpu_bitmap.known() {
+            let want = dropping.iter().fold(set.clone(), |mut s, c| {
+                s.insert(*c);
+                s
+            });
+            if &want != set {
+                // The kernel parses this file as a hex CPU mask (bitmap_parse in
+                // flow_limit_cpu_sysctl, net/core/sysctl_net_core.c).
+                changes.push(Change {
+                    path: FLOW_LIMIT.into(),
+                    from: ctx.mask(set),
+                    to: ctx.mask(&want),
+                });
+            }
+        }
+        Some(Proposal::of(
+            Reflex::Backlog,
+            "backlog",
+            evidence,
+            changes,
+            total,
+        ))
+    }
+
+    /// doctor's `backlog-drops` on CPUs with no idle time that RPS feeds
+    /// ([`rps_away`]): per device, the new RPS mask of each queue that sends there.
+    pub(super) fn rps_away(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
+        let ctx = Ctx::new(view, Some(load), self.cfg.goal, None);
+        rps_away(&ctx, self.cfg.min_rate)
+            .iter()
+            .map(|a| {
+                let changes = a
+                    .moves
+                    .iter()
+                    .map(|(q, from, to)| Change {
+                        path: format!("/sys/class/net/{}/queues/rx-{q}/rps_cpus", a.nic.name),
+                        from: ctx.mask(from),
+                        to: ctx.mask(to),
+                    })
+                    .collect();
+                Proposal::of(
+                    Reflex::RpsAway,
+                    &format!("rps-away/{}", a.nic.name),
+                    away_evidence(a),
+                    changes,
+                    a.saturated.iter().map(|s| s.1).sum(),
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,138 @@
+//! The guard of an action: the intervals after it measured, and its verdict — confirmed, or
+//! rolled back with the reason and its reflex put to sleep.
+
+use super::{Event, Proposal, Reflex, Watcher};
+use crate::doctor::Load;
+
+impl Watcher {
+    /// The guard of the pending action: one more interval measured, and its verdict when the
+    /// window is full.
+    pub(super) fn judge(
+        &mut self,
+        now: f64,
+        proposals: &[Proposal],
+        load: &Load,
+        cpu: Cost,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(p) = &mut self.pending else { return };
+        let sum = |f: fn(&netsteer_host::sample::CpuRates) -> Option<f64>| {
+            load.cpu.cpus.iter().filter_map(f).sum::<f64>()
+        };
+        let signal = match p.reflex {
+            // Every CPU's drops, not only the proposal's: packets moved off one CPU must
+            // not be dropped at another's backlog instead.
+            Reflex::Backlog | Reflex::RpsAway => sum(|c| c.dropped),
+            Reflex::Budget => sum(|c| c.squeezed),
+            Reflex::Rps | Reflex::Rss => proposals
+                .iter()
+                .find(|x| x.advice.id == p.id)
+                .map_or(0.0, |x| x.signal),
+        };
+        p.seen.push((signal, cpu));
+        if p.seen.len() < self.cfg.guard_intervals as usize {
+            return;
+        }
+        let p = self.pending.take().expect("pending");
+        let n = p.seen.len() as f64;
+        let signal_after = p.seen.iter().map(|s| s.0).sum::<f64>() / n;
+        let cpu_after = Cost::mean(p.seen.iter().map(|s| &s.1));
+        let fell = signal_after <= p.signal_before / 2.0 || signal_after < self.cfg.min_rate;
+        let (before, after) = (p.cpu_before, cpu_after);
+        let cost = after.points - before.points;
+        // CPU that delivers the packets an action saved is what the action is for: past the
+        // bound in points, the cost per packet the stack took decides (a bigger budget that
+        // only holds the CPU longer raises it; a backlog that stops drops does not).
+        let cheap = cost <= self.cfg.guard_cpu_points
+            || matches!((before.per_packet_us(), after.per_packet_us()),
+                (Some(b), Some(a)) if a <= b * PER_PACKET_SLACK);
+        if fell && cheap {
+            out.push(Event::GuardPassed {
+                at: now,
+                id: p.id,
+                signal: (p.signal_before, signal_after),
+                cpu: (before.points, after.points),
+            });
+            return;
+        }
+        let why = if !fell {
+            format!(
+                "the signal did not fall by half ({:.1} before, {:.1} after)",
+                p.signal_before, signal_after
+            )
+        } else {
+            format!(
+                "it cost {cost:.1} points of CPU (softirq + system + irq, {:.1} → {:.1}), more than {:.1}, and {} per packet the stack took",
+                before.points,
+                after.points,
+                self.cfg.guard_cpu_points,
+                match (before.per_packet_us(), after.per_packet_us()) {
+                    (Some(b), Some(a)) => format!("{b:.2} → {a:.2} µs of CPU"),
+                    _ => "too few packets to price it".into(),
+                }
+            )
+        };
+        let why = match self.tuner.rollback(Some(std::path::Path::new(&p.journal))) {
+            Ok(_) => {
+                self.state.forget_journal(&p.journal);
+                let _ = self.state.save(&self.tuner);
+                why
+            }
+            Err(e) => format!("{why}; its rollback failed: {e}"),
+        };
+        self.asleep.insert(p.reflex, why.clone());
+        out.push(Event::RolledBack {
+            at: now,
+            id: p.id,
+            why,
+        });
+    }
+}
+
+/// How much more CPU per packet an action may cost once it costs more than
+/// `guard_cpu_points` (per-packet costs wander a little with batching).
+const PER_PACKET_SLACK: f64 = 1.5;
+/// Fewer packets a second than this (all CPUs) price nothing per packet.
+const PRICED_PPS: f64 = 100.0;
+
+/// What an interval cost: softirq + system + hard IRQ time over all CPUs, in percentage
+/// points of one CPU, and the packets the stack took per second (softnet column 1, counted
+/// in `__netif_receive_skb_core()` on the CPU that ran the packet: once a packet, RPS or not).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Cost {
+    points: f64,
+    pps: Option<f64>,
+}
+
+impl Cost {
+    pub(super) fn of(load: &Load) -> Cost {
+        let c = &load.cpu.cpus;
+        Cost {
+            points: c.iter().map(|c| c.soft + c.sys + c.irq).sum(),
+            pps: c.iter().map(|c| c.processed).sum(),
+        }
+    }
+
+    pub(super) fn mean<'a>(all: impl Iterator<Item = &'a Cost>) -> Cost {
+        let all: Vec<&Cost> = all.collect();
+        if all.is_empty() {
+            return Cost::default();
+        }
+        let n = all.len() as f64;
+        Cost {
+            points: all.iter().map(|c| c.points).sum::<f64>() / n,
+            pps: all
+                .iter()
+                .map(|c| c.pps)
+                .sum::<Option<f64>>()
+                .map(|s| s / n),
+        }
+    }
+
+    /// Microseconds of CPU per packet: points are % of a CPU-second per second.
+    fn per_packet_us(&self) -> Option<f64> {
+        self.pps
+            .filter(|p| *p >= PRICED_PPS)
+            .map(|p| self.points * 1e4 / p)
+    }
+}
