@@ -794,3 +794,32 @@ fn cpu_that_delivers_the_packets_an_action_saved_passes_the_guard() {
     );
     assert_eq!(rig.read(BACKLOG), "2000");
 }
+
+#[test]
+fn drops_go_before_squeezes_even_when_the_squeezes_came_first() {
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // Squeezes alone for one interval, then with drops: the budget's window fills first, but
+    // while a drop reflex can act the budget waits, and says so once.
+    let both = load(&[(2, 0.0, 80.0, 40.0), (3, 500.0, 0.0, 20.0)]);
+    let ev = feed(
+        &rig,
+        &mut w,
+        0.0,
+        &[squeezes(80.0, 40.0), both.clone(), both],
+    );
+    let acted: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Applied { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acted, ["backlog"], "{ev:?}");
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Held { id, why, .. }
+            if id == "budget" && why.contains("drop reflexes act first"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BUDGET), "300");
+}

@@ -391,7 +391,13 @@ impl Watcher {
         while self.cpu_history.len() > self.cfg.persist as usize {
             self.cpu_history.pop_front();
         }
+        // Loss before delay: while a drop reflex can act, the budget waits (squeezes come with
+        // the same bursts, and a bigger budget gives a starved CPU no time).
+        let drops_can_act = proposals
+            .iter()
+            .any(|p| matches!(p.reflex, Reflex::Backlog | Reflex::RpsAway) && self.can_act(p));
         for p in proposals {
+            let wait = p.reflex == Reflex::Budget && drops_can_act;
             let window = self.held.entry(p.advice.id.clone()).or_default();
             window.push_back(p.signal);
             while window.len() > self.cfg.persist as usize {
@@ -401,7 +407,7 @@ impl Watcher {
                 continue;
             }
             let before = window.iter().sum::<f64>() / window.len() as f64;
-            self.consider(now, p, before, &mut out);
+            self.consider(now, p, before, wait, &mut out);
         }
         // A file that cannot be written is said once (and again only when the error changes,
         // or after it could be written), not every interval.
@@ -479,7 +485,20 @@ impl Watcher {
     }
 
     /// Advice for a proposal that held; the action when asked for and allowed.
-    fn consider(&mut self, now: f64, p: Proposal, before: f64, out: &mut Vec<Event>) {
+    /// Whether a proposal could be acted on (not at its cap, its reflex awake, none of its
+    /// knobs given up).
+    fn can_act(&self, p: &Proposal) -> bool {
+        !p.at_cap
+            && !self.asleep.contains_key(&p.reflex)
+            && !p
+                .advice
+                .changes
+                .iter()
+                .any(|c| self.state.is_disowned(&c.path))
+    }
+
+    /// `wait`: advise, but let another reflex act first.
+    fn consider(&mut self, now: f64, p: Proposal, before: f64, wait: bool, out: &mut Vec<Event>) {
         let id = p.advice.id.clone();
         let say = |out: &mut Vec<Event>, said: &mut BTreeSet<String>, key: &str, e: Event| {
             if said.insert(format!("{id}|{key}")) {
@@ -548,6 +567,19 @@ impl Watcher {
                     at: now,
                     id: id.clone(),
                     why,
+                },
+            );
+            return;
+        }
+        if wait {
+            say(
+                out,
+                &mut self.said,
+                "waits",
+                Event::Held {
+                    at: now,
+                    id: id.clone(),
+                    why: "packets are dropped: the drop reflexes act first".into(),
                 },
             );
             return;
