@@ -53,8 +53,8 @@ pub enum Rates {
 /// counter samples at most.
 pub const MAX_CLIENTS: usize = 16;
 
-/// Standing advice series exported at most (a watcher has three reflexes, one per device for
-/// RPS; a larger file is not a watcher's).
+/// Standing advice series exported at most (a watcher's `backlog` and `budget`, and `rps`,
+/// `rss` and `rps-away` once per device; a larger file is not a watcher's).
 const MAX_WATCH_ADVICE: usize = 64;
 
 /// What one scrape leaves for the next.
