@@ -823,3 +823,42 @@ fn drops_go_before_squeezes_even_when_the_squeezes_came_first() {
     );
     assert_eq!(rig.read(BUDGET), "300");
 }
+
+#[test]
+fn rps_away_never_moves_packets_onto_a_lanes_cpu() {
+    use netsteer_host::sockets::Proto;
+    use netsteer_steering::model::planner::lane::{LaneMode, LaneSpec, ServiceRef};
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    // A lane recorded in the same state directory, on CPU 5 with its polling kthread on 6.
+    let spec = LaneSpec {
+        name: "echo".into(),
+        dev: "eth0".into(),
+        proto: Proto::Udp,
+        port: 4321,
+        cpu: 5,
+        queue: None,
+        mode: LaneMode::Suspend,
+        rss_buckets: Vec::new(),
+        device_coalesce: false,
+        stop_irqbalance: false,
+        service: ServiceRef::Port,
+        poll_cpu: Some(6),
+    };
+    let dir = rig.state.path().join("lanes/echo");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lane.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
+    let (mut w, _) = rig.watcher(WatchConfig::default());
+    let ev = feed(&rig, &mut w, 0.0, &vec![saturated_cpu4(&[]); 3]);
+    let to: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Advice { advice, .. } if advice.reflex == Reflex::RpsAway => {
+                Some(advice.changes[0].to.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    // Every CPU but the saturated 4 and the lane's 5 and 6.
+    assert_eq!(to, ["ff8f"], "{ev:?}");
+}

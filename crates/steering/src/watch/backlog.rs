@@ -5,6 +5,7 @@
 use super::{BACKLOG, Change, FLOW_LIMIT, Proposal, Reflex, Watcher};
 use crate::doctor::rules::drops::{away_evidence, rps_away};
 use crate::doctor::{Ctx, Load};
+use netsteer_host::CpuSet;
 use netsteer_host::view::HostView;
 
 impl Watcher {
@@ -65,10 +66,11 @@ impl Watcher {
     }
 
     /// doctor's `backlog-drops` on CPUs with no idle time that RPS feeds
-    /// ([`rps_away`]): per device, the new RPS mask of each queue that sends there.
+    /// ([`rps_away`]): per device, the new RPS mask of each queue that sends there, never onto
+    /// a lane's CPU.
     pub(super) fn rps_away(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
         let ctx = Ctx::new(view, Some(load), self.cfg.goal, None);
-        rps_away(&ctx, self.cfg.min_rate)
+        rps_away(&ctx, self.cfg.min_rate, &self.lane_cpus())
             .iter()
             .map(|a| {
                 let changes = a
@@ -89,5 +91,22 @@ impl Watcher {
                 )
             })
             .collect()
+    }
+
+    /// The CPUs of every lane recorded in the state directory the watcher's own lives in
+    /// (`lane apply` keeps RPS off them; a lane that is down keeps its CPU for its service's
+    /// return). Read each time: a lane may come while the watcher runs. Unreadable: none.
+    fn lane_cpus(&self) -> CpuSet {
+        let Some(base) = self.tuner.state_dir().parent() else {
+            return CpuSet::default();
+        };
+        crate::lane::Lanes::open(self.tuner.fs().clone(), false, Some(base.to_path_buf()))
+            .and_then(|l| l.claims(""))
+            .map(|c| {
+                c.iter()
+                    .flat_map(|c| std::iter::once(c.cpu).chain(c.poll_cpu))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }

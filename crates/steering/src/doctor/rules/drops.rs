@@ -39,9 +39,9 @@ pub struct RpsAway<'a> {
 }
 
 /// The devices whose RPS feeds a saturated, dropping CPU, each with a new mask for every such
-/// queue; a device that would leave a queue nowhere to go is not listed (the backlog is then
-/// all there is).
-pub fn rps_away<'a>(ctx: &Ctx<'a>, min_rate: f64) -> Vec<RpsAway<'a>> {
+/// queue, never naming a CPU of `keep_off` (a lane's); a device that would leave a queue
+/// nowhere to go is not listed (the backlog is then all there is).
+pub fn rps_away<'a>(ctx: &Ctx<'a>, min_rate: f64, keep_off: &CpuSet) -> Vec<RpsAway<'a>> {
     let Some(load) = ctx.load else {
         return Vec::new();
     };
@@ -75,7 +75,7 @@ pub fn rps_away<'a>(ctx: &Ctx<'a>, min_rate: f64) -> Vec<RpsAway<'a>> {
                 ctx.cpu(*c)
                     .is_some_and(|r| !dropping(r) && idle(r) >= ROOM_IDLE)
             })
-            .filter(|c| !full.contains(*c))
+            .filter(|c| !full.contains(*c) && !keep_off.contains(*c))
             .collect();
         let moves: Vec<(u32, CpuSet, CpuSet)> = fed
             .iter()
@@ -154,7 +154,7 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
             summary = "one flow fills the backlog: the flow limit is protecting the others; spread that flow's work or lengthen the backlog".into();
         }
     }
-    let away = rps_away(ctx, 0.0);
+    let away = rps_away(ctx, 0.0, &CpuSet::default());
     for a in &away {
         evidence.extend(away_evidence(a));
         let moves: Vec<(u32, String)> = a
