@@ -862,3 +862,52 @@ fn rps_away_never_moves_packets_onto_a_lanes_cpu() {
     // Every CPU but the saturated 4 and the lane's 5 and 6.
     assert_eq!(to, ["ff8f"], "{ev:?}");
 }
+
+#[test]
+fn a_backlog_is_not_grown_for_a_cpu_with_no_idle_time() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let before = contents(rig.tree.path());
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // Every CPU busy (5 % idle): CPU 4 drops, no CPU has room to take its packets.
+    let mut busy = saturated_cpu4(&[]);
+    for c in &mut busy.cpu.cpus {
+        c.idle = 5.0;
+    }
+    let ev = feed(&rig, &mut w, 0.0, &vec![busy; 4]);
+    assert_eq!(advice_ids(&ev), ["backlog"], "{ev:?}");
+    assert!(applied(&ev).is_empty(), "{ev:?}");
+    let held: Vec<&String> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Held { id, why, .. } if id == "backlog" => Some(why),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held.len(), 1, "said once: {ev:?}");
+    assert!(held[0].contains("CPU 4 has no idle time"), "{held:?}");
+    assert_eq!(contents(rig.tree.path()), before);
+}
+
+#[test]
+fn a_drop_reflex_acts_while_a_budget_change_is_judged() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 5));
+    // Squeezes alone: the budget acts at the second interval; then drops on the saturated
+    // CPU 4 during the budget's five-interval guard: rps-away does not wait for it.
+    let mut loads = vec![squeezes(80.0, 40.0); 2];
+    let mut both = saturated_cpu4(&[]);
+    both.cpu.cpus[2].squeezed = Some(80.0);
+    loads.extend(vec![both; 2]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    let acted: Vec<(f64, &str)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Applied { at, id, .. } => Some((*at, id.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acted, [(1.0, "budget"), (3.0, "rps-away/eth0")], "{ev:?}");
+    assert_eq!(rig.read(ETH0_RPS), "ffef");
+}

@@ -3,7 +3,7 @@
 //! `backlog` when it has.
 
 use super::{BACKLOG, Change, FLOW_LIMIT, Proposal, Reflex, Watcher};
-use crate::doctor::rules::drops::{away_evidence, rps_away};
+use crate::doctor::rules::drops::{SATURATED_IDLE, away_evidence, rps_away};
 use crate::doctor::{Ctx, Load};
 use netsteer_host::CpuSet;
 use netsteer_host::view::HostView;
@@ -16,6 +16,34 @@ impl Watcher {
             "softnet drops (backlog full or flow limit)",
         )?;
         let mut evidence = vec![line];
+        // How much time each dropping CPU had left, and the most any other had: a CPU with
+        // none cannot drain a longer backlog either (see `rps_away`).
+        let idle = |c: &netsteer_host::sample::CpuRates| c.idle + c.iowait;
+        let (dropping_rates, others): (Vec<_>, Vec<_>) = load
+            .cpu
+            .cpus
+            .iter()
+            .partition(|c| dropping.contains(&c.cpu));
+        let mut line = dropping_rates
+            .iter()
+            .map(|c| format!("CPU {} {:.0} %", c.cpu, idle(c)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if let Some(o) = others.iter().max_by(|a, b| idle(a).total_cmp(&idle(b))) {
+            line += &format!("; the most idle other: CPU {} {:.0} %", o.cpu, idle(o));
+        }
+        evidence.push(format!("idle: {line}"));
+        let starved: Vec<String> = dropping_rates
+            .iter()
+            .filter(|c| idle(c) < SATURATED_IDLE)
+            .map(|c| c.cpu.to_string())
+            .collect();
+        let hold = (starved.len() == dropping_rates.len()).then(|| {
+            format!(
+                "CPU {} has no idle time: a longer backlog only turns its drops into seconds of queueing, then drops again; its packets must go elsewhere (rps-away, when a CPU near the device has room; else more queues or less load)",
+                starved.join(", ")
+            )
+        });
         let mut changes = Vec::new();
         if let Some(cur) = view.sysctls.netdev_max_backlog.known().copied() {
             let cap = self.cfg.max_backlog;
@@ -56,13 +84,9 @@ impl Watcher {
                 });
             }
         }
-        Some(Proposal::of(
-            Reflex::Backlog,
-            "backlog",
-            evidence,
-            changes,
-            total,
-        ))
+        let mut p = Proposal::of(Reflex::Backlog, "backlog", evidence, changes, total);
+        p.hold = hold;
+        Some(p)
     }
 
     /// doctor's `backlog-drops` on CPUs with no idle time that RPS feeds

@@ -1,12 +1,12 @@
 //! The guard of an action: the intervals after it measured, and its verdict — confirmed, or
 //! rolled back with the reason and its reflex put to sleep.
 
-use super::{Event, Proposal, Reflex, Watcher};
+use super::{Event, Pending, Proposal, Reflex, Watcher};
 use crate::doctor::Load;
 
 impl Watcher {
-    /// The guard of the pending action: one more interval measured, and its verdict when the
-    /// window is full.
+    /// The guards of the pending actions: one more interval measured, and each one's verdict
+    /// when its window is full.
     pub(super) fn judge(
         &mut self,
         now: f64,
@@ -15,7 +15,23 @@ impl Watcher {
         cpu: Cost,
         out: &mut Vec<Event>,
     ) {
-        let Some(p) = &mut self.pending else { return };
+        for p in std::mem::take(&mut self.pending) {
+            if let Some(p) = self.judge_one(now, p, proposals, load, cpu, out) {
+                self.pending.push(p);
+            }
+        }
+    }
+
+    /// One pending action's interval; the action back while its window is not full.
+    fn judge_one(
+        &mut self,
+        now: f64,
+        mut p: Pending,
+        proposals: &[Proposal],
+        load: &Load,
+        cpu: Cost,
+        out: &mut Vec<Event>,
+    ) -> Option<Pending> {
         let sum = |f: fn(&netsteer_host::sample::CpuRates) -> Option<f64>| {
             load.cpu.cpus.iter().filter_map(f).sum::<f64>()
         };
@@ -31,9 +47,8 @@ impl Watcher {
         };
         p.seen.push((signal, cpu));
         if p.seen.len() < self.cfg.guard_intervals as usize {
-            return;
+            return Some(p);
         }
-        let p = self.pending.take().expect("pending");
         let n = p.seen.len() as f64;
         let signal_after = p.seen.iter().map(|s| s.0).sum::<f64>() / n;
         let cpu_after = Cost::mean(p.seen.iter().map(|s| &s.1));
@@ -53,7 +68,7 @@ impl Watcher {
                 signal: (p.signal_before, signal_after),
                 cpu: (before.points, after.points),
             });
-            return;
+            return None;
         }
         let why = if !fell {
             format!(
@@ -86,6 +101,7 @@ impl Watcher {
             id: p.id,
             why,
         });
+        None
     }
 }
 

@@ -272,6 +272,8 @@ struct Proposal {
     signal: f64,
     /// True when every knob is at its cap (nothing left to change).
     at_cap: bool,
+    /// Why this advice is not to be taken here (said once; the advice stands).
+    hold: Option<String>,
 }
 
 /// An action being judged.
@@ -296,7 +298,9 @@ pub struct Watcher {
     standing: BTreeMap<String, Advice>,
     said: BTreeSet<String>,
     last_action: BTreeMap<Reflex, f64>,
-    pending: Option<Pending>,
+    /// The actions being judged: one at a time, except that a drop reflex may act while a
+    /// budget change is judged (their signals and knobs are apart, and loss comes first).
+    pending: Vec<Pending>,
     asleep: BTreeMap<Reflex, String>,
     state: state::Owned,
     cpu_history: VecDeque<Cost>,
@@ -332,7 +336,7 @@ impl Watcher {
             standing: BTreeMap::new(),
             said: BTreeSet::new(),
             last_action: BTreeMap::new(),
-            pending: None,
+            pending: Vec::new(),
             asleep: BTreeMap::new(),
             state,
             cpu_history: VecDeque::new(),
@@ -489,6 +493,7 @@ impl Watcher {
     /// knobs given up).
     fn can_act(&self, p: &Proposal) -> bool {
         !p.at_cap
+            && p.hold.is_none()
             && !self.asleep.contains_key(&p.reflex)
             && !p
                 .advice
@@ -571,6 +576,19 @@ impl Watcher {
             );
             return;
         }
+        if let Some(why) = &p.hold {
+            say(
+                out,
+                &mut self.said,
+                "hold",
+                Event::Held {
+                    at: now,
+                    id: id.clone(),
+                    why: why.clone(),
+                },
+            );
+            return;
+        }
         if wait {
             say(
                 out,
@@ -584,7 +602,11 @@ impl Watcher {
             );
             return;
         }
-        if self.pending.is_some() {
+        let loss = |r: Reflex| matches!(r, Reflex::Backlog | Reflex::RpsAway);
+        let beside = |a: Reflex, b: Reflex| {
+            (loss(a) && b == Reflex::Budget) || (a == Reflex::Budget && loss(b))
+        };
+        if self.pending.iter().any(|x| !beside(x.reflex, p.reflex)) {
             return;
         }
         if let Some(t) = self.last_action.get(&p.reflex)
@@ -606,7 +628,7 @@ impl Watcher {
                     journal: journal.clone(),
                     changes: p.advice.changes.clone(),
                 });
-                self.pending = Some(Pending {
+                self.pending.push(Pending {
                     id,
                     reflex: p.reflex,
                     journal,
@@ -754,6 +776,7 @@ impl Proposal {
             },
             reflex,
             signal,
+            hold: None,
         }
     }
 }

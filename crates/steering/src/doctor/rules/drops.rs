@@ -12,7 +12,7 @@ use netsteer_host::sample::CpuRates;
 /// CPU had no time to drain its backlog.
 pub const SATURATED_IDLE: f64 = 10.0;
 /// Idle share from which a CPU can take another's RPS work.
-pub const ROOM_IDLE: f64 = 30.0;
+pub const ROOM_IDLE: f64 = 20.0;
 
 fn idle(c: &CpuRates) -> f64 {
     c.idle + c.iowait
