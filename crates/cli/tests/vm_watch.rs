@@ -78,8 +78,9 @@ fn flood_at(pair: &mut VmPair, tag: &str, secs: u32, rate: &str) {
     eprintln!("flood: {out}");
 }
 
-/// Waits for the watcher `tag` to end; its events, each with b's uptime when it was printed,
-/// and b's uptime when the drops began.
+/// Waits for the watcher `tag` to end; its events, each with b's uptime when it happened
+/// (its `started` line's stamp plus the event's own time), and b's uptime when the drops
+/// began.
 fn events(b: &mut Guest, tag: &str) -> (Vec<(f64, Event)>, f64) {
     sh(
         b,
@@ -106,6 +107,16 @@ fn events(b: &mut Guest, tag: &str) -> (Vec<(f64, Event)>, f64) {
     assert_eq!(rc.as_deref(), Some("0"), "watch {tag}: {err}");
     let onset = std::fs::read_to_string(share.join(format!("{tag}.onset")))
         .unwrap_or_else(|e| panic!("{tag}: the drops never began ({e})"));
+    // On the watcher's own clock from its `started` line's stamp: the stamping loop forks
+    // per line under TCG, so a burst of events is stamped later and later.
+    let t0 = out
+        .iter()
+        .find(|(_, e)| matches!(e, Event::Started { .. }))
+        .map_or(0.0, |(t, _)| *t);
+    let out = out
+        .into_iter()
+        .map(|(t, e)| (if t0 > 0.0 { t0 + e.at() } else { t }, e))
+        .collect();
     (out, onset.trim().parse().unwrap())
 }
 

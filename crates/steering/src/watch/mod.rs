@@ -264,6 +264,25 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// When it happened: seconds since the watcher started.
+    pub fn at(&self) -> f64 {
+        match self {
+            Event::Advice { at, .. }
+            | Event::AdviceGone { at, .. }
+            | Event::AtCap { at, .. }
+            | Event::Applied { at, .. }
+            | Event::ApplyFailed { at, .. }
+            | Event::GuardPassed { at, .. }
+            | Event::RolledBack { at, .. }
+            | Event::SteppedAside { at, .. }
+            | Event::Reclaimed { at, .. }
+            | Event::Started { at, .. }
+            | Event::Held { at, .. } => *at,
+        }
+    }
+}
+
 /// A proposal with the number the guard watches.
 struct Proposal {
     advice: Advice,
