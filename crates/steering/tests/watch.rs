@@ -911,3 +911,21 @@ fn a_drop_reflex_acts_while_a_budget_change_is_judged() {
     assert_eq!(acted, [(1.0, "budget"), (3.0, "rps-away/eth0")], "{ev:?}");
     assert_eq!(rig.read(ETH0_RPS), "ffef");
 }
+
+#[test]
+fn a_step_that_saves_a_third_of_the_drops_stays_and_the_next_may_follow() {
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // 300 drops/s: 1000 → 2000; then 200/s (a third fewer): the guard keeps it, and with
+    // the drops still there the next step doubles again.
+    let mut loads = vec![drops(2, 300.0); 2];
+    loads.extend(vec![drops(2, 200.0); 5]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "backlog")),
+        "{ev:?}"
+    );
+    assert_eq!(applied(&ev).len(), 2, "{ev:?}");
+    assert_eq!(rig.read(BACKLOG), "4000");
+}
