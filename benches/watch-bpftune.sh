@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2} cargo test -p netsteer --test vm_watch beside_bpftune -- --ignored --nocapture 2>&1 |
-  grep -E -A3 '^(measured|bpftune [0-9])|panicked|^test result'
+  awk '/^(measured|bpftune [0-9])|^test result/ {print} /panicked/ {print; n = 3; next} n > 0 {print; n--}'

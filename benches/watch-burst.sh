@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3} cargo test -p netsteer --test vm_watch bursts_a_bigger_backlog_absorbs -- --ignored --nocapture 2>&1 |
-  grep -E -A3 '^(measured|bursts)|panicked|^test result'
+  awk '/^(measured|bursts)|^test result/ {print} /panicked/ {print; n = 3; next} n > 0 {print; n--}'
