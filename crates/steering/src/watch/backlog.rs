@@ -3,7 +3,7 @@
 //! `backlog` when it has.
 
 use super::{BACKLOG, Change, FLOW_LIMIT, Proposal, Reflex, Watcher};
-use crate::doctor::rules::drops::{SATURATED_IDLE, away_evidence, rps_away};
+use crate::doctor::rules::drops::{SATURATED_IDLE, away_evidence, idle, rps_away};
 use crate::doctor::{Ctx, Load};
 use netsteer_host::CpuSet;
 use netsteer_host::view::HostView;
@@ -18,7 +18,6 @@ impl Watcher {
         let mut evidence = vec![line];
         // How much time each dropping CPU had left, and the most any other had: a CPU with
         // none cannot drain a longer backlog either (see `rps_away`).
-        let idle = |c: &netsteer_host::sample::CpuRates| c.idle + c.iowait;
         let (dropping_rates, others): (Vec<_>, Vec<_>) = load
             .cpu
             .cpus
@@ -94,14 +93,14 @@ impl Watcher {
     /// a lane's CPU.
     pub(super) fn rps_away(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
         let ctx = Ctx::new(view, Some(load), self.cfg.goal, None);
-        rps_away(&ctx, self.cfg.min_rate, &self.lane_cpus())
+        rps_away(&ctx, self.cfg.min_rate, || self.lane_cpus())
             .iter()
             .map(|a| {
                 let changes = a
                     .moves
                     .iter()
                     .map(|(q, from, to)| Change {
-                        path: format!("/sys/class/net/{}/queues/rx-{q}/rps_cpus", a.nic.name),
+                        path: format!("{}/rps_cpus", Ctx::queue_dir(a.nic, &format!("rx-{q}"))),
                         from: ctx.mask(from),
                         to: ctx.mask(to),
                     })
@@ -119,7 +118,8 @@ impl Watcher {
 
     /// The CPUs of every lane recorded in the state directory the watcher's own lives in
     /// (`lane apply` keeps RPS off them; a lane that is down keeps its CPU for its service's
-    /// return). Read each time: a lane may come while the watcher runs. Unreadable: none.
+    /// return). Read each time it is needed (a CPU saturated): a lane may come while the
+    /// watcher runs. Unreadable: none.
     fn lane_cpus(&self) -> CpuSet {
         let Some(base) = self.tuner.state_dir().parent() else {
             return CpuSet::default();

@@ -168,6 +168,21 @@ impl Reflex {
             Reflex::RpsAway => "rps-away",
         }
     }
+
+    /// Every reflex (an advice id names one by its [`Reflex::name`]).
+    const ALL: [Reflex; 5] = [
+        Reflex::Backlog,
+        Reflex::Budget,
+        Reflex::Rps,
+        Reflex::Rss,
+        Reflex::RpsAway,
+    ];
+
+    /// The reflexes that answer softnet drops (judged on every CPU's drops, and acting
+    /// before the budget).
+    fn answers_drops(self) -> bool {
+        matches!(self, Reflex::Backlog | Reflex::RpsAway)
+    }
 }
 
 /// One knob a reflex would change.
@@ -418,7 +433,7 @@ impl Watcher {
         // the same bursts, and a bigger budget gives a starved CPU no time).
         let drops_can_act = proposals
             .iter()
-            .any(|p| matches!(p.reflex, Reflex::Backlog | Reflex::RpsAway) && self.can_act(p));
+            .any(|p| p.reflex.answers_drops() && self.can_act(p));
         for p in proposals {
             let wait = p.reflex == Reflex::Budget && drops_can_act;
             let window = self.held.entry(p.advice.id.clone()).or_default();
@@ -508,17 +523,35 @@ impl Watcher {
     }
 
     /// Advice for a proposal that held; the action when asked for and allowed.
-    /// Whether a proposal could be acted on (not at its cap, its reflex awake, none of its
-    /// knobs given up).
+    /// Whether a proposal could be acted on: not at its cap, nor held back.
     fn can_act(&self, p: &Proposal) -> bool {
-        !p.at_cap
-            && p.hold.is_none()
-            && !self.asleep.contains_key(&p.reflex)
-            && !p
-                .advice
-                .changes
-                .iter()
-                .any(|c| self.state.is_disowned(&c.path))
+        !p.at_cap && self.held_back(p).is_none()
+    }
+
+    /// Why a proposal is not to be acted on, with the key it is said once under: its reflex
+    /// asleep, one of its knobs given up, or its own hold.
+    fn held_back(&self, p: &Proposal) -> Option<(&'static str, String)> {
+        if let Some(why) = self.asleep.get(&p.reflex) {
+            return Some((
+                "asleep",
+                format!("the {} reflex sleeps: {why}", p.reflex.name()),
+            ));
+        }
+        if let Some(c) = p
+            .advice
+            .changes
+            .iter()
+            .find(|c| self.state.is_disowned(&c.path))
+        {
+            return Some((
+                "disowned",
+                format!(
+                    "{} was rewritten by someone else: not touched again",
+                    c.path
+                ),
+            ));
+        }
+        p.hold.clone().map(|why| ("hold", why))
     }
 
     /// `wait`: advise, but let another reflex act first.
@@ -559,12 +592,19 @@ impl Watcher {
         if !self.cfg.apply {
             return;
         }
-        if let Some(why) = self.asleep.get(&p.reflex) {
-            let why = format!("the {} reflex sleeps: {why}", p.reflex.name());
+        let held_back = self.held_back(&p).or_else(|| {
+            wait.then(|| {
+                (
+                    "waits",
+                    "packets are dropped: the drop reflexes act first".to_string(),
+                )
+            })
+        });
+        if let Some((key, why)) = held_back {
             say(
                 out,
                 &mut self.said,
-                "asleep",
+                key,
                 Event::Held {
                     at: now,
                     id: id.clone(),
@@ -573,57 +613,8 @@ impl Watcher {
             );
             return;
         }
-        if let Some(c) = p
-            .advice
-            .changes
-            .iter()
-            .find(|c| self.state.is_disowned(&c.path))
-        {
-            let why = format!(
-                "{} was rewritten by someone else: not touched again",
-                c.path
-            );
-            say(
-                out,
-                &mut self.said,
-                "disowned",
-                Event::Held {
-                    at: now,
-                    id: id.clone(),
-                    why,
-                },
-            );
-            return;
-        }
-        if let Some(why) = &p.hold {
-            say(
-                out,
-                &mut self.said,
-                "hold",
-                Event::Held {
-                    at: now,
-                    id: id.clone(),
-                    why: why.clone(),
-                },
-            );
-            return;
-        }
-        if wait {
-            say(
-                out,
-                &mut self.said,
-                "waits",
-                Event::Held {
-                    at: now,
-                    id: id.clone(),
-                    why: "packets are dropped: the drop reflexes act first".into(),
-                },
-            );
-            return;
-        }
-        let loss = |r: Reflex| matches!(r, Reflex::Backlog | Reflex::RpsAway);
         let beside = |a: Reflex, b: Reflex| {
-            (loss(a) && b == Reflex::Budget) || (a == Reflex::Budget && loss(b))
+            (a.answers_drops() && b == Reflex::Budget) || (a == Reflex::Budget && b.answers_drops())
         };
         if self.pending.iter().any(|x| !beside(x.reflex, p.reflex)) {
             return;

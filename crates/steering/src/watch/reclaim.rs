@@ -71,14 +71,26 @@ impl Watcher {
 }
 
 impl Reflex {
-    /// The reflex behind an advice id (`backlog`, `budget`, `rps/eth0`, `rss/eth0`, `rps-away/eth0`).
+    /// The reflex behind an advice id (`backlog`, `budget`, `rps/eth0`, `rss/eth0`,
+    /// `rps-away/eth0`): the one whose name is its first part.
     pub(super) fn of_id(id: &str) -> Reflex {
-        match id.split('/').next() {
-            Some("budget") => Reflex::Budget,
-            Some("rps") => Reflex::Rps,
-            Some("rss") => Reflex::Rss,
-            Some("rps-away") => Reflex::RpsAway,
-            _ => Reflex::Backlog,
+        let head = id.split('/').next().unwrap_or_default();
+        Reflex::ALL
+            .into_iter()
+            .find(|r| r.name() == head)
+            .unwrap_or(Reflex::Backlog)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reflex;
+
+    #[test]
+    fn every_reflex_is_found_again_from_its_advice_ids() {
+        for r in Reflex::ALL {
+            assert_eq!(Reflex::of_id(r.name()), r);
+            assert_eq!(Reflex::of_id(&format!("{}/eth0", r.name())), r);
         }
     }
 }

@@ -14,7 +14,8 @@ pub const SATURATED_IDLE: f64 = 10.0;
 /// Idle share from which a CPU can take another's RPS work.
 pub const ROOM_IDLE: f64 = 20.0;
 
-fn idle(c: &CpuRates) -> f64 {
+/// Time the CPU could have run anything: idle and iowait, % of the sample.
+pub fn idle(c: &CpuRates) -> f64 {
     c.idle + c.iowait
 }
 
@@ -39,9 +40,14 @@ pub struct RpsAway<'a> {
 }
 
 /// The devices whose RPS feeds a saturated, dropping CPU, each with a new mask for every such
-/// queue, never naming a CPU of `keep_off` (a lane's); a device that would leave a queue
-/// nowhere to go is not listed (the backlog is then all there is).
-pub fn rps_away<'a>(ctx: &Ctx<'a>, min_rate: f64, keep_off: &CpuSet) -> Vec<RpsAway<'a>> {
+/// queue, never naming a CPU of `keep_off` (a lane's; asked only when some CPU is saturated);
+/// a device that would leave a queue nowhere to go is not listed (the backlog is then all
+/// there is).
+pub fn rps_away<'a>(
+    ctx: &Ctx<'a>,
+    min_rate: f64,
+    keep_off: impl FnOnce() -> CpuSet,
+) -> Vec<RpsAway<'a>> {
     let Some(load) = ctx.load else {
         return Vec::new();
     };
@@ -57,6 +63,7 @@ pub fn rps_away<'a>(ctx: &Ctx<'a>, min_rate: f64, keep_off: &CpuSet) -> Vec<RpsA
         return Vec::new();
     }
     let full: CpuSet = saturated.iter().map(|c| c.0).collect();
+    let keep_off = keep_off();
     let mut out = Vec::new();
     for nic in &ctx.view.nics {
         let fed: Vec<(u32, &CpuSet)> = nic
@@ -154,7 +161,7 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
             summary = "one flow fills the backlog: the flow limit is protecting the others; spread that flow's work or lengthen the backlog".into();
         }
     }
-    let away = rps_away(ctx, 0.0, &CpuSet::default());
+    let away = rps_away(ctx, 0.0, CpuSet::default);
     for a in &away {
         evidence.extend(away_evidence(a));
         let moves: Vec<(u32, String)> = a
@@ -162,18 +169,9 @@ pub fn backlog_drops(ctx: &Ctx) -> Vec<Finding> {
             .iter()
             .map(|(q, _, to)| (*q, ctx.mask(to)))
             .collect();
-        if moves.windows(2).all(|w| w[0].1 == w[1].1) {
-            steps.extend(crate::model::ctx::queue_writes(
-                a.nic, "rx", "rps_cpus", &moves,
-            ));
-        } else {
-            steps.extend(moves.iter().map(|(q, m)| {
-                format!(
-                    "echo {m} > {}/rps_cpus",
-                    Ctx::queue_dir(a.nic, &format!("rx-{q}"))
-                )
-            }));
-        }
+        steps.extend(crate::model::ctx::queue_writes(
+            a.nic, "rx", "rps_cpus", &moves,
+        ));
     }
     if !away.is_empty() {
         summary = "a CPU with no idle time cannot drain its backlog at any length: move RPS off it first, then lengthen the backlog for what bursts remain".into();
