@@ -111,6 +111,23 @@ fn acting(persist: u32, guard: u32) -> WatchConfig {
     }
 }
 
+/// Each action taken: when, its id, and the value each of its changes wrote.
+fn actions(events: &[Event]) -> Vec<(f64, &str, Vec<&str>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Applied {
+                at, id, changes, ..
+            } => Some((
+                *at,
+                id.as_str(),
+                changes.iter().map(|c| c.to.as_str()).collect(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 fn applied(events: &[Event]) -> Vec<&Event> {
     events
         .iter()
@@ -690,12 +707,9 @@ fn drops_on_a_cpu_with_no_idle_time_move_rps_away_before_any_backlog_grows() {
     // Then the drops stop: the guard confirms.
     loads.extend(vec![load(&[(4, 0.0, 0.0, 95.0)]); 3]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
-    let acted: Vec<(&str, &str)> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::Applied { id, changes, .. } => Some((id.as_str(), changes[0].to.as_str())),
-            _ => None,
-        })
+    let acted: Vec<(&str, &str)> = actions(&ev)
+        .into_iter()
+        .map(|(_, id, to)| (id, to[0]))
         .collect();
     // Every other CPU of the guest has room (all idle): the mask without CPU 4.
     assert_eq!(acted, [("rps-away/eth0", "ffef")], "{ev:?}");
@@ -743,14 +757,9 @@ fn drops_that_only_move_to_another_cpu_roll_rps_away_back_and_the_backlog_goes_n
     assert_eq!(rig.read(ETH0_RPS), "0010");
     // Then the backlog, for the drops that stood at CPU 5 meanwhile, sized by the worst
     // second seen: 1000 + 2 × 3000 → 8192, and CPU 5 in the flow limit.
-    let acted: Vec<(&str, Vec<&str>)> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::Applied { id, changes, .. } => {
-                Some((id.as_str(), changes.iter().map(|c| c.to.as_str()).collect()))
-            }
-            _ => None,
-        })
+    let acted: Vec<(&str, Vec<&str>)> = actions(&ev)
+        .into_iter()
+        .map(|(_, id, to)| (id, to))
         .collect();
     assert_eq!(
         acted,
@@ -808,13 +817,7 @@ fn drops_go_before_squeezes_even_when_the_squeezes_came_first() {
         0.0,
         &[squeezes(80.0, 40.0), both.clone(), both],
     );
-    let acted: Vec<&str> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::Applied { id, .. } => Some(id.as_str()),
-            _ => None,
-        })
-        .collect();
+    let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
     assert_eq!(acted, ["backlog"], "{ev:?}");
     assert!(
         ev.iter().any(|e| matches!(e, Event::Held { id, why, .. }
@@ -901,12 +904,9 @@ fn a_drop_reflex_acts_while_a_budget_change_is_judged() {
     both.cpu.cpus[2].squeezed = Some(80.0);
     loads.extend(vec![both; 2]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
-    let acted: Vec<(f64, &str)> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::Applied { at, id, .. } => Some((*at, id.as_str())),
-            _ => None,
-        })
+    let acted: Vec<(f64, &str)> = actions(&ev)
+        .into_iter()
+        .map(|(at, id, _)| (at, id))
         .collect();
     assert_eq!(acted, [(1.0, "budget"), (3.0, "rps-away/eth0")], "{ev:?}");
     assert_eq!(rig.read(ETH0_RPS), "ffef");
