@@ -194,6 +194,11 @@ fn roll_back_watch(b: &mut Guest, dir: &str, most: usize) {
     }
 }
 
+/// Guest b's uptime, the clock the pollers and the watcher's stamps use.
+fn uptime(b: &mut Guest) -> f64 {
+    sh(b, "cut -d' ' -f1 /proc/uptime").trim().parse().unwrap()
+}
+
 /// A poller in guest b (on CPU 0) noting b's uptime and every CPU's softnet drop counter
 /// every 0.5 s in /x/`tag`.drops, until [`drop_timeline`].
 fn start_drop_poller(b: &mut Guest, tag: &str) {
@@ -293,10 +298,7 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
     );
     start_drop_poller(&mut pair.b, "act");
     flood(&mut pair, "act", 25);
-    let end: f64 = sh(&mut pair.b, "cut -d' ' -f1 /proc/uptime")
-        .trim()
-        .parse()
-        .unwrap();
+    let end = uptime(&mut pair.b);
     let (ev, onset) = events(&mut pair.b, "act");
     let (early, late, last) = drops_after(&drop_timeline(&mut pair.b, "act"), onset, end);
     let applied: Vec<_> = ev
@@ -565,10 +567,7 @@ fn bursts_a_bigger_backlog_absorbs() {
             }
             start_drop_poller(&mut pair.b, &tag);
             flood_at(&mut pair, &tag, 30, &rate);
-            let end: f64 = sh(&mut pair.b, "cut -d' ' -f1 /proc/uptime")
-                .trim()
-                .parse()
-                .unwrap();
+            let end = uptime(&mut pair.b);
             let (ev, onset) = if watcher {
                 events(&mut pair.b, &tag)
             } else {
