@@ -804,6 +804,60 @@ fn cpu_that_delivers_the_packets_an_action_saved_passes_the_guard() {
     assert_eq!(rig.read(BACKLOG), "2000");
 }
 
+/// `l` with every CPU's packets taken by the stack set to `pps / 16` (all CPUs: `pps`).
+fn taking(mut l: Load, pps: f64) -> Load {
+    for c in &mut l.cpu.cpus {
+        c.processed = Some(pps / 16.0);
+    }
+    l
+}
+
+#[test]
+fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(cfg_points(10.0));
+    // CPU 4 has no time left: it takes 16 packets/s and drops 3000. Moved away, the stack
+    // takes the flood on CPU 5 for 40 more points of CPU: 95 points for 16 packets/s (priced
+    // as 100: 9500 µs) before, 135 for 3000 (450 µs) after.
+    let mut loads = vec![taking(saturated_cpu4(&[]), 16.0); 2];
+    loads.extend(vec![
+        taking(load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]), 3000.0);
+        2
+    ]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "rps-away/eth0")),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(ETH0_RPS), "ffef");
+
+    // The same CPU with no more packets taken after: nothing explains the 40 points.
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(cfg_points(10.0));
+    let mut loads = vec![taking(saturated_cpu4(&[]), 16.0); 2];
+    loads.extend(vec![
+        taking(load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]), 16.0);
+        2
+    ]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::RolledBack { id, why, .. }
+            if id == "rps-away/eth0" && why.contains("too few packets to price it (16 → 16 packets/s)"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(ETH0_RPS), "0010");
+}
+
+fn cfg_points(points: f64) -> WatchConfig {
+    WatchConfig {
+        guard_cpu_points: points,
+        ..acting(2, 2)
+    }
+}
+
 #[test]
 fn drops_go_before_squeezes_even_when_the_squeezes_came_first() {
     let rig = Rig::new();

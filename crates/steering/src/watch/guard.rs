@@ -63,8 +63,8 @@ impl Watcher {
         // bound in points, the cost per packet the stack took decides (a bigger budget that
         // only holds the CPU longer raises it; a backlog that stops drops does not).
         let cheap = cost <= self.cfg.guard_cpu_points
-            || matches!((before.per_packet_us(), after.per_packet_us()),
-                (Some(b), Some(a)) if a <= b * PER_PACKET_SLACK);
+            || matches!(Cost::per_packet(&before, &after),
+                Some((b, a)) if a <= b * PER_PACKET_SLACK);
         if fell && cheap {
             out.push(Event::GuardPassed {
                 at: now,
@@ -85,9 +85,13 @@ impl Watcher {
                 before.points,
                 after.points,
                 self.cfg.guard_cpu_points,
-                match (before.per_packet_us(), after.per_packet_us()) {
-                    (Some(b), Some(a)) => format!("{b:.2} → {a:.2} µs of CPU"),
-                    _ => "too few packets to price it".into(),
+                match Cost::per_packet(&before, &after) {
+                    Some((b, a)) => format!("{b:.2} → {a:.2} µs of CPU"),
+                    None => format!(
+                        "too few packets to price it ({} → {} packets/s)",
+                        pps_text(before.pps),
+                        pps_text(after.pps)
+                    ),
                 }
             )
         };
@@ -115,7 +119,8 @@ const GUARD_FALL: f64 = 0.25;
 /// How much more CPU per packet an action may cost once it costs more than
 /// `guard_cpu_points` (per-packet costs wander a little with batching).
 const PER_PACKET_SLACK: f64 = 1.5;
-/// Fewer packets a second than this (all CPUs) price nothing per packet.
+/// Fewer packets a second than this (all CPUs) after an action price nothing per packet;
+/// before it, they are priced as this many.
 const PRICED_PPS: f64 = 100.0;
 
 /// What an interval cost: softirq + system + hard IRQ time over all CPUs, in percentage
@@ -152,10 +157,21 @@ impl Cost {
         }
     }
 
-    /// Microseconds of CPU per packet: points are % of a CPU-second per second.
-    fn per_packet_us(&self) -> Option<f64> {
-        self.pps
-            .filter(|p| *p >= PRICED_PPS)
-            .map(|p| self.points * 1e4 / p)
+    /// Microseconds of CPU per packet before and after an action (points are % of a
+    /// CPU-second per second), when the intervals after it took at least `PRICED_PPS`.
+    /// A "before" with fewer packets than that is priced as if it had taken `PRICED_PPS`:
+    /// a CPU with no time left takes almost nothing off its backlog and drops the rest, so
+    /// the action that lets the stack take the packets again is exactly the one whose
+    /// "before" has none to divide by (seen in the lab: 36.6 points to deliver a flood that
+    /// had been dropped whole). The floor prices that "before" low, never at infinity, so a
+    /// change whose CPU the packets do not explain is still rolled back.
+    fn per_packet(before: &Cost, after: &Cost) -> Option<(f64, f64)> {
+        let a = after.pps.filter(|p| *p >= PRICED_PPS)?;
+        let b = before.pps?.max(PRICED_PPS);
+        Some((before.points * 1e4 / b, after.points * 1e4 / a))
     }
+}
+
+fn pps_text(pps: Option<f64>) -> String {
+    pps.map_or_else(|| "unknown".into(), |p| format!("{p:.0}"))
 }
