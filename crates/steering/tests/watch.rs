@@ -822,7 +822,10 @@ fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() 
     // as 100: 9500 µs) before, 135 for 3000 (450 µs) after.
     let mut loads = vec![taking(saturated_cpu4(&[]), 16.0); 2];
     loads.extend(vec![
-        taking(load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]), 3000.0);
+        taking(
+            load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]),
+            3000.0
+        );
         2
     ]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
@@ -839,7 +842,10 @@ fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() 
     let (mut w, _) = rig.watcher(cfg_points(10.0));
     let mut loads = vec![taking(saturated_cpu4(&[]), 16.0); 2];
     loads.extend(vec![
-        taking(load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]), 16.0);
+        taking(
+            load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]),
+            16.0
+        );
         2
     ]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
@@ -849,6 +855,37 @@ fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() 
         "{ev:?}"
     );
     assert_eq!(rig.read(ETH0_RPS), "0010");
+}
+
+#[test]
+fn a_step_taken_while_a_flood_ramps_is_judged_by_the_share_it_dropped() {
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 2));
+    // 16,000 packets/s taken and 3000 dropped (16 %); after the step the flood has doubled:
+    // 4000 dropped of 36,000 (11 %). More drops, a third less of what came.
+    let mut loads = vec![taking(drops(2, 3000.0), 16_000.0); 2];
+    loads.extend(vec![taking(drops(2, 4000.0), 32_000.0); 2]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "backlog")),
+        "{ev:?}"
+    );
+    assert_ne!(rig.read(BACKLOG), "1000");
+
+    // The same drops while the flood stays as it was: a third more of what came, rolled
+    // back with both shares.
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 2));
+    let mut loads = vec![taking(drops(2, 3000.0), 16_000.0); 2];
+    loads.extend(vec![taking(drops(2, 4000.0), 16_000.0); 2]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::RolledBack { id, why, .. }
+            if id == "backlog" && why.contains("share of packets dropped did not fall by a quarter (15.8 % before, 20.0 % after"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BACKLOG), "1000");
 }
 
 fn cfg_points(points: f64) -> WatchConfig {

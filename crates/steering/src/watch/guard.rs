@@ -55,9 +55,20 @@ impl Watcher {
         // A quarter, not half: a backlog step that saves a third of the drops under bursts
         // whose size TCG varies run to run helps, and the next step may follow; halving made
         // such a step sleep the reflex for good.
-        let fell = signal_after <= p.signal_before * (1.0 - GUARD_FALL)
-            || signal_after < self.cfg.min_rate;
         let (before, after) = (p.cpu_before, cpu_after);
+        // Drops are judged as a share of the packets that came (taken + dropped) where both
+        // are known: a step taken while a flood still ramps up faces more drops after it even
+        // when it saved a share of them (seen in the lab: 1000 → 2048 rolled back, the reflex
+        // asleep for the run, while the flood doubled).
+        let shares = match p.reflex.answers_drops() {
+            true => before.drop_share().zip(after.drop_share()),
+            false => None,
+        };
+        let fell = signal_after < self.cfg.min_rate
+            || match shares {
+                Some((b, a)) => a <= b * (1.0 - GUARD_FALL),
+                None => signal_after <= p.signal_before * (1.0 - GUARD_FALL),
+            };
         let cost = after.points - before.points;
         // CPU that delivers the packets an action saved is what the action is for: past the
         // bound in points, the cost per packet the stack took decides (a bigger budget that
@@ -75,10 +86,19 @@ impl Watcher {
             return None;
         }
         let why = if !fell {
-            format!(
-                "the signal did not fall by a quarter ({:.1} before, {:.1} after)",
-                p.signal_before, signal_after
-            )
+            match shares {
+                Some((b, a)) => format!(
+                    "the share of packets dropped did not fall by a quarter ({:.1} % before, {:.1} % after; {:.1}/s before, {:.1}/s after)",
+                    b * 100.0,
+                    a * 100.0,
+                    p.signal_before,
+                    signal_after
+                ),
+                None => format!(
+                    "the signal did not fall by a quarter ({:.1} before, {:.1} after)",
+                    p.signal_before, signal_after
+                ),
+            }
         } else {
             format!(
                 "it cost {cost:.1} points of CPU (softirq + system + irq, {:.1} → {:.1}), more than {:.1}, and {} per packet the stack took",
@@ -130,6 +150,8 @@ const PRICED_PPS: f64 = 100.0;
 pub(super) struct Cost {
     points: f64,
     pps: Option<f64>,
+    /// Packets dropped per second at every CPU's backlog (softnet column 2).
+    dropped: Option<f64>,
 }
 
 impl Cost {
@@ -138,6 +160,7 @@ impl Cost {
         Cost {
             points: c.iter().map(|c| c.soft + c.sys + c.irq).sum(),
             pps: c.iter().map(|c| c.processed).sum(),
+            dropped: c.iter().map(|c| c.dropped).sum(),
         }
     }
 
@@ -147,14 +170,22 @@ impl Cost {
             return Cost::default();
         }
         let n = all.len() as f64;
+        let mean = |f: fn(&Cost) -> Option<f64>| {
+            all.iter().map(|c| f(c)).sum::<Option<f64>>().map(|s| s / n)
+        };
         Cost {
             points: all.iter().map(|c| c.points).sum::<f64>() / n,
-            pps: all
-                .iter()
-                .map(|c| c.pps)
-                .sum::<Option<f64>>()
-                .map(|s| s / n),
+            pps: mean(|c| c.pps),
+            dropped: mean(|c| c.dropped),
         }
+    }
+
+    /// The share of the packets that came which a backlog dropped: a packet is counted once,
+    /// taken (column 1, on the CPU that ran it) or dropped (column 2, at the CPU whose
+    /// backlog was full); unknown when either column is, or when nothing came.
+    fn drop_share(&self) -> Option<f64> {
+        let (taken, dropped) = (self.pps?, self.dropped?);
+        (taken + dropped > 0.0).then(|| dropped / (taken + dropped))
     }
 
     /// Microseconds of CPU per packet before and after an action (points are % of a

@@ -28,7 +28,7 @@
 //!
 //! A reflex fires only after its signal held for `persist` intervals, at most once per
 //! `min_interval`, and only raises: a guard measured after each action (the signal must fall
-//! by a quarter, the CPU in softirq and system time may not rise more than `guard_cpu_points`
+//! by a quarter, drops as a share of the packets that came, the CPU in softirq and system time may not rise more than `guard_cpu_points`
 //! unless it delivers the packets it saved at no more CPU per packet)
 //! either confirms it or rolls it back and puts the reflex to sleep with the reason, so no
 //! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
