@@ -301,10 +301,14 @@ impl Lanes {
     /// `/proc/PID/cgroup` (so it works where /sys/fs/cgroup is not mounted, as in `ip netns
     /// exec`, which mounts a fresh sysfs).
     fn group_pids(&self, service: &ServiceRef) -> Result<BTreeSet<u32>, LaneOpError> {
-        let rel = match service {
+        let (flag, rel) = match service {
             ServiceRef::Port => return Ok(BTreeSet::new()),
-            ServiceRef::Cgroup(c) => c.clone(),
-            ServiceRef::Unit(u) => unit_cgroup(u)?,
+            ServiceRef::Cgroup(c) => ("--cgroup", c.clone()),
+            // A stopped unit has no cgroup: no process of it runs.
+            ServiceRef::Unit(u) => match unit_cgroup(u)? {
+                Some(c) => ("--unit", c),
+                None => return Ok(BTreeSet::new()),
+            },
         };
         let rel = rel.trim_matches('/').to_string();
         if rel.is_empty()
@@ -313,7 +317,7 @@ impl Lanes {
                 .any(|c| c == ".." || c == "." || c.is_empty())
         {
             return Err(LaneOpError::Service(format!(
-                "--cgroup {rel:?}: a path below /sys/fs/cgroup, without '.', '..' or '//'"
+                "{flag} {rel:?}: a path below /sys/fs/cgroup, without '.', '..' or '//'"
             )));
         }
         let scan = self.fs.unrecorded();
@@ -642,8 +646,11 @@ pub fn in_cgroup(text: &str, rel: &str) -> bool {
     })
 }
 
-/// The cgroup of a systemd unit (`systemctl show -p ControlGroup`).
-fn unit_cgroup(unit: &str) -> Result<String, LaneOpError> {
+/// The cgroup of a systemd unit (`systemctl show -p LoadState -p ControlGroup`); None while
+/// the unit is stopped: systemd empties `ControlGroup` when a unit goes inactive (a failed
+/// unit may keep it until reset, and its cgroup is then empty). A unit systemd does not know
+/// is an error naming it, not a service that never starts.
+fn unit_cgroup(unit: &str) -> Result<Option<String>, LaneOpError> {
     let ok = !unit.is_empty()
         && unit.len() <= 256
         && !unit.starts_with('-')
@@ -656,7 +663,7 @@ fn unit_cgroup(unit: &str) -> Result<String, LaneOpError> {
         )));
     }
     let out = std::process::Command::new("systemctl")
-        .args(["show", "-p", "ControlGroup", "--value", unit])
+        .args(["show", "-p", "LoadState", "-p", "ControlGroup", unit])
         .output()
         .map_err(|e| LaneOpError::Service(format!("--unit {unit}: systemctl: {e}")))?;
     if !out.status.success() {
@@ -665,7 +672,28 @@ fn unit_cgroup(unit: &str) -> Result<String, LaneOpError> {
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    parse_unit_show(unit, &String::from_utf8_lossy(&out.stdout))
+}
+
+/// `systemctl show -p LoadState -p ControlGroup`'s `KEY=VALUE` lines.
+fn parse_unit_show(unit: &str, text: &str) -> Result<Option<String>, LaneOpError> {
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+            .map(str::trim)
+    };
+    match get("LoadState") {
+        Some("loaded") => {}
+        state => {
+            return Err(LaneOpError::Service(format!(
+                "--unit {unit}: not a unit systemd has loaded (LoadState={})",
+                state.unwrap_or("absent")
+            )));
+        }
+    }
+    Ok(get("ControlGroup")
+        .filter(|c| !c.is_empty())
+        .map(str::to_string))
 }
 
 /// `OpenOptions` without following a link at the last component.
@@ -683,6 +711,27 @@ impl NoFollow for std::fs::OpenOptions {
 #[cfg(test)]
 mod tests {
     use super::in_cgroup;
+
+    #[test]
+    fn a_units_cgroup_from_systemctl_show() {
+        use super::parse_unit_show;
+        let running = "LoadState=loaded\nControlGroup=/system.slice/echo.service\n";
+        assert_eq!(
+            parse_unit_show("echo.service", running).unwrap().as_deref(),
+            Some("/system.slice/echo.service")
+        );
+        // Stopped: systemd shows the property empty.
+        let stopped = "LoadState=loaded\nControlGroup=\n";
+        assert_eq!(parse_unit_show("echo.service", stopped).unwrap(), None);
+        let unknown = "LoadState=not-found\nControlGroup=\n";
+        let e = parse_unit_show("nosuch.service", unknown).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "--unit nosuch.service: not a unit systemd has loaded (LoadState=not-found)"
+            ),
+            "{e}"
+        );
+    }
 
     #[test]
     fn cgroup_membership_on_v1_and_v2() {
