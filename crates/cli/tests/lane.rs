@@ -8,9 +8,12 @@
 //!    server, left in place by a killed holder and adopted by the next one, removed at last.
 //! 2. Bad requests change nothing and name the flag.
 //! 3. A killed apply leaves a journal the holder's next start completes.
+//! 4. A systemd unit (systemd itself as PID 1 of namespaces of the test's own): every process
+//!    of the unit pinned, the lane gone on `systemctl stop` and back on `systemctl start`.
 
 mod common;
 
+use common::systemd::Systemd;
 use common::{Netns, Pair, Running};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
@@ -83,10 +86,24 @@ fn state(ns: &Netns) -> String {
     format!("{files}\n{:?}", napis(ns))
 }
 
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+fn wait_for(what: &str, limit: Duration, done: impl FnMut() -> bool) -> Duration {
+    wait_for_or(what, limit, done, &String::new)
+}
+
+/// [`wait_for`], with `context()` in the failure's message (what a holder said).
+fn wait_for_or(
+    what: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+    context: &dyn Fn() -> String,
+) -> Duration {
     let t0 = Instant::now();
     while !done() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        assert!(
+            t0.elapsed() < limit,
+            "{what}: not within {limit:?}{}",
+            context()
+        );
         std::thread::sleep(Duration::from_millis(25));
     }
     t0.elapsed()
@@ -546,4 +563,161 @@ fn a_service_restarted_unseen_gets_its_lane_again() {
     assert!(out.contains("\"event\":\"reapplied\""), "{out}");
     ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
     assert_eq!(state(b), before);
+}
+
+/// The unit of the systemd test: the same UDP server, started and stopped by systemd, with a
+/// helper process beside it in the unit's cgroup. `SuccessExitStatus`: socat ends with 143 on
+/// the SIGTERM `systemctl stop` sends.
+const ECHO_UNIT: &str = "[Unit]
+DefaultDependencies=no
+[Service]
+ExecStart=/bin/sh -c 'sleep 600 & exec /usr/bin/socat -u UDP-RECV:4321 /dev/null'
+SuccessExitStatus=143
+";
+
+/// The unit's processes other than its main one, as systemd's cgroup lists them.
+fn helpers(sd: &Systemd, main: u32) -> Vec<u32> {
+    let cg = sd.text("systemctl show -p ControlGroup --value echo.service");
+    sd.text(&format!("cat /sys/fs/cgroup{cg}/cgroup.procs"))
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .filter(|p| *p != main)
+        .collect()
+}
+
+/// A process's allowed CPUs as the systemd box numbers it.
+fn allowed_in(sd: &Systemd, pid: u32) -> String {
+    sd.text(&format!(
+        "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/{pid}/status"
+    ))
+}
+
+/// `--unit`: systemd itself (PID 1 of namespaces of this test's own, inside the server's
+/// network namespace) stops and starts the unit; the lane pins every process of the unit
+/// (found through `systemctl show -p ControlGroup` and each process's cgroup as systemd placed
+/// it, so the helper beside the port's holder too), goes when `systemctl stop` ends the unit
+/// and comes back for the unit's new processes on `systemctl start`.
+#[test]
+fn a_systemd_units_stop_and_start_take_its_lane_down_and_up() {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on");
+    let Some(sd) = Systemd::start(&b.path(), &[("echo.service", ECHO_UNIT)]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dirp = dir.path().to_str().unwrap();
+    let before = state(b);
+    let start = |what: &str| {
+        let out = sd.systemctl(&["start", "echo.service"]);
+        assert!(out.status.success(), "{what}: {out:?}");
+        wait_for(what, Duration::from_secs(10), || {
+            b.text("ss -uanH").contains(&format!(":{PORT} "))
+        });
+        sd.main_pid("echo.service")
+    };
+    // A unit systemd does not know is refused, naming it, and changes nothing.
+    let mut args = vec!["lane", "apply", "--name", "echo", "--dev", "v0b"];
+    args.extend(["--state-dir", dirp, "--udp", PORT, "--cpu", "1"]);
+    let mut unknown = args.clone();
+    unknown.extend(["--unit", "nosuch.service"]);
+    let out = sd.netsteer(&unknown);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--unit nosuch.service: not a unit systemd has loaded (LoadState=not-found)"),
+        "{out:?}"
+    );
+    assert_eq!(state(b), before);
+
+    let main = start("systemctl start");
+    let before_allowed = allowed_in(&sd, main);
+    let mode = if kernel() >= (6, 13) {
+        "suspend"
+    } else {
+        "busy-poll"
+    };
+    args.extend(["--unit", "echo.service", "--mode", mode]);
+    let out = ok(sd.netsteer(&args));
+    let applied = state(b);
+    assert_ne!(applied, before, "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(allowed_in(&sd, main), "1", "the unit's process is pinned");
+    let helper = helpers(&sd, main);
+    assert_eq!(helper.len(), 1, "{helper:?}");
+    assert_eq!(
+        allowed_in(&sd, helper[0]),
+        "1",
+        "every process of the unit is the service"
+    );
+
+    // The holder as a user runs it: a unit of its own beside the service's (stopped with
+    // SIGTERM by `systemctl stop`), its output in files the test reads on failure.
+    let log = |f: &str| dir.path().join(f).display().to_string();
+    let out = sd
+        .command(
+            "systemd-run",
+            &[
+                "--unit=netsteer-lane-echo",
+                "--property=DefaultDependencies=no",
+                &format!("--property=StandardOutput=file:{}", log("hold.out")),
+                &format!("--property=StandardError=file:{}", log("hold.err")),
+                env!("CARGO_BIN_EXE_netsteer"),
+                "lane",
+                "hold",
+                "echo",
+                "--state-dir",
+                dirp,
+                "--interval",
+                "0.1",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "systemd-run: {out:?}");
+    let said = || {
+        let read = |f: &str| std::fs::read_to_string(log(f)).unwrap_or_default();
+        format!("holder said: {}{}", read("hold.out"), read("hold.err"))
+    };
+    let listed_in = || {
+        let out = ok(sd.netsteer(&["lane", "list", "--state-dir", dirp]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_for(
+        "the holder adopts the lane",
+        Duration::from_secs(10),
+        || listed_in().contains(&format!(": applied, pinned pid(s) {main}")),
+    );
+    let out = sd.systemctl(&["stop", "echo.service"]);
+    assert!(out.status.success(), "{out:?}");
+    let took = wait_for_or(
+        "rollback once systemd stopped the unit",
+        Duration::from_secs(10),
+        || state(b) == before,
+        &said,
+    );
+    eprintln!("lane rolled back {took:?} after systemctl stop");
+
+    let main2 = start("systemctl start again");
+    assert_ne!(main2, main);
+    wait_for_or(
+        "the lane again for the unit's new process",
+        Duration::from_secs(10),
+        || {
+            state(b) == applied
+                && allowed_in(&sd, main2) == "1"
+                && helpers(&sd, main2)
+                    .iter()
+                    .all(|p| allowed_in(&sd, *p) == "1")
+                && listed_in().contains(&format!(": applied, pinned pid(s) {main2}"))
+        },
+        &said,
+    );
+    let out = sd.systemctl(&["stop", "netsteer-lane-echo"]);
+    assert!(out.status.success(), "{out:?}");
+    ok(sd.netsteer(&["lane", "remove", "echo", "--state-dir", dirp]));
+    assert_eq!(state(b), before);
+    assert_eq!(allowed_in(&sd, main2), before_allowed);
 }

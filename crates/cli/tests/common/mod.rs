@@ -4,6 +4,7 @@
 
 pub mod prometheus;
 pub mod resp;
+pub mod systemd;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
