@@ -812,23 +812,25 @@ fn taking(mut l: Load, pps: f64) -> Load {
     l
 }
 
-#[test]
-fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() {
+/// CPU 4 has no time left: it takes 16 packets/s and drops 3000; rps-away moves its queue,
+/// and the stack then takes `after_pps` for 40 more points of CPU (on CPU 5). The rig and the
+/// events.
+fn rps_away_priced(after_pps: f64) -> (Rig, Vec<Event>) {
     let rig = Rig::new();
     rig.write(ETH0_RPS, "0010");
     let (mut w, _) = rig.watcher(cfg_points(10.0));
-    // CPU 4 has no time left: it takes 16 packets/s and drops 3000. Moved away, the stack
-    // takes the flood on CPU 5 for 40 more points of CPU: 95 points for 16 packets/s (priced
-    // as 100: 9500 µs) before, 135 for 3000 (450 µs) after.
     let mut loads = vec![taking(saturated_cpu4(&[]), 16.0); 2];
-    loads.extend(vec![
-        taking(
-            load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]),
-            3000.0
-        );
-        2
-    ]);
+    let after = load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]);
+    loads.extend(vec![taking(after, after_pps); 2]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
+    (rig, ev)
+}
+
+#[test]
+fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() {
+    // 95 points for 16 packets/s (priced as 100: 9500 µs) before, 135 for 3000 (450 µs)
+    // after: the CPU delivers the flood.
+    let (rig, ev) = rps_away_priced(3000.0);
     assert!(
         ev.iter()
             .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "rps-away/eth0")),
@@ -836,19 +838,8 @@ fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() 
     );
     assert_eq!(rig.read(ETH0_RPS), "ffef");
 
-    // The same CPU with no more packets taken after: nothing explains the 40 points.
-    let rig = Rig::new();
-    rig.write(ETH0_RPS, "0010");
-    let (mut w, _) = rig.watcher(cfg_points(10.0));
-    let mut loads = vec![taking(saturated_cpu4(&[]), 16.0); 2];
-    loads.extend(vec![
-        taking(
-            load(&[(4, 0.0, 0.0, 95.0), (5, 0.0, 0.0, 40.0)]),
-            16.0
-        );
-        2
-    ]);
-    let ev = feed(&rig, &mut w, 0.0, &loads);
+    // No more packets taken after: nothing explains the 40 points.
+    let (rig, ev) = rps_away_priced(16.0);
     assert!(
         ev.iter().any(|e| matches!(e, Event::RolledBack { id, why, .. }
             if id == "rps-away/eth0" && why.contains("too few packets to price it (16 → 16 packets/s)"))),
@@ -857,15 +848,22 @@ fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() 
     assert_eq!(rig.read(ETH0_RPS), "0010");
 }
 
-#[test]
-fn a_step_taken_while_a_flood_ramps_is_judged_by_the_share_it_dropped() {
+/// 16,000 packets/s taken and 3000 dropped at CPU 2 for two intervals, then 4000 dropped with
+/// `after_pps` taken: the rig and the events.
+fn backlog_under(after_pps: f64) -> (Rig, Vec<Event>) {
     let rig = Rig::new();
     let (mut w, _) = rig.watcher(acting(2, 2));
-    // 16,000 packets/s taken and 3000 dropped (16 %); after the step the flood has doubled:
-    // 4000 dropped of 36,000 (11 %). More drops, a third less of what came.
     let mut loads = vec![taking(drops(2, 3000.0), 16_000.0); 2];
-    loads.extend(vec![taking(drops(2, 4000.0), 32_000.0); 2]);
+    loads.extend(vec![taking(drops(2, 4000.0), after_pps); 2]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
+    (rig, ev)
+}
+
+#[test]
+fn a_step_taken_while_a_flood_ramps_is_judged_by_the_share_it_dropped() {
+    // 3000 of 19,000 dropped (16 %) before the step; after it the flood has doubled: 4000 of
+    // 36,000 (11 %). More drops, a third less of what came.
+    let (rig, ev) = backlog_under(32_000.0);
     assert!(
         ev.iter()
             .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "backlog")),
@@ -875,11 +873,7 @@ fn a_step_taken_while_a_flood_ramps_is_judged_by_the_share_it_dropped() {
 
     // The same drops while the flood stays as it was: a third more of what came, rolled
     // back with both shares.
-    let rig = Rig::new();
-    let (mut w, _) = rig.watcher(acting(2, 2));
-    let mut loads = vec![taking(drops(2, 3000.0), 16_000.0); 2];
-    loads.extend(vec![taking(drops(2, 4000.0), 16_000.0); 2]);
-    let ev = feed(&rig, &mut w, 0.0, &loads);
+    let (rig, ev) = backlog_under(16_000.0);
     assert!(
         ev.iter().any(|e| matches!(e, Event::RolledBack { id, why, .. }
             if id == "backlog" && why.contains("share of packets dropped did not fall by a quarter (15.8 % before, 20.0 % after"))),
