@@ -913,6 +913,33 @@ fn drops_go_before_squeezes_even_when_the_squeezes_came_first() {
 }
 
 #[test]
+fn the_budget_waits_while_the_backlog_is_held_for_a_cpu_with_no_idle_time() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // CPU 4 drops and squeezes with no idle time; no other CPU has room for its packets yet.
+    let mut l = saturated_cpu4(&[]);
+    for c in &mut l.cpu.cpus {
+        c.soft = 95.0;
+        c.idle = 5.0;
+    }
+    l.cpu.cpus[4].squeezed = Some(80.0);
+    let ev = feed(&rig, &mut w, 0.0, &vec![l; 4]);
+    assert!(actions(&ev).is_empty(), "{ev:?}");
+    for (reflex, said) in [
+        ("backlog", "no idle time"),
+        ("budget", "drop reflexes act first"),
+    ] {
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::Held { id, why, .. }
+                if id == reflex && why.contains(said))),
+            "{reflex}: {ev:?}"
+        );
+    }
+    assert_eq!(rig.read(BUDGET), "300");
+}
+
+#[test]
 fn rps_away_never_moves_packets_onto_a_lanes_cpu() {
     use netsteer_host::sockets::Proto;
     use netsteer_steering::model::planner::lane::{LaneMode, LaneSpec, ServiceRef};

@@ -429,11 +429,17 @@ impl Watcher {
         while self.cpu_history.len() > self.cfg.persist as usize {
             self.cpu_history.pop_front();
         }
-        // Loss before delay: while a drop reflex can act, the budget waits (squeezes come with
-        // the same bursts, and a bigger budget gives a starved CPU no time).
-        let drops_can_act = proposals
-            .iter()
-            .any(|p| p.reflex.answers_drops() && self.can_act(p));
+        // Loss before delay: while a drop reflex can act, or holds its advice only for now (a
+        // CPU with no idle time, whose packets rps-away moves once another CPU has room), the
+        // budget waits: squeezes come with the same bursts, and a bigger budget gives a starved
+        // CPU no time (in the lab, a budget raised while the backlog was held was rolled back
+        // by its guard every run). A drop reflex at its cap, asleep or given up does not hold
+        // the budget back.
+        let drops_can_act = proposals.iter().any(|p| {
+            p.reflex.answers_drops()
+                && !p.at_cap
+                && matches!(self.held_back(p), None | Some(("hold", _)))
+        });
         for p in proposals {
             let wait = p.reflex == Reflex::Budget && drops_can_act;
             let window = self.held.entry(p.advice.id.clone()).or_default();
