@@ -528,12 +528,6 @@ impl Watcher {
         let _ = self.state.save(&self.tuner);
     }
 
-    /// Advice for a proposal that held; the action when asked for and allowed.
-    /// Whether a proposal could be acted on: not at its cap, nor held back.
-    fn can_act(&self, p: &Proposal) -> bool {
-        !p.at_cap && self.held_back(p).is_none()
-    }
-
     /// Why a proposal is not to be acted on, with the key it is said once under: its reflex
     /// asleep, one of its knobs given up, or its own hold.
     fn held_back(&self, p: &Proposal) -> Option<(&'static str, String)> {
@@ -560,7 +554,8 @@ impl Watcher {
         p.hold.clone().map(|why| ("hold", why))
     }
 
-    /// `wait`: advise, but let another reflex act first.
+    /// Advice for a proposal that held; the action when asked for and allowed. `wait`:
+    /// advise, but let another reflex act first.
     fn consider(&mut self, now: f64, p: Proposal, before: f64, wait: bool, out: &mut Vec<Event>) {
         let id = p.advice.id.clone();
         let say = |out: &mut Vec<Event>, said: &mut BTreeSet<String>, key: &str, e: Event| {
