@@ -940,6 +940,28 @@ fn the_budget_waits_while_the_backlog_is_held_for_a_cpu_with_no_idle_time() {
 }
 
 #[test]
+fn the_budget_waits_for_the_verdict_on_a_drop_action() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // rps-away acts on the second interval of drops; then the drops are gone and squeezes
+    // come: the budget's window is full one interval later, but it waits for rps-away's
+    // guard (three intervals) before it acts.
+    let mut loads = vec![saturated_cpu4(&[]); 2];
+    loads.extend(vec![squeezes(80.0, 40.0); 4]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    let acted: Vec<(f64, &str)> = actions(&ev).into_iter().map(|a| (a.0, a.1)).collect();
+    let passed = ev
+        .iter()
+        .find_map(|e| match e {
+            Event::GuardPassed { at, id, .. } if id == "rps-away/eth0" => Some(*at),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{ev:?}"));
+    assert_eq!(acted, [(1.0, "rps-away/eth0"), (passed, "budget")], "{ev:?}");
+}
+
+#[test]
 fn rps_away_never_moves_packets_onto_a_lanes_cpu() {
     use netsteer_host::sockets::Proto;
     use netsteer_steering::model::planner::lane::{LaneMode, LaneSpec, ServiceRef};

@@ -333,7 +333,7 @@ pub struct Watcher {
     said: BTreeSet<String>,
     last_action: BTreeMap<Reflex, f64>,
     /// The actions being judged: one at a time, except that a drop reflex may act while a
-    /// budget change is judged (their signals and knobs are apart, and loss comes first).
+    /// budget change is judged (loss comes first).
     pending: Vec<Pending>,
     asleep: BTreeMap<Reflex, String>,
     state: state::Owned,
@@ -614,9 +614,11 @@ impl Watcher {
             );
             return;
         }
-        let beside = |a: Reflex, b: Reflex| {
-            (a.answers_drops() && b == Reflex::Budget) || (a == Reflex::Budget && b.answers_drops())
-        };
+        // One action judged at a time, but loss first: a drop reflex may act while a budget
+        // change is judged, not the reverse (a budget raised while rps-away was judged in the
+        // lab gave the CPU that took the packets less idle time, and confounded both guards).
+        let beside =
+            |judged: Reflex, next: Reflex| judged == Reflex::Budget && next.answers_drops();
         if self.pending.iter().any(|x| !beside(x.reflex, p.reflex)) {
             return;
         }
