@@ -958,7 +958,11 @@ fn the_budget_waits_for_the_verdict_on_a_drop_action() {
             _ => None,
         })
         .unwrap_or_else(|| panic!("{ev:?}"));
-    assert_eq!(acted, [(1.0, "rps-away/eth0"), (passed, "budget")], "{ev:?}");
+    assert_eq!(
+        acted,
+        [(1.0, "rps-away/eth0"), (passed, "budget")],
+        "{ev:?}"
+    );
 }
 
 #[test]
@@ -1024,6 +1028,24 @@ fn a_backlog_is_not_grown_for_a_cpu_with_no_idle_time() {
     assert_eq!(held.len(), 1, "said once: {ev:?}");
     assert!(held[0].contains("CPU 4 has no idle time"), "{held:?}");
     assert_eq!(contents(rig.tree.path()), before);
+}
+
+#[test]
+fn a_cpu_that_bursts_take_only_part_of_the_time_gets_its_backlog() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // CPU 4 drops in both intervals of the window, with 30 % idle in the first and 5 % in
+    // the second (every other CPU busy too): it drains between the bursts, so the backlog.
+    let mut busy = saturated_cpu4(&[]);
+    for c in &mut busy.cpu.cpus {
+        c.idle = 5.0;
+    }
+    let mut lull = busy.clone();
+    lull.cpu.cpus[4].idle = 30.0;
+    let ev = feed(&rig, &mut w, 0.0, &[lull, busy]);
+    let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
+    assert_eq!(acted, ["backlog"], "{ev:?}");
 }
 
 #[test]

@@ -341,6 +341,9 @@ pub struct Watcher {
     /// The most one CPU dropped in a second while drops went on (backlog sizing); reset when
     /// they stop and after an action.
     peak_drops: f64,
+    /// Each CPU's most idle time over the last `persist` intervals: a CPU whose backlog is
+    /// held for having no idle time had none in any of them.
+    idle_window: VecDeque<BTreeMap<u32, f64>>,
     /// The advice file's last write error, said once.
     advice_file_error: Option<String>,
 }
@@ -375,6 +378,7 @@ impl Watcher {
             state,
             cpu_history: VecDeque::new(),
             peak_drops: 0.0,
+            idle_window: VecDeque::new(),
             advice_file_error: None,
         };
         let mut events: Vec<Event> = events;
@@ -409,6 +413,16 @@ impl Watcher {
         } else {
             0.0
         };
+        self.idle_window.push_back(
+            load.cpu
+                .cpus
+                .iter()
+                .map(|c| (c.cpu, crate::doctor::rules::drops::idle(c)))
+                .collect(),
+        );
+        while self.idle_window.len() > self.cfg.persist.max(1) as usize {
+            self.idle_window.pop_front();
+        }
         let proposals = self.proposals(view, load);
         self.judge(now, &proposals, load, cpu, &mut out);
         let ids: BTreeSet<String> = proposals.iter().map(|p| p.advice.id.clone()).collect();
