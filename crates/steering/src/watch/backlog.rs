@@ -35,15 +35,16 @@ impl Watcher {
         // Starved: no idle time in any interval of the hysteresis window. A CPU that bursts
         // take only part of the time drains a longer backlog between them (in the lab, CPU 1
         // taken 0.3 s of every 0.5 s read under 10 % idle in some seconds, not in all).
+        // The window holds this interval too.
         let most_idle = |cpu: u32| {
-            self.idle_window
+            self.recent
                 .iter()
-                .filter_map(|w| w.get(&cpu).copied())
+                .filter_map(|i| i.idle.get(&cpu).copied())
                 .fold(0.0, f64::max)
         };
         let starved: Vec<String> = dropping_rates
             .iter()
-            .filter(|c| idle(c).max(most_idle(c.cpu)) < SATURATED_IDLE)
+            .filter(|c| most_idle(c.cpu) < SATURATED_IDLE)
             .map(|c| c.cpu.to_string())
             .collect();
         let hold = (starved.len() == dropping_rates.len()).then(|| {

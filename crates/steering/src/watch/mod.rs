@@ -28,8 +28,9 @@
 //!
 //! A reflex fires only after its signal held for `persist` intervals, at most once per
 //! `min_interval`, and only raises: a guard measured after each action (the signal must fall
-//! by a quarter, drops as a share of the packets that came, the CPU in softirq and system time may not rise more than `guard_cpu_points`
-//! unless it delivers the packets it saved at no more CPU per packet)
+//! by a quarter, drops as a share of the packets that came; the CPU in softirq and system
+//! time may not rise more than `guard_cpu_points` unless it delivers the packets it saved at
+//! no more CPU per packet)
 //! either confirms it or rolls it back and puts the reflex to sleep with the reason, so no
 //! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
 //! logs who changed what (as far as polling can tell) and leaves that knob alone.
@@ -41,6 +42,7 @@ mod reclaim;
 mod state;
 mod text;
 
+use crate::doctor::rules::drops::idle;
 use crate::doctor::{Goal, Load};
 use crate::model::desired::Profile;
 use crate::model::planner::{Knob, PlanOptions};
@@ -310,6 +312,13 @@ struct Proposal {
     hold: Option<String>,
 }
 
+/// One interval as the guard and the backlog's hold look back at it.
+struct Interval {
+    cost: Cost,
+    /// Each CPU's idle time, % ([`idle`]).
+    idle: BTreeMap<u32, f64>,
+}
+
 /// An action being judged.
 struct Pending {
     id: String,
@@ -337,13 +346,13 @@ pub struct Watcher {
     pending: Vec<Pending>,
     asleep: BTreeMap<Reflex, String>,
     state: state::Owned,
-    cpu_history: VecDeque<Cost>,
+    /// The last `persist` intervals, this one included: what they cost (the "before" of an
+    /// action taken now) and each CPU's idle time (a CPU whose backlog is held for having no
+    /// idle time had none in any of them).
+    recent: VecDeque<Interval>,
     /// The most one CPU dropped in a second while drops went on (backlog sizing); reset when
     /// they stop and after an action.
     peak_drops: f64,
-    /// Each CPU's most idle time over the last `persist` intervals: a CPU whose backlog is
-    /// held for having no idle time had none in any of them.
-    idle_window: VecDeque<BTreeMap<u32, f64>>,
     /// The advice file's last write error, said once.
     advice_file_error: Option<String>,
 }
@@ -376,9 +385,8 @@ impl Watcher {
             pending: Vec::new(),
             asleep: BTreeMap::new(),
             state,
-            cpu_history: VecDeque::new(),
+            recent: VecDeque::new(),
             peak_drops: 0.0,
-            idle_window: VecDeque::new(),
             advice_file_error: None,
         };
         let mut events: Vec<Event> = events;
@@ -413,15 +421,12 @@ impl Watcher {
         } else {
             0.0
         };
-        self.idle_window.push_back(
-            load.cpu
-                .cpus
-                .iter()
-                .map(|c| (c.cpu, crate::doctor::rules::drops::idle(c)))
-                .collect(),
-        );
-        while self.idle_window.len() > self.cfg.persist.max(1) as usize {
-            self.idle_window.pop_front();
+        self.recent.push_back(Interval {
+            cost: cpu,
+            idle: load.cpu.cpus.iter().map(|c| (c.cpu, idle(c))).collect(),
+        });
+        while self.recent.len() > self.cfg.persist as usize {
+            self.recent.pop_front();
         }
         let proposals = self.proposals(view, load);
         self.judge(now, &proposals, load, cpu, &mut out);
@@ -437,11 +442,6 @@ impl Watcher {
             self.standing.remove(&id);
             self.said.retain(|s| !s.starts_with(&format!("{id}|")));
             out.push(Event::AdviceGone { at: now, id });
-        }
-        // This interval's CPU counts in the "before" of an action taken now.
-        self.cpu_history.push_back(cpu);
-        while self.cpu_history.len() > self.cfg.persist as usize {
-            self.cpu_history.pop_front();
         }
         // Loss before delay: while a drop reflex can act, or holds its advice only for now (a
         // CPU with no idle time, whose packets rps-away moves once another CPU has room), the
@@ -641,7 +641,7 @@ impl Watcher {
         {
             return;
         }
-        let cpu_before = Cost::mean(self.cpu_history.iter());
+        let cpu_before = Cost::mean(self.recent.iter().map(|i| &i.cost));
         match self.apply(&p.advice) {
             Ok(journal) => {
                 self.last_action.insert(p.reflex, now);
