@@ -62,7 +62,12 @@ fn pid(r: &Running) -> u32 {
 }
 
 fn allowed(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    allowed_under("/proc", pid)
+}
+
+/// A process's allowed CPUs from the /proc mounted at `proc`.
+fn allowed_under(proc: &str, pid: u32) -> String {
+    std::fs::read_to_string(format!("{proc}/{pid}/status"))
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
@@ -578,6 +583,7 @@ SuccessExitStatus=143
 /// The unit's processes other than its main one, as systemd's cgroup lists them.
 fn helpers(sd: &Systemd, main: u32) -> Vec<u32> {
     let cg = sd.text("systemctl show -p ControlGroup --value echo.service");
+    // Read inside: cgroup.procs numbers processes in the reader's PID namespace.
     sd.text(&format!("cat /sys/fs/cgroup{cg}/cgroup.procs"))
         .lines()
         .map(|l| l.parse().unwrap())
@@ -587,9 +593,7 @@ fn helpers(sd: &Systemd, main: u32) -> Vec<u32> {
 
 /// A process's allowed CPUs as the systemd box numbers it.
 fn allowed_in(sd: &Systemd, pid: u32) -> String {
-    sd.text(&format!(
-        "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/{pid}/status"
-    ))
+    allowed_under(&sd.root().join("proc").display().to_string(), pid)
 }
 
 /// `--unit`: systemd itself (PID 1 of namespaces of this test's own, inside the server's

@@ -96,6 +96,16 @@ impl Drop for Running {
     }
 }
 
+/// What command `what` printed, trimmed; it must have succeeded (its stderr says why not).
+pub fn printed(what: &str, out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// The command must have succeeded; its stderr says why not.
 pub fn succeeded(out: &Output) {
     assert!(
@@ -247,13 +257,7 @@ impl Netns {
 
     /// What a shell command inside prints, trimmed; it must succeed.
     pub fn text(&self, cmd: &str) -> String {
-        let out = self.exec(&["sh", "-c", cmd]);
-        assert!(
-            out.status.success(),
-            "{cmd}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        printed(cmd, self.exec(&["sh", "-c", cmd]))
     }
 }
 

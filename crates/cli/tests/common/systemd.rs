@@ -192,13 +192,16 @@ exec env -i container=netsteer-test SYSTEMD_UNIT_PATH={} PATH=/usr/sbin:/usr/bin
 
     /// What a shell command inside prints, trimmed; it must succeed.
     pub fn text(&self, cmd: &str) -> String {
-        let out = self.command("sh", &["-c", cmd]).output().expect("nsenter");
-        assert!(
-            out.status.success(),
-            "{cmd}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        super::printed(
+            cmd,
+            self.command("sh", &["-c", cmd]).output().expect("nsenter"),
+        )
+    }
+
+    /// The box's root as its PID 1 sees it (its own /proc, /sys and cgroup mounts), read
+    /// from the host without entering it.
+    pub fn root(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root", self.pid))
     }
 
     /// A unit's main process as the box numbers it (0 when it has none).
