@@ -6,7 +6,8 @@
 # and run in the guest from a root of their own. Per turn it prints how soon after the first
 # drop netdev_max_backlog changed, the drops during the flood, the settings each ends with,
 # and what each leaves after SIGKILL (netsteer's also after `tune rollback`).
-# Usage: benches/watch-bpftune.sh [ROUNDS] (default 2). Root, QEMU and busybox-static.
+# Usage: benches/watch-bpftune.sh [ROUNDS] (default 2); RATE (each of the four streams' iperf3
+# -b, default unbounded) from the environment. Root, QEMU and busybox-static.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2} cargo test -p netsteer --test vm_watch beside_bpftune -- --ignored --nocapture 2>&1 |

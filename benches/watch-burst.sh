@@ -5,6 +5,8 @@
 # streams at RATE each. Each round floods once without a watcher and once with one; per flood
 # it prints the drops in the first 10 s after the first drop and after, the last drop's time,
 # the settings it ends with and the watcher's advice, changes and guard verdicts.
+# IDLE=0 makes the loop steady: the suite's flood held to RATE, against the same flood without a
+# watcher (`RATE=2M IDLE=0 benches/watch-burst.sh 3`).
 # Usage: benches/watch-burst.sh [ROUNDS] (default 3); RATE, BUSY, IDLE from the environment.
 # Root, QEMU and busybox-static.
 set -euo pipefail

@@ -245,8 +245,8 @@ fn start_drop_poller(b: &mut Guest, tag: &str) {
     );
 }
 
-/// Stops `tag`'s poller: (b's uptime, drops summed over every CPU) per look.
-fn drop_timeline(b: &mut Guest, tag: &str) -> Vec<(f64, u64)> {
+/// Stops `tag`'s poller: (b's uptime, each CPU's drops) per look.
+fn drop_timeline(b: &mut Guest, tag: &str) -> Vec<(f64, Vec<u64>)> {
     sh(b, &format!("kill $(cat /x/{tag}.pid)"));
     let text = std::fs::read_to_string(b.share_dir().join(format!("{tag}.drops"))).unwrap();
     text.lines()
@@ -257,28 +257,59 @@ fn drop_timeline(b: &mut Guest, tag: &str) -> Vec<(f64, u64)> {
                 .filter(|x| !x.is_empty())
                 .map(|x| u64::from_str_radix(x.trim(), 16).ok())
                 .collect();
-            Some((t.parse().ok()?, per_cpu?.iter().sum()))
+            Some((t.parse().ok()?, per_cpu?))
         })
         .collect()
+}
+
+/// Each CPU's drops as the timeline's last look at or before `t` saw them (none before it:
+/// zeros).
+fn drops_at(timeline: &[(f64, Vec<u64>)], t: f64) -> Vec<u64> {
+    let cpus = timeline.iter().map(|p| p.1.len()).max().unwrap_or(0);
+    let mut seen = timeline
+        .iter()
+        .take_while(|(s, _)| *s <= t)
+        .last()
+        .map_or_else(Vec::new, |p| p.1.clone());
+    seen.resize(cpus, 0);
+    seen
 }
 
 /// From a drop timeline, the flood's first drop at `onset` and its end at `end` (b's
 /// uptime): the drops in the first 10 s after the first one, after that, and when the last
 /// one was seen (seconds after the first; NaN when none).
-fn drops_after(timeline: &[(f64, u64)], onset: f64, end: f64) -> (u64, u64, f64) {
-    let at = |t: f64| {
-        timeline
-            .iter()
-            .take_while(|(s, _)| *s <= t)
-            .last()
-            .map_or(0, |p| p.1)
-    };
+fn drops_after(timeline: &[(f64, Vec<u64>)], onset: f64, end: f64) -> (u64, u64, f64) {
+    let at = |t: f64| drops_at(timeline, t).iter().sum::<u64>();
     let first = at(onset - 0.5);
     let last = timeline
         .windows(2)
-        .rfind(|w| w[1].1 > w[0].1 && w[1].0 <= end)
+        .rfind(|w| w[1].1.iter().sum::<u64>() > w[0].1.iter().sum::<u64>() && w[1].0 <= end)
         .map_or(f64::NAN, |w| w[1].0 - onset);
     (at(onset + 10.0) - first, at(end) - at(onset + 10.0), last)
+}
+
+/// Where and when the drops were, for the measured lines: each CPU's drops from 10 s after
+/// the first drop to `end` (`CPU 0 12, CPU 1 0`), and the drops of each whole second after
+/// the first drop (`[4100 3900 …]`).
+fn drops_where(timeline: &[(f64, Vec<u64>)], onset: f64, end: f64) -> (String, String) {
+    let (ten, last) = (drops_at(timeline, onset + 10.0), drops_at(timeline, end));
+    let by_cpu = last
+        .iter()
+        .zip(&ten)
+        .enumerate()
+        .map(|(cpu, (l, t))| format!("CPU {cpu} {}", l - t))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let total = |t: f64| drops_at(timeline, t).iter().sum::<u64>();
+    let secs = (end - onset).max(0.0) as u32;
+    let per_second = (0..secs)
+        .map(|i| {
+            let from = onset + f64::from(i) - if i == 0 { 0.5 } else { 0.0 };
+            (total(onset + f64::from(i + 1)) - total(from)).to_string()
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    (by_cpu, format!("[{per_second}]"))
 }
 
 #[test]
@@ -335,7 +366,9 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
     flood(&mut pair, "act", 25);
     let end = uptime(&mut pair.b);
     let (ev, onset) = events(&mut pair.b, "act");
-    let (early, late, last) = drops_after(&drop_timeline(&mut pair.b, "act"), onset, end);
+    let timeline = drop_timeline(&mut pair.b, "act");
+    let (early, late, last) = drops_after(&timeline, onset, end);
+    let (late_by_cpu, per_second) = drops_where(&timeline, onset, end);
     let applied: Vec<_> = ev
         .iter()
         .filter_map(|(t, e)| match e {
@@ -406,7 +439,7 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
         }
     }
     eprintln!(
-        "measured: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s); last drop {last:.1} s after the first",
+        "measured: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s; {late_by_cpu}); last drop {last:.1} s after the first; each second's: {per_second}",
         end - onset
     );
 
@@ -430,7 +463,7 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
 /// turns (the order alternating each round), the sysctls reset before each. Per turn: how soon
 /// after the first drop each changes `netdev_max_backlog` (a 0.1 s poller), the drops during
 /// the flood, the settings each ends with, and what each leaves after SIGKILL (and, for
-/// netsteer, after `tune rollback` of its journals).
+/// netsteer, after `tune rollback` of its journals). RATE holds each iperf3 stream to a rate.
 #[test]
 #[ignore]
 fn beside_bpftune() {
@@ -439,6 +472,8 @@ fn beside_bpftune() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
+    // Each stream's iperf3 `-b`: "0" (unbounded, the suite's flood) unless RATE says.
+    let rate = std::env::var("RATE").unwrap_or_else(|_| "0".into());
     let root = PrivateRoot::bpftune().unwrap_or_else(|e| panic!("bpftune's root: {e}"));
     eprintln!("bpftune {}", root.version);
     let mut pair = VmPair::new("wbpf", &VmPairSpec::default())
@@ -523,7 +558,7 @@ fn beside_bpftune() {
                 ),
             );
             let d0 = drops(&mut pair.b);
-            flood(&mut pair, &tag, 25);
+            flood_at(&mut pair, &tag, 25, &rate);
             let lost = drops(&mut pair.b) - d0;
             if tool == "bpftune" {
                 eprintln!(
@@ -577,7 +612,12 @@ fn beside_bpftune() {
 /// default 1000; in the pause it drains. Each round floods once without a watcher (the drops the
 /// load causes as the host is) and once with `watch --apply`, and prints the first advice, the
 /// changes and the guards' verdicts after the first drop, the drops in the first 10 s and after,
-/// and the last drop's time; then `tune rollback` must put every sysctl back.
+/// and the last drop's time; then `tune rollback` must put every sysctl and RPS mask back.
+///
+/// IDLE=0 makes the loop steady: the flood of the suite's test, but held to a RATE a CPU with
+/// time to spare drains (unbounded, iperf3 sends as fast as guest a can and CPU 0 may have no
+/// room for it either), so whether a move away from CPU 1 ends the drops is measured against
+/// the same load without a watcher.
 #[test]
 #[ignore]
 fn bursts_a_bigger_backlog_absorbs() {
@@ -587,12 +627,20 @@ fn bursts_a_bigger_backlog_absorbs() {
     let mut pair = VmPair::new("wbst", &VmPairSpec::default())
         .unwrap_or_else(|e| panic!("virtio guests: {e}"));
     pair.install(std::path::Path::new(BIN)).unwrap();
-    let before = starve_cpu1(
-        &mut pair.b,
-        &format!("while :; do timeout {busy} sh -c \"while :; do :; done\"; sleep {idle}; done"),
-    );
+    let steady = idle.parse::<f64>() == Ok(0.0);
+    let hog = if steady {
+        "while :; do :; done".to_string()
+    } else {
+        format!("while :; do timeout {busy} sh -c \"while :; do :; done\"; sleep {idle}; done")
+    };
+    let before = starve_cpu1(&mut pair.b, &hog);
+    let rps_before = sh(&mut pair.b, RPS_MASKS);
     let reset = reset_command(&before);
-    eprintln!("bursts: {rate} a stream × 4, CPU 1 taken {busy} s of every {busy} + {idle} s");
+    if steady {
+        eprintln!("bursts: {rate} a stream × 4, CPU 1 taken all the time");
+    } else {
+        eprintln!("bursts: {rate} a stream × 4, CPU 1 taken {busy} s of every {busy} + {idle} s");
+    }
     for round in 0..rounds {
         for watcher in [false, true] {
             let tag = format!("{}{round}", if watcher { "burst" } else { "bare" });
@@ -617,15 +665,21 @@ fn bursts_a_bigger_backlog_absorbs() {
                         .unwrap_or_else(|e| panic!("{tag}: the bursts caused no drop ({e})"));
                 (Vec::new(), onset.trim().parse().unwrap())
             };
-            let (early, late, last) = drops_after(&drop_timeline(&mut pair.b, &tag), onset, end);
+            let timeline = drop_timeline(&mut pair.b, &tag);
+            let (early, late, last) = drops_after(&timeline, onset, end);
+            let (late_by_cpu, per_second) = drops_where(&timeline, onset, end);
             let what: Vec<String> = ev
                 .iter()
                 .filter_map(|(t, e)| describe(t - onset, e))
                 .collect();
             eprintln!(
-                "measured: {tag}: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s); last drop {last:.1} s after the first; ends with [{}]; {}",
+                "measured: {tag}: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s; {late_by_cpu}); last drop {last:.1} s after the first; each second's: {per_second}; ends with [{}], RPS [{}]; {}",
                 end - onset,
                 sh(&mut pair.b, &format!("cat {SYSCTLS}"))
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                sh(&mut pair.b, RPS_MASKS)
                     .split_whitespace()
                     .collect::<Vec<_>>()
                     .join(" "),
@@ -637,6 +691,11 @@ fn bursts_a_bigger_backlog_absorbs() {
                     sh(&mut pair.b, &format!("cat {SYSCTLS}")),
                     before,
                     "tune rollback left a sysctl changed"
+                );
+                assert_eq!(
+                    sh(&mut pair.b, RPS_MASKS),
+                    rps_before,
+                    "tune rollback left an RPS mask changed"
                 );
             }
         }
