@@ -1085,3 +1085,58 @@ fn a_step_that_saves_a_third_of_the_drops_stays_and_the_next_may_follow() {
     assert_eq!(applied(&ev).len(), 2, "{ev:?}");
     assert_eq!(rig.read(BACKLOG), "4000");
 }
+
+#[test]
+fn a_budget_raise_that_brings_drops_is_undone_at_the_first_interval_that_shows_them() {
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 5));
+    // Squeezes and no drops: the budget goes up; the next interval drops 400 a second at CPU
+    // 3's backlog (what the lab saw on a CPU that RPSes to itself). Undone then, not after
+    // the five intervals of its window, and the reflex sleeps.
+    let ev = feed(
+        &rig,
+        &mut w,
+        0.0,
+        &[
+            squeezes(100.0, 20.0),
+            squeezes(100.0, 20.0),
+            load(&[(2, 0.0, 100.0, 20.0), (3, 400.0, 0.0, 5.0)]),
+        ],
+    );
+    let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
+    assert_eq!(acted, ["budget"], "{ev:?}");
+    let undone: Vec<(f64, &String)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::RolledBack { at, why, .. } => Some((*at, why)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(undone.len(), 1, "{ev:?}");
+    assert_eq!(undone[0].0, 2.0, "{ev:?}");
+    assert!(
+        undone[0].1.contains("brought drops: 0.0/s") && undone[0].1.contains("400.0/s after"),
+        "{undone:?}"
+    );
+    assert_eq!(rig.read(BUDGET), "300");
+
+    // The same raise with drops that stay at the noise floor stands: a drop a second is not
+    // "brought" by it.
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 5));
+    let ev = feed(
+        &rig,
+        &mut w,
+        0.0,
+        &[
+            squeezes(100.0, 20.0),
+            squeezes(100.0, 20.0),
+            load(&[(2, 0.0, 100.0, 20.0), (3, 1.5, 0.0, 5.0)]),
+        ],
+    );
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::RolledBack { .. })),
+        "{ev:?}"
+    );
+    assert_ne!(rig.read(BUDGET), "300");
+}

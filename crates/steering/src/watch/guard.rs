@@ -46,6 +46,15 @@ impl Watcher {
                 .map_or(0.0, |x| x.signal),
         };
         p.seen.push((signal, cpu));
+        // A change made for another signal must not cost packets: judged at the first
+        // interval that shows drops, not after the window, as each interval waited loses more.
+        // Seen in the lab: `netdev_budget` 300 → 600 on a CPU that RPSes to itself (its NAPIs
+        // fill its own backlog longer each round, net/core/dev.c `net_rx_action`), and 400
+        // drops a second there within 2 s where there had been none.
+        if let Some(why) = self.brought_drops(&p, &cpu) {
+            self.roll_back(now, p, why, out);
+            return None;
+        }
         if p.seen.len() < self.cfg.guard_intervals as usize {
             return Some(p);
         }
@@ -115,6 +124,27 @@ impl Watcher {
                 }
             )
         };
+        self.roll_back(now, p, why, out);
+        None
+    }
+
+    /// Why an action that answers something other than drops is to be undone now: every
+    /// CPU's backlog drops this interval at least `BROUGHT` times what they were before it
+    /// (and never below `min_rate` a second). Drop reflexes have their own verdict.
+    fn brought_drops(&self, p: &Pending, now: &Cost) -> Option<String> {
+        if p.reflex.answers_drops() {
+            return None;
+        }
+        let (before, after) = (p.cpu_before.dropped?, now.dropped?);
+        (after >= before.max(self.cfg.min_rate) * BROUGHT).then(|| {
+            format!(
+                "it brought drops: {before:.1}/s at every CPU's backlog before it, {after:.1}/s after"
+            )
+        })
+    }
+
+    /// Undoes a pending action through its journal and puts its reflex to sleep with `why`.
+    fn roll_back(&mut self, now: f64, p: Pending, why: String, out: &mut Vec<Event>) {
         let why = match self.tuner.rollback(Some(std::path::Path::new(&p.journal))) {
             Ok(_) => {
                 self.state.forget_journal(&p.journal);
@@ -129,9 +159,11 @@ impl Watcher {
             id: p.id,
             why,
         });
-        None
     }
 }
+
+/// How many times the drops before it an action for another signal may not bring.
+const BROUGHT: f64 = 2.0;
 
 /// The share of its signal an action must take away (over its guard's intervals).
 const GUARD_FALL: f64 = 0.25;

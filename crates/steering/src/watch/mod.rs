@@ -30,7 +30,8 @@
 //! `min_interval`, and only raises: a guard measured after each action (the signal must fall
 //! by a quarter, drops as a share of the packets that came; the CPU in softirq and system
 //! time may not rise more than `guard_cpu_points` unless it delivers the packets it saved at
-//! no more CPU per packet)
+//! no more CPU per packet; an action for another signal is undone at the first interval
+//! whose drops double what they were before it)
 //! either confirms it or rolls it back and puts the reflex to sleep with the reason, so no
 //! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
 //! logs who changed what (as far as polling can tell) and leaves that knob alone.
