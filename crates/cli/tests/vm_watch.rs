@@ -262,14 +262,16 @@ fn drop_timeline(b: &mut Guest, tag: &str) -> Vec<(f64, Vec<u64>)> {
         .collect()
 }
 
-/// Each CPU's drops as the timeline's last look at or before `t` saw them (none before it:
-/// zeros).
+/// Each CPU's drops as the timeline's last look at or before `t` saw them; with no look
+/// that early, the first look (the counters count since boot: zeros would charge every
+/// earlier round's drops to this one, and the first look can only miss a few of this one's).
 fn drops_at(timeline: &[(f64, Vec<u64>)], t: f64) -> Vec<u64> {
     let cpus = timeline.iter().map(|p| p.1.len()).max().unwrap_or(0);
     let mut seen = timeline
         .iter()
         .take_while(|(s, _)| *s <= t)
         .last()
+        .or(timeline.first())
         .map_or_else(Vec::new, |p| p.1.clone());
     seen.resize(cpus, 0);
     seen
