@@ -277,15 +277,26 @@ fn drops_at(timeline: &[(f64, Vec<u64>)], t: f64) -> Vec<u64> {
     seen
 }
 
+/// Every CPU's drops together as the timeline saw them at `t` ([`drops_at`]).
+fn total_at(timeline: &[(f64, Vec<u64>)], t: f64) -> u64 {
+    drops_at(timeline, t).iter().sum()
+}
+
+/// A guest's multi-line output on one line.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// From a drop timeline, the flood's first drop at `onset` and its end at `end` (b's
 /// uptime): the drops in the first 10 s after the first one, after that, and when the last
 /// one was seen (seconds after the first; NaN when none).
 fn drops_after(timeline: &[(f64, Vec<u64>)], onset: f64, end: f64) -> (u64, u64, f64) {
-    let at = |t: f64| drops_at(timeline, t).iter().sum::<u64>();
+    let at = |t: f64| total_at(timeline, t);
     let first = at(onset - 0.5);
+    let sum = |look: &[u64]| look.iter().sum::<u64>();
     let last = timeline
         .windows(2)
-        .rfind(|w| w[1].1.iter().sum::<u64>() > w[0].1.iter().sum::<u64>() && w[1].0 <= end)
+        .rfind(|w| sum(&w[1].1) > sum(&w[0].1) && w[1].0 <= end)
         .map_or(f64::NAN, |w| w[1].0 - onset);
     (at(onset + 10.0) - first, at(end) - at(onset + 10.0), last)
 }
@@ -302,7 +313,7 @@ fn drops_where(timeline: &[(f64, Vec<u64>)], onset: f64, end: f64) -> (String, S
         .map(|(cpu, (l, t))| format!("CPU {cpu} {}", l - t))
         .collect::<Vec<_>>()
         .join(", ");
-    let total = |t: f64| drops_at(timeline, t).iter().sum::<u64>();
+    let total = |t: f64| total_at(timeline, t);
     let secs = (end - onset).max(0.0) as u32;
     let per_second = (0..secs)
         .map(|i| {
@@ -593,14 +604,13 @@ fn beside_bpftune() {
                 roll_back_watch(&mut pair.b, &format!("{GSHARE}/st-{tag}/watch"), 8);
                 after = sh(&mut pair.b, &knobs);
             }
-            let one = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
             eprintln!(
                 "measured: {tool} round {round}: first change {:.1} s after the first drop; {lost} drops during the flood; ends with [{}]; after SIGKILL [{}]; after tune rollback [{}] (before [{}])",
                 change - onset,
-                one(&ends),
-                one(&killed),
-                one(&after),
-                one(&before)
+                one_line(&ends),
+                one_line(&killed),
+                one_line(&after),
+                one_line(&before)
             );
         }
     }
@@ -629,20 +639,21 @@ fn bursts_a_bigger_backlog_absorbs() {
     let mut pair = VmPair::new("wbst", &VmPairSpec::default())
         .unwrap_or_else(|e| panic!("virtio guests: {e}"));
     pair.install(std::path::Path::new(BIN)).unwrap();
-    let steady = idle.parse::<f64>() == Ok(0.0);
-    let hog = if steady {
-        "while :; do :; done".to_string()
+    let (hog, taken) = if idle.parse::<f64>() == Ok(0.0) {
+        (
+            "while :; do :; done".to_string(),
+            "all the time".to_string(),
+        )
     } else {
-        format!("while :; do timeout {busy} sh -c \"while :; do :; done\"; sleep {idle}; done")
+        (
+            format!("while :; do timeout {busy} sh -c \"while :; do :; done\"; sleep {idle}; done"),
+            format!("{busy} s of every {busy} + {idle} s"),
+        )
     };
     let before = starve_cpu1(&mut pair.b, &hog);
     let rps_before = sh(&mut pair.b, RPS_MASKS);
     let reset = reset_command(&before);
-    if steady {
-        eprintln!("bursts: {rate} a stream × 4, CPU 1 taken all the time");
-    } else {
-        eprintln!("bursts: {rate} a stream × 4, CPU 1 taken {busy} s of every {busy} + {idle} s");
-    }
+    eprintln!("bursts: {rate} a stream × 4, CPU 1 taken {taken}");
     for round in 0..rounds {
         for watcher in [false, true] {
             let tag = format!("{}{round}", if watcher { "burst" } else { "bare" });
@@ -677,14 +688,8 @@ fn bursts_a_bigger_backlog_absorbs() {
             eprintln!(
                 "measured: {tag}: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s; {late_by_cpu}); last drop {last:.1} s after the first; each second's: {per_second}; ends with [{}], RPS [{}]; {}",
                 end - onset,
-                sh(&mut pair.b, &format!("cat {SYSCTLS}"))
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                sh(&mut pair.b, RPS_MASKS)
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                one_line(&sh(&mut pair.b, &format!("cat {SYSCTLS}"))),
+                one_line(&sh(&mut pair.b, RPS_MASKS)),
                 what.join("; ")
             );
             if watcher {

@@ -128,6 +128,17 @@ fn actions(events: &[Event]) -> Vec<(f64, &str, Vec<&str>)> {
         .collect()
 }
 
+/// Each rollback: when, and why.
+fn rolled_back(events: &[Event]) -> Vec<(f64, &String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RolledBack { at, why, .. } => Some((*at, why)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn applied(events: &[Event]) -> Vec<&Event> {
     events
         .iter()
@@ -364,15 +375,9 @@ fn a_guard_that_fails_rolls_back_and_the_reflex_sleeps() {
     loads.extend(vec![squeezes(100.0, 60.0); 12]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
     assert_eq!(applied(&ev).len(), 1, "{ev:?}");
-    let undone: Vec<&String> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::RolledBack { why, .. } => Some(why),
-            _ => None,
-        })
-        .collect();
+    let undone = rolled_back(&ev);
     assert_eq!(undone.len(), 1, "{ev:?}");
-    assert!(undone[0].contains("did not fall"), "{undone:?}");
+    assert!(undone[0].1.contains("did not fall"), "{undone:?}");
     assert!(
         ev.iter()
             .any(|e| matches!(e, Event::Held { why, .. } if why.contains("sleeps"))),
@@ -1086,13 +1091,11 @@ fn a_step_that_saves_a_third_of_the_drops_stays_and_the_next_may_follow() {
     assert_eq!(rig.read(BACKLOG), "4000");
 }
 
-#[test]
-fn a_budget_raise_that_brings_drops_is_undone_at_the_first_interval_that_shows_them() {
+/// Squeezes and no drops for two intervals (the budget goes up), then an interval whose CPU 3
+/// drops `drops` a second: the rig and the events.
+fn budget_raise_then(drops: f64) -> (Rig, Vec<Event>) {
     let rig = Rig::new();
     let (mut w, _) = rig.watcher(acting(2, 5));
-    // Squeezes and no drops: the budget goes up; the next interval drops 400 a second at CPU
-    // 3's backlog (what the lab saw on a CPU that RPSes to itself). Undone then, not after
-    // the five intervals of its window, and the reflex sleeps.
     let ev = feed(
         &rig,
         &mut w,
@@ -1100,18 +1103,21 @@ fn a_budget_raise_that_brings_drops_is_undone_at_the_first_interval_that_shows_t
         &[
             squeezes(100.0, 20.0),
             squeezes(100.0, 20.0),
-            load(&[(2, 0.0, 100.0, 20.0), (3, 400.0, 0.0, 5.0)]),
+            load(&[(2, 0.0, 100.0, 20.0), (3, drops, 0.0, 5.0)]),
         ],
     );
+    (rig, ev)
+}
+
+#[test]
+fn a_budget_raise_that_brings_drops_is_undone_at_the_first_interval_that_shows_them() {
+    // 400 drops a second at CPU 3's backlog after the raise (what the lab saw at the CPU that
+    // took every packet after rps-away): undone then, not after the five intervals of its
+    // window, and the reflex sleeps.
+    let (rig, ev) = budget_raise_then(400.0);
     let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
     assert_eq!(acted, ["budget"], "{ev:?}");
-    let undone: Vec<(f64, &String)> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::RolledBack { at, why, .. } => Some((*at, why)),
-            _ => None,
-        })
-        .collect();
+    let undone = rolled_back(&ev);
     assert_eq!(undone.len(), 1, "{ev:?}");
     assert_eq!(undone[0].0, 2.0, "{ev:?}");
     assert!(
@@ -1122,21 +1128,7 @@ fn a_budget_raise_that_brings_drops_is_undone_at_the_first_interval_that_shows_t
 
     // The same raise with drops that stay at the noise floor stands: a drop a second is not
     // "brought" by it.
-    let rig = Rig::new();
-    let (mut w, _) = rig.watcher(acting(2, 5));
-    let ev = feed(
-        &rig,
-        &mut w,
-        0.0,
-        &[
-            squeezes(100.0, 20.0),
-            squeezes(100.0, 20.0),
-            load(&[(2, 0.0, 100.0, 20.0), (3, 1.5, 0.0, 5.0)]),
-        ],
-    );
-    assert!(
-        !ev.iter().any(|e| matches!(e, Event::RolledBack { .. })),
-        "{ev:?}"
-    );
+    let (rig, ev) = budget_raise_then(1.5);
+    assert!(rolled_back(&ev).is_empty(), "{ev:?}");
     assert_ne!(rig.read(BUDGET), "300");
 }

@@ -48,9 +48,10 @@ impl Watcher {
         p.seen.push((signal, cpu));
         // A change made for another signal must not cost packets: judged at the first
         // interval that shows drops, not after the window, as each interval waited loses more.
-        // Seen in the lab: `netdev_budget` 300 → 600 on a CPU that RPSes to itself (its NAPIs
-        // fill its own backlog longer each round, net/core/dev.c `net_rx_action`), and 400
-        // drops a second there within 2 s where there had been none.
+        // Seen in the lab: `netdev_budget` 300 → 600 after rps-away, and 150–580 drops a second
+        // 1–3 s later at the CPU that took every packet, where there had been none (the budget
+        // is global: each `net_rx_action` round, net/core/dev.c, may hand a backlog a bigger
+        // batch).
         if let Some(why) = self.brought_drops(&p, &cpu) {
             self.roll_back(now, p, why, out);
             return None;
