@@ -921,6 +921,7 @@ fn drops_go_before_squeezes_even_when_the_squeezes_came_first() {
 fn the_budget_waits_while_the_backlog_is_held_for_a_cpu_with_no_idle_time() {
     let rig = Rig::new();
     rig.write(ETH0_RPS, "0010");
+    deep_backlog(&rig);
     let (mut w, _) = rig.watcher(acting(2, 3));
     // CPU 4 drops and squeezes with no idle time; no other CPU has room for its packets yet.
     let mut l = saturated_cpu4(&[]);
@@ -948,6 +949,7 @@ fn the_budget_waits_while_the_backlog_is_held_for_a_cpu_with_no_idle_time() {
 fn the_budget_waits_for_the_verdict_on_a_drop_action() {
     let rig = Rig::new();
     rig.write(ETH0_RPS, "0010");
+    deep_backlog(&rig);
     let (mut w, _) = rig.watcher(acting(2, 3));
     // rps-away acts on the second interval of drops; then the drops are gone and squeezes
     // come: the budget's window is full one interval later, but it waits for rps-away's
@@ -1057,6 +1059,7 @@ fn a_cpu_that_bursts_take_only_part_of_the_time_gets_its_backlog() {
 fn a_drop_reflex_acts_while_a_budget_change_is_judged() {
     let rig = Rig::new();
     rig.write(ETH0_RPS, "0010");
+    deep_backlog(&rig);
     let (mut w, _) = rig.watcher(acting(2, 5));
     // Squeezes alone: the budget acts at the second interval; then drops on the saturated
     // CPU 4 during the budget's five-interval guard: rps-away does not wait for it.
@@ -1131,4 +1134,63 @@ fn a_budget_raise_that_brings_drops_is_undone_at_the_first_interval_that_shows_t
     let (rig, ev) = budget_raise_then(1.5);
     assert!(rolled_back(&ev).is_empty(), "{ev:?}");
     assert_ne!(rig.read(BUDGET), "300");
+}
+
+/// A backlog deep enough for a budget of 600 while RPS is on (three budgets: see the next
+/// test), so that what a test judges is the order of the reflexes.
+fn deep_backlog(rig: &Rig) {
+    rig.write(BACKLOG, "1800");
+}
+
+/// Three intervals of squeezes at CPU 2 while it takes RPS IPIs at `ipis` a second.
+fn squeezes_fed_by_rps(ipis: f64) -> Vec<Load> {
+    let mut l = squeezes(100.0, 20.0);
+    l.cpu.cpus[2].rps_ipi = Some(ipis);
+    vec![l; 3]
+}
+
+#[test]
+fn the_budget_is_not_raised_past_a_third_of_the_backlog_while_rps_hands_packets_across() {
+    // A budget of 600 beside a backlog of 1000 while CPU 2's backlog is fed by RPS: what
+    // brought drops in the lab after rps-away. Held, and said why.
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let ev = feed(&rig, &mut w, 0.0, &squeezes_fed_by_rps(4000.0));
+    assert!(actions(&ev).is_empty(), "{ev:?}");
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Held { id, why, .. }
+            if id == "budget" && why.contains("CPU 2 4000/s")
+                && why.contains("budget of 600")
+                && why.contains("netdev_max_backlog 1000"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BUDGET), "300");
+
+    // With the backlog three budgets deep, the same squeezes raise it.
+    let rig = Rig::new();
+    deep_backlog(&rig);
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let ev = feed(&rig, &mut w, 0.0, &squeezes_fed_by_rps(4000.0));
+    let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
+    assert_eq!(acted, ["budget"], "{ev:?}");
+    assert_eq!(rig.read(BUDGET), "600");
+
+    // No IPIs (a CPU whose backlog is always scheduled takes none) but a queue's RPS mask
+    // set: held the same.
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let ev = feed(&rig, &mut w, 0.0, &squeezes_fed_by_rps(0.0));
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Held { id, why, .. }
+            if id == "budget" && why.contains("masks: eth0 rx-0 → 4"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(BUDGET), "300");
+
+    // IPIs below the noise floor and no mask: not RPS at work.
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let ev = feed(&rig, &mut w, 0.0, &squeezes_fed_by_rps(0.5));
+    assert_eq!(rig.read(BUDGET), "600", "{ev:?}");
 }

@@ -19,7 +19,8 @@
 //!   mask the kernel parses, not a decimal number).
 //! - `budget`: time squeezes (column 3: `net_rx_action` ran out of budget or time with work
 //!   left) → `netdev_budget` and `netdev_budget_usecs` doubled, each up to its cap (2 ms for the
-//!   time: a larger one holds a CPU in softirq for longer than a scheduler tick is worth).
+//!   time: a larger one holds a CPU in softirq for longer than a scheduler tick is worth);
+//!   while RPS hands packets across CPUs, held unless the backlog stays three budgets deep.
 //! - `rps`: doctor's `softirq-hot-cpu` (one CPU drowning in NET_RX while others idle) on a
 //!   device whose queues have RPS off → the RPS/RFS the planner makes for it.
 //! - `rss`: doctor's `rss-table-skewed` (one queue holds most of the indirection table and
@@ -37,6 +38,7 @@
 //! logs who changed what (as far as polling can tell) and leaves that knob alone.
 
 mod backlog;
+mod budget;
 mod doctor;
 mod guard;
 mod reclaim;
@@ -756,33 +758,6 @@ impl Watcher {
             format!("{what}: {line}"),
         ))
     }
-
-    fn budget(&self, view: &HostView, load: &Load) -> Option<Proposal> {
-        let (_, total, line) = self.per_cpu(
-            load,
-            |c| c.squeezed,
-            "NET_RX ran out of budget or time with work left (time_squeeze)",
-        )?;
-        let mut evidence = vec![line];
-        let mut changes = Vec::new();
-        for (path, field, cap) in [
-            (BUDGET, &view.sysctls.netdev_budget, self.cfg.max_budget),
-            (
-                BUDGET_USECS,
-                &view.sysctls.netdev_budget_usecs,
-                self.cfg.max_budget_usecs,
-            ),
-        ] {
-            doubling((path, field, cap), &mut evidence, &mut changes);
-        }
-        Some(Proposal::of(
-            Reflex::Budget,
-            "budget",
-            evidence,
-            changes,
-            total,
-        ))
-    }
 }
 
 impl Proposal {
@@ -806,28 +781,6 @@ impl Proposal {
             signal,
             hold: None,
         }
-    }
-}
-
-/// An integer sysctl doubled up to its cap: its value (and cap) as evidence, the change when
-/// there is room. An unreadable one is left out.
-fn doubling(
-    (path, field, cap): (&str, &netsteer_host::field::Field<i64>, i64),
-    evidence: &mut Vec<String>,
-    changes: &mut Vec<Change>,
-) {
-    let Some(cur) = field.known().copied() else {
-        return;
-    };
-    let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
-    evidence.push(format!("{name} = {cur} (cap {cap})"));
-    let next = cur.saturating_mul(2).min(cap);
-    if next > cur {
-        changes.push(Change {
-            path: path.into(),
-            from: cur.to_string(),
-            to: next.to_string(),
-        });
     }
 }
 
