@@ -1161,7 +1161,7 @@ fn the_budget_is_not_raised_past_a_third_of_the_backlog_while_rps_hands_packets_
         ev.iter().any(|e| matches!(e, Event::Held { id, why, .. }
             if id == "budget" && why.contains("CPU 2 4000/s")
                 && why.contains("budget of 600")
-                && why.contains("netdev_max_backlog 1000"))),
+                && why.contains("more than 1/3 of netdev_max_backlog 1000"))),
         "{ev:?}"
     );
     assert_eq!(rig.read(BUDGET), "300");

@@ -86,7 +86,9 @@ impl Watcher {
         match view.sysctls.netdev_max_backlog.known().copied() {
             Some(backlog) if backlog >= BATCHES_PER_BACKLOG * budget => None,
             Some(backlog) => Some(format!(
-                "{across}: a budget of {budget} would be more than 1/{BATCHES_PER_BACKLOG} of                  netdev_max_backlog {backlog}, and one CPU's batch may land on another's backlog                  whole; grow the backlog first"
+                "{across}: a budget of {budget} would be more than 1/{BATCHES_PER_BACKLOG} of \
+                 netdev_max_backlog {backlog}, and one CPU's batch may land on another's \
+                 backlog whole; grow the backlog first"
             )),
             None => Some(format!(
                 "{across}, and netdev_max_backlog is unreadable ({}): a bigger batch may not fit",
