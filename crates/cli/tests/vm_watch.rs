@@ -58,11 +58,11 @@ fn start_watcher(b: &mut Guest, tag: &str, args: &str) {
 /// Floods guest b for `secs` from guest a, with a poller in b noting b's uptime when CPU 1's
 /// softnet drop counter first moves (the load step as the kernel saw it) in /x/`tag`.onset.
 fn flood(pair: &mut VmPair, tag: &str, secs: u32) {
-    flood_at(pair, tag, secs, "0")
+    flood_at(pair, tag, secs, "0");
 }
 
 /// `flood` with each of the four streams held to `rate` (iperf3's `-b`; "0": unlimited).
-fn flood_at(pair: &mut VmPair, tag: &str, secs: u32, rate: &str) {
+fn flood_at(pair: &mut VmPair, tag: &str, secs: u32, rate: &str) -> String {
     sh(
         &mut pair.b,
         &format!(
@@ -76,6 +76,31 @@ fn flood_at(pair: &mut VmPair, tag: &str, secs: u32, rate: &str) {
         ),
     );
     eprintln!("flood: {out}");
+    out
+}
+
+/// What iperf3's receiver counted over the four streams: the datagrams that reached the socket
+/// of all it saw sent (its `lost/total`; the percentage on iperf3's `[SUM]` line is not
+/// lost ÷ total, so it is computed here). Softnet drops alone can mislead: a CPU too starved
+/// to run its NAPI leaves packets in a ring softnet never counts.
+fn received(flood: &str) -> String {
+    let total = flood
+        .lines()
+        .find(|l| l.starts_with("[SUM]") && l.contains("receiver"));
+    let counts = total.and_then(|l| {
+        l.split_whitespace().find_map(|w| {
+            let (lost, all) = w.split_once('/')?;
+            Some((lost.parse::<u64>().ok()?, all.parse::<u64>().ok()?))
+        })
+    });
+    match counts {
+        Some((lost, all)) if all > 0 => format!(
+            "{} of {all} ({:.0} %)",
+            all - lost.min(all),
+            100.0 * (all - lost.min(all)) as f64 / all as f64
+        ),
+        _ => format!("no receiver total in: {}", one_line(flood)),
+    }
 }
 
 /// Waits for the watcher `tag` to end; its events, each with b's uptime when it happened
@@ -668,7 +693,7 @@ fn bursts_a_bigger_backlog_absorbs() {
                 );
             }
             start_drop_poller(&mut pair.b, &tag);
-            flood_at(&mut pair, &tag, 30, &rate);
+            let flood = flood_at(&mut pair, &tag, 30, &rate);
             let end = uptime(&mut pair.b);
             let (ev, onset) = if watcher {
                 events(&mut pair.b, &tag)
@@ -686,7 +711,8 @@ fn bursts_a_bigger_backlog_absorbs() {
                 .filter_map(|(t, e)| describe(t - onset, e))
                 .collect();
             eprintln!(
-                "measured: {tag}: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s; {late_by_cpu}); last drop {last:.1} s after the first; each second's: {per_second}; ends with [{}], RPS [{}]; {}",
+                "measured: {tag}: iperf3 received {}; softnet: {early} drops in the first 10 s after the first drop, {late} from 10 s to the flood's end ({:.1} s; {late_by_cpu}); last drop {last:.1} s after the first; each second's: {per_second}; ends with [{}], RPS [{}]; {}",
+                received(&flood),
                 end - onset,
                 one_line(&sh(&mut pair.b, &format!("cat {SYSCTLS}"))),
                 one_line(&sh(&mut pair.b, RPS_MASKS)),

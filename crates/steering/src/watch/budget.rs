@@ -40,8 +40,8 @@ impl Watcher {
     /// puts the CPU on `rps_ipi_list`, `net_rps_action_and_irq_enable` sends the IPIs), so a
     /// whole budget may land on another backlog at once. The budget is global: it grows every
     /// such batch. In the lab, `netdev_budget` 300 → 600 beside a backlog of 1000 after
-    /// rps-away brought 150–580 drops a second at the CPU that took the packets; held at 300,
-    /// four rounds of the same flood had none after 10 s in three (BENCHMARKS.md).
+    /// rps-away brought 150–580 drops a second at the CPU that took the packets (6 rounds of
+    /// 12 had drops after 10 s); held by this rule, 12 rounds of 12 had none (BENCHMARKS.md).
     fn batches_cross(&self, view: &HostView, load: &Load, changes: &[Change]) -> Option<String> {
         // RPS at work: IPIs a CPU took, or a queue's mask (a CPU whose backlog is always
         // scheduled takes no IPI, however much RPS queues on it).
