@@ -152,6 +152,63 @@ impl Drop for Slot {
     }
 }
 
+/// A connection's stream with its place: the place is given back before the peer can see the
+/// connection end — when hyper shuts the stream down (the FIN), or, when it drops it without
+/// (a head that never came), first of the two fields — so a client that saw its connection
+/// closed and connects again never finds its old place still counted.
+struct Placed<I> {
+    slot: Option<Slot>,
+    io: I,
+}
+
+impl<I: hyper::rt::Read + Unpin> hyper::rt::Read for Placed<I> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<I: hyper::rt::Write + Unpin> hyper::rt::Write for Placed<I> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let me = self.get_mut();
+        me.slot = None;
+        std::pin::Pin::new(&mut me.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
 /// What every connection's task shares.
 struct Front {
     agent: Arc<Agent>,
@@ -241,8 +298,10 @@ pub fn serve(
             };
             let (front, tls, client) = (front.clone(), tls.clone(), key.to_string());
             tokio::spawn(async move {
-                let _slot = slot;
+                // The place goes with the stream ([`Placed`]); a TLS handshake that fails or
+                // times out gives it back when the task ends.
                 let served = tokio::time::timeout(CONNECTION_DEADLINE, async {
+                    let slot = Some(slot);
                     match tls {
                         Some(acceptor) => {
                             let Ok(Ok(s)) =
@@ -251,11 +310,12 @@ pub fn serve(
                             else {
                                 return;
                             };
-                            connection(hyper_util::rt::TokioIo::new(s), front, peer, client).await
+                            let io = hyper_util::rt::TokioIo::new(s);
+                            connection(Placed { slot, io }, front, peer, client).await
                         }
                         None => {
-                            connection(hyper_util::rt::TokioIo::new(stream), front, peer, client)
-                                .await
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            connection(Placed { slot, io }, front, peer, client).await
                         }
                     }
                 })

@@ -198,8 +198,25 @@ fn many_addresses_of_one_network_cannot_lock_the_scraper_out() {
             s
         })
         .collect();
+    let heads_sent = std::time::Instant::now();
     // Time for the agent to take the 60 in.
     std::thread::sleep(Duration::from_millis(300));
+    // Each of the 60 was taken in and is still held: nothing to read yet (a 503 would be
+    // there at once; an end, its head deadline run out). The places the first 64 held were
+    // given back before their clients saw them closed, so none of the 60 finds one counted.
+    for (n, s) in others.iter().enumerate() {
+        s.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 64];
+        match s.peek(&mut b) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            r => panic!(
+                "other network {n} was not held {:?} after its head: {r:?} {:?}",
+                heads_sent.elapsed(),
+                String::from_utf8_lossy(&b)
+            ),
+        }
+        s.set_nonblocking(false).unwrap();
+    }
     // A 61st other network is refused at once: the scraper's places are kept. Asked first,
     // while the 60 heads are surely within their 5 s deadline (a slow scrape on a loaded
     // machine once let them expire, and the late one was admitted).
