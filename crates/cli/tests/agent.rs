@@ -152,7 +152,7 @@ fn a_slow_peer_cannot_lock_the_scraper_out() {
 
 /// Issue 35 item 8: 64 idle connections from 16 loopback addresses (4 each) are one source
 /// network (/24): they get `--max-per-peer` places between them, the rest are refused at once,
-/// and the idle ones are closed within the first-byte deadline. The configured scraper keeps
+/// and the idle ones are closed within the head deadline. The configured scraper keeps
 /// its places even while another network holds every other one. (Before: the per-address
 /// cap let them take all 64 places and the scraper got 503.)
 #[test]
@@ -173,7 +173,7 @@ fn many_addresses_of_one_network_cannot_lock_the_scraper_out() {
         }
     }
     // Refused ones are answered 503 and closed at once; held ones are closed, unanswered,
-    // after the first-byte deadline (2 s).
+    // after the head deadline (5 s from the connection's start).
     let mut refused = 0;
     for s in &mut idle {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
