@@ -45,14 +45,7 @@ impl Watcher {
     fn batches_cross(&self, view: &HostView, load: &Load, changes: &[Change]) -> Option<String> {
         // RPS at work: IPIs a CPU took, or a queue's mask (a CPU whose backlog is always
         // scheduled takes no IPI, however much RPS queues on it).
-        let ipis: Vec<String> = load
-            .cpu
-            .cpus
-            .iter()
-            .filter_map(|c| Some((c.cpu, c.rps_ipi?)))
-            .filter(|(_, r)| *r >= self.cfg.min_rate)
-            .map(|(c, r)| format!("CPU {c} {r:.0}/s"))
-            .collect();
+        let ipis = self.per_cpu(load, |c| c.rps_ipi, "IPIs");
         let masks: Vec<String> = view
             .nics
             .iter()
@@ -63,9 +56,7 @@ impl Watcher {
             })
             .collect();
         let mut seen = Vec::new();
-        if !ipis.is_empty() {
-            seen.push(format!("IPIs: {}", ipis.join(", ")));
-        }
+        seen.extend(ipis.map(|(_, _, line)| line));
         if !masks.is_empty() {
             let more = masks.len().saturating_sub(4);
             let mut shown = masks.into_iter().take(4).collect::<Vec<_>>().join(", ");
