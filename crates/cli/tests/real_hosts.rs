@@ -301,6 +301,43 @@ fn check_facts(tree: &Path, view: &HostView) {
     }
 }
 
+/// show's text marks a vector "[move pending" exactly when the tree's
+/// `effective_affinity_list` names a CPU outside its `smp_affinity_list` (both read, neither
+/// empty): a vector that has not fired since it was pinned, not one show misread.
+fn check_pending_moves(tree: &Path, view: &HostView, text: &str) {
+    let name = tree.display();
+    for nic in &view.nics {
+        for irq in &nic.irqs {
+            let file = |f: &str| read(tree, &format!("proc/irq/{}/{f}", irq.irq)).map(|t| list(&t));
+            let want = match (file("smp_affinity_list"), file("effective_affinity_list")) {
+                (Some(r), Some(e)) if !r.is_empty() && !e.is_empty() => {
+                    e.iter().any(|c| !r.contains(c))
+                }
+                _ => false,
+            };
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim_start)
+                .filter(|l| l.starts_with(&format!("irq {:<5} ", irq.irq)))
+                .collect();
+            assert!(
+                !lines.is_empty(),
+                "{name}: show has no line for IRQ {}",
+                irq.irq
+            );
+            for l in lines {
+                assert_eq!(
+                    l.contains("[move pending"),
+                    want,
+                    "{name}: {}: IRQ {}: {l}",
+                    nic.name,
+                    irq.irq
+                );
+            }
+        }
+    }
+}
+
 /// `tune plan --profile throughput` over every NIC: no queue vector on a nohz_full or isolated
 /// CPU, none on another node than its NIC's (`device/local_cpulist`, read here) while that
 /// node has CPUs to take it, and no CPU with more than ⌈vectors ÷ CPUs⌉ + 1 of them.
@@ -418,6 +455,7 @@ fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
             serde_json::from_value(json(tree, &["show", "--json", "--no-ethtool"]))
                 .unwrap_or_else(|e| panic!("{label}: show --json: {e}"));
         check_facts(tree, &view);
+        check_pending_moves(tree, &view, &String::from_utf8_lossy(&text.stdout));
         let report = json(tree, &["doctor", "--json", "--no-ethtool"]);
         let blind = report["not_judged"]
             .as_array()

@@ -34,6 +34,22 @@ pub struct IrqAffinity {
     pub settable: Field<bool>,
 }
 
+impl IrqAffinity {
+    /// True when the IRQ is delivered to a CPU outside the set it was asked for: a write to
+    /// `smp_affinity` the kernel has not carried out yet. Unless the interrupt can be moved from
+    /// process context (interrupt remapping), x86 only records the new mask and moves the MSI
+    /// when it next fires (kernel/irq/manage.c, irq_set_affinity_locked → irq_copy_pending;
+    /// kernel/irq/migration.c, irq_move_masked_irq), so a quiet vector, or one just pinned,
+    /// keeps showing its old CPU. Its next interrupt goes within the requested set. False
+    /// when either list is unknown or empty: absent is not "pending".
+    pub fn move_pending(&self) -> bool {
+        match (self.requested.known(), self.effective.known()) {
+            (Some(r), Some(e)) if !r.is_empty() && !e.is_empty() => !e.is_subset(r),
+            _ => false,
+        }
+    }
+}
+
 pub fn read_irq_affinity(fs: &HostFs, irq: u32, nr_cpu_ids: u32) -> IrqAffinity {
     let dir = format!("/proc/irq/{irq}");
     let requested = read_list(fs, &format!("{dir}/smp_affinity_list"), Some(nr_cpu_ids))
@@ -734,5 +750,39 @@ mod tests {
             read_irq_affinity(&fs, 38, 2).requested,
             Field::Unknown { .. }
         ));
+    }
+
+    /// A move is pending only when both lists are read and the effective CPU lies outside the
+    /// requested set; a subset (x86 delivers a wide mask to one CPU) is where it belongs.
+    #[test]
+    fn a_move_is_pending_only_when_the_effective_cpu_is_outside_the_requested_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        // (irq, smp_affinity_list, effective_affinity_list or None for absent)
+        let cases: [(u32, &str, Option<&str>, bool); 5] = [
+            (40, "2", Some("0"), true),    // pinned to 2, not fired since
+            (41, "0-3", Some("1"), false), // a wide mask, delivered to one of its CPUs
+            (42, "2", Some("2"), false),   // moved
+            (43, "2", None, false),        // no effective_affinity_list (not x86)
+            (44, "1,3", Some(""), false),  // an IRQ not started: no effective CPU
+        ];
+        for (irq, req, eff, _) in cases {
+            let d = r.join(format!("proc/irq/{irq}"));
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("smp_affinity_list"), format!("{req}\n")).unwrap();
+            if let Some(e) = eff {
+                fs::write(d.join("effective_affinity_list"), format!("{e}\n")).unwrap();
+            }
+        }
+        let fs = HostFs::new(r);
+        for (irq, req, eff, want) in cases {
+            assert_eq!(
+                read_irq_affinity(&fs, irq, 4).move_pending(),
+                want,
+                "IRQ {irq}: requested {req}, effective {eff:?}"
+            );
+        }
+        // Neither list readable: unknown, not pending.
+        assert!(!read_irq_affinity(&fs, 45, 4).move_pending());
     }
 }

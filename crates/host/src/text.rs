@@ -28,6 +28,9 @@ fn irq_line(i: &NicIrq) -> String {
     if let Some(c) = i.busiest_cpu {
         let _ = write!(s, " (most on CPU{c})");
     }
+    if a.move_pending() {
+        s.push_str(" [move pending: goes to its cpus at its next interrupt]");
+    }
     if a.settable == Field::Known(false) {
         s.push_str(" [managed: kernel will not move it]");
     }

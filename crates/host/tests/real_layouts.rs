@@ -194,6 +194,48 @@ fn a_legacy_intx_line_is_read_from_device_irq_with_its_sharing_named() {
     );
 }
 
+/// A vector pinned to a CPU but not fired since: `effective_affinity_list` still names the old
+/// CPU. show prints both and says the move is pending, so nobody reads it as a pin that failed.
+#[test]
+fn a_vector_delivered_outside_its_requested_cpus_is_marked_move_pending() {
+    let t = Tree::new(4);
+    t.pci_nic("eth0", "0000:00:03.0", "igb", 2, &[50, 51, 52]);
+    t.interrupts(
+        4,
+        &[
+            (50, &[0, 0, 0, 0], "eth0-TxRx-0"),
+            (51, &[90, 0, 0, 0], "eth0-TxRx-1"),
+            (52, &[1, 0, 0, 0], "eth0"),
+        ],
+    );
+    for (irq, req, eff) in [(50, "3", "0"), (51, "0-3", "0"), (52, "2", "2")] {
+        t.write(
+            &format!("proc/irq/{irq}/smp_affinity_list"),
+            &format!("{req}\n"),
+        );
+        t.write(
+            &format!("proc/irq/{irq}/effective_affinity_list"),
+            &format!("{eff}\n"),
+        );
+    }
+    let text = netsteer_host::text::host_view(&read_host(&HostFs::open(t.0.path()).unwrap(), None));
+    let line = |irq: u32| {
+        text.lines()
+            .map(str::trim_start)
+            .find(|l| l.starts_with(&format!("irq {irq} ")))
+            .unwrap_or_else(|| panic!("no line for IRQ {irq}: {text}"))
+            .to_string()
+    };
+    let pending = " [move pending: goes to its cpus at its next interrupt]";
+    assert!(
+        line(50).contains("cpus 3") && line(50).contains("effective 0"),
+        "{text}"
+    );
+    assert!(line(50).contains(pending), "{text}");
+    assert!(!line(51).contains("[move pending"), "{text}");
+    assert!(!line(52).contains("[move pending"), "{text}");
+}
+
 /// Two mlx4 ports on one PCI function: ten completion EQs, five per port (mlx4_enable_msi_x),
 /// each port listing only its own.
 #[test]

@@ -88,16 +88,12 @@ impl<'a> Ctx<'a> {
     pub fn irq_cpus(&self, irq: &NicIrq) -> CpuSet {
         let requested = irq.affinity.requested.known();
         if let Some(eff) = irq.affinity.effective.known().filter(|s| !s.is_empty()) {
-            // An effective CPU outside the requested set is a move still pending: x86 moves an
-            // MSI at its next interrupt (kernel/irq/migration.c, irq_move_masked_irq), so an
-            // IRQ that has not fired since the write still shows where it was. It will be
-            // delivered within the requested set: that is where it goes.
-            match requested {
-                Some(r) if !r.is_empty() && !eff.iter().all(|c| r.contains(c)) => {
-                    return r.clone();
-                }
-                _ => return eff.clone(),
-            }
+            // A move still pending (IrqAffinity::move_pending) is delivered within the
+            // requested set at the IRQ's next interrupt: that is where it goes.
+            return match requested {
+                Some(r) if irq.affinity.move_pending() => r.clone(),
+                _ => eff.clone(),
+            };
         }
         if let Some(r) = requested.filter(|s| s.len() == 1) {
             return r.clone();
