@@ -617,3 +617,192 @@ fn a_corrupt_tree_meta_and_an_unknown_agent_device_are_errors() {
         out(&o)
     );
 }
+
+/// Runs `sh -c script` as uid/gid 65534 (nobody), with no supplementary groups: another
+/// user of the host, as the attacker of issue 77 was.
+fn as_nobody(script: &str) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run setpriv (util-linux)")
+}
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Issue 77, "a journal rewrites any file": under `umask 000` the state directory was made
+/// 0777, a journal planted there by uid 65534 named `/etc/victim`, and root's `tune
+/// rollback` wrote that file. Now (a) the state directories are 0755 whatever the umask, so
+/// another user cannot plant anything; (b) a journal whose entry is not a knob is refused
+/// whole, by name, before any write; (c) a state directory another user owns or may write,
+/// and a `--journal` file another user owns, are refused with the reason; (d) a plan file
+/// naming a file that is not a knob is refused before anything is journaled.
+#[test]
+fn a_journal_that_names_anything_but_a_knob_is_refused_and_state_is_roots_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let tree = scratch("cloudflare-24cpu");
+    let root = tree.path().to_str().unwrap();
+    let victim = tree.path().join("etc/victim");
+    std::fs::create_dir_all(victim.parent().unwrap()).unwrap();
+    std::fs::write(&victim, "precious\n").unwrap();
+    let base = tempfile::tempdir().unwrap();
+    // As /var/lib is: others may pass through it, not write it.
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = base.path().join("netsteer");
+    let sd = state.to_str().unwrap();
+    let apply = format!(
+        "umask 000; exec {} --root {root} tune apply --profile none \
+         --set /proc/sys/net/core/busy_poll=50 --state-dir {sd}",
+        env!("CARGO_BIN_EXE_netsteer")
+    );
+    let o = Command::new("sh").args(["-c", &apply]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
+    // (a) 0755 for the directories (the agent reads them unprivileged), whatever the umask.
+    assert_eq!(mode_of(&state), 0o755, "{}", state.display());
+    assert_eq!(mode_of(&state.join("journal")), 0o755);
+    let journal = std::fs::read_dir(state.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the apply's journal");
+    assert_eq!(mode_of(&journal) & 0o022, 0, "{}", journal.display());
+    let planted = state.join("journal/000000000099.jsonl");
+    let o = as_nobody(&format!("echo x > {}", planted.display()));
+    assert!(
+        !o.status.success() && !planted.exists(),
+        "uid 65534 planted a journal in root's state directory"
+    );
+
+    // (b) The journal as root's rollback would find it had someone rewritten its entry.
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let knob = "\"/proc/sys/net/core/busy_poll\"";
+    assert!(text.contains(knob), "{text}");
+    std::fs::write(&journal, text.replace(knob, "\"/etc/victim\"")).unwrap();
+    let o = run(&root_args(root, &["tune", "rollback", "--state-dir", sd]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(
+        err(&o).contains("/etc/victim") && err(&o).contains("not a knob"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    // Traversal out of the sysctl tree is no knob either.
+    let sneaky = "\"/proc/sys/net/../../../etc/victim\"";
+    std::fs::write(&journal, text.replace(knob, sneaky)).unwrap();
+    let o = run(&root_args(root, &["tune", "rollback", "--state-dir", sd]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("not a knob"), "{}", err(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    std::fs::write(&journal, &text).unwrap();
+
+    // (c) A state directory someone else owns or may write is refused, naming it and why.
+    let o = Command::new("chown")
+        .args(["65534:65534", sd])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let o = run(&root_args(root, &["tune", "rollback", "--state-dir", sd]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(
+        err(&o).contains(sd) && err(&o).contains("owned by uid 65534"),
+        "{}",
+        err(&o)
+    );
+    assert!(
+        Command::new("chown")
+            .args(["0:0", sd])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = run(&root_args(root, &["tune", "rollback", "--state-dir", sd]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("mode 0777"), "{}", err(&o));
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A journal file of another user's, named with --journal, is not obeyed either.
+    let theirs = base.path().join("theirs.jsonl");
+    std::fs::copy(&journal, &theirs).unwrap();
+    assert!(
+        Command::new("chown")
+            .args(["65534:65534", theirs.to_str().unwrap()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = run(&root_args(
+        root,
+        &[
+            "tune",
+            "rollback",
+            "--state-dir",
+            sd,
+            theirs.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("owned by uid 65534"), "{}", err(&o));
+    assert_eq!(
+        std::fs::read_to_string(tree.path().join("proc/sys/net/core/busy_poll"))
+            .unwrap()
+            .trim(),
+        "50",
+        "nothing was restored from a refused journal"
+    );
+    // The real journal, untouched, still rolls back.
+    let o = run(&root_args(root, &["tune", "rollback", "--state-dir", sd]));
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
+    assert_ne!(
+        std::fs::read_to_string(tree.path().join("proc/sys/net/core/busy_poll"))
+            .unwrap()
+            .trim(),
+        "50"
+    );
+
+    // (d) A plan file whose item names a file that is not a knob: nothing is journaled.
+    let o = run(&root_args(
+        root,
+        &[
+            "tune",
+            "plan",
+            "--profile",
+            "none",
+            "--set",
+            "/proc/sys/net/core/busy_poll=50",
+            "--json",
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let plan = base.path().join("plan.json");
+    std::fs::write(&plan, out(&o).replace(knob, "\"/etc/victim\"")).unwrap();
+    let journals = std::fs::read_dir(state.join("journal")).unwrap().count();
+    let o = run(&root_args(
+        root,
+        &[
+            "tune",
+            "apply",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--state-dir",
+            sd,
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("not a knob"), "{}", err(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(
+        std::fs::read_dir(state.join("journal")).unwrap().count(),
+        journals
+    );
+}

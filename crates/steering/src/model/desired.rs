@@ -184,6 +184,59 @@ pub enum Target {
     NapiThread { dev: String, napi: u32 },
 }
 
+/// The systemd units a plan may start or stop: irqbalance, which would move pinned IRQs
+/// back (the planner's `stop_irqbalance`). No other unit is a knob.
+const KNOB_SERVICES: [&str; 2] = ["irqbalance", "irqbalance.service"];
+
+impl Target {
+    /// Ok when this target is one of the knobs netsteer writes, else why not. The list is
+    /// closed: a `/proc/sys/net/` sysctl, an IRQ's affinity file, a queue's RPS/RFS/XPS file,
+    /// a device's NAPI defaults (the paths [`Knob::kind_of`] knows), a NIC setting of a
+    /// device named as the kernel names devices, irqbalance's unit, a process's or a NAPI
+    /// kthread's CPUs. A plan file and a journal are data someone wrote: every write root
+    /// makes from them (apply, rollback, recovery) passes here first, so a planted journal
+    /// naming `/etc/...` or another unit is refused by name rather than restored.
+    ///
+    /// [`Knob::kind_of`]: crate::model::planner::Knob::kind_of
+    pub fn knob_check(&self) -> Result<(), String> {
+        use crate::model::planner::{Knob, valid_device_name};
+        match self {
+            Target::File { path } => match Knob::kind_of(path) {
+                Some(_) => Ok(()),
+                None => Err(format!(
+                    "{path:?} is not a knob netsteer writes (a /proc/sys/net sysctl, \
+                     /proc/irq/N/smp_affinity[_list], a queue's rps_cpus, rps_flow_cnt, \
+                     xps_cpus or xps_rxqs, or a device's gro_flush_timeout, \
+                     napi_defer_hard_irqs or threaded)"
+                )),
+            },
+            Target::Nic { dev, .. } | Target::NapiThread { dev, .. } => {
+                if valid_device_name(dev) {
+                    Ok(())
+                } else {
+                    Err(format!("{dev:?} is not an interface name"))
+                }
+            }
+            Target::Service { name } => {
+                if KNOB_SERVICES.contains(&name.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "service {name:?} is not one netsteer starts or stops (only irqbalance)"
+                    ))
+                }
+            }
+            Target::Process { pid, .. } => {
+                if *pid > 1 {
+                    Ok(())
+                } else {
+                    Err(format!("process {pid} is not one netsteer pins"))
+                }
+            }
+        }
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -400,5 +453,66 @@ impl Plan {
             .filter(|i| i.action == Action::Keep)
             .count();
         (c, k, self.items.len() - c - k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The closed list a journal's and a plan file's targets are held to: each knob the
+    /// planner writes passes; files outside the knob trees, a way out of them, another
+    /// systemd unit, pid 1 and device names the kernel would not give are refused, saying why.
+    #[test]
+    fn only_knobs_pass_the_knob_check() {
+        let file = |p: &str| Target::File { path: p.into() };
+        for ok in [
+            file("/proc/sys/net/core/busy_poll"),
+            file("/proc/sys/net/ipv4/tcp_fastopen"),
+            file("/proc/irq/45/smp_affinity_list"),
+            file("/sys/class/net/eth0/queues/rx-3/rps_cpus"),
+            file("/sys/class/net/eth0/queues/tx-0/xps_cpus"),
+            file("/sys/class/net/eth0/napi_defer_hard_irqs"),
+            Target::Service {
+                name: "irqbalance".into(),
+            },
+            Target::Nic {
+                dev: "eth0".into(),
+                knob: NicKnob::RssIndirection,
+            },
+            Target::Process {
+                pid: 4242,
+                start: 1,
+            },
+        ] {
+            assert_eq!(ok.knob_check(), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            (file("/etc/victim"), "not a knob"),
+            (file("/proc/sys/net/../../../etc/victim"), "not a knob"),
+            (file("/proc/sys/net/./core/busy_poll"), "not a knob"),
+            (file("/proc/sys/net//core"), "not a knob"),
+            (file("/proc/sys/kernel/core_pattern"), "not a knob"),
+            (
+                file("/sys/class/net/eth0/queues/rx-0/../../address"),
+                "not a knob",
+            ),
+            (file("/proc/irq/x/smp_affinity"), "not a knob"),
+            (Target::Service { name: "ssh".into() }, "only irqbalance"),
+            (
+                Target::Nic {
+                    dev: "../eth0".into(),
+                    knob: NicKnob::RssIndirection,
+                },
+                "not an interface name",
+            ),
+            (
+                Target::Process { pid: 1, start: 1 },
+                "not one netsteer pins",
+            ),
+        ] {
+            let e = bad.knob_check().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }

@@ -167,6 +167,10 @@ impl Backend for HostBackend<'_> {
     }
 
     fn write(&self, target: &Target, value: &str) -> Result<(), StepError> {
+        // The last gate of every write to the host, whoever planned it.
+        target
+            .knob_check()
+            .map_err(|why| step_err(target, Some(libc::EPERM), why))?;
         match target {
             Target::File { path } => self
                 .fs
@@ -269,6 +273,9 @@ pub enum ApplyError {
     },
     #[error("re-planning after the channel change: {0}")]
     Replan(String),
+    /// A plan item whose target is not a knob ([`Target::knob_check`]): nothing was written.
+    #[error("plan item {id}: {why}; nothing was applied")]
+    NotAKnob { id: String, why: String },
 }
 
 fn jerr(path: &Path) -> impl Fn(std::io::Error) -> ApplyError + '_ {
@@ -639,6 +646,21 @@ pub fn apply(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    // A plan may come from a file: nothing is journaled or written unless every item it
+    // would read or change is a knob (a skipped item is never touched: the planner's
+    // "queues could not be listed" item names the directory).
+    for i in plan
+        .items
+        .iter()
+        .filter(|i| !matches!(i.action, Action::Skip(_)))
+    {
+        if let Err(why) = i.target.knob_check() {
+            return Err(ApplyError::NotAKnob {
+                id: i.id.clone(),
+                why,
+            });
+        }
+    }
     let journal = Journal::create(state_dir).map_err(jerr(state_dir))?;
     let seq = journal.seq();
     let mut run = Run {
@@ -828,6 +850,14 @@ pub enum RollbackError {
         journal_root: String,
         root: String,
     },
+    /// A journal entry whose target is not a knob ([`Target::knob_check`]): someone else
+    /// wrote it. The whole journal is refused before anything is restored.
+    #[error("journal {journal}: entry {id}: {why}; refused, nothing was restored")]
+    NotAKnob {
+        journal: String,
+        id: String,
+        why: String,
+    },
 }
 
 /// The newest journal that still has something to undo (or the newest one at all).
@@ -863,6 +893,19 @@ pub fn rollback(
         });
     }
     let journal_name = path.display().to_string();
+    // Every target first, before any write: a rollback restores what the journal says was
+    // there, so a journal that names anything but a knob is not netsteer's and is not obeyed.
+    for r in &records {
+        if let Record::Old { id, target, .. } = r
+            && let Err(why) = target.knob_check()
+        {
+            return Err(RollbackError::NotAKnob {
+                journal: journal_name,
+                id: id.clone(),
+                why,
+            });
+        }
+    }
     if journal::rolled_back(&records) {
         return Ok(RollbackReport {
             journal: journal_name,

@@ -85,6 +85,149 @@ impl HeldDir {
     fn sync(&self) -> io::Result<()> {
         self.file.sync_all().map_err(at(&self.path))
     }
+
+    /// [`check_dir_meta`] on the directory held (not a path that may have changed since).
+    fn check(&self, ancestor: bool) -> io::Result<()> {
+        let meta = self.file.metadata().map_err(at(&self.path))?;
+        check_dir_meta(&self.path, &meta, ancestor)
+    }
+}
+
+/// The mode of every directory netsteer creates for its state, whatever the umask: root
+/// writes there, and the agent reads the journals as an unprivileged user
+/// (deploy/systemd/netsteer-agent.service), so others may read and list but never write.
+/// `fs::create_dir_all` gives 0777 minus the umask: under `umask 000` another user could
+/// plant a journal that root's rollback then obeys.
+pub const STATE_DIR_MODE: u32 = 0o755;
+
+/// This process's effective uid, from `/proc/self/status` (its `Uid:` line: real,
+/// effective, saved, filesystem; proc(5)), so this crate needs no `unsafe` for it. Unknown
+/// reads as root's 0: then only root-owned state is accepted, never more.
+fn euid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EUID.get_or_init(|| {
+        fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    .and_then(|u| u.parse().ok())
+            })
+            .unwrap_or(0)
+    })
+}
+
+/// Whether a directory that root acts on could have been written by someone else: it must
+/// belong to root or to the user running netsteer, and no group or other may write it. An
+/// ancestor may be writable by all when it is sticky (/tmp): then nobody else can rename or
+/// remove what root made in it (unlink(2), EPERM for a sticky directory).
+fn check_dir_meta(path: &Path, meta: &fs::Metadata, ancestor: bool) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |why: String| {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: {why}; refused: another user could plant or swap the state that root's \
+                 apply and rollback act on",
+                path.display()
+            ),
+        ))
+    };
+    if !meta.is_dir() {
+        return refuse("not a directory".into());
+    }
+    let uid = meta.uid();
+    if uid != 0 && uid != euid() {
+        return refuse(format!(
+            "owned by uid {uid}, not by root{}",
+            if euid() == 0 {
+                String::new()
+            } else {
+                format!(" or uid {}", euid())
+            }
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    let sticky = mode & libc::S_ISVTX != 0;
+    if mode & 0o022 != 0 && !(ancestor && sticky) {
+        return refuse(format!(
+            "mode {mode:04o} lets {} write it (chmod go-w {})",
+            if mode & 0o002 != 0 {
+                "every user"
+            } else {
+                "its group"
+            },
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `dir` and every directory above it ([`check_dir_meta`]): a state directory is
+/// only as safe as the directories that could replace it.
+pub fn check_state_dir(dir: &Path) -> io::Result<()> {
+    let abs = std::path::absolute(dir).map_err(at(dir))?;
+    let mut cur = PathBuf::new();
+    let comps: Vec<_> = abs.components().collect();
+    for (i, c) in comps.iter().enumerate() {
+        cur.push(c);
+        let meta = fs::metadata(&cur).map_err(at(&cur))?;
+        check_dir_meta(&cur, &meta, i + 1 < comps.len())?;
+    }
+    Ok(())
+}
+
+/// Makes `dir` (and any missing parent) [`STATE_DIR_MODE`] whatever the umask, then checks
+/// it and its ancestors ([`check_state_dir`]).
+pub fn ensure_state_dir(dir: &Path) -> io::Result<()> {
+    let abs = std::path::absolute(dir).map_err(at(dir))?;
+    let mut cur = PathBuf::new();
+    for c in abs.components() {
+        cur.push(c);
+        if fs::symlink_metadata(&cur).is_ok() {
+            continue;
+        }
+        mkdir_state(&cur)?;
+    }
+    check_state_dir(&abs)
+}
+
+/// One directory, created [`STATE_DIR_MODE`] exactly: the mode given to mkdir(2) is cut by
+/// the umask (a 077 umask would hide the journals from the agent), so it is set again
+/// after. Already there is not an error.
+fn mkdir_state(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match fs::DirBuilder::new().mode(STATE_DIR_MODE).create(path) {
+        Ok(()) => {
+            fs::set_permissions(path, fs::Permissions::from_mode(STATE_DIR_MODE)).map_err(at(path))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(at(path)(e)),
+    }
+}
+
+/// Whether a state file root acts on could have been written by someone else: a journal
+/// or plan must belong to root (or the user running netsteer) and be writable by nobody
+/// else, wherever it lies (`tune rollback --journal PATH` names any file).
+fn check_file_meta(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = meta.uid();
+    let mode = meta.mode() & 0o7777;
+    let why = if uid != 0 && uid != euid() {
+        format!("owned by uid {uid}, not by root")
+    } else if mode & 0o022 != 0 {
+        format!("mode {mode:04o} lets others write it")
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{}: {why}; refused: netsteer acts only on state it wrote",
+            path.display()
+        ),
+    ))
 }
 
 /// An unpredictable suffix for temporary names (another user cannot pre-create them).
@@ -103,6 +246,13 @@ fn random_suffix() -> String {
 /// Reads a state file: a regular file only (not a link, FIFO or device), opened without
 /// blocking, of at most [`MAX_STATE_FILE`] bytes. Errors name the file.
 pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
+    // The owner and mode first (lstat: a link is refused below anyway): a file another user
+    // could write is not read at all, so nothing root does follows from it.
+    if let Ok(meta) = fs::symlink_metadata(path)
+        && meta.is_file()
+    {
+        check_file_meta(path, &meta)?;
+    }
     netsteer_host::fs::read_regular_nofollow(path, MAX_STATE_FILE).map_err(|e| {
         if e.raw_os_error() == Some(libc::ELOOP) {
             io::Error::new(
@@ -182,15 +332,18 @@ impl Journal {
     /// highest there; the exclusive create claims it, so two applies racing for one number both
     /// get their own (the loser takes the next). Its [`Journal::seq`] goes into the begin record.
     pub fn create(state_dir: &Path) -> io::Result<Journal> {
-        fs::create_dir_all(state_dir).map_err(at(state_dir))?;
+        ensure_state_dir(state_dir)?;
         let state = HeldDir::open(state_dir, false)?;
         let dir = state_dir.join("journal");
-        match fs::create_dir(state.child("journal")) {
-            Ok(()) => state.sync()?,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(at(&dir)(e)),
+        match fs::symlink_metadata(state.child("journal")) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                mkdir_state(&state.child("journal"))?;
+                state.sync()?;
+            }
+            _ => {}
         }
         let held = HeldDir::open_as(&state.child("journal"), &dir, true)?;
+        held.check(false)?;
         let mut seq = order(&held, &dir)?
             .iter()
             .map(|(k, _)| k.seq)
@@ -227,12 +380,14 @@ impl Journal {
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(at(path))?;
-        if !file.metadata().map_err(at(path))?.is_file() {
+        let meta = file.metadata().map_err(at(path))?;
+        if !meta.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{}: not a regular file", path.display()),
             ));
         }
+        check_file_meta(path, &meta)?;
         Ok(Journal {
             path: path.to_path_buf(),
             file,
@@ -311,6 +466,10 @@ pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    // The journals found here are what a rollback restores: only from a directory nobody
+    // else could have written into.
+    check_state_dir(state_dir)?;
+    held.check(false)?;
     Ok(order(&held, &dir)?.into_iter().map(|(_, p)| p).collect())
 }
 
@@ -404,7 +563,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    fs::create_dir_all(dir).map_err(at(dir))?;
+    ensure_state_dir(dir)?;
     let held = HeldDir::open(dir, false)?;
     let (tmp, mut file) = loop {
         let tmp = format!(".{name}.tmp-{}", random_suffix());

@@ -210,6 +210,17 @@ impl Knob {
     /// The kind and format of the file at `path`, or None if netsteer does not tune it.
     pub fn kind_of(path: &str) -> Option<(ItemKind, Format)> {
         let parts: Vec<&str> = path.split('/').collect();
+        // `/proc/sys/net/../../../etc/shadow` matches the sysctl pattern component by
+        // component: no empty, `.` or `..` component is part of any knob's path. This is
+        // also the allow-list a journal's targets are checked against before a rollback
+        // writes them ([`Target::knob_check`]), so it must not admit a way out of its tree.
+        if parts
+            .iter()
+            .skip(1)
+            .any(|c| c.is_empty() || *c == "." || *c == "..")
+        {
+            return None;
+        }
         match parts.as_slice() {
             // A CPU mask the kernel parses with bitmap_parse and prints at its own width:
             // compared as a set, not as text.
