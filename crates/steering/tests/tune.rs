@@ -440,6 +440,72 @@ fn a_rollback_after_a_torn_journal_still_restores() {
     assert!(e.to_string().contains("/elsewhere"), "{e}");
 }
 
+/// Step-aside holds for every rollback: a knob whose writer recorded it as given up
+/// ([`journal::give_up`], what `watch` does when a person rewrites its knob) keeps the
+/// person's value when the journal is rolled back later — by the watcher's guard, at its
+/// exit, or by `tune rollback` — while everything else the journal wrote is restored.
+#[test]
+fn a_rollback_leaves_a_knob_given_up_to_another_writer() {
+    let tree = copy_tree(&fixture("kvm-virtio-16cpu"));
+    let state = tempfile::tempdir().unwrap();
+    let before = contents(tree.path());
+    let report = apply_tree(
+        tree.path(),
+        state.path(),
+        &opts(Profile::Throughput),
+        &|b| Box::new(Plain(b)),
+    );
+    let changed: Vec<_> = report
+        .steps
+        .iter()
+        .filter(|s| s.status == "changed")
+        .collect();
+    let mut files = changed.iter().filter_map(|s| {
+        s.target
+            .strip_prefix('/')
+            .filter(|_| s.target.starts_with("/proc/sys/") || s.target.contains("/queues/"))
+            .map(|p| (s.id.clone(), p.to_string()))
+    });
+    let (id, file) = files.next().expect("a file the throughput profile changed");
+    assert!(files.next().is_some(), "a second changed file: {changed:?}");
+    // The person's write, then the writer gives the knob up.
+    let person = if file.ends_with("rps_cpus") || file.ends_with("xps_cpus") {
+        "3"
+    } else {
+        "777"
+    };
+    fs::write(tree.path().join(&file), format!("{person}\n")).unwrap();
+    journal::give_up(
+        Path::new(&report.journal),
+        &id,
+        person,
+        "rewritten by someone else",
+    )
+    .unwrap();
+    let r = rollback_tree(tree.path(), &report.journal);
+    assert_eq!(r.status, "restored", "{r:?}");
+    assert_eq!(r.given_up, std::slice::from_ref(&id), "{r:?}");
+    assert!(!r.restored.contains(&id), "{r:?}");
+    let now = contents(tree.path());
+    assert_eq!(
+        fs::read_to_string(tree.path().join(&file)).unwrap().trim(),
+        person,
+        "the person's value of {file} was overwritten by the rollback"
+    );
+    // Everything else is as it was before the apply.
+    let differs: Vec<_> = now
+        .iter()
+        .filter(|(p, b)| before.get(*p) != Some(*b))
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert_eq!(differs.len(), 1, "{differs:?}");
+    // Run again (a second rollback, e.g. `tune rollback` after the watcher's): nothing to do,
+    // the person's value still there.
+    let again = rollback_tree(tree.path(), &report.journal);
+    assert_eq!(again.status, "nothing-to-do", "{again:?}");
+    assert_eq!(contents(tree.path()), now);
+}
+
 #[test]
 fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
     // Seed 000 keeps queue 0 for SSH and BGP: RSS gives it no hash bucket, the other ten queues

@@ -836,6 +836,10 @@ pub struct RollbackReport {
     pub status: String,
     pub restored: Vec<String>,
     pub failed: Vec<String>,
+    /// Ids this journal's writer gave up to someone who rewrote them ([`Record::GivenUp`]):
+    /// left as they are, not restored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub given_up: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -912,6 +916,7 @@ pub fn rollback(
             status: "nothing-to-do".into(),
             restored: Vec::new(),
             failed: Vec::new(),
+            given_up: Vec::new(),
         });
     }
     // Each id's first Old record: its value before the apply. An id journaled again later
@@ -964,6 +969,17 @@ pub fn rollback(
             _ => {}
         }
     }
+    // A knob given up to another writer keeps that writer's value: step-aside holds for
+    // every rollback of this journal, not only the watcher's own.
+    let given_up = journal::given_up(&records);
+    let mut left: Vec<String> = written
+        .iter()
+        .filter(|w| given_up.contains(&w.item.id))
+        .map(|w| w.item.id.clone())
+        .collect();
+    left.sort();
+    left.dedup();
+    written.retain(|w| !given_up.contains(&w.item.id));
     if written.is_empty() {
         let mut j = Journal::reopen(path).map_err(RollbackError::Journal)?;
         j.append(&Record::RolledBack {
@@ -976,6 +992,7 @@ pub fn rollback(
             status: "nothing-to-do".into(),
             restored: Vec::new(),
             failed: Vec::new(),
+            given_up: left,
         });
     }
     let (restored, failed) = undo(backend, &written);
@@ -995,6 +1012,7 @@ pub fn rollback(
         .into(),
         restored,
         failed,
+        given_up: left,
     })
 }
 

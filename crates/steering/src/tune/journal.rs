@@ -311,6 +311,35 @@ pub enum Record {
         restored: Vec<String>,
         failed: Vec<String>,
     },
+    /// Whoever applied this journal gave `id` up after someone else rewrote it (`watch`'s
+    /// step-aside): no rollback of this journal writes it again, whoever runs it, so the
+    /// value the other writer chose stays. `now` is what the knob held when it was given up.
+    GivenUp {
+        id: String,
+        now: String,
+        why: String,
+    },
+}
+
+/// Records in the journal at `path` that `id` is given up (see [`Record::GivenUp`]): a
+/// later rollback of it restores everything else and leaves `id` as it is.
+pub fn give_up(path: &Path, id: &str, now: &str, why: &str) -> io::Result<()> {
+    Journal::reopen(path)?.append(&Record::GivenUp {
+        id: id.to_string(),
+        now: now.to_string(),
+        why: why.to_string(),
+    })
+}
+
+/// The ids a journal's writer gave up ([`Record::GivenUp`]).
+pub fn given_up(records: &[Record]) -> std::collections::BTreeSet<String> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::GivenUp { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// An open journal, appended to record by record.
