@@ -6,7 +6,6 @@ use crate::model::desired::{Action, Format, Item, ItemKind, Plan, Target};
 use netsteer_host::HostFs;
 use netsteer_host::ethtool::NicKnob;
 use netsteer_nic::NicBackend;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// A refused read or write, with the errno when the kernel gave one.
@@ -287,12 +286,12 @@ fn jerr(path: &Path) -> impl Fn(std::io::Error) -> ApplyError + '_ {
 
 /// A value this apply may have changed, and what it was.
 #[derive(Debug, Clone)]
-struct Written {
-    item: Item,
-    old: String,
+pub(super) struct Written {
+    pub(super) item: Item,
+    pub(super) old: String,
     /// First journaled after a channel change: the target may have been made by it (a new
     /// queue's files, a new vector), and may go with the old count again.
-    after_channels: bool,
+    pub(super) after_channels: bool,
 }
 
 struct Run<'a> {
@@ -522,7 +521,7 @@ fn device_of(target: &Target) -> Option<&str> {
 
 /// Restores what `written` changed; returns (restored ids, failures). The first record of an id
 /// holds its value from before the apply (a later one may be a value a channel change made).
-fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>) {
+pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>) {
     let mut seen = std::collections::BTreeSet::new();
     let mut order: Vec<(usize, &Written)> = written
         .iter()
@@ -828,212 +827,5 @@ pub fn apply(
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RollbackReport {
-    pub journal: String,
-    /// `restored`, `nothing-to-do` (already rolled back or nothing was written), or
-    /// `incomplete` (some values could not be written back).
-    pub status: String,
-    pub restored: Vec<String>,
-    pub failed: Vec<String>,
-    /// Ids this journal's writer gave up to someone who rewrote them ([`Record::GivenUp`]):
-    /// left as they are, not restored.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub given_up: Vec<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RollbackError {
-    #[error("{0}")]
-    Journal(std::io::Error),
-    #[error("no journal in {0}: nothing was applied with this --state-dir")]
-    NoJournal(String),
-    #[error("journal {journal} was written for root {journal_root}, not {root}")]
-    WrongRoot {
-        journal: String,
-        journal_root: String,
-        root: String,
-    },
-    /// A journal entry whose target is not a knob ([`Target::knob_check`]): someone else
-    /// wrote it. The whole journal is refused before anything is restored.
-    #[error("journal {journal}: entry {id}: {why}; refused, nothing was restored")]
-    NotAKnob {
-        journal: String,
-        id: String,
-        why: String,
-    },
-}
-
-/// The newest journal that still has something to undo (or the newest one at all).
-pub fn latest_journal(state_dir: &Path) -> Result<std::path::PathBuf, RollbackError> {
-    let all = journal::list(state_dir).map_err(RollbackError::Journal)?;
-    for p in all.iter().rev() {
-        if let Ok(r) = journal::read(p)
-            && !journal::rolled_back(&r)
-        {
-            return Ok(p.clone());
-        }
-    }
-    all.last()
-        .cloned()
-        .ok_or_else(|| RollbackError::NoJournal(state_dir.display().to_string()))
-}
-
-/// Restores exactly what a journal recorded as written (or about to be), newest first. Safe
-/// after a crash at any point of apply, and harmless to run again.
-pub fn rollback(
-    path: &Path,
-    root: &str,
-    backend: &dyn Backend,
-) -> Result<RollbackReport, RollbackError> {
-    let records = journal::read(path).map_err(RollbackError::Journal)?;
-    if let Some(Record::Begin { root: jroot, .. }) = records.first()
-        && jroot != root
-    {
-        return Err(RollbackError::WrongRoot {
-            journal: path.display().to_string(),
-            journal_root: jroot.clone(),
-            root: root.to_string(),
-        });
-    }
-    let journal_name = path.display().to_string();
-    // Every target first, before any write: a rollback restores what the journal says was
-    // there, so a journal that names anything but a knob is not netsteer's and is not obeyed.
-    for r in &records {
-        if let Record::Old { id, target, .. } = r
-            && let Err(why) = target.knob_check()
-        {
-            return Err(RollbackError::NotAKnob {
-                journal: journal_name,
-                id: id.clone(),
-                why,
-            });
-        }
-    }
-    if journal::rolled_back(&records) {
-        return Ok(RollbackReport {
-            journal: journal_name,
-            status: "nothing-to-do".into(),
-            restored: Vec::new(),
-            failed: Vec::new(),
-            given_up: Vec::new(),
-        });
-    }
-    // Each id's first Old record: its value before the apply. An id journaled again later
-    // (re-planned after a channel change) keeps the first.
-    let mut olds: BTreeMap<String, Item> = BTreeMap::new();
-    let mut old_values: BTreeMap<String, String> = BTreeMap::new();
-    let mut born_after: BTreeMap<String, bool> = BTreeMap::new();
-    let mut channels_written = false;
-    let mut written = Vec::new();
-    for r in &records {
-        match r {
-            Record::Old { id, .. } if olds.contains_key(id) => {}
-            Record::Old {
-                id,
-                target,
-                format,
-                old,
-                new,
-            } => {
-                born_after.insert(id.clone(), channels_written);
-                olds.insert(
-                    id.clone(),
-                    Item {
-                        id: id.clone(),
-                        kind: kind_of(id),
-                        target: target.clone(),
-                        format: *format,
-                        label: None,
-                        current: Some(old.clone()),
-                        desired: new.clone(),
-                        reason: String::new(),
-                        action: Action::Change,
-                        rewrite: false,
-                    },
-                );
-                old_values.insert(id.clone(), old.clone());
-            }
-            Record::Write { id } => {
-                if let (Some(item), Some(old)) = (olds.get(id), old_values.get(id)) {
-                    written.push(Written {
-                        item: item.clone(),
-                        old: old.clone(),
-                        after_channels: born_after.get(id).copied().unwrap_or(false),
-                    });
-                    if item.kind == ItemKind::Channels {
-                        channels_written = true;
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    // A knob given up to another writer keeps that writer's value: step-aside holds for
-    // every rollback of this journal, not only the watcher's own.
-    let given_up = journal::given_up(&records);
-    let mut left: Vec<String> = written
-        .iter()
-        .filter(|w| given_up.contains(&w.item.id))
-        .map(|w| w.item.id.clone())
-        .collect();
-    left.sort();
-    left.dedup();
-    written.retain(|w| !given_up.contains(&w.item.id));
-    if written.is_empty() {
-        let mut j = Journal::reopen(path).map_err(RollbackError::Journal)?;
-        j.append(&Record::RolledBack {
-            restored: Vec::new(),
-            failed: Vec::new(),
-        })
-        .map_err(RollbackError::Journal)?;
-        return Ok(RollbackReport {
-            journal: journal_name,
-            status: "nothing-to-do".into(),
-            restored: Vec::new(),
-            failed: Vec::new(),
-            given_up: left,
-        });
-    }
-    let (restored, failed) = undo(backend, &written);
-    let mut j = Journal::reopen(path).map_err(RollbackError::Journal)?;
-    j.append(&Record::RolledBack {
-        restored: restored.clone(),
-        failed: failed.clone(),
-    })
-    .map_err(RollbackError::Journal)?;
-    Ok(RollbackReport {
-        journal: journal_name,
-        status: if failed.is_empty() {
-            "restored"
-        } else {
-            "incomplete"
-        }
-        .into(),
-        restored,
-        failed,
-        given_up: left,
-    })
-}
-
-/// The kind an item id names (`irq/45` → irq-affinity); rollback needs it to tell a managed
-/// IRQ's refusal from a failure.
-fn kind_of(id: &str) -> ItemKind {
-    match id.split('/').next().unwrap_or("") {
-        "irq" => ItemKind::IrqAffinity,
-        "rps" => ItemKind::Rps,
-        "rfs" => ItemKind::RfsFlowCnt,
-        "xps" => ItemKind::Xps,
-        "service" => ItemKind::Irqbalance,
-        "process" | "napi-thread" => ItemKind::Affinity,
-        "napi" => ItemKind::Napi,
-        "nic" if id.contains("/channels/") || id.contains("/rings/") => ItemKind::Channels,
-        "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,
-        "nic" if id.contains("/pause/") => ItemKind::Pause,
-        "nic" if id.contains("/rss/") || id.contains("/flow-hash/") => ItemKind::Rss,
-        "nic" if id.contains("/napi/") => ItemKind::Napi,
-        "nic" if id.contains("/ntuple/") => ItemKind::Ntuple,
-        "nic" => ItemKind::Feature,
-        _ => ItemKind::Sysctl,
-    }
-}
+use super::rollback::kind_of;
+pub use super::rollback::{RollbackError, RollbackReport, latest_journal, rollback};

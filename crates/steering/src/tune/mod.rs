@@ -8,6 +8,7 @@ pub mod apply;
 pub mod journal;
 pub mod persist;
 pub mod process;
+pub mod rollback;
 pub mod saved;
 pub mod search;
 pub mod search_report;
