@@ -502,6 +502,43 @@ pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(order(&held, &dir)?.into_iter().map(|(_, p)| p).collect())
 }
 
+/// Removes the journals of a state directory that have nothing left to undo (fully rolled
+/// back), all but the newest `keep` of them, and never the newest journal of all (its
+/// sequence number is the one the next apply counts from). A directory that is re-applied
+/// again and again (a lane whose service restarts) would otherwise grow a journal each time,
+/// and every look at it parse them all. Returns how many were removed.
+pub fn compact(state_dir: &Path, keep: usize) -> io::Result<usize> {
+    let dir = state_dir.join("journal");
+    let held = match HeldDir::open(&dir, true) {
+        Ok(h) => h,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    check_state_dir(state_dir)?;
+    held.check(false)?;
+    let all = order(&held, &dir)?;
+    let Some((_, newest)) = all.last() else {
+        return Ok(0);
+    };
+    let done: Vec<&PathBuf> = all
+        .iter()
+        .map(|(_, p)| p)
+        .filter(|p| *p != newest && read(p).is_ok_and(|r| rolled_back(&r)))
+        .collect();
+    let mut removed = 0;
+    for p in done.iter().rev().skip(keep) {
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        fs::remove_file(held.child(name)).map_err(at(p))?;
+        removed += 1;
+    }
+    if removed > 0 {
+        held.sync()?;
+    }
+    Ok(removed)
+}
+
 /// Where a journal stands among the others.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Place {
@@ -690,6 +727,38 @@ mod tests {
         assert!(l[0].ends_with("000000000002.jsonl"), "{l:?}");
         // The next claims one more than the highest inside.
         assert_eq!(Journal::create(swapped.path()).unwrap().seq(), 3);
+    }
+
+    /// Compaction removes only journals with nothing left to undo, keeps the newest `keep`
+    /// of those and the newest journal of all, and the next journal still counts on.
+    #[test]
+    fn compaction_keeps_what_may_still_be_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut made = Vec::new();
+        for i in 0..10 {
+            let mut j = Journal::create(dir.path()).unwrap();
+            j.append(&begin(j.seq(), 1_700_000_000)).unwrap();
+            // Every journal but the 4th and the last two is rolled back.
+            if i != 3 && i < 8 {
+                j.append(&Record::RolledBack {
+                    restored: vec!["irq/1".into()],
+                    failed: Vec::new(),
+                })
+                .unwrap();
+            }
+            made.push(j.path().to_path_buf());
+        }
+        assert_eq!(compact(dir.path(), 2).unwrap(), 5);
+        let left = list(dir.path()).unwrap();
+        // Rolled back: 0,1,2,4,5,6,7 → the newest two (6, 7) stay; 3, 8, 9 are not done.
+        assert_eq!(
+            left,
+            [&made[3], &made[6], &made[7], &made[8], &made[9]]
+                .map(|p| p.clone())
+                .to_vec()
+        );
+        assert_eq!(compact(dir.path(), 2).unwrap(), 0);
+        assert_eq!(Journal::create(dir.path()).unwrap().seq(), 11);
     }
 
     /// Journals written before sequence numbers existed go first, by start time and pid as
