@@ -73,6 +73,38 @@ pub fn parse_status_allowed(text: &str) -> std::result::Result<CpuSet, ParseErro
     CpuSet::parse_list(list, None).map_err(|e| ParseError::new(i + 1, e.to_string()))
 }
 
+/// A process's parent and its four uids (real, effective, saved, file system) from its
+/// `status` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusIds {
+    pub ppid: u32,
+    pub uids: [u32; 4],
+}
+
+/// `PPid:` and `Uid:` from a `status` file.
+pub fn parse_status_ids(text: &str) -> std::result::Result<StatusIds, ParseError> {
+    let field = |key: &str| {
+        text.lines()
+            .enumerate()
+            .find_map(|(i, l)| l.strip_prefix(key).map(|v| (i, v.trim())))
+            .ok_or_else(|| ParseError::new(1, format!("no {key} line")))
+    };
+    let (i, ppid) = field("PPid:")?;
+    let ppid = ppid
+        .parse()
+        .map_err(|_| ParseError::new(i + 1, "PPid is not a number"))?;
+    let (i, uids) = field("Uid:")?;
+    let uids: Vec<u32> = uids
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| ParseError::new(i + 1, "Uid is not four numbers"))?;
+    let uids: [u32; 4] = uids
+        .try_into()
+        .map_err(|_| ParseError::new(i + 1, "Uid is not four numbers"))?;
+    Ok(StatusIds { ppid, uids })
+}
+
 /// Reads every thread of `pid`. Threads that exit while being read are skipped.
 pub fn read_process(fs: &HostFs, pid: u32) -> Result<ProcessPlacement> {
     let comm = fs.read_value(format!("/proc/{pid}/comm"))?;
@@ -127,5 +159,14 @@ mod tests {
         let s = "Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1,4\n";
         assert_eq!(parse_status_allowed(s).unwrap().to_list(), "0-1,4");
         assert!(parse_status_allowed("Name: x\n").is_err());
+    }
+
+    #[test]
+    fn parent_and_uids() {
+        let s = "Name:\tnginx\nPPid:\t1\nUid:\t33\t33\t0\t33\nGid:\t33\t33\t33\t33\n";
+        let ids = parse_status_ids(s).unwrap();
+        assert_eq!((ids.ppid, ids.uids), (1, [33, 33, 0, 33]));
+        assert!(parse_status_ids("PPid:\t1\nUid:\t1 2\n").is_err());
+        assert!(parse_status_ids("Uid:\t1 2 3 4\n").is_err());
     }
 }

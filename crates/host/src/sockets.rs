@@ -126,6 +126,218 @@ pub fn socket_owners(fs: &HostFs, inodes: &BTreeSet<u64>) -> Result<Vec<u32>> {
     Ok(out)
 }
 
+/// One line of a socket table with what names its owner: the uid the kernel prints for it
+/// (the credentials of whoever created the socket, `sock_i_uid`, as this reader's user
+/// namespace maps them) and the local address it is bound to (its family is the table's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SocketRow {
+    pub port: u16,
+    /// TCP_* state number, as [`SocketEntry::state`].
+    pub state: u8,
+    pub inode: u64,
+    pub uid: u32,
+    /// The local address; an IPv6 table's is always [`std::net::IpAddr::V6`] (a v4-mapped
+    /// address stays v6: it is another socket than a v4 one).
+    pub local: std::net::IpAddr,
+}
+
+/// A table's hex address (`0100007F`, or 32 digits for IPv6) as the kernel prints it: each
+/// 32-bit word of the address in memory order, printed as a number of this host's byte order.
+fn parse_hex_addr(hex: &str) -> Option<std::net::IpAddr> {
+    let word = |i: usize| {
+        hex.get(i * 8..i * 8 + 8)
+            .and_then(|w| u32::from_str_radix(w, 16).ok())
+            .map(u32::to_ne_bytes)
+    };
+    match hex.len() {
+        8 => Some(std::net::Ipv4Addr::from(word(0)?).into()),
+        32 => {
+            let mut b = [0u8; 16];
+            for i in 0..4 {
+                b[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+            }
+            Some(std::net::Ipv6Addr::from(b).into())
+        }
+        _ => None,
+    }
+}
+
+/// Parses one `/proc/net/{tcp,udp}{,6}` table with each socket's uid and local address (see
+/// [`parse_socket_table`]).
+pub fn parse_socket_rows(text: &str) -> std::result::Result<Vec<SocketRow>, ParseError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let bad = |what: &str| ParseError::new(i + 1, format!("{what}: {line:?}"));
+        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
+        let (addr, port) = f
+            .get(1)
+            .and_then(|l| l.rsplit_once(':'))
+            .ok_or_else(|| bad("no local address"))?;
+        let port = u16::from_str_radix(port, 16).map_err(|_| bad("no hex local port"))?;
+        let local = parse_hex_addr(addr).ok_or_else(|| bad("no hex local address"))?;
+        let state = f
+            .get(3)
+            .and_then(|s| u8::from_str_radix(s, 16).ok())
+            .ok_or_else(|| bad("no hex state"))?;
+        let uid = f
+            .get(7)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad("no uid"))?;
+        let inode = f
+            .get(9)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad("no inode"))?;
+        out.push(SocketRow {
+            port,
+            state,
+            inode,
+            uid,
+            local,
+        });
+    }
+    Ok(out)
+}
+
+/// The sockets serving `port` (as [`serving`]) with their uids and local addresses, IPv4's
+/// table first.
+pub fn serving_rows(fs: &HostFs, proto: Proto, port: u16) -> Result<Vec<SocketRow>> {
+    let mut out = Vec::new();
+    for v6 in [false, true] {
+        let path = format!("/proc/net/{}{}", proto.name(), if v6 { "6" } else { "" });
+        let rows = match fs.read_parsed(&path, parse_socket_rows) {
+            Ok(e) => e,
+            Err(e) if v6 && e.is_not_found() => continue,
+            Err(e) => return Err(e),
+        };
+        out.extend(
+            rows.into_iter()
+                .filter(|e| e.port == port && e.inode != 0)
+                .filter(|e| proto == Proto::Udp || e.state == TCP_LISTEN),
+        );
+    }
+    Ok(out)
+}
+
+/// What a search for sockets' owners found, and what it cost: the processes and descriptors
+/// it read (so a caller can bound it, and a test can count it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnerScan {
+    /// The processes holding one of the sockets, in pid order.
+    pub pids: Vec<u32>,
+    /// Processes whose descriptor table was read.
+    pub processes: usize,
+    /// Descriptors read (one `readlink` each).
+    pub descriptors: usize,
+}
+
+impl OwnerScan {
+    fn add(&mut self, other: OwnerScan) {
+        self.pids.extend(other.pids);
+        self.pids.sort_unstable();
+        self.pids.dedup();
+        self.processes += other.processes;
+        self.descriptors += other.descriptors;
+    }
+}
+
+/// The processes among `candidates` holding any of `inodes` open; only the candidates'
+/// descriptors are read. Processes that exit while being read are skipped; fds are read as
+/// links, never opened.
+pub fn socket_owners_among(
+    fs: &HostFs,
+    inodes: &BTreeSet<u64>,
+    candidates: impl IntoIterator<Item = u32>,
+) -> OwnerScan {
+    let mut out = OwnerScan::default();
+    if inodes.is_empty() {
+        return out;
+    }
+    let scan = fs.unrecorded();
+    let want: BTreeSet<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    let mut pids: Vec<u32> = candidates.into_iter().collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids {
+        let Ok(fds) = scan.read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        out.processes += 1;
+        let mut holds = false;
+        for fd in &fds {
+            out.descriptors += 1;
+            if scan
+                .read_link(format!("/proc/{pid}/fd/{fd}"))
+                .is_ok_and(|t| want.contains(t.to_string_lossy().as_ref()))
+            {
+                holds = true;
+                break;
+            }
+        }
+        if holds {
+            out.pids.push(pid);
+        }
+    }
+    out
+}
+
+/// Every process's parent and uids (`/proc/PID/status`: one small file a process, no
+/// descriptor read), in pid order; processes that exit while being read are skipped.
+pub fn process_ids(fs: &HostFs) -> Result<Vec<(u32, crate::process::StatusIds)>> {
+    let scan = fs.unrecorded();
+    let mut pids: Vec<u32> = scan
+        .read_dir("/proc")?
+        .iter()
+        .filter_map(|e| e.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    Ok(pids
+        .into_iter()
+        .filter_map(|pid| {
+            scan.read_parsed(
+                format!("/proc/{pid}/status"),
+                crate::process::parse_status_ids,
+            )
+            .ok()
+            .map(|ids| (pid, ids))
+        })
+        .collect())
+}
+
+/// The holders of `inodes`, sockets the table gives to `uid`, searched among the candidates
+/// that can hold them: the processes with `uid` as their real, effective, saved or file-system
+/// uid, then the children of each holder found (a server that binds as root and forks its
+/// workers under another uid hands them its sockets), never every process's descriptors.
+pub fn socket_owners_of_uid(fs: &HostFs, inodes: &BTreeSet<u64>, uid: u32) -> Result<OwnerScan> {
+    let mut out = OwnerScan::default();
+    if inodes.is_empty() {
+        return Ok(out);
+    }
+    let all = process_ids(fs)?;
+    let mut scanned: BTreeSet<u32> = all
+        .iter()
+        .filter(|(_, ids)| ids.uids.contains(&uid))
+        .map(|(pid, _)| *pid)
+        .collect();
+    out.add(socket_owners_among(fs, inodes, scanned.iter().copied()));
+    let mut parents: BTreeSet<u32> = out.pids.iter().copied().collect();
+    while !parents.is_empty() {
+        let children: Vec<u32> = all
+            .iter()
+            .filter(|(pid, ids)| parents.contains(&ids.ppid) && !scanned.contains(pid))
+            .map(|(pid, _)| *pid)
+            .collect();
+        scanned.extend(children.iter().copied());
+        let found = socket_owners_among(fs, inodes, children);
+        parents = found.pids.iter().copied().collect();
+        out.add(found);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +366,36 @@ mod tests {
         assert_eq!(e[1].state, 1);
         let err = parse_socket_table("header\n  0: nonsense\n").unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    /// The uid column and the local address, v4 and v6 (`[::]` and `127.0.0.2`, the issue's
+    /// two strangers), as a little-endian 6.18 prints them.
+    #[test]
+    fn rows_carry_the_uid_and_the_local_address() {
+        let head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n";
+        let v4 = format!(
+            "{head} 1: 00000000:10E1 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 27963 2 0000000000000000 0\n\
+             \x20 2: 0200007F:10E1 00000000:0000 07 00000000:00000000 00:00000000 00000000 65534        0 27999 2 0000000000000000 0\n"
+        );
+        let rows = parse_socket_rows(&v4).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].uid, rows[0].port, rows[0].inode), (0, 4321, 27963));
+        assert_eq!(rows[0].local.to_string(), "0.0.0.0");
+        if cfg!(target_endian = "little") {
+            assert_eq!(rows[1].local.to_string(), "127.0.0.2");
+        }
+        assert_eq!(rows[1].uid, 65534);
+        let v6 = format!(
+            "{head} 5: 00000000000000000000000000000000:10E1 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000 65534        0 28001 2 0000000000000000 0\n\
+             \x20 6: 0000000000000000FFFF00000100007F:10E1 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000 0        0 28002 2 0000000000000000 0\n"
+        );
+        let rows = parse_socket_rows(&v6).unwrap();
+        assert_eq!(rows[0].local.to_string(), "::");
+        assert_eq!(rows[0].uid, 65534);
+        if cfg!(target_endian = "little") {
+            assert_eq!(rows[1].local.to_string(), "::ffff:127.0.0.1");
+        }
+        assert!(parse_socket_rows(&format!("{head} 1: 0000:10E1 x 07 a b c 0 0 1\n")).is_err());
+        assert!(parse_socket_rows(&format!("{head} 1: 00000000:10E1 x 07 a b c u 0 1\n")).is_err());
     }
 }
