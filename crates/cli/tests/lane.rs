@@ -725,3 +725,283 @@ fn a_systemd_units_stop_and_start_take_its_lane_down_and_up() {
     assert_eq!(state(b), before);
     assert_eq!(allowed_in(&sd, main2), before_allowed);
 }
+
+/// How a stranger sits beside the service on its port (issue 77).
+#[derive(Clone, Copy, Debug)]
+enum Beside {
+    /// `[::]:PORT` with IPV6_V6ONLY: another family, no conflict with `0.0.0.0:PORT`.
+    V6Only,
+    /// `127.0.0.2:PORT` with SO_REUSEADDR (the service sets it too): the same family on
+    /// another address, which UDP lets any uid share when both ask.
+    OtherAddress,
+}
+
+/// A process that is not the service: uid `uid` in `ns`, binding UDP PORT as `beside` says,
+/// holding it 0.25 s and closing it 0.25 s, over and over — what the attacker of issue 77 did.
+/// A process of its own (forked: the child makes only system calls until it is killed, as
+/// a child of a threaded process must, never allocating), killed and reaped when dropped,
+/// and killed by the kernel if the test process dies first (PR_SET_PDEATHSIG). It writes a
+/// byte to a pipe each time it binds (`b`, or `e` when it cannot) and when it is about to
+/// close (`c`, 0.25 s later), so the test goes by its cycles instead of guessing them from a
+/// clock.
+struct Stranger {
+    pid: libc::pid_t,
+    cycles: std::fs::File,
+}
+
+impl Stranger {
+    fn start(ns: &Netns, uid: u32, beside: Beside) -> Stranger {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let netns = std::fs::File::open(ns.path()).unwrap();
+        let port = PORT.parse::<u16>().unwrap().to_be();
+        // Everything the child needs is made before fork: addresses, the CPU mask (every
+        // online CPU, so that a pin to the lane's CPU is seen whatever the test's own mask).
+        // SAFETY: all-zero bytes are a valid sockaddr_in/sockaddr_in6/cpu_set_t.
+        let mut v6: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+        v6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        v6.sin6_port = port;
+        // SAFETY: as above.
+        let mut v4: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        v4.sin_family = libc::AF_INET as libc::sa_family_t;
+        v4.sin_port = port;
+        v4.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 2]).to_be();
+        // SAFETY: as above.
+        let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+        for c in netsteer_host::CpuSet::parse_list(online.trim(), None)
+            .unwrap()
+            .iter()
+        {
+            // SAFETY: c is an online CPU number, below CPU_SETSIZE on this test's hosts.
+            unsafe { libc::CPU_SET(c as usize, &mut all) };
+        }
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let parent = std::process::id() as libc::pid_t;
+        let nsfd = netns.as_raw_fd();
+        let wfd = fds[1];
+        // SAFETY: the child below makes only async-signal-safe system calls and never
+        // returns (it loops until killed, or _exits).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: system calls on values made before fork; no allocation, no locks.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent
+                    || libc::setns(nsfd, libc::CLONE_NEWNET) != 0
+                    || libc::sched_setaffinity(0, std::mem::size_of_val(&all), &all) != 0
+                {
+                    libc::_exit(2);
+                }
+                if uid != 0
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(uid) != 0
+                        || libc::setuid(uid) != 0)
+                {
+                    libc::_exit(3);
+                }
+                let one: libc::c_int = 1;
+                let half = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 250_000_000,
+                };
+                loop {
+                    let (family, opt_level, opt, addr, len) = match beside {
+                        Beside::V6Only => (
+                            libc::AF_INET6,
+                            libc::IPPROTO_IPV6,
+                            libc::IPV6_V6ONLY,
+                            &v6 as *const _ as *const libc::sockaddr,
+                            std::mem::size_of_val(&v6),
+                        ),
+                        Beside::OtherAddress => (
+                            libc::AF_INET,
+                            libc::SOL_SOCKET,
+                            libc::SO_REUSEADDR,
+                            &v4 as *const _ as *const libc::sockaddr,
+                            std::mem::size_of_val(&v4),
+                        ),
+                    };
+                    let s = libc::socket(family, libc::SOCK_DGRAM, 0);
+                    libc::setsockopt(
+                        s,
+                        opt_level,
+                        opt,
+                        &one as *const _ as *const libc::c_void,
+                        std::mem::size_of_val(&one) as libc::socklen_t,
+                    );
+                    let said = if s >= 0 && libc::bind(s, addr, len as libc::socklen_t) == 0 {
+                        b"b"
+                    } else {
+                        b"e"
+                    };
+                    libc::write(wfd, said.as_ptr() as *const libc::c_void, 1);
+                    libc::nanosleep(&half, std::ptr::null_mut());
+                    libc::write(wfd, b"c".as_ptr() as *const libc::c_void, 1);
+                    libc::close(s);
+                    libc::nanosleep(&half, std::ptr::null_mut());
+                }
+            }
+        }
+        // SAFETY: fds[1] is the pipe's write end, the child's now; closing ours lets a read
+        // see the end when the child is gone.
+        unsafe { libc::close(fds[1]) };
+        Stranger {
+            pid,
+            // SAFETY: fds[0] is the pipe's read end, owned from here by this File only.
+            cycles: unsafe { std::fs::File::from_raw_fd(fds[0]) },
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Waits for its next event: a bind (its socket on the port from now, for 0.25 s) or the
+    /// end of one (its socket about to close, after a holder at 0.1 s had two looks at it).
+    fn next(&mut self) -> u8 {
+        use std::io::Read;
+        let mut b = [0u8];
+        let n = self.cycles.read(&mut b).unwrap();
+        assert_eq!(n, 1, "the stranger {} is gone", self.pid);
+        assert_ne!(&b, b"e", "the stranger could not bind its socket");
+        b[0]
+    }
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        // SAFETY: our own child, reaped here once.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// The newest journal's sequence number in the lane "echo" (its name): an apply makes a new
+/// journal, a rollback appends to the one it undoes.
+fn newest_journal(state_dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(state_dir.join("lanes/echo/journal"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".jsonl")?.parse().ok())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 77's attack on a lane whose service is "whoever holds the port": the service (socat,
+/// root) on 0.0.0.0:PORT, a stranger of `uid` beside it as `beside` says, opening and closing
+/// its socket twice a second. The stranger is never pinned, the holder never applies the lane
+/// again because of it, and when the service stops the lane is rolled back although the
+/// stranger still comes and goes on the port (and is not taken for the service then either).
+/// The checks go by the stranger's own cycles (a byte per bind), not by a clock.
+fn a_stranger_never_joins(uid: u32, beside: Beside) {
+    if !common::tune_live_usable() {
+        return;
+    }
+    let pair = Pair::create(1);
+    let b = &pair.server;
+    b.sh("ethtool -K v0b gro on && ip link set lo up");
+    let sd = tempfile::tempdir().unwrap();
+    let sdp = sd.path().to_str().unwrap();
+    // SO_REUSEADDR on the service too: without it nobody could bind 127.0.0.2 beside it.
+    let server = Running::spawn(
+        b,
+        &[
+            "socat",
+            "-u",
+            &format!("UDP-RECV:{PORT},reuseaddr"),
+            "/dev/null",
+        ],
+        &[],
+        Stdio::null(),
+    );
+    wait_for("socat bound", Duration::from_secs(10), || {
+        b.text("ss -uanH").contains(&format!("0.0.0.0:{PORT} "))
+    });
+    let before = state(b);
+    ok(apply_echo(b, sdp, &["--mode", "busy-poll"]));
+    let applied = state(b);
+    assert_eq!(allowed(pid(&server)), "1");
+    let seq = newest_journal(sd.path());
+    let holder = hold(b, sdp, true);
+
+    let mut stranger = Stranger::start(b, uid, beside);
+    let own = allowed(stranger.pid());
+    assert_ne!(own, "1", "the stranger may run anywhere to begin with");
+    let check = |stranger: &Stranger, when: &str| {
+        assert_eq!(
+            allowed(stranger.pid()),
+            own,
+            "{when}: the stranger (uid {uid}, {beside:?}) was pinned to the lane's CPU"
+        );
+    };
+    // Twelve binds and closes (6 s, the issue's 12 re-applies in 5 s) beside the service,
+    // looked at as each socket opens and as it is about to close.
+    for _ in 0..24 {
+        let e = stranger.next();
+        check(
+            &stranger,
+            &format!("beside the running service ({})", e as char),
+        );
+    }
+    assert_eq!(state(b), applied);
+    assert_eq!(
+        newest_journal(sd.path()),
+        seq,
+        "the holder applied the lane again because of the stranger"
+    );
+
+    // The service stops while the stranger keeps coming back to the port.
+    drop(server);
+    wait_for_or(
+        "rollback once the service stopped, the stranger still on the port",
+        Duration::from_secs(20),
+        || {
+            check(&stranger, "after the service stopped");
+            state(b) == before
+        },
+        &|| format!("\n{}", listed(b, sdp)),
+    );
+    for _ in 0..24 {
+        let e = stranger.next();
+        check(&stranger, &format!("with the service gone ({})", e as char));
+    }
+    assert_eq!(state(b), before, "the lane was applied for the stranger");
+    assert_eq!(newest_journal(sd.path()), seq);
+    let (out, err) = holder.stop();
+    let events: Vec<String> = out
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["event"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(events, ["rolled-back"], "{out}{err}");
+    ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
+    assert_eq!(state(b), before);
+}
+
+/// nobody (65534) on `[::]:PORT` with IPV6_V6ONLY beside root's `0.0.0.0:PORT`.
+#[test]
+fn a_stranger_on_the_v6_port_never_joins_the_lane() {
+    a_stranger_never_joins(65534, Beside::V6Only);
+}
+
+/// nobody on `127.0.0.2:PORT` (SO_REUSEADDR), the service's family on another address.
+#[test]
+fn a_stranger_on_another_address_never_joins_the_lane() {
+    a_stranger_never_joins(65534, Beside::OtherAddress);
+}
+
+/// The service's own uid (root) on another family: a socket the lane was not planned for does
+/// not join it either.
+#[test]
+fn a_stranger_of_the_services_uid_on_another_family_never_joins_the_lane() {
+    a_stranger_never_joins(0, Beside::V6Only);
+}

@@ -10,17 +10,28 @@
 //! lane in place when it exits unless told otherwise (OpenShift's tuning operator learnt both
 //! the hard way: a restart cleared the IRQ bans running pods relied on, and rollback on exit
 //! caused outages).
+//!
+//! A service is known by its owner: a lane of "whoever holds the port" records, at its apply,
+//! the uid the socket table gives the service's sockets and their local addresses
+//! ([`ServiceOwner`], `owner.json`); from then on only sockets of that uid on those addresses
+//! are the service's, so another user's socket on the port (another family, another address)
+//! never joins the lane, and its coming and going is nothing to the holder. The holder's cost
+//! is its own: it reads the lane's newest journal only, the lane's rolled-back journals are
+//! compacted to the newest few, and the search for the sockets' holders reads the
+//! descriptors of their candidates only (the owner's uid, or the unit's processes).
 
 use crate::model::planner::lane::{LaneClaim, LaneError, LaneProcess};
 use crate::tune::apply::ApplyOptions;
 use crate::tune::journal::{self, Record};
 use crate::tune::{ApplyReport, Plan, RollbackReport, Target, TuneError, Tuner};
 use netsteer_host::HostFs;
-use netsteer_host::sockets;
+use netsteer_host::sockets::{self, OwnerScan, Proto, SocketRow};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use crate::model::planner::lane::{
@@ -33,6 +44,13 @@ pub mod text;
 pub const SPEC_FILE: &str = "lane.json";
 /// Held (flock) by the lane's holder while it runs: one holder per lane.
 pub const LOCK_FILE: &str = "hold.lock";
+/// Who the service of a port's lane is ([`ServiceOwner`]), recorded at its apply.
+pub const OWNER_FILE: &str = "owner.json";
+/// Journals kept whatever they hold: the newest few. Older ones that are rolled back (nothing
+/// left in them to undo) are removed after each apply and rollback of the lane, so a lane
+/// applied and rolled back all day long keeps a handful, and tune's own readers of the
+/// directory (the next journal's number, the newest one to roll back) stay cheap.
+pub const KEEP_JOURNALS: usize = 4;
 /// The largest `lane.json` read back.
 const MAX_SPEC_BYTES: u64 = 64 << 10;
 /// At most this many lanes on a host are read (a directory of thousands is not ours).
@@ -56,6 +74,70 @@ pub enum LaneOpError {
     Service(String),
     #[error("lane {0:?}: another netsteer holds it (lane hold runs for it already; {1} is locked)")]
     Held(String, String),
+}
+
+/// Who the service of a lane of "whoever holds the port" is: the uid its sockets have in the
+/// socket table (`/proc/net/{tcp,udp}{,6}`, whoever created them) and their local addresses
+/// (an address's kind is its socket's family), for the port they were found on. Recorded
+/// when the lane is applied and kept while the lane is recorded (a `lane apply` for another
+/// port records it again; `lane remove` forgets it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServiceOwner {
+    pub proto: Proto,
+    pub port: u16,
+    pub uid: u32,
+    pub addrs: BTreeSet<IpAddr>,
+}
+
+impl ServiceOwner {
+    /// Whether `row` is one of the service's sockets.
+    pub fn owns(&self, row: &SocketRow) -> bool {
+        row.uid == self.uid && self.addrs.contains(&row.local)
+    }
+
+    fn serves(&self, spec: &LaneSpec) -> bool {
+        self.proto == spec.proto && self.port == spec.port
+    }
+}
+
+/// What the lanes' readers did so far: journals parsed, processes and descriptors read to find
+/// sockets' holders. The holder's cost is these; tests bound them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LaneWork {
+    pub journals_parsed: u64,
+    pub processes_scanned: u64,
+    pub descriptors_scanned: u64,
+}
+
+#[derive(Debug, Default)]
+struct WorkCounter {
+    journals: AtomicU64,
+    processes: AtomicU64,
+    descriptors: AtomicU64,
+}
+
+impl WorkCounter {
+    fn journals(&self, n: usize) {
+        self.journals.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn scan(&self, s: &OwnerScan) {
+        self.processes
+            .fetch_add(s.processes as u64, Ordering::Relaxed);
+        self.descriptors
+            .fetch_add(s.descriptors as u64, Ordering::Relaxed);
+    }
+}
+
+/// The sockets serving a lane now.
+struct Served {
+    /// Its sockets: for a port's service, its owner's; for a unit or cgroup, every socket on
+    /// the port (the group's processes tell).
+    inodes: BTreeSet<u64>,
+    /// A port's service's owner: the one recorded, or the one found now (a first apply).
+    owner: Option<ServiceOwner>,
+    /// The sockets on the port that are not the owner's.
+    others: Vec<SocketRow>,
 }
 
 fn state_err(path: &Path) -> impl FnOnce(io::Error) -> LaneOpError + '_ {
@@ -91,6 +173,7 @@ pub struct Lanes {
     fs: HostFs,
     use_nic: bool,
     dir: PathBuf,
+    work: WorkCounter,
 }
 
 impl Lanes {
@@ -108,11 +191,21 @@ impl Lanes {
             fs,
             use_nic,
             dir: base.join("lanes"),
+            work: WorkCounter::default(),
         })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// What this `Lanes` has read so far ([`LaneWork`]).
+    pub fn work(&self) -> LaneWork {
+        LaneWork {
+            journals_parsed: self.work.journals.load(Ordering::Relaxed),
+            processes_scanned: self.work.processes.load(Ordering::Relaxed),
+            descriptors_scanned: self.work.descriptors.load(Ordering::Relaxed),
+        }
     }
 
     fn lane_dir(&self, name: &str) -> Result<PathBuf, LaneOpError> {
@@ -199,33 +292,84 @@ impl Lanes {
         spec.queue_of(n)
     }
 
-    /// The service's processes now: the holders of its port, or (for a unit or cgroup) the
-    /// group's processes once one of them holds the port. Empty: not running.
-    pub fn service(&self, spec: &LaneSpec) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let inodes = self.serving(spec)?;
-        self.service_of(spec, &inodes)
+    /// The owner recorded for lane `name` (None: none recorded, as for a lane of a unit or
+    /// cgroup, or one recorded before owners were).
+    pub fn owner(&self, name: &str) -> Result<Option<ServiceOwner>, LaneOpError> {
+        let path = self.lane_dir(name)?.join(OWNER_FILE);
+        // A state file like a journal (root's, writable by nobody else): it decides whose
+        // processes root pins.
+        let bytes = match journal::read_state_file(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(state_err(&path)(e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| state_err(&path)(io::Error::new(io::ErrorKind::InvalidData, e)))
     }
 
-    /// The sockets serving the lane's port.
-    fn serving(&self, spec: &LaneSpec) -> Result<BTreeSet<u64>, LaneOpError> {
-        sockets::serving(&self.fs, spec.proto, spec.port).map_err(|e| service_err(spec, e))
+    /// The recorded owner that names `spec`'s service: a port's lane's, for the same port.
+    fn owner_for(&self, spec: &LaneSpec) -> Result<Option<ServiceOwner>, LaneOpError> {
+        if spec.service != ServiceRef::Port {
+            return Ok(None);
+        }
+        Ok(self.owner(&spec.name)?.filter(|o| o.serves(spec)))
     }
 
-    /// The service's processes, given the sockets serving its port.
-    fn service_of(
+    /// The sockets serving `spec` now, for the `recorded` owner (or, with none, the owner the
+    /// port's sockets make now: one uid, or the lane is refused).
+    fn served(
         &self,
         spec: &LaneSpec,
-        inodes: &BTreeSet<u64>,
-    ) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let owners = sockets::socket_owners(&self.fs, inodes).map_err(|e| service_err(spec, e))?;
-        let pids: Vec<u32> = match &spec.service {
-            ServiceRef::Port => owners,
-            ServiceRef::Unit(_) | ServiceRef::Cgroup(_) => {
+        recorded: Option<&ServiceOwner>,
+    ) -> Result<Served, LaneOpError> {
+        let rows = sockets::serving_rows(&self.fs, spec.proto, spec.port)
+            .map_err(|e| service_err(spec, e))?;
+        if spec.service != ServiceRef::Port {
+            return Ok(Served {
+                inodes: rows.iter().map(|r| r.inode).collect(),
+                owner: None,
+                others: Vec::new(),
+            });
+        }
+        let owner = match recorded {
+            Some(o) => Some(o.clone()),
+            None => owner_of(spec, &rows)?,
+        };
+        let (mine, others): (Vec<SocketRow>, Vec<SocketRow>) = rows
+            .into_iter()
+            .partition(|r| owner.as_ref().is_some_and(|o| o.owns(r)));
+        Ok(Served {
+            inodes: mine.iter().map(|r| r.inode).collect(),
+            owner,
+            others,
+        })
+    }
+
+    /// The service's processes, given the sockets serving it: their holders among the
+    /// candidates (the owner's uid's processes and the children of holders; a unit's or
+    /// cgroup's processes), never every process's descriptors.
+    fn holders(&self, spec: &LaneSpec, served: &Served) -> Result<Vec<LaneProcess>, LaneOpError> {
+        let pids: Vec<u32> = match (&spec.service, &served.owner) {
+            (ServiceRef::Port, _) if served.inodes.is_empty() => Vec::new(),
+            (ServiceRef::Port, Some(owner)) => {
+                let scan = sockets::socket_owners_of_uid(&self.fs, &served.inodes, owner.uid)
+                    .map_err(|e| service_err(spec, e))?;
+                self.work.scan(&scan);
+                scan.pids
+            }
+            (ServiceRef::Port, None) => Vec::new(),
+            (ServiceRef::Unit(_) | ServiceRef::Cgroup(_), _) => {
+                // The group first, nobody on the port or not: a unit systemd does not know
+                // is refused whether or not the port is held.
                 let group = self.group_pids(&spec.service)?;
-                if owners.iter().any(|p| group.contains(p)) {
-                    group.into_iter().collect()
-                } else {
+                let scan =
+                    sockets::socket_owners_among(&self.fs, &served.inodes, group.iter().copied());
+                self.work.scan(&scan);
+                if scan.pids.is_empty() {
                     Vec::new()
+                } else {
+                    group.into_iter().collect()
                 }
             }
         };
@@ -235,23 +379,33 @@ impl Lanes {
             .collect())
     }
 
-    /// As [`Lanes::service`], through what the holder saw last: while the port's sockets are
-    /// the same and each process seen is still the same process, the /proc scan is skipped
-    /// (it reads a link per descriptor of every process: on a busy host the bulk of a
-    /// holder's work, every interval). What that misses: a process forked after the scan
-    /// inherits the service's CPU affinity (sched_setaffinity is inherited across fork and
-    /// exec), so the lane already holds it; a new socket (SO_REUSEPORT, a restart) changes
-    /// the inodes; a descriptor passed over a Unix socket is found by the full scan every
-    /// [`FULL_SCAN_EVERY`] looks.
+    /// The service's processes now: the holders of its owner's sockets on its port, or (for a
+    /// unit or cgroup) the group's processes once one of them holds the port. Empty: not
+    /// running.
+    pub fn service(&self, spec: &LaneSpec) -> Result<Vec<LaneProcess>, LaneOpError> {
+        let recorded = self.owner_for(spec)?;
+        let served = self.served(spec, recorded.as_ref())?;
+        self.holders(spec, &served)
+    }
+
+    /// As [`Lanes::service`], through what the holder saw last: while the service's sockets
+    /// are the same and each process seen is still the same process, the search for their
+    /// holders is skipped. What that misses: a process forked after the search inherits the
+    /// service's CPU affinity (sched_setaffinity is inherited across fork and exec), so the
+    /// lane already holds it; a new socket of the service (SO_REUSEPORT, a restart) changes
+    /// the inodes; a descriptor passed over a Unix socket is found by the search every
+    /// [`FULL_SCAN_EVERY`] looks. Another user's socket on the port is not the service's: it
+    /// changes nothing here.
     pub fn service_seen(
         &self,
         spec: &LaneSpec,
         seen: &mut Option<SeenService>,
     ) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let inodes = self.serving(spec)?;
+        let recorded = self.owner_for(spec)?;
+        let served = self.served(spec, recorded.as_ref())?;
         if let Some(s) = seen.as_mut()
-            && s.inodes == inodes
-            && !inodes.is_empty()
+            && s.inodes == served.inodes
+            && !served.inodes.is_empty()
             && !s.procs.is_empty()
             && s.looks < FULL_SCAN_EVERY
             && s.procs
@@ -261,11 +415,12 @@ impl Lanes {
             s.looks += 1;
             return Ok(s.procs.clone());
         }
-        let procs = self.service_of(spec, &inodes)?;
+        let procs = self.holders(spec, &served)?;
         *seen = Some(SeenService {
-            inodes,
+            inodes: served.inodes,
             procs: procs.clone(),
             looks: 0,
+            owner: served.owner.filter(|_| recorded.is_none()),
         });
         Ok(procs)
     }
@@ -338,16 +493,37 @@ impl Lanes {
 
     /// The plan of `spec` for its service as it runs now.
     pub fn plan(&self, spec: &LaneSpec) -> Result<Plan, LaneOpError> {
-        let processes = self.service(spec)?;
+        Ok(self.plan_for(spec)?.0)
+    }
+
+    /// [`Lanes::plan`], with the owner it was planned for (to record at its apply).
+    fn plan_for(&self, spec: &LaneSpec) -> Result<(Plan, Option<ServiceOwner>), LaneOpError> {
+        let recorded = self.owner_for(spec)?;
+        let served = self.served(spec, recorded.as_ref())?;
+        let processes = self.holders(spec, &served)?;
+        if processes.is_empty()
+            && let (Some(o), false) = (&recorded, served.others.is_empty())
+        {
+            // Held, but not by the lane's service: say whose it is, and how to serve another.
+            let held: BTreeSet<String> = served
+                .others
+                .iter()
+                .map(|r| format!("uid {} on {}", r.uid, r.local))
+                .collect();
+            return Err(LaneOpError::Service(format!(
+                "--{} {}: held only by sockets that are not the lane's service ({}); its service is uid {} on {} (recorded at its first apply: netsteer lane remove {}, then lane apply, to serve another)",
+                spec.proto,
+                spec.port,
+                held.into_iter().collect::<Vec<_>>().join(", "),
+                o.uid,
+                addr_list(&o.addrs),
+                spec.name
+            )));
+        }
         let others = self.claims(&spec.name)?;
         let t = self.tuner(&spec.name)?;
-        Ok(plan_lane(
-            &t.view(),
-            spec,
-            &processes,
-            &others,
-            self.fs.is_live(),
-        )?)
+        let plan = plan_lane(&t.view(), spec, &processes, &others, self.fs.is_live())?;
+        Ok((plan, served.owner))
     }
 
     /// Records `spec` and applies its plan (all or nothing). An interrupted apply of the
@@ -355,18 +531,45 @@ impl Lanes {
     /// again (its settings or its service changed).
     pub fn apply(&self, spec: &LaneSpec, opts: &ApplyOptions) -> Result<ApplyReport, LaneOpError> {
         // Refused requests change nothing: planned once before anything is rolled back.
-        let mut plan = self.plan(spec)?;
+        let (mut plan, mut owner) = self.plan_for(spec)?;
         let dir = self.lane_dir(&spec.name)?;
         let t = self.tuner(&spec.name)?;
-        if self.state(&spec.name)? != LaneState::Down {
-            t.rollback(None)?;
+        let (state, newest) = self.state_at(&spec.name)?;
+        if state != LaneState::Down {
+            t.rollback(newest.as_deref())?;
             // Planned again from the host as the rollback left it: what read as already set
             // under the old lane is to be written again.
-            plan = self.plan(spec)?;
+            (plan, owner) = self.plan_for(spec)?;
         }
         let bytes = serde_json::to_vec_pretty(spec).expect("a lane serialises");
         journal::write_atomic(&dir.join(SPEC_FILE), &bytes).map_err(state_err(&dir))?;
-        Ok(t.apply(&plan, None, opts)?)
+        if let Some(o) = owner
+            && self.owner(&spec.name)?.as_ref() != Some(&o)
+        {
+            self.write_owner(&spec.name, &o)?;
+        }
+        let r = t.apply(&plan, None, opts)?;
+        self.compact(&spec.name);
+        Ok(r)
+    }
+
+    fn write_owner(&self, name: &str, owner: &ServiceOwner) -> Result<(), LaneOpError> {
+        let path = self.lane_dir(name)?.join(OWNER_FILE);
+        let bytes = serde_json::to_vec_pretty(owner).expect("an owner serialises");
+        journal::write_atomic(&path, &bytes).map_err(state_err(&path))
+    }
+
+    /// Removes the lane's rolled-back journals beyond the newest [`KEEP_JOURNALS`]
+    /// ([`journal::compact`], which parses each journal of the directory twice at most: counted
+    /// so). Best effort: a journal left behind costs a read, never a wrong rollback (only
+    /// journals with nothing left to undo are removed), so a failure here does not fail the
+    /// apply or the rollback that came before it.
+    fn compact(&self, name: &str) {
+        let Ok(dir) = self.lane_dir(name) else { return };
+        if let Ok((all, parsed)) = journals_by_name(&dir) {
+            self.work.journals(parsed + 2 * all.len());
+        }
+        let _ = journal::compact(&dir, KEEP_JOURNALS);
     }
 
     /// Rolls the lane back (its newest journal) and, with `forget`, removes its record.
@@ -376,14 +579,21 @@ impl Lanes {
             return Err(LaneOpError::NoLane(name.to_string()));
         }
         let dev = self.spec(name)?.dev;
-        let report = match journal::list(&dir).map_err(state_err(&dir))?.is_empty() {
-            true => None,
-            false => Some(self.tuner(name)?.rollback(None)?),
+        let report = match self.newest_journal(&dir)? {
+            None => None,
+            Some(_) => Some(self.tuner(name)?.rollback(None)?),
         };
         if forget && report.as_ref().is_none_or(|r| r.failed.is_empty()) {
             let spec = dir.join(SPEC_FILE);
             std::fs::remove_file(&spec).map_err(state_err(&spec))?;
+            let owner = dir.join(OWNER_FILE);
+            match std::fs::remove_file(&owner) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(state_err(&owner)(e)),
+            }
         }
+        self.compact(name);
         self.repair_others(name, &dev)?;
         Ok(report)
     }
@@ -394,7 +604,9 @@ impl Lanes {
         name: &str,
     ) -> Result<(RollbackReport, Vec<(String, ApplyReport)>), LaneOpError> {
         let dev = self.spec(name)?.dev;
-        let r = self.tuner(name)?.rollback(None)?;
+        let (_, newest) = self.state_at(name)?;
+        let r = self.tuner(name)?.rollback(newest.as_deref())?;
+        self.compact(name);
         Ok((r, self.repair_others(name, &dev)?))
     }
 
@@ -426,28 +638,46 @@ impl Lanes {
 
     /// Applied, down or interrupted, from the lane's newest journal.
     pub fn state(&self, name: &str) -> Result<LaneState, LaneOpError> {
+        Ok(self.state_at(name)?.0)
+    }
+
+    /// [`Lanes::state`] and the newest journal it was read from: that journal alone is
+    /// parsed (found by its name, [`newest_journal`]), however many the lane has.
+    fn state_at(&self, name: &str) -> Result<(LaneState, Option<PathBuf>), LaneOpError> {
         let dir = self.lane_dir(name)?;
-        let all = journal::list(&dir).map_err(state_err(&dir))?;
-        let Some(newest) = all.last() else {
-            return Ok(LaneState::Down);
+        let Some(newest) = self.newest_journal(&dir)? else {
+            return Ok((LaneState::Down, None));
         };
-        let records = journal::read(newest).map_err(state_err(newest))?;
-        if journal::rolled_back(&records) {
-            return Ok(LaneState::Down);
-        }
-        let ended = records
+        self.work.journals(1);
+        let records = journal::read(&newest).map_err(state_err(&newest))?;
+        let state = if journal::rolled_back(&records) {
+            LaneState::Down
+        } else if records
             .iter()
-            .any(|r| matches!(r, Record::End { status, .. } if status == "applied"));
-        Ok(if ended {
+            .any(|r| matches!(r, Record::End { status, .. } if status == "applied"))
+        {
             LaneState::Applied
         } else {
             LaneState::Interrupted
-        })
+        };
+        Ok((state, Some(newest)))
+    }
+
+    /// The newest journal of a lane's directory, counting what finding it parsed.
+    fn newest_journal(&self, dir: &Path) -> Result<Option<PathBuf>, LaneOpError> {
+        let (newest, parsed) = newest_journal(dir).map_err(state_err(dir))?;
+        self.work.journals(parsed);
+        Ok(newest)
     }
 
     /// The pids the applied plan pinned (none when the lane is down).
     pub fn pinned(&self, name: &str) -> Result<BTreeSet<(u32, u64)>, LaneOpError> {
-        if self.state(name)? != LaneState::Applied {
+        self.pinned_in(name, self.state(name)?)
+    }
+
+    /// [`Lanes::pinned`] for a lane whose state was just read.
+    fn pinned_in(&self, name: &str, state: LaneState) -> Result<BTreeSet<(u32, u64)>, LaneOpError> {
+        if state != LaneState::Applied {
             return Ok(BTreeSet::new());
         }
         let plan = match self.tuner(name)?.applied_plan() {
@@ -466,10 +696,15 @@ impl Lanes {
     }
 
     pub fn status(&self, name: &str) -> Result<LaneStatus, LaneOpError> {
+        let state = self.state(name)?;
         Ok(LaneStatus {
             spec: self.spec(name)?,
-            state: self.state(name)?,
-            pids: self.pinned(name)?.into_iter().map(|(p, _)| p).collect(),
+            state,
+            pids: self
+                .pinned_in(name, state)?
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect(),
             dir: self.lane_dir(name)?.display().to_string(),
         })
     }
@@ -508,12 +743,20 @@ impl Lanes {
         seen: &mut Option<SeenService>,
     ) -> Result<HoldEvent, LaneOpError> {
         let spec = self.spec(name)?;
-        let state = self.state(name)?;
+        let (state, newest) = self.state_at(name)?;
         if state == LaneState::Interrupted {
-            let r = self.tuner(name)?.rollback(None)?;
+            let r = self.tuner(name)?.rollback(newest.as_deref())?;
+            self.compact(name);
             return Ok(HoldEvent::Recovered(r));
         }
         let running = self.service_seen(&spec, seen)?;
+        // A lane applied before owners were recorded: its owner as found now, kept.
+        if state == LaneState::Applied
+            && !running.is_empty()
+            && let Some(o) = seen.as_mut().and_then(|s| s.owner.take())
+        {
+            self.write_owner(name, &o)?;
+        }
         let now: BTreeSet<(u32, u64)> = running.iter().map(|p| (p.pid, p.start)).collect();
         match (state, running.is_empty()) {
             (LaneState::Applied, true) => {
@@ -521,7 +764,7 @@ impl Lanes {
                 Ok(HoldEvent::RolledBack(r, repaired))
             }
             (LaneState::Applied, false) => {
-                if self.pinned(name)? == now {
+                if self.pinned_in(name, state)? == now {
                     Ok(HoldEvent::Holding)
                 } else {
                     // The service restarted between two looks (or gained a process): the
@@ -591,6 +834,94 @@ pub struct SeenService {
     inodes: BTreeSet<u64>,
     procs: Vec<LaneProcess>,
     looks: u32,
+    /// The owner found at that scan when none was recorded (to record it).
+    owner: Option<ServiceOwner>,
+}
+
+/// The owner the port's sockets make now, for a lane of "whoever holds the port" that has
+/// none recorded: their one uid and their addresses. Sockets of several uids are refused: a
+/// lane serves one service, and which of them it is cannot be told from the port.
+fn owner_of(spec: &LaneSpec, rows: &[SocketRow]) -> Result<Option<ServiceOwner>, LaneOpError> {
+    let uids: BTreeSet<u32> = rows.iter().map(|r| r.uid).collect();
+    match uids.len() {
+        0 => Ok(None),
+        1 => Ok(Some(ServiceOwner {
+            proto: spec.proto,
+            port: spec.port,
+            uid: rows[0].uid,
+            addrs: rows.iter().map(|r| r.local).collect(),
+        })),
+        _ => {
+            let held: BTreeSet<String> = rows
+                .iter()
+                .map(|r| format!("uid {} on {}", r.uid, r.local))
+                .collect();
+            Err(LaneOpError::Service(format!(
+                "--{} {}: sockets of {} users hold the port ({}): a lane serves one service; name it with --unit or --cgroup, or stop the others",
+                spec.proto,
+                spec.port,
+                uids.len(),
+                held.into_iter().collect::<Vec<_>>().join(", ")
+            )))
+        }
+    }
+}
+
+fn addr_list(addrs: &BTreeSet<IpAddr>) -> String {
+    addrs
+        .iter()
+        .map(IpAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The journals of a state directory in their order, by name alone (`<seq>.jsonl`, the
+/// sequence number tune's journal gives each, [`journal::Journal::create`]) with the number
+/// of journals parsed to get it: none, unless a journal of the older `<seconds>-<pid>.jsonl`
+/// naming is there, when tune's own order ([`journal::list`], which parses each) is used.
+fn journals_by_name(state_dir: &Path) -> io::Result<(Vec<PathBuf>, usize)> {
+    let dir = state_dir.join("journal");
+    let rd = match std::fs::symlink_metadata(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
+        // A link where the directory should be: tune's reader says why.
+        Ok(m) if !m.is_dir() => return journal::list(state_dir).map(|l| (l, 0)),
+        Ok(_) => {
+            // What tune's list checks before trusting the journals it finds: a directory
+            // nobody else could have written into (each journal's own owner and mode are
+            // checked as it is read).
+            journal::check_state_dir(&dir)?;
+            std::fs::read_dir(&dir)?
+        }
+    };
+    let mut named = Vec::new();
+    for e in rd {
+        let e = e?;
+        if !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let name = e.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
+            continue;
+        };
+        match stem.parse::<u64>() {
+            Ok(seq) if stem.bytes().all(|b| b.is_ascii_digit()) => named.push((seq, e.path())),
+            _ => {
+                let all = journal::list(state_dir)?;
+                let n = all.len();
+                return Ok((all, n));
+            }
+        }
+    }
+    named.sort();
+    Ok((named.into_iter().map(|(_, p)| p).collect(), 0))
+}
+
+/// The newest journal of a state directory (by its name: [`journals_by_name`]), and the
+/// number of journals parsed to find it.
+pub fn newest_journal(state_dir: &Path) -> io::Result<(Option<PathBuf>, usize)> {
+    let (mut all, parsed) = journals_by_name(state_dir)?;
+    Ok((all.pop(), parsed))
 }
 
 /// What one step of holding did.
