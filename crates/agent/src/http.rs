@@ -2,12 +2,15 @@
 //! network. HTTP/1.1 is hyper's (the request head parsed by a maintained stack, with its size
 //! cap and a whole-head deadline); TLS is rustls's, configured from the exporter-toolkit web
 //! configuration file ([`crate::web`]) with optional client certificates; basic auth checks
-//! bcrypt hashes. Connections are capped in total and per source network (a slow or hostile
-//! client can hold at most a few places, never all of them), with places kept for the
-//! configured scrapers, or, with `scrapers_only`, for nobody else at all. Anything it does not
-//! know (a path, a method, a body) gets a 404 and a closed connection.
+//! bcrypt hashes, bounded by [`crate::auth`] (a cache of verified credentials checked first,
+//! failure budgets per source network and in all, and a small pool of its own). Connections
+//! are capped in total and per source network (a slow or hostile client can hold at most a
+//! few places, never all of them), with places kept for the configured scrapers, or, with
+//! `scrapers_only`, for nobody else at all. Anything it does not know (a path, a method, a
+//! body) gets a 404 and a closed connection.
 
 use crate::Agent;
+use crate::auth::{Auth, Checked, Who};
 use crate::web::WebConfig;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -92,9 +95,6 @@ const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 /// A whole connection (head, scrape, response) must end within this.
 const CONNECTION_DEADLINE: Duration = Duration::from_secs(60);
-/// Successful basic-auth checks remembered, so a scraper's every request does not cost a
-/// bcrypt hash (tens of milliseconds by design); failures are never remembered.
-const AUTH_CACHE: usize = 64;
 
 /// How many connections are served at once.
 #[derive(Debug, Clone)]
@@ -212,10 +212,9 @@ impl<I: hyper::rt::Write + Unpin> hyper::rt::Write for Placed<I> {
 /// What every connection's task shares.
 struct Front {
     agent: Arc<Agent>,
-    users: std::collections::BTreeMap<String, String>,
+    /// Basic auth, when the web configuration has users.
+    auth: Option<Arc<Auth>>,
     headers: Vec<(String, String)>,
-    /// Sha-256 of "user:password" pairs that passed bcrypt, oldest first.
-    passed: Mutex<Vec<[u8; 32]>>,
 }
 
 /// Serves `/metrics` on `listener` until the process ends, over TLS and with basic auth when
@@ -233,14 +232,18 @@ pub fn serve(
         )),
         None => None,
     };
+    let auth = match web.users.is_empty() {
+        true => None,
+        false => Some(Arc::new(Auth::new(web.users.clone())?)),
+    };
     let front = Arc::new(Front {
         agent,
-        users: web.users.clone(),
+        auth,
         headers: web.headers.clone(),
-        passed: Mutex::new(Vec::new()),
     });
     // Two threads serve connections; scrapes run on tokio's blocking pool (they read /proc
-    // and /sys and take the agent's lock).
+    // and /sys and take the agent's lock), and so do bcrypt checks, at most
+    // [`crate::auth::WORKERS`] of the 8 threads at once.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(8)
@@ -296,7 +299,8 @@ pub fn serve(
                 }
                 continue;
             };
-            let (front, tls, client) = (front.clone(), tls.clone(), key.to_string());
+            let (front, tls) = (front.clone(), tls.clone());
+            let who = Who { key, scraper };
             tokio::spawn(async move {
                 // The place goes with the stream ([`Placed`]); a TLS handshake that fails or
                 // times out gives it back when the task ends.
@@ -311,11 +315,11 @@ pub fn serve(
                                 return;
                             };
                             let io = hyper_util::rt::TokioIo::new(s);
-                            connection(Placed { slot, io }, front, peer, client).await
+                            connection(Placed { slot, io }, front, peer, who).await
                         }
                         None => {
                             let io = hyper_util::rt::TokioIo::new(stream);
-                            connection(Placed { slot, io }, front, peer, client).await
+                            connection(Placed { slot, io }, front, peer, who).await
                         }
                     }
                 })
@@ -328,13 +332,13 @@ pub fn serve(
 
 /// One HTTP/1.1 connection: one request (no keep-alive: a scraper's connection does not
 /// hold a place between scrapes).
-async fn connection<I>(io: I, front: Arc<Front>, peer: SocketAddr, client: String)
+async fn connection<I>(io: I, front: Arc<Front>, peer: SocketAddr, who: Who)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req| {
-        let (front, client) = (front.clone(), client.clone());
-        async move { Ok::<_, std::convert::Infallible>(answer(req, &front, &client).await) }
+        let front = front.clone();
+        async move { Ok::<_, std::convert::Infallible>(answer(req, &front, who).await) }
     });
     let r = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -380,69 +384,14 @@ fn reply(
     r
 }
 
-/// The user the request authenticates as (Basic, checked against the bcrypt hashes), or
-/// why not.
-fn authenticate(front: &Front, req: &Request<Incoming>) -> Result<String, &'static str> {
-    use base64::Engine;
-    let header = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .ok_or("no credentials")?;
-    let b64 = header
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Basic "))
-        .ok_or("not basic auth")?;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .map_err(|_| "credentials are not base64")?;
-    let text = String::from_utf8(decoded).map_err(|_| "credentials are not UTF-8")?;
-    let (user, password) = text.split_once(':').ok_or("credentials without ':'")?;
-    let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .try_into()
-        .expect("32 bytes");
-    if front
-        .passed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&digest)
-    {
-        return Ok(user.to_string());
-    }
-    // An unknown user costs a bcrypt check too (against a fixed hash), so the time taken
-    // does not tell which user names exist.
-    const DUMMY: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
-    let (hash, known) = match front.users.get(user) {
-        Some(h) => (h.as_str(), true),
-        None => (DUMMY, false),
+async fn answer(req: Request<Incoming>, front: &Arc<Front>, who: Who) -> Response<Full<Bytes>> {
+    let Some(auth) = &front.auth else {
+        return route(req, front, who.key.to_string()).await;
     };
-    if bcrypt::verify(password, hash).unwrap_or(false) && known {
-        let mut passed = front.passed.lock().unwrap_or_else(|p| p.into_inner());
-        if passed.len() >= AUTH_CACHE {
-            passed.remove(0);
-        }
-        passed.push(digest);
-        return Ok(user.to_string());
-    }
-    Err("wrong user name or password")
-}
-
-async fn answer(req: Request<Incoming>, front: &Arc<Front>, client: &str) -> Response<Full<Bytes>> {
-    if front.users.is_empty() {
-        return route(req, front, None, client).await;
-    }
-    // bcrypt is slow by design: checked off the connection threads.
-    let f = front.clone();
-    let (req, checked) = tokio::task::spawn_blocking(move || {
-        let c = authenticate(&f, &req);
-        (req, c)
-    })
-    .await
-    .expect("the auth check does not panic");
-    match checked {
-        Ok(user) => route(req, front, Some(user), client).await,
-        Err(_) => {
+    let header = req.headers().get(hyper::header::AUTHORIZATION);
+    match auth.check(header.map(|h| h.as_bytes()), who).await {
+        Checked::User(user) => route(req, front, user).await,
+        Checked::Refused => {
             let mut resp = reply(
                 front,
                 StatusCode::UNAUTHORIZED,
@@ -455,14 +404,30 @@ async fn answer(req: Request<Incoming>, front: &Arc<Front>, client: &str) -> Res
             );
             resp
         }
+        Checked::OverBudget => {
+            // Said apart from a wrong password, so an operator who mistyped one a few times
+            // knows to wait rather than to doubt the right one.
+            let mut resp = reply(
+                front,
+                StatusCode::TOO_MANY_REQUESTS,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(b"too many failed authentications; try again later\n"),
+            );
+            resp.headers_mut().insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_static("1"),
+            );
+            resp
+        }
     }
 }
 
+/// `client`: the user, else the address or network, whose previous scrape the doctor's rates
+/// run from.
 async fn route(
     req: Request<Incoming>,
     front: &Arc<Front>,
-    user: Option<String>,
-    client: &str,
+    client: String,
 ) -> Response<Full<Bytes>> {
     let plain = "text/plain; charset=utf-8";
     let not_found = || {
@@ -491,10 +456,14 @@ async fn route(
         "/metrics" => {
             // Each client (its user, else its address or network) gets rates over the
             // interval since its own previous scrape.
-            let who = user.unwrap_or_else(|| client.to_string());
             let agent = front.agent.clone();
+            let auth = front.auth.clone();
             let text = tokio::task::spawn_blocking(move || {
-                crate::encode(agent.scrape_for(&who, Instant::now(), SystemTime::now()))
+                let mut families = agent.scrape_for(&client, Instant::now(), SystemTime::now());
+                if let Some(auth) = auth {
+                    families.extend(auth.families());
+                }
+                crate::encode(families)
             })
             .await
             .expect("a scrape does not panic");

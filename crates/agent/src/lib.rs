@@ -17,6 +17,7 @@
 //! `--trace` adds the one background loop: [`trace::TraceFeed`] samples the receive path's stage
 //! latencies with `netsteer trace`'s programs and keeps cumulative histograms for the scrapes.
 
+pub mod auth;
 mod family;
 mod gather;
 pub mod http;

@@ -32,6 +32,14 @@ use yaml_rust2::{Yaml, YamlLoader};
 /// The largest web configuration, certificate or key file read.
 const MAX_FILE: u64 = 1 << 20;
 
+/// The highest bcrypt cost taken. A check's time doubles with each step: about 50 ms at cost
+/// 10 on a current core, about 1 s at 14, days at 31. Every request with new credentials costs
+/// one check, so a higher cost hands whoever can reach the port a way to hold the checks'
+/// workers for seconds a guess (and unknown users are checked at the highest configured
+/// cost, so one costly user makes every guess costly); 14 is well beyond what protects a
+/// scrape password, which is a long random string, not a person's.
+pub const MAX_BCRYPT_COST: u32 = 14;
+
 /// A web configuration that cannot be used, with the file and the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebConfigError {
@@ -304,10 +312,18 @@ impl WebConfig {
                     "basic_auth_users: {user:?} is not a user name (empty, or has ':')"
                 )));
             }
-            if hash.parse::<bcrypt::HashParts>().is_err() {
+            let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
                 return Err(err(format!(
                     "basic_auth_users.{user}: not a bcrypt hash (make one with `htpasswd \
                      -nBC 10 {user}`)"
+                )));
+            };
+            if parts.get_cost() > MAX_BCRYPT_COST {
+                return Err(err(format!(
+                    "basic_auth_users.{user}: bcrypt cost {} is above {MAX_BCRYPT_COST}, the \
+                     most the agent checks (each step doubles a check's time: at 31 one \
+                     check takes days); make one with `htpasswd -nBC 10 {user}`",
+                    parts.get_cost()
                 )));
             }
             out.users.insert(user, hash);
@@ -433,6 +449,12 @@ mod tests {
         assert!(ok.tls.is_none());
         let e = load("basic_auth_users:\n  prometheus: secret\n").unwrap_err();
         assert!(e.contains("not a bcrypt hash"), "{e}");
+        let costly = hash.replacen("$04$", "$31$", 1);
+        let e = load(&format!("basic_auth_users:\n  prometheus: '{costly}'\n")).unwrap_err();
+        assert!(
+            e.contains("basic_auth_users.prometheus") && e.contains("cost 31 is above 14"),
+            "{e}"
+        );
         let e = load("basic_auth_user:\n  prometheus: x\n").unwrap_err();
         assert!(e.contains("basic_auth_user"), "{e}");
         let e = load("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n")

@@ -701,3 +701,194 @@ fn with_scrapers_only_nobody_else_is_served() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--scraper"));
 }
+
+/// `Authorization: Basic` for `user:password`.
+fn basic(user_password: &str) -> String {
+    // RFC 4648 base64, padded (the crate is not a dependency of these tests).
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::from("Basic ");
+    for chunk in user_password.as_bytes().chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// One GET /metrics from `from` with `authorization`: the status, the body and how long the
+/// answer took.
+fn scrape_with(from: &str, to: SocketAddr, authorization: &str) -> (u16, String, Duration) {
+    let t = std::time::Instant::now();
+    let mut s = connect_from(from, to);
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {authorization}\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let (code, body) = parse_response(&out);
+    (code, body, t.elapsed())
+}
+
+/// The value of the sample `key` (name and labels as exposed) in a scrape's text.
+fn sample(body: &str, key: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.rsplit_once(' ').filter(|(k, _)| *k == key))
+        .map(|(_, v)| v.parse().unwrap())
+}
+
+/// Issue 77: 60 connections from 60 networks sending a wrong password while the scraper
+/// scrapes with the right one. Every one of its scrapes is served from the cache of verified
+/// credentials (no bcrypt run: the agent's counter of passed checks stays at the first one's
+/// 1), so it is answered within Prometheus's 10 s timeout; and the failed checks the agent ran
+/// are bounded by its failure budget (its stated burst plus rate × the agent's whole life),
+/// however many guesses came. (Before: every guess ran bcrypt on the blocking pool the scrapes
+/// use, and the scraper's scrapes waited behind them, 12–17 s.)
+#[test]
+fn a_crowd_guessing_passwords_cannot_delay_the_authenticated_scraper() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cost 12 (bcrypt's default): 0.2–0.4 s a check on one core of the CI machine.
+    let hash = bcrypt::hash("right-password", 12).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let born = std::time::Instant::now();
+    let agent = AgentProcess::start(&[
+        "--root",
+        common::fixture("mlx5-128cpu").to_str().unwrap(),
+        "--web-config-file",
+        web.to_str().unwrap(),
+    ]);
+    let to = agent.addr;
+    let right = basic("prometheus:right-password");
+    // The scraper's first scrape, before the crowd: its credentials are checked and remembered.
+    let (code, _, _) = scrape_with("127.0.0.1", to, &right);
+    assert_eq!(code, 200);
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let guesses = Arc::new(AtomicU64::new(0));
+    let crowd: Vec<_> = (0..60u32)
+        .map(|n| {
+            let (stop, guesses) = (stop.clone(), guesses.clone());
+            // One /24 each (127.2.0.1, 127.2.1.1, ...): the connection caps do not stop them.
+            let from = format!("127.{}.{}.1", 2 + n / 200, n % 200);
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let wrong = basic(&format!("prometheus:guess-{n}-{i}"));
+                    let (code, _, _) = scrape_with(&from, to, &wrong);
+                    assert!(matches!(code, 401 | 429 | 503), "a guess got {code}");
+                    guesses.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // The crowd is at the door before the scraper comes back.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut slowest = Duration::ZERO;
+    for k in 1..=10u32 {
+        let (code, body, took) = scrape_with("127.0.0.1", to, &right);
+        assert_eq!(code, 200);
+        // The symptom the issue names (Prometheus's default scrape timeout).
+        assert!(
+            took < Duration::from_secs(10),
+            "scrape {k} took {took:?} ({} guesses answered so far)",
+            guesses.load(Ordering::Relaxed)
+        );
+        slowest = slowest.max(took);
+        // What makes it so: served from the cache, not behind anyone's bcrypt check.
+        let passed = sample(
+            &body,
+            "netsteer_http_bcrypt_checks_total{result=\"passed\"}",
+        );
+        assert_eq!(passed, Some(1.0), "scrape {k} ran bcrypt");
+        let hits = sample(&body, "netsteer_http_auth_cache_hits_total");
+        assert_eq!(hits, Some(f64::from(k)), "scrape {k} was not a cache hit");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in crowd {
+        t.join().unwrap();
+    }
+    let (code, body, _) = scrape_with("127.0.0.1", to, &right);
+    assert_eq!(code, 200);
+    let life = born.elapsed().as_secs_f64();
+    let value = |key: &str| sample(&body, key).unwrap_or_else(|| panic!("no {key}"));
+    let failed = value("netsteer_http_bcrypt_checks_total{result=\"failed\"}");
+    let rate = value("netsteer_http_auth_failure_budget_per_second");
+    let burst = value("netsteer_http_auth_failure_budget_burst");
+    let unchecked = value("netsteer_http_auth_refused_total{reason=\"over_budget\"}");
+    let guesses = guesses.load(Ordering::Relaxed) as f64;
+    eprintln!(
+        "{guesses} guesses in {life:.1} s: {failed} failed checks, {unchecked} refused \
+         unchecked; the scraper's slowest scrape {slowest:?}"
+    );
+    assert!(
+        failed <= burst + rate * life,
+        "{failed} failed checks in {life:.1} s, over the budget of {burst} + {rate}/s"
+    );
+    // The crowd was over the budget: most guesses were answered without a check.
+    assert!(
+        unchecked > 0.0 && failed < guesses,
+        "{failed} checks of {guesses} guesses"
+    );
+}
+
+/// Issue 77: a bcrypt cost above the agent's maximum (14) is refused at start, naming the file
+/// and the user (a cost-31 check takes days: 8 wrong passwords would hold every thread); 14
+/// itself is taken. (Before: the cost-31 hash was accepted.)
+#[test]
+fn a_bcrypt_cost_above_the_maximum_is_refused_at_start_naming_file_and_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = common::fixture("dev-vm");
+    // A well-formed hash of cost 4 relabelled: the file is only parsed at start.
+    let hash = bcrypt::hash("x", 4).unwrap();
+    for (cost, ok) in [("31", false), ("15", false), ("14", true)] {
+        let web = dir.path().join(format!("web-{cost}.yml"));
+        let costly = hash.replacen("$04$", &format!("${cost}$"), 1);
+        std::fs::write(
+            &web,
+            format!("basic_auth_users:\n  alice: '{hash}'\n  scraper: '{costly}'\n"),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_netsteer"))
+            .args(["agent", "--once", "--root", fixture.to_str().unwrap()])
+            .arg("--web-config-file")
+            .arg(&web)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if ok {
+            assert_eq!(out.status.code(), Some(0), "cost {cost}: {err}");
+            continue;
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "cost {cost} was accepted: {err}"
+        );
+        for want in [
+            web.to_str().unwrap(),
+            "basic_auth_users.scraper",
+            cost,
+            "14",
+        ] {
+            assert!(err.contains(want), "cost {cost}: no {want:?} in {err}");
+        }
+    }
+}
