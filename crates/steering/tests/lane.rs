@@ -875,3 +875,176 @@ fn a_holders_work_is_bounded_by_its_own_lane() {
         .unwrap();
     assert_eq!(newest, 9999 + 20, "the numbers go on from the newest kept");
 }
+
+#[path = "../../../support/live.rs"]
+mod live;
+
+/// A forked child that runs `body` (system calls only: a child of a threaded process may not
+/// allocate) after taking `uid`, killed by the kernel if the test dies (PR_SET_PDEATHSIG) and
+/// killed and reaped when dropped, also while a failed assertion unwinds.
+struct Child {
+    pid: libc::pid_t,
+}
+
+impl Child {
+    /// `body` gets the child's end of a pipe whose other end is returned, to say it is ready.
+    fn fork(uid: u32, body: impl FnOnce(libc::c_int)) -> (Child, std::fs::File) {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the child runs `body` (system calls only) and _exits; it never returns here.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: system calls on values made before fork.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent
+                    || libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    libc::_exit(3);
+                }
+                body(fds[1]);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        // SAFETY: the write end is the child's now; ours is closed so a read sees its end.
+        unsafe { libc::close(fds[1]) };
+        // SAFETY: the read end, owned by this File only from here.
+        let ready = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+        (Child { pid }, ready)
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // SAFETY: our own child, reaped here once.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+fn read_exact(f: &mut std::fs::File, n: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut b = vec![0; n];
+    f.read_exact(&mut b)
+        .expect("the child is gone before it was ready");
+    b
+}
+
+/// Issue 77's cost, live: ten processes of uid 65534 with 2,000 open descriptors each (the
+/// "other users' open descriptors" that set a holder's cost at 34 % of a core) beside a
+/// service of a uid of the test's own (4242, so that no other process of the host is a
+/// candidate) bound to a UDP port of its own in this network namespace. Finding the
+/// service's holder reads its uid's processes only: fewer descriptors than one of the others
+/// holds, where the whole-/proc search reads them all (checked too, so the setup means
+/// something). Counted descriptors, not time.
+#[test]
+fn finding_the_service_never_reads_other_users_descriptors() {
+    use netsteer_steering::lane::Lanes;
+    if let Err(why) = live::root_and_tools(&[]) {
+        live::cannot_run(&why);
+        return;
+    }
+    const SERVICE_UID: u32 = 4242;
+    const OTHERS: usize = 10;
+    const FDS: usize = 2000;
+    // What the children need, made before fork.
+    let devnull = std::fs::File::open("/dev/null").unwrap();
+    let null_fd = std::os::fd::AsRawFd::as_raw_fd(&devnull);
+    // SAFETY: all-zero bytes are a valid sockaddr_in.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+    // SAFETY: all-zero bytes are a valid rlimit.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: lim is a valid rlimit to fill.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    assert!(
+        lim.rlim_max >= (FDS + 100) as libc::rlim_t,
+        "RLIMIT_NOFILE's hard limit {} is below {FDS} descriptors",
+        lim.rlim_max
+    );
+    let raised = libc::rlimit {
+        rlim_cur: lim.rlim_max,
+        rlim_max: lim.rlim_max,
+    };
+    let mut others = Vec::new();
+    for _ in 0..OTHERS {
+        let (child, mut ready) = Child::fork(65534, |w| {
+            // SAFETY: system calls only (see Child::fork).
+            unsafe {
+                libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
+                let mut ok = 1u8;
+                for _ in 0..FDS {
+                    if libc::dup(null_fd) < 0 {
+                        ok = 0;
+                    }
+                }
+                libc::write(w, &ok as *const u8 as *const libc::c_void, 1);
+            }
+        });
+        assert_eq!(
+            read_exact(&mut ready, 1),
+            [1],
+            "a child could not open {FDS} descriptors"
+        );
+        others.push(child);
+    }
+    let (service, mut ready) = Child::fork(SERVICE_UID, |w| {
+        // SAFETY: system calls only (see Child::fork).
+        unsafe {
+            let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            let mut a = addr;
+            let mut len = std::mem::size_of_val(&a) as libc::socklen_t;
+            let bound = s >= 0
+                && libc::bind(s, &a as *const _ as *const libc::sockaddr, len) == 0
+                && libc::getsockname(s, &mut a as *mut _ as *mut libc::sockaddr, &mut len) == 0;
+            let port = if bound { a.sin_port } else { 0 };
+            libc::write(w, &port as *const u16 as *const libc::c_void, 2);
+        }
+    });
+    let port = u16::from_be(u16::from_ne_bytes(
+        read_exact(&mut ready, 2).try_into().unwrap(),
+    ));
+    assert_ne!(port, 0, "the service could not bind a UDP port");
+
+    let state = tempfile::tempdir().unwrap();
+    let lanes = Lanes::open(HostFs::live(), false, Some(state.path().to_path_buf())).unwrap();
+    let s = LaneSpec {
+        port,
+        ..spec("lo", 1, LaneMode::Irq)
+    };
+    let w0 = lanes.work();
+    let found = lanes.service(&s).unwrap();
+    let w = lanes.work();
+    assert_eq!(pids_of(&found), [service.pid as u32], "{w:?}");
+    let read = w.descriptors_scanned - w0.descriptors_scanned;
+    assert!(
+        read < FDS as u64,
+        "{read} descriptors read to find the service (processes {}), beside {OTHERS} processes of another uid with {FDS} each",
+        w.processes_scanned - w0.processes_scanned
+    );
+    // The search over every process (what the holder did before) reads theirs too.
+    let fs = HostFs::live();
+    let rows = netsteer_host::sockets::serving_rows(&fs, Proto::Udp, port).unwrap();
+    let inodes = rows.iter().map(|r| r.inode).collect();
+    let every: Vec<u32> = fs
+        .read_dir("/proc")
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let all = netsteer_host::sockets::socket_owners_among(&fs, &inodes, every);
+    assert!(all.descriptors >= OTHERS * FDS, "{all:?}");
+    drop(others);
+    drop(service);
+}
