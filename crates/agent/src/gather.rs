@@ -9,12 +9,12 @@ use netsteer_host::sample::{CounterSample, read_net_counters};
 use netsteer_host::{Field, HostFs, HostView, read_host_reusing};
 use netsteer_nic::NicBackend;
 use netsteer_steering::doctor::{Goal, Severity, diagnose};
-use netsteer_steering::model::load::Reading;
+use netsteer_steering::model::load::{Load, Reading};
 use netsteer_steering::tune::journal::{self, Record};
 use netsteer_steering::tune::verify::verify;
 use netsteer_steering::tune::{HostBackend, Plan};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Opens the NIC backend for one scrape (ethtool/netdev netlink on a live host, the tree's
@@ -40,18 +40,19 @@ pub struct AgentOptions {
 /// The doctor's load at a scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rates {
-    /// Rates over the interval since the previous scrape (a live host; the first scrape uses
-    /// averages since boot).
-    BetweenScrapes,
+    /// Rates over the sampler's last complete interval (a live host): the agent reads the
+    /// counters on its own clock, every `every` ([`Agent::start_sampler`], or
+    /// [`Agent::sample`] from a test), so every scraper sees the same rates however many
+    /// there are and however often they come. Until the sampler's first interval has passed,
+    /// averages since boot.
+    Sampled { every: Duration },
     /// Averages since boot (a `--root` tree, whose counters never move).
     SinceBoot,
 }
 
-/// Clients whose previous scrape is kept (the least recently seen goes first): each gets
-/// rates over the interval since its own previous scrape, so a client scraping every 50 ms
-/// cannot shorten Prometheus's interval until a finding's rate drowns. The memory is this many
-/// counter samples at most.
-pub const MAX_CLIENTS: usize = 16;
+/// The sampler's interval unless `--rate-interval` says otherwise: Debian's Prometheus scrapes
+/// every 15 s, so each scrape sees about one interval's findings.
+pub const RATE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Standing advice series exported at most (a watcher's `backlog` and `budget`, and `rps`,
 /// `rss` and `rps-away` once per device; a larger file is not a watcher's).
@@ -60,10 +61,16 @@ const MAX_WATCH_ADVICE: usize = 64;
 /// What one scrape leaves for the next.
 #[derive(Default)]
 struct Kept {
-    /// For the doctor's rates: per client, with the order they were last seen in.
-    counters: Vec<(String, Reading)>,
     /// Per-CPU topology, reused while no CPU comes or goes.
     topology: Option<netsteer_host::topology::Topology>,
+}
+
+/// What the sampler holds: its last reading, and the rates between its last two, with the
+/// wall time the second was taken.
+#[derive(Default)]
+struct Sampled {
+    last: Option<Reading>,
+    rates: Option<(Load, SystemTime)>,
 }
 
 pub struct Agent {
@@ -71,8 +78,10 @@ pub struct Agent {
     nic: NicSource,
     opts: AgentOptions,
     /// Also serializes scrapes: two Prometheus servers scraping at once read the host once
-    /// each, one after the other, and each gets rates over the interval since the other.
+    /// each, one after the other.
     previous: Mutex<Kept>,
+    /// Apart from `previous`, so a sample never waits for a scrape's whole read.
+    sampled: Mutex<Sampled>,
 }
 
 /// Labels are `&'static str` keys with owned values.
@@ -128,7 +137,9 @@ impl Agent {
                 .map_err(|e| format!("the state directory: {e}"))?,
         };
         let rates = if fs.is_live() {
-            Rates::BetweenScrapes
+            Rates::Sampled {
+                every: RATE_INTERVAL,
+            }
         } else {
             Rates::SinceBoot
         };
@@ -151,7 +162,76 @@ impl Agent {
             nic,
             opts,
             previous: Mutex::new(Kept::default()),
+            sampled: Mutex::new(Sampled::default()),
         }
+    }
+
+    /// Samples the rates every `every` instead of [`RATE_INTERVAL`] (a live host only: a
+    /// tree's rates stay averages since boot).
+    pub fn with_rate_interval(mut self, every: Duration) -> Agent {
+        if let Rates::Sampled { .. } = self.opts.rates {
+            self.opts.rates = Rates::Sampled { every };
+        }
+        self
+    }
+
+    /// Reads the counters for the doctor's rates: the rates a scrape judges by are those
+    /// between the last two samples. `now` times the interval and `wall` stamps it.
+    pub fn sample(&self, now: Instant, wall: SystemTime) {
+        let reading = Reading::take(&self.fs, now);
+        let mut s = self
+            .sampled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match reading {
+            Ok(r) => {
+                if let Some(before) = s.last.as_ref().filter(|b| now > b.at) {
+                    s.rates = Some((r.since(before), wall));
+                }
+                s.last = Some(r);
+            }
+            // Rates over a gap are not this interval's: none until two reads succeed again.
+            Err(_) => *s = Sampled::default(),
+        }
+    }
+
+    /// Starts the sampler's thread ([`Rates::Sampled`]; nothing for a tree): a sample now and
+    /// then every interval, on a clock of its own (a late sample does not shift the next), until
+    /// the agent is dropped.
+    pub fn start_sampler(self: &Arc<Self>) -> std::io::Result<()> {
+        let Rates::Sampled { every } = self.opts.rates else {
+            return Ok(());
+        };
+        let agent = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("agent-rates".into())
+            .spawn(move || {
+                let start = Instant::now();
+                while let Some(agent) = agent.upgrade() {
+                    agent.sample(Instant::now(), SystemTime::now());
+                    drop(agent);
+                    let elapsed = start.elapsed();
+                    let next = (elapsed.as_nanos() / every.as_nanos().max(1)) as u32 + 1;
+                    std::thread::sleep((every * next).saturating_sub(elapsed));
+                }
+            })?;
+        Ok(())
+    }
+
+    /// The doctor's load now: the sampler's rates, else (no sampler, or before its first
+    /// interval has passed) averages since boot of `reading`; with the sampled rates' wall
+    /// time.
+    fn load(&self, reading: &Reading) -> (Option<Load>, Option<SystemTime>) {
+        if let Rates::Sampled { .. } = self.opts.rates {
+            let s = self
+                .sampled
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some((load, at)) = &s.rates {
+                return (Some(load.clone()), Some(*at));
+            }
+        }
+        (reading.since_boot(&self.fs).ok().map(|(l, _)| l), None)
     }
 
     /// Exports the stage histograms `feed` samples (`--trace`).
@@ -160,24 +240,14 @@ impl Agent {
         self
     }
 
-    /// Reads the host and returns the scrape's families. `now` times the doctor's rate
-    /// interval and `wall` stamps the evaluation (both injected, so tests choose them).
+    /// Reads the host and returns the scrape's families, the doctor judging by the sampler's
+    /// rates ([`Rates`]). `now` times the counters' reading and `wall` stamps the evaluation
+    /// (both injected, so tests choose them).
     pub fn scrape(&self, now: Instant, wall: SystemTime) -> Vec<Family> {
-        self.scrape_for("", now, wall)
-    }
-
-    /// [`Agent::scrape`] for `client` (the HTTP front's user or address): the doctor's rates
-    /// are over the interval since this client's previous scrape ([`MAX_CLIENTS`]).
-    pub fn scrape_for(&self, client: &str, now: Instant, wall: SystemTime) -> Vec<Family> {
         let mut previous = self
             .previous
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mine = previous
-            .counters
-            .iter()
-            .position(|(c, _)| c == client)
-            .map(|i| previous.counters.remove(i).1);
         let mut out = Families::default();
         // Each collector with whether it worked and, when it did not, why: every collector is
         // reported every scrape, so a blind one is a 0 with its reason, never a missing series.
@@ -227,16 +297,11 @@ impl Agent {
                     c.interrupts.is_none().then(|| why("/proc/interrupts")),
                 );
                 self.interrupts(&mut out, c, &devices);
-                let load = match mine.as_ref() {
-                    Some(p) if self.opts.rates == Rates::BetweenScrapes && now > p.at => {
-                        Some(r.since(p))
-                    }
-                    _ => r.since_boot(fs).ok().map(|(load, _)| load),
-                };
-                if previous.counters.len() >= MAX_CLIENTS {
-                    previous.counters.remove(0);
+                let (load, at) = self.load(&r);
+                if let (Some(load), Some(at)) = (&load, at) {
+                    out.rates_end.push(vec![], unix_seconds(at));
+                    out.rates_seconds.push(vec![], load.seconds);
                 }
-                previous.counters.push((client.to_string(), r));
                 load
             }
             Err(e) => {
@@ -725,6 +790,8 @@ struct Families {
     finding: Family,
     findings: Family,
     doctor_time: Family,
+    rates_end: Family,
+    rates_seconds: Family,
     tune_applied: Family,
     tune_items: Family,
     tune_drift: Family,
@@ -904,6 +971,16 @@ impl Default for Families {
                 Gauge,
                 "When the doctor last evaluated the host (at each scrape).",
             ),
+            rates_end: f(
+                "netsteer_doctor_rates_end_timestamp_seconds",
+                Gauge,
+                "When the agent's sampler took the read that ends the interval the doctor's rates are over (the same for every scraper; absent while the rates are averages since boot).",
+            ),
+            rates_seconds: f(
+                "netsteer_doctor_rates_interval_seconds",
+                Gauge,
+                "The length of the interval the doctor's rates are over (the sampler's, absent while they are averages since boot).",
+            ),
             tune_applied: f(
                 "netsteer_tune_plan_applied",
                 Gauge,
@@ -975,6 +1052,8 @@ impl Families {
             self.finding,
             self.findings,
             self.doctor_time,
+            self.rates_end,
+            self.rates_seconds,
             self.tune_applied,
             self.tune_items,
             self.tune_drift,
@@ -991,36 +1070,51 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    /// Each client's rates run over its own interval: a client scraping often moves only its
-    /// own previous sample, and at most MAX_CLIENTS samples are kept (the least recently seen
-    /// client goes first).
+    /// Issue 77: the rates are the sampler's, whoever scrapes and however often: scrapes
+    /// between two samples judge by the same interval, and only a sample moves it. (Before,
+    /// each client's scrape reset its own interval, and clients sharing a network shared one.)
     #[test]
-    fn each_client_keeps_its_own_previous_scrape_and_their_number_is_bounded() {
+    fn every_scrape_judges_by_the_samplers_interval() {
         let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts/dev-vm");
-        let agent = Agent::for_host(HostFs::new(tree), vec![], None, Goal::Balanced, "t").unwrap();
-        let t0 = Instant::now();
-        let wall = SystemTime::now();
-        agent.scrape_for("prometheus", t0, wall);
-        for i in 0..40u64 {
-            agent.scrape_for("eager", t0 + Duration::from_millis(50 * (i + 1)), wall);
-        }
-        let at = |who: &str| {
-            agent
-                .previous
-                .lock()
-                .unwrap()
-                .counters
-                .iter()
-                .find(|(c, _)| c == who)
-                .map(|(_, p)| p.at)
+        let nic_tree = tree.clone();
+        let nic: NicSource = Box::new(move || {
+            Ok(Box::new(netsteer_nic::TreeNic::new(&nic_tree)) as Box<dyn NicBackend>)
+        });
+        let opts = AgentOptions {
+            devices: vec![],
+            state_dir: None,
+            goal: Goal::Balanced,
+            version: "t",
+            rates: Rates::Sampled {
+                every: Duration::from_secs(5),
+            },
+            trace: None,
         };
-        assert_eq!(at("prometheus"), Some(t0));
-        assert_eq!(at("eager"), Some(t0 + Duration::from_millis(2000)));
-        for i in 0..MAX_CLIENTS + 5 {
-            agent.scrape_for(&format!("c{i}"), t0, wall);
+        let agent = Agent::new(HostFs::new(tree), nic, opts);
+        let t0 = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let window = |fams: &[Family]| {
+            let f = |name: &str| {
+                fams.iter()
+                    .find(|f| f.name == name)
+                    .and_then(|f| f.samples.first())
+                    .map(|s| s.value)
+            };
+            (
+                f("netsteer_doctor_rates_end_timestamp_seconds"),
+                f("netsteer_doctor_rates_interval_seconds"),
+            )
+        };
+        // Before two samples: averages since boot, no sampled interval.
+        agent.sample(t0, wall);
+        assert_eq!(window(&agent.scrape(t0, wall)), (None, None));
+        agent.sample(t0 + Duration::from_secs(5), wall + Duration::from_secs(5));
+        for i in 0..40u64 {
+            let fams = agent.scrape(t0 + Duration::from_millis(5000 + 50 * i), wall);
+            assert_eq!(window(&fams), (Some(1005.0), Some(5.0)), "scrape {i}");
         }
-        let kept = agent.previous.lock().unwrap().counters.len();
-        assert_eq!(kept, MAX_CLIENTS);
-        assert_eq!(at("prometheus"), None, "the least recently seen goes first");
+        agent.sample(t0 + Duration::from_secs(12), wall + Duration::from_secs(12));
+        let fams = agent.scrape(t0 + Duration::from_secs(12), wall);
+        assert_eq!(window(&fams), (Some(1012.0), Some(7.0)));
     }
 }

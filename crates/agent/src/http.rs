@@ -236,6 +236,8 @@ pub fn serve(
         true => None,
         false => Some(Arc::new(Auth::new(web.users.clone())?)),
     };
+    // The doctor's rates on the agent's own clock, whoever scrapes.
+    agent.start_sampler()?;
     let front = Arc::new(Front {
         agent,
         auth,
@@ -386,11 +388,11 @@ fn reply(
 
 async fn answer(req: Request<Incoming>, front: &Arc<Front>, who: Who) -> Response<Full<Bytes>> {
     let Some(auth) = &front.auth else {
-        return route(req, front, who.key.to_string()).await;
+        return route(req, front).await;
     };
     let header = req.headers().get(hyper::header::AUTHORIZATION);
     match auth.check(header.map(|h| h.as_bytes()), who).await {
-        Checked::User(user) => route(req, front, user).await,
+        Checked::User(_) => route(req, front).await,
         Checked::Refused => {
             let mut resp = reply(
                 front,
@@ -422,13 +424,7 @@ async fn answer(req: Request<Incoming>, front: &Arc<Front>, who: Who) -> Respons
     }
 }
 
-/// `client`: the user, else the address or network, whose previous scrape the doctor's rates
-/// run from.
-async fn route(
-    req: Request<Incoming>,
-    front: &Arc<Front>,
-    client: String,
-) -> Response<Full<Bytes>> {
+async fn route(req: Request<Incoming>, front: &Arc<Front>) -> Response<Full<Bytes>> {
     let plain = "text/plain; charset=utf-8";
     let not_found = || {
         reply(
@@ -454,12 +450,11 @@ async fn route(
     }
     let mut resp = match req.uri().path() {
         "/metrics" => {
-            // Each client (its user, else its address or network) gets rates over the
-            // interval since its own previous scrape.
+            // Every client gets the same rates: the sampler's ([`Agent::start_sampler`]).
             let agent = front.agent.clone();
             let auth = front.auth.clone();
             let text = tokio::task::spawn_blocking(move || {
-                let mut families = agent.scrape_for(&client, Instant::now(), SystemTime::now());
+                let mut families = agent.scrape(Instant::now(), SystemTime::now());
                 if let Some(auth) = auth {
                     families.extend(auth.families());
                 }

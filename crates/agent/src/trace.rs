@@ -1,7 +1,7 @@
 //! `agent --trace`: receive-path stage histograms from `netsteer trace`'s programs, sampled in
 //! the background and exported as classic Prometheus histograms at each scrape.
 //!
-//! The one exception to "no background loop": the programs are attached for a window of each
+//! A background loop beside the rates' sampler: the programs are attached for a window of each
 //! period (1 s of every 10 s by default, at a random offset: the trace's own sampling, whose
 //! cost is in BENCHMARKS.md#trace) by a thread of the feed, and what each window counted is added
 //! to cumulative histograms kept here. A scrape only reads them.

@@ -157,12 +157,16 @@ fn findings(fams: &[Family]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The doctor judges by the sampler's last interval: drops between two samples are a finding
+/// at every scrape until the next sample, whoever scrapes.
 #[test]
-fn the_doctor_sees_the_rates_of_the_interval_between_scrapes() {
+fn the_doctor_sees_the_rates_of_the_samplers_interval() {
     let tmp = tempfile::tempdir().unwrap();
     copy_tree(&fixture("dev-vm"), tmp.path());
-    let a = agent(tmp.path(), Rates::BetweenScrapes, None);
+    let every = Duration::from_secs(5);
+    let a = agent(tmp.path(), Rates::Sampled { every }, None);
     let t0 = Instant::now();
+    a.sample(t0, SystemTime::UNIX_EPOCH);
     let first = a.scrape(t0, SystemTime::UNIX_EPOCH);
     assert!(
         !findings(&first).iter().any(|(r, _)| r == "backlog-drops"),
@@ -177,12 +181,16 @@ fn the_doctor_sees_the_rates_of_the_interval_between_scrapes() {
     cols[1] = format!("{:08x}", 500);
     lines[1] = cols.join(" ");
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    let second = a.scrape(t0 + Duration::from_secs(5), SystemTime::UNIX_EPOCH);
+    a.sample(t0 + every, SystemTime::UNIX_EPOCH);
+    // Two scrapers one after the other see the same finding.
+    let second = a.scrape(t0 + Duration::from_secs(6), SystemTime::UNIX_EPOCH);
+    let also = a.scrape(t0 + Duration::from_secs(7), SystemTime::UNIX_EPOCH);
     let f = findings(&second);
     assert!(
         f.contains(&("backlog-drops".to_string(), "warning".to_string())),
         "{f:?}"
     );
+    assert_eq!(findings(&also), f);
     let dropped = family(&second, "netsteer_softnet_dropped_total");
     assert!(
         dropped
@@ -198,7 +206,8 @@ fn the_doctor_sees_the_rates_of_the_interval_between_scrapes() {
         .value;
     assert!(warnings >= 1.0);
     // No new drops in the next interval: the finding is gone, the counter stays.
-    let third = a.scrape(t0 + Duration::from_secs(10), SystemTime::UNIX_EPOCH);
+    a.sample(t0 + every * 2, SystemTime::UNIX_EPOCH);
+    let third = a.scrape(t0 + Duration::from_secs(11), SystemTime::UNIX_EPOCH);
     assert!(
         !findings(&third).iter().any(|(r, _)| r == "backlog-drops"),
         "{:?}",

@@ -34,6 +34,11 @@ pub struct AgentArgs {
     /// Export receive-path stage histograms (root, BPF; 1 s traced in 10: docs/agent.md).
     #[arg(long)]
     trace: bool,
+    /// How often the agent reads the counters for the doctor's rates (seconds): each scrape's
+    /// findings are over the last such interval, the same for every scraper. Set it to the
+    /// scrape interval (a finding shorter than the gap between scrapes is not seen).
+    #[arg(long, default_value_t = netsteer_agent::RATE_INTERVAL.as_secs(), value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    rate_interval: u64,
     /// Print one scrape (Prometheus text format) on stdout and exit, instead of serving.
     #[arg(long)]
     once: bool,
@@ -76,7 +81,8 @@ pub fn run(host: &Host, args: &AgentArgs) -> Result<ExitCode> {
         args.goal,
         env!("CARGO_PKG_VERSION"),
     )
-    .map_err(anyhow::Error::msg)?;
+    .map_err(anyhow::Error::msg)?
+    .with_rate_interval(std::time::Duration::from_secs(args.rate_interval));
     if args.trace {
         let feed = netsteer_agent::trace::TraceFeed::standard(args.once);
         agent = agent.with_trace(feed.map_err(|e| anyhow::anyhow!("--trace: {e}"))?);
