@@ -433,14 +433,16 @@ fn a_person_who_rewrites_a_knob_keeps_it() {
         "{ev:?} {more:?}"
     );
     assert_eq!(rig.read(BACKLOG), "5000");
-    // Rollback on exit leaves the person's value (that journal is no longer the watcher's).
+    // Rollback on exit leaves the person's value, and restores the rest of the action (the
+    // flow limit is still the watcher's).
     let end = w.finish(30.0, true);
     assert!(
-        end.iter()
-            .any(|e| matches!(e, Event::Held { why, .. } if why.contains("someone else"))),
+        end.iter().any(|e| matches!(e, Event::RolledBack { why, .. }
+            if why.contains("left as someone else set it: /proc/sys/net/core/netdev_max_backlog"))),
         "{end:?}"
     );
     assert_eq!(rig.read(BACKLOG), "5000");
+    assert_eq!(rig.read(FLOW_LIMIT), "0000");
 }
 
 /// Given up is not forever when a person says so: `--reclaim PATH` at the next start writes
@@ -1193,4 +1195,195 @@ fn the_budget_is_not_raised_past_a_third_of_the_backlog_while_rps_hands_packets_
     let (mut w, _) = rig.watcher(acting(2, 3));
     let ev = feed(&rig, &mut w, 0.0, &squeezes_fed_by_rps(0.5));
     assert_eq!(rig.read(BUDGET), "600", "{ev:?}");
+}
+
+// Issue 77, hardening round four.
+
+/// Each event that says a proposal is held: its id and why.
+fn held(events: &[Event]) -> Vec<(&str, &str)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Held { id, why, .. } => Some((id.as_str(), why.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Step-aside is absolute (issue 77: a knob given up, then the guard's rollback of the earlier
+/// action restored the old value over the person's). The watcher grows the backlog for drops
+/// at CPU 3, the person rewrites it while the guard measures, the drops do not fall: the
+/// guard's verdict may not write the person's knob, nor may the exit's rollback.
+#[test]
+fn the_guards_rollback_never_writes_a_knob_a_person_rewrote() {
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let ev = feed(&rig, &mut w, 0.0, &[drops(3, 300.0), drops(3, 300.0)]);
+    let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
+    assert_eq!(acted, ["backlog"], "{ev:?}");
+    assert_eq!(rig.read(BACKLOG), "2000");
+    // `sysctl -w net.core.netdev_max_backlog=5000` by the person, while the guard measures.
+    rig.write(BACKLOG, "5000");
+    // The drops go on: the guard fails at its third interval.
+    let ev = feed(&rig, &mut w, 2.0, &vec![drops(3, 300.0); 4]);
+    assert!(
+        matches!(ev.first(), Some(Event::SteppedAside { path, now, .. })
+            if path.ends_with("netdev_max_backlog") && now == "5000"),
+        "{ev:?}"
+    );
+    assert_eq!(
+        rig.read(BACKLOG),
+        "5000",
+        "the person's value stays: {ev:?}"
+    );
+    // The rest of the action (the flow limit, still the watcher's) is rolled back, and the
+    // verdict names what it left.
+    let undone = rolled_back(&ev);
+    assert_eq!(undone.len(), 1, "{ev:?}");
+    assert!(
+        undone[0].1.contains("left as someone else set it: /proc/sys/net/core/netdev_max_backlog (the watcher wrote 2000, it holds 5000)"),
+        "{undone:?}"
+    );
+    assert_eq!(rig.read(FLOW_LIMIT), "0000");
+    // Neither the exit's rollback nor a later `tune rollback` of the watcher's journals
+    // writes it.
+    w.finish(10.0, true);
+    assert_eq!(rig.read(BACKLOG), "5000");
+    let t = Tuner::open(rig.fs(), false, Some(rig.state.path().join("watch"))).unwrap();
+    let _ = t.rollback(None);
+    assert_eq!(rig.read(BACKLOG), "5000");
+}
+
+/// The same for an RPS mask (issue 77 saw it for an `rps_cpus` file): rps-away moves eth0's
+/// queue off the saturated CPU 4, the person writes their own mask, the drops only move to
+/// CPU 5 (the guard fails): their mask stays.
+#[test]
+fn the_guards_rollback_never_writes_an_rps_mask_a_person_rewrote() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let ev = feed(&rig, &mut w, 0.0, &vec![saturated_cpu4(&[]); 2]);
+    let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
+    assert_eq!(acted, ["rps-away/eth0"], "{ev:?}");
+    assert_eq!(rig.read(ETH0_RPS), "ffef");
+    // `echo 3 > .../rx-0/rps_cpus` by the person.
+    rig.write(ETH0_RPS, "0003");
+    let ev = feed(
+        &rig,
+        &mut w,
+        2.0,
+        &vec![load(&[(4, 0.0, 0.0, 95.0), (5, 3000.0, 0.0, 40.0)]); 4],
+    );
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::SteppedAside { path, .. }
+            if path.ends_with("rx-0/rps_cpus"))),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(ETH0_RPS), "0003", "{ev:?}");
+    // The mask was all the action set: nothing is rolled back, and the verdict says so.
+    assert!(rolled_back(&ev).is_empty(), "{ev:?}");
+    assert!(
+        held(&ev).iter().any(|(id, why)| *id == "rps-away/eth0"
+            && why.contains("not rolled back: every knob it set was rewritten by someone else")),
+        "{ev:?}"
+    );
+    w.finish(10.0, true);
+    let t = Tuner::open(rig.fs(), false, Some(rig.state.path().join("watch"))).unwrap();
+    let _ = t.rollback(None);
+    assert_eq!(rig.read(ETH0_RPS), "0003");
+}
+
+/// A later `tune rollback --state-dir STATE/watch` (after a watcher killed without its exit's
+/// rollback) restores what the watcher still owned and leaves what it gave up: stepping aside
+/// records the knob as given up in the journal that wrote it.
+#[test]
+fn a_later_tune_rollback_of_a_watch_journal_leaves_a_knob_the_watcher_gave_up() {
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(1, 1));
+    feed(&rig, &mut w, 0.0, &[drops(3, 100.0), drops(3, 0.0)]);
+    assert_eq!(
+        (rig.read(BACKLOG), rig.read(FLOW_LIMIT)),
+        ("2000".into(), "0008".into())
+    );
+    rig.write(BACKLOG, "5000");
+    let ev = feed(&rig, &mut w, 2.0, &[drops(3, 0.0)]);
+    assert!(
+        matches!(ev.first(), Some(Event::SteppedAside { .. })),
+        "{ev:?}"
+    );
+    // Killed: no finish().
+    drop(w);
+    let t = Tuner::open(rig.fs(), false, Some(rig.state.path().join("watch"))).unwrap();
+    let r = t.rollback(None).unwrap();
+    assert_eq!(r.given_up.len(), 1, "{r:?}");
+    assert_eq!(
+        (rig.read(BACKLOG), rig.read(FLOW_LIMIT)),
+        ("5000".into(), "0000".into()),
+        "{r:?}"
+    );
+}
+
+/// A knob given up and then reclaimed (`--reclaim`) is the watcher's again through the
+/// reclaim's journal only: at exit that journal gives the person their value back, and the
+/// first action's journal, whose knob was given up, never writes it (on main it restored the
+/// value from before the watcher over theirs).
+#[test]
+fn a_reclaimed_knob_is_never_rolled_back_past_the_persons_value() {
+    let rig = Rig::new();
+    let cfg = acting(1, 1);
+    let (mut w, _) = rig.watcher(cfg.clone());
+    feed(&rig, &mut w, 0.0, &[drops(3, 100.0), drops(3, 0.0)]);
+    assert_eq!(rig.read(BACKLOG), "2000");
+    rig.write(BACKLOG, "5000");
+    let ev = feed(&rig, &mut w, 2.0, &[drops(3, 0.0)]);
+    assert!(
+        matches!(ev.first(), Some(Event::SteppedAside { .. })),
+        "{ev:?}"
+    );
+    drop(w);
+    let told = WatchConfig {
+        reclaim: vec!["/proc/sys/net/core/netdev_max_backlog".into()],
+        ..cfg
+    };
+    let (w, ev) = rig.watcher(told);
+    assert!(matches!(ev.as_slice(), [Event::Reclaimed { .. }]), "{ev:?}");
+    assert_eq!(rig.read(BACKLOG), "2000");
+    let end = w.finish(5.0, true);
+    assert_eq!(rig.read(BACKLOG), "5000", "{end:?}");
+}
+
+/// A knob that two actions set (1000 → 2000, kept; 2000 → 4000, rolled back by its guard) is
+/// the first action's again after the second is undone: a person's rewrite then is stepped
+/// aside from, and the exit's rollback of the first action leaves it (on main the knob was
+/// no longer watched, and the exit restored 1000 over the person's value).
+#[test]
+fn a_knob_an_undone_step_hands_back_to_an_earlier_one_is_still_stepped_aside_from() {
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // 300 drops/s: 1000 → 2000; 200/s after (a third fewer): kept, and the next step
+    // doubles again; 200/s after that too: not a quarter fewer, rolled back to 2000.
+    let mut loads = vec![drops(2, 300.0); 2];
+    loads.extend(vec![drops(2, 200.0); 8]);
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    let acted: Vec<(&str, Vec<&str>)> = actions(&ev)
+        .into_iter()
+        .map(|(_, id, to)| (id, to))
+        .collect();
+    assert_eq!(
+        acted,
+        [("backlog", vec!["2000", "0004"]), ("backlog", vec!["4000"])],
+        "{ev:?}"
+    );
+    assert_eq!(rolled_back(&ev).len(), 1, "{ev:?}");
+    assert_eq!(rig.read(BACKLOG), "2000");
+    rig.write(BACKLOG, "5000");
+    let ev = feed(&rig, &mut w, 10.0, &[drops(2, 0.0)]);
+    assert!(
+        matches!(ev.first(), Some(Event::SteppedAside { ours, now, .. })
+            if ours == "2000" && now == "5000"),
+        "{ev:?}"
+    );
+    w.finish(11.0, true);
+    assert_eq!(rig.read(BACKLOG), "5000");
 }

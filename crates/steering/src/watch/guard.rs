@@ -145,20 +145,33 @@ impl Watcher {
     }
 
     /// Undoes a pending action through its journal and puts its reflex to sleep with `why`.
+    /// A knob someone else rewrote is left as they set it ([`Watcher::undo`]): when that is
+    /// every knob the action set, nothing is rolled back, and the event says so.
     fn roll_back(&mut self, now: f64, p: Pending, why: String, out: &mut Vec<Event>) {
-        let why = match self.tuner.rollback(Some(std::path::Path::new(&p.journal))) {
-            Ok(_) => {
-                self.state.forget_journal(&p.journal);
-                let _ = self.state.save(&self.tuner);
-                why
-            }
-            Err(e) => format!("{why}; its rollback failed: {e}"),
+        let undone = self.undo(now, &p.journal, out);
+        let (why, rolled_back) = match undone {
+            Ok(u) if u.restored.is_empty() && !u.left.is_empty() => (
+                format!(
+                    "{why}; not rolled back: every knob it set was rewritten by someone else and is theirs: {}",
+                    u.left.join(", ")
+                ),
+                false,
+            ),
+            Ok(u) => (super::with_left(why, &u.left), true),
+            Err(e) => (format!("{why}; its rollback failed: {e}"), true),
         };
         self.asleep.insert(p.reflex, why.clone());
-        out.push(Event::RolledBack {
-            at: now,
-            id: p.id,
-            why,
+        out.push(match rolled_back {
+            true => Event::RolledBack {
+                at: now,
+                id: p.id,
+                why,
+            },
+            false => Event::Held {
+                at: now,
+                id: p.id,
+                why,
+            },
         });
     }
 }

@@ -35,7 +35,8 @@
 //! whose drops double what they were before it)
 //! either confirms it or rolls it back and puts the reflex to sleep with the reason, so no
 //! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
-//! logs who changed what (as far as polling can tell) and leaves that knob alone.
+//! logs who changed what (as far as polling can tell), leaves that knob alone, and records
+//! it as given up in its journals so that no rollback writes it (`undo`).
 
 mod backlog;
 mod budget;
@@ -44,6 +45,7 @@ mod guard;
 mod reclaim;
 mod state;
 mod text;
+mod undo;
 
 use crate::doctor::rules::drops::idle;
 use crate::doctor::{Goal, Load};
@@ -368,16 +370,6 @@ impl Watcher {
         let dir = tuner.state_dir().join("watch");
         let tuner = tuner.into_state_dir(dir);
         let (state, adopted) = state::Owned::load(&tuner)?;
-        let events = adopted
-            .into_iter()
-            .map(|(path, ours, now)| Event::SteppedAside {
-                at: 0.0,
-                path,
-                ours,
-                now,
-                who: "changed while no watcher ran".into(),
-            })
-            .collect();
         let mut w = Watcher {
             cfg,
             tuner,
@@ -392,7 +384,13 @@ impl Watcher {
             peak_drops: 0.0,
             advice_file_error: None,
         };
-        let mut events: Vec<Event> = events;
+        let mut events = Vec::new();
+        for d in adopted {
+            w.give_up(0.0, d, "changed while no watcher ran", &mut events);
+        }
+        if !events.is_empty() {
+            let _ = w.state.save(&w.tuner);
+        }
         events.extend(w.reclaim()?);
         Ok((w, events))
     }
@@ -488,31 +486,29 @@ impl Watcher {
     }
 
     /// On exit: with `rollback`, every action still owned is undone, newest first (a knob
-    /// someone else took is left as they set it); otherwise nothing changes and the journals
-    /// stay for `tune rollback` or the next watcher.
+    /// someone else took is left as they set it, the rest of its action restored); otherwise
+    /// nothing changes and the journals stay for `tune rollback` or the next watcher.
     pub fn finish(mut self, now: f64, rollback: bool) -> Vec<Event> {
         let mut out = Vec::new();
         if !rollback {
             return out;
         }
         for (journal, id) in self.state.journals_newest_first() {
-            if self.state.journal_disowned(&journal) {
-                out.push(Event::Held {
+            let why = "the watcher stopped (rollback on exit)";
+            match self.undo(now, &journal, &mut out) {
+                Ok(u) if u.restored.is_empty() && !u.left.is_empty() => out.push(Event::Held {
                     at: now,
                     id,
-                    why: format!("{journal}: someone else changed a knob it set; left as it is"),
-                });
-                continue;
-            }
-            match self.tuner.rollback(Some(std::path::Path::new(&journal))) {
-                Ok(_) => {
-                    self.state.forget_journal(&journal);
-                    out.push(Event::RolledBack {
-                        at: now,
-                        id,
-                        why: "the watcher stopped (rollback on exit)".into(),
-                    });
-                }
+                    why: format!(
+                        "{journal}: someone else changed every knob it set; left as they are: {}",
+                        u.left.join(", ")
+                    ),
+                }),
+                Ok(u) => out.push(Event::RolledBack {
+                    at: now,
+                    id,
+                    why: with_left(why.into(), &u.left),
+                }),
                 Err(e) => out.push(Event::ApplyFailed {
                     at: now,
                     id,
@@ -530,16 +526,10 @@ impl Watcher {
         if drifted.is_empty() {
             return;
         }
-        for (path, ours, now_value) in drifted {
-            out.push(Event::SteppedAside {
-                at: now,
-                path,
-                ours,
-                now: now_value,
-                // Polling sees the new value, not the writer; the sysctl write hook bpftune
-                // uses would name it, and is not attached here.
-                who: "another writer (seen by polling)".into(),
-            });
+        for d in drifted {
+            // Polling sees the new value, not the writer; the sysctl write hook bpftune uses
+            // would name it, and is not attached here.
+            self.give_up(now, d, "another writer (seen by polling)", out);
         }
         // Written only when something changed: not a file write every interval.
         let _ = self.state.save(&self.tuner);
@@ -781,6 +771,14 @@ impl Proposal {
             signal,
             hold: None,
         }
+    }
+}
+
+/// A rollback's reason with the knobs it left as someone else set them.
+fn with_left(why: String, left: &[String]) -> String {
+    match left {
+        [] => why,
+        _ => format!("{why}; left as someone else set it: {}", left.join(", ")),
     }
 }
 

@@ -16,8 +16,15 @@ pub const ADVICE_FILE: &str = "advice.json";
 /// The largest state file read back (a few hundred knobs at most).
 const MAX_STATE_BYTES: u64 = 1 << 20;
 
-/// A knob given up: (its path, what the watcher wrote, what it found).
-pub(super) type Drift = (String, String, String);
+/// A knob someone else rewrote: its path, what the watcher wrote, what it found, and the
+/// journal that wrote it.
+#[derive(Debug, Clone)]
+pub(super) struct Drift {
+    pub path: String,
+    pub ours: String,
+    pub now: String,
+    pub journal: String,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct OwnedKnob {
@@ -84,8 +91,8 @@ pub fn read_advice(dir: &Path) -> std::io::Result<Vec<StandingAdvice>> {
 }
 
 impl Owned {
-    /// The previous watcher's record, and the knobs it set that now hold another value
-    /// (path, what it wrote, what is there): those are given up.
+    /// The previous watcher's record, and the knobs it set that now hold another value: the
+    /// watcher gives those up ([`super::Watcher::give_up`]).
     pub(super) fn load(tuner: &Tuner) -> Result<(Owned, Vec<Drift>), TuneError> {
         let path = tuner.state_dir().join(OWNED_FILE);
         let mut owned: Owned =
@@ -154,28 +161,40 @@ impl Owned {
         }
     }
 
-    /// Owned knobs whose value is no longer the one written: given up, returned as (path,
-    /// ours, now). A knob that cannot be read is given up too (it is not ours to guess).
-    pub(super) fn drifted(&mut self, tuner: &Tuner) -> Vec<Drift> {
+    /// Owned knobs whose value is no longer the one written, as (path, ours, now, the journal
+    /// that wrote it): to be given up ([`Owned::disown`]). A knob that cannot be read is
+    /// listed too (it is not ours to guess).
+    pub(super) fn drifted(&self, tuner: &Tuner) -> Vec<Drift> {
         let mut out = Vec::new();
-        let paths: Vec<String> = self.knobs.keys().cloned().collect();
-        for path in paths {
-            let ours = &self.knobs[&path];
+        for (path, ours) in &self.knobs {
             // A NIC setting a watcher without NIC access cannot read is not someone else's.
             if path.starts_with("nic/") && !tuner.reads_nic() {
                 continue;
             }
             let now = tuner
-                .read_knob(&path)
+                .read_knob(path)
                 .unwrap_or_else(|e| format!("(unreadable: {e})"));
-            if same_value(&path, &ours.value, &now) {
+            if same_value(path, &ours.value, &now) {
                 continue;
             }
-            let k = self.knobs.remove(&path).expect("listed");
-            out.push((path.clone(), k.value.clone(), now.clone()));
-            self.disowned.insert(path, (k.value, now, k.journal));
+            out.push(Drift {
+                path: path.clone(),
+                ours: ours.value.clone(),
+                now,
+                journal: ours.journal.clone(),
+            });
         }
         out
+    }
+
+    /// A knob given up: no longer owned, never written by this watcher again (unless told to
+    /// reclaim it). `journal` is the one that wrote `ours`.
+    pub(super) fn disown(&mut self, d: &Drift) {
+        self.knobs.remove(&d.path);
+        self.disowned.insert(
+            d.path.clone(),
+            (d.ours.clone(), d.now.clone(), d.journal.clone()),
+        );
     }
 
     /// The knobs given up, as (path, what the watcher wrote, the advice id that wrote it).
@@ -203,8 +222,11 @@ impl Owned {
         self.disowned.contains_key(path)
     }
 
-    pub(super) fn journal_disowned(&self, journal: &str) -> bool {
-        self.disowned.values().any(|(_, _, j)| j == journal)
+    /// A knob given up: what the watcher wrote and what it found.
+    pub(super) fn disowned_as(&self, path: &str) -> Option<(&str, &str)> {
+        self.disowned
+            .get(path)
+            .map(|(ours, now, _)| (ours.as_str(), now.as_str()))
     }
 
     pub(super) fn forget_journal(&mut self, journal: &str) {
