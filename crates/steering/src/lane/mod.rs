@@ -543,14 +543,28 @@ impl Lanes {
         }
         let bytes = serde_json::to_vec_pretty(spec).expect("a lane serialises");
         journal::write_atomic(&dir.join(SPEC_FILE), &bytes).map_err(state_err(&dir))?;
-        if let Some(o) = owner
-            && self.owner(&spec.name)?.as_ref() != Some(&o)
-        {
-            self.write_owner(&spec.name, &o)?;
+        match owner {
+            Some(o) if self.owner(&spec.name)?.as_ref() != Some(&o) => {
+                self.write_owner(&spec.name, &o)?;
+            }
+            Some(_) => {}
+            // A unit's or cgroup's lane is known by its group: an owner recorded for the
+            // port before is forgotten, not found again if the lane goes back to the port.
+            None if spec.service != ServiceRef::Port => self.forget_owner(&spec.name)?,
+            None => {}
         }
         let r = t.apply(&plan, None, opts)?;
         self.compact(&spec.name);
         Ok(r)
+    }
+
+    fn forget_owner(&self, name: &str) -> Result<(), LaneOpError> {
+        let path = self.lane_dir(name)?.join(OWNER_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(state_err(&path)(e)),
+        }
     }
 
     fn write_owner(&self, name: &str, owner: &ServiceOwner) -> Result<(), LaneOpError> {
@@ -586,12 +600,7 @@ impl Lanes {
         if forget && report.as_ref().is_none_or(|r| r.failed.is_empty()) {
             let spec = dir.join(SPEC_FILE);
             std::fs::remove_file(&spec).map_err(state_err(&spec))?;
-            let owner = dir.join(OWNER_FILE);
-            match std::fs::remove_file(&owner) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(state_err(&owner)(e)),
-            }
+            self.forget_owner(name)?;
         }
         self.compact(name);
         self.repair_others(name, &dev)?;
