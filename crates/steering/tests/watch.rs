@@ -1387,3 +1387,58 @@ fn a_knob_an_undone_step_hands_back_to_an_earlier_one_is_still_stepped_aside_fro
     w.finish(11.0, true);
     assert_eq!(rig.read(BACKLOG), "5000");
 }
+
+/// rps-away's mask flipping back and forth when floods alternate between CPUs (issue 77: 2→1,
+/// 1→2, 2→1, 1→2 on a guest, each guard "kept"). CPU 4 saturated, CPU 5 the only one with
+/// room: eth0's queue goes 4 → 5; then CPU 5 saturated with CPU 4 the only one with room:
+/// moving it back would undo the move it just made. One move, then the reflex sleeps for
+/// that knob and says so.
+#[test]
+fn a_reflex_that_would_undo_its_own_move_sleeps_for_that_knob() {
+    let rig = Rig::new();
+    rig.write(ETH0_RPS, "0010");
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    // Every CPU but `free` busy with other work (15 % idle: no room for packets), `hot`
+    // saturated and dropping.
+    let flood_on = |hot: usize, free: usize| {
+        let mut l = load(&[(hot as u32, 3000.0, 0.0, 95.0)]);
+        for c in &mut l.cpu.cpus {
+            if c.cpu as usize != hot {
+                c.usr = 85.0;
+                c.idle = 15.0;
+            }
+        }
+        l.cpu.cpus[free].usr = 0.0;
+        l.cpu.cpus[free].idle = 100.0;
+        l
+    };
+    let calm = |busy: usize| {
+        let mut l = load(&[(busy as u32, 0.0, 0.0, 60.0)]);
+        for c in &mut l.cpu.cpus {
+            if c.cpu as usize != busy {
+                c.usr = 85.0;
+                c.idle = 15.0;
+            }
+        }
+        l
+    };
+    let mut loads = Vec::new();
+    for _ in 0..3 {
+        loads.extend(vec![flood_on(4, 5); 2]);
+        loads.extend(vec![calm(5); 3]);
+        loads.extend(vec![flood_on(5, 4); 2]);
+        loads.extend(vec![calm(4); 3]);
+    }
+    let ev = feed(&rig, &mut w, 0.0, &loads);
+    let acted: Vec<(&str, &str)> = actions(&ev)
+        .into_iter()
+        .map(|(_, id, to)| (id, to[0]))
+        .collect();
+    assert_eq!(acted, [("rps-away/eth0", "0020")], "one move: {ev:?}");
+    assert!(
+        held(&ev).iter().any(|(id, why)| *id == "rps-away/eth0"
+            && why.contains("sleeps for /sys/class/net/eth0/queues/rx-0/rps_cpus")),
+        "{ev:?}"
+    );
+    assert_eq!(rig.read(ETH0_RPS), "0020");
+}

@@ -149,6 +149,8 @@ impl Watcher {
     /// every knob the action set, nothing is rolled back, and the event says so.
     fn roll_back(&mut self, now: f64, p: Pending, why: String, out: &mut Vec<Event>) {
         let undone = self.undo(now, &p.journal, out);
+        // The move is undone (or its knobs are someone else's): not one to reverse.
+        self.moves.retain(|_, m| m.journal != p.journal);
         let (why, rolled_back) = match undone {
             Ok(u) if u.restored.is_empty() && !u.left.is_empty() => (
                 format!(

@@ -34,9 +34,10 @@
 //! no more CPU per packet; an action for another signal is undone at the first interval
 //! whose drops double what they were before it)
 //! either confirms it or rolls it back and puts the reflex to sleep with the reason, so no
-//! knob ever goes down and up again. Drift of a knob it set is never fought: the watcher
-//! logs who changed what (as far as polling can tell), leaves that knob alone, and records
-//! it as given up in its journals so that no rollback writes it (`undo`).
+//! knob ever goes down and up again; a reflex that would give a knob back what its own recent
+//! move took sleeps for that knob. Drift of a knob it set is never fought: the watcher logs
+//! who changed what (as far as polling can tell), leaves that knob alone, and records it as
+//! given up in its journals so that no rollback writes it (`undo`).
 
 mod backlog;
 mod budget;
@@ -49,7 +50,7 @@ mod undo;
 
 use crate::doctor::rules::drops::idle;
 use crate::doctor::{Goal, Load};
-use crate::model::desired::Profile;
+use crate::model::desired::{Format, Profile};
 use crate::model::planner::{Knob, PlanOptions};
 use crate::tune::{ApplyOptions, TuneError, Tuner};
 use guard::Cost;
@@ -100,6 +101,9 @@ pub struct WatchConfig {
     /// start (their paths, or `all`): the watcher's value written again through tune's
     /// transaction, and the knob watched as its own again.
     pub reclaim: Vec<String>,
+    /// A reflex that would give a knob back what it moved off it less than this long ago
+    /// sleeps for that knob instead (it chases a load that moves from CPU to CPU).
+    pub reverse_window: Duration,
 }
 
 impl Default for WatchConfig {
@@ -123,6 +127,11 @@ impl Default for WatchConfig {
             goal: Goal::Balanced,
             crash_after_writes: None,
             reclaim: Vec::new(),
+            // Issue 77: floods alternating between a guest's two CPUs flipped one queue's
+            // mask 2 → 1 → 2 → 1 → 2, each move's guard passing; with the default hysteresis
+            // and minimum interval a move comes at most every 30 s, so ten minutes is a
+            // flip-flop, not a load that settled somewhere else.
+            reverse_window: Duration::from_secs(600),
         }
     }
 }
@@ -324,6 +333,16 @@ struct Interval {
     idle: BTreeMap<u32, f64>,
 }
 
+/// A change an action made, kept while it is recent: a reflex that would give the knob back
+/// what this took away sleeps for that knob ([`WatchConfig::reverse_window`]).
+struct Move {
+    reflex: Reflex,
+    from: String,
+    to: String,
+    at: f64,
+    journal: String,
+}
+
 /// An action being judged.
 struct Pending {
     id: String,
@@ -350,6 +369,10 @@ pub struct Watcher {
     /// budget change is judged (loss comes first).
     pending: Vec<Pending>,
     asleep: BTreeMap<Reflex, String>,
+    /// Knobs one reflex sleeps for (it would have undone its own recent move), with why.
+    asleep_knobs: BTreeMap<(Reflex, String), String>,
+    /// The last change each knob had from an action, by path.
+    moves: BTreeMap<String, Move>,
     state: state::Owned,
     /// The last `persist` intervals, this one included: what they cost (the "before" of an
     /// action taken now) and each CPU's idle time (a CPU whose backlog is held for having no
@@ -379,6 +402,8 @@ impl Watcher {
             last_action: BTreeMap::new(),
             pending: Vec::new(),
             asleep: BTreeMap::new(),
+            asleep_knobs: BTreeMap::new(),
+            moves: BTreeMap::new(),
             state,
             recent: VecDeque::new(),
             peak_drops: 0.0,
@@ -453,7 +478,7 @@ impl Watcher {
         let drops_can_act = proposals.iter().any(|p| {
             p.reflex.answers_drops()
                 && !p.at_cap
-                && matches!(self.held_back(p), None | Some(("hold", _)))
+                && matches!(self.held_back(p, now), None | Some(("hold", _)))
         });
         for p in proposals {
             let wait = p.reflex == Reflex::Budget && drops_can_act;
@@ -536,13 +561,26 @@ impl Watcher {
     }
 
     /// Why a proposal is not to be acted on, with the key it is said once under: its reflex
-    /// asleep, one of its knobs given up, or its own hold.
-    fn held_back(&self, p: &Proposal) -> Option<(&'static str, String)> {
+    /// asleep, or asleep for one of its knobs, or about to undo its own recent move there
+    /// (`reverses`: the caller puts it to sleep for that knob), one of its knobs given up, or
+    /// its own hold.
+    fn held_back(&self, p: &Proposal, now: f64) -> Option<(&'static str, String)> {
         if let Some(why) = self.asleep.get(&p.reflex) {
             return Some((
                 "asleep",
                 format!("the {} reflex sleeps: {why}", p.reflex.name()),
             ));
+        }
+        if let Some(why) = p
+            .advice
+            .changes
+            .iter()
+            .find_map(|c| self.asleep_knobs.get(&(p.reflex, c.path.clone())))
+        {
+            return Some(("knob-asleep", why.clone()));
+        }
+        if let Some(why) = self.reverses(p, now) {
+            return Some(("reverses", why));
         }
         if let Some(c) = p
             .advice
@@ -600,7 +638,7 @@ impl Watcher {
         if !self.cfg.apply {
             return;
         }
-        let held_back = self.held_back(&p).or_else(|| {
+        let held_back = self.held_back(&p, now).or_else(|| {
             wait.then(|| {
                 (
                     "waits",
@@ -609,6 +647,20 @@ impl Watcher {
             })
         });
         if let Some((key, why)) = held_back {
+            // A reflex that would undo its own move sleeps for that knob, as one whose guard
+            // failed sleeps: said once, under the key its later holds use.
+            let key = match key {
+                "reverses" => {
+                    for c in &p.advice.changes {
+                        if self.moves.contains_key(&c.path) {
+                            self.asleep_knobs
+                                .insert((p.reflex, c.path.clone()), why.clone());
+                        }
+                    }
+                    "knob-asleep"
+                }
+                k => k,
+            };
             say(
                 out,
                 &mut self.said,
@@ -640,6 +692,16 @@ impl Watcher {
                 self.last_action.insert(p.reflex, now);
                 for c in &p.advice.changes {
                     self.state.own(&c.path, &c.to, &journal, &id);
+                    self.moves.insert(
+                        c.path.clone(),
+                        Move {
+                            reflex: p.reflex,
+                            from: c.from.clone(),
+                            to: c.to.clone(),
+                            at: now,
+                            journal: journal.clone(),
+                        },
+                    );
                 }
                 let _ = self.state.save(&self.tuner);
                 out.push(Event::Applied {
@@ -772,6 +834,57 @@ impl Proposal {
             hold: None,
         }
     }
+}
+
+impl Watcher {
+    /// Why `p` would undo its own reflex's recent move on one of its knobs, if it would: the
+    /// change gives the knob back what the move took away, within `reverse_window`.
+    fn reverses(&self, p: &Proposal, now: f64) -> Option<String> {
+        let window = self.cfg.reverse_window.as_secs_f64();
+        p.advice.changes.iter().find_map(|c| {
+            let m = self.moves.get(&c.path)?;
+            let ago = now - m.at;
+            (m.reflex == p.reflex && ago < window && gives_back(&c.path, &m.from, &m.to, &c.to))
+                .then(|| {
+                    format!(
+                        "{} would give {} back what it moved off it {ago:.0} s ago ({} → {}, now → {}): a move undone this soon chases the load from CPU to CPU; {} sleeps for {} until the watcher restarts",
+                        p.reflex.name(),
+                        c.path,
+                        m.from,
+                        m.to,
+                        c.to,
+                        p.reflex.name(),
+                        c.path
+                    )
+                })
+        })
+    }
+}
+
+/// Whether `next` gives a knob moved `before` → `after` back what the move took away: for a
+/// CPU mask or list, a CPU the move removed; for a number, a step back towards `before`;
+/// otherwise `before` itself.
+fn gives_back(path: &str, before: &str, after: &str, next: &str) -> bool {
+    let format = Knob::kind_of(path).map_or(Format::Text, |(_, f)| f);
+    let sets = match format {
+        Format::Mask => [before, after, next].map(|v| netsteer_host::CpuSet::parse_mask(v).ok()),
+        Format::List => {
+            [before, after, next].map(|v| netsteer_host::CpuSet::parse_list(v, None).ok())
+        }
+        _ => [None, None, None],
+    };
+    if let [Some(b), Some(a), Some(n)] = sets {
+        return !n.intersection(&b.difference(&a)).is_empty();
+    }
+    // Counts (sysctls compare as text, and a count is a number there too).
+    if let (Ok(b), Ok(a), Ok(n)) = (
+        before.trim().parse::<i64>(),
+        after.trim().parse::<i64>(),
+        next.trim().parse::<i64>(),
+    ) {
+        return (n - a).signum() * (a - b).signum() < 0;
+    }
+    format.same(before, next)
 }
 
 /// A rollback's reason with the knobs it left as someone else set them.
@@ -910,4 +1023,27 @@ pub fn run(
         emit(&e).map_err(io)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gives_back;
+
+    const RPS: &str = "/sys/class/net/eth0/queues/rx-0/rps_cpus";
+    const BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
+
+    #[test]
+    fn a_change_gives_back_what_a_move_took_away() {
+        // CPU 1 → CPU 0, then back to CPU 1 (issue 77's flip-flop), or onto CPUs 0 and 1.
+        assert!(gives_back(RPS, "2", "1", "2"));
+        assert!(gives_back(RPS, "2", "1", "3"));
+        // Off CPU 4 onto the rest, then off CPU 5 too: a new move, not a reversal.
+        assert!(!gives_back(RPS, "0010", "ffef", "ffcf"));
+        // Counts: back down after a raise is a reversal, further up is not.
+        assert!(gives_back(BACKLOG, "1000", "2000", "1500"));
+        assert!(!gives_back(BACKLOG, "1000", "2000", "4000"));
+        // Anything else: only the value from before.
+        assert!(gives_back("nic/eth0/rss/indirection", "0 0", "0 1", "0 0"));
+        assert!(!gives_back("nic/eth0/rss/indirection", "0 0", "0 1", "1 1"));
+    }
 }
