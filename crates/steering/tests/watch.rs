@@ -1442,3 +1442,126 @@ fn a_reflex_that_would_undo_its_own_move_sleeps_for_that_knob() {
     );
     assert_eq!(rig.read(ETH0_RPS), "0020");
 }
+
+/// Adds `by` to column `col` (0-based, after the row's name) of the row named `name` of a
+/// whitespace-separated counter file of the tree (`/proc/stat`, `/proc/softirqs`,
+/// `/proc/interrupts`, `/proc/net/dev`).
+fn bump(rig: &Rig, rel: &str, name: &str, col: usize, by: u64) {
+    let path = rig.tree.path().join(rel);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut found = false;
+    let out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut f: Vec<String> = l.split_whitespace().map(String::from).collect();
+            if f.first().map(String::as_str) != Some(name) {
+                return l.to_string();
+            }
+            found = true;
+            let v: u64 = f[col + 1].parse().unwrap();
+            f[col + 1] = (v + by).to_string();
+            f.join(" ")
+        })
+        .collect();
+    assert!(found, "{rel}: no row {name}");
+    std::fs::write(path, out.join("\n") + "\n").unwrap();
+}
+
+/// Adds `by` to the packets CPU `cpu` processed (softnet_stat column 1, hex, row per CPU).
+fn bump_processed(rig: &Rig, cpu: usize, by: u32) {
+    let path = rig.tree.path().join("proc/net/softnet_stat");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let out: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut f: Vec<String> = l.split_whitespace().map(String::from).collect();
+            if i == cpu {
+                let v = u32::from_str_radix(&f[0], 16).unwrap();
+                f[0] = format!("{:08x}", v + by);
+            }
+            f.join(" ")
+        })
+        .collect();
+    std::fs::write(path, out.join("\n") + "\n").unwrap();
+}
+
+/// One second of seed 003's guest as the sampler reads it from the tree: CPU 9 spends 90 % of
+/// it in softirq and processes 500,000 packets (NET_RX ran 20,000 times there), every other
+/// CPU idles; eth0's receive counters (`/proc/net/dev`, the same `dev_get_stats()` numbers
+/// as /sys/class/net/eth0/statistics/rx_packets) and its rx IRQ 48 on CPU 9 move by
+/// `eth0_packets` and `eth0_irqs`.
+fn net_rx_second(rig: &Rig, eth0_packets: u64, eth0_irqs: u64) -> Load {
+    use netsteer_steering::model::load::Reading;
+    let fs = rig.fs();
+    let t0 = std::time::Instant::now();
+    let first = Reading::take(&fs, t0).unwrap();
+    // USER_HZ ticks: 100 a second; cpu9's softirq (column 7) 90, idle (column 4) 10.
+    bump(rig, "proc/stat", "cpu9", 6, 90);
+    bump(rig, "proc/stat", "cpu9", 3, 10);
+    for c in (0..16).filter(|c| *c != 9) {
+        bump(rig, "proc/stat", &format!("cpu{c}"), 3, 100);
+    }
+    bump(rig, "proc/stat", "cpu", 6, 90);
+    bump(rig, "proc/stat", "cpu", 3, 1510);
+    bump(rig, "proc/softirqs", "NET_RX:", 9, 20_000);
+    bump_processed(rig, 9, 500_000);
+    bump(rig, "proc/net/dev", "eth0:", 1, eth0_packets);
+    bump(rig, "proc/interrupts", "48:", 9, eth0_irqs);
+    let l = Reading::take(&fs, t0 + Duration::from_secs(1))
+        .unwrap()
+        .since(&first);
+    assert_eq!(l.cpu.cpus[9].processed, Some(500_000.0), "{l:?}");
+    l
+}
+
+/// The rps reflex acting where the load is not (issue 77: a UDP flood on veths in other
+/// namespaces, and `watch --apply` in the root namespace changed eth0's RPS and RFS on "CPU 1
+/// takes IRQ 38 (eth0 rx-0)" while eth0 received nothing). CPU 9's NET_RX work rises, but
+/// eth0's packets and its IRQ's count on CPU 9 do not move: nothing is changed, and the
+/// watcher says why; the same second with eth0 bringing the packets is acted on, its
+/// evidence naming eth0's own counts.
+#[test]
+fn the_rps_reflex_never_acts_on_a_device_whose_counters_did_not_move() {
+    let rig = Rig::new();
+    let before = contents(rig.tree.path());
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let l = net_rx_second(&rig, 0, 0);
+    let tree = contents(rig.tree.path());
+    let ev = feed(&rig, &mut w, 0.0, &vec![l; 3]);
+    assert!(applied(&ev).is_empty(), "{ev:?}");
+    assert!(
+        !advice_ids(&ev).contains(&"rps/eth0".to_string()),
+        "no advice to change eth0 either: {ev:?}"
+    );
+    assert!(
+        held(&ev).iter().any(|(id, why)| *id == "rps/eth0"
+            && why.contains("eth0 received 0 packets/s")
+            && why.contains("IRQ 48")),
+        "{ev:?}"
+    );
+    assert_eq!(contents(rig.tree.path()), tree);
+    drop(before);
+
+    // The same second with eth0 bringing the packets on its IRQ at CPU 9: acted on.
+    let rig = Rig::new();
+    let (mut w, _) = rig.watcher(acting(2, 3));
+    let l = net_rx_second(&rig, 500_000, 20_000);
+    let ev = feed(&rig, &mut w, 0.0, &vec![l; 3]);
+    let acted: Vec<&str> = actions(&ev).into_iter().map(|a| a.1).collect();
+    assert_eq!(acted, ["rps/eth0"], "{ev:?}");
+    let advice = ev
+        .iter()
+        .find_map(|e| match e {
+            Event::Advice { advice, .. } if advice.id == "rps/eth0" => Some(advice),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        advice
+            .evidence
+            .iter()
+            .any(|e| e.contains("eth0 received 500000 packets/s")),
+        "{advice:?}"
+    );
+}

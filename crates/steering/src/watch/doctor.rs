@@ -5,6 +5,7 @@ use super::{Change, Proposal, Reflex, Watcher};
 use crate::doctor::rules::rps::{planned, spreading_profile};
 use crate::doctor::{Ctx, Load, diagnose};
 use crate::model::desired::{Action, ItemKind, Profile, Target};
+use netsteer_host::nic::Nic;
 use netsteer_host::view::HostView;
 
 impl Watcher {
@@ -47,13 +48,14 @@ impl Watcher {
                 }
                 let mut evidence = vec![f.title.clone()];
                 evidence.extend(f.evidence.iter().take(3).cloned());
-                out.push(Proposal::of(
-                    Reflex::Rps,
-                    &format!("rps/{dev}"),
-                    evidence,
-                    changes,
-                    hot,
-                ));
+                let cause = caused_by(ctx, nic, &f.subjects.cpus, self.cfg.min_rate);
+                evidence.push(match &cause {
+                    Ok(line) | Err(line) => line.clone(),
+                });
+                let mut p =
+                    Proposal::of(Reflex::Rps, &format!("rps/{dev}"), evidence, changes, hot);
+                p.declined = cause.err();
+                out.push(p);
             }
         }
         out
@@ -101,6 +103,75 @@ impl Watcher {
         }
         out
     }
+}
+
+/// Of the packets the hot CPUs processed, the share a device must have received itself for
+/// its RPS to be the answer (GRO merges packets, so softnet counts fewer than the device).
+const CAUSE_SHARE: f64 = 0.5;
+/// Fewer packets a second than this explain no CPU's NET_RX work.
+const CAUSE_MIN_PPS: f64 = 100.0;
+
+/// Whether `nic`'s own packets brought the NET_RX work on the `hot` CPUs over the interval:
+/// the line that says so, or (as the error) why not. doctor names a device whose receive
+/// IRQs are *routed* to a hot CPU; that is not evidence that its packets arrived. Issue 77: a
+/// UDP flood on veths in other namespaces, and `watch --apply` in the root namespace gave
+/// the host's eth0 RPS and RFS on "CPU 1 takes IRQ 38 (eth0 rx-0)" while eth0 received 0
+/// packets and CPU 1 processed 476k–618k a second. So the device must have received (its
+/// `rx_packets` over the interval, `/proc/net/dev`, the `dev_get_stats()` counters that
+/// /sys/class/net/DEV/statistics/rx_packets shows too) at least `CAUSE_SHARE` of the
+/// packets the hot CPUs processed (softnet_stat column 1), and its receive IRQs must have
+/// fired on a hot CPU (`/proc/interrupts` over the interval).
+fn caused_by(ctx: &Ctx, nic: &Nic, hot: &[u32], min_rate: f64) -> Result<String, String> {
+    let Some(load) = ctx.load else {
+        return Err("no load to say whose packets these are".into());
+    };
+    let dev = &nic.name;
+    let hot_text = match hot {
+        [c] => format!("CPU {c}"),
+        _ => format!(
+            "CPUs {}",
+            hot.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let irqs = ctx.rx_irqs(nic);
+    let irq_text = match irqs.as_slice() {
+        [i] => format!("IRQ {}", i.irq),
+        _ => format!(
+            "IRQs {}",
+            irqs.iter()
+                .map(|i| i.irq.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let on_hot: f64 = irqs
+        .iter()
+        .filter_map(|i| load.cpu.irqs.iter().find(|r| r.irq == i.irq))
+        .map(|r| hot.iter().filter_map(|c| r.per_cpu.get(c)).sum::<f64>())
+        .sum();
+    let taken: Option<f64> = hot
+        .iter()
+        .map(|c| ctx.cpu(*c).and_then(|r| r.processed))
+        .sum();
+    let Some(received) = load.net.device(dev).map(|d| d.rx_packets) else {
+        return Err(format!(
+            "{dev}'s packets were not counted over the interval (no {dev} in /proc/net/dev): nothing says its packets brought {hot_text}'s NET_RX work; its RPS is left as it is"
+        ));
+    };
+    let line = format!(
+        "{dev} received {received:.0} packets/s and its receive {irq_text} fired {on_hot:.0} times/s on {hot_text}; {hot_text} processed {} packets/s (softnet_stat column 1)",
+        taken.map_or_else(|| "an unknown number of".into(), |t| format!("{t:.0}"))
+    );
+    let need = taken.map_or(CAUSE_MIN_PPS, |t| (t * CAUSE_SHARE).max(CAUSE_MIN_PPS));
+    if received >= need && on_hot >= min_rate {
+        return Ok(line);
+    }
+    Err(format!(
+        "{line}: {hot_text}'s NET_RX work is not {dev}'s packets (they come from elsewhere: another device, a namespace's veth, a local sender, RPS from another CPU), so {dev}'s RPS is left as it is"
+    ))
 }
 
 /// The changes among a plan's items whose target `which` takes, each by the path `tune apply

@@ -22,7 +22,9 @@
 //!   time: a larger one holds a CPU in softirq for longer than a scheduler tick is worth);
 //!   while RPS hands packets across CPUs, held unless the backlog stays three budgets deep.
 //! - `rps`: doctor's `softirq-hot-cpu` (one CPU drowning in NET_RX while others idle) on a
-//!   device whose queues have RPS off → the RPS/RFS the planner makes for it.
+//!   device whose queues have RPS off, when the device's own packets and interrupts over the
+//!   interval brought that work → the RPS/RFS the planner makes for it; otherwise nothing,
+//!   and the watcher says why.
 //! - `rss`: doctor's `rss-table-skewed` (one queue holds most of the indirection table and
 //!   takes most of the receive interrupts) → the equal table the planner makes for the
 //!   device's active queues, written over ethtool netlink (`nic/IF/rss/indirection`).
@@ -324,6 +326,9 @@ struct Proposal {
     at_cap: bool,
     /// Why this advice is not to be taken here (said once; the advice stands).
     hold: Option<String>,
+    /// Why the reflex's signal is not this subject's doing: no advice, nothing changed, said
+    /// once (the `rps` reflex on a device whose own counters did not bring the work).
+    declined: Option<String>,
 }
 
 /// One interval as the guard and the backlog's hold look back at it.
@@ -608,6 +613,26 @@ impl Watcher {
                 out.push(e);
             }
         };
+        if let Some(why) = &p.declined {
+            // Nothing to advise: the standing advice, if any, is gone, and why is said once.
+            if self.standing.remove(&id).is_some() {
+                out.push(Event::AdviceGone {
+                    at: now,
+                    id: id.clone(),
+                });
+            }
+            say(
+                out,
+                &mut self.said,
+                "declined",
+                Event::Held {
+                    at: now,
+                    id: id.clone(),
+                    why: format!("not acted on: {why}"),
+                },
+            );
+            return;
+        }
         if p.at_cap {
             say(
                 out,
@@ -832,6 +857,7 @@ impl Proposal {
             reflex,
             signal,
             hold: None,
+            declined: None,
         }
     }
 }
