@@ -310,7 +310,9 @@ pub fn process_ids(fs: &HostFs) -> Result<Vec<(u32, crate::process::StatusIds)>>
 /// The holders of `inodes`, sockets the table gives to `uid`, searched among the candidates
 /// that can hold them: the processes with `uid` as their real, effective, saved or file-system
 /// uid, then the children of each holder found (a server that binds as root and forks its
-/// workers under another uid hands them its sockets), never every process's descriptors.
+/// workers under another uid hands them its sockets), never every process's descriptors. The
+/// children of PID 1 are not searched: init holding the socket is socket activation, and its
+/// children are every service of the host (a unit names such a service).
 pub fn socket_owners_of_uid(fs: &HostFs, inodes: &BTreeSet<u64>, uid: u32) -> Result<OwnerScan> {
     let mut out = OwnerScan::default();
     if inodes.is_empty() {
@@ -323,7 +325,7 @@ pub fn socket_owners_of_uid(fs: &HostFs, inodes: &BTreeSet<u64>, uid: u32) -> Re
         .map(|(pid, _)| *pid)
         .collect();
     out.add(socket_owners_among(fs, inodes, scanned.iter().copied()));
-    let mut parents: BTreeSet<u32> = out.pids.iter().copied().collect();
+    let mut parents: BTreeSet<u32> = out.pids.iter().copied().filter(|p| *p != 1).collect();
     while !parents.is_empty() {
         let children: Vec<u32> = all
             .iter()
