@@ -3,6 +3,7 @@
 //! it would a kernel socket's.
 
 use crate::epoll;
+use crate::signals;
 use crate::state::{self, Kind, Obj};
 use crate::sys::{self, real};
 use bytes_like::gather;
@@ -68,11 +69,13 @@ pub(crate) fn block_on<T>(
         };
         let efd = obj.efd();
         let fds: Vec<c_int> = std::iter::once(efd).chain(also).collect();
+        signals::wait_begins();
         match wait_driving(&fds, ms) {
-            // A signal came. TCP restarts a wait without a timeout when the handler has
-            // SA_RESTART and fails one with a timeout with EINTR (sock_intr_errno() in
-            // include/net/sock.h: -ERESTARTSYS only for MAX_SCHEDULE_TIMEOUT).
-            Err(libc::EINTR) if deadline.is_none() && sys::signals_restart() => {}
+            // A signal came. TCP restarts a wait without a timeout when the handler of the
+            // signal that came has SA_RESTART, and fails one with a timeout with EINTR
+            // (sock_intr_errno() in include/net/sock.h: -ERESTARTSYS only for
+            // MAX_SCHEDULE_TIMEOUT), whatever other signals' handlers ask for.
+            Err(libc::EINTR) if deadline.is_none() && signals::restart_after_interrupt() => {}
             Err(e) => return Err(e),
             Ok(()) => {}
         }

@@ -16,6 +16,10 @@
 //!   hands out whichever connection came.
 //! * **fork**: a child never touches the virtual sockets it inherited (see [`state`]); it
 //!   may close them, and is told on stderr, with the call named, if it tries anything else.
+//! * **Signals**: the calls that install handlers (sigaction, signal and their kin) put a
+//!   trampoline in front of each that notes which signal came, so a blocking call whose
+//!   wait a signal interrupted restarts when that signal's handler has SA_RESTART and the
+//!   socket no timeout, as the kernel restarts a TCP call ([`signals`]).
 //! * **Unsupported use** (an option, fcntl or ioctl the library does not know) is refused
 //!   with an errno and a line on stderr naming the call, never answered with wrong data.
 //!   Not interposed: io_uring, splice, and raw `syscall(2)`; a program that reads a virtual
@@ -27,6 +31,7 @@ mod addr;
 mod epoll;
 mod io;
 mod poll;
+mod signals;
 mod sock;
 mod state;
 mod sys;

@@ -155,14 +155,14 @@ pub(crate) fn wait_readable(fds: &[c_int], timeout_ms: c_int) -> Result<(), c_in
     Ok(())
 }
 
-/// Whether a wait a signal interrupted is to be restarted, as the kernel restarts a socket
-/// call under a handler installed with SA_RESTART. Which signal came is not known here, so
-/// the answer is yes when every signal with a handler has SA_RESTART: a program whose
-/// handlers all ask for restarts never sees EINTR from a virtual socket, as it never does
-/// from TCP; one with any handler without it sees EINTR, which it must handle already (that
-/// handler's signal makes TCP calls fail with EINTR too). glibc's internal signals cannot
-/// be queried (sigaction answers EINVAL) and are passed over.
+/// Whether a wait a signal interrupted is to be restarted when which signal came is not
+/// known (its handler was installed past the library's calls, see [`crate::signals`]): yes
+/// when every signal with a handler has SA_RESTART, so a program whose handlers all ask for
+/// restarts never sees EINTR from a virtual socket, as it never does from TCP. glibc's
+/// internal signals cannot be queried (sigaction answers EINVAL) and are passed over.
 pub(crate) fn signals_restart() -> bool {
+    let sigaction =
+        real!(sigaction: fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int);
     let rtmax = libc::SIGRTMAX();
     for sig in 1..=rtmax {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
@@ -171,7 +171,7 @@ pub(crate) fn signals_restart() -> bool {
         // SAFETY: a zeroed sigaction is a valid out-parameter; a null `act` only queries.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
-        if unsafe { libc::sigaction(sig, std::ptr::null(), &raw mut old) } != 0 {
+        if unsafe { sigaction(sig, std::ptr::null(), &raw mut old) } != 0 {
             continue;
         }
         if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
