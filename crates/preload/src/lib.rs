@@ -20,6 +20,11 @@
 //!   trampoline in front of each that notes which signal came, so a blocking call whose
 //!   wait a signal interrupted restarts when that signal's handler has SA_RESTART and the
 //!   socket no timeout, as the kernel restarts a TCP call ([`signals`]).
+//! * **Refusals**: a connect whose session the peer refuses (any of its caps) goes over plain
+//!   TCP instead, or with `NETSTEER_NC_FALLBACK=0` fails with ECONNREFUSED, with a line on
+//!   stderr either way; a process that accepts channels says which cap it refused peers by
+//!   (at most a line a second), and takes `NETSTEER_NC_SESSIONS_PER_PEER` sessions from one
+//!   address (4 by default: one a client process, so a host's prefork workers each need one).
 //! * **Unsupported use** (an option, fcntl or ioctl the library does not know) is refused
 //!   with an errno and a line on stderr naming the call, never answered with wrong data.
 //!   Not interposed: io_uring, splice, and raw `syscall(2)`; a program that reads a virtual
@@ -45,6 +50,7 @@ use sys::{real, set_errno};
 extern "C" fn init() {
     state::init();
     let _ = state::settings();
+    let _ = state::extra();
 }
 
 // Not in the unit-test binary: that program runs without settings (and its own reads and

@@ -58,8 +58,80 @@ fn install(fd: c_int, obj: Arc<Obj>) -> Result<(), c_int> {
     Ok(())
 }
 
+/// Why a peer would not carry a connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// It took the channels' TCP connections and closed them with the handshake unanswered:
+    /// what an accepting endpoint does at any of its caps (netchannel has no refusal
+    /// message), so this side learns that it was refused, not which cap.
+    Session,
+    /// The session is up and the peer reset the new virtual socket (RST Refused): a cap of
+    /// the session (receive memory, sockets a session), or no virtual listener on the port.
+    Socket,
+}
+
+/// Whether `e`, from a connect to `peer`, is the peer refusing to carry it.
+fn refusal(ep: &netchannel::Endpoint, peer: SocketAddr, e: &std::io::Error) -> Option<Refusal> {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+            if !ep.has_session(peer) =>
+        {
+            Some(Refusal::Session)
+        }
+        ConnectionRefused if ep.has_session(peer) => Some(Refusal::Socket),
+        _ => None,
+    }
+}
+
+impl Refusal {
+    fn what(self) -> &'static str {
+        match self {
+            Refusal::Session => {
+                "refused the netchannel session (it closed the handshake unanswered, which an \
+                 endpoint does only at one of its caps: sessions from one address — 4 for a \
+                 preloaded program, max_sessions_per_peer, NETSTEER_NC_SESSIONS_PER_PEER there \
+                 — or from its prefix or in all, channels, handshakes, half-built links, file \
+                 descriptors; the peer's stderr names the cap)"
+            }
+            Refusal::Socket => {
+                "refused the netchannel connection (RST Refused: a cap of the session — \
+                 receive memory, sockets a session — or no virtual listener on the port)"
+            }
+        }
+    }
+}
+
+/// The errno connect(2) gives for `e`: EIO, which TCP never gives there, becomes
+/// ECONNREFUSED (no connection was made).
+fn connect_errno(e: &std::io::Error) -> c_int {
+    match sys::errno_of(e) {
+        libc::EIO => libc::ECONNREFUSED,
+        n => n,
+    }
+}
+
+/// A connect the peer refused: Ok(None) (the caller connects the kernel socket: plain TCP)
+/// when fallback is allowed, else ECONNREFUSED; a line on stderr either way.
+fn refused(to: SocketAddr, peer: SocketAddr, why: &str) -> Result<Option<()>, c_int> {
+    if state::extra().fallback {
+        sys::say(&format!(
+            "connect to {to}: netchannel peer {peer} {why}; this connection goes over plain TCP"
+        ));
+        Ok(None)
+    } else {
+        sys::say(&format!(
+            "connect to {to}: netchannel peer {peer} {why}; refused with ECONNREFUSED \
+             ({}=0)",
+            state::ENV_FALLBACK
+        ));
+        Err(libc::ECONNREFUSED)
+    }
+}
+
 /// connect(2): a chosen destination opens a virtual socket to the peer. Ok(None): not ours,
-/// the caller connects the kernel socket.
+/// the caller connects the kernel socket (also when the peer refused and fallback is
+/// allowed: see [`refused`]).
 pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
     let s = state::settings();
     let Some(peer) = s.peer_for(to) else {
@@ -68,6 +140,20 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
     if !is_tcp(fd) {
         return Ok(None);
     }
+    if state::recently_refused(peer) {
+        // Refused moments ago (said then): not asked again yet.
+        if s.verbose {
+            sys::say(&format!(
+                "connect to {to}: netchannel peer {peer} refused this process a session less \
+                 than 5 s ago; not asked again yet"
+            ));
+        }
+        return if state::extra().fallback {
+            Ok(None)
+        } else {
+            Err(libc::ECONNREFUSED)
+        };
+    }
     let class = s
         .class_of(to.port())
         .unwrap_or(netchannel::Class::Throughput);
@@ -75,10 +161,13 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
         netchannel::Class::Latency => netchannel::SocketOptions::latency(),
         netchannel::Class::Throughput => netchannel::SocketOptions::default(),
     };
-    let ep = state::endpoint().map_err(|e| {
-        sys::say(&format!("connect to {to}: netchannel endpoint: {e}"));
-        sys::errno_of(&e)
-    })?;
+    let ep = match state::endpoint() {
+        Ok(ep) => ep,
+        Err(e) => {
+            let why = format!("cannot be reached: this process has no netchannel endpoint ({e})");
+            return refused(to, peer, &why);
+        }
+    };
     let (cloexec, nonblock) = fd_flags(fd);
     // Opening a virtual socket on a session that is up is one round trip on a channel: it
     // completes now (as a local TCP connect may). A session to dial first takes the peer's
@@ -113,12 +202,36 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
                     state::succeed(&obj, &next);
                     Ok(next)
                 }
-                Err(e) => {
-                    if verbose {
-                        sys::say(&format!("connect to {to} over netchannel peer {peer}: {e}"));
+                Err(e) => match refusal(&ep, peer, &e) {
+                    // The kernel socket is gone (the program's number is the eventfd now), so
+                    // this connect cannot fall back; the ones after it do, without asking.
+                    Some(r) => {
+                        if r == Refusal::Session {
+                            state::note_refused(peer);
+                        }
+                        sys::say(&format!(
+                            "connect to {to} (non-blocking): netchannel peer {peer} {} ({e}); \
+                             this connection fails with ECONNREFUSED{}",
+                            r.what(),
+                            if r == Refusal::Session {
+                                if state::extra().fallback {
+                                    "; connects in the next 5 s go over plain TCP"
+                                } else {
+                                    "; so do connects in the next 5 s"
+                                }
+                            } else {
+                                ""
+                            }
+                        ));
+                        Err(libc::ECONNREFUSED)
                     }
-                    Err(sys::errno_of(&e))
-                }
+                    None => {
+                        if verbose {
+                            sys::say(&format!("connect to {to} over netchannel peer {peer}: {e}"));
+                        }
+                        Err(connect_errno(&e))
+                    }
+                },
             };
             let _ = done.set(outcome);
             sys::kick(obj.efd());
@@ -131,12 +244,26 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
         }
         return Err(libc::EINPROGRESS);
     }
-    let vs = ep.connect(peer, to.port(), opts).map_err(|e| {
-        if s.verbose {
-            sys::say(&format!("connect to {to} over netchannel peer {peer}: {e}"));
+    let vs = match ep.connect(peer, to.port(), opts) {
+        Ok(vs) => vs,
+        // The kernel socket is untouched so far: a refused connect can still be a TCP one.
+        Err(e) => {
+            return match refusal(&ep, peer, &e) {
+                Some(r) => {
+                    if r == Refusal::Session {
+                        state::note_refused(peer);
+                    }
+                    refused(to, peer, &format!("{} ({e})", r.what()))
+                }
+                None => {
+                    if s.verbose {
+                        sys::say(&format!("connect to {to} over netchannel peer {peer}: {e}"));
+                    }
+                    Err(connect_errno(&e))
+                }
+            };
         }
-        sys::errno_of(&e)
-    })?;
+    };
     let local = addr::unspecified_like(&to, vs.local_port());
     let obj = Obj::new(
         Kind::Stream {

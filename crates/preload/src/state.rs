@@ -169,6 +169,82 @@ pub(crate) fn settings() -> &'static Settings {
     })
 }
 
+/// `0` (or `refuse`): a connect whose session the peer refuses fails with ECONNREFUSED.
+/// Unset, `1` (or `tcp`): it goes over plain TCP instead (the default, as OpenOnload's
+/// EF_NO_FAIL falls back to the kernel's stack when it cannot accelerate a socket).
+pub(crate) const ENV_FALLBACK: &str = "NETSTEER_NC_FALLBACK";
+/// Sessions one peer address may hold with this process when it accepts channels
+/// (`max_sessions_per_peer`; default [`netchannel::preload_env::SESSIONS_PER_PEER`]): a host
+/// whose prefork workers each talk to this one needs one session per worker.
+pub(crate) const ENV_SESSIONS_PER_PEER: &str = "NETSTEER_NC_SESSIONS_PER_PEER";
+
+/// The library's settings beyond netchannel's [`Settings`], read once like them.
+pub(crate) struct Extra {
+    pub fallback: bool,
+    pub sessions_per_peer: Option<usize>,
+}
+
+impl Extra {
+    fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Extra, String> {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let fallback = match get(ENV_FALLBACK).as_deref().map(str::trim) {
+            None | Some("1" | "tcp") => true,
+            Some("0" | "refuse") => false,
+            Some(v) => return Err(format!("{ENV_FALLBACK}={v:?}: need 1 (tcp) or 0 (refuse)")),
+        };
+        let sessions_per_peer = match get(ENV_SESSIONS_PER_PEER) {
+            None => None,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_SESSIONS).contains(&n) => Some(n),
+                _ => {
+                    return Err(format!(
+                        "{ENV_SESSIONS_PER_PEER}={v:?}: need a number in 1..={MAX_SESSIONS}"
+                    ));
+                }
+            },
+        };
+        Ok(Extra {
+            fallback,
+            sessions_per_peer,
+        })
+    }
+}
+
+/// Sessions a preloaded program accepts in all (`apply_peer_caps`' max_sessions).
+const MAX_SESSIONS: usize = 128;
+
+pub(crate) fn extra() -> &'static Extra {
+    static E: OnceLock<Extra> = OnceLock::new();
+    E.get_or_init(|| match Extra::from_env(|k| std::env::var(k).ok()) {
+        Ok(e) => e,
+        Err(e) => {
+            sys::say(&format!("bad setting {e}; stopping"));
+            // SAFETY: ends the process; nothing of it is used after.
+            unsafe { libc::_exit(2) }
+        }
+    })
+}
+
+/// How long a peer that refused this process a session is not asked again: connects to it
+/// meanwhile go straight to their fallback (no handshake each, no line each), and after it a
+/// place the peer freed is found.
+const REFUSAL_MEMORY: Duration = Duration::from_secs(5);
+static REFUSED: Mutex<Vec<(SocketAddr, std::time::Instant)>> = Mutex::new(Vec::new());
+
+/// `peer` refused this process a session now.
+pub(crate) fn note_refused(peer: SocketAddr) {
+    let mut g = REFUSED.lock().unwrap_or_else(|p| p.into_inner());
+    g.retain(|(p, at)| *p != peer && at.elapsed() < REFUSAL_MEMORY);
+    g.push((peer, std::time::Instant::now()));
+}
+
+/// Whether `peer` refused this process a session within [`REFUSAL_MEMORY`].
+pub(crate) fn recently_refused(peer: SocketAddr) -> bool {
+    let mut g = REFUSED.lock().unwrap_or_else(|p| p.into_inner());
+    g.retain(|(_, at)| at.elapsed() < REFUSAL_MEMORY);
+    g.iter().any(|(p, _)| *p == peer)
+}
+
 /// The endpoint of this process, made on first use (so a parent that only forks workers, as
 /// nginx's master does, never makes one).
 pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
@@ -191,12 +267,48 @@ pub(crate) fn endpoint() -> std::io::Result<Arc<Endpoint>> {
         ..Config::default()
     };
     netchannel::preload_env::apply_peer_caps(&mut cfg);
+    if let Some(n) = extra().sessions_per_peer {
+        // One address's sessions count against its prefix's too: a prefix takes at least
+        // what one of its hosts may (channels: three a session, the default layout).
+        cfg.max_sessions_per_peer = n;
+        cfg.max_sessions_per_prefix = cfg.max_sessions_per_prefix.max(n);
+        cfg.max_channels_per_prefix = cfg.max_channels_per_prefix.max(3 * n).min(cfg.max_channels);
+    }
     let e = Arc::new(match s.listen {
         Some(addr) => Endpoint::listen(addr, cfg)?,
         None => Endpoint::new(cfg)?,
     });
+    if s.listen.is_some() {
+        let ep = Arc::downgrade(&e);
+        // Without it, no thread: the program still runs; only the lines are missing.
+        let _ = std::thread::Builder::new()
+            .name("nc-refusals".into())
+            .spawn(move || report_refusals(&ep));
+    }
     *g = Some(e.clone());
     Ok(e)
+}
+
+/// Says on stderr, at most once a second, that the endpoint refused peers and by which cap
+/// (the newest refusal names it): a refused peer learns only that it was refused, since the
+/// handshake has no refusal message.
+fn report_refusals(ep: &std::sync::Weak<Endpoint>) {
+    let mut said = 0u64;
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let Some(e) = ep.upgrade() else { return };
+        let st = e.stats();
+        drop(e);
+        let now = st.rejected_channels + st.rejected_opens;
+        if now != said {
+            sys::say(&format!(
+                "netchannel refused peers {} time(s) since the last such line; the newest: {}",
+                now.saturating_sub(said),
+                st.last_rejection.as_deref().unwrap_or("?")
+            ));
+            said = now;
+        }
+    }
 }
 
 /// The driver of this process's endpoint when it has one and its program's threads read the
@@ -453,6 +565,34 @@ pub(crate) fn init() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fallback_and_the_session_cap_are_read_and_bad_values_named() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let e = Extra::from_env(env(&[])).unwrap();
+        assert!(e.fallback && e.sessions_per_peer.is_none());
+        let e =
+            Extra::from_env(env(&[(ENV_FALLBACK, "0"), (ENV_SESSIONS_PER_PEER, "32")])).unwrap();
+        assert!(!e.fallback && e.sessions_per_peer == Some(32));
+        assert!(Extra::from_env(env(&[(ENV_FALLBACK, "refuse")])).is_ok_and(|e| !e.fallback));
+        assert!(Extra::from_env(env(&[(ENV_FALLBACK, "tcp")])).is_ok_and(|e| e.fallback));
+        let bad = Extra::from_env(env(&[(ENV_FALLBACK, "maybe")]))
+            .err()
+            .unwrap();
+        assert!(bad.contains(ENV_FALLBACK), "{bad}");
+        for v in ["0", "129", "x"] {
+            let pairs: &'static [(&str, &str)] = Box::leak(Box::new([(ENV_SESSIONS_PER_PEER, v)]));
+            let bad = Extra::from_env(env(pairs)).err().unwrap();
+            assert!(bad.contains(ENV_SESSIONS_PER_PEER), "{bad}");
+        }
+    }
 
     /// A virtual socket above the bitmap (F_DUPFD to 65,536 and beyond) is found, counted and
     /// forgotten like one below it.
