@@ -412,6 +412,69 @@ fn check_placement(tree: &Path, view: &HostView, plan: &serde_json::Value) {
 }
 
 /// Softnet rows: one per CPU that has one, as the agent exports them.
+/// NUMA as the files give it, read here in each form the kernel uses (node/online, the
+/// nodeN directories, cpu/cpuN/nodeM entries): the node count netsteer states, or, with none
+/// of them, "NUMA unknown" in show, doctor (text and JSON) and every plan, never one node.
+fn check_numa(tree: &Path, view: &HostView, label: &str) {
+    let sys = tree.join("sys/devices/system");
+    let mut ids: std::collections::BTreeSet<u32> = read(tree, "sys/devices/system/node/online")
+        .map(|t| list(&t).into_iter().collect())
+        .unwrap_or_default();
+    let numbered = |dir: &Path| -> Vec<u32> {
+        std::fs::read_dir(dir)
+            .map(|r| {
+                r.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if ids.is_empty() {
+        ids.extend(numbered(&sys.join("node")));
+    }
+    if ids.is_empty()
+        && let Ok(cpus) = std::fs::read_dir(sys.join("cpu"))
+    {
+        for c in cpus.flatten() {
+            ids.extend(numbered(&c.path()));
+        }
+    }
+    let doctor = json(tree, &["doctor", "--json", "--no-ethtool"]);
+    let text = String::from_utf8_lossy(&run(tree, &["doctor", "--no-ethtool"]).stdout).into_owned();
+    let show = String::from_utf8_lossy(&run(tree, &["show", "--no-ethtool"]).stdout).into_owned();
+    if ids.is_empty() {
+        assert!(
+            view.topology.nodes.is_empty(),
+            "{label}: nodes from no files"
+        );
+        assert!(view.topology.numa_unknown.is_some(), "{label}");
+        assert!(
+            doctor["host"]["numa_nodes"].is_null(),
+            "{label}: {}",
+            doctor["host"]
+        );
+        assert!(text.contains("NUMA unknown"), "{label}: {text}");
+        assert!(show.contains("numa: unknown"), "{label}: {show}");
+        let plan = run(
+            tree,
+            &["tune", "plan", "--profile", "throughput", "--no-ethtool"],
+        );
+        let plan = String::from_utf8_lossy(&plan.stdout);
+        assert!(!plan.contains("one NUMA node"), "{label}: {plan}");
+    } else {
+        assert_eq!(
+            view.topology.nodes.iter().map(|n| n.id).collect::<Vec<_>>(),
+            ids.iter().copied().collect::<Vec<_>>(),
+            "{label}: NUMA nodes"
+        );
+        assert_eq!(
+            doctor["host"]["numa_nodes"].as_u64(),
+            Some(ids.len() as u64),
+            "{label}"
+        );
+    }
+}
+
 fn check_softnet(tree: &Path) {
     let Some(text) = read(tree, "proc/net/softnet_stat") else {
         return;
@@ -455,6 +518,7 @@ fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
             serde_json::from_value(json(tree, &["show", "--json", "--no-ethtool"]))
                 .unwrap_or_else(|e| panic!("{label}: show --json: {e}"));
         check_facts(tree, &view);
+        check_numa(tree, &view, &label);
         check_pending_moves(tree, &view, &String::from_utf8_lossy(&text.stdout));
         let report = json(tree, &["doctor", "--json", "--no-ethtool"]);
         let blind = report["not_judged"]
@@ -523,6 +587,14 @@ fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
         assert_eq!(
             again.topology.online, view.topology.online,
             "{label}: snapshot online CPUs"
+        );
+        assert_eq!(
+            (
+                &again.topology.nodes,
+                &again.topology.numa_unknown.is_some()
+            ),
+            (&view.topology.nodes, &view.topology.numa_unknown.is_some()),
+            "{label}: snapshot NUMA nodes"
         );
         let kinds = |v: &HostView| -> Vec<(String, String, usize, usize)> {
             v.nics

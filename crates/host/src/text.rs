@@ -67,6 +67,9 @@ pub fn host_view(v: &HostView) -> String {
     for n in &t.nodes {
         let _ = writeln!(o, "numa node{}: CPUs {}", n.id, n.cpus);
     }
+    if let Some(why) = &t.numa_unknown {
+        let _ = writeln!(o, "numa: unknown ({why})");
+    }
     // HT siblings grouped once per core.
     let mut cores: Vec<String> = Vec::new();
     for c in &t.cpus {

@@ -42,6 +42,12 @@ pub struct Topology {
     pub nr_cpu_ids: u32,
     pub cpus: Vec<CpuInfo>,
     pub nodes: Vec<NumaNode>,
+    /// Why the NUMA layout is unknown: none of the forms the kernel gives it in was found
+    /// (`node/online`, `node/possible`, `node/nodeN/`, `cpu/cpuN/nodeM`). Then `nodes` is
+    /// empty and means "unknown", never "one node" (a two-socket Xeon's partial bundle read
+    /// as one). None when `nodes` was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_unknown: Option<String>,
 }
 
 impl Topology {
@@ -215,15 +221,7 @@ pub fn read_topology_reusing(
     };
     let smt = fs.read_value(format!("{CPU_DIR}/smt/control")).into();
 
-    let mut nodes = Vec::new();
-    if let Ok(node_ids) = read_list(fs, &format!("{NODE_DIR}/online"), None)
-        .or_else(|_| read_list(fs, &format!("{NODE_DIR}/possible"), None))
-    {
-        for id in node_ids.iter() {
-            let cpus = read_list(fs, &format!("{NODE_DIR}/node{id}/cpulist"), Some(nr)).into();
-            nodes.push(NumaNode { id, cpus });
-        }
-    }
+    let (nodes, numa_unknown) = read_nodes(fs, &possible, nr, &dirs);
 
     let reuse = previous.filter(|p| p.possible == possible && p.online == online);
     let cpus = possible
@@ -265,7 +263,92 @@ pub fn read_topology_reusing(
         nr_cpu_ids: nr,
         cpus,
         nodes,
+        numa_unknown,
     }
+}
+
+/// The NUMA nodes and their CPUs, from whichever of the kernel's forms the host or tree has
+/// (Documentation/ABI/stable/sysfs-devices-node): the node ids from `node/online`, else
+/// `node/possible`, else the `nodeN` directories, else the `cpuN/nodeM` links every CPU
+/// directory carries (drivers/base/node.c, register_cpu_under_node); each node's CPUs from
+/// its `cpulist`, else its `cpumap`, else those links. None of them: unknown, with why.
+fn read_nodes(
+    fs: &HostFs,
+    possible: &CpuSet,
+    nr: u32,
+    cpu_dirs: &dyn Fn() -> Option<CpuSet>,
+) -> (Vec<NumaNode>, Option<String>) {
+    // cpuN/nodeM links, read once and only when a node needs them.
+    let links = std::cell::OnceCell::new();
+    let by_link = || -> &std::collections::BTreeMap<u32, CpuSet> {
+        links.get_or_init(|| {
+            let mut m: std::collections::BTreeMap<u32, CpuSet> = Default::default();
+            let cpus = cpu_dirs().unwrap_or_else(|| possible.clone());
+            for c in cpus.iter() {
+                let Ok(names) = fs.read_dir(format!("{CPU_DIR}/cpu{c}")) else {
+                    continue;
+                };
+                for n in names {
+                    if let Some(id) = n.strip_prefix("node").and_then(|i| i.parse::<u32>().ok()) {
+                        m.entry(id).or_default().insert(c);
+                        // Read as what it is, so a snapshot keeps it: a listing records links
+                        // and directories, and some trees hold the entry as a plain file.
+                        let entry = format!("{CPU_DIR}/cpu{c}/{n}");
+                        if fs.read_link(&entry).is_err() {
+                            let _ = fs.read(&entry);
+                        }
+                    }
+                }
+            }
+            m
+        })
+    };
+    let listed_dirs = || -> Option<CpuSet> {
+        let set: CpuSet = fs
+            .read_dir(NODE_DIR)
+            .ok()?
+            .iter()
+            .filter(|n| fs.is_dir(format!("{NODE_DIR}/{n}")))
+            .filter_map(|n| n.strip_prefix("node")?.parse::<u32>().ok())
+            .collect();
+        (!set.is_empty()).then_some(set)
+    };
+    let ids = read_list(fs, &format!("{NODE_DIR}/online"), None)
+        .ok()
+        .or_else(|| read_list(fs, &format!("{NODE_DIR}/possible"), None).ok())
+        .or_else(listed_dirs)
+        .or_else(|| {
+            let m = by_link();
+            (!m.is_empty()).then(|| m.keys().copied().collect())
+        });
+    let Some(ids) = ids else {
+        return (
+            Vec::new(),
+            Some(format!(
+                "no {NODE_DIR}/online, possible or nodeN, and no {CPU_DIR}/cpuN/nodeM links"
+            )),
+        );
+    };
+    let nodes = ids
+        .iter()
+        .map(|id| {
+            let dir = format!("{NODE_DIR}/node{id}");
+            let cpus: Field<CpuSet> = match read_list(fs, &format!("{dir}/cpulist"), Some(nr))
+                .or_else(|_| read_mask(fs, &format!("{dir}/cpumap")))
+            {
+                Ok(c) => Field::Known(c),
+                Err(e) => match by_link().get(&id) {
+                    Some(c) => Field::Known(c.clone()),
+                    // A memory-only node (CXL, a node whose CPUs are offline) has links from
+                    // no CPU: its cpulist would have been empty.
+                    None if !by_link().is_empty() => Field::Known(CpuSet::new()),
+                    None => Field::unknown(e),
+                },
+            };
+            NumaNode { id, cpus }
+        })
+        .collect();
+    (nodes, None)
 }
 
 #[cfg(test)]
@@ -316,6 +399,88 @@ mod tests {
             .success();
         assert!(ok);
         dir
+    }
+
+    fn copy_real(name: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/real")
+            .join(name);
+        let ok = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", from.display()))
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        dir
+    }
+
+    fn layout(t: &Topology) -> Vec<(u32, String)> {
+        t.nodes
+            .iter()
+            .map(|n| (n.id, n.cpus.known().map_or("?".into(), |c| c.to_list())))
+            .collect()
+    }
+
+    /// Issue 72 class 4: NUMA in every form the kernel gives it. sysstat's test trees (a
+    /// real desktop's files) carry only `cpu/cpuN/nodeM`, no `node/` directory, and read as
+    /// one node before; eight nodes given by `nodeN/cpumap` and the links, with no
+    /// `node/online` and no `cpulist`, read as one; a `node0/cpulist` without `node/online`
+    /// was ignored; and a tree with none of them is "unknown", not one node.
+    #[test]
+    fn numa_is_read_from_every_form_and_unknown_when_none_is_there() {
+        let real = copy_real("sysstat-root1");
+        let t = read_topology(&HostFs::open(real.path()).unwrap(), None);
+        assert_eq!(
+            layout(&t),
+            [(0, "0,2,4,6".to_string()), (1, "1,3,5,7-8".to_string())]
+        );
+        assert_eq!(t.numa_unknown, None);
+        assert_eq!(t.cpu(8).unwrap().node, Some(1));
+
+        // Eight nodes of two CPUs each, by cpumap and by the links, nothing else.
+        let dir = copy_fixture("kvm-virtio-16cpu");
+        let sys = dir.path().join("sys/devices/system");
+        std::fs::remove_dir_all(sys.join("node")).unwrap();
+        for n in 0..8u32 {
+            let d = sys.join(format!("node/node{n}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpumap"), format!("{:04x}\n", 3u32 << (2 * n))).unwrap();
+            for c in [2 * n, 2 * n + 1] {
+                std::os::unix::fs::symlink(
+                    format!("../../node/node{n}"),
+                    sys.join(format!("cpu/cpu{c}/node{n}")),
+                )
+                .unwrap();
+            }
+        }
+        let fs = HostFs::open(dir.path()).unwrap();
+        let t = read_topology(&fs, None);
+        assert_eq!(t.nodes.len(), 8, "{:?}", layout(&t));
+        assert_eq!(layout(&t)[7], (7, "14-15".to_string()));
+        assert_eq!(t.cpu(5).unwrap().node, Some(2));
+        // Only the links: the node directory gone entirely.
+        std::fs::remove_dir_all(sys.join("node")).unwrap();
+        let t = read_topology(&fs, None);
+        assert_eq!(t.nodes.len(), 8, "{:?}", layout(&t));
+        assert_eq!(layout(&t)[3], (3, "6-7".to_string()));
+
+        // A node0/cpulist with no online or possible list beside it.
+        let dir = copy_fixture("kvm-virtio-16cpu");
+        let node = dir.path().join("sys/devices/system/node");
+        std::fs::remove_file(node.join("online")).unwrap();
+        std::fs::remove_file(node.join("possible")).unwrap();
+        let t = read_topology(&HostFs::open(dir.path()).unwrap(), None);
+        assert_eq!(layout(&t), [(0, "0-15".to_string())]);
+
+        // Nothing at all: unknown, and said why.
+        std::fs::remove_dir_all(&node).unwrap();
+        let t = read_topology(&HostFs::open(dir.path()).unwrap(), None);
+        assert!(t.nodes.is_empty());
+        let why = t.numa_unknown.expect("NUMA unknown");
+        assert!(why.contains("nodeM links"), "{why}");
     }
 
     #[test]

@@ -34,7 +34,10 @@ pub struct HostSummary {
     pub kernel: Option<String>,
     /// Online CPUs as a list (`0-15`).
     pub online_cpus: String,
-    pub numa_nodes: usize,
+    /// None (null) when the host's or tree's files do not say ([`Topology::numa_unknown`]).
+    ///
+    /// [`Topology::numa_unknown`]: netsteer_host::topology::Topology::numa_unknown
+    pub numa_nodes: Option<usize>,
     pub isolated_cpus: Option<String>,
     pub irqbalance_running: Option<bool>,
     /// Interfaces other than loopback.
@@ -81,7 +84,10 @@ fn summarize(view: &HostView) -> HostSummary {
     HostSummary {
         kernel: view.kernel.known().cloned(),
         online_cpus: view.topology.online.to_list(),
-        numa_nodes: view.topology.nodes.len().max(1),
+        numa_nodes: match view.topology.numa_unknown {
+            Some(_) => None,
+            None => Some(view.topology.nodes.len().max(1)),
+        },
         isolated_cpus: view
             .topology
             .isolated

@@ -36,10 +36,13 @@ pub fn render(r: &Report) -> String {
     let h = &r.host;
     let _ = writeln!(
         s,
-        "host: kernel {}, CPUs {} online, {} NUMA node(s){}, irqbalance {}",
+        "host: kernel {}, CPUs {} online, {}{}, irqbalance {}",
         netsteer_host::safe::line(h.kernel.as_deref().unwrap_or("?")),
         h.online_cpus,
-        h.numa_nodes,
+        match h.numa_nodes {
+            Some(n) => format!("{n} NUMA node(s)"),
+            None => "NUMA unknown".to_string(),
+        },
         h.isolated_cpus
             .as_ref()
             .map(|i| format!(", isolated {i}"))

@@ -180,7 +180,10 @@ impl Builder<'_> {
                 "{}'s NUMA node is unknown (numa_node {}), so any usable CPU",
                 nic.name, nic.numa_node
             ),
-            None => "one NUMA node".to_string(),
+            None => match &self.ctx.view.topology.numa_unknown {
+                Some(_) => "NUMA unknown (no node files), so any usable CPU".to_string(),
+                None => "one NUMA node".to_string(),
+            },
         };
         let irqs: Vec<NicIrq> = nic.queue_irqs().cloned().collect();
         for irq in irqs {
