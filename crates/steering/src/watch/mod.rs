@@ -16,7 +16,8 @@
 //!   full, `netdev_max_backlog`, or the flow limit dropped) → `net.core.netdev_max_backlog`
 //!   grown by twice the most one CPU dropped in a second (at least doubled), up to its cap,
 //!   and the dropping CPUs added to `net.core.flow_limit_cpu_bitmap` (written as the hex CPU
-//!   mask the kernel parses, not a decimal number).
+//!   mask the kernel parses, not a decimal number); held while NET_RX gets no more time on
+//!   every dropping CPU (`backlog::NetRx`: a CPU's idle time is not its room for packets).
 //! - `budget`: time squeezes (column 3: `net_rx_action` ran out of budget or time with work
 //!   left) → `netdev_budget` and `netdev_budget_usecs` doubled, each up to its cap (2 ms for the
 //!   time: a larger one holds a CPU in softirq for longer than a scheduler tick is worth);
@@ -50,7 +51,6 @@ mod state;
 mod text;
 mod undo;
 
-use crate::doctor::rules::drops::idle;
 use crate::doctor::{Goal, Load};
 use crate::model::desired::{Format, Profile};
 use crate::model::planner::{Knob, PlanOptions};
@@ -334,8 +334,8 @@ struct Proposal {
 /// One interval as the guard and the backlog's hold look back at it.
 struct Interval {
     cost: Cost,
-    /// Each CPU's idle time, % ([`idle`]).
-    idle: BTreeMap<u32, f64>,
+    /// What each CPU gave NET_RX and had left ([`backlog::NetRx`]).
+    cpus: BTreeMap<u32, backlog::NetRx>,
 }
 
 /// A change an action made, kept while it is recent: a reflex that would give the knob back
@@ -380,8 +380,8 @@ pub struct Watcher {
     moves: BTreeMap<String, Move>,
     state: state::Owned,
     /// The last `persist` intervals, this one included: what they cost (the "before" of an
-    /// action taken now) and each CPU's idle time (a CPU whose backlog is held for having no
-    /// idle time had none in any of them).
+    /// action taken now) and what each CPU gave NET_RX (a CPU whose backlog is held had NET_RX
+    /// short of time in every one of them).
     recent: VecDeque<Interval>,
     /// The most one CPU dropped in a second while drops went on (backlog sizing); reset when
     /// they stop and after an action.
@@ -454,7 +454,12 @@ impl Watcher {
         };
         self.recent.push_back(Interval {
             cost: cpu,
-            idle: load.cpu.cpus.iter().map(|c| (c.cpu, idle(c))).collect(),
+            cpus: load
+                .cpu
+                .cpus
+                .iter()
+                .map(|c| (c.cpu, backlog::NetRx::of(c)))
+                .collect(),
         });
         while self.recent.len() > self.cfg.persist as usize {
             self.recent.pop_front();
