@@ -1048,3 +1048,41 @@ fn finding_the_service_never_reads_other_users_descriptors() {
     drop(others);
     drop(service);
 }
+
+/// A lane applied before owners were recorded (no `owner.json`) with a stranger beside its
+/// service when the new holder first looks: its owner is the uid whose sockets the processes
+/// it pinned hold, not whoever holds the port, so the stranger joins neither then nor once the
+/// service has stopped.
+#[test]
+fn a_lane_from_before_owners_learns_its_owner_from_what_it_pinned() {
+    use netsteer_steering::lane::{HoldEvent, OWNER_FILE};
+    use netsteer_steering::tune::ApplyOptions;
+    let t = Served::new();
+    let s = spec("eth0", 3, LaneMode::Irq);
+    let opts = ApplyOptions::default();
+    t.udp(&[(0, ANY4, 100)]);
+    t.process(77, 1, 0, 5000, &[100], 3);
+    let lanes = t.lanes();
+    assert_eq!(lanes.apply(&s, &opts).unwrap().status, "applied");
+    fs::remove_file(
+        t.root()
+            .join("var/lib/netsteer/lanes/echo")
+            .join(OWNER_FILE),
+    )
+    .unwrap();
+    t.udp(&[(0, ANY4, 100), (65534, ANY6, 200)]);
+    t.process(66, 1, 65534, 5001, &[200], 3);
+    let mut seen = None;
+    let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+    assert!(matches!(ev, HoldEvent::Holding), "{ev:?}");
+    let owner = lanes
+        .owner("echo")
+        .unwrap()
+        .expect("recorded from the pinned process");
+    assert_eq!(owner.uid, 0);
+    t.udp(&[(65534, ANY6, 200)]);
+    let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+    assert!(matches!(ev, HoldEvent::RolledBack(..)), "{ev:?}");
+    let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+    assert!(matches!(ev, HoldEvent::Waiting), "{ev:?}");
+}

@@ -420,7 +420,6 @@ impl Lanes {
             inodes: served.inodes,
             procs: procs.clone(),
             looks: 0,
-            owner: served.owner.filter(|_| recorded.is_none()),
         });
         Ok(procs)
     }
@@ -556,6 +555,39 @@ impl Lanes {
         let r = t.apply(&plan, None, opts)?;
         self.compact(&spec.name);
         Ok(r)
+    }
+
+    /// A lane applied before owners were recorded: its owner is the uid whose sockets on the
+    /// port the processes it pinned hold (not whoever holds the port now, who may be another
+    /// user beside it, or alone on the port once the service stopped). Recorded when found;
+    /// with its pinned processes holding nothing of the port, none is, and the next apply
+    /// records one as a first apply does.
+    fn owner_from_pinned(&self, spec: &LaneSpec, state: LaneState) -> Result<(), LaneOpError> {
+        let pinned: Vec<u32> = self
+            .pinned_in(&spec.name, state)?
+            .into_iter()
+            .filter(|(pid, start)| self.start_of(*pid) == Some(*start))
+            .map(|(pid, _)| pid)
+            .collect();
+        let rows = sockets::serving_rows(&self.fs, spec.proto, spec.port)
+            .map_err(|e| service_err(spec, e))?;
+        let uids: BTreeSet<u32> = rows.iter().map(|r| r.uid).collect();
+        for uid in uids {
+            let mine: Vec<&SocketRow> = rows.iter().filter(|r| r.uid == uid).collect();
+            let inodes = mine.iter().map(|r| r.inode).collect();
+            let scan = sockets::socket_owners_among(&self.fs, &inodes, pinned.iter().copied());
+            self.work.scan(&scan);
+            if !scan.pids.is_empty() {
+                let owner = ServiceOwner {
+                    proto: spec.proto,
+                    port: spec.port,
+                    uid,
+                    addrs: mine.iter().map(|r| r.local).collect(),
+                };
+                return self.write_owner(&spec.name, &owner);
+            }
+        }
+        Ok(())
     }
 
     fn forget_owner(&self, name: &str) -> Result<(), LaneOpError> {
@@ -758,14 +790,13 @@ impl Lanes {
             self.compact(name);
             return Ok(HoldEvent::Recovered(r));
         }
-        let running = self.service_seen(&spec, seen)?;
-        // A lane applied before owners were recorded: its owner as found now, kept.
         if state == LaneState::Applied
-            && !running.is_empty()
-            && let Some(o) = seen.as_mut().and_then(|s| s.owner.take())
+            && spec.service == ServiceRef::Port
+            && self.owner_for(&spec)?.is_none()
         {
-            self.write_owner(name, &o)?;
+            self.owner_from_pinned(&spec, state)?;
         }
+        let running = self.service_seen(&spec, seen)?;
         let now: BTreeSet<(u32, u64)> = running.iter().map(|p| (p.pid, p.start)).collect();
         match (state, running.is_empty()) {
             (LaneState::Applied, true) => {
@@ -843,8 +874,6 @@ pub struct SeenService {
     inodes: BTreeSet<u64>,
     procs: Vec<LaneProcess>,
     looks: u32,
-    /// The owner found at that scan when none was recorded (to record it).
-    owner: Option<ServiceOwner>,
 }
 
 /// The owner the port's sockets make now, for a lane of "whoever holds the port" that has
