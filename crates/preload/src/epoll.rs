@@ -313,6 +313,35 @@ pub(crate) fn forget_fd(fd: c_int) {
     }
 }
 
+/// A virtual socket's number names its kernel socket now (a refused connect handed back to
+/// TCP, [`state::hand_back`]): each set's registration of it becomes the kernel's own, with
+/// the program's events and data; one the program had deleted is gone.
+pub(crate) fn handed_back(fd: c_int) {
+    let sets: Vec<_> = SETS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    for set in sets {
+        let mut s = lock(&set);
+        if let Some(r) = s.regs.remove(&fd) {
+            let (events, data, disabled) = (r.events, r.data, r.disabled);
+            unwatch(&s, r);
+            // A one-shot registration that fired stays disarmed: interest in nothing.
+            let events = if disabled {
+                events & (libc::EPOLLONESHOT | libc::EPOLLET) as u32
+            } else {
+                events
+            };
+            let _ = ctl_real(s.epfd, libc::EPOLL_CTL_ADD, fd, events, data);
+        }
+        if let Some(r) = s.parked.remove(&fd) {
+            unwatch(&s, r);
+        }
+    }
+}
+
 /// An epoll descriptor was closed. A set the program holds under another number too (a dup)
 /// lives on under that number.
 pub(crate) fn forget_set(epfd: c_int) {
@@ -407,6 +436,7 @@ pub(crate) fn events_of(obj: &Obj) -> u32 {
             ev as u32
         }
         Kind::Connecting { done, .. } => match done.get() {
+            // Still dialing, or handed back to TCP (its numbers are looked up again).
             None => 0,
             Some(Ok(next)) => events_of(next),
             // As a failed TCP connect polls: writable, with an error, hung up.

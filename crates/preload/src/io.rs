@@ -125,10 +125,15 @@ fn stream(obj: &Obj) -> Result<&netchannel::VSocket, c_int> {
     match &obj.kind {
         Kind::Stream { vs, .. } => Ok(vs),
         Kind::Listener { .. } => Err(libc::ENOTCONN),
-        Kind::Connecting { done, .. } => loop {
+        Kind::Connecting {
+            done, handed_back, ..
+        } => loop {
             match done.get() {
                 Some(Ok(next)) => return stream(next),
                 Some(Err(e)) => return Err(*e),
+                // Handed back to TCP while this call was under way: the program's number is
+                // the kernel socket now, still connecting (what TCP answers then).
+                None if handed_back.load(Ordering::Acquire) => return Err(libc::EAGAIN),
                 // Still connecting: TCP answers EAGAIN on a non-blocking socket and waits on
                 // a blocking one (the program may have cleared O_NONBLOCK since).
                 None if obj.nonblock.load(Ordering::Relaxed) => return Err(libc::EAGAIN),

@@ -129,6 +129,29 @@ fn refused(to: SocketAddr, peer: SocketAddr, why: &str) -> Result<Option<()>, c_
     }
 }
 
+/// A non-blocking connect whose session the peer refused goes over TCP after all: its kept
+/// kernel socket `k` connects (non-blocking, as the program asked) and takes the program's
+/// numbers back, epoll registrations included ([`state::hand_back`]); whoever polls the
+/// number is woken and finds the kernel socket, whose SO_ERROR gives the TCP outcome. Err:
+/// the TCP connect failed at once (its errno, for SO_ERROR).
+fn tcp_instead(obj: &Arc<Obj>, to: SocketAddr, k: &OwnedFd) -> Result<(), c_int> {
+    let (sa, len) = netsteer_sock::sockaddr::to_raw(&to);
+    let connect = real!(connect: fn(c_int, *const libc::sockaddr, socklen_t) -> c_int);
+    // SAFETY: `sa` is a valid address of `len` bytes; `k` is an open socket.
+    if unsafe { connect(k.as_raw_fd(), (&raw const sa).cast(), len) } < 0 {
+        let e = sys::errno();
+        if e != libc::EINPROGRESS {
+            return Err(e);
+        }
+    }
+    if let Kind::Connecting { handed_back, .. } = &obj.kind {
+        handed_back.store(true, Ordering::Release);
+    }
+    state::hand_back(obj, k, epoll::handed_back);
+    sys::kick(obj.efd());
+    Ok(())
+}
+
 /// connect(2): a chosen destination opens a virtual socket to the peer. Ok(None): not ours,
 /// the caller connects the kernel socket (also when the peer refused and fallback is
 /// allowed: see [`refused`]).
@@ -174,11 +197,23 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
     // handshake: a non-blocking socket gets EINPROGRESS, as on TCP, and the program learns the
     // outcome from poll (writable) and SO_ERROR.
     if nonblock && !ep.has_session(peer) {
+        // The kernel socket, kept: a refused session hands the connection back to it.
+        let kernel = if state::extra().fallback {
+            let fcntl = real!(fcntl: fn(c_int, c_int, libc::c_long) -> c_int);
+            // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
+            let n = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+            // SAFETY: `n` is a new descriptor owned by nobody else.
+            (n >= 0).then(|| sys::move_high(unsafe { OwnedFd::from_raw_fd(n) }))
+        } else {
+            None
+        };
         let obj = Obj::new(
             Kind::Connecting {
                 to,
                 done: std::sync::OnceLock::new(),
                 error_taken: std::sync::atomic::AtomicBool::new(false),
+                kernel: std::sync::Mutex::new(kernel),
+                handed_back: std::sync::atomic::AtomicBool::new(false),
             },
             nonblock,
             cloexec,
@@ -188,7 +223,7 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
         let verbose = s.verbose;
         let dial = move || {
             let r = ep.connect(peer, to.port(), opts);
-            let Kind::Connecting { done, .. } = &obj.kind else {
+            let Kind::Connecting { done, kernel, .. } = &obj.kind else {
                 return;
             };
             let outcome = match r {
@@ -203,27 +238,39 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
                     Ok(next)
                 }
                 Err(e) => match refusal(&ep, peer, &e) {
-                    // The kernel socket is gone (the program's number is the eventfd now), so
-                    // this connect cannot fall back; the ones after it do, without asking.
                     Some(r) => {
                         if r == Refusal::Session {
                             state::note_refused(peer);
                         }
-                        sys::say(&format!(
-                            "connect to {to} (non-blocking): netchannel peer {peer} {} ({e}); \
-                             this connection fails with ECONNREFUSED{}",
-                            r.what(),
-                            if r == Refusal::Session {
-                                if state::extra().fallback {
-                                    "; connects in the next 5 s go over plain TCP"
-                                } else {
-                                    "; so do connects in the next 5 s"
-                                }
-                            } else {
-                                ""
+                        let why = format!(
+                            "connect to {to} (non-blocking): netchannel peer {peer} {} ({e})",
+                            r.what()
+                        );
+                        let kept = kernel.lock().unwrap_or_else(|p| p.into_inner()).take();
+                        match kept.map(|k| tcp_instead(&obj, to, &k)) {
+                            Some(Ok(())) => {
+                                sys::say(&format!("{why}; this connection goes over plain TCP"));
+                                return;
                             }
-                        ));
-                        Err(libc::ECONNREFUSED)
+                            Some(Err(n)) => {
+                                sys::say(&format!(
+                                    "{why}; over plain TCP instead the connect failed: {}",
+                                    std::io::Error::from_raw_os_error(n)
+                                ));
+                                Err(n)
+                            }
+                            None => {
+                                sys::say(&format!(
+                                    "{why}; refused with ECONNREFUSED{}",
+                                    if state::extra().fallback {
+                                        ""
+                                    } else {
+                                        " (NETSTEER_NC_FALLBACK=0)"
+                                    }
+                                ));
+                                Err(libc::ECONNREFUSED)
+                            }
+                        }
                     }
                     None => {
                         if verbose {

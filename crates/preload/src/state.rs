@@ -122,6 +122,42 @@ pub(crate) fn insert(fd: c_int, obj: Arc<Obj>) {
     }
 }
 
+/// A connect the peer refused goes over TCP after all: every number naming `obj` becomes a
+/// copy of `kernel` (with the FD_CLOEXEC the program set) and stops being ours, and `then`
+/// runs for each (the epoll sets' registrations move over), all under the table's lock, so a
+/// close or a dup of one of them comes wholly before or wholly after. The numbers.
+pub(crate) fn hand_back(obj: &Arc<Obj>, kernel: &OwnedFd, then: impl Fn(c_int)) -> Vec<c_int> {
+    let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    let numbers: Vec<c_int> = t
+        .iter()
+        .filter(|(_, o)| Arc::ptr_eq(o, obj))
+        .map(|(fd, _)| *fd)
+        .collect();
+    let flags = if obj.cloexec.load(Ordering::Relaxed) {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
+    let dup3 = sys::real!(dup3: fn(c_int, c_int, c_int) -> c_int);
+    let mut moved = Vec::new();
+    for fd in numbers {
+        // SAFETY: both descriptors are open (the number is the program's, still ours under
+        // the lock); dup3 replaces the eventfd copy there atomically.
+        if unsafe { dup3(kernel.as_raw_fd(), fd, flags) } < 0 {
+            continue;
+        }
+        t.remove(&fd);
+        if fd as usize >= MAX_FD {
+            HIGH.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            OURS.set(fd, false);
+        }
+        then(fd);
+        moved.push(fd);
+    }
+    moved
+}
+
 /// Every number naming `old` names `new` from now on (a finished connect; dups included).
 pub(crate) fn succeed(old: &Arc<Obj>, new: &Arc<Obj>) {
     let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
@@ -370,6 +406,12 @@ pub(crate) enum Kind {
         done: OnceLock<Result<Arc<Obj>, c_int>>,
         /// The failure was handed out by SO_ERROR.
         error_taken: AtomicBool,
+        /// The program's kernel socket, kept (when fallback is allowed) so that a refused
+        /// session can hand the connection back to TCP: see [`hand_back`].
+        kernel: Mutex<Option<OwnedFd>>,
+        /// Handed back: the program's numbers name the kernel socket now; whoever still
+        /// holds this object looks again.
+        handed_back: AtomicBool,
     },
 }
 
