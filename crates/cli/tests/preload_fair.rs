@@ -123,13 +123,44 @@ print("reply", s.recv(64).decode(), flush=True)
 sys.stdin.read()
 "#;
 
+/// As [`CLIENT`] with a non-blocking connect, waited for with select (`WAIT=select`) or epoll
+/// (`WAIT=epoll`), its outcome read from SO_ERROR, as event loops connect.
+const NONBLOCKING_CLIENT: &str = r#"
+import errno, select, socket, sys
+s = socket.socket()
+s.setblocking(False)
+r = s.connect_ex(("127.0.0.1", PORT))
+if r == errno.EINPROGRESS:
+    if "WAIT" == "epoll":
+        ep = select.epoll()
+        ep.register(s.fileno(), select.EPOLLOUT)
+        assert ep.poll(120), "never writable"
+        ep.unregister(s.fileno())
+    else:
+        _, w, _ = select.select([], [s], [], 120)
+        assert w == [s], "never writable"
+    r = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+if r != 0:
+    print("connect", errno.errorcode.get(r, r), flush=True)
+    sys.stdin.read()
+    sys.exit(0)
+s.setblocking(True)
+s.sendall(b"ping")
+print("reply", s.recv(64).decode(), flush=True)
+sys.stdin.read()
+"#;
+
 struct Client {
     run: Running,
     first: String,
 }
 
 fn client(ns: &Netns, n: usize, env: &[(&str, &str)]) -> Client {
-    let script = CLIENT.replace("PORT", &PORT.to_string());
+    client_running(ns, n, CLIENT, env)
+}
+
+fn client_running(ns: &Netns, n: usize, script: &str, env: &[(&str, &str)]) -> Client {
+    let script = script.replace("PORT", &PORT.to_string());
     let port = PORT.to_string();
     let role = ["--peer", CHANNEL, "--ports", port.as_str(), "--verbose"];
     let mut run = Running::spawn(
@@ -155,8 +186,10 @@ impl Client {
 /// The fifth preloaded client process of one host finds the server's per-address session cap
 /// (4 for a preloaded program, `SESSIONS_PER_PEER`): its connect falls back to plain TCP and
 /// works, saying so on stderr; with fallback turned off it fails with ECONNREFUSED, as a
-/// refused TCP connect does, also with a line on stderr. (Before: EIO from connect(2), an
-/// errno TCP never gives there, and no fallback.)
+/// refused TCP connect does, also with a line on stderr; non-blocking connects waited for
+/// with select and with epoll fall back too (the refusal comes after EINPROGRESS); the server
+/// names the cap. (Before: EIO from connect(2), an errno TCP never gives there, or from
+/// SO_ERROR, and no fallback.)
 #[test]
 fn a_refused_session_falls_back_to_tcp_or_is_refused_never_eio() {
     if let Err(why) = tools_present() {
@@ -174,9 +207,21 @@ fn a_refused_session_falls_back_to_tcp_or_is_refused_never_eio() {
     }
     let fifth = client(&ns, 5, &[]);
     let sixth = client(&ns, 6, &[("NETSTEER_NC_FALLBACK", "0")]);
+    // Non-blocking: the connect said EINPROGRESS before the refusal came, so the connection
+    // is handed back to the kernel socket under the program's number (and epoll set).
+    let nonblocking: Vec<Client> = ["select", "epoll"]
+        .iter()
+        .enumerate()
+        .map(|(i, wait)| {
+            let script = NONBLOCKING_CLIENT.replace("WAIT", wait);
+            client_running(&ns, 7 + i, &script, &[])
+        })
+        .collect();
     let (fifth_said, sixth_said) = (fifth.first.clone(), sixth.first.clone());
+    let nonblocking_said: Vec<String> = nonblocking.iter().map(|c| c.first.clone()).collect();
     let fifth_err = fifth.finish();
     let sixth_err = sixth.finish();
+    let nonblocking_err: Vec<String> = nonblocking.into_iter().map(Client::finish).collect();
     // The refused side cannot know the cap (the handshake has no refusal message): the
     // refusing server names it, in a line at most a second after the refusal.
     let mut server_err = String::new();
@@ -190,7 +235,9 @@ fn a_refused_session_falls_back_to_tcp_or_is_refused_never_eio() {
     let held_err: Vec<String> = held.into_iter().map(Client::finish).collect();
     drop(server);
     let all = format!(
-        "fifth: {fifth_said:?}\n{fifth_err}\nsixth: {sixth_said:?}\n{sixth_err}\nserver:\n{server_err}"
+        "fifth: {fifth_said:?}\n{fifth_err}\nsixth: {sixth_said:?}\n{sixth_err}\n\
+         non-blocking (select, epoll): {nonblocking_said:?}\n{nonblocking_err:#?}\n\
+         server:\n{server_err}"
     );
     // Shown with --nocapture (libtest hides a passing test's output).
     eprintln!("{all}");
@@ -212,6 +259,13 @@ fn a_refused_session_falls_back_to_tcp_or_is_refused_never_eio() {
         "{all}"
     );
     assert_eq!(sixth_said, "connect ECONNREFUSED", "{all}");
+    for (said, err) in nonblocking_said.iter().zip(&nonblocking_err) {
+        assert_eq!(said, "reply pong:ping", "{all}");
+        assert!(
+            err.contains("(non-blocking)") && err.contains("goes over plain TCP"),
+            "{all}"
+        );
+    }
     assert!(
         sixth_err.contains("refused the netchannel session") && sixth_err.contains("ECONNREFUSED"),
         "{all}"
