@@ -96,12 +96,31 @@ pub struct Config {
     pub peer_prefix_v4: u8,
     /// The same for IPv6 (bits; a /64 is what one host or one customer commonly holds).
     pub peer_prefix_v6: u8,
-    /// Channel connections in handshake at once from one source prefix.
+    /// A wider IPv6 prefix the same caps also hold for (bits; a /48 is one customer's site:
+    /// a /56 holds 256 /64s, which counted only as /64s had 256 shares). Equal to
+    /// `peer_prefix_v6` (or larger): counted at that one width only.
+    pub peer_prefix_v6_wide: u8,
+    /// Channel connections in handshake at once from one source prefix (a share of
+    /// `max_handshakes`: 1/4 by default, one link of `max_accepted_channels` dialled at once).
+    /// A prefix at it, or a full table, makes room for a new dial by closing its oldest
+    /// silent connection (of the prefix holding the most), so re-dialled silent connections
+    /// cannot keep every place.
     pub max_handshakes_per_prefix: usize,
     /// Links half-assembled at once from one source prefix.
     pub max_pending_links_per_prefix: usize,
-    /// Sessions accepted from one source prefix and alive at once.
+    /// Sessions accepted from one source prefix and alive at once (a small share of
+    /// `max_sessions`, 1/16 by default).
     pub max_sessions_per_prefix: usize,
+    /// Places of `max_sessions` kept for prefixes that had a session accepted within
+    /// `served_for` (at most a quarter of `max_sessions` is kept, whatever this says): past
+    /// `max_sessions` less those places, only such a prefix
+    /// holding fewer than `reserved_sessions_per_prefix` gets in, so peers already served
+    /// come back even while new prefixes have taken every other place.
+    pub session_reserve: usize,
+    /// Sessions a recently served prefix may hold and still take a reserved place.
+    pub reserved_sessions_per_prefix: usize,
+    /// How long a prefix counts as served after its last accepted session began.
+    pub served_for: Duration,
     /// Channels of accepted sessions alive at once, all peers together: each costs this side
     /// two file descriptors and its I/O threads, so this bounds them whatever the peers ask.
     pub max_channels: usize,
@@ -181,9 +200,13 @@ impl Default for Config {
             max_sessions_per_peer: 16,
             peer_prefix_v4: 24,
             peer_prefix_v6: 64,
-            max_handshakes_per_prefix: 32,
-            max_pending_links_per_prefix: 16,
-            max_sessions_per_prefix: 64,
+            peer_prefix_v6_wide: 48,
+            max_handshakes_per_prefix: 16,
+            max_pending_links_per_prefix: 8,
+            max_sessions_per_prefix: 16,
+            session_reserve: 64,
+            reserved_sessions_per_prefix: 4,
+            served_for: Duration::from_secs(600),
             max_channels: 1024,
             max_channels_per_prefix: 256,
             max_receive_memory: 8 << 30,
@@ -196,6 +219,15 @@ impl Default for Config {
             app_driven: false,
             standby_after: crate::drive::STANDBY,
         }
+    }
+}
+
+impl Config {
+    /// What one virtual socket's receive side may hold here, buffers and bookkeeping
+    /// charged as they are ([`crate::reorder::share`]): what each socket a peer opens leases
+    /// from `session_memory`, `max_receive_memory_per_prefix` and `max_receive_memory`.
+    pub fn receive_share(&self) -> u64 {
+        crate::reorder::share(u64::from(self.window), u64::from(self.max_frame))
     }
 }
 

@@ -15,7 +15,7 @@
 use crate::config::{Config, SocketOptions};
 use crate::copy::CopyPool;
 use crate::drive::Driver;
-use crate::limits::{self, Caps, Guard, Tally};
+use crate::limits::{self, Caps, Guard, Handshakes};
 use crate::session::{Listeners, Session, SessionParts};
 use crate::socket::{VListener, VSocket, lock};
 use crate::wire::{
@@ -51,8 +51,11 @@ struct Inner {
     local: Option<SocketAddr>,
     shutdown: AtomicBool,
     pending: Mutex<HashMap<u64, PendingLink>>,
-    /// Handshakes in progress, per address, per prefix and in all.
-    handshakes: Mutex<Tally>,
+    /// Handshakes in progress, per address, per prefix and in all (evicting silent ones).
+    handshakes: Mutex<Handshakes>,
+    /// When each prefix (the narrow one) last had a session accepted, for the places of
+    /// `session_reserve`.
+    served: Mutex<HashMap<IpAddr, Instant>>,
     /// Receive memory leased to peers' sockets, and the refusals (shared with the accepted
     /// sessions, which lease and refuse OPENs).
     guard: Arc<Guard>,
@@ -103,8 +106,12 @@ pub struct Stats {
     pub last_rejection: Option<String>,
     /// Peers' OPENs reset for a cap (receive memory, sockets per session).
     pub rejected_opens: u64,
-    /// Receive-window bytes peers' sockets hold leased now (bounded by max_receive_memory).
+    /// Receive-share bytes peers' sockets hold leased now (bounded by max_receive_memory):
+    /// [`Config::receive_share`] each.
     pub receive_memory_leased: u64,
+    /// What peers' sockets hold now, charged by allocation and bookkeeping, not payload
+    /// ([`crate::reorder`]); each socket's is within its lease.
+    pub receive_memory_held: u64,
     /// Bytes each receive copy worker copied.
     pub copy_worker_bytes: Vec<u64>,
 }
@@ -167,7 +174,7 @@ fn check(cfg: &Config) -> io::Result<()> {
         || (cfg
             .max_receive_memory_per_prefix
             .min(cfg.max_receive_memory))
-            < u64::from(cfg.window)
+            < cfg.receive_share()
         || cfg.max_accepted_channels == 0
         || cfg.max_queued_control == 0
     {
@@ -175,7 +182,8 @@ fn check(cfg: &Config) -> io::Result<()> {
             "max_sockets, max_sessions(_per_peer, _per_prefix), max_pending_links_per_peer \
              (_per_prefix), max_handshakes_per_peer (_per_prefix), max_channels, \
              max_accepted_channels, max_queued_control and accept_backlog must be at least 1, \
-             and max_receive_memory (_per_prefix) at least one window"
+             and max_receive_memory (_per_prefix) at least one socket's receive share \
+             (Config::receive_share)"
                 .into(),
         );
     }
@@ -235,6 +243,7 @@ impl Endpoint {
             shutdown: AtomicBool::new(false),
             pending: Mutex::default(),
             handshakes: Mutex::default(),
+            served: Mutex::default(),
             guard,
         });
         if let Some(l) = listener {
@@ -399,6 +408,7 @@ impl Endpoint {
             last_rejection: lock(&self.inner.guard.last_rejection).clone(),
             rejected_opens: self.inner.guard.rejected_opens.load(Ordering::Relaxed),
             receive_memory_leased: self.inner.guard.memory_leased(),
+            receive_memory_held: self.inner.guard.memory_held(),
             copy_worker_bytes: self
                 .inner
                 .pool
@@ -613,7 +623,7 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
             Ok(x) => x,
             Err(_) => continue,
         };
-        let slot = match HandshakeSlot::take(&inner, from.ip()) {
+        let slot = match HandshakeSlot::take(&inner, from.ip(), stream.try_clone().ok()) {
             Ok(slot) => slot,
             Err(why) => {
                 reject(&inner, from, &why);
@@ -625,8 +635,10 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
         let _ = std::thread::Builder::new()
             .name("nc-hello".into())
             .spawn(move || {
-                let _slot = slot;
-                if let Err(why) = handshake(&i, stream, from) {
+                if let Err(why) = handshake(&i, stream, from, &slot)
+                    && slot.held()
+                {
+                    // (An evicted connection's refusal was recorded when it was evicted.)
                     reject(&i, from, &why);
                 }
             });
@@ -636,10 +648,16 @@ fn accept_loop(inner: Arc<Inner>, l: TcpListener) {
 /// One handshake place (counted per address, per prefix and in all), given back when
 /// dropped: on return, on a failed spawn and while a panicking handshake thread unwinds. A
 /// place that leaked would, after `max_handshakes` of them, refuse every new session for good.
-struct HandshakeSlot(Arc<Inner>, IpAddr);
+/// Taking one may evict a silent connection ([`Handshakes`]): it is closed here, and its
+/// refusal names the cap.
+struct HandshakeSlot(Arc<Inner>, u64);
 
 impl HandshakeSlot {
-    fn take(inner: &Arc<Inner>, peer: IpAddr) -> Result<HandshakeSlot, String> {
+    fn take(
+        inner: &Arc<Inner>,
+        peer: IpAddr,
+        stream: Option<TcpStream>,
+    ) -> Result<HandshakeSlot, String> {
         let cfg = &inner.cfg;
         let caps = Caps {
             per_address: (
@@ -652,21 +670,33 @@ impl HandshakeSlot {
             ),
             total: (cfg.max_handshakes as u64, "max_handshakes"),
         };
-        lock(&inner.handshakes).take(
-            "handshakes in progress",
-            peer,
-            inner.guard.prefix(peer),
-            1,
-            &caps,
-        )?;
-        Ok(HandshakeSlot(inner.clone(), peer))
+        let (id, evicted) =
+            lock(&inner.handshakes).admit(peer, inner.guard.nets(peer), stream, &caps)?;
+        for e in evicted {
+            if let Some(s) = e.stream {
+                // Its thread's read ends at once and the thread gives up quietly.
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            inner.guard.reject(e.why);
+        }
+        Ok(HandshakeSlot(inner.clone(), id))
+    }
+
+    /// The whole HELLO arrived: the connection is no longer silent. False if it was evicted
+    /// meanwhile (its place is gone; the handshake must stop).
+    fn heard(&self) -> bool {
+        lock(&self.0.handshakes).heard(self.1)
+    }
+
+    /// Still in the table (false: evicted).
+    fn held(&self) -> bool {
+        lock(&self.0.handshakes).holds(self.1)
     }
 }
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
-        let net = self.0.guard.prefix(self.1);
-        lock(&self.0.handshakes).give_back(self.1, net, 1);
+        lock(&self.0.handshakes).leave(self.1);
     }
 }
 
@@ -743,13 +773,146 @@ fn rejoin(
     session.rejoin(index, s).map_err(|e| e.to_string())
 }
 
+/// Makes room for one more half-built link from `ip`, or says which cap refuses it. Past its
+/// prefix's share, or with the table full, the oldest half-built link of that prefix (or of
+/// the prefix holding the most) is closed instead: an honest link completes as soon as its
+/// channels' HELLOs arrive, so only links that never complete are old; per address, the cap
+/// refuses.
+fn make_room_for_link(
+    inner: &Inner,
+    pending: &mut HashMap<u64, PendingLink>,
+    ip: IpAddr,
+) -> Result<(), String> {
+    let cfg = &inner.cfg;
+    let guard = &inner.guard;
+    let (mine, _, _) = guard.counts(ip, pending.values().map(|l| (l.peer.ip(), 1)));
+    limits::fits(
+        "links half-open",
+        1,
+        (mine, 0, 0),
+        &Caps {
+            per_address: (
+                cfg.max_pending_links_per_peer as u64,
+                "max_pending_links_per_peer",
+            ),
+            per_prefix: (u64::MAX, ""),
+            total: (u64::MAX, ""),
+        },
+    )?;
+    let evict = |pending: &mut HashMap<u64, PendingLink>,
+                 which: &dyn Fn(&PendingLink) -> bool,
+                 cap: usize,
+                 name: &str| {
+        let oldest = pending
+            .iter()
+            .filter(|(_, l)| which(l))
+            .min_by_key(|(_, l)| l.since)
+            .map(|(&id, _)| id);
+        if let Some(id) = oldest
+            && let Some(l) = pending.remove(&id)
+        {
+            // Dropping it closes its connections.
+            guard.reject(format!(
+                "link {id:#x} from {}: closed half-built to make room for a new link ({cap} at \
+                 most: {name}; the oldest of the prefix holding the most goes)",
+                l.peer
+            ));
+        }
+    };
+    for net in guard.nets(ip) {
+        let held = pending
+            .values()
+            .filter(|l| guard.nets(l.peer.ip()).contains(&net))
+            .count();
+        if held >= cfg.max_pending_links_per_prefix {
+            evict(
+                pending,
+                &|l| guard.nets(l.peer.ip()).contains(&net),
+                cfg.max_pending_links_per_prefix,
+                "max_pending_links_per_prefix",
+            );
+        }
+    }
+    if pending.len() >= cfg.max_pending_links {
+        let mut count: HashMap<IpAddr, usize> = HashMap::new();
+        for l in pending.values() {
+            *count.entry(guard.nets(l.peer.ip())[0].0).or_insert(0) += 1;
+        }
+        if let Some((fullest, _)) = count.into_iter().max_by_key(|&(_, n)| n) {
+            evict(
+                pending,
+                &|l| guard.nets(l.peer.ip())[0].0 == fullest,
+                cfg.max_pending_links,
+                "max_pending_links",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Past `max_sessions` less the reserve (`session_reserve`, at most a quarter) sessions, only a prefix that had a session accepted
+/// within `served_for` and holds fewer than `reserved_sessions_per_prefix` gets in.
+fn reserve_admits(inner: &Inner, ip: IpAddr, alive: usize, ours: u64) -> Result<(), String> {
+    let cfg = &inner.cfg;
+    let general = cfg.max_sessions - cfg.session_reserve.min(cfg.max_sessions / 4);
+    if alive < general {
+        return Ok(());
+    }
+    let net = inner.guard.nets(ip)[0].0;
+    let served = lock(&inner.served)
+        .get(&net)
+        .is_some_and(|t| t.elapsed() < cfg.served_for);
+    if served && ours < cfg.reserved_sessions_per_prefix as u64 {
+        return Ok(());
+    }
+    Err(format!(
+        "{alive} sessions accepted in all; the {} places past {general} are kept for prefixes \
+         served in the last {:?} while they hold fewer than {} (session_reserve, \
+         reserved_sessions_per_prefix), and this one {}",
+        cfg.max_sessions - general,
+        cfg.served_for,
+        cfg.reserved_sessions_per_prefix,
+        if served {
+            format!("holds {ours}")
+        } else {
+            "was not served".to_string()
+        }
+    ))
+}
+
+/// Records that `ip`'s prefix was served now; the record is bounded (stale entries go first,
+/// then the oldest).
+fn mark_served(inner: &Inner, ip: IpAddr) {
+    let cfg = &inner.cfg;
+    let mut served = lock(&inner.served);
+    served.insert(inner.guard.nets(ip)[0].0, Instant::now());
+    let most = 4 * cfg.max_sessions;
+    if served.len() > most {
+        served.retain(|_, t| t.elapsed() < cfg.served_for);
+        while served.len() > most {
+            let Some(oldest) = served.iter().min_by_key(|(_, t)| **t).map(|(k, _)| *k) else {
+                break;
+            };
+            served.remove(&oldest);
+        }
+    }
+}
+
 /// Reads one HELLO and files the connection under its link; starts the session when the
 /// link is complete.
-fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(), String> {
+fn handshake(
+    inner: &Arc<Inner>,
+    mut s: TcpStream,
+    from: SocketAddr,
+    slot: &HandshakeSlot,
+) -> Result<(), String> {
     let cfg = &inner.cfg;
     let mut b = [0u8; HEADER_LEN + HELLO_LEN];
     read_exact_by(&mut s, &mut b, Instant::now() + cfg.hello_timeout)
         .map_err(|e| format!("no HELLO: {e}"))?;
+    if !slot.heard() {
+        return Err("evicted".into());
+    }
     let hello = Hello::decode(&b).map_err(|e| e.to_string())?;
     let existing = lock(&inner.incoming)
         .iter()
@@ -762,25 +925,7 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
         let mut pending = lock(&inner.pending);
         pending.retain(|_, p| p.since.elapsed() < cfg.hello_timeout);
         if !pending.contains_key(&hello.link_id) {
-            let counts = inner
-                .guard
-                .counts(from.ip(), pending.values().map(|l| (l.peer.ip(), 1)));
-            limits::fits(
-                "links half-open",
-                1,
-                counts,
-                &Caps {
-                    per_address: (
-                        cfg.max_pending_links_per_peer as u64,
-                        "max_pending_links_per_peer",
-                    ),
-                    per_prefix: (
-                        cfg.max_pending_links_per_prefix as u64,
-                        "max_pending_links_per_prefix",
-                    ),
-                    total: (cfg.max_pending_links as u64, "max_pending_links"),
-                },
-            )?;
+            make_room_for_link(inner, &mut pending, from.ip())?;
             let total = usize::try_from(hello.total_channels()).unwrap_or(usize::MAX);
             if total > usize::from(cfg.max_accepted_channels) {
                 return Err(format!(
@@ -847,6 +992,7 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
             total: (cfg.max_sessions as u64, "max_sessions"),
         },
     )?;
+    reserve_admits(inner, ip, incoming.len(), counts.1)?;
     // Channels are capped per prefix and in all (each holds descriptors and threads here);
     // per address they follow from max_sessions_per_peer × max_accepted_channels.
     let channels = inner.guard.counts(
@@ -902,5 +1048,7 @@ fn handshake(inner: &Arc<Inner>, mut s: TcpStream, from: SocketAddr) -> Result<(
     })
     .map_err(|e| e.to_string())?;
     incoming.push(session);
+    drop(incoming);
+    mark_served(inner, ip);
     Ok(())
 }

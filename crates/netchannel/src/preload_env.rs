@@ -44,13 +44,16 @@ pub const SESSIONS_PER_PEER: usize = 4;
 pub fn apply_peer_caps(cfg: &mut crate::Config) {
     cfg.max_sessions_per_peer = SESSIONS_PER_PEER;
     cfg.max_sessions = 128;
-    cfg.max_sessions_per_prefix = 32;
+    // 1/16 of the places a prefix, a quarter kept for prefixes already served.
+    cfg.max_sessions_per_prefix = 8;
+    cfg.session_reserve = 32;
+    cfg.reserved_sessions_per_prefix = 2;
     // Three channels a session by default: 128 sessions' worth. Each costs the program two
     // threads (its writer and its standby reader) and two descriptors.
     cfg.max_channels = 384;
     cfg.max_channels_per_prefix = 96;
     cfg.max_handshakes = 64;
-    cfg.max_handshakes_per_prefix = 32;
+    cfg.max_handshakes_per_prefix = 16;
     cfg.max_receive_memory = 2 << 30;
     cfg.max_receive_memory_per_prefix = 512 << 20;
 }

@@ -9,15 +9,21 @@
 //! the final length is a broken or hostile peer, and is refused (the caller resets the
 //! socket) rather than merged. Everything held lies inside `[consumed, consumed + window)`.
 //!
-//! Memory. Bytes are bounded by the window, and pieces by [`max_pieces`]: each piece held
-//! out of order costs bookkeeping (a tree entry and a buffer: ~124 bytes for a 1-byte
-//! piece), so a peer filling gaps with 1-byte pieces could otherwise hold half a million of
-//! them per 1 MiB window. Small pieces that arrive back to back on one channel (a run of
-//! small writes) are merged into one buffer as they come, so honest traffic stays far below
-//! the bound; a peer that exceeds it fragments on purpose and its socket is reset.
+//! Memory. The window bounds payload bytes, not what holding them costs: a 1-byte frame kept
+//! as its own buffer and queue entry cost ~72 bytes, so a 1 MiB window filled with them held
+//! ~72 MiB (issue 77). So a socket is charged for what it holds — each buffer's allocation
+//! and each entry of the in-order queue, the message ends and the out-of-order tree — and may
+//! hold at most its [`share`] (what the endpoint leases for it, so the endpoint's caps hold
+//! for real memory); a piece that takes it past is refused and the socket reset. Small
+//! pieces are copied into shared buffers as they come (in order: appended to the queue's
+//! tail buffer when it has room; out of order: merged with the piece they continue), so a
+//! stream of 1-byte frames costs about a byte a byte, and honest traffic stays well below the
+//! share. Out-of-order pieces are also bounded in number by [`max_pieces`].
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf as _, Bytes, BytesMut};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -45,16 +51,61 @@ pub enum ReorderError {
         pieces: usize,
         max: usize,
     },
+    #[error(
+        "bytes {seq}..{end} would make the socket hold {charged} bytes here (buffers and \
+         bookkeeping), past its share of {share} (the peer fragments its stream)"
+    )]
+    OverShare {
+        seq: u64,
+        end: u64,
+        charged: u64,
+        share: u64,
+    },
 }
 
 /// Pieces below this size that continue a held small piece are copied into it.
 pub const MERGE_BELOW: usize = 16 * 1024;
 
+/// In-order pieces below this size are copied into the in-order queue's tail buffer instead
+/// of being kept as they arrived: what a kept piece costs beyond its bytes (its allocation's
+/// slack and its queue entry) is then at most a fifth of it.
+pub const COPY_BELOW: usize = 4096;
+
+/// Capacity of a tail buffer small in-order pieces are copied into. A tail that closes
+/// (a large piece follows, or the next small one does not fit) with more than an eighth of
+/// it unused is copied down to its size, so only the open tail wastes room.
+pub const CHUNK: usize = 64 * 1024;
+
+/// What a buffer of `bytes` costs beyond them: the allocator's header and rounding, and the
+/// reference count a shared buffer carries.
+const ALLOC_OVERHEAD: u64 = 64;
+
+/// What one out-of-order piece costs in the tree beyond its buffer: its key and value, twice
+/// (a B-tree's nodes are at least half full), and the node's own fields.
+const OFO_ENTRY: u64 = 2 * (8 + std::mem::size_of::<OfoPiece>() as u64) + 16;
+
 /// Out-of-order pieces one socket may hold with this window: 64, plus one per 4 KiB of
 /// window. Honest senders (merged runs of small frames, or frames of at least 4 KiB) stay
-/// well under it; at ~124 bytes a piece, the bookkeeping of a 1 MiB window is ≤ 40 KiB.
+/// well under it.
 pub fn max_pieces(window: u64) -> usize {
     64 + usize::try_from(window / 4096).unwrap_or(usize::MAX)
+}
+
+/// What a piece kept as received (at least [`COPY_BELOW`] bytes) may cost: this crate's
+/// readers put such a payload in a buffer of its length plus a cache line, or in a pooled
+/// buffer it fills to at least 7/8 (`frame_io`), so at most 8/7 of that, plus the overhead.
+pub fn whole_cost(len: usize) -> u64 {
+    (len as u64 + 64) * 8 / 7 + ALLOC_OVERHEAD
+}
+
+/// The most a socket with this window may hold, charged as above: one and a half windows
+/// (pieces kept whole cost up to 8/7 of their bytes, merged out-of-order runs grow their
+/// buffers by a quarter at a time, closed tail buffers waste at most an eighth), one frame
+/// more (the front piece, partly read, keeps its whole buffer while the sender may already
+/// fill the window behind it), an open tail buffer and the fixed bookkeeping. This is what
+/// the endpoint leases per socket a peer opens.
+pub fn share(window: u64, max_frame: u64) -> u64 {
+    window + window / 2 + whole_cost(max_frame as usize) + 2 * CHUNK as u64 + (128 << 10)
 }
 
 /// Where [`Reassembly::insert`] put a piece.
@@ -68,14 +119,54 @@ pub enum Placed {
     Duplicate,
 }
 
-#[derive(Debug, Clone)]
-struct Piece {
-    data: Bytes,
-    eom: bool,
+/// In-order bytes as held: a piece as received, or small pieces copied into a buffer of
+/// ours (whose allocation we know).
+#[derive(Debug)]
+enum Store {
+    Whole(Bytes),
+    Owned(BytesMut),
 }
 
-/// A piece held out of order: as received, or small pieces merged into one growing buffer
-/// (a Vec grows by doubling, so it holds at most twice its bytes).
+#[derive(Debug)]
+struct Chunk {
+    buf: Store,
+    /// What it was charged when it was made (its allocation stays until it is popped).
+    cost: u64,
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        match &self.buf {
+            Store::Whole(b) => b,
+            Store::Owned(m) => m,
+        }
+    }
+
+    fn advance(&mut self, n: usize) {
+        match &mut self.buf {
+            Store::Whole(b) => b.advance(n),
+            Store::Owned(m) => m.advance(n),
+        }
+    }
+
+    fn split_to(&mut self, n: usize) -> Bytes {
+        match &mut self.buf {
+            Store::Whole(b) => b.split_to(n),
+            Store::Owned(m) => m.split_to(n).freeze(),
+        }
+    }
+
+    /// Room to append small pieces in place (an owned buffer's unused capacity).
+    fn room(&self) -> usize {
+        match &self.buf {
+            Store::Whole(_) => 0,
+            Store::Owned(m) => m.capacity() - m.len(),
+        }
+    }
+}
+
+/// A piece held out of order: as received, or small pieces copied into one buffer that
+/// grows by a quarter at a time (so it holds at most 5/4 of its bytes).
 #[derive(Debug)]
 enum Held {
     Whole(Bytes),
@@ -90,10 +181,10 @@ impl Held {
         }
     }
 
-    fn into_bytes(self) -> Bytes {
+    fn cost(&self) -> u64 {
         match self {
-            Held::Whole(b) => b,
-            Held::Merged(v) => Bytes::from(v),
+            Held::Whole(b) => whole_cost(b.len()),
+            Held::Merged(v) => v.capacity() as u64 + ALLOC_OVERHEAD,
         }
     }
 
@@ -104,6 +195,9 @@ impl Held {
             *self = Held::Merged(v);
         }
         if let Held::Merged(v) = self {
+            if v.capacity() - v.len() < more.len() {
+                v.reserve_exact(more.len().max(v.capacity() / 4));
+            }
             v.extend_from_slice(more);
         }
     }
@@ -113,31 +207,68 @@ impl Held {
 struct OfoPiece {
     data: Held,
     eom: bool,
+    /// Several frames were merged into it (so a re-send of one lies inside it).
+    merged: bool,
 }
+
 #[derive(Debug)]
 pub struct Reassembly {
     window: u64,
     consumed: u64,
     next: u64,
-    ready: VecDeque<Piece>,
+    ready: VecDeque<Chunk>,
+    /// Stream offsets where a message (an EOM piece) ends, in order, none below `consumed`.
+    ends: VecDeque<u64>,
     ofo: BTreeMap<u64, OfoPiece>,
     ofo_bytes: u64,
     highest_end: u64,
     final_seq: Option<u64>,
+    /// What the buffers of `ready` and `ofo` cost.
+    buffers: u64,
+    share: u64,
+    /// Where the charge is also counted (the endpoint's total), and what was counted there.
+    meter: Option<Arc<AtomicU64>>,
+    metered: u64,
+}
+
+impl Drop for Reassembly {
+    fn drop(&mut self) {
+        if let Some(m) = &self.meter {
+            m.fetch_sub(self.metered, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Reassembly {
+    /// A reassembly whose share allows frames as large as the window.
     pub fn new(window: u64) -> Reassembly {
+        Reassembly::with_share(window, share(window, window))
+    }
+
+    /// A reassembly that may hold at most `share` bytes, charged as the module says.
+    pub fn with_share(window: u64, share: u64) -> Reassembly {
         Reassembly {
             window,
             consumed: 0,
             next: 0,
             ready: VecDeque::new(),
+            ends: VecDeque::new(),
             ofo: BTreeMap::new(),
             ofo_bytes: 0,
             highest_end: 0,
             final_seq: None,
+            buffers: 0,
+            share,
+            meter: None,
+            metered: 0,
         }
+    }
+
+    /// Counts this socket's charge into `meter` too, for as long as it lives.
+    pub fn metered(mut self, meter: Arc<AtomicU64>) -> Reassembly {
+        self.meter = Some(meter);
+        self.sync();
+        self
     }
 
     /// Bytes the app has taken so far (what CREDIT frames report).
@@ -154,9 +285,35 @@ impl Reassembly {
         self.window
     }
 
-    /// Bytes held: in order and not yet read, plus out of order.
+    /// Payload bytes held: in order and not yet read, plus out of order.
     pub fn held(&self) -> u64 {
         self.next - self.consumed + self.ofo_bytes
+    }
+
+    /// What holding them costs: the buffers' allocations, the queue's, the message ends' and
+    /// the out-of-order tree's entries.
+    pub fn charged(&self) -> u64 {
+        self.buffers
+            + (self.ready.capacity() * std::mem::size_of::<Chunk>()) as u64
+            + (self.ends.capacity() * 8) as u64
+            + self.ofo.len() as u64 * OFO_ENTRY
+    }
+
+    /// The most [`Reassembly::charged`] may reach.
+    pub fn share(&self) -> u64 {
+        self.share
+    }
+
+    fn sync(&mut self) {
+        if let Some(m) = &self.meter {
+            let now = self.charged();
+            if now >= self.metered {
+                m.fetch_add(now - self.metered, Ordering::Relaxed);
+            } else {
+                m.fetch_sub(self.metered - now, Ordering::Relaxed);
+            }
+            self.metered = now;
+        }
     }
 
     /// Bytes readable now.
@@ -179,12 +336,35 @@ impl Reassembly {
     }
 
     /// Adds a piece and says where it went.
-    pub fn insert(&mut self, seq: u64, mut data: Bytes, eom: bool) -> Result<Placed, ReorderError> {
+    pub fn insert(&mut self, seq: u64, data: Bytes, eom: bool) -> Result<Placed, ReorderError> {
+        let r = self.place(seq, data, eom);
+        let charged = self.charged();
+        self.sync();
+        match r {
+            Ok((Placed::Duplicate, _)) => Ok(Placed::Duplicate),
+            Ok((_, (seq, end))) if charged > self.share => Err(ReorderError::OverShare {
+                seq,
+                end,
+                charged,
+                share: self.share,
+            }),
+            Ok((p, _)) => Ok(p),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts a piece where it goes; where that was, and the range it covered.
+    fn place(
+        &mut self,
+        seq: u64,
+        mut data: Bytes,
+        eom: bool,
+    ) -> Result<(Placed, (u64, u64)), ReorderError> {
         let mut seq = seq;
         let end = seq + data.len() as u64;
         if seq < self.next {
             if end <= self.next {
-                return Ok(Placed::Duplicate);
+                return Ok((Placed::Duplicate, (seq, end)));
             }
             // Frames are re-sent whole, so this only happens if the peer re-framed: keep the
             // new tail.
@@ -210,7 +390,7 @@ impl Reassembly {
             });
         }
         if data.is_empty() && !eom {
-            return Ok(Placed::InOrder);
+            return Ok((Placed::InOrder, (seq, end)));
         }
         // A re-send of the very piece held, or of one of the whole frames a merged piece
         // was made of (merging only joins whole frames, so a re-send lies wholly inside):
@@ -221,14 +401,14 @@ impl Reassembly {
             .next_back()
             .map(|(&s, p)| (s, s + p.data.len() as u64, p.eom));
         if let Some((s, e, _)) = before {
-            let merged = matches!(self.ofo[&s].data, Held::Merged(_));
+            let merged = self.ofo[&s].merged;
             let resent = if merged {
                 seq >= s && end <= e && !data.is_empty()
             } else {
                 seq == s && end == e
             };
             if resent {
-                return Ok(Placed::Duplicate);
+                return Ok((Placed::Duplicate, (seq, end)));
             }
             if e > seq || s == seq {
                 return Err(ReorderError::Overlap { seq, end });
@@ -240,38 +420,52 @@ impl Reassembly {
             return Err(ReorderError::Overlap { seq, end });
         }
         self.highest_end = self.highest_end.max(end);
-        let piece = Piece { data, eom };
         if seq == self.next {
-            self.next = end;
-            self.ready.push_back(piece);
+            self.push_ready(data, eom);
             while let Some(entry) = self.ofo.first_entry() {
                 if *entry.key() != self.next {
                     break;
                 }
                 let p = entry.remove();
                 self.ofo_bytes -= p.data.len() as u64;
-                self.next += p.data.len() as u64;
-                self.ready.push_back(Piece {
-                    data: p.data.into_bytes(),
-                    eom: p.eom,
-                });
+                self.buffers -= p.data.cost();
+                match p.data {
+                    Held::Whole(b) => self.push_ready(b, p.eom),
+                    Held::Merged(v) => {
+                        // Already a buffer of ours, charged by its capacity: it joins the
+                        // queue as it is (small ones are copied as any small piece).
+                        if v.len() < COPY_BELOW {
+                            self.push_ready(Bytes::from(v), p.eom);
+                        } else {
+                            self.close_tail();
+                            let cost = v.capacity() as u64 + ALLOC_OVERHEAD;
+                            let len = v.len() as u64;
+                            self.push_chunk(Store::Whole(Bytes::from(v)), cost);
+                            self.advance_next(len, p.eom);
+                        }
+                    }
+                }
             }
-            Ok(Placed::InOrder)
+            Ok((Placed::InOrder, (seq, end)))
         } else {
-            self.ofo_bytes += piece.data.len() as u64;
+            let len = data.len();
+            self.ofo_bytes += len as u64;
             if let Some((s, e, false)) = before
                 && e == seq
                 && (e - s) < MERGE_BELOW as u64
-                && piece.data.len() < MERGE_BELOW
+                && len < MERGE_BELOW
             {
                 let held = self.ofo.get_mut(&s).expect("the piece just looked up");
-                held.data.append(&piece.data);
-                held.eom = piece.eom;
-                return Ok(Placed::OutOfOrder);
+                let was = held.data.cost();
+                held.data.append(&data);
+                held.eom = eom;
+                held.merged = true;
+                self.buffers = self.buffers - was + held.data.cost();
+                return Ok((Placed::OutOfOrder, (seq, end)));
             }
             let max = max_pieces(self.window);
             if self.ofo.len() >= max {
-                self.ofo_bytes -= piece.data.len() as u64;
+                self.ofo_bytes -= len as u64;
                 return Err(ReorderError::TooFragmented {
                     seq,
                     end,
@@ -279,14 +473,87 @@ impl Reassembly {
                     max,
                 });
             }
+            // A small piece is copied into a buffer of its size (what it arrived in may be
+            // larger, and its cost unknown here).
+            let data = if len < COPY_BELOW {
+                Held::Merged(data.to_vec())
+            } else {
+                Held::Whole(data)
+            };
+            self.buffers += data.cost();
             self.ofo.insert(
                 seq,
                 OfoPiece {
-                    data: Held::Whole(piece.data),
-                    eom: piece.eom,
+                    data,
+                    eom,
+                    merged: false,
                 },
             );
-            Ok(Placed::OutOfOrder)
+            Ok((Placed::OutOfOrder, (seq, end)))
+        }
+    }
+
+    /// Appends an in-order piece: a small one is copied into the tail buffer (a new one when
+    /// it has no room), a large one is queued as it came.
+    fn push_ready(&mut self, data: Bytes, eom: bool) {
+        let len = data.len();
+        if len < COPY_BELOW {
+            if self.ready.back().is_none_or(|c| c.room() < len) {
+                self.close_tail();
+                let m = BytesMut::with_capacity(CHUNK);
+                let cost = m.capacity() as u64 + ALLOC_OVERHEAD;
+                self.push_chunk(Store::Owned(m), cost);
+            }
+            if let Some(Chunk {
+                buf: Store::Owned(m),
+                ..
+            }) = self.ready.back_mut()
+            {
+                m.extend_from_slice(&data);
+            }
+        } else {
+            self.close_tail();
+            self.push_chunk(Store::Whole(data), whole_cost(len));
+        }
+        self.advance_next(len as u64, eom);
+    }
+
+    fn advance_next(&mut self, len: u64, eom: bool) {
+        self.next += len;
+        if eom {
+            self.ends.push_back(self.next);
+        }
+    }
+
+    fn push_chunk(&mut self, buf: Store, cost: u64) {
+        self.buffers += cost;
+        self.ready.push_back(Chunk { buf, cost });
+    }
+
+    /// The tail buffer takes no more pieces: if more than an eighth of it is unused, it is
+    /// copied down to its size, so closed buffers waste at most that.
+    fn close_tail(&mut self) {
+        let Some(tail) = self.ready.back_mut() else {
+            return;
+        };
+        let Store::Owned(m) = &mut tail.buf else {
+            return;
+        };
+        if m.capacity() - m.len() <= m.capacity() / 8 {
+            return;
+        }
+        let exact = BytesMut::from(&m[..]);
+        let cost = exact.capacity() as u64 + ALLOC_OVERHEAD;
+        self.buffers = self.buffers - tail.cost + cost;
+        *tail = Chunk {
+            buf: Store::Owned(exact),
+            cost,
+        };
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(c) = self.ready.pop_front() {
+            self.buffers -= c.cost;
         }
     }
 
@@ -310,45 +577,90 @@ impl Reassembly {
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
         let mut n = 0;
         while n < buf.len() {
+            let only = self.ready.len() == 1;
             let Some(front) = self.ready.front_mut() else {
                 break;
             };
-            let take = front.data.len().min(buf.len() - n);
-            buf[n..n + take].copy_from_slice(&front.data[..take]);
-            front.data.advance(take);
+            let have = front.bytes();
+            let take = have.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&have[..take]);
+            front.advance(take);
             n += take;
-            if front.data.is_empty() {
-                self.ready.pop_front();
+            if front.bytes().is_empty() {
+                if only && front.room() >= COPY_BELOW {
+                    // The tail buffer, read empty, takes the next small pieces (a fresh one
+                    // per small message would cost an allocation each).
+                    break;
+                }
+                self.pop_front();
             }
         }
         self.consumed += n as u64;
+        if !buf.is_empty() {
+            // Message ends read past (a plain read ignores boundaries).
+            while self.ends.front().is_some_and(|&e| e <= self.consumed) {
+                self.ends.pop_front();
+            }
+        }
+        self.sync();
         n
     }
 
     /// Copies in-order bytes into `buf` without consuming them (MSG_PEEK).
     pub fn peek(&self, buf: &mut [u8]) -> usize {
         let mut n = 0;
-        for p in &self.ready {
+        for c in &self.ready {
             if n == buf.len() {
                 break;
             }
-            let take = p.data.len().min(buf.len() - n);
-            buf[n..n + take].copy_from_slice(&p.data[..take]);
+            let p = c.bytes();
+            let take = p.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&p[..take]);
             n += take;
         }
         n
     }
 
-    /// The next in-order piece as received (no copy) and whether a message ends with it.
+    /// The next in-order piece (no copy: a piece as received, or a part of a buffer small
+    /// pieces were copied into), never past the end of a message, and whether a message ends
+    /// with it.
     pub fn read_chunk(&mut self) -> Option<(Bytes, bool)> {
-        let p = self.ready.pop_front()?;
-        self.consumed += p.data.len() as u64;
-        Some((p.data, p.eom))
+        let end = self.ends.front().copied();
+        if end == Some(self.consumed) {
+            // An empty message.
+            self.ends.pop_front();
+            self.sync();
+            return Some((Bytes::new(), true));
+        }
+        while self.ready.len() > 1 && self.ready.front().is_some_and(|c| c.bytes().is_empty()) {
+            self.pop_front();
+        }
+        let only = self.ready.len() == 1;
+        let front = self.ready.front_mut()?;
+        let avail = front.bytes().len();
+        if avail == 0 {
+            return None;
+        }
+        let n = match end {
+            Some(e) if ((e - self.consumed) as usize) < avail => (e - self.consumed) as usize,
+            _ => avail,
+        };
+        let out = front.split_to(n);
+        if front.bytes().is_empty() && !(only && front.room() >= COPY_BELOW) {
+            self.pop_front();
+        }
+        self.consumed += n as u64;
+        let eom = end == Some(self.consumed);
+        if eom {
+            self.ends.pop_front();
+        }
+        self.sync();
+        Some((out, eom))
     }
 
     /// Whether a whole message (up to an EOM piece) is readable.
     pub fn has_message(&self) -> bool {
-        self.ready.iter().any(|p| p.eom)
+        !self.ends.is_empty()
     }
 }
 
@@ -356,6 +668,8 @@ impl Reassembly {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     fn bytes(seq: u64, len: usize) -> Bytes {
         (0..len)
@@ -471,6 +785,107 @@ mod tests {
         assert_eq!(&buf[..], &bytes(0, total)[..]);
     }
 
+    /// Issue 77: a window filled with 1-byte pieces in order costs about a byte a byte (each
+    /// was its own buffer and queue entry: ~72 bytes a byte), the meter counts it, and gives
+    /// it all back when the socket goes.
+    #[test]
+    fn one_byte_pieces_in_order_are_coalesced_and_charged_by_what_they_hold() {
+        let window = 1u64 << 20;
+        let meter = Arc::new(AtomicU64::new(0));
+        let mut r = Reassembly::with_share(window, share(window, 1 << 16)).metered(meter.clone());
+        for seq in 0..window {
+            assert_eq!(r.insert(seq, bytes(seq, 1), false), Ok(Placed::InOrder));
+        }
+        let charged = r.charged();
+        assert!(
+            charged <= window + window / 16,
+            "{charged} bytes charged for {window}"
+        );
+        assert_eq!(meter.load(Ordering::Relaxed), charged);
+        let mut buf = vec![0u8; window as usize];
+        assert_eq!(r.read(&mut buf), window as usize);
+        assert_eq!(&buf[..], &bytes(0, window as usize)[..]);
+        assert!(r.charged() < 8 * CHUNK as u64, "{}", r.charged());
+        drop(r);
+        assert_eq!(meter.load(Ordering::Relaxed), 0);
+    }
+
+    /// Honest patterns at their most costly stay within the share: small and large pieces
+    /// alternating, a whole window of small pieces out of order behind a gap, and window-sized
+    /// frames with the front one partly read while the next window arrives.
+    #[test]
+    fn honest_worst_cases_stay_within_the_share() {
+        let window = 1u64 << 20;
+        let frame = 1u64 << 20;
+        let mut r = Reassembly::with_share(window, share(window, frame));
+        let mut seq = 0;
+        while seq + 4097 <= window {
+            r.insert(seq, bytes(seq, 1), false).unwrap();
+            r.insert(seq + 1, bytes(seq + 1, 4096), false).unwrap();
+            seq += 4097;
+        }
+        assert!(r.charged() <= r.share(), "{} of {}", r.charged(), r.share());
+        let mut o = Reassembly::with_share(window, share(window, frame));
+        let mut seq = 1;
+        while seq + 700 <= window {
+            assert_eq!(
+                o.insert(seq, bytes(seq, 700), false),
+                Ok(Placed::OutOfOrder)
+            );
+            seq += 700;
+        }
+        assert!(o.charged() <= o.share(), "{} of {}", o.charged(), o.share());
+        assert_eq!(o.insert(0, bytes(0, 1), false), Ok(Placed::InOrder));
+        assert!(o.charged() <= o.share(), "{} of {}", o.charged(), o.share());
+        let mut w = Reassembly::with_share(window, share(window, frame));
+        w.insert(0, bytes(0, frame as usize), false).unwrap();
+        let mut half = vec![0u8; frame as usize / 2 + 1];
+        w.read(&mut half);
+        w.insert(frame, bytes(frame, frame as usize / 2), false)
+            .unwrap();
+        assert!(w.charged() <= w.share(), "{} of {}", w.charged(), w.share());
+    }
+
+    /// A peer whose pieces cost more than the share (1-byte messages: a message end each) is
+    /// refused by name, well inside the window.
+    #[test]
+    fn pieces_that_cost_past_the_share_are_refused() {
+        let window = 1u64 << 20;
+        let mut r = Reassembly::with_share(window, share(window, 1 << 16));
+        let mut refused = None;
+        for seq in 0..window {
+            if let Err(e) = r.insert(seq, bytes(seq, 1), true) {
+                refused = Some((seq, e));
+                break;
+            }
+        }
+        let (at, e) = refused.expect("never refused");
+        assert!(matches!(e, ReorderError::OverShare { .. }), "{e}");
+        assert!(at < window, "{at}");
+        assert!(e.to_string().contains("share"), "{e}");
+    }
+
+    /// Message ends survive coalescing: small pieces copied into one buffer come back one
+    /// message at a time, and an empty message is one too.
+    #[test]
+    fn messages_coalesced_into_one_buffer_come_back_one_by_one() {
+        let mut r = Reassembly::new(1 << 20);
+        r.insert(0, Bytes::from_static(b"ab"), true).unwrap();
+        r.insert(2, Bytes::from_static(b"c"), false).unwrap();
+        r.insert(3, Bytes::from_static(b"d"), true).unwrap();
+        r.insert(4, Bytes::new(), true).unwrap();
+        r.insert(4, Bytes::from_static(b"e"), false).unwrap();
+        assert!(r.has_message());
+        assert_eq!(r.read_chunk(), Some((Bytes::from_static(b"ab"), true)));
+        assert_eq!(r.read_chunk(), Some((Bytes::from_static(b"cd"), true)));
+        assert_eq!(r.read_chunk(), Some((Bytes::new(), true)));
+        assert!(!r.has_message());
+        assert_eq!(r.read_chunk(), Some((Bytes::from_static(b"e"), false)));
+        assert_eq!(r.read_chunk(), None);
+        r.insert(5, Bytes::from_static(b"f"), false).unwrap();
+        assert_eq!(r.read_chunk(), Some((Bytes::from_static(b"f"), false)));
+    }
+
     proptest! {
         // Any permutation of a stream's pieces, interleaved with reads of any size, gives back
         // exactly the stream; memory held never exceeds the window.
@@ -497,6 +912,7 @@ mod tests {
             for (seq, data) in pieces {
                 r.insert(seq, data, false).unwrap();
                 prop_assert!(r.held() <= total);
+                prop_assert!(r.charged() <= r.share());
                 let n = r.read(&mut buf);
                 out.extend_from_slice(&buf[..n]);
             }

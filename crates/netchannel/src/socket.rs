@@ -141,7 +141,22 @@ pub(crate) struct VsShared {
 }
 
 impl VsShared {
+    /// Bounds what the socket's receive side may hold (buffers and bookkeeping charged as
+    /// they are): the session's `Config::receive_share`. Set before anything arrives.
+    pub fn holding_at_most(mut self, share: u64) -> VsShared {
+        let rx = self.rx.get_mut().unwrap_or_else(|p| p.into_inner());
+        rx.re = Reassembly::with_share(rx.re.window(), share);
+        self
+    }
+
+    /// Gives the socket its lease; what its receive side holds is then counted in the
+    /// endpoint's charge too.
     pub fn leased(mut self, lease: Option<crate::limits::Lease>) -> VsShared {
+        if let Some(l) = &lease {
+            let rx = self.rx.get_mut().unwrap_or_else(|p| p.into_inner());
+            let re = std::mem::replace(&mut rx.re, Reassembly::new(0));
+            rx.re = re.metered(l.meter());
+        }
         self.lease = lease;
         self
     }

@@ -330,16 +330,14 @@ fn hostile_peers_are_cut_off_with_bounded_memory() {
     // A peer that connects and says nothing is dropped after hello_timeout.
     let mut silent = TcpStream::connect(addr).unwrap();
     assert!(closed_by_peer(&mut silent));
-    // A peer may open only as many sockets as session_memory / window allows.
-    let tight = Endpoint::listen(
-        "127.0.0.1:0".parse().unwrap(),
-        Config {
-            window: 1 << 20,
-            session_memory: 3 << 20,
-            ..Config::default()
-        },
-    )
-    .unwrap();
+    // A peer may open only as many sockets as session_memory / receive share (a window and
+    // what holding it may cost) allows.
+    let mut cfg = Config {
+        window: 1 << 20,
+        ..Config::default()
+    };
+    cfg.session_memory = 3 * cfg.receive_share();
+    let tight = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
     let _tl = tight.bind(5).unwrap();
     let c = Endpoint::new(Config::default()).unwrap();
     let ta = tight.local_addr().unwrap();

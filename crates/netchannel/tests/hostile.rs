@@ -501,3 +501,124 @@ fn a_peer_that_stops_reading_never_holds_a_writer_that_may_not_wait() {
     assert!(written > 0 && written < 64 << 20, "{written} bytes taken");
     drop(s);
 }
+
+/// Issue 77, item 1: a peer filling every window it may lease with 1-byte DATA frames, in
+/// order, the application reading none. Receive memory is charged by what it holds (small
+/// pieces are coalesced into shared buffers), so the prefix's cap holds for what the process
+/// really keeps, not just for payload bytes. (Before: each 1-byte frame was its own allocation
+/// and queue entry, ~72 bytes a byte: +288 MiB for a 4 MiB cap.)
+#[test]
+fn one_byte_frames_stay_within_the_receive_memory_cap() {
+    let _g = serial();
+    let window = 1u32 << 20;
+    let cap = 4u64 << 20;
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            window,
+            max_frame: 64 * 1024,
+            max_receive_memory_per_prefix: cap,
+            max_receive_memory: cap,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let l = server.bind(9).unwrap();
+    let mut s = one_channel("127.0.0.1", addr, 80);
+    // OPENs past the cap: the ones beyond it are reset.
+    for port in 0..8u16 {
+        s.write_all(&frame(FrameType::Open, 40000 + port, 9, 65536, 0, 0))
+            .unwrap();
+    }
+    let mut open = Vec::new();
+    let mut answers = 0;
+    while answers < 8 {
+        let (h, _) = read_frame(&mut s).unwrap();
+        match h.kind {
+            FrameType::OpenAck => open.push(h.dst_port),
+            FrameType::Rst => {}
+            _ => continue,
+        }
+        answers += 1;
+    }
+    assert!(!open.is_empty() && open.len() < 8, "{open:?} opened");
+    let mut victims = Vec::new();
+    for _ in &open {
+        victims.push(l.accept_timeout(Duration::from_secs(5)).unwrap());
+    }
+    let before = rss();
+    // A whole window of 1-byte frames on each socket the server took, and one byte past it.
+    let mut frames = 0u64;
+    for &port in &open {
+        let mut buf = Vec::with_capacity(1 << 20);
+        for seq in 0..=u64::from(window) {
+            buf.extend(frame(FrameType::Data, port, 9, 0, seq, 1));
+            buf.push(seq as u8);
+            frames += 1;
+            if buf.len() >= 1 << 20 {
+                if let Err(e) = s.write_all(&buf) {
+                    panic!("{e} after {frames} frames: {:?}", server.stats());
+                }
+                buf.clear();
+            }
+        }
+        s.write_all(&buf).unwrap();
+    }
+    // Every frame handled (counted by the channel) before memory is read.
+    let frames_in = |server: &Endpoint| -> u64 {
+        server
+            .stats()
+            .sessions
+            .iter()
+            .map(|x| x.channels[0].frames_in)
+            .sum()
+    };
+    let t = Instant::now();
+    while frames_in(&server) < frames + 8 && t.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(frames_in(&server) >= frames + 8, "{:?}", server.stats());
+    let grown = rss().saturating_sub(before);
+    let stats = server.stats();
+    eprintln!(
+        "{} sockets filled with {frames} 1-byte frames: {} bytes held (charged), {} leased, \
+         RSS +{} KiB",
+        open.len(),
+        stats.receive_memory_held,
+        stats.receive_memory_leased,
+        grown >> 10
+    );
+    // What the sockets hold, charged by allocation, is within what they leased, and that
+    // within the cap.
+    assert!(stats.receive_memory_leased <= cap, "{stats:?}");
+    assert!(
+        stats.receive_memory_held <= stats.receive_memory_leased,
+        "{stats:?}"
+    );
+    assert!(
+        stats.receive_memory_held >= open.len() as u64 * u64::from(window),
+        "{stats:?}"
+    );
+    // The cap, plus what the test's own buffers and the allocator's slack may add.
+    assert!(
+        grown < cap + (12 << 20),
+        "memory grew by {} MiB for a {} MiB cap",
+        grown >> 20,
+        cap >> 20
+    );
+    // The byte past each window reset its socket; the application is told why.
+    for v in &victims {
+        let mut b = vec![0u8; window as usize];
+        let mut got = 0;
+        let e = loop {
+            match (&*v).read(&mut b) {
+                Ok(0) => panic!("EOF instead of a reset"),
+                Ok(n) => got += n,
+                Err(e) => break e,
+            }
+        };
+        assert!(got <= window as usize, "{got}");
+        assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    }
+}

@@ -147,17 +147,16 @@ fn channels_are_capped_for_the_whole_endpoint() {
 fn receive_memory_is_leased_per_socket_and_capped_per_prefix() {
     let _g = serial();
     let window = 64 << 10;
-    let server = Endpoint::listen(
-        "127.0.0.1:0".parse().unwrap(),
-        Config {
-            window,
-            max_frame: 1 << 16,
-            max_receive_memory_per_prefix: 16 * u64::from(window),
-            max_receive_memory: 64 * u64::from(window),
-            ..Config::default()
-        },
-    )
-    .unwrap();
+    let mut cfg = Config {
+        window,
+        max_frame: 1 << 16,
+        ..Config::default()
+    };
+    // Each socket leases its receive share: the window and what holding it may cost.
+    let share = cfg.receive_share();
+    cfg.max_receive_memory_per_prefix = 16 * share;
+    cfg.max_receive_memory = 64 * share;
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
     let addr = server.local_addr().unwrap();
     let l = server.bind(9).unwrap();
     // Two addresses of one prefix, 20 OPENs each.
@@ -188,7 +187,7 @@ fn receive_memory_is_leased_per_socket_and_capped_per_prefix() {
     }
     assert_eq!((acks, resets), (16, 24));
     let stats = server.stats();
-    assert_eq!(stats.receive_memory_leased, 16 * u64::from(window));
+    assert_eq!(stats.receive_memory_leased, 16 * share);
     assert_eq!(stats.rejected_opens, 24);
     let why = stats.last_rejection.unwrap_or_default();
     assert!(why.contains("max_receive_memory_per_prefix"), "{why}");
@@ -403,4 +402,180 @@ fn one_prefix_cannot_take_every_channel() {
     assert!(why.contains("max_channels_per_prefix"), "{why}");
     let c = link("127.7.0.1", 4).expect("another prefix's link");
     drop((a, b, c));
+}
+
+/// Issue 77, item 2: silent connections from eight /24s, eight each (every place of
+/// `max_handshakes`, inside every per-address and per-prefix cap as they stood), re-dialled
+/// as soon as the server drops them (at the HELLO deadline, or evicted). A legitimate peer
+/// from a ninth prefix, whose HELLOs come at once, opens every session it asks for: a full
+/// table evicts the oldest silent connection of the prefix holding the most, never the new
+/// dial. (Before: 32 silent connections from each of two /24s kept all 64 places; a
+/// legitimate peer opened 0 of 56 sessions.)
+#[test]
+fn re_dialled_silent_handshakes_never_keep_a_prompt_peer_out() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let _g = serial();
+    let server = Endpoint::listen(
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            hello_timeout: Duration::from_secs(2),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let _l = server.bind(1).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let dials = Arc::new(AtomicU64::new(0));
+    let mut attackers = Vec::new();
+    for net in 1..=8 {
+        for host in 1..=4 {
+            for _ in 0..2 {
+                let (stop, dials) = (stop.clone(), dials.clone());
+                let from = format!("127.8.{net}.{host}");
+                attackers.push(std::thread::spawn(move || {
+                    let mut buf = [0u8; 64];
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut s = connect_from(&from, addr);
+                        dials.fetch_add(1, Ordering::Relaxed);
+                        s.set_read_timeout(Some(Duration::from_millis(100)))
+                            .unwrap();
+                        // Silent until the server closes it; then dial again.
+                        loop {
+                            match s.read(&mut buf) {
+                                Ok(_) => break,
+                                Err(e)
+                                    if e.kind() == ErrorKind::WouldBlock
+                                        || e.kind() == ErrorKind::TimedOut =>
+                                {
+                                    if stop.load(Ordering::Relaxed) {
+                                        return;
+                                    }
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }));
+            }
+        }
+    }
+    // All 64 dialled (each holds a place, or was refused and dials again).
+    let t = Instant::now();
+    while dials.load(Ordering::Relaxed) < 64 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut opened = 0;
+    let mut last = None;
+    let mut held = Vec::new();
+    for _ in 0..12 {
+        let client = Endpoint::new(Config {
+            hello_timeout: Duration::from_secs(10),
+            ..Config::default()
+        })
+        .unwrap();
+        match client.connect(addr, 1, SocketOptions::default()) {
+            Ok(c) => {
+                opened += 1;
+                held.push((client, c));
+            }
+            Err(e) => last = Some(e.to_string()),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.join().unwrap();
+    }
+    eprintln!(
+        "{opened} of 12 sessions opened beside {} silent dials; server: {:?}",
+        dials.load(Ordering::Relaxed),
+        server.stats().last_rejection
+    );
+    assert_eq!(
+        opened,
+        12,
+        "{last:?}; server: {:?}",
+        server.stats().last_rejection
+    );
+}
+
+/// Issue 77, item 2: idle sessions from four /24s, each opening as many as its addresses
+/// may (64 addresses, four each), take only their prefixes' shares; a new prefix still gets
+/// a session. (Before: four /24s took all 256 places, 64 each.)
+#[test]
+fn idle_sessions_from_four_prefixes_leave_places_for_a_new_prefix() {
+    let _g = serial();
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let mut held = Vec::new();
+    let mut link = 1u64;
+    for net in 1..=4 {
+        for host in 1..=16 {
+            for _ in 0..4 {
+                if let Some(s) = one_channel(&format!("127.9.{net}.{host}"), addr, link) {
+                    held.push(s);
+                }
+                link += 1;
+            }
+        }
+    }
+    let cfg = Config::default();
+    assert!(
+        held.len() <= 4 * cfg.max_sessions_per_prefix,
+        "{} sessions from four /24s",
+        held.len()
+    );
+    // The new prefix first: with every place taken, it was refused (max_sessions).
+    served(&server, 1);
+    let why = rejection(&server, "max_sessions_per_prefix");
+    assert!(why.contains("max_sessions_per_prefix"), "{why}");
+    drop(held);
+}
+
+/// Issue 77, item 2: part of the session table is kept for prefixes already served. New
+/// prefixes fill every other place; one more new prefix is refused, naming the reserve, while
+/// a peer whose prefix had a session a moment ago comes back.
+#[test]
+fn places_are_kept_for_prefixes_already_served() {
+    let _g = serial();
+    let cfg = Config {
+        max_sessions: 32,
+        session_reserve: 8,
+        max_sessions_per_prefix: 4,
+        reserved_sessions_per_prefix: 2,
+        ..Config::default()
+    };
+    let server = Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    // The returning peer's first visit.
+    let first = one_channel("127.10.0.1", addr, 1).expect("a first session");
+    drop(first);
+    let t = Instant::now();
+    while !server.stats().sessions.is_empty() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Six new prefixes, four sessions each: the 24 places not kept.
+    let mut held = Vec::new();
+    let mut link = 100u64;
+    for net in 1..=6 {
+        for host in 1..=4 {
+            held.push(
+                one_channel(&format!("127.11.{net}.{host}"), addr, link)
+                    .expect("a session inside the open places"),
+            );
+            link += 1;
+        }
+    }
+    assert!(
+        one_channel("127.12.0.1", addr, 999).is_none(),
+        "a new prefix took a kept place"
+    );
+    let why = rejection(&server, "session_reserve");
+    assert!(why.contains("session_reserve"), "{why}");
+    // A prefix already served, at its own share, gets no kept place either.
+    assert!(one_channel("127.11.1.5", addr, 998).is_none());
+    let back = one_channel("127.10.0.2", addr, 2).expect("the served prefix comes back");
+    drop((back, held));
 }

@@ -270,6 +270,12 @@ fn one_peer_cannot_take_every_place_of_the_server_cap_run_to_completion() {
 
 fn peer_cap(cfg: Config) {
     use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
+    // The endpoint's own bound on one session's sockets (session_memory / receive share)
+    // is kept out of the way: this is the proxy's per-peer cap.
+    let cfg = Config {
+        session_memory: 128 * cfg.receive_share(),
+        ..cfg
+    };
     use socket2::{Domain, SockAddr, Socket, Type};
     // An echo backend.
     let backend = TcpListener::bind("127.0.0.1:0").unwrap();

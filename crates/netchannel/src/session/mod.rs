@@ -447,9 +447,10 @@ impl Session {
     }
 
     /// Sockets this session may hold: the configured maximum, and no more than the session's
-    /// memory allows at one window each.
+    /// memory allows at one receive share each (what a socket may hold here:
+    /// [`crate::reorder::share`]).
     fn socket_limit(&self) -> usize {
-        let by_memory = self.cfg.session_memory / u64::from(self.cfg.window.max(1));
+        let by_memory = self.cfg.session_memory / self.cfg.receive_share().max(1);
         self.cfg.max_sockets.min(by_memory.max(1) as usize)
     }
 
@@ -508,15 +509,18 @@ impl Session {
             } else {
                 local + 1
             };
-            let vs = Arc::new(VsShared::new(
-                local,
-                port,
-                class,
-                policy,
-                u64::from(self.cfg.window),
-                OpenState::Opening,
-                0,
-            ));
+            let vs = Arc::new(
+                VsShared::new(
+                    local,
+                    port,
+                    class,
+                    policy,
+                    u64::from(self.cfg.window),
+                    OpenState::Opening,
+                    0,
+                )
+                .holding_at_most(self.cfg.receive_share()),
+            );
             t.socks.insert((local, port), vs.clone());
             vs
         };

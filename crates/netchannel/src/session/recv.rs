@@ -291,6 +291,7 @@ impl Session {
                     OpenState::Open,
                     self.send_window(h.credit),
                 )
+                .holding_at_most(self.cfg.receive_share())
                 .leased(lease),
             );
             t.socks.insert((h.dst_port, h.src_port), vs.clone());
