@@ -95,7 +95,8 @@ pub struct LaneArgs {
     /// --cpu: it polls without pause).
     #[arg(long, value_name = "CPU")]
     poll_cpu: Option<u32>,
-    /// The service is this systemd unit's processes (default: whoever holds the port).
+    /// The service is this systemd unit's processes (default: whoever holds the port at the
+    /// apply, known from then on by its sockets' uid and addresses).
     #[arg(long, value_name = "UNIT", conflicts_with = "cgroup")]
     unit: Option<String>,
     /// The service is this cgroup's processes (a path below /sys/fs/cgroup).
