@@ -228,7 +228,9 @@ pub(crate) fn recv(obj: &Obj, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
     });
     match r {
         Ok(_) => Ok(got),
-        Err(e) if got > 0 && e == libc::EAGAIN => Ok(got),
+        // Bytes already taken are the program's, whatever stopped the wait for more: TCP
+        // returns what it copied when a signal or the timeout comes (tcp_recvmsg).
+        Err(libc::EAGAIN | libc::EINTR) if got > 0 => Ok(got),
         Err(e) => Err(e),
     }
 }
@@ -275,7 +277,9 @@ pub(crate) fn send(obj: &Obj, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
     });
     match r {
         Ok(()) => Ok(sent),
-        Err(libc::EAGAIN) if sent > 0 => Ok(sent),
+        // As TCP's sendmsg: what was sent before a signal or the timeout is counted (an
+        // EINTR would have the program send it again).
+        Err(libc::EAGAIN | libc::EINTR) if sent > 0 => Ok(sent),
         Err(libc::EPIPE) => {
             if flags & libc::MSG_NOSIGNAL == 0 {
                 // SAFETY: raising a signal on this thread, as the kernel does for EPIPE.
