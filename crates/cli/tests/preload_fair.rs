@@ -282,6 +282,8 @@ fn a_refused_session_falls_back_to_tcp_or_is_refused_never_eio() {
 /// 2. read: SIGUSR2 must make it return -1 with EINTR.
 /// 3. read with SO_RCVTIMEO set: SIGUSR1 must make it return EINTR (a timed socket wait is
 ///    never restarted: sock_intr_errno).
+/// 4. recv(MSG_WAITALL) of 16 bytes when 8 are already there: SIGUSR2 must make it return
+///    those 8 (tcp_recvmsg returns what it copied), not EINTR with the 8 lost.
 ///
 /// Were a signal to land in the instant the preload's wait is between two polls (a channel
 /// arrival wakes it), it would interrupt nothing: in steps 2 and 3 the helper then sends it
@@ -291,6 +293,7 @@ const SIGNALS_C: &str = r#"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -307,7 +310,7 @@ static atomic_int handled[65];
 /* Reads the main thread began and ended: read k is under way while started == k > finished. */
 static atomic_int started, finished;
 static pid_t main_tid;
-static int fd;
+static int fd, recv_flags;
 
 static void on_signal(int sig) { atomic_fetch_add(&handled[sig], 1); }
 
@@ -387,12 +390,15 @@ static void *helper(void *unused) {
     if (write(fd, "one", 3) != 3) fail("write");
     interrupt_until_over(SIGUSR2, 2, "step 2");
     interrupt_until_over(SIGUSR1, 3, "step 3");
+    while (!over(3)) usleep(1000);
+    if (write(fd, "two", 3) != 3) fail("write");
+    interrupt_until_over(SIGUSR2, 4, "step 4");
     return NULL;
 }
 
 static ssize_t read_once(char *buf, size_t len, int *err) {
     atomic_fetch_add(&started, 1);
-    ssize_t n = read(fd, buf, len);
+    ssize_t n = recv_flags ? recv(fd, buf, len, recv_flags) : read(fd, buf, len);
     *err = errno;
     atomic_fetch_add(&finished, 1);
     return n;
@@ -441,6 +447,15 @@ int main(int argc, char **argv) {
     n = read_once(buf, sizeof buf, &err);
     if (!(n == -1 && err == EINTR)) { printf("FAIL step 3: read %zd %s under SIGUSR1 with SO_RCVTIMEO\n", n, n < 0 ? strerrorname_np(err) : ""); fflush(stdout); _exit(1); }
     printf("step 3: EINTR with SO_RCVTIMEO\n");
+
+    /* The reply is here before the read begins, so the read has taken its 8 bytes when it
+       sleeps for the other 8: interrupted, it returns those, as TCP does. */
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    if (poll(&p, 1, 120000) != 1) fail("step 4: the reply never came");
+    recv_flags = MSG_WAITALL;
+    n = read_once(buf, 16, &err);
+    if (n != 8 || memcmp(buf, "pong:two", 8) != 0) { printf("FAIL step 4: recv(MSG_WAITALL) %zd %s under SIGUSR2 with 8 bytes read (TCP returns the 8)\n", n, n < 0 ? strerrorname_np(err) : ""); fflush(stdout); _exit(1); }
+    printf("step 4: the bytes read before the signal are returned\n");
     pthread_join(t, NULL);
     printf("ok %d %d %d\n", atomic_load(&handled[SIGUSR1]), atomic_load(&handled[SIGHUP]), atomic_load(&handled[SIGUSR2]));
     return 0;
