@@ -486,8 +486,11 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
     }
 }
 
-/// Journals in a state directory, oldest first: in the order of the sequence number inside
-/// each ([`Record::Begin`]'s `seq`), never the order of their names.
+/// Journals in a state directory, oldest first: in the order of their sequence numbers
+/// (the `<seq>.jsonl` each apply claimed by an exclusive create, which its begin record
+/// repeats); journals from before sequence numbers first, by start time and pid as numbers,
+/// never as text. The state directory is root's own ([`check_state_dir`]), so a name is as
+/// trustworthy as what is inside.
 pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
     let dir = state_dir.join("journal");
     let held = match HeldDir::open(&dir, true) {
@@ -579,6 +582,21 @@ fn place(path: &Path) -> Place {
         [s, pid, n, ..] => (0, *s, *pid, *n),
         [] => (0, 0, 0, 0),
     };
+    // `<seq>.jsonl`: the number was claimed by creating the file exclusively, and the begin
+    // record inside repeats it. The name alone orders it, so a look at a directory of many
+    // journals (a lane re-applied, a long watch, a scrape) parses none of them. Only a
+    // journal from before sequence numbers is read for its start time.
+    if let [seq] = parts.as_slice()
+        && stem.len() == 12
+        && stem.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Place {
+            seq: *seq,
+            started_unix: 0,
+            pid: 0,
+            n: 0,
+        };
+    }
     match read(path).ok().and_then(|r| r.into_iter().next()) {
         Some(Record::Begin {
             seq, started_unix, ..
@@ -697,12 +715,12 @@ mod tests {
         }
     }
 
-    /// Journals go by the sequence number inside them. Before it, names `<seconds>-<pid>`
-    /// sorted as text put pid 10000 before pid 9999 of the same second, and a second apply of
-    /// one process in that second (`<seconds>-<pid>-1`) before its first: rollback then undid
+    /// Journals go by their sequence number. Before it, names `<seconds>-<pid>` sorted as
+    /// text put pid 10000 before pid 9999 of the same second, and a second apply of one
+    /// process in that second (`<seconds>-<pid>-1`) before its first: rollback then undid
     /// the older apply first and left the knob at the value in between.
     #[test]
-    fn journals_are_ordered_by_their_sequence_not_their_names() {
+    fn journals_are_ordered_by_their_sequence_numbers() {
         let dir = tempfile::tempdir().unwrap();
         let mut made = Vec::new();
         for _ in 0..12 {
@@ -716,17 +734,22 @@ mod tests {
         assert_eq!(j.seq(), 13);
         assert_eq!(Journal::create(dir.path()).unwrap().seq(), 14);
         assert_eq!(list(dir.path()).unwrap().len(), 14);
-        // The order is the one inside, whatever the names say.
-        let swapped = tempfile::tempdir().unwrap();
-        let jd = swapped.path().join("journal");
+        // The order is the numbers', not the text's: 10 after 9, whatever a clock said.
+        let many = tempfile::tempdir().unwrap();
+        let jd = many.path().join("journal");
         fs::create_dir(&jd).unwrap();
         let line = |r: &Record| serde_json::to_string(r).unwrap() + "\n";
-        fs::write(jd.join("000000000001.jsonl"), line(&begin(2, 5))).unwrap();
-        fs::write(jd.join("000000000002.jsonl"), line(&begin(1, 9))).unwrap();
-        let l = list(swapped.path()).unwrap();
-        assert!(l[0].ends_with("000000000002.jsonl"), "{l:?}");
-        // The next claims one more than the highest inside.
-        assert_eq!(Journal::create(swapped.path()).unwrap().seq(), 3);
+        fs::write(jd.join("000000000010.jsonl"), line(&begin(10, 5))).unwrap();
+        fs::write(jd.join("000000000009.jsonl"), line(&begin(9, 9))).unwrap();
+        let l = list(many.path()).unwrap();
+        assert!(l[0].ends_with("000000000009.jsonl"), "{l:?}");
+        // The next claims one more than the highest.
+        assert_eq!(Journal::create(many.path()).unwrap().seq(), 11);
+        // Nothing is parsed to order them: a journal that does not parse (being written,
+        // torn) keeps the place its name claimed.
+        fs::write(jd.join("000000000012.jsonl"), "{\"type\":\"beg").unwrap();
+        let l = list(many.path()).unwrap();
+        assert!(l.last().unwrap().ends_with("000000000012.jsonl"), "{l:?}");
     }
 
     /// Compaction removes only journals with nothing left to undo, keeps the newest `keep`
