@@ -226,6 +226,9 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
             let Kind::Connecting { done, kernel, .. } = &obj.kind else {
                 return;
             };
+            // Taken now whatever the outcome: kept past it, the descriptor would live as long
+            // as anything holds this object (an epoll registration does).
+            let kept = kernel.lock().unwrap_or_else(|p| p.into_inner()).take();
             let outcome = match r {
                 Ok(vs) => {
                     let local = addr::unspecified_like(&to, vs.local_port());
@@ -246,7 +249,6 @@ pub(crate) fn connect(fd: c_int, to: SocketAddr) -> Result<Option<()>, c_int> {
                             "connect to {to} (non-blocking): netchannel peer {peer} {} ({e})",
                             r.what()
                         );
-                        let kept = kernel.lock().unwrap_or_else(|p| p.into_inner()).take();
                         match kept.map(|k| tcp_instead(&obj, to, &k)) {
                             Some(Ok(())) => {
                                 sys::say(&format!("{why}; this connection goes over plain TCP"));
