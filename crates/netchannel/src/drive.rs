@@ -251,8 +251,20 @@ impl DrivenChannel {
 
     fn pump_as(&self, app: bool) -> Pumped {
         let p = &self.0;
-        let Ok(mut r) = p.reader.try_lock() else {
-            return Pumped::Busy;
+        let mut r = match p.reader.try_lock() {
+            Ok(r) => r,
+            Err(std::sync::TryLockError::WouldBlock) => return Pumped::Busy,
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                // A pump panicked mid-frame (on a runtime's thread the task just ends): the
+                // reader's state is unknown, so the channel fails as a dead path would,
+                // instead of every later pump answering Busy for ever.
+                let session = p.session.upgrade();
+                self.finish(
+                    session.as_ref(),
+                    "internal error: a pump of this channel panicked",
+                );
+                return Pumped::Closed;
+            }
         };
         if p.done.load(Ordering::Acquire) {
             return Pumped::Closed;

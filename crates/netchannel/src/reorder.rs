@@ -361,7 +361,16 @@ impl Reassembly {
         eom: bool,
     ) -> Result<(Placed, (u64, u64)), ReorderError> {
         let mut seq = seq;
-        let end = seq + data.len() as u64;
+        // An offset near 2^64 is refused, not wrapped. The wire decoder already refuses such
+        // a frame (SeqOverflow), but this is public and fuzzed on its own.
+        let Some(end) = seq.checked_add(data.len() as u64) else {
+            return Err(ReorderError::WindowExceeded {
+                seq,
+                end: u64::MAX,
+                consumed: self.consumed,
+                window: self.window,
+            });
+        };
         if seq < self.next {
             if end <= self.next {
                 return Ok((Placed::Duplicate, (seq, end)));
@@ -863,6 +872,20 @@ mod tests {
         assert!(matches!(e, ReorderError::OverShare { .. }), "{e}");
         assert!(at < window, "{at}");
         assert!(e.to_string().contains("share"), "{e}");
+    }
+
+    /// A piece whose offset plus length passes 2^64 is refused as beyond the window, never
+    /// wrapped (the decoder refuses such frames first; the reassembly is public).
+    #[test]
+    fn an_offset_near_the_end_of_u64_is_refused_not_wrapped() {
+        let mut r = Reassembly::new(1 << 20);
+        let e = r.insert(u64::MAX - 3, bytes(0, 100), false).unwrap_err();
+        assert!(matches!(e, ReorderError::WindowExceeded { .. }), "{e}");
+        assert!(matches!(
+            r.insert(u64::MAX, bytes(0, 1), false),
+            Err(ReorderError::WindowExceeded { .. })
+        ));
+        assert_eq!(r.held(), 0);
     }
 
     /// Message ends survive coalescing: small pieces copied into one buffer come back one

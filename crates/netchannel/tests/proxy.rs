@@ -420,3 +420,106 @@ fn a_drain_refuses_new_connections_and_waits_for_the_open_ones() {
     app.read_to_end(&mut rest).unwrap();
     assert_eq!(rig.client.drain(Duration::from_secs(10)), 0);
 }
+
+/// Issue 77, item 3: a flood of DATA frames for sockets the proxy server does not have (no
+/// socket, a socket its application closed, any offset up to the largest), from a peer that
+/// never reads the replies, four times over: each flood costs only its own channel (cut off
+/// at `max_queued_control`), and the server still proxies a real connection.
+#[test]
+fn orphan_data_floods_leave_the_proxy_server_serving() {
+    use netchannel::wire::{FrameType, HEADER_LEN, Header, Hello};
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in backend.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut r = c.try_clone().unwrap();
+                let _ = std::io::copy(&mut r, &mut c);
+            });
+        }
+    });
+    // As `netsteer netchannel proxy server` sets it up.
+    let cfg = Config {
+        app_driven: true,
+        inline_send: true,
+        async_inline_send: true,
+        ..Config::default()
+    };
+    let log: Log = Arc::new(|_: &str| {});
+    let server_ep =
+        Arc::new(Endpoint::listen("127.0.0.1:0".parse().unwrap(), cfg.clone()).unwrap());
+    let peer = server_ep.local_addr().unwrap();
+    let _server = Proxy::server(
+        server_ep.clone(),
+        &[Backend {
+            port: 80,
+            backend: backend_addr,
+        }],
+        Limits::default(),
+        log.clone(),
+    )
+    .unwrap();
+    for round in 0..4u64 {
+        let mut s = TcpStream::connect(peer).unwrap();
+        let hello = Hello {
+            version: u16::from(netchannel::wire::VERSION),
+            link_id: 7700 + round,
+            channel_index: 0,
+            class: Class::Throughput,
+            throughput_channels: 1,
+            latency_channels: 0,
+            max_frame: 65536,
+        };
+        s.write_all(&hello.encode()).unwrap();
+        let mut answer = [0u8; HEADER_LEN + 32];
+        s.read_exact(&mut answer).unwrap();
+        // A socket that exists and is then closed by its backend's side: OPEN port 80,
+        // FIN, so the server's side ends and lingers or goes.
+        s.write_all(&Header::control(FrameType::Open, 40000, 80, 65536, 0).encode())
+            .unwrap();
+        s.write_all(&Header::control(FrameType::Fin, 40000, 80, 0, 0).encode())
+            .unwrap();
+        let mut batch = Vec::new();
+        let mut k = 0u64;
+        for (i, seq) in [0, 1, 1 << 40, u64::MAX - 3, u64::MAX].iter().enumerate() {
+            for len in [0u32, 1, 100, 40_000] {
+                for src in [40000u16, 40001, 65535] {
+                    let mut h = Header::control(FrameType::Data, src, 80 + i as u16 % 2, 0, *seq);
+                    h.len = len;
+                    batch.extend(h.encode());
+                    batch.extend(std::iter::repeat_n(k as u8, len as usize));
+                    k += 1;
+                }
+            }
+        }
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut written = 0u64;
+        while written < 64 << 20 {
+            if s.write_all(&batch).is_err() {
+                break;
+            }
+            written += batch.len() as u64;
+        }
+        drop(s);
+    }
+    // The server still proxies.
+    let client_ep = Arc::new(Endpoint::new(cfg).unwrap());
+    let client = Proxy::client(
+        client_ep,
+        peer,
+        &[Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            port: 80,
+            class: Class::Throughput,
+        }],
+        Limits::default(),
+        log,
+    )
+    .unwrap();
+    let mut app = connect(client.local_addrs()[0]);
+    app.write_all(b"still here").unwrap();
+    let mut got = [0u8; 10];
+    app.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"still here");
+}
