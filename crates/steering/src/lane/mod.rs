@@ -20,16 +20,15 @@
 //! compacted to the newest few, and the search for the sockets' holders reads the
 //! descriptors of their candidates only (the owner's uid, or the unit's processes).
 
-use crate::model::planner::lane::{LaneClaim, LaneError, LaneProcess};
+use crate::model::planner::lane::{LaneClaim, LaneError};
 use crate::tune::apply::ApplyOptions;
 use crate::tune::journal::{self, Record};
 use crate::tune::{ApplyReport, Plan, RollbackReport, Target, TuneError, Tuner};
 use netsteer_host::HostFs;
-use netsteer_host::sockets::{self, OwnerScan, Proto, SocketRow};
+use netsteer_host::sockets::{self, OwnerScan, SocketRow};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -38,7 +37,10 @@ pub use crate::model::planner::lane::{
     LaneMode, LaneSpec, LaneSpec as Spec, ServiceRef, plan_lane, valid_lane_name,
 };
 
+pub mod service;
 pub mod text;
+pub use service::{FULL_SCAN_EVERY, SeenService, ServiceOwner, in_cgroup};
+use service::{addr_list, service_err};
 
 /// The lane as asked, in its directory.
 pub const SPEC_FILE: &str = "lane.json";
@@ -76,30 +78,6 @@ pub enum LaneOpError {
     Held(String, String),
 }
 
-/// Who the service of a lane of "whoever holds the port" is: the uid its sockets have in the
-/// socket table (`/proc/net/{tcp,udp}{,6}`, whoever created them) and their local addresses
-/// (an address's kind is its socket's family), for the port they were found on. Recorded
-/// when the lane is applied and kept while the lane is recorded (a `lane apply` for another
-/// port records it again; `lane remove` forgets it).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ServiceOwner {
-    pub proto: Proto,
-    pub port: u16,
-    pub uid: u32,
-    pub addrs: BTreeSet<IpAddr>,
-}
-
-impl ServiceOwner {
-    /// Whether `row` is one of the service's sockets.
-    pub fn owns(&self, row: &SocketRow) -> bool {
-        row.uid == self.uid && self.addrs.contains(&row.local)
-    }
-
-    fn serves(&self, spec: &LaneSpec) -> bool {
-        self.proto == spec.proto && self.port == spec.port
-    }
-}
-
 /// What the lanes' readers did so far: journals parsed, processes and descriptors read to find
 /// sockets' holders. The holder's cost is these; tests bound them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -127,17 +105,6 @@ impl WorkCounter {
         self.descriptors
             .fetch_add(s.descriptors as u64, Ordering::Relaxed);
     }
-}
-
-/// The sockets serving a lane now.
-struct Served {
-    /// Its sockets: for a port's service, its owner's; for a unit or cgroup, every socket on
-    /// the port (the group's processes tell).
-    inodes: BTreeSet<u64>,
-    /// A port's service's owner: the one recorded, or the one found now (a first apply).
-    owner: Option<ServiceOwner>,
-    /// The sockets on the port that are not the owner's.
-    others: Vec<SocketRow>,
 }
 
 fn state_err(path: &Path) -> impl FnOnce(io::Error) -> LaneOpError + '_ {
@@ -292,204 +259,6 @@ impl Lanes {
         spec.queue_of(n)
     }
 
-    /// The owner recorded for lane `name` (None: none recorded, as for a lane of a unit or
-    /// cgroup, or one recorded before owners were).
-    pub fn owner(&self, name: &str) -> Result<Option<ServiceOwner>, LaneOpError> {
-        let path = self.lane_dir(name)?.join(OWNER_FILE);
-        // A state file like a journal (root's, writable by nobody else): it decides whose
-        // processes root pins.
-        let bytes = match journal::read_state_file(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(state_err(&path)(e)),
-        };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| state_err(&path)(io::Error::new(io::ErrorKind::InvalidData, e)))
-    }
-
-    /// The recorded owner that names `spec`'s service: a port's lane's, for the same port.
-    fn owner_for(&self, spec: &LaneSpec) -> Result<Option<ServiceOwner>, LaneOpError> {
-        if spec.service != ServiceRef::Port {
-            return Ok(None);
-        }
-        Ok(self.owner(&spec.name)?.filter(|o| o.serves(spec)))
-    }
-
-    /// The sockets serving `spec` now, for the `recorded` owner (or, with none, the owner the
-    /// port's sockets make now: one uid, or the lane is refused).
-    fn served(
-        &self,
-        spec: &LaneSpec,
-        recorded: Option<&ServiceOwner>,
-    ) -> Result<Served, LaneOpError> {
-        let rows = sockets::serving_rows(&self.fs, spec.proto, spec.port)
-            .map_err(|e| service_err(spec, e))?;
-        if spec.service != ServiceRef::Port {
-            return Ok(Served {
-                inodes: rows.iter().map(|r| r.inode).collect(),
-                owner: None,
-                others: Vec::new(),
-            });
-        }
-        let owner = match recorded {
-            Some(o) => Some(o.clone()),
-            None => owner_of(spec, &rows)?,
-        };
-        let (mine, others): (Vec<SocketRow>, Vec<SocketRow>) = rows
-            .into_iter()
-            .partition(|r| owner.as_ref().is_some_and(|o| o.owns(r)));
-        Ok(Served {
-            inodes: mine.iter().map(|r| r.inode).collect(),
-            owner,
-            others,
-        })
-    }
-
-    /// The service's processes, given the sockets serving it: their holders among the
-    /// candidates (the owner's uid's processes and the children of holders; a unit's or
-    /// cgroup's processes), never every process's descriptors.
-    fn holders(&self, spec: &LaneSpec, served: &Served) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let pids: Vec<u32> = match (&spec.service, &served.owner) {
-            (ServiceRef::Port, _) if served.inodes.is_empty() => Vec::new(),
-            (ServiceRef::Port, Some(owner)) => {
-                let scan = sockets::socket_owners_of_uid(&self.fs, &served.inodes, owner.uid)
-                    .map_err(|e| service_err(spec, e))?;
-                self.work.scan(&scan);
-                scan.pids
-            }
-            (ServiceRef::Port, None) => Vec::new(),
-            (ServiceRef::Unit(_) | ServiceRef::Cgroup(_), _) => {
-                // The group first, nobody on the port or not: a unit systemd does not know
-                // is refused whether or not the port is held.
-                let group = self.group_pids(&spec.service)?;
-                let scan =
-                    sockets::socket_owners_among(&self.fs, &served.inodes, group.iter().copied());
-                self.work.scan(&scan);
-                if scan.pids.is_empty() {
-                    Vec::new()
-                } else {
-                    group.into_iter().collect()
-                }
-            }
-        };
-        Ok(pids
-            .into_iter()
-            .filter_map(|pid| self.process(pid))
-            .collect())
-    }
-
-    /// The service's processes now: the holders of its owner's sockets on its port, or (for a
-    /// unit or cgroup) the group's processes once one of them holds the port. Empty: not
-    /// running.
-    pub fn service(&self, spec: &LaneSpec) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let recorded = self.owner_for(spec)?;
-        let served = self.served(spec, recorded.as_ref())?;
-        self.holders(spec, &served)
-    }
-
-    /// As [`Lanes::service`], through what the holder saw last: while the service's sockets
-    /// are the same and each process seen is still the same process, the search for their
-    /// holders is skipped. What that misses: a process forked after the search inherits the
-    /// service's CPU affinity (sched_setaffinity is inherited across fork and exec), so the
-    /// lane already holds it; a new socket of the service (SO_REUSEPORT, a restart) changes
-    /// the inodes; a descriptor passed over a Unix socket is found by the search every
-    /// [`FULL_SCAN_EVERY`] looks. Another user's socket on the port is not the service's: it
-    /// changes nothing here.
-    pub fn service_seen(
-        &self,
-        spec: &LaneSpec,
-        seen: &mut Option<SeenService>,
-    ) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let recorded = self.owner_for(spec)?;
-        let served = self.served(spec, recorded.as_ref())?;
-        if let Some(s) = seen.as_mut()
-            && s.inodes == served.inodes
-            && !served.inodes.is_empty()
-            && !s.procs.is_empty()
-            && s.looks < FULL_SCAN_EVERY
-            && s.procs
-                .iter()
-                .all(|p| self.start_of(p.pid) == Some(p.start))
-        {
-            s.looks += 1;
-            return Ok(s.procs.clone());
-        }
-        let procs = self.holders(spec, &served)?;
-        *seen = Some(SeenService {
-            inodes: served.inodes,
-            procs: procs.clone(),
-            looks: 0,
-        });
-        Ok(procs)
-    }
-
-    /// A process's start time (`/proc/PID/stat` field 22): with its pid, which process it is.
-    fn start_of(&self, pid: u32) -> Option<u64> {
-        self.fs
-            .read_parsed(
-                format!("/proc/{pid}/stat"),
-                netsteer_host::process::parse_start_time,
-            )
-            .ok()
-    }
-
-    fn process(&self, pid: u32) -> Option<LaneProcess> {
-        use netsteer_host::process::parse_status_allowed;
-        let start = self.start_of(pid)?;
-        Some(LaneProcess {
-            pid,
-            start,
-            comm: self
-                .fs
-                .read_value(format!("/proc/{pid}/comm"))
-                .unwrap_or_default(),
-            allowed: self
-                .fs
-                .read_parsed(format!("/proc/{pid}/status"), parse_status_allowed)
-                .ok(),
-        })
-    }
-
-    /// The processes of a unit's or cgroup's cgroup, by each process's own
-    /// `/proc/PID/cgroup` (so it works where /sys/fs/cgroup is not mounted, as in `ip netns
-    /// exec`, which mounts a fresh sysfs).
-    fn group_pids(&self, service: &ServiceRef) -> Result<BTreeSet<u32>, LaneOpError> {
-        let (flag, rel) = match service {
-            ServiceRef::Port => return Ok(BTreeSet::new()),
-            ServiceRef::Cgroup(c) => ("--cgroup", c.clone()),
-            // A stopped unit has no cgroup: no process of it runs.
-            ServiceRef::Unit(u) => match unit_cgroup(u)? {
-                Some(c) => ("--unit", c),
-                None => return Ok(BTreeSet::new()),
-            },
-        };
-        let rel = rel.trim_matches('/').to_string();
-        if rel.is_empty()
-            || rel
-                .split('/')
-                .any(|c| c == ".." || c == "." || c.is_empty())
-        {
-            return Err(LaneOpError::Service(format!(
-                "{flag} {rel:?}: a path below /sys/fs/cgroup, without '.', '..' or '//'"
-            )));
-        }
-        let scan = self.fs.unrecorded();
-        let pids: Vec<u32> = scan
-            .read_dir("/proc")
-            .map_err(|e| LaneOpError::Service(format!("/proc: {e}")))?
-            .iter()
-            .filter_map(|e| e.parse().ok())
-            .collect();
-        Ok(pids
-            .into_iter()
-            .filter(|pid| {
-                scan.read(format!("/proc/{pid}/cgroup"))
-                    .is_ok_and(|text| in_cgroup(&text, &rel))
-            })
-            .collect())
-    }
-
     /// The plan of `spec` for its service as it runs now.
     pub fn plan(&self, spec: &LaneSpec) -> Result<Plan, LaneOpError> {
         Ok(self.plan_for(spec)?.0)
@@ -612,8 +381,9 @@ impl Lanes {
     /// apply or the rollback that came before it.
     fn compact(&self, name: &str) {
         let Ok(dir) = self.lane_dir(name) else { return };
-        if let Ok((all, parsed)) = journals_by_name(&dir) {
-            self.work.journals(parsed + 2 * all.len());
+        // Compaction reads each journal once to see whether it is rolled back.
+        if let Ok(all) = journal::list(&dir) {
+            self.work.journals(all.len());
         }
         let _ = journal::compact(&dir, KEEP_JOURNALS);
     }
@@ -861,104 +631,15 @@ impl Lanes {
     }
 }
 
-fn service_err(spec: &LaneSpec, e: netsteer_host::HostError) -> LaneOpError {
-    LaneOpError::Service(format!("--{} {}: {e}", spec.proto, spec.port))
-}
-
-/// Looks at the service between two full /proc scans (0.2 s each by default: 2 s).
-pub const FULL_SCAN_EVERY: u32 = 10;
-
-/// What the holder saw of the service at its last full scan.
-#[derive(Debug, Clone)]
-pub struct SeenService {
-    inodes: BTreeSet<u64>,
-    procs: Vec<LaneProcess>,
-    looks: u32,
-}
-
-/// The owner the port's sockets make now, for a lane of "whoever holds the port" that has
-/// none recorded: their one uid and their addresses. Sockets of several uids are refused: a
-/// lane serves one service, and which of them it is cannot be told from the port.
-fn owner_of(spec: &LaneSpec, rows: &[SocketRow]) -> Result<Option<ServiceOwner>, LaneOpError> {
-    let uids: BTreeSet<u32> = rows.iter().map(|r| r.uid).collect();
-    match uids.len() {
-        0 => Ok(None),
-        1 => Ok(Some(ServiceOwner {
-            proto: spec.proto,
-            port: spec.port,
-            uid: rows[0].uid,
-            addrs: rows.iter().map(|r| r.local).collect(),
-        })),
-        _ => {
-            let held: BTreeSet<String> = rows
-                .iter()
-                .map(|r| format!("uid {} on {}", r.uid, r.local))
-                .collect();
-            Err(LaneOpError::Service(format!(
-                "--{} {}: sockets of {} users hold the port ({}): a lane serves one service; name it with --unit or --cgroup, or stop the others",
-                spec.proto,
-                spec.port,
-                uids.len(),
-                held.into_iter().collect::<Vec<_>>().join(", ")
-            )))
-        }
-    }
-}
-
-fn addr_list(addrs: &BTreeSet<IpAddr>) -> String {
-    addrs
-        .iter()
-        .map(IpAddr::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The journals of a state directory in their order, by name alone (`<seq>.jsonl`, the
-/// sequence number tune's journal gives each, [`journal::Journal::create`]) with the number
-/// of journals parsed to get it: none, unless a journal of the older `<seconds>-<pid>.jsonl`
-/// naming is there, when tune's own order ([`journal::list`], which parses each) is used.
-fn journals_by_name(state_dir: &Path) -> io::Result<(Vec<PathBuf>, usize)> {
-    let dir = state_dir.join("journal");
-    let rd = match std::fs::symlink_metadata(&dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(e) => return Err(e),
-        // A link where the directory should be: tune's reader says why.
-        Ok(m) if !m.is_dir() => return journal::list(state_dir).map(|l| (l, 0)),
-        Ok(_) => {
-            // What tune's list checks before trusting the journals it finds: a directory
-            // nobody else could have written into (each journal's own owner and mode are
-            // checked as it is read).
-            journal::check_state_dir(&dir)?;
-            std::fs::read_dir(&dir)?
-        }
-    };
-    let mut named = Vec::new();
-    for e in rd {
-        let e = e?;
-        if !e.file_type().is_ok_and(|t| t.is_file()) {
-            continue;
-        }
-        let name = e.file_name();
-        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
-            continue;
-        };
-        match stem.parse::<u64>() {
-            Ok(seq) if stem.bytes().all(|b| b.is_ascii_digit()) => named.push((seq, e.path())),
-            _ => {
-                let all = journal::list(state_dir)?;
-                let n = all.len();
-                return Ok((all, n));
-            }
-        }
-    }
-    named.sort();
-    Ok((named.into_iter().map(|(_, p)| p).collect(), 0))
-}
-
-/// The newest journal of a state directory (by its name: [`journals_by_name`]), and the
-/// number of journals parsed to find it.
+/// The newest journal of a state directory ([`journal::list`], which orders by the sequence
+/// number in the names and so parses none but journals from before sequence numbers), and
+/// how many it parsed.
 pub fn newest_journal(state_dir: &Path) -> io::Result<(Option<PathBuf>, usize)> {
-    let (mut all, parsed) = journals_by_name(state_dir)?;
+    let mut all = journal::list(state_dir)?;
+    let parsed = all
+        .iter()
+        .filter(|p| !journal::named_by_sequence(p))
+        .count();
     Ok((all.pop(), parsed))
 }
 
@@ -990,81 +671,6 @@ fn sleep_unless(stop: &dyn Fn() -> bool, d: Duration) {
     }
 }
 
-/// Whether a `/proc/PID/cgroup` text puts the process in `rel`, a path below /sys/fs/cgroup:
-/// on cgroup v2 the unified path (`0::/rel`); on v1 either a hierarchy's path (`rel` whole) or
-/// a hierarchy named by its first component (`cpu,cpuacct/grp` → the line whose controllers
-/// are `cpu,cpuacct`, or one of them, with the path `/grp`).
-pub fn in_cgroup(text: &str, rel: &str) -> bool {
-    let whole = format!("/{rel}");
-    let split = rel.split_once('/');
-    text.lines().any(|line| {
-        let mut f = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
-            return false;
-        };
-        if path == whole {
-            return true;
-        }
-        split.is_some_and(|(c, rest)| {
-            path.strip_prefix('/') == Some(rest)
-                && (controllers == c
-                    || controllers
-                        .split(',')
-                        .any(|x| x == c || x.strip_prefix("name=") == Some(c)))
-        })
-    })
-}
-
-/// The cgroup of a systemd unit (`systemctl show -p LoadState -p ControlGroup`); None while
-/// the unit is stopped: systemd empties `ControlGroup` when a unit goes inactive (a failed
-/// unit may keep it until reset, and its cgroup is then empty). A unit systemd does not know
-/// is an error naming it, not a service that never starts.
-fn unit_cgroup(unit: &str) -> Result<Option<String>, LaneOpError> {
-    let ok = !unit.is_empty()
-        && unit.len() <= 256
-        && !unit.starts_with('-')
-        && unit
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.@:\\".contains(c));
-    if !ok {
-        return Err(LaneOpError::Service(format!(
-            "--unit {unit:?}: not a unit name"
-        )));
-    }
-    let out = std::process::Command::new("systemctl")
-        .args(["show", "-p", "LoadState", "-p", "ControlGroup", unit])
-        .output()
-        .map_err(|e| LaneOpError::Service(format!("--unit {unit}: systemctl: {e}")))?;
-    if !out.status.success() {
-        return Err(LaneOpError::Service(format!(
-            "--unit {unit}: systemctl show: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    parse_unit_show(unit, &String::from_utf8_lossy(&out.stdout))
-}
-
-/// `systemctl show -p LoadState -p ControlGroup`'s `KEY=VALUE` lines.
-fn parse_unit_show(unit: &str, text: &str) -> Result<Option<String>, LaneOpError> {
-    let get = |k: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
-            .map(str::trim)
-    };
-    match get("LoadState") {
-        Some("loaded") => {}
-        state => {
-            return Err(LaneOpError::Service(format!(
-                "--unit {unit}: not a unit systemd has loaded (LoadState={})",
-                state.unwrap_or("absent")
-            )));
-        }
-    }
-    Ok(get("ControlGroup")
-        .filter(|c| !c.is_empty())
-        .map(str::to_string))
-}
-
 /// `OpenOptions` without following a link at the last component.
 trait NoFollow {
     fn custom_flags_nofollow(&mut self) -> &mut Self;
@@ -1074,47 +680,5 @@ impl NoFollow for std::fs::OpenOptions {
     fn custom_flags_nofollow(&mut self) -> &mut Self {
         use std::os::unix::fs::OpenOptionsExt;
         self.custom_flags(libc::O_NOFOLLOW)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::in_cgroup;
-
-    #[test]
-    fn a_units_cgroup_from_systemctl_show() {
-        use super::parse_unit_show;
-        let running = "LoadState=loaded\nControlGroup=/system.slice/echo.service\n";
-        assert_eq!(
-            parse_unit_show("echo.service", running).unwrap().as_deref(),
-            Some("/system.slice/echo.service")
-        );
-        // Stopped: systemd shows the property empty.
-        let stopped = "LoadState=loaded\nControlGroup=\n";
-        assert_eq!(parse_unit_show("echo.service", stopped).unwrap(), None);
-        let unknown = "LoadState=not-found\nControlGroup=\n";
-        let e = parse_unit_show("nosuch.service", unknown).unwrap_err();
-        assert!(
-            e.to_string().contains(
-                "--unit nosuch.service: not a unit systemd has loaded (LoadState=not-found)"
-            ),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn cgroup_membership_on_v1_and_v2() {
-        let v2 = "0::/system.slice/echo.service\n";
-        assert!(in_cgroup(v2, "system.slice/echo.service"));
-        assert!(!in_cgroup(v2, "system.slice/other.service"));
-        assert!(!in_cgroup(v2, "system.slice"));
-        let v1 = "12:blkio:/grp\n11:cpu,cpuacct:/grp2\n1:name=systemd:/system.slice/echo.service\n";
-        assert!(in_cgroup(v1, "blkio/grp"));
-        assert!(in_cgroup(v1, "cpu,cpuacct/grp2"));
-        assert!(in_cgroup(v1, "cpu/grp2"));
-        assert!(in_cgroup(v1, "system.slice/echo.service"));
-        assert!(in_cgroup(v1, "systemd/system.slice/echo.service"));
-        assert!(!in_cgroup(v1, "blkio/grp2"));
-        assert!(!in_cgroup(v1, "memory/grp"));
     }
 }

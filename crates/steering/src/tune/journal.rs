@@ -570,6 +570,14 @@ fn order(held: &HeldDir, dir: &Path) -> io::Result<Vec<(Place, PathBuf)>> {
     Ok(out)
 }
 
+/// Whether a journal's name is its sequence number (`<12 digits>.jsonl`), which orders it
+/// without reading it; journals from before sequence numbers are read for their place.
+pub fn named_by_sequence(path: &Path) -> bool {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .is_some_and(|s| s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn place(path: &Path) -> Place {
     let stem = path
         .file_stem()
@@ -587,8 +595,7 @@ fn place(path: &Path) -> Place {
     // journals (a lane re-applied, a long watch, a scrape) parses none of them. Only a
     // journal from before sequence numbers is read for its start time.
     if let [seq] = parts.as_slice()
-        && stem.len() == 12
-        && stem.bytes().all(|b| b.is_ascii_digit())
+        && named_by_sequence(path)
     {
         return Place {
             seq: *seq,
