@@ -76,9 +76,12 @@ pub struct Config {
     /// for each read: one byte every few seconds does not hold a place longer), how long a
     /// connecting side waits for the whole answer, and how long a link may take to assemble.
     pub hello_timeout: Duration,
-    /// Channel connections in handshake at once; more are closed at once (HELLO floods).
+    /// Channel connections in handshake at once. A new one past it closes the oldest silent
+    /// connection (no whole HELLO yet) of the prefix holding the most; only when none is
+    /// silent is the new one closed (HELLO floods).
     pub max_handshakes: usize,
-    /// Links (sessions) half-assembled at once.
+    /// Links (sessions) half-assembled at once; a new link past it closes the oldest
+    /// half-built link of the prefix holding the most.
     pub max_pending_links: usize,
     /// Links half-assembled at once from one peer address, so one peer cannot hold every
     /// place of `max_pending_links` (and of `max_handshakes`) by keeping single-HELLO links
@@ -106,7 +109,8 @@ pub struct Config {
     /// silent connection (of the prefix holding the most), so re-dialled silent connections
     /// cannot keep every place.
     pub max_handshakes_per_prefix: usize,
-    /// Links half-assembled at once from one source prefix.
+    /// Links half-assembled at once from one source prefix (1/8 of `max_pending_links` by
+    /// default); a new link past it closes the prefix's oldest half-built one.
     pub max_pending_links_per_prefix: usize,
     /// Sessions accepted from one source prefix and alive at once (a small share of
     /// `max_sessions`, 1/16 by default).

@@ -10,7 +10,10 @@
 //! channel, a duplicate index, too many half-built links, handshakes or sessions (in all, or
 //! from one peer address), more channels than `max_accepted_channels`, or too few file
 //! descriptors left below RLIMIT_NOFILE — closes the offending connection and is counted in
-//! [`Stats::rejected_channels`], with the limit named in [`Stats::last_rejection`].
+//! [`Stats::rejected_channels`], with the limit named in [`Stats::last_rejection`]. Full
+//! handshake and half-built-link tables make room instead, by closing the oldest silent
+//! connection or unfinished link of the prefix holding the most (named the same way), and
+//! part of the session table is kept for prefixes served recently ([`crate::limits`]).
 
 use crate::config::{Config, SocketOptions};
 use crate::copy::CopyPool;
