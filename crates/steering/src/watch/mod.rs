@@ -47,12 +47,14 @@ mod budget;
 mod doctor;
 mod guard;
 mod reclaim;
+mod reverse;
+mod run;
 mod state;
 mod text;
 mod undo;
 
 use crate::doctor::{Goal, Load};
-use crate::model::desired::{Format, Profile};
+use crate::model::desired::Profile;
 use crate::model::planner::{Knob, PlanOptions};
 use crate::tune::{ApplyOptions, TuneError, Tuner};
 use guard::Cost;
@@ -61,6 +63,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
+pub use run::{RunOptions, Source, parse_replay, run};
 pub use state::{ADVICE_FILE, OWNED_FILE, StandingAdvice, read_advice};
 pub use text::text;
 
@@ -867,57 +870,6 @@ impl Proposal {
     }
 }
 
-impl Watcher {
-    /// Why `p` would undo its own reflex's recent move on one of its knobs, if it would: the
-    /// change gives the knob back what the move took away, within `reverse_window`.
-    fn reverses(&self, p: &Proposal, now: f64) -> Option<String> {
-        let window = self.cfg.reverse_window.as_secs_f64();
-        p.advice.changes.iter().find_map(|c| {
-            let m = self.moves.get(&c.path)?;
-            let ago = now - m.at;
-            (m.reflex == p.reflex && ago < window && gives_back(&c.path, &m.from, &m.to, &c.to))
-                .then(|| {
-                    format!(
-                        "{} would give {} back what it moved off it {ago:.0} s ago ({} → {}, now → {}): a move undone this soon chases the load from CPU to CPU; {} sleeps for {} until the watcher restarts",
-                        p.reflex.name(),
-                        c.path,
-                        m.from,
-                        m.to,
-                        c.to,
-                        p.reflex.name(),
-                        c.path
-                    )
-                })
-        })
-    }
-}
-
-/// Whether `next` gives a knob moved `before` → `after` back what the move took away: for a
-/// CPU mask or list, a CPU the move removed; for a number, a step back towards `before`;
-/// otherwise `before` itself.
-fn gives_back(path: &str, before: &str, after: &str, next: &str) -> bool {
-    let format = Knob::kind_of(path).map_or(Format::Text, |(_, f)| f);
-    let sets = match format {
-        Format::Mask => [before, after, next].map(|v| netsteer_host::CpuSet::parse_mask(v).ok()),
-        Format::List => {
-            [before, after, next].map(|v| netsteer_host::CpuSet::parse_list(v, None).ok())
-        }
-        _ => [None, None, None],
-    };
-    if let [Some(b), Some(a), Some(n)] = sets {
-        return !n.intersection(&b.difference(&a)).is_empty();
-    }
-    // Counts (sysctls compare as text, and a count is a number there too).
-    if let (Ok(b), Ok(a), Ok(n)) = (
-        before.trim().parse::<i64>(),
-        after.trim().parse::<i64>(),
-        next.trim().parse::<i64>(),
-    ) {
-        return (n - a).signum() * (a - b).signum() < 0;
-    }
-    format.same(before, next)
-}
-
 /// A rollback's reason with the knobs it left as someone else set them.
 fn with_left(why: String, left: &[String]) -> String {
     match left {
@@ -932,149 +884,4 @@ pub(crate) fn same_value(path: &str, a: &str, b: &str) -> bool {
     Knob::kind_of(path)
         .map_or(crate::model::desired::Format::Text, |(_, f)| f)
         .same(a, b)
-}
-
-/// Where the intervals come from.
-#[derive(Debug, Clone)]
-pub enum Source {
-    /// The live host: one reading per interval.
-    Live,
-    /// Recorded loads, one per interval (`doctor --json`'s `load`, one JSON object a line),
-    /// replayed against a `--root` tree as fast as they are read: what the watcher would have
-    /// said and done during a recorded incident.
-    Replay(Vec<Load>),
-}
-
-/// How a run goes.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub interval: Duration,
-    /// None: until `stop` says so (live) or the recording ends (replay).
-    pub duration: Option<Duration>,
-    /// Roll back what the watcher still owns when it stops (not the default: a service that
-    /// relies on a change must not lose it because the watcher restarted).
-    pub rollback_on_exit: bool,
-    pub source: Source,
-}
-
-/// Parses a recording: one `Load` per non-empty line; errors name the line.
-pub fn parse_replay(text: &str) -> Result<Vec<Load>, String> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 1)))
-        .collect()
-}
-
-/// Runs `w` over its source: on the live host one reading per interval (the one load
-/// sampler), the host view read again every ten intervals and after each change; a replay
-/// steps through its loads against the tree. Every event is handed to `emit` as it happens.
-pub fn run(
-    mut w: Watcher,
-    opts: &RunOptions,
-    stop: &dyn Fn() -> bool,
-    emit: &mut dyn FnMut(&Event) -> std::io::Result<()>,
-) -> Result<(), String> {
-    use crate::model::load::Reading;
-    use std::time::Instant;
-    let fs = w.tuner.fs().clone();
-    let io = |e: std::io::Error| e.to_string();
-    // The tuner's view: with NIC settings when it reads them (the rss reflex needs the table).
-    let mut view = w.tuner.view();
-    let mut at = 0.0;
-    let step = |w: &mut Watcher, view: &mut HostView, at: f64, load: &Load, fresh: &mut u32| {
-        let events = w.step(at, view, load);
-        *fresh += 1;
-        if *fresh >= 10
-            || events
-                .iter()
-                .any(|e| matches!(e, Event::Applied { .. } | Event::RolledBack { .. }))
-        {
-            *view = w.tuner.view();
-            *fresh = 0;
-        }
-        events
-    };
-    let mut fresh = 0u32;
-    match &opts.source {
-        Source::Replay(loads) => {
-            if fs.is_live() {
-                return Err(
-                    "a replay is for a --root tree: recorded loads must not change the live host"
-                        .into(),
-                );
-            }
-            for load in loads {
-                if stop() || opts.duration.is_some_and(|d| at >= d.as_secs_f64()) {
-                    break;
-                }
-                at += opts.interval.as_secs_f64();
-                step(&mut w, &mut view, at, load, &mut fresh)
-                    .iter()
-                    .try_for_each(&mut *emit)
-                    .map_err(io)?;
-            }
-        }
-        Source::Live => {
-            if !fs.is_live() {
-                return Err(
-                    "watch reads the live host's counters; a --root tree has none (give --replay FILE)"
-                        .into(),
-                );
-            }
-            let take = |t| Reading::take(&fs, t).map_err(|e| format!("reading counters: {e}"));
-            let start = Instant::now();
-            let mut prev = take(start)?;
-            emit(&Event::Started {
-                at: 0.0,
-                apply: w.cfg.apply,
-                interval_s: opts.interval.as_secs_f64(),
-            })
-            .map_err(io)?;
-            loop {
-                let due = prev.at + opts.interval;
-                while Instant::now() < due && !stop() {
-                    std::thread::sleep((due - Instant::now()).min(Duration::from_millis(100)));
-                }
-                if stop() || opts.duration.is_some_and(|d| start.elapsed() >= d) {
-                    break;
-                }
-                let cur = take(Instant::now())?;
-                let load = cur.since(&prev);
-                prev = cur;
-                at = start.elapsed().as_secs_f64();
-                step(&mut w, &mut view, at, &load, &mut fresh)
-                    .iter()
-                    .try_for_each(&mut *emit)
-                    .map_err(io)?;
-            }
-        }
-    }
-    for e in w.finish(at, opts.rollback_on_exit) {
-        emit(&e).map_err(io)?;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gives_back;
-
-    const RPS: &str = "/sys/class/net/eth0/queues/rx-0/rps_cpus";
-    const BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
-
-    #[test]
-    fn a_change_gives_back_what_a_move_took_away() {
-        // CPU 1 → CPU 0, then back to CPU 1 (issue 77's flip-flop), or onto CPUs 0 and 1.
-        assert!(gives_back(RPS, "2", "1", "2"));
-        assert!(gives_back(RPS, "2", "1", "3"));
-        // Off CPU 4 onto the rest, then off CPU 5 too: a new move, not a reversal.
-        assert!(!gives_back(RPS, "0010", "ffef", "ffcf"));
-        // Counts: back down after a raise is a reversal, further up is not.
-        assert!(gives_back(BACKLOG, "1000", "2000", "1500"));
-        assert!(!gives_back(BACKLOG, "1000", "2000", "4000"));
-        // Anything else: only the value from before.
-        assert!(gives_back("nic/eth0/rss/indirection", "0 0", "0 1", "0 0"));
-        assert!(!gives_back("nic/eth0/rss/indirection", "0 0", "0 1", "1 1"));
-    }
 }
