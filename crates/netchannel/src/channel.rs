@@ -46,6 +46,9 @@ pub const WRITER_LINGER: std::time::Duration = std::time::Duration::from_secs(1)
 /// Starts a channel's writer thread (the session's `run_channel` sets it).
 pub type WriterSpawn = Box<dyn Fn() -> io::Result<()> + Send + Sync>;
 
+/// Queue entries a channel keeps allocated once its queue has drained.
+const KEEP_QUEUED: usize = 256;
+
 /// Payloads at least this large go through a send copy worker when the channel has some.
 const SEND_OFFLOAD_MIN: usize = 64 * 1024;
 
@@ -475,6 +478,11 @@ impl Channel {
             {
                 let mut q = lock(&self.tx);
                 q.writing = false;
+                if q.frames.is_empty() && q.frames.capacity() > KEEP_QUEUED {
+                    // A burst of replies (a peer flooding DATA for no socket) grew the queue
+                    // to thousands of entries; kept, that was ~1 MiB on every such channel.
+                    q.frames.shrink_to(KEEP_QUEUED);
+                }
                 // drain() waiters and inline senders watch the same condvar.
                 self.tx_cv.notify_all();
                 if let Err(e) = res {

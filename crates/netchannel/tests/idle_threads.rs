@@ -75,6 +75,12 @@ fn idle_channels_cost_no_thread_and_one_standby_serves_them_all() {
         1,
         "one standby for nine channels"
     );
+    // A thread names itself once it runs, so a reader spawned a moment ago may still carry
+    // its parent's name: wait (bounded) for all nine to show.
+    let t = std::time::Instant::now();
+    while threads_named("nc-rx") < 9 && t.elapsed() < Duration::from_secs(10) {
+        thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(threads_named("nc-rx"), 9, "the clients' reader threads");
     // Idle past the writers' linger: no writer thread is left anywhere.
     thread::sleep(netchannel::WRITER_LINGER + Duration::from_millis(1500));
