@@ -71,10 +71,14 @@ pub const MERGE_BELOW: usize = 16 * 1024;
 /// slack and its queue entry) is then at most a fifth of it.
 pub const COPY_BELOW: usize = 4096;
 
-/// Capacity of a tail buffer small in-order pieces are copied into. A tail that closes
+/// Largest tail buffer small in-order pieces are copied into (a run's buffers grow from
+/// [`FIRST_CHUNK`] to it). A tail that closes
 /// (a large piece follows, or the next small one does not fit) with more than an eighth of
 /// it unused is copied down to its size, so only the open tail wastes room.
 pub const CHUNK: usize = 64 * 1024;
+
+/// Capacity of the first tail buffer of a run of small pieces (the next ones double).
+const FIRST_CHUNK: usize = 1024;
 
 /// What a buffer of `bytes` costs beyond them: the allocator's header and rounding, and the
 /// reference count a shared buffer carries.
@@ -508,8 +512,20 @@ impl Reassembly {
         let len = data.len();
         if len < COPY_BELOW {
             if self.ready.back().is_none_or(|c| c.room() < len) {
+                // A run of small pieces gets buffers twice as large each time, up to CHUNK;
+                // one alone gets a small one (a socket drained between small messages holds
+                // nothing, as before: a 64 KiB buffer kept per idle socket would cost 256 MiB
+                // over 4,096 of them).
+                let cap = match self.ready.back() {
+                    Some(Chunk {
+                        buf: Store::Owned(_),
+                        cost,
+                    }) => (2 * (cost - ALLOC_OVERHEAD) as usize).min(CHUNK),
+                    _ => FIRST_CHUNK,
+                }
+                .max(len);
                 self.close_tail();
-                let m = BytesMut::with_capacity(CHUNK);
+                let m = BytesMut::with_capacity(cap);
                 let cost = m.capacity() as u64 + ALLOC_OVERHEAD;
                 self.push_chunk(Store::Owned(m), cost);
             }
@@ -586,7 +602,6 @@ impl Reassembly {
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
         let mut n = 0;
         while n < buf.len() {
-            let only = self.ready.len() == 1;
             let Some(front) = self.ready.front_mut() else {
                 break;
             };
@@ -596,11 +611,6 @@ impl Reassembly {
             front.advance(take);
             n += take;
             if front.bytes().is_empty() {
-                if only && front.room() >= COPY_BELOW {
-                    // The tail buffer, read empty, takes the next small pieces (a fresh one
-                    // per small message would cost an allocation each).
-                    break;
-                }
                 self.pop_front();
             }
         }
@@ -641,10 +651,6 @@ impl Reassembly {
             self.sync();
             return Some((Bytes::new(), true));
         }
-        while self.ready.len() > 1 && self.ready.front().is_some_and(|c| c.bytes().is_empty()) {
-            self.pop_front();
-        }
-        let only = self.ready.len() == 1;
         let front = self.ready.front_mut()?;
         let avail = front.bytes().len();
         if avail == 0 {
@@ -655,7 +661,7 @@ impl Reassembly {
             _ => avail,
         };
         let out = front.split_to(n);
-        if front.bytes().is_empty() && !(only && front.room() >= COPY_BELOW) {
+        if front.bytes().is_empty() {
             self.pop_front();
         }
         self.consumed += n as u64;
@@ -806,8 +812,9 @@ mod tests {
             assert_eq!(r.insert(seq, bytes(seq, 1), false), Ok(Placed::InOrder));
         }
         let charged = r.charged();
+        // The bytes, the unused end of the open tail buffer and the queue's entries.
         assert!(
-            charged <= window + window / 16,
+            charged <= window + CHUNK as u64 + 4096,
             "{charged} bytes charged for {window}"
         );
         assert_eq!(meter.load(Ordering::Relaxed), charged);
@@ -815,6 +822,17 @@ mod tests {
         assert_eq!(r.read(&mut buf), window as usize);
         assert_eq!(&buf[..], &bytes(0, window as usize)[..]);
         assert!(r.charged() < 8 * CHUNK as u64, "{}", r.charged());
+        // Drained between small messages, a socket keeps no buffer.
+        for k in 0..100u64 {
+            let seq = window + 100 * k;
+            r.insert(seq, bytes(seq, 100), true).unwrap();
+            assert_eq!(r.read(&mut buf[..100]), 100);
+            assert!(
+                r.charged() < 4096,
+                "{} bytes charged when drained",
+                r.charged()
+            );
+        }
         drop(r);
         assert_eq!(meter.load(Ordering::Relaxed), 0);
     }
