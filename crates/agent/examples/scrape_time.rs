@@ -1,6 +1,8 @@
 //! In-process scrape time of a tree (no HTTP, no process start): what one scrape of the agent
-//! costs for a host of that shape. `cargo run --release -p netsteer-agent --example scrape_time
-//! -- fixtures/hosts/mlx5-128cpu [N]`
+//! costs for a host of that shape, as the agent serves it (its sampler's tick held, the
+//! counters read and everything encoded), and what a tick costs (the settings read and the
+//! doctor evaluated, once an interval). `cargo run --release -p netsteer-agent --example
+//! scrape_time -- fixtures/hosts/mlx5-128cpu [N]`
 use netsteer_agent::{Agent, AgentOptions, NicSource, Rates, encode};
 use netsteer_host::HostFs;
 use std::time::{Instant, SystemTime};
@@ -25,19 +27,25 @@ fn main() {
             trace: None,
         },
     );
+    let mut ticks = Vec::with_capacity(n);
     let mut times = Vec::with_capacity(n);
     let mut series = 0;
     for _ in 0..n {
+        let t = Instant::now();
+        agent.tick(Instant::now(), SystemTime::now());
+        ticks.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         let text = encode(agent.scrape(Instant::now(), SystemTime::now()));
         times.push(t.elapsed().as_secs_f64() * 1e3);
         series = text.lines().filter(|l| !l.starts_with('#')).count();
     }
-    times.sort_by(f64::total_cmp);
-    println!(
-        "{root}: {n} scrapes, ms min/median/max {:.2}/{:.2}/{:.2}, {series} series",
-        times[0],
-        times[n / 2],
-        times[n - 1]
-    );
+    for (what, t) in [("scrapes", &mut times), ("ticks", &mut ticks)] {
+        t.sort_by(f64::total_cmp);
+        println!(
+            "{root}: {n} {what}, ms min/median/max {:.2}/{:.2}/{:.2}, {series} series",
+            t[0],
+            t[n / 2],
+            t[n - 1]
+        );
+    }
 }

@@ -73,6 +73,14 @@ struct Sampled {
     rates: Option<(Load, SystemTime)>,
 }
 
+/// An evaluation of the host that scrapes serve: every family but the counters', the
+/// collectors' statuses that go with them, and the view the counters are labelled by.
+struct Held {
+    out: Families,
+    success: Vec<(&'static str, Option<String>)>,
+    view: HostView,
+}
+
 pub struct Agent {
     fs: HostFs,
     nic: NicSource,
@@ -82,6 +90,8 @@ pub struct Agent {
     previous: Mutex<Kept>,
     /// Apart from `previous`, so a sample never waits for a scrape's whole read.
     sampled: Mutex<Sampled>,
+    /// The sampler's last evaluation ([`Agent::tick`]).
+    held: Mutex<Option<Arc<Held>>>,
 }
 
 /// Labels are `&'static str` keys with owned values.
@@ -163,6 +173,7 @@ impl Agent {
             opts,
             previous: Mutex::new(Kept::default()),
             sampled: Mutex::new(Sampled::default()),
+            held: Mutex::new(None),
         }
     }
 
@@ -195,20 +206,23 @@ impl Agent {
         }
     }
 
-    /// Starts the sampler's thread ([`Rates::Sampled`]; nothing for a tree): a sample now and
-    /// then every interval, on a clock of its own (a late sample does not shift the next), until
-    /// the agent is dropped.
+    /// Starts the sampler's thread: a [`Agent::tick`] now and then every interval (the
+    /// rates' interval, [`RATE_INTERVAL`] for a tree), on a clock of its own (a late tick does
+    /// not shift the next), until the agent is dropped. Scrapes then read only the counters
+    /// and serve the rest from the last tick: a 128-CPU host's settings take most of a
+    /// scrape's time to read (BENCHMARKS.md).
     pub fn start_sampler(self: &Arc<Self>) -> std::io::Result<()> {
-        let Rates::Sampled { every } = self.opts.rates else {
-            return Ok(());
+        let every = match self.opts.rates {
+            Rates::Sampled { every } => every,
+            Rates::SinceBoot => RATE_INTERVAL,
         };
         let agent = Arc::downgrade(self);
         std::thread::Builder::new()
-            .name("agent-rates".into())
+            .name("agent-sampler".into())
             .spawn(move || {
                 let start = Instant::now();
                 while let Some(agent) = agent.upgrade() {
-                    agent.sample(Instant::now(), SystemTime::now());
+                    agent.tick(Instant::now(), SystemTime::now());
                     drop(agent);
                     let elapsed = start.elapsed();
                     let next = (elapsed.as_nanos() / every.as_nanos().max(1)) as u32 + 1;
@@ -242,37 +256,36 @@ impl Agent {
 
     /// Reads the host and returns the scrape's families, the doctor judging by the sampler's
     /// rates ([`Rates`]). `now` times the counters' reading and `wall` stamps the evaluation
-    /// (both injected, so tests choose them).
+    /// (both injected, so tests choose them). The counters are read at every scrape; the rest
+    /// (the settings, the doctor's findings, tune's and watch's state) is the sampler's last
+    /// evaluation when it runs ([`Agent::start_sampler`]), else evaluated now.
     pub fn scrape(&self, now: Instant, wall: SystemTime) -> Vec<Family> {
-        let mut previous = self
-            .previous
+        let fs = &self.fs;
+        // Without /proc/stat there is no counter sample, but the net counters are still read
+        // for the collectors that need only them.
+        let reading = Reading::take(fs, now);
+        let held = self
+            .held
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut out = Families::default();
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let held = match held {
+            Some(h) => h,
+            None => Arc::new(self.evaluate(reading.as_ref().ok(), wall)),
+        };
+        let mut out = held.out.clone();
+        let devices = self.devices(&held.view);
         // Each collector with whether it worked and, when it did not, why: every collector is
         // reported every scrape, so a blind one is a 0 with its reason, never a missing series.
         let mut success: Vec<(&'static str, Option<String>)> = Vec::new();
         let mut fail =
             |collector: &'static str, why: Option<String>| success.push((collector, why));
         let broke = |worked: bool| (!worked).then(|| "could not be read".to_string());
-        let fs = &self.fs;
-        let nic = (self.nic)();
-        let settings = |name: &str| match &nic {
-            Ok(b) => b.settings(name),
-            Err(reason) => NicSettings::unavailable(reason),
-        };
-        let view = read_host_reusing(fs, Some(&settings), previous.topology.as_ref());
-        previous.topology = Some(view.topology.clone());
-        let devices = self.devices(&view);
-
-        // Without /proc/stat there is no counter sample, but the net counters are still read
-        // for the collectors that need only them.
-        let reading = Reading::take(fs, now);
         let net = match &reading {
             Ok(r) => r.net.clone(),
             Err(_) => read_net_counters(fs),
         };
-        let load = match reading {
+        match &reading {
             Ok(r) => {
                 let c = &r.counters;
                 fail("stat", None);
@@ -297,12 +310,6 @@ impl Agent {
                     c.interrupts.is_none().then(|| why("/proc/interrupts")),
                 );
                 self.interrupts(&mut out, c, &devices);
-                let (load, at) = self.load(&r);
-                if let (Some(load), Some(at)) = (&load, at) {
-                    out.rates_end.push(vec![], unix_seconds(at));
-                    out.rates_seconds.push(vec![], load.seconds);
-                }
-                load
             }
             Err(e) => {
                 // Without /proc/stat no counter sample is taken: the collectors that read
@@ -310,9 +317,8 @@ impl Agent {
                 for c in ["stat", "softirqs", "softnet", "interrupts"] {
                     fail(c, Some(e.to_string()));
                 }
-                None
             }
-        };
+        }
         if let Some(snmp) = &net.snmp {
             let sum = |counter: &str| {
                 ["Udp", "Udp6"]
@@ -329,7 +335,76 @@ impl Agent {
             }
         }
         fail("snmp", broke(net.snmp.is_some()));
+        success.extend(held.success.iter().cloned());
 
+        let mut trace_families = Vec::new();
+        if let Some(feed) = &self.opts.trace {
+            let names: Vec<&str> = devices.iter().map(|n| n.name.as_str()).collect();
+            let (families, status) = feed.families(&names);
+            trace_families = families;
+            success.push(("trace", broke(status.is_ok())));
+        }
+        for (collector, why) in success {
+            out.collector_success.push(
+                vec![("collector", collector.to_string())],
+                f64::from(u8::from(why.is_none())),
+            );
+            if let Some(why) = why {
+                out.collector_error.push(
+                    vec![("collector", collector.to_string()), ("reason", why)],
+                    1.0,
+                );
+            }
+        }
+        let mut all = out.into_vec();
+        all.extend(trace_families);
+        all
+    }
+
+    /// The sampler's tick: the rates' sample ([`Agent::sample`]), then an evaluation of the
+    /// host that scrapes serve until the next tick.
+    pub fn tick(&self, now: Instant, wall: SystemTime) {
+        if let Rates::Sampled { .. } = self.opts.rates {
+            self.sample(now, wall);
+        }
+        let reading = Reading::take(&self.fs, now).ok();
+        let held = Arc::new(self.evaluate(reading.as_ref(), wall));
+        *self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(held);
+    }
+
+    /// Reads the host's settings and evaluates it (the doctor by [`Agent::load`], tune drift,
+    /// watch's advice): everything of a scrape but the counters. `reading` is for averages
+    /// since boot while there are no sampled rates; `wall` stamps the evaluation.
+    fn evaluate(&self, reading: Option<&Reading>, wall: SystemTime) -> Held {
+        let mut previous = self
+            .previous
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut out = Families::default();
+        let mut success: Vec<(&'static str, Option<String>)> = Vec::new();
+        let mut fail =
+            |collector: &'static str, why: Option<String>| success.push((collector, why));
+        let broke = |worked: bool| (!worked).then(|| "could not be read".to_string());
+        let fs = &self.fs;
+        let nic = (self.nic)();
+        let settings = |name: &str| match &nic {
+            Ok(b) => b.settings(name),
+            Err(reason) => NicSettings::unavailable(reason),
+        };
+        let view = read_host_reusing(fs, Some(&settings), previous.topology.as_ref());
+        previous.topology = Some(view.topology.clone());
+        let devices = self.devices(&view);
+        let (load, at) = match reading {
+            Some(r) => self.load(r),
+            None => (None, None),
+        };
+        if let (Some(load), Some(at)) = (&load, at) {
+            out.rates_end.push(vec![], unix_seconds(at));
+            out.rates_seconds.push(vec![], load.seconds);
+        }
         self.steering(&mut out, &view, &devices);
         // A device asked for by name that the host does not have is a failed collection, not
         // an empty success: a typo in --dev must show on the dashboard.
@@ -420,25 +495,6 @@ impl Agent {
             }
         }
 
-        let mut trace_families = Vec::new();
-        if let Some(feed) = &self.opts.trace {
-            let names: Vec<&str> = devices.iter().map(|n| n.name.as_str()).collect();
-            let (families, status) = feed.families(&names);
-            trace_families = families;
-            fail("trace", broke(status.is_ok()));
-        }
-        for (collector, why) in success {
-            out.collector_success.push(
-                vec![("collector", collector.to_string())],
-                f64::from(u8::from(why.is_none())),
-            );
-            if let Some(why) = why {
-                out.collector_error.push(
-                    vec![("collector", collector.to_string()), ("reason", why)],
-                    1.0,
-                );
-            }
-        }
         let kernel = view.kernel.known().cloned().unwrap_or_default();
         out.build.push(
             vec![
@@ -447,9 +503,8 @@ impl Agent {
             ],
             1.0,
         );
-        let mut all = out.into_vec();
-        all.extend(trace_families);
-        all
+        drop(devices);
+        Held { out, success, view }
     }
 
     fn devices<'v>(&self, view: &'v HostView) -> Vec<&'v Nic> {
@@ -756,6 +811,7 @@ fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 /// Every family of a scrape, in exposition order.
+#[derive(Clone)]
 struct Families {
     build: Family,
     collector_success: Family,
@@ -959,17 +1015,17 @@ impl Default for Families {
             finding: f(
                 "netsteer_doctor_finding",
                 Gauge,
-                "1 for each finding of the doctor's evaluation at this scrape, by rule, severity and device.",
+                "1 for each finding of the doctor's last evaluation (each tick of the agent's sampler), by rule, severity and device.",
             ),
             findings: f(
                 "netsteer_doctor_findings",
                 Gauge,
-                "Findings of the doctor's evaluation at this scrape, by severity (0 when none).",
+                "Findings of the doctor's last evaluation, by severity (0 when none).",
             ),
             doctor_time: f(
                 "netsteer_doctor_last_evaluation_timestamp_seconds",
                 Gauge,
-                "When the doctor last evaluated the host (at each scrape).",
+                "When the doctor last evaluated the host (each tick of the agent's sampler).",
             ),
             rates_end: f(
                 "netsteer_doctor_rates_end_timestamp_seconds",

@@ -127,6 +127,50 @@ fn rps_and_xps_are_one_series_per_allowed_cpu() {
     assert_eq!(family(&fams, "netsteer_xps_cpu").samples.len(), expected);
 }
 
+/// With the sampler's ticks, a scrape reads the counters afresh and serves the rest (settings,
+/// findings) from the last tick: an RPS mask written after a tick shows at the next tick, a
+/// counter at once.
+#[test]
+fn a_scrape_reads_the_counters_and_serves_the_rest_from_the_last_tick() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("tuned-ixgbe-16cpu"), tmp.path());
+    let a = agent(tmp.path(), Rates::SinceBoot, None);
+    let t0 = Instant::now();
+    a.tick(t0, SystemTime::UNIX_EPOCH);
+    let rps = |fams: &[Family]| {
+        family(fams, "netsteer_rps_cpu")
+            .samples
+            .iter()
+            .filter(|s| s.label("queue") == Some("rx-2"))
+            .count()
+    };
+    let dropped = |fams: &[Family]| {
+        family(fams, "netsteer_softnet_dropped_total")
+            .samples
+            .iter()
+            .find(|s| s.label("cpu") == Some("1"))
+            .unwrap()
+            .value
+    };
+    let before = a.scrape(t0, SystemTime::UNIX_EPOCH);
+    assert_ne!(rps(&before), 4);
+    let mask = tmp.path().join("sys/class/net/eth0/queues/rx-2/rps_cpus");
+    std::fs::write(&mask, "00f0\n").unwrap();
+    let path = tmp.path().join("proc/net/softnet_stat");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut cols: Vec<String> = lines[1].split(' ').map(String::from).collect();
+    cols[1] = format!("{:08x}", 500);
+    lines[1] = cols.join(" ");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let held = a.scrape(t0, SystemTime::UNIX_EPOCH);
+    assert_eq!(rps(&held), rps(&before), "the settings are the tick's");
+    assert_eq!(dropped(&held), 500.0, "the counters are the scrape's");
+    a.tick(t0 + Duration::from_secs(15), SystemTime::UNIX_EPOCH);
+    assert_eq!(rps(&a.scrape(t0, SystemTime::UNIX_EPOCH)), 4);
+    assert_eq!(series(&held), series(&before));
+}
+
 /// Copies a fixture tree so a test can move its counters.
 fn copy_tree(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap() {
