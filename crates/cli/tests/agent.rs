@@ -895,8 +895,8 @@ fn a_bcrypt_cost_above_the_maximum_is_refused_at_start_naming_file_and_user() {
 
 /// Round three, still open in issue 77: two scrapers on loopback (one /24: the same client to
 /// the round-three agent) alternating see the same rate findings. A burst of UDP datagrams
-/// dropped at a full socket buffer is a `socket-rcvbuf-errors` finding over the interval that
-/// holds it; each pair of scrapes taken over the same rates (the agent's
+/// dropped at a full socket buffer before each pair is a `socket-rcvbuf-errors` finding over
+/// the interval that holds it; each pair of scrapes taken over the same rates (the agent's
 /// `netsteer_doctor_rates_end_timestamp_seconds`) must agree on it, and some pair must show it
 /// in both. (Before: the first scraper's scrape reset the interval and the second saw none.)
 #[test]
@@ -909,10 +909,14 @@ fn two_scrapers_alternating_see_the_same_rates() {
     sink.bind(&local.into()).unwrap();
     let sink_addr = sink.local_addr().unwrap().as_socket().unwrap();
     let send = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    // Never read: all but the first few are dropped as RcvbufErrors.
-    for _ in 0..2000 {
-        let _ = send.send_to(&[7u8; 1000], sink_addr);
-    }
+    // Never read: all but the first few are dropped as RcvbufErrors. Sent before every pair,
+    // so every interval of the sampler holds drops wherever its first read fell (the agent
+    // prints its address before its sampler starts).
+    let burst = || {
+        for _ in 0..200 {
+            let _ = send.send_to(&[7u8; 1000], sink_addr);
+        }
+    };
     let finding = |body: &str| {
         body.lines().any(|l| {
             l.starts_with("netsteer_doctor_finding{") && l.contains("rule=\"socket-rcvbuf-errors\"")
@@ -927,6 +931,7 @@ fn two_scrapers_alternating_see_the_same_rates() {
             std::time::Instant::now() < deadline,
             "no pair of scrapes over the same sampled rates saw the burst ({pairs} pairs)"
         );
+        burst();
         let a = scrape_with("127.0.0.1", agent.addr, "none").1;
         let b = scrape_with("127.0.0.2", agent.addr, "none").1;
         if window(&a) == window(&b) {
