@@ -806,3 +806,103 @@ fn a_journal_that_names_anything_but_a_knob_is_refused_and_state_is_roots_own() 
         journals
     );
 }
+
+/// Issue 77's hardening, attacked again: what root reads and writes is judged by who could
+/// have changed it on the way, not by a look at a name. (a) `tune rollback FILE` of a journal
+/// in a directory uid 65534 owns is refused before anything is written (the name could be
+/// swapped between a check and the open: a race wrote the knob 32 tries in); (b) a
+/// `--state-dir` reached through a link uid 65534 owns is refused (its owner can repoint it
+/// at a directory of theirs after the check); (c) a tree uid 65534 can write is not written
+/// (a directory swapped for a link mid-apply sent root's write out of the tree).
+#[test]
+fn what_another_user_could_swap_on_the_way_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let chown = |who: &str, p: &std::path::Path, deep: bool| {
+        let mut c = Command::new("chown");
+        if deep {
+            c.arg("-R");
+        }
+        assert!(c.args(["-h", who]).arg(p).status().unwrap().success());
+    };
+    let tree = scratch("cloudflare-24cpu");
+    let root = tree.path().to_str().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = base.path().join("state");
+    let sd = state.to_str().unwrap();
+    let budget = tree.path().join("proc/sys/net/core/netdev_budget");
+    let before = std::fs::read_to_string(&budget).unwrap();
+    let o = run(&root_args(
+        root,
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "none",
+            "--set",
+            "/proc/sys/net/core/netdev_budget=600",
+            "--state-dir",
+            sd,
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
+    let journal = std::fs::read_dir(state.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .next()
+        .unwrap();
+
+    // (a) The journal, root's own, copied into a directory of nobody's.
+    let theirs = base.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    let copy = theirs.join("j.jsonl");
+    std::fs::copy(&journal, &copy).unwrap();
+    chown("65534:65534", &theirs, false);
+    let o = run(&root_args(
+        root,
+        &["tune", "rollback", copy.to_str().unwrap()],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("owned by uid 65534"), "{}", err(&o));
+    assert_eq!(std::fs::read_to_string(&budget).unwrap().trim(), "600");
+
+    // (b) The state directory through nobody's link (as one in /tmp would be).
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    chown("65534:65534", &link, false);
+    let o = run(&root_args(
+        root,
+        &["tune", "rollback", "--state-dir", link.to_str().unwrap()],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("a link owned by uid 65534"), "{}", err(&o));
+    assert_eq!(std::fs::read_to_string(&budget).unwrap().trim(), "600");
+    // Root's own link to it is followed.
+    chown("0:0", &link, false);
+    let o = run(&root_args(
+        root,
+        &["tune", "rollback", "--state-dir", link.to_str().unwrap()],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
+    assert_eq!(std::fs::read_to_string(&budget).unwrap(), before);
+
+    // (c) A tree nobody may write: nothing is applied in it.
+    chown("65534:65534", tree.path(), true);
+    let o = run(&root_args(
+        root,
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "none",
+            "--set",
+            "/proc/sys/net/core/netdev_budget=700",
+            "--state-dir",
+            sd,
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    let said = out(&o) + &err(&o);
+    assert!(said.contains("owned by uid 65534"), "{said}");
+    assert_eq!(std::fs::read_to_string(&budget).unwrap(), before);
+}

@@ -645,6 +645,14 @@ impl HostFs {
             path: host_path.to_path_buf(),
             source,
         };
+        // A tree is written only where nobody else could swap a directory or link between
+        // the resolution above and the open below: another user who can write the tree can
+        // otherwise send root's write out of it (a directory renamed to a link mid-apply).
+        if !self.is_live()
+            && let Some(parent) = real.parent()
+        {
+            crate::trust::check_dir(parent).map_err(io_err)?;
+        }
         // Said by type before opening (opening a FIFO for writing with no reader fails with
         // the obscure ENXIO), and O_NONBLOCK in case it was swapped in between: a blocking
         // open would wait for a reader forever.

@@ -30,6 +30,7 @@ pub mod sysctl;
 pub mod text;
 pub mod top;
 pub mod topology;
+pub mod trust;
 pub mod view;
 
 pub use cpuset::CpuSet;

@@ -194,7 +194,9 @@ impl Lanes {
     /// The lane recorded as `name`.
     pub fn spec(&self, name: &str) -> Result<LaneSpec, LaneOpError> {
         let path = self.lane_dir(name)?.join(SPEC_FILE);
-        let bytes = match netsteer_host::fs::read_regular_nofollow(&path, MAX_SPEC_BYTES) {
+        // Root's own file only (netsteer_host::trust): the lane names the CPU and the
+        // processes root pins.
+        let bytes = match netsteer_host::trust::read_owned_file(&path, MAX_SPEC_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(LaneOpError::NoLane(name.to_string()));

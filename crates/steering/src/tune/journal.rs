@@ -100,82 +100,13 @@ impl HeldDir {
 /// plant a journal that root's rollback then obeys.
 pub const STATE_DIR_MODE: u32 = 0o755;
 
-/// This process's effective uid, from `/proc/self/status` (its `Uid:` line: real,
-/// effective, saved, filesystem; proc(5)), so this crate needs no `unsafe` for it. Unknown
-/// reads as root's 0: then only root-owned state is accepted, never more.
-fn euid() -> u32 {
-    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EUID.get_or_init(|| {
-        fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("Uid:"))
-                    .and_then(|r| r.split_whitespace().nth(1))
-                    .and_then(|u| u.parse().ok())
-            })
-            .unwrap_or(0)
-    })
-}
+use netsteer_host::trust::{check_dir_meta, check_file_meta};
 
-/// Whether a directory that root acts on could have been written by someone else: it must
-/// belong to root or to the user running netsteer, and no group or other may write it. An
-/// ancestor may be writable by all when it is sticky (/tmp): then nobody else can rename or
-/// remove what root made in it (unlink(2), EPERM for a sticky directory).
-fn check_dir_meta(path: &Path, meta: &fs::Metadata, ancestor: bool) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let refuse = |why: String| {
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{}: {why}; refused: another user could plant or swap the state that root's \
-                 apply and rollback act on",
-                path.display()
-            ),
-        ))
-    };
-    if !meta.is_dir() {
-        return refuse("not a directory".into());
-    }
-    let uid = meta.uid();
-    if uid != 0 && uid != euid() {
-        return refuse(format!(
-            "owned by uid {uid}, not by root{}",
-            if euid() == 0 {
-                String::new()
-            } else {
-                format!(" or uid {}", euid())
-            }
-        ));
-    }
-    let mode = meta.mode() & 0o7777;
-    let sticky = mode & libc::S_ISVTX != 0;
-    if mode & 0o022 != 0 && !(ancestor && sticky) {
-        return refuse(format!(
-            "mode {mode:04o} lets {} write it (chmod go-w {})",
-            if mode & 0o002 != 0 {
-                "every user"
-            } else {
-                "its group"
-            },
-            path.display()
-        ));
-    }
-    Ok(())
-}
-
-/// Checks `dir` and every directory above it ([`check_dir_meta`]): a state directory is
-/// only as safe as the directories that could replace it.
+/// Checks `dir` and everything above it: every link crossed root's own, every directory
+/// root's and writable by nobody else, but a sticky one above (`netsteer_host::trust`). A
+/// state directory is only as safe as the directories and links that could replace it.
 pub fn check_state_dir(dir: &Path) -> io::Result<()> {
-    let abs = std::path::absolute(dir).map_err(at(dir))?;
-    let mut cur = PathBuf::new();
-    let comps: Vec<_> = abs.components().collect();
-    for (i, c) in comps.iter().enumerate() {
-        cur.push(c);
-        let meta = fs::metadata(&cur).map_err(at(&cur))?;
-        check_dir_meta(&cur, &meta, i + 1 < comps.len())?;
-    }
-    Ok(())
+    netsteer_host::trust::check_dir(dir).map(|_| ())
 }
 
 /// Makes `dir` (and any missing parent) [`STATE_DIR_MODE`] whatever the umask, then checks
@@ -207,29 +138,6 @@ fn mkdir_state(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Whether a state file root acts on could have been written by someone else: a journal
-/// or plan must belong to root (or the user running netsteer) and be writable by nobody
-/// else, wherever it lies (`tune rollback --journal PATH` names any file).
-fn check_file_meta(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let uid = meta.uid();
-    let mode = meta.mode() & 0o7777;
-    let why = if uid != 0 && uid != euid() {
-        format!("owned by uid {uid}, not by root")
-    } else if mode & 0o022 != 0 {
-        format!("mode {mode:04o} lets others write it")
-    } else {
-        return Ok(());
-    };
-    Err(io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!(
-            "{}: {why}; refused: netsteer acts only on state it wrote",
-            path.display()
-        ),
-    ))
-}
-
 /// An unpredictable suffix for temporary names (another user cannot pre-create them).
 fn random_suffix() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -246,14 +154,10 @@ fn random_suffix() -> String {
 /// Reads a state file: a regular file only (not a link, FIFO or device), opened without
 /// blocking, of at most [`MAX_STATE_FILE`] bytes. Errors name the file.
 pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
-    // The owner and mode first (lstat: a link is refused below anyway): a file another user
-    // could write is not read at all, so nothing root does follows from it.
-    if let Ok(meta) = fs::symlink_metadata(path)
-        && meta.is_file()
-    {
-        check_file_meta(path, &meta)?;
-    }
-    netsteer_host::fs::read_regular_nofollow(path, MAX_STATE_FILE).map_err(|e| {
+    // The directories above checked, the file opened without following a link and judged by
+    // fstat on what was opened: a name another user could swap between a look and the open
+    // (a `tune rollback FILE` in their directory) is never what root reads.
+    netsteer_host::trust::read_owned_file(path, MAX_STATE_FILE).map_err(|e| {
         if e.raw_os_error() == Some(libc::ELOOP) {
             io::Error::new(
                 e.kind(),
@@ -262,6 +166,8 @@ pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
                     path.display()
                 ),
             )
+        } else if e.to_string().contains(&path.display().to_string()) {
+            e
         } else {
             at(path)(e)
         }

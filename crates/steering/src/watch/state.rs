@@ -95,12 +95,13 @@ impl Owned {
     /// watcher gives those up ([`super::Watcher::give_up`]).
     pub(super) fn load(tuner: &Tuner) -> Result<(Owned, Vec<Drift>), TuneError> {
         let path = tuner.state_dir().join(OWNED_FILE);
-        let mut owned: Owned =
-            match netsteer_host::fs::read_regular_nofollow(&path, MAX_STATE_BYTES) {
-                Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| io_err(&path, e))?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Owned::default(),
-                Err(e) => return Err(io_err(&path, e)),
-            };
+        // Root's own file only (netsteer_host::trust): it names what the watcher may take
+        // back and roll back.
+        let mut owned: Owned = match netsteer_host::trust::read_owned_file(&path, MAX_STATE_BYTES) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| io_err(&path, e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Owned::default(),
+            Err(e) => return Err(io_err(&path, e)),
+        };
         owned.since.clear();
         let drifted = owned.drifted(tuner);
         Ok((owned, drifted))
