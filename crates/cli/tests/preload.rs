@@ -602,24 +602,28 @@ print("all good")
     );
 }
 
-/// A peer that opens more than a preloaded program allows: with --session-memory 4 MiB and a
-/// 1 MiB window, one session holds 4 virtual sockets and a fifth is refused; one peer holds 4
-/// sessions and a fifth is refused; what was accepted keeps working.
+/// A peer that opens more than a preloaded program allows: with --session-memory four
+/// receive shares of a 1 MiB window (a socket's share is what its receive memory may hold,
+/// `Config::receive_share`: 1.5 windows, a frame and a margin), one session holds 4 virtual
+/// sockets and a fifth is refused; one peer holds `SESSIONS_PER_PEER` sessions and one more
+/// is refused; what was accepted keeps working.
 #[test]
 fn one_peer_is_held_to_its_memory_bound() {
     if let Err(why) = tools_present() {
         return cannot_run(&why);
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = start_redis_with(&["--session-memory", "4194304", "--window", "1048576"]);
+    let cfg = || netchannel::Config {
+        window: 1 << 20,
+        latency_channels: 0,
+        ..netchannel::Config::default()
+    };
+    let memory = (4 * cfg().receive_share()).to_string();
+    let r = start_redis_with(&["--session-memory", &memory, "--window", "1048576"]);
     let peer: std::net::SocketAddr = r.listen.parse().unwrap();
+    let per_peer = netchannel::preload_env::SESSIONS_PER_PEER;
     in_netns(&r.pair.client.path(), || {
-        use netchannel::{Config, Endpoint, SocketOptions};
-        let cfg = || Config {
-            window: 1 << 20,
-            latency_channels: 0,
-            ..Config::default()
-        };
+        use netchannel::{Endpoint, SocketOptions};
         let first = Endpoint::new(cfg()).unwrap();
         let mut socks: Vec<_> = (0..4)
             .map(|i| {
@@ -631,7 +635,7 @@ fn one_peer_is_held_to_its_memory_bound() {
         let over = first.connect(peer, 6379, SocketOptions::default());
         assert!(over.is_err(), "a fifth socket in one session was accepted");
         let mut more = Vec::new();
-        for i in 1..4 {
+        for i in 1..per_peer {
             let e = Endpoint::new(cfg()).unwrap();
             e.connect(peer, 6379, SocketOptions::default())
                 .unwrap_or_else(|err| panic!("session {i}: {err}"));
@@ -640,7 +644,8 @@ fn one_peer_is_held_to_its_memory_bound() {
         let fifth = Endpoint::new(cfg()).unwrap();
         assert!(
             fifth.connect(peer, 6379, SocketOptions::default()).is_err(),
-            "a fifth session from one peer was accepted"
+            "session {} from one peer was accepted",
+            per_peer + 1
         );
         // The sockets inside the bound still work.
         let s = &mut socks[0];

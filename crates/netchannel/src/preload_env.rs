@@ -33,9 +33,11 @@ pub const ENV_SESSION_MEMORY: &str = "NETSTEER_NC_SESSION_MEMORY";
 /// `thread` (a reader thread per channel). See [`crate::drive`].
 pub const ENV_RECEIVE: &str = "NETSTEER_NC_RECEIVE";
 
-/// Sessions one peer address may hold with a preloaded program (a peer normally has one per
-/// process that talks to it).
-pub const SESSIONS_PER_PEER: usize = 4;
+/// Sessions one peer address may hold with a preloaded program: a peer has one per process
+/// that talks to it, so a host's prefork workers need one each (Debian's php-fpm starts 5,
+/// gunicorn 2 × cores + 1). 8 is one prefix's whole share (`max_sessions_per_prefix`); a
+/// process past it falls back to plain TCP (the preload) rather than failing.
+pub const SESSIONS_PER_PEER: usize = 8;
 
 /// What all peers together may take of a preloaded program, whatever they send (the library
 /// [`crate::Config`]'s defaults are sized for a dedicated proxy; a preloaded program is
