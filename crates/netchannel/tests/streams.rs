@@ -58,7 +58,11 @@ fn random_writes_arrive_whole_over_1_to_8_channels() {
             let used = st.sessions[0]
                 .channels
                 .iter()
-                .filter(|c| c.class == Class::Throughput && c.bytes_out > 1 << 20)
+                // Any share, not a fixed one: how much each channel takes depends on how its
+                // writer thread was scheduled (least-loaded steers away from a starved one;
+                // with a 1 MiB floor this failed once at a load average of 9 on 2 cores),
+                // but a policy that spreads sends something on each.
+                .filter(|c| c.class == Class::Throughput && c.bytes_out > 0)
                 .count();
             if policy != Policy::Hash {
                 assert_eq!(
