@@ -832,19 +832,23 @@ fn what_another_user_could_swap_on_the_way_is_refused() {
     let sd = state.to_str().unwrap();
     let budget = tree.path().join("proc/sys/net/core/netdev_budget");
     let before = std::fs::read_to_string(&budget).unwrap();
-    let o = run(&root_args(
-        root,
-        &[
-            "tune",
-            "apply",
-            "--profile",
-            "none",
-            "--set",
-            "/proc/sys/net/core/netdev_budget=600",
-            "--state-dir",
-            sd,
-        ],
-    ));
+    let set_budget = |v: &str| {
+        let knob = format!("/proc/sys/net/core/netdev_budget={v}");
+        run(&root_args(
+            root,
+            &[
+                "tune",
+                "apply",
+                "--profile",
+                "none",
+                "--set",
+                &knob,
+                "--state-dir",
+                sd,
+            ],
+        ))
+    };
+    let o = set_budget("600");
     assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
     let journal = std::fs::read_dir(state.join("journal"))
         .unwrap()
@@ -888,19 +892,7 @@ fn what_another_user_could_swap_on_the_way_is_refused() {
 
     // (c) A tree nobody may write: nothing is applied in it.
     chown("65534:65534", tree.path(), true);
-    let o = run(&root_args(
-        root,
-        &[
-            "tune",
-            "apply",
-            "--profile",
-            "none",
-            "--set",
-            "/proc/sys/net/core/netdev_budget=700",
-            "--state-dir",
-            sd,
-        ],
-    ));
+    let o = set_budget("700");
     assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
     let said = out(&o) + &err(&o);
     assert!(said.contains("owned by uid 65534"), "{said}");

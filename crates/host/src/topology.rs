@@ -385,10 +385,12 @@ mod tests {
         assert!(t.nohz_full.known().is_none() && t.isolated.known().is_none());
     }
 
-    fn copy_fixture(name: &str) -> tempfile::TempDir {
+    /// A copy of `fixtures/<set>/<name>` to change freely.
+    fn copy_of(set: &str, name: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/hosts")
+            .join("../../fixtures")
+            .join(set)
             .join(name);
         let ok = std::process::Command::new("cp")
             .arg("-a")
@@ -401,20 +403,12 @@ mod tests {
         dir
     }
 
+    fn copy_fixture(name: &str) -> tempfile::TempDir {
+        copy_of("hosts", name)
+    }
+
     fn copy_real(name: &str) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/real")
-            .join(name);
-        let ok = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(format!("{}/.", from.display()))
-            .arg(dir.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        dir
+        copy_of("real", name)
     }
 
     fn layout(t: &Topology) -> Vec<(u32, String)> {
