@@ -151,7 +151,10 @@ impl Prometheus {
     pub fn wait_for(&self, promql: &str) -> Vec<serde_json::Value> {
         let start = Instant::now();
         loop {
-            if TcpStream::connect(self.addr).is_ok() {
+            // Prometheus accepts connections before it serves queries: until its storage is
+            // up, /api answers 503 in plain text (seen once in the TLS test). /-/ready says
+            // when it is.
+            if TcpStream::connect(self.addr).is_ok() && get(self.addr, "/-/ready").0 == 200 {
                 let v = self.query(promql);
                 if v["status"] == "success"
                     && v["data"]["result"]
