@@ -229,6 +229,7 @@ pub fn run(host: &Host, cmd: &LaneCommand) -> Result<ExitCode> {
             crate::tune::need_root(host, "lane apply")?;
             let opts = ApplyOptions {
                 crash_after_writes: a.crash_after_writes,
+                ..ApplyOptions::default()
             };
             let r = l.apply(&spec, &opts)?;
             if a.lane.common.json {

@@ -335,6 +335,7 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
     need_root(host, "tune apply")?;
     let apply_opts = ApplyOptions {
         crash_after_writes: a.crash_after_writes,
+        ..ApplyOptions::default()
     };
     let v = match &a.verify_with {
         None => Verified {

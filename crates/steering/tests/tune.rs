@@ -506,6 +506,68 @@ fn a_rollback_leaves_a_knob_given_up_to_another_writer() {
     assert_eq!(contents(tree.path()), now);
 }
 
+/// A journal applied with `leave_rewritten` (as `watch` applies) is rolled back around a
+/// knob someone rewrote since, even with no given-up record (the watcher was killed before
+/// it saw the rewrite: an attack review's `tune rollback --state-dir ST/watch` put 1000 back
+/// over a person's 5000); the rest is restored, and the knob is recorded as given up. A
+/// journal without it restores everything, as `tune rollback` always has.
+#[test]
+fn a_journal_that_leaves_rewritten_knobs_is_rolled_back_around_them() {
+    for leave in [true, false] {
+        let tree = copy_tree(&fixture("kvm-virtio-16cpu"));
+        let state = tempfile::tempdir().unwrap();
+        let before = contents(tree.path());
+        let root = tree.path();
+        let p = plan_tree(root, &opts(Profile::Throughput));
+        let nic = TreeNic::new(root);
+        let backend = HostBackend {
+            fs: HostFs::open(root).unwrap(),
+            nic: &nic,
+        };
+        let mut replan = || Ok(plan_tree(root, &opts(Profile::Throughput)));
+        let report = apply(
+            &p,
+            &root_name(root),
+            &backend,
+            state.path(),
+            &mut replan,
+            &ApplyOptions {
+                leave_rewritten: leave,
+                ..ApplyOptions::default()
+            },
+        )
+        .unwrap();
+        let step = report
+            .steps
+            .iter()
+            .find(|s| s.status == "changed" && s.target.starts_with("/proc/sys/net/"))
+            .expect("a sysctl the throughput profile changed");
+        let file = root.join(&step.target[1..]);
+        fs::write(&file, "5000\n").unwrap();
+        let r = rollback_tree(root, &report.journal);
+        assert_eq!(r.status, "restored", "{r:?}");
+        let now = fs::read_to_string(&file).unwrap();
+        if leave {
+            assert_eq!(
+                now.trim(),
+                "5000",
+                "the person's value was overwritten: {r:?}"
+            );
+            assert_eq!(r.given_up, std::slice::from_ref(&step.id), "{r:?}");
+            let records = journal::read(Path::new(&report.journal)).unwrap();
+            assert!(journal::given_up(&records).contains(&step.id));
+            let mut after = contents(root);
+            after.retain(|p, _| !file.ends_with(p));
+            let mut was = before.clone();
+            was.retain(|p, _| !file.ends_with(p));
+            assert_eq!(after, was, "everything else restored");
+        } else {
+            assert!(r.given_up.is_empty(), "{r:?}");
+            assert_eq!(contents(root), before);
+        }
+    }
+}
+
 #[test]
 fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
     // Seed 000 keeps queue 0 for SSH and BGP: RSS gives it no hash bucket, the other ten queues

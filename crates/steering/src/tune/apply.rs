@@ -226,6 +226,11 @@ fn refused_by_design(item: &Item, e: &StepError) -> Option<String> {
 pub struct ApplyOptions {
     /// Test hook: abort the process right after this many writes (a crash between two writes).
     pub crash_after_writes: Option<usize>,
+    /// Recorded in the journal ([`Record::Begin`]'s `leave_rewritten`): whoever rolls it back
+    /// leaves a knob that no longer holds what this apply wrote (someone else wrote it since).
+    /// `watch` applies so: its step-aside then holds for a `tune rollback` of its journals
+    /// even when the watcher never saw the rewrite (killed, or not running).
+    pub leave_rewritten: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -677,6 +682,7 @@ pub fn apply(
         root: root.to_string(),
         started_unix: started,
         plan: Box::new(plan.clone()),
+        leave_rewritten: opts.leave_rewritten,
     })?;
     let mut final_plan = plan.clone();
     // Phase 1 (channels) recreates queues: everything after it is planned again from the

@@ -191,6 +191,10 @@ pub enum Record {
         root: String,
         started_unix: u64,
         plan: Box<Plan>,
+        /// Rollback leaves a knob that no longer holds what this apply wrote
+        /// ([`crate::tune::ApplyOptions::leave_rewritten`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        leave_rewritten: bool,
     },
     /// A value about to be changed: where, how it compares, what it was and what it becomes.
     Old {
@@ -617,6 +621,7 @@ mod tests {
             seq,
             root: "/".into(),
             started_unix,
+            leave_rewritten: false,
             plan: Box::new(Plan {
                 schema_version: 1,
                 profile: crate::model::desired::Profile::Latency,

@@ -106,7 +106,11 @@ pub fn rollback(
     let mut born_after: BTreeMap<String, bool> = BTreeMap::new();
     let mut channels_written = false;
     let mut written = Vec::new();
+    let mut readbacks: BTreeMap<&str, &str> = BTreeMap::new();
     for r in &records {
+        if let Record::Done { id, readback } = r {
+            readbacks.insert(id, readback);
+        }
         match r {
             Record::Old { id, .. } if olds.contains_key(id) => {}
             Record::Old {
@@ -157,9 +161,47 @@ pub fn rollback(
         .filter(|w| given_up.contains(&w.item.id))
         .map(|w| w.item.id.clone())
         .collect();
+    written.retain(|w| !given_up.contains(&w.item.id));
+    // A journal that asks for it (watch's) leaves what someone else rewrote since: a knob
+    // that holds neither what this apply wrote (nor read back) nor what it found.
+    let leave = matches!(
+        records.first(),
+        Some(Record::Begin {
+            leave_rewritten: true,
+            ..
+        })
+    );
+    if leave {
+        let mut rewritten = Vec::new();
+        for w in &written {
+            let f = w.item.format;
+            let Ok(now) = backend.read(&w.item.target) else {
+                continue;
+            };
+            let ours = f.same(&now, &w.item.desired)
+                || readbacks
+                    .get(w.item.id.as_str())
+                    .is_some_and(|r| f.same(&now, r));
+            if !ours && !f.same(&now, &w.old) {
+                rewritten.push((w.item.id.clone(), now));
+            }
+        }
+        if !rewritten.is_empty() {
+            let mut j = Journal::reopen(path).map_err(RollbackError::Journal)?;
+            for (id, now) in &rewritten {
+                j.append(&Record::GivenUp {
+                    id: id.clone(),
+                    now: now.clone(),
+                    why: "rewritten by someone else before this rollback".into(),
+                })
+                .map_err(RollbackError::Journal)?;
+                left.push(id.clone());
+            }
+            written.retain(|w| !rewritten.iter().any(|(id, _)| *id == w.item.id));
+        }
+    }
     left.sort();
     left.dedup();
-    written.retain(|w| !given_up.contains(&w.item.id));
     if written.is_empty() {
         let mut j = Journal::reopen(path).map_err(RollbackError::Journal)?;
         j.append(&Record::RolledBack {

@@ -795,6 +795,9 @@ impl Watcher {
                 None,
                 &ApplyOptions {
                     crash_after_writes: self.cfg.crash_after_writes,
+                    // Step-aside holds for a later `tune rollback` too, also for a rewrite
+                    // the watcher never saw.
+                    leave_rewritten: true,
                 },
             )
             .map_err(|e| e.to_string())?;
