@@ -12,6 +12,7 @@
 //! (a FIFO would hang the reader, /dev/zero would exhaust its memory).
 
 use crate::model::desired::{Format, Plan, Target};
+use netsteer_host::trust::{check_dir_meta, check_file_meta};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -99,8 +100,6 @@ impl HeldDir {
 /// `fs::create_dir_all` gives 0777 minus the umask: under `umask 000` another user could
 /// plant a journal that root's rollback then obeys.
 pub const STATE_DIR_MODE: u32 = 0o755;
-
-use netsteer_host::trust::{check_dir_meta, check_file_meta};
 
 /// Checks `dir` and everything above it: every link crossed root's own, every directory
 /// root's and writable by nobody else, but a sticky one above (`netsteer_host::trust`). A
@@ -402,17 +401,25 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
 /// never as text. The state directory is root's own ([`check_state_dir`]), so a name is as
 /// trustworthy as what is inside.
 pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let Some((held, dir)) = held_journals(state_dir)? else {
+        return Ok(Vec::new());
+    };
+    Ok(order(&held, &dir)?.into_iter().map(|(_, p)| p).collect())
+}
+
+/// A state directory's `journal/` held open, once it and everything above it were found
+/// root's own: the journals found there are what a rollback restores, so only from a
+/// directory nobody else could have written into. None when there is no `journal/` yet.
+fn held_journals(state_dir: &Path) -> io::Result<Option<(HeldDir, PathBuf)>> {
     let dir = state_dir.join("journal");
     let held = match HeldDir::open(&dir, true) {
         Ok(h) => h,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    // The journals found here are what a rollback restores: only from a directory nobody
-    // else could have written into.
     check_state_dir(state_dir)?;
     held.check(false)?;
-    Ok(order(&held, &dir)?.into_iter().map(|(_, p)| p).collect())
+    Ok(Some((held, dir)))
 }
 
 /// Removes the journals of a state directory that have nothing left to undo (fully rolled
@@ -421,14 +428,9 @@ pub fn list(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
 /// again and again (a lane whose service restarts) would otherwise grow a journal each time,
 /// and every look at it parse them all. Returns how many were removed.
 pub fn compact(state_dir: &Path, keep: usize) -> io::Result<usize> {
-    let dir = state_dir.join("journal");
-    let held = match HeldDir::open(&dir, true) {
-        Ok(h) => h,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
+    let Some((held, dir)) = held_journals(state_dir)? else {
+        return Ok(0);
     };
-    check_state_dir(state_dir)?;
-    held.check(false)?;
     let all = order(&held, &dir)?;
     let Some((_, newest)) = all.last() else {
         return Ok(0);
