@@ -42,12 +42,18 @@ pub fn read_regular_nofollow(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 /// As [`read_regular`], refusing a link as the last component (ELOOP) when `flags` has
 /// O_NOFOLLOW.
 fn read_regular_with(path: &Path, limit: u64, flags: i32) -> io::Result<Vec<u8>> {
-    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = fs::OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | flags)
         .open(path)?;
+    read_open(file, limit)
+}
+
+/// Reads an opened file whole, when it is a regular file of at most `limit` bytes (the
+/// descriptor's own `fstat`, not a look at its name before).
+pub(crate) fn read_open(mut file: fs::File, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
     let size = check_regular(&file)?;
     let mut bytes = Vec::new();
     // A tree's files are plain files of their exact size: one read that returns exactly that

@@ -12,7 +12,7 @@
 //! following a link and judged by `fstat` on what was opened, not by a name looked at before.
 
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -197,7 +197,7 @@ pub fn read_owned_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         check_dir(parent)?;
     }
-    let mut file = fs::OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
@@ -209,19 +209,8 @@ pub fn read_owned_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
         ));
     }
     check_file_meta(path, &meta)?;
-    let mut bytes = Vec::new();
-    (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{}: larger than {} MiB; not read",
-                path.display(),
-                limit >> 20
-            ),
-        ));
-    }
-    Ok(bytes)
+    crate::fs::read_open(file, limit)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]
