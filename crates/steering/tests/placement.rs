@@ -292,3 +292,49 @@ fn a_well_placed_host_moves_nothing_under_a_sampled_load() {
         .collect();
     assert!(moves.is_empty(), "{moves:?}");
 }
+
+/// Doctor prints, under each NIC's finding, the steps of the host-wide plan and a `tune apply
+/// --dev NAME` line. Those lines are run one by one: each must plan its NIC where the
+/// host-wide plan puts it (the other NICs' queues counted), or the printed lines stack the
+/// NICs on the same CPUs that one `tune apply` keeps apart (issue 72, class 6: a 4-port
+/// server's eth1-eth3 each planned on CPUs 1-5 by their own lines).
+#[test]
+fn each_devices_plan_is_its_slice_of_the_whole_hosts_plan() {
+    let dir = two_socket(
+        16,
+        &[("eth0", 0), ("eth1", 0), ("eth2", 0), ("eth3", 0)],
+        4,
+        "",
+    );
+    let fs = HostFs::open(dir.path()).unwrap();
+    let view = read_host(&fs, None);
+    let pins = |opts: &PlanOptions| -> BTreeMap<String, String> {
+        plan(&view, opts)
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|i| i.kind == ItemKind::IrqAffinity)
+            .map(|i| (i.id, i.desired))
+            .collect()
+    };
+    let whole = pins(&PlanOptions::for_profile(Profile::Throughput));
+    assert_eq!(whole.len(), 16, "{whole:?}");
+    let mut sliced = BTreeMap::new();
+    for dev in ["eth0", "eth1", "eth2", "eth3"] {
+        let mine = pins(&PlanOptions {
+            devices: vec![dev.to_string()],
+            ..PlanOptions::for_profile(Profile::Throughput)
+        });
+        let nic = view.nic(dev).unwrap();
+        assert_eq!(mine.len(), 4, "{dev}: {mine:?}");
+        for id in mine.keys() {
+            let irq: u32 = id.strip_prefix("irq/").unwrap().parse().unwrap();
+            assert!(nic.irq(irq).is_some(), "{dev}'s plan pins {id}");
+        }
+        sliced.extend(mine);
+    }
+    assert_eq!(
+        sliced, whole,
+        "the --dev lines together must be the one host-wide plan"
+    );
+}

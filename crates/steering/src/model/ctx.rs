@@ -24,6 +24,19 @@ pub struct Ctx<'a> {
     pub usable: CpuSet,
     /// Stage latencies from `netsteer trace` over the sample (`doctor --trace`).
     pub trace: Option<&'a Trace>,
+    /// What a rule found it could not judge while it ran ([`Ctx::not_judged`]), beside the
+    /// inputs the engine finds unknown before it runs (`doctor::inputs`).
+    blind: std::cell::RefCell<Vec<Blind>>,
+}
+
+/// One rule that could not judge one subject: which input it lacked and why.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Blind {
+    pub rule: &'static str,
+    /// A device name, or empty for the host.
+    pub subject: String,
+    /// The input and why it is missing: `eth0 tx-3 xps_cpus: absent`.
+    pub needs: String,
 }
 
 impl<'a> Ctx<'a> {
@@ -49,7 +62,25 @@ impl<'a> Ctx<'a> {
             online,
             usable,
             trace: None,
+            blind: Default::default(),
         }
+    }
+
+    /// Records that `rule` could not judge `subject` (a device, or "" for the host) because it
+    /// lacks `needs` (the input and why: "eth0 rx-0 rps_flow_cnt: absent"). A rule calls it
+    /// where it would otherwise return no finding for want of data, so the report says "not
+    /// judged" instead of letting silence read as health.
+    pub fn not_judged(&self, rule: &'static str, subject: &str, needs: impl Into<String>) {
+        self.blind.borrow_mut().push(Blind {
+            rule,
+            subject: subject.to_string(),
+            needs: needs.into(),
+        });
+    }
+
+    /// Everything [`Ctx::not_judged`] recorded, emptied.
+    pub fn take_blind(&self) -> Vec<Blind> {
+        std::mem::take(&mut self.blind.borrow_mut())
     }
 
     pub fn cpu(&self, cpu: u32) -> Option<&CpuRates> {

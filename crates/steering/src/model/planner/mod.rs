@@ -493,19 +493,28 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         }
         ctx.usable = usable;
     }
+    // The devices the host-wide plan tunes: every physical NIC that is not down.
+    let host_nics = |n: &&Nic| !n.is_virtual() && n.operstate.known().is_none_or(|s| s != "down");
     let nics: Vec<&Nic> = if opts.devices.is_empty() {
-        view.nics
-            .iter()
-            .filter(|n| !n.is_virtual() && n.operstate.known().is_none_or(|s| s != "down"))
-            .collect()
+        view.nics.iter().filter(host_nics).collect()
     } else {
         opts.devices.iter().filter_map(|d| view.nic(d)).collect()
     };
     if nics.is_empty() {
         return Err(PlanError::NothingToTune);
     }
+    // `--dev NAME` plans NAME's slice of the whole host's plan: the queues of every NIC are
+    // placed, in the host plan's order, and only the named ones' items kept. Planned alone,
+    // each NIC would start from CPU 0 again, and the `tune apply --dev ethN` lines doctor
+    // prints under each finding, run one by one, would stack the NICs on the same CPUs that
+    // one `tune apply` keeps apart (crates/steering/tests/placement.rs).
+    let placed: Vec<&Nic> = view
+        .nics
+        .iter()
+        .filter(|n| host_nics(n) || nics.iter().any(|m| m.name == n.name))
+        .collect();
     // Each IRQ once: NICs sharing an INTx line share its one vector.
-    let vectors: usize = nics
+    let vectors: usize = placed
         .iter()
         .flat_map(|n| n.queue_irqs().map(|i| i.irq))
         .collect::<std::collections::BTreeSet<u32>>()
@@ -545,7 +554,9 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         }
     }
 
-    for nic in &nics {
+    for nic in &placed {
+        let named = nics.iter().any(|m| m.name == nic.name);
+        let (items_before, notes_before) = (b.items.len(), b.notes.len());
         if let Some(s) = nic.settings.clone() {
             b.channels(nic, &s);
             b.features(nic, &s);
@@ -573,6 +584,19 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
                 "{}: no IRQ of this NIC was recognised by name; IRQ affinity left alone",
                 nic.name
             ));
+        }
+        if !named {
+            // Placed so the named NICs' queues go where the host plan puts them; not tuned,
+            // except a line it shares with a named NIC (INTx), which that NIC then follows.
+            let theirs: Vec<Item> = b.items.drain(items_before..).collect();
+            b.items.extend(theirs.into_iter().filter(|i| {
+                i.kind == ItemKind::IrqAffinity
+                    && i.id
+                        .strip_prefix("irq/")
+                        .and_then(|n| n.parse().ok())
+                        .is_some_and(|irq: u32| nics.iter().any(|m| m.irq(irq).is_some()))
+            }));
+            b.notes.truncate(notes_before);
         }
     }
 
