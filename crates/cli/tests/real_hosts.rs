@@ -532,6 +532,30 @@ fn every_read_only_command_on_every_real_tree_agrees_with_the_files() {
                 "{label}: a blind doctor said healthy: {said}"
             );
         }
+        // Every report counts the rules judged and not judged, in text and JSON, and no tree
+        // is called healthy with a rule not judged.
+        let rules = &report["rules"];
+        let (judged, not_judged, applied) = (
+            rules["judged"].as_u64().unwrap(),
+            rules["not_judged"].as_u64().unwrap(),
+            rules["applied"].as_u64().unwrap(),
+        );
+        assert_eq!(judged + not_judged, applied, "{label}: {rules}");
+        assert!(
+            said.contains(&format!(
+                "rules: {judged} judged, {not_judged} not judged (of {applied} that apply)"
+            )),
+            "{label}: {said}"
+        );
+        if not_judged > 0 {
+            assert!(
+                !said.contains("nothing keeps packet processing here from scaling"),
+                "{label}: healthy with {not_judged} rule(s) not judged: {said}"
+            );
+            let listed = report["unjudged"].as_array().map_or(0, Vec::len);
+            assert!(listed as u64 >= not_judged, "{label}: {report}");
+        }
+        eprintln!("{label}: rules {judged} judged, {not_judged} not judged of {applied}");
         for profile in ["latency", "throughput", "balanced"] {
             let out = run(
                 tree,

@@ -12,6 +12,7 @@
 compile_error!("netsteer-host reads Linux /proc and /sys; it builds on Linux only");
 
 pub mod capture;
+pub mod container;
 pub mod cpuset;
 pub mod error;
 pub mod ethtool;

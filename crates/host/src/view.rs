@@ -32,6 +32,10 @@ pub struct HostView {
     pub nics: Vec<Nic>,
     /// Whole files that could not be read, and what is unknown because of it.
     pub problems: Vec<String>,
+    /// The vectors of `/proc/interrupts` named like NIC queue vectors that no listed interface owns
+    /// ([`crate::container::foreign_queue_vectors`]): a container's view shows the host's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign_vectors: Vec<crate::container::ForeignVector>,
 }
 
 /// Marks the problem recorded when /proc/interrupts could not be read.
@@ -40,6 +44,11 @@ const IRQS_UNKNOWN: &str = " (NIC IRQs unknown)";
 impl HostView {
     pub fn nic(&self, name: &str) -> Option<&Nic> {
         self.nics.iter().find(|n| n.name == name)
+    }
+
+    /// Why this view is a container's, when it is ([`crate::container::container_view`]).
+    pub fn container_view(&self) -> Option<String> {
+        crate::container::container_view(&self.nics, &self.foreign_vectors)
     }
 
     /// Why no NIC IRQ is known, when /proc/interrupts could not be read: then every NIC looks
@@ -181,6 +190,10 @@ pub fn read_host_reusing(
     for nic in &mut nics {
         nic.napis = crate::nic::resolve_napis(fs, nic, topology.nr_cpu_ids);
     }
+    let foreign_vectors = interrupts
+        .as_ref()
+        .map(|i| crate::container::foreign_queue_vectors(i, &nics))
+        .unwrap_or_default();
     HostView {
         schema_version: SCHEMA_VERSION,
         kernel: fs.read_value("/proc/sys/kernel/osrelease").into(),
@@ -189,6 +202,7 @@ pub fn read_host_reusing(
         topology,
         nics,
         problems,
+        foreign_vectors,
     }
 }
 

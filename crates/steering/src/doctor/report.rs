@@ -1,6 +1,7 @@
 //! The whole answer of `netsteer doctor`: findings sorted by severity plus a host summary.
 
 use super::RULES;
+use super::inputs::{NotJudged, unjudged};
 use super::model::{App, Finding, Goal, Load, LoadSource, Severity};
 use crate::model::ctx::Ctx;
 use netsteer_host::view::HostView;
@@ -42,6 +43,10 @@ pub struct HostSummary {
     pub irqbalance_running: Option<bool>,
     /// Interfaces other than loopback.
     pub nics: Vec<NicSummary>,
+    /// Set when the view is a container's: its namespace holds no physical NIC while the
+    /// host's queue vectors show in /proc/interrupts ([`HostView::container_view`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_view: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +54,15 @@ pub struct Counts {
     pub critical: usize,
     pub warning: usize,
     pub info: usize,
+}
+
+/// How many rules applied (their goal and question given), and of those how many judged every
+/// subject and how many left one unjudged ([`Report::unjudged`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleCounts {
+    pub applied: usize,
+    pub judged: usize,
+    pub not_judged: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +81,19 @@ pub struct Report {
     /// an empty `findings` does not mean healthy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_judged: Vec<String>,
+    /// Rule by rule, the subjects not judged and the input each lacked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unjudged: Vec<NotJudged>,
+    #[serde(default)]
+    pub rules: RuleCounts,
+}
+
+impl Report {
+    /// Healthy is said only when every rule that applied judged every subject, no core part
+    /// of the host was blind, and nothing was found.
+    pub fn healthy(&self) -> bool {
+        self.findings.is_empty() && self.not_judged.is_empty() && self.unjudged.is_empty()
+    }
 }
 
 impl Report {
@@ -110,6 +137,7 @@ fn summarize(view: &HostView) -> HostSummary {
                 queues_unknown: n.queues_unknown.clone(),
             })
             .collect(),
+        container_view: view.container_view(),
     }
 }
 
@@ -128,7 +156,36 @@ pub fn diagnose_traced(
 ) -> Report {
     let mut ctx = Ctx::new(view, load, goal, app);
     ctx.trace = trace;
-    let mut findings: Vec<Finding> = RULES.iter().flat_map(|r| (r.check)(&ctx)).collect();
+    // Knowledge before judgement: each rule runs, then its inputs are checked for the subjects
+    // it found nothing on; what it could not judge while running (Ctx::not_judged) joins them.
+    let mut findings: Vec<Finding> = Vec::new();
+    let mut blind: Vec<NotJudged> = Vec::new();
+    let mut rules = RuleCounts::default();
+    for r in RULES.iter().filter(|r| r.when.applies(&ctx)) {
+        let found = (r.check)(&ctx);
+        let on: Vec<String> = found
+            .iter()
+            .flat_map(|f| f.subjects.devices.iter().cloned())
+            .collect();
+        let host = found.iter().any(|f| f.subjects.devices.is_empty());
+        let mut mine = unjudged(&ctx, r.id, r.reads, r.scope, &on, host);
+        mine.extend(
+            ctx.take_blind()
+                .into_iter()
+                .filter(|b| !on.contains(&b.subject))
+                .map(NotJudged::from),
+        );
+        mine.sort();
+        mine.dedup();
+        rules.applied += 1;
+        if mine.is_empty() {
+            rules.judged += 1;
+        } else {
+            rules.not_judged += 1;
+        }
+        blind.extend(mine);
+        findings.extend(found);
+    }
     // Stable: within a severity, rule order (the order of RULES) is kept.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     let mut counts = Counts::default();
@@ -150,13 +207,52 @@ pub fn diagnose_traced(
         findings,
         counts,
         problems: view.problems.clone(),
-        not_judged: blind_spots(view),
+        not_judged: blind_spots(view, load),
+        unjudged: blind,
+        rules,
     }
 }
 
 /// The parts of the host the view could not see at all, each with the rules it blinds.
-fn blind_spots(view: &HostView) -> Vec<String> {
+fn blind_spots(view: &HostView, load: Option<&Load>) -> Vec<String> {
     let mut out = Vec::new();
+    // Interfaces the counters name that the interface list lacks: their NIC rules cannot run.
+    let listed = !view
+        .problems
+        .iter()
+        .any(|p| p.ends_with("(no interfaces listed)"));
+    if let Some(l) = load.filter(|_| listed) {
+        let unlisted: Vec<&str> = l
+            .net
+            .devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .filter(|d| *d != "lo" && view.nic(d).is_none())
+            .collect();
+        if !unlisted.is_empty() {
+            out.push(format!(
+                "every NIC rule for {}: the counters (/proc/net/dev) name them but /sys/class/net does not list them",
+                unlisted.join(", ")
+            ));
+        }
+    }
+    // Queue vectors no listed interface owns or resembles (in a container, every NIC's).
+    let orphans: Vec<String> = view
+        .foreign_vectors
+        .iter()
+        .filter(|v| !view.nics.iter().any(|n| v.looks_like(n)))
+        .map(|v| format!("{} ({})", v.irq, v.names.join(",")))
+        .collect();
+    if !orphans.is_empty() && view.container_view().is_none() {
+        let more = orphans.len().saturating_sub(4);
+        let mut named = orphans.into_iter().take(4).collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            named.push_str(&format!(" and {more} more"));
+        }
+        out.push(format!(
+            "every NIC rule for the devices of IRQs {named}: /proc/interrupts names these queue vectors but no listed interface owns them"
+        ));
+    }
     if let Some(why) = view.irqs_unknown() {
         out.push(format!(
             "IRQ placement (spread, remote NUMA, RSS and XPS rules): {why}"
@@ -179,6 +275,11 @@ fn blind_spots(view: &HostView) -> Vec<String> {
         out.push(format!(
             "NIC rules for {}: the tree does not say what these interfaces are (no sysfs link to a device or to /sys/devices/virtual)",
             unknown.join(", ")
+        ));
+    }
+    if let Some(why) = view.container_view() {
+        out.push(format!(
+            "every NIC rule for the host's own NICs: {why}; they are judged from the host (doctor there, or doctor --root on its snapshot)"
         ));
     }
     if view.topology.online.is_empty() {

@@ -53,6 +53,9 @@ pub fn render(r: &Report) -> String {
             None => "?",
         }
     );
+    if let Some(v) = &h.container_view {
+        let _ = writeln!(s, "view: {}", netsteer_host::safe::line(v));
+    }
     for n in &h.nics {
         let queues = if n.queues_unknown.is_some() {
             "queues unknown".to_string()
@@ -95,38 +98,91 @@ pub fn render(r: &Report) -> String {
         }
     }
     let c = r.counts;
-    if r.findings.is_empty() && r.not_judged.is_empty() {
+    let n = r.rules;
+    let judged = format!(
+        "rules: {} judged, {} not judged (of {} that apply)",
+        n.judged, n.not_judged, n.applied
+    );
+    if r.healthy() {
         let _ = writeln!(
             s,
-            "\nNo findings: nothing keeps packet processing here from scaling."
+            "\nNo findings: nothing keeps packet processing here from scaling. {judged}."
         );
     } else if r.findings.is_empty() {
         // Blind is not healthy: say what was not judged instead of the healthy sentence.
         let _ = writeln!(
             s,
-            "\nNo findings in what could be judged; doctor could not judge {} part(s) of this host:",
-            r.not_judged.len()
+            "\nNo findings in what could be judged; {judged}. Not judged:"
         );
     } else {
         let _ = writeln!(
             s,
-            "\n{} finding(s): {} critical, {} warning, {} info",
+            "\n{} finding(s): {} critical, {} warning, {} info; {judged}",
             r.findings.len(),
             c.critical,
             c.warning,
             c.info
         );
-    }
-    if !r.findings.is_empty() && !r.not_judged.is_empty() {
-        let _ = writeln!(s, "doctor could not judge:");
+        if !r.not_judged.is_empty() || !r.unjudged.is_empty() {
+            let _ = writeln!(s, "doctor could not judge:");
+        }
     }
     for n in &r.not_judged {
         let _ = writeln!(s, "  not judged: {}", line(n));
+    }
+    for (rule, subjects) in by_rule(&r.unjudged) {
+        let _ = writeln!(s, "  not judged: {rule}: {}", line(&subjects));
     }
     for p in &r.problems {
         let _ = writeln!(s, "note: {}", line(p));
     }
     s
+}
+
+/// Each rule's unjudged subjects on one line: devices that lack the same thing for the same
+/// reason (their own name aside) are listed together, the first three reasons in full, then
+/// how many more.
+fn by_rule(all: &[super::NotJudged]) -> Vec<(String, String)> {
+    // rule → [(needs with the device's name as "DEV", devices)]
+    type Shapes = Vec<(String, Vec<String>)>;
+    let mut out: Vec<(String, Shapes)> = Vec::new();
+    for n in all {
+        let shape = if n.subject.is_empty() {
+            n.needs.clone()
+        } else {
+            n.needs.replace(&n.subject, "DEV")
+        };
+        let at = match out.iter().position(|(r, _)| *r == n.rule) {
+            Some(i) => i,
+            None => {
+                out.push((n.rule.clone(), Vec::new()));
+                out.len() - 1
+            }
+        };
+        let groups = &mut out[at].1;
+        match groups.iter_mut().find(|(s, _)| *s == shape) {
+            Some((_, devs)) => devs.push(n.subject.clone()),
+            None => groups.push((shape, vec![n.subject.clone()])),
+        }
+    }
+    out.into_iter()
+        .map(|(rule, groups)| {
+            let more = groups.len().saturating_sub(3);
+            let mut parts: Vec<String> = groups
+                .into_iter()
+                .take(3)
+                .map(|(shape, devs)| match devs.as_slice() {
+                    [d] if d.is_empty() => format!("needs {shape}"),
+                    [d] => format!("{d} needs {}", shape.replace("DEV", d)),
+                    many => format!("{} need {}", many.join(", "), shape),
+                })
+                .collect();
+            if more > 0 {
+                parts.push(format!("and {more} more"));
+            }
+            (rule, parts.join("; "))
+        })
+        .collect()
 }
 
 /// One line per host (counts, then its findings most severe first), then one line per rule

@@ -1,0 +1,139 @@
+//! Doctor judges only what the files support (issue 72, class 2): a rule whose inputs are
+//! unknown for a device it found nothing on says so, the healthy sentence needs every rule that
+//! applies judged, and a container's view is named as one.
+
+use netsteer_host::{HostFs, read_host};
+use netsteer_steering::doctor::{Goal, Load, Report, diagnose, text};
+use std::fs;
+use std::path::Path;
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, text).unwrap();
+}
+
+/// Four CPUs, /proc/stat, softnet and uptime: enough for the host-wide rules to judge.
+fn base(root: &Path, interrupts: &str) {
+    let mut stat = String::from("cpu  100 0 100 10000 0 0 10 0 0 0\n");
+    let mut softnet = String::new();
+    for c in 0..4 {
+        stat.push_str(&format!("cpu{c} 25 0 25 2500 0 0 2 0 0 0\n"));
+        softnet.push_str(&format!(
+            "00000100 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 {c:08x}\n"
+        ));
+    }
+    write(root, "proc/stat", &stat);
+    write(root, "proc/net/softnet_stat", &softnet);
+    write(root, "proc/uptime", "1000.00 3000.00\n");
+    write(root, "proc/interrupts", interrupts);
+    write(root, "sys/devices/system/cpu/online", "0-3\n");
+    write(root, "proc/1/comm", "systemd\n");
+}
+
+fn doctor(root: &Path) -> Report {
+    let fs = HostFs::open(root).unwrap();
+    let view = read_host(&fs, None);
+    let sample = netsteer_host::sample::read_sample(&fs).unwrap();
+    let net = netsteer_host::sample::read_net_counters(&fs);
+    let load = Load::since_boot(&sample, &net, 1000.0);
+    diagnose(&view, Some(&load), Goal::Balanced, None)
+}
+
+/// The single-queue case unseen: eth0 is a PCI NIC whose queue directories the tree does not
+/// hold. Doctor used to say "No findings: nothing keeps packet processing here from scaling."
+#[test]
+fn a_nic_whose_queues_are_unknown_is_not_judged_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    base(
+        root,
+        "           CPU0       CPU1       CPU2       CPU3\n 24:     500000          0          0          0  PCI-MSI 524288-edge      eth0\n",
+    );
+    let func = "sys/devices/pci0000:00/0000:00:03.0";
+    write(root, &format!("{func}/net/eth0/operstate"), "up\n");
+    write(root, &format!("{func}/net/eth0/ifindex"), "2\n");
+    write(root, &format!("{func}/msi_irqs/24"), "msi\n");
+    fs::create_dir_all(root.join("sys/class/net")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/pci0000:00/0000:00:03.0/net/eth0",
+        root.join("sys/class/net/eth0"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "../../../0000:00:03.0",
+        root.join(format!("{func}/net/eth0/device")),
+    )
+    .unwrap();
+    let r = doctor(root);
+    assert!(
+        r.findings.iter().all(|f| f.id != "single-queue-no-rps"),
+        "{:#?}",
+        r.findings
+    );
+    assert!(!r.healthy(), "{r:#?}");
+    let blind = r
+        .unjudged
+        .iter()
+        .find(|n| n.rule == "single-queue-no-rps" && n.subject == "eth0")
+        .unwrap_or_else(|| panic!("{:#?}", r.unjudged));
+    assert!(blind.needs.contains("eth0 queues"), "{blind:?}");
+    let out = text::render(&r);
+    assert!(!out.contains("nothing keeps packet processing"), "{out}");
+    assert!(
+        out.contains("not judged: single-queue-no-rps: eth0 needs eth0 queues"),
+        "{out}"
+    );
+    assert_eq!(r.rules.applied, r.rules.judged + r.rules.not_judged);
+    assert!(
+        r.rules.not_judged >= 1 && r.rules.judged >= 1,
+        "{:?}",
+        r.rules
+    );
+}
+
+/// Inside a container: its netns holds a veth, its /proc/interrupts the host's virtio queue
+/// vectors of devices it cannot see.
+#[test]
+fn a_containers_view_is_named_and_not_judged_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut irqs = String::from("           CPU0       CPU1       CPU2       CPU3\n");
+    for q in 0..7 {
+        for (i, dir) in [(0, "input"), (1, "output")] {
+            irqs.push_str(&format!(
+                " {}:       100        200        300        400  PCI-MSIX-0000:00:03.0 {}-edge      virtio1-{dir}.{q}\n",
+                30 + q * 2 + i,
+                q * 2 + i + 1
+            ));
+        }
+    }
+    base(root, &irqs);
+    let veth = "sys/devices/virtual/net/eth0";
+    write(root, &format!("{veth}/operstate"), "up\n");
+    write(root, &format!("{veth}/ifindex"), "5\n");
+    write(root, &format!("{veth}/iflink"), "6\n");
+    write(root, &format!("{veth}/queues/rx-0/rps_cpus"), "0\n");
+    write(root, &format!("{veth}/queues/tx-0/xps_cpus"), "0\n");
+    fs::create_dir_all(root.join("sys/class/net")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/virtual/net/eth0",
+        root.join("sys/class/net/eth0"),
+    )
+    .unwrap();
+    let r = doctor(root);
+    let view = r
+        .host
+        .container_view
+        .clone()
+        .unwrap_or_else(|| panic!("{:#?}", r.host));
+    assert!(view.contains("14 queue vector(s)"), "{view}");
+    assert!(!r.healthy());
+    let out = text::render(&r);
+    assert!(out.contains("view: a container's view"), "{out}");
+    assert!(!out.contains("nothing keeps packet processing"), "{out}");
+    assert!(
+        out.contains("every NIC rule for the host's own NICs"),
+        "{out}"
+    );
+}
