@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+mod counters;
 mod families;
 use families::Families;
 
@@ -135,7 +136,10 @@ impl Agent {
         version: &'static str,
     ) -> Result<Agent, String> {
         if !devices.is_empty() {
-            let have = fs.read_dir("/sys/class/net").unwrap_or_default();
+            // An unlisted directory is not "no such interface": say why it could not be told.
+            let have = fs
+                .read_dir("/sys/class/net")
+                .map_err(|e| format!("--dev: the interfaces could not be listed: {e}"))?;
             if let Some(d) = devices.iter().find(|d| !have.contains(d)) {
                 return Err(format!(
                     "--dev {d}: no such interface under /sys/class/net (there: {})",
@@ -264,8 +268,8 @@ impl Agent {
     /// evaluation when it runs ([`Agent::start_sampler`]), else evaluated now.
     pub fn scrape(&self, now: Instant, wall: SystemTime) -> Vec<Family> {
         let fs = &self.fs;
-        // Without /proc/stat there is no counter sample, but the net counters are still read
-        // for the collectors that need only them.
+        // Without /proc/stat there is no counter sample (the doctor's), but every collector's
+        // own files are still read below.
         let reading = Reading::take(fs, now);
         let held = self
             .held
@@ -283,45 +287,45 @@ impl Agent {
         let mut success: Vec<(&'static str, Option<String>)> = Vec::new();
         let mut fail =
             |collector: &'static str, why: Option<String>| success.push((collector, why));
-        let broke = |worked: bool| (!worked).then(|| "could not be read".to_string());
         let net = match &reading {
             Ok(r) => r.net.clone(),
             Err(_) => read_net_counters(fs),
         };
-        match &reading {
+        // Each collector needs only its own file: without /proc/stat the CPU times are
+        // unknown, but /proc/interrupts, /proc/softirqs and softnet_stat are read all the same.
+        let own;
+        let c = match &reading {
             Ok(r) => {
-                let c = &r.counters;
                 fail("stat", None);
-                self.cpu(&mut out, c);
-                let why = |file: &str| {
-                    c.problems
-                        .iter()
-                        .find(|p| p.contains(file))
-                        .cloned()
-                        .unwrap_or_else(|| format!("{file}: no rows"))
-                };
-                fail(
-                    "softirqs",
-                    c.softirqs.is_none().then(|| why("/proc/softirqs")),
-                );
-                fail(
-                    "softnet",
-                    c.softnet.is_empty().then(|| why("/proc/net/softnet_stat")),
-                );
-                fail(
-                    "interrupts",
-                    c.interrupts.is_none().then(|| why("/proc/interrupts")),
-                );
-                self.interrupts(&mut out, c, &devices);
+                &r.counters
             }
             Err(e) => {
-                // Without /proc/stat no counter sample is taken: the collectors that read
-                // with it failed too, for the same reason.
-                for c in ["stat", "softirqs", "softnet", "interrupts"] {
-                    fail(c, Some(e.to_string()));
-                }
+                fail("stat", Some(e.to_string()));
+                own = counters::read_without_stat(fs, &held.view.topology.online);
+                &own
             }
-        }
+        };
+        self.cpu(&mut out, c);
+        let why = |file: &str| {
+            c.problems
+                .iter()
+                .find(|p| p.contains(file))
+                .cloned()
+                .unwrap_or_else(|| format!("{file}: no rows"))
+        };
+        let failed = |file: &str, none: bool| {
+            (none || c.problems.iter().any(|p| p.contains(file))).then(|| why(file))
+        };
+        fail("softirqs", failed("/proc/softirqs", c.softirqs.is_none()));
+        fail(
+            "softnet",
+            failed("/proc/net/softnet_stat", c.softnet.is_empty()),
+        );
+        fail(
+            "interrupts",
+            failed("/proc/interrupts", c.interrupts.is_none()),
+        );
+        self.interrupts(&mut out, c, &devices);
         if let Some(snmp) = &net.snmp {
             let sum = |counter: &str| {
                 ["Udp", "Udp6"]
@@ -337,7 +341,16 @@ impl Agent {
                 out.udp_in_errors.push(vec![], v);
             }
         }
-        fail("snmp", broke(net.snmp.is_some()));
+        fail(
+            "snmp",
+            net.snmp.is_none().then(|| {
+                net.problems
+                    .iter()
+                    .find(|p| p.contains("/proc/net/snmp"))
+                    .cloned()
+                    .unwrap_or_else(|| "/proc/net/snmp: could not be read".into())
+            }),
+        );
         success.extend(held.success.iter().cloned());
 
         let mut trace_families = Vec::new();
@@ -345,7 +358,7 @@ impl Agent {
             let names: Vec<&str> = devices.iter().map(|n| n.name.as_str()).collect();
             let (families, status) = feed.families(&names);
             trace_families = families;
-            success.push(("trace", broke(status.is_ok())));
+            success.push(("trace", status.err()));
         }
         for (collector, why) in success {
             out.collector_success.push(
@@ -390,7 +403,6 @@ impl Agent {
         let mut success: Vec<(&'static str, Option<String>)> = Vec::new();
         let mut fail =
             |collector: &'static str, why: Option<String>| success.push((collector, why));
-        let broke = |worked: bool| (!worked).then(|| "could not be read".to_string());
         let fs = &self.fs;
         let nic = (self.nic)();
         let settings = |name: &str| match &nic {
@@ -409,15 +421,21 @@ impl Agent {
             out.rates_seconds.push(vec![], load.seconds);
         }
         self.steering(&mut out, &view, &devices);
+        fail("queues", queue_files_unknown(&devices));
         // A device asked for by name that the host does not have is a failed collection, not
         // an empty success: a typo in --dev must show on the dashboard.
-        let nic_ok = nic.is_ok()
-            && self
-                .opts
-                .devices
-                .iter()
-                .all(|d| view.nics.iter().any(|n| &n.name == d));
-        fail("nic", broke(nic_ok));
+        let missing = self
+            .opts
+            .devices
+            .iter()
+            .find(|d| !view.nics.iter().any(|n| &n.name == *d));
+        let nic_why = match (&nic, missing) {
+            (Err(reason), _) => Some(reason.clone()),
+            (Ok(_), Some(d)) => Some(format!("--dev {d}: not under /sys/class/net")),
+            (Ok(_), None) => None,
+        };
+        let nic_ok = nic_why.is_none();
+        fail("nic", nic_why);
         if nic_ok {
             self.nic_settings(&mut out, &devices);
         }
@@ -477,8 +495,8 @@ impl Agent {
                 fs: fs.clone(),
                 nic: backend_nic,
             };
-            let ok_tune = self.tune(&mut out, dir, &backend, &view);
-            fail("tune", broke(ok_tune));
+            let tune = self.tune(&mut out, dir, &backend, &view);
+            fail("tune", tune);
             // `netsteer watch`'s standing advice, from the file it keeps in its directory
             // (at most MAX_WATCH_ADVICE series: the ids are a reflex and a device).
             match netsteer_steering::watch::read_advice(&dir.join("watch")) {
@@ -561,8 +579,9 @@ impl Agent {
 
     /// Per queue IRQ: interrupts by CPU (only CPUs that took some, which keeps a 64-queue,
     /// 128-CPU NIC at about one series per queue rather than 8,192), and where it goes now.
+    /// The effective CPUs are /proc/irq/N's, not the counters': they do not wait for a
+    /// readable /proc/interrupts at this scrape.
     fn interrupts(&self, out: &mut Families, c: &CounterSample, devs: &[&Nic]) {
-        let Some(ints) = &c.interrupts else { return };
         for nic in devs {
             for irq in nic.queue_irqs() {
                 let queue = queue_label(irq.role);
@@ -573,11 +592,13 @@ impl Agent {
                         ("irq", irq.irq.to_string()),
                     ]
                 };
-                if let Some(row) = ints
-                    .rows
-                    .iter()
-                    .find(|r| r.label == IrqLabel::Number(irq.irq))
-                {
+                if let Some((ints, row)) = c.interrupts.as_ref().and_then(|ints| {
+                    let row = ints
+                        .rows
+                        .iter()
+                        .find(|r| r.label == IrqLabel::Number(irq.irq))?;
+                    Some((ints, row))
+                }) {
                     for (cpu, n) in ints.per_cpu(row) {
                         if n > 0 {
                             let mut l = base();
@@ -612,14 +633,19 @@ impl Agent {
                 ],
                 1.0,
             );
-            out.queues.push(
-                vec![("device", nic.name.clone()), ("direction", "rx".into())],
-                nic.rx_queues.len() as f64,
-            );
-            out.queues.push(
-                vec![("device", nic.name.clone()), ("direction", "tx".into())],
-                nic.tx_queues.len() as f64,
-            );
+            // Queues the tree does not list are unknown, not none (`show` says unknown): a
+            // 0 would read as a NIC without queues on a dashboard. An empty `queues/` is 0.
+            if nic.queues_unknown.is_none() {
+                for (direction, n) in [("rx", nic.rx_queues.len()), ("tx", nic.tx_queues.len())] {
+                    out.queues.push(
+                        vec![
+                            ("device", nic.name.clone()),
+                            ("direction", direction.into()),
+                        ],
+                        n as f64,
+                    );
+                }
+            }
             for q in &nic.rx_queues {
                 let ql = || -> Labels {
                     vec![
@@ -728,19 +754,24 @@ impl Agent {
         }
     }
 
-    /// The applied plan's drift and the last apply's time. False when the state could not be
-    /// read (a corrupt plan file), not when nothing was ever applied.
+    /// The applied plan's drift, the last apply's time and the rolled-back journals. Why not
+    /// when the state could not be read (a corrupt plan file, an unreadable journal), not
+    /// when nothing was ever applied.
     fn tune(
         &self,
         out: &mut Families,
         dir: &std::path::Path,
         backend: &HostBackend,
         view: &HostView,
-    ) -> bool {
-        let mut fine = true;
+    ) -> Option<String> {
+        let mut why: Option<String> = None;
+        let mut broke = |e: String| {
+            why.get_or_insert(e);
+        };
         // A state file is read as one (regular, non-blocking, capped): a FIFO planted as
         // applied.json must not hang a scrape thread.
-        match journal::read_state_file(&journal::applied_plan_path(dir)) {
+        let applied = journal::applied_plan_path(dir);
+        match journal::read_state_file(&applied) {
             Ok(text) => match serde_json::from_slice::<Plan>(&text) {
                 Ok(plan) => {
                     let r = verify(&plan, backend, view);
@@ -750,37 +781,96 @@ impl Agent {
                     out.tune_info
                         .push(vec![("profile", plan.profile.to_string())], 1.0);
                 }
-                Err(_) => fine = false,
+                Err(e) => broke(format!("{}: {e}", applied.display())),
             },
+            // No applied plan is an answer: tune apply writes the file, rollback removes it.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 out.tune_applied.push(vec![], 0.0);
             }
-            Err(_) => fine = false,
+            // read_state_file names the file in its errors.
+            Err(e) => broke(e.to_string()),
         }
-        // The newest journal that finished an apply (a later rollback keeps its time: it is
-        // still when the fleet last changed this host).
-        if let Ok(all) = journal::list(dir) {
-            let last = all.iter().rev().find_map(|p| {
-                let records = journal::read(p).ok()?;
-                let applied = records
-                    .iter()
-                    .any(|r| matches!(r, Record::End { status, .. } if status == "applied"));
-                match records.first() {
-                    Some(Record::Begin { started_unix, .. }) if applied => Some(*started_unix),
-                    _ => None,
-                }
-            });
-            if let Some(t) = last {
-                out.tune_last_apply.push(vec![], t as f64);
+        // The journals, newest last; a journal that cannot be read is unknown, never "not
+        // rolled back" (a 0) nor skipped.
+        let journals: Vec<_> = match journal::list(dir) {
+            Ok(all) => all.iter().map(|p| journal::read(p)).collect(),
+            Err(e) => {
+                let (e, at) = (e.to_string(), dir.display().to_string());
+                broke(if e.contains(&at) {
+                    e
+                } else {
+                    format!("{at}: {e}")
+                });
+                return why;
             }
-            let rolled_back = all
+        };
+        // The newest journal that finished an apply (a later rollback keeps its time: it is
+        // still when the fleet last changed this host); unknown if a newer one is unreadable.
+        let last = journals.iter().rev().find_map(|records| {
+            let Ok(records) = records else {
+                return Some(None);
+            };
+            let applied = records
                 .iter()
-                .filter(|p| journal::read(p).is_ok_and(|r| journal::rolled_back(&r)))
-                .count();
-            out.tune_rollbacks.push(vec![], rolled_back as f64);
+                .any(|r| matches!(r, Record::End { status, .. } if status == "applied"));
+            match records.first() {
+                Some(Record::Begin { started_unix, .. }) if applied => Some(Some(*started_unix)),
+                _ => None,
+            }
+        });
+        if let Some(Some(t)) = last {
+            out.tune_last_apply.push(vec![], t as f64);
         }
-        fine
+        let mut rolled_back = Some(0usize);
+        for records in &journals {
+            match records {
+                Ok(r) => {
+                    if journal::rolled_back(r) {
+                        rolled_back = rolled_back.map(|n| n + 1);
+                    }
+                }
+                Err(e) => {
+                    broke(e.to_string());
+                    rolled_back = None;
+                }
+            }
+        }
+        if let Some(n) = rolled_back {
+            out.tune_rollbacks.push(vec![], n as f64);
+        }
+        why
     }
+}
+
+/// Why some exported NIC's queue files are not known, when they are not: its `queues/`
+/// unlisted (then it has no `netsteer_nic_queues` series), or an rx queue's `rps_cpus` or
+/// `rps_flow_cnt` unread (then no RPS or RFS series for it, as for RPS off). The collector
+/// tells those missing series from zeros and from RPS off. `xps_cpus` is left out: the
+/// kernel refuses it on a single-queue device (net/core/net-sysfs.c, `xps_cpus_show`).
+fn queue_files_unknown(devs: &[&Nic]) -> Option<String> {
+    let mut unknown = devs.iter().flat_map(|nic| {
+        let listing = nic
+            .queues_unknown
+            .iter()
+            .map(move |why| format!("{}: queues: {why}", nic.name));
+        let files = nic.rx_queues.iter().flat_map(move |q| {
+            [
+                ("rps_cpus", q.rps_cpus.unknown_reason()),
+                ("rps_flow_cnt", q.rps_flow_cnt.unknown_reason()),
+            ]
+            .into_iter()
+            .filter_map(move |(file, why)| {
+                Some(format!("{} rx-{} {file}: {}", nic.name, q.index, why?))
+            })
+        });
+        listing.chain(files)
+    });
+    let first = unknown.next()?;
+    let more = unknown.count();
+    Some(match more {
+        0 => first,
+        n => format!("{first} (and {n} more)"),
+    })
 }
 
 /// The NIC features that change where and how much packet work is done.

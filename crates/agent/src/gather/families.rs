@@ -63,7 +63,7 @@ impl Default for Families {
             collector_success: f(
                 "netsteer_scrape_collector_success",
                 Gauge,
-                "1 when this scrape could read the source (stat, softirqs, softnet, interrupts, snmp, nic, doctor, tune, watch, trace), else 0; netsteer_scrape_collector_error_info says why.",
+                "1 when this scrape could read the source (stat, softirqs, softnet, interrupts, snmp, queues, nic, doctor, tune, watch, trace), else 0; netsteer_scrape_collector_error_info says why.",
             ),
             collector_error: f(
                 "netsteer_scrape_collector_error",
@@ -143,12 +143,12 @@ impl Default for Families {
             queues: f(
                 "netsteer_nic_queues",
                 Gauge,
-                "Queues the kernel exposes for the interface (/sys/class/net/IF/queues).",
+                "Queues the kernel exposes for the interface (/sys/class/net/IF/queues); no series when that directory could not be listed (collector=\"queues\" is 0).",
             ),
             rps_cpu: f(
                 "netsteer_rps_cpu",
                 Gauge,
-                "1 for each CPU an rx queue steers packets to with RPS (rps_cpus); no series = RPS off.",
+                "1 for each CPU an rx queue steers packets to with RPS (rps_cpus); no series = RPS off, or rps_cpus unread (collector=\"queues\" is 0).",
             ),
             rps_flow: f(
                 "netsteer_rps_flow_entries",
