@@ -426,7 +426,7 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
         keys.sort();
         (keys, failed)
     };
-    let (as_root, _) = scrape(&args);
+    let (as_root, failed_as_root) = scrape(&args);
     let uid = format!("{}", 61184 + std::process::id() % 4000);
     let mut unprivileged = vec![
         "setpriv",
@@ -446,7 +446,14 @@ fn the_agent_serves_as_its_unprivileged_unit_what_it_serves_as_root() {
         let key = format!("netsteer_scrape_collector_success{{collector=\"{collector}\"}}");
         assert!(as_unit.contains(&key), "no {key} in {as_unit:#?}");
     }
-    assert!(failed.is_empty(), "as the unit runs it: {failed:?}");
+    // The namespace holds only a veth while /proc/interrupts shows the host's queue vectors: a
+    // container's view, whose doctor cannot judge the host's NICs (its collector says so, as
+    // root too). Nothing else may fail, and nothing fail for want of privilege.
+    assert_eq!(failed, failed_as_root, "as the unit runs it");
+    assert!(
+        failed.iter().all(|l| l.contains("collector=\"doctor\"")),
+        "as the unit runs it: {failed:?}"
+    );
     assert!(
         as_unit
             .iter()
