@@ -477,6 +477,22 @@ impl Agent {
             out.findings
                 .push(vec![("severity", severity.into())], n as f64);
         }
+        for (state, n) in [
+            ("judged", report.rules.judged),
+            ("not_judged", report.rules.not_judged),
+        ] {
+            out.rules.push(vec![("state", state.into())], n as f64);
+        }
+        // One series a rule and device, however many inputs it lacked there.
+        let unjudged: std::collections::BTreeSet<(&str, &str)> = report
+            .unjudged
+            .iter()
+            .map(|n| (n.rule.as_str(), n.subject.as_str()))
+            .collect();
+        for (rule, device) in unjudged {
+            out.not_judged
+                .push(vec![("rule", rule.into()), ("device", device.into())], 1.0);
+        }
         out.doctor_time.push(vec![], unix_seconds(wall));
 
         if let Some(dir) = &self.opts.state_dir {

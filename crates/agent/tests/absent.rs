@@ -496,3 +496,52 @@ fn an_unreadable_journal_is_no_rollback_count_not_zero() {
     assert!(samples(&fams, "netsteer_tune_last_apply_timestamp_seconds").is_empty());
     assert_eq!(collector(&fams, "tune"), Some(0.0));
 }
+
+/// The doctor's knowledge is exported beside its findings: how many rules were judged and not,
+/// and which rule could not judge which device, so a fleet's dashboard cannot read a blind
+/// host's zero findings as health.
+#[test]
+fn the_doctors_not_judged_rules_are_series() {
+    let doctor = |tree: &Path| {
+        let fs = HostFs::open(tree).unwrap();
+        let nic = netsteer_nic::TreeNic::new(tree);
+        let settings = |d: &str| netsteer_nic::NicBackend::settings(&nic, d);
+        netsteer_steering::doctor::sampling::examine(
+            &fs,
+            Some(&settings),
+            std::time::Duration::ZERO,
+            Goal::Balanced,
+            None,
+            None,
+        )
+        .0
+    };
+    for name in ["nto-32cpu-i40e-ixgbe", "sysstat-root1", "pcp-40cpu-mlx4"] {
+        let tree = real(name);
+        let fams = scrape(&tree);
+        let state = |s: &str| {
+            samples(&fams, "netsteer_doctor_rules")
+                .iter()
+                .find(|x| x.label("state") == Some(s))
+                .map(|x| x.value)
+        };
+        let report = doctor(&tree);
+        assert_eq!(state("judged"), Some(report.rules.judged as f64), "{name}");
+        assert_eq!(
+            state("not_judged"),
+            Some(report.rules.not_judged as f64),
+            "{name}"
+        );
+        assert!(report.rules.not_judged > 0, "{name}: {:?}", report.rules);
+        let series = samples(&fams, "netsteer_doctor_not_judged");
+        for n in &report.unjudged {
+            assert!(
+                series
+                    .iter()
+                    .any(|s| s.label("rule") == Some(n.rule.as_str())
+                        && s.label("device") == Some(n.subject.as_str())),
+                "{name}: no series for {n:?}"
+            );
+        }
+    }
+}
