@@ -11,6 +11,127 @@ use netsteer_host::view::HostView;
 /// a rule about its steering matters.
 pub const BUSY_DEVICE_PPS: f64 = 1000.0;
 
+/// Interrupts a vector must have counted since boot before its counts by CPU say where it
+/// goes. Every vector takes one at probe time (the driver's self-test or first link event,
+/// usually on CPU 0) and a queue that carried no traffic a handful more: real trees show
+/// vectors at 1 each, or 116, 0, 4 and 0. A queue that carried traffic counts thousands within
+/// seconds (one interrupt per NAPI poll cycle even at 1,000 packets/s), so 1,000 parts the two.
+pub const IRQ_COUNT_FLOOR: u64 = 1000;
+
+/// Interrupts a vector must have counted over a sampled window before its counts by CPU say
+/// where it goes now: at 100 a share of 1 % is one interrupt, below it a CPU's share is noise.
+pub const IRQ_SAMPLED_FLOOR: f64 = 100.0;
+
+/// The share of a vector's counted interrupts from which a CPU is named as one it goes to.
+/// Counts since boot are a history: an IRQ irqbalance moved around shows a share on every CPU
+/// it visited (pcp-40cpu-mlx4: 20 CPUs of 1-14 % each, none over half), and each of them did
+/// take it; naming only the busiest column turns such a vector into "one CPU". Below 1 % is
+/// the probe-time interrupt or the moments before a move.
+pub const IRQ_CPU_SHARE: f64 = 0.01;
+
+/// Where one IRQ goes, and what says so ([`Ctx::irq_placement`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// The kernel's own word: `effective_affinity_list`, a one-CPU `smp_affinity_list`, or
+    /// the requested CPU of a move still pending.
+    Affinity { cpus: CpuSet, source: &'static str },
+    /// A requested mask of several CPUs and no effective affinity: delivered to CPUs of this
+    /// set. On x86 the vector allocator gives an MSI one CPU of the mask (the one with the fewest
+    /// vectors: arch/x86/kernel/apic/vector.c, irq_matrix_alloc), which no file of this kernel shows; only "inside this set" holds.
+    Within(CpuSet),
+    /// Every CPU that took at least [`IRQ_CPU_SHARE`] of `interrupts`, counted since boot or
+    /// over the sampled window.
+    Counted {
+        cpus: CpuSet,
+        interrupts: u64,
+        since_boot: bool,
+    },
+    /// No affinity file and fewer than [`IRQ_COUNT_FLOOR`] interrupts since boot: nothing
+    /// says where it goes, and it carries no work.
+    Idle { interrupts: u64 },
+    /// No affinity file and its interrupts since boot not counted by CPU (no load read, or
+    /// quiet over the sample): only the busiest column, which is not where an IRQ goes.
+    Uncounted { interrupts: u64 },
+}
+
+impl Placement {
+    /// The CPUs it goes to, when something says so exactly (affinity or counts).
+    pub fn cpus(&self) -> Option<&CpuSet> {
+        match self {
+            Placement::Affinity { cpus, .. } | Placement::Counted { cpus, .. } => Some(cpus),
+            _ => None,
+        }
+    }
+
+    /// The CPUs it may go to: [`Placement::cpus`], or the mask it goes somewhere inside.
+    pub fn bound(&self) -> Option<&CpuSet> {
+        match self {
+            Placement::Within(set) => Some(set),
+            other => other.cpus(),
+        }
+    }
+
+    /// "CPU 3", "one CPU of 0-15 (smp_affinity_list, no effective_affinity_list)", "CPUs
+    /// 0-1,8-9 (counted since boot)": the placement and what says so.
+    pub fn text(&self) -> String {
+        match self {
+            Placement::Affinity { cpus, .. } => cpus_text(cpus),
+            Placement::Within(set) => format!(
+                "one CPU of {} (smp_affinity_list; no effective_affinity_list says which)",
+                set.to_list()
+            ),
+            Placement::Counted {
+                cpus, since_boot, ..
+            } => format!(
+                "{} (counted {})",
+                cpus_text(cpus),
+                if *since_boot {
+                    "since boot"
+                } else {
+                    "over the sample"
+                }
+            ),
+            Placement::Idle { interrupts } => format!(
+                "no CPU anything says (idle: {interrupts} interrupts since boot, no affinity file)"
+            ),
+            Placement::Uncounted { interrupts } => format!(
+                "no CPU anything says ({interrupts} interrupts since boot not counted by CPU, no affinity file)"
+            ),
+        }
+    }
+}
+
+/// What a set of vectors with no placement lacks, for a not-judged line or evidence: "no
+/// effective_affinity/smp_affinity, and its vectors counted only 1, 1, 1, 1 interrupts since
+/// boot (below the floor of 1000)".
+pub fn unplaced_text(unplaced: &[(&NicIrq, Placement)]) -> String {
+    let counts = |idle: bool| -> Vec<String> {
+        unplaced
+            .iter()
+            .filter(|(_, p)| matches!(p, Placement::Idle { .. }) == idle)
+            .map(|(i, _)| i.count.to_string())
+            .collect()
+    };
+    let (idle, uncounted) = (counts(true), counts(false));
+    let mut parts = Vec::new();
+    if !idle.is_empty() {
+        parts.push(format!(
+            "counted only {} interrupts since boot (below the floor of {IRQ_COUNT_FLOOR})",
+            idle.join(", ")
+        ));
+    }
+    if !uncounted.is_empty() {
+        parts.push(format!(
+            "counted {} interrupts since boot, but not by CPU (no per-CPU rates in the load)",
+            uncounted.join(", ")
+        ));
+    }
+    format!(
+        "no effective_affinity/smp_affinity, and its vectors {}",
+        parts.join("; ")
+    )
+}
+
 pub struct Ctx<'a> {
     pub view: &'a HostView,
     pub load: Option<&'a Load>,
@@ -114,40 +235,80 @@ impl<'a> Ctx<'a> {
             .map(|r| r.total)
     }
 
-    /// The CPUs an IRQ is delivered to: the effective affinity when the kernel shows it, else a
-    /// one-CPU requested mask, else where its interrupts were counted, else the requested mask.
-    pub fn irq_cpus(&self, irq: &NicIrq) -> CpuSet {
-        let requested = irq.affinity.requested.known();
+    /// Where an IRQ goes, from what says so: the effective affinity when the kernel shows it
+    /// (the requested mask while a move is pending), else a one-CPU requested mask, else the
+    /// CPUs that took a share of its interrupts when it counted enough of them (over the
+    /// sampled window, else since boot), else a wider requested mask (somewhere in it), else
+    /// nothing: an idle vector, or one whose counts by CPU were not read.
+    pub fn irq_placement(&self, irq: &NicIrq) -> Placement {
+        let requested = irq.affinity.requested.known().filter(|s| !s.is_empty());
+        let from_mask = |r: &CpuSet, source: &'static str| {
+            if r.len() == 1 {
+                Placement::Affinity {
+                    cpus: r.clone(),
+                    source,
+                }
+            } else {
+                Placement::Within(r.clone())
+            }
+        };
         if let Some(eff) = irq.affinity.effective.known().filter(|s| !s.is_empty()) {
             // A move still pending (IrqAffinity::move_pending) is delivered within the
             // requested set at the IRQ's next interrupt: that is where it goes.
             return match requested {
-                Some(r) if irq.affinity.move_pending() => r.clone(),
-                _ => eff.clone(),
+                Some(r) if irq.affinity.move_pending() => {
+                    from_mask(r, "smp_affinity_list (move pending)")
+                }
+                _ => Placement::Affinity {
+                    cpus: eff.clone(),
+                    source: "effective_affinity_list",
+                },
             };
         }
         if let Some(r) = requested.filter(|s| s.len() == 1) {
-            return r.clone();
+            return from_mask(r, "smp_affinity_list");
         }
-        if let Some(rate) = self
+        let rate = self
             .load
-            .and_then(|l| l.cpu.irqs.iter().find(|r| r.irq == irq.irq))
-            .filter(|r| r.total > 0.0)
-        {
-            let set: CpuSet = rate
-                .per_cpu
-                .iter()
-                .filter(|(_, v)| **v >= rate.total * 0.5)
-                .map(|(c, _)| *c)
-                .collect();
-            if !set.is_empty() {
-                return set;
+            .and_then(|l| Some((l, l.cpu.irqs.iter().find(|r| r.irq == irq.irq)?)));
+        if let Some((l, rate)) = rate {
+            // Counts in the load: since boot on a tree, over the window when sampled.
+            let floor = if self.since_boot() {
+                IRQ_COUNT_FLOOR as f64
+            } else {
+                IRQ_SAMPLED_FLOOR
+            };
+            let interrupts = rate.total * l.seconds;
+            if interrupts >= floor {
+                let cpus: CpuSet = rate
+                    .per_cpu
+                    .iter()
+                    .filter(|(_, v)| **v > 0.0 && **v >= rate.total * IRQ_CPU_SHARE)
+                    .map(|(c, _)| *c)
+                    .collect();
+                if !cpus.is_empty() {
+                    return Placement::Counted {
+                        cpus,
+                        interrupts: interrupts.round() as u64,
+                        since_boot: self.since_boot(),
+                    };
+                }
             }
         }
-        if let Some(c) = irq.busiest_cpu {
-            return std::iter::once(c).collect();
+        if let Some(r) = requested {
+            return from_mask(r, "smp_affinity_list");
         }
-        requested.cloned().unwrap_or_default()
+        if irq.count < IRQ_COUNT_FLOOR {
+            Placement::Idle {
+                interrupts: irq.count,
+            }
+        } else {
+            // Busy since boot, but only its total and busiest column are at hand (no load,
+            // or quiet over the sample): one column is not where an IRQ goes.
+            Placement::Uncounted {
+                interrupts: irq.count,
+            }
+        }
     }
 
     /// Interfaces whose steering matters: physical NICs that are not down, and any other

@@ -133,12 +133,16 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
         let on_hot: Vec<_> = ctx
             .rx_irqs(nic)
             .into_iter()
-            .filter(|i| !ctx.irq_cpus(i).intersection(&hot_set).is_empty())
+            .filter(|i| {
+                ctx.irq_placement(i)
+                    .cpus()
+                    .is_some_and(|c| !c.intersection(&hot_set).is_empty())
+            })
             .collect();
         for i in &on_hot {
             evidence.push(format!(
                 "{} takes IRQ {} ({} {}, {})",
-                cpus_text(&ctx.irq_cpus(i)),
+                ctx.irq_placement(i).text(),
                 i.irq,
                 nic.name,
                 i.role,

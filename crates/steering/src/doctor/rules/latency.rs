@@ -162,7 +162,11 @@ pub fn app_on_irq_cpu(ctx: &Ctx) -> Vec<Finding> {
             if ctx.irq_rate(i.irq).is_some_and(|r| r <= 0.0) && i.count == 0 {
                 continue;
             }
-            let cpus = ctx.irq_cpus(i);
+            // Only CPUs something says it goes to: one CPU of a wide mask is not every CPU of
+            // it, and an idle vector goes nowhere anyone can say.
+            let Some(cpus) = ctx.irq_placement(i).cpus().cloned() else {
+                continue;
+            };
             irq_names.push((i.irq, format!("{} {}", nic.name, i.role), cpus.clone()));
             irq_cpus = irq_cpus.union(&cpus);
         }

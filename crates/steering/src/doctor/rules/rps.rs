@@ -213,7 +213,9 @@ pub fn single_queue_no_rps(ctx: &Ctx) -> Vec<Finding> {
         };
         let mut busiest = 0.0f64;
         for i in ctx.rx_irqs(nic) {
-            let cpus = ctx.irq_cpus(i);
+            // Only CPUs something says it goes to: a mask's or an idle vector's are none.
+            let placement = ctx.irq_placement(i);
+            let cpus = placement.cpus().cloned().unwrap_or_default();
             let load: Vec<String> = cpus
                 .iter()
                 .filter_map(|c| ctx.cpu(c))
@@ -226,7 +228,7 @@ pub fn single_queue_no_rps(ctx: &Ctx) -> Vec<Finding> {
                 "IRQ {} ({}) is delivered to {}{}",
                 i.irq,
                 i.name,
-                cpus_text(&cpus),
+                placement.text(),
                 if load.is_empty() {
                     String::new()
                 } else {

@@ -3,7 +3,7 @@
 
 use super::rps::tune_cmd;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
-use crate::model::ctx::{Ctx, capped, cpus_text, rate};
+use crate::model::ctx::{Ctx, IRQ_CPU_SHARE, Placement, capped, cpus_text, rate, unplaced_text};
 use crate::model::desired::{ItemKind, Profile};
 use netsteer_host::CpuSet;
 use netsteer_host::irqname::IrqRole;
@@ -39,17 +39,107 @@ fn rx_queue_count(nic: &Nic) -> usize {
         .len()
 }
 
+/// IRQs, each with where it goes.
+pub type Placed<'n> = Vec<(&'n NicIrq, Placement)>;
+
+/// Each IRQ with where it goes, split into those something places and those nothing does
+/// (idle vectors, or counts not read by CPU).
+pub fn placed<'n>(
+    ctx: &Ctx,
+    irqs: impl IntoIterator<Item = &'n NicIrq>,
+) -> (Placed<'n>, Placed<'n>) {
+    irqs.into_iter()
+        .map(|i| (i, ctx.irq_placement(i)))
+        .partition(|(_, p)| p.bound().is_some())
+}
+
+/// "IRQs 66 (rx/tx-5), 67 (rx/tx-6)", at most 8 named.
+fn irq_list(irqs: &[(&NicIrq, Placement)]) -> String {
+    let mut names: Vec<String> = irqs
+        .iter()
+        .take(8)
+        .map(|(i, _)| format!("{} ({})", i.irq, i.role))
+        .collect();
+    if irqs.len() > 8 {
+        names.push(format!("… and {} more", irqs.len() - 8));
+    }
+    format!("IRQs {}", names.join(", "))
+}
+
+/// The evidence line for vectors nothing places: what the rule left out and why.
+pub fn unplaced_line(nic: &Nic, unplaced: &[(&NicIrq, Placement)]) -> String {
+    format!(
+        "{}: {} not judged, idle or unplaced: {}",
+        nic.name,
+        irq_list(unplaced),
+        unplaced_text(unplaced)
+    )
+}
+
+/// Records that `rule` could not judge `nic` because none of its vectors is placed.
+fn unplaced_not_judged(
+    ctx: &Ctx,
+    rule: &'static str,
+    nic: &Nic,
+    unplaced: &[(&NicIrq, Placement)],
+) {
+    ctx.not_judged(
+        rule,
+        &nic.name,
+        format!(
+            "{}: where its IRQs go ({}): {}",
+            nic.name,
+            irq_list(unplaced),
+            unplaced_text(unplaced)
+        ),
+    );
+}
+
+/// What said where each placed IRQ goes, one line per kind of source.
+fn sources_lines(placed: &[(&NicIrq, Placement)]) -> Vec<String> {
+    let mut by: std::collections::BTreeMap<String, Vec<(&NicIrq, Placement)>> = Default::default();
+    for (i, p) in placed {
+        let how = match p {
+            Placement::Affinity { source, .. } => format!("its {source}"),
+            Placement::Within(_) => "its smp_affinity_list mask, without effective_affinity_list: one CPU of the mask each, which no file says".to_string(),
+            Placement::Counted { since_boot, .. } => format!(
+                "its interrupts counted {} (each CPU that took at least {:.0}% of a vector's)",
+                if *since_boot { "since boot" } else { "over the sample" },
+                IRQ_CPU_SHARE * 100.0
+            ),
+            Placement::Idle { .. } | Placement::Uncounted { .. } => continue,
+        };
+        by.entry(how).or_default().push((*i, p.clone()));
+    }
+    by.into_iter()
+        .map(|(how, irqs)| format!("where {} go: {how}", irq_list(&irqs)))
+        .collect()
+}
+
 pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let irqs = ctx.rx_irqs(nic);
-        let queues = rx_queue_count(nic);
-        if queues < 2 {
+        if rx_queue_count(nic) < 2 {
             continue;
         }
-        let used = irqs
+        // Only what says where an IRQ goes is judged; an idle vector carries no work to spread.
+        let (irqs, unplaced) = placed(ctx, ctx.rx_irqs(nic));
+        let queues = irqs
             .iter()
-            .fold(CpuSet::new(), |acc, i| acc.union(&ctx.irq_cpus(i)));
+            .filter_map(|(i, _)| i.role.rx_queue())
+            .collect::<BTreeSet<_>>()
+            .len();
+        if queues < 2 {
+            if !unplaced.is_empty() {
+                unplaced_not_judged(ctx, "irqs-not-spread", nic, &unplaced);
+            }
+            continue;
+        }
+        // A mask without effective affinity bounds where its IRQ goes: their union small is
+        // stacked for certain.
+        let used = irqs.iter().fold(CpuSet::new(), |acc, (_, p)| {
+            acc.union(p.bound().expect("placed"))
+        });
         // The room is the NIC's own node's usable CPUs where NUMA is known: 112 queues over
         // all 56 CPUs of their node are as spread as placement allows, not stacked.
         let room = queues.min(ctx.local_cpus(nic).len());
@@ -66,10 +156,14 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
         for cpu in used.iter().take(8) {
             let here: Vec<String> = irqs
                 .iter()
-                .filter(|i| ctx.irq_cpus(i).contains(cpu))
-                .map(|i| format!("{} ({})", i.irq, i.role))
+                .filter(|(_, p)| p.bound().is_some_and(|s| s.contains(cpu)))
+                .map(|(i, _)| format!("{} ({})", i.irq, i.role))
                 .collect();
             evidence.push(format!("CPU {cpu} takes IRQs {}", here.join(", ")));
+        }
+        evidence.extend(sources_lines(&irqs));
+        if !unplaced.is_empty() {
+            evidence.push(unplaced_line(nic, &unplaced));
         }
         let spread = irq_spread(ctx, nic);
         out.push(Finding {
@@ -90,7 +184,7 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
             },
             subjects: Subjects {
                 cpus: used.iter().collect(),
-                irqs: irqs.iter().map(|i| i.irq).collect(),
+                irqs: irqs.iter().map(|(i, _)| i.irq).collect(),
                 devices: vec![nic.name.clone()],
                 ..Default::default()
             },
@@ -110,13 +204,17 @@ pub fn irqs_on_isolated_cpus(ctx: &Ctx) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let on: Vec<(&NicIrq, CpuSet)> = nic
-            .queue_irqs()
-            .filter(|i| movable(i))
-            .map(|i| (i, ctx.irq_cpus(i)))
+        // A mask inside the kept CPUs is delivered there whichever CPU of it the kernel took.
+        let (irqs, unplaced) = placed(ctx, nic.queue_irqs().filter(|i| movable(i)));
+        let on: Vec<(&NicIrq, CpuSet)> = irqs
+            .iter()
+            .filter_map(|(i, p)| Some((*i, p.bound()?.clone())))
             .filter(|(_, cpus)| !cpus.is_empty() && cpus.difference(&kept).is_empty())
             .collect();
         if on.is_empty() {
+            if !unplaced.is_empty() {
+                unplaced_not_judged(ctx, "irqs-on-isolated-cpus", nic, &unplaced);
+            }
             continue;
         }
         let cpus = on.iter().fold(CpuSet::new(), |a, (_, c)| a.union(c));
@@ -137,13 +235,16 @@ pub fn irqs_on_isolated_cpus(ctx: &Ctx) -> Vec<Finding> {
         if !nohz.is_empty() {
             evidence.push(format!("nohz_full: {}", cpus_text(&nohz)));
         }
-        for (irq, c) in on.iter().take(8) {
+        for (irq, _) in on.iter().take(8) {
             evidence.push(format!(
                 "IRQ {} ({}) on {}",
                 irq.irq,
                 irq.role,
-                cpus_text(c)
+                ctx.irq_placement(irq).text()
             ));
+        }
+        if !unplaced.is_empty() {
+            evidence.push(unplaced_line(nic, &unplaced));
         }
         let spread = irq_spread(ctx, nic);
         out.push(Finding {
@@ -184,8 +285,10 @@ pub fn remote_irqs<'n>(ctx: &Ctx, nic: &'n Nic) -> Vec<(&'n NicIrq, CpuSet)> {
     let Some(local) = ctx.view.topology.node_cpus(node) else {
         return Vec::new();
     };
+    // A mask without effective affinity that holds no local CPU is remote whichever CPU of
+    // it the kernel took; idle vectors are not placed at all.
     nic.queue_irqs()
-        .map(|i| (i, ctx.irq_cpus(i)))
+        .filter_map(|i| Some((i, ctx.irq_placement(i).bound()?.clone())))
         .filter(|(_, cpus)| !cpus.is_empty() && cpus.intersection(local).is_empty())
         .collect()
 }
@@ -202,7 +305,11 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
         let remote = remote_irqs(ctx, nic);
+        let (_, unplaced) = placed(ctx, nic.queue_irqs());
         if remote.is_empty() {
+            if !unplaced.is_empty() && ctx.nic_node(nic).is_some() {
+                unplaced_not_judged(ctx, "irq-remote-numa", nic, &unplaced);
+            }
             continue;
         }
         let node = ctx.nic_node(nic).unwrap_or(0);
@@ -215,7 +322,7 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
         // Move each remote IRQ to a local CPU that no other queue IRQ of this NIC uses.
         let taken: CpuSet = nic
             .queue_irqs()
-            .map(|i| ctx.irq_cpus(i))
+            .filter_map(|i| ctx.irq_placement(i).cpus().cloned())
             .fold(CpuSet::new(), |a, s| a.union(&s.intersection(&local)));
         let mut free = ctx
             .spread_order(nic)
@@ -239,7 +346,7 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
                 irq.irq,
                 nic.name,
                 irq.role,
-                cpus_text(cpus),
+                ctx.irq_placement(irq).text(),
                 nodes.into_iter().collect::<Vec<_>>().join(",")
             ));
             subjects.irqs.push(irq.irq);
@@ -253,6 +360,9 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             }
         }
         let mut evidence = capped(evidence, 9);
+        if !unplaced.is_empty() {
+            evidence.push(unplaced_line(nic, &unplaced));
+        }
         if overflow {
             evidence.push(format!(
                 "{} has {} queues for {} local CPUs, so some queues must use the other node",
@@ -296,7 +406,9 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             .rx_irqs(nic)
             .into_iter()
             .filter_map(|i| {
-                let cpus = ctx.irq_cpus(i);
+                // One CPU said exactly: a mask or a vector counted on several is no pair.
+                let placement = ctx.irq_placement(i);
+                let cpus = placement.cpus()?;
                 (cpus.len() == 1).then_some(())?;
                 Some((i, ctx.irq_rate(i.irq)?, cpus.lowest()?))
             })
@@ -404,7 +516,7 @@ pub fn managed_irq(ctx: &Ctx) -> Vec<Finding> {
                         i.irq,
                         nic.name,
                         i.role,
-                        cpus_text(&ctx.irq_cpus(i))
+                        ctx.irq_placement(i).text()
                     )
                 })
                 .collect(),
