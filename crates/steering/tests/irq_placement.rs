@@ -97,6 +97,16 @@ fn assert_idle_not_judged(view: &HostView, load: &Load) {
     let (found, blind) = spread_rule(view, load);
     assert!(found.is_empty(), "idle vectors judged: {found:#?}");
     assert!(not_spread(view, load).is_empty());
+    // The report lists it among what it could not judge, so silence does not read as health.
+    let report = diagnose(view, Some(load), Goal::Balanced, None);
+    assert!(
+        report
+            .unjudged
+            .iter()
+            .any(|n| n.rule == "irqs-not-spread" && n.subject == "eth0"),
+        "{:?}",
+        report.unjudged
+    );
     let said = blind
         .iter()
         .find(|b| b.0 == "irqs-not-spread" && b.1 == "eth0")
