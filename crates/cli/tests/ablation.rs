@@ -174,9 +174,10 @@ fn accounted(lost: &netsteer_steering::doctor::Finding, variant: &Report) -> boo
                 || devices(f).iter().any(|d| devs.contains(d)))
     });
     still
-        || variant.unjudged.iter().any(|n| {
-            n.rule == lost.id && (n.subject.is_empty() || devs.iter().any(|d| *d == n.subject))
-        })
+        || variant
+            .unjudged
+            .iter()
+            .any(|n| n.rule == lost.id && (n.subject.is_empty() || devs.contains(&n.subject)))
 }
 
 fn healthy(r: &Report) -> bool {

@@ -48,6 +48,15 @@ impl HostView {
 
     /// Why this view is a container's, when it is ([`crate::container::container_view`]).
     pub fn container_view(&self) -> Option<String> {
+        // Absent is not empty: a tree without /sys/class/net lists no interface because it
+        // holds none, not because its namespace has only virtual ones.
+        if self
+            .problems
+            .iter()
+            .any(|p| p.ends_with("(no interfaces listed)"))
+        {
+            return None;
+        }
         crate::container::container_view(&self.nics, &self.foreign_vectors)
     }
 

@@ -308,6 +308,12 @@ pub fn unjudged(
     found_host: bool,
 ) -> Vec<NotJudged> {
     let mut out = Vec::new();
+    // A rule about devices with no device in its scope has nothing to judge here: a host
+    // input it lacks blinds nothing (the RSS table rules on a host of one-queue devices).
+    let about_devices = scope != Scope::Any || inputs.iter().any(|i| i.per_device());
+    if about_devices && !ctx.traffic_nics().iter().any(|n| scope.covers(n)) {
+        return out;
+    }
     if !found_host {
         for i in inputs.iter().filter(|i| !i.per_device()) {
             if let Some(needs) = i.host_unknown(ctx) {

@@ -50,7 +50,7 @@ pub fn render(r: &Report) -> String {
         match h.irqbalance_running {
             Some(true) => "running",
             Some(false) => "not running",
-            None => "?",
+            None => "unknown",
         }
     );
     if let Some(v) = &h.container_view {
