@@ -38,14 +38,12 @@ fn trees() -> Vec<PathBuf> {
     out
 }
 
-/// None when what is left is no host tree at all (`--root` refuses it, naming the files it
-/// needs): an error, not a report.
-fn doctor(root: &Path) -> Option<Report> {
-    let fs = HostFs::open(root).ok()?;
+/// What `netsteer --root ROOT doctor --sample 0` reports, read through `fs`.
+fn examine(fs: &HostFs, root: &Path) -> Report {
     let nic = TreeNic::new(root);
     let settings = |dev: &str| nic.settings(dev);
     sampling::examine(
-        &fs,
+        fs,
         Some(&settings),
         Duration::ZERO,
         Goal::Balanced,
@@ -53,23 +51,18 @@ fn doctor(root: &Path) -> Option<Report> {
         None,
     )
     .0
-    .into()
+}
+
+/// None when what is left is no host tree at all (`--root` refuses it, naming the files it
+/// needs): an error, not a report.
+fn doctor(root: &Path) -> Option<Report> {
+    Some(examine(&HostFs::open(root).ok()?, root))
 }
 
 /// The doctor's report on the whole tree and the tree paths (relative) it read.
 fn baseline(root: &Path) -> (Report, Vec<PathBuf>) {
     let (fs, rec) = HostFs::open(root).unwrap().recording();
-    let nic = TreeNic::new(root);
-    let settings = |dev: &str| nic.settings(dev);
-    let report = sampling::examine(
-        &fs,
-        Some(&settings),
-        Duration::ZERO,
-        Goal::Balanced,
-        None,
-        None,
-    )
-    .0;
+    let report = examine(&fs, root);
     let mut read: Vec<PathBuf> = rec
         .lock()
         .unwrap()

@@ -5,33 +5,20 @@
 //! counted 1 each, or 116, 0, 4 and 0, were called "not spread"; counts over CPUs 0, 1, 8 and 9
 //! were read as "only CPUs 1,8").
 
-use netsteer_host::capture::read_tree_ethtool;
-use netsteer_host::ethtool::NicSettings;
 use netsteer_host::field::Field;
-use netsteer_host::sample::{IrqRate, parse_uptime, read_net_counters, read_sample};
+use netsteer_host::sample::IrqRate;
 use netsteer_host::view::HostView;
 use netsteer_host::{HostFs, read_host};
 use netsteer_steering::doctor::rules::spread::irqs_not_spread;
 use netsteer_steering::doctor::{Ctx, Finding, Goal, Load, diagnose};
 use std::path::Path;
 
+mod common;
+
 /// The tuned ixgbe host (eth0: 8 TxRx vectors, IRQs 61-68, on 16 CPUs) as doctor reads its
 /// tree offline, with the since-boot load.
 fn host() -> (HostView, Load) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts/tuned-ixgbe-16cpu");
-    let fs = HostFs::open(&dir).unwrap();
-    let ethtool = read_tree_ethtool(&dir).unwrap();
-    let settings = move |n: &str| {
-        ethtool
-            .get(n)
-            .cloned()
-            .unwrap_or_else(|| NicSettings::unavailable("not recorded"))
-    };
-    let view = read_host(&fs, Some(&settings));
-    let sample = read_sample(&fs).unwrap();
-    let net = read_net_counters(&fs);
-    let uptime = fs.read_parsed("/proc/uptime", parse_uptime).unwrap();
-    (view, Load::since_boot(&sample, &net, uptime))
+    common::offline("tuned-ixgbe-16cpu")
 }
 
 /// Gives eth0's IRQ `irq` these since-boot counts by CPU, as a tree without /proc/irq shows

@@ -2,42 +2,21 @@
 //! (a false positive is a bug). Hosts are the fixture trees, read as `netsteer --root` reads
 //! them, and variants of them changed in one respect.
 
-use netsteer_host::capture::read_tree_ethtool;
+use netsteer_host::CpuSet;
 use netsteer_host::ethtool::NicSettings;
 use netsteer_host::field::Field;
 use netsteer_host::process::{ProcessPlacement, ThreadPlacement};
-use netsteer_host::sample::{DeviceRates, parse_uptime, read_net_counters, read_sample};
+use netsteer_host::sample::DeviceRates;
 use netsteer_host::view::{HostView, Irqbalance};
-use netsteer_host::{CpuSet, HostFs, read_host};
 use netsteer_steering::doctor::{Finding, Goal, Load, LoadSource, Report, Severity, diagnose};
-use std::path::{Path, PathBuf};
 
 mod common;
 use common::sampled;
 
-fn root(host: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/hosts")
-        .join(host)
-}
-
 /// A fixture tree as doctor sees it offline: the host view with its recorded NIC settings and
 /// the since-boot load.
 fn host(name: &str) -> (HostView, Load) {
-    let dir = root(name);
-    let fs = HostFs::open(&dir).unwrap();
-    let ethtool = read_tree_ethtool(&dir).unwrap();
-    let settings = move |n: &str| {
-        ethtool
-            .get(n)
-            .cloned()
-            .unwrap_or_else(|| NicSettings::unavailable("not recorded"))
-    };
-    let view = read_host(&fs, Some(&settings));
-    let sample = read_sample(&fs).unwrap();
-    let net = read_net_counters(&fs);
-    let uptime = fs.read_parsed("/proc/uptime", parse_uptime).unwrap();
-    (view, Load::since_boot(&sample, &net, uptime))
+    common::offline(name)
 }
 
 fn run(view: &HostView, load: &Load, goal: Goal) -> Report {

@@ -98,3 +98,24 @@ pub fn sampled(view: &HostView, dev: &str, per_queue: &[f64], udp: f64) -> Load 
         },
     }
 }
+
+/// A fixture tree as doctor sees it offline: the host view with its recorded NIC settings and
+/// the since-boot load.
+pub fn offline(host: &str) -> (HostView, Load) {
+    use netsteer_host::ethtool::NicSettings;
+    use netsteer_host::sample::{parse_uptime, read_net_counters, read_sample};
+    let dir = fixture(host);
+    let fs = netsteer_host::HostFs::open(&dir).unwrap();
+    let ethtool = netsteer_host::capture::read_tree_ethtool(&dir).unwrap();
+    let settings = move |n: &str| {
+        ethtool
+            .get(n)
+            .cloned()
+            .unwrap_or_else(|| NicSettings::unavailable("not recorded"))
+    };
+    let view = netsteer_host::read_host(&fs, Some(&settings));
+    let sample = read_sample(&fs).unwrap();
+    let net = read_net_counters(&fs);
+    let uptime = fs.read_parsed("/proc/uptime", parse_uptime).unwrap();
+    (view, Load::since_boot(&sample, &net, uptime))
+}
