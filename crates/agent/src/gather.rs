@@ -62,6 +62,10 @@ pub const RATE_INTERVAL: Duration = Duration::from_secs(15);
 /// `rss` and `rps-away` once per device; a larger file is not a watcher's).
 const MAX_WATCH_ADVICE: usize = 64;
 
+/// At most this many `netsteer_doctor_not_judged` series (rule × device): the count of rules
+/// not judged is exported whole in `netsteer_doctor_rules`, and `doctor --json` lists them all.
+const MAX_NOT_JUDGED: usize = 64;
+
 /// What one scrape leaves for the next.
 #[derive(Default)]
 struct Kept {
@@ -120,7 +124,7 @@ pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize)
     // Per rx queue: RPS CPUs (≤ cpus), flow count, RSS entries; per tx queue: XPS CPUs.
     let per_device = queues * per_irq + queues * (cpus + 2) + queues * cpus + 40;
     let trace = crate::trace::series_bound(devices, queues);
-    per_cpu + devices * per_device + findings + 20 + trace + MAX_WATCH_ADVICE
+    per_cpu + devices * per_device + findings + 20 + trace + MAX_WATCH_ADVICE + MAX_NOT_JUDGED + 2
 }
 
 impl Agent {
@@ -483,13 +487,15 @@ impl Agent {
         ] {
             out.rules.push(vec![("state", state.into())], n as f64);
         }
-        // One series a rule and device, however many inputs it lacked there.
+        // One series a rule and device, however many inputs it lacked there: the host and the
+        // exported devices only, and at most MAX_NOT_JUDGED of them.
         let unjudged: std::collections::BTreeSet<(&str, &str)> = report
             .unjudged
             .iter()
+            .filter(|n| n.subject.is_empty() || devices.iter().any(|d| d.name == n.subject))
             .map(|n| (n.rule.as_str(), n.subject.as_str()))
             .collect();
-        for (rule, device) in unjudged {
+        for (rule, device) in unjudged.into_iter().take(MAX_NOT_JUDGED) {
             out.not_judged
                 .push(vec![("rule", rule.into()), ("device", device.into())], 1.0);
         }

@@ -7,19 +7,23 @@ use crate::nic::Nic;
 use crate::parse::Interrupts;
 use serde::{Deserialize, Serialize};
 
-/// True when `name` reads as one queue of a multi-queue device: `virtio3-input.0`,
-/// `eth0-TxRx-5`, `ens1f0-rx-2`, `mlx5_comp7@pci:…`, `bnxt_en-fp-3`, `gve-ntfy-blk4@…`,
-/// `ena-io-0` style names (the driver's own request_irq names, as in
-/// drivers/net/virtio_net.c, ixgbe/i40e/ice `%s-TxRx-%u`, mlx5 `mlx5_comp%d`).
+/// True when `name` reads as one queue of a multi-queue NIC: `virtio3-input.0`,
+/// `eth0-TxRx-5` (ixgbe/i40e/ice/bnxt `%s-TxRx-%u`), `eth0-Tx-Rx-0` (ena), `ens1f0-rx-2`,
+/// `mlx5_comp7@pci:…`, `gve-ntfy-blk4@…`, `mana_q3@pci:…` (the drivers' own request_irq
+/// names, as in drivers/net/virtio_net.c). EFA's `efa-comp%d` are an RDMA function's vectors,
+/// no netdev's: not a NIC queue.
 fn queue_like(name: &str) -> bool {
     let base = name.split('@').next().unwrap_or(name).to_ascii_lowercase();
+    if base.starts_with("efa-") {
+        return false;
+    }
     let tail_digits = base.trim_end_matches(|c: char| c.is_ascii_digit());
     if tail_digits.len() == base.len() {
         return false;
     }
     let stem = tail_digits.trim_end_matches(['-', '_', '.']);
     [
-        "input", "output", "txrx", "rx", "tx", "comp", "fp", "blk", "io", "queue",
+        "input", "output", "txrx", "rx", "tx", "comp", "fp", "blk", "io", "queue", "mana_q",
     ]
     .iter()
     .any(|k| stem.ends_with(k))
@@ -44,8 +48,10 @@ impl ForeignVector {
             a.strip_prefix(nic.name.as_str())
                 .is_some_and(|rest| rest.starts_with(['-', '_', '@']))
         });
+        // The chip column ends in the whole PCI address (`IR-PCI-MSIX-0000:01:00.0`): a NIC
+        // at 0000:01:00.0 is not one at 10000:01:00.0 (a VMD domain).
         let on_function = match (&self.chip, &nic.bus_id) {
-            (Some(chip), Some(bus)) => chip.ends_with(bus.as_str()),
+            (Some(chip), Some(bus)) => chip == bus || chip.ends_with(&format!("-{bus}")),
             _ => false,
         };
         named || on_function
@@ -60,7 +66,11 @@ pub fn foreign_queue_vectors(interrupts: &Interrupts, nics: &[Nic]) -> Vec<Forei
         .iter()
         .filter_map(|r| {
             let irq = r.number()?;
-            let msi = r.chip.as_deref().is_some_and(|c| c.contains("MSI"));
+            // `PCI-MSI`, `IR-PCI-MSIX-…`, Xen's `xen-pirq-msi-x`.
+            let msi = r
+                .chip
+                .as_deref()
+                .is_some_and(|c| c.to_ascii_lowercase().contains("msi"));
             (msi && r.actions.iter().any(|a| queue_like(a))
                 && !nics.iter().any(|n| n.irq(irq).is_some()))
             .then(|| ForeignVector {
@@ -91,8 +101,42 @@ pub fn container_view(nics: &[Nic], foreign: &[ForeignVector]) -> Option<String>
             names.join(", ")
         },
         foreign.len(),
-        crate::CpuSet::from_iter(foreign.iter().map(|v| v.irq)).to_list()
+        irq_ranges(foreign, 8)
     ))
+}
+
+/// `40-53,60` for the (sorted) vectors' IRQs, at most `max` ranges, then how many IRQs more.
+/// Not a CpuSet: IRQ numbers come from the file and may be as large as u32 allows, and a
+/// bitmap of them would be as large (512 MiB for IRQ 4294967295).
+pub fn irq_ranges(vectors: &[ForeignVector], max: usize) -> String {
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    for v in vectors {
+        match ranges.last_mut() {
+            Some((_, end)) if v.irq == end.saturating_add(1) => *end = v.irq,
+            Some((_, end)) if v.irq == *end => {}
+            _ => ranges.push((v.irq, v.irq)),
+        }
+    }
+    let mut text: Vec<String> = ranges
+        .iter()
+        .take(max)
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    let rest: u64 = ranges
+        .iter()
+        .skip(max)
+        .map(|(a, b)| u64::from(b - a) + 1)
+        .sum();
+    if rest > 0 {
+        text.push(format!("and {rest} more"));
+    }
+    text.join(",")
 }
 
 #[cfg(test)]
@@ -107,8 +151,9 @@ mod tests {
             "eth0-TxRx-5",
             "ens1f0-rx-2",
             "mlx5_comp7@pci:0000:3b:00.0",
-            "bnxt_en-fp-3",
+            "eth0-Tx-Rx-7",
             "gve-ntfy-blk4@pci:0000:00:04.0",
+            "mana_q3@pci:7870:00:00.0",
         ] {
             assert!(queue_like(n), "{n}");
         }
@@ -117,10 +162,25 @@ mod tests {
             "ahci[0000:00:1f.2]",
             "i8042",
             "eth0",
+            "nvme0q1",
             "nvme0q1x",
             "timer",
+            "efa-comp3@pci:0000:10:1c.0",
         ] {
             assert!(!queue_like(n), "{n}");
         }
+    }
+
+    /// An IRQ number as large as the file may hold costs no bitmap of that size.
+    #[test]
+    fn irq_ranges_of_huge_numbers() {
+        let v = |irq| super::ForeignVector {
+            irq,
+            names: vec!["eth9-TxRx-0".into()],
+            chip: None,
+        };
+        let all = [v(40), v(41), v(42), v(60), v(u32::MAX - 1), v(u32::MAX)];
+        assert_eq!(super::irq_ranges(&all, 8), "40-42,60,4294967294-4294967295");
+        assert_eq!(super::irq_ranges(&all, 1), "40-42,and 3 more");
     }
 }

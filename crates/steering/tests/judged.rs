@@ -137,3 +137,65 @@ fn a_containers_view_is_named_and_not_judged_healthy() {
         "{out}"
     );
 }
+
+/// A NIC whose vectors it owns (msi_irqs) but none of which is named like a queue (cxgb4 names
+/// them `eth0-Rx0`): where its queues' interrupts go is not known, and the IRQ rules say so
+/// instead of passing it as spread.
+#[test]
+fn owned_vectors_not_named_like_queues_are_not_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut irqs = String::from("           CPU0       CPU1       CPU2       CPU3\n");
+    for q in 0..4 {
+        irqs.push_str(&format!(
+            " {}:     900000          0          0          0  PCI-MSIX-0000:00:03.0 {q}-edge      eth0-Rx{q}\n",
+            24 + q
+        ));
+    }
+    base(root, &irqs);
+    let func = "sys/devices/pci0000:00/0000:00:03.0";
+    write(root, &format!("{func}/net/eth0/operstate"), "up\n");
+    write(root, &format!("{func}/net/eth0/ifindex"), "2\n");
+    for q in 0..4 {
+        write(root, &format!("{func}/msi_irqs/{}", 24 + q), "msix\n");
+        write(
+            root,
+            &format!("{func}/net/eth0/queues/rx-{q}/rps_cpus"),
+            "0\n",
+        );
+        write(
+            root,
+            &format!("{func}/net/eth0/queues/rx-{q}/rps_flow_cnt"),
+            "0\n",
+        );
+        write(
+            root,
+            &format!("{func}/net/eth0/queues/tx-{q}/xps_cpus"),
+            "0\n",
+        );
+    }
+    fs::create_dir_all(root.join("sys/class/net")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/pci0000:00/0000:00:03.0/net/eth0",
+        root.join("sys/class/net/eth0"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "../../../0000:00:03.0",
+        root.join(format!("{func}/net/eth0/device")),
+    )
+    .unwrap();
+    let r = doctor(root);
+    assert!(!r.healthy());
+    let blind = r
+        .unjudged
+        .iter()
+        .find(|n| n.rule == "irqs-not-spread" && n.subject == "eth0")
+        .unwrap_or_else(|| panic!("{:#?}\n{:#?}", r.unjudged, r.findings));
+    assert!(
+        blind
+            .needs
+            .contains("none of its 4 vector(s) is named like a queue"),
+        "{blind:?}"
+    );
+}

@@ -223,7 +223,12 @@ impl Input {
 
 /// A rule's device input that the load decides: counters of a device the load window holds.
 fn counters_unknown(ctx: &Ctx, nic: &Nic) -> Option<String> {
-    let load = ctx.load?;
+    let Some(load) = ctx.load else {
+        return Some(format!(
+            "{} packet counters: no load counters could be read",
+            nic.name
+        ));
+    };
     load.net
         .device(&nic.name)
         .is_none()
@@ -240,6 +245,21 @@ fn vectors_missing(ctx: &Ctx, nic: &Nic) -> Option<String> {
         .filter(|v| v.looks_like(nic))
         .map(|v| format!("{} ({})", v.irq, v.names.join(",")))
         .collect();
+    // Vectors it owns (msi_irqs) none of which is named like a queue: a driver whose naming
+    // is not recognised (cxgb4's `eth0-Rx0`); where its queues' IRQs go is not known.
+    if theirs.is_empty()
+        && !nic.is_virtual()
+        && !nic.irqs.is_empty()
+        && nic.queue_irqs().next().is_none()
+    {
+        let names: Vec<&str> = nic.irqs.iter().take(4).map(|i| i.name.as_str()).collect();
+        return Some(format!(
+            "{}'s queue vectors: none of its {} vector(s) is named like a queue ({})",
+            nic.name,
+            nic.irqs.len(),
+            names.join(", ")
+        ));
+    }
     (!theirs.is_empty()).then(|| {
         format!(
             "{}'s vectors: IRQ {} named for it or on its function but not in its msi_irqs",

@@ -230,9 +230,18 @@ fn blind_spots(view: &HostView, load: Option<&Load>) -> Vec<String> {
             .filter(|d| *d != "lo" && view.nic(d).is_none())
             .collect();
         if !unlisted.is_empty() {
+            let more = unlisted.len().saturating_sub(8);
+            let mut names = unlisted
+                .iter()
+                .take(8)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if more > 0 {
+                names.push_str(&format!(" and {more} more"));
+            }
             out.push(format!(
-                "every NIC rule for {}: the counters (/proc/net/dev) name them but /sys/class/net does not list them",
-                unlisted.join(", ")
+                "every NIC rule for {names}: the counters (/proc/net/dev) name them but /sys/class/net does not list them"
             ));
         }
     }
