@@ -126,11 +126,16 @@ impl Input {
                 .as_ref()
                 .map(|w| format!("{dev} queues: {w}"))
         };
-        let first = |what: &str, fields: Vec<(String, Option<&str>)>| {
-            fields
-                .into_iter()
-                .find_map(|(q, w)| w.map(|w| format!("{dev} {q} {what}: {w}")))
-        };
+        // The first queue (`rx-3`) whose `what` is unknown, and why.
+        let first =
+            |what: &str, dir: &str, fields: &mut dyn Iterator<Item = (u32, Option<&str>)>| {
+                for (i, w) in fields {
+                    if let Some(w) = w {
+                        return Some(format!("{dev} {dir}-{i} {what}: {w}"));
+                    }
+                }
+                None
+            };
         let setting = |f: Option<Option<&str>>, what: &str| match f {
             None => Some(format!("{dev} {what}: no NIC settings read")),
             Some(w) => w.map(|w| format!("{dev} {what}: {w}")),
@@ -139,30 +144,27 @@ impl Input {
         match self {
             Input::Queues => queues(),
             Input::RpsCpus => queues().or_else(|| {
+                let rx = &mut nic.rx_queues.iter();
                 first(
                     "rps_cpus",
-                    nic.rx_queues
-                        .iter()
-                        .map(|q| (format!("rx-{}", q.index), q.rps_cpus.unknown_reason()))
-                        .collect(),
+                    "rx",
+                    &mut rx.map(|q| (q.index, q.rps_cpus.unknown_reason())),
                 )
             }),
             Input::RpsFlowCnt => queues().or_else(|| {
+                let rx = &mut nic.rx_queues.iter();
                 first(
                     "rps_flow_cnt",
-                    nic.rx_queues
-                        .iter()
-                        .map(|q| (format!("rx-{}", q.index), q.rps_flow_cnt.unknown_reason()))
-                        .collect(),
+                    "rx",
+                    &mut rx.map(|q| (q.index, q.rps_flow_cnt.unknown_reason())),
                 )
             }),
             Input::XpsCpus => queues().or_else(|| {
+                let tx = &mut nic.tx_queues.iter();
                 first(
                     "xps_cpus",
-                    nic.tx_queues
-                        .iter()
-                        .map(|q| (format!("tx-{}", q.index), q.xps_cpus.unknown_reason()))
-                        .collect(),
+                    "tx",
+                    &mut tx.map(|q| (q.index, q.xps_cpus.unknown_reason())),
                 )
             }),
             Input::Numa => {
@@ -331,7 +333,8 @@ pub fn unjudged(
     // A rule about devices with no device in its scope has nothing to judge here: a host
     // input it lacks blinds nothing (the RSS table rules on a host of one-queue devices).
     let about_devices = scope != Scope::Any || inputs.iter().any(|i| i.per_device());
-    if about_devices && !ctx.traffic_nics().iter().any(|n| scope.covers(n)) {
+    let nics = ctx.traffic_nics();
+    if about_devices && !nics.iter().any(|n| scope.covers(n)) {
         return out;
     }
     if !found_host {
@@ -347,7 +350,7 @@ pub fn unjudged(
             }
         }
     }
-    for nic in ctx.traffic_nics() {
+    for nic in nics {
         if found_host || found_on.contains(&nic.name) || !scope.covers(nic) {
             continue;
         }
