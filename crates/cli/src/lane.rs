@@ -110,7 +110,8 @@ pub struct LaneArgs {
     /// (the other queues then interrupt per packet too).
     #[arg(long)]
     device_coalesce: bool,
-    /// What to do about a running irqbalance, which would move the lane's IRQ back.
+    /// What to do about an irqbalance that runs or may run (its state unknown), which would
+    /// move the lane's IRQ back.
     #[arg(long, value_enum, default_value = "leave")]
     irqbalance: netsteer_steering::tune::IrqbalancePolicy,
     /// Skip NIC settings read over ethtool netlink.

@@ -83,7 +83,8 @@ pub struct PlanArgs {
     /// Only these CPUs take IRQs, RPS and XPS (a CPU list: 0-3,8).
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
-    /// What to do about a running irqbalance, which would move pinned IRQs back.
+    /// What to do about an irqbalance that runs or may run (its state unknown), which would
+    /// move pinned IRQs back.
     #[arg(long, value_enum, default_value = "leave")]
     irqbalance: IrqbalancePolicy,
     /// Keep this rx queue out of the RSS table (for control traffic, as seed 000 does).

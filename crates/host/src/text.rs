@@ -108,6 +108,9 @@ pub fn host_view(v: &HostView) -> String {
         o,
         "irqbalance: {}",
         match &v.irqbalance {
+            Field::Known(i) if i.running && !i.by.is_empty() => {
+                format!("running ({})", crate::safe::line(&i.by))
+            }
             Field::Known(i) if i.running => format!("running (pid {})", i.pid.unwrap_or(0)),
             Field::Known(_) => "not running".into(),
             Field::Unknown { unknown } => format!("unknown ({})", crate::safe::line(unknown)),

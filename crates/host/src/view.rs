@@ -20,6 +20,10 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct Irqbalance {
     pub running: bool,
     pub pid: Option<u32>,
+    /// What made the process irqbalance (its name's file, its uid, executable or unit), when
+    /// it runs: the inputs of that verdict.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +64,23 @@ impl HostView {
         crate::container::container_view(&self.nics, &self.foreign_vectors)
     }
 
+    /// irqbalance as a plan must take it: `None` only when it is known not to run; else the
+    /// words for it, "irqbalance is running (pid 812)" or, when the view cannot tell,
+    /// "irqbalance may be running (its state is unknown: …)". Unknown is planned as running:
+    /// pinning IRQs that irqbalance moves back within 10 s is a silent undo.
+    pub fn irqbalance_may_run(&self) -> Option<String> {
+        match &self.irqbalance {
+            Field::Known(i) if i.running => Some(match i.pid {
+                Some(p) => format!("irqbalance is running (pid {p})"),
+                None => "irqbalance is running".into(),
+            }),
+            Field::Known(_) => None,
+            Field::Unknown { unknown } => Some(format!(
+                "irqbalance may be running (its state is unknown: {unknown})"
+            )),
+        }
+    }
+
     /// Why no NIC IRQ is known, when /proc/interrupts could not be read: then every NIC looks
     /// interrupt-less, and nothing about IRQ placement may be decided from this view.
     pub fn irqs_unknown(&self) -> Option<&str> {
@@ -69,87 +90,145 @@ impl HostView {
     }
 }
 
-/// Finds a running irqbalance. A process's name (`/proc/PID/comm`) only makes it a candidate:
-/// any user can name a process `irqbalance` (prctl PR_SET_NAME, or a copied binary), and an
-/// unprivileged one cannot move an IRQ (smp_affinity is root's), so it must not make root's
-/// plan skip its IRQ pins. A candidate is irqbalance when [`is_irqbalance`] says so. Only the
-/// files read of the matching process are recorded, so a snapshot carries no list of the
-/// host's processes.
+/// Finds a running irqbalance. A process's name only makes it a candidate: any user can name a
+/// process `irqbalance` (prctl PR_SET_NAME, or a copied binary), and an unprivileged one cannot
+/// move an IRQ (smp_affinity is root's), so it must not make root's plan skip its IRQ pins. A
+/// candidate is irqbalance when [`judge`] says so.
+///
+/// Three answers: running, not running, and unknown (the error) when the tree cannot tell: no
+/// process at all (a /proc dump of a few files), or processes none of which names itself (no
+/// `comm`, `status` or `cmdline` readable). Only the files read of the matching process are
+/// recorded, so a snapshot carries no list of the host's processes; without irqbalance it
+/// records the lowest named process's name (PID 1's: init), so it still answers.
 pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
     let scan = fs.unrecorded();
     let entries = scan.read_dir("/proc")?;
-    // A tree that holds no process at all (a /proc dump of a few files) cannot say whether
-    // irqbalance runs: that is unknown, not "not running". A snapshot of a host without
-    // irqbalance records the lowest process's `comm` (PID 1's: init), so it still answers.
-    let lowest = entries.iter().filter_map(|e| e.parse::<u32>().ok()).min();
-    let Some(lowest) = lowest else {
+    let mut pids: Vec<u32> = entries.iter().filter_map(|e| e.parse().ok()).collect();
+    pids.sort_unstable();
+    if pids.is_empty() {
         return Err(crate::error::HostError::Unavailable(
             "/proc holds no process to look for irqbalance in".into(),
         ));
-    };
-    for entry in entries {
-        let Ok(pid) = entry.parse::<u32>() else {
+    }
+    let mut first_named = None;
+    for &pid in &pids {
+        let Some((name, from)) = process_name(&scan, pid) else {
             continue;
         };
-        let path = format!("/proc/{pid}/comm");
-        if scan.read_value(&path).is_ok_and(|c| c == "irqbalance") && is_irqbalance(&scan, pid) {
+        first_named.get_or_insert((pid, from));
+        if name != "irqbalance" {
+            continue;
+        }
+        if let Some(by) = judge(&scan, pid) {
             // Recorded: what made it irqbalance, for a snapshot to answer the same.
-            let _ = fs.read(&path);
+            let _ = fs.read(format!("/proc/{pid}/{from}"));
             let _ = fs.read(format!("/proc/{pid}/status"));
             let _ = fs.read(format!("/proc/{pid}/cgroup"));
             let _ = fs.read_link(format!("/proc/{pid}/exe"));
             return Ok(Irqbalance {
                 running: true,
                 pid: Some(pid),
+                by: format!("pid {pid} named irqbalance in /proc/{pid}/{from}, {by}"),
             });
         }
     }
-    let _ = fs.read(format!("/proc/{lowest}/comm"));
+    let Some((lowest, from)) = first_named else {
+        return Err(crate::error::HostError::Unavailable(format!(
+            "none of the {} processes in /proc names itself (no comm, status or cmdline readable)",
+            pids.len()
+        )));
+    };
+    let _ = fs.read(format!("/proc/{lowest}/{from}"));
     Ok(Irqbalance {
         running: false,
         pid: None,
+        by: String::new(),
     })
+}
+
+/// A process's name and the file it came from: `comm`, else `status`'s `Name:` (sosreport
+/// keeps status but not comm), else the file name of `cmdline`'s first word (a process list
+/// copied without either). The kernel truncates comm to 15 bytes (TASK_COMM_LEN); "irqbalance"
+/// fits.
+fn process_name(fs: &HostFs, pid: u32) -> Option<(String, &'static str)> {
+    if let Ok(c) = fs.read_value(format!("/proc/{pid}/comm")) {
+        return Some((c, "comm"));
+    }
+    if let Some(n) = fs.read(format!("/proc/{pid}/status")).ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Name:"))
+            .map(|n| n.trim().to_string())
+    }) {
+        return Some((n, "status"));
+    }
+    let cmdline = fs.read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv0 = cmdline.split('\0').next()?.split_whitespace().next()?;
+    let name = Path::new(argv0).file_name()?.to_string_lossy().into_owned();
+    Some((name, "cmdline"))
 }
 
 /// Whether process `pid` is irqbalance: it runs as root (real and effective uid 0 in
 /// `/proc/PID/status`) and either its executable (`/proc/PID/exe`) is a file named
 /// `irqbalance` or it runs in systemd's `irqbalance.service` (`/proc/PID/cgroup`, which only
 /// root can move a process into). A process of another user is never irqbalance, whatever it is
-/// called. A tree from before these files were recorded (only `comm`) is taken at its name:
-/// that is what it recorded.
+/// called.
 pub fn is_irqbalance(fs: &HostFs, pid: u32) -> bool {
+    judge(fs, pid).is_some()
+}
+
+/// What confirms that `pid` (named irqbalance) is it, or `None` when it is not.
+///
+/// Live, root's uid and its executable or unit are required: a process that vanished or whose
+/// files cannot be read is not confirmed. A tree holds what its collector kept: a status of
+/// another user says no, an executable link decides, the unit confirms; when neither link nor
+/// unit was kept (upstart starts `/usr/sbin/irqbalance` in no unit; sosreport keeps no `exe`),
+/// root's process of that name is taken for it, as it is in a tree that kept only the name.
+fn judge(fs: &HostFs, pid: u32) -> Option<String> {
     let status = fs.read(format!("/proc/{pid}/status"));
     let exe = fs.read_link(format!("/proc/{pid}/exe"));
     let cgroup = fs.read(format!("/proc/{pid}/cgroup"));
-    let Ok(status) = status else {
-        // Live, a process that vanished or whose status cannot be read is not confirmed; a
-        // tree that recorded only `comm` answers by it.
-        return !fs.is_live() && exe.is_err() && cgroup.is_err();
-    };
-    let root = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .map(|ids| {
-            let ids: Vec<&str> = ids.split_whitespace().collect();
-            ids.len() >= 2 && ids[0] == "0" && ids[1] == "0"
-        })
-        .unwrap_or(false);
-    if !root {
-        return false;
+    let root = status.as_ref().ok().map(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .is_some_and(|ids| {
+                let ids: Vec<&str> = ids.split_whitespace().collect();
+                ids.len() >= 2 && ids[0] == "0" && ids[1] == "0"
+            })
+    });
+    let live = fs.is_live();
+    match root {
+        Some(false) => return None,
+        None if live => return None,
+        _ => {}
     }
-    let by_exe = exe.is_ok_and(|target| {
+    let uid = if root == Some(true) {
+        "uid 0"
+    } else {
+        "no status kept"
+    };
+    if let Ok(target) = &exe {
         let t = target.to_string_lossy();
         let t = t.strip_suffix(" (deleted)").unwrap_or(&t);
-        Path::new(t).file_name().is_some_and(|n| n == "irqbalance")
-    });
-    let by_unit = cgroup.is_ok_and(|c| {
+        if Path::new(t).file_name().is_some_and(|n| n == "irqbalance") {
+            return Some(format!("{uid}, executable {t}"));
+        }
+    }
+    let by_unit = cgroup.as_ref().is_ok_and(|c| {
         c.lines().any(|l| {
             l.rsplit(':')
                 .next()
                 .is_some_and(|p| p.split('/').any(|part| part == "irqbalance.service"))
         })
     });
-    by_exe || by_unit
+    if by_unit {
+        return Some(format!("{uid}, in irqbalance.service"));
+    }
+    if live || exe.is_ok() {
+        return None;
+    }
+    Some(format!(
+        "{uid}, no executable link in this tree and no systemd unit"
+    ))
 }
 
 /// Reads the host. Never fails on a missing or malformed file: that part becomes unknown and the

@@ -153,3 +153,68 @@ fn live_an_unprivileged_process_named_irqbalance_is_not_irqbalance() {
     );
     assert!(as_root, "root's irqbalance executable was not recognised");
 }
+
+/// Three answers from whatever the tree kept of its processes (issue 72, class 1).
+#[test]
+fn irqbalance_is_found_from_whichever_file_the_tree_kept_and_unknown_when_none_names_a_process() {
+    let answer = |files: &[(&str, &str)]| {
+        let t = tempfile::tempdir().unwrap();
+        for (rel, text) in files {
+            write(t.path(), rel, text);
+        }
+        find_irqbalance(&HostFs::new(t.path())).map(|i| (i.running, i.pid))
+    };
+    let root_status = status(0);
+    // A sosreport-style bundle: status (with its Name:) and cgroup, no comm.
+    assert_eq!(
+        answer(&[
+            ("proc/1/status", "Name:\tsystemd\nUid:\t0\t0\t0\t0\n"),
+            ("proc/812/status", &root_status),
+            ("proc/812/cgroup", "0::/system.slice/irqbalance.service\n"),
+        ])
+        .unwrap(),
+        (true, Some(812))
+    );
+    // Upstart started /usr/sbin/irqbalance: no unit, and the copy kept no exe link.
+    assert_eq!(
+        answer(&[
+            ("proc/1/comm", "init\n"),
+            ("proc/640/comm", "irqbalance\n"),
+            ("proc/640/status", &root_status),
+            ("proc/640/cgroup", "1:name=systemd:/\n"),
+            (
+                "proc/640/cmdline",
+                "/usr/sbin/irqbalance\0--pid=/run/irqbalance.pid\0"
+            ),
+        ])
+        .unwrap(),
+        (true, Some(640))
+    );
+    // Only a command line was kept.
+    assert_eq!(
+        answer(&[
+            ("proc/1/cmdline", "/sbin/init\0splash\0"),
+            ("proc/640/cmdline", "/usr/sbin/irqbalance\0--foreground\0"),
+            ("proc/640/status", &root_status),
+        ])
+        .unwrap(),
+        (true, Some(640))
+    );
+    // Another user's process of that name, seen through its status alone, is not it.
+    assert_eq!(
+        answer(&[
+            ("proc/1/comm", "systemd\n"),
+            ("proc/900/status", &status(1000)),
+        ])
+        .unwrap(),
+        (false, None)
+    );
+    // Named processes, none of them irqbalance: not running.
+    assert_eq!(
+        answer(&[("proc/1/comm", "systemd\n"), ("proc/2/cmdline", "")]).unwrap(),
+        (false, None)
+    );
+    // Process directories that name nobody: unknown, not "not running".
+    let unknown = answer(&[("proc/1/stat", "1 (x) S 0"), ("proc/77/environ", "")]).unwrap_err();
+    assert!(unknown.to_string().contains("names itself"), "{unknown}");
+}

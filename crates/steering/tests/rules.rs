@@ -50,6 +50,15 @@ fn set(s: &str) -> CpuSet {
     CpuSet::parse_list(s, None).unwrap()
 }
 
+/// irqbalance known to be running (`Some(pid)`) or known not to be (`None`).
+fn irqbalance(view: &mut HostView, pid: Option<u32>) {
+    view.irqbalance = Field::Known(Irqbalance {
+        running: pid.is_some(),
+        pid,
+        by: String::new(),
+    });
+}
+
 /// Moves one IRQ of a NIC to one CPU (requested and effective).
 fn pin(view: &mut HostView, nic: &str, irq: u32, cpu: u32) {
     let nic = view.nics.iter_mut().find(|n| n.name == nic).unwrap();
@@ -150,6 +159,7 @@ fn single_queue_no_rps() {
 #[test]
 fn irqs_not_spread() {
     let (mut v, l) = host("tuned-ixgbe-16cpu");
+    irqbalance(&mut v, None);
     for irq in 61..69 {
         pin(&mut v, "eth0", irq, (irq - 61) % 2);
     }
@@ -185,7 +195,8 @@ fn irqs_not_spread_sees_a_pending_move() {
 
 #[test]
 fn irq_remote_numa_names_the_remote_queues_of_the_seed_000_host() {
-    let (v, l) = host("cloudflare-24cpu");
+    let (mut v, l) = host("cloudflare-24cpu");
+    irqbalance(&mut v, None);
     let r = run(&v, &l, Goal::Balanced);
     let f = one(&r, "irq-remote-numa");
     assert_eq!(f.subjects.irqs, [96, 97, 98, 99, 100]);
@@ -214,9 +225,65 @@ fn irq_remote_numa_names_the_remote_queues_of_the_seed_000_host() {
     absent(&run(&v, &l, Goal::Balanced), "irq-remote-numa");
 }
 
+/// A fix that pins IRQs is the one `tune apply` makes with irqbalance out of the way wherever
+/// it runs or may run (issue 72, class 1): its steps stop irqbalance first and its tune line
+/// carries `--irqbalance stop`; where it is known not to run, neither.
+#[test]
+fn irq_fixes_stop_an_irqbalance_that_runs_or_may_run() {
+    let stacked = |state: Option<Option<u32>>| {
+        let (mut v, l) = host("tuned-ixgbe-16cpu");
+        if let Some(pid) = state {
+            irqbalance(&mut v, pid);
+        } else {
+            assert!(v.irqbalance.known().is_none(), "the tree holds no process");
+        }
+        for irq in 61..69 {
+            pin(&mut v, "eth0", irq, (irq - 61) % 2);
+        }
+        one(&run(&v, &l, Goal::Balanced), "irqs-not-spread")
+            .fix
+            .clone()
+    };
+    let pins = |steps: &[String]| {
+        steps
+            .iter()
+            .filter(|s| s.contains("/smp_affinity_list"))
+            .count()
+    };
+    for (state, stop) in [
+        (None, Some("if it runs (this view cannot tell)")),
+        (Some(Some(812)), Some("irqbalance is running (pid 812)")),
+        (Some(None), None),
+    ] {
+        let fix = stacked(state);
+        let tune = fix.tune.as_deref().unwrap();
+        assert_eq!(pins(&fix.steps), 6, "{state:?}: {:?}", fix.steps);
+        match stop {
+            Some(why) => {
+                assert!(
+                    fix.steps[0].starts_with("systemctl stop irqbalance")
+                        && fix.steps[0].contains(why),
+                    "{state:?}: {:?}",
+                    fix.steps
+                );
+                assert!(tune.ends_with(" --irqbalance stop"), "{state:?}: {tune}");
+            }
+            None => {
+                assert!(
+                    !fix.steps.iter().any(|s| s.contains("irqbalance")),
+                    "{:?}",
+                    fix.steps
+                );
+                assert!(!tune.contains("irqbalance"), "{tune}");
+            }
+        }
+    }
+}
+
 #[test]
 fn irq_ht_siblings() {
     let (mut v, l) = host("tuned-ixgbe-16cpu");
+    irqbalance(&mut v, None);
     // Queue 1 moves from CPU 1 to CPU 8, the sibling of queue 0's CPU 0; core 1 (1,9) is free.
     pin(&mut v, "eth0", 62, 8);
     let r = run(&v, &l, Goal::Balanced);
@@ -448,20 +515,14 @@ fn irqbalance_conflict() {
     assert!(f.evidence[0].contains("pid 1234"));
     // A one-queue VM: irqbalance cannot help (info).
     let (mut v, l) = host("kvm-virtio-16cpu");
-    v.irqbalance = Field::Known(Irqbalance {
-        running: true,
-        pid: Some(77),
-    });
+    irqbalance(&mut v, Some(77));
     assert_eq!(
         one(&run(&v, &l, Goal::Balanced), "irqbalance-conflict").severity,
         Severity::Info
     );
     // Stopped: quiet.
     let (mut v, l) = host("mlx5-128cpu");
-    v.irqbalance = Field::Known(Irqbalance {
-        running: false,
-        pid: None,
-    });
+    irqbalance(&mut v, None);
     absent(&run(&v, &l, Goal::Balanced), "irqbalance-conflict");
 }
 

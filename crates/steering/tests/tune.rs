@@ -31,7 +31,20 @@ const HOSTS: &[&str] = &[
 ];
 const PROFILES: &[Profile] = &[Profile::Latency, Profile::Throughput, Profile::Balanced];
 
+/// `profile` as `tune plan --root TREE --irqbalance stop` plans it: the IRQ pins planned as if
+/// irqbalance were stopped. Four captured trees (dev-vm, igb-6.1, igb-6.12, virtio-rss-6.12)
+/// kept no process's name, so whether irqbalance ran there is unknown, and `--irqbalance
+/// leave` skips every pin of theirs as it would if it ran; these tests are of apply and
+/// rollback, and want the pins written.
 fn opts(profile: Profile) -> PlanOptions {
+    PlanOptions {
+        irqbalance: IrqbalancePolicy::Stop,
+        ..PlanOptions::for_profile(profile)
+    }
+}
+
+/// `profile` with irqbalance left alone (`--irqbalance leave`, the default).
+fn leave(profile: Profile) -> PlanOptions {
     PlanOptions::for_profile(profile)
 }
 
@@ -279,18 +292,74 @@ fn items(p: &Plan, kind: ItemKind) -> Vec<&netsteer_steering::tune::Item> {
     p.items.iter().filter(|i| i.kind == kind).collect()
 }
 
+/// irqbalance unknown is planned as "may be running" (issue 72, class 1): its pins skipped
+/// with the same flag named as when it runs, and the plan says why; stopped when asked (live,
+/// the state read then); and a tree that knows it is not running has its pins planned.
+#[test]
+fn an_irqbalance_whose_state_is_unknown_is_planned_as_running() {
+    let root = fixture("igb-6.12");
+    let fs = HostFs::open(&root).unwrap();
+    let nic = TreeNic::new(&root);
+    let settings = |n: &str| nic.settings(n);
+    let mut view = read_host(&fs, Some(&settings));
+    assert!(view.irqbalance.known().is_none(), "{:?}", view.irqbalance);
+    let p = plan(&view, &leave(Profile::Balanced)).unwrap();
+    let pins = items(&p, ItemKind::IrqAffinity);
+    assert!(!pins.is_empty());
+    for i in &pins {
+        assert!(
+            matches!(&i.action, Action::Skip(w) if w.starts_with("irqbalance may be running (its state is unknown") && w.contains("--irqbalance stop")),
+            "{i:?}"
+        );
+    }
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("IRQ pins are skipped as they are when it runs")),
+        "{:?}",
+        p.notes
+    );
+    let live = PlanOptions {
+        live: true,
+        ..opts(Profile::Balanced)
+    };
+    let p = plan(&view, &live).unwrap();
+    let stop = p
+        .items
+        .iter()
+        .find(|i| i.id == "service/irqbalance")
+        .unwrap();
+    assert_eq!(
+        (stop.current.as_deref(), stop.desired.as_str()),
+        (None, "inactive")
+    );
+    assert!(
+        items(&p, ItemKind::IrqAffinity)
+            .iter()
+            .any(|i| i.action == Action::Change)
+    );
+    view.irqbalance = netsteer_host::Field::Known(netsteer_host::view::Irqbalance {
+        running: false,
+        pid: None,
+        by: String::new(),
+    });
+    let p = plan(&view, &leave(Profile::Balanced)).unwrap();
+    assert!(
+        items(&p, ItemKind::IrqAffinity)
+            .iter()
+            .all(|i| !matches!(i.action, Action::Skip(_)))
+    );
+}
+
 #[test]
 fn plans_say_what_they_skip_and_why() {
     // mlx5-128cpu: irqbalance runs, so IRQ pins are skipped unless it is stopped; managed
     // IRQs are skipped either way.
-    let p = plan_tree(&fixture("mlx5-128cpu"), &opts(Profile::Throughput));
+    let p = plan_tree(&fixture("mlx5-128cpu"), &leave(Profile::Throughput));
     let irqs = items(&p, ItemKind::IrqAffinity);
     assert!(!irqs.is_empty());
     assert!(irqs.iter().all(|i| matches!(&i.action, Action::Skip(w) if w.contains("irqbalance") || w.contains("managed"))), "{irqs:?}");
-    let stop = PlanOptions {
-        irqbalance: IrqbalancePolicy::Stop,
-        ..opts(Profile::Throughput)
-    };
+    let stop = opts(Profile::Throughput);
     let p = plan_tree(&fixture("mlx5-128cpu"), &stop);
     assert!(
         p.notes.iter().any(|n| n.contains("no service is stopped")),

@@ -35,7 +35,7 @@ fn irq_number(item: &Item) -> Option<u32> {
 pub fn verify(applied: &Plan, backend: &dyn Backend, view: &HostView) -> VerifyReport {
     let mut drift = Vec::new();
     let mut checked = 0;
-    let irqbalance = view.irqbalance.known().is_some_and(|i| i.running);
+    let irqbalance = view.irqbalance_may_run();
     for item in applied
         .items
         .iter()
@@ -48,7 +48,7 @@ pub fn verify(applied: &Plan, backend: &dyn Backend, view: &HostView) -> VerifyR
         {
             continue;
         }
-        let why = explain(item, found.as_deref(), view, irqbalance);
+        let why = explain(item, found.as_deref(), view, irqbalance.as_deref());
         drift.push(Drift {
             id: item.id.clone(),
             target: item.target.to_string(),
@@ -65,7 +65,7 @@ pub fn verify(applied: &Plan, backend: &dyn Backend, view: &HostView) -> VerifyR
     }
 }
 
-fn explain(item: &Item, found: Option<&str>, view: &HostView, irqbalance: bool) -> String {
+fn explain(item: &Item, found: Option<&str>, view: &HostView, irqbalance: Option<&str>) -> String {
     let zero = found.is_some_and(|f| f.trim().trim_start_matches(['0', ',']).is_empty());
     match item.kind {
         ItemKind::IrqAffinity => {
@@ -86,7 +86,12 @@ fn explain(item: &Item, found: Option<&str>, view: &HostView, irqbalance: bool) 
                     item.label.as_deref().unwrap_or("")
                 ),
                 (_, _, None) => "the IRQ is gone".into(),
-                _ if irqbalance => "moved: irqbalance is running and rebalanced it".into(),
+                _ if view.irqbalance.known().is_some_and(|i| i.running) => {
+                    "moved: irqbalance is running and rebalanced it".into()
+                }
+                _ if let Some(who) = irqbalance => {
+                    format!("moved by someone else: {who}, or a script, or the driver on ifup")
+                }
                 _ => "moved by someone else (irqbalance, a script, the driver on ifup)".into(),
             }
         }

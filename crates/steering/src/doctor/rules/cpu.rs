@@ -177,7 +177,7 @@ pub fn softirq_hot_cpu(ctx: &Ctx) -> Vec<Finding> {
                     on_hot.len(),
                     nic.name
                 ),
-                steps: spread.steps(),
+                steps: spread.steps_in(ctx),
                 tune: Some(spread.tune(ctx, &nic.name)),
             });
         }

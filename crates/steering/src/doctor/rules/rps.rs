@@ -5,7 +5,7 @@ use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, cpus_text, pct, queue_writes, rate};
 use crate::model::desired::{Action, Item, ItemKind, Profile};
 use crate::model::load::LoadSource;
-use crate::model::planner::PlanOptions;
+use crate::model::planner::{IrqbalancePolicy, PlanOptions};
 pub use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
 use netsteer_host::CpuSet;
 use netsteer_host::nic::Nic;
@@ -46,6 +46,42 @@ pub fn spreading_profile(ctx: &Ctx) -> Profile {
     }
 }
 
+/// The `tune apply` line of a fix that pins IRQs: [`tune_cmd`], with `--irqbalance stop` where
+/// irqbalance runs or may run (its state unknown), since `--irqbalance leave` skips every pin
+/// then and the line would leave the IRQs where they are.
+pub fn pin_tune_cmd(ctx: &Ctx, profile: Profile, dev: &str) -> String {
+    let line = tune_cmd(ctx, profile, dev);
+    match ctx.view.irqbalance_may_run() {
+        Some(_) => format!("{line} --irqbalance stop"),
+        None => line,
+    }
+}
+
+/// The step that comes before IRQ pins where irqbalance runs or may run: it rewrites
+/// smp_affinity every 10 s (irqbalance(1)), undoing them.
+pub fn irqbalance_stop_step(ctx: &Ctx) -> Option<String> {
+    let who = ctx.view.irqbalance_may_run()?;
+    let why = if ctx.view.irqbalance.known().is_some() {
+        who
+    } else {
+        "if it runs (this view cannot tell)".to_string()
+    };
+    Some(format!(
+        "systemctl stop irqbalance   # {why}: it would move these IRQs back"
+    ))
+}
+
+/// `steps` with [`irqbalance_stop_step`] first when one of them writes an IRQ's affinity (the
+/// rules that write their own pins: NUMA placement and HT siblings).
+pub fn with_irqbalance_stop(ctx: &Ctx, steps: Vec<String>) -> Vec<String> {
+    let pins = steps.iter().any(|s| s.contains("/smp_affinity"));
+    pins.then(|| irqbalance_stop_step(ctx))
+        .flatten()
+        .into_iter()
+        .chain(steps)
+        .collect()
+}
+
 /// A fix the planner made for one NIC: the profile that makes it and its items.
 pub struct Planned {
     pub profile: Profile,
@@ -53,17 +89,35 @@ pub struct Planned {
 }
 
 impl Planned {
-    /// The shell commands of the items that change something, in plan order.
-    pub fn steps(&self) -> Vec<String> {
+    /// Whether the fix moves an IRQ.
+    fn pins(&self) -> bool {
         self.items
             .iter()
-            .filter(|i| i.action == Action::Change)
-            .filter_map(|i| i.shell_command())
+            .any(|i| i.kind == ItemKind::IrqAffinity && i.action == Action::Change)
+    }
+
+    /// The shell commands of the items that change something, in plan order; stopping
+    /// irqbalance first when it runs or may run and the fix moves an IRQ.
+    pub fn steps_in(&self, ctx: &Ctx) -> Vec<String> {
+        let stop = self.pins().then(|| irqbalance_stop_step(ctx)).flatten();
+        stop.into_iter()
+            .chain(
+                self.items
+                    .iter()
+                    .filter(|i| i.action == Action::Change)
+                    .filter_map(|i| i.shell_command()),
+            )
             .collect()
     }
 
+    /// The `tune apply` line that makes these steps (with `--irqbalance stop` when they
+    /// begin by stopping it).
     pub fn tune(&self, ctx: &Ctx, dev: &str) -> String {
-        tune_cmd(ctx, self.profile, dev)
+        if self.pins() {
+            pin_tune_cmd(ctx, self.profile, dev)
+        } else {
+            tune_cmd(ctx, self.profile, dev)
+        }
     }
 }
 
@@ -118,7 +172,7 @@ pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
         .fold(CpuSet::new(), |acc, s| acc.union(&s));
     RpsPlan {
         cpus,
-        steps: p.steps(),
+        steps: p.steps_in(ctx),
         tune: p.tune(ctx, &nic.name),
     }
 }
@@ -130,8 +184,15 @@ pub fn rps_plan(ctx: &Ctx, nic: &Nic) -> RpsPlan {
 /// (no two NICs stacked on the same CPUs), so doctor's fix and `tune plan`'s line are the
 /// same line.
 pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Planned {
+    // Where irqbalance runs or may run, a fix that pins IRQs is the one `--irqbalance stop`
+    // plans (the flag its tune line carries): with it left running every pin is skipped.
+    let irqbalance = match ctx.view.irqbalance_may_run() {
+        Some(_) if kinds.contains(&ItemKind::IrqAffinity) => IrqbalancePolicy::Stop,
+        _ => IrqbalancePolicy::Leave,
+    };
     let host = PlanOptions {
         load: ctx.load.cloned(),
+        irqbalance,
         ..PlanOptions::for_profile(profile)
     };
     let alone = PlanOptions {

@@ -1,7 +1,7 @@
 //! Where a NIC's queue interrupts land: spread over CPUs, on the NIC's NUMA node, off HT
 //! siblings of each other, movable at all, and not fought over with irqbalance.
 
-use super::rps::tune_cmd;
+use super::rps::{pin_tune_cmd, tune_cmd, with_irqbalance_stop};
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, IRQ_CPU_SHARE, Placement, capped, cpus_text, rate, unplaced_text};
 use crate::model::desired::{ItemKind, Profile};
@@ -179,7 +179,7 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
             why: "RSS spreads flows over queues, but each queue's packets are processed on the CPU that takes its interrupt; queues stacked on a few CPUs give those CPUs all the work and leave the hardware parallelism unused.".into(),
             fix: Fix {
                 summary: format!("give each queue of {} its own CPU on the NIC's node", nic.name),
-                steps: spread.steps(),
+                steps: spread.steps_in(ctx),
                 tune: Some(spread.tune(ctx, &nic.name)),
             },
             subjects: Subjects {
@@ -263,7 +263,7 @@ pub fn irqs_on_isolated_cpus(ctx: &Ctx) -> Vec<Finding> {
                     "move {}'s queue IRQs to housekeeping CPUs of its node",
                     nic.name
                 ),
-                steps: spread.steps(),
+                steps: spread.steps_in(ctx),
                 tune: Some(spread.tune(ctx, &nic.name)),
             },
             subjects: Subjects {
@@ -390,8 +390,8 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             why: "The NIC DMAs packets into memory of its own node; a CPU of another node reads every packet and descriptor across the interconnect, which costs about 2 µs per packet in seed 000's measurements and memory bandwidth on both nodes.".into(),
             fix: Fix {
                 summary: format!("move these IRQs to free CPUs of node {node}, or stop RSS from using their queues"),
-                steps,
-                tune: Some(tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
+                steps: with_irqbalance_stop(ctx, steps),
+                tune: Some(pin_tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
             },
             subjects,
         });
@@ -491,8 +491,8 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             why: "Hyperthreads of one core share its execution units and L1/L2 caches, so two busy queues on siblings get roughly one core's worth of softirq capacity; on separate cores each gets a full core.".into(),
             fix: Fix {
                 summary: "move one IRQ of each pair to a core no queue uses (HT siblings are the last choice)".into(),
-                steps,
-                tune: Some(tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
+                steps: with_irqbalance_stop(ctx, steps),
+                tune: Some(pin_tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
             },
             subjects,
         });

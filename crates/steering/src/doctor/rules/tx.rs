@@ -35,7 +35,7 @@ pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
             why: "Each packet then completes on, and raises its transmit interrupt at, another CPU's queue: the queue lock and completion cache lines bounce between CPUs and latency grows (seed 000 saw transmit interrupts on a queue it had taken out of RSS); XPS maps each CPU to its own queue.".into(),
             fix: Fix {
                 summary: format!("map every CPU to the tx queue whose interrupt it (or its HT sibling) takes on {}", nic.name),
-                steps: xps.steps(),
+                steps: xps.steps_in(ctx),
                 tune: Some(xps.tune(ctx, &nic.name)),
             },
             subjects: Subjects {

@@ -361,7 +361,8 @@ impl Builder<'_> {
     }
 
     /// Stopping the irqbalance service (active → inactive; a rollback starts it again).
-    pub(super) fn stop_irqbalance(&mut self, reason: String) {
+    /// `current` is `None` when the view could not tell whether it runs.
+    pub(super) fn stop_irqbalance(&mut self, current: Option<String>, reason: String) {
         self.push(
             "service/irqbalance".into(),
             ItemKind::Irqbalance,
@@ -369,7 +370,7 @@ impl Builder<'_> {
                 name: "irqbalance".into(),
             },
             Format::Text,
-            Some("active".into()),
+            current,
             "inactive".into(),
             reason,
             None,
@@ -532,23 +533,32 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     };
 
     // irqbalance: stopped only when asked; otherwise IRQ pins are skipped, and the plan says so.
-    let irqbalance = view.irqbalance.known().filter(|i| i.running).cloned();
+    // A view that cannot tell whether it runs is planned as if it did (issue 72): the pins carry
+    // the same skip and the same flag, with the reason the state is unknown.
     let has_irqs = nics.iter().any(|n| n.queue_irqs().next().is_some());
     let mut irqbalance_blocks = None;
-    if let Some(ib) = &irqbalance
+    if let Some(who) = view.irqbalance_may_run()
         && has_irqs
     {
-        let pid = ib.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        let known = view.irqbalance.known().is_some();
         match (opts.irqbalance, opts.live) {
-            (IrqbalancePolicy::Stop, true) => b.stop_irqbalance(format!("irqbalance{pid} rewrites smp_affinity every 10 s and would undo the IRQ pins; rollback starts it again")),
+            (IrqbalancePolicy::Stop, true) => b.stop_irqbalance(
+                known.then(|| "active".to_string()),
+                format!("{who}: it rewrites smp_affinity every 10 s and would undo the IRQ pins; rollback starts it again"),
+            ),
             (IrqbalancePolicy::Stop, false) => {
                 b.notes.push(format!(
-                    "irqbalance{pid} runs in this tree's host; with --root no service is stopped, the IRQ pins are planned as if it were"
+                    "{who} in this tree's host; with --root no service is stopped, the IRQ pins are planned as if it were"
                 ));
             }
             (IrqbalancePolicy::Leave, _) => {
+                if !known {
+                    b.notes.push(format!(
+                        "{who}: IRQ pins are skipped as they are when it runs; --irqbalance stop plans them"
+                    ));
+                }
                 irqbalance_blocks = Some(format!(
-                    "irqbalance is running{pid} and would move this IRQ again within 10 s; rerun with --irqbalance stop (rollback restarts it)"
+                    "{who} and would move this IRQ again within 10 s; rerun with --irqbalance stop (rollback restarts it)"
                 ));
             }
         }

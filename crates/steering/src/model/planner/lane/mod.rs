@@ -185,9 +185,9 @@ pub enum LaneError {
         unit: String,
     },
     #[error(
-        "irqbalance is running{pid} and would move the lane's IRQ within 10 s: rerun with --irqbalance stop (removing the lane starts it again)"
+        "{who} and would move the lane's IRQ within 10 s: rerun with --irqbalance stop (removing the lane starts it again)"
     )]
-    Irqbalance { pid: String },
+    Irqbalance { who: String },
     #[error(
         "--cpu {cpu}: rx-{queue}'s IRQ {irq} is kernel-managed (smp_affinity read-only) and delivered on CPU(s) {effective}: choose --cpu among those"
     )]
@@ -377,17 +377,18 @@ pub fn plan_lane(
         irq_rate: BTreeMap::new(),
     };
 
-    // irqbalance would move the lane's IRQ again: stopped when asked, else refused.
+    // irqbalance would move the lane's IRQ again: stopped when asked, else refused. One that
+    // may run (its state unknown) is taken as running.
     let has_irqs = nic.queue_irqs().next().is_some();
-    if let Some(ib) = view.irqbalance.known().filter(|i| i.running)
+    if let Some(who) = view.irqbalance_may_run()
         && has_irqs
     {
-        let pid = ib.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
         if !spec.stop_irqbalance {
-            return Err(LaneError::Irqbalance { pid });
+            return Err(LaneError::Irqbalance { who });
         }
         if live {
-            b.stop_irqbalance(format!("irqbalance{pid} rewrites smp_affinity every 10 s and would move the lane's IRQ; removing the lane starts it again"));
+            let current = view.irqbalance.known().map(|_| "active".to_string());
+            b.stop_irqbalance(current, format!("{who}: it rewrites smp_affinity every 10 s and would move the lane's IRQ; removing the lane starts it again"));
         }
     }
 
