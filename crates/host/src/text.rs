@@ -53,11 +53,20 @@ pub fn host_view(v: &HostView) -> String {
     let t = &v.topology;
     let _ = writeln!(
         o,
-        "kernel {}  CPUs: possible {}  online {}  (masks are {} bits wide)",
+        "kernel {}  CPUs: possible {}  online {}  (masks are {} bits wide{})",
         crate::safe::line(&v.kernel.to_string()),
-        t.possible.to_list(),
+        match &t.possible_unknown {
+            // Not the kernel's list: what stood in for it, said as such.
+            Some(_) => format!("? (at least {})", t.possible.to_list()),
+            None => t.possible.to_list(),
+        },
         t.online.to_list(),
-        t.nr_cpu_ids
+        t.nr_cpu_ids,
+        if t.possible_unknown.is_some() {
+            " or more"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         o,

@@ -48,6 +48,11 @@ pub struct Topology {
     /// as one). None when `nodes` was read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_unknown: Option<String>,
+    /// Why `possible` is not the kernel's list: `cpu/possible` could not be read, so the online
+    /// CPUs (or the CPU directories) stand in for it, and the mask width derived from it is a
+    /// lower bound. None when `cpu/possible` was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub possible_unknown: Option<String>,
 }
 
 impl Topology {
@@ -161,7 +166,9 @@ pub fn read_topology_reusing(
             })
             .clone()
     };
-    let possible = read_list(fs, &format!("{CPU_DIR}/possible"), None)
+    let possible_r = read_list(fs, &format!("{CPU_DIR}/possible"), None);
+    let possible_unknown = possible_r.as_ref().err().map(|e| e.to_string());
+    let possible = possible_r
         .ok()
         .or_else(|| online_r.as_ref().ok().cloned())
         .or_else(|| fallback_cpus.cloned())
@@ -264,6 +271,7 @@ pub fn read_topology_reusing(
         cpus,
         nodes,
         numa_unknown,
+        possible_unknown,
     }
 }
 

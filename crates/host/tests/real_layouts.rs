@@ -412,3 +412,26 @@ fn a_snapshot_keeps_what_it_can_and_a_bond_stays_a_bond() {
     let back = read_host(&HostFs::open(&bundle).unwrap(), None);
     assert_eq!(back.nics[0].kind, "bond");
 }
+
+/// `cpu/possible` absent (most real bundles keep only `online`): the online CPUs stand in for
+/// it, and show says so instead of stating them as the kernel's possible CPUs.
+#[test]
+fn possible_cpus_absent_are_said_as_such() {
+    let t = Tree::new(4);
+    t.interrupts(4, &[]);
+    let read = || read_host(&HostFs::open(t.0.path()).unwrap(), None);
+    let v = read();
+    assert!(v.topology.possible_unknown.is_none(), "{:?}", v.topology);
+    assert!(netsteer_host::text::host_view(&v).contains("CPUs: possible 0-3  online 0-3"));
+    fs::remove_file(t.0.path().join("sys/devices/system/cpu/possible")).unwrap();
+    let v = read();
+    assert!(v.topology.possible_unknown.is_some());
+    assert_eq!(v.topology.possible.to_list(), "0-3");
+    let text = netsteer_host::text::host_view(&v);
+    assert!(
+        text.contains(
+            "CPUs: possible ? (at least 0-3)  online 0-3  (masks are 4 bits wide or more)"
+        ),
+        "{text}"
+    );
+}

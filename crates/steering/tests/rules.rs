@@ -1219,3 +1219,29 @@ fn a_sysctl_missing_from_a_tree_is_said_as_such() {
     assert!(why.contains("the tree does not hold it"), "{why}");
     assert!(!why.contains("root network namespace"), "{why}");
 }
+
+/// Without thread siblings, two hyperthreads of one core look like two cores: irq-ht-siblings
+/// finds nothing, and that silence is not judged, not healthy.
+#[test]
+fn irq_ht_siblings_without_siblings_is_not_judged() {
+    let (mut v, l) = host("tuned-ixgbe-16cpu");
+    irqbalance(&mut v, None);
+    pin(&mut v, "eth0", 62, 8);
+    assert!(!find(&run(&v, &l, Goal::Balanced), "irq-ht-siblings").is_empty());
+    for c in &mut v.topology.cpus {
+        c.siblings = Field::unknown("thread_siblings_list: No such file or directory");
+    }
+    let r = run(&v, &l, Goal::Balanced);
+    absent(&r, "irq-ht-siblings");
+    let nj = r
+        .unjudged
+        .iter()
+        .find(|n| n.rule == "irq-ht-siblings")
+        .unwrap_or_else(|| panic!("{:#?}", r.unjudged));
+    assert!(
+        nj.needs.starts_with("hyperthread siblings")
+            && nj.needs.contains("CPU 0: thread_siblings_list"),
+        "{nj:?}"
+    );
+    assert!(!r.healthy());
+}

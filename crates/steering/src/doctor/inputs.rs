@@ -33,6 +33,8 @@ pub enum Input {
     Isolated,
     /// `net.core.busy_poll` and `net.core.busy_read`.
     BusyPoll,
+    /// Which CPUs are hyperthreads of one core (`cpu/cpuN/topology/thread_siblings_list`).
+    Siblings,
     /// A device's queue directories (`sys/class/net/DEV/queues`).
     Queues,
     /// Every receive queue's `rps_cpus`.
@@ -69,6 +71,7 @@ impl Input {
                 | Input::Irqbalance
                 | Input::Isolated
                 | Input::BusyPoll
+                | Input::Siblings
         )
     }
 
@@ -109,6 +112,13 @@ impl Input {
                 .unknown_reason()
                 .or(v.sysctls.busy_read.unknown_reason())
                 .map(str::to_string),
+            // The first online CPU whose siblings are unknown: without them a pair of
+            // hyperthreads cannot be told from two cores.
+            Input::Siblings => v.topology.cpus.iter().filter(|c| c.online).find_map(|c| {
+                c.siblings
+                    .unknown_reason()
+                    .map(|w| format!("CPU {}: {w}", c.id))
+            }),
             _ => None,
         }?;
         Some(if reason.is_empty() {
@@ -217,6 +227,7 @@ impl Input {
             Input::Irqbalance => "irqbalance's state",
             Input::Isolated => "isolated CPUs (cpu/isolated, cpu/nohz_full)",
             Input::BusyPoll => "net.core.busy_poll/busy_read",
+            Input::Siblings => "hyperthread siblings (cpu/cpuN/topology/thread_siblings_list)",
             _ => "device input",
         }
         .to_string()

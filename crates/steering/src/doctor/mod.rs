@@ -109,7 +109,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "irq-ht-siblings",
         when: When::Always,
-        reads: &[Input::Interrupts, Input::CpuTimes],
+        reads: &[Input::Interrupts, Input::CpuTimes, Input::Siblings],
         scope: Scope::Any,
         looks_for: "busy queues on HT siblings while whole cores are free",
         check: spread::irq_ht_siblings,
