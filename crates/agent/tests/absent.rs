@@ -3,7 +3,7 @@
 //! collector needs only its own files (interrupts from /proc/interrupts alone, CPU time from
 //! /proc/stat, softnet from /proc/net/softnet_stat, ...).
 
-use netsteer_agent::{Agent, AgentOptions, Family, NicSource, Rates};
+use netsteer_agent::{Agent, Family, Rates};
 use netsteer_host::HostFs;
 use netsteer_steering::doctor::Goal;
 use std::collections::BTreeMap;
@@ -20,23 +20,10 @@ fn agent(root: &Path) -> Agent {
     agent_with_state(root, None)
 }
 
+mod common;
+
 fn agent_with_state(root: &Path, state_dir: Option<PathBuf>) -> Agent {
-    let tree = root.to_path_buf();
-    let nic: NicSource = Box::new(move || {
-        Ok(Box::new(netsteer_nic::TreeNic::new(&tree)) as Box<dyn netsteer_nic::NicBackend>)
-    });
-    Agent::new(
-        HostFs::open(root).unwrap(),
-        nic,
-        AgentOptions {
-            devices: Vec::new(),
-            state_dir,
-            goal: Goal::Balanced,
-            version: "test",
-            rates: Rates::SinceBoot,
-            trace: None,
-        },
-    )
+    common::tree_agent(root, Rates::SinceBoot, state_dir)
 }
 
 fn scrape(root: &Path) -> Vec<Family> {

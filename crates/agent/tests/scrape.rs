@@ -13,23 +13,10 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+mod common;
+
 fn agent(root: &Path, rates: Rates, state_dir: Option<PathBuf>) -> Agent {
-    let tree = root.to_path_buf();
-    let nic: NicSource = Box::new(move || {
-        Ok(Box::new(netsteer_nic::TreeNic::new(&tree)) as Box<dyn netsteer_nic::NicBackend>)
-    });
-    Agent::new(
-        HostFs::open(root).unwrap(),
-        nic,
-        AgentOptions {
-            devices: Vec::new(),
-            state_dir,
-            goal: Goal::Balanced,
-            version: "test",
-            rates,
-            trace: None,
-        },
-    )
+    common::tree_agent(root, rates, state_dir)
 }
 
 fn family<'a>(fams: &'a [Family], name: &str) -> &'a Family {

@@ -31,6 +31,29 @@ fn base(root: &Path, interrupts: &str) {
     write(root, "proc/1/comm", "systemd\n");
 }
 
+/// A PCI NIC `eth0` at 0000:00:03.0 (its sysfs link and `device` link), owning `msi`; returns
+/// its function's directory, under which a test adds queues.
+fn pci_eth0(root: &Path, msi: &[u32]) -> &'static str {
+    let func = "sys/devices/pci0000:00/0000:00:03.0";
+    write(root, &format!("{func}/net/eth0/operstate"), "up\n");
+    write(root, &format!("{func}/net/eth0/ifindex"), "2\n");
+    for irq in msi {
+        write(root, &format!("{func}/msi_irqs/{irq}"), "msix\n");
+    }
+    fs::create_dir_all(root.join("sys/class/net")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/pci0000:00/0000:00:03.0/net/eth0",
+        root.join("sys/class/net/eth0"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "../../../0000:00:03.0",
+        root.join(format!("{func}/net/eth0/device")),
+    )
+    .unwrap();
+    func
+}
+
 fn doctor(root: &Path) -> Report {
     let fs = HostFs::open(root).unwrap();
     let view = read_host(&fs, None);
@@ -50,21 +73,7 @@ fn a_nic_whose_queues_are_unknown_is_not_judged_healthy() {
         root,
         "           CPU0       CPU1       CPU2       CPU3\n 24:     500000          0          0          0  PCI-MSI 524288-edge      eth0\n",
     );
-    let func = "sys/devices/pci0000:00/0000:00:03.0";
-    write(root, &format!("{func}/net/eth0/operstate"), "up\n");
-    write(root, &format!("{func}/net/eth0/ifindex"), "2\n");
-    write(root, &format!("{func}/msi_irqs/24"), "msi\n");
-    fs::create_dir_all(root.join("sys/class/net")).unwrap();
-    std::os::unix::fs::symlink(
-        "../../devices/pci0000:00/0000:00:03.0/net/eth0",
-        root.join("sys/class/net/eth0"),
-    )
-    .unwrap();
-    std::os::unix::fs::symlink(
-        "../../../0000:00:03.0",
-        root.join(format!("{func}/net/eth0/device")),
-    )
-    .unwrap();
+    pci_eth0(root, &[24]);
     let r = doctor(root);
     assert!(
         r.findings.iter().all(|f| f.id != "single-queue-no-rps"),
@@ -153,11 +162,8 @@ fn owned_vectors_not_named_like_queues_are_not_judged() {
         ));
     }
     base(root, &irqs);
-    let func = "sys/devices/pci0000:00/0000:00:03.0";
-    write(root, &format!("{func}/net/eth0/operstate"), "up\n");
-    write(root, &format!("{func}/net/eth0/ifindex"), "2\n");
+    let func = pci_eth0(root, &[24, 25, 26, 27]);
     for q in 0..4 {
-        write(root, &format!("{func}/msi_irqs/{}", 24 + q), "msix\n");
         write(
             root,
             &format!("{func}/net/eth0/queues/rx-{q}/rps_cpus"),
@@ -174,17 +180,6 @@ fn owned_vectors_not_named_like_queues_are_not_judged() {
             "0\n",
         );
     }
-    fs::create_dir_all(root.join("sys/class/net")).unwrap();
-    std::os::unix::fs::symlink(
-        "../../devices/pci0000:00/0000:00:03.0/net/eth0",
-        root.join("sys/class/net/eth0"),
-    )
-    .unwrap();
-    std::os::unix::fs::symlink(
-        "../../../0000:00:03.0",
-        root.join(format!("{func}/net/eth0/device")),
-    )
-    .unwrap();
     let r = doctor(root);
     assert!(!r.healthy());
     let blind = r
