@@ -832,9 +832,7 @@ impl Agent {
             let Ok(records) = records else {
                 return Some(None);
             };
-            let applied = records
-                .iter()
-                .any(|r| matches!(r, Record::End { status, .. } if status == "applied"));
+            let applied = journal::finished_applying(records);
             match records.first() {
                 Some(Record::Begin { started_unix, .. }) if applied => Some(Some(*started_unix)),
                 _ => None,

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netsteer_host::sockets::Proto;
 use netsteer_steering::lane::{self, HoldEvent, LaneMode, Lanes, ServiceRef, Spec as LaneSpec};
-use netsteer_steering::tune::ApplyOptions;
 use netsteer_steering::tune::text::{render_apply, render_rollback};
+use netsteer_steering::tune::{ApplyOptions, ApplyStatus, RollbackStatus};
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -238,7 +238,7 @@ pub fn run(host: &Host, cmd: &LaneCommand) -> Result<ExitCode> {
             } else {
                 print_lines(&render_apply(&r))?;
             }
-            if r.status != "applied" {
+            if r.status != ApplyStatus::Applied {
                 return Ok(ExitCode::from(2));
             }
             if a.hold {
@@ -258,9 +258,9 @@ pub fn run(host: &Host, cmd: &LaneCommand) -> Result<ExitCode> {
             match (&r, a.common.json) {
                 (Some(r), true) => print_json(r)?,
                 (Some(r), false) => print_lines(&render_rollback(r))?,
-                (None, true) => {
-                    print_json(&serde_json::json!({"lane": a.name, "status": "nothing-to-do"}))?
-                }
+                (None, true) => print_json(
+                    &serde_json::json!({"lane": a.name, "status": RollbackStatus::NothingToDo}),
+                )?,
                 (None, false) => {
                     print_lines(&[format!("lane {}: never applied; forgotten", a.name)])?
                 }

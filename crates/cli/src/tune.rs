@@ -12,8 +12,8 @@ use netsteer_steering::tune::text::{
     render_apply, render_decision, render_plan, render_rollback, render_verify,
 };
 use netsteer_steering::tune::{
-    ApplyOptions, Check, IrqbalancePolicy, Knob, NapiMode, Plan, PlanOptions, Profile, Side, Tuner,
-    Verified,
+    ApplyOptions, ApplyStatus, Check, IrqbalancePolicy, Knob, NapiMode, Plan, PlanOptions, Profile,
+    Side, Tuner, Verified,
 };
 use std::io;
 use std::path::{Path, PathBuf};
@@ -378,9 +378,9 @@ fn run_apply(host: &Host, a: &ApplyArgs) -> Result<ExitCode> {
         }
         print_lines(&lines)?;
     }
-    Ok(match (v.report.status.as_str(), &v.closed_loop) {
-        ("applied", Some(d)) if !d.keep => ExitCode::from(1),
-        ("applied", _) => ExitCode::SUCCESS,
+    Ok(match (v.report.status, &v.closed_loop) {
+        (ApplyStatus::Applied, Some(d)) if !d.keep => ExitCode::from(1),
+        (ApplyStatus::Applied, _) => ExitCode::SUCCESS,
         _ => ExitCode::from(2),
     })
 }

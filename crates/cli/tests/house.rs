@@ -195,6 +195,41 @@ fn one_spread_and_one_namespace_thread_helper() {
     assert!(setns[0].ends_with("sock/src/netns.rs"), "{setns:?}");
 }
 
+/// How an apply, a step or a rollback ended is an enum (`tune::status`), never text compared
+/// (issue 73): no source compares a `status` with a string literal or builds one from one.
+#[test]
+fn statuses_are_enums_not_text() {
+    let words = [
+        "applied",
+        "rolled-back",
+        "rollback-incomplete",
+        "changed",
+        "unchanged",
+        "rewritten",
+        "skipped",
+        "restored",
+        "nothing-to-do",
+        "incomplete",
+    ];
+    let mut found = Vec::new();
+    for (f, line) in code_of(&workspace().join("crates")) {
+        if f.ends_with("tune/status.rs") || f.components().any(|c| c.as_os_str() == "tests") {
+            continue;
+        }
+        let l = line.replace(' ', "");
+        let compared = ["status==\"", "status!=\"", "status:\""]
+            .iter()
+            .any(|p| words.iter().any(|w| l.contains(&format!("{p}{w}\""))));
+        let matched = ["(\"applied\"", "Some(\"applied\""]
+            .iter()
+            .any(|p| l.contains(p));
+        if compared || matched {
+            found.push(format!("{}: {}", f.display(), line.trim()));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// The arrows docs/architecture.md allows, `crate -> deps` per line after its `crate arrows`
 /// marker ("netsteer-" dropped from the names).
 fn documented_arrows() -> std::collections::BTreeMap<String, Vec<String>> {

@@ -7,6 +7,7 @@ mod common;
 
 use common::{files, scratch};
 use netsteer_steering::tune::{Action, Plan};
+use netsteer_steering::tune::{ApplyStatus, StepStatus};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -499,11 +500,11 @@ fn a_saved_plan_file_is_applied_as_reviewed_and_idempotent() {
         serde_json::from_slice::<netsteer_steering::tune::ApplyReport>(&o.stdout).unwrap()
     };
     let first = apply(&[]);
-    assert_eq!(first.status, "applied");
-    assert!(first.steps.iter().any(|s| s.status == "changed"));
+    assert_eq!(first.status, ApplyStatus::Applied);
+    assert!(first.steps.iter().any(|s| s.status == StepStatus::Changed));
     let second = apply(&[]);
     assert!(
-        second.steps.iter().all(|s| s.status != "changed"),
+        second.steps.iter().all(|s| s.status != StepStatus::Changed),
         "{:?}",
         second.steps
     );

@@ -15,6 +15,7 @@ use netsteer_lab::vm::ladder::RungRun;
 use netsteer_lab::vm::{Guest, VM_B_ADDR, VmPair, VmPairSpec};
 use netsteer_steering::doctor::Report;
 use netsteer_steering::tune::ApplyReport;
+use netsteer_steering::tune::{ApplyStatus, StepStatus};
 use std::process::Command;
 use std::time::Duration;
 
@@ -168,11 +169,11 @@ fn doctor_tune_verify_and_rollback_run_live_on_a_guests_real_irqs() {
         .unwrap();
     assert_eq!(rc, 0, "{out}");
     let applied: ApplyReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(applied.status, "applied");
+    assert_eq!(applied.status, ApplyStatus::Applied);
     let moved: Vec<_> = applied
         .steps
         .iter()
-        .filter(|s| s.id.starts_with("irq/") && s.status == "changed")
+        .filter(|s| s.id.starts_with("irq/") && s.status == StepStatus::Changed)
         .collect();
     assert!(!moved.is_empty(), "no IRQ moved: {:?}", applied.steps);
     assert_eq!(

@@ -23,6 +23,7 @@ use netsteer_host::view::HostView;
 use netsteer_lab::vm::{Guest, NicModel, VM_B_ADDR, VmPair, VmPairSpec, ladder};
 use netsteer_steering::doctor::Report;
 use netsteer_steering::tune::ApplyReport;
+use netsteer_steering::tune::{ApplyStatus, StepStatus};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -423,12 +424,11 @@ fn hot_queue_rebalanced_verified_and_rolled_back(
     }
     let out = ns_ok(&mut pair.b, &args);
     let applied: ApplyReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(applied.status, "applied", "{out}");
+    assert_eq!(applied.status, ApplyStatus::Applied, "{out}");
     let changed = |id: &str| {
-        applied
-            .steps
-            .iter()
-            .any(|s| s.id == id && (s.status == "changed" || s.status == "rewritten"))
+        applied.steps.iter().any(|s| {
+            s.id == id && (s.status == StepStatus::Changed || s.status == StepStatus::Rewritten)
+        })
     };
     assert!(changed("nic/eth0/rss/indirection"), "{out}");
     for k in &sets {
@@ -987,13 +987,13 @@ fn lost_table_named_and_written_again(pair: &mut VmPair) {
         ],
     );
     let applied: ApplyReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(applied.status, "applied", "{out}");
+    assert_eq!(applied.status, ApplyStatus::Applied, "{out}");
     let table_step = applied
         .steps
         .iter()
         .find(|s| s.id == "nic/eth0/rss/indirection")
         .unwrap_or_else(|| panic!("no table step: {out}"));
-    assert_eq!(table_step.status, "rewritten", "{table_step:?}");
+    assert_eq!(table_step.status, StepStatus::Rewritten, "{table_step:?}");
     let after = rx_during_burst(pair);
     let total: u64 = after.values().sum();
     assert!(

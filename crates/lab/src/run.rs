@@ -352,11 +352,11 @@ impl Executor for LabExecutor<'_> {
                 let plan = t.plan(&opts)?;
                 t.apply(&plan, Some(&opts), &ApplyOptions::default())
             })?;
-            if r.status != "applied" {
+            if r.status != netsteer_steering::tune::ApplyStatus::Applied {
                 return Err(LabError::Invalid(format!(
                     "variant {}: the apply failed and was undone: {}",
                     self.scn.variants[variant].name,
-                    r.error.as_deref().unwrap_or(&r.status)
+                    r.error.as_deref().unwrap_or(r.status.as_str())
                 ))
                 .into());
             }

@@ -12,6 +12,7 @@ use netsteer_steering::model::planner::lane::{
 use netsteer_steering::tune::{
     Action, ApplyOptions, HostBackend, Item, ItemKind, Plan, Target, apply, rollback,
 };
+use netsteer_steering::tune::{ApplyStatus, RollbackStatus};
 use std::fs;
 use std::path::Path;
 
@@ -210,7 +211,7 @@ fn a_lane_applies_to_a_tree_and_rolls_back_byte_for_byte() {
         &ApplyOptions::default(),
     )
     .unwrap();
-    assert_eq!(r.status, "applied", "{r:#?}");
+    assert_eq!(r.status, ApplyStatus::Applied, "{r:#?}");
     let after = view_of(dir.path());
     let again = plan_lane(
         &after,
@@ -230,7 +231,7 @@ fn a_lane_applies_to_a_tree_and_rolls_back_byte_for_byte() {
         "a lane applied plans nothing more: {left:#?}"
     );
     let rb = rollback(Path::new(&r.journal), &root, &backend).unwrap();
-    assert_eq!(rb.status, "restored", "{rb:#?}");
+    assert_eq!(rb.status, RollbackStatus::Restored, "{rb:#?}");
     let after = contents(dir.path());
     let differ: Vec<_> = before
         .keys()
@@ -724,7 +725,7 @@ fn only_the_recorded_owners_sockets_are_the_service() {
     // The stranger gone, the lane is applied and its owner recorded.
     t.udp(&[(0, ANY4, 100)]);
     let r = lanes.apply(&s, &ApplyOptions::default()).unwrap();
-    assert_eq!(r.status, "applied");
+    assert_eq!(r.status, ApplyStatus::Applied);
     let owner = lanes.owner("echo").unwrap().unwrap();
     assert_eq!((owner.uid, owner.port), (0, 4321));
     assert_eq!(
@@ -812,7 +813,7 @@ fn a_holders_work_is_bounded_by_its_own_lane() {
     );
 
     let r = lanes.apply(&s, &opts).unwrap();
-    assert_eq!(r.status, "applied");
+    assert_eq!(r.status, ApplyStatus::Applied);
     // 5,000 older journals, each rolled back (a small one: the plan's items are not what is
     // counted), numbered below the applied one, which is renumbered above them.
     let jdir = t.root().join("var/lib/netsteer/lanes/echo/journal");
@@ -1080,7 +1081,7 @@ fn a_lane_from_before_owners_learns_its_owner_from_what_it_pinned() {
     t.udp(&[(0, ANY4, 100)]);
     t.process(77, 1, 0, 5000, &[100], 3);
     let lanes = t.lanes();
-    assert_eq!(lanes.apply(&s, &opts).unwrap().status, "applied");
+    assert_eq!(lanes.apply(&s, &opts).unwrap().status, ApplyStatus::Applied);
     fs::remove_file(
         t.root()
             .join("var/lib/netsteer/lanes/echo")

@@ -8,6 +8,7 @@ use netsteer_experiment::experiment::BoxError;
 use netsteer_experiment::search::{Obs, Options, search};
 use netsteer_host::HostFs;
 use netsteer_nic::TreeNic;
+use netsteer_steering::tune::ApplyStatus;
 use netsteer_steering::tune::Tuner;
 use netsteer_steering::tune::search::{HostTarget, SearchKnob, Space};
 
@@ -118,7 +119,7 @@ fn a_search_applies_each_trial_through_tune_and_leaves_the_tree_as_it_was() {
     let text = serde_json::to_string(&plan).unwrap();
     let plan: netsteer_steering::tune::Plan = serde_json::from_str(&text).unwrap();
     let r = tuner.apply(&plan, None, &Default::default()).unwrap();
-    assert_eq!(r.status, "applied");
+    assert_eq!(r.status, ApplyStatus::Applied);
     let n = |d: usize| space.dims[d].levels[optimum[d]].clone();
     assert_eq!(fs.read_value("/proc/sys/net/core/busy_read").unwrap(), n(0));
     assert_eq!(

@@ -10,6 +10,7 @@ use netsteer_steering::tune::{
     Action, ApplyOptions, Backend, HostBackend, IrqbalancePolicy, ItemKind, NapiMode, Plan,
     PlanOptions, Profile, StepError, Target, apply, plan, rollback,
 };
+use netsteer_steering::tune::{ApplyStatus, RollbackStatus, StepStatus};
 use std::cell::Cell;
 use std::fs;
 use std::path::Path;
@@ -149,11 +150,15 @@ fn apply_then_rollback_leaves_every_tree_byte_identical() {
             let o = opts(*profile);
             let planned = plan_tree(tree.path(), &o);
             let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
-            assert_eq!(report.status, "applied", "{host} {profile}: {report:?}");
+            assert_eq!(
+                report.status,
+                ApplyStatus::Applied,
+                "{host} {profile}: {report:?}"
+            );
             let changed: Vec<_> = report
                 .steps
                 .iter()
-                .filter(|s| s.status == "changed")
+                .filter(|s| s.status == StepStatus::Changed)
                 .collect();
             assert_eq!(
                 changed.len(),
@@ -161,7 +166,7 @@ fn apply_then_rollback_leaves_every_tree_byte_identical() {
                     - report
                         .steps
                         .iter()
-                        .filter(|s| s.status != "changed")
+                        .filter(|s| s.status != StepStatus::Changed)
                         .count(),
                 "{host} {profile}: every planned change is changed, unchanged or skipped"
             );
@@ -175,7 +180,7 @@ fn apply_then_rollback_leaves_every_tree_byte_identical() {
             let skipped: Vec<_> = report
                 .steps
                 .iter()
-                .filter(|s| s.status == "skipped")
+                .filter(|s| s.status == StepStatus::Skipped)
                 .map(|s| s.id.clone())
                 .collect();
             assert!(
@@ -230,7 +235,7 @@ fn apply_then_rollback_leaves_every_tree_byte_identical() {
                 &backend,
             )
             .unwrap();
-            assert_eq!(r2.status, "nothing-to-do");
+            assert_eq!(r2.status, RollbackStatus::NothingToDo);
             assert_eq!(contents(tree.path()), before);
         }
     }
@@ -258,7 +263,7 @@ fn a_failure_at_any_write_leaves_the_tree_as_it_was() {
         let writes = clean
             .steps
             .iter()
-            .filter(|s| s.status != "unchanged")
+            .filter(|s| s.status != StepStatus::Unchanged)
             .count();
         assert!(writes >= 4, "{host}: only {writes} writes to test");
         for after_write in [false, true] {
@@ -274,7 +279,11 @@ fn a_failure_at_any_write_leaves_the_tree_as_it_was() {
                         writes: Cell::new(0),
                     })
                 });
-                assert_eq!(report.status, "rolled-back", "{host} k={k}: {report:?}");
+                assert_eq!(
+                    report.status,
+                    ApplyStatus::RolledBack,
+                    "{host} k={k}: {report:?}"
+                );
                 assert!(report.error.as_deref().unwrap().contains("injected"));
                 assert_eq!(
                     contents(tree.path()),
@@ -502,7 +511,7 @@ fn a_rollback_after_a_torn_journal_still_restores() {
         &backend,
     )
     .unwrap();
-    assert_eq!(r.status, "restored", "{r:?}");
+    assert_eq!(r.status, RollbackStatus::Restored, "{r:?}");
     assert_eq!(contents(tree.path()), before);
     // A journal for another root is refused by name.
     let e = rollback(Path::new(&report.journal), "/elsewhere", &backend).unwrap_err();
@@ -527,7 +536,7 @@ fn a_rollback_leaves_a_knob_given_up_to_another_writer() {
     let changed: Vec<_> = report
         .steps
         .iter()
-        .filter(|s| s.status == "changed")
+        .filter(|s| s.status == StepStatus::Changed)
         .collect();
     let mut files = changed.iter().filter_map(|s| {
         s.target
@@ -552,7 +561,7 @@ fn a_rollback_leaves_a_knob_given_up_to_another_writer() {
     )
     .unwrap();
     let r = rollback_tree(tree.path(), &report.journal);
-    assert_eq!(r.status, "restored", "{r:?}");
+    assert_eq!(r.status, RollbackStatus::Restored, "{r:?}");
     assert_eq!(r.given_up, std::slice::from_ref(&id), "{r:?}");
     assert!(!r.restored.contains(&id), "{r:?}");
     let now = contents(tree.path());
@@ -571,7 +580,7 @@ fn a_rollback_leaves_a_knob_given_up_to_another_writer() {
     // Run again (a second rollback, e.g. `tune rollback` after the watcher's): nothing to do,
     // the person's value still there.
     let again = rollback_tree(tree.path(), &report.journal);
-    assert_eq!(again.status, "nothing-to-do", "{again:?}");
+    assert_eq!(again.status, RollbackStatus::NothingToDo, "{again:?}");
     assert_eq!(contents(tree.path()), now);
 }
 
@@ -609,12 +618,12 @@ fn a_journal_that_leaves_rewritten_knobs_is_rolled_back_around_them() {
         let step = report
             .steps
             .iter()
-            .find(|s| s.status == "changed" && s.target.starts_with("/proc/sys/net/"))
+            .find(|s| s.status == StepStatus::Changed && s.target.starts_with("/proc/sys/net/"))
             .expect("a sysctl the throughput profile changed");
         let file = root.join(&step.target[1..]);
         fs::write(&file, "5000\n").unwrap();
         let r = rollback_tree(root, &report.journal);
-        assert_eq!(r.status, "restored", "{r:?}");
+        assert_eq!(r.status, RollbackStatus::Restored, "{r:?}");
         let now = fs::read_to_string(&file).unwrap();
         if leave {
             assert_eq!(
@@ -692,7 +701,7 @@ fn seed_000_reserved_queue_leaves_the_rss_table_and_comes_back() {
         report
             .steps
             .iter()
-            .any(|s| s.id == "nic/eth2/rss/indirection" && s.status == "changed"),
+            .any(|s| s.id == "nic/eth2/rss/indirection" && s.status == StepStatus::Changed),
         "{report:?}"
     );
     let nic = TreeNic::new(tree.path());
@@ -823,13 +832,17 @@ fn a_saved_plan_applies_the_same_state_on_another_host_and_twice_changes_nothing
         .unwrap()
     };
     let first = apply_saved();
-    assert_eq!(first.status, "applied", "{first:?}");
-    let changed = first.steps.iter().filter(|s| s.status == "changed").count();
+    assert_eq!(first.status, ApplyStatus::Applied, "{first:?}");
+    let changed = first
+        .steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Changed)
+        .count();
     assert_eq!(changed, reviewed.changes().count(), "{:?}", first.steps);
     let second = apply_saved();
-    assert_eq!(second.status, "applied");
+    assert_eq!(second.status, ApplyStatus::Applied);
     assert!(
-        second.steps.iter().all(|s| s.status != "changed"),
+        second.steps.iter().all(|s| s.status != StepStatus::Changed),
         "{:?}",
         second.steps
     );
@@ -967,12 +980,16 @@ fn a_verified_apply_keeps_only_a_change_better_beyond_the_noise() {
                 let r = r.unwrap();
                 let d = r.closed_loop.as_ref().unwrap();
                 assert_eq!(d.verdict, v, "{name}: {d:?}");
-                assert_eq!(r.report.status, "applied", "{name}");
+                assert_eq!(r.report.status, ApplyStatus::Applied, "{name}");
                 if v == Verdict::Better {
                     assert!(r.rollback.is_none() && applied.is_some(), "{name}");
                     assert_ne!(contents(tree.path()), original, "{name}: the change stays");
                 } else {
-                    assert_eq!(r.rollback.as_ref().unwrap().status, "restored", "{name}");
+                    assert_eq!(
+                        r.rollback.as_ref().unwrap().status,
+                        RollbackStatus::Restored,
+                        "{name}"
+                    );
                     assert!(applied.is_none(), "{name}: the applied plan is forgotten");
                     assert_eq!(contents(tree.path()), original, "{name}");
                 }
@@ -1144,7 +1161,7 @@ fn through_driver(
         &ApplyOptions::default(),
     )
     .unwrap();
-    assert_eq!(report.status, "applied", "{report:?}");
+    assert_eq!(report.status, ApplyStatus::Applied, "{report:?}");
     assert!(driver.channel_writes.get() >= 1, "{report:?}");
     check(&report, &driver);
     let r = rollback(Path::new(&report.journal), &root_name(tree.path()), &driver).unwrap();
@@ -1180,7 +1197,7 @@ fn a_channel_change_is_undone_count_first_and_what_the_driver_reset_comes_back()
         let step = |id: &str| report.steps.iter().find(|s| s.id == id).cloned();
         assert_eq!(
             step("nic/eth2/channels/combined").unwrap().status,
-            "changed"
+            StepStatus::Changed
         );
         assert!(step("nic/eth2/rss/indirection").is_some(), "{report:?}");
     });
@@ -1202,7 +1219,7 @@ fn after_a_channel_change_the_table_is_written_even_when_it_reads_as_wanted() {
             .iter()
             .find(|s| s.id == "nic/eth2/rss/indirection")
             .unwrap_or_else(|| panic!("no table step: {report:?}"));
-        assert_eq!(t.status, "rewritten", "{t:?}");
+        assert_eq!(t.status, StepStatus::Rewritten, "{t:?}");
     });
 }
 
@@ -1281,9 +1298,9 @@ fn a_setting_the_driver_ignores_is_a_skip_and_not_drift() {
             id_part: " coalesce ",
         })
     });
-    assert_eq!(report.status, "applied", "{report:?}");
+    assert_eq!(report.status, ApplyStatus::Applied, "{report:?}");
     let step = report.steps.iter().find(|s| s.id == coalesce).unwrap();
-    assert_eq!(step.status, "skipped", "{step:?}");
+    assert_eq!(step.status, StepStatus::Skipped, "{step:?}");
     assert!(step.why.as_deref().unwrap().contains("kept"), "{step:?}");
     // The kept plan says so, and verify does not call it drift.
     let applied: Plan =

@@ -317,19 +317,20 @@ pub(super) fn apply(
     let out = g.host_ok(&argv, T)?;
     let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out)
         .map_err(|e| LabError::Invalid(format!("guest {}: tune apply output: {e}", g.name)))?;
-    let n = |s: &str| r.steps.iter().filter(|x| x.status == s).count();
+    use netsteer_steering::tune::StepStatus;
+    let n = |s: StepStatus| r.steps.iter().filter(|x| x.status == s).count();
     let skipped: Vec<String> = r
         .steps
         .iter()
-        .filter(|s| s.status == "skipped")
+        .filter(|s| s.status == StepStatus::Skipped)
         .map(|s| format!("{} ({})", s.id, s.why.as_deref().unwrap_or("")))
         .collect();
     let mut note = format!(
         "guest {}: {} changed, {} unchanged, {} skipped",
         g.name,
-        n("changed") + n("rewritten"),
-        n("unchanged"),
-        n("skipped")
+        n(StepStatus::Changed) + n(StepStatus::Rewritten),
+        n(StepStatus::Unchanged),
+        n(StepStatus::Skipped)
     );
     if !skipped.is_empty() {
         note.push_str(&format!(": {}", skipped.join("; ")));

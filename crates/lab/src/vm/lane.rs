@@ -518,17 +518,17 @@ pub fn run(
                     lane_on = true;
                     let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out)
                         .map_err(|e| LabError::Invalid(format!("lane apply output: {e}: {out}")))?;
-                    if r.status != "applied" {
+                    if r.status != netsteer_steering::tune::ApplyStatus::Applied {
                         return Err(LabError::Invalid(format!(
                             "lane apply: {}",
-                            r.error.unwrap_or(r.status)
+                            r.error.unwrap_or_else(|| r.status.to_string())
                         )));
                     }
                     if applied.is_empty() {
                         applied = r
                             .steps
                             .iter()
-                            .filter(|s| s.status == "changed")
+                            .filter(|s| s.status == netsteer_steering::tune::StepStatus::Changed)
                             .map(|s| format!("{}: {} -> {}", s.id, s.old, s.new))
                             .chain(r.notes.iter().cloned())
                             .collect();

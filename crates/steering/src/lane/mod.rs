@@ -22,7 +22,7 @@
 
 use crate::model::planner::lane::{LaneClaim, LaneError};
 use crate::tune::apply::ApplyOptions;
-use crate::tune::journal::{self, Record};
+use crate::tune::journal;
 use crate::tune::{ApplyReport, Plan, RollbackReport, Target, TuneError, Tuner};
 use netsteer_host::HostFs;
 use netsteer_host::sockets::{self, OwnerScan, SocketRow};
@@ -463,15 +463,10 @@ impl Lanes {
         };
         self.work.journals(1);
         let records = journal::read(&newest).map_err(state_err(&newest))?;
-        let state = if journal::rolled_back(&records) {
-            LaneState::Down
-        } else if records
-            .iter()
-            .any(|r| matches!(r, Record::End { status, .. } if status == "applied"))
-        {
-            LaneState::Applied
-        } else {
-            LaneState::Interrupted
+        let state = match journal::state(&records) {
+            journal::JournalState::RolledBack => LaneState::Down,
+            journal::JournalState::Applied => LaneState::Applied,
+            journal::JournalState::Interrupted => LaneState::Interrupted,
         };
         Ok((state, Some(newest)))
     }

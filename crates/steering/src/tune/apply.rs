@@ -239,9 +239,7 @@ pub struct StepOutcome {
     pub target: String,
     pub old: String,
     pub new: String,
-    /// `changed`, `unchanged` (already as wanted at apply time), `skipped` (with why),
-    /// `restored` (undone by the rollback after a failure).
-    pub status: String,
+    pub status: StepStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
 }
@@ -249,8 +247,7 @@ pub struct StepOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApplyReport {
     pub journal: String,
-    /// `applied`, or `rolled-back` when a step failed and everything was put back.
-    pub status: String,
+    pub status: ApplyStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub steps: Vec<StepOutcome>,
@@ -263,7 +260,10 @@ pub struct ApplyReport {
 impl ApplyReport {
     /// How many steps changed a value.
     pub fn changed(&self) -> usize {
-        self.steps.iter().filter(|s| s.status == "changed").count()
+        self.steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Changed)
+            .count()
     }
 }
 
@@ -329,7 +329,7 @@ impl Run<'_> {
                         target: item.target.to_string(),
                         old: old.trim().to_string(),
                         new: item.desired.clone(),
-                        status: "unchanged".into(),
+                        status: StepStatus::Unchanged,
                         why: Some("already as wanted when applied".into()),
                     });
                 }
@@ -364,7 +364,7 @@ impl Run<'_> {
             target: item.target.to_string(),
             old: String::new(),
             new: item.desired.clone(),
-            status: "skipped".into(),
+            status: StepStatus::Skipped,
             why: Some(why),
         });
         Ok(())
@@ -427,12 +427,12 @@ impl Run<'_> {
             // Simulates a power cut: no destructors, no journal end.
             std::process::abort();
         }
-        let outcome = |status: &str, why: Option<String>| StepOutcome {
+        let outcome = |status: StepStatus, why: Option<String>| StepOutcome {
             id: item.id.clone(),
             target: item.target.to_string(),
             old: old.trim().to_string(),
             new: item.desired.clone(),
-            status: status.into(),
+            status,
             why,
         };
         match result {
@@ -446,7 +446,7 @@ impl Run<'_> {
                         id: item.id.clone(),
                         why: why.clone(),
                     })?;
-                    self.steps.push(outcome("skipped", Some(why)));
+                    self.steps.push(outcome(StepStatus::Skipped, Some(why)));
                     return Ok(Ok(()));
                 }
                 self.remember(item, old);
@@ -465,11 +465,11 @@ impl Run<'_> {
                 })?;
                 if item.format.same(old, &item.desired) {
                     self.steps.push(outcome(
-                        "rewritten",
+                        StepStatus::Rewritten,
                         Some("written again although it read as wanted: after a channel change (or when given explicitly) the device may not follow the table the driver reports".into()),
                     ));
                 } else {
-                    self.steps.push(outcome("changed", None));
+                    self.steps.push(outcome(StepStatus::Changed, None));
                 }
                 Ok(Ok(()))
             }
@@ -488,7 +488,7 @@ impl Run<'_> {
                     id: item.id.clone(),
                     why: why.clone(),
                 })?;
-                self.steps.push(outcome("skipped", Some(why)));
+                self.steps.push(outcome(StepStatus::Skipped, Some(why)));
                 Ok(Ok(()))
             }
             Ok(back) => Ok(Err(format!(
@@ -775,12 +775,12 @@ pub fn apply(
     match failure {
         None => {
             run.append(&Record::End {
-                status: "applied".into(),
+                status: ApplyStatus::Applied,
                 error: None,
             })?;
             // What was skipped at apply time (refused by design, ignored by the driver) is
             // kept as a skip with its reason, so verify does not call it drift.
-            for s in run.steps.iter().filter(|s| s.status == "skipped") {
+            for s in run.steps.iter().filter(|s| s.status == StepStatus::Skipped) {
                 if let Some(i) = final_plan.items.iter_mut().find(|i| i.id == s.id) {
                     i.action = Action::Skip(s.why.clone().unwrap_or_default());
                 }
@@ -790,7 +790,7 @@ pub fn apply(
                 .map_err(jerr(state_dir))?;
             Ok(ApplyReport {
                 journal: journal_path,
-                status: "applied".into(),
+                status: ApplyStatus::Applied,
                 error: None,
                 steps: run.steps,
                 notes: final_plan.notes,
@@ -803,18 +803,18 @@ pub fn apply(
                 failed: failed.clone(),
             })?;
             let status = if failed.is_empty() {
-                "rolled-back"
+                ApplyStatus::RolledBack
             } else {
-                "rollback-incomplete"
+                ApplyStatus::RollbackIncomplete
             };
             run.append(&Record::End {
-                status: status.into(),
+                status,
                 error: Some(error.clone()),
             })?;
             let mut steps = run.steps;
             for s in steps.iter_mut() {
-                if s.status == "changed" && restored.contains(&s.id) {
-                    s.status = "restored".into();
+                if s.status == StepStatus::Changed && restored.contains(&s.id) {
+                    s.status = StepStatus::Restored;
                 }
             }
             let error = if failed.is_empty() {
@@ -824,7 +824,7 @@ pub fn apply(
             };
             Ok(ApplyReport {
                 journal: journal_path,
-                status: status.into(),
+                status,
                 error: Some(error),
                 steps,
                 notes: final_plan.notes,
@@ -835,3 +835,4 @@ pub fn apply(
 
 use super::rollback::kind_of;
 pub use super::rollback::{RollbackError, RollbackReport, latest_journal, rollback};
+use super::status::{ApplyStatus, StepStatus};

@@ -211,7 +211,7 @@ pub enum Record {
     Skipped { id: String, why: String },
     /// The apply finished: `applied`, or `rolled-back` after a failure (with the error).
     End {
-        status: String,
+        status: super::status::ApplyStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
@@ -534,11 +534,53 @@ fn place(path: &Path) -> Place {
     }
 }
 
+/// Where one journal's apply stands: the one reading of its records that lanes, the agent and
+/// tune share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalState {
+    /// The apply finished and nothing has rolled it back.
+    Applied,
+    /// A complete rollback ran (after a failure, or asked for): nothing is left to restore.
+    RolledBack,
+    /// Neither: the apply was cut short (a crash, a kill) or its rollback was incomplete.
+    Interrupted,
+}
+
+/// [`JournalState`] of a journal's records.
+pub fn state(records: &[Record]) -> JournalState {
+    if rolled_back(records) {
+        JournalState::RolledBack
+    } else if finished_applying(records) {
+        JournalState::Applied
+    } else {
+        JournalState::Interrupted
+    }
+}
+
+/// True when the journal's apply finished (`End` with `applied`), whatever came after it.
+pub fn finished_applying(records: &[Record]) -> bool {
+    records.iter().any(|r| {
+        matches!(
+            r,
+            Record::End {
+                status: super::status::ApplyStatus::Applied,
+                ..
+            }
+        )
+    })
+}
+
 /// True when the journal has had a complete rollback (nothing left to restore).
 pub fn rolled_back(records: &[Record]) -> bool {
     records.iter().any(|r| {
         matches!(r, Record::RolledBack { failed, .. } if failed.is_empty())
-            || matches!(r, Record::End { status, .. } if status == "rolled-back")
+            || matches!(
+                r,
+                Record::End {
+                    status: super::status::ApplyStatus::RolledBack,
+                    ..
+                }
+            )
     })
 }
 

@@ -12,6 +12,7 @@ pub mod rollback;
 pub mod saved;
 pub mod search;
 pub mod search_report;
+pub mod status;
 pub mod text;
 pub mod tuner;
 pub mod verify;
@@ -25,4 +26,5 @@ pub use apply::{
     ApplyOptions, ApplyReport, Backend, HostBackend, RollbackReport, StepError, apply,
     latest_journal, rollback,
 };
+pub use status::{ApplyStatus, RollbackStatus, StepStatus};
 pub use tuner::{Check, Side, TuneError, Tuner, Verified};

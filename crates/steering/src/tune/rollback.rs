@@ -4,6 +4,7 @@
 
 use super::apply::{Backend, Written, undo};
 use super::journal::{self, Journal, Record};
+use super::status::RollbackStatus;
 use crate::model::desired::{Action, Item, ItemKind};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,9 +12,7 @@ use std::path::Path;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RollbackReport {
     pub journal: String,
-    /// `restored`, `nothing-to-do` (already rolled back or nothing was written), or
-    /// `incomplete` (some values could not be written back).
-    pub status: String,
+    pub status: RollbackStatus,
     pub restored: Vec<String>,
     pub failed: Vec<String>,
     /// Ids this journal's writer gave up to someone who rewrote them ([`Record::GivenUp`]):
@@ -93,7 +92,7 @@ pub fn rollback(
     if journal::rolled_back(&records) {
         return Ok(RollbackReport {
             journal: journal_name,
-            status: "nothing-to-do".into(),
+            status: RollbackStatus::NothingToDo,
             restored: Vec::new(),
             failed: Vec::new(),
             given_up: Vec::new(),
@@ -211,7 +210,7 @@ pub fn rollback(
         .map_err(RollbackError::Journal)?;
         return Ok(RollbackReport {
             journal: journal_name,
-            status: "nothing-to-do".into(),
+            status: RollbackStatus::NothingToDo,
             restored: Vec::new(),
             failed: Vec::new(),
             given_up: left,
@@ -227,11 +226,10 @@ pub fn rollback(
     Ok(RollbackReport {
         journal: journal_name,
         status: if failed.is_empty() {
-            "restored"
+            RollbackStatus::Restored
         } else {
-            "incomplete"
-        }
-        .into(),
+            RollbackStatus::Incomplete
+        },
         restored,
         failed,
         given_up: left,

@@ -6,6 +6,7 @@
 
 use super::apply::{ApplyOptions, RollbackReport};
 use super::journal;
+use super::status::ApplyStatus;
 use super::tuner::{TuneError, Tuner};
 use crate::model::desired::{Action, Plan, Profile};
 use crate::model::planner::{Knob, PlanOptions};
@@ -217,7 +218,7 @@ impl InPlace {
         what: &str,
     ) -> Result<(), BoxError> {
         let r = tuner.apply(plan, Some(opts), &ApplyOptions::default())?;
-        if r.status != "applied" {
+        if r.status != ApplyStatus::Applied {
             // A failed apply restores what it wrote before it returns.
             return Err(format!(
                 "applying {what}: {}{}",
@@ -235,7 +236,7 @@ impl InPlace {
             return Ok(());
         };
         let r = tuner.rollback(Some(Path::new(&journal)))?;
-        if r.status != "restored" && r.status != "nothing-to-do" {
+        if !r.status.is_clean() {
             return Err(format!("rolling back {journal}: {}", r.status).into());
         }
         Ok(())

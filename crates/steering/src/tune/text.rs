@@ -2,7 +2,7 @@
 //! values (an RSS table) are shortened to their start and length.
 
 use super::verify::VerifyReport;
-use super::{Action, ApplyReport, Plan, RollbackReport};
+use super::{Action, ApplyReport, Plan, RollbackReport, StepStatus};
 use netsteer_experiment::experiment::Decision;
 
 /// A value for people: long ones (an RSS table) shortened to their start and length.
@@ -51,18 +51,18 @@ pub fn render_plan(p: &Plan) -> Vec<String> {
 }
 
 pub fn render_apply(r: &ApplyReport) -> Vec<String> {
-    let n = |s: &str| r.steps.iter().filter(|x| x.status == s).count();
-    let rewritten = match n("rewritten") {
+    let n = |s: StepStatus| r.steps.iter().filter(|x| x.status == s).count();
+    let rewritten = match n(StepStatus::Rewritten) {
         0 => String::new(),
         k => format!(", {k} rewritten"),
     };
     let mut lines = vec![format!(
         "tune apply: {} ({} changed{rewritten}, {} unchanged, {} skipped, {} restored); journal {}",
         r.status,
-        n("changed"),
-        n("unchanged"),
-        n("skipped"),
-        n("restored"),
+        n(StepStatus::Changed),
+        n(StepStatus::Unchanged),
+        n(StepStatus::Skipped),
+        n(StepStatus::Restored),
         r.journal
     )];
     for s in &r.steps {

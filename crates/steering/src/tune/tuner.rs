@@ -12,6 +12,7 @@ use super::apply::{
     latest_journal, rollback,
 };
 use super::journal;
+use super::status::ApplyStatus;
 use super::verify::{VerifyReport, verify};
 use crate::model::desired::Plan;
 use crate::model::planner::{Knob, PlanError, PlanOptions, plan};
@@ -284,7 +285,7 @@ impl Tuner {
             None => latest_journal(&self.state_dir)?,
         };
         let r = rollback(&path, &self.root_name(), &self.backend())?;
-        if r.status == "restored" || r.status == "nothing-to-do" {
+        if r.status.is_clean() {
             self.forget_applied()?;
         }
         Ok(r)
@@ -382,7 +383,7 @@ impl Tuner {
                     rollback,
                 })
             }
-            (Err(_), Some(report)) if report.status != "applied" => Ok(Verified {
+            (Err(_), Some(report)) if report.status != ApplyStatus::Applied => Ok(Verified {
                 report,
                 closed_loop: None,
                 rollback: None,
@@ -423,7 +424,7 @@ impl Executor for VerifyExecutor<'_> {
     fn enter(&mut self, variant: usize) -> Result<(), BoxError> {
         if variant == 1 {
             let r = self.tuner.apply(self.plan, self.replan, self.opts)?;
-            let applied = r.status == "applied";
+            let applied = r.status == ApplyStatus::Applied;
             self.report = Some(r);
             if !applied {
                 return Err("the apply failed".into());

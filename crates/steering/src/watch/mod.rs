@@ -801,8 +801,8 @@ impl Watcher {
                 },
             )
             .map_err(|e| e.to_string())?;
-        if r.status != "applied" {
-            return Err(r.error.unwrap_or(r.status));
+        if r.status != crate::tune::ApplyStatus::Applied {
+            return Err(r.error.unwrap_or_else(|| r.status.to_string()));
         }
         Ok(r.journal)
     }
