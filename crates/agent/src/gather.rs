@@ -12,7 +12,7 @@ use netsteer_steering::doctor::{Goal, Severity, diagnose};
 use netsteer_steering::model::load::{Load, Reading};
 use netsteer_steering::tune::journal::{self, Record};
 use netsteer_steering::tune::verify::verify;
-use netsteer_steering::tune::{HostBackend, Plan};
+use netsteer_steering::tune::{HostBackend, Plan, StateDir};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -521,7 +521,7 @@ impl Agent {
             fail("tune", tune);
             // `netsteer watch`'s standing advice, from the file it keeps in its directory
             // (at most MAX_WATCH_ADVICE series: the ids are a reflex and a device).
-            match netsteer_steering::watch::read_advice(&dir.join("watch")) {
+            match netsteer_steering::watch::read_advice(&StateDir::new(dir).watch()) {
                 Ok(list) => {
                     for a in list.iter().take(MAX_WATCH_ADVICE) {
                         out.watch_advice.push(

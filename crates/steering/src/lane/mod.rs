@@ -151,13 +151,12 @@ impl Lanes {
         use_nic: bool,
         state_dir: Option<PathBuf>,
     ) -> Result<Lanes, LaneOpError> {
-        let base = Tuner::open(fs.clone(), false, state_dir)?
-            .state_dir()
-            .to_path_buf();
+        let home =
+            crate::tune::StateDir::new(Tuner::open(fs.clone(), false, state_dir)?.state_dir());
         Ok(Lanes {
             fs,
             use_nic,
-            dir: base.join("lanes"),
+            dir: home.lanes(),
             work: WorkCounter::default(),
         })
     }

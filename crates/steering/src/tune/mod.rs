@@ -12,6 +12,7 @@ pub mod rollback;
 pub mod saved;
 pub mod search;
 pub mod search_report;
+pub mod state_dir;
 pub mod status;
 pub mod text;
 pub mod tuner;
@@ -26,5 +27,6 @@ pub use apply::{
     ApplyOptions, ApplyReport, Backend, HostBackend, RollbackReport, StepError, apply,
     latest_journal, rollback,
 };
+pub use state_dir::{DEFAULT_STATE_DIR, StateDir};
 pub use status::{ApplyStatus, RollbackStatus, StepStatus};
 pub use tuner::{Check, Side, TuneError, Tuner, Verified};

@@ -17,7 +17,7 @@ use netsteer_experiment::workload::Goal;
 use netsteer_host::ethtool::NicKnob;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One knob to search: a `--set` path and the values to try, in order (the order the search
 /// interpolates along).
@@ -285,13 +285,6 @@ impl Target for HostTarget<'_> {
     fn leave(&mut self, _config: &[usize]) -> Result<(), BoxError> {
         self.in_place.roll_back(self.tuner)
     }
-}
-
-/// Where a search keeps its trials' journals: a directory of its own under tune's state
-/// directory, so a trial's apply and rollback never replace or remove the plan `tune apply`
-/// last kept (what `verify` and `persist` read).
-pub fn state_dir(tune_state: &Path) -> PathBuf {
-    tune_state.join("search")
 }
 
 /// Rolls back every journal a search left unfinished (killed mid-trial), newest first. The

@@ -127,7 +127,7 @@ impl Tuner {
         let state_dir = match state_dir {
             Some(d) => d,
             None => fs
-                .real_path_for_write("/var/lib/netsteer")
+                .real_path_for_write(super::state_dir::DEFAULT_STATE_DIR)
                 .map_err(|e| TuneError::State {
                     path: "the state directory".into(),
                     source: io::Error::other(e.to_string()),
@@ -253,7 +253,7 @@ impl Tuner {
     /// keeping its journals in the search's own directory, so a trial's apply and rollback
     /// never replace the plan `tune apply` last kept.
     pub fn for_search(self) -> Tuner {
-        let dir = crate::tune::search::state_dir(&self.state_dir);
+        let dir = super::state_dir::StateDir::new(&self.state_dir).search();
         self.into_state_dir(dir)
     }
 

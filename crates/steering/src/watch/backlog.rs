@@ -218,16 +218,20 @@ impl Watcher {
     /// return). Read each time it is needed (a CPU saturated): a lane may come while the
     /// watcher runs. Unreadable: none.
     fn lane_cpus(&self) -> CpuSet {
-        let Some(base) = self.tuner.state_dir().parent() else {
+        let Some(home) = crate::tune::StateDir::of_watch(self.tuner.state_dir()) else {
             return CpuSet::default();
         };
-        crate::lane::Lanes::open(self.tuner.fs().clone(), false, Some(base.to_path_buf()))
-            .and_then(|l| l.claims(""))
-            .map(|c| {
-                c.iter()
-                    .flat_map(|c| std::iter::once(c.cpu).chain(c.poll_cpu))
-                    .collect()
-            })
-            .unwrap_or_default()
+        crate::lane::Lanes::open(
+            self.tuner.fs().clone(),
+            false,
+            Some(home.root().to_path_buf()),
+        )
+        .and_then(|l| l.claims(""))
+        .map(|c| {
+            c.iter()
+                .flat_map(|c| std::iter::once(c.cpu).chain(c.poll_cpu))
+                .collect()
+        })
+        .unwrap_or_default()
     }
 }

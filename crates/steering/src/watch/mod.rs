@@ -398,7 +398,7 @@ impl Watcher {
     /// previous watcher set and recorded there is adopted when the host still holds it, and
     /// given up when someone changed it meanwhile.
     pub fn new(cfg: WatchConfig, tuner: Tuner) -> Result<(Watcher, Vec<Event>), TuneError> {
-        let dir = tuner.state_dir().join("watch");
+        let dir = crate::tune::StateDir::new(tuner.state_dir()).watch();
         let tuner = tuner.into_state_dir(dir);
         let (state, adopted) = state::Owned::load(&tuner)?;
         let mut w = Watcher {
