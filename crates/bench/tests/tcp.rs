@@ -1,7 +1,6 @@
 //! tcp-stream and tcp-rr on loopback against an in-process server: verification, zero-copy
 //! receive, percentiles, and a server that survives hostile and vanishing clients.
 
-use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::tcp::message::{RrSummary, ServerTest, StreamSummary};
 use netsteer_bench::tcp::proto::{self, Hello, Reply, TestKind, TestSpec};
 use netsteer_bench::tcp::rr::{RrConfig, run_rr_client};
@@ -10,6 +9,7 @@ use netsteer_bench::tcp::stream::{StreamConfig, run_stream_client};
 use netsteer_bench::tcp::{Engine, Io, Side};
 use netsteer_bench::udp_echo::{BenchError, Wait};
 use netsteer_bench::waiter::Busy;
+use netsteer_experiment::clock::{Clock, MonotonicClock};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,13 +2,13 @@
 //! percentile ordering, IPv6, timestamps, misbehaving echo servers, a dead server, and a server
 //! under malformed, empty and oversized datagrams from many sockets at once.
 
-use netsteer_bench::clock::{Clock, MonotonicClock};
 use netsteer_bench::udp_echo::client::{ClientConfig, run_client};
 use netsteer_bench::udp_echo::limit::Limits;
 use netsteer_bench::udp_echo::message::{ClientInterval, ClientSummary, ServerSummary};
 use netsteer_bench::udp_echo::server::{Server, ServerConfig};
 use netsteer_bench::udp_echo::{BenchError, Wait};
 use netsteer_bench::waiter::Busy;
+use netsteer_experiment::clock::{Clock, MonotonicClock};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

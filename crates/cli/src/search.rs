@@ -1,14 +1,14 @@
 //! `netsteer tune search`: flags, progress and files; the search is
-//! `netsteer_steering::tune::search` over `netsteer_bench::search`.
+//! `netsteer_steering::tune::search` over `netsteer_experiment::search`.
 
 use crate::args::Seconds;
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use netsteer_bench::clock::MonotonicClock;
-use netsteer_bench::experiment::BoxError;
-use netsteer_bench::search::{self as engine, Obs, Options};
-use netsteer_bench::workload::{Goal, Workload};
+use netsteer_experiment::clock::MonotonicClock;
+use netsteer_experiment::experiment::BoxError;
+use netsteer_experiment::search::{self as engine, Obs, Options};
+use netsteer_experiment::workload::{Goal, Workload};
 use netsteer_host::output::NewFile;
 use netsteer_host::{CpuSet, HostFs};
 use netsteer_steering::tune::Tuner;

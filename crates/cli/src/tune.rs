@@ -3,8 +3,8 @@
 use crate::{Host, emit};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use netsteer_bench::clock::MonotonicClock;
-use netsteer_bench::experiment::{BoxError, Metric};
+use netsteer_experiment::clock::MonotonicClock;
+use netsteer_experiment::experiment::{BoxError, Metric};
 use netsteer_host::CpuSet;
 use netsteer_steering::model::load::Reading;
 use netsteer_steering::tune::persist::{self, Invocation};

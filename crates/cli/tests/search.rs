@@ -137,7 +137,10 @@ fn a_search_finds_the_optimum_writes_a_plan_apply_takes_and_leaves_the_tree() {
         (f.cost.before.median, f.cost.after.median),
         (14_000.0, 15_000.0)
     );
-    assert_eq!(f.cost.verdict, netsteer_bench::experiment::Verdict::Worse);
+    assert_eq!(
+        f.cost.verdict,
+        netsteer_experiment::experiment::Verdict::Worse
+    );
     assert_eq!(f.changes.len(), 2, "{:?}", f.changes);
     // The fixture has no tcp_fastopen: said, not silently dropped.
     assert!(

@@ -1,7 +1,7 @@
 //! The lab: hosts made of network namespaces (or QEMU guests, [`vm`]), joined by veth links,
 //! with processes started inside them on chosen CPUs — the apparatus of the seeds' two-host
 //! experiments, made on one machine and always taken down again. [`run`] plays a scenario's
-//! variants through the experiment module (`netsteer_bench::experiment`), changing the server
+//! variants through the experiment module (`netsteer_experiment::experiment`), changing the server
 //! host with the tune library in-process; [`report`] renders the result.
 //!
 //! Cleanup follows the kernel selftests (`tools/testing/selftests/net/lib.sh`, `defer.sh`):
@@ -61,7 +61,7 @@ pub enum LabError {
         detail: String,
     },
     #[error(transparent)]
-    Experiment(#[from] netsteer_bench::experiment::ExperimentError),
+    Experiment(#[from] netsteer_experiment::experiment::ExperimentError),
 }
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;

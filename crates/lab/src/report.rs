@@ -3,7 +3,7 @@
 
 use crate::run::{Row, RunRecord, Summary, VariantStats};
 use crate::scenario::Unit;
-use netsteer_bench::experiment::Verdict;
+use netsteer_experiment::experiment::Verdict;
 use netsteer_host::safe::html as esc;
 use std::fmt::Write as _;
 

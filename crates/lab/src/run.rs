@@ -1,5 +1,5 @@
 //! Running a scenario: make the lab, then run every workload in every variant, alternated
-//! repeat by repeat through the experiment ([`netsteer_bench::experiment`]); a variant that
+//! repeat by repeat through the experiment ([`netsteer_experiment::experiment`]); a variant that
 //! changes the host is applied with the tune library ([`Tuner`]) on a thread inside the server
 //! host and rolled back after its runs — no netsteer process is started. Each run counts the
 //! packets every CPU processed; each variant is judged against the first with the experiment's
@@ -9,8 +9,8 @@ use crate::pair::{Pair, PairSpec};
 use crate::scenario::{Scenario, Unit, Variant};
 use crate::workload::{self, Measured, Place};
 use crate::{LabError, Result};
-use netsteer_bench::clock::{Clock, MonotonicClock};
-use netsteer_bench::experiment::{
+use netsteer_experiment::clock::{Clock, MonotonicClock};
+use netsteer_experiment::experiment::{
     self, BoxError, Decision, Executor, Order, Spread, Timed, decide,
 };
 use netsteer_host::HostFs;

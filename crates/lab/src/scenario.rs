@@ -135,8 +135,8 @@ pub enum Unit {
 impl Unit {
     /// How the experiment judges values of this unit: more is better for a rate, less for a
     /// round trip.
-    pub fn metric(self) -> netsteer_bench::experiment::Metric {
-        use netsteer_bench::experiment::Metric;
+    pub fn metric(self) -> netsteer_experiment::experiment::Metric {
+        use netsteer_experiment::experiment::Metric;
         match self {
             Unit::BitsPerSecond => Metric::BitsPerSecond,
             Unit::RequestsPerSecond => Metric::TransactionsPerSecond,

@@ -5,9 +5,9 @@
 
 use crate::scenario::{Tool, Variant, Wait, Workload};
 use crate::{LabError, NsHost, Result};
-use netsteer_bench::clock::{Clock, MonotonicClock};
-use netsteer_bench::stats::LatencySummary;
 use netsteer_bench::waiter::Busy;
+use netsteer_experiment::clock::{Clock, MonotonicClock};
+use netsteer_experiment::stats::LatencySummary;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

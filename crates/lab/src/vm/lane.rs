@@ -25,9 +25,9 @@ use super::ladder::{
 };
 use super::{Guest, VM_B_ADDR, VmPair};
 use crate::{LabError, Result};
-use netsteer_bench::experiment::{Comparison, compare};
 use netsteer_bench::tcp::message::RrSummary;
 use netsteer_bench::udp_echo::message::ClientSummary;
+use netsteer_experiment::experiment::{Comparison, compare};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
