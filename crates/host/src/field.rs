@@ -34,13 +34,6 @@ impl<T> Field<T> {
         }
     }
 
-    pub fn into_known(self) -> Option<T> {
-        match self {
-            Field::Known(v) => Some(v),
-            Field::Unknown { .. } => None,
-        }
-    }
-
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Field<U> {
         match self {
             Field::Known(v) => Field::Known(f(v)),

@@ -96,36 +96,6 @@ pub fn serving(fs: &HostFs, proto: Proto, port: u16) -> Result<BTreeSet<u64>> {
     Ok(out)
 }
 
-/// The processes holding any of `inodes` open, in pid order. Processes that exit while being
-/// read are skipped; fds are read as links, never opened.
-pub fn socket_owners(fs: &HostFs, inodes: &BTreeSet<u64>) -> Result<Vec<u32>> {
-    if inodes.is_empty() {
-        return Ok(Vec::new());
-    }
-    let scan = fs.unrecorded();
-    let want: BTreeSet<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
-    let mut pids: Vec<u32> = scan
-        .read_dir("/proc")?
-        .iter()
-        .filter_map(|e| e.parse().ok())
-        .collect();
-    pids.sort_unstable();
-    let mut out = Vec::new();
-    for pid in pids {
-        let Ok(fds) = scan.read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        let holds = fds.iter().any(|fd| {
-            scan.read_link(format!("/proc/{pid}/fd/{fd}"))
-                .is_ok_and(|t| want.contains(t.to_string_lossy().as_ref()))
-        });
-        if holds {
-            out.push(pid);
-        }
-    }
-    Ok(out)
-}
-
 /// One line of a socket table with what names its owner: the uid the kernel prints for it
 /// (the credentials of whoever created the socket, `sock_i_uid`, as this reader's user
 /// namespace maps them) and the local address it is bound to (its family is the table's).

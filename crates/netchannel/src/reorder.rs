@@ -280,11 +280,6 @@ impl Reassembly {
         self.consumed
     }
 
-    /// End of the in-order prefix.
-    pub fn next_expected(&self) -> u64 {
-        self.next
-    }
-
     pub fn window(&self) -> u64 {
         self.window
     }

@@ -162,14 +162,6 @@ pub fn set_recv_timeout(
     }
 }
 
-/// SO_RCVBUF / SO_SNDBUF in bytes (the kernel doubles the value for bookkeeping).
-pub fn set_buffers(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
-    let v =
-        libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v)?;
-    set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v)
-}
-
 /// SO_PRIORITY: the skb priority, which picks the band of a prio/mqprio qdisc on the way out.
 /// 0..=6 need no privilege; 7 and above need CAP_NET_ADMIN (man 7 socket).
 pub fn set_priority(fd: BorrowedFd<'_>, priority: u32) -> io::Result<()> {

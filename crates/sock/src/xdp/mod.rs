@@ -159,7 +159,7 @@ pub fn carries_default_route(route_text: &str, dev: &str) -> bool {
 /// Dropping it (or the process ending, however it ends) detaches the program.
 pub struct XdpProgram {
     // Drop order: the link first (detach), then program and map.
-    link: OwnedFd,
+    _link: OwnedFd,
     _prog: OwnedFd,
     map: OwnedFd,
     pub mode: AttachMode,
@@ -205,7 +205,7 @@ impl XdpProgram {
             },
         };
         Ok(XdpProgram {
-            link,
+            _link: link,
             _prog: prog,
             map,
             mode,
@@ -223,11 +223,6 @@ impl XdpProgram {
                 e,
             )
         })
-    }
-
-    /// The link's fd (kept open = attached).
-    pub fn link_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.link.as_fd()
     }
 }
 
