@@ -139,18 +139,45 @@ pub fn render(r: &Report) -> String {
     s
 }
 
+/// Where a device's own name stood in a reason: a character no reason and no interface name
+/// holds (a reason may say "DEV", and one name may be part of another: `eth0` of `eth0.100`).
+const HOLE: char = '\u{1}';
+
+/// `needs` with each whole-word `name` (not inside a longer interface name) as [`HOLE`].
+fn holed(needs: &str, name: &str) -> String {
+    let in_name = |c: char| c.is_ascii_alphanumeric() || "._-@:".contains(c);
+    let mut out = String::with_capacity(needs.len());
+    let mut rest = needs;
+    let mut before: Option<char> = None;
+    while let Some(at) = rest.find(name) {
+        let (head, tail) = rest.split_at(at);
+        let prev = head.chars().next_back().or(before);
+        let next = tail[name.len()..].chars().next();
+        out.push_str(head);
+        if prev.is_some_and(in_name) || next.is_some_and(in_name) {
+            out.push_str(name);
+        } else {
+            out.push(HOLE);
+        }
+        before = Some(name.chars().next_back().unwrap_or(' '));
+        rest = &tail[name.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Each rule's unjudged subjects on one line: devices that lack the same thing for the same
 /// reason (their own name aside) are listed together, the first three reasons in full, then
 /// how many more.
 fn by_rule(all: &[super::NotJudged]) -> Vec<(String, String)> {
-    // rule → [(needs with the device's name as "DEV", devices)]
+    // rule → [(needs with the device's own name as HOLE, devices)]
     type Shapes = Vec<(String, Vec<String>)>;
     let mut out: Vec<(String, Shapes)> = Vec::new();
     for n in all {
         let shape = if n.subject.is_empty() {
             n.needs.clone()
         } else {
-            n.needs.replace(&n.subject, "DEV")
+            holed(&n.needs, &n.subject)
         };
         let at = match out.iter().position(|(r, _)| *r == n.rule) {
             Some(i) => i,
@@ -173,8 +200,8 @@ fn by_rule(all: &[super::NotJudged]) -> Vec<(String, String)> {
                 .take(3)
                 .map(|(shape, devs)| match devs.as_slice() {
                     [d] if d.is_empty() => format!("needs {shape}"),
-                    [d] => format!("{d} needs {}", shape.replace("DEV", d)),
-                    many => format!("{} need {}", many.join(", "), shape),
+                    [d] => format!("{d} needs {}", shape.replace(HOLE, d)),
+                    many => format!("{} need {}", many.join(", "), shape.replace(HOLE, "DEV")),
                 })
                 .collect();
             if more > 0 {
@@ -257,4 +284,35 @@ pub fn render_fleet(f: &FleetReport) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nj(rule: &str, subject: &str, needs: &str) -> super::super::NotJudged {
+        super::super::NotJudged {
+            rule: rule.into(),
+            subject: subject.into(),
+            needs: needs.into(),
+        }
+    }
+
+    /// A device's name is taken out of its reason only where it stands alone: not inside a
+    /// longer name, not where the reason itself says DEV.
+    #[test]
+    fn grouped_reasons_keep_other_names_and_words_whole() {
+        let lines = by_rule(&[
+            nj("r", "eth0", "eth0 packet counters: absent"),
+            nj("r", "eth1", "eth1 packet counters: absent"),
+            nj("s", "eth0", "eth0.100 of eth0: DEV unknown"),
+            nj("t", "e", "e queues: none listed (see /sys/class/net/e)"),
+        ]);
+        assert_eq!(lines[0].1, "eth0, eth1 need DEV packet counters: absent");
+        assert_eq!(lines[1].1, "eth0 needs eth0.100 of eth0: DEV unknown");
+        assert_eq!(
+            lines[2].1,
+            "e needs e queues: none listed (see /sys/class/net/e)"
+        );
+    }
 }
