@@ -555,10 +555,10 @@ fn find_irqs(
         return Vec::new();
     };
     // The device's own vectors when sysfs lists them; otherwise every IRQ whose name is ours.
-    let own: Option<Vec<u32>> = msi_dir.map(|d| {
+    let own: Option<Vec<u32>> = msi_dir.and_then(|d| {
         let mut v: Vec<u32> = fs
             .read_dir(d)
-            .unwrap_or_default()
+            .ok()?
             .iter()
             .filter_map(|n| n.parse().ok())
             .collect();
@@ -567,8 +567,11 @@ fn find_irqs(
             let _ = fs.read(format!("{d}/{n}"));
         }
         v.sort_unstable();
-        v
+        Some(v)
     });
+    // `msi_irqs` read: the kernel's own list of the function's vectors decides, and names
+    // only label them. Empty, MSI is off (a VF whose driver fell back, a NIC on INTx).
+    let listed = own.is_some();
     // A device without MSI vectors interrupts on its INTx line (`device/irq`), which other
     // devices may share: that row is ours whatever its actions are named.
     let own = own.filter(|v| !v.is_empty());
@@ -583,6 +586,11 @@ fn find_irqs(
             continue;
         }
         let on_line = intx == Some(irq);
+        // MSI off by the list: no vector but the INTx line is this function's, however it
+        // is named (another device's vectors may carry this one's name: a renamed VF's).
+        if listed && own.is_none() && !on_line {
+            continue;
+        }
         // Each action is one request_irq: a shared line lists several ("eth0, ehci_hcd:usb1").
         let mine = row
             .actions

@@ -435,3 +435,39 @@ fn possible_cpus_absent_are_said_as_such() {
         "{text}"
     );
 }
+
+/// A function whose `msi_irqs` is there and empty has MSI off: only its INTx line can be its.
+/// Vectors elsewhere named like it (a VF renamed to a name another device's vectors carry)
+/// are not taken by name; names decide only when `msi_irqs` cannot be read at all.
+#[test]
+fn an_empty_msi_irqs_list_takes_no_vector_by_name() {
+    let t = Tree::new(2);
+    t.pci_nic("eth0", "0000:00:05.0", "ixgbevf", 2, &[]);
+    fs::create_dir_all(
+        t.0.path()
+            .join("sys/devices/pci0000:00/0000:00:05.0/msi_irqs"),
+    )
+    .unwrap();
+    t.write("sys/devices/pci0000:00/0000:00:05.0/irq", "11\n");
+    t.interrupts(
+        2,
+        &[
+            (11, &[5000, 0], "eth0"),
+            (40, &[9000, 0], "eth0-TxRx-0"),
+            (41, &[0, 9000], "eth0-TxRx-1"),
+        ],
+    );
+    let read = || read_host(&HostFs::open(t.0.path()).unwrap(), None);
+    let v = read();
+    let irqs: Vec<u32> = v.nic("eth0").unwrap().irqs.iter().map(|i| i.irq).collect();
+    assert_eq!(irqs, [11], "{:#?}", v.nic("eth0").unwrap().irqs);
+    // Without msi_irqs, the names are all there is to go by.
+    fs::remove_dir(
+        t.0.path()
+            .join("sys/devices/pci0000:00/0000:00:05.0/msi_irqs"),
+    )
+    .unwrap();
+    let v = read();
+    let irqs: Vec<u32> = v.nic("eth0").unwrap().irqs.iter().map(|i| i.irq).collect();
+    assert!(irqs.contains(&40) && irqs.contains(&41), "{irqs:?}");
+}
