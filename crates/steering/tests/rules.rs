@@ -1245,3 +1245,44 @@ fn irq_ht_siblings_without_siblings_is_not_judged() {
     );
     assert!(!r.healthy());
 }
+
+/// Two queue IRQs placed on two CPUs and six busy ones nothing places (no affinity file, no
+/// counts by CPU): with eight queues, two CPUs would be stacked, so finding nothing is not a
+/// judgement of spread (issue 72 review: a partly placed NIC).
+#[test]
+fn irqs_not_spread_on_a_partly_placed_nic_is_not_judged() {
+    let (mut v, mut l) = host("tuned-ixgbe-16cpu");
+    irqbalance(&mut v, None);
+    pin(&mut v, "eth0", 61, 0);
+    pin(&mut v, "eth0", 62, 1);
+    let nic = v.nics.iter_mut().find(|n| n.name == "eth0").unwrap();
+    for i in nic.irqs.iter_mut().filter(|i| (63..69).contains(&i.irq)) {
+        i.affinity.requested = Field::unknown("smp_affinity_list: No such file or directory");
+        i.affinity.effective = Field::unknown("effective_affinity_list: No such file or directory");
+        i.count = 1_000_000;
+    }
+    l.cpu.irqs.retain(|r| !(63..69).contains(&r.irq));
+    let r = run(&v, &l, Goal::Balanced);
+    absent(&r, "irqs-not-spread");
+    let nj = r
+        .unjudged
+        .iter()
+        .find(|n| n.rule == "irqs-not-spread" && n.subject == "eth0")
+        .unwrap_or_else(|| panic!("{:#?}", r.unjudged));
+    assert!(nj.needs.contains("but not by CPU"), "{nj:?}");
+    // All eight placed, one per CPU: judged, and quiet.
+    let (mut v, l) = host("tuned-ixgbe-16cpu");
+    irqbalance(&mut v, None);
+    for irq in 61..69 {
+        pin(&mut v, "eth0", irq, irq - 61);
+    }
+    let r = run(&v, &l, Goal::Balanced);
+    absent(&r, "irqs-not-spread");
+    assert!(
+        !r.unjudged
+            .iter()
+            .any(|n| n.rule == "irqs-not-spread" && n.subject == "eth0"),
+        "{:#?}",
+        r.unjudged
+    );
+}
