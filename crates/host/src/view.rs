@@ -40,6 +40,10 @@ pub struct HostView {
     /// ([`crate::container::foreign_queue_vectors`]): a container's view shows the host's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub foreign_vectors: Vec<crate::container::ForeignVector>,
+    /// Why this view's network namespace is not the host's, when its sysctls say so
+    /// ([`non_init_netns`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
 }
 
 /// Marks the problem recorded when /proc/interrupts could not be read.
@@ -61,7 +65,34 @@ impl HostView {
         {
             return None;
         }
-        crate::container::container_view(&self.nics, &self.foreign_vectors)
+        if let Some(why) = crate::container::container_view(&self.nics, &self.foreign_vectors) {
+            return Some(why);
+        }
+        // No queue vector betrays the host's NICs (Hyper-V's netvsc channels interrupt over
+        // VMBus, not a vector per queue), but the namespace is not the host's and holds no
+        // physical NIC: the same view.
+        let listed: Vec<&str> = self
+            .nics
+            .iter()
+            .filter(|n| n.kind != "loopback")
+            .map(|n| n.name.as_str())
+            .collect();
+        if self
+            .nics
+            .iter()
+            .any(|n| n.kind != "loopback" && !n.is_virtual())
+        {
+            return None;
+        }
+        let why = self.netns.as_ref()?;
+        Some(format!(
+            "a container's view: {why}; it lists {} (no physical NIC), so the host's NICs and their interrupts are not in it",
+            if listed.is_empty() {
+                "no interface".to_string()
+            } else {
+                listed.join(", ")
+            }
+        ))
     }
 
     /// irqbalance as a plan must take it: `None` only when it is known not to run; else the
@@ -231,6 +262,22 @@ fn judge(fs: &HostFs, pid: u32) -> Option<String> {
     ))
 }
 
+/// Why the network namespace `fs` shows is not the host's (the initial one): its
+/// `/proc/sys/net/core` holds `somaxconn`, which every namespace has, but not
+/// `netdev_max_backlog`, which only the initial one registers (net/core/sysctl_net_core.c:
+/// `net_core_table` for init_net, `netns_core_table` for each namespace). A tree that kept no
+/// sysctl says nothing.
+pub fn non_init_netns(fs: &HostFs) -> Option<String> {
+    const CORE: &str = "/proc/sys/net/core";
+    fs.read_value(format!("{CORE}/somaxconn")).ok()?;
+    match fs.read_value(format!("{CORE}/netdev_max_backlog")) {
+        Err(e) if e.is_not_found() => Some(format!(
+            "its network namespace is not the host's ({CORE}/somaxconn is there, {CORE}/netdev_max_backlog, which only the initial namespace has, is not)"
+        )),
+        _ => None,
+    }
+}
+
 /// Reads the host. Never fails on a missing or malformed file: that part becomes unknown and the
 /// reason is kept. `settings` supplies ethtool netlink data per interface when wanted.
 pub fn read_host(fs: &HostFs, settings: Option<&dyn Fn(&str) -> NicSettings>) -> HostView {
@@ -291,6 +338,7 @@ pub fn read_host_reusing(
         nics,
         problems,
         foreign_vectors,
+        netns: non_init_netns(fs),
     }
 }
 

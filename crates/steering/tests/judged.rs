@@ -194,3 +194,41 @@ fn owned_vectors_not_named_like_queues_are_not_judged() {
         "{blind:?}"
     );
 }
+
+/// A container on a host whose NICs interrupt over no per-queue vector (Hyper-V netvsc: its
+/// channels signal over VMBus): /proc/interrupts betrays nothing, but the namespace's sysctls
+/// do — `somaxconn` is there and `netdev_max_backlog`, which only the host's namespace has,
+/// is not (issue 72 review).
+#[test]
+fn a_containers_view_without_the_hosts_vectors_is_named_by_its_sysctls() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    base(
+        root,
+        "           CPU0       CPU1       CPU2       CPU3\nHYP:     100200      90000      80000      70000   Hypervisor callback interrupts\n",
+    );
+    let veth = "sys/devices/virtual/net/eth0";
+    write(root, &format!("{veth}/operstate"), "up\n");
+    write(root, &format!("{veth}/ifindex"), "5\n");
+    write(root, &format!("{veth}/iflink"), "6\n");
+    write(root, &format!("{veth}/queues/rx-0/rps_cpus"), "0\n");
+    write(root, &format!("{veth}/queues/tx-0/xps_cpus"), "0\n");
+    fs::create_dir_all(root.join("sys/class/net")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/virtual/net/eth0",
+        root.join("sys/class/net/eth0"),
+    )
+    .unwrap();
+    write(root, "proc/sys/net/core/somaxconn", "4096\n");
+    let r = doctor(root);
+    let view = r
+        .host
+        .container_view
+        .clone()
+        .unwrap_or_else(|| panic!("{:#?}", r.host));
+    assert!(view.contains("netdev_max_backlog"), "{view}");
+    assert!(!r.healthy());
+    // The host's own namespace has both: not a container.
+    write(root, "proc/sys/net/core/netdev_max_backlog", "1000\n");
+    assert_eq!(doctor(root).host.container_view, None);
+}
