@@ -92,17 +92,39 @@ pub fn container_view(nics: &[Nic], foreign: &[ForeignVector]) -> Option<String>
     if foreign.is_empty() || listed.iter().any(|n| !n.is_virtual()) {
         return None;
     }
-    let names: Vec<&str> = listed.iter().map(|n| n.name.as_str()).collect();
     Some(format!(
         "a container's view: its namespace lists {} (no physical NIC), while /proc/interrupts holds {} queue vector(s) of NICs it cannot see (IRQs {})",
-        if names.is_empty() {
-            "no interface".to_string()
-        } else {
-            names.join(", ")
-        },
+        listed_names(nics),
         foreign.len(),
         irq_ranges(foreign, 8)
     ))
+}
+
+/// Why this view is a container's when no vector says so: its namespace is not the host's
+/// (`netns`, [`crate::view::non_init_netns`]) and holds no physical NIC.
+pub fn netns_container_view(nics: &[Nic], netns: Option<&str>) -> Option<String> {
+    let why = netns?;
+    if nics.iter().any(|n| n.kind != "loopback" && !n.is_virtual()) {
+        return None;
+    }
+    Some(format!(
+        "a container's view: {why}; it lists {} (no physical NIC), so the host's NICs and their interrupts are not in it",
+        listed_names(nics)
+    ))
+}
+
+/// The interfaces a namespace lists besides loopback, or "no interface".
+fn listed_names(nics: &[Nic]) -> String {
+    let names: Vec<&str> = nics
+        .iter()
+        .filter(|n| n.kind != "loopback")
+        .map(|n| n.name.as_str())
+        .collect();
+    if names.is_empty() {
+        "no interface".to_string()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// `40-53,60` for the (sorted) vectors' IRQs, at most `max` ranges, then how many IRQs more.

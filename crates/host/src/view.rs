@@ -65,34 +65,10 @@ impl HostView {
         {
             return None;
         }
-        if let Some(why) = crate::container::container_view(&self.nics, &self.foreign_vectors) {
-            return Some(why);
-        }
         // No queue vector betrays the host's NICs (Hyper-V's netvsc channels interrupt over
-        // VMBus, not a vector per queue), but the namespace is not the host's and holds no
-        // physical NIC: the same view.
-        let listed: Vec<&str> = self
-            .nics
-            .iter()
-            .filter(|n| n.kind != "loopback")
-            .map(|n| n.name.as_str())
-            .collect();
-        if self
-            .nics
-            .iter()
-            .any(|n| n.kind != "loopback" && !n.is_virtual())
-        {
-            return None;
-        }
-        let why = self.netns.as_ref()?;
-        Some(format!(
-            "a container's view: {why}; it lists {} (no physical NIC), so the host's NICs and their interrupts are not in it",
-            if listed.is_empty() {
-                "no interface".to_string()
-            } else {
-                listed.join(", ")
-            }
-        ))
+        // VMBus, not a vector per queue), but the namespace is not the host's: the same view.
+        crate::container::container_view(&self.nics, &self.foreign_vectors)
+            .or_else(|| crate::container::netns_container_view(&self.nics, self.netns.as_deref()))
     }
 
     /// irqbalance as a plan must take it: `None` only when it is known not to run; else the

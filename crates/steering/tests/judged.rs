@@ -40,18 +40,30 @@ fn pci_eth0(root: &Path, msi: &[u32]) -> &'static str {
     for irq in msi {
         write(root, &format!("{func}/msi_irqs/{irq}"), "msix\n");
     }
-    fs::create_dir_all(root.join("sys/class/net")).unwrap();
-    std::os::unix::fs::symlink(
-        "../../devices/pci0000:00/0000:00:03.0/net/eth0",
-        root.join("sys/class/net/eth0"),
-    )
-    .unwrap();
+    class_net(root, "../../devices/pci0000:00/0000:00:03.0/net/eth0");
     std::os::unix::fs::symlink(
         "../../../0000:00:03.0",
         root.join(format!("{func}/net/eth0/device")),
     )
     .unwrap();
     func
+}
+
+/// A veth `eth0` with one queue each way, as a container's namespace holds it.
+fn veth_eth0(root: &Path) {
+    let veth = "sys/devices/virtual/net/eth0";
+    write(root, &format!("{veth}/operstate"), "up\n");
+    write(root, &format!("{veth}/ifindex"), "5\n");
+    write(root, &format!("{veth}/iflink"), "6\n");
+    write(root, &format!("{veth}/queues/rx-0/rps_cpus"), "0\n");
+    write(root, &format!("{veth}/queues/tx-0/xps_cpus"), "0\n");
+    class_net(root, "../../devices/virtual/net/eth0");
+}
+
+/// `/sys/class/net/eth0`, the link to the device's directory.
+fn class_net(root: &Path, target: &str) {
+    fs::create_dir_all(root.join("sys/class/net")).unwrap();
+    std::os::unix::fs::symlink(target, root.join("sys/class/net/eth0")).unwrap();
 }
 
 fn doctor(root: &Path) -> Report {
@@ -118,18 +130,7 @@ fn a_containers_view_is_named_and_not_judged_healthy() {
         }
     }
     base(root, &irqs);
-    let veth = "sys/devices/virtual/net/eth0";
-    write(root, &format!("{veth}/operstate"), "up\n");
-    write(root, &format!("{veth}/ifindex"), "5\n");
-    write(root, &format!("{veth}/iflink"), "6\n");
-    write(root, &format!("{veth}/queues/rx-0/rps_cpus"), "0\n");
-    write(root, &format!("{veth}/queues/tx-0/xps_cpus"), "0\n");
-    fs::create_dir_all(root.join("sys/class/net")).unwrap();
-    std::os::unix::fs::symlink(
-        "../../devices/virtual/net/eth0",
-        root.join("sys/class/net/eth0"),
-    )
-    .unwrap();
+    veth_eth0(root);
     let r = doctor(root);
     let view = r
         .host
@@ -207,18 +208,7 @@ fn a_containers_view_without_the_hosts_vectors_is_named_by_its_sysctls() {
         root,
         "           CPU0       CPU1       CPU2       CPU3\nHYP:     100200      90000      80000      70000   Hypervisor callback interrupts\n",
     );
-    let veth = "sys/devices/virtual/net/eth0";
-    write(root, &format!("{veth}/operstate"), "up\n");
-    write(root, &format!("{veth}/ifindex"), "5\n");
-    write(root, &format!("{veth}/iflink"), "6\n");
-    write(root, &format!("{veth}/queues/rx-0/rps_cpus"), "0\n");
-    write(root, &format!("{veth}/queues/tx-0/xps_cpus"), "0\n");
-    fs::create_dir_all(root.join("sys/class/net")).unwrap();
-    std::os::unix::fs::symlink(
-        "../../devices/virtual/net/eth0",
-        root.join("sys/class/net/eth0"),
-    )
-    .unwrap();
+    veth_eth0(root);
     write(root, "proc/sys/net/core/somaxconn", "4096\n");
     let r = doctor(root);
     let view = r
