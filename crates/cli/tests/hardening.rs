@@ -898,3 +898,33 @@ fn what_another_user_could_swap_on_the_way_is_refused() {
     assert!(said.contains("owned by uid 65534"), "{said}");
     assert_eq!(std::fs::read_to_string(&budget).unwrap(), before);
 }
+
+/// In a PID namespace of its own (a container without the host's PIDs) /proc lists only its
+/// processes: irqbalance on the host is invisible, so its state is unknown, not "not running",
+/// and tune skips the pins as it does when irqbalance runs (attack review of issue 72).
+#[test]
+fn a_pid_namespace_of_its_own_cannot_say_irqbalance_is_not_running() {
+    if !common::is_root() {
+        common::cannot_run("needs root (unshare --pid --mount-proc)");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_netsteer");
+    let inside = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", bin, "show"])
+        .output()
+        .unwrap();
+    assert!(inside.status.success(), "{}", err(&inside));
+    let text = out(&inside);
+    assert!(
+        text.contains(
+            "irqbalance: unknown (this /proc is a PID namespace's own (PID 2 is not kthreadd)"
+        ),
+        "{text}"
+    );
+    let outside = run(&["show"]);
+    assert!(
+        !out(&outside).contains("PID namespace"),
+        "{}",
+        out(&outside)
+    );
+}

@@ -397,6 +397,13 @@ impl HostFs {
 
     /// Reads a whole file as text.
     pub fn read(&self, host_path: impl AsRef<Path>) -> Result<String> {
+        self.read_at_most(host_path, MAX_FILE_BYTES)
+    }
+
+    /// As [`HostFs::read`], refusing a file of more than `limit` bytes: for files whose
+    /// useful part is small and whose size anyone may choose (a process's `cmdline`, `status`
+    /// in a tree), so that thousands of them cannot cost 64 MiB each.
+    pub fn read_at_most(&self, host_path: impl AsRef<Path>, limit: u64) -> Result<String> {
         let host_path = host_path.as_ref();
         let io_err = |source| HostError::Io {
             path: host_path.to_path_buf(),
@@ -405,7 +412,7 @@ impl HostFs {
         // In a tree, the file itself is opened with O_NOFOLLOW under its resolved directory:
         // no lstat(2) of its own. Only a link (ELOOP) takes the full walk.
         let fast = self.resolve_parent(host_path).and_then(|(resolved, real)| {
-            match read_regular_with(&real, MAX_FILE_BYTES, libc::O_NOFOLLOW) {
+            match read_regular_with(&real, limit, libc::O_NOFOLLOW) {
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => None,
                 other => Some((resolved, real, other)),
             }
@@ -435,7 +442,7 @@ impl HostFs {
             }
             None => {
                 let (resolved, real) = self.resolve(host_path)?;
-                let bytes = read_regular(&real, MAX_FILE_BYTES).map_err(io_err)?;
+                let bytes = read_regular(&real, limit).map_err(io_err)?;
                 (resolved, real, bytes)
             }
         };

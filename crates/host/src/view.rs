@@ -24,6 +24,10 @@ pub struct Irqbalance {
     /// it runs: the inputs of that verdict.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub by: String,
+    /// It runs in systemd's `irqbalance.service`, so `systemctl stop irqbalance` stops it
+    /// (one started by hand, upstart or another init is not stopped that way).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unit: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,13 +112,32 @@ impl HostView {
 /// recorded, so a snapshot carries no list of the host's processes; without irqbalance it
 /// records the lowest named process's name (PID 1's: init), so it still answers.
 pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
+    use crate::error::HostError::Unavailable;
     let scan = fs.unrecorded();
     let entries = scan.read_dir("/proc")?;
-    let mut pids: Vec<u32> = entries.iter().filter_map(|e| e.parse().ok()).collect();
+    // Only a directory the kernel could have made: `+7` or `07` is not process 7.
+    let mut pids: Vec<u32> = entries
+        .iter()
+        .filter_map(|e| e.parse().ok().filter(|p: &u32| p.to_string() == *e))
+        .collect();
     pids.sort_unstable();
     if pids.is_empty() {
-        return Err(crate::error::HostError::Unavailable(
+        return Err(Unavailable(
             "/proc holds no process to look for irqbalance in".into(),
+        ));
+    }
+    if pids.len() > MAX_PROCESSES {
+        return Err(Unavailable(format!(
+            "/proc lists {} processes, more than the {MAX_PROCESSES} looked through for irqbalance",
+            pids.len()
+        )));
+    }
+    // A /proc of a PID namespace of its own (a container without the host's PIDs) lists only
+    // that namespace's processes: the host's irqbalance is not among them. The host's
+    // namespace always has kthreadd at PID 2 (init/main.c rest_init), a child one never.
+    if fs.is_live() && !is_kthreadd(&scan, 2) {
+        return Err(Unavailable(
+            "this /proc is a PID namespace's own (PID 2 is not kthreadd): the host's processes, irqbalance among them, are not in it".into(),
         ));
     }
     let mut first_named = None;
@@ -126,31 +149,62 @@ pub fn find_irqbalance(fs: &HostFs) -> Result<Irqbalance> {
         if name != "irqbalance" {
             continue;
         }
-        if let Some(by) = judge(&scan, pid) {
+        if let Some((by, unit)) = judge(&scan, pid) {
             // Recorded: what made it irqbalance, for a snapshot to answer the same.
-            let _ = fs.read(format!("/proc/{pid}/{from}"));
-            let _ = fs.read(format!("/proc/{pid}/status"));
-            let _ = fs.read(format!("/proc/{pid}/cgroup"));
+            let _ = fs.read_at_most(format!("/proc/{pid}/{from}"), PROC_TEXT_BYTES);
+            let _ = fs.read_at_most(format!("/proc/{pid}/status"), PROC_TEXT_BYTES);
+            let _ = fs.read_at_most(format!("/proc/{pid}/cgroup"), PROC_TEXT_BYTES);
             let _ = fs.read_link(format!("/proc/{pid}/exe"));
             return Ok(Irqbalance {
                 running: true,
                 pid: Some(pid),
                 by: format!("pid {pid} named irqbalance in /proc/{pid}/{from}, {by}"),
+                unit,
             });
         }
     }
     let Some((lowest, from)) = first_named else {
-        return Err(crate::error::HostError::Unavailable(format!(
+        return Err(Unavailable(format!(
             "none of the {} processes in /proc names itself (no comm, status or cmdline readable)",
             pids.len()
         )));
     };
-    let _ = fs.read(format!("/proc/{lowest}/{from}"));
+    // "Not running" needs the whole process list. A tree holding a few processes (a kernel
+    // thread's directory, a copy of one service's) is not one; a list begins at init (PID 1),
+    // which is what a snapshot of a host without irqbalance records.
+    if !fs.is_live() && lowest != 1 {
+        return Err(Unavailable(format!(
+            "/proc holds {} process(es) but not PID 1 (init): not a process list, so whether irqbalance runs is not known",
+            pids.len()
+        )));
+    }
+    let _ = fs.read_at_most(format!("/proc/{lowest}/{from}"), PROC_TEXT_BYTES);
     Ok(Irqbalance {
         running: false,
         pid: None,
         by: String::new(),
+        unit: false,
     })
+}
+
+/// The most processes looked through for irqbalance (a tree may list any number).
+const MAX_PROCESSES: usize = 1 << 18;
+
+/// The most read of a process's `status`, `cmdline` or `cgroup`: their useful part (`Name:`,
+/// `Uid:`, argv0, the unit) is at the start, and a tree's copy may be of any size.
+const PROC_TEXT_BYTES: u64 = 64 << 10;
+
+/// Whether process `pid` is the kernel's kthreadd (its parent is PID 0).
+fn is_kthreadd(fs: &HostFs, pid: u32) -> bool {
+    fs.read_at_most(format!("/proc/{pid}/status"), PROC_TEXT_BYTES)
+        .is_ok_and(|s| {
+            let field = |k: &str| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map(|v| v.trim().to_string())
+            };
+            field("Name:").as_deref() == Some("kthreadd") && field("PPid:").as_deref() == Some("0")
+        })
 }
 
 /// A process's name and the file it came from: `comm`, else `status`'s `Name:` (sosreport
@@ -161,14 +215,20 @@ fn process_name(fs: &HostFs, pid: u32) -> Option<(String, &'static str)> {
     if let Ok(c) = fs.read_value(format!("/proc/{pid}/comm")) {
         return Some((c, "comm"));
     }
-    if let Some(n) = fs.read(format!("/proc/{pid}/status")).ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("Name:"))
-            .map(|n| n.trim().to_string())
-    }) {
+    if let Some(n) = fs
+        .read_at_most(format!("/proc/{pid}/status"), PROC_TEXT_BYTES)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Name:"))
+                .map(|n| n.trim().to_string())
+        })
+    {
         return Some((n, "status"));
     }
-    let cmdline = fs.read(format!("/proc/{pid}/cmdline")).ok()?;
+    let cmdline = fs
+        .read_at_most(format!("/proc/{pid}/cmdline"), PROC_TEXT_BYTES)
+        .ok()?;
     let argv0 = cmdline.split('\0').next()?.split_whitespace().next()?;
     let name = Path::new(argv0).file_name()?.to_string_lossy().into_owned();
     Some((name, "cmdline"))
@@ -183,17 +243,18 @@ pub fn is_irqbalance(fs: &HostFs, pid: u32) -> bool {
     judge(fs, pid).is_some()
 }
 
-/// What confirms that `pid` (named irqbalance) is it, or `None` when it is not.
+/// What confirms that `pid` (named irqbalance) is it, and whether it runs in systemd's
+/// `irqbalance.service`; `None` when it is not.
 ///
 /// Live, root's uid and its executable or unit are required: a process that vanished or whose
 /// files cannot be read is not confirmed. A tree holds what its collector kept: a status of
 /// another user says no, an executable link decides, the unit confirms; when neither link nor
 /// unit was kept (upstart starts `/usr/sbin/irqbalance` in no unit; sosreport keeps no `exe`),
 /// root's process of that name is taken for it, as it is in a tree that kept only the name.
-fn judge(fs: &HostFs, pid: u32) -> Option<String> {
-    let status = fs.read(format!("/proc/{pid}/status"));
+fn judge(fs: &HostFs, pid: u32) -> Option<(String, bool)> {
+    let status = fs.read_at_most(format!("/proc/{pid}/status"), PROC_TEXT_BYTES);
     let exe = fs.read_link(format!("/proc/{pid}/exe"));
-    let cgroup = fs.read(format!("/proc/{pid}/cgroup"));
+    let cgroup = fs.read_at_most(format!("/proc/{pid}/cgroup"), PROC_TEXT_BYTES);
     let root = status.as_ref().ok().map(|s| {
         s.lines()
             .find_map(|l| l.strip_prefix("Uid:"))
@@ -213,28 +274,38 @@ fn judge(fs: &HostFs, pid: u32) -> Option<String> {
     } else {
         "no status kept"
     };
+    // The system's unit, not a user's: `systemd-run --user --unit=irqbalance` makes
+    // `…/user@UID.service/app.slice/irqbalance.service`, which stopping the system unit
+    // does not reach.
+    let by_unit = cgroup.as_ref().is_ok_and(|c| {
+        c.lines().any(|l| {
+            l.rsplit(':').next().is_some_and(|p| {
+                p == "/system.slice/irqbalance.service"
+                    || p.starts_with("/system.slice/irqbalance.service/")
+            })
+        })
+    });
+    let unit = if by_unit {
+        ", in irqbalance.service"
+    } else {
+        ""
+    };
     if let Ok(target) = &exe {
         let t = target.to_string_lossy();
         let t = t.strip_suffix(" (deleted)").unwrap_or(&t);
         if Path::new(t).file_name().is_some_and(|n| n == "irqbalance") {
-            return Some(format!("{uid}, executable {t}"));
+            return Some((format!("{uid}, executable {t}{unit}"), by_unit));
         }
     }
-    let by_unit = cgroup.as_ref().is_ok_and(|c| {
-        c.lines().any(|l| {
-            l.rsplit(':')
-                .next()
-                .is_some_and(|p| p.split('/').any(|part| part == "irqbalance.service"))
-        })
-    });
     if by_unit {
-        return Some(format!("{uid}, in irqbalance.service"));
+        return Some((format!("{uid}{unit}"), true));
     }
     if live || exe.is_ok() {
         return None;
     }
-    Some(format!(
-        "{uid}, no executable link in this tree and no systemd unit"
+    Some((
+        format!("{uid}, no executable link in this tree and no systemd unit"),
+        false,
     ))
 }
 

@@ -218,3 +218,59 @@ fn irqbalance_is_found_from_whichever_file_the_tree_kept_and_unknown_when_none_n
     let unknown = answer(&[("proc/1/stat", "1 (x) S 0"), ("proc/77/environ", "")]).unwrap_err();
     assert!(unknown.to_string().contains("names itself"), "{unknown}");
 }
+
+/// What a tree's /proc may not pass for (attack review): a few processes without init are no
+/// process list; `+7` and `07` are no process; a user's unit named irqbalance.service is not
+/// the system's; a process's text files are read only as far as their useful start.
+#[test]
+fn a_tree_without_init_or_with_odd_entries_does_not_say_not_running() {
+    let answer = |files: &[(&str, &str)]| {
+        let t = tempfile::tempdir().unwrap();
+        for (rel, text) in files {
+            write(t.path(), rel, text);
+        }
+        find_irqbalance(&HostFs::new(t.path())).map(|i| (i.running, i.pid, i.unit))
+    };
+    // One kernel thread's directory (fixtures/hosts/ixgbe-napi-16cpu keeps a NAPI kthread's).
+    let e = answer(&[("proc/4321/comm", "napi/eth0-8199\n")]).unwrap_err();
+    assert!(e.to_string().contains("not PID 1"), "{e}");
+    // `+7` and `07` are not directories the kernel makes; only `1` is a process here.
+    assert_eq!(
+        answer(&[
+            ("proc/1/comm", "systemd\n"),
+            ("proc/+7/comm", "irqbalance\n"),
+            ("proc/07/comm", "irqbalance\n"),
+        ])
+        .unwrap(),
+        (false, None, false)
+    );
+    // The system's unit is stoppable with systemctl; a user's unit of that name is not the
+    // system's (and without an executable named irqbalance it is not irqbalance at all).
+    let root_status = status(0);
+    let sys = answer(&[
+        ("proc/1/comm", "systemd\n"),
+        ("proc/5/comm", "irqbalance\n"),
+        ("proc/5/status", &root_status),
+        ("proc/5/cgroup", "0::/system.slice/irqbalance.service\n"),
+    ]);
+    assert_eq!(sys.unwrap(), (true, Some(5), true));
+    let user = answer(&[
+        ("proc/1/comm", "systemd\n"),
+        ("proc/5/comm", "irqbalance\n"),
+        ("proc/5/status", &root_status),
+        (
+            "proc/5/cgroup",
+            "0::/user.slice/user-0.slice/user@0.service/app.slice/irqbalance.service\n",
+        ),
+    ]);
+    // Root's process of that name with no exe link kept: irqbalance, but not systemd's.
+    assert_eq!(user.unwrap(), (true, Some(5), false));
+    // A 32 MiB command line is not read to find argv0: that process names nobody.
+    let t = tempfile::tempdir().unwrap();
+    write(t.path(), "proc/1/comm", "init\n");
+    fs::create_dir_all(t.path().join("proc/9")).unwrap();
+    let f = fs::File::create(t.path().join("proc/9/cmdline")).unwrap();
+    f.set_len(32 << 20).unwrap();
+    let ib = find_irqbalance(&HostFs::new(t.path())).unwrap();
+    assert!(!ib.running);
+}

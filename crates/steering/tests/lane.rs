@@ -37,7 +37,9 @@ fn spec(dev: &str, cpu: u32, mode: LaneMode) -> LaneSpec {
         mode,
         rss_buckets: Vec::new(),
         device_coalesce: false,
-        stop_irqbalance: false,
+        // Most fixture trees cannot tell whether irqbalance ran (no process list), and a lane
+        // there is refused unless told to stop it; the irqbalance test asks for false.
+        stop_irqbalance: true,
         service: ServiceRef::Port,
         poll_cpu: None,
     }
@@ -376,33 +378,41 @@ fn an_isolated_cpu_and_the_last_cpu_near_the_nic_are_refused() {
     );
 }
 
-/// mlx5 with irqbalance running: refused unless told to stop it, which becomes an item.
+/// mlx5 with irqbalance running: refused unless told to stop it, which becomes an item when
+/// it runs in systemd's unit; one outside it (this tree kept only its name) cannot be stopped
+/// so, and the lane is refused saying why.
 #[test]
 fn irqbalance_is_stopped_only_when_asked() {
-    let view = view_of(&fixture("mlx5-128cpu"));
-    let e = refused(&view, &spec("ens1f0np0", 5, LaneMode::Irq), &[]).to_string();
+    let mut view = view_of(&fixture("mlx5-128cpu"));
+    let leave = LaneSpec {
+        stop_irqbalance: false,
+        ..spec("ens1f0np0", 5, LaneMode::Irq)
+    };
+    let e = refused(&view, &leave, &[]).to_string();
     assert!(e.contains("--irqbalance stop"), "{e}");
-    let mut s = spec("ens1f0np0", 5, LaneMode::Irq);
-    s.stop_irqbalance = true;
+    let s = spec("ens1f0np0", 5, LaneMode::Irq);
+    let e = plan_lane(&view, &s, &service(), &[], true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("outside systemd's irqbalance.service"), "{e}");
+    if let netsteer_host::Field::Known(ib) = &mut view.irqbalance {
+        ib.unit = true;
+    }
     let p = plan_lane(&view, &s, &service(), &[], true).unwrap();
     assert_eq!(item(&p, "service/irqbalance").desired, "inactive");
     // igb-6.12's snapshot kept no process's name: irqbalance may be running, and is taken as
     // running (issue 72, class 1).
     let view = view_of(&fixture("igb-6.12"));
-    let e = refused(&view, &spec("eth0", 1, LaneMode::Irq), &[]).to_string();
+    let leave = LaneSpec {
+        stop_irqbalance: false,
+        ..spec("eth0", 1, LaneMode::Irq)
+    };
+    let e = refused(&view, &leave, &[]).to_string();
     assert!(
         e.starts_with("irqbalance may be running (its state is unknown")
             && e.contains("--irqbalance stop"),
         "{e}"
     );
-}
-
-/// A lane spec for igb-6.12, whose snapshot cannot tell whether irqbalance runs: told to stop it.
-fn igb_spec(cpu: u32, mode: LaneMode) -> LaneSpec {
-    LaneSpec {
-        stop_irqbalance: true,
-        ..spec("eth0", cpu, mode)
-    }
 }
 
 /// igb on 6.12: no n-tuple filters, so the lane needs the flow's RSS buckets; given them, they
@@ -414,13 +424,13 @@ fn without_ntuple_filters_the_lane_needs_rss_buckets() {
     let view = view_of(dir.path());
     let nq = view.nic("eth0").unwrap().rx_queues.len() as u32;
     assert!(nq >= 2, "igb-6.12 has {nq} rx queues");
-    let e = refused(&view, &igb_spec(1, LaneMode::Irq), &[]).to_string();
+    let e = refused(&view, &spec("eth0", 1, LaneMode::Irq), &[]).to_string();
     assert!(
         e.contains("--dev eth0: nothing would steer udp port 4321 to rx-1")
             && e.contains("--rss-bucket"),
         "{e}"
     );
-    let mut s = igb_spec(1, LaneMode::Suspend);
+    let mut s = spec("eth0", 1, LaneMode::Suspend);
     s.rss_buckets = vec![5, 77];
     let p = plan_lane(&view, &s, &service(), &[], false).unwrap();
     let table: Vec<&str> = item(&p, "nic/eth0/rss/indirection")
@@ -438,7 +448,7 @@ fn without_ntuple_filters_the_lane_needs_rss_buckets() {
 #[test]
 fn before_6_13_suspend_becomes_device_wide_deferral_and_says_so() {
     let view = view_of(&fixture("igb-6.12"));
-    let mut s = igb_spec(1, LaneMode::Suspend);
+    let mut s = spec("eth0", 1, LaneMode::Suspend);
     s.rss_buckets = vec![5];
     let p = plan_lane(&view, &s, &service(), &[], false).unwrap();
     assert!(

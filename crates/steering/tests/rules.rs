@@ -56,6 +56,7 @@ fn irqbalance(view: &mut HostView, pid: Option<u32>) {
         running: pid.is_some(),
         pid,
         by: String::new(),
+        unit: pid.is_some(),
     });
 }
 

@@ -351,6 +351,7 @@ fn an_irqbalance_whose_state_is_unknown_is_planned_as_running() {
         running: false,
         pid: None,
         by: String::new(),
+        unit: false,
     });
     let p = plan(&view, &leave(Profile::Balanced)).unwrap();
     assert!(
@@ -358,6 +359,22 @@ fn an_irqbalance_whose_state_is_unknown_is_planned_as_running() {
             .iter()
             .all(|i| !matches!(i.action, Action::Skip(_)))
     );
+    // Running outside systemd's unit (started by hand, upstart): `systemctl stop` would not
+    // stop it, so even --irqbalance stop skips the pins and says why.
+    view.irqbalance = netsteer_host::Field::Known(netsteer_host::view::Irqbalance {
+        running: true,
+        pid: Some(640),
+        by: String::new(),
+        unit: false,
+    });
+    let p = plan(&view, &live).unwrap();
+    assert!(p.items.iter().all(|i| i.id != "service/irqbalance"));
+    for i in items(&p, ItemKind::IrqAffinity) {
+        assert!(
+            matches!(&i.action, Action::Skip(w) if w.contains("outside systemd's irqbalance.service")),
+            "{i:?}"
+        );
+    }
 }
 
 #[test]

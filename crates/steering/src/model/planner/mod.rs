@@ -541,7 +541,18 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         && has_irqs
     {
         let known = view.irqbalance.known().is_some();
+        // Running outside systemd's unit (by hand, upstart, OpenRC): `systemctl stop` would
+        // find the unit inactive and leave the process moving the pins back.
+        let unstoppable = view
+            .irqbalance
+            .known()
+            .is_some_and(|i| i.running && !i.unit);
         match (opts.irqbalance, opts.live) {
+            (IrqbalancePolicy::Stop, true) if unstoppable => {
+                irqbalance_blocks = Some(format!(
+                    "{who} outside systemd's irqbalance.service, which --irqbalance stop cannot stop; stop it the way it was started, then plan again"
+                ));
+            }
             (IrqbalancePolicy::Stop, true) => b.stop_irqbalance(
                 known.then(|| "active".to_string()),
                 format!("{who}: it rewrites smp_affinity every 10 s and would undo the IRQ pins; rollback starts it again"),

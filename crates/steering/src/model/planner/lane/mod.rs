@@ -189,6 +189,10 @@ pub enum LaneError {
     )]
     Irqbalance { who: String },
     #[error(
+        "{who} outside systemd's irqbalance.service, which --irqbalance stop cannot stop: stop it the way it was started"
+    )]
+    IrqbalanceOutsideUnit { who: String },
+    #[error(
         "--cpu {cpu}: rx-{queue}'s IRQ {irq} is kernel-managed (smp_affinity read-only) and delivered on CPU(s) {effective}: choose --cpu among those"
     )]
     ManagedIrq {
@@ -383,8 +387,15 @@ pub fn plan_lane(
     if let Some(who) = view.irqbalance_may_run()
         && has_irqs
     {
+        let unstoppable = view
+            .irqbalance
+            .known()
+            .is_some_and(|i| i.running && !i.unit);
         if !spec.stop_irqbalance {
             return Err(LaneError::Irqbalance { who });
+        }
+        if live && unstoppable {
+            return Err(LaneError::IrqbalanceOutsideUnit { who });
         }
         if live {
             let current = view.irqbalance.known().map(|_| "active".to_string());
