@@ -57,6 +57,8 @@ pub enum Input {
     Pause,
     /// ethtool: which header fields UDP is hashed on.
     FlowHash,
+    /// netdev netlink: the device's NAPIs and their settings (`napi-get`).
+    Napis,
 }
 
 impl Input {
@@ -206,6 +208,15 @@ impl Input {
                 s.map(|s| s.pause.unknown_reason()),
                 "flow control (ethtool)",
             ),
+            Input::Napis => match s {
+                None => Some(format!(
+                    "{dev} per-NAPI settings (netdev netlink): no NIC settings read"
+                )),
+                Some(s) => s
+                    .netdev()
+                    .err()
+                    .map(|w| format!("{dev} per-NAPI settings (netdev netlink): {w}")),
+            },
             Input::FlowHash => setting(
                 s.map(|s| match &s.flow_hash {
                     None => Some("not recorded"),

@@ -47,8 +47,10 @@ pub enum When {
     App,
     /// `--trace`: stage latencies.
     Trace,
-    /// Devices whose per-NAPI state netdev netlink reported (kernel 6.9+); a kernel without it
-    /// has no per-NAPI settings to get wrong.
+    /// A kernel with per-NAPI state in netdev netlink (`napi-get`, 6.9+), known by its release
+    /// or by NAPIs it reported; a kernel without it has no per-NAPI settings to get wrong.
+    /// Not by NAPIs alone: NIC settings not read (a tree without them, `--no-ethtool`) leave
+    /// no NAPI listed, and the rules then say "not judged" instead of not applying.
     Napi,
 }
 
@@ -59,10 +61,22 @@ impl When {
             When::GoalLatency => ctx.goal == Goal::Latency,
             When::App => ctx.app.is_some(),
             When::Trace => ctx.trace.is_some(),
-            When::Napi => ctx.view.nics.iter().any(|n| !n.napis.is_empty()),
+            When::Napi => {
+                ctx.view.nics.iter().any(|n| !n.napis.is_empty())
+                    || ctx
+                        .view
+                        .kernel
+                        .known()
+                        .and_then(|k| crate::model::desired::kernel_version(k))
+                        .is_some_and(|v| v >= NAPI_GET_SINCE)
+            }
         }
     }
 }
+
+/// The first kernel whose netdev netlink reports NAPIs (`napi-get`, Documentation/netlink/
+/// specs/netdev.yaml).
+const NAPI_GET_SINCE: (u32, u32) = (6, 9);
 
 /// Every rule, in report order within a severity.
 pub const RULES: &[Rule] = &[
@@ -250,7 +264,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "napi-sysfs-mismatch",
         when: When::Napi,
-        reads: &[],
+        reads: &[Input::Napis],
         scope: Scope::Any,
         looks_for: "per-NAPI settings (netdev netlink) that differ from what the device's sysfs files say",
         check: napi::napi_sysfs_mismatch,
@@ -258,7 +272,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "irq-suspend-misconfigured",
         when: When::Napi,
-        reads: &[],
+        reads: &[Input::Napis],
         scope: Scope::Any,
         looks_for: "irq-suspend-timeout set without defer-hard-irqs and gro-flush-timeout below it",
         check: napi::irq_suspend_misconfigured,
@@ -266,7 +280,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "napi-thread-placement",
         when: When::Napi,
-        reads: &[],
+        reads: &[Input::Napis],
         scope: Scope::Any,
         looks_for: "threaded NAPI kthreads on the application's CPU or another NUMA node",
         check: napi::napi_thread_placement,
