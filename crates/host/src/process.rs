@@ -81,6 +81,13 @@ pub struct StatusIds {
     pub uids: [u32; 4],
 }
 
+/// The value of one `Key:` line of a `status` file, trimmed (`Name:` → `irqbalance`).
+pub fn status_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::trim)
+}
+
 /// `PPid:` and `Uid:` from a `status` file.
 pub fn parse_status_ids(text: &str) -> std::result::Result<StatusIds, ParseError> {
     let field = |key: &str| {

@@ -8,6 +8,7 @@ use crate::field::Field;
 use crate::fs::HostFs;
 use crate::nic::{Nic, list_interfaces, read_nic};
 use crate::parse::{Interrupts, parse_interrupts, parse_proc_stat};
+use crate::process::status_field;
 use crate::sysctl::{NetCoreSysctls, read_net_core};
 use crate::topology::{Topology, read_topology_reusing};
 use serde::{Deserialize, Serialize};
@@ -90,6 +91,15 @@ impl HostView {
                 "irqbalance may be running (its state is unknown: {unknown})"
             )),
         }
+    }
+
+    /// Whether irqbalance is known to run outside systemd's `irqbalance.service` (by hand,
+    /// upstart, OpenRC): `systemctl stop irqbalance` would find the unit inactive and leave the
+    /// process moving pinned IRQs back.
+    pub fn irqbalance_outside_unit(&self) -> bool {
+        self.irqbalance
+            .known()
+            .is_some_and(|i| i.running && !i.unit)
     }
 
     /// Why no NIC IRQ is known, when /proc/interrupts could not be read: then every NIC looks
@@ -198,12 +208,7 @@ const PROC_TEXT_BYTES: u64 = 64 << 10;
 fn is_kthreadd(fs: &HostFs, pid: u32) -> bool {
     fs.read_at_most(format!("/proc/{pid}/status"), PROC_TEXT_BYTES)
         .is_ok_and(|s| {
-            let field = |k: &str| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix(k))
-                    .map(|v| v.trim().to_string())
-            };
-            field("Name:").as_deref() == Some("kthreadd") && field("PPid:").as_deref() == Some("0")
+            status_field(&s, "Name:") == Some("kthreadd") && status_field(&s, "PPid:") == Some("0")
         })
 }
 
@@ -218,11 +223,7 @@ fn process_name(fs: &HostFs, pid: u32) -> Option<(String, &'static str)> {
     if let Some(n) = fs
         .read_at_most(format!("/proc/{pid}/status"), PROC_TEXT_BYTES)
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Name:"))
-                .map(|n| n.trim().to_string())
-        })
+        .and_then(|s| status_field(&s, "Name:").map(str::to_string))
     {
         return Some((n, "status"));
     }
@@ -256,12 +257,10 @@ fn judge(fs: &HostFs, pid: u32) -> Option<(String, bool)> {
     let exe = fs.read_link(format!("/proc/{pid}/exe"));
     let cgroup = fs.read_at_most(format!("/proc/{pid}/cgroup"), PROC_TEXT_BYTES);
     let root = status.as_ref().ok().map(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .is_some_and(|ids| {
-                let ids: Vec<&str> = ids.split_whitespace().collect();
-                ids.len() >= 2 && ids[0] == "0" && ids[1] == "0"
-            })
+        status_field(s, "Uid:").is_some_and(|ids| {
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            ids.len() >= 2 && ids[0] == "0" && ids[1] == "0"
+        })
     });
     let live = fs.is_live();
     match root {

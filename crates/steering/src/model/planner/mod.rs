@@ -360,9 +360,15 @@ impl Builder<'_> {
         });
     }
 
-    /// Stopping the irqbalance service (active → inactive; a rollback starts it again).
-    /// `current` is `None` when the view could not tell whether it runs.
-    pub(super) fn stop_irqbalance(&mut self, current: Option<String>, reason: String) {
+    /// Stopping the irqbalance service (active → inactive; a rollback starts it again). What
+    /// it is now is unknown (`None`) when the view could not tell whether it runs.
+    pub(super) fn stop_irqbalance(&mut self, reason: String) {
+        let current = self
+            .ctx
+            .view
+            .irqbalance
+            .known()
+            .map(|_| "active".to_string());
         self.push(
             "service/irqbalance".into(),
             ItemKind::Irqbalance,
@@ -541,20 +547,13 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         && has_irqs
     {
         let known = view.irqbalance.known().is_some();
-        // Running outside systemd's unit (by hand, upstart, OpenRC): `systemctl stop` would
-        // find the unit inactive and leave the process moving the pins back.
-        let unstoppable = view
-            .irqbalance
-            .known()
-            .is_some_and(|i| i.running && !i.unit);
         match (opts.irqbalance, opts.live) {
-            (IrqbalancePolicy::Stop, true) if unstoppable => {
+            (IrqbalancePolicy::Stop, true) if view.irqbalance_outside_unit() => {
                 irqbalance_blocks = Some(format!(
                     "{who} outside systemd's irqbalance.service, which --irqbalance stop cannot stop; stop it the way it was started, then plan again"
                 ));
             }
             (IrqbalancePolicy::Stop, true) => b.stop_irqbalance(
-                known.then(|| "active".to_string()),
                 format!("{who}: it rewrites smp_affinity every 10 s and would undo the IRQ pins; rollback starts it again"),
             ),
             (IrqbalancePolicy::Stop, false) => {

@@ -387,19 +387,14 @@ pub fn plan_lane(
     if let Some(who) = view.irqbalance_may_run()
         && has_irqs
     {
-        let unstoppable = view
-            .irqbalance
-            .known()
-            .is_some_and(|i| i.running && !i.unit);
         if !spec.stop_irqbalance {
             return Err(LaneError::Irqbalance { who });
         }
-        if live && unstoppable {
+        if live && view.irqbalance_outside_unit() {
             return Err(LaneError::IrqbalanceOutsideUnit { who });
         }
         if live {
-            let current = view.irqbalance.known().map(|_| "active".to_string());
-            b.stop_irqbalance(current, format!("{who}: it rewrites smp_affinity every 10 s and would move the lane's IRQ; removing the lane starts it again"));
+            b.stop_irqbalance(format!("{who}: it rewrites smp_affinity every 10 s and would move the lane's IRQ; removing the lane starts it again"));
         }
     }
 
