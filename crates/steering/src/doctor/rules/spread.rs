@@ -142,7 +142,8 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
         });
         // The room is the NIC's own node's usable CPUs where NUMA is known: 112 queues over
         // all 56 CPUs of their node are as spread as placement allows, not stacked.
-        let room = queues.min(ctx.local_cpus(nic).len());
+        let local = ctx.local_cpus(nic).len();
+        let room = queues.min(local);
         if used.is_empty() || used.len() * 2 > room {
             // Busy vectors whose placement nothing says: with their queues counted the room
             // may be large enough that these CPUs are too few (2 placed on 2 CPUs, 14 more
@@ -152,7 +153,7 @@ pub fn irqs_not_spread(ctx: &Ctx) -> Vec<Finding> {
                 .filter(|(_, p)| matches!(p, Placement::Uncounted { .. }))
                 .cloned()
                 .collect();
-            let all_queues = rx_queue_count(nic).min(ctx.local_cpus(nic).len());
+            let all_queues = rx_queue_count(nic).min(local);
             if !used.is_empty() && !uncounted.is_empty() && used.len() * 2 <= all_queues {
                 unplaced_not_judged(ctx, "irqs-not-spread", nic, &uncounted);
             }
