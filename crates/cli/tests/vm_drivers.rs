@@ -79,8 +79,38 @@ fn boot(model: NicModel, kernel: &str) -> VmPair {
 /// A guest shell line that must succeed; its output.
 fn sh(g: &mut Guest, cmd: &str) -> String {
     let (rc, out) = g.sh(cmd, T).unwrap();
-    assert_eq!(rc, 0, "guest {}: {cmd}: {out}", g.name);
+    if rc != 0 {
+        // A command killed (137: SIGKILL, as the guest's OOM killer sends it) says why only
+        // in the guest's kernel log.
+        let (_, log) = g.sh("dmesg | tail -n 25", T).unwrap_or_default();
+        panic!(
+            "guest {}: {cmd}: exit {rc}: {out}\nthe guest's kernel log ends:\n{log}",
+            g.name
+        );
+    }
     out
+}
+
+/// 64 flows from guest a in the background for at most `seconds`, until [`stop_flows`].
+fn start_flows(a: &mut Guest, seconds: u32) {
+    stop_flows(a);
+    sh(
+        a,
+        &format!(
+            "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration {seconds} --timeout 5 > /dev/null 2>&1 &"
+        ),
+    );
+}
+
+/// Ends every client guest a runs and waits until they are gone: a background client left
+/// running would add its packets to the next measurement and its memory to the next
+/// client's (a CI run saw a foreground burst SIGKILLed in a 1 GiB guest with two 16-second
+/// clients still running beside it, each then holding 210 MiB of latency histograms).
+fn stop_flows(a: &mut Guest) {
+    sh(
+        a,
+        "killall netsteer 2> /dev/null; i=0; while pidof netsteer > /dev/null && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done; ! pidof netsteer > /dev/null",
+    );
 }
 
 /// netsteer in the guest: exit code and output.
@@ -171,6 +201,7 @@ fn start_server(b: &mut Guest) {
 
 /// `flows` UDP flows from guest a for `seconds`, in the foreground.
 fn burst(a: &mut Guest, flows: u32, seconds: u32) {
+    stop_flows(a);
     sh(
         a,
         &format!(
@@ -230,13 +261,10 @@ fn rx_during_burst(pair: &mut VmPair) -> BTreeMap<u32, u64> {
 fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report {
     use netsteer_steering::doctor::rules::rss::MIN_RX_IRQS_PER_S;
     const ATTEMPTS: u32 = 6;
+    // One client for every attempt (a TCG guest under load can take seconds to reach its
+    // rate), ended before the report goes back so no later measurement counts its packets.
+    start_flows(&mut pair.a, 300);
     for attempt in 1..=ATTEMPTS {
-        sh(
-            &mut pair.a,
-            &format!(
-                "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration 16 --timeout 5 > /dev/null 2>&1 &"
-            ),
-        );
         // Until the server's last second shows echoes (at most 10 s): a TCG guest can take
         // seconds to start 64 threads.
         for _ in 0..10 {
@@ -263,9 +291,11 @@ fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report 
         // threshold for the part of the run outside the sample.
         let rate = since(&before, &after).values().sum::<u64>() as f64 / seconds / 1.2;
         if rate >= MIN_RX_IRQS_PER_S && wants(&report) {
+            stop_flows(&mut pair.a);
             return report;
         }
         if attempt == ATTEMPTS {
+            stop_flows(&mut pair.a);
             assert!(
                 rate >= MIN_RX_IRQS_PER_S,
                 "{ATTEMPTS} samples too quiet to judge ({rate:.0} receive interrupts/s): the guests cannot carry the test's traffic here"
@@ -812,12 +842,7 @@ fn watch_takes_the_hot_queue(pair: &mut VmPair) {
     // the rule's floor (doctor_sampled's note): a watcher that saw nothing runs again, with
     // traffic again, up to three times.
     for _ in 0..3 {
-        sh(
-            &mut pair.a,
-            &format!(
-                "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration 30 --timeout 5 > /dev/null 2>&1 &"
-            ),
-        );
+        start_flows(&mut pair.a, 30);
         std::thread::sleep(Duration::from_secs(4));
         let out = ns_ok(
             &mut pair.b,
@@ -842,7 +867,7 @@ fn watch_takes_the_hot_queue(pair: &mut VmPair) {
                     .unwrap_or_else(|e| panic!("{e}: {l}"))
             })
             .collect();
-        sh(&mut pair.a, "killall netsteer 2> /dev/null; true");
+        stop_flows(&mut pair.a);
         if events
             .iter()
             .any(|e| matches!(e, netsteer_steering::watch::Event::Applied { .. }))
