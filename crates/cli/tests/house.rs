@@ -230,6 +230,46 @@ fn statuses_are_enums_not_text() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
+/// A plan item's id (`irq/41`, `rps/eth0/rx-3`, `nic/eth0/channels/combined`, …) is spelled and
+/// read back in one place, `model/item_id.rs`: no other steering source formats an id's first
+/// word or strips it off to find what the item names.
+#[test]
+fn item_ids_are_spelled_in_one_place() {
+    let words = [
+        "irq",
+        "rps",
+        "rfs",
+        "xps",
+        "nic",
+        "napi",
+        "napi-thread",
+        "process",
+        "service",
+        "sysctl",
+    ];
+    let mut found = Vec::new();
+    for (f, line) in code_of(&workspace().join("crates/steering/src")) {
+        if f.ends_with("model/item_id.rs") {
+            continue;
+        }
+        let l = line.replace(' ', "");
+        let spelled = words.iter().any(|w| {
+            [
+                format!("format!(\"{w}/"),
+                format!("strip_prefix(\"{w}/\")"),
+                format!("starts_with(\"{w}/\")"),
+                format!("\"{w}/irqbalance\""),
+            ]
+            .iter()
+            .any(|p| l.contains(p.as_str()))
+        }) || l.contains("format!(\"set{");
+        if spelled {
+            found.push(format!("{}: {}", f.display(), line.trim()));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// The arrows docs/architecture.md allows, `crate -> deps` per line after its `crate arrows`
 /// marker ("netsteer-" dropped from the names).
 fn documented_arrows() -> std::collections::BTreeMap<String, Vec<String>> {

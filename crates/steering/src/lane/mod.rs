@@ -4,7 +4,7 @@
 //! as asked (`lane.json`), tune's journals and its applied plan. So the main `tune` state, the
 //! watcher's and each lane's never roll back each other's changes.
 //!
-//! [`Lanes::hold`] binds a lane to its service: applied while the service runs (its threads
+//! [`Lanes::hold`] (in `hold.rs`, with the one step it repeats) binds a lane to its service: applied while the service runs (its threads
 //! pinned, whichever pids it has now), rolled back when it stops, applied again when it comes
 //! back. A holder that restarts adopts a lane that still matches its service; it leaves the
 //! lane in place when it exits unless told otherwise (OpenShift's tuning operator learnt both
@@ -31,14 +31,15 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 pub use crate::model::planner::lane::{
     LaneMode, LaneSpec, LaneSpec as Spec, ServiceRef, plan_lane, valid_lane_name,
 };
 
+pub mod hold;
 pub mod service;
 pub mod text;
+pub use hold::HoldEvent;
 pub use service::{FULL_SCAN_EVERY, SeenService, ServiceOwner, in_cgroup};
 use service::{addr_list, service_err};
 
@@ -440,7 +441,12 @@ impl Lanes {
             }
             let drift = self.tuner(&other)?.verify()?.drift;
             // A pinned process that is gone is its holder's business, not a repair.
-            let broken = drift.iter().any(|d| !d.id.starts_with("process/"));
+            let broken = drift.iter().any(|d| {
+                !matches!(
+                    crate::model::item_id::ItemId::parse(&d.id),
+                    Some(crate::model::item_id::ItemId::Process(_))
+                )
+            });
             if broken {
                 out.push((other.clone(), self.apply(&spec, &ApplyOptions::default())?));
             }
@@ -536,95 +542,6 @@ impl Lanes {
             Err(std::fs::TryLockError::Error(e)) => Err(state_err(&path)(e)),
         }
     }
-
-    /// One step of holding: brings the lane in line with its service (see [`HoldEvent`]).
-    pub fn reconcile(&self, name: &str, opts: &ApplyOptions) -> Result<HoldEvent, LaneOpError> {
-        self.reconcile_seen(name, opts, &mut None)
-    }
-
-    /// [`Lanes::reconcile`] with what the holder saw last ([`Lanes::service_seen`]).
-    pub fn reconcile_seen(
-        &self,
-        name: &str,
-        opts: &ApplyOptions,
-        seen: &mut Option<SeenService>,
-    ) -> Result<HoldEvent, LaneOpError> {
-        let spec = self.spec(name)?;
-        let (state, newest) = self.state_at(name)?;
-        if state == LaneState::Interrupted {
-            let r = self.tuner(name)?.rollback(newest.as_deref())?;
-            self.compact(name);
-            return Ok(HoldEvent::Recovered(r));
-        }
-        if state == LaneState::Applied
-            && spec.service == ServiceRef::Port
-            && self.owner_for(&spec)?.is_none()
-        {
-            self.owner_from_pinned(&spec, state)?;
-        }
-        let running = self.service_seen(&spec, seen)?;
-        let now: BTreeSet<(u32, u64)> = running.iter().map(|p| (p.pid, p.start)).collect();
-        match (state, running.is_empty()) {
-            (LaneState::Applied, true) => {
-                let (r, repaired) = self.roll_back(name)?;
-                Ok(HoldEvent::RolledBack(r, repaired))
-            }
-            (LaneState::Applied, false) => {
-                if self.pinned_in(name, state)? == now {
-                    Ok(HoldEvent::Holding)
-                } else {
-                    // The service restarted between two looks (or gained a process): the
-                    // lane goes with its processes as they are now.
-                    let r = self.apply(&spec, opts)?;
-                    Ok(HoldEvent::Reapplied(r))
-                }
-            }
-            (_, true) => Ok(HoldEvent::Waiting),
-            (_, false) => Ok(HoldEvent::Applied(self.apply(&spec, opts)?)),
-        }
-    }
-
-    /// Holds the lane until `stop` is set: [`Lanes::reconcile`] every `interval`, each event
-    /// passed to `on_event`. An error of one step (a plan refused now, a write failed) is
-    /// reported and the loop goes on; it never rolls back on its own exit unless
-    /// `rollback_on_exit`.
-    pub fn hold(
-        &self,
-        name: &str,
-        interval: Duration,
-        rollback_on_exit: bool,
-        opts: &ApplyOptions,
-        stop: &dyn Fn() -> bool,
-        on_event: &mut dyn FnMut(Result<&HoldEvent, &LaneOpError>),
-    ) -> Result<(), LaneOpError> {
-        self.spec(name)?;
-        let _lock = self.lock(name)?;
-        let mut last_err: Option<String> = None;
-        let mut seen = None;
-        while !stop() {
-            match self.reconcile_seen(name, opts, &mut seen) {
-                Ok(HoldEvent::Holding | HoldEvent::Waiting) => last_err = None,
-                Ok(ev) => {
-                    last_err = None;
-                    on_event(Ok(&ev));
-                }
-                Err(e) => {
-                    // The same refusal every interval is said once.
-                    let text = e.to_string();
-                    if last_err.as_deref() != Some(text.as_str()) {
-                        on_event(Err(&e));
-                        last_err = Some(text);
-                    }
-                }
-            }
-            sleep_unless(stop, interval);
-        }
-        if rollback_on_exit && self.state(name)? != LaneState::Down {
-            let (r, repaired) = self.roll_back(name)?;
-            on_event(Ok(&HoldEvent::RolledBack(r, repaired)));
-        }
-        Ok(())
-    }
 }
 
 /// The newest journal of a state directory ([`journal::list`], which orders by the sequence
@@ -637,34 +554,6 @@ pub fn newest_journal(state_dir: &Path) -> io::Result<(Option<PathBuf>, usize)> 
         .filter(|p| !journal::named_by_sequence(p))
         .count();
     Ok((all.pop(), parsed))
-}
-
-/// What one step of holding did.
-#[derive(Debug)]
-pub enum HoldEvent {
-    /// The service runs and the lane is in place for its processes.
-    Holding,
-    /// The service does not run and the lane is down.
-    Waiting,
-    /// The service came (back): the lane was applied.
-    Applied(ApplyReport),
-    /// The service's processes changed: rolled back and applied for the new ones.
-    Reapplied(ApplyReport),
-    /// The service stopped: the lane was rolled back (and these other lanes of its device,
-    /// which the rollback undid part of, applied again).
-    RolledBack(RollbackReport, Vec<(String, ApplyReport)>),
-    /// An apply cut short was rolled back.
-    Recovered(RollbackReport),
-}
-
-fn sleep_unless(stop: &dyn Fn() -> bool, d: Duration) {
-    let step = Duration::from_millis(20);
-    let mut left = d;
-    while !left.is_zero() && !stop() {
-        let s = left.min(step);
-        std::thread::sleep(s);
-        left -= s;
-    }
 }
 
 /// `OpenOptions` without following a link at the last component.

@@ -2,6 +2,7 @@
 
 pub mod ctx;
 pub mod desired;
+pub mod item_id;
 pub mod load;
 pub mod planner;
 pub mod rfs;

@@ -3,6 +3,7 @@
 
 use super::journal::{self, Journal, Record};
 use crate::model::desired::{Action, Format, Item, ItemKind, Plan, Target};
+use crate::model::item_id::{ItemId, QueueFile};
 use netsteer_host::HostFs;
 use netsteer_host::ethtool::NicKnob;
 use netsteer_nic::NicBackend;
@@ -93,50 +94,34 @@ impl Backend for HostBackend<'_> {
         let Some(nic) = view.nic(dev) else {
             return Vec::new();
         };
-        let file = |path: String| Target::File { path };
         let mut out = Vec::new();
+        let mut add = |id: ItemId, format: Format| {
+            let target = id.target().expect("a file's or setting's id names it");
+            out.push((id.to_string(), target, format));
+        };
         for i in nic.queue_irqs() {
-            out.push((
-                format!("irq/{}", i.irq),
-                file(format!("/proc/irq/{}/smp_affinity_list", i.irq)),
-                Format::List,
-            ));
+            add(ItemId::Irq(i.irq), Format::List);
         }
-        let q = |name: String| format!("/sys/class/net/{dev}/queues/{name}");
+        let queue = |file: QueueFile, index: u32| ItemId::Queue {
+            dev: dev.to_string(),
+            file,
+            index,
+        };
         for r in &nic.rx_queues {
-            let n = format!("rx-{}", r.index);
-            out.push((
-                format!("rps/{dev}/{n}"),
-                file(q(format!("{n}/rps_cpus"))),
-                Format::Mask,
-            ));
-            out.push((
-                format!("rfs/{dev}/{n}"),
-                file(q(format!("{n}/rps_flow_cnt"))),
-                Format::Int,
-            ));
+            add(queue(QueueFile::RpsCpus, r.index), Format::Mask);
+            add(queue(QueueFile::RpsFlowCnt, r.index), Format::Int);
         }
         for t in &nic.tx_queues {
-            let n = format!("tx-{}", t.index);
-            out.push((
-                format!("xps/{dev}/{n}"),
-                file(q(format!("{n}/xps_cpus"))),
-                Format::Mask,
-            ));
+            add(queue(QueueFile::XpsCpus, t.index), Format::Mask);
         }
         if nic
             .settings
             .as_ref()
             .is_some_and(|s| NicKnob::RssIndirection.read(s).is_ok())
         {
-            out.push((
-                format!("nic/{dev}/rss/indirection"),
-                Target::Nic {
-                    dev: dev.to_string(),
-                    knob: NicKnob::RssIndirection,
-                },
-                Format::Text,
-            ));
+            let knob = NicKnob::RssIndirection;
+            let dev = dev.to_string();
+            add(ItemId::Nic { dev, knob }, Format::Text);
         }
         out
     }

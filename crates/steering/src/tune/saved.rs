@@ -9,6 +9,7 @@
 //! apply of the same file changes nothing.
 
 use crate::model::desired::{Action, ItemKind, PLAN_SCHEMA_VERSION, Plan, Target};
+use crate::model::item_id::ItemId;
 use netsteer_host::HostView;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -66,17 +67,13 @@ pub fn for_host(saved: &Plan, view: &HostView) -> Result<Plan, SavedPlanError> {
             ));
             continue;
         };
-        let Some(old) = item
-            .id
-            .strip_prefix("irq/")
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(old) = ItemId::irq_of(&item.id) else {
             continue;
         };
         if old == irq {
             continue;
         }
-        item.id = format!("irq/{irq}");
+        item.id = ItemId::Irq(irq).into();
         if let Target::File { path } = &mut item.target {
             *path = path.replace(&format!("/proc/irq/{old}/"), &format!("/proc/irq/{irq}/"));
         }

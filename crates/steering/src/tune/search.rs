@@ -9,12 +9,14 @@ use super::journal;
 use super::status::ApplyStatus;
 use super::tuner::{TuneError, Tuner};
 use crate::model::desired::{Action, Plan, Profile};
+use crate::model::item_id::{ItemId, every_napi_path};
 use crate::model::planner::{Knob, PlanOptions};
 use netsteer_experiment::clock::Clock;
 use netsteer_experiment::experiment::{self, BoxError, Comparison, Executor, Order};
 use netsteer_experiment::search::{self as engine, Dim, Obs, Options, Outcome, Target};
 use netsteer_experiment::workload::Goal;
 use netsteer_host::ethtool::NicKnob;
+use netsteer_host::netdev::NapiAttr;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -591,6 +593,12 @@ fn faceoff(
     Ok(out)
 }
 
+/// The `--set` path of a NIC setting: its item's id.
+fn nic_path(dev: &str, knob: NicKnob) -> String {
+    let dev = dev.to_string();
+    ItemId::Nic { dev, knob }.to_string()
+}
+
 /// The knobs a search tries when none are named, for `devices`: those this host has and can
 /// read now (each probed as a plan would read it), with values that span what each does.
 /// - each rx queue's RPS mask: off, or every online CPU (scaling.rst: RPS moves the protocol
@@ -642,14 +650,17 @@ pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchK
                             .collect();
                     levels.truncate(32);
                     let refs: Vec<&str> = levels.iter().map(String::as_str).collect();
-                    offer(format!("nic/{dev}/channels/{kind}"), &refs);
+                    offer(nic_path(dev, knob), &refs);
                     break;
                 }
             }
         }
-        offer(format!("nic/{dev}/feature/rx-gro"), &["0", "1"]);
         offer(
-            format!("nic/{dev}/coalesce/rx-usecs"),
+            nic_path(dev, NicKnob::Feature("rx-gro".into())),
+            &["0", "1"],
+        );
+        offer(
+            nic_path(dev, NicKnob::Coalesce("rx-usecs".into())),
             &["0", "8", "32", "64"],
         );
         offer(
@@ -667,7 +678,7 @@ pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchK
         // only for an application that busy-polls through epoll with prefer_busy_poll.
         if matches!(goal, Goal::Latency { .. }) {
             offer(
-                format!("nic/{dev}/napi/irq-suspend-timeout"),
+                every_napi_path(dev, NapiAttr::IrqSuspendTimeout),
                 &["0", "20000000"],
             );
         }

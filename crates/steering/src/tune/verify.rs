@@ -4,6 +4,7 @@
 
 use super::apply::Backend;
 use crate::model::desired::{Action, Item, ItemKind, Plan, Target};
+use crate::model::item_id::ItemId;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +28,7 @@ pub struct VerifyReport {
 }
 
 fn irq_number(item: &Item) -> Option<u32> {
-    item.id.strip_prefix("irq/")?.parse().ok()
+    ItemId::irq_of(&item.id)
 }
 
 /// Compares every item the applied plan set or found already set with what the backend reads

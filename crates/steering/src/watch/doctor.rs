@@ -52,8 +52,12 @@ impl Watcher {
                 evidence.push(match &cause {
                     Ok(line) | Err(line) => line.clone(),
                 });
-                let mut p =
-                    Proposal::of(Reflex::Rps, &format!("rps/{dev}"), evidence, changes, hot);
+                // Named as the device's RPS items are (`rps/DEV`).
+                let id = crate::model::item_id::ItemId::Queues {
+                    dev: dev.clone(),
+                    file: crate::model::item_id::QueueFile::RpsCpus,
+                };
+                let mut p = Proposal::of(Reflex::Rps, &id.to_string(), evidence, changes, hot);
                 p.declined = cause.err();
                 out.push(p);
             }

@@ -217,14 +217,17 @@ pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Pl
 
 /// True when a plan item is about `nic`: its IRQs, its queues, its own settings.
 fn concerns(item: &Item, nic: &Nic) -> bool {
-    if let Some(irq) = item.id.strip_prefix("irq/") {
-        return irq.parse().is_ok_and(|n| nic.irq(n).is_some());
-    }
-    let mut parts = item.id.split('/');
-    match parts.next() {
-        // Per-device items name the device second: "rps/eth0/rx-1", "nic/eth0/…".
-        Some("rps" | "rfs" | "xps" | "nic" | "napi") => parts.next() == Some(nic.name.as_str()),
-        // Host-wide items (sysctls, services) serve every NIC.
+    use crate::model::item_id::ItemId;
+    match ItemId::parse(&item.id) {
+        Some(ItemId::Irq(n)) => nic.irq(n).is_some(),
+        Some(
+            ItemId::Queue { dev, .. }
+            | ItemId::Queues { dev, .. }
+            | ItemId::Nic { dev, .. }
+            | ItemId::NapiDefault { dev, .. }
+            | ItemId::NapiThread { dev, .. },
+        ) => dev == nic.name,
+        // Host-wide items (sysctls, services, --set files) serve every NIC.
         _ => true,
     }
 }

@@ -6,6 +6,7 @@ use crate::model::desired::{
     Action, Format, Item, ItemKind, NAPI_SET_SINCE, NapiMode, PLAN_SCHEMA_VERSION, Plan, Profile,
     THREADED_POLL_SINCE, Target, kernel_version,
 };
+use crate::model::item_id::{ItemId, QueueFile};
 use crate::model::load::{Goal, Load};
 use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
 use netsteer_host::CpuSet;
@@ -113,7 +114,7 @@ impl Knob {
             if value.parse::<u64>().is_err() {
                 return Err(bad("a NAPI setting's value is a number"));
             }
-        } else if path.starts_with("nic/") {
+        } else if crate::model::item_id::is_nic_path(path) {
             Knob::nic_knob(path).map_err(|why| bad(&why))?;
             Knob::check_nic_value(value).map_err(|why| bad(&why))?;
         } else if Knob::kind_of(path).is_none() {
@@ -369,12 +370,12 @@ impl Builder<'_> {
             .irqbalance
             .known()
             .map(|_| "active".to_string());
+        let id = ItemId::Service("irqbalance".into());
+        let target = id.target().expect("a service's id names it");
         self.push(
-            "service/irqbalance".into(),
+            id.into(),
             ItemKind::Irqbalance,
-            Target::Service {
-                name: "irqbalance".into(),
-            },
+            target,
             Format::Text,
             current,
             "inactive".into(),
@@ -384,8 +385,12 @@ impl Builder<'_> {
     }
 
     pub(super) fn sysctl(&mut self, name: &str, field: &Field<i64>, desired: i64, reason: String) {
-        let path = format!("/proc/sys/{}", name.replace('.', "/"));
-        let id = format!("sysctl/{name}");
+        let item_id = ItemId::Sysctl(name.to_string());
+        let path = match item_id.target() {
+            Some(Target::File { path }) => path,
+            _ => unreachable!("a sysctl's id names its file"),
+        };
+        let id = item_id.to_string();
         if self.items.iter().any(|i| i.id == id) {
             return;
         }
@@ -611,10 +616,8 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             let theirs: Vec<Item> = b.items.drain(items_before..).collect();
             b.items.extend(theirs.into_iter().filter(|i| {
                 i.kind == ItemKind::IrqAffinity
-                    && i.id
-                        .strip_prefix("irq/")
-                        .and_then(|n| n.parse().ok())
-                        .is_some_and(|irq: u32| nics.iter().any(|m| m.irq(irq).is_some()))
+                    && ItemId::irq_of(&i.id)
+                        .is_some_and(|irq| nics.iter().any(|m| m.irq(irq).is_some()))
             }));
             b.notes.truncate(notes_before);
         }
@@ -703,7 +706,11 @@ fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
         (NicKnob::RssIndirection | NicKnob::FlowHash(_), _) => (Format::Text, k.value.clone()),
         _ => (Format::Int, k.value.clone()),
     };
-    let id = format!("nic/{dev}/{}", knob.to_string().replace(' ', "/"));
+    let id = ItemId::Nic {
+        dev: dev.clone(),
+        knob: knob.clone(),
+    }
+    .to_string();
     let (current, action) = match read {
         None => (
             None,
@@ -784,7 +791,11 @@ fn napi_knob_items(k: &Knob, view: &HostView) -> Result<Vec<Item>, PlanError> {
             Err(why) => (None, Action::Skip(why)),
         };
         items.push(Item {
-            id: format!("nic/{dev}/{}", knob.to_string().replace(' ', "/")),
+            id: ItemId::Nic {
+                dev: dev.clone(),
+                knob: knob.clone(),
+            }
+            .into(),
             kind: ItemKind::Napi,
             target: Target::Nic {
                 dev: dev.clone(),
@@ -806,7 +817,7 @@ fn napi_knob_items(k: &Knob, view: &HostView) -> Result<Vec<Item>, PlanError> {
 /// the plan in its kind's phase (so an RPS mask is still written after the IRQ it follows).
 fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanError> {
     for k in knobs {
-        if k.path.starts_with("nic/") {
+        if crate::model::item_id::is_nic_path(&k.path) {
             let items = if Knob::napi_knob(&k.path).is_some() {
                 napi_knob_items(k, view)?
             } else {
@@ -829,7 +840,7 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
         p.items
             .retain(|i| !matches!(&i.target, Target::File { path } if *path == k.path));
         p.items.push(Item {
-            id: format!("set{}", k.path),
+            id: ItemId::Set(k.path.clone()).into(),
             kind,
             target: Target::File {
                 path: k.path.clone(),

@@ -55,11 +55,12 @@ impl Builder<'_> {
         desired: String,
         reason: String,
     ) {
-        let id = format!("nic/{}/{}", nic.name, knob.to_string().replace(' ', "/"));
-        let target = Target::Nic {
+        let id = ItemId::Nic {
             dev: nic.name.clone(),
             knob: knob.clone(),
         };
+        let target = id.target().expect("a NIC knob's id names it");
+        let id = id.to_string();
         let (current, skip) = match &nic.settings {
             None => (
                 None,
@@ -111,22 +112,34 @@ impl Builder<'_> {
                 "n-tuple filters on: the rules below need them".into(),
             );
         }
-        for port in &self.opts.ports {
+        for port in self.opts.ports.clone() {
             for proto in [NtupleProto::Tcp4, NtupleProto::Udp4] {
-                let key = NtupleKey { proto, port: *port };
-                self.nic_text_item(
-                    nic,
-                    ItemKind::Ntuple,
-                    NicKnob::Ntuple(key),
-                    Format::Text,
-                    key.rule_text(u64::from(queue)),
-                    format!(
-                        "seed 000: {} port {port} to the reserved queue {queue}, past RSS",
-                        proto.name()
-                    ),
+                let why = format!(
+                    "seed 000: {} port {port} to the reserved queue {queue}, past RSS",
+                    proto.name()
                 );
+                self.ntuple_item(nic, NtupleKey { proto, port }, queue, why);
             }
         }
+    }
+
+    /// One n-tuple rule as an item: `key`'s traffic to `queue` (`ethtool -N DEV flow-type P
+    /// dst-port N action Q`), the one rule builder profiles and lanes share.
+    pub(super) fn ntuple_item(
+        &mut self,
+        nic: &Nic,
+        key: netsteer_host::netdev::NtupleKey,
+        queue: u32,
+        reason: String,
+    ) {
+        self.nic_text_item(
+            nic,
+            ItemKind::Ntuple,
+            NicKnob::Ntuple(key),
+            Format::Text,
+            key.rule_text(u64::from(queue)),
+            reason,
+        );
     }
 
     /// The RSS indirection table: every active queue gets an equal share of the hash buckets,
@@ -358,14 +371,18 @@ impl Builder<'_> {
             NapiAttr::Threaded => ("threaded", nic.threaded.known().cloned()),
             NapiAttr::IrqSuspendTimeout => return,
         };
-        let path = format!("/sys/class/net/{}/{file}", nic.name);
+        let id = ItemId::NapiDefault {
+            dev: nic.name.clone(),
+            file: file.to_string(),
+        };
+        let target = id.target().expect("a NAPI default's id names its file");
         let skip = current
             .is_none()
-            .then(|| format!("{path} cannot be read on this host"));
+            .then(|| format!("{target} cannot be read on this host"));
         self.push(
-            format!("napi/{}/{file}", nic.name),
+            id.into(),
             ItemKind::Napi,
-            Target::File { path },
+            target,
             Format::Int,
             current,
             v.to_string(),

@@ -225,44 +225,60 @@ impl Builder<'_> {
                     irq.name, irq.role
                 )
             };
-            // smp_affinity_list rather than the mask: the kernel parses both the same way
-            // (bitmap_parselist), the list reads the same at any nr_cpu_ids, and it is the
-            // file the host model reads (and so the one a snapshot tree holds).
-            self.push(
-                format!("irq/{}", irq.irq),
-                ItemKind::IrqAffinity,
-                Target::File {
-                    path: format!("/proc/irq/{}/smp_affinity_list", irq.irq),
-                },
-                Format::List,
-                current,
-                want.to_list(),
-                reason,
-                skip,
-            );
-            if let Some(last) = self.items.last_mut() {
-                last.label = Some(irq.name.clone());
-            }
+            self.irq_item(&irq, current, &want, reason, skip);
         }
         by_queue
     }
 
+    /// One IRQ's affinity as an item, labelled with its vector's name (a saved plan finds a
+    /// renumbered IRQ by it): the one IRQ item builder profiles and lanes share.
+    pub(super) fn irq_item(
+        &mut self,
+        irq: &NicIrq,
+        current: Option<String>,
+        want: &CpuSet,
+        reason: String,
+        skip: Option<String>,
+    ) {
+        // smp_affinity_list rather than the mask: the kernel parses both the same way
+        // (bitmap_parselist), the list reads the same at any nr_cpu_ids, and it is the
+        // file the host model reads (and so the one a snapshot tree holds).
+        let id = ItemId::Irq(irq.irq);
+        let target = id.target().expect("an IRQ's id names its file");
+        self.push(
+            id.into(),
+            ItemKind::IrqAffinity,
+            target,
+            Format::List,
+            current,
+            want.to_list(),
+            reason,
+            skip,
+        );
+        if let Some(last) = self.items.last_mut() {
+            last.label = Some(irq.name.clone());
+        }
+    }
+
     /// A device whose `queues/` could not be listed gets one skipped item naming why, instead
     /// of no RPS/RFS/XPS items at all (which would read as "nothing to do").
-    pub(super) fn queues_unreadable(&mut self, nic: &Nic, kind: ItemKind, what: &str) -> bool {
+    pub(super) fn queues_unreadable(&mut self, nic: &Nic, file: QueueFile) -> bool {
         let Some(why) = &nic.queues_unknown else {
             return false;
         };
+        let id = ItemId::Queues {
+            dev: nic.name.clone(),
+            file,
+        };
+        let target = id.target().expect("a device's queues name their directory");
         self.push(
-            format!("{what}/{}", nic.name),
-            kind,
-            Target::File {
-                path: format!("/sys/class/net/{}/queues", nic.name),
-            },
+            id.into(),
+            file.kind(),
+            target,
             Format::Mask,
             None,
             "?".into(),
-            format!("{what}: the device's queues could not be listed"),
+            format!("{}: the device's queues could not be listed", file.word()),
             Some(why.clone()),
         );
         true
@@ -280,19 +296,23 @@ impl Builder<'_> {
         kind: ItemKind,
         reason: String,
     ) {
-        let (id, dir, file) = match kind {
-            ItemKind::Xps => ("xps", "tx", "xps_cpus"),
-            _ => ("rps", "rx", "rps_cpus"),
+        let file = match kind {
+            ItemKind::Xps => QueueFile::XpsCpus,
+            _ => QueueFile::RpsCpus,
         };
+        let id = ItemId::Queue {
+            dev: nic.name.clone(),
+            file,
+            index,
+        };
+        let target = id.target().expect("a queue's id names its file");
         let current = now.known().map(|s| self.ctx.mask(s));
         let skip = now.unknown_reason().map(str::to_string);
         let mask = self.ctx.mask(want);
         self.push(
-            format!("{id}/{}/{dir}-{index}", nic.name),
+            id.into(),
             kind,
-            Target::File {
-                path: format!("/sys/class/net/{}/queues/{dir}-{index}/{file}", nic.name),
-            },
+            target,
             Format::Mask,
             current,
             mask,
@@ -302,7 +322,7 @@ impl Builder<'_> {
     }
 
     pub(super) fn rps(&mut self, nic: &Nic, irq_cpus: &CpuSet) {
-        if self.queues_unreadable(nic, ItemKind::Rps, "rps") {
+        if self.queues_unreadable(nic, QueueFile::RpsCpus) {
             return;
         }
         let profile = self.opts.profile;
@@ -390,15 +410,16 @@ impl Builder<'_> {
         for q in &queues {
             let current = q.rps_flow_cnt.known().map(u64::to_string);
             let skip = q.rps_flow_cnt.unknown_reason().map(str::to_string);
+            let id = ItemId::Queue {
+                dev: nic.name.clone(),
+                file: QueueFile::RpsFlowCnt,
+                index: q.index,
+            };
+            let target = id.target().expect("a queue's id names its file");
             self.push(
-                format!("rfs/{}/rx-{}", nic.name, q.index),
+                id.into(),
                 ItemKind::RfsFlowCnt,
-                Target::File {
-                    path: format!(
-                        "/sys/class/net/{}/queues/rx-{}/rps_flow_cnt",
-                        nic.name, q.index
-                    ),
-                },
+                target,
                 Format::Int,
                 current,
                 per_queue.to_string(),
@@ -414,7 +435,7 @@ impl Builder<'_> {
     /// XPS: each CPU sends on the queue whose IRQ it serves, so transmit completions stay on
     /// the CPU that sent (scaling.rst, XPS).
     pub(super) fn xps(&mut self, nic: &Nic, queue_cpu: &BTreeMap<u32, u32>) {
-        if self.queues_unreadable(nic, ItemKind::Xps, "xps") {
+        if self.queues_unreadable(nic, QueueFile::XpsCpus) {
             return;
         }
         let ntx = nic.tx_queues.len();

@@ -142,22 +142,16 @@ impl Builder<'_> {
             Proto::Tcp => [NtupleProto::Tcp4, NtupleProto::Tcp6],
         };
         for proto in protos {
+            let why = format!(
+                "the service's {} port {} to rx-{queue}, past RSS",
+                proto.name(),
+                spec.port
+            );
             let key = NtupleKey {
                 proto,
                 port: spec.port,
             };
-            self.nic_text_item(
-                nic,
-                ItemKind::Ntuple,
-                NicKnob::Ntuple(key),
-                Format::Text,
-                key.rule_text(u64::from(queue)),
-                format!(
-                    "the service's {} port {} to rx-{queue}, past RSS",
-                    proto.name(),
-                    spec.port
-                ),
-            );
+            self.ntuple_item(nic, key, queue, why);
         }
         Ok(())
     }
@@ -288,21 +282,8 @@ impl Builder<'_> {
                     ),
                 )
             };
-            self.push(
-                format!("irq/{}", irq.irq),
-                ItemKind::IrqAffinity,
-                Target::File {
-                    path: format!("/proc/irq/{}/smp_affinity_list", irq.irq),
-                },
-                Format::List,
-                requested.as_ref().map(CpuSet::to_list),
-                want.to_list(),
-                reason,
-                None,
-            );
-            if let Some(last) = self.items.last_mut() {
-                last.label = Some(irq.name.clone());
-            }
+            let current = requested.as_ref().map(CpuSet::to_list);
+            self.irq_item(irq, current, &want, reason, None);
         }
         Ok(())
     }
@@ -318,7 +299,7 @@ impl Builder<'_> {
         lane_cpus: &CpuSet,
         held: &BTreeSet<u32>,
     ) {
-        if self.queues_unreadable(nic, ItemKind::Rps, "rps") {
+        if self.queues_unreadable(nic, QueueFile::RpsCpus) {
             return;
         }
         for q in nic.rx_queues.clone() {
@@ -494,13 +475,15 @@ impl Builder<'_> {
                         .and_then(|t| t.allowed.known().map(CpuSet::to_list))
                         .unwrap_or_default();
                     let want: CpuSet = std::iter::once(p).collect();
+                    let id = ItemId::NapiThread {
+                        dev: nic.name.clone(),
+                        napi: n.id,
+                    };
+                    let target = id.target().expect("a NAPI thread's id names it");
                     self.push(
-                        format!("napi-thread/{}/{}", nic.name, n.id),
+                        id.into(),
                         ItemKind::Affinity,
-                        Target::NapiThread {
-                            dev: nic.name.clone(),
-                            napi: n.id,
-                        },
+                        target,
                         Format::List,
                         Some(current),
                         want.to_list(),

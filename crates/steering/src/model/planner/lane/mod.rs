@@ -412,7 +412,7 @@ pub fn plan_lane(
     for p in processes {
         let want: CpuSet = std::iter::once(cpu).collect();
         b.push(
-            format!("process/{}", p.pid),
+            ItemId::Process(p.pid).into(),
             ItemKind::Affinity,
             Target::Process {
                 pid: p.pid,
