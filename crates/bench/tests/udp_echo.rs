@@ -242,6 +242,49 @@ fn duplicates_corruption_late_and_lost_echoes_are_told_apart() {
     assert_eq!(s.received, 70);
 }
 
+/// A peer that sends, before each true echo, a forgery of it (the same flow and sequence, a
+/// send time off by one, a checksum that fits): the forgeries are corrupt, the true echoes
+/// received. Marking the sequence seen before checking the send time counted every true echo
+/// as the forgery's duplicate, and the client gave up for want of echoes.
+#[test]
+fn a_forged_echo_ahead_of_the_true_one_is_corrupt_and_the_true_one_counts() {
+    use netsteer_bench::udp_echo::payload::{self, Header};
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let addr = sock.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let h = thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while !st.load(Ordering::Relaxed) {
+            let Ok((len, from)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let d = buf[..len].to_vec();
+            let real = payload::decode(&d, len).expect("the client's own datagram");
+            let mut forged = d.clone();
+            payload::encode(
+                &mut forged,
+                Header {
+                    send_ns: real.send_ns ^ 1,
+                    ..real
+                },
+            );
+            sock.send_to(&forged, from).unwrap();
+            sock.send_to(&d, from).unwrap();
+        }
+    });
+    let mut cfg = client_cfg(addr);
+    cfg.count = Some(100);
+    let (_, summaries) = run(&cfg);
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    let s = &summaries[0];
+    assert_eq!((s.sent, s.received, s.lost), (100, 100, 0), "{s:#?}");
+    assert_eq!((s.corrupted, s.duplicated), (100, 0), "{s:#?}");
+}
+
 #[test]
 fn a_dead_server_ends_in_an_error_not_a_hang() {
     // Nothing listens: ICMP port unreachable comes back at once.

@@ -928,3 +928,132 @@ fn a_pid_namespace_of_its_own_cannot_say_irqbalance_is_not_running() {
         out(&outside)
     );
 }
+
+/// A plan file or a journal is someone's data, and its ids are the report's, the rollback's
+/// and a saved plan's word for what is written: an id that names one knob beside a target
+/// that is another is refused before anything is journaled or written, so are two items of
+/// one id (the journal's key: the second was never rolled back), and the excuse "a managed
+/// IRQ refuses to move" comes from the target, not from an id. Main wrote IRQ 47 for a plan
+/// whose id said 48 and whose label named IRQ 49, and restored one of two items of one id.
+#[test]
+fn an_id_that_names_another_knob_than_its_target_is_refused() {
+    let tree = scratch("kvm-virtio-16cpu");
+    let root = tree.path().to_str().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let state = base.path().join("state");
+    let sd = state.to_str().unwrap();
+    let files = |p: &std::path::Path| {
+        let mut all = Vec::new();
+        let mut stack = vec![p.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else if e.file_type().unwrap().is_file() {
+                    all.push((e.path(), std::fs::read(e.path()).unwrap()));
+                }
+            }
+        }
+        all.sort();
+        all
+    };
+    let before = files(tree.path());
+    let plan_of = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["tune", "plan"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let o = run(&root_args(root, &all));
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        serde_json::from_str(&out(&o)).unwrap()
+    };
+    let refused = |plan: &serde_json::Value, name: &str, why: &str| {
+        let file = base.path().join(name);
+        std::fs::write(&file, plan.to_string()).unwrap();
+        let o = run(&root_args(
+            root,
+            &[
+                "tune",
+                "apply",
+                "--plan",
+                file.to_str().unwrap(),
+                "--state-dir",
+                sd,
+            ],
+        ));
+        assert_eq!(o.status.code(), Some(2), "{name}: {}{}", out(&o), err(&o));
+        assert!(err(&o).contains(why), "{name}: {}", err(&o));
+        assert!(
+            !state.join("journal").exists()
+                || std::fs::read_dir(state.join("journal")).unwrap().count() == 0,
+            "{name}: journaled"
+        );
+        assert!(files(tree.path()) == before, "{name}: the tree changed");
+    };
+
+    // (a) irq/N (labelled with its own vector's name) beside another IRQ's file.
+    let mut plan = plan_of(&["--profile", "latency", "--irqbalance", "stop"]);
+    let items = plan["items"].as_array_mut().unwrap();
+    let irqs: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i]["kind"] == "irq-affinity")
+        .collect();
+    assert!(irqs.len() >= 2, "{plan:#}");
+    let (a, b) = (irqs[0], irqs[1]);
+    let other_path = items[b]["target"]["path"].clone();
+    items[a]["target"]["path"] = other_path;
+    items[a]["action"] = "change".into();
+    refused(&plan, "crossed.json", "names another knob");
+
+    // (b) One id twice, on two sysctls.
+    let mut plan = plan_of(&[
+        "--profile",
+        "none",
+        "--set",
+        "/proc/sys/net/core/busy_poll=50",
+        "--set",
+        "/proc/sys/net/core/busy_read=77",
+    ]);
+    let items = plan["items"].as_array_mut().unwrap();
+    assert_eq!(items.len(), 2, "{items:#?}");
+    // A label, not an id netsteer writes: only the twice decides.
+    items[0]["id"] = "my-knob".into();
+    items[1]["id"] = "my-knob".into();
+    refused(&plan, "twice.json", "twice");
+
+    // (c) A journal whose entry's id says irq/1 beside busy_poll's file.
+    let o = run(&root_args(
+        root,
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "none",
+            "--set",
+            "/proc/sys/net/core/busy_poll=50",
+            "--state-dir",
+            sd,
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let journal = std::fs::read_dir(state.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the apply's journal");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let id = "\"set/proc/sys/net/core/busy_poll\"";
+    assert!(text.contains(id), "{text}");
+    std::fs::write(&journal, text.replace(id, "\"irq/1\"")).unwrap();
+    let o = run(&root_args(root, &["tune", "rollback", "--state-dir", sd]));
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("names another knob"), "{}", err(&o));
+    let busy_poll = tree.path().join("proc/sys/net/core/busy_poll");
+    assert_eq!(std::fs::read_to_string(&busy_poll).unwrap().trim(), "50");
+    std::fs::write(&journal, &text).unwrap();
+    let o = run(&root_args(root, &["tune", "rollback", "--state-dir", sd]));
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
+    assert!(
+        files(tree.path()) == before,
+        "the rollback left the tree changed"
+    );
+}

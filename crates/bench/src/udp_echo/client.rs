@@ -454,16 +454,19 @@ impl FlowRun<'_> {
                     a.reordered += 1;
                     continue;
                 }
+                // The echo of the datagram in flight carries its send time: one that does not
+                // is corrupt (or forged) and must not mark the sequence as seen, or the true
+                // echo behind it would count as its duplicate.
+                if h.seq == seq && h.send_ns != now {
+                    a.corrupted += 1;
+                    continue;
+                }
                 if !seen.insert(h.seq) {
                     a.duplicated += 1;
                     continue;
                 }
                 if h.seq < seq {
                     a.reordered += 1;
-                    continue;
-                }
-                if h.send_ns != now {
-                    a.corrupted += 1;
                     continue;
                 }
                 a.received += 1;

@@ -235,6 +235,28 @@ impl Target {
             }
         }
     }
+
+    /// The kind of knob this is, from the target itself (never from an id or a kind someone
+    /// wrote beside it in a plan file or journal): what decides, for one, that an EPERM is a
+    /// managed IRQ's refusal by design rather than a failed write. A file that is no knob
+    /// reads as a sysctl (it never passes [`Target::knob_check`]).
+    pub fn kind(&self) -> ItemKind {
+        match self {
+            Target::File { path } => crate::model::planner::Knob::kind_of(path)
+                .map_or(ItemKind::Sysctl, |(kind, _)| kind),
+            Target::Nic { knob, .. } => match knob {
+                NicKnob::Channels(_) | NicKnob::Rings(_) => ItemKind::Channels,
+                NicKnob::Coalesce(_) => ItemKind::Coalesce,
+                NicKnob::Pause(_) => ItemKind::Pause,
+                NicKnob::RssIndirection | NicKnob::FlowHash(_) => ItemKind::Rss,
+                NicKnob::Napi(..) => ItemKind::Napi,
+                NicKnob::Ntuple(_) => ItemKind::Ntuple,
+                NicKnob::Feature(_) => ItemKind::Feature,
+            },
+            Target::Service { .. } => ItemKind::Irqbalance,
+            Target::Process { .. } | Target::NapiThread { .. } => ItemKind::Affinity,
+        }
+    }
 }
 
 impl fmt::Display for Target {

@@ -131,9 +131,11 @@ impl From<ItemId> for String {
 }
 
 impl ItemId {
-    /// Reads an id back; None for text no planner writes.
+    /// Reads an id back; None for text no planner writes (which a plan file may still carry
+    /// as a label: [`check_id`]).
     pub fn parse(s: &str) -> Option<ItemId> {
-        let num = |t: &str| t.parse::<u32>().ok().filter(|_| !t.starts_with('+'));
+        // Numbers as Display writes them: no sign, no leading zero (parse is its inverse).
+        let num = |t: &str| t.parse::<u32>().ok().filter(|n| n.to_string() == t);
         if let Some(path) = s.strip_prefix("set/") {
             return Some(ItemId::Set(format!("/{path}")));
         }
@@ -212,6 +214,34 @@ impl ItemId {
             ItemId::Sysctl(name) => file(format!("/proc/sys/{}", name.replace('.', "/"))),
             ItemId::Set(path) => file(path.clone()),
         }
+    }
+}
+
+/// Ok when `id` may stand beside `target` in a plan or journal: an id netsteer writes names
+/// that target (`irq/48` is IRQ 48's affinity file, list or mask; `process/7` is pid 7), and
+/// other text is a label only. A plan file or journal is someone's data: an id that names one
+/// knob beside a target that is another would have the report, the rollback and a saved
+/// plan's renumbering speak of one knob while the other is written.
+pub fn check_id(id: &str, target: &Target) -> Result<(), String> {
+    let Some(parsed) = ItemId::parse(id) else {
+        return Ok(());
+    };
+    let fits = match (&parsed, target) {
+        (ItemId::Irq(n), Target::File { path }) => {
+            *path == format!("/proc/irq/{n}/smp_affinity_list")
+                || *path == format!("/proc/irq/{n}/smp_affinity")
+        }
+        (ItemId::Process(pid), Target::Process { pid: p, .. }) => pid == p,
+        // `nic/DEV/rss/weight` is `--set`'s spelling of the table; a NIC item's id is its knob.
+        (ItemId::Set(path), Target::File { path: p }) => path == p,
+        _ => parsed.target().as_ref() == Some(target),
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "its id names another knob than its target {target}"
+        ))
     }
 }
 
@@ -346,6 +376,8 @@ mod tests {
             "irq/",
             "irq/x",
             "irq/+4",
+            "irq/048",
+            "process/07",
             "irq/4/5",
             "rps/eth0/tx-1",
             "xps/eth0/rx-1",
@@ -359,6 +391,47 @@ mod tests {
         ] {
             assert_eq!(ItemId::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_id_fits_its_own_target_only_and_its_kind_is_the_targets() {
+        for id in all() {
+            if let Some(t) = id.target() {
+                assert_eq!(check_id(&id.to_string(), &t), Ok(()), "{id}");
+            }
+        }
+        let file = |p: &str| Target::File { path: p.into() };
+        assert_eq!(
+            check_id("irq/48", &file("/proc/irq/48/smp_affinity")),
+            Ok(())
+        );
+        assert!(check_id("irq/48", &file("/proc/irq/47/smp_affinity_list")).is_err());
+        assert!(check_id("irq/1", &file("/proc/sys/net/core/busy_poll")).is_err());
+        assert!(check_id("process/7", &Target::Process { pid: 8, start: 1 }).is_err());
+        assert_eq!(
+            check_id("process/7", &Target::Process { pid: 7, start: 1 }),
+            Ok(())
+        );
+        // Text no planner writes is a label: the target alone decides.
+        assert_eq!(
+            check_id("my-knob", &file("/proc/sys/net/core/busy_poll")),
+            Ok(())
+        );
+        // The kind comes from the target whatever the id says.
+        assert_eq!(
+            file("/proc/sys/net/core/busy_poll").kind(),
+            ItemKind::Sysctl
+        );
+        assert_eq!(
+            file("/proc/irq/3/smp_affinity_list").kind(),
+            ItemKind::IrqAffinity
+        );
+        assert_eq!(
+            ItemId::parse("nic/eth0/napi/8193/threaded")
+                .and_then(|i| i.target())
+                .map(|t| t.kind()),
+            Some(ItemKind::Napi)
+        );
     }
 
     #[test]

@@ -192,7 +192,8 @@ impl Backend for HostBackend<'_> {
 /// device does not back (ENOENT `xps_cpus` on one tx queue).
 fn refused_by_design(item: &Item, e: &StepError) -> Option<String> {
     let errno = e.errno?;
-    match (item.kind, errno) {
+    // The target's kind, not the item's: a plan file's `kind` is someone's word.
+    match (item.target.kind(), errno) {
         (ItemKind::IrqAffinity, libc::EPERM | libc::EIO) => Some(format!(
             "the kernel refuses to move this IRQ ({}): a managed or per-CPU IRQ",
             if errno == libc::EPERM { "EPERM" } else { "EIO" }
@@ -380,7 +381,7 @@ impl Run<'_> {
             self.append(&Record::Write { id: id.clone() })?;
             let item = Item {
                 id: id.clone(),
-                kind: kind_of(&id),
+                kind: target.kind(),
                 target,
                 format,
                 label: None,
@@ -638,12 +639,26 @@ pub fn apply(
     // A plan may come from a file: nothing is journaled or written unless every item it
     // would read or change is a knob (a skipped item is never touched: the planner's
     // "queues could not be listed" item names the directory).
+    // Its ids are the journal's keys (one rollback entry an id): each names its own target
+    // and stands once.
+    let mut ids = std::collections::BTreeSet::new();
     for i in plan
         .items
         .iter()
         .filter(|i| !matches!(i.action, Action::Skip(_)))
     {
-        if let Err(why) = i.target.knob_check() {
+        let checked = i
+            .target
+            .knob_check()
+            .and_then(|()| crate::model::item_id::check_id(&i.id, &i.target))
+            .and_then(|()| {
+                if ids.insert(i.id.as_str()) {
+                    Ok(())
+                } else {
+                    Err("the plan names this id twice".to_string())
+                }
+            });
+        if let Err(why) = checked {
             return Err(ApplyError::NotAKnob {
                 id: i.id.clone(),
                 why,
@@ -818,6 +833,5 @@ pub fn apply(
     }
 }
 
-use super::rollback::kind_of;
 pub use super::rollback::{RollbackError, RollbackReport, latest_journal, rollback};
 use super::status::{ApplyStatus, StepStatus};

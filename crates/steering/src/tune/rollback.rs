@@ -5,7 +5,7 @@
 use super::apply::{Backend, Written, undo};
 use super::journal::{self, Journal, Record};
 use super::status::RollbackStatus;
-use crate::model::desired::{Action, Item, ItemKind};
+use crate::model::desired::{Action, Item, ItemKind, Target};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -78,15 +78,27 @@ pub fn rollback(
     let journal_name = path.display().to_string();
     // Every target first, before any write: a rollback restores what the journal says was
     // there, so a journal that names anything but a knob is not netsteer's and is not obeyed.
+    // An id names its own target, and one target only (a journal journals an id again after
+    // a channel change, for the same knob).
+    let mut targets: BTreeMap<&str, &Target> = BTreeMap::new();
     for r in &records {
-        if let Record::Old { id, target, .. } = r
-            && let Err(why) = target.knob_check()
-        {
-            return Err(RollbackError::NotAKnob {
-                journal: journal_name,
-                id: id.clone(),
-                why,
-            });
+        if let Record::Old { id, target, .. } = r {
+            let checked = target
+                .knob_check()
+                .and_then(|()| crate::model::item_id::check_id(id, target))
+                .and_then(|()| match targets.insert(id, target) {
+                    Some(other) if other != target => Err(format!(
+                        "the journal names this id for {other} and for {target}"
+                    )),
+                    _ => Ok(()),
+                });
+            if let Err(why) = checked {
+                return Err(RollbackError::NotAKnob {
+                    journal: journal_name,
+                    id: id.clone(),
+                    why,
+                });
+            }
         }
     }
     if journal::rolled_back(&records) {
@@ -124,7 +136,7 @@ pub fn rollback(
                     id.clone(),
                     Item {
                         id: id.clone(),
-                        kind: kind_of(id),
+                        kind: target.kind(),
                         target: target.clone(),
                         format: *format,
                         label: None,
@@ -234,26 +246,4 @@ pub fn rollback(
         failed,
         given_up: left,
     })
-}
-
-/// The kind an item id names (`irq/45` → irq-affinity); rollback needs it to tell a managed
-/// IRQ's refusal from a failure.
-pub(super) fn kind_of(id: &str) -> ItemKind {
-    match id.split('/').next().unwrap_or("") {
-        "irq" => ItemKind::IrqAffinity,
-        "rps" => ItemKind::Rps,
-        "rfs" => ItemKind::RfsFlowCnt,
-        "xps" => ItemKind::Xps,
-        "service" => ItemKind::Irqbalance,
-        "process" | "napi-thread" => ItemKind::Affinity,
-        "napi" => ItemKind::Napi,
-        "nic" if id.contains("/channels/") || id.contains("/rings/") => ItemKind::Channels,
-        "nic" if id.contains("/coalesce/") => ItemKind::Coalesce,
-        "nic" if id.contains("/pause/") => ItemKind::Pause,
-        "nic" if id.contains("/rss/") || id.contains("/flow-hash/") => ItemKind::Rss,
-        "nic" if id.contains("/napi/") => ItemKind::Napi,
-        "nic" if id.contains("/ntuple/") => ItemKind::Ntuple,
-        "nic" => ItemKind::Feature,
-        _ => ItemKind::Sysctl,
-    }
 }

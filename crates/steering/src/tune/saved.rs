@@ -70,7 +70,9 @@ pub fn for_host(saved: &Plan, view: &HostView) -> Result<Plan, SavedPlanError> {
         let Some(old) = ItemId::irq_of(&item.id) else {
             continue;
         };
-        if old == irq {
+        // Renumbered only where the id and the file name the same IRQ: one that says IRQ 48
+        // beside IRQ 47's file is refused by the apply, not moved to a third.
+        if old == irq || crate::model::item_id::check_id(&item.id, &item.target).is_err() {
             continue;
         }
         item.id = ItemId::Irq(irq).into();

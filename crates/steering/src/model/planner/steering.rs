@@ -401,8 +401,9 @@ impl Builder<'_> {
             RFS_ENTRIES as i64,
             format!("RFS: {RFS_ENTRIES} flow entries, \"works fairly well on a moderately loaded server\" (scaling.rst)"),
         );
+        let table = ItemId::Sysctl("net.core.rps_sock_flow_entries".into()).to_string();
         if let Some(last) = self.items.last_mut()
-            && last.id == "sysctl/net.core.rps_sock_flow_entries"
+            && last.id == table
         {
             last.kind = ItemKind::RfsTable;
         }
