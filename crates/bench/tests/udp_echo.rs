@@ -174,7 +174,10 @@ fn timestamps_split_the_round_trip() {
 
 /// An echo server that misbehaves on purpose: it duplicates, corrupts, holds back or drops
 /// some echoes, so the client must count each kind.
-fn rogue_server() -> (SocketAddr, Arc<AtomicBool>, JoinHandle<()>) {
+/// A peer on loopback that hands every datagram it gets to `answer` until its flag is set.
+fn peer(
+    mut answer: impl FnMut(&UdpSocket, Vec<u8>, SocketAddr) + Send + 'static,
+) -> (SocketAddr, Arc<AtomicBool>, JoinHandle<()>) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();
@@ -183,43 +186,47 @@ fn rogue_server() -> (SocketAddr, Arc<AtomicBool>, JoinHandle<()>) {
     let st = stop.clone();
     let h = thread::spawn(move || {
         let mut buf = [0u8; 2048];
-        let mut n = 0u64;
-        let mut held: Option<(Vec<u8>, SocketAddr)> = None;
         while !st.load(Ordering::Relaxed) {
-            let Ok((len, from)) = sock.recv_from(&mut buf) else {
-                continue;
-            };
-            n += 1;
-            let d = buf[..len].to_vec();
-            match n % 10 {
-                // Duplicate.
-                1 => {
-                    sock.send_to(&d, from).unwrap();
-                    sock.send_to(&d, from).unwrap();
-                }
-                // Corrupt one byte (this datagram's real echo never comes: lost too).
-                3 => {
-                    let mut bad = d.clone();
-                    bad[20] ^= 0xff;
-                    sock.send_to(&bad, from).unwrap();
-                }
-                // Hold back: sent after the next datagram's echo (late, out of order).
-                5 => held = Some((d, from)),
-                6 => {
-                    sock.send_to(&d, from).unwrap();
-                    if let Some((h, to)) = held.take() {
-                        sock.send_to(&h, to).unwrap();
-                    }
-                }
-                // Drop.
-                8 => {}
-                _ => {
-                    sock.send_to(&d, from).unwrap();
-                }
+            if let Ok((len, from)) = sock.recv_from(&mut buf) {
+                answer(&sock, buf[..len].to_vec(), from);
             }
         }
     });
     (addr, stop, h)
+}
+
+fn rogue_server() -> (SocketAddr, Arc<AtomicBool>, JoinHandle<()>) {
+    let mut n = 0u64;
+    let mut held: Option<(Vec<u8>, SocketAddr)> = None;
+    peer(move |sock, d, from| {
+        n += 1;
+        match n % 10 {
+            // Duplicate.
+            1 => {
+                sock.send_to(&d, from).unwrap();
+                sock.send_to(&d, from).unwrap();
+            }
+            // Corrupt one byte (this datagram's real echo never comes: lost too).
+            3 => {
+                let mut bad = d.clone();
+                bad[20] ^= 0xff;
+                sock.send_to(&bad, from).unwrap();
+            }
+            // Hold back: sent after the next datagram's echo (late, out of order).
+            5 => held = Some((d, from)),
+            6 => {
+                sock.send_to(&d, from).unwrap();
+                if let Some((h, to)) = held.take() {
+                    sock.send_to(&h, to).unwrap();
+                }
+            }
+            // Drop.
+            8 => {}
+            _ => {
+                sock.send_to(&d, from).unwrap();
+            }
+        }
+    })
 }
 
 #[test]
@@ -249,31 +256,18 @@ fn duplicates_corruption_late_and_lost_echoes_are_told_apart() {
 #[test]
 fn a_forged_echo_ahead_of_the_true_one_is_corrupt_and_the_true_one_counts() {
     use netsteer_bench::udp_echo::payload::{self, Header};
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
-    let addr = sock.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
-    let h = thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while !st.load(Ordering::Relaxed) {
-            let Ok((len, from)) = sock.recv_from(&mut buf) else {
-                continue;
-            };
-            let d = buf[..len].to_vec();
-            let real = payload::decode(&d, len).expect("the client's own datagram");
-            let mut forged = d.clone();
-            payload::encode(
-                &mut forged,
-                Header {
-                    send_ns: real.send_ns ^ 1,
-                    ..real
-                },
-            );
-            sock.send_to(&forged, from).unwrap();
-            sock.send_to(&d, from).unwrap();
-        }
+    let (addr, stop, h) = peer(|sock, d, from| {
+        let real = payload::decode(&d, d.len()).expect("the client's own datagram");
+        let mut forged = d.clone();
+        payload::encode(
+            &mut forged,
+            Header {
+                send_ns: real.send_ns ^ 1,
+                ..real
+            },
+        );
+        sock.send_to(&forged, from).unwrap();
+        sock.send_to(&d, from).unwrap();
     });
     let mut cfg = client_cfg(addr);
     cfg.count = Some(100);

@@ -636,6 +636,41 @@ fn as_nobody(script: &str) -> Output {
         .expect("run setpriv (util-linux)")
 }
 
+/// The journal of a state directory's first apply.
+fn first_journal(state: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(state.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the apply's journal")
+}
+
+/// `tune apply --profile none --set KNOB` into the tree `root`.
+fn apply_set(root: &str, knob: &str, state_dir: &str) -> Output {
+    run(&root_args(
+        root,
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "none",
+            "--set",
+            knob,
+            "--state-dir",
+            state_dir,
+        ],
+    ))
+}
+
+/// `tune apply --plan FILE` into the tree `root`.
+fn apply_plan(root: &str, plan: &std::path::Path, state_dir: &str) -> Output {
+    let plan = plan.to_str().unwrap();
+    run(&root_args(
+        root,
+        &["tune", "apply", "--plan", plan, "--state-dir", state_dir],
+    ))
+}
+
 fn mode_of(p: &std::path::Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
@@ -671,11 +706,7 @@ fn a_journal_that_names_anything_but_a_knob_is_refused_and_state_is_roots_own() 
     // (a) 0755 for the directories (the agent reads them unprivileged), whatever the umask.
     assert_eq!(mode_of(&state), 0o755, "{}", state.display());
     assert_eq!(mode_of(&state.join("journal")), 0o755);
-    let journal = std::fs::read_dir(state.join("journal"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .expect("the apply's journal");
+    let journal = first_journal(&state);
     assert_eq!(mode_of(&journal) & 0o022, 0, "{}", journal.display());
     let planted = state.join("journal/000000000099.jsonl");
     let o = as_nobody(&format!("echo x > {}", planted.display()));
@@ -787,17 +818,7 @@ fn a_journal_that_names_anything_but_a_knob_is_refused_and_state_is_roots_own() 
     let plan = base.path().join("plan.json");
     std::fs::write(&plan, out(&o).replace(knob, "\"/etc/victim\"")).unwrap();
     let journals = std::fs::read_dir(state.join("journal")).unwrap().count();
-    let o = run(&root_args(
-        root,
-        &[
-            "tune",
-            "apply",
-            "--plan",
-            plan.to_str().unwrap(),
-            "--state-dir",
-            sd,
-        ],
-    ));
+    let o = apply_plan(root, &plan, sd);
     assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
     assert!(err(&o).contains("not a knob"), "{}", err(&o));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
@@ -834,19 +855,7 @@ fn what_another_user_could_swap_on_the_way_is_refused() {
     let before = std::fs::read_to_string(&budget).unwrap();
     let set_budget = |v: &str| {
         let knob = format!("/proc/sys/net/core/netdev_budget={v}");
-        run(&root_args(
-            root,
-            &[
-                "tune",
-                "apply",
-                "--profile",
-                "none",
-                "--set",
-                &knob,
-                "--state-dir",
-                sd,
-            ],
-        ))
+        apply_set(root, &knob, sd)
     };
     let o = set_budget("600");
     assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
@@ -970,17 +979,7 @@ fn an_id_that_names_another_knob_than_its_target_is_refused() {
     let refused = |plan: &serde_json::Value, name: &str, why: &str| {
         let file = base.path().join(name);
         std::fs::write(&file, plan.to_string()).unwrap();
-        let o = run(&root_args(
-            root,
-            &[
-                "tune",
-                "apply",
-                "--plan",
-                file.to_str().unwrap(),
-                "--state-dir",
-                sd,
-            ],
-        ));
+        let o = apply_plan(root, &file, sd);
         assert_eq!(o.status.code(), Some(2), "{name}: {}{}", out(&o), err(&o));
         assert!(err(&o).contains(why), "{name}: {}", err(&o));
         assert!(
@@ -1021,25 +1020,9 @@ fn an_id_that_names_another_knob_than_its_target_is_refused() {
     refused(&plan, "twice.json", "twice");
 
     // (c) A journal whose entry's id says irq/1 beside busy_poll's file.
-    let o = run(&root_args(
-        root,
-        &[
-            "tune",
-            "apply",
-            "--profile",
-            "none",
-            "--set",
-            "/proc/sys/net/core/busy_poll=50",
-            "--state-dir",
-            sd,
-        ],
-    ));
+    let o = apply_set(root, "/proc/sys/net/core/busy_poll=50", sd);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let journal = std::fs::read_dir(state.join("journal"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .expect("the apply's journal");
+    let journal = first_journal(&state);
     let text = std::fs::read_to_string(&journal).unwrap();
     let id = "\"set/proc/sys/net/core/busy_poll\"";
     assert!(text.contains(id), "{text}");
