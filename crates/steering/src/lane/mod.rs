@@ -4,9 +4,9 @@
 //! as asked (`lane.json`), tune's journals and its applied plan. So the main `tune` state, the
 //! watcher's and each lane's never roll back each other's changes.
 //!
-//! [`Lanes::hold`] (in `hold.rs`, with the one step it repeats) binds a lane to its service: applied while the service runs (its threads
-//! pinned, whichever pids it has now), rolled back when it stops, applied again when it comes
-//! back. A holder that restarts adopts a lane that still matches its service; it leaves the
+//! [`Lanes::hold`] (in `hold.rs`, with the one step it repeats) binds a lane to its service:
+//! applied while the service runs (its threads pinned, whichever pids it has now), rolled back
+//! when it stops, applied again when it comes back. A holder that restarts adopts a lane that still matches its service; it leaves the
 //! lane in place when it exits unless told otherwise (OpenShift's tuning operator learnt both
 //! the hard way: a restart cleared the IRQ bans running pods relied on, and rollback on exit
 //! caused outages).
@@ -20,6 +20,7 @@
 //! compacted to the newest few, and the search for the sockets' holders reads the
 //! descriptors of their candidates only (the owner's uid, or the unit's processes).
 
+use crate::model::item_id::ItemId;
 use crate::model::planner::lane::{LaneClaim, LaneError};
 use crate::tune::apply::ApplyOptions;
 use crate::tune::journal;
@@ -441,12 +442,9 @@ impl Lanes {
             }
             let drift = self.tuner(&other)?.verify()?.drift;
             // A pinned process that is gone is its holder's business, not a repair.
-            let broken = drift.iter().any(|d| {
-                !matches!(
-                    crate::model::item_id::ItemId::parse(&d.id),
-                    Some(crate::model::item_id::ItemId::Process(_))
-                )
-            });
+            let broken = drift
+                .iter()
+                .any(|d| !matches!(ItemId::parse(&d.id), Some(ItemId::Process(_))));
             if broken {
                 out.push((other.clone(), self.apply(&spec, &ApplyOptions::default())?));
             }

@@ -244,15 +244,7 @@ impl Target {
         match self {
             Target::File { path } => crate::model::planner::Knob::kind_of(path)
                 .map_or(ItemKind::Sysctl, |(kind, _)| kind),
-            Target::Nic { knob, .. } => match knob {
-                NicKnob::Channels(_) | NicKnob::Rings(_) => ItemKind::Channels,
-                NicKnob::Coalesce(_) => ItemKind::Coalesce,
-                NicKnob::Pause(_) => ItemKind::Pause,
-                NicKnob::RssIndirection | NicKnob::FlowHash(_) => ItemKind::Rss,
-                NicKnob::Napi(..) => ItemKind::Napi,
-                NicKnob::Ntuple(_) => ItemKind::Ntuple,
-                NicKnob::Feature(_) => ItemKind::Feature,
-            },
+            Target::Nic { knob, .. } => ItemKind::of_nic(knob),
             Target::Service { .. } => ItemKind::Irqbalance,
             Target::Process { .. } | Target::NapiThread { .. } => ItemKind::Affinity,
         }
@@ -335,6 +327,20 @@ pub enum ItemKind {
 }
 
 impl ItemKind {
+    /// The kind of a NIC setting: ring sizes go with channel counts (both recreate the
+    /// queues), flow-hash fields with the RSS table.
+    pub fn of_nic(knob: &NicKnob) -> ItemKind {
+        match knob {
+            NicKnob::Channels(_) | NicKnob::Rings(_) => ItemKind::Channels,
+            NicKnob::Coalesce(_) => ItemKind::Coalesce,
+            NicKnob::Pause(_) => ItemKind::Pause,
+            NicKnob::RssIndirection | NicKnob::FlowHash(_) => ItemKind::Rss,
+            NicKnob::Napi(..) => ItemKind::Napi,
+            NicKnob::Ntuple(_) => ItemKind::Ntuple,
+            NicKnob::Feature(_) => ItemKind::Feature,
+        }
+    }
+
     /// Order of application: queues exist before they are steered (a channel change recreates
     /// queue kobjects with RPS/XPS reset, knobs.md 4.6), IRQs are pinned before the RPS masks
     /// that avoid their CPUs, and irqbalance is dealt with before any IRQ moves.

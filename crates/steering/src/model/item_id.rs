@@ -226,16 +226,16 @@ pub fn check_id(id: &str, target: &Target) -> Result<(), String> {
     let Some(parsed) = ItemId::parse(id) else {
         return Ok(());
     };
-    let fits = match (&parsed, target) {
-        (ItemId::Irq(n), Target::File { path }) => {
-            *path == format!("/proc/irq/{n}/smp_affinity_list")
-                || *path == format!("/proc/irq/{n}/smp_affinity")
-        }
-        (ItemId::Process(pid), Target::Process { pid: p, .. }) => pid == p,
-        // `nic/DEV/rss/weight` is `--set`'s spelling of the table; a NIC item's id is its knob.
-        (ItemId::Set(path), Target::File { path: p }) => path == p,
-        _ => parsed.target().as_ref() == Some(target),
-    };
+    // Beside the id's own target: an IRQ's mask file (a hand-written plan's), and a process
+    // by its pid (the target adds the start time the id leaves out).
+    let fits = parsed.target().as_ref() == Some(target)
+        || match (&parsed, target) {
+            (ItemId::Irq(n), Target::File { path }) => {
+                *path == format!("/proc/irq/{n}/smp_affinity")
+            }
+            (ItemId::Process(pid), Target::Process { pid: p, .. }) => pid == p,
+            _ => false,
+        };
     if fits {
         Ok(())
     } else {
@@ -243,6 +243,12 @@ pub fn check_id(id: &str, target: &Target) -> Result<(), String> {
             "its id names another knob than its target {target}"
         ))
     }
+}
+
+/// What a plan file's or journal's entry must be before anything of it is journaled or
+/// written: a knob ([`Target::knob_check`]) that its id, if netsteer spells it, names.
+pub fn check_knob(id: &str, target: &Target) -> Result<(), String> {
+    target.knob_check().and_then(|()| check_id(id, target))
 }
 
 /// True for a path that names a NIC setting, not a file: `--set`'s `nic/IF/GROUP/NAME` and

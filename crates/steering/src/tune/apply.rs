@@ -647,17 +647,13 @@ pub fn apply(
         .iter()
         .filter(|i| !matches!(i.action, Action::Skip(_)))
     {
-        let checked = i
-            .target
-            .knob_check()
-            .and_then(|()| crate::model::item_id::check_id(&i.id, &i.target))
-            .and_then(|()| {
-                if ids.insert(i.id.as_str()) {
-                    Ok(())
-                } else {
-                    Err("the plan names this id twice".to_string())
-                }
-            });
+        let checked = crate::model::item_id::check_knob(&i.id, &i.target).and_then(|()| {
+            if ids.insert(i.id.as_str()) {
+                Ok(())
+            } else {
+                Err("the plan names this id twice".to_string())
+            }
+        });
         if let Err(why) = checked {
             return Err(ApplyError::NotAKnob {
                 id: i.id.clone(),

@@ -27,10 +27,6 @@ pub struct VerifyReport {
     pub drift: Vec<Drift>,
 }
 
-fn irq_number(item: &Item) -> Option<u32> {
-    ItemId::irq_of(&item.id)
-}
-
 /// Compares every item the applied plan set or found already set with what the backend reads
 /// now. `view` (the host as it is now) names IRQs, so a renumbered one is recognised.
 pub fn verify(applied: &Plan, backend: &dyn Backend, view: &HostView) -> VerifyReport {
@@ -77,7 +73,7 @@ fn explain(item: &Item, found: Option<&str>, view: &HostView, irqbalance: Option
                     .find(|i| &i.name == label)
                     .map(|i| i.irq)
             });
-            match (now, irq_number(item), found) {
+            match (now, ItemId::irq_of(&item.id), found) {
                 (Some(n), Some(old), _) if n != old => format!(
                     "{} is IRQ {n} now, not {old}: the driver re-requested its vectors (reload, ifdown/up or a channel change); re-apply",
                     item.label.as_deref().unwrap_or("the queue")

@@ -5,6 +5,7 @@ use super::{Change, Proposal, Reflex, Watcher};
 use crate::doctor::rules::rps::{planned, spreading_profile};
 use crate::doctor::{Ctx, Load, diagnose};
 use crate::model::desired::{Action, ItemKind, Profile, Target};
+use crate::model::item_id::{ItemId, QueueFile};
 use netsteer_host::nic::Nic;
 use netsteer_host::view::HostView;
 
@@ -53,9 +54,9 @@ impl Watcher {
                     Ok(line) | Err(line) => line.clone(),
                 });
                 // Named as the device's RPS items are (`rps/DEV`).
-                let id = crate::model::item_id::ItemId::Queues {
+                let id = ItemId::Queues {
                     dev: dev.clone(),
-                    file: crate::model::item_id::QueueFile::RpsCpus,
+                    file: QueueFile::RpsCpus,
                 };
                 let mut p = Proposal::of(Reflex::Rps, &id.to_string(), evidence, changes, hot);
                 p.declined = cause.err();

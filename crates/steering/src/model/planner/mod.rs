@@ -170,23 +170,17 @@ impl Knob {
         if !name_ok {
             return Err(format!("{name:?} is not a setting name"));
         }
-        let (knob, kind) = match *group {
+        let knob = match *group {
             "channels" if ["combined", "rx", "tx", "other"].contains(name) => {
-                (NicKnob::Channels(name.to_string()), ItemKind::Channels)
+                NicKnob::Channels(name.to_string())
             }
-            "coalesce" => (NicKnob::Coalesce(name.to_string()), ItemKind::Coalesce),
-            "rings" if ["rx", "tx"].contains(name) => {
-                (NicKnob::Rings(name.to_string()), ItemKind::Channels)
-            }
-            "feature" => (NicKnob::Feature(name.to_string()), ItemKind::Feature),
-            "pause" if ["autoneg", "rx", "tx"].contains(name) => {
-                (NicKnob::Pause(name.to_string()), ItemKind::Pause)
-            }
-            "rss" if ["indirection", "weight"].contains(name) => {
-                (NicKnob::RssIndirection, ItemKind::Rss)
-            }
+            "coalesce" => NicKnob::Coalesce(name.to_string()),
+            "rings" if ["rx", "tx"].contains(name) => NicKnob::Rings(name.to_string()),
+            "feature" => NicKnob::Feature(name.to_string()),
+            "pause" if ["autoneg", "rx", "tx"].contains(name) => NicKnob::Pause(name.to_string()),
+            "rss" if ["indirection", "weight"].contains(name) => NicKnob::RssIndirection,
             "flow-hash" if ["tcp4", "udp4", "tcp6", "udp6"].contains(name) => {
-                (NicKnob::FlowHash(name.to_string()), ItemKind::Rss)
+                NicKnob::FlowHash(name.to_string())
             }
             _ => {
                 return Err(format!(
@@ -194,6 +188,7 @@ impl Knob {
                 ));
             }
         };
+        let kind = ItemKind::of_nic(&knob);
         Ok((dev.to_string(), knob, kind))
     }
 
