@@ -195,7 +195,7 @@ fn advice_comes_after_the_hysteresis_and_without_apply_nothing_is_written() {
     let backlog = &advice.changes[0];
     assert_eq!(
         (
-            backlog.path.as_str(),
+            backlog.path().as_str(),
             backlog.from.as_str(),
             backlog.to.as_str()
         ),
@@ -203,7 +203,7 @@ fn advice_comes_after_the_hysteresis_and_without_apply_nothing_is_written() {
     );
     // The flow limit as the hex mask the kernel parses (CPU 4 is 0x10, not decimal 16).
     let flow = &advice.changes[1];
-    assert_eq!(flow.path, "/proc/sys/net/core/flow_limit_cpu_bitmap");
+    assert_eq!(flow.path(), "/proc/sys/net/core/flow_limit_cpu_bitmap");
     assert_eq!(flow.to, "0010");
     assert_eq!(
         CpuSet::parse_mask(&flow.to).unwrap(),
@@ -569,11 +569,41 @@ fn one_cpu_drowning_in_net_rx_gets_rps_from_the_planner() {
     let rps = advice
         .changes
         .iter()
-        .find(|c| c.path.ends_with("rx-0/rps_cpus"))
+        .find(|c| c.path().ends_with("rx-0/rps_cpus"))
         .expect("an RPS change");
     // Every CPU but the interrupt's (9), as doctor's fix and `tune plan` say.
     assert_eq!(rps.to, "fdff");
     assert_eq!(rig.read("sys/class/net/eth0/queues/rx-0/rps_cpus"), "fdff");
+    // What was journaled is the planner's own items (their ids and kinds), not the changes'
+    // paths planned again as `--set` knobs (`set/sys/class/net/eth0/...`).
+    let Some(Event::Applied { journal, .. }) =
+        ev.iter().find(|e| matches!(e, Event::Applied { .. }))
+    else {
+        panic!("{ev:?}")
+    };
+    let text = std::fs::read_to_string(journal).unwrap();
+    let begin: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let items = begin["plan"]["items"]
+        .as_array()
+        .expect("the plan journaled");
+    let rx0 = items
+        .iter()
+        .find(|i| i["id"] == "rps/eth0/rx-0")
+        .unwrap_or_else(|| panic!("the planner's item rps/eth0/rx-0 in {items:?}"));
+    assert_eq!(rx0["kind"], "rps");
+    assert!(
+        rx0["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("netsteer watch, rps/eth0:"),
+        "{rx0}"
+    );
+    assert!(
+        items
+            .iter()
+            .all(|i| !i["id"].as_str().unwrap().starts_with("set/")),
+        "{items:?}"
+    );
     assert!(Path::new(&rig.state.path().join("watch/owned.json")).exists());
 }
 
@@ -631,7 +661,7 @@ fn a_hot_queue_under_a_skewed_rss_table_gets_the_equal_table_over_the_nic_backen
     assert_eq!(advice.id, "rss/eth2");
     assert_eq!(advice.changes.len(), 1, "{:?}", advice.changes);
     let c = &advice.changes[0];
-    assert_eq!(c.path, "nic/eth2/rss/indirection");
+    assert_eq!(c.path(), "nic/eth2/rss/indirection");
     assert_eq!(c.from, vec!["0"; 128].join(" "));
     let equal: Vec<u64> = (0..128).map(|i| i % 11).collect();
     assert_eq!(

@@ -249,6 +249,27 @@ impl Target {
             Target::Process { .. } | Target::NapiThread { .. } => ItemKind::Affinity,
         }
     }
+
+    /// How this target's values compare, as every planner item of it says: a file's by its
+    /// path ([`Knob::kind_of`]), an RSS table, flow hash or n-tuple rule as text, other NIC
+    /// settings as numbers, a CPU list for a process or a NAPI kthread, a unit's state as
+    /// text.
+    ///
+    /// [`Knob::kind_of`]: crate::model::planner::Knob::kind_of
+    pub fn format(&self) -> Format {
+        match self {
+            Target::File { path } => {
+                crate::model::planner::Knob::kind_of(path).map_or(Format::Text, |(_, f)| f)
+            }
+            Target::Nic {
+                knob: NicKnob::RssIndirection | NicKnob::FlowHash(_) | NicKnob::Ntuple(_),
+                ..
+            } => Format::Text,
+            Target::Nic { .. } => Format::Int,
+            Target::Process { .. } | Target::NapiThread { .. } => Format::List,
+            Target::Service { .. } => Format::Text,
+        }
+    }
 }
 
 impl fmt::Display for Target {

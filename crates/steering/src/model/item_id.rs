@@ -258,6 +258,54 @@ pub fn is_nic_path(path: &str) -> bool {
     path.starts_with("nic/")
 }
 
+/// The path `tune apply --set` names `target` by, which a watcher's change is written with:
+/// a file's own path, a NIC setting's id (`nic/eth0/rss/indirection`). A knob of another kind
+/// (a service, a process, a NAPI kthread) has no `--set` path: None.
+pub fn set_path(target: &Target) -> Option<String> {
+    match target {
+        Target::File { path } => Some(path.clone()),
+        Target::Nic { dev, knob } if !matches!(knob, NicKnob::Napi(..)) => Some(
+            ItemId::Nic {
+                dev: dev.clone(),
+                knob: knob.clone(),
+            }
+            .to_string(),
+        ),
+        _ => None,
+    }
+}
+
+/// The target a `--set` path names ([`set_path`]'s inverse): an absolute path is a file, a
+/// `nic/IF/GROUP/NAME` a NIC setting (the `--set` grammar, [`Knob::nic_knob`]).
+///
+/// [`Knob::nic_knob`]: crate::model::planner::Knob::nic_knob
+pub fn target_of_set_path(path: &str) -> Result<Target, String> {
+    if path.starts_with('/') {
+        return Ok(Target::File { path: path.into() });
+    }
+    if is_nic_path(path) {
+        let (dev, knob, _) = crate::model::planner::Knob::nic_knob(path)?;
+        return Ok(Target::Nic { dev, knob });
+    }
+    Err(format!(
+        "{path:?} is neither a file nor a NIC setting (nic/IF/GROUP/NAME)"
+    ))
+}
+
+/// The id an item made for `target` alone carries, as `--set` names it: `set/PATH` for a
+/// file, the NIC setting's own id, else the target's own text.
+pub fn set_id(target: &Target) -> String {
+    match target {
+        Target::File { path } => ItemId::Set(path.clone()).to_string(),
+        Target::Nic { dev, knob } => ItemId::Nic {
+            dev: dev.clone(),
+            knob: knob.clone(),
+        }
+        .to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// The `--set` path of a per-NAPI setting for every NAPI of `dev` (`nic/eth0/napi/threaded`);
 /// each NAPI's item is then `nic/eth0/napi/ID/threaded`.
 pub fn every_napi_path(dev: &str, attr: NapiAttr) -> String {

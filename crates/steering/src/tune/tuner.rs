@@ -8,13 +8,13 @@
 //! (`netsteer_sock::netns::on_thread` with a fresh sysfs) and uses a `Tuner` there.
 
 use super::apply::{
-    ApplyError, ApplyOptions, ApplyReport, HostBackend, RollbackError, RollbackReport, apply,
-    latest_journal, rollback,
+    ApplyError, ApplyOptions, ApplyReport, Backend, HostBackend, RollbackError, RollbackReport,
+    apply, latest_journal, rollback,
 };
 use super::journal;
 use super::status::ApplyStatus;
 use super::verify::{VerifyReport, verify};
-use crate::model::desired::Plan;
+use crate::model::desired::{Item, Plan};
 use crate::model::planner::{Knob, PlanError, PlanOptions, plan};
 use netsteer_experiment::clock::Clock;
 use netsteer_experiment::experiment::{self, BoxError, Decision, Executor, Metric, Order};
@@ -224,6 +224,13 @@ impl Tuner {
             })
             .collect();
         Ok(plan(&self.view(), &opts)?)
+    }
+
+    /// A plan of `items` made elsewhere (a watcher's reflex), each value read now through
+    /// this host's root ([`crate::model::planner::plan_of`]).
+    pub fn plan_of(&self, items: Vec<Item>) -> Plan {
+        let backend = self.backend();
+        crate::model::planner::plan_of(items, |t| backend.read(t).map_err(|e| e.message))
     }
 
     /// Applies `p` (journaled, all or nothing). After a channel change a live plan is made

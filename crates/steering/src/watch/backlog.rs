@@ -5,6 +5,7 @@
 use super::{BACKLOG, Change, FLOW_LIMIT, Proposal, Reflex, Watcher};
 use crate::doctor::rules::drops::{SATURATED_IDLE, away_evidence, idle, rps_away};
 use crate::doctor::{Ctx, Load};
+use crate::model::item_id::{ItemId, QueueFile};
 use netsteer_host::CpuSet;
 use netsteer_host::sample::CpuRates;
 use netsteer_host::view::HostView;
@@ -157,11 +158,7 @@ impl Watcher {
             }
             .min(cap);
             if next > cur {
-                changes.push(Change {
-                    path: BACKLOG.into(),
-                    from: cur.to_string(),
-                    to: next.to_string(),
-                });
+                changes.push(Change::file(BACKLOG, cur.to_string(), next.to_string()));
             }
         }
         let ctx = Ctx::new(view, None, self.cfg.goal, None);
@@ -173,11 +170,7 @@ impl Watcher {
             if &want != set {
                 // The kernel parses this file as a hex CPU mask (bitmap_parse in
                 // flow_limit_cpu_sysctl, net/core/sysctl_net_core.c).
-                changes.push(Change {
-                    path: FLOW_LIMIT.into(),
-                    from: ctx.mask(set),
-                    to: ctx.mask(&want),
-                });
+                changes.push(Change::file(FLOW_LIMIT, ctx.mask(set), ctx.mask(&want)));
             }
         }
         let mut p = Proposal::of(Reflex::Backlog, "backlog", evidence, changes, total);
@@ -197,7 +190,13 @@ impl Watcher {
                     .moves
                     .iter()
                     .map(|(q, from, to)| Change {
-                        path: format!("{}/rps_cpus", Ctx::queue_dir(a.nic, &format!("rx-{q}"))),
+                        target: ItemId::Queue {
+                            dev: a.nic.name.clone(),
+                            file: QueueFile::RpsCpus,
+                            index: *q,
+                        }
+                        .target()
+                        .expect("a queue file's id names it"),
                         from: ctx.mask(from),
                         to: ctx.mask(to),
                     })

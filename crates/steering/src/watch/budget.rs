@@ -70,7 +70,7 @@ impl Watcher {
         }
         let budget = changes
             .iter()
-            .find(|c| c.path == BUDGET)
+            .find(|c| c.path() == BUDGET)
             .and_then(|c| c.to.parse::<i64>().ok())
             .or_else(|| view.sysctls.netdev_budget.known().copied())?;
         let across = format!("RPS hands packets across CPUs ({})", seen.join("; "));
@@ -103,10 +103,6 @@ fn doubling(
     evidence.push(format!("{name} = {cur} (cap {cap})"));
     let next = cur.saturating_mul(2).min(cap);
     if next > cur {
-        changes.push(Change {
-            path: path.into(),
-            from: cur.to_string(),
-            to: next.to_string(),
-        });
+        changes.push(Change::file(path, cur.to_string(), next.to_string()));
     }
 }

@@ -1,10 +1,10 @@
 //! The reflexes that take a doctor finding's fix: `rps` (doctor's `softirq-hot-cpu`) and
 //! `rss` (doctor's `rss-table-skewed`), each proposing the planner's items for the device.
 
-use super::{Change, Proposal, Reflex, Watcher};
+use super::{Proposal, Reflex, Watcher};
 use crate::doctor::rules::rps::{planned, spreading_profile};
 use crate::doctor::{Ctx, Load, diagnose};
-use crate::model::desired::{Action, ItemKind, Profile, Target};
+use crate::model::desired::{Action, Item, ItemKind, Profile, Target};
 use crate::model::item_id::{ItemId, QueueFile};
 use netsteer_host::nic::Nic;
 use netsteer_host::view::HostView;
@@ -43,8 +43,8 @@ impl Watcher {
                     spreading_profile(ctx),
                     &[ItemKind::Rps, ItemKind::RfsTable, ItemKind::RfsFlowCnt],
                 );
-                let changes = changes_of(&p.items, |t| matches!(t, Target::File { .. }));
-                if changes.is_empty() {
+                let items = changes_of(&p.items, |t| matches!(t, Target::File { .. }));
+                if items.is_empty() {
                     continue;
                 }
                 let mut evidence = vec![f.title.clone()];
@@ -58,7 +58,7 @@ impl Watcher {
                     dev: dev.clone(),
                     file: QueueFile::RpsCpus,
                 };
-                let mut p = Proposal::of(Reflex::Rps, &id.to_string(), evidence, changes, hot);
+                let mut p = Proposal::planned(Reflex::Rps, &id.to_string(), evidence, items, hot);
                 p.declined = cause.err();
                 out.push(p);
             }
@@ -86,7 +86,7 @@ impl Watcher {
                     continue;
                 };
                 let p = planned(ctx, nic, Profile::Balanced, &[ItemKind::Rss]);
-                let changes = changes_of(&p.items, |t| {
+                let items = changes_of(&p.items, |t| {
                     matches!(
                         t,
                         Target::Nic {
@@ -97,11 +97,11 @@ impl Watcher {
                 });
                 let mut evidence = vec![f.title.clone()];
                 evidence.extend(f.evidence.iter().cloned());
-                out.push(Proposal::of(
+                out.push(Proposal::planned(
                     Reflex::Rss,
                     &format!("rss/{dev}"),
                     evidence,
-                    changes,
+                    items,
                     skew,
                 ));
             }
@@ -179,22 +179,11 @@ fn caused_by(ctx: &Ctx, nic: &Nic, hot: &[u32], min_rate: f64) -> Result<String,
     ))
 }
 
-/// The changes among a plan's items whose target `which` takes, each by the path `tune apply
-/// --set` takes (a NIC item's id is that path: `nic/IF/rss/indirection`).
-fn changes_of(
-    items: &[crate::model::desired::Item],
-    which: impl Fn(&Target) -> bool,
-) -> Vec<Change> {
+/// The items of a plan that change a knob `which` takes: what the reflex hands the tuner.
+fn changes_of(items: &[Item], which: impl Fn(&Target) -> bool) -> Vec<Item> {
     items
         .iter()
         .filter(|i| i.action == Action::Change && which(&i.target))
-        .map(|i| Change {
-            path: match &i.target {
-                Target::File { path } => path.clone(),
-                _ => i.id.clone(),
-            },
-            from: i.current.clone().unwrap_or_default(),
-            to: i.desired.clone(),
-        })
+        .cloned()
         .collect()
 }

@@ -54,8 +54,7 @@ mod text;
 mod undo;
 
 use crate::doctor::{Goal, Load};
-use crate::model::desired::Profile;
-use crate::model::planner::{Knob, PlanOptions};
+use crate::model::desired::{Action, Item, Target};
 use crate::tune::{ApplyOptions, TuneError, Tuner};
 use guard::Cost;
 use netsteer_host::view::HostView;
@@ -206,12 +205,88 @@ impl Reflex {
     }
 }
 
-/// One knob a reflex would change.
+/// One knob a reflex would change: its target (a file or a NIC setting) and the values. Its
+/// text (the event log, `--json`, the advice file) names the target by the path `tune apply
+/// --set` takes (`{"path": "nic/eth0/rss/indirection", ...}`), as it did before targets
+/// were typed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "ChangeText", try_from = "ChangeText")]
 pub struct Change {
-    pub path: String,
+    pub target: Target,
     pub from: String,
     pub to: String,
+}
+
+impl Change {
+    /// A change to the file at `path` (a sysctl, a queue's RPS mask).
+    pub fn file(path: &str, from: String, to: String) -> Change {
+        Change {
+            target: Target::File { path: path.into() },
+            from,
+            to,
+        }
+    }
+
+    /// A planner item's change, as the item says it.
+    pub fn of_item(item: &Item) -> Change {
+        Change {
+            target: item.target.clone(),
+            from: item.current.clone().unwrap_or_default(),
+            to: item.desired.clone(),
+        }
+    }
+
+    /// The knob by its `--set` path: what the watcher's state, its moves and its events
+    /// key a knob by.
+    pub fn path(&self) -> String {
+        crate::model::item_id::set_path(&self.target).unwrap_or_else(|| self.target.to_string())
+    }
+
+    /// The change as a plan item of its own, named as `tune apply --set` names it (a reflex
+    /// whose changes are not the planner's: backlog, budget, rps-away, a reclaim).
+    fn item(&self) -> Item {
+        Item {
+            id: crate::model::item_id::set_id(&self.target),
+            kind: self.target.kind(),
+            format: self.target.format(),
+            target: self.target.clone(),
+            label: None,
+            current: None,
+            desired: self.to.clone(),
+            reason: String::new(),
+            action: Action::Change,
+            rewrite: false,
+        }
+    }
+}
+
+/// [`Change`] as it is written.
+#[derive(Serialize, Deserialize)]
+struct ChangeText {
+    path: String,
+    from: String,
+    to: String,
+}
+
+impl From<Change> for ChangeText {
+    fn from(c: Change) -> ChangeText {
+        ChangeText {
+            path: c.path(),
+            from: c.from,
+            to: c.to,
+        }
+    }
+}
+
+impl TryFrom<ChangeText> for Change {
+    type Error = String;
+    fn try_from(t: ChangeText) -> Result<Change, String> {
+        Ok(Change {
+            target: crate::model::item_id::target_of_set_path(&t.path)?,
+            from: t.from,
+            to: t.to,
+        })
+    }
 }
 
 /// A reflex's proposal: the same id for the same reflex on the same subject in every run
@@ -322,6 +397,9 @@ impl Event {
 /// A proposal with the number the guard watches.
 struct Proposal {
     advice: Advice,
+    /// The plan items its action applies, one per change: the planner's own for the
+    /// reflexes that take a doctor finding's fix, else each change as `--set` names it.
+    items: Vec<Item>,
     reflex: Reflex,
     /// The quantity that must fall (drops/s, squeezes/s, the hot CPU's softirq %).
     signal: f64,
@@ -588,7 +666,7 @@ impl Watcher {
             .advice
             .changes
             .iter()
-            .find_map(|c| self.asleep_knobs.get(&(p.reflex, c.path.clone())))
+            .find_map(|c| self.asleep_knobs.get(&(p.reflex, c.path())))
         {
             return Some(("knob-asleep", why.clone()));
         }
@@ -599,13 +677,13 @@ impl Watcher {
             .advice
             .changes
             .iter()
-            .find(|c| self.state.is_disowned(&c.path))
+            .find(|c| self.state.is_disowned(&c.path()))
         {
             return Some((
                 "disowned",
                 format!(
                     "{} was rewritten by someone else: not touched again",
-                    c.path
+                    c.path()
                 ),
             ));
         }
@@ -685,9 +763,8 @@ impl Watcher {
             let key = match key {
                 "reverses" => {
                     for c in &p.advice.changes {
-                        if self.moves.contains_key(&c.path) {
-                            self.asleep_knobs
-                                .insert((p.reflex, c.path.clone()), why.clone());
+                        if self.moves.contains_key(&c.path()) {
+                            self.asleep_knobs.insert((p.reflex, c.path()), why.clone());
                         }
                     }
                     "knob-asleep"
@@ -720,13 +797,13 @@ impl Watcher {
             return;
         }
         let cpu_before = Cost::mean(self.recent.iter().map(|i| &i.cost));
-        match self.apply(&p.advice) {
+        match self.apply(&p.advice, &p.items) {
             Ok(journal) => {
                 self.last_action.insert(p.reflex, now);
                 for c in &p.advice.changes {
-                    self.state.own(&c.path, &c.to, &journal, &id);
+                    self.state.own(&c.path(), &c.to, &journal, &id);
                     self.moves.insert(
-                        c.path.clone(),
+                        c.path(),
                         Move {
                             reflex: p.reflex,
                             from: c.from.clone(),
@@ -768,26 +845,18 @@ impl Watcher {
         }
     }
 
-    /// The advice's changes through tune's transaction: plan (reading each file's value now),
+    /// An advice's items through tune's transaction: a plan of them (each value read now),
     /// journal, write, read back; all or nothing. Returns the journal.
-    fn apply(&self, a: &Advice) -> Result<String, String> {
-        let knobs = a
-            .changes
+    fn apply(&self, a: &Advice, items: &[Item]) -> Result<String, String> {
+        let reason = format!("netsteer watch, {}: {}", a.id, a.evidence.join("; "));
+        let items = items
             .iter()
-            .map(|c| Knob {
-                path: c.path.clone(),
-                value: c.to.clone(),
-                current: None,
+            .map(|i| Item {
+                reason: reason.clone(),
+                ..i.clone()
             })
             .collect();
-        let opts = PlanOptions {
-            knobs,
-            ..PlanOptions::for_profile(Profile::None)
-        };
-        let mut plan = self.tuner.plan(&opts).map_err(|e| e.to_string())?;
-        for item in &mut plan.items {
-            item.reason = format!("netsteer watch, {}: {}", a.id, a.evidence.join("; "));
-        }
+        let plan = self.tuner.plan_of(items);
         let r = self
             .tuner
             .apply(
@@ -857,8 +926,33 @@ impl Proposal {
         changes: Vec<Change>,
         signal: f64,
     ) -> Proposal {
+        let items = changes.iter().map(Change::item).collect();
+        Proposal::with_items(reflex, id, evidence, changes, items, signal)
+    }
+
+    /// A proposal that applies the planner's `items` (each one change).
+    fn planned(
+        reflex: Reflex,
+        id: &str,
+        evidence: Vec<String>,
+        items: Vec<Item>,
+        signal: f64,
+    ) -> Proposal {
+        let changes = items.iter().map(Change::of_item).collect();
+        Proposal::with_items(reflex, id, evidence, changes, items, signal)
+    }
+
+    fn with_items(
+        reflex: Reflex,
+        id: &str,
+        evidence: Vec<String>,
+        changes: Vec<Change>,
+        items: Vec<Item>,
+        signal: f64,
+    ) -> Proposal {
         Proposal {
             at_cap: changes.is_empty(),
+            items,
             advice: Advice {
                 id: id.into(),
                 reflex,
@@ -884,7 +978,47 @@ fn with_left(why: String, left: &[String]) -> String {
 /// Whether a knob still holds what was written, compared as tune compares a plan item's file
 /// (masks and lists as CPU sets, counts as numbers, the rest as trimmed text).
 pub(crate) fn same_value(path: &str, a: &str, b: &str) -> bool {
-    Knob::kind_of(path)
-        .map_or(crate::model::desired::Format::Text, |(_, f)| f)
+    crate::model::item_id::target_of_set_path(path)
+        .map_or(crate::model::desired::Format::Text, |t| t.format())
         .same(a, b)
+}
+
+#[cfg(test)]
+mod change_tests {
+    use super::Change;
+    use crate::model::desired::Target;
+    use netsteer_host::ethtool::NicKnob;
+
+    #[test]
+    fn a_change_is_written_with_its_set_path_and_read_back_to_its_target() {
+        let nic = Change {
+            target: Target::Nic {
+                dev: "eth2".into(),
+                knob: NicKnob::RssIndirection,
+            },
+            from: "0 0".into(),
+            to: "0 1".into(),
+        };
+        let text = serde_json::to_string(&nic).unwrap();
+        assert_eq!(
+            text,
+            r#"{"path":"nic/eth2/rss/indirection","from":"0 0","to":"0 1"}"#
+        );
+        assert_eq!(serde_json::from_str::<Change>(&text).unwrap(), nic);
+        let file = Change::file(
+            "/proc/sys/net/core/netdev_budget",
+            "300".into(),
+            "600".into(),
+        );
+        let text = serde_json::to_string(&file).unwrap();
+        assert_eq!(
+            text,
+            r#"{"path":"/proc/sys/net/core/netdev_budget","from":"300","to":"600"}"#
+        );
+        assert_eq!(serde_json::from_str::<Change>(&text).unwrap(), file);
+        // Neither a file nor a NIC setting: refused by name, not taken as a file.
+        let bad = r#"{"path":"proc/sys/net/core/netdev_budget","from":"1","to":"2"}"#;
+        let err = serde_json::from_str::<Change>(bad).unwrap_err().to_string();
+        assert!(err.contains("proc/sys/net/core/netdev_budget"), "{err}");
+    }
 }

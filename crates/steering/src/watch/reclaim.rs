@@ -35,6 +35,17 @@ impl Watcher {
             }
             let was = self.tuner.read_knob(&path).unwrap_or_default();
             let id = if id.is_empty() { path.clone() } else { id };
+            let target = match crate::model::item_id::target_of_set_path(&path) {
+                Ok(t) => t,
+                Err(error) => {
+                    out.push(Event::ApplyFailed {
+                        at: 0.0,
+                        id: format!("reclaim/{id}"),
+                        error,
+                    });
+                    continue;
+                }
+            };
             let advice = Advice {
                 id: format!("reclaim/{id}"),
                 reflex: Reflex::of_id(&id),
@@ -42,12 +53,13 @@ impl Watcher {
                     "told to reclaim {path}: the watcher wrote {ours}, someone else {was}"
                 )],
                 changes: vec![Change {
-                    path: path.clone(),
+                    target,
                     from: was.clone(),
                     to: ours.clone(),
                 }],
             };
-            match self.apply(&advice) {
+            let items: Vec<_> = advice.changes.iter().map(Change::item).collect();
+            match self.apply(&advice, &items) {
                 Ok(journal) => {
                     self.state.reclaimed(&path, &ours, &journal, &id);
                     out.push(Event::Reclaimed {

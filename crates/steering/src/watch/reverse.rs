@@ -13,19 +13,20 @@ impl Watcher {
     pub(super) fn reverses(&self, p: &Proposal, now: f64) -> Option<String> {
         let window = self.cfg.reverse_window.as_secs_f64();
         p.advice.changes.iter().find_map(|c| {
-            let m = self.moves.get(&c.path)?;
+            let path = c.path();
+            let m = self.moves.get(&path)?;
             let ago = now - m.at;
-            (m.reflex == p.reflex && ago < window && gives_back(&c.path, &m.from, &m.to, &c.to))
+            (m.reflex == p.reflex && ago < window && gives_back(&path, &m.from, &m.to, &c.to))
                 .then(|| {
                     format!(
                         "{} would give {} back what it moved off it {ago:.0} s ago ({} → {}, now → {}): a move undone this soon chases the load from CPU to CPU; {} sleeps for {} until the watcher restarts",
                         p.reflex.name(),
-                        c.path,
+                        path,
                         m.from,
                         m.to,
                         c.to,
                         p.reflex.name(),
-                        c.path
+                        path
                     )
                 })
         })

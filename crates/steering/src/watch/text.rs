@@ -6,7 +6,7 @@ use super::{Change, Event};
 pub fn text(e: &Event) -> String {
     let changes = |cs: &[Change]| {
         cs.iter()
-            .map(|c| format!("{} {} -> {}", c.path, c.from, c.to))
+            .map(|c| format!("{} {} -> {}", c.path(), c.from, c.to))
             .collect::<Vec<_>>()
             .join("; ")
     };

@@ -671,6 +671,45 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     Ok(p)
 }
 
+/// A plan of items made elsewhere (a watcher's reflex: the planner's own items, or its own
+/// sysctl steps), each one's value now given by `read` and its action from it, as `--set`
+/// knobs are planned: a value that cannot be read is skipped with the reason, one already as
+/// desired kept. The devices are those its NIC items are of.
+pub fn plan_of(items: Vec<Item>, read: impl Fn(&Target) -> Result<String, String>) -> Plan {
+    let mut p = Plan {
+        schema_version: PLAN_SCHEMA_VERSION,
+        profile: Profile::None,
+        devices: Vec::new(),
+        cpus: None,
+        items: Vec::new(),
+        notes: Vec::new(),
+    };
+    for item in items {
+        let (current, action) = match read(&item.target) {
+            Ok(v) => {
+                let a = change_or_keep(Some(&v), &item.desired, item.format);
+                (Some(v), a)
+            }
+            Err(why) => (
+                None,
+                Action::Skip(format!("{}: not readable here: {why}", item.target)),
+            ),
+        };
+        if let Some(d) = item.target_device()
+            && !p.devices.iter().any(|x| x == d)
+        {
+            p.devices.push(d.to_string());
+        }
+        p.items.push(Item {
+            current,
+            action,
+            ..item
+        });
+    }
+    p.items.sort_by_key(|i| i.phase());
+    p
+}
+
 /// An explicit NIC knob as a plan item, its current value read from the view's NIC settings.
 fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
     let bad = |why: String| PlanError::BadKnob(format!("{}={}", k.path, k.value), why);
