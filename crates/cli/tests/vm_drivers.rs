@@ -883,7 +883,7 @@ fn watch_takes_the_hot_queue(pair: &mut VmPair) {
         panic!("the rss reflex did not act: {events:?}")
     };
     assert_eq!(changes.len(), 1, "{id}: {changes:?}");
-    assert_eq!(changes[0].path, "nic/eth0/rss/indirection");
+    assert_eq!(changes[0].path(), "nic/eth0/rss/indirection");
     assert!(
         !events
             .iter()

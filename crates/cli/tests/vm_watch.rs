@@ -188,7 +188,7 @@ fn describe(since: f64, e: &Event) -> Option<String> {
             "{since:.1} s {id} applied {}",
             changes
                 .iter()
-                .map(|c| format!("{} {} -> {}", c.path, c.from, c.to))
+                .map(|c| format!("{} {} -> {}", c.path(), c.from, c.to))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -445,8 +445,12 @@ fn a_backlog_flood_in_a_guest_gets_advice_and_what_watch_applies_is_journaled_an
         let local = share.join(journal.strip_prefix(&format!("{GSHARE}/")).unwrap());
         let text = std::fs::read_to_string(&local).unwrap_or_else(|e| panic!("{journal}: {e}"));
         for c in changes {
-            assert!(text.contains(&c.path), "{id}: {journal} lacks {}", c.path);
-            match c.path.as_str() {
+            assert!(
+                text.contains(&c.path()),
+                "{id}: {journal} lacks {}",
+                c.path()
+            );
+            match c.path().as_str() {
                 "/proc/sys/net/core/netdev_max_backlog" => {
                     assert!(c.to.parse::<i64>().unwrap() <= 32_768, "{c:?}")
                 }

@@ -1336,3 +1336,54 @@ fn a_setting_the_driver_ignores_is_a_skip_and_not_drift() {
     let v = verify(&applied, &backend, &view);
     assert!(v.drift.is_empty(), "{:?}", v.drift);
 }
+
+/// An item's kind and format are its target's (`Target::kind`, `Target::format`): what a
+/// plan says of a knob is what the knob is, on every captured and real tree, every profile.
+#[test]
+fn every_planned_item_has_its_targets_kind_and_format() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    let mut trees: Vec<_> = ["hosts", "real"]
+        .iter()
+        .flat_map(|d| fs::read_dir(root.join(d)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    trees.sort();
+    let mut seen = 0;
+    let mut wrong = Vec::new();
+    for tree in &trees {
+        for profile in PROFILES {
+            for o in [opts(*profile), leave(*profile)] {
+                let fs = HostFs::open(tree).unwrap();
+                let nic = TreeNic::new(tree);
+                let settings = |n: &str| nic.settings(n);
+                let view = read_host(&fs, Some(&settings));
+                let Ok(p) = plan(&view, &o) else { continue };
+                // A skipped item may name what could not be read (a queues directory that
+                // was not listed): not a knob, never written.
+                for i in p
+                    .items
+                    .iter()
+                    .filter(|i| !matches!(i.action, Action::Skip(_)))
+                {
+                    seen += 1;
+                    if i.kind != i.target.kind() || i.format != i.target.format() {
+                        wrong.push(format!(
+                            "{}: {} {:?}/{:?} but its target {} is {:?}/{:?}",
+                            tree.display(),
+                            i.id,
+                            i.kind,
+                            i.format,
+                            i.target,
+                            i.target.kind(),
+                            i.target.format()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen > 1000, "{seen} items planned");
+    wrong.dedup();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -223,8 +223,15 @@ impl Knob {
             ["", "proc", "sys", "net", "core", "flow_limit_cpu_bitmap"] => {
                 Some((ItemKind::Sysctl, Format::Mask))
             }
+            // The global RFS table, sized beside the queues' rps_flow_cnt (scaling.rst, RFS).
+            ["", "proc", "sys", "net", "core", "rps_sock_flow_entries"] => {
+                Some((ItemKind::RfsTable, Format::Int))
+            }
+            // A count compares as a number (`Format::Int` falls back to trimmed text for a
+            // value that is not one, such as tcp_rmem's three numbers): what the planner's
+            // own sysctl items say, so that `--set` and a profile judge a value alike.
             ["", "proc", "sys", "net", rest @ ..] if !rest.is_empty() => {
-                Some((ItemKind::Sysctl, Format::Text))
+                Some((ItemKind::Sysctl, Format::Int))
             }
             ["", "proc", "irq", n, "smp_affinity"] if n.parse::<u32>().is_ok() => {
                 Some((ItemKind::IrqAffinity, Format::Mask))
