@@ -213,8 +213,9 @@ fn irq_remote_numa_names_the_remote_queues_of_the_seed_000_host() {
         ]
     );
     assert_eq!(f.severity, Severity::Warning);
-    // Free local CPUs: the HT siblings 12-16 of node 0.
+    // Free local CPUs: the HT siblings 12-16 of node 0; the pins are the plan's own.
     assert_eq!(f.fix.steps[0], "echo 12 > /proc/irq/96/smp_affinity_list");
+    assert_eq!(f.fix.steps, irq_pins(&v, "eth2"));
 
     let (mut v, l) = host("cloudflare-24cpu");
     for (irq, cpu) in (96..=100).zip(12..) {
@@ -281,6 +282,30 @@ fn irq_fixes_stop_an_irqbalance_that_runs_or_may_run() {
     }
 }
 
+/// The IRQ pins of `dev` a balanced `tune apply --irqbalance stop` would write, as shell
+/// lines (on views where irqbalance is known not to run, what the doctor's fix writes).
+fn irq_pins(v: &HostView, dev: &str) -> Vec<String> {
+    use netsteer_steering::tune::{Action, IrqbalancePolicy, ItemKind, PlanOptions, Profile, plan};
+    let opts = PlanOptions {
+        irqbalance: IrqbalancePolicy::Stop,
+        ..PlanOptions::for_profile(Profile::Balanced)
+    };
+    let irqs: Vec<u32> = v
+        .nics
+        .iter()
+        .filter(|n| n.name == dev)
+        .flat_map(|n| n.queue_irqs().map(|i| i.irq))
+        .collect();
+    plan(v, &opts)
+        .unwrap()
+        .items
+        .iter()
+        .filter(|i| i.kind == ItemKind::IrqAffinity && i.action == Action::Change)
+        .filter(|i| irqs.iter().any(|n| i.id == format!("irq/{n}")))
+        .filter_map(|i| i.shell_command())
+        .collect()
+}
+
 #[test]
 fn irq_ht_siblings() {
     let (mut v, l) = host("tuned-ixgbe-16cpu");
@@ -292,6 +317,13 @@ fn irq_ht_siblings() {
     assert_eq!(f.subjects.irqs, [61, 62]);
     assert_eq!(f.subjects.cpus, [0, 8]);
     assert_eq!(f.fix.steps, ["echo 1 > /proc/irq/62/smp_affinity_list"]);
+    // The fix is the plan's: `tune apply` writes those very pins.
+    assert_eq!(f.fix.steps, irq_pins(&v, "eth0"));
+    // With no whole core free (core 1, CPUs 1 and 9, isolated) the pair is where the
+    // queues must go: no finding, and the planner keeps every IRQ where it is.
+    v.topology.isolated = Field::Known([1, 9].into_iter().collect());
+    absent(&run(&v, &l, Goal::Balanced), "irq-ht-siblings");
+    assert_eq!(irq_pins(&v, "eth0"), Vec::<String>::new());
     // The mlx5 host has 64 queues on 64 distinct cores: no pair.
     let (v, l) = host("mlx5-128cpu");
     absent(&run(&v, &l, Goal::Balanced), "irq-ht-siblings");

@@ -1,10 +1,11 @@
 //! Where a NIC's queue interrupts land: spread over CPUs, on the NIC's NUMA node, off HT
 //! siblings of each other, movable at all, and not fought over with irqbalance.
 
-use super::rps::{pin_tune_cmd, tune_cmd, with_irqbalance_stop};
+use super::rps::tune_cmd;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, IRQ_CPU_SHARE, Placement, capped, cpus_text, rate, unplaced_text};
-use crate::model::desired::{ItemKind, Profile};
+use crate::model::desired::{Action, ItemKind, Profile};
+use crate::model::item_id::ItemId;
 use netsteer_host::CpuSet;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::{Nic, NicIrq};
@@ -332,16 +333,17 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             .filter_map(|i| queue_of(i.role))
             .collect::<BTreeSet<_>>();
         let overflow = local.len() < queues.len();
-        // Move each remote IRQ to a local CPU that no other queue IRQ of this NIC uses.
-        let taken: CpuSet = nic
-            .queue_irqs()
-            .filter_map(|i| ctx.irq_placement(i).cpus().cloned())
-            .fold(CpuSet::new(), |a, s| a.union(&s.intersection(&local)));
-        let mut free = ctx
-            .spread_order(nic)
-            .into_iter()
-            .filter(|c| !taken.contains(*c));
-        let mut steps = Vec::new();
+        // The fix is the planner's, the pins `tune apply` writes: each remote IRQ to the
+        // least loaded CPU of the NIC's node (spilling to another only past the cap).
+        let spread = irq_spread(ctx, nic);
+        let mut steps = spread.steps_in(ctx);
+        let moved_home = |irq: u32| {
+            spread.items.iter().any(|i| {
+                i.action == Action::Change
+                    && i.target == ItemId::Irq(irq).target().expect("an IRQ's file")
+                    && CpuSet::parse_list(&i.desired, None).is_ok_and(|s| s.is_subset(&local))
+            })
+        };
         let mut evidence = vec![format!(
             "{} is attached to NUMA node {node} (CPUs {})",
             nic.name,
@@ -365,12 +367,6 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             subjects.irqs.push(irq.irq);
             subjects.cpus.extend(cpus.iter());
             subjects.queues.push(format!("{}/{}", nic.name, irq.role));
-            if let Some(cpu) = free.next() {
-                steps.push(format!(
-                    "echo {cpu} > /proc/irq/{}/smp_affinity_list",
-                    irq.irq
-                ));
-            }
         }
         let mut evidence = capped(evidence, 9);
         if !unplaced.is_empty() {
@@ -384,7 +380,7 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
                 local.len()
             ));
         }
-        if steps.len() < remote.len() {
+        if remote.iter().any(|(i, _)| !moved_home(i.irq)) {
             steps.push(format!(
                 "ethtool -L {} combined {}   # as many queues as local CPUs",
                 nic.name,
@@ -403,8 +399,8 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
             why: "The NIC DMAs packets into memory of its own node; a CPU of another node reads every packet and descriptor across the interconnect, which costs about 2 µs per packet in seed 000's measurements and memory bandwidth on both nodes.".into(),
             fix: Fix {
                 summary: format!("move these IRQs to free CPUs of node {node}, or stop RSS from using their queues"),
-                steps: with_irqbalance_stop(ctx, steps),
-                tune: Some(pin_tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
+                steps,
+                tune: Some(spread.tune(ctx, &nic.name)),
             },
             subjects,
         });
@@ -480,17 +476,9 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
                 .collect::<Vec<_>>()
                 .join(" ")
         ));
-        let mut free = free_cores.iter().filter_map(|s| s.lowest());
-        let steps: Vec<String> = pairs
-            .iter()
-            .filter_map(|(_, b)| {
-                Some(format!(
-                    "echo {} > /proc/irq/{}/smp_affinity_list",
-                    free.next()?,
-                    b.0.irq
-                ))
-            })
-            .collect();
+        // The fix is the planner's, which moves one queue of each such pair to a free core
+        // (see `Builder::irqs`): what `tune apply` would write.
+        let spread = irq_spread(ctx, nic);
         let mut subjects = Subjects::device(&nic.name);
         for (a, b) in &pairs {
             subjects.irqs.extend([a.0.irq, b.0.irq]);
@@ -504,8 +492,8 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             why: "Hyperthreads of one core share its execution units and L1/L2 caches, so two busy queues on siblings get roughly one core's worth of softirq capacity; on separate cores each gets a full core.".into(),
             fix: Fix {
                 summary: "move one IRQ of each pair to a core no queue uses (HT siblings are the last choice)".into(),
-                steps: with_irqbalance_stop(ctx, steps),
-                tune: Some(pin_tune_cmd(ctx, Profile::for_goal(ctx.goal), &nic.name)),
+                steps: spread.steps_in(ctx),
+                tune: Some(spread.tune(ctx, &nic.name)),
             },
             subjects,
         });

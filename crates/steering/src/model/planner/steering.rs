@@ -102,15 +102,56 @@ impl Builder<'_> {
         // first, a quarter over the even split allowed so noise moves nothing): two hot queues
         // on one CPU are not well placed even when the vector count is fair. A queue alone on
         // its CPU always stays.
+        //
+        // Nor are two queues on the two hyperthreads of one core while a whole core of the
+        // node carries no queue: siblings share the core's execution units and L1/L2, so
+        // the pair gets about one core of softirq time (the doctor's irq-ht-siblings, which
+        // takes its fix from here). The queue on the secondary thread moves (with a sampled
+        // load the colder one; a queue under a tenth of the hottest's rate is no pair), and
+        // only as many as there are free cores: with more queues than cores siblings are
+        // where the rest must go.
         let mut staying: Vec<(u32, usize)> = queues.iter().map(|(&q, &k)| (q, k)).collect();
         let fair_rate = rates.as_ref().map(|r| {
             let planned: f64 = order.iter().filter_map(|c| self.irq_rate.get(c)).sum();
             1.25 * (r.values().sum::<f64>() + planned) / order.len() as f64
         });
+        staying.sort_by_key(|&(q, _)| current_cpu(q).map(|c| self.ctx.is_secondary_thread(c)));
         if rates.is_some() {
             staying.sort_by(|a, b| rate(b.0).total_cmp(&rate(a.0)));
         }
+        let hottest = rates
+            .as_ref()
+            .map_or(0.0, |r| r.values().copied().fold(0.0, f64::max));
+        let busy = |q: u32| rates.is_none() || (rate(q) > 0.0 && rate(q) >= 0.1 * hottest);
+        let sitting: CpuSet = queues.keys().filter_map(|&q| current_cpu(q)).collect();
+        let mut free_cores = order
+            .iter()
+            .map(|&c| self.ctx.siblings(c))
+            .filter(|core: &CpuSet| {
+                core.iter().all(|c| {
+                    order.contains(&c)
+                        && !sitting.contains(c)
+                        && self.irq_load.get(&c).copied().unwrap_or(0) == 0
+                })
+            })
+            .filter_map(|core| core.lowest())
+            .collect::<std::collections::BTreeSet<u32>>()
+            .len();
+        // CPU → the busy queue that stays on it.
+        let mut kept: BTreeMap<u32, u32> = BTreeMap::new();
         for (q, k) in staying {
+            if let Some(cpu) = current_cpu(q)
+                && busy(q)
+                && free_cores > 0
+                && self
+                    .ctx
+                    .siblings(cpu)
+                    .iter()
+                    .any(|s| s != cpu && kept.contains_key(&s))
+            {
+                free_cores -= 1;
+                continue;
+            }
             let rate_fits = |cpu: u32| {
                 fair_rate.is_none_or(|fair| {
                     let here = self.irq_rate.get(&cpu).copied().unwrap_or(0.0);
@@ -125,6 +166,9 @@ impl Builder<'_> {
                 by_queue.insert(q, cpu);
                 *self.irq_load.entry(cpu).or_default() += k;
                 *self.irq_rate.entry(cpu).or_default() += rate(q);
+                if busy(q) {
+                    kept.insert(cpu, q);
+                }
             }
         }
         let mut spilled: std::collections::BTreeSet<u32> = Default::default();
@@ -143,7 +187,10 @@ impl Builder<'_> {
             let planned_rate = &self.irq_rate;
             let weighted = rates.is_some();
             // The least loaded of `cands` that stays within `limit`, earlier in order first;
-            // with a sampled load, least loaded in interrupts per second first.
+            // with a sampled load, least loaded in interrupts per second first. Between CPUs
+            // equally loaded, one whose HT siblings carry fewer queue vectors first: a queue
+            // goes to a whole free core before it goes next to another on one core.
+            let ctx = &self.ctx;
             let pick = |cands: &[u32], limit: usize| -> Option<u32> {
                 cands
                     .iter()
@@ -154,11 +201,22 @@ impl Builder<'_> {
                         } else {
                             0.0
                         };
-                        (r, load.get(c).copied().unwrap_or(0), pos, *c)
+                        let beside: usize = ctx
+                            .siblings(*c)
+                            .iter()
+                            .filter(|s| s != c)
+                            .map(|s| load.get(&s).copied().unwrap_or(0))
+                            .sum();
+                        (r, load.get(c).copied().unwrap_or(0), beside, pos, *c)
                     })
-                    .filter(|(_, l, _, _)| l + k <= limit.max(k))
-                    .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)))
-                    .map(|(_, _, _, c)| c)
+                    .filter(|(_, l, _, _, _)| l + k <= limit.max(k))
+                    .min_by(|a, b| {
+                        a.0.total_cmp(&b.0)
+                            .then(a.1.cmp(&b.1))
+                            .then(a.2.cmp(&b.2))
+                            .then(a.3.cmp(&b.3))
+                    })
+                    .map(|(_, _, _, _, c)| c)
             };
             let cpu = match pick(&order, cap) {
                 Some(c) => c,
