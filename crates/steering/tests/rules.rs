@@ -384,6 +384,21 @@ fn xps_unset() {
         let bits = u64::from_str_radix(mask, 16).unwrap();
         assert_eq!(bits & 0xfc0000, 0, "isolated CPU 18-23 in {step}");
     }
+    // No queue vector known (an empty msi_irqs: MSI off): the fix is still the planner's
+    // XPS, and says it deals the CPUs over the queues rather than following interrupts.
+    let (mut none, l3) = host("cloudflare-24cpu");
+    none.nics[0].irqs.clear();
+    let r = run(&none, &l3, Goal::Balanced);
+    let f = one(&r, "xps-unset");
+    assert_eq!(f.fix.steps.len(), 11, "{:?}", f.fix.steps);
+    assert!(f.fix.summary.contains("dealt in turn"), "{}", f.fix.summary);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.contains("no per-queue interrupt vector")),
+        "{:?}",
+        f.evidence
+    );
     for quiet in ["tuned-ixgbe-16cpu", "kvm-virtio-16cpu", "mlx5-128cpu"] {
         let (v, l) = host(quiet);
         absent(&run(&v, &l, Goal::Balanced), "xps-unset");

@@ -6,6 +6,7 @@ use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, pct};
 use crate::model::desired::{ItemKind, Profile};
 use netsteer_host::CpuSet;
+use netsteer_host::irqname::IrqRole;
 use std::collections::BTreeSet;
 
 pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
@@ -24,17 +25,53 @@ pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
         // The planner's own XPS items: the same lines `tune` writes under the fix, over the
         // CPUs the planner may use (no isolated or nohz_full CPU).
         let xps = super::rps::planned(ctx, nic, Profile::for_goal(ctx.goal), &[ItemKind::Xps]);
+        // Seed 000's layout sends each CPU on the queue whose interrupt it takes; with no
+        // queue vector known (MSI off by an empty msi_irqs, an INTx line for all queues, or
+        // none recognised) nothing says which CPU takes which queue's interrupt, and the
+        // planner deals the CPUs over the queues instead. The fix says which it is.
+        let by_irq = nic.queue_irqs().any(|i| {
+            i.role
+                .placement_queue()
+                .is_some_and(|q| nic.tx_queues.iter().any(|t| t.index == q))
+                && !matches!(i.role, IrqRole::AllQueues)
+        });
+        let mut evidence = vec![
+            format!(
+                "{}: xps_cpus and xps_rxqs are 0 on all {} tx queues",
+                nic.name,
+                nic.tx_queues.len()
+            ),
+            "without XPS the tx queue is picked by the flow hash, independent of the sending CPU"
+                .into(),
+        ];
+        let summary = if by_irq {
+            format!(
+                "map every CPU to the tx queue whose interrupt it (or its HT sibling) takes on {}",
+                nic.name
+            )
+        } else {
+            evidence.push(format!(
+                "{}: no per-queue interrupt vector is known (its IRQs: {}), so which CPU takes which queue's interrupt is not said by any file",
+                nic.name,
+                if nic.irqs.is_empty() {
+                    "none recognised".to_string()
+                } else {
+                    nic.irqs.iter().take(8).map(|i| format!("{} ({})", i.irq, i.role)).collect::<Vec<_>>().join(", ")
+                }
+            ));
+            format!(
+                "map the CPUs over {}'s tx queues, its node's CPUs first, dealt in turn (no queue interrupt to follow)",
+                nic.name
+            )
+        };
         out.push(Finding {
             id: "xps-unset".into(),
             severity: Severity::Warning,
             title: format!("{}: {} transmit queues and no XPS: senders use queues of other CPUs", nic.name, nic.tx_queues.len()),
-            evidence: vec![
-                format!("{}: xps_cpus and xps_rxqs are 0 on all {} tx queues", nic.name, nic.tx_queues.len()),
-                "without XPS the tx queue is picked by the flow hash, independent of the sending CPU".into(),
-            ],
+            evidence,
             why: "Each packet then completes on, and raises its transmit interrupt at, another CPU's queue: the queue lock and completion cache lines bounce between CPUs and latency grows (seed 000 saw transmit interrupts on a queue it had taken out of RSS); XPS maps each CPU to its own queue.".into(),
             fix: Fix {
-                summary: format!("map every CPU to the tx queue whose interrupt it (or its HT sibling) takes on {}", nic.name),
+                summary,
                 steps: xps.steps_in(ctx),
                 tune: Some(xps.tune(ctx, &nic.name)),
             },
