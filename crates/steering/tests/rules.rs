@@ -319,6 +319,27 @@ fn irq_ht_siblings() {
     assert_eq!(f.fix.steps, ["echo 1 > /proc/irq/62/smp_affinity_list"]);
     // The fix is the plan's: `tune apply` writes those very pins.
     assert_eq!(f.fix.steps, irq_pins(&v, "eth0"));
+    // A queue that took no interrupt since boot is no pair: no finding, and no move.
+    let (mut idle, l2) = host("tuned-ixgbe-16cpu");
+    irqbalance(&mut idle, None);
+    pin(&mut idle, "eth0", 62, 8);
+    for i in &mut idle.nics[0].irqs {
+        if i.irq == 62 {
+            i.count = 0;
+        }
+    }
+    absent(&run(&idle, &l2, Goal::Balanced), "irq-ht-siblings");
+    assert_eq!(irq_pins(&idle, "eth0"), Vec::<String>::new());
+    // Queues coming home from the other node take the free cores first: on the seed-000
+    // host with IRQs on 6,7,8,9,1,13,2,3,4,5,14 the plan brings 90-93 home and parts no
+    // pair it cannot (it once moved 95 from 13 to 16, beside 98 on 4, for nothing).
+    let (mut home, _) = host("cloudflare-24cpu");
+    irqbalance(&mut home, None);
+    for (irq, cpu) in (90..=100).zip([6, 7, 8, 9, 1, 13, 2, 3, 4, 5, 14]) {
+        pin(&mut home, "eth2", irq, cpu);
+    }
+    let pins = irq_pins(&home, "eth2");
+    assert!(!pins.iter().any(|p| p.contains("/irq/95/")), "{pins:?}");
     // With no whole core free (core 1, CPUs 1 and 9, isolated) the pair is where the
     // queues must go: no finding, and the planner keeps every IRQ where it is.
     v.topology.isolated = Field::Known([1, 9].into_iter().collect());

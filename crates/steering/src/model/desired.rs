@@ -304,6 +304,31 @@ pub enum Format {
     Text,
 }
 
+/// A number as a sysctl write parses it: an optional '-', then digits in the base their
+/// prefix says (0x hex, a leading 0 octal, else decimal), as `proc_get_long` does with
+/// `strtoul_lenient(.., 0, ..)` after its `isdigit` check (kernel/sysctl.c); so "+5" is no
+/// number (EINVAL) and "0600" is 384.
+fn kernel_int(word: &str) -> Option<i128> {
+    let (neg, digits) = match word.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, word),
+    };
+    if !digits.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let value = if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        i128::from_str_radix(hex, 16).ok()?
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        i128::from_str_radix(&digits[1..], 8).ok()?
+    } else {
+        digits.parse::<i128>().ok()?
+    };
+    Some(if neg { -value } else { value })
+}
+
 impl Format {
     pub fn same(self, a: &str, b: &str) -> bool {
         match self {
@@ -315,10 +340,22 @@ impl Format {
                 (Ok(x), Ok(y)) => x == y,
                 _ => a.trim() == b.trim(),
             },
-            Format::Int => match (a.trim().parse::<i64>(), b.trim().parse::<i64>()) {
-                (Ok(x), Ok(y)) => x == y,
-                _ => a.trim() == b.trim(),
-            },
+            // Word by word, so a vector sysctl written "4096 131072 6291456" is the one the
+            // kernel reads back tab-separated (`__do_proc_dointvec` puts '\t' between
+            // values); each word a number as the kernel parses it, else text.
+            Format::Int => {
+                let (x, y): (Vec<&str>, Vec<&str>) = (
+                    a.split_whitespace().collect(),
+                    b.split_whitespace().collect(),
+                );
+                x.len() == y.len()
+                    && x.iter()
+                        .zip(&y)
+                        .all(|(p, q)| match (kernel_int(p), kernel_int(q)) {
+                            (Some(m), Some(n)) => m == n,
+                            _ => p == q,
+                        })
+            }
             Format::Text => a.trim() == b.trim(),
         }
     }
@@ -563,5 +600,24 @@ mod tests {
             let e = bad.knob_check().unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::Format;
+
+    #[test]
+    fn an_int_is_compared_word_by_word_as_the_kernel_parses_it() {
+        assert!(Format::Int.same("4096\t131072\t6291456\n", "4096 131072 6291456"));
+        assert!(!Format::Int.same("4096\t131072", "4096 131072 6291456"));
+        assert!(Format::Int.same("384", "0600"));
+        assert!(!Format::Int.same("600", "0600"));
+        assert!(Format::Int.same("32768", "0x8000"));
+        assert!(!Format::Int.same("4096", "+4096"));
+        assert!(Format::Int.same("-1", " -1\n"));
+        assert!(Format::Int.same("32768 60999", "32768\t60999"));
+        assert!(!Format::Int.same("cubic", "bbr"));
+        assert!(Format::Int.same("bbr\n", "bbr"));
     }
 }

@@ -443,6 +443,15 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             continue;
         }
         let local = ctx.local_cpus(nic);
+        // A core with another NIC's queue vector on it is not free either (the planner
+        // counts every NIC's the same way).
+        let used = ctx
+            .view
+            .nics
+            .iter()
+            .flat_map(|n| n.queue_irqs())
+            .filter_map(|i| ctx.irq_placement(i).cpus().cloned())
+            .fold(used, |a, s| a.union(&s));
         let mut free_cores: Vec<CpuSet> = Vec::new();
         for core in local.iter().map(|c| ctx.siblings(c)) {
             if core.len() >= 2
@@ -476,9 +485,22 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
                 .collect::<Vec<_>>()
                 .join(" ")
         ));
-        // The fix is the planner's, which moves one queue of each such pair to a free core
-        // (see `Builder::irqs`): what `tune apply` would write.
+        // The fix is the planner's, which moves one queue of a pair to each free core (see
+        // `Builder::irqs`): what `tune apply` would write. Where it parts no pair (the free
+        // cores go to queues coming home from another node) the pairs are where the
+        // queues must go, and there is nothing to say.
         let spread = irq_spread(ctx, nic);
+        let parts = pairs.iter().any(|(a, b)| {
+            [a.0.irq, b.0.irq].into_iter().any(|irq| {
+                spread.items.iter().any(|i| {
+                    i.action == Action::Change
+                        && i.target == ItemId::Irq(irq).target().expect("an IRQ's file")
+                })
+            })
+        });
+        if !parts {
+            continue;
+        }
         let mut subjects = Subjects::device(&nic.name);
         for (a, b) in &pairs {
             subjects.irqs.extend([a.0.irq, b.0.irq]);
@@ -491,7 +513,7 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             evidence,
             why: "Hyperthreads of one core share its execution units and L1/L2 caches, so two busy queues on siblings get roughly one core's worth of softirq capacity; on separate cores each gets a full core.".into(),
             fix: Fix {
-                summary: "move one IRQ of each pair to a core no queue uses (HT siblings are the last choice)".into(),
+                summary: "move one IRQ of each pair, as far as whole free cores go, to a core no queue uses (HT siblings are the last choice)".into(),
                 steps: spread.steps_in(ctx),
                 tune: Some(spread.tune(ctx, &nic.name)),
             },

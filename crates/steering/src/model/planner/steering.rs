@@ -119,11 +119,36 @@ impl Builder<'_> {
         if rates.is_some() {
             staying.sort_by(|a, b| rate(b.0).total_cmp(&rate(a.0)));
         }
-        let hottest = rates
-            .as_ref()
-            .map_or(0.0, |r| r.values().copied().fold(0.0, f64::max));
-        let busy = |q: u32| rates.is_none() || (rate(q) > 0.0 && rate(q) >= 0.1 * hottest);
-        let sitting: CpuSet = queues.keys().filter_map(|&q| current_cpu(q)).collect();
+        // Busy by the sampled rates, else by the interrupts counted since boot (what the
+        // doctor's rule reads then): a queue that took none is no pair.
+        let since_boot: BTreeMap<u32, f64> = {
+            let mut by_q: BTreeMap<u32, f64> = BTreeMap::new();
+            for i in nic.queue_irqs() {
+                if let Some(q) = queue_of(i) {
+                    *by_q.entry(q).or_default() += i.count as f64;
+                }
+            }
+            by_q
+        };
+        let heat = |q: u32| match &rates {
+            Some(_) => rate(q),
+            None => since_boot.get(&q).copied().unwrap_or(0.0),
+        };
+        let hottest = queues.keys().map(|&q| heat(q)).fold(0.0, f64::max);
+        let busy = |q: u32| heat(q) > 0.0 && heat(q) >= 0.1 * hottest;
+        // A core is free when no queue vector of any NIC sits on it now or is planned there:
+        // another NIC's queues on a core make it no better than the sibling pair.
+        let sitting: CpuSet = self
+            .ctx
+            .view
+            .nics
+            .iter()
+            .flat_map(|n| n.queue_irqs())
+            .filter_map(|i| {
+                let set = i.affinity.requested.known()?;
+                (set.len() == 1).then(|| set.lowest()).flatten()
+            })
+            .collect();
         let mut free_cores = order
             .iter()
             .map(|&c| self.ctx.siblings(c))
@@ -136,7 +161,15 @@ impl Builder<'_> {
             })
             .filter_map(|core| core.lowest())
             .collect::<std::collections::BTreeSet<u32>>()
-            .len();
+            .len()
+            // The queues that move anyway (off the node, or placed nowhere) take free cores
+            // first: only what is left is room for a pair to part.
+            .saturating_sub(
+                queues
+                    .keys()
+                    .filter(|&&q| current_cpu(q).is_none_or(|c| !order.contains(&c)))
+                    .count(),
+            );
         // CPU → the busy queue that stays on it.
         let mut kept: BTreeMap<u32, u32> = BTreeMap::new();
         for (q, k) in staying {
