@@ -60,8 +60,13 @@ pub fn xps_unset(ctx: &Ctx) -> Vec<Finding> {
                 }
             ));
             format!(
-                "map the CPUs over {}'s tx queues, its node's CPUs first, dealt in turn (no queue interrupt to follow)",
-                nic.name
+                "map the CPUs over {}'s tx queues, {}dealt in turn (no queue interrupt to follow)",
+                nic.name,
+                if ctx.nic_node(nic).is_some() {
+                    "its node's CPUs first, "
+                } else {
+                    ""
+                }
             )
         };
         out.push(Finding {
