@@ -89,6 +89,14 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// The item that moves IRQ `irq`, if the fix moves it.
+    pub fn pin_of(&self, irq: u32) -> Option<&Item> {
+        let file = crate::model::item_id::ItemId::Irq(irq).target()?;
+        self.items
+            .iter()
+            .find(|i| i.action == Action::Change && i.target == file)
+    }
+
     /// Whether the fix moves an IRQ.
     fn pins(&self) -> bool {
         self.items

@@ -4,8 +4,7 @@
 use super::rps::tune_cmd;
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, IRQ_CPU_SHARE, Placement, capped, cpus_text, rate, unplaced_text};
-use crate::model::desired::{Action, ItemKind, Profile};
-use crate::model::item_id::ItemId;
+use crate::model::desired::{ItemKind, Profile};
 use netsteer_host::CpuSet;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::{Nic, NicIrq};
@@ -338,10 +337,8 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
         let spread = irq_spread(ctx, nic);
         let mut steps = spread.steps_in(ctx);
         let moved_home = |irq: u32| {
-            spread.items.iter().any(|i| {
-                i.action == Action::Change
-                    && i.target == ItemId::Irq(irq).target().expect("an IRQ's file")
-                    && CpuSet::parse_list(&i.desired, None).is_ok_and(|s| s.is_subset(&local))
+            spread.pin_of(irq).is_some_and(|i| {
+                CpuSet::parse_list(&i.desired, None).is_ok_and(|s| s.is_subset(&local))
             })
         };
         let mut evidence = vec![format!(
@@ -490,14 +487,9 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
         // cores go to queues coming home from another node) the pairs are where the
         // queues must go, and there is nothing to say.
         let spread = irq_spread(ctx, nic);
-        let parts = pairs.iter().any(|(a, b)| {
-            [a.0.irq, b.0.irq].into_iter().any(|irq| {
-                spread.items.iter().any(|i| {
-                    i.action == Action::Change
-                        && i.target == ItemId::Irq(irq).target().expect("an IRQ's file")
-                })
-            })
-        });
+        let parts = pairs
+            .iter()
+            .any(|(a, b)| spread.pin_of(a.0.irq).or(spread.pin_of(b.0.irq)).is_some());
         if !parts {
             continue;
         }

@@ -227,8 +227,8 @@ impl Knob {
             ["", "proc", "sys", "net", "core", "rps_sock_flow_entries"] => {
                 Some((ItemKind::RfsTable, Format::Int))
             }
-            // A count compares as a number (`Format::Int` falls back to trimmed text for a
-            // value that is not one, such as tcp_rmem's three numbers): what the planner's
+            // A count compares as a number, word by word for a vector such as tcp_rmem's
+            // three (`Format::Int`; a word that is no number as text): what the planner's
             // own sysctl items say, so that `--set` and a profile judge a value alike.
             ["", "proc", "sys", "net", rest @ ..] if !rest.is_empty() => {
                 Some((ItemKind::Sysctl, Format::Int))
