@@ -70,11 +70,12 @@ impl Builder<'_> {
         };
         let cap = self.irq_cap;
         let fair = cap.saturating_sub(1).max(1);
+        // The one CPU an IRQ is pinned to, when its requested mask names exactly one.
+        let single = |i: &NicIrq| {
+            let set = i.affinity.requested.known()?;
+            (set.len() == 1).then(|| set.lowest()).flatten()
+        };
         let current_cpu = |q: u32| -> Option<u32> {
-            let single = |i: &NicIrq| {
-                let set = i.affinity.requested.known()?;
-                (set.len() == 1).then(|| set.lowest()).flatten()
-            };
             let of_queue: Vec<&NicIrq> = nic
                 .queue_irqs()
                 .filter(|i| queue_of(i) == Some(q))
@@ -144,10 +145,7 @@ impl Builder<'_> {
             .nics
             .iter()
             .flat_map(|n| n.queue_irqs())
-            .filter_map(|i| {
-                let set = i.affinity.requested.known()?;
-                (set.len() == 1).then(|| set.lowest()).flatten()
-            })
+            .filter_map(single)
             .collect();
         let mut free_cores = order
             .iter()
