@@ -275,6 +275,41 @@ fn item_ids_are_spelled_in_one_place() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
+/// A knob's file path (`/proc/irq/41/smp_affinity_list`, `/sys/class/net/eth0/queues/rx-3/
+/// rps_cpus`, `/proc/sys/net/core/busy_poll`, a device's NAPI defaults) is parsed and spelled
+/// by `model/target.rs` alone, and mapped to an item id by `model/item_id.rs`: no other
+/// steering source formats one, strips a prefix off one to learn what it is, or names a
+/// `Target::File` (the variant for what is no knob) to find a knob in it (issue 73: the same
+/// path was re-parsed for its kind, format, device and IRQ in nine places).
+#[test]
+fn knob_paths_are_parsed_in_one_place() {
+    let spelled = [
+        "format!(\"/proc/irq/",
+        "format!(\"/proc/sys/",
+        "(\"/proc/sys/\")",
+        "(\"/proc/irq/\")",
+        "(\"/sys/class/net/\")",
+        "/queues/rx-{",
+        "/queues/tx-{",
+        "}/gro_flush_timeout\"",
+        "}/napi_defer_hard_irqs\"",
+        "}/threaded\"",
+        "Target::File{path}",
+        "Target::File{..}",
+    ];
+    let mut found = Vec::new();
+    for (f, line) in code_of(&workspace().join("crates/steering/src")) {
+        if f.ends_with("model/target.rs") || f.ends_with("model/item_id.rs") {
+            continue;
+        }
+        let l = line.replace(' ', "");
+        if spelled.iter().any(|p| l.contains(p)) {
+            found.push(format!("{}: {}", f.display(), line.trim()));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// The arrows docs/architecture.md allows, `crate -> deps` per line after its `crate arrows`
 /// marker ("netsteer-" dropped from the names).
 fn documented_arrows() -> std::collections::BTreeMap<String, Vec<String>> {

@@ -15,7 +15,7 @@ use netsteer_experiment::experiment::{
 };
 use netsteer_host::HostFs;
 use netsteer_host::parse::parse_softnet_stat;
-use netsteer_steering::tune::{ApplyOptions, PlanOptions, Target, TuneError, Tuner};
+use netsteer_steering::tune::{ApplyOptions, PlanOptions, TuneError, Tuner};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -328,7 +328,7 @@ impl LabExecutor<'_> {
             let mut files = BTreeMap::new();
             for opts in &all {
                 for item in t.plan(opts)?.items {
-                    if let Target::File { path } = item.target {
+                    if let Some(path) = item.target.path() {
                         let content = t
                             .fs()
                             .read_value(&path)

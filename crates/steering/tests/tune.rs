@@ -1097,8 +1097,9 @@ impl Backend for Driver<'_> {
                 self.inner.write(&table, &default.join(" "))?;
                 for irq in &self.irqs {
                     self.inner.write(
-                        &Target::File {
-                            path: format!("/proc/irq/{irq}/smp_affinity_list"),
+                        &Target::IrqAffinity {
+                            irq: *irq,
+                            file: netsteer_steering::model::target::IrqFile::List,
                         },
                         self.all_cpus,
                     )?;

@@ -6,6 +6,8 @@ use netsteer_host::ethtool::NicKnob;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+pub use crate::model::target::Target;
+
 pub const PLAN_SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,130 +163,6 @@ impl std::str::FromStr for Profile {
             _ => Err(format!(
                 "unknown profile {s:?} (latency, throughput, balanced or none)"
             )),
-        }
-    }
-}
-
-/// Where a value lives.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum Target {
-    /// A /proc or /sys file, read and written through the `HostFs` root.
-    File { path: String },
-    /// A NIC setting over ethtool netlink (or a tree's recorded NIC state).
-    Nic { dev: String, knob: NicKnob },
-    /// A systemd service's running state (`active` / `inactive`); live host only.
-    Service { name: String },
-    /// The CPUs every thread of one process may run on (`Cpus_allowed_list`, written with
-    /// sched_setaffinity through `taskset -a`); live host only. `start` is the process's
-    /// start time (`/proc/PID/stat` field 22): a pid reused by another process is not it.
-    Process { pid: u32, start: u64 },
-    /// The CPUs a NAPI's kthread may run on (`napi/DEV-ID`, its pid from netdev netlink); ""
-    /// when the NAPI has no kthread. Live host only.
-    NapiThread { dev: String, napi: u32 },
-}
-
-/// The systemd units a plan may start or stop: irqbalance, which would move pinned IRQs
-/// back (the planner's `stop_irqbalance`). No other unit is a knob.
-const KNOB_SERVICES: [&str; 2] = ["irqbalance", "irqbalance.service"];
-
-impl Target {
-    /// Ok when this target is one of the knobs netsteer writes, else why not. The list is
-    /// closed: a `/proc/sys/net/` sysctl, an IRQ's affinity file, a queue's RPS/RFS/XPS file,
-    /// a device's NAPI defaults (the paths [`Knob::kind_of`] knows), a NIC setting of a
-    /// device named as the kernel names devices, irqbalance's unit, a process's or a NAPI
-    /// kthread's CPUs. A plan file and a journal are data someone wrote: every write root
-    /// makes from them (apply, rollback, recovery) passes here first, so a planted journal
-    /// naming `/etc/...` or another unit is refused by name rather than restored.
-    ///
-    /// [`Knob::kind_of`]: crate::model::planner::Knob::kind_of
-    pub fn knob_check(&self) -> Result<(), String> {
-        use crate::model::planner::{Knob, valid_device_name};
-        match self {
-            Target::File { path } => match Knob::kind_of(path) {
-                Some(_) => Ok(()),
-                None => Err(format!(
-                    "{path:?} is not a knob netsteer writes (a /proc/sys/net sysctl, \
-                     /proc/irq/N/smp_affinity[_list], a queue's rps_cpus, rps_flow_cnt, \
-                     xps_cpus or xps_rxqs, or a device's gro_flush_timeout, \
-                     napi_defer_hard_irqs or threaded)"
-                )),
-            },
-            Target::Nic { dev, .. } | Target::NapiThread { dev, .. } => {
-                if valid_device_name(dev) {
-                    Ok(())
-                } else {
-                    Err(format!("{dev:?} is not an interface name"))
-                }
-            }
-            Target::Service { name } => {
-                if KNOB_SERVICES.contains(&name.as_str()) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "service {name:?} is not one netsteer starts or stops (only irqbalance)"
-                    ))
-                }
-            }
-            Target::Process { pid, .. } => {
-                if *pid > 1 {
-                    Ok(())
-                } else {
-                    Err(format!("process {pid} is not one netsteer pins"))
-                }
-            }
-        }
-    }
-
-    /// The kind of knob this is, from the target itself (never from an id or a kind someone
-    /// wrote beside it in a plan file or journal): what decides, for one, that an EPERM is a
-    /// managed IRQ's refusal by design rather than a failed write. A file that is no knob
-    /// reads as a sysctl (it never passes [`Target::knob_check`]).
-    pub fn kind(&self) -> ItemKind {
-        match self {
-            Target::File { path } => crate::model::planner::Knob::kind_of(path)
-                .map_or(ItemKind::Sysctl, |(kind, _)| kind),
-            Target::Nic { knob, .. } => ItemKind::of_nic(knob),
-            Target::Service { .. } => ItemKind::Irqbalance,
-            Target::Process { .. } | Target::NapiThread { .. } => ItemKind::Affinity,
-        }
-    }
-
-    /// How this target's values compare, as every planner item of it says: a file's by its
-    /// path ([`Knob::kind_of`]), an RSS table, flow hash or n-tuple rule as text, other NIC
-    /// settings as numbers, a CPU list for a process or a NAPI kthread, a unit's state as
-    /// text.
-    ///
-    /// [`Knob::kind_of`]: crate::model::planner::Knob::kind_of
-    pub fn format(&self) -> Format {
-        match self {
-            Target::File { path } => {
-                crate::model::planner::Knob::kind_of(path).map_or(Format::Text, |(_, f)| f)
-            }
-            Target::Nic {
-                knob: NicKnob::RssIndirection | NicKnob::FlowHash(_) | NicKnob::Ntuple(_),
-                ..
-            } => Format::Text,
-            Target::Nic { .. } => Format::Int,
-            Target::Process { .. } | Target::NapiThread { .. } => Format::List,
-            Target::Service { .. } => Format::Text,
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::File { path } => f.write_str(path),
-            // NAPI settings go over the netdev family, everything else over ethtool's.
-            Target::Nic {
-                dev,
-                knob: knob @ NicKnob::Napi(..),
-            } => write!(f, "netdev {dev} {knob}"),
-            Target::Nic { dev, knob } => write!(f, "ethtool {dev} {knob}"),
-            Target::Service { name } => write!(f, "service {name}"),
-            Target::Process { pid, .. } => write!(f, "process {pid}"),
-            Target::NapiThread { dev, napi } => write!(f, "kthread of {dev} napi {napi}"),
         }
     }
 }
@@ -500,11 +378,9 @@ impl Item {
     /// as `sysctl -w`, anything else as `echo VALUE > PATH` (doctor prints these as the exact
     /// fix, so they are the very writes `tune apply` would make).
     pub fn shell_command(&self) -> Option<String> {
-        let Target::File { path } = &self.target else {
-            return None;
-        };
-        Some(match path.strip_prefix("/proc/sys/") {
-            Some(key) => format!("sysctl -w {}={}", key.replace('/', "."), self.desired),
+        let path = self.target.path()?;
+        Some(match self.target.sysctl_name() {
+            Some(key) => format!("sysctl -w {key}={}", self.desired),
             None => format!("echo {} > {path}", self.desired),
         })
     }
@@ -541,67 +417,6 @@ impl Plan {
             .filter(|i| i.action == Action::Keep)
             .count();
         (c, k, self.items.len() - c - k)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The closed list a journal's and a plan file's targets are held to: each knob the
-    /// planner writes passes; files outside the knob trees, a way out of them, another
-    /// systemd unit, pid 1 and device names the kernel would not give are refused, saying why.
-    #[test]
-    fn only_knobs_pass_the_knob_check() {
-        let file = |p: &str| Target::File { path: p.into() };
-        for ok in [
-            file("/proc/sys/net/core/busy_poll"),
-            file("/proc/sys/net/ipv4/tcp_fastopen"),
-            file("/proc/irq/45/smp_affinity_list"),
-            file("/sys/class/net/eth0/queues/rx-3/rps_cpus"),
-            file("/sys/class/net/eth0/queues/tx-0/xps_cpus"),
-            file("/sys/class/net/eth0/napi_defer_hard_irqs"),
-            Target::Service {
-                name: "irqbalance".into(),
-            },
-            Target::Nic {
-                dev: "eth0".into(),
-                knob: NicKnob::RssIndirection,
-            },
-            Target::Process {
-                pid: 4242,
-                start: 1,
-            },
-        ] {
-            assert_eq!(ok.knob_check(), Ok(()), "{ok}");
-        }
-        for (bad, why) in [
-            (file("/etc/victim"), "not a knob"),
-            (file("/proc/sys/net/../../../etc/victim"), "not a knob"),
-            (file("/proc/sys/net/./core/busy_poll"), "not a knob"),
-            (file("/proc/sys/net//core"), "not a knob"),
-            (file("/proc/sys/kernel/core_pattern"), "not a knob"),
-            (
-                file("/sys/class/net/eth0/queues/rx-0/../../address"),
-                "not a knob",
-            ),
-            (file("/proc/irq/x/smp_affinity"), "not a knob"),
-            (Target::Service { name: "ssh".into() }, "only irqbalance"),
-            (
-                Target::Nic {
-                    dev: "../eth0".into(),
-                    knob: NicKnob::RssIndirection,
-                },
-                "not an interface name",
-            ),
-            (
-                Target::Process { pid: 1, start: 1 },
-                "not one netsteer pins",
-            ),
-        ] {
-            let e = bad.knob_check().unwrap_err();
-            assert!(e.contains(why), "{bad}: {e}");
-        }
     }
 }
 

@@ -12,63 +12,11 @@
 use netsteer_host::ethtool::NicKnob;
 use netsteer_host::netdev::{NapiAttr, NtupleKey, NtupleProto};
 
-use crate::model::desired::{ItemKind, Target};
-
-/// A per-queue file netsteer plans (Documentation/networking/scaling.rst): the RPS mask and
-/// RFS flow count of a receive queue, the XPS mask of a transmit queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum QueueFile {
-    RpsCpus,
-    RpsFlowCnt,
-    XpsCpus,
-}
-
-impl QueueFile {
-    const ALL: [QueueFile; 3] = [
-        QueueFile::RpsCpus,
-        QueueFile::RpsFlowCnt,
-        QueueFile::XpsCpus,
-    ];
-
-    /// The id's first word: `rps`, `rfs`, `xps`.
-    pub fn word(self) -> &'static str {
-        match self {
-            QueueFile::RpsCpus => "rps",
-            QueueFile::RpsFlowCnt => "rfs",
-            QueueFile::XpsCpus => "xps",
-        }
-    }
-
-    /// The queue directory's prefix: `rx` or `tx`.
-    pub fn dir(self) -> &'static str {
-        match self {
-            QueueFile::XpsCpus => "tx",
-            _ => "rx",
-        }
-    }
-
-    /// The file's name in the queue's sysfs directory.
-    pub fn file(self) -> &'static str {
-        match self {
-            QueueFile::RpsCpus => "rps_cpus",
-            QueueFile::RpsFlowCnt => "rps_flow_cnt",
-            QueueFile::XpsCpus => "xps_cpus",
-        }
-    }
-
-    /// The kind of item a file of this sort is.
-    pub fn kind(self) -> ItemKind {
-        match self {
-            QueueFile::RpsCpus => ItemKind::Rps,
-            QueueFile::RpsFlowCnt => ItemKind::RfsFlowCnt,
-            QueueFile::XpsCpus => ItemKind::Xps,
-        }
-    }
-
-    fn of_word(w: &str) -> Option<QueueFile> {
-        Self::ALL.into_iter().find(|f| f.word() == w)
-    }
-}
+#[cfg(test)]
+use crate::model::desired::ItemKind;
+use crate::model::desired::Target;
+pub use crate::model::target::QueueFile;
+use crate::model::target::{DeviceFile, IrqFile};
 
 /// A plan item's id. `Display` spells it as plans, journals and reports have always spelled
 /// it; [`ItemId::parse`] reads that spelling back.
@@ -187,33 +135,40 @@ impl ItemId {
     /// The knob this id stands for, where the id alone says it: a process's needs its start
     /// time as well (a pid reused by another process is not it), so it has none here.
     pub fn target(&self) -> Option<Target> {
-        let file = |path: String| Some(Target::File { path });
-        match self {
-            ItemId::Irq(n) => file(format!("/proc/irq/{n}/smp_affinity_list")),
-            ItemId::Queue {
-                dev,
-                file: f,
-                index,
-            } => file(format!(
-                "/sys/class/net/{dev}/queues/{}-{index}/{}",
-                f.dir(),
-                f.file()
-            )),
-            ItemId::Queues { dev, .. } => file(format!("/sys/class/net/{dev}/queues")),
-            ItemId::Nic { dev, knob } => Some(Target::Nic {
+        Some(match self {
+            ItemId::Irq(n) => Target::IrqAffinity {
+                irq: *n,
+                file: IrqFile::List,
+            },
+            ItemId::Queue { dev, file, index } => Target::Queue {
+                dev: dev.clone(),
+                queue: *index,
+                file: *file,
+            },
+            // No file of its own: the directory that could not be listed (no knob).
+            ItemId::Queues { dev, .. } => Target::File {
+                path: format!("/sys/class/net/{dev}/queues"),
+            },
+            ItemId::Nic { dev, knob } => Target::Nic {
                 dev: dev.clone(),
                 knob: knob.clone(),
-            }),
-            ItemId::NapiDefault { dev, file: f } => file(format!("/sys/class/net/{dev}/{f}")),
-            ItemId::NapiThread { dev, napi } => Some(Target::NapiThread {
+            },
+            ItemId::NapiDefault { dev, file } => match DeviceFile::of_file(file) {
+                Some(f) => Target::DeviceFile {
+                    dev: dev.clone(),
+                    file: f,
+                },
+                None => Target::file(&format!("/sys/class/net/{dev}/{file}")),
+            },
+            ItemId::NapiThread { dev, napi } => Target::NapiThread {
                 dev: dev.clone(),
                 napi: *napi,
-            }),
-            ItemId::Service(name) => Some(Target::Service { name: name.clone() }),
-            ItemId::Process(_) => None,
-            ItemId::Sysctl(name) => file(format!("/proc/sys/{}", name.replace('.', "/"))),
-            ItemId::Set(path) => file(path.clone()),
-        }
+            },
+            ItemId::Service(name) => Target::Service { name: name.clone() },
+            ItemId::Process(_) => return None,
+            ItemId::Sysctl(name) => Target::file(&format!("/proc/sys/{}", name.replace('.', "/"))),
+            ItemId::Set(path) => Target::file(path),
+        })
     }
 }
 
@@ -230,9 +185,7 @@ pub fn check_id(id: &str, target: &Target) -> Result<(), String> {
     // by its pid (the target adds the start time the id leaves out).
     let fits = parsed.target().as_ref() == Some(target)
         || match (&parsed, target) {
-            (ItemId::Irq(n), Target::File { path }) => {
-                *path == format!("/proc/irq/{n}/smp_affinity")
-            }
+            (ItemId::Irq(n), Target::IrqAffinity { irq, .. }) => irq == n,
             (ItemId::Process(pid), Target::Process { pid: p, .. }) => pid == p,
             _ => false,
         };
@@ -263,7 +216,6 @@ pub fn is_nic_path(path: &str) -> bool {
 /// (a service, a process, a NAPI kthread) has no `--set` path: None.
 pub fn set_path(target: &Target) -> Option<String> {
     match target {
-        Target::File { path } => Some(path.clone()),
         Target::Nic { dev, knob } if !matches!(knob, NicKnob::Napi(..)) => Some(
             ItemId::Nic {
                 dev: dev.clone(),
@@ -271,7 +223,7 @@ pub fn set_path(target: &Target) -> Option<String> {
             }
             .to_string(),
         ),
-        _ => None,
+        other => other.path(),
     }
 }
 
@@ -281,7 +233,7 @@ pub fn set_path(target: &Target) -> Option<String> {
 /// [`Knob::nic_knob`]: crate::model::planner::Knob::nic_knob
 pub fn target_of_set_path(path: &str) -> Result<Target, String> {
     if path.starts_with('/') {
-        return Ok(Target::File { path: path.into() });
+        return Ok(Target::file(path));
     }
     if is_nic_path(path) {
         let (dev, knob, _) = crate::model::planner::Knob::nic_knob(path)?;
@@ -296,13 +248,15 @@ pub fn target_of_set_path(path: &str) -> Result<Target, String> {
 /// file, the NIC setting's own id, else the target's own text.
 pub fn set_id(target: &Target) -> String {
     match target {
-        Target::File { path } => ItemId::Set(path.clone()).to_string(),
         Target::Nic { dev, knob } => ItemId::Nic {
             dev: dev.clone(),
             knob: knob.clone(),
         }
         .to_string(),
-        other => other.to_string(),
+        other => match other.path() {
+            Some(path) => ItemId::Set(path).to_string(),
+            None => other.to_string(),
+        },
     }
 }
 
@@ -454,7 +408,7 @@ mod tests {
                 assert_eq!(check_id(&id.to_string(), &t), Ok(()), "{id}");
             }
         }
-        let file = |p: &str| Target::File { path: p.into() };
+        let file = Target::file;
         assert_eq!(
             check_id("irq/48", &file("/proc/irq/48/smp_affinity")),
             Ok(())
@@ -491,11 +445,7 @@ mod tests {
     #[test]
     fn an_id_stands_for_the_file_the_planner_writes() {
         let t = |id: &str| ItemId::parse(id).and_then(|i| i.target());
-        let file = |p: &str| {
-            Some(Target::File {
-                path: p.to_string(),
-            })
-        };
+        let file = |p: &str| Some(Target::file(p));
         assert_eq!(t("irq/41"), file("/proc/irq/41/smp_affinity_list"));
         assert_eq!(
             t("rfs/eth0/rx-2"),

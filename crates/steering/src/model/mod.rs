@@ -6,3 +6,4 @@ pub mod item_id;
 pub mod load;
 pub mod planner;
 pub mod rfs;
+pub mod target;

@@ -128,10 +128,6 @@ impl Backend for HostBackend<'_> {
 
     fn read(&self, target: &Target) -> Result<String, StepError> {
         match target {
-            Target::File { path } => self
-                .fs
-                .read(path)
-                .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
             Target::Nic { dev, knob } => knob
                 .read(&self.nic.settings(dev))
                 .map_err(|m| step_err(target, None, m)),
@@ -147,6 +143,11 @@ impl Backend for HostBackend<'_> {
                 self.services_allowed(target)?;
                 super::process::read_napi_thread(&self.fs, self.nic, target, dev, *napi)
             }
+            // Every other variant is a file (`Target::path` is Some for each).
+            file => self
+                .fs
+                .read(file.path().unwrap_or_default())
+                .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
         }
     }
 
@@ -156,10 +157,6 @@ impl Backend for HostBackend<'_> {
             .knob_check()
             .map_err(|why| step_err(target, Some(libc::EPERM), why))?;
         match target {
-            Target::File { path } => self
-                .fs
-                .write(path, value)
-                .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
             Target::Nic { dev, knob } => self
                 .nic
                 .set(dev, knob, value)
@@ -183,6 +180,11 @@ impl Backend for HostBackend<'_> {
                 self.services_allowed(target)?;
                 super::process::write_napi_thread(&self.fs, self.nic, target, dev, *napi, value)
             }
+            // Every other variant is a file (`Target::path` is Some for each).
+            file => self
+                .fs
+                .write(file.path().unwrap_or_default(), value)
+                .map_err(|e| step_err(target, e.raw_os_error(), e.to_string())),
         }
     }
 }
@@ -499,17 +501,6 @@ fn undo_rank(kind: ItemKind) -> u8 {
     }
 }
 
-/// The device a target belongs to: a NIC setting's, or the one a queue file lives under.
-fn device_of(target: &Target) -> Option<&str> {
-    match target {
-        Target::Nic { dev, .. } => Some(dev),
-        Target::File { path } => path
-            .strip_prefix("/sys/class/net/")
-            .and_then(|r| r.split('/').next()),
-        Target::Service { .. } | Target::Process { .. } | Target::NapiThread { .. } => None,
-    }
-}
-
 /// Restores what `written` changed; returns (restored ids, failures). The first record of an id
 /// holds its value from before the apply (a later one may be a value a channel change made).
 pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, Vec<String>) {
@@ -527,7 +518,7 @@ pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, 
     let mut recounted: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for (_, w) in order {
         let item = &w.item;
-        let dev = device_of(&item.target).map(str::to_string);
+        let dev = item.target.device().map(str::to_string);
         let table = old_table(backend, item, &w.old);
         let value = match table {
             OldTable::KernelDefault => netsteer_host::ethtool::INDIRECTION_DEFAULT,

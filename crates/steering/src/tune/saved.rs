@@ -76,8 +76,8 @@ pub fn for_host(saved: &Plan, view: &HostView) -> Result<Plan, SavedPlanError> {
             continue;
         }
         item.id = ItemId::Irq(irq).into();
-        if let Target::File { path } = &mut item.target {
-            *path = path.replace(&format!("/proc/irq/{old}/"), &format!("/proc/irq/{irq}/"));
+        if let Target::IrqAffinity { irq: n, .. } = &mut item.target {
+            *n = irq;
         }
         item.current = None;
     }

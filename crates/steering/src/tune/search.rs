@@ -11,6 +11,7 @@ use super::tuner::{TuneError, Tuner};
 use crate::model::desired::{Action, Plan, Profile};
 use crate::model::item_id::{ItemId, every_napi_path};
 use crate::model::planner::{Knob, PlanOptions};
+use crate::model::target as knob;
 use netsteer_experiment::clock::Clock;
 use netsteer_experiment::experiment::{self, BoxError, Comparison, Executor, Order};
 use netsteer_experiment::search::{self as engine, Dim, Obs, Options, Outcome, Target};
@@ -629,10 +630,12 @@ pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchK
         let Some(nic) = view.nic(dev) else { continue };
         if let (Some(all), Some(off)) = (&all, &off) {
             for q in &nic.rx_queues {
-                offer(
-                    format!("/sys/class/net/{dev}/queues/rx-{}/rps_cpus", q.index),
-                    &[off, all],
-                );
+                let rps = knob::Target::Queue {
+                    dev: dev.clone(),
+                    queue: q.index,
+                    file: knob::QueueFile::RpsCpus,
+                };
+                offer(rps.to_string(), &[off, all]);
             }
         }
         // Channels over their legal range (1 to the device's maximum; powers of two and the
@@ -663,17 +666,24 @@ pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchK
             nic_path(dev, NicKnob::Coalesce("rx-usecs".into())),
             &["0", "8", "32", "64"],
         );
+        let device = |file| {
+            knob::Target::DeviceFile {
+                dev: dev.clone(),
+                file,
+            }
+            .to_string()
+        };
         offer(
-            format!("/sys/class/net/{dev}/gro_flush_timeout"),
+            device(knob::DeviceFile::GroFlushTimeout),
             &["0", "20000", "200000"],
         );
         offer(
-            format!("/sys/class/net/{dev}/napi_defer_hard_irqs"),
+            device(knob::DeviceFile::NapiDeferHardIrqs),
             &["0", "2", "10"],
         );
         // Threaded NAPI: polling in a kthread the scheduler places instead of in softirq on
         // the CPU the IRQ hit (napi.rst, "Threaded NAPI").
-        offer(format!("/sys/class/net/{dev}/threaded"), &["0", "1"]);
+        offer(device(knob::DeviceFile::Threaded), &["0", "1"]);
         // IRQ suspension (napi.rst, "IRQ suspension", 6.13+): per NAPI only, and it acts
         // only for an application that busy-polls through epoll with prefer_busy_poll.
         if matches!(goal, Goal::Latency { .. }) {
@@ -685,7 +695,10 @@ pub fn auto_knobs(tuner: &Tuner, devices: &[String], goal: &Goal) -> Vec<SearchK
     }
     if matches!(goal, Goal::Latency { .. }) {
         for s in ["busy_read", "busy_poll"] {
-            offer(format!("/proc/sys/net/core/{s}"), &["0", "25", "50", "100"]);
+            let sysctl = knob::Target::Sysctl {
+                name: format!("net/core/{s}"),
+            };
+            offer(sysctl.to_string(), &["0", "25", "50", "100"]);
         }
     }
     out

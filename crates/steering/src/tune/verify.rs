@@ -3,7 +3,7 @@
 //! reload renumbers IRQs, irqbalance moves a pinned IRQ.
 
 use super::apply::Backend;
-use crate::model::desired::{Action, Item, ItemKind, Plan, Target};
+use crate::model::desired::{Action, Item, ItemKind, Plan};
 use crate::model::item_id::ItemId;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
@@ -102,7 +102,7 @@ fn explain(item: &Item, found: Option<&str>, view: &HostView, irqbalance: Option
         ItemKind::Channels => "the channel count was changed (ethtool -L)".into(),
         ItemKind::Irqbalance => "irqbalance was started again".into(),
         _ => match (&item.target, found) {
-            (Target::File { .. }, None) => "the file is gone".into(),
+            (t, None) if t.path().is_some() => "the file is gone".into(),
             _ => "changed by someone else (sysctl.d at boot, tuned, NetworkManager)".into(),
         },
     }

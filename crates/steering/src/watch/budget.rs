@@ -99,7 +99,9 @@ fn doubling(
     let Some(cur) = field.known().copied() else {
         return;
     };
-    let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
+    let name = crate::model::desired::Target::file(path)
+        .sysctl_name()
+        .unwrap_or_else(|| path.to_string());
     evidence.push(format!("{name} = {cur} (cap {cap})"));
     let next = cur.saturating_mul(2).min(cap);
     if next > cur {

@@ -43,7 +43,7 @@ impl Watcher {
                     spreading_profile(ctx),
                     &[ItemKind::Rps, ItemKind::RfsTable, ItemKind::RfsFlowCnt],
                 );
-                let items = changes_of(&p.items, |t| matches!(t, Target::File { .. }));
+                let items = changes_of(&p.items, |t| t.path().is_some());
                 if items.is_empty() {
                     continue;
                 }

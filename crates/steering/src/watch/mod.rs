@@ -221,7 +221,7 @@ impl Change {
     /// A change to the file at `path` (a sysctl, a queue's RPS mask).
     pub fn file(path: &str, from: String, to: String) -> Change {
         Change {
-            target: Target::File { path: path.into() },
+            target: Target::file(path),
             from,
             to,
         }

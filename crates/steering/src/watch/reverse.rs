@@ -5,7 +5,6 @@
 
 use super::{Proposal, Watcher};
 use crate::model::desired::Format;
-use crate::model::planner::Knob;
 
 impl Watcher {
     /// Why `p` would undo its own reflex's recent move on one of its knobs, if it would: the
@@ -37,7 +36,7 @@ impl Watcher {
 /// CPU mask or list, a CPU the move removed; for a number, a step back towards `before`;
 /// otherwise `before` itself.
 pub(super) fn gives_back(path: &str, before: &str, after: &str, next: &str) -> bool {
-    let format = Knob::kind_of(path).map_or(Format::Text, |(_, f)| f);
+    let format = crate::model::desired::Target::file(path).format();
     let sets = match format {
         Format::Mask => [before, after, next].map(|v| netsteer_host::CpuSet::parse_mask(v).ok()),
         Format::List => {

@@ -57,10 +57,10 @@ pub(super) fn wrote(journal: &str) -> std::io::Result<Vec<Wrote>> {
         if !written.contains(id.as_str()) || out.iter().any(|w| &w.id == id) {
             continue;
         }
-        let path = match target {
-            Target::File { path } => path.clone(),
+        let path = match (target.path(), target) {
+            (Some(path), _) => path,
             // A NIC setting's item id is the path `tune apply --set` takes.
-            Target::Nic { .. } => id.clone(),
+            (None, Target::Nic { .. }) => id.clone(),
             _ => continue,
         };
         out.push(Wrote {

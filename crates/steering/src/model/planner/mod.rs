@@ -117,7 +117,7 @@ impl Knob {
         } else if crate::model::item_id::is_nic_path(path) {
             Knob::nic_knob(path).map_err(|why| bad(&why))?;
             Knob::check_nic_value(value).map_err(|why| bad(&why))?;
-        } else if Knob::kind_of(path).is_none() {
+        } else if Target::file(path).knob_check().is_err() {
             return Err(bad(
                 "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /sys/class/net/IF/{gro_flush_timeout,napi_defer_hard_irqs,threaded}, /proc/irq/N/smp_affinity[_list], nic/IF/{channels,coalesce,rings,feature,pause}/NAME, nic/IF/napi/{defer-hard-irqs,gro-flush-timeout,irq-suspend-timeout,threaded}, nic/IF/rss/{indirection,weight}, nic/IF/flow-hash/{tcp4,udp4,tcp6,udp6})",
             ));
@@ -202,71 +202,6 @@ impl Knob {
             ))
         }
     }
-
-    /// The kind and format of the file at `path`, or None if netsteer does not tune it.
-    pub fn kind_of(path: &str) -> Option<(ItemKind, Format)> {
-        let parts: Vec<&str> = path.split('/').collect();
-        // `/proc/sys/net/../../../etc/shadow` matches the sysctl pattern component by
-        // component: no empty, `.` or `..` component is part of any knob's path. This is
-        // also the allow-list a journal's targets are checked against before a rollback
-        // writes them ([`Target::knob_check`]), so it must not admit a way out of its tree.
-        if parts
-            .iter()
-            .skip(1)
-            .any(|c| c.is_empty() || *c == "." || *c == "..")
-        {
-            return None;
-        }
-        match parts.as_slice() {
-            // A CPU mask the kernel parses with bitmap_parse and prints at its own width:
-            // compared as a set, not as text.
-            ["", "proc", "sys", "net", "core", "flow_limit_cpu_bitmap"] => {
-                Some((ItemKind::Sysctl, Format::Mask))
-            }
-            // The global RFS table, sized beside the queues' rps_flow_cnt (scaling.rst, RFS).
-            ["", "proc", "sys", "net", "core", "rps_sock_flow_entries"] => {
-                Some((ItemKind::RfsTable, Format::Int))
-            }
-            // A count compares as a number, word by word for a vector such as tcp_rmem's
-            // three (`Format::Int`; a word that is no number as text): what the planner's
-            // own sysctl items say, so that `--set` and a profile judge a value alike.
-            ["", "proc", "sys", "net", rest @ ..] if !rest.is_empty() => {
-                Some((ItemKind::Sysctl, Format::Int))
-            }
-            ["", "proc", "irq", n, "smp_affinity"] if n.parse::<u32>().is_ok() => {
-                Some((ItemKind::IrqAffinity, Format::Mask))
-            }
-            ["", "proc", "irq", n, "smp_affinity_list"] if n.parse::<u32>().is_ok() => {
-                Some((ItemKind::IrqAffinity, Format::List))
-            }
-            ["", "sys", "class", "net", dev, "queues", q, file] if valid_device_name(dev) => {
-                let rx = q
-                    .strip_prefix("rx-")
-                    .is_some_and(|n| n.parse::<u32>().is_ok());
-                let tx = q
-                    .strip_prefix("tx-")
-                    .is_some_and(|n| n.parse::<u32>().is_ok());
-                match *file {
-                    "rps_cpus" if rx => Some((ItemKind::Rps, Format::Mask)),
-                    "rps_flow_cnt" if rx => Some((ItemKind::RfsFlowCnt, Format::Int)),
-                    "xps_cpus" | "xps_rxqs" if tx => Some((ItemKind::Xps, Format::Mask)),
-                    _ => None,
-                }
-            }
-            // The device-wide NAPI defaults and threaded NAPI (Documentation/networking/napi.rst,
-            // ABI sysfs-class-net): what a search tries where the kernel has no per-NAPI
-            // settings, written as tune writes them for `--napi` on such kernels.
-            [
-                "",
-                "sys",
-                "class",
-                "net",
-                dev,
-                "gro_flush_timeout" | "napi_defer_hard_irqs" | "threaded",
-            ] if valid_device_name(dev) => Some((ItemKind::Napi, Format::Int)),
-            _ => None,
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -333,18 +268,18 @@ fn change_or_keep(current: Option<&str>, desired: &str, format: Format) -> Actio
 }
 
 impl Builder<'_> {
-    #[allow(clippy::too_many_arguments)]
+    /// Adds an item; its kind and format are its target's ([`Target::kind`],
+    /// [`Target::format`]), so no planner can file a knob under another kind.
     pub(super) fn push(
         &mut self,
         id: String,
-        kind: ItemKind,
         target: Target,
-        format: Format,
         current: Option<String>,
         desired: String,
         reason: String,
         skip: Option<String>,
     ) {
+        let (kind, format) = (target.kind(), target.format());
         let action = match skip {
             Some(why) => Action::Skip(why),
             None => change_or_keep(current.as_deref(), &desired, format),
@@ -374,24 +309,12 @@ impl Builder<'_> {
             .map(|_| "active".to_string());
         let id = ItemId::Service("irqbalance".into());
         let target = id.target().expect("a service's id names it");
-        self.push(
-            id.into(),
-            ItemKind::Irqbalance,
-            target,
-            Format::Text,
-            current,
-            "inactive".into(),
-            reason,
-            None,
-        );
+        self.push(id.into(), target, current, "inactive".into(), reason, None);
     }
 
     pub(super) fn sysctl(&mut self, name: &str, field: &Field<i64>, desired: i64, reason: String) {
         let item_id = ItemId::Sysctl(name.to_string());
-        let path = match item_id.target() {
-            Some(Target::File { path }) => path,
-            _ => unreachable!("a sysctl's id names its file"),
-        };
+        let target = item_id.target().expect("a sysctl's id names its file");
         let id = item_id.to_string();
         if self.items.iter().any(|i| i.id == id) {
             return;
@@ -417,16 +340,7 @@ impl Builder<'_> {
             Some(c) if c > desired => c,
             _ => desired,
         };
-        self.push(
-            id,
-            ItemKind::Sysctl,
-            Target::File { path },
-            Format::Int,
-            current,
-            desired.to_string(),
-            reason,
-            skip,
-        );
+        self.push(id, target, current, desired.to_string(), reason, skip);
     }
 }
 
@@ -807,15 +721,22 @@ fn napi_knob_items(k: &Knob, view: &HostView) -> Result<Vec<Item>, PlanError> {
         )));
     }
     if nd.napis.iter().all(|n| attr.read(n).is_none()) {
-        let files = match attr {
-            NapiAttr::IrqSuspendTimeout => "it has no device-wide file".to_string(),
-            NapiAttr::DeferHardIrqs => {
-                format!("/sys/class/net/{dev}/napi_defer_hard_irqs is the device-wide one")
-            }
-            NapiAttr::GroFlushTimeout => {
-                format!("/sys/class/net/{dev}/gro_flush_timeout is the device-wide one")
-            }
-            NapiAttr::Threaded => format!("/sys/class/net/{dev}/threaded is the device-wide one"),
+        use crate::model::target::DeviceFile;
+        let file = match attr {
+            NapiAttr::IrqSuspendTimeout => None,
+            NapiAttr::DeferHardIrqs => Some(DeviceFile::NapiDeferHardIrqs),
+            NapiAttr::GroFlushTimeout => Some(DeviceFile::GroFlushTimeout),
+            NapiAttr::Threaded => Some(DeviceFile::Threaded),
+        };
+        let files = match file {
+            None => "it has no device-wide file".to_string(),
+            Some(file) => format!(
+                "{} is the device-wide one",
+                Target::DeviceFile {
+                    dev: dev.to_string(),
+                    file
+                }
+            ),
         };
         return Err(bad(format!(
             "this kernel does not report per-NAPI {attr} (NETDEV_CMD_NAPI_SET: Linux 6.13+, threaded 6.17+); {files}"
@@ -875,17 +796,16 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
             }
             continue;
         }
-        let Some((kind, format)) = Knob::kind_of(&k.path) else {
+        let target = Target::file(&k.path);
+        if target.knob_check().is_err() {
             continue;
-        };
-        p.items
-            .retain(|i| !matches!(&i.target, Target::File { path } if *path == k.path));
+        }
+        let (kind, format) = (target.kind(), target.format());
+        p.items.retain(|i| i.target != target);
         p.items.push(Item {
             id: ItemId::Set(k.path.clone()).into(),
             kind,
-            target: Target::File {
-                path: k.path.clone(),
-            },
+            target,
             format,
             label: None,
             current: k.current.clone(),

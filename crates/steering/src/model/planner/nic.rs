@@ -35,23 +35,14 @@ pub(super) fn with_ports(now: &str) -> String {
 }
 
 impl Builder<'_> {
-    pub(super) fn nic_item(
-        &mut self,
-        nic: &Nic,
-        kind: ItemKind,
-        knob: NicKnob,
-        desired: u64,
-        reason: String,
-    ) {
-        self.nic_text_item(nic, kind, knob, Format::Int, desired.to_string(), reason);
+    pub(super) fn nic_item(&mut self, nic: &Nic, knob: NicKnob, desired: u64, reason: String) {
+        self.nic_text_item(nic, knob, desired.to_string(), reason);
     }
 
     pub(super) fn nic_text_item(
         &mut self,
         nic: &Nic,
-        kind: ItemKind,
         knob: NicKnob,
-        format: Format,
         desired: String,
         reason: String,
     ) {
@@ -60,6 +51,7 @@ impl Builder<'_> {
             knob: knob.clone(),
         };
         let target = id.target().expect("a NIC knob's id names it");
+        let format = target.format();
         let id = id.to_string();
         let (current, skip) = match &nic.settings {
             None => (
@@ -74,7 +66,7 @@ impl Builder<'_> {
                 Ok(v) => (Some(v), None),
             },
         };
-        self.push(id, kind, target, format, current, desired, reason, skip);
+        self.push(id, target, current, desired, reason, skip);
     }
 
     /// Seed 000's n-tuple rules: TCP and UDP to each reserved port go to the reserved queue
@@ -106,7 +98,6 @@ impl Builder<'_> {
         if feature.is_some() {
             self.nic_item(
                 nic,
-                ItemKind::Feature,
                 NicKnob::Feature("ntuple-filters".into()),
                 1,
                 "n-tuple filters on: the rules below need them".into(),
@@ -134,9 +125,7 @@ impl Builder<'_> {
     ) {
         self.nic_text_item(
             nic,
-            ItemKind::Ntuple,
             NicKnob::Ntuple(key),
-            Format::Text,
             key.rule_text(u64::from(queue)),
             reason,
         );
@@ -193,14 +182,7 @@ impl Builder<'_> {
                 )
             }
         };
-        self.nic_text_item(
-            nic,
-            ItemKind::Rss,
-            NicKnob::RssIndirection,
-            Format::Text,
-            table.join(" "),
-            reason,
-        );
+        self.nic_text_item(nic, NicKnob::RssIndirection, table.join(" "), reason);
         if let Some(q) = reserved {
             self.ntuple(nic, s, q);
         }
@@ -224,18 +206,11 @@ impl Builder<'_> {
             let Some(now) = hash.get(t) else {
                 continue;
             };
-            self.nic_text_item(
-                nic,
-                ItemKind::Rss,
-                NicKnob::FlowHash(t.into()),
-                Format::Text,
-                with_ports(now),
-                format!(
+            self.nic_text_item(nic, NicKnob::FlowHash(t.into()), with_ports(now), format!(
                     "throughput: hash {t} on the ports too (ethtool -N {} rx-flow-hash {t} sdfn), so UDP flows between two hosts spread over the {} queues",
                     nic.name,
                     nic.rx_queues.len()
-                ),
-            );
+                ));
         }
     }
 
@@ -273,7 +248,7 @@ impl Builder<'_> {
                     "one {kind} channel per local core: {want} (of at most {max}; scaling.rst: a queue per CPU, not per hyperthread)"
                 )
             };
-            self.nic_item(nic, ItemKind::Channels, knob, want, reason);
+            self.nic_item(nic, knob, want, reason);
         }
     }
 
@@ -342,13 +317,7 @@ impl Builder<'_> {
         }
         for n in &nd.napis {
             for (attr, v, why) in &settings {
-                self.nic_item(
-                    nic,
-                    ItemKind::Napi,
-                    NicKnob::Napi(n.id, *attr),
-                    *v,
-                    why.clone(),
-                );
+                self.nic_item(nic, NicKnob::Napi(n.id, *attr), *v, why.clone());
             }
         }
     }
@@ -379,16 +348,7 @@ impl Builder<'_> {
         let skip = current
             .is_none()
             .then(|| format!("{target} cannot be read on this host"));
-        self.push(
-            id.into(),
-            ItemKind::Napi,
-            target,
-            Format::Int,
-            current,
-            v.to_string(),
-            reason,
-            skip,
-        );
+        self.push(id.into(), target, current, v.to_string(), reason, skip);
     }
 
     fn napi_sysfs(
@@ -428,34 +388,16 @@ impl Builder<'_> {
     pub(super) fn features(&mut self, nic: &Nic, s: &NicSettings) {
         let has = |n: &str| s.features.known().is_some_and(|f| f.contains_key(n));
         if has("rx-gro") {
-            self.nic_item(
-                nic,
-                ItemKind::Feature,
-                NicKnob::Feature("rx-gro".into()),
-                1,
-                "GRO on: fewer, larger packets up the stack; on veth it also gives the device a NAPI instance to busy-poll".into(),
-            );
+            self.nic_item(nic, NicKnob::Feature("rx-gro".into()), 1, "GRO on: fewer, larger packets up the stack; on veth it also gives the device a NAPI instance to busy-poll".into());
         }
         if self.opts.profile == Profile::Latency
             && nic.kind == "veth"
             && has("rx-udp-gro-forwarding")
         {
-            self.nic_item(
-                nic,
-                ItemKind::Feature,
-                NicKnob::Feature("rx-udp-gro-forwarding".into()),
-                1,
-                "latency: a veth hands a local socket's UDP to its NAPI (which busy polling needs) only with UDP GRO forwarding on; with GRO alone it goes through the backlog without a NAPI id (veth_skb_is_eligible_for_gro)".into(),
-            );
+            self.nic_item(nic, NicKnob::Feature("rx-udp-gro-forwarding".into()), 1, "latency: a veth hands a local socket's UDP to its NAPI (which busy polling needs) only with UDP GRO forwarding on; with GRO alone it goes through the backlog without a NAPI id (veth_skb_is_eligible_for_gro)".into());
         }
         if has("rx-lro") && self.opts.profile != Profile::Throughput {
-            self.nic_item(
-                nic,
-                ItemKind::Feature,
-                NicKnob::Feature("rx-lro".into()),
-                0,
-                "LRO off: it holds segments in the NIC to merge them (latency) and breaks forwarding".into(),
-            );
+            self.nic_item(nic, NicKnob::Feature("rx-lro".into()), 0, "LRO off: it holds segments in the NIC to merge them (latency) and breaks forwarding".into());
         }
     }
 
@@ -487,13 +429,7 @@ impl Builder<'_> {
         }
         for (name, v, why) in wanted {
             if reported(name) {
-                self.nic_item(
-                    nic,
-                    ItemKind::Coalesce,
-                    NicKnob::Coalesce((*name).into()),
-                    *v,
-                    (*why).into(),
-                );
+                self.nic_item(nic, NicKnob::Coalesce((*name).into()), *v, (*why).into());
             }
         }
     }
@@ -513,23 +449,11 @@ impl Builder<'_> {
         if p.autoneg == Some(true) && wanted_off {
             // With pause autonegotiation on, the driver reports (and keeps) what the link
             // partner agreed to (igb: hw->fc.current_mode), so rx/tx off would read back on.
-            self.nic_item(
-                nic,
-                ItemKind::Pause,
-                NicKnob::Pause("autoneg".into()),
-                0,
-                "flow control out of autonegotiation first: while negotiated, the link partner's pause setting wins over a local off".into(),
-            );
+            self.nic_item(nic, NicKnob::Pause("autoneg".into()), 0, "flow control out of autonegotiation first: while negotiated, the link partner's pause setting wins over a local off".into());
         }
         for (name, on) in [("rx", p.rx), ("tx", p.tx)] {
             if on.is_some() {
-                self.nic_item(
-                    nic,
-                    ItemKind::Pause,
-                    NicKnob::Pause(name.into()),
-                    0,
-                    "flow control off: a PAUSE frame stalls every flow on the link for up to 3.4 ms at 10 Gbit/s".into(),
-                );
+                self.nic_item(nic, NicKnob::Pause(name.into()), 0, "flow control off: a PAUSE frame stalls every flow on the link for up to 3.4 ms at 10 Gbit/s".into());
             }
         }
     }

@@ -334,16 +334,7 @@ impl Builder<'_> {
         // file the host model reads (and so the one a snapshot tree holds).
         let id = ItemId::Irq(irq.irq);
         let target = id.target().expect("an IRQ's id names its file");
-        self.push(
-            id.into(),
-            ItemKind::IrqAffinity,
-            target,
-            Format::List,
-            current,
-            want.to_list(),
-            reason,
-            skip,
-        );
+        self.push(id.into(), target, current, want.to_list(), reason, skip);
         if let Some(last) = self.items.last_mut() {
             last.label = Some(irq.name.clone());
         }
@@ -362,14 +353,18 @@ impl Builder<'_> {
         let target = id.target().expect("a device's queues name their directory");
         self.push(
             id.into(),
-            file.kind(),
             target,
-            Format::Mask,
             None,
             "?".into(),
             format!("{}: the device's queues could not be listed", file.word()),
             Some(why.clone()),
         );
+        // What it stands for has no file of its own (its target is the directory that could
+        // not be listed): it is filed under the kind of the files it would have planned.
+        if let Some(last) = self.items.last_mut() {
+            last.kind = file.kind();
+            last.format = file.format();
+        }
         true
     }
 
@@ -398,16 +393,7 @@ impl Builder<'_> {
         let current = now.known().map(|s| self.ctx.mask(s));
         let skip = now.unknown_reason().map(str::to_string);
         let mask = self.ctx.mask(want);
-        self.push(
-            id.into(),
-            kind,
-            target,
-            Format::Mask,
-            current,
-            mask,
-            reason,
-            skip,
-        );
+        self.push(id.into(), target, current, mask, reason, skip);
     }
 
     pub(super) fn rps(&mut self, nic: &Nic, irq_cpus: &CpuSet) {
@@ -508,9 +494,7 @@ impl Builder<'_> {
             let target = id.target().expect("a queue's id names its file");
             self.push(
                 id.into(),
-                ItemKind::RfsFlowCnt,
                 target,
-                Format::Int,
                 current,
                 per_queue.to_string(),
                 format!(

@@ -80,32 +80,18 @@ impl Builder<'_> {
                     if now.contains('f') && now.contains('n') {
                         continue;
                     }
-                    self.nic_text_item(
-                        nic,
-                        ItemKind::Rss,
-                        NicKnob::FlowHash(t.into()),
-                        Format::Text,
-                        super::super::nic::with_ports(now),
-                        format!(
+                    self.nic_text_item(nic, NicKnob::FlowHash(t.into()), super::super::nic::with_ports(now), format!(
                             "{t} hashed on the ports too: with addresses alone every flow between two hosts shares the lane's bucket(s)"
-                        ),
-                    );
+                        ));
                 }
             }
             let buckets: Vec<String> = spec.rss_buckets.iter().map(u32::to_string).collect();
-            self.nic_text_item(
-                nic,
-                ItemKind::Rss,
-                NicKnob::RssIndirection,
-                Format::Text,
-                table.join(" "),
-                format!(
+            self.nic_text_item(nic, NicKnob::RssIndirection, table.join(" "), format!(
                     "RSS: bucket(s) {} (the service's flow) alone on rx-{queue}, the other {} buckets over the other {} queues",
                     buckets.join(","),
                     table_len - spec.rss_buckets.len(),
                     rest.len()
-                ),
-            );
+                ));
             self.notes.push(format!(
                 "{}: a flow steered by RSS bucket stays on rx-{queue} only while its hash does: other flows hashing into bucket(s) {} share the queue, and a new RSS key moves it",
                 nic.name,
@@ -132,7 +118,6 @@ impl Builder<'_> {
             .map_err(no_steering)?;
         self.nic_item(
             nic,
-            ItemKind::Feature,
             NicKnob::Feature("ntuple-filters".into()),
             1,
             "n-tuple filters on: the lane's rules need them".into(),
@@ -184,19 +169,12 @@ impl Builder<'_> {
             .chain(held.iter().copied())
             .map(|q| format!("rx-{q}"))
             .collect();
-        self.nic_text_item(
-            nic,
-            ItemKind::Rss,
-            NicKnob::RssIndirection,
-            Format::Text,
-            table.join(" "),
-            format!(
+        self.nic_text_item(nic, NicKnob::RssIndirection, table.join(" "), format!(
                 "RSS: no hash bucket on the lane queue(s) {}; the other {} queues share the {} buckets equally",
                 lanes.join(", "),
                 rest.len(),
                 table.len()
-            ),
-        );
+            ));
         Ok(())
     }
 
@@ -401,13 +379,7 @@ impl Builder<'_> {
             ),
         ] {
             if c.contains_key(name) {
-                self.nic_item(
-                    nic,
-                    ItemKind::Coalesce,
-                    NicKnob::Coalesce(name.into()),
-                    0,
-                    why.into(),
-                );
+                self.nic_item(nic, NicKnob::Coalesce(name.into()), 0, why.into());
             }
         }
     }
@@ -457,7 +429,6 @@ impl Builder<'_> {
                 for (attr, v, why) in mode.napi().settings() {
                     self.nic_item(
                         nic,
-                        ItemKind::Napi,
                         NicKnob::Napi(n.id, *attr),
                         *v,
                         format!("{mode}: {why} (NAPI {} of rx-{queue} only)", n.id),
@@ -482,9 +453,7 @@ impl Builder<'_> {
                     let target = id.target().expect("a NAPI thread's id names it");
                     self.push(
                         id.into(),
-                        ItemKind::Affinity,
                         target,
-                        Format::List,
                         Some(current),
                         want.to_list(),
                         format!(

@@ -413,12 +413,10 @@ pub fn plan_lane(
         let want: CpuSet = std::iter::once(cpu).collect();
         b.push(
             ItemId::Process(p.pid).into(),
-            ItemKind::Affinity,
             Target::Process {
                 pid: p.pid,
                 start: p.start,
             },
-            Format::List,
             p.allowed.as_ref().map(CpuSet::to_list),
             want.to_list(),
             format!(
