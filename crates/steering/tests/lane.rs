@@ -866,6 +866,8 @@ fn a_holders_work_is_bounded_by_its_own_lane() {
     let w = lanes.work();
     assert!(w.journals_parsed - w0.journals_parsed <= 5, "{w:?}");
     assert!(w.descriptors_scanned - w0.descriptors_scanned <= 6, "{w:?}");
+    // And no Tuner (two netlink sockets on a live host) for a look that changes nothing.
+    assert_eq!(w.tuners_opened, w0.tuners_opened, "{w0:?} {w:?}");
 
     // The service stops: rolled back, and the rolled-back journals compacted.
     t.udp(&[]);

@@ -87,6 +87,9 @@ pub struct LaneWork {
     pub journals_parsed: u64,
     pub processes_scanned: u64,
     pub descriptors_scanned: u64,
+    /// Tuners opened (each opens the ethtool and netdev netlink sockets on a live host): for
+    /// an apply or a rollback, not for a look at a lane that holds.
+    pub tuners_opened: u64,
 }
 
 #[derive(Debug, Default)]
@@ -94,6 +97,7 @@ struct WorkCounter {
     journals: AtomicU64,
     processes: AtomicU64,
     descriptors: AtomicU64,
+    tuners: AtomicU64,
 }
 
 impl WorkCounter {
@@ -173,6 +177,7 @@ impl Lanes {
             journals_parsed: self.work.journals.load(Ordering::Relaxed),
             processes_scanned: self.work.processes.load(Ordering::Relaxed),
             descriptors_scanned: self.work.descriptors.load(Ordering::Relaxed),
+            tuners_opened: self.work.tuners.load(Ordering::Relaxed),
         }
     }
 
@@ -185,6 +190,7 @@ impl Lanes {
 
     /// The tuner of one lane: the host's NIC backend, the lane's own journals.
     pub fn tuner(&self, name: &str) -> Result<Tuner, LaneOpError> {
+        self.work.tuners.fetch_add(1, Ordering::Relaxed);
         Ok(Tuner::open(
             self.fs.clone(),
             self.use_nic,
@@ -491,7 +497,9 @@ impl Lanes {
         if state != LaneState::Applied {
             return Ok(BTreeSet::new());
         }
-        let plan = match self.tuner(name)?.applied_plan() {
+        // Read from the lane's directory, not through a Tuner: a holder looks every interval,
+        // and a Tuner opens two netlink sockets on a live host for nothing a look needs.
+        let plan = match crate::tune::applied_plan_in(&self.lane_dir(name)?) {
             Ok(p) => p,
             Err(TuneError::NothingApplied { .. }) => return Ok(BTreeSet::new()),
             Err(e) => return Err(e.into()),

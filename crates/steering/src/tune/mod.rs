@@ -29,4 +29,4 @@ pub use apply::{
 };
 pub use state_dir::{DEFAULT_STATE_DIR, StateDir};
 pub use status::{ApplyStatus, RollbackStatus, StepStatus};
-pub use tuner::{Check, Side, TuneError, Tuner, Verified};
+pub use tuner::{Check, Side, TuneError, Tuner, Verified, applied_plan_in};

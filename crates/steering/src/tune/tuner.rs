@@ -312,20 +312,7 @@ impl Tuner {
 
     /// The plan last applied and kept.
     pub fn applied_plan(&self) -> Result<Plan, TuneError> {
-        let path = journal::applied_plan_path(&self.state_dir);
-        let shown = path.display().to_string();
-        let text = journal::read_applied(&self.state_dir)
-            .map_err(|source| TuneError::State {
-                path: shown.clone(),
-                source,
-            })?
-            .ok_or_else(|| TuneError::NothingApplied {
-                path: shown.clone(),
-            })?;
-        serde_json::from_slice(&text).map_err(|source| TuneError::BadAppliedPlan {
-            path: shown,
-            source,
-        })
+        applied_plan_in(&self.state_dir)
     }
 
     /// The host against the plan last applied: what drifted and why.
@@ -452,4 +439,23 @@ impl Executor for VerifyExecutor<'_> {
     fn leave(&mut self, _variant: usize) -> Result<(), BoxError> {
         Ok(())
     }
+}
+
+/// The plan last applied from `state_dir` (its `applied.json`), read without opening a
+/// [`Tuner`]: what a lane's holder checks every interval.
+pub fn applied_plan_in(state_dir: &std::path::Path) -> Result<Plan, TuneError> {
+    let path = journal::applied_plan_path(state_dir);
+    let shown = path.display().to_string();
+    let text = journal::read_applied(state_dir)
+        .map_err(|source| TuneError::State {
+            path: shown.clone(),
+            source,
+        })?
+        .ok_or_else(|| TuneError::NothingApplied {
+            path: shown.clone(),
+        })?;
+    serde_json::from_slice(&text).map_err(|source| TuneError::BadAppliedPlan {
+        path: shown,
+        source,
+    })
 }
