@@ -310,6 +310,24 @@ fn knob_paths_are_parsed_in_one_place() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
+/// A reflex is a function from the interval's signals (`watch/signals.rs`) to proposals: the
+/// reflex files hold no `impl Watcher` (which would put the tuner, the journals and the
+/// guard's state in its reach), and the watcher reaches doctor's judgments through
+/// `doctor::shared`, not a rule file's insides (issue 73).
+#[test]
+fn reflexes_are_functions_of_their_signals() {
+    let mut found = Vec::new();
+    let watch = workspace().join("crates/steering/src/watch");
+    for (f, line) in code_of(&watch) {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let reflex = ["backlog.rs", "budget.rs", "doctor.rs"].contains(&name.as_str());
+        if (reflex && line.contains("impl Watcher")) || line.contains("doctor::rules::") {
+            found.push(format!("{}: {}", f.display(), line.trim()));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// The arrows docs/architecture.md allows, `crate -> deps` per line after its `crate arrows`
 /// marker ("netsteer-" dropped from the names).
 fn documented_arrows() -> std::collections::BTreeMap<String, Vec<String>> {

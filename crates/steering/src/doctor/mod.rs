@@ -12,6 +12,7 @@ pub mod model;
 pub mod report;
 pub mod rules;
 pub mod sampling;
+pub mod shared;
 pub mod text;
 
 pub use crate::model::ctx::Ctx;

@@ -1,113 +1,111 @@
 //! The reflexes that take a doctor finding's fix: `rps` (doctor's `softirq-hot-cpu`) and
 //! `rss` (doctor's `rss-table-skewed`), each proposing the planner's items for the device.
 
-use super::{Proposal, Reflex, Watcher};
-use crate::doctor::rules::rps::{planned, spreading_profile};
-use crate::doctor::{Ctx, Load, diagnose};
+use super::signals::Signals;
+use super::{Proposal, Reflex};
+use crate::doctor::shared::{hot_queue_excess, planned, rps_off, spreading_profile};
+use crate::doctor::{Ctx, diagnose};
 use crate::model::desired::{Action, Item, ItemKind, Profile, Target};
 use crate::model::item_id::{ItemId, QueueFile};
 use netsteer_host::nic::Nic;
-use netsteer_host::view::HostView;
 
-impl Watcher {
-    /// The reflexes that take a doctor finding's fix, from one diagnosis of the interval.
-    pub(super) fn doctor_reflexes(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
-        let report = diagnose(view, Some(load), self.cfg.goal, None);
-        let ctx = Ctx::new(view, Some(load), self.cfg.goal, None);
-        let mut out = self.rps(&ctx, &report);
-        out.extend(self.rss(&ctx, &report));
-        out
-    }
+/// The reflexes that take a doctor finding's fix, from one diagnosis of the interval.
+pub(super) fn doctor_reflexes(s: &Signals) -> Vec<Proposal> {
+    let report = diagnose(s.view, Some(s.load), s.cfg.goal, None);
+    let ctx = Ctx::new(s.view, Some(s.load), s.cfg.goal, None);
+    let mut out = rps(s, &ctx, &report);
+    out.extend(rss(&ctx, &report));
+    out
+}
 
-    /// doctor's `softirq-hot-cpu` on a device with RPS off: the RPS/RFS the planner makes.
-    fn rps(&self, ctx: &Ctx, report: &crate::doctor::Report) -> Vec<Proposal> {
-        let mut out = Vec::new();
-        for f in report.findings.iter().filter(|f| f.id == "softirq-hot-cpu") {
-            let hot = f
-                .subjects
-                .cpus
-                .iter()
-                .filter_map(|c| ctx.cpu(*c))
-                .map(|c| c.soft)
-                .fold(0.0, f64::max);
-            for dev in &f.subjects.devices {
-                let Some(nic) = ctx.view.nic(dev) else {
-                    continue;
-                };
-                if !crate::doctor::rules::rps::rps_off(nic) {
-                    continue;
-                }
-                let p = planned(
-                    ctx,
-                    nic,
-                    spreading_profile(ctx),
-                    &[ItemKind::Rps, ItemKind::RfsTable, ItemKind::RfsFlowCnt],
-                );
-                let items = changes_of(&p.items, |t| t.path().is_some());
-                if items.is_empty() {
-                    continue;
-                }
-                let mut evidence = vec![f.title.clone()];
-                evidence.extend(f.evidence.iter().take(3).cloned());
-                let cause = caused_by(ctx, nic, &f.subjects.cpus, self.cfg.min_rate);
-                evidence.push(match &cause {
-                    Ok(line) | Err(line) => line.clone(),
-                });
-                // Named as the device's RPS items are (`rps/DEV`).
-                let id = ItemId::Queues {
-                    dev: dev.clone(),
-                    file: QueueFile::RpsCpus,
-                };
-                let mut p = Proposal::planned(Reflex::Rps, &id.to_string(), evidence, items, hot);
-                p.declined = cause.err();
-                out.push(p);
-            }
-        }
-        out
-    }
-
-    /// doctor's `rss-table-skewed`: the planner's equal table for the device (the table item
-    /// only; the balanced profile's other NIC items are not this reflex's). The guard watches
-    /// how far the hot queue's share of the receive interrupts stands above an equal share,
-    /// in points (0 when equal, 100 when it takes them all), so that on two queues the
-    /// signal falls as far as on eleven.
-    fn rss(&self, ctx: &Ctx, report: &crate::doctor::Report) -> Vec<Proposal> {
-        let mut out = Vec::new();
-        for f in report
-            .findings
+/// doctor's `softirq-hot-cpu` on a device with RPS off: the RPS/RFS the planner makes.
+fn rps(s: &Signals, ctx: &Ctx, report: &crate::doctor::Report) -> Vec<Proposal> {
+    let mut out = Vec::new();
+    for f in report.findings.iter().filter(|f| f.id == "softirq-hot-cpu") {
+        let hot = f
+            .subjects
+            .cpus
             .iter()
-            .filter(|f| f.id == "rss-table-skewed")
-        {
-            for dev in &f.subjects.devices {
-                let Some(nic) = ctx.view.nic(dev) else {
-                    continue;
-                };
-                let Some(skew) = crate::doctor::rules::rss::hot_queue_excess(ctx, nic) else {
-                    continue;
-                };
-                let p = planned(ctx, nic, Profile::Balanced, &[ItemKind::Rss]);
-                let items = changes_of(&p.items, |t| {
-                    matches!(
-                        t,
-                        Target::Nic {
-                            knob: netsteer_host::ethtool::NicKnob::RssIndirection,
-                            ..
-                        }
-                    )
-                });
-                let mut evidence = vec![f.title.clone()];
-                evidence.extend(f.evidence.iter().cloned());
-                out.push(Proposal::planned(
-                    Reflex::Rss,
-                    &format!("rss/{dev}"),
-                    evidence,
-                    items,
-                    skew,
-                ));
+            .filter_map(|c| ctx.cpu(*c))
+            .map(|c| c.soft)
+            .fold(0.0, f64::max);
+        for dev in &f.subjects.devices {
+            let Some(nic) = ctx.view.nic(dev) else {
+                continue;
+            };
+            if !rps_off(nic) {
+                continue;
             }
+            let p = planned(
+                ctx,
+                nic,
+                spreading_profile(ctx),
+                &[ItemKind::Rps, ItemKind::RfsTable, ItemKind::RfsFlowCnt],
+            );
+            let items = changes_of(&p.items, |t| t.path().is_some());
+            if items.is_empty() {
+                continue;
+            }
+            let mut evidence = vec![f.title.clone()];
+            evidence.extend(f.evidence.iter().take(3).cloned());
+            let cause = caused_by(ctx, nic, &f.subjects.cpus, s.cfg.min_rate);
+            evidence.push(match &cause {
+                Ok(line) | Err(line) => line.clone(),
+            });
+            // Named as the device's RPS items are (`rps/DEV`).
+            let id = ItemId::Queues {
+                dev: dev.clone(),
+                file: QueueFile::RpsCpus,
+            };
+            let mut p = Proposal::planned(Reflex::Rps, &id.to_string(), evidence, items, hot);
+            p.declined = cause.err();
+            out.push(p);
         }
-        out
     }
+    out
+}
+
+/// doctor's `rss-table-skewed`: the planner's equal table for the device (the table item
+/// only; the balanced profile's other NIC items are not this reflex's). The guard watches
+/// how far the hot queue's share of the receive interrupts stands above an equal share,
+/// in points (0 when equal, 100 when it takes them all), so that on two queues the
+/// signal falls as far as on eleven.
+fn rss(ctx: &Ctx, report: &crate::doctor::Report) -> Vec<Proposal> {
+    let mut out = Vec::new();
+    for f in report
+        .findings
+        .iter()
+        .filter(|f| f.id == "rss-table-skewed")
+    {
+        for dev in &f.subjects.devices {
+            let Some(nic) = ctx.view.nic(dev) else {
+                continue;
+            };
+            let Some(skew) = hot_queue_excess(ctx, nic) else {
+                continue;
+            };
+            let p = planned(ctx, nic, Profile::Balanced, &[ItemKind::Rss]);
+            let items = changes_of(&p.items, |t| {
+                matches!(
+                    t,
+                    Target::Nic {
+                        knob: netsteer_host::ethtool::NicKnob::RssIndirection,
+                        ..
+                    }
+                )
+            });
+            let mut evidence = vec![f.title.clone()];
+            evidence.extend(f.evidence.iter().cloned());
+            out.push(Proposal::planned(
+                Reflex::Rss,
+                &format!("rss/{dev}"),
+                evidence,
+                items,
+                skew,
+            ));
+        }
+    }
+    out
 }
 
 /// Of the packets the hot CPUs processed, the share a device must have received itself for

@@ -10,7 +10,7 @@
 //!
 //! The reflexes (each a doctor rule's signal, judged on the interval's rates):
 //! - `rps-away`: softnet drops on a CPU with no idle time that RPS feeds (doctor's
-//!   `backlog-drops`, [`crate::doctor::rules::drops::rps_away`]) → each such queue's RPS mask
+//!   `backlog-drops`, [`crate::doctor::shared::rps_away`]) → each such queue's RPS mask
 //!   without that CPU: a CPU with no time to drain its backlog drops at any backlog length.
 //! - `backlog`: softnet drops (`/proc/net/softnet_stat` column 2: the per-CPU backlog was
 //!   full, `netdev_max_backlog`, or the flow limit dropped) → `net.core.netdev_max_backlog`
@@ -49,6 +49,7 @@ mod guard;
 mod reclaim;
 mod reverse;
 mod run;
+mod signals;
 mod state;
 mod text;
 mod undo;
@@ -878,42 +879,44 @@ impl Watcher {
 
     /// Every reflex's proposal for this interval.
     fn proposals(&self, view: &HostView, load: &Load) -> Vec<Proposal> {
+        let lanes = || self.lane_cpus();
+        let s = signals::Signals {
+            cfg: &self.cfg,
+            view,
+            load,
+            recent: &self.recent,
+            peak_drops: self.peak_drops,
+            lane_cpus: &lanes,
+        };
         // rps-away before backlog: when both hold, the dropping CPU has no time to drain, and
         // moving its packets is what can help (one action is judged at a time).
-        let mut out = self.rps_away(view, load);
-        out.extend(self.backlog(view, load));
-        out.extend(self.budget(view, load));
-        out.extend(self.doctor_reflexes(view, load));
+        let mut out = backlog::rps_away_of(&s);
+        out.extend(backlog::backlog(&s));
+        out.extend(budget::budget(&s));
+        out.extend(doctor::doctor_reflexes(&s));
         out
     }
 
-    /// The CPUs whose `rate` is at least `min_rate`, their sum, and one evidence line.
-    pub(super) fn per_cpu(
-        &self,
-        load: &Load,
-        rate: fn(&netsteer_host::sample::CpuRates) -> Option<f64>,
-        what: &str,
-    ) -> Option<(Vec<u32>, f64, String)> {
-        let over: Vec<(u32, f64)> = load
-            .cpu
-            .cpus
-            .iter()
-            .filter_map(|c| Some((c.cpu, rate(c)?)))
-            .filter(|(_, r)| *r >= self.cfg.min_rate)
-            .collect();
-        if over.is_empty() {
-            return None;
-        }
-        let line = over
-            .iter()
-            .map(|(c, r)| format!("CPU {c} {r:.0}/s"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        Some((
-            over.iter().map(|o| o.0).collect(),
-            over.iter().map(|o| o.1).sum(),
-            format!("{what}: {line}"),
-        ))
+    /// The CPUs of every lane recorded in the state directory the watcher's own lives in
+    /// (`lane apply` keeps RPS off them; a lane that is down keeps its CPU for its service's
+    /// return). Read each time it is needed (a CPU saturated): a lane may come while the
+    /// watcher runs. Unreadable: none.
+    fn lane_cpus(&self) -> netsteer_host::CpuSet {
+        let Some(home) = crate::tune::StateDir::of_watch(self.tuner.state_dir()) else {
+            return netsteer_host::CpuSet::default();
+        };
+        crate::lane::Lanes::open(
+            self.tuner.fs().clone(),
+            false,
+            Some(home.root().to_path_buf()),
+        )
+        .and_then(|l| l.claims(""))
+        .map(|c| {
+            c.iter()
+                .flat_map(|c| std::iter::once(c.cpu).chain(c.poll_cpu))
+                .collect()
+        })
+        .unwrap_or_default()
     }
 }
 
