@@ -288,10 +288,24 @@ impl Target {
     pub fn knob_check(&self) -> Result<(), String> {
         use crate::model::planner::valid_device_name;
         match self {
+            // A file knob built in memory (an item id's target, a planner's queue) must be
+            // the one its path parses to: a device name the kernel allows and this check
+            // does not (U+3000 is no whitespace to the kernel's dev_valid_name) would
+            // otherwise be written by apply and then, read back from the journal as a plain
+            // file, refused by the rollback.
             Target::Sysctl { .. }
             | Target::IrqAffinity { .. }
             | Target::Queue { .. }
-            | Target::DeviceFile { .. } => Ok(()),
+            | Target::DeviceFile { .. } => {
+                let path = self.path().unwrap_or_default();
+                if Target::file(&path) == *self {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{path:?} is not a knob netsteer writes (not spelled as a knob's path)"
+                    ))
+                }
+            }
             Target::File { path } => Err(format!(
                 "{path:?} is not a knob netsteer writes (a /proc/sys/net sysctl, \
                  /proc/irq/N/smp_affinity[_list], a queue's rps_cpus, rps_flow_cnt, \
@@ -484,6 +498,29 @@ mod tests {
                 "not a knob",
             ),
             (file("/sys/class/net/eth0/address"), "not a knob"),
+            // Built in memory with a device name the path parser refuses: refused too, so that
+            // nothing is written that its journal could not roll back.
+            (
+                Target::Queue {
+                    dev: "e\u{3000}x".into(),
+                    queue: 0,
+                    file: QueueFile::XpsCpus,
+                },
+                "not a knob",
+            ),
+            (
+                Target::DeviceFile {
+                    dev: "a/b".into(),
+                    file: DeviceFile::Threaded,
+                },
+                "not a knob",
+            ),
+            (
+                Target::Sysctl {
+                    name: "net/../kernel/core_pattern".into(),
+                },
+                "not a knob",
+            ),
             (Target::Service { name: "ssh".into() }, "only irqbalance"),
             (
                 Target::Nic {
