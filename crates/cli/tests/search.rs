@@ -577,7 +577,9 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"latency_ns\
 
 /// A knob that hurts ends the search at once, with the tree as it was: a candidate whose p99 is
 /// far past the goal (busy_poll on: 100× the goal, past `--abort-factor`), and one that loses
-/// packets (busy_read 100). Exit 2, the reason in the report, nothing left applied.
+/// far more than the baseline (busy_read 100: 400 a run beside none, past 3 × (0 + 100)).
+/// Exit 2, the reason in the report, nothing left applied. One that loses a few more than the
+/// baseline (busy_read 50: 7 a run) is rejected instead and the search goes on.
 #[test]
 fn a_knob_that_hurts_ends_the_search_with_the_tree_restored() {
     let tree = scratch("dev-vm");
@@ -590,7 +592,8 @@ fn a_knob_that_hurts_ends_the_search_with_the_tree_restored() {
 r=$(cat {c}/busy_read); p=$(cat {c}/busy_poll)
 lat=50000; lost=0
 [ "$p" != 0 ] && lat=5000000
-[ "$r" = 100 ] && lost=7
+[ "$r" = 100 ] && lost=400
+[ "$r" = 50 ] && lost=7
 echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$lost,\"latency_ns\":{{\"p99\":$lat}},\"cost_ns_per_request\":1000}}"
 "#,
             c = core.display()
@@ -599,7 +602,7 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$los
     let before = files(tree.path());
     for (knob, why) in [
         ("/proc/sys/net/core/busy_poll=0,50", "abort factor"),
-        ("/proc/sys/net/core/busy_read=0,100", "lost"),
+        ("/proc/sys/net/core/busy_read=0,100", "lost 400"),
     ] {
         let state = work.path().join(format!("state-{}", why.len()));
         let out = netsteer(
@@ -645,4 +648,38 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$los
             "{knob}: the tree was left changed"
         );
     }
+    // 7 lost a run beside the baseline's none: that trial is rejected, the search ends on its
+    // own (nothing found: exit 1), nothing confirmed loses, the tree as it was.
+    let state = work.path().join("state-rejected");
+    let out = netsteer(
+        tree.path(),
+        &[
+            "tune",
+            "search",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--goal",
+            "p99<=60us",
+            "--knob",
+            "/proc/sys/net/core/busy_read=0,50",
+            "--workload",
+            w.to_str().unwrap(),
+            "--budget",
+            "4",
+            "--repeat",
+            "2",
+            "--json",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r.outcome.stopped.is_none(), "{:?}", r.outcome.stopped);
+    let t = &r.outcome.trials[0];
+    assert_eq!((t.lost, t.base_lost), (14, 0), "{t:?}");
+    let why = t.rejected.as_deref().expect("rejected");
+    assert!(why.contains("7 7 a run against 0 0"), "{why}");
+    assert!(r.outcome.confirmations.is_empty(), "{:?}", r.outcome);
+    assert!(r.outcome.best.is_none() && r.not_restored.is_empty());
+    assert_eq!(files(tree.path()), before);
 }

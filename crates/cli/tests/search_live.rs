@@ -138,7 +138,9 @@ fn a_live_search_over_a_veth_measures_every_trial_and_leaves_the_device_as_it_wa
         for s in [&t.base_cost, &t.cost] {
             assert!(s.min > 0.0 && s.median.is_finite(), "{s:?}");
         }
-        assert_eq!(t.lost, 0);
+        // A datagram lost now and then on a busy host is judged against the baseline's in
+        // the same runs (not a failure): a rejected trial is one that lost more.
+        assert!(t.rejected.is_none() || t.lost > t.base_lost, "{t:?}");
     }
     // The screening moved one knob at a time: four knobs, each to its other value, then one
     // guided trial.
@@ -269,7 +271,9 @@ fn a_live_search_over_the_veth_s_napi_settings_leaves_them_as_they_were() {
     assert_eq!(r.outcome.trials.len(), 4);
     for t in &r.outcome.trials {
         assert!(t.latency.min > 0.0 && t.cost.min > 0.0, "{t:?}");
-        assert_eq!(t.lost, 0);
+        // A datagram lost now and then on a busy host is judged against the baseline's in
+        // the same runs (not a failure): a rejected trial is one that lost more.
+        assert!(t.rejected.is_none() || t.lost > t.base_lost, "{t:?}");
     }
     // The screening moved one knob at a time (a NAPI_SET the kernel refused would have
     // failed the trial's apply and stopped the search).

@@ -132,7 +132,9 @@ fn a_search_on_igb_in_a_guest_measures_real_runs_and_leaves_the_nic_as_it_was() 
         for s in [&t.base_cost, &t.cost] {
             assert!(s.min > 0.0 && s.median.is_finite(), "{s:?}");
         }
-        assert_eq!(t.lost, 0);
+        // A datagram lost now and then on a busy host is judged against the baseline's in
+        // the same runs (not a failure): a rejected trial is one that lost more.
+        assert!(t.rejected.is_none() || t.lost > t.base_lost, "{t:?}");
     }
     // A whole machine: tuned's busy_read/busy_poll apply (in a namespace they are skipped).
     assert_eq!(r.against.len(), 2);

@@ -34,8 +34,18 @@
 //! Every trial goes through [`experiment::run`]: the baseline and the candidate alternate (A B
 //! A B), so a host that drifts during the search does not pass the drift off as a knob's
 //! effect; each is entered and left (applied through tune's transaction and rolled back, in
-//! `tune search`), also when a measurement fails. A candidate that loses packets or breaks the
-//! goal by `abort_factor` ends the search at once, left like any other.
+//! `tune search`), also when a measurement fails.
+//!
+//! **Loss is judged against the baseline's, in the same runs.** A real host loses a datagram
+//! now and then whatever its settings (on a busy machine the baseline itself did), so one lost
+//! in a candidate's run says nothing of the candidate. A candidate is rejected when it loses
+//! more than the baseline beyond the runs' scatter ([`loses_more`]: its fewest lost in a run
+//! above the baseline's most); a rejected trial is never a result, and the model takes its
+//! latency as at least `abort_factor` times the baseline's, which weighs down the knob levels
+//! it used and so its neighbours. The search still ends at once on harm past a stated bound:
+//! a candidate run whose latency breaks the goal by `abort_factor`, or a candidate that has
+//! lost more than `abort_factor` × (the baseline's loss so far + [`LOSS_FLOOR`]) in the runs of
+//! its trial so far.
 
 use crate::clock::Clock;
 use crate::experiment::{self, BoxError, Comparison, Executor, ExperimentError, Order, Verdict};
@@ -70,6 +80,12 @@ pub trait Target {
     fn measure(&mut self) -> Result<Obs, BoxError>;
     fn leave(&mut self, config: &[usize]) -> Result<(), BoxError>;
 }
+
+/// The losses a baseline may be taken to have beyond what it lost, in the bound past which a
+/// candidate's loss ends the search: `abort_factor` × (the baseline's + this). With the
+/// default factor, a candidate beside a baseline that lost nothing is stopped past 300 lost
+/// in its trial (6 % of udp-echo's 5,000 requests a run), not at its first.
+pub const LOSS_FLOOR: u64 = 100;
 
 /// The defaults of [`Options`], which `tune search`'s flags show as theirs.
 pub const DEFAULT_BUDGET: u32 = 20;
@@ -130,6 +146,13 @@ pub struct Trial {
     pub latency: Spread,
     pub cost: Spread,
     pub lost: u64,
+    /// What the baseline lost in the same trial's runs.
+    #[serde(default)]
+    pub base_lost: u64,
+    /// Why the candidate was rejected: it lost more than the baseline beyond the runs'
+    /// scatter ([`loses_more`]). A rejected trial is no result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
     /// What the model predicted for it (latency, cost), before it ran.
     pub predicted: Option<(f64, f64)>,
 }
@@ -151,6 +174,10 @@ pub struct Confirmation {
     pub cost: Comparison,
     /// The best configuration's latency median within the goal.
     pub meets_goal: bool,
+    /// Set when the configuration lost more than the baseline beyond the runs' scatter in the
+    /// confirmation ([`loses_more`]): then it is not found, whatever its latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_more: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,8 +189,8 @@ pub struct Outcome {
     /// The configuration found: confirmed within the goal and cheaper than the baseline beyond
     /// the noise, or within the goal where the baseline is not. `None`: none was.
     pub best: Option<Config>,
-    /// Why the search ended early (a candidate lost packets, broke the goal by the abort
-    /// factor, or failed to apply or roll back).
+    /// Why the search ended early (a candidate lost past the bound of [`LOSS_FLOOR`], broke
+    /// the goal by the abort factor, or failed to apply or roll back).
     pub stopped: Option<String>,
     /// Each knob level's fitted effect on latency and on cost, as factors against the
     /// baseline's level (1.0 = none), for the report: `effects[d][l] = (latency, cost)`.
@@ -228,6 +255,7 @@ pub fn search<T: Target>(
             match confirm(target, clock, &s, &config) {
                 Ok(c) => {
                     let ok = c.meets_goal
+                        && c.lost_more.is_none()
                         && (c.cost.verdict == Verdict::Better
                             || c.latency.before.median > opts.goal);
                     let ratio = (c.cost.after.median / c.cost.before.median * estimate).sqrt();
@@ -300,8 +328,31 @@ impl<T: Target> Executor for Pair<'_, T> {
     }
 }
 
-/// The runs of one side: (latencies, costs, lost).
-type Sides = [(Vec<f64>, Vec<f64>, u64); 2];
+/// The runs of one side: (latencies, costs, lost per run).
+type Sides = [(Vec<f64>, Vec<f64>, Vec<u64>); 2];
+
+/// Whether the candidate's losses stand above the baseline's beyond the scatter of their runs:
+/// its fewest lost in a run is more than the baseline's most (the runs' ranges apart, as the
+/// three-way verdict asks of a difference). `0 0 0` against the baseline's `0 0 0` is `0 1 0`'s
+/// match; `2 1 3` is more. The reason, when it is.
+pub fn loses_more(base: &[u64], cand: &[u64]) -> Option<String> {
+    let (Some(&most), Some(&fewest)) = (base.iter().max(), cand.iter().min()) else {
+        return None;
+    };
+    let list = |v: &[u64]| {
+        v.iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    (fewest > most).then(|| {
+        format!(
+            "lost more than the baseline beyond its runs' scatter: {} a run against {} in the same alternated runs",
+            list(cand),
+            list(base)
+        )
+    })
+}
 
 fn alternate<T: Target>(
     target: &mut T,
@@ -310,15 +361,24 @@ fn alternate<T: Target>(
     config: &[usize],
     repeats: u32,
     abort: Option<f64>,
+    abort_factor: f64,
 ) -> Result<Sides, ExperimentError> {
     let mut pair = Pair {
         target,
         configs: [baseline, config],
     };
+    // The losses so far of each side (the baseline's run comes first in each pair).
+    let mut so_far = [0u64; 2];
     let runs = experiment::run(&mut pair, 2, repeats, Order::Alternated, clock, |t| {
+        so_far[t.variant] = so_far[t.variant].saturating_add(t.measure.lost);
         if t.variant == 1 {
-            if t.measure.lost > 0 {
-                return Err(format!("the candidate lost {} in a run", t.measure.lost).into());
+            let bound = abort_factor * (so_far[0].saturating_add(LOSS_FLOOR)) as f64;
+            if so_far[1] as f64 > bound {
+                return Err(format!(
+                    "the candidate lost {} against the baseline's {} in the same runs, past the bound of {bound:.0} (abort factor × (the baseline's + {LOSS_FLOOR}))",
+                    so_far[1], so_far[0]
+                )
+                .into());
             }
             if let Some(limit) = abort
                 && t.measure.latency > limit
@@ -338,7 +398,7 @@ fn alternate<T: Target>(
         let side = &mut sides[t.variant];
         side.0.push(t.measure.latency);
         side.1.push(t.measure.cost);
-        side.2 += t.measure.lost;
+        side.2.push(t.measure.lost);
     }
     Ok(sides)
 }
@@ -359,8 +419,9 @@ impl State<'_> {
             &config,
             self.opts.repeats,
             self.abort_limit(),
+            self.opts.abort_factor,
         ) {
-            Ok([(bl, bc, _), (l, c, lost)]) => {
+            Ok([(bl, bc, blost), (l, c, lost)]) => {
                 let spread = |v: &[f64]| Spread::of(v).unwrap_or_default();
                 self.trials.push(Trial {
                     phase,
@@ -369,7 +430,9 @@ impl State<'_> {
                     base_cost: spread(&bc),
                     latency: spread(&l),
                     cost: spread(&c),
-                    lost,
+                    lost: lost.iter().sum(),
+                    base_lost: blost.iter().sum(),
+                    rejected: loses_more(&blost, &lost),
                     predicted,
                 });
             }
@@ -410,7 +473,12 @@ impl State<'_> {
     }
 
     fn fit(&self) -> Model {
-        Model::fit(self.dims, &self.baseline, &self.trials)
+        Model::fit(
+            self.dims,
+            &self.baseline,
+            &self.trials,
+            self.opts.abort_factor,
+        )
     }
 
     /// The untried configuration the model predicts cheapest within the goal less the noise
@@ -447,7 +515,7 @@ impl State<'_> {
         let limit = self.opts.goal * (1.0 + self.noise());
         let mut within: Vec<(f64, Config)> = Vec::new();
         for t in &self.trials {
-            if t.lost > 0 || within.iter().any(|(_, c)| *c == t.config) {
+            if t.rejected.is_some() || within.iter().any(|(_, c)| *c == t.config) {
                 continue;
             }
             let (pl, pc) = model.predict(&t.config);
@@ -469,13 +537,14 @@ fn confirm<T: Target>(
     s: &State,
     config: &[usize],
 ) -> Result<Confirmation, ExperimentError> {
-    let [(bl, bc, _), (l, c, _)] = alternate(
+    let [(bl, bc, blost), (l, c, lost)] = alternate(
         target,
         clock,
         &s.baseline,
         config,
         s.opts.confirm_repeats,
         s.abort_limit(),
+        s.opts.abort_factor,
     )?;
     let none = || ExperimentError::Failed("no finite value in the confirmation's runs".into());
     let latency = experiment::compare(true, &bl, &l).ok_or_else(none)?;
@@ -483,6 +552,7 @@ fn confirm<T: Target>(
     Ok(Confirmation {
         config: config.to_vec(),
         meets_goal: latency.after.median <= s.opts.goal,
+        lost_more: loses_more(&blost, &lost),
         latency,
         cost,
     })
@@ -540,7 +610,10 @@ struct Model {
 }
 
 impl Model {
-    fn fit(dims: &[Dim], baseline: &[usize], trials: &[Trial]) -> Model {
+    /// `loss_penalty`: the least latency factor a rejected trial (one that lost more than its
+    /// baseline) is taken at, so the levels it used look as slow as the harm the search
+    /// stops for.
+    fn fit(dims: &[Dim], baseline: &[usize], trials: &[Trial], loss_penalty: f64) -> Model {
         // One parameter per (knob, level) that a trial used, other than the baseline's.
         let mut params: Vec<(usize, usize)> = Vec::new();
         for t in trials {
@@ -569,7 +642,10 @@ impl Model {
                     .filter(|&(d, &l)| l != baseline[d])
                     .map(|(d, &l)| params.iter().position(|p| *p == (d, l)).unwrap())
                     .collect();
-                let r = [t.latency_ratio().ln(), t.cost_ratio().ln()];
+                let mut r = [t.latency_ratio().ln(), t.cost_ratio().ln()];
+                if t.rejected.is_some() {
+                    r[0] = r[0].max(loss_penalty.max(1.0).ln());
+                }
                 if !(r[0].is_finite() && r[1].is_finite()) {
                     continue;
                 }

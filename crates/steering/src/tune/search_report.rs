@@ -49,10 +49,10 @@ pub fn trial_line(r: &SearchReport, i: usize, t: &Trial) -> String {
         cost_name(&r.goal),
         us(t.cost.median),
         us(t.base_cost.median),
-        if t.lost > 0 {
-            format!(", {} lost", t.lost)
-        } else {
-            String::new()
+        match (&t.rejected, t.lost + t.base_lost) {
+            (Some(why), _) => format!(", rejected: {why}"),
+            (None, 0) => String::new(),
+            (None, _) => format!(", {} lost vs {} baseline", t.lost, t.base_lost),
         }
     )
 }
@@ -310,7 +310,10 @@ pub fn html(r: &SearchReport) -> String {
             spread(&t.latency),
             spread(&t.base_cost),
             spread(&t.cost),
-            t.lost,
+            match &t.rejected {
+                Some(why) => format!("{} vs {} (rejected: {})", t.lost, t.base_lost, esc(why)),
+                None => format!("{} vs {}", t.lost, t.base_lost),
+            },
             t.predicted
                 .map_or("-".into(), |(l, c)| format!("{} / {}", us(l), us(c))),
         );
