@@ -112,6 +112,31 @@ pub fn parse_status_ids(text: &str) -> std::result::Result<StatusIds, ParseError
     Ok(StatusIds { ppid, uids })
 }
 
+/// Whether a `/proc/PID/cgroup` text puts the process in `rel`, a path below /sys/fs/cgroup:
+/// on cgroup v2 the unified path (`0::/rel`); on v1 either a hierarchy's path (`rel` whole) or
+/// a hierarchy named by its first component (`cpu,cpuacct/grp` → the line whose controllers
+/// are `cpu,cpuacct`, or one of them, with the path `/grp`).
+pub fn in_cgroup(text: &str, rel: &str) -> bool {
+    let whole = format!("/{rel}");
+    let split = rel.split_once('/');
+    text.lines().any(|line| {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            return false;
+        };
+        if path == whole {
+            return true;
+        }
+        split.is_some_and(|(c, rest)| {
+            path.strip_prefix('/') == Some(rest)
+                && (controllers == c
+                    || controllers
+                        .split(',')
+                        .any(|x| x == c || x.strip_prefix("name=") == Some(c)))
+        })
+    })
+}
+
 /// Reads every thread of `pid`. Threads that exit while being read are skipped.
 pub fn read_process(fs: &HostFs, pid: u32) -> Result<ProcessPlacement> {
     let comm = fs.read_value(format!("/proc/{pid}/comm"))?;
@@ -145,6 +170,22 @@ pub fn read_process(fs: &HostFs, pid: u32) -> Result<ProcessPlacement> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cgroup_membership_on_v1_and_v2() {
+        let v2 = "0::/system.slice/echo.service\n";
+        assert!(super::in_cgroup(v2, "system.slice/echo.service"));
+        assert!(!super::in_cgroup(v2, "system.slice/other.service"));
+        assert!(!super::in_cgroup(v2, "system.slice"));
+        let v1 = "12:blkio:/grp\n11:cpu,cpuacct:/grp2\n1:name=systemd:/system.slice/echo.service\n";
+        assert!(super::in_cgroup(v1, "blkio/grp"));
+        assert!(super::in_cgroup(v1, "cpu,cpuacct/grp2"));
+        assert!(super::in_cgroup(v1, "cpu/grp2"));
+        assert!(super::in_cgroup(v1, "system.slice/echo.service"));
+        assert!(super::in_cgroup(v1, "systemd/system.slice/echo.service"));
+        assert!(!super::in_cgroup(v1, "blkio/grp2"));
+        assert!(!super::in_cgroup(v1, "memory/grp"));
+    }
+
     use super::*;
 
     #[test]

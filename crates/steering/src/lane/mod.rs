@@ -41,7 +41,7 @@ pub mod hold;
 pub mod service;
 pub mod text;
 pub use hold::HoldEvent;
-pub use service::{FULL_SCAN_EVERY, SeenService, ServiceOwner, in_cgroup};
+pub use service::{FULL_SCAN_EVERY, SeenService, ServiceOwner};
 use service::{addr_list, service_err};
 
 /// The lane as asked, in its directory.

@@ -7,6 +7,7 @@
 use super::{LaneOpError, LaneSpec, Lanes, OWNER_FILE, ServiceRef, state_err};
 use crate::model::planner::lane::LaneProcess;
 use crate::tune::journal;
+use netsteer_host::process::in_cgroup;
 use netsteer_host::sockets::{self, Proto, SocketRow};
 use std::collections::BTreeSet;
 use std::io;
@@ -306,31 +307,6 @@ pub(super) fn addr_list(addrs: &BTreeSet<IpAddr>) -> String {
         .join(", ")
 }
 
-/// Whether a `/proc/PID/cgroup` text puts the process in `rel`, a path below /sys/fs/cgroup:
-/// on cgroup v2 the unified path (`0::/rel`); on v1 either a hierarchy's path (`rel` whole) or
-/// a hierarchy named by its first component (`cpu,cpuacct/grp` → the line whose controllers
-/// are `cpu,cpuacct`, or one of them, with the path `/grp`).
-pub fn in_cgroup(text: &str, rel: &str) -> bool {
-    let whole = format!("/{rel}");
-    let split = rel.split_once('/');
-    text.lines().any(|line| {
-        let mut f = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
-            return false;
-        };
-        if path == whole {
-            return true;
-        }
-        split.is_some_and(|(c, rest)| {
-            path.strip_prefix('/') == Some(rest)
-                && (controllers == c
-                    || controllers
-                        .split(',')
-                        .any(|x| x == c || x.strip_prefix("name=") == Some(c)))
-        })
-    })
-}
-
 /// The cgroup of a systemd unit (`systemctl show -p LoadState -p ControlGroup`); None while
 /// the unit is stopped: systemd empties `ControlGroup` when a unit goes inactive (a failed
 /// unit may keep it until reset, and its cgroup is then empty). A unit systemd does not know
@@ -383,8 +359,6 @@ pub(super) fn parse_unit_show(unit: &str, text: &str) -> Result<Option<String>, 
 
 #[cfg(test)]
 mod tests {
-    use super::in_cgroup;
-
     #[test]
     fn a_units_cgroup_from_systemctl_show() {
         use super::parse_unit_show;
@@ -404,21 +378,5 @@ mod tests {
             ),
             "{e}"
         );
-    }
-
-    #[test]
-    fn cgroup_membership_on_v1_and_v2() {
-        let v2 = "0::/system.slice/echo.service\n";
-        assert!(in_cgroup(v2, "system.slice/echo.service"));
-        assert!(!in_cgroup(v2, "system.slice/other.service"));
-        assert!(!in_cgroup(v2, "system.slice"));
-        let v1 = "12:blkio:/grp\n11:cpu,cpuacct:/grp2\n1:name=systemd:/system.slice/echo.service\n";
-        assert!(in_cgroup(v1, "blkio/grp"));
-        assert!(in_cgroup(v1, "cpu,cpuacct/grp2"));
-        assert!(in_cgroup(v1, "cpu/grp2"));
-        assert!(in_cgroup(v1, "system.slice/echo.service"));
-        assert!(in_cgroup(v1, "systemd/system.slice/echo.service"));
-        assert!(!in_cgroup(v1, "blkio/grp2"));
-        assert!(!in_cgroup(v1, "memory/grp"));
     }
 }
