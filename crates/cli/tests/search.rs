@@ -600,12 +600,9 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$los
         ),
     );
     let before = files(tree.path());
-    for (knob, why) in [
-        ("/proc/sys/net/core/busy_poll=0,50", "abort factor"),
-        ("/proc/sys/net/core/busy_read=0,100", "lost 400"),
-    ] {
-        let state = work.path().join(format!("state-{}", why.len()));
-        let out = netsteer(
+    let search = |knob: &str, state: &str| {
+        let state = work.path().join(state);
+        netsteer(
             tree.path(),
             &[
                 "tune",
@@ -624,7 +621,13 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$los
                 "2",
                 "--json",
             ],
-        );
+        )
+    };
+    for (knob, why) in [
+        ("/proc/sys/net/core/busy_poll=0,50", "abort factor"),
+        ("/proc/sys/net/core/busy_read=0,100", "lost 400"),
+    ] {
+        let out = search(knob, &format!("state-{}", why.len()));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{knob}: {err}");
         let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
@@ -650,27 +653,7 @@ echo "{{\"type\":\"summary\",\"role\":\"client\",\"received\":1000,\"lost\":$los
     }
     // 7 lost a run beside the baseline's none: that trial is rejected, the search ends on its
     // own (nothing found: exit 1), nothing confirmed loses, the tree as it was.
-    let state = work.path().join("state-rejected");
-    let out = netsteer(
-        tree.path(),
-        &[
-            "tune",
-            "search",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--goal",
-            "p99<=60us",
-            "--knob",
-            "/proc/sys/net/core/busy_read=0,50",
-            "--workload",
-            w.to_str().unwrap(),
-            "--budget",
-            "4",
-            "--repeat",
-            "2",
-            "--json",
-        ],
-    );
+    let out = search("/proc/sys/net/core/busy_read=0,50", "state-rejected");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let r: SearchReport = serde_json::from_slice(&out.stdout).unwrap();
