@@ -41,8 +41,8 @@
 //! in a candidate's run says nothing of the candidate. A candidate is rejected when it loses
 //! more than the baseline beyond the runs' scatter ([`loses_more`]: its fewest lost in a run
 //! above the baseline's most); a rejected trial is never a result, and the model takes its
-//! latency as at least `abort_factor` times the baseline's, which weighs down the knob levels
-//! it used and so its neighbours. The search still ends at once on harm past a stated bound:
+//! latency and its cost as at least `abort_factor` (2 to 100) times the baseline's, which
+//! weighs down the knob levels it used and so its neighbours. The search still ends at once on harm past a stated bound:
 //! a candidate run whose latency breaks the goal by `abort_factor`, or a candidate that has
 //! lost more than `abort_factor` × (the baseline's loss so far + [`LOSS_FLOOR`]) in the runs of
 //! its trial so far.
@@ -372,7 +372,13 @@ fn alternate<T: Target>(
     let runs = experiment::run(&mut pair, 2, repeats, Order::Alternated, clock, |t| {
         so_far[t.variant] = so_far[t.variant].saturating_add(t.measure.lost);
         if t.variant == 1 {
-            let bound = abort_factor * (so_far[0].saturating_add(LOSS_FLOOR)) as f64;
+            // A factor from the library's caller unchecked (the CLI holds it to 1–100).
+            let factor = if abort_factor.is_finite() {
+                abort_factor.max(1.0)
+            } else {
+                DEFAULT_ABORT_FACTOR
+            };
+            let bound = factor * (so_far[0].saturating_add(LOSS_FLOOR)) as f64;
             if so_far[1] as f64 > bound {
                 return Err(format!(
                     "the candidate lost {} against the baseline's {} in the same runs, past the bound of {bound:.0} (abort factor × (the baseline's + {LOSS_FLOOR}))",
@@ -430,8 +436,8 @@ impl State<'_> {
                     base_cost: spread(&bc),
                     latency: spread(&l),
                     cost: spread(&c),
-                    lost: lost.iter().sum(),
-                    base_lost: blost.iter().sum(),
+                    lost: lost.iter().fold(0, |a: u64, b| a.saturating_add(*b)),
+                    base_lost: blost.iter().fold(0, |a: u64, b| a.saturating_add(*b)),
                     rejected: loses_more(&blost, &lost),
                     predicted,
                 });
@@ -610,9 +616,9 @@ struct Model {
 }
 
 impl Model {
-    /// `loss_penalty`: the least latency factor a rejected trial (one that lost more than its
-    /// baseline) is taken at, so the levels it used look as slow as the harm the search
-    /// stops for.
+    /// `loss_penalty`: the least latency and cost factor (2 to 100) a rejected trial (one that
+    /// lost more than its baseline) is taken at, so the levels it used look as slow and as
+    /// dear as the harm the search stops for.
     fn fit(dims: &[Dim], baseline: &[usize], trials: &[Trial], loss_penalty: f64) -> Model {
         // One parameter per (knob, level) that a trial used, other than the baseline's.
         let mut params: Vec<(usize, usize)> = Vec::new();
@@ -643,8 +649,13 @@ impl Model {
                     .map(|(d, &l)| params.iter().position(|p| *p == (d, l)).unwrap())
                     .collect();
                 let mut r = [t.latency_ratio().ln(), t.cost_ratio().ln()];
+                // Cost too, not latency alone: a latency factor of abort_factor can still be
+                // within a loose goal (or a max-rate goal, which has no latency bound), and
+                // a cheap lossy level would then be picked again and again.
                 if t.rejected.is_some() {
-                    r[0] = r[0].max(loss_penalty.max(1.0).ln());
+                    let p = loss_penalty.clamp(2.0, 100.0).ln();
+                    r[0] = r[0].max(p);
+                    r[1] = r[1].max(p);
                 }
                 if !(r[0].is_finite() && r[1].is_finite()) {
                     continue;

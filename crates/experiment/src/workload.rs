@@ -160,9 +160,35 @@ pub fn read_report(stdout: &str, metric: Metric) -> Result<RunReport, String> {
                 "a client summary without latency_ns.{key} (nothing came back?)"
             ));
         };
+        if !(latency.is_finite() && latency >= 0.0) {
+            return Err(format!(
+                "a client summary whose latency_ns.{key} is {latency}: no latency"
+            ));
+        }
+        // A count is a whole number or absent: "lost": -1 or 1e3 read as 0 would hide a loss.
+        if let Some(k) = [
+            "lost",
+            "received",
+            "warmup_round_trips",
+            "transactions",
+            "all_transactions",
+        ]
+        .into_iter()
+        .find(|k| {
+            v.get(*k)
+                .is_some_and(|x| !x.is_null() && x.as_u64().is_none())
+        }) {
+            return Err(format!(
+                "a client summary whose {k} is {} (not a whole number)",
+                v[k]
+            ));
+        }
         let n = |k: &str| v[k].as_u64().unwrap_or(0);
         let (requests, rate) = if v.get("received").is_some() {
-            (n("received") + n("warmup_round_trips"), v["pps"].as_f64())
+            (
+                n("received").saturating_add(n("warmup_round_trips")),
+                v["pps"].as_f64(),
+            )
         } else {
             (
                 n("all_transactions").max(n("transactions")),
@@ -174,13 +200,13 @@ pub fn read_report(stdout: &str, metric: Metric) -> Result<RunReport, String> {
         } else {
             r.latency_ns.max(latency)
         };
-        r.requests += requests;
+        r.requests = r.requests.saturating_add(requests);
         r.rate += rate.unwrap_or(0.0);
-        r.lost += n("lost");
+        r.lost = r.lost.saturating_add(n("lost"));
         if let Some(c) = v["cost_ns_per_request"].as_f64() {
             // Weighted by requests over the summaries that give it, and only those.
             cost_ns += c * requests as f64;
-            cost_requests += requests;
+            cost_requests = cost_requests.saturating_add(requests);
             r.cost_ns_per_request = Some(cost_ns / cost_requests.max(1) as f64);
         }
         seen += 1;
@@ -449,6 +475,42 @@ mod tests {
             let e = bad.parse::<Goal>().unwrap_err();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
+    }
+
+    /// A count that is no whole number, or a latency that is no latency, is an error naming
+    /// the field: read as 0 (or within any goal) it would hide a loss from the search. Counts
+    /// that would overflow saturate.
+    #[test]
+    fn a_summary_that_hides_its_loss_is_refused() {
+        let summary = |extra: &str| {
+            format!(
+                r#"{{"type":"summary","role":"client","received":10,{extra}"latency_ns":{{"p99":5}}}}"#
+            )
+        };
+        for (extra, field) in [
+            (r#""lost":-1,"#, "lost"),
+            (r#""lost":1e3,"#, "lost"),
+            (r#""lost":"7","#, "lost"),
+            (r#""received":2.5,"#, "received"),
+        ] {
+            let text =
+                summary(extra).replacen(r#""received":10,"#, "", usize::from(field == "received"));
+            let e = read_report(&text, Metric::P99).unwrap_err();
+            assert!(e.contains(field), "{extra}: {e}");
+        }
+        let negative =
+            r#"{"type":"summary","role":"client","received":10,"latency_ns":{"p99":-5}}"#;
+        assert!(
+            read_report(negative, Metric::P99)
+                .unwrap_err()
+                .contains("p99")
+        );
+        let huge = format!(
+            "{}\n{}",
+            summary(&format!(r#""lost":{},"#, u64::MAX)),
+            summary(r#""lost":1,"#)
+        );
+        assert_eq!(read_report(&huge, Metric::P99).unwrap().lost, u64::MAX);
     }
 
     #[test]

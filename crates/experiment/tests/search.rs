@@ -360,6 +360,37 @@ fn a_candidate_that_loses_more_than_the_baseline_is_rejected_not_the_search_ende
     );
 }
 
+/// With no latency bound to push a lossy level out of (a goal every configuration meets), the
+/// penalty on a rejected trial's cost keeps the guided picks off the cheapest level of a knob
+/// once it has been seen to lose: a latency penalty alone left it the cheapest pick.
+#[test]
+fn a_cheap_lossy_level_is_not_picked_again_under_a_loose_goal() {
+    for seed in 1..=20 {
+        let mut s = Surface::new(seed);
+        // Knob 1's cheapest level.
+        let cheapest = (0..s.levels[1])
+            .min_by(|a, b| s.cost[1][*a].total_cmp(&s.cost[1][*b]))
+            .unwrap();
+        let level = if cheapest == 0 {
+            s.levels[1] - 1
+        } else {
+            cheapest
+        };
+        s.hurts = Some((1, level, 5));
+        let out = run(&mut s, 1e12, seed);
+        assert!(out.stopped.is_none(), "seed {seed}: {:?}", out.stopped);
+        let with_level = out.trials.iter().filter(|t| t.config[1] == level).count();
+        assert!(
+            with_level <= 2,
+            "seed {seed}: {with_level} trials at the lossy level"
+        );
+        assert!(
+            out.best.as_ref().is_none_or(|b| b[1] != level),
+            "seed {seed}"
+        );
+    }
+}
+
 /// A candidate far beyond the goal (the abort factor) ends the search too.
 #[test]
 fn a_candidate_far_beyond_the_goal_ends_the_search() {

@@ -49,7 +49,7 @@ pub fn trial_line(r: &SearchReport, i: usize, t: &Trial) -> String {
         cost_name(&r.goal),
         us(t.cost.median),
         us(t.base_cost.median),
-        match (&t.rejected, t.lost + t.base_lost) {
+        match (&t.rejected, t.lost.saturating_add(t.base_lost)) {
             (Some(why), _) => format!(", rejected: {why}"),
             (None, 0) => String::new(),
             (None, _) => format!(", {} lost vs {} baseline", t.lost, t.base_lost),
