@@ -15,8 +15,8 @@ use netsteer_host::netdev::{NapiAttr, NtupleKey, NtupleProto};
 #[cfg(test)]
 use crate::model::desired::ItemKind;
 use crate::model::desired::Target;
+use crate::model::target::IrqFile;
 pub use crate::model::target::QueueFile;
-use crate::model::target::{DeviceFile, IrqFile};
 
 /// A plan item's id. `Display` spells it as plans, journals and reports have always spelled
 /// it; [`ItemId::parse`] reads that spelling back.
@@ -153,13 +153,10 @@ impl ItemId {
                 dev: dev.clone(),
                 knob: knob.clone(),
             },
-            ItemId::NapiDefault { dev, file } => match DeviceFile::of_file(file) {
-                Some(f) => Target::DeviceFile {
-                    dev: dev.clone(),
-                    file: f,
-                },
-                None => Target::file(&format!("/sys/class/net/{dev}/{file}")),
-            },
+            // Through the one path parser: a file it does not know stays no knob.
+            ItemId::NapiDefault { dev, file } => {
+                Target::file(&format!("/sys/class/net/{dev}/{file}"))
+            }
             ItemId::NapiThread { dev, napi } => Target::NapiThread {
                 dev: dev.clone(),
                 napi: *napi,
