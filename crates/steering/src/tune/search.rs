@@ -337,6 +337,31 @@ pub struct SearchReport {
     /// asked for, in fresh alternated runs.
     #[serde(default)]
     pub against: Vec<Faceoff>,
+    /// Why each run not taken was measured again (the hypervisor took its CPUs, or it measured
+    /// no cost), in order: filled by whoever measures.
+    #[serde(default)]
+    pub reruns: Vec<String>,
+    /// The steal of each run taken, in order: the share of the cost CPUs' time the hypervisor
+    /// took, in %. Filled by whoever measures.
+    #[serde(default)]
+    pub steal_pct: Vec<f64>,
+}
+
+impl SearchReport {
+    /// The fewest, median and most steal of the runs taken (%), when any was measured.
+    pub fn steal_spread(&self) -> Option<(f64, f64, f64)> {
+        let mut v: Vec<f64> = self
+            .steal_pct
+            .iter()
+            .copied()
+            .filter(|x| x.is_finite())
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some((v[0], v[v.len() / 2], v[v.len() - 1]))
+    }
 }
 
 impl SearchReport {
@@ -420,6 +445,8 @@ pub fn run(
         recovered,
         not_restored,
         against,
+        reruns: Vec::new(),
+        steal_pct: Vec::new(),
     })
 }
 

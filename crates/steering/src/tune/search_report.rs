@@ -129,6 +129,19 @@ pub fn lines(r: &SearchReport) -> Vec<String> {
                 .into(),
         ),
     }
+    if let Some((lo, mid, hi)) = r.steal_spread().filter(|s| s.2 >= 0.5) {
+        out.push(format!(
+            "steal over the runs taken: {lo:.1} / {mid:.1} / {hi:.1} % (min / median / max): \
+             the hypervisor's share of the cost CPUs, falling on both sides of each trial"
+        ));
+    }
+    if !r.reruns.is_empty() {
+        out.push(format!(
+            "{} run(s) measured again, the first attempt not believed: {}",
+            r.reruns.len(),
+            r.reruns.join("; ")
+        ));
+    }
     if r.not_restored.is_empty() {
         out.push("the host reads as before the search".into());
     } else {
@@ -219,6 +232,25 @@ pub fn html(r: &SearchReport) -> String {
     s.push_str(&verdict);
     if let Some(why) = &r.outcome.stopped {
         let _ = write!(s, r#"<p class="bad">Stopped early: {}</p>"#, esc(why));
+    }
+    if let Some((lo, mid, hi)) = r.steal_spread().filter(|s| s.2 >= 0.5) {
+        let _ = write!(
+            s,
+            "<p>Steal over the runs taken: {lo:.1} / {mid:.1} / {hi:.1} % (min / median / max), \
+             the hypervisor's share of the cost CPUs; runs alternate, so it falls on both sides \
+             of each trial, as noise.</p>"
+        );
+    }
+    if !r.reruns.is_empty() {
+        let _ = write!(
+            s,
+            "<p>{} run(s) were measured again, their first attempt not believed:</p><ul>",
+            r.reruns.len()
+        );
+        for why in &r.reruns {
+            let _ = write!(s, "<li>{}</li>", esc(why));
+        }
+        s.push_str("</ul>");
     }
     let _ = write!(
         s,
