@@ -63,7 +63,8 @@ pub struct SearchArgs {
     #[arg(long)]
     count_workload_cpu: bool,
     /// A run whose cost CPUs lost more than this percentage of their time to the hypervisor
-    /// (steal) is measured again, after a pause, up to six times (100: take every run).
+    /// (steal; the CPU that lost most) is measured again, after a pause, up to six times
+    /// (100: take every run).
     #[arg(long, default_value = "20", value_name = "PCT", value_parser = percent)]
     max_steal: f64,
     /// A workload run that takes longer is killed and ends the search.
@@ -123,6 +124,17 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
             .collect(),
         None => Vec::new(),
     };
+    // A CPU /proc/stat does not list would be left out of every run's cost unsaid, and the
+    // run then "used no CPU".
+    if let Some(l) = &a.cost_cpus {
+        let stat = HostFs::live()
+            .read_value("/proc/stat")
+            .context("/proc/stat")?;
+        let stat = netsteer_host::parse::parse_proc_stat(&stat).context("/proc/stat")?;
+        if let Some(c) = cost_cpus.iter().find(|c| !stat.cpus.contains_key(*c)) {
+            bail!("--cost-cpus {l}: CPU {c} is not online (absent from /proc/stat)");
+        }
+    }
     let tuner = Tuner::open(host.fs.clone(), !a.no_ethtool, a.state_dir.clone())
         .context("the state directory")?
         .for_search();
@@ -166,11 +178,12 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
         if stop.load(Ordering::Relaxed) {
             return Err("interrupted".into());
         }
+        // Each re-run is kept as it happens, so a search stopped by them lists them too.
         let m = workload.measure(&proc, &|| stop.load(Ordering::Relaxed), &mut |_, why| {
-            eprintln!("netsteer: run {}: measured again: {why}", runs + 1,);
+            eprintln!("netsteer: run {}: measured again: {why}", runs + 1);
+            reruns.push(format!("run {}: {why}", runs + 1));
         })?;
         runs += 1;
-        reruns.extend(m.reruns.iter().map(|w| format!("run {runs}: {w}")));
         steal.push(m.run.steal_share() * 100.0);
         let o = m.obs;
         eprintln!(
