@@ -289,6 +289,10 @@ fn a_rollout_in_waves_stops_and_rolls_back_on_a_failed_gate_and_completes_otherw
             "netsteer_gate_query": "sum(increase(netsteer_udp_receive_buffer_errors_total{instance=\"INSTANCE\"}[20s]))",
             "netsteer_gate_tolerance": 0.2,
             "netsteer_gate_slack": 10,
+            // The three hosts are namespaces of one shared guest: its hypervisor's steal is
+            // theirs alike and moves with the neighbours (a passing rollout was stopped by
+            // "critical findings 0 -> 1" on CI); the gate judged here is the plan's metric.
+            "netsteer_gate_ignore_rules": ["cpu-steal"],
         })
     };
 

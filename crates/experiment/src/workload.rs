@@ -404,7 +404,8 @@ impl Run {
                  /proc/stat, more than --max-steal {} %: its cost and latency are another \
                  machine's)",
                 share * 100.0,
-                max_steal * 100.0
+                // 7, not 7.000000000000001 (0.07 × 100).
+                (max_steal * 1000.0).round() / 10.0
             )
         })
     }
@@ -912,7 +913,9 @@ mod tests {
             e.contains("hypervisor") && e.contains("7 runs in a row"),
             "{e}"
         );
-        // No CPU measured (the cost CPU named is idle), no steal: one run, then the error.
+        // No CPU measured (the cost CPU named is not in the tree's /proc/stat: a library
+        // caller's mistake, which the CLI refuses before it starts), no steal: one run, then
+        // the error.
         let root = tempfile::tempdir().unwrap();
         let mut w = stealing_workload(root.path(), 0);
         w.count_workload_cpu = false;
