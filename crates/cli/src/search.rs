@@ -124,12 +124,12 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
             .collect(),
         None => Vec::new(),
     };
+    // The CPU time is the machine's where the workload runs, also when the knobs are a tree's.
+    let proc = HostFs::live();
     // A CPU /proc/stat does not list would be left out of every run's cost unsaid, and the
     // run then "used no CPU".
     if let Some(l) = &a.cost_cpus {
-        let stat = HostFs::live()
-            .read_value("/proc/stat")
-            .context("/proc/stat")?;
+        let stat = proc.read_value("/proc/stat").context("/proc/stat")?;
         let stat = netsteer_host::parse::parse_proc_stat(&stat).context("/proc/stat")?;
         if let Some(c) = cost_cpus.iter().find(|c| !stat.cpus.contains_key(*c)) {
             bail!("--cost-cpus {l}: CPU {c} is not online (absent from /proc/stat)");
@@ -169,8 +169,6 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
     // configuration it is in and stops, the host restored.
     let stop = Arc::new(AtomicBool::new(false));
     netsteer_sock::signal::stop_on_termination(stop.clone()).context("handling SIGINT/SIGTERM")?;
-    // The CPU time is the machine's where the workload runs, also when the knobs are a tree's.
-    let proc = HostFs::live();
     let mut runs = 0u32;
     let mut reruns = Vec::new();
     let mut steal = Vec::new();
@@ -184,7 +182,8 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
             reruns.push(format!("run {}: {why}", runs + 1));
         })?;
         runs += 1;
-        steal.push(m.run.steal_share() * 100.0);
+        let steal_pct = m.run.steal_share() * 100.0;
+        steal.push(steal_pct);
         let o = m.obs;
         eprintln!(
             "netsteer: run {runs}: {} {:.1} µs, {} requests, {:.2} µs per request{}{}",
@@ -198,8 +197,8 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
                 String::new()
             },
             // Steal a run was still taken with: a guest's neighbours, said where it shows.
-            if m.run.steal_share() >= 0.005 {
-                format!(", steal {:.1} %", m.run.steal_share() * 100.0)
+            if steal_pct >= 0.5 {
+                format!(", steal {steal_pct:.1} %")
             } else {
                 String::new()
             }
@@ -220,8 +219,7 @@ pub fn run(host: &Host, a: &SearchArgs) -> Result<ExitCode> {
         },
         against: a.against.clone(),
     };
-    let result = search::run(&tuner, &req, &mut measure, &MonotonicClock::default());
-    let mut report = result?;
+    let mut report = search::run(&tuner, &req, &mut measure, &MonotonicClock::default())?;
     report.reruns = reruns;
     report.steal_pct = steal;
     if let (Some(out), Some(plan)) = (plan_out, &report.plan) {

@@ -327,8 +327,8 @@ pub struct Workload {
     /// Count the workload command's own CPU in the cost (a workload whose clients are the
     /// service being tuned); by default it is taken out.
     pub count_workload_cpu: bool,
-    /// A run whose cost CPUs lost more than this share of their time to steal is measured
-    /// again ([`DEFAULT_MAX_STEAL`]; 1 takes every run).
+    /// A run in which one cost CPU lost more than this share of its time to steal is
+    /// measured again ([`DEFAULT_MAX_STEAL`]; 1 takes every run).
     pub max_steal: f64,
     /// The pause before a run is measured again, doubled each time ([`DEFAULT_RERUN_PAUSE`]).
     pub rerun_pause: Duration,
@@ -347,8 +347,6 @@ pub struct Run {
     pub steal_ns: f64,
     /// The run's wall time between the two /proc/stat reads.
     pub span_ns: f64,
-    /// How many CPUs were counted.
-    pub cpus: u32,
 }
 
 /// By default, a run one of whose cost CPUs lost more than this share of its time to the
@@ -480,7 +478,6 @@ impl Workload {
             workload_cpu_ns: own,
             steal_ns: steal,
             span_ns: elapsed,
-            cpus: cpus as u32,
         })
     }
 
@@ -845,7 +842,6 @@ mod tests {
             workload_cpu_ns: 0.0,
             steal_ns,
             span_ns: 1e9,
-            cpus: 2,
         };
         // A second's run: the share is what lies beyond one tick.
         assert_eq!(run(0.21e9).disturbed(DEFAULT_MAX_STEAL), None);

@@ -337,31 +337,14 @@ pub struct SearchReport {
     /// asked for, in fresh alternated runs.
     #[serde(default)]
     pub against: Vec<Faceoff>,
-    /// Why each run not taken was measured again (the hypervisor took its CPUs, or it measured
-    /// no cost), in order: filled by whoever measures.
+    /// Why each run not taken was measured again (the hypervisor took more than --max-steal
+    /// of a cost CPU), in order: filled by whoever measures.
     #[serde(default)]
     pub reruns: Vec<String>,
-    /// The steal of each run taken, in order: the share of the cost CPUs' time the hypervisor
-    /// took, in %. Filled by whoever measures.
+    /// The steal of each run taken, in order: the share of its time the hypervisor took from
+    /// the cost CPU that lost most, in %. Filled by whoever measures.
     #[serde(default)]
     pub steal_pct: Vec<f64>,
-}
-
-impl SearchReport {
-    /// The fewest, median and most steal of the runs taken (%), when any was measured.
-    pub fn steal_spread(&self) -> Option<(f64, f64, f64)> {
-        let mut v: Vec<f64> = self
-            .steal_pct
-            .iter()
-            .copied()
-            .filter(|x| x.is_finite())
-            .collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        Some((v[0], v[v.len() / 2], v[v.len() - 1]))
-    }
 }
 
 impl SearchReport {

@@ -129,10 +129,11 @@ pub fn lines(r: &SearchReport) -> Vec<String> {
                 .into(),
         ),
     }
-    if let Some((lo, mid, hi)) = r.steal_spread().filter(|s| s.2 >= 0.5) {
+    if let Some(s) = Spread::of(&r.steal_pct).filter(|s| s.max >= 0.5) {
         out.push(format!(
-            "steal over the runs taken: {lo:.1} / {mid:.1} / {hi:.1} % (min / median / max): \
-             the hypervisor's share of the cost CPUs, falling on both sides of each trial"
+            "steal over the runs taken: {:.1} / {:.1} / {:.1} % (min / median / max): the \
+             hypervisor's share of the cost CPU that lost most",
+            s.min, s.median, s.max
         ));
     }
     if !r.reruns.is_empty() {
@@ -233,12 +234,14 @@ pub fn html(r: &SearchReport) -> String {
     if let Some(why) = &r.outcome.stopped {
         let _ = write!(s, r#"<p class="bad">Stopped early: {}</p>"#, esc(why));
     }
-    if let Some((lo, mid, hi)) = r.steal_spread().filter(|s| s.2 >= 0.5) {
+    if let Some(st) = Spread::of(&r.steal_pct).filter(|s| s.max >= 0.5) {
         let _ = write!(
             s,
-            "<p>Steal over the runs taken: {lo:.1} / {mid:.1} / {hi:.1} % (min / median / max), \
-             the hypervisor's share of the cost CPUs; runs alternate, so it falls on both sides \
-             of each trial, as noise.</p>"
+            "<p>Steal over the runs taken: {:.1} / {:.1} / {:.1} % (min / median / max), the \
+             hypervisor's share of the cost CPU that lost most. It is not even noise: steal on \
+             a running task counts as busy, so a configuration that idles less (busy polling) \
+             carries more of it.</p>",
+            st.min, st.median, st.max
         );
     }
     if !r.reruns.is_empty() {
