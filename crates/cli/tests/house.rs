@@ -231,7 +231,7 @@ fn statuses_are_enums_not_text() {
 }
 
 /// A plan item's id (`irq/41`, `rps/eth0/rx-3`, `nic/eth0/channels/combined`, …) is spelled and
-/// read back in one place, `model/item_id.rs`: no other steering source formats an id's first
+/// read back in one place, `model/knob.rs`: no other steering source formats an id's first
 /// word, strips it off, compares an id with one or matches on it to find what the item names
 /// (a rollback once took an item's kind from its id's first word, which a journal's writer
 /// chooses).
@@ -251,7 +251,7 @@ fn item_ids_are_spelled_in_one_place() {
     ];
     let mut found = Vec::new();
     for (f, line) in code_of(&workspace().join("crates/steering/src")) {
-        if f.ends_with("model/item_id.rs") {
+        if f.ends_with("model/knob.rs") {
             continue;
         }
         let l = line.replace(' ', "");
@@ -277,7 +277,7 @@ fn item_ids_are_spelled_in_one_place() {
 
 /// A knob's file path (`/proc/irq/41/smp_affinity_list`, `/sys/class/net/eth0/queues/rx-3/
 /// rps_cpus`, `/proc/sys/net/core/busy_poll`, a device's NAPI defaults) is parsed and spelled
-/// by `model/target.rs` alone, and mapped to an item id by `model/item_id.rs`: no other
+/// by `model/knob.rs` alone, which also maps it to an item id: no other
 /// steering source formats one, strips a prefix off one to learn what it is, or names a
 /// `Target::File` (the variant for what is no knob) to find a knob in it (issue 73: the same
 /// path was re-parsed for its kind, format, device and IRQ in nine places).
@@ -301,7 +301,7 @@ fn knob_paths_are_parsed_in_one_place() {
     // literal rustfmt put on the next line is seen as well.
     let mut by_file: std::collections::BTreeMap<PathBuf, String> = Default::default();
     for (f, line) in code_of(&workspace().join("crates/steering/src")) {
-        if f.ends_with("model/target.rs") || f.ends_with("model/item_id.rs") {
+        if f.ends_with("model/knob.rs") {
             continue;
         }
         by_file

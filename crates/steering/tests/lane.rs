@@ -857,10 +857,10 @@ fn a_holders_work_is_bounded_by_its_own_lane() {
     assert_eq!(count(), 5001);
 
     // Looks while the service runs: one journal each, no descriptor read between full scans.
-    let mut seen = None;
+    let mut lane = lanes.lane("echo").unwrap();
     let w0 = lanes.work();
     for _ in 0..5 {
-        let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+        let ev = lane.reconcile(&opts).unwrap();
         assert!(matches!(ev, HoldEvent::Holding), "{ev:?}");
     }
     let w = lanes.work();
@@ -871,18 +871,19 @@ fn a_holders_work_is_bounded_by_its_own_lane() {
 
     // The service stops: rolled back, and the rolled-back journals compacted.
     t.udp(&[]);
-    let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+    let ev = lane.reconcile(&opts).unwrap();
     assert!(matches!(ev, HoldEvent::RolledBack(..)), "{ev:?}");
     assert!(count() <= KEEP_JOURNALS + 1, "{} journals", count());
     // Twenty restarts: applied and rolled back each time, the journals stay few, each look
-    // parses at most the few there are.
+    // parses at most the few there are, and the holder's one tuner serves them all.
+    let tuners = lanes.work().tuners_opened;
     for _ in 0..20 {
         t.udp(&[(0, ANY4, 100)]);
-        let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+        let ev = lane.reconcile(&opts).unwrap();
         assert!(matches!(ev, HoldEvent::Applied(..)), "{ev:?}");
         t.udp(&[]);
         let w0 = lanes.work();
-        let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+        let ev = lane.reconcile(&opts).unwrap();
         assert!(matches!(ev, HoldEvent::RolledBack(..)), "{ev:?}");
         let w = lanes.work();
         assert!(
@@ -891,6 +892,8 @@ fn a_holders_work_is_bounded_by_its_own_lane() {
         );
         assert!(count() <= KEEP_JOURNALS + 1, "{} journals", count());
     }
+    let opened = lanes.work().tuners_opened - tuners;
+    assert!(opened <= 1, "{opened} tuners for 40 applies and rollbacks");
     let newest: u64 = fs::read_dir(&jdir)
         .unwrap()
         .filter_map(|e| {
@@ -1102,8 +1105,8 @@ fn a_lane_from_before_owners_learns_its_owner_from_what_it_pinned() {
     .unwrap();
     t.udp(&[(0, ANY4, 100), (65534, ANY6, 200)]);
     t.process(66, 1, 65534, 5001, &[200], 3);
-    let mut seen = None;
-    let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+    let mut lane = lanes.lane("echo").unwrap();
+    let ev = lane.reconcile(&opts).unwrap();
     assert!(matches!(ev, HoldEvent::Holding), "{ev:?}");
     let owner = lanes
         .owner("echo")
@@ -1111,8 +1114,49 @@ fn a_lane_from_before_owners_learns_its_owner_from_what_it_pinned() {
         .expect("recorded from the pinned process");
     assert_eq!(owner.uid, 0);
     t.udp(&[(65534, ANY6, 200)]);
-    let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+    let ev = lane.reconcile(&opts).unwrap();
     assert!(matches!(ev, HoldEvent::RolledBack(..)), "{ev:?}");
-    let ev = lanes.reconcile_seen("echo", &opts, &mut seen).unwrap();
+    let ev = lane.reconcile(&opts).unwrap();
     assert!(matches!(ev, HoldEvent::Waiting), "{ev:?}");
+}
+
+/// A holder's lane is opened once, but its spec is the file's: rewritten by another `lane
+/// apply` (another CPU), the next look plans from the new one; the file removed, the look says
+/// the lane is gone.
+#[test]
+fn a_holders_lane_follows_its_spec_file() {
+    use netsteer_steering::lane::{HoldEvent, LaneOpError};
+    use netsteer_steering::tune::ApplyOptions;
+    let t = Served::new();
+    t.udp(&[(0, ANY4, 100)]);
+    t.process(77, 1, 0, 5000, &[100], 3);
+    let lanes = t.lanes();
+    let opts = ApplyOptions::default();
+    assert_eq!(
+        lanes
+            .apply(&spec("eth0", 3, LaneMode::Irq), &opts)
+            .unwrap()
+            .status,
+        ApplyStatus::Applied
+    );
+    let mut lane = lanes.lane("echo").unwrap();
+    assert!(matches!(lane.reconcile(&opts).unwrap(), HoldEvent::Holding));
+    assert_eq!(lane.spec().cpu, 3);
+    // Another apply of the same lane on CPU 2, as `netsteer lane apply` run beside the holder.
+    assert_eq!(
+        lanes
+            .apply(&spec("eth0", 2, LaneMode::Irq), &opts)
+            .unwrap()
+            .status,
+        ApplyStatus::Applied
+    );
+    let ev = lane.reconcile(&opts).unwrap();
+    assert!(matches!(ev, HoldEvent::Holding), "{ev:?}");
+    assert_eq!(lane.spec().cpu, 2, "the holder still holds the old spec");
+    let dir = t.root().join("var/lib/netsteer/lanes/echo");
+    fs::remove_file(dir.join(netsteer_steering::lane::SPEC_FILE)).unwrap();
+    match lane.reconcile(&opts) {
+        Err(LaneOpError::NoLane(n)) => assert_eq!(n, "echo"),
+        other => panic!("{other:?}"),
+    }
 }

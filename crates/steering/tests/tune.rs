@@ -1099,7 +1099,7 @@ impl Backend for Driver<'_> {
                     self.inner.write(
                         &Target::IrqAffinity {
                             irq: *irq,
-                            file: netsteer_steering::model::target::IrqFile::List,
+                            file: netsteer_steering::model::knob::IrqFile::List,
                         },
                         self.all_cpus,
                     )?;

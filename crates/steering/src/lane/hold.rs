@@ -1,12 +1,15 @@
-//! A lane's life with its service: [`Lanes::reconcile`] is one look (applied while the service
-//! runs, rolled back when it stops, applied again for new processes, an apply cut short rolled
-//! back), [`Lanes::hold`] the loop of looks a holder runs under the lane's lock. The store
+//! A lane's life with its service: a [`Lane`] is one lane opened once by its holder,
+//! [`Lane::reconcile`] one look (applied while the service runs, rolled back when it stops,
+//! applied again for new processes, an apply cut short rolled back), [`Lanes::hold`] the loop
+//! of looks a holder runs under the lane's lock. The store
 //! (specs, journals, owners) is in `lane/mod.rs`, finding the service in `lane/service.rs`.
 
-use super::{LaneOpError, LaneState, Lanes, SeenService, ServiceRef};
+use super::{LaneOpError, LaneSpec, LaneState, Lanes, SPEC_FILE, SeenService, ServiceRef};
 use crate::tune::apply::ApplyOptions;
-use crate::tune::{ApplyReport, RollbackReport};
+use crate::tune::{ApplyReport, RollbackReport, Tuner};
 use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Duration;
 
 /// What one step of holding did.
@@ -27,55 +30,64 @@ pub enum HoldEvent {
     Recovered(RollbackReport),
 }
 
+/// One lane as its holder keeps it, opened once ([`Lanes::lane`]): the name checked once, the
+/// spec re-read only when its file changed (a `lane apply` elsewhere rewrote it), what the
+/// holder saw of the service last ([`SeenService`]), and the lane's tuner, opened at the first
+/// write and kept (a [`Tuner`] opens two netlink sockets on a live host; a look that changes
+/// nothing opens none).
+pub struct Lane<'a> {
+    lanes: &'a Lanes,
+    name: String,
+    spec: LaneSpec,
+    stamp: Option<Stamp>,
+    seen: Option<SeenService>,
+    tuner: Option<Tuner>,
+}
+
+/// What says a lane's spec file is the one read last: `journal::write_atomic` renames a new
+/// file into place, so a rewrite is a new inode (and a change in place, a new size or mtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        })
+    }
+}
+
 impl Lanes {
-    /// One step of holding: brings the lane in line with its service (see [`HoldEvent`]).
+    /// The lane recorded as `name`, opened for holding: see [`Lane`].
+    pub fn lane(&self, name: &str) -> Result<Lane<'_>, LaneOpError> {
+        let path = self.lane_dir(name)?.join(SPEC_FILE);
+        // Stamped before it is read: a rewrite between the two is read again at the next look.
+        let stamp = Stamp::of(&path);
+        Ok(Lane {
+            lanes: self,
+            name: name.to_string(),
+            spec: self.spec(name)?,
+            stamp,
+            seen: None,
+            tuner: None,
+        })
+    }
+
+    /// One look at the lane `name` (a [`Lane`] opened for it alone): see [`Lane::reconcile`].
     pub fn reconcile(&self, name: &str, opts: &ApplyOptions) -> Result<HoldEvent, LaneOpError> {
-        self.reconcile_seen(name, opts, &mut None)
+        self.lane(name)?.reconcile(opts)
     }
 
-    /// [`Lanes::reconcile`] with what the holder saw last ([`Lanes::service_seen`]).
-    pub fn reconcile_seen(
-        &self,
-        name: &str,
-        opts: &ApplyOptions,
-        seen: &mut Option<SeenService>,
-    ) -> Result<HoldEvent, LaneOpError> {
-        let spec = self.spec(name)?;
-        let (state, newest) = self.state_at(name)?;
-        if state == LaneState::Interrupted {
-            let r = self.tuner(name)?.rollback(newest.as_deref())?;
-            self.compact(name);
-            return Ok(HoldEvent::Recovered(r));
-        }
-        if state == LaneState::Applied
-            && spec.service == ServiceRef::Port
-            && self.owner_for(&spec)?.is_none()
-        {
-            self.owner_from_pinned(&spec, state)?;
-        }
-        let running = self.service_seen(&spec, seen)?;
-        let now: BTreeSet<(u32, u64)> = running.iter().map(|p| (p.pid, p.start)).collect();
-        match (state, running.is_empty()) {
-            (LaneState::Applied, true) => {
-                let (r, repaired) = self.roll_back(name)?;
-                Ok(HoldEvent::RolledBack(r, repaired))
-            }
-            (LaneState::Applied, false) => {
-                if self.pinned_in(name, state)? == now {
-                    Ok(HoldEvent::Holding)
-                } else {
-                    // The service restarted between two looks (or gained a process): the
-                    // lane goes with its processes as they are now.
-                    let r = self.apply(&spec, opts)?;
-                    Ok(HoldEvent::Reapplied(r))
-                }
-            }
-            (_, true) => Ok(HoldEvent::Waiting),
-            (_, false) => Ok(HoldEvent::Applied(self.apply(&spec, opts)?)),
-        }
-    }
-
-    /// Holds the lane until `stop` is set: [`Lanes::reconcile`] every `interval`, each event
+    /// Holds the lane until `stop` is set: [`Lane::reconcile`] every `interval`, each event
     /// passed to `on_event`. An error of one step (a plan refused now, a write failed) is
     /// reported and the loop goes on; it never rolls back on its own exit unless
     /// `rollback_on_exit`.
@@ -88,12 +100,11 @@ impl Lanes {
         stop: &dyn Fn() -> bool,
         on_event: &mut dyn FnMut(Result<&HoldEvent, &LaneOpError>),
     ) -> Result<(), LaneOpError> {
-        self.spec(name)?;
+        let mut lane = self.lane(name)?;
         let _lock = self.lock(name)?;
         let mut last_err: Option<String> = None;
-        let mut seen = None;
         while !stop() {
-            match self.reconcile_seen(name, opts, &mut seen) {
+            match lane.reconcile(opts) {
                 Ok(HoldEvent::Holding | HoldEvent::Waiting) => last_err = None,
                 Ok(ev) => {
                     last_err = None;
@@ -111,10 +122,90 @@ impl Lanes {
             sleep_unless(stop, interval);
         }
         if rollback_on_exit && self.state(name)? != LaneState::Down {
-            let (r, repaired) = self.roll_back(name)?;
+            let (r, repaired) = lane.roll_back()?;
             on_event(Ok(&HoldEvent::RolledBack(r, repaired)));
         }
         Ok(())
+    }
+}
+
+impl Lane<'_> {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The spec as last read.
+    pub fn spec(&self) -> &LaneSpec {
+        &self.spec
+    }
+
+    /// Reads the spec again if its file changed since it was read (removed: the lane is gone,
+    /// [`LaneOpError::NoLane`]).
+    fn refresh(&mut self) -> Result<(), LaneOpError> {
+        let path = self.lanes.lane_dir(&self.name)?.join(SPEC_FILE);
+        let stamp = Stamp::of(&path);
+        if stamp.is_none() || stamp != self.stamp {
+            self.spec = self.lanes.spec(&self.name)?;
+            self.stamp = stamp;
+        }
+        Ok(())
+    }
+
+    /// The lane's tuner, opened at its first use.
+    fn tuner(&mut self) -> Result<&Tuner, LaneOpError> {
+        if self.tuner.is_none() {
+            self.tuner = Some(self.lanes.tuner(&self.name)?);
+        }
+        Ok(self.tuner.as_ref().expect("opened above"))
+    }
+
+    fn apply(&mut self, opts: &ApplyOptions) -> Result<ApplyReport, LaneOpError> {
+        let spec = self.spec.clone();
+        let lanes = self.lanes;
+        lanes.apply_with(&spec, opts, self.tuner()?)
+    }
+
+    fn roll_back(&mut self) -> Result<(RollbackReport, Vec<(String, ApplyReport)>), LaneOpError> {
+        let (name, dev) = (self.name.clone(), self.spec.dev.clone());
+        let lanes = self.lanes;
+        lanes.roll_back_with(&name, &dev, self.tuner()?)
+    }
+
+    /// One step of holding: brings the lane in line with its service (see [`HoldEvent`]).
+    pub fn reconcile(&mut self, opts: &ApplyOptions) -> Result<HoldEvent, LaneOpError> {
+        self.refresh()?;
+        let lanes = self.lanes;
+        let (state, newest) = lanes.state_at(&self.name)?;
+        if state == LaneState::Interrupted {
+            let r = self.tuner()?.rollback(newest.as_deref())?;
+            lanes.compact(&self.name);
+            return Ok(HoldEvent::Recovered(r));
+        }
+        if state == LaneState::Applied
+            && self.spec.service == ServiceRef::Port
+            && lanes.owner_for(&self.spec)?.is_none()
+        {
+            lanes.owner_from_pinned(&self.spec, state)?;
+        }
+        let running = lanes.service_seen(&self.spec, &mut self.seen)?;
+        let now: BTreeSet<(u32, u64)> = running.iter().map(|p| (p.pid, p.start)).collect();
+        match (state, running.is_empty()) {
+            (LaneState::Applied, true) => {
+                let (r, repaired) = self.roll_back()?;
+                Ok(HoldEvent::RolledBack(r, repaired))
+            }
+            (LaneState::Applied, false) => {
+                if lanes.pinned_in(&self.name, state)? == now {
+                    Ok(HoldEvent::Holding)
+                } else {
+                    // The service restarted between two looks (or gained a process): the
+                    // lane goes with its processes as they are now.
+                    Ok(HoldEvent::Reapplied(self.apply(opts)?))
+                }
+            }
+            (_, true) => Ok(HoldEvent::Waiting),
+            (_, false) => Ok(HoldEvent::Applied(self.apply(opts)?)),
+        }
     }
 }
 

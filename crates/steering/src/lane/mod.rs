@@ -20,7 +20,7 @@
 //! compacted to the newest few, and the search for the sockets' holders reads the
 //! descriptors of their candidates only (the owner's uid, or the unit's processes).
 
-use crate::model::item_id::ItemId;
+use crate::model::knob::ItemId;
 use crate::model::planner::lane::{LaneClaim, LaneError};
 use crate::tune::apply::ApplyOptions;
 use crate::tune::journal;
@@ -40,7 +40,7 @@ pub use crate::model::planner::lane::{
 pub mod hold;
 pub mod service;
 pub mod text;
-pub use hold::HoldEvent;
+pub use hold::{HoldEvent, Lane};
 pub use service::{FULL_SCAN_EVERY, SeenService, ServiceOwner};
 use service::{addr_list, service_err};
 
@@ -275,6 +275,15 @@ impl Lanes {
 
     /// [`Lanes::plan`], with the owner it was planned for (to record at its apply).
     fn plan_for(&self, spec: &LaneSpec) -> Result<(Plan, Option<ServiceOwner>), LaneOpError> {
+        self.plan_with(spec, &self.tuner(&spec.name)?)
+    }
+
+    /// [`Lanes::plan_for`] through the lane's tuner `t` (a holder's, opened once).
+    fn plan_with(
+        &self,
+        spec: &LaneSpec,
+        t: &Tuner,
+    ) -> Result<(Plan, Option<ServiceOwner>), LaneOpError> {
         let recorded = self.owner_for(spec)?;
         let served = self.served(spec, recorded.as_ref())?;
         let processes = self.holders(spec, &served)?;
@@ -298,7 +307,6 @@ impl Lanes {
             )));
         }
         let others = self.claims(&spec.name)?;
-        let t = self.tuner(&spec.name)?;
         let plan = plan_lane(&t.view(), spec, &processes, &others, self.fs.is_live())?;
         Ok((plan, served.owner))
     }
@@ -307,16 +315,25 @@ impl Lanes {
     /// same lane is rolled back first; a lane already applied is rolled back and applied
     /// again (its settings or its service changed).
     pub fn apply(&self, spec: &LaneSpec, opts: &ApplyOptions) -> Result<ApplyReport, LaneOpError> {
+        self.apply_with(spec, opts, &self.tuner(&spec.name)?)
+    }
+
+    /// [`Lanes::apply`] through the lane's tuner `t`.
+    pub(super) fn apply_with(
+        &self,
+        spec: &LaneSpec,
+        opts: &ApplyOptions,
+        t: &Tuner,
+    ) -> Result<ApplyReport, LaneOpError> {
         // Refused requests change nothing: planned once before anything is rolled back.
-        let (mut plan, mut owner) = self.plan_for(spec)?;
+        let (mut plan, mut owner) = self.plan_with(spec, t)?;
         let dir = self.lane_dir(&spec.name)?;
-        let t = self.tuner(&spec.name)?;
         let (state, newest) = self.state_at(&spec.name)?;
         if state != LaneState::Down {
             t.rollback(newest.as_deref())?;
             // Planned again from the host as the rollback left it: what read as already set
             // under the old lane is to be written again.
-            (plan, owner) = self.plan_for(spec)?;
+            (plan, owner) = self.plan_with(spec, t)?;
         }
         let bytes = serde_json::to_vec_pretty(spec).expect("a lane serialises");
         journal::write_atomic(&dir.join(SPEC_FILE), &bytes).map_err(state_err(&dir))?;
@@ -418,16 +435,18 @@ impl Lanes {
         Ok(report)
     }
 
-    /// Rolls the lane back (its service stopped), then repairs the other lanes of its device.
-    fn roll_back(
+    /// Rolls the lane `name` of device `dev` back (its service stopped) through its tuner `t`,
+    /// then repairs the other lanes of its device.
+    pub(super) fn roll_back_with(
         &self,
         name: &str,
+        dev: &str,
+        t: &Tuner,
     ) -> Result<(RollbackReport, Vec<(String, ApplyReport)>), LaneOpError> {
-        let dev = self.spec(name)?.dev;
         let (_, newest) = self.state_at(name)?;
-        let r = self.tuner(name)?.rollback(newest.as_deref())?;
+        let r = t.rollback(newest.as_deref())?;
         self.compact(name);
-        Ok((r, self.repair_others(name, &dev)?))
+        Ok((r, self.repair_others(name, dev)?))
     }
 
     /// Another applied lane of `dev` that a rollback undid part of (the RSS table or the

@@ -6,7 +6,7 @@ use netsteer_host::ethtool::NicKnob;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-pub use crate::model::target::Target;
+pub use crate::model::knob::Target;
 
 pub const PLAN_SCHEMA_VERSION: u32 = 1;
 

@@ -2,8 +2,7 @@
 
 pub mod ctx;
 pub mod desired;
-pub mod item_id;
+pub mod knob;
 pub mod load;
 pub mod planner;
 pub mod rfs;
-pub mod target;

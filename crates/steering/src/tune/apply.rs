@@ -3,7 +3,7 @@
 
 use super::journal::{self, Journal, Record};
 use crate::model::desired::{Action, Format, Item, ItemKind, Plan, Target};
-use crate::model::item_id::{ItemId, QueueFile};
+use crate::model::knob::{ItemId, QueueFile};
 use netsteer_host::HostFs;
 use netsteer_host::ethtool::NicKnob;
 use netsteer_nic::NicBackend;
@@ -638,7 +638,7 @@ pub fn apply(
         .iter()
         .filter(|i| !matches!(i.action, Action::Skip(_)))
     {
-        let checked = crate::model::item_id::check_knob(&i.id, &i.target).and_then(|()| {
+        let checked = crate::model::knob::check_knob(&i.id, &i.target).and_then(|()| {
             if ids.insert(i.id.as_str()) {
                 Ok(())
             } else {

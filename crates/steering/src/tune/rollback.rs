@@ -83,15 +83,14 @@ pub fn rollback(
     let mut targets: BTreeMap<&str, &Target> = BTreeMap::new();
     for r in &records {
         if let Record::Old { id, target, .. } = r {
-            let checked =
-                crate::model::item_id::check_knob(id, target).and_then(|()| {
-                    match targets.insert(id, target) {
-                        Some(other) if other != target => Err(format!(
-                            "the journal names this id for {other} and for {target}"
-                        )),
-                        _ => Ok(()),
-                    }
-                });
+            let checked = crate::model::knob::check_knob(id, target).and_then(|()| {
+                match targets.insert(id, target) {
+                    Some(other) if other != target => Err(format!(
+                        "the journal names this id for {other} and for {target}"
+                    )),
+                    _ => Ok(()),
+                }
+            });
             if let Err(why) = checked {
                 return Err(RollbackError::NotAKnob {
                     journal: journal_name,

@@ -9,7 +9,7 @@
 //! apply of the same file changes nothing.
 
 use crate::model::desired::{Action, ItemKind, PLAN_SCHEMA_VERSION, Plan, Target};
-use crate::model::item_id::ItemId;
+use crate::model::knob::ItemId;
 use netsteer_host::HostView;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub fn for_host(saved: &Plan, view: &HostView) -> Result<Plan, SavedPlanError> {
         };
         // Renumbered only where the id and the file name the same IRQ: one that says IRQ 48
         // beside IRQ 47's file is refused by the apply, not moved to a third.
-        if old == irq || crate::model::item_id::check_id(&item.id, &item.target).is_err() {
+        if old == irq || crate::model::knob::check_id(&item.id, &item.target).is_err() {
             continue;
         }
         item.id = ItemId::Irq(irq).into();

@@ -162,7 +162,7 @@ impl Tuner {
     /// What a knob holds now, by the path `tune apply --set` takes: a file through the root, a
     /// NIC setting (`nic/IF/GROUP/NAME`) through the NIC backend, as a plan item reads it.
     pub fn read_knob(&self, path: &str) -> Result<String, String> {
-        if crate::model::item_id::is_nic_path(path) {
+        if crate::model::knob::is_nic_path(path) {
             if !self.nic_enabled {
                 return Err(
                     "NIC settings are not read here (--no-ethtool or no ethtool netlink)".into(),

@@ -4,7 +4,7 @@
 
 use super::apply::Backend;
 use crate::model::desired::{Action, Item, ItemKind, Plan};
-use crate::model::item_id::ItemId;
+use crate::model::knob::ItemId;
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 

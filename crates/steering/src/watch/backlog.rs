@@ -6,7 +6,7 @@ use super::signals::Signals;
 use super::{BACKLOG, Change, FLOW_LIMIT, Proposal, Reflex};
 use crate::doctor::Ctx;
 use crate::doctor::shared::{SATURATED_IDLE, away_evidence, idle, rps_away};
-use crate::model::item_id::{ItemId, QueueFile};
+use crate::model::knob::{ItemId, QueueFile};
 use netsteer_host::sample::CpuRates;
 
 /// Softirq + hard IRQ share of a CPU from which NET_RX has the CPU already: the complement of

@@ -6,7 +6,7 @@ use super::{Proposal, Reflex};
 use crate::doctor::shared::{hot_queue_excess, planned, rps_off, spreading_profile};
 use crate::doctor::{Ctx, diagnose};
 use crate::model::desired::{Action, Item, ItemKind, Profile, Target};
-use crate::model::item_id::{ItemId, QueueFile};
+use crate::model::knob::{ItemId, QueueFile};
 use netsteer_host::nic::Nic;
 
 /// The reflexes that take a doctor finding's fix, from one diagnosis of the interval.

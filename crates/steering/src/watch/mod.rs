@@ -240,14 +240,14 @@ impl Change {
     /// The knob by its `--set` path: what the watcher's state, its moves and its events
     /// key a knob by.
     pub fn path(&self) -> String {
-        crate::model::item_id::set_path(&self.target).unwrap_or_else(|| self.target.to_string())
+        crate::model::knob::set_path(&self.target).unwrap_or_else(|| self.target.to_string())
     }
 
     /// The change as a plan item of its own, named as `tune apply --set` names it (a reflex
     /// whose changes are not the planner's: backlog, budget, rps-away, a reclaim).
     fn item(&self) -> Item {
         Item {
-            id: crate::model::item_id::set_id(&self.target),
+            id: crate::model::knob::set_id(&self.target),
             kind: self.target.kind(),
             format: self.target.format(),
             target: self.target.clone(),
@@ -283,7 +283,7 @@ impl TryFrom<ChangeText> for Change {
     type Error = String;
     fn try_from(t: ChangeText) -> Result<Change, String> {
         Ok(Change {
-            target: crate::model::item_id::target_of_set_path(&t.path)?,
+            target: crate::model::knob::target_of_set_path(&t.path)?,
             from: t.from,
             to: t.to,
         })
@@ -981,7 +981,7 @@ fn with_left(why: String, left: &[String]) -> String {
 /// Whether a knob still holds what was written, compared as tune compares a plan item's file
 /// (masks and lists as CPU sets, counts as numbers, the rest as trimmed text).
 pub(crate) fn same_value(path: &str, a: &str, b: &str) -> bool {
-    crate::model::item_id::target_of_set_path(path)
+    crate::model::knob::target_of_set_path(path)
         .map_or(crate::model::desired::Format::Text, |t| t.format())
         .same(a, b)
 }

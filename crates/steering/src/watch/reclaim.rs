@@ -35,7 +35,7 @@ impl Watcher {
             }
             let was = self.tuner.read_knob(&path).unwrap_or_default();
             let id = if id.is_empty() { path.clone() } else { id };
-            let target = match crate::model::item_id::target_of_set_path(&path) {
+            let target = match crate::model::knob::target_of_set_path(&path) {
                 Ok(t) => t,
                 Err(error) => {
                     out.push(Event::ApplyFailed {

@@ -169,7 +169,7 @@ impl Owned {
         let mut out = Vec::new();
         for (path, ours) in &self.knobs {
             // A NIC setting a watcher without NIC access cannot read is not someone else's.
-            if crate::model::item_id::is_nic_path(path) && !tuner.reads_nic() {
+            if crate::model::knob::is_nic_path(path) && !tuner.reads_nic() {
                 continue;
             }
             let now = tuner

@@ -137,7 +137,7 @@ impl Watcher {
                 left.push(w.path.clone());
                 continue;
             }
-            if crate::model::item_id::is_nic_path(&w.path) && !self.tuner.reads_nic() {
+            if crate::model::knob::is_nic_path(&w.path) && !self.tuner.reads_nic() {
                 continue;
             }
             let now = self

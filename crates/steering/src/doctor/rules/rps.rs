@@ -91,7 +91,7 @@ pub struct Planned {
 impl Planned {
     /// The item that moves IRQ `irq`, if the fix moves it.
     pub fn pin_of(&self, irq: u32) -> Option<&Item> {
-        let file = crate::model::item_id::ItemId::Irq(irq).target()?;
+        let file = crate::model::knob::ItemId::Irq(irq).target()?;
         self.items
             .iter()
             .find(|i| i.action == Action::Change && i.target == file)
@@ -225,7 +225,7 @@ pub fn planned(ctx: &Ctx, nic: &Nic, profile: Profile, kinds: &[ItemKind]) -> Pl
 
 /// True when a plan item is about `nic`: its IRQs, its queues, its own settings.
 fn concerns(item: &Item, nic: &Nic) -> bool {
-    use crate::model::item_id::ItemId;
+    use crate::model::knob::ItemId;
     match ItemId::parse(&item.id) {
         Some(ItemId::Irq(n)) => nic.irq(n).is_some(),
         Some(

@@ -6,7 +6,7 @@ use crate::model::desired::{
     Action, Format, Item, ItemKind, NAPI_SET_SINCE, NapiMode, PLAN_SCHEMA_VERSION, Plan, Profile,
     THREADED_POLL_SINCE, Target, kernel_version,
 };
-use crate::model::item_id::{ItemId, QueueFile};
+use crate::model::knob::{ItemId, QueueFile};
 use crate::model::load::{Goal, Load};
 use crate::model::rfs::{RFS_ENTRIES, flow_cnt_per_queue};
 use netsteer_host::CpuSet;
@@ -114,7 +114,7 @@ impl Knob {
             if value.parse::<u64>().is_err() {
                 return Err(bad("a NAPI setting's value is a number"));
             }
-        } else if crate::model::item_id::is_nic_path(path) {
+        } else if crate::model::knob::is_nic_path(path) {
             Knob::nic_knob(path).map_err(|why| bad(&why))?;
             Knob::check_nic_value(value).map_err(|why| bad(&why))?;
         } else if Target::file(path).knob_check().is_err() {
@@ -721,7 +721,7 @@ fn napi_knob_items(k: &Knob, view: &HostView) -> Result<Vec<Item>, PlanError> {
         )));
     }
     if nd.napis.iter().all(|n| attr.read(n).is_none()) {
-        use crate::model::target::DeviceFile;
+        use crate::model::knob::DeviceFile;
         let file = match attr {
             NapiAttr::IrqSuspendTimeout => None,
             NapiAttr::DeferHardIrqs => Some(DeviceFile::NapiDeferHardIrqs),
@@ -779,7 +779,7 @@ fn napi_knob_items(k: &Knob, view: &HostView) -> Result<Vec<Item>, PlanError> {
 /// the plan in its kind's phase (so an RPS mask is still written after the IRQ it follows).
 fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanError> {
     for k in knobs {
-        if crate::model::item_id::is_nic_path(&k.path) {
+        if crate::model::knob::is_nic_path(&k.path) {
             let items = if Knob::napi_knob(&k.path).is_some() {
                 napi_knob_items(k, view)?
             } else {
