@@ -26,6 +26,7 @@ pub mod parse;
 pub mod process;
 pub mod safe;
 pub mod sample;
+pub mod service;
 pub mod sockets;
 pub mod sysctl;
 pub mod text;

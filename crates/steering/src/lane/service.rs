@@ -2,12 +2,13 @@
 //! its apply ([`ServiceOwner`], `owner.json`) and the sockets of that owner only; for a unit
 //! or a cgroup, the group's processes. The holders of the sockets are searched among their
 //! candidates only (the owner's uid's processes, the unit's), so what other users hold costs
-//! the holder nothing.
+//! the holder nothing. What a process and a cgroup's members are is the host's
+//! ([`netsteer_host::service`]); what is the lane's service, and whose, is decided here.
 
 use super::{LaneOpError, LaneSpec, Lanes, OWNER_FILE, ServiceRef, state_err};
 use crate::model::planner::lane::LaneProcess;
 use crate::tune::journal;
-use netsteer_host::process::in_cgroup;
+use netsteer_host::service;
 use netsteer_host::sockets::{self, Proto, SocketRow};
 use std::collections::BTreeSet;
 use std::io;
@@ -185,31 +186,13 @@ impl Lanes {
         Ok(procs)
     }
 
-    /// A process's start time (`/proc/PID/stat` field 22): with its pid, which process it is.
+    /// A process's start time ([`service::start_time`]).
     pub(super) fn start_of(&self, pid: u32) -> Option<u64> {
-        self.fs
-            .read_parsed(
-                format!("/proc/{pid}/stat"),
-                netsteer_host::process::parse_start_time,
-            )
-            .ok()
+        service::start_time(&self.fs, pid)
     }
 
     pub(super) fn process(&self, pid: u32) -> Option<LaneProcess> {
-        use netsteer_host::process::parse_status_allowed;
-        let start = self.start_of(pid)?;
-        Some(LaneProcess {
-            pid,
-            start,
-            comm: self
-                .fs
-                .read_value(format!("/proc/{pid}/comm"))
-                .unwrap_or_default(),
-            allowed: self
-                .fs
-                .read_parsed(format!("/proc/{pid}/status"), parse_status_allowed)
-                .ok(),
-        })
+        service::service_process(&self.fs, pid)
     }
 
     /// The processes of a unit's or cgroup's cgroup, by each process's own
@@ -225,30 +208,13 @@ impl Lanes {
                 None => return Ok(BTreeSet::new()),
             },
         };
-        let rel = rel.trim_matches('/').to_string();
-        if rel.is_empty()
-            || rel
-                .split('/')
-                .any(|c| c == ".." || c == "." || c.is_empty())
-        {
+        let Some(rel) = service::cgroup_rel(&rel) else {
             return Err(LaneOpError::Service(format!(
                 "{flag} {rel:?}: a path below /sys/fs/cgroup, without '.', '..' or '//'"
             )));
-        }
-        let scan = self.fs.unrecorded();
-        let pids: Vec<u32> = scan
-            .read_dir("/proc")
-            .map_err(|e| LaneOpError::Service(format!("/proc: {e}")))?
-            .iter()
-            .filter_map(|e| e.parse().ok())
-            .collect();
-        Ok(pids
-            .into_iter()
-            .filter(|pid| {
-                scan.read(format!("/proc/{pid}/cgroup"))
-                    .is_ok_and(|text| in_cgroup(&text, &rel))
-            })
-            .collect())
+        };
+        service::cgroup_members(&self.fs, &rel)
+            .map_err(|e| LaneOpError::Service(format!("{flag} {rel}: {e}")))
     }
 }
 

@@ -6,7 +6,8 @@
 use super::apply::{StepError, step_err};
 use crate::model::desired::Target;
 use netsteer_host::HostFs;
-use netsteer_host::process::{parse_start_time, parse_status_allowed};
+use netsteer_host::process::parse_status_allowed;
+use netsteer_host::service::start_time;
 use netsteer_nic::NicBackend;
 
 fn gone(target: &Target, pid: u32) -> StepError {
@@ -22,8 +23,8 @@ fn gone(target: &Target, pid: u32) -> StepError {
 
 /// The process `pid` started at `start`, or ESRCH.
 fn same_process(fs: &HostFs, target: &Target, pid: u32, start: u64) -> Result<(), StepError> {
-    match fs.read_parsed(format!("/proc/{pid}/stat"), parse_start_time) {
-        Ok(s) if s == start => Ok(()),
+    match start_time(fs, pid) {
+        Some(s) if s == start => Ok(()),
         _ => Err(gone(target, pid)),
     }
 }
@@ -117,8 +118,6 @@ pub fn write_napi_thread(
             format!("NAPI {napi} of {dev} has no kthread (threaded is off)"),
         )
     })?;
-    let start = fs
-        .read_parsed(format!("/proc/{pid}/stat"), parse_start_time)
-        .map_err(|_| gone(target, pid))?;
+    let start = start_time(fs, pid).ok_or_else(|| gone(target, pid))?;
     write_affinity(fs, target, pid, start, value)
 }

@@ -100,14 +100,9 @@ impl LaneSpec {
     }
 }
 
-/// One process of the service: what names it (pid and start time) and where it may run now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaneProcess {
-    pub pid: u32,
-    pub start: u64,
-    pub comm: String,
-    pub allowed: Option<CpuSet>,
-}
+/// One process of the service: what names it (pid and start time) and where it may run now,
+/// as the host shows it ([`netsteer_host::service`]).
+pub use netsteer_host::service::ServiceProcess as LaneProcess;
 
 /// What another lane holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
