@@ -168,18 +168,47 @@ fn journals(dir: &std::path::Path) -> usize {
         .unwrap_or(0)
 }
 
+/// A lane test's stage: a veth pair of `queues` queues whose server side has GRO on (the lane's
+/// NAPI settings are GRO's), and a state directory of the test's own. None where live tests
+/// cannot run (a failure under CI=true: `common::tune_live_usable`).
+struct Stage {
+    pair: Pair,
+    dir: tempfile::TempDir,
+}
+
+impl Stage {
+    fn new(queues: u32) -> Option<Stage> {
+        Stage::with(queues, "ethtool -K v0b gro on")
+    }
+
+    /// The stage with `setup` run in the server's namespace instead of turning GRO on alone.
+    fn with(queues: u32, setup: &str) -> Option<Stage> {
+        if !common::tune_live_usable() {
+            return None;
+        }
+        let pair = Pair::create(queues);
+        pair.server.sh(setup);
+        let dir = tempfile::tempdir().unwrap();
+        Some(Stage { pair, dir })
+    }
+
+    fn b(&self) -> &Netns {
+        &self.pair.server
+    }
+
+    fn sdp(&self) -> &str {
+        self.dir.path().to_str().unwrap()
+    }
+}
+
 #[test]
 fn a_lane_lives_and_dies_with_its_service() {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::new(1) else {
         return;
-    }
-    let pair = Pair::create(1);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on");
+    };
+    let (b, sdp) = (st.b(), st.sdp());
     let suspend = kernel() >= (6, 13);
     let mode = if suspend { "suspend" } else { "busy-poll" };
-    let sd = tempfile::tempdir().unwrap();
-    let sdp = sd.path().to_str().unwrap();
     let server = service(b);
     let before = state(b);
     let before_allowed = allowed(pid(&server));
@@ -250,10 +279,10 @@ fn a_lane_lives_and_dies_with_its_service() {
     // A killed holder leaves the lane; the next adopts it without writing anything.
     drop(holder);
     assert_eq!(state(b), applied);
-    let written = journals(sd.path());
+    let written = journals(st.dir.path());
     let holder = hold(b, sdp, false);
     std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(journals(sd.path()), written, "nothing re-applied");
+    assert_eq!(journals(st.dir.path()), written, "nothing re-applied");
     // Two holders of one lane: the second is refused.
     let second = b.netsteer(&["lane", "hold", "echo", "--state-dir", sdp]);
     assert_eq!(second.status.code(), Some(2));
@@ -279,14 +308,10 @@ fn a_lane_lives_and_dies_with_its_service() {
 
 #[test]
 fn bad_requests_change_nothing_and_name_the_flag() {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::new(2) else {
         return;
-    }
-    let pair = Pair::create(2);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on");
-    let sd = tempfile::tempdir().unwrap();
-    let sdp = sd.path().to_str().unwrap();
+    };
+    let (b, sdp) = (st.b(), st.sdp());
     let _server = service(b);
     let before = state(b);
     let refused = |args: &[&str], want: &str| {
@@ -328,14 +353,10 @@ fn bad_requests_change_nothing_and_name_the_flag() {
 
 #[test]
 fn a_killed_apply_is_completed_by_the_next_holder() {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::new(1) else {
         return;
-    }
-    let pair = Pair::create(1);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on");
-    let sd = tempfile::tempdir().unwrap();
-    let sdp = sd.path().to_str().unwrap();
+    };
+    let (b, sdp) = (st.b(), st.sdp());
     let server = service(b);
     let before = state(b);
     let before_allowed = allowed(pid(&server));
@@ -420,14 +441,10 @@ impl Drop for Cgroup {
 /// even though the group is not empty.
 #[test]
 fn a_cgroup_service_is_all_its_processes() {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::new(1) else {
         return;
-    }
-    let pair = Pair::create(1);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on");
-    let sd = tempfile::tempdir().unwrap();
-    let sdp = sd.path().to_str().unwrap();
+    };
+    let (b, sdp) = (st.b(), st.sdp());
     let group = Cgroup::create();
     let helper = Running::spawn(b, &["sleep", "600"], &[], Stdio::null());
     let server = service(b);
@@ -457,14 +474,10 @@ fn a_cgroup_service_is_all_its_processes() {
 /// a listener); the UDP port of the same number has nobody.
 #[test]
 fn a_tcp_service_gets_its_lane() {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::new(1) else {
         return;
-    }
-    let pair = Pair::create(1);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on");
-    let sd = tempfile::tempdir().unwrap();
-    let sdp = sd.path().to_str().unwrap();
+    };
+    let (b, sdp) = (st.b(), st.sdp());
     let server = Running::spawn(
         b,
         &["socat", "TCP-LISTEN:8080,reuseaddr,fork", "/dev/null"],
@@ -477,59 +490,21 @@ fn a_tcp_service_gets_its_lane() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let before = (allowed(pid(&server)), state(b));
-    let udp = b.netsteer(&[
-        "lane",
-        "apply",
-        "--name",
-        "web",
-        "--dev",
-        "v0b",
-        "--udp",
-        "8080",
-        "--cpu",
-        "1",
-        "--state-dir",
-        sdp,
-    ]);
+    // `netsteer lane VERB --name web --dev v0b --PROTO 8080 --cpu 1 EXTRA…`.
+    let web = |verb: &str, proto: &str, extra: &[&str]| {
+        let head = ["lane", verb, "--name", "web", "--dev", "v0b", proto, "8080"];
+        b.netsteer(&[&head[..], &["--cpu", "1"], extra, &["--state-dir", sdp]].concat())
+    };
+    let udp = web("apply", "--udp", &[]);
     assert_eq!(udp.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&udp.stderr).contains("--udp 8080: nobody serves it"));
-    let plan = ok(b.netsteer(&[
-        "lane",
-        "plan",
-        "--name",
-        "web",
-        "--dev",
-        "v0b",
-        "--tcp",
-        "8080",
-        "--cpu",
-        "1",
-        "--mode",
-        "busy-poll",
-        "--state-dir",
-        sdp,
-    ]));
+    let plan = ok(web("plan", "--tcp", &["--mode", "busy-poll"]));
     let text = String::from_utf8_lossy(&plan.stdout);
     assert!(
         text.starts_with("lane web: tcp 8080 on v0b") && text.contains("SO_PREFER_BUSY_POLL"),
         "{text}"
     );
-    ok(b.netsteer(&[
-        "lane",
-        "apply",
-        "--name",
-        "web",
-        "--dev",
-        "v0b",
-        "--tcp",
-        "8080",
-        "--cpu",
-        "1",
-        "--mode",
-        "busy-poll",
-        "--state-dir",
-        sdp,
-    ]));
+    ok(web("apply", "--tcp", &["--mode", "busy-poll"]));
     assert_eq!(allowed(pid(&server)), "1");
     ok(b.netsteer(&["lane", "remove", "web", "--state-dir", sdp]));
     assert_eq!((allowed(pid(&server)), state(b)), before);
@@ -540,14 +515,10 @@ fn a_tcp_service_gets_its_lane() {
 /// written again, not only the new pin.
 #[test]
 fn a_service_restarted_unseen_gets_its_lane_again() {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::new(1) else {
         return;
-    }
-    let pair = Pair::create(1);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on");
-    let sd = tempfile::tempdir().unwrap();
-    let sdp = sd.path().to_str().unwrap();
+    };
+    let (b, sdp) = (st.b(), st.sdp());
     let server = service(b);
     let before = state(b);
     ok(apply_echo(b, sdp, &["--mode", "busy-poll"]));
@@ -603,17 +574,13 @@ fn allowed_in(sd: &Systemd, pid: u32) -> String {
 /// and comes back for the unit's new processes on `systemctl start`.
 #[test]
 fn a_systemd_units_stop_and_start_take_its_lane_down_and_up() {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::new(1) else {
         return;
-    }
-    let pair = Pair::create(1);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on");
+    };
+    let (b, dirp) = (st.b(), st.sdp());
     let Some(sd) = Systemd::start(&b.path(), &[("echo.service", ECHO_UNIT)]) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let dirp = dir.path().to_str().unwrap();
     let before = state(b);
     let start = |what: &str| {
         let out = sd.systemctl(&["start", "echo.service"]);
@@ -659,7 +626,7 @@ fn a_systemd_units_stop_and_start_take_its_lane_down_and_up() {
 
     // The holder as a user runs it: a unit of its own beside the service's (stopped with
     // SIGTERM by `systemctl stop`), its output in files the test reads on failure.
-    let log = |f: &str| dir.path().join(f).display().to_string();
+    let log = |f: &str| st.dir.path().join(f).display().to_string();
     let out = sd
         .command(
             "systemd-run",
@@ -901,14 +868,10 @@ fn newest_journal(state_dir: &std::path::Path) -> u64 {
 /// stranger still comes and goes on the port (and is not taken for the service then either).
 /// The checks go by the stranger's own cycles (a byte per bind), not by a clock.
 fn a_stranger_never_joins(uid: u32, beside: Beside) {
-    if !common::tune_live_usable() {
+    let Some(st) = Stage::with(1, "ethtool -K v0b gro on && ip link set lo up") else {
         return;
-    }
-    let pair = Pair::create(1);
-    let b = &pair.server;
-    b.sh("ethtool -K v0b gro on && ip link set lo up");
-    let sd = tempfile::tempdir().unwrap();
-    let sdp = sd.path().to_str().unwrap();
+    };
+    let (b, sdp) = (st.b(), st.sdp());
     // SO_REUSEADDR on the service too: without it nobody could bind 127.0.0.2 beside it.
     let server = Running::spawn(
         b,
@@ -928,7 +891,7 @@ fn a_stranger_never_joins(uid: u32, beside: Beside) {
     ok(apply_echo(b, sdp, &["--mode", "busy-poll"]));
     let applied = state(b);
     assert_eq!(allowed(pid(&server)), "1");
-    let seq = newest_journal(sd.path());
+    let seq = newest_journal(st.dir.path());
     let holder = hold(b, sdp, true);
 
     let mut stranger = Stranger::start(b, uid, beside);
@@ -952,7 +915,7 @@ fn a_stranger_never_joins(uid: u32, beside: Beside) {
     }
     assert_eq!(state(b), applied);
     assert_eq!(
-        newest_journal(sd.path()),
+        newest_journal(st.dir.path()),
         seq,
         "the holder applied the lane again because of the stranger"
     );
@@ -973,7 +936,7 @@ fn a_stranger_never_joins(uid: u32, beside: Beside) {
         check(&stranger, &format!("with the service gone ({})", e as char));
     }
     assert_eq!(state(b), before, "the lane was applied for the stranger");
-    assert_eq!(newest_journal(sd.path()), seq);
+    assert_eq!(newest_journal(st.dir.path()), seq);
     let (out, err) = holder.stop();
     let events: Vec<String> = out
         .lines()

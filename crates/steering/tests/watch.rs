@@ -139,6 +139,29 @@ fn rolled_back(events: &[Event]) -> Vec<(f64, &String)> {
         .collect()
 }
 
+/// Asserts the guard passed the action `id`.
+#[track_caller]
+fn assert_passed(events: &[Event], id: &str) {
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::GuardPassed { id: i, .. } if i == id)),
+        "no guard passed {id}: {events:?}"
+    );
+}
+
+/// Asserts the action `id` was rolled back for a reason that contains `why`.
+#[track_caller]
+fn assert_rolled_back(events: &[Event], id: &str, why: &str) {
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::RolledBack { id: i, why: w, .. }
+            if i == id && w.contains(why))),
+        "{id} not rolled back for {why:?}: {events:?}"
+    );
+}
+
 fn applied(events: &[Event]) -> Vec<&Event> {
     events
         .iter()
@@ -686,11 +709,7 @@ fn a_hot_queue_under_a_skewed_rss_table_gets_the_equal_table_over_the_nic_backen
 
     // The traffic spreads: the skew falls from ~100 to 0 points and the guard keeps the table.
     let ev = feed_nic(&mut w, 3.0, &rates(500.0, 450.0), 3);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "rss/eth2")),
-        "{ev:?}"
-    );
+    assert_passed(&ev, "rss/eth2");
     // Its own table, read back over the NIC backend, is not taken for someone else's.
     assert!(
         !ev.iter().any(|e| matches!(e, Event::SteppedAside { .. })),
@@ -761,11 +780,7 @@ fn drops_on_a_cpu_with_no_idle_time_move_rps_away_before_any_backlog_grows() {
         advice.evidence[0].contains("CPU 4 3000/s at 5 % idle"),
         "{advice:?}"
     );
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "rps-away/eth0")),
-        "{ev:?}"
-    );
+    assert_passed(&ev, "rps-away/eth0");
     assert_eq!(rig.read(ETH0_RPS), "ffef");
     assert_eq!(rig.read(BACKLOG), "1000");
     let t = Tuner::open(rig.fs(), false, Some(rig.state.path().join("watch"))).unwrap();
@@ -785,12 +800,8 @@ fn drops_that_only_move_to_another_cpu_roll_rps_away_back_and_the_backlog_goes_n
         3
     ]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::RolledBack { id, why, .. }
-            if id == "rps-away/eth0" && why.contains("did not fall"))),
-        "the guard counts every CPU's drops: {ev:?}"
-    );
+    // The guard counts every CPU's drops.
+    assert_rolled_back(&ev, "rps-away/eth0", "did not fall");
     assert_eq!(rig.read(ETH0_RPS), "0010");
     // Then the backlog, for the drops that stood at CPU 5 meanwhile, sized by the worst
     // second seen: 1000 + 2 × 3000 → 8192, and CPU 5 in the flow limit.
@@ -833,11 +844,7 @@ fn cpu_that_delivers_the_packets_an_action_saved_passes_the_guard() {
     }
     loads.extend(vec![after; 2]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "backlog")),
-        "{ev:?}"
-    );
+    assert_passed(&ev, "backlog");
     assert_eq!(rig.read(BACKLOG), "2000");
 }
 
@@ -868,19 +875,15 @@ fn a_cpu_that_took_nothing_before_is_priced_per_packet_by_what_it_takes_after() 
     // 95 points for 16 packets/s (priced as 100: 9500 µs) before, 135 for 3000 (450 µs)
     // after: the CPU delivers the flood.
     let (rig, ev) = rps_away_priced(3000.0);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "rps-away/eth0")),
-        "{ev:?}"
-    );
+    assert_passed(&ev, "rps-away/eth0");
     assert_eq!(rig.read(ETH0_RPS), "ffef");
 
     // No more packets taken after: nothing explains the 40 points.
     let (rig, ev) = rps_away_priced(16.0);
-    assert!(
-        ev.iter().any(|e| matches!(e, Event::RolledBack { id, why, .. }
-            if id == "rps-away/eth0" && why.contains("too few packets to price it (16 → 16 packets/s)"))),
-        "{ev:?}"
+    assert_rolled_back(
+        &ev,
+        "rps-away/eth0",
+        "too few packets to price it (16 → 16 packets/s)",
     );
     assert_eq!(rig.read(ETH0_RPS), "0010");
 }
@@ -901,20 +904,16 @@ fn a_step_taken_while_a_flood_ramps_is_judged_by_the_share_it_dropped() {
     // 3000 of 19,000 dropped (16 %) before the step; after it the flood has doubled: 4000 of
     // 36,000 (11 %). More drops, a third less of what came.
     let (rig, ev) = backlog_under(32_000.0);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "backlog")),
-        "{ev:?}"
-    );
+    assert_passed(&ev, "backlog");
     assert_ne!(rig.read(BACKLOG), "1000");
 
     // The same drops while the flood stays as it was: a third more of what came, rolled
     // back with both shares.
     let (rig, ev) = backlog_under(16_000.0);
-    assert!(
-        ev.iter().any(|e| matches!(e, Event::RolledBack { id, why, .. }
-            if id == "backlog" && why.contains("share of packets dropped did not fall by a quarter (15.8 % before, 20.0 % after"))),
-        "{ev:?}"
+    assert_rolled_back(
+        &ev,
+        "backlog",
+        "share of packets dropped did not fall by a quarter (15.8 % before, 20.0 % after",
     );
     assert_eq!(rig.read(BACKLOG), "1000");
 }
@@ -1124,11 +1123,7 @@ fn a_step_that_saves_a_third_of_the_drops_stays_and_the_next_may_follow() {
     let mut loads = vec![drops(2, 300.0); 2];
     loads.extend(vec![drops(2, 200.0); 5]);
     let ev = feed(&rig, &mut w, 0.0, &loads);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::GuardPassed { id, .. } if id == "backlog")),
-        "{ev:?}"
-    );
+    assert_passed(&ev, "backlog");
     assert_eq!(applied(&ev).len(), 2, "{ev:?}");
     assert_eq!(rig.read(BACKLOG), "4000");
 }
