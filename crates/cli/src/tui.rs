@@ -49,10 +49,13 @@ fn num(v: Option<f64>) -> String {
 pub fn render(frame: &mut Frame, m: &TopInterval, seq: u64) {
     let area = frame.area();
     let cpu_rows = m.cpus.len() as u16 + 3;
-    let [head, cpus, queues] = Layout::vertical([
+    // The queues' balance and the platform's interrupt rate, as `top --plain` prints them.
+    let balance = netsteer_host::text::balance_lines(m);
+    let [head, cpus, queues, bal] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(cpu_rows),
         Constraint::Min(3),
+        Constraint::Length(balance.len() as u16 + u16::from(!balance.is_empty())),
     ])
     .areas(area);
     let hottest = m
@@ -169,6 +172,16 @@ pub fn render(frame: &mut Frame, m: &TopInterval, seq: u64) {
         ),
         queues,
     );
+    if !balance.is_empty() {
+        let lines: Vec<Line> = balance
+            .iter()
+            .map(|l| Line::from(netsteer_host::safe::line(l.trim_start()).into_owned()))
+            .collect();
+        frame.render_widget(
+            Paragraph::new(lines).block(Block::default().borders(Borders::TOP).title("balance")),
+            bal,
+        );
+    }
 }
 
 pub fn run_live(
@@ -240,14 +253,29 @@ mod tests {
             }],
             went_offline: vec![],
             queue_packets: vec![],
+            balance: vec![netsteer_host::balance::QueueBalance {
+                nic: "eth0".into(),
+                of: netsteer_host::balance::BalanceOf::RxInterrupts,
+                queues: 2,
+                total: 1000.0,
+                cv: Some(0.8),
+                spread: Some(1.6),
+                busiest: Some(("rx-0".into(), 0.9)),
+            }],
+            balance_since_boot: vec![],
+            interrupts: Default::default(),
             problems: vec![],
         };
-        let mut t = Terminal::new(TestBackend::new(140, 14)).unwrap();
+        let mut t = Terminal::new(TestBackend::new(140, 16)).unwrap();
         t.draw(|f| render(f, &m, 1)).unwrap();
         let buf = t.backend().buffer().clone();
         let text: String = buf.content().iter().map(|c| c.symbol()).collect();
         assert!(text.contains("hottest softirq CPU9 95%"), "{text}");
         assert!(text.contains("virtio0-input.0"));
+        assert!(
+            text.contains("balance eth0 rx interrupts over 2 queues: CV 0.80 spread 1.60"),
+            "{text}"
+        );
         assert!(text.contains("CPU9:1234"));
         // The hot CPU's label cell is red, the idle one's is not.
         // Table rows start at column 0 (the header line also names CPU9, mid-line).

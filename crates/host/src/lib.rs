@@ -11,6 +11,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("netsteer-host reads Linux /proc and /sys; it builds on Linux only");
 
+pub mod balance;
 pub mod capture;
 pub mod container;
 pub mod cpuset;

@@ -359,6 +359,17 @@ pub struct TopInterval {
     /// (netdev netlink qstats); empty where none does (veth, loopback).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue_packets: Vec<QueuePackets>,
+    /// How evenly each device's queues shared its interrupts and packets over this interval
+    /// (a device with fewer than two queue vectors, or no per-queue counters, has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub balance: Vec<crate::balance::QueueBalance>,
+    /// The same measures over the counters since boot (what `ynltool qstats balance` shows):
+    /// beside the interval's, the figure that does not move when the load changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub balance_since_boot: Vec<crate::balance::QueueBalance>,
+    /// The platform's interrupt rate over this interval, against the ceiling it may hit.
+    #[serde(default)]
+    pub interrupts: crate::balance::InterruptLoad,
     /// Files that could not be read this interval.
     pub problems: Vec<String>,
 }

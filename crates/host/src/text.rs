@@ -529,8 +529,50 @@ pub fn top_interval(m: &TopInterval, seq: u64) -> Vec<String> {
             f(q.bytes_per_s)
         ));
     }
+    lines.extend(balance_lines(m));
     for p in &m.problems {
         lines.push(format!("  problem: {p}"));
+    }
+    lines
+}
+
+/// `top`'s balance lines: per device and what its queues share, the interval's CV and spread
+/// beside the since-boot ones; then the platform's interrupt rate against its ceiling.
+pub fn balance_lines(m: &TopInterval) -> Vec<String> {
+    use crate::balance::QueueBalance;
+    let measures = |b: &QueueBalance| match (b.cv, b.spread) {
+        (Some(cv), Some(sp)) => format!("CV {cv:.2} spread {sp:.2}"),
+        _ => "nothing counted".to_string(),
+    };
+    let mut lines = Vec::new();
+    for b in &m.balance {
+        let boot = m
+            .balance_since_boot
+            .iter()
+            .find(|x| x.nic == b.nic && x.of == b.of)
+            .map_or("not read".to_string(), measures);
+        let busiest = b.busiest.as_ref().map_or(String::new(), |(q, share)| {
+            format!(", busiest {q} {:.0} %", share * 100.0)
+        });
+        lines.push(format!(
+            "  balance {} {} over {} queues: {} ({:.0}/s{busiest}); since boot {boot}",
+            b.nic,
+            b.of.word(),
+            b.queues,
+            measures(b),
+            b.total
+        ));
+    }
+    let i = &m.interrupts;
+    if let Some(total) = i.total_per_s.or(i.msi_per_s) {
+        let part = |what: &str, v: Option<f64>| v.map(|v| format!(", {what} {v:.0}/s"));
+        lines.push(format!(
+            "  interrupts {total:.0}/s{}{}: {:.1} % of {:.0} M/s, where many SoCs lose 3-4x I/O throughput",
+            part("MSI", i.msi_per_s.filter(|_| i.total_per_s.is_some())).unwrap_or_default(),
+            part("NIC queues", i.nic_queues_per_s).unwrap_or_default(),
+            i.of_ceiling().unwrap_or(0.0) * 100.0,
+            i.ceiling_per_s / 1e6
+        ));
     }
     lines
 }

@@ -3,6 +3,7 @@
 //! driver's per-queue packet counters where a device keeps them.
 
 use crate::HostFs;
+use crate::balance::{self, IntervalBalance, IrqRoles};
 use crate::error::Result;
 use crate::netdev::QueueStats;
 use crate::sample::{
@@ -22,6 +23,7 @@ fn interval_message(
     r: Rates,
     labels: &IrqLabels,
     queue_packets: Vec<QueuePackets>,
+    measured: IntervalBalance,
     problems: Vec<String>,
 ) -> TopInterval {
     let queues = r
@@ -50,6 +52,9 @@ fn interval_message(
         queues,
         went_offline: r.went_offline,
         queue_packets,
+        balance: measured.balance,
+        balance_since_boot: measured.balance_since_boot,
+        interrupts: measured.interrupts,
         problems,
     }
 }
@@ -58,6 +63,7 @@ pub struct Sampler {
     fs: HostFs,
     queue_stats: Option<QueueStatsSource>,
     labels: IrqLabels,
+    roles: IrqRoles,
     wanted: BTreeSet<u32>,
     /// The devices that keep per-queue counters (the others are not asked again).
     qdevs: Vec<String>,
@@ -71,14 +77,10 @@ impl Sampler {
     /// keep them at all (the others' errors are not problems).
     pub fn new(fs: HostFs, queue_stats: Option<QueueStatsSource>) -> Result<Sampler> {
         let view = crate::read_host(&fs, None);
-        let labels: IrqLabels = view
-            .nics
+        let roles = balance::irq_roles(&view);
+        let labels: IrqLabels = roles
             .iter()
-            .flat_map(|n| {
-                n.irqs
-                    .iter()
-                    .map(move |i| (i.irq, (n.name.clone(), i.role.to_string())))
-            })
+            .map(|(irq, (nic, role))| (*irq, (nic.clone(), role.to_string())))
             .collect();
         let wanted = labels.keys().copied().collect();
         let all: Vec<String> = view.nics.iter().map(|n| n.name.clone()).collect();
@@ -93,6 +95,7 @@ impl Sampler {
             fs,
             queue_stats,
             labels,
+            roles,
             wanted,
             qdevs,
             prev_q,
@@ -109,6 +112,7 @@ impl Sampler {
         let dt = (at - self.prev_at).as_secs_f64();
         let r = rates(&self.prev, &cur, dt, Some(&self.wanted));
         let qp = queue_rates(&self.prev_q, &cur_q, dt);
+        let measured = balance::interval(&self.roles, &self.prev, &cur, &r, &qp, &cur_q);
         if !self.fs.is_live() {
             // A tree is one moment: both samples read the same counters.
             problems.insert(
@@ -122,7 +126,7 @@ impl Sampler {
         self.prev = cur;
         self.prev_q = cur_q;
         self.prev_at = at;
-        Ok(interval_message(r, &self.labels, qp, problems))
+        Ok(interval_message(r, &self.labels, qp, measured, problems))
     }
 }
 
@@ -166,7 +170,13 @@ mod tests {
             packets_per_s: Some(0.0),
             ..busy.clone()
         };
-        let m = interval_message(r.clone(), &IrqLabels::new(), vec![busy, idle], vec![]);
+        let m = interval_message(
+            r.clone(),
+            &IrqLabels::new(),
+            vec![busy, idle],
+            IntervalBalance::default(),
+            vec![],
+        );
         let lines = crate::text::top_interval(&m, 1);
         let q: Vec<&String> = lines
             .iter()
@@ -181,11 +191,81 @@ mod tests {
         let back: TopInterval = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
         assert_eq!(back.queue_packets, m.queue_packets);
         // Devices without queue counters add nothing to the JSON.
-        let none = interval_message(r, &IrqLabels::new(), vec![], vec![]);
+        let none = interval_message(
+            r,
+            &IrqLabels::new(),
+            vec![],
+            IntervalBalance::default(),
+            vec![],
+        );
         assert!(
             !serde_json::to_string(&none)
                 .unwrap()
                 .contains("queue_packets")
         );
+    }
+
+    /// A device even since boot whose last interval went to one queue: the interval's figure
+    /// moves, the since-boot one does not; the platform's rate is the `intr` line's.
+    #[test]
+    fn the_intervals_balance_moves_where_the_since_boot_one_does_not() {
+        let stat = |intr: u64| {
+            format!("cpu  1 0 1 100 0 0 0 0 0 0\ncpu0 1 0 1 100 0 0 0 0 0 0\nintr {intr} 0\n")
+        };
+        let ints = |a: u64, b: u64| {
+            format!(
+                "           CPU0\n  30:   {a}  PCI-MSIX-0000:00:03.0 1-edge  eth0-rx-0\n  31:   {b}  PCI-MSIX-0000:00:03.0 2-edge  eth0-rx-1\n   1:   {a}  IO-APIC   1-edge  i8042\n"
+            )
+        };
+        let prev = crate::sample::parse_sample(
+            &stat(100_000),
+            None,
+            Some(&ints(10_000, 10_000)),
+            None,
+            None,
+        )
+        .unwrap();
+        let cur = crate::sample::parse_sample(
+            &stat(102_000),
+            None,
+            Some(&ints(10_900, 10_100)),
+            None,
+            None,
+        )
+        .unwrap();
+        let roles: IrqRoles = [
+            (30, ("eth0".to_string(), crate::irqname::IrqRole::Rx(0))),
+            (31, ("eth0".to_string(), crate::irqname::IrqRole::Rx(1))),
+        ]
+        .into();
+        let wanted = roles.keys().copied().collect();
+        let r = rates(&prev, &cur, 1.0, Some(&wanted));
+        let m = balance::interval(&roles, &prev, &cur, &r, &[], &QueueCounters::new());
+        assert_eq!(m.balance.len(), 1, "{:#?}", m.balance);
+        let now = &m.balance[0];
+        assert_eq!(now.of, balance::BalanceOf::RxInterrupts);
+        assert!((now.spread.unwrap() - 1.6).abs() < 1e-9, "{now:?}");
+        let boot = &m.balance_since_boot[0];
+        assert!(boot.spread.unwrap() < 0.08, "{boot:?}");
+        assert_eq!(m.interrupts.total_per_s, Some(2000.0));
+        // Both MSI rows (900 + 100); the IO-APIC row is not one.
+        assert_eq!(m.interrupts.msi_per_s, Some(1000.0));
+        assert_eq!(m.interrupts.nic_queues_per_s, Some(1000.0));
+        let msg = interval_message(r, &IrqLabels::new(), vec![], m, vec![]);
+        let lines = crate::text::top_interval(&msg, 1);
+        let line = lines.iter().find(|l| l.contains("balance eth0")).unwrap();
+        assert!(
+            line.contains("rx interrupts over 2 queues: CV 0.80 spread 1.60 (1000/s, busiest rx-0 90 %); since boot CV 0.04 spread 0.08"),
+            "{line}"
+        );
+        assert!(
+            lines.iter().any(|l| l
+                .starts_with("  interrupts 2000/s, MSI 1000/s, NIC queues 1000/s: 0.2 % of 1 M/s")),
+            "{lines:#?}"
+        );
+        let back: TopInterval =
+            serde_json::from_str(&serde_json::to_string(&msg).unwrap()).unwrap();
+        assert_eq!(back.balance, msg.balance);
+        assert_eq!(back.interrupts, msg.interrupts);
     }
 }
