@@ -1,6 +1,7 @@
 //! Reading the host into metric families, once per scrape.
 
 use crate::family::Family;
+use netsteer_host::balance;
 use netsteer_host::ethtool::NicSettings;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::Nic;
@@ -13,6 +14,7 @@ use netsteer_steering::model::load::{Load, Reading};
 use netsteer_steering::tune::journal::{self, Record};
 use netsteer_steering::tune::verify::verify;
 use netsteer_steering::tune::{HostBackend, Plan, StateDir};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -79,6 +81,9 @@ struct Kept {
 struct Sampled {
     last: Option<Reading>,
     rates: Option<(Load, SystemTime)>,
+    /// The counters at both ends of the last interval and its length in seconds (for the
+    /// queues' balance over it).
+    interval: Option<(CounterSample, CounterSample, f64)>,
 }
 
 /// An evaluation of the host that scrapes serve: every family but the counters', the
@@ -122,9 +127,11 @@ pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize)
     // one or two CPUs the IRQ was ever delivered to).
     let per_irq = 2 * cpus;
     // Per rx queue: RPS CPUs (≤ cpus), flow count, RSS entries; per tx queue: XPS CPUs.
-    let per_device = queues * per_irq + queues * (cpus + 2) + queues * cpus + 40;
+    // Per device also: the queues' balance, CV and spread, of five kinds over two windows.
+    let per_device = queues * per_irq + queues * (cpus + 2) + queues * cpus + 40 + 20;
     let trace = crate::trace::series_bound(devices, queues);
-    per_cpu + devices * per_device + findings + 20 + trace + MAX_WATCH_ADVICE + MAX_NOT_JUDGED + 2
+    // Host-wide: three interrupt rates and the ceiling.
+    per_cpu + devices * per_device + findings + 24 + trace + MAX_WATCH_ADVICE + MAX_NOT_JUDGED + 2
 }
 
 impl Agent {
@@ -208,7 +215,11 @@ impl Agent {
         match reading {
             Ok(r) => {
                 if let Some(before) = s.last.as_ref().filter(|b| now > b.at) {
-                    s.rates = Some((r.since(before), wall));
+                    let rates = r.since(before);
+                    let dt = (now - before.at).as_secs_f64();
+                    let interval = (before.counters.clone(), r.counters.clone(), dt);
+                    s.rates = Some((rates, wall));
+                    s.interval = Some(interval);
                 }
                 s.last = Some(r);
             }
@@ -330,6 +341,7 @@ impl Agent {
             failed("/proc/interrupts", c.interrupts.is_none()),
         );
         self.interrupts(&mut out, c, &devices);
+        self.balance(&mut out, c, &held.view, &devices);
         if let Some(snmp) = &net.snmp {
             let sum = |counter: &str| {
                 ["Udp", "Udp6"]
@@ -638,6 +650,65 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// The exported devices' queue balance over the sampler's last interval and since boot,
+    /// and the platform's interrupt rate over that interval (`netsteer_host::balance`; the
+    /// interval's figures only while sampling, since a tree or a first tick has none).
+    fn balance(&self, out: &mut Families, c: &CounterSample, view: &HostView, devs: &[&Nic]) {
+        let names: BTreeSet<&str> = devs.iter().map(|n| n.name.as_str()).collect();
+        let roles: balance::IrqRoles = balance::irq_roles(view)
+            .into_iter()
+            .filter(|(_, (nic, _))| names.contains(nic.as_str()))
+            .collect();
+        let interval = self
+            .sampled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .interval
+            .as_ref()
+            .map(|(a, b, dt)| balance::between(&roles, a, b, *dt));
+        // Read at this scrape, as the interrupt counters beside it are (without /proc/stat too).
+        let boot = c
+            .interrupts
+            .as_ref()
+            .map(|ints| balance::since_boot(&roles, Some(ints), &Default::default()));
+        let windows = [
+            ("interval", interval.as_ref().map(|i| &i.balance)),
+            ("boot", boot.as_ref()),
+        ];
+        for (window, list) in windows {
+            for b in list.into_iter().flatten() {
+                let of = serde_json::to_value(b.of)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let l = || -> Labels {
+                    vec![
+                        ("device", b.nic.clone()),
+                        ("of", of.clone()),
+                        ("window", window.to_string()),
+                    ]
+                };
+                if let (Some(cv), Some(spread)) = (b.cv, b.spread) {
+                    out.balance_cv.push(l(), cv);
+                    out.balance_spread.push(l(), spread);
+                }
+            }
+        }
+        if let Some(i) = interval.map(|i| i.interrupts) {
+            for (kind, v) in [
+                ("all", i.total_per_s),
+                ("msi", i.msi_per_s),
+                ("nic-queues", i.nic_queues_per_s),
+            ] {
+                if let Some(v) = v {
+                    out.interrupts_rate.push(vec![("kind", kind.into())], v);
+                }
+            }
+        }
+        out.interrupt_ceiling
+            .push(vec![], balance::INTERRUPT_CEILING_PER_S);
     }
 
     /// RPS, RFS and XPS as one series per allowed CPU (a mask string cannot be aggregated or

@@ -244,6 +244,9 @@ fn inputs() -> Vec<Input> {
                 family_is(&[
                     "netsteer_queue_interrupts_total",
                     "netsteer_queue_irq_effective_cpu",
+                    // The queues' balance is of their vectors' counts.
+                    "netsteer_queue_balance_cv",
+                    "netsteer_queue_balance_spread",
                 ])(k)
             },
             collector: Some("interrupts"),

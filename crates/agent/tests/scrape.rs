@@ -464,3 +464,75 @@ fn the_watchers_standing_advice_is_exported_with_its_start() {
     let watch = collector(&fams, "watch");
     assert_eq!(watch, 0.0);
 }
+
+/// The queues' balance of a real 40-queue ixgbe host (pcp-40cpu-mlx4): since boot from the
+/// counters, and over the sampler's interval once two samples are taken. Ten million
+/// interrupts on eno1-TxRx-0 alone in 5 s: the interval's spread is 2 (one vector has it all),
+/// the since-boot figure barely moves, and the platform's rate counts them.
+#[test]
+fn the_queues_balance_moves_over_the_interval_and_not_since_boot() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("../real/pcp-40cpu-mlx4"), tmp.path());
+    let every = Duration::from_secs(5);
+    let a = agent(tmp.path(), Rates::Sampled { every }, None);
+    let t0 = Instant::now();
+    let value = |fams: &[Family], name: &str, window: &str| {
+        family(fams, name)
+            .samples
+            .iter()
+            .find(|s| {
+                s.label("device") == Some("eno1")
+                    && s.label("of") == Some("rx-tx-interrupts")
+                    && s.label("window") == Some(window)
+            })
+            .map(|s| s.value)
+    };
+    a.sample(t0, SystemTime::UNIX_EPOCH);
+    let first = a.scrape(t0, SystemTime::UNIX_EPOCH);
+    let boot_before = value(&first, "netsteer_queue_balance_spread", "boot").expect("since boot");
+    assert!(boot_before > 0.0 && boot_before < 2.0, "{boot_before}");
+    assert_eq!(
+        value(&first, "netsteer_queue_balance_spread", "interval"),
+        None
+    );
+    let ceiling = family(&first, "netsteer_interrupt_ceiling_per_second");
+    assert_eq!(ceiling.samples[0].value, 1e6);
+
+    let path = tmp.path().join("proc/interrupts");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let bumped: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if !l.trim_start().starts_with("169:") {
+                return l.to_string();
+            }
+            let (head, rest) = l.split_once(':').unwrap();
+            let mut cols: Vec<String> = rest.split_whitespace().map(String::from).collect();
+            cols[0] = (cols[0].parse::<u64>().unwrap() + 10_000_000).to_string();
+            format!("{head}: {}", cols.join(" "))
+        })
+        .collect();
+    std::fs::write(&path, bumped.join("\n") + "\n").unwrap();
+    a.sample(t0 + every, SystemTime::UNIX_EPOCH);
+    let second = a.scrape(t0 + every, SystemTime::UNIX_EPOCH);
+    let spread = value(&second, "netsteer_queue_balance_spread", "interval").unwrap();
+    assert_eq!(spread, 2.0);
+    let cv = value(&second, "netsteer_queue_balance_cv", "interval").unwrap();
+    assert!((cv - 39f64.sqrt()).abs() < 1e-9, "{cv}");
+    let boot_after = value(&second, "netsteer_queue_balance_spread", "boot").unwrap();
+    assert!(
+        (boot_after - boot_before).abs() < 0.5,
+        "{boot_before} -> {boot_after}"
+    );
+    let rate = |kind: &str| {
+        family(&second, "netsteer_interrupts_per_second")
+            .samples
+            .iter()
+            .find(|s| s.label("kind") == Some(kind))
+            .map(|s| s.value)
+    };
+    assert_eq!(rate("nic-queues"), Some(2e6));
+    assert_eq!(rate("msi"), Some(2e6));
+    // /proc/stat's intr line did not move in this tree: all interrupts read 0, not unknown.
+    assert_eq!(rate("all"), Some(0.0));
+}

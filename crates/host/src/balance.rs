@@ -221,6 +221,19 @@ pub struct IntervalBalance {
     pub interrupts: InterruptLoad,
 }
 
+/// [`interval`] between two counter samples `interval_s` apart, for a reader with no
+/// per-queue packet counters (the agent): the queue vectors' rates are computed here.
+pub fn between(
+    roles: &IrqRoles,
+    prev: &CounterSample,
+    cur: &CounterSample,
+    interval_s: f64,
+) -> IntervalBalance {
+    let wanted = roles.keys().copied().collect();
+    let r = crate::sample::rates(prev, cur, interval_s, Some(&wanted));
+    interval(roles, prev, cur, &r, &[], &QueueCounters::new())
+}
+
 /// The interval's balance and interrupt load, from the two samples, the interval's rates and
 /// its per-queue packet rates; `roles` names each NIC IRQ's device and queue.
 pub fn interval(
@@ -284,12 +297,15 @@ pub struct InterruptLoad {
 }
 
 impl InterruptLoad {
-    /// The total against the ceiling (the MSI rate when the total is unknown): a share, 1.0
-    /// at the ceiling.
+    /// The rate against the ceiling: a share, 1.0 at the ceiling. The larger of the total
+    /// and the MSI rate (the total includes the MSIs; two files read a moment apart can
+    /// disagree, and the larger is the one the platform may already be paying for).
     pub fn of_ceiling(&self) -> Option<f64> {
-        self.total_per_s
-            .or(self.msi_per_s)
-            .map(|r| r / self.ceiling_per_s)
+        let rate = match (self.total_per_s, self.msi_per_s) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        rate.map(|r| r / self.ceiling_per_s)
     }
 }
 
