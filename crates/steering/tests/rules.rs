@@ -1355,3 +1355,56 @@ fn irqs_not_spread_on_a_partly_placed_nic_is_not_judged() {
         r.unjudged
     );
 }
+
+/// A live sample of 11 queue vectors at 100k interrupts/s each (1.1 M/s in all) crosses the
+/// 1 M/s where SoCs lose throughput: the fix is eth2's coalescing (deferral for a latency
+/// goal), or fewer queues. 80k each (880k/s) and the same rates averaged since boot are not.
+#[test]
+fn interrupt_rate_high() {
+    let v = eth2_with((0..128).map(|i| i % 11).collect(), None);
+    let r = run(
+        &v,
+        &sampled(&v, "eth2", &[100_000.0; 11], 0.0),
+        Goal::Balanced,
+    );
+    let f = one(&r, "interrupt-rate-high");
+    assert_eq!(f.subjects.devices, ["eth2"]);
+    assert_eq!(
+        f.fix.steps,
+        [
+            "ethtool -C eth2 adaptive-rx on adaptive-tx on",
+            "# or fewer queues, each batching more per interrupt: ethtool -L eth2 combined 5"
+        ]
+    );
+    assert!(
+        f.evidence[0].starts_with("1.10M device interrupts/s"),
+        "{:?}",
+        f.evidence
+    );
+    assert!(
+        f.evidence[1].starts_with("eth2: 1.10M/s on 11 queue vectors (100.0% of them)"),
+        "{:?}",
+        f.evidence
+    );
+    let latency = run(
+        &v,
+        &sampled(&v, "eth2", &[100_000.0; 11], 0.0),
+        Goal::Latency,
+    );
+    let f = one(&latency, "interrupt-rate-high");
+    assert_eq!(
+        f.fix.steps[0],
+        "echo 2 > /sys/class/net/eth2/napi_defer_hard_irqs"
+    );
+    absent(
+        &run(
+            &v,
+            &sampled(&v, "eth2", &[80_000.0; 11], 0.0),
+            Goal::Balanced,
+        ),
+        "interrupt-rate-high",
+    );
+    let mut boot = sampled(&v, "eth2", &[100_000.0; 11], 0.0);
+    boot.source = LoadSource::SinceBoot;
+    absent(&run(&v, &boot, Goal::Balanced), "interrupt-rate-high");
+}

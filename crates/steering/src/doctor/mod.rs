@@ -20,7 +20,7 @@ pub use model::{App, Finding, Fix, Goal, Load, LoadSource, Severity, Subjects};
 pub use report::{Report, diagnose, diagnose_traced};
 
 pub use inputs::{Input, NotJudged, Scope};
-use rules::{cpu, drops, latency, napi, rps, rss, spread, trace, tx};
+use rules::{cpu, drops, irqrate, latency, napi, rps, rss, spread, trace, tx};
 
 pub struct Rule {
     pub id: &'static str,
@@ -213,6 +213,14 @@ pub const RULES: &[Rule] = &[
         scope: Scope::Any,
         looks_for: "UDP datagrams lost to full socket buffers",
         check: drops::socket_rcvbuf_errors,
+    },
+    Rule {
+        id: "interrupt-rate-high",
+        when: When::Always,
+        reads: &[Input::Interrupts, Input::SampledLoad],
+        scope: Scope::Any,
+        looks_for: "a live device interrupt rate at or above 1 M/s, where many SoCs lose I/O throughput",
+        check: irqrate::interrupt_rate_high,
     },
     Rule {
         id: "irqbalance-conflict",

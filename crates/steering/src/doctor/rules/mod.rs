@@ -2,6 +2,7 @@
 
 pub mod cpu;
 pub mod drops;
+pub mod irqrate;
 pub mod latency;
 pub mod napi;
 pub mod rps;
