@@ -81,7 +81,8 @@ pub struct QueueBalance {
     /// `2 (max − min) / (max + min)`: 0 when even, 2 when one queue has it all and another
     /// none; None when nothing was counted.
     pub spread: Option<f64>,
-    /// The queue (`rx-3`) or vector (`rx/tx-3`) with the most, and its share of the total.
+    /// The queue (`rx-3`) or vector (`rx/tx-3`) with the most, and its share of the total;
+    /// None when nothing was counted or every queue counted the same.
     pub busiest: Option<(String, f64)>,
 }
 
@@ -114,9 +115,11 @@ fn group(nic: &str, of: BalanceOf, values: &[(String, f64)]) -> Option<QueueBala
     let counts: Vec<f64> = values.iter().map(|(_, v)| *v).collect();
     let total: f64 = counts.iter().sum();
     let measures = cv_and_spread(&counts);
+    // An even group has no busiest queue (max_by would name the last of the equals).
+    let even = measures.is_some_and(|(_, spread)| spread == 0.0);
     let busiest = values
         .iter()
-        .filter(|_| total > 0.0)
+        .filter(|_| total > 0.0 && !even)
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(label, v)| (label.clone(), v / total));
     Some(QueueBalance {

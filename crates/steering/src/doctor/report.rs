@@ -4,6 +4,7 @@ use super::RULES;
 use super::inputs::{NotJudged, unjudged};
 use super::model::{App, Finding, Goal, Load, LoadSource, Severity};
 use crate::model::ctx::Ctx;
+use netsteer_host::balance::{self, QueueBalance};
 use netsteer_host::view::HostView;
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +87,11 @@ pub struct Report {
     pub unjudged: Vec<NotJudged>,
     #[serde(default)]
     pub rules: RuleCounts,
+    /// How evenly each device's queue vectors shared its interrupts over the load's window
+    /// (the sample, or the average since boot `load.source` says): CV and normalized spread
+    /// as `top` and ynltool's `qstats balance` give them (`netsteer_host::balance`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub balance: Vec<QueueBalance>,
 }
 
 impl Report {
@@ -210,6 +216,11 @@ pub fn diagnose_traced(
         not_judged: blind_spots(view, load),
         unjudged: blind,
         rules,
+        balance: load.map_or_else(Vec::new, |l| {
+            let rate: std::collections::BTreeMap<u32, f64> =
+                l.cpu.irqs.iter().map(|r| (r.irq, r.total)).collect();
+            balance::irq_balance(&balance::irq_roles(view), |irq| rate.get(&irq).copied())
+        }),
     }
 }
 

@@ -133,6 +133,39 @@ pub fn render(r: &Report) -> String {
     for (rule, subjects) in by_rule(&r.unjudged) {
         let _ = writeln!(s, "  not judged: {rule}: {}", line(&subjects));
     }
+    if !r.balance.is_empty() {
+        let window = match &r.load {
+            Some(l) if l.source == LoadSource::Sampled => {
+                format!("over the {:.1} s sample", l.seconds)
+            }
+            _ => "averaged since boot".to_string(),
+        };
+        let _ = writeln!(s, "queue balance ({window}):");
+        for b in &r.balance {
+            let measures = match (b.cv, b.spread) {
+                (Some(cv), Some(sp)) => format!("CV {cv:.2} spread {sp:.2}"),
+                _ => "nothing counted".into(),
+            };
+            let busiest = b.busiest.as_ref().map_or(String::new(), |(q, share)| {
+                format!(", busiest {q} {:.0} %", share * 100.0)
+            });
+            let _ = writeln!(
+                s,
+                "  {} {} over {} queues: {measures} ({}{}{busiest})",
+                line(&b.nic),
+                b.of.word(),
+                b.queues,
+                crate::model::ctx::rate(b.total),
+                r.load
+                    .as_ref()
+                    .map_or("/s", |l| if l.source == LoadSource::Sampled {
+                        "/s"
+                    } else {
+                        "/s on average"
+                    })
+            );
+        }
+    }
     for p in &r.problems {
         let _ = writeln!(s, "note: {}", line(p));
     }
