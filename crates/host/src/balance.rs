@@ -312,26 +312,31 @@ impl InterruptLoad {
     }
 }
 
-/// Message-signalled interrupts per second between two readings of /proc/interrupts (rows
-/// in both; a count that went backwards, a CPU hot-plugged, gives that row no rate).
+/// Message-signalled interrupts per second between two readings of /proc/interrupts: per
+/// row and CPU, as [`crate::sample::rates`] counts them ([`crate::sample::counter_delta`]: a
+/// 32-bit wrap counted, a reset not), only CPUs in both readings (a CPU back from offline
+/// brings its whole history, which is not this interval's).
 pub fn msi_rate(prev: &Interrupts, cur: &Interrupts, interval_s: f64) -> Option<f64> {
     if interval_s <= 0.0 {
         return None;
     }
-    let count = |ints: &Interrupts, row: &crate::parse::IrqRow| -> u64 {
-        ints.per_cpu(row).map(|(_, n)| n).sum()
-    };
-    let mut total = 0u64;
+    let before: BTreeMap<&crate::parse::IrqLabel, BTreeMap<u32, u64>> = prev
+        .rows
+        .iter()
+        .map(|r| (&r.label, prev.per_cpu(r).collect()))
+        .collect();
+    let mut total = 0f64;
     for row in cur.rows.iter().filter(|r| is_msi(r.chip.as_deref())) {
-        let Some(old) = prev.rows.iter().find(|r| r.label == row.label) else {
+        let Some(old) = before.get(&row.label) else {
             continue;
         };
-        let (a, b) = (count(prev, old), count(cur, row));
-        if b >= a {
-            total += b - a;
+        for (cpu, n) in cur.per_cpu(row) {
+            if let Some(&was) = old.get(&cpu) {
+                total += crate::sample::counter_delta(was, n) as f64;
+            }
         }
     }
-    Some(total as f64 / interval_s)
+    Some(total / interval_s)
 }
 
 /// Whether an interrupt chip is an MSI domain (`PCI-MSI`, `PCI-MSIX-0000:…`, `IR-PCI-MSI`,

@@ -259,12 +259,15 @@ pub fn read_sample(fs: &HostFs) -> Result<CounterSample> {
 }
 
 /// Difference of a counter that the kernel keeps as a 32-bit `unsigned int` (softnet columns,
-/// per-CPU IRQ and softirq counts) or 64-bit: a decrease below 2^32 is a wrap, anything else a
-/// reset (counted as zero rather than as a huge negative rate).
+/// per-CPU IRQ and softirq counts) or 64-bit: a decrease from the upper half of the 32-bit
+/// range is a wrap, anything else a reset (counted as zero rather than as a huge negative
+/// rate). A counter that restarts from 0 below 2^31 (a driver freeing and reallocating its
+/// vectors on `ethtool -L` or a reset, an IRQ number given to another device) is no wrap:
+/// read as one it would add about 4.3 G to the interval.
 pub fn counter_delta(prev: u64, cur: u64) -> u64 {
     if cur >= prev {
         cur - prev
-    } else if prev <= u64::from(u32::MAX) {
+    } else if (1u64 << 31..=u64::from(u32::MAX)).contains(&prev) {
         cur + (1u64 << 32) - prev
     } else {
         0
@@ -647,6 +650,8 @@ mod tests {
         assert_eq!(r.cpus[0].processed, Some(20.0));
         assert_eq!(counter_delta(u64::from(u32::MAX), 4), 5);
         assert_eq!(counter_delta(1 << 40, 3), 0);
+        // A vector freed and reallocated restarts from 0: a reset, not 4.3 G interrupts.
+        assert_eq!(counter_delta(10_000, 5), 0);
     }
 
     #[test]

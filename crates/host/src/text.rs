@@ -564,7 +564,12 @@ pub fn balance_lines(m: &TopInterval) -> Vec<String> {
         ));
     }
     let i = &m.interrupts;
-    if let Some(total) = i.total_per_s.or(i.msi_per_s) {
+    // The larger of the two is what `of_ceiling` compares, and what is printed first.
+    let compared = match (i.total_per_s, i.msi_per_s) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(total) = compared {
         let part = |what: &str, v: Option<f64>| v.map(|v| format!(", {what} {v:.0}/s"));
         lines.push(format!(
             "  interrupts {total:.0}/s{}{}: {:.1} % of {:.0} M/s, where many SoCs lose 3-4x I/O throughput",

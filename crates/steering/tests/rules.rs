@@ -1413,16 +1413,26 @@ fn interrupt_rate_high() {
 #[test]
 fn the_report_says_how_evenly_the_queues_shared_the_sample() {
     let v = eth2_with((0..128).map(|i| i % 11).collect(), None);
-    let r = run(&v, &sampled(&v, "eth2", &rates(5000.0, 2.0), 0.0), Goal::Balanced);
+    let r = run(
+        &v,
+        &sampled(&v, "eth2", &rates(5000.0, 2.0), 0.0),
+        Goal::Balanced,
+    );
     let b = r
         .balance
         .iter()
         .find(|b| b.nic == "eth2")
         .unwrap_or_else(|| panic!("{:#?}", r.balance));
     assert_eq!(b.queues, 11);
-    assert!((b.spread.unwrap() - 2.0 * 4998.0 / 5002.0).abs() < 1e-9, "{b:?}");
+    assert!(
+        (b.spread.unwrap() - 2.0 * 4998.0 / 5002.0).abs() < 1e-9,
+        "{b:?}"
+    );
     let text = netsteer_steering::doctor::text::render(&r);
-    assert!(text.contains("queue balance (over the 2.0 s sample):"), "{text}");
+    assert!(
+        text.contains("queue balance (over the 2.0 s sample):"),
+        "{text}"
+    );
     assert!(text.contains("  eth2 "), "{text}");
     // Nothing counted on any queue: the device is listed as such, never as balanced.
     let idle = run(&v, &sampled(&v, "eth2", &[0.0; 11], 0.0), Goal::Balanced);

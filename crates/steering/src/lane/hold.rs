@@ -122,6 +122,9 @@ impl Lanes {
             sleep_unless(stop, interval);
         }
         if rollback_on_exit && self.state(name)? != LaneState::Down {
+            // The spec as it is now (its device may have changed since the last look; a lane
+            // removed meanwhile is NoLane, not rolled back from a stale record).
+            lane.refresh()?;
             let (r, repaired) = lane.roll_back()?;
             on_event(Ok(&HoldEvent::RolledBack(r, repaired)));
         }
@@ -162,13 +165,26 @@ impl Lane<'_> {
     fn apply(&mut self, opts: &ApplyOptions) -> Result<ApplyReport, LaneOpError> {
         let spec = self.spec.clone();
         let lanes = self.lanes;
-        lanes.apply_with(&spec, opts, self.tuner()?)
+        let r = lanes.apply_with(&spec, opts, self.tuner()?);
+        self.drop_tuner_on_error(&r);
+        r
     }
 
     fn roll_back(&mut self) -> Result<(RollbackReport, Vec<(String, ApplyReport)>), LaneOpError> {
         let (name, dev) = (self.name.clone(), self.spec.dev.clone());
         let lanes = self.lanes;
-        lanes.roll_back_with(&name, &dev, self.tuner()?)
+        let r = lanes.roll_back_with(&name, &dev, self.tuner()?);
+        self.drop_tuner_on_error(&r);
+        r
+    }
+
+    /// A failed write is retried with a tuner opened anew: the kept one may have been opened
+    /// while ethtool netlink could not be (EMFILE, ENOBUFS), and would plan without the NIC
+    /// for the holder's whole life.
+    fn drop_tuner_on_error<T>(&mut self, r: &Result<T, LaneOpError>) {
+        if r.is_err() {
+            self.tuner = None;
+        }
     }
 
     /// One step of holding: brings the lane in line with its service (see [`HoldEvent`]).
