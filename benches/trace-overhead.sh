@@ -3,13 +3,20 @@
 # veth link of `netsteer lab with` (benches/lib.sh), and the cross-check of its receive-path
 # time against the echo bench's own kernel split:
 # Three cases: plain (no trace), traced (`netsteer trace` as it runs by default: per-packet
-# programs attached for 1 s of each 10 s interval) and full (`--duty 100`, every packet).
+# programs attached for 1 s of each 10 s interval), full (`--duty 100`, every packet, the
+# kernel timing the programs for the cost line 10 % of the time, the default `--price`), bare
+# (`--duty 100 --price 0`: never timed) and timed (`--duty 100 --price 100`: always timed).
 #   - udp-echo round trip p50 (client CPU 0, server CPU 1, 32 B, blocking): traced ÷ untraced
 #     (target <= 1.05);
 #   - the machine's CPU per echo (busy time of every CPU from /proc/stat over the echo run,
 #     softirq included, where the BPF programs run): traced ÷ untraced (<= 1.10);
 #   - a UDP flood's received packets/s (iperf3 -u -b 0 -l 64, the receiver's count):
 #     traced ÷ untraced (>= 0.95);
+#   - the echo's p99 (the tail: netstacklat's envelope is <= 6 % tail inflation): traced ÷
+#     untraced (<= 1.06);
+#   - the trace's own printed cost (each interval's `cost`, from the kernel's BPF run-time
+#     counts) per received packet, beside the CPU per echo the untimed full trace measurably
+#     added (bare - plain, per echo: each echo is two received packets);
 #   - cross-check: the client's `rx_delivery_p50_ns` (SO_TIMESTAMPING, "packet=": the kernel's
 #     receive timestamp to the application's read) beside trace's stack + residence p50 of the
 #     client's device (v0a) in the same full runs.
@@ -46,11 +53,14 @@ flood_run() { # $1 tag
   ip netns exec "$nsa" taskset -c 0 iperf3 -c "$server_addr" -u -b 0 -l 64 -t "$secs" > /dev/null 2>&1 || true
   wait "$s" 2>/dev/null || true
 }
-case_run() { # $1 plain|traced|full, $2 pair number
-  local tag="$1.$2" duty=
-  case $1 in traced) duty=10 ;; full) duty=100 ;; esac
+case_run() { # $1 plain|traced|full|bare|timed, $2 pair number
+  local tag="$1.$2" duty= extra=()
+  case $1 in
+    traced) duty=10 ;; full) duty=100 ;;
+    bare) duty=100 extra=(--price 0) ;; timed) duty=100 extra=(--price 100) ;;
+  esac
   if [ -n "$duty" ]; then
-    "$bin" trace --json --duty "$duty" > "$out/$tag.trace" 2>/dev/null &
+    "$bin" trace --json --duty "$duty" "${extra[@]}" > "$out/$tag.trace" 2>/dev/null &
     tracer=$!
     sleep 2
   fi
@@ -60,7 +70,7 @@ case_run() { # $1 plain|traced|full, $2 pair number
 }
 echo "machine: $(nproc) CPUs, $(uname -r); $pairs pairs of ${secs} s runs, order alternated"
 for i in $(seq 1 "$pairs"); do
-  if [ $((i % 2)) = 1 ]; then order="plain traced full"; else order="full traced plain"; fi
+  if [ $((i % 2)) = 1 ]; then order="plain traced full bare timed"; else order="timed bare full traced plain"; fi
   for c in $order; do case_run "$c" "$i"; done
 done
 python3 - "$out" "$pairs" "$va" <<'PY'
@@ -74,10 +84,11 @@ HZ = 100  # USER_HZ: /proc/stat counts in hundredths of a second
 def echo(tag):
     c = last(f"{out}/{tag}.client", "summary")
     p50 = c["latency_ns"]["p50"]
+    p99 = c["latency_ns"]["p99"]
     busy_ns = int(open(f"{out}/{tag}.busy").read()) * 1e9 / HZ
     cpu = busy_ns / max(1, c["received"])
     rx = (c.get("rx_delivery_ns") or {}).get("p50")
-    return p50, cpu, rx
+    return p50, cpu, rx, p99
 def flood(tag):
     j = json.load(open(f"{out}/{tag}.flood"))
     s = j["end"]["sum"]
@@ -90,21 +101,45 @@ def traced_split(tag):
         n = sum(r["count"] for r in rs)
         return sum(r["p50"] * r["count"] for r in rs) / n if n else None
     return p50("stack"), p50("residence")
-ratios = {(m, k): [] for m in ("traced", "full") for k in ("p50", "cpu", "flood")}
-print(f"{'pair':>4} {'case':>6} {'echo p50':>9} {'cpu/echo':>9} {'flood pkts':>10} {'packet= p50':>12} {'trace stack+res':>16}")
+def own_cost(tag):
+    """The trace's own ns per received packet over the run, as it printed it."""
+    cs = [iv.get("cost") or {} for iv in
+          (json.loads(l) for l in open(f"{out}/{tag}.trace") if l.strip().startswith("{"))
+          if iv.get("type") == "interval"]
+    ns = sum(c.get("run_ns", 0) for c in cs)
+    pk = sum(c.get("packets", 0) for c in cs)
+    return ns / pk if pk else None
+cases = ("traced", "full", "bare", "timed")
+ratios = {(m, k): [] for m in cases for k in ("p50", "p99", "cpu", "flood")}
+own, own_all, added = [], [], []
+print(f"{'pair':>4} {'case':>6} {'echo p50':>9} {'echo p99':>9} {'cpu/echo':>9} {'flood pkts':>10} {'packet= p50':>12} {'trace stack+res':>16} {'own ns/pkt':>10}")
 for i in range(1, pairs + 1):
-    pp, pc, _ = echo(f"plain.{i}")
+    pp, pc, _, p99p = echo(f"plain.{i}")
     fp = flood(f"plain.{i}")
-    print(f"{i:>4} {'plain':>6} {pp/1e3:8.1f}u {pc/1e3:8.2f}u {fp:10.0f}")
-    for m in ("traced", "full"):
-        tp, tc, rx = echo(f"{m}.{i}")
+    print(f"{i:>4} {'plain':>6} {pp/1e3:8.1f}u {p99p/1e3:8.1f}u {pc/1e3:8.2f}u {fp:10.0f}")
+    for m in cases:
+        tp, tc, rx, tp99 = echo(f"{m}.{i}")
         ft = flood(f"{m}.{i}")
         stack, res = traced_split(f"{m}.{i}")
         both = (stack or 0) + (res or 0)
-        ratios[(m, "p50")].append(tp / pp); ratios[(m, "cpu")].append(tc / pc); ratios[(m, "flood")].append(ft / fp)
-        print(f"{i:>4} {m:>6} {tp/1e3:8.1f}u {tc/1e3:8.2f}u {ft:10.0f} {(rx or 0)/1e3:11.1f}u {both/1e3:15.1f}u")
-for m in ("traced", "full"):
-    for k, target in [("p50", "<= 1.05"), ("cpu", "<= 1.10"), ("flood", ">= 0.95")]:
-        r = ratios[(m, k)]
-        print(f"{m}/plain {k:<6} min {min(r):.3f} median {statistics.median(r):.3f} max {max(r):.3f}  (target {target})")
+        ratios[(m, "p50")].append(tp / pp); ratios[(m, "p99")].append(tp99 / p99p)
+        ratios[(m, "cpu")].append(tc / pc); ratios[(m, "flood")].append(ft / fp)
+        o = own_cost(f"{m}.{i}")
+        if m == "full" and o is not None:
+            own.append(o)
+        if m == "timed" and o is not None:
+            own_all.append(o)
+        if m == "bare":
+            added.append((tc - pc) / 2)
+        print(f"{i:>4} {m:>6} {tp/1e3:8.1f}u {tp99/1e3:8.1f}u {tc/1e3:8.2f}u {ft:10.0f} {(rx or 0)/1e3:11.1f}u {both/1e3:15.1f}u {'-' if o is None else round(o):>10}")
+def mmm(r):
+    return f"min {min(r):.3f} median {statistics.median(r):.3f} max {max(r):.3f}"
+for m in cases:
+    for k, target in [("p50", "<= 1.05"), ("p99", "<= 1.06"), ("cpu", "<= 1.10"), ("flood", ">= 0.95")]:
+        print(f"{m}/plain {k:<6} {mmm(ratios[(m, k)])}  (target {target})")
+if own:
+    print(f"full: the trace's own printed cost per received packet (ns, timed 10 %) {mmm(own)}")
+if own_all:
+    print(f"timed: the same, timed throughout (ns) {mmm(own_all)}")
+print(f"bare: CPU the untimed full trace measurably added per received packet (ns; (bare - plain) per echo / 2) {mmm(added)}")
 PY

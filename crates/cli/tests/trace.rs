@@ -60,6 +60,11 @@ fn tracefs_mounted() -> bool {
 /// messages. `during` starts once the start message is out, which with `--duty 100` comes after
 /// every program is attached.
 fn trace_json(seconds: u32, during: impl FnOnce()) -> (Start, Vec<Interval>) {
+    trace_json_with(&[], seconds, during)
+}
+
+/// [`trace_json`] with more flags.
+fn trace_json_with(extra: &[&str], seconds: u32, during: impl FnOnce()) -> (Start, Vec<Interval>) {
     use std::io::BufRead;
     let mut child = Command::new(BIN)
         .args([
@@ -74,6 +79,7 @@ fn trace_json(seconds: u32, during: impl FnOnce()) -> (Start, Vec<Interval>) {
             "--top",
             "64",
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -192,17 +198,7 @@ fn a_trace_reads_back_into_its_types_and_leaves_nothing_behind() {
     }
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mounted_before = tracefs_mounted();
-    let (start, intervals) = trace_json(2, || {
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let r = UdpSocket::bind("127.0.0.1:0").unwrap();
-        r.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        let mut buf = [0u8; 64];
-        for _ in 0..300 {
-            s.send_to(b"ping", r.local_addr().unwrap()).unwrap();
-            r.recv(&mut buf).unwrap();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    let (start, intervals) = trace_json(2, || loopback_pings(300, Duration::ZERO));
     assert!(start.unavailable.is_empty(), "{start:?}");
     assert!(!intervals.is_empty());
     let (n, p50, _) = stage_of(&intervals, Stage::Stack, "lo");
@@ -219,6 +215,109 @@ fn a_trace_reads_back_into_its_types_and_leaves_nothing_behind() {
     // Exited: no program of ours attached, and no tracefs mount left in this namespace.
     assert!(our_programs().is_empty(), "{:?}", our_programs());
     assert_eq!(tracefs_mounted(), mounted_before);
+}
+
+/// Loopback datagrams, each read before the next is sent, one a millisecond or so, for at
+/// least `count` and at least `at_least` long.
+fn loopback_pings(count: u32, at_least: Duration) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+    r.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut buf = [0u8; 64];
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < count || start.elapsed() < at_least {
+        s.send_to(b"ping", r.local_addr().unwrap()).unwrap();
+        r.recv(&mut buf).unwrap();
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_trace_prices_itself_with_the_kernels_own_run_counts() {
+    if !usable() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let sysctl = || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    let before = sysctl();
+    // Timed all the time (--price 100): every run of the interval is counted.
+    let (_, intervals) = trace_json_with(&["--price", "100"], 2, || {
+        loopback_pings(300, Duration::ZERO)
+    });
+    assert_eq!(sysctl(), before, "the sysctl is not how the trace counts");
+    let costs: Vec<_> = intervals.iter().map(|i| i.cost.clone().unwrap()).collect();
+    assert!(costs.iter().all(|c| c.unpriced.is_none()), "{costs:?}");
+    let runs = |prog: &str| -> u64 {
+        costs
+            .iter()
+            .flat_map(|c| &c.programs)
+            .filter(|p| p.program == prog)
+            .map(|p| p.runs)
+            .sum()
+    };
+    let events = |stage: Stage| -> u64 {
+        intervals
+            .iter()
+            .flat_map(|i| &i.stages)
+            .filter(|r| r.stage == stage)
+            .map(|r| r.count)
+            .sum()
+    };
+    // Loopback enters through netif_rx's backlog: every datagram is one entering packet.
+    assert!(runs("netif_rx") >= 300, "{costs:?}");
+    let packets: u64 = costs.iter().map(|c| c.packets).sum();
+    // What the histograms counted, each event from a run the kernel counted.
+    assert!(packets >= events(Stage::Stack), "{packets} {costs:?}");
+    assert!(runs("napi_poll") >= events(Stage::PollTime), "{costs:?}");
+    assert!(
+        runs("softirq_exit") >= events(Stage::SoftirqRun),
+        "{costs:?}"
+    );
+    for c in &costs {
+        assert_eq!(c.runs, c.programs.iter().map(|p| p.runs).sum::<u64>());
+        assert_eq!(c.run_ns, c.programs.iter().map(|p| p.run_ns).sum::<u64>());
+        let per = c.ns_per_run.unwrap();
+        assert!(per > 0.0 && per < 1e6, "{per} ns a run");
+        assert!(c.cpus > 0.0 && c.cpus < 2.0 * 256.0, "{c:?}");
+    }
+    // By default the kernel times a tenth of what is traced, in one stretch: the traffic runs
+    // the whole interval, so that stretch counts some of it.
+    let (_, intervals) = trace_json(2, || loopback_pings(0, Duration::from_millis(2500)));
+    let iv = intervals.last().unwrap();
+    let c = iv.cost.clone().unwrap();
+    assert!(c.unpriced.is_none(), "{c:?}");
+    assert!(
+        c.priced_s > 0.0 && c.priced_s < iv.traced_s,
+        "{c:?} {}",
+        iv.traced_s
+    );
+    assert!(
+        c.programs
+            .iter()
+            .any(|p| p.program == "netif_rx" && p.runs > 0),
+        "{c:?}"
+    );
+    assert!(c.packets > 0 && c.ns_per_packet.is_some(), "{c:?}");
+    assert_eq!(sysctl(), before);
+    // Asked not to count: said, with no figures.
+    let out = Command::new(BIN)
+        .args(["trace", "--json", "--duty", "100", "--interval", "1"])
+        .args(["--duration", "1", "--price", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let last = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    let iv: Interval = serde_json::from_str(&last).unwrap();
+    let c = iv.cost.unwrap();
+    assert_eq!(c.unpriced.as_deref(), Some("not asked"));
+    assert_eq!((c.runs, c.ns_per_run, c.programs.len()), (0, None, 0));
+    assert_eq!(c.priced_s, 0.0);
 }
 
 #[test]
@@ -259,6 +358,8 @@ fn bad_flags_and_devices_are_named() {
         (vec!["trace", "--top", "0"], "--top"),
         (vec!["trace", "--duty", "0"], "--duty"),
         (vec!["trace", "--duty", "101"], "--duty"),
+        (vec!["trace", "--price", "101"], "--price"),
+        (vec!["trace", "--price", "-1"], "--price"),
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -115,6 +115,51 @@ pub struct Interval {
     pub drops: Vec<DropRow>,
     /// Events not counted because a map was full (the maps are bounded).
     pub lost_events: u64,
+    /// What the trace's own programs cost in the interval. None: not recorded (a trace from
+    /// before the trace priced itself).
+    #[serde(default)]
+    pub cost: Option<Cost>,
+}
+
+/// What the trace's own BPF programs cost in an interval, as the kernel counted it for a
+/// share of the traced time (`priced_s`): its BPF
+/// run-time statistics (`BPF_ENABLE_STATS`, include/uapi/linux/bpf.h; the `run_time_ns`
+/// and `run_cnt` of `bpf_prog_info`). That is the time inside the programs, on every CPU: not
+/// a classic tracepoint's record formatting before its program runs, nor the two clock reads
+/// the statistics themselves add to each run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Why there are no figures (the kernel would not count, or `--price 0`); None: priced.
+    pub unpriced: Option<String>,
+    /// Program runs in the interval, all programs.
+    pub runs: u64,
+    /// Nanoseconds spent inside the programs, summed over CPUs.
+    pub run_ns: u64,
+    /// `run_ns / runs`; None without a run.
+    pub ns_per_run: Option<f64>,
+    /// Packets that entered the receive path while traced: runs of the entry hooks
+    /// (napi_gro_receive_entry, netif_receive_skb_entry, netif_receive_skb_list_entry,
+    /// netif_rx), every device.
+    pub packets: u64,
+    /// `run_ns / packets`: what tracing cost per received packet, every program included;
+    /// None without a packet.
+    pub ns_per_packet: Option<f64>,
+    /// How long the kernel counted in the interval (`--price`: a share of the traced time,
+    /// since the counting is global and not free); the runs and times above cover this.
+    pub priced_s: f64,
+    /// What the programs cost over the interval, in CPUs (0.01: one percent of one CPU):
+    /// their run time per priced second, times the seconds traced, over the interval.
+    pub cpus: f64,
+    /// Per program, busiest first.
+    pub programs: Vec<ProgramCost>,
+}
+
+/// One program's runs and time in an interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramCost {
+    pub program: String,
+    pub runs: u64,
+    pub run_ns: u64,
 }
 
 /// The first message: what runs and what cannot (`"type": "start"`).

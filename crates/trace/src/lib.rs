@@ -37,7 +37,9 @@ pub enum TraceError {
     Setup(String),
 }
 
-pub use netsteer_trace_model::{DropRow, Interval, Stage, StageRow, Start, Unavailable};
+pub use netsteer_trace_model::{
+    Cost, DropRow, Interval, ProgramCost, Stage, StageRow, Start, Unavailable,
+};
 
 /// How an interval is shaped for people and programs.
 #[derive(Debug, Clone)]
@@ -151,7 +153,67 @@ pub fn interval(
         stages,
         drops,
         lost_events: reading.lost_events,
+        cost: Some(cost(reading, interval_s, traced_s)),
     }
+}
+
+/// The programs' own cost in one reading (every device: the programs run for all of them,
+/// whatever `--dev` shows), priced for part of the `traced_s` seconds of an interval.
+pub fn cost(reading: &session::Reading, interval_s: f64, traced_s: f64) -> Cost {
+    let mut programs: Vec<ProgramCost> = reading
+        .programs
+        .iter()
+        .filter(|p| p.runs > 0 || p.run_ns > 0)
+        .map(|p| ProgramCost {
+            program: p.program.to_string(),
+            runs: p.runs,
+            run_ns: p.run_ns,
+        })
+        .collect();
+    programs.sort_by(|a, b| b.run_ns.cmp(&a.run_ns).then(a.program.cmp(&b.program)));
+    let runs: u64 = programs.iter().map(|p| p.runs).sum();
+    let run_ns: u64 = programs.iter().map(|p| p.run_ns).sum();
+    let packets: u64 = reading
+        .programs
+        .iter()
+        .filter(|p| p.entry)
+        .map(|p| p.runs)
+        .sum();
+    let per = |n: u64| (n > 0).then(|| run_ns as f64 / n as f64);
+    let priced_s = reading.priced.map_or(traced_s, |d| d.as_secs_f64());
+    Cost {
+        unpriced: reading.unpriced.clone(),
+        runs,
+        run_ns,
+        ns_per_run: per(runs),
+        packets,
+        ns_per_packet: per(packets),
+        priced_s,
+        // The sysctl's counting covers the runs outside the windows too (the drop hooks').
+        cpus: if priced_s > 0.0 && interval_s > 0.0 {
+            run_ns as f64 / (priced_s * 1e9) * traced_s.max(priced_s) / interval_s
+        } else {
+            0.0
+        },
+        programs,
+    }
+}
+
+/// The cost line of an interval's text.
+fn cost_line(c: &Cost) -> String {
+    if let Some(why) = &c.unpriced {
+        return format!("trace-cost      unpriced: {}", netsteer_safe(why));
+    }
+    let ns = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}ns"));
+    format!(
+        "trace-cost      {:<40} n {:>8}  per run {:>7}  per packet {:>7} ({} packets)  {:.2}% of a CPU",
+        format!("bpf programs (timed {:.2} s)", c.priced_s),
+        c.runs,
+        ns(c.ns_per_run),
+        ns(c.ns_per_packet),
+        c.packets,
+        c.cpus * 100.0
+    )
 }
 
 fn us(v: Option<u64>, time: bool) -> String {
@@ -235,6 +297,9 @@ pub fn text(iv: &Interval) -> Vec<String> {
             d.reason
         ));
     }
+    if let Some(c) = &iv.cost {
+        out.push(cost_line(c));
+    }
     out
 }
 
@@ -299,6 +364,28 @@ mod tests {
                 7,
             )],
             lost_events: 0,
+            programs: vec![
+                session::ProgramRuns {
+                    program: "gro_entry",
+                    runs: 1000,
+                    run_ns: 150_000,
+                    entry: true,
+                },
+                session::ProgramRuns {
+                    program: "rcv_core",
+                    runs: 1000,
+                    run_ns: 250_000,
+                    entry: false,
+                },
+                session::ProgramRuns {
+                    program: "napi_poll",
+                    runs: 0,
+                    run_ns: 0,
+                    entry: false,
+                },
+            ],
+            unpriced: None,
+            priced: Some(std::time::Duration::from_millis(100)),
         };
         let reasons = [(6, "SOCKET_RCVBUFF".to_string())].into_iter().collect();
         let shape = Shape {
@@ -332,5 +419,33 @@ mod tests {
         let back: Interval = serde_json::from_str(&json).unwrap();
         assert_eq!(back, iv);
         assert!(text(&iv).iter().any(|l| l.contains("others (60 rows)")));
+        // The cost: every program, per run and per entering packet, over the interval.
+        let c = iv.cost.as_ref().unwrap();
+        assert_eq!((c.runs, c.run_ns, c.packets), (2000, 400_000, 1000));
+        assert_eq!((c.ns_per_run, c.ns_per_packet), (Some(200.0), Some(400.0)));
+        // 400 us in the 0.1 s priced, of 1 s traced in a 1 s interval: 0.4 % of a CPU.
+        assert!((c.cpus - 4e-3).abs() < 1e-12, "{}", c.cpus);
+        assert_eq!(c.priced_s, 0.1);
+        assert_eq!(
+            c.programs.len(),
+            2,
+            "a program that never ran is not listed"
+        );
+        assert_eq!(c.programs[0].program, "rcv_core", "costliest first");
+        assert!(
+            text(&iv)
+                .iter()
+                .any(|l| l.contains("per packet   400ns (1000 packets)  0.40% of a CPU")),
+            "{:?}",
+            text(&iv)
+        );
+        // Unpriced is said, never zeros.
+        let mut off = reading;
+        off.programs.clear();
+        off.unpriced = Some("not asked".into());
+        off.priced = Some(std::time::Duration::ZERO);
+        let iv = interval(&off, &reasons, &shape, 2, 1.0, 1.0);
+        assert_eq!(iv.cost.as_ref().unwrap().ns_per_run, None);
+        assert!(text(&iv).iter().any(|l| l.ends_with("unpriced: not asked")));
     }
 }

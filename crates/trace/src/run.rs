@@ -16,6 +16,10 @@ pub struct RunOptions {
     pub top: usize,
     /// The share of each interval the per-packet programs are attached, in (0, 1].
     pub duty: f64,
+    /// The share of each traced window the kernel counts the programs' run time for the
+    /// intervals' cost, in [0, 1] (0: unpriced). The counting is global (see
+    /// `session::Pricing`), hence a share.
+    pub price: f64,
 }
 
 /// One message of the run.
@@ -57,6 +61,7 @@ fn irq_names() -> BTreeMap<u32, String> {
 /// Traces every packet for `seconds` and returns every row, nothing folded: what `doctor
 /// --trace` gives its rules (a short look, so no sampling).
 pub fn collect(seconds: Duration) -> Result<Interval, TraceError> {
+    // A short look for the rules, which read no cost: the kernel's counting is not turned on.
     let mut session = Session::start(&Options::default())?;
     session.resume()?;
     std::thread::sleep(seconds);
@@ -95,7 +100,16 @@ pub fn run(
             opts.duty * 100.0
         )));
     }
-    let mut session = Session::start(&Options { pid: opts.pid })?;
+    if !(0.0..=1.0).contains(&opts.price) {
+        return Err(TraceError::Setup(format!(
+            "--price {}: a percentage from 0 to 100",
+            opts.price * 100.0
+        )));
+    }
+    let mut session = Session::start(&Options {
+        pid: opts.pid,
+        price: opts.price > 0.0,
+    })?;
     let io = |e: std::io::Error| TraceError::Setup(format!("writing the output: {e}"));
     let full = opts.duty >= 1.0;
     // Traced throughout: attached before the start message, which then means "every packet
@@ -140,13 +154,23 @@ pub fn run(
                 // After the attach (which first waits for the last window's detaches).
                 session.resume()?;
                 let opened = Instant::now();
-                stopped = sleep_until(opened + window, stop);
+                stopped = sleep_priced(
+                    &mut session,
+                    (opened, opened + window),
+                    opts.price,
+                    &mut rng,
+                    stop,
+                );
                 session.pause();
                 traced = opened.elapsed();
             }
         }
         if !stopped {
-            stopped = sleep_until(until, stop);
+            stopped = if full {
+                sleep_priced(&mut session, (last, until), opts.price, &mut rng, stop)
+            } else {
+                sleep_until(until, stop)
+            };
         }
         let now = Instant::now();
         if full {
@@ -174,6 +198,32 @@ pub fn run(
             return Ok(());
         }
     }
+}
+
+/// Sleeps through `span` with the kernel's counting of BPF run time on for `share` of it, in
+/// one stretch at a random offset (like the duty window, so nothing periodic is always priced
+/// or never); true when stopped.
+fn sleep_priced(
+    session: &mut Session,
+    span: (Instant, Instant),
+    share: f64,
+    rng: &mut Lcg,
+    stop: &dyn Fn() -> bool,
+) -> bool {
+    let (from, end) = span;
+    if share <= 0.0 {
+        return sleep_until(end, stop);
+    }
+    let len = end.saturating_duration_since(from);
+    let priced = len.mul_f64(share.min(1.0));
+    let at = from + (len - priced).mul_f64(rng.unit());
+    if sleep_until(at, stop) {
+        return true;
+    }
+    session.price(true);
+    let stopped = sleep_until(at + priced, stop);
+    session.price(false);
+    stopped || sleep_until(end, stop)
 }
 
 /// Sleeps until `t` in steps short enough to notice `stop()`; true when stopped.

@@ -15,6 +15,7 @@ use aya::programs::trace_point::TracePointLinkId;
 use aya::{Ebpf, EbpfLoader};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The compiled programs (build.rs compiles `bpf/trace.bpf.c` with clang), aligned as the ELF
 /// parser needs.
@@ -238,6 +239,62 @@ const OFFSETS: &[(&str, &str, &str, &str)] = &[
 pub struct Options {
     /// The threads of this process get the wake-up stage.
     pub pid: Option<u32>,
+    /// Let [`Session::price`] have the kernel count the programs' run time; without, the
+    /// intervals' cost says "unpriced: not asked".
+    pub price: bool,
+}
+
+/// The hooks whose runs count packets entering the receive path (one of them per skb, by the
+/// path its driver takes: GRO, netif_receive_skb, the list variant, or netif_rx's backlog,
+/// which veth and loopback use; netif_rx_entry is not one: netif_rx's own event follows it).
+const ENTRIES: &[&str] = &["gro_entry", "rcv_entry", "rcv_list_entry", "netif_rx"];
+
+/// How the programs' run time is counted. The kernel's statistics are global: while they are
+/// on, every BPF program on the host (a load balancer's XDP program too) pays two clock reads
+/// a run (`__bpf_prog_run`'s `bpf_stats_enabled_key` branch, include/linux/filter.h), which
+/// on a 64-byte flood traced at full duty here cost a sixth of the flood's rate. So they are
+/// turned on only for a share of each traced window ([`Session::price`]).
+enum Pricing {
+    /// BPF_ENABLE_STATS works: counted while the descriptor is open, which the session opens
+    /// for a pricing window and closes after (the kernel also closes it when the process
+    /// dies). The kernel.bpf_stats_enabled sysctl is not touched.
+    Windows {
+        on: Option<(std::os::fd::OwnedFd, Instant)>,
+        /// Time priced since the last reading.
+        priced: Duration,
+    },
+    /// The kernel would not give a descriptor, but the sysctl already has statistics on
+    /// (someone else's choice): every run is counted.
+    Sysctl,
+    /// Not counted, and why.
+    Off(String),
+}
+
+impl Pricing {
+    fn start(price: bool) -> Pricing {
+        if !price {
+            return Pricing::Off("not asked".into());
+        }
+        // Asked once here, so that an old kernel is said at once, and given back.
+        match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            Ok(_fd) => Pricing::Windows {
+                on: None,
+                priced: Duration::ZERO,
+            },
+            Err(e) => {
+                let sysctl = "/proc/sys/kernel/bpf_stats_enabled";
+                match std::fs::read_to_string(sysctl) {
+                    Ok(v) if v.trim() == "1" => Pricing::Sysctl,
+                    // BPF_ENABLE_STATS came in 5.8; the sysctl in 5.1.
+                    _ => Pricing::Off(format!(
+                        "the kernel would not count BPF run time (BPF_ENABLE_STATS: {}) and \
+                         {sysctl} is not 1",
+                        chain(&e)
+                    )),
+                }
+            }
+        }
+    }
 }
 
 /// Hooks attached for the whole session, not only in sampling windows: they fire per dropped
@@ -261,6 +318,11 @@ pub struct Session {
     pub unavailable: Vec<(Stage, String)>,
     /// `reason number → name` of skb drop reasons, from kfree_skb's format.
     pub reasons: BTreeMap<u32, String>,
+    /// The programs loaded, for their run counts.
+    loaded: Vec<&'static str>,
+    pricing: Pricing,
+    /// Each program's (runs, ns) at the last read.
+    last_runs: BTreeMap<&'static str, (u64, u64)>,
     last: BTreeMap<HKey, Hist>,
     last_drops: BTreeMap<DKey, u64>,
     last_lost: [u64; 2],
@@ -445,6 +507,7 @@ impl Session {
                 .load(OBJECT)
                 .map_err(|e| TraceError::Bpf(format!("loading the programs: {}", chain(&e))))?;
             let mut sampled = Vec::new();
+            let mut loaded = Vec::new();
             for h in HOOKS.iter().filter(|h| present.contains(&h.program)) {
                 if SCHED.contains(&h.program) && opts.pid.is_none() {
                     continue;
@@ -466,6 +529,7 @@ impl Session {
                         )));
                     }
                 }
+                loaded.push(h.program);
                 if ALWAYS.contains(&h.program) {
                     attach(&mut ebpf, h)?;
                 } else {
@@ -482,6 +546,9 @@ impl Session {
                 detaching: Vec::new(),
                 unavailable,
                 reasons,
+                loaded,
+                pricing: Pricing::start(opts.price),
+                last_runs: BTreeMap::new(),
                 last: BTreeMap::new(),
                 last_drops: BTreeMap::new(),
                 last_lost: [0; 2],
@@ -536,6 +603,30 @@ impl Session {
     pub fn pause(&mut self) {
         let links = std::mem::take(&mut self.links);
         self.detaching.extend(detach_all(&mut self.ebpf, links));
+    }
+
+    /// Turns the kernel's counting of BPF run time on or off (see [`Pricing`]); a kernel that
+    /// refuses later than at the start leaves the rest of the session unpriced, said why.
+    pub fn price(&mut self, want: bool) {
+        let Pricing::Windows { on, priced } = &mut self.pricing else {
+            return;
+        };
+        match (want, on.is_some()) {
+            (true, false) => match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+                Ok(fd) => *on = Some((fd, Instant::now())),
+                Err(e) => {
+                    self.pricing =
+                        Pricing::Off(format!("BPF_ENABLE_STATS failed mid-trace: {}", chain(&e)))
+                }
+            },
+            (false, true) => {
+                if let Some((fd, since)) = on.take() {
+                    *priced += since.elapsed();
+                    drop(fd);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Puts every thread of `pid` into the wake-up map.
@@ -614,10 +705,43 @@ impl Session {
             .map(|(k, n)| (*k, n - self.last_drops.get(k).copied().unwrap_or(0)))
             .filter(|(_, n)| *n > 0)
             .collect();
+        // The time priced since the last reading: None for the whole of it (the sysctl's).
+        let (unpriced, priced) = match &mut self.pricing {
+            Pricing::Off(why) => (Some(why.clone()), Some(Duration::ZERO)),
+            Pricing::Sysctl => (None, None),
+            Pricing::Windows { on, priced } => {
+                let mut p = std::mem::take(priced);
+                if let Some((_, since)) = on {
+                    let now = Instant::now();
+                    p += now - *since;
+                    *since = now;
+                }
+                (None, Some(p))
+            }
+        };
+        let mut programs = Vec::new();
+        if unpriced.is_none() {
+            for name in &self.loaded {
+                let Some(info) = self.ebpf.program(name).and_then(|p| p.info().ok()) else {
+                    continue;
+                };
+                let now = (info.run_count(), info.run_time().as_nanos() as u64);
+                let (runs0, ns0) = self.last_runs.insert(name, now).unwrap_or((0, 0));
+                programs.push(ProgramRuns {
+                    program: name,
+                    runs: now.0.saturating_sub(runs0),
+                    run_ns: now.1.saturating_sub(ns0),
+                    entry: ENTRIES.contains(name),
+                });
+            }
+        }
         let reading = Reading {
             hists,
             drops,
             lost_events: (lost[0] + lost[1]).saturating_sub(self.last_lost[0] + self.last_lost[1]),
+            programs,
+            unpriced,
+            priced,
         };
         self.last = now;
         self.last_drops = drops_now;
@@ -642,6 +766,23 @@ pub struct Reading {
     pub drops: Vec<(DKey, u64)>,
     /// Events not counted because a map was full.
     pub lost_events: u64,
+    /// Each loaded program's runs and run time since the last reading (empty when unpriced).
+    pub programs: Vec<ProgramRuns>,
+    /// Why the programs' run time was not counted; None: `programs` has it.
+    pub unpriced: Option<String>,
+    /// How long the run time was counted in the interval; None: all of it (the sysctl's
+    /// statistics were on).
+    pub priced: Option<Duration>,
+}
+
+/// One program's runs in an interval, from the kernel's BPF statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramRuns {
+    pub program: &'static str,
+    pub runs: u64,
+    pub run_ns: u64,
+    /// Its runs count packets entering the receive path (see `ENTRIES`).
+    pub entry: bool,
 }
 
 fn attach(ebpf: &mut Ebpf, h: &'static Hook) -> Result<LinkId, TraceError> {
