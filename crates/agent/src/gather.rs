@@ -1,12 +1,11 @@
 //! Reading the host into metric families, once per scrape.
 
 use crate::family::Family;
-use netsteer_host::balance;
 use netsteer_host::ethtool::NicSettings;
 use netsteer_host::irqname::IrqRole;
 use netsteer_host::nic::Nic;
 use netsteer_host::parse::IrqLabel;
-use netsteer_host::sample::{CounterSample, read_net_counters};
+use netsteer_host::sample::{CounterSample, QueueCounters, read_net_counters};
 use netsteer_host::{Field, HostFs, HostView, read_host_reusing};
 use netsteer_nic::NicBackend;
 use netsteer_steering::doctor::{Goal, Severity, diagnose};
@@ -21,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 mod counters;
 mod families;
+mod queues;
 use families::Families;
 
 /// Opens the NIC backend for one scrape (ethtool/netdev netlink on a live host, the tree's
@@ -84,6 +84,14 @@ struct Sampled {
     /// The counters at both ends of the last interval and its length in seconds (for the
     /// queues' balance over it).
     interval: Option<(CounterSample, CounterSample, f64)>,
+    /// The queues' packet counters (netdev qstats) at both ends of that interval, and at the
+    /// last reading: None where the NIC backend could not be opened.
+    queues: Option<(QueueCounters, QueueCounters)>,
+    last_queues: Option<QueueCounters>,
+    /// The devices asked once whether they keep per-queue counters, and those that do (only
+    /// they are asked again: a host of a thousand veths costs one question each, once).
+    probed: BTreeSet<String>,
+    counting: Vec<String>,
 }
 
 /// An evaluation of the host that scrapes serve: every family but the counters', the
@@ -212,6 +220,7 @@ impl Agent {
             .sampled
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let queues = self.queue_counters(&mut s);
         match reading {
             Ok(r) => {
                 if let Some(before) = s.last.as_ref().filter(|b| now > b.at) {
@@ -220,8 +229,10 @@ impl Agent {
                     let interval = (before.counters.clone(), r.counters.clone(), dt);
                     s.rates = Some((rates, wall));
                     s.interval = Some(interval);
+                    s.queues = s.last_queues.take().zip(queues.clone());
                 }
                 s.last = Some(r);
+                s.last_queues = queues;
             }
             // Rates over a gap are not this interval's: none until two reads succeed again.
             Err(_) => *s = Sampled::default(),
@@ -650,65 +661,6 @@ impl Agent {
                 }
             }
         }
-    }
-
-    /// The exported devices' queue balance over the sampler's last interval and since boot,
-    /// and the platform's interrupt rate over that interval (`netsteer_host::balance`; the
-    /// interval's figures only while sampling, since a tree or a first tick has none).
-    fn balance(&self, out: &mut Families, c: &CounterSample, view: &HostView, devs: &[&Nic]) {
-        let names: BTreeSet<&str> = devs.iter().map(|n| n.name.as_str()).collect();
-        let roles: balance::IrqRoles = balance::irq_roles(view)
-            .into_iter()
-            .filter(|(_, (nic, _))| names.contains(nic.as_str()))
-            .collect();
-        let interval = self
-            .sampled
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .interval
-            .as_ref()
-            .map(|(a, b, dt)| balance::between(&roles, a, b, *dt));
-        // Read at this scrape, as the interrupt counters beside it are (without /proc/stat too).
-        let boot = c
-            .interrupts
-            .as_ref()
-            .map(|ints| balance::since_boot(&roles, Some(ints), &Default::default()));
-        let windows = [
-            ("interval", interval.as_ref().map(|i| &i.balance)),
-            ("boot", boot.as_ref()),
-        ];
-        for (window, list) in windows {
-            for b in list.into_iter().flatten() {
-                let of = serde_json::to_value(b.of)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default();
-                let l = || -> Labels {
-                    vec![
-                        ("device", b.nic.clone()),
-                        ("of", of.clone()),
-                        ("window", window.to_string()),
-                    ]
-                };
-                if let (Some(cv), Some(spread)) = (b.cv, b.spread) {
-                    out.balance_cv.push(l(), cv);
-                    out.balance_spread.push(l(), spread);
-                }
-            }
-        }
-        if let Some(i) = interval.map(|i| i.interrupts) {
-            for (kind, v) in [
-                ("all", i.total_per_s),
-                ("msi", i.msi_per_s),
-                ("nic-queues", i.nic_queues_per_s),
-            ] {
-                if let Some(v) = v {
-                    out.interrupts_rate.push(vec![("kind", kind.into())], v);
-                }
-            }
-        }
-        out.interrupt_ceiling
-            .push(vec![], balance::INTERRUPT_CEILING_PER_S);
     }
 
     /// RPS, RFS and XPS as one series per allowed CPU (a mask string cannot be aggregated or

@@ -533,6 +533,58 @@ fn the_queues_balance_moves_over_the_interval_and_not_since_boot() {
     };
     assert_eq!(rate("nic-queues"), Some(2e6));
     assert_eq!(rate("msi"), Some(2e6));
+    assert_eq!(rate("devices"), Some(2e6));
     // /proc/stat's intr line did not move in this tree: all interrupts read 0, not unknown.
     assert_eq!(rate("all"), Some(0.0));
+}
+
+/// The queues' packets (netdev qstats, here a real virtio-net guest's: rx queue 0 took all
+/// 19,674 packets since boot, rx queue 1 none) balance over the sampler's interval, which the
+/// since-boot figure does not show.
+#[test]
+fn the_queues_packets_balance_over_the_interval_from_their_own_counters() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("virtio-rss-6.12"), tmp.path());
+    let every = Duration::from_secs(5);
+    let a = agent(tmp.path(), Rates::Sampled { every }, None);
+    let t0 = Instant::now();
+    let value = |fams: &[Family], name: &str, of: &str, window: &str| {
+        family(fams, name)
+            .samples
+            .iter()
+            .find(|s| {
+                s.label("device") == Some("eth0")
+                    && s.label("of") == Some(of)
+                    && s.label("window") == Some(window)
+            })
+            .map(|s| s.value)
+    };
+    let spread = "netsteer_queue_balance_spread";
+    a.sample(t0, SystemTime::UNIX_EPOCH);
+    let first = a.scrape(t0, SystemTime::UNIX_EPOCH);
+    assert_eq!(value(&first, spread, "rx-packets", "boot"), Some(2.0));
+    assert_eq!(value(&first, spread, "rx-packets", "interval"), None);
+
+    // 5,000 packets on each rx queue over the interval; tx queue 1 alone sends.
+    let path = tmp.path().join("netsteer/ethtool.json");
+    let mut j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for q in j["eth0"]["netdev"]["qstats"].as_array_mut().unwrap() {
+        let add = match (q["type"].as_str().unwrap(), q["id"].as_u64().unwrap()) {
+            ("rx", _) => 5000,
+            ("tx", 1) => 800,
+            _ => 0,
+        };
+        q["packets"] = (q["packets"].as_u64().unwrap() + add).into();
+    }
+    std::fs::write(&path, serde_json::to_string(&j).unwrap()).unwrap();
+    a.sample(t0 + every, SystemTime::UNIX_EPOCH);
+    let second = a.scrape(t0 + every, SystemTime::UNIX_EPOCH);
+    assert_eq!(value(&second, spread, "rx-packets", "interval"), Some(0.0));
+    let cv = "netsteer_queue_balance_cv";
+    assert_eq!(value(&second, cv, "rx-packets", "interval"), Some(0.0));
+    assert_eq!(value(&second, spread, "tx-packets", "interval"), Some(2.0));
+    // Since boot: 24,674 against 5,000.
+    let boot = value(&second, spread, "rx-packets", "boot").unwrap();
+    assert!((boot - 2.0 * 19_674.0 / 29_674.0).abs() < 1e-9, "{boot}");
 }

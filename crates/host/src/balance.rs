@@ -224,17 +224,22 @@ pub struct IntervalBalance {
     pub interrupts: InterruptLoad,
 }
 
-/// [`interval`] between two counter samples `interval_s` apart, for a reader with no
-/// per-queue packet counters (the agent): the queue vectors' rates are computed here.
+/// [`interval`] between two counter samples `interval_s` apart, and the queues' packet
+/// counters read with them where the devices keep some (`(prev, cur)`; the agent's sampler):
+/// the queue vectors' and the queues' rates are computed here.
 pub fn between(
     roles: &IrqRoles,
     prev: &CounterSample,
     cur: &CounterSample,
     interval_s: f64,
+    queues: Option<(&QueueCounters, &QueueCounters)>,
 ) -> IntervalBalance {
     let wanted = roles.keys().copied().collect();
     let r = crate::sample::rates(prev, cur, interval_s, Some(&wanted));
-    interval(roles, prev, cur, &r, &[], &QueueCounters::new())
+    let empty = QueueCounters::new();
+    let (prev_q, cur_q) = queues.unwrap_or((&empty, &empty));
+    let qp = crate::sample::queue_rates(prev_q, cur_q, interval_s);
+    interval(roles, prev, cur, &r, &qp, cur_q)
 }
 
 /// The interval's balance and interrupt load, from the two samples, the interval's rates and
@@ -259,8 +264,9 @@ pub fn interval(
         (Some(a), Some(b)) if b >= a && dt > 0.0 => Some((b - a) as f64 / dt),
         _ => None,
     };
-    let (msi_per_s, nic_queues_per_s) = match (&prev.interrupts, &cur.interrupts) {
+    let (device_per_s, msi_per_s, nic_queues_per_s) = match (&prev.interrupts, &cur.interrupts) {
         (Some(a), Some(b)) => (
+            device_rate(a, b, dt),
             msi_rate(a, b, dt),
             Some(
                 roles
@@ -270,13 +276,14 @@ pub fn interval(
                     .sum(),
             ),
         ),
-        _ => (None, None),
+        _ => (None, None, None),
     };
     IntervalBalance {
         balance,
         balance_since_boot: since_boot(roles, cur.interrupts.as_ref(), cur_q),
         interrupts: InterruptLoad {
             total_per_s,
+            device_per_s,
             msi_per_s,
             nic_queues_per_s,
             ceiling_per_s: INTERRUPT_CEILING_PER_S,
@@ -287,9 +294,13 @@ pub fn interval(
 /// The platform's interrupts over an interval.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InterruptLoad {
-    /// Every interrupt (`/proc/stat` `intr`, its first number); None when it could not be read
-    /// in both samples.
+    /// Every interrupt (`/proc/stat` `intr`, its first number: the local timer and IPIs
+    /// too); None when it could not be read in both samples.
     pub total_per_s: Option<f64>,
+    /// The devices' (every numbered row of `/proc/interrupts`): what the ceiling is about,
+    /// and what doctor's `interrupt-rate-high` sums.
+    #[serde(default)]
+    pub device_per_s: Option<f64>,
     /// The message-signalled ones (`/proc/interrupts` rows whose chip is an MSI domain:
     /// `PCI-MSI`, `IR-PCI-MSIX`, `ITS-MSI`, …), the kind a NIC's queues raise.
     pub msi_per_s: Option<f64>,
@@ -300,23 +311,39 @@ pub struct InterruptLoad {
 }
 
 impl InterruptLoad {
-    /// The rate against the ceiling: a share, 1.0 at the ceiling. The larger of the total
-    /// and the MSI rate (the total includes the MSIs; two files read a moment apart can
-    /// disagree, and the larger is the one the platform may already be paying for).
+    /// The device interrupts against the ceiling: a share, 1.0 at the ceiling. Not the total
+    /// of /proc/stat, which counts the local timer and IPIs (the CPUs' own, not what a NIC's
+    /// moderation lowers); None when /proc/interrupts was not read twice.
     pub fn of_ceiling(&self) -> Option<f64> {
-        let rate = match (self.total_per_s, self.msi_per_s) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        rate.map(|r| r / self.ceiling_per_s)
+        self.device_per_s.map(|r| r / self.ceiling_per_s)
     }
 }
 
-/// Message-signalled interrupts per second between two readings of /proc/interrupts: per
-/// row and CPU, as [`crate::sample::rates`] counts them ([`crate::sample::counter_delta`]: a
-/// 32-bit wrap counted, a reset not), only CPUs in both readings (a CPU back from offline
-/// brings its whole history, which is not this interval's).
+/// Message-signalled interrupts per second between two readings of /proc/interrupts (see
+/// [`rows_rate`]).
 pub fn msi_rate(prev: &Interrupts, cur: &Interrupts, interval_s: f64) -> Option<f64> {
+    rows_rate(prev, cur, interval_s, |r| is_msi(r.chip.as_deref()))
+}
+
+/// Device interrupts per second between two readings of /proc/interrupts: every numbered
+/// row (MSI or not), none of the architecture's own (LOC, RES, CAL, TLB, NMI, …), which the
+/// CPUs raise for themselves; what doctor's interrupt-rate-high sums too.
+pub fn device_rate(prev: &Interrupts, cur: &Interrupts, interval_s: f64) -> Option<f64> {
+    rows_rate(prev, cur, interval_s, |r| {
+        matches!(r.label, crate::parse::IrqLabel::Number(_))
+    })
+}
+
+/// Interrupts per second of the rows `keep` takes, between two readings: per row and CPU, as
+/// [`crate::sample::rates`] counts them ([`crate::sample::counter_delta`]: a 32-bit wrap
+/// counted, a reset not), only CPUs in both readings (a CPU back from offline brings its
+/// whole history, which is not this interval's).
+fn rows_rate(
+    prev: &Interrupts,
+    cur: &Interrupts,
+    interval_s: f64,
+    keep: impl Fn(&crate::parse::IrqRow) -> bool,
+) -> Option<f64> {
     if interval_s <= 0.0 {
         return None;
     }
@@ -326,7 +353,7 @@ pub fn msi_rate(prev: &Interrupts, cur: &Interrupts, interval_s: f64) -> Option<
         .map(|r| (&r.label, prev.per_cpu(r).collect()))
         .collect();
     let mut total = 0f64;
-    for row in cur.rows.iter().filter(|r| is_msi(r.chip.as_deref())) {
+    for row in cur.rows.iter().filter(|r| keep(r)) {
         let Some(old) = before.get(&row.label) else {
             continue;
         };

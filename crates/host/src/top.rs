@@ -130,8 +130,9 @@ impl Sampler {
     }
 }
 
-/// Every queue counter of the devices that keep them, by device and queue.
-fn read_queues(
+/// Every queue counter of the devices that keep them, by device and queue; a device whose
+/// counters could not be read is a problem named after it.
+pub fn read_queues(
     source: Option<&QueueStatsSource>,
     devices: &[String],
     problems: &mut Vec<String>,
@@ -251,6 +252,9 @@ mod tests {
         // Both MSI rows (900 + 100); the IO-APIC row is not one.
         assert_eq!(m.interrupts.msi_per_s, Some(1000.0));
         assert_eq!(m.interrupts.nic_queues_per_s, Some(1000.0));
+        // Every numbered row, the IO-APIC one too; the ceiling compares these.
+        assert_eq!(m.interrupts.device_per_s, Some(1900.0));
+        assert!((m.interrupts.of_ceiling().unwrap() - 1.9e-3).abs() < 1e-12);
         let msg = interval_message(r, &IrqLabels::new(), vec![], m, vec![]);
         let lines = crate::text::top_interval(&msg, 1);
         let line = lines.iter().find(|l| l.contains("balance eth0")).unwrap();
@@ -260,7 +264,7 @@ mod tests {
         );
         assert!(
             lines.iter().any(|l| l
-                .starts_with("  interrupts 2000/s, MSI 1000/s, NIC queues 1000/s: 0.2 % of 1 M/s")),
+                .starts_with("  interrupts 1900/s from devices, MSI 1000/s, NIC queues 1000/s, all with timer and IPIs 2000/s: 0.2 % of 1 M/s")),
             "{lines:#?}"
         );
         let back: TopInterval =
