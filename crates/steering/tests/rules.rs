@@ -1407,6 +1407,39 @@ fn interrupt_rate_high() {
     let mut boot = sampled(&v, "eth2", &[100_000.0; 11], 0.0);
     boot.source = LoadSource::SinceBoot;
     absent(&run(&v, &boot, Goal::Balanced), "interrupt-rate-high");
+    // The queues to halve are the channels, not the vectors: split rx/tx channels are halved
+    // each; a device that does not say is told to look; one queue a direction gets no step.
+    let fewer = |channels: Option<netsteer_host::ethtool::Channels>| {
+        let mut v = v.clone();
+        let nic = v.nics.iter_mut().find(|n| n.name == "eth2").unwrap();
+        nic.settings.as_mut().unwrap().channels = match channels {
+            Some(c) => Field::Known(c),
+            None => Field::unknown("ETHTOOL_GCHANNELS: Operation not supported"),
+        };
+        let r = run(
+            &v,
+            &sampled(&v, "eth2", &[100_000.0; 11], 0.0),
+            Goal::Balanced,
+        );
+        one(&r, "interrupt-rate-high").fix.steps.get(1).cloned()
+    };
+    let ch = |combined, rx, tx| netsteer_host::ethtool::Channels {
+        combined: Some(combined),
+        rx: Some(rx),
+        tx: Some(tx),
+        ..Default::default()
+    };
+    assert_eq!(
+        fewer(Some(ch(0, 8, 4))).as_deref(),
+        Some("# or fewer queues, each batching more per interrupt: ethtool -L eth2 rx 4 tx 2")
+    );
+    assert_eq!(fewer(Some(ch(1, 0, 0))), None);
+    assert_eq!(
+        fewer(None).as_deref(),
+        Some(
+            "# or fewer queues, each batching more per interrupt: ethtool -l eth2, then ethtool -L eth2 with half the queues"
+        )
+    );
 }
 
 /// The report carries the queues' balance over its load's window, and says which window.

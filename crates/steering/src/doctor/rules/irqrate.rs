@@ -16,6 +16,43 @@ use netsteer_host::balance::INTERRUPT_CEILING_PER_S;
 /// The NICs shown by name in the evidence, busiest first.
 const SHOWN: usize = 3;
 
+/// Halving the device's queues, from its channel counts (ethtool -l): not from its vectors,
+/// which a driver can keep per direction (virtio-net's input and output vectors serve one
+/// combined channel) or for every queue it could have. None when the device has one queue
+/// per direction left, or does not say how many it has.
+fn fewer_queues(nic: &netsteer_host::nic::Nic, vectors: usize) -> Option<String> {
+    let dev = &nic.name;
+    let why = "# or fewer queues, each batching more per interrupt:";
+    let Some(c) = nic.settings.as_ref().and_then(|s| s.channels.known()) else {
+        // Unknown channels: the count to halve is the user's to read.
+        return (vectors > 2).then(|| {
+            format!("{why} ethtool -l {dev}, then ethtool -L {dev} with half the queues")
+        });
+    };
+    match (
+        c.combined.unwrap_or(0),
+        c.rx.unwrap_or(0),
+        c.tx.unwrap_or(0),
+    ) {
+        (n, 0, 0) if n > 1 => Some(format!("{why} ethtool -L {dev} combined {}", n / 2)),
+        (n, rx, tx) if rx > 1 || tx > 1 => {
+            let half = |k: u32| (k / 2).max(1);
+            let mut cmd = format!("{why} ethtool -L {dev}");
+            if n > 1 {
+                cmd.push_str(&format!(" combined {}", half(n)));
+            }
+            if rx > 1 {
+                cmd.push_str(&format!(" rx {}", half(rx)));
+            }
+            if tx > 1 {
+                cmd.push_str(&format!(" tx {}", half(tx)));
+            }
+            Some(cmd)
+        }
+        _ => None,
+    }
+}
+
 /// `interrupt-rate-high`: the device interrupts of a live sample (every numbered IRQ of
 /// /proc/interrupts; the local timer and IPIs are the CPUs' own) at or above
 /// [`INTERRUPT_CEILING_PER_S`], with the NICs' queue vectors' share and the fix on the NIC
@@ -78,11 +115,8 @@ pub fn interrupt_rate_high(ctx: &Ctx) -> Vec<Finding> {
             } else {
                 vec![format!("ethtool -C {dev} adaptive-rx on adaptive-tx on")]
             };
-            if *vectors > 2 {
-                steps.push(format!(
-                    "# or fewer queues, each batching more per interrupt: ethtool -L {dev} combined {}",
-                    vectors / 2
-                ));
+            if let Some(step) = fewer_queues(n, *vectors) {
+                steps.push(step);
             }
             let summary = if ctx.goal == Goal::Latency {
                 format!(
