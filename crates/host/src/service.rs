@@ -56,6 +56,14 @@ pub fn cgroup_rel(path: &str) -> Option<String> {
     ok.then(|| rel.to_string())
 }
 
+/// Whether process `pid` is in the cgroup `rel` now, by its own `/proc/PID/cgroup`; false
+/// once it is gone.
+pub fn in_cgroup_now(fs: &HostFs, pid: u32, rel: &str) -> bool {
+    fs.unrecorded()
+        .read(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|text| in_cgroup(&text, rel))
+}
+
 /// The processes in the cgroup `rel` ([`cgroup_rel`]'s form), by each process's own
 /// `/proc/PID/cgroup` ([`in_cgroup`]), not /sys/fs/cgroup's `cgroup.procs`: so it works where
 /// /sys/fs/cgroup is not mounted, as under `ip netns exec`, which mounts a fresh sysfs. A
@@ -70,10 +78,7 @@ pub fn cgroup_members(fs: &HostFs, rel: &str) -> crate::Result<BTreeSet<u32>> {
         .collect();
     Ok(pids
         .into_iter()
-        .filter(|pid| {
-            scan.read(format!("/proc/{pid}/cgroup"))
-                .is_ok_and(|text| in_cgroup(&text, rel))
-        })
+        .filter(|pid| in_cgroup_now(fs, *pid, rel))
         .collect())
 }
 

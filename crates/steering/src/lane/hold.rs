@@ -46,12 +46,17 @@ pub struct Lane<'a> {
 
 /// What says a lane's spec file is the one read last: `journal::write_atomic` renames a new
 /// file into place, so a rewrite is a new inode (and a change in place, a new size or mtime).
+/// An inode number is reused once its file is gone, and mtime can be set back (utimensat);
+/// ctime cannot be set by anyone and moves with every write and every rename (the new
+/// file's own, taken at its creation): with it, a new file on a reused inode of the same
+/// size and mtime is still told apart, to the clock's resolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
     mtime: (i64, i64),
+    ctime: (i64, i64),
 }
 
 impl Stamp {
@@ -62,6 +67,7 @@ impl Stamp {
             ino: m.ino(),
             len: m.len(),
             mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
         })
     }
 }

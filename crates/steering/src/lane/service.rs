@@ -112,32 +112,58 @@ impl Lanes {
         spec: &LaneSpec,
         served: &Served,
     ) -> Result<Vec<LaneProcess>, LaneOpError> {
-        let pids: Vec<u32> = match (&spec.service, &served.owner) {
-            (ServiceRef::Port, _) if served.inodes.is_empty() => Vec::new(),
-            (ServiceRef::Port, Some(owner)) => {
-                let scan = sockets::socket_owners_of_uid(&self.fs, &served.inodes, owner.uid)
-                    .map_err(|e| service_err(spec, e))?;
-                self.work.scan(&scan);
-                scan.pids
-            }
-            (ServiceRef::Port, None) => Vec::new(),
-            (ServiceRef::Unit(_) | ServiceRef::Cgroup(_), _) => {
-                // The group first, nobody on the port or not: a unit systemd does not know
-                // is refused whether or not the port is held.
-                let group = self.group_pids(&spec.service)?;
-                let scan =
-                    sockets::socket_owners_among(&self.fs, &served.inodes, group.iter().copied());
-                self.work.scan(&scan);
-                if scan.pids.is_empty() {
-                    Vec::new()
-                } else {
-                    group.into_iter().collect()
+        // Each pid found, with what made it the service's, to ask again once its start time
+        // is read: a pid can be reused between the scan and that read, and root must not
+        // take the newcomer for the service. Member after its start time was read, and the
+        // same start time after that: the process that was a member is the one recorded.
+        let (pids, member): (Vec<u32>, Box<dyn Fn(u32) -> bool + '_>) =
+            match (&spec.service, &served.owner) {
+                (ServiceRef::Port, _) if served.inodes.is_empty() => {
+                    (Vec::new(), Box::new(|_| false))
                 }
-            }
-        };
+                (ServiceRef::Port, Some(owner)) => {
+                    let scan = sockets::socket_owners_of_uid(&self.fs, &served.inodes, owner.uid)
+                        .map_err(|e| service_err(spec, e))?;
+                    self.work.scan(&scan);
+                    let inodes = &served.inodes;
+                    (
+                        scan.pids,
+                        Box::new(move |pid| {
+                            !sockets::socket_owners_among(&self.fs, inodes, [pid])
+                                .pids
+                                .is_empty()
+                        }),
+                    )
+                }
+                (ServiceRef::Port, None) => (Vec::new(), Box::new(|_| false)),
+                (ServiceRef::Unit(_) | ServiceRef::Cgroup(_), _) => {
+                    // The group first, nobody on the port or not: a unit systemd does not
+                    // know is refused whether or not the port is held.
+                    let (rel, group) = self.group_pids(&spec.service)?;
+                    let scan = sockets::socket_owners_among(
+                        &self.fs,
+                        &served.inodes,
+                        group.iter().copied(),
+                    );
+                    self.work.scan(&scan);
+                    let pids = if scan.pids.is_empty() {
+                        Vec::new()
+                    } else {
+                        group.into_iter().collect()
+                    };
+                    (
+                        pids,
+                        Box::new(move |pid| {
+                            rel.as_deref()
+                                .is_some_and(|rel| service::in_cgroup_now(&self.fs, pid, rel))
+                        }),
+                    )
+                }
+            };
         Ok(pids
             .into_iter()
             .filter_map(|pid| self.process(pid))
+            .filter(|p| member(p.pid) && self.start_of(p.pid) == Some(p.start))
             .collect())
     }
 
@@ -198,14 +224,18 @@ impl Lanes {
     /// The processes of a unit's or cgroup's cgroup, by each process's own
     /// `/proc/PID/cgroup` (so it works where /sys/fs/cgroup is not mounted, as in `ip netns
     /// exec`, which mounts a fresh sysfs).
-    pub(super) fn group_pids(&self, service: &ServiceRef) -> Result<BTreeSet<u32>, LaneOpError> {
+    /// And the group's path (None: a stopped unit, which has no group).
+    pub(super) fn group_pids(
+        &self,
+        service: &ServiceRef,
+    ) -> Result<(Option<String>, BTreeSet<u32>), LaneOpError> {
         let (flag, rel) = match service {
-            ServiceRef::Port => return Ok(BTreeSet::new()),
+            ServiceRef::Port => return Ok((None, BTreeSet::new())),
             ServiceRef::Cgroup(c) => ("--cgroup", c.clone()),
             // A stopped unit has no cgroup: no process of it runs.
             ServiceRef::Unit(u) => match unit_cgroup(u)? {
                 Some(c) => ("--unit", c),
-                None => return Ok(BTreeSet::new()),
+                None => return Ok((None, BTreeSet::new())),
             },
         };
         let Some(rel) = service::cgroup_rel(&rel) else {
@@ -213,8 +243,9 @@ impl Lanes {
                 "{flag} {rel:?}: a path below /sys/fs/cgroup, without '.', '..' or '//'"
             )));
         };
-        service::cgroup_members(&self.fs, &rel)
-            .map_err(|e| LaneOpError::Service(format!("{flag} {rel}: {e}")))
+        let pids = service::cgroup_members(&self.fs, &rel)
+            .map_err(|e| LaneOpError::Service(format!("{flag} {rel}: {e}")))?;
+        Ok((Some(rel), pids))
     }
 }
 
