@@ -77,12 +77,7 @@ impl Sampler {
     /// keep them at all (the others' errors are not problems).
     pub fn new(fs: HostFs, queue_stats: Option<QueueStatsSource>) -> Result<Sampler> {
         let view = crate::read_host(&fs, None);
-        let roles = balance::irq_roles(&view);
-        let labels: IrqLabels = roles
-            .iter()
-            .map(|(irq, (nic, role))| (*irq, (nic.clone(), role.to_string())))
-            .collect();
-        let wanted = labels.keys().copied().collect();
+        let (roles, labels, wanted) = name_vectors(&view);
         let all: Vec<String> = view.nics.iter().map(|n| n.name.clone()).collect();
         let mut ignored = Vec::new();
         let prev_q = read_queues(queue_stats.as_ref(), &all, &mut ignored);
@@ -107,6 +102,16 @@ impl Sampler {
     pub fn sample(&mut self) -> Result<TopInterval> {
         let cur = read_sample(&self.fs)?;
         let mut problems = cur.problems.clone();
+        // Vectors come and go with the channels (ethtool -L), a driver reload or a device
+        // added: the queues are named again from the NIC model, not kept from the start.
+        if vector_layout(&cur) != vector_layout(&self.prev) {
+            let view = crate::read_host(&self.fs, None);
+            (self.roles, self.labels, self.wanted) = name_vectors(&view);
+            problems.push(
+                "the IRQs in /proc/interrupts changed since the last interval: the queues' vectors were named again (an IRQ new in this interval has no rate yet)"
+                    .into(),
+            );
+        }
         let cur_q = read_queues(self.queue_stats.as_ref(), &self.qdevs, &mut problems);
         let at = Instant::now();
         let dt = (at - self.prev_at).as_secs_f64();
@@ -128,6 +133,27 @@ impl Sampler {
         self.prev_at = at;
         Ok(interval_message(r, &self.labels, qp, measured, problems))
     }
+}
+
+/// The NIC queue vectors' roles, their labels, and the IRQs to rate, from the NIC model.
+fn name_vectors(view: &crate::HostView) -> (IrqRoles, IrqLabels, BTreeSet<u32>) {
+    let roles = balance::irq_roles(view);
+    let labels: IrqLabels = roles
+        .iter()
+        .map(|(irq, (nic, role))| (*irq, (nic.clone(), role.to_string())))
+        .collect();
+    let wanted = labels.keys().copied().collect();
+    (roles, labels, wanted)
+}
+
+/// The numbered IRQs of a sample and their handlers' names: what the vectors' names depend on.
+fn vector_layout(s: &CounterSample) -> Option<Vec<(u32, &[String])>> {
+    s.interrupts.as_ref().map(|i| {
+        i.rows
+            .iter()
+            .filter_map(|r| Some((r.number()?, r.actions.as_slice())))
+            .collect()
+    })
 }
 
 /// Every queue counter of the devices that keep them, by device and queue; a device whose
@@ -271,5 +297,44 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&msg).unwrap()).unwrap();
         assert_eq!(back.balance, msg.balance);
         assert_eq!(back.interrupts, msg.interrupts);
+    }
+
+    /// A vector whose handler changes (channels cut, a driver reloaded) is named again from
+    /// the NIC model at the next interval, not kept under its old queue's name.
+    #[test]
+    fn the_vectors_are_named_again_when_the_irqs_change() {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/hosts/virtio-rss-6.12");
+        let tmp = tempfile::tempdir().unwrap();
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", fixture.display()))
+            .arg(tmp.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut sampler = Sampler::new(HostFs::new(tmp.path()), None).unwrap();
+        let named = |s: &Sampler| s.labels.get(&31).cloned();
+        assert_eq!(
+            named(&sampler),
+            Some(("eth0".to_string(), "rx-3".to_string())),
+            "{:?}",
+            sampler.labels
+        );
+        let first = sampler.sample().unwrap();
+        assert!(!first.problems.iter().any(|p| p.contains("named again")));
+        let path = tmp.path().join("proc/interrupts");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("virtio2-input.3", "nvme0q1")).unwrap();
+        let second = sampler.sample().unwrap();
+        assert!(
+            second.problems.iter().any(|p| p.contains("named again")),
+            "{:?}",
+            second.problems
+        );
+        let before = Some(("eth0".to_string(), "rx-3".to_string()));
+        assert_ne!(named(&sampler), before, "{:?}", sampler.labels);
+        let third = sampler.sample().unwrap();
+        assert!(!third.problems.iter().any(|p| p.contains("named again")));
     }
 }
