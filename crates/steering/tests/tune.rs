@@ -1241,6 +1241,37 @@ fn after_a_channel_change_the_table_is_written_even_when_it_reads_as_wanted() {
     });
 }
 
+/// A count the kernel would round is refused before any write, with the count that holds.
+#[test]
+fn a_count_the_kernel_rounds_is_refused_with_the_one_that_reads_back() {
+    use netsteer_steering::tune::Knob;
+    let e = Knob::parse("/sys/class/net/eth2/queues/rx-0/rps_flow_cnt=1000")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rps_flow_cnt=1000")
+            && e.contains("would read back as 1024: ask for 1024 (or 512)"),
+        "{e}"
+    );
+    let e = Knob::parse("/proc/sys/net/core/rps_sock_flow_entries=40000")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("would read back as 65536"), "{e}");
+    let e = Knob::parse("/proc/sys/net/core/rps_sock_flow_entries=1073741824")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("caps rps_sock_flow_entries at 536870912"), "{e}");
+    for ok in [
+        "/sys/class/net/eth2/queues/rx-0/rps_flow_cnt=1024",
+        "/sys/class/net/eth2/queues/rx-0/rps_flow_cnt=0",
+        "/proc/sys/net/core/rps_sock_flow_entries=32768",
+        // Not a count the kernel rounds.
+        "/proc/sys/net/core/netdev_budget=1000",
+    ] {
+        Knob::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+}
+
 #[test]
 fn explicit_nic_knobs_are_checked_and_name_what_is_wrong() {
     use netsteer_steering::tune::Knob;

@@ -170,7 +170,8 @@ impl std::str::FromStr for Profile {
 /// How two values of a target are compared: a mask `00000003` is the list `0-1`, an int
 /// `0600` is 384 and `4096\t87380` is `4096 87380`. Not a value the kernel changes on write
 /// (it rounds `rps_flow_cnt` and `rps_sock_flow_entries` up to a power of two): the planner
-/// desires powers of two there, and a `--set` of another fails its read-back by name.
+/// desires powers of two there, and a `--set` of another is refused before anything is
+/// written, with the count that would hold (`planner::rounded_by_the_kernel`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {

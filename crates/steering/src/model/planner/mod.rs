@@ -95,6 +95,42 @@ pub struct Knob {
     pub current: Option<String>,
 }
 
+/// Why a value would not read back as written: the kernel rounds a queue's `rps_flow_cnt`
+/// (net/core/net-sysfs.c, `store_rps_dev_flow_table_cnt`) and `rps_sock_flow_entries`
+/// (net/core/sysctl_net_core.c, `rps_sock_flow_sysctl`) up to a power of two (0 turns the
+/// table off and stays 0). Refused before anything is written, with the value that would
+/// hold, instead of a write whose read-back fails.
+fn rounded_by_the_kernel(target: &Target, value: &str) -> Option<String> {
+    let what = match target {
+        Target::Queue {
+            file: crate::model::knob::QueueFile::RpsFlowCnt,
+            ..
+        } => "rps_flow_cnt",
+        Target::Sysctl { name } if name == "net/core/rps_sock_flow_entries" => {
+            "rps_sock_flow_entries"
+        }
+        _ => return None,
+    };
+    let Ok(n) = value.parse::<u64>() else {
+        return Some(format!("{what} is a count: a number from 0 up"));
+    };
+    // rps_sock_flow_sysctl caps the table at 2^29 entries before rounding.
+    const SOCK_FLOW_CAP: u64 = 1 << 29;
+    if what == "rps_sock_flow_entries" && n > SOCK_FLOW_CAP {
+        return Some(format!(
+            "the kernel caps rps_sock_flow_entries at {SOCK_FLOW_CAP}, so {n} would read back as {SOCK_FLOW_CAP}"
+        ));
+    }
+    if n == 0 || n.is_power_of_two() {
+        return None;
+    }
+    let up = n.checked_next_power_of_two()?;
+    Some(format!(
+        "the kernel rounds {what} up to a power of two, so {n} would read back as {up}: ask for {up} (or {})",
+        up / 2
+    ))
+}
+
 impl Knob {
     /// Parses `PATH=VALUE`.
     pub fn parse(s: &str) -> Result<Knob, PlanError> {
@@ -117,6 +153,8 @@ impl Knob {
         } else if crate::model::knob::is_nic_path(path) {
             Knob::nic_knob(path).map_err(|why| bad(&why))?;
             Knob::check_nic_value(value).map_err(|why| bad(&why))?;
+        } else if let Some(why) = rounded_by_the_kernel(&Target::file(path), value) {
+            return Err(bad(&why));
         } else if Target::file(path).knob_check().is_err() {
             return Err(bad(
                 "not a knob netsteer tunes (/proc/sys/net/..., /sys/class/net/IF/queues/{rx,tx}-N/{rps_cpus,rps_flow_cnt,xps_cpus,xps_rxqs}, /sys/class/net/IF/{gro_flush_timeout,napi_defer_hard_irqs,threaded}, /proc/irq/N/smp_affinity[_list], nic/IF/{channels,coalesce,rings,feature,pause}/NAME, nic/IF/napi/{defer-hard-irqs,gro-flush-timeout,irq-suspend-timeout,threaded}, nic/IF/rss/{indirection,weight}, nic/IF/flow-hash/{tcp4,udp4,tcp6,udp6})",
