@@ -44,12 +44,12 @@ pub struct TraceArgs {
     /// counts cover the window only (`traced_s`); 100 traces every packet, at a cost a flood
     /// feels (docs/trace.md, BENCHMARKS.md). Closing a window leaves the tracepoints
     /// registered for about half a second: windows under a second cost more than they trace.
-    #[arg(long, default_value_t = 10, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub duty: u32,
     /// Percent of each traced window the kernel times the trace's own programs for the cost
     /// line (0-100; 0: unpriced). The timing (BPF_ENABLE_STATS) is global: while it is on,
     /// every BPF program on the host pays two clock reads a run (docs/trace.md).
-    #[arg(long, default_value_t = 10, value_name = "PCT", value_parser = clap::value_parser!(u32).range(0..=100))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_name = "PCT", value_parser = clap::value_parser!(u32).range(0..=100))]
     pub price: u32,
     /// JSON Lines: a `start` message, then one `interval` per interval (docs/json.md).
     #[arg(long)]

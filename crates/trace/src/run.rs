@@ -114,6 +114,14 @@ pub fn run(
     let full = opts.duty >= 1.0;
     // Traced throughout: attached before the start message, which then means "every packet
     // from now on is seen" (a caller may wait for it before sending).
+    // Every packet timed (--duty 100 --price 100): the kernel counts from before the first
+    // packet can be traced until after the last reading, so no run the histograms saw falls
+    // outside what the cost line counts (a toggle at each interval's edges would miss the
+    // packets in flight across it).
+    let always = full && opts.price >= 1.0;
+    if always {
+        session.price(true);
+    }
     if full {
         session.resume()?;
     }
@@ -166,7 +174,7 @@ pub fn run(
             }
         }
         if !stopped {
-            stopped = if full {
+            stopped = if full && !always {
                 sleep_priced(&mut session, (last, until), opts.price, &mut rng, stop)
             } else {
                 sleep_until(until, stop)
