@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 mod counters;
 mod families;
+mod pools;
 mod queues;
 use families::Families;
 
@@ -136,7 +137,10 @@ pub fn series_bound(cpus: usize, devices: usize, queues: usize, findings: usize)
     let per_irq = 2 * cpus;
     // Per rx queue: RPS CPUs (≤ cpus), flow count, RSS entries; per tx queue: XPS CPUs.
     // Per device also: the queues' balance, CV and spread, of five kinds over two windows.
+    // Per queue also: one page pool's 13 series (2 in flight, 6 allocation paths, 5 recycling
+    // results); per device the header split and its threshold.
     let per_device = queues * per_irq + queues * (cpus + 2) + queues * cpus + 40 + 20;
+    let per_device = per_device + queues * 13 + 2;
     let trace = crate::trace::series_bound(devices, queues);
     // Host-wide: three interrupt rates and the ceiling.
     per_cpu + devices * per_device + findings + 24 + trace + MAX_WATCH_ADVICE + MAX_NOT_JUDGED + 2
@@ -796,6 +800,20 @@ impl Agent {
                         .push(vec![dev(), ("queue", format!("rx-{q}"))], n as f64);
                 }
             }
+            if let Field::Known(r) = &s.rings {
+                if let Some(split) = r.tcp_data_split {
+                    use netsteer_host::ethtool::DataSplit;
+                    match split {
+                        DataSplit::Enabled => out.header_split.push(vec![dev()], 1.0),
+                        DataSplit::Disabled => out.header_split.push(vec![dev()], 0.0),
+                        DataSplit::Unknown => {}
+                    }
+                }
+                if let Some(t) = r.hds_thresh {
+                    out.hds_threshold.push(vec![dev()], f64::from(t));
+                }
+            }
+            pools::page_pools(out, nic);
         }
     }
 

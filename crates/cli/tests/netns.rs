@@ -74,8 +74,23 @@ fn show_reports_rps_rfs_xps_set_inside_a_namespace() {
         .expect("veth answers channels-get");
     assert_eq!((ch.rx, ch.tx), (Some(4), Some(4)));
 
-    // A snapshot taken in the namespace reproduces the same report offline.
+    // Page pools as the kernel's own dump lists them (the tests' reader, not netsteer's
+    // netlink code): a veth registers none with its device, said as such, per queue too.
     let dir = tempfile::tempdir().unwrap();
+    let reader = dir.path().join("page_pools.py");
+    std::fs::write(&reader, common::pools::READER).unwrap();
+    let answer = ns.exec(&["python3", reader.to_str().unwrap()]);
+    common::succeeded(&answer);
+    let answer: serde_json::Value = serde_json::from_slice(&answer.stdout).unwrap();
+    let ifindex: u32 = ns.text("cat /sys/class/net/v0a/ifindex").parse().unwrap();
+    assert_eq!(common::pools::agree(nic, ifindex, &answer), 0);
+    let text = common::printed("show", ns.exec(&[bin, "show", "--dev", "v0a"]));
+    assert!(
+        text.contains("page pools: none registered with the device (veth"),
+        "{text}"
+    );
+
+    // A snapshot taken in the namespace reproduces the same report offline.
     let snap = dir.path().join("snap");
     let out = ns.exec(&[bin, "snapshot", "-o", snap.to_str().unwrap()]);
     common::succeeded(&out);

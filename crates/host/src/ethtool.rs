@@ -29,6 +29,50 @@ pub struct Rings {
     pub tx_max: Option<u32>,
     pub rx_mini: Option<u32>,
     pub rx_jumbo: Option<u32>,
+    /// The size of each receive buffer, where the driver reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_buf_len: Option<u32>,
+    /// Header/data split (`ethtool -G tcp-data-split`, 6.0): TCP headers in one buffer, the
+    /// payload page-aligned in another, which is what lets TCP_ZEROCOPY_RECEIVE and io_uring
+    /// zcrx map it. Absent: the driver says nothing (the kernel sends no attribute for
+    /// "unknown", net/ethtool/rings.c).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_data_split: Option<DataSplit>,
+    /// Packets at or below this many bytes are not split (6.14); with its maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hds_thresh: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hds_thresh_max: Option<u32>,
+}
+
+/// ETHTOOL_TCP_DATA_SPLIT_* (include/uapi/linux/ethtool.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataSplit {
+    /// 0, or a value this build does not know.
+    Unknown,
+    Disabled,
+    Enabled,
+}
+
+impl DataSplit {
+    pub fn from_u8(v: u8) -> DataSplit {
+        match v {
+            1 => DataSplit::Disabled,
+            2 => DataSplit::Enabled,
+            _ => DataSplit::Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for DataSplit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DataSplit::Unknown => "unknown",
+            DataSplit::Disabled => "off",
+            DataSplit::Enabled => "on",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

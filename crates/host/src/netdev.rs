@@ -93,6 +93,99 @@ pub struct Netdev {
     /// hw-offload 16, rx-sg 32, ndo-xmit-sg 64).
     pub xdp_features: Option<u64>,
     pub xdp_zc_max_segs: Option<u32>,
+    /// The device's page pools (NETDEV_CMD_PAGE_POOL_GET, 6.8); absent in trees captured
+    /// before netsteer read them, unknown with the reason on a kernel without the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_pools: Option<crate::field::Field<PagePools>>,
+}
+
+/// The page pools of one device and whether their counters could be read.
+///
+/// A pool is listed only when its driver registered it with the device (`page_pool_params.
+/// netdev`, net/core/page_pool_user.c): veth's pools, for one, are not, so "no pool" means none
+/// the kernel will name, not that the driver allocates without one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePools {
+    pub pools: Vec<PagePool>,
+    /// Why the pools carry no counters (`stats: null`), when they do not: the kernel was built
+    /// without CONFIG_PAGE_POOL_STATS (the family then lacks PAGE_POOL_STATS_GET), or the
+    /// dump failed. Never zeros in their place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats_unavailable: Option<String>,
+}
+
+/// One page pool (netdev.yaml `page-pool`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePool {
+    pub id: u64,
+    pub ifindex: Option<u32>,
+    /// The NAPI it serves, hence its receive queue; absent for a pool not tied to one.
+    pub napi_id: Option<u32>,
+    /// Pages (or net_iovs) handed out and not yet returned.
+    pub inflight: Option<u64>,
+    /// Their memory in bytes.
+    pub inflight_mem: Option<u64>,
+    /// CLOCK_BOOTTIME seconds at which the pool was detached from its device (it lingers
+    /// until its pages come back); absent while it can still allocate.
+    pub detach_time: Option<u64>,
+    /// A dmabuf memory provider (devmem TCP) feeds it.
+    pub dmabuf: Option<u32>,
+    /// An io_uring zero-copy receive area feeds it.
+    #[serde(default)]
+    pub io_uring: bool,
+    /// Since-creation counters (NETDEV_CMD_PAGE_POOL_STATS_GET); None when unavailable (see
+    /// `PagePools::stats_unavailable`).
+    pub stats: Option<PagePoolStats>,
+}
+
+/// struct page_pool_stats (include/net/page_pool/types.h), each counter as the kernel sent it
+/// (absent: not sent). Allocation: `fast` from the pool's lockless cache, `slow` from the page
+/// allocator (order 0) or `slow_high_order`, `empty` when the ptr_ring was empty and the
+/// allocator had to be asked, `refill` cache refills from the ring, `waive` pages of the wrong
+/// NUMA node not taken. Recycling: into the cache (`cached`), refused by a full cache
+/// (`cache_full`), into the ring (`ring`), refused by a full ring (`ring_full`, the page is
+/// freed), and pages released because something else held a reference (`released_refcnt`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePoolStats {
+    pub alloc_fast: Option<u64>,
+    pub alloc_slow: Option<u64>,
+    pub alloc_slow_high_order: Option<u64>,
+    pub alloc_empty: Option<u64>,
+    pub alloc_refill: Option<u64>,
+    pub alloc_waive: Option<u64>,
+    pub recycle_cached: Option<u64>,
+    pub recycle_cache_full: Option<u64>,
+    pub recycle_ring: Option<u64>,
+    pub recycle_ring_full: Option<u64>,
+    pub recycle_released_refcnt: Option<u64>,
+}
+
+impl PagePoolStats {
+    /// Pages allocated: from the cache and from the page allocator.
+    pub fn allocated(&self) -> Option<u64> {
+        let parts = [self.alloc_fast, self.alloc_slow, self.alloc_slow_high_order];
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().sum())
+    }
+
+    /// Pages returned to the pool for reuse (cache or ring).
+    pub fn recycled(&self) -> Option<u64> {
+        let parts = [self.recycle_cached, self.recycle_ring];
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().sum())
+    }
+
+    /// The share of allocations that went to the page allocator (the slow path the seed saw
+    /// burning CPU in clear_page): None without allocations or counters.
+    pub fn slow_share(&self) -> Option<f64> {
+        let all = self.allocated()?;
+        let slow = self.alloc_slow.unwrap_or(0) + self.alloc_slow_high_order.unwrap_or(0);
+        (all > 0).then(|| slow as f64 / all as f64)
+    }
 }
 
 /// A duration in ns as people read it: `0`, `200 µs`, `20 ms`, `1500 ns`.

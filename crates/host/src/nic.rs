@@ -109,6 +109,10 @@ pub struct RxQueue {
     pub rps_flow_cnt: Field<u64>,
     /// IRQs that serve this queue.
     pub irqs: Vec<u32>,
+    /// The page pools feeding this queue (by id, from their NAPI): absent when the pools are
+    /// unknown (no netdev netlink, or a tree captured before netsteer read them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_pools: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,6 +200,41 @@ pub struct NapiView {
 
 /// Resolves the netdev data of `nic`'s settings into [`NapiView`]s, reading the IRQs'
 /// affinities and kthreads' placement through `fs` (so a snapshot tree carries them).
+/// Names each receive queue's page pools: the pools whose NAPI is the queue's (a pool serves
+/// the NAPI it was created for, page_pool_params.napi). Left absent when the pools or the
+/// queue links are unknown.
+pub fn link_page_pools(nic: &mut Nic) {
+    let Some(netdev) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) else {
+        return;
+    };
+    let Some(crate::field::Field::Known(pools)) = &netdev.page_pools else {
+        return;
+    };
+    let links: Vec<(u32, Vec<u64>)> = nic
+        .rx_queues
+        .iter()
+        .map(|q| {
+            let napi = netdev
+                .queues
+                .iter()
+                .find(|nq| nq.kind == crate::netdev::QueueType::Rx && nq.id == q.index)
+                .and_then(|nq| nq.napi_id);
+            let ids = pools
+                .pools
+                .iter()
+                .filter(|p| napi.is_some() && p.napi_id == napi)
+                .map(|p| p.id)
+                .collect();
+            (q.index, ids)
+        })
+        .collect();
+    for (index, ids) in links {
+        if let Some(q) = nic.rx_queues.iter_mut().find(|q| q.index == index) {
+            q.page_pools = Some(ids);
+        }
+    }
+}
+
 pub fn resolve_napis(fs: &HostFs, nic: &Nic, nr_cpu_ids: u32) -> Vec<NapiView> {
     let Some(netdev) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) else {
         return Vec::new();
@@ -492,6 +531,7 @@ pub fn read_nic(fs: &HostFs, name: &str, interrupts: Option<&Interrupts>, nr_cpu
                     .read_parsed(format!("{qd}/rps_flow_cnt"), parse_uint)
                     .into(),
                 irqs: Vec::new(),
+                page_pools: None,
             }
         })
         .collect();

@@ -329,6 +329,7 @@ fn render_netdev(o: &mut String, n: &Nic, s: &crate::ethtool::NicSettings) {
             ns(p.irq_suspend_timeout_ns),
         );
     }
+    render_page_pools(o, n, nd);
     for q in &nd.qstats {
         let _ = writeln!(
             o,
@@ -338,6 +339,88 @@ fn render_netdev(o: &mut String, n: &Nic, s: &crate::ethtool::NicSettings) {
             q.packets.map_or("-".into(), |v| v.to_string()),
             q.bytes.map_or("-".into(), |v| v.to_string()),
             q.drops.map_or(String::new(), |d| format!("  drops {d}"))
+        );
+    }
+}
+
+/// Each page pool with the receive queue it feeds, its pages in flight and, where the kernel
+/// counts them, its allocations and recycling since it was created.
+fn render_page_pools(o: &mut String, n: &Nic, nd: &crate::netdev::Netdev) {
+    let pools = match &nd.page_pools {
+        None => return,
+        Some(Field::Unknown { unknown }) => {
+            let _ = writeln!(o, "  page pools: unknown ({})", crate::safe::line(unknown));
+            return;
+        }
+        Some(Field::Known(p)) => p,
+    };
+    if pools.pools.is_empty() {
+        let _ = writeln!(
+            o,
+            "  page pools: none registered with the device{}",
+            if n.kind == "veth" {
+                " (veth builds its pools without naming the device)"
+            } else {
+                ""
+            }
+        );
+        return;
+    }
+    let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+    for p in &pools.pools {
+        let queues: Vec<String> = n
+            .rx_queues
+            .iter()
+            .filter(|q| q.page_pools.as_ref().is_some_and(|ids| ids.contains(&p.id)))
+            .map(|q| format!("rx-{}", q.index))
+            .collect();
+        let serves = match (queues.is_empty(), p.napi_id) {
+            (false, _) => queues.join(","),
+            (true, Some(napi)) => format!("napi {napi}"),
+            (true, None) => "no NAPI".into(),
+        };
+        let mut line = format!(
+            "  page pool {:<5} {serves}  inflight {} pages {} bytes",
+            p.id,
+            opt(p.inflight),
+            opt(p.inflight_mem)
+        );
+        if let Some(t) = p.detach_time {
+            let _ = write!(line, "  detached at {t} s (boot time)");
+        }
+        if let Some(d) = p.dmabuf {
+            let _ = write!(line, "  dmabuf {d}");
+        }
+        if p.io_uring {
+            line.push_str("  io_uring zcrx");
+        }
+        match &p.stats {
+            Some(st) => {
+                let _ = write!(
+                    line,
+                    "  alloc fast {} slow {} (high order {}) empty {}  recycled cache {} ring {} ring-full {} released {}",
+                    opt(st.alloc_fast),
+                    opt(st.alloc_slow),
+                    opt(st.alloc_slow_high_order),
+                    opt(st.alloc_empty),
+                    opt(st.recycle_cached),
+                    opt(st.recycle_ring),
+                    opt(st.recycle_ring_full),
+                    opt(st.recycle_released_refcnt)
+                );
+                if let Some(share) = st.slow_share() {
+                    let _ = write!(line, "  slow path {:.1} %", share * 100.0);
+                }
+            }
+            None => line.push_str("  counters unavailable"),
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    if let Some(why) = &pools.stats_unavailable {
+        let _ = writeln!(
+            o,
+            "  page pool counters unavailable: {}",
+            crate::safe::line(why)
         );
     }
 }
@@ -365,6 +448,21 @@ fn render_settings(o: &mut String, s: &crate::ethtool::NicSettings) {
             r.tx.map_or("-".into(), |v| v.to_string()),
             r.tx_max.map_or("-".into(), |v| v.to_string())
         ));
+        // Said only where the driver reports it (its absence is the JSON's missing field).
+        if let Some(text) = match (r.tcp_data_split, r.hds_thresh) {
+            (None, None) => None,
+            (split, thresh) => Some(format!(
+                "header split {}{}",
+                split.map_or("-".into(), |d| d.to_string()),
+                thresh.map_or(String::new(), |t| format!(
+                    " (threshold {t}{})",
+                    r.hds_thresh_max
+                        .map_or(String::new(), |m| format!(" of at most {m}"))
+                ))
+            )),
+        } {
+            parts.push(text);
+        }
     }
     if let Field::Known(c) = &s.coalesce {
         let keys = [

@@ -370,6 +370,7 @@ pub fn read_host_reusing(
     crate::nic::split_shared_function(fs, &mut nics);
     for nic in &mut nics {
         nic.napis = crate::nic::resolve_napis(fs, nic, topology.nr_cpu_ids);
+        crate::nic::link_page_pools(nic);
     }
     let foreign_vectors = interrupts
         .as_ref()

@@ -119,8 +119,17 @@ impl Netlink {
         if let Some(why) = netdev_lacks(self.netdev.as_ref()) {
             return Field::unknown(why);
         }
-        let family = self.netdev.as_ref().map_or(0, |f| f.id);
-        crate::netdev::read(&mut self.sock.borrow_mut(), family, ifindex).into()
+        let Some(family) = self.netdev.as_ref() else {
+            return Field::unknown("no netdev family");
+        };
+        let mut sock = self.sock.borrow_mut();
+        match crate::netdev::read(&mut sock, family.id, ifindex) {
+            Ok(mut n) => {
+                n.page_pools = Some(crate::netdev::page_pools(&mut sock, family, ifindex));
+                Field::Known(n)
+            }
+            Err(e) => Field::unknown(e),
+        }
     }
 
     /// The RSS table, key and function: ETHTOOL_MSG_RSS_GET, or the ETHTOOL_GRSSH ioctl on a

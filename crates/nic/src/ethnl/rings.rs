@@ -1,6 +1,6 @@
 //! ETHTOOL_MSG_RINGS_GET (15) and ETHTOOL_MSG_RINGS_SET (16).
 use crate::attr;
-use netsteer_host::ethtool::Rings;
+use netsteer_host::ethtool::{DataSplit, Rings};
 
 pub const CMD: u8 = 15;
 pub const CMD_SET: u8 = 16;
@@ -15,8 +15,21 @@ pub fn parse(buf: &[u8]) -> Result<Rings, String> {
         rx_mini: g(7),
         rx_jumbo: g(8),
         tx: g(9),
+        rx_buf_len: g(A_RX_BUF_LEN),
+        tcp_data_split: attr::find(&a, A_TCP_DATA_SPLIT)
+            .and_then(attr::u8_of)
+            .map(DataSplit::from_u8),
+        hds_thresh: g(A_HDS_THRESH),
+        hds_thresh_max: g(A_HDS_THRESH_MAX),
     })
 }
+
+/// ETHTOOL_A_RINGS_RX_BUF_LEN, _TCP_DATA_SPLIT (u8), _HDS_THRESH and _HDS_THRESH_MAX
+/// (include/uapi/linux/ethtool_netlink_generated.h).
+const A_RX_BUF_LEN: u16 = 10;
+const A_TCP_DATA_SPLIT: u16 = 11;
+const A_HDS_THRESH: u16 = 17;
+const A_HDS_THRESH_MAX: u16 = 18;
 
 pub fn set(name: &str, size: u64) -> Result<Vec<u8>, String> {
     let kind = match name {
@@ -28,4 +41,38 @@ pub fn set(name: &str, size: u64) -> Result<Vec<u8>, String> {
     let mut a = Vec::new();
     attr::put(&mut a, kind, &size.to_ne_bytes());
     Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_with_header_split_round_trip() {
+        let mut b = Vec::new();
+        attr::put(&mut b, 2, &4096u32.to_ne_bytes());
+        attr::put(&mut b, 6, &1024u32.to_ne_bytes());
+        attr::put(&mut b, A_RX_BUF_LEN, &4096u32.to_ne_bytes());
+        attr::put(&mut b, A_TCP_DATA_SPLIT, &[2]);
+        attr::put(&mut b, A_HDS_THRESH, &0u32.to_ne_bytes());
+        attr::put(&mut b, A_HDS_THRESH_MAX, &1024u32.to_ne_bytes());
+        let r = parse(&b).unwrap();
+        assert_eq!(
+            (r.rx, r.rx_max, r.rx_buf_len),
+            (Some(1024), Some(4096), Some(4096))
+        );
+        assert_eq!(r.tcp_data_split, Some(DataSplit::Enabled));
+        assert_eq!((r.hds_thresh, r.hds_thresh_max), (Some(0), Some(1024)));
+        // A driver that reports nothing about splitting: absent, not "off".
+        let mut plain = Vec::new();
+        attr::put(&mut plain, 6, &256u32.to_ne_bytes());
+        let r = parse(&plain).unwrap();
+        assert_eq!((r.tcp_data_split, r.hds_thresh), (None, None));
+        let mut off = Vec::new();
+        attr::put(&mut off, A_TCP_DATA_SPLIT, &[1]);
+        assert_eq!(
+            parse(&off).unwrap().tcp_data_split,
+            Some(DataSplit::Disabled)
+        );
+    }
 }

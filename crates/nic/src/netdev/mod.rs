@@ -4,11 +4,14 @@
 
 pub mod dev;
 pub mod napi;
+pub mod page_pool;
 pub mod qstats;
 pub mod queue;
 
+use crate::genl::Family;
 use crate::socket::NlSocket;
-use netsteer_host::netdev::Netdev;
+use netsteer_host::field::Field;
+use netsteer_host::netdev::{Netdev, PagePools};
 
 fn each<T>(replies: Vec<Vec<u8>>, f: fn(&[u8]) -> Result<T, String>) -> Result<Vec<T>, String> {
     replies.iter().map(|r| f(r)).collect()
@@ -50,6 +53,67 @@ pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, St
         qstats,
         xdp_features,
         xdp_zc_max_segs,
+        page_pools: None,
+    })
+}
+
+/// The device's page pools, each with its counters where the kernel keeps them. Unknown with
+/// the reason on a kernel without PAGE_POOL_GET (before 6.8); an empty list is a device with
+/// no pool the kernel names. Counters absent are said why (`stats_unavailable`), not zeroed.
+pub fn page_pools(sock: &mut NlSocket, family: &Family, ifindex: u32) -> Field<PagePools> {
+    if !family.has(page_pool::CMD) {
+        return Field::unknown(
+            "this kernel's netdev netlink has no PAGE_POOL_GET (Linux 6.8+): page pools unknown",
+        );
+    }
+    let replies = match sock.dump(family.id, page_pool::CMD, &[]) {
+        Ok(r) => r,
+        Err(e) => return Field::unknown(format!("page-pool-get: {e}")),
+    };
+    let pools = match each(replies, page_pool::parse) {
+        Ok(p) => p,
+        Err(e) => return Field::unknown(format!("page-pool-get: {e}")),
+    };
+    let mut pools: Vec<_> = pools
+        .into_iter()
+        .filter(|p| p.ifindex == Some(ifindex))
+        .collect();
+    pools.sort_by_key(|p| p.id);
+    let mut stats_unavailable = None;
+    if pools.is_empty() {
+        // Nothing to count.
+    } else if !family.has(page_pool::CMD_STATS) {
+        stats_unavailable = Some(
+            "the kernel was built without CONFIG_PAGE_POOL_STATS (no PAGE_POOL_STATS_GET)".into(),
+        );
+    } else {
+        match sock
+            .dump(family.id, page_pool::CMD_STATS, &[])
+            .map_err(|e| e.to_string())
+            .and_then(|r| each(r, page_pool::parse_stats))
+        {
+            Ok(all) => {
+                for (id, _, stats) in all {
+                    if let Some(p) = pools.iter_mut().find(|p| p.id == id) {
+                        p.stats = Some(stats);
+                    }
+                }
+                let missing = pools.iter().filter(|p| p.stats.is_none()).count();
+                if missing > 0 {
+                    // A pool created between the two dumps, or one the stats dump skipped.
+                    stats_unavailable = Some(format!(
+                        "page-pool-stats-get answered for {} of {} pools",
+                        pools.len() - missing,
+                        pools.len()
+                    ));
+                }
+            }
+            Err(e) => stats_unavailable = Some(format!("page-pool-stats-get: {e}")),
+        }
+    }
+    Field::Known(PagePools {
+        pools,
+        stats_unavailable,
     })
 }
 
