@@ -161,7 +161,10 @@ pub struct PagePoolStats {
 }
 
 impl PagePoolStats {
-    /// Pages allocated: from the cache and from the page allocator.
+    /// Allocations counted: from the cache and from the page allocator. Not a page count of
+    /// either path: `alloc_slow` counts one refill of up to PP_ALLOC_CACHE_REFILL (64) pages,
+    /// whose pages are then handed out from the cache and counted as `alloc_fast`
+    /// (net/core/page_pool.c), so no share of "slow" pages is derived from them.
     pub fn allocated(&self) -> Option<u64> {
         let parts = [self.alloc_fast, self.alloc_slow, self.alloc_slow_high_order];
         parts
@@ -177,14 +180,6 @@ impl PagePoolStats {
             .iter()
             .any(Option::is_some)
             .then(|| parts.iter().flatten().sum())
-    }
-
-    /// The share of allocations that went to the page allocator (the slow path the seed saw
-    /// burning CPU in clear_page): None without allocations or counters.
-    pub fn slow_share(&self) -> Option<f64> {
-        let all = self.allocated()?;
-        let slow = self.alloc_slow.unwrap_or(0) + self.alloc_slow_high_order.unwrap_or(0);
-        (all > 0).then(|| slow as f64 / all as f64)
     }
 }
 

@@ -198,8 +198,6 @@ pub struct NapiView {
     pub threaded: Option<u32>,
 }
 
-/// Resolves the netdev data of `nic`'s settings into [`NapiView`]s, reading the IRQs'
-/// affinities and kthreads' placement through `fs` (so a snapshot tree carries them).
 /// Names each receive queue's page pools: the pools whose NAPI is the queue's (a pool serves
 /// the NAPI it was created for, page_pool_params.napi). Left absent when the pools or the
 /// queue links are unknown.
@@ -235,6 +233,8 @@ pub fn link_page_pools(nic: &mut Nic) {
     }
 }
 
+/// Resolves the netdev data of `nic`'s settings into [`NapiView`]s, reading the IRQs'
+/// affinities and kthreads' placement through `fs` (so a snapshot tree carries them).
 pub fn resolve_napis(fs: &HostFs, nic: &Nic, nr_cpu_ids: u32) -> Vec<NapiView> {
     let Some(netdev) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) else {
         return Vec::new();

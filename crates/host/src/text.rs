@@ -408,9 +408,6 @@ fn render_page_pools(o: &mut String, n: &Nic, nd: &crate::netdev::Netdev) {
                     opt(st.recycle_ring_full),
                     opt(st.recycle_released_refcnt)
                 );
-                if let Some(share) = st.slow_share() {
-                    let _ = write!(line, "  slow path {:.1} %", share * 100.0);
-                }
             }
             None => line.push_str("  counters unavailable"),
         }

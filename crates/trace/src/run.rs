@@ -119,6 +119,9 @@ pub fn run(
     // outside what the cost line counts (a toggle at each interval's edges would miss the
     // packets in flight across it).
     let always = full && opts.price >= 1.0;
+    // The first interval starts when the timing does, so its `priced_s` and `cpus` cover the
+    // attach's runs and do not pass the interval.
+    let timed_from = Instant::now();
     if always {
         session.price(true);
     }
@@ -141,7 +144,7 @@ pub fn run(
     }))
     .map_err(io)?;
     let started = Instant::now();
-    let mut last = started;
+    let mut last = if always { timed_from } else { started };
     let mut seq = 0;
     let mut rng = Lcg::seeded();
     loop {

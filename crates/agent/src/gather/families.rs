@@ -250,7 +250,7 @@ impl Default for Families {
             pool_inflight: f(
                 "netsteer_page_pool_inflight_pages",
                 Gauge,
-                "Pages a device's page pool has handed out and not had back (netdev page-pool-get), by pool id and the rx queue whose NAPI it serves (queue=\"\" when none); at most one pool per queue of the device is exported, lowest ids first.",
+                "Pages a device's page pool has handed out and not had back (netdev page-pool-get), by pool id and the rx queue whose NAPI it serves (queue=\"\" when none); at most one pool per rx queue of the device is exported: those serving a queue first, live before detached, then by id.",
             ),
             pool_inflight_bytes: f(
                 "netsteer_page_pool_inflight_bytes",

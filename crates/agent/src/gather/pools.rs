@@ -6,8 +6,8 @@ use netsteer_host::field::Field;
 use netsteer_host::nic::Nic;
 
 /// A device's page pools: pages in flight and, where the kernel counts them, allocations and
-/// recycling by path. At most one pool per queue of the device (lowest ids first), so a
-/// device's series stay bounded by its queues whatever its driver creates.
+/// recycling by path. At most one pool per rx queue of the device, so a device's series stay
+/// bounded by its queues whatever its driver creates.
 pub(super) fn page_pools(out: &mut Families, nic: &Nic) {
     let Some(netdev) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) else {
         return;
@@ -15,8 +15,17 @@ pub(super) fn page_pools(out: &mut Families, nic: &Nic) {
     let Some(Field::Known(pools)) = &netdev.page_pools else {
         return;
     };
-    let cap = nic.rx_queues.len().max(nic.tx_queues.len()).max(1);
-    for p in pools.pools.iter().take(cap) {
+    // The pools serving a queue first, live before detached ones (a detached pool is
+    // usually older and would otherwise take a live queue's place), then the rest.
+    let cap = nic.rx_queues.len().max(1);
+    let serves = |id: u64| {
+        nic.rx_queues
+            .iter()
+            .any(|q| q.page_pools.as_ref().is_some_and(|ids| ids.contains(&id)))
+    };
+    let mut order: Vec<&netsteer_host::netdev::PagePool> = pools.pools.iter().collect();
+    order.sort_by_key(|p| (!serves(p.id), p.detach_time.is_some(), p.id));
+    for p in order.into_iter().take(cap) {
         let queue = nic
             .rx_queues
             .iter()

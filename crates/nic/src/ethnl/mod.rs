@@ -60,7 +60,13 @@ pub struct Netlink {
     ethtool: Family,
     /// The netdev family, when the kernel has it (6.3+).
     netdev: Option<Family>,
+    /// The namespace's page pools as last dumped, and when: a pass over every device reads
+    /// them once (the dumps cannot be filtered by device), and a pass a second later anew.
+    pools: RefCell<Option<(std::time::Instant, std::rc::Rc<crate::netdev::AllPools>)>>,
 }
+
+/// How long one dump of the page pools serves the devices asked about after it.
+const POOLS_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// ETHTOOL_MSG_* numbers whose presence differs between the kernels users run.
 const RSS_GET: u8 = rss::CMD;
@@ -97,6 +103,7 @@ impl Netlink {
             route: NlSocket::route().ok().map(RefCell::new),
             ethtool,
             netdev,
+            pools: RefCell::new(None),
         })
     }
 
@@ -114,6 +121,23 @@ impl Netlink {
         link::parse(replies.first().ok_or("RTM_GETLINK: no reply")?)
     }
 
+    /// Every page pool of the namespace, dumped at most once per [`POOLS_FRESH`].
+    fn all_pools(
+        &self,
+        sock: &mut NlSocket,
+        family: &Family,
+    ) -> std::rc::Rc<crate::netdev::AllPools> {
+        let mut cached = self.pools.borrow_mut();
+        if let Some((at, all)) = cached.as_ref()
+            && at.elapsed() < POOLS_FRESH
+        {
+            return all.clone();
+        }
+        let all = std::rc::Rc::new(crate::netdev::dump_page_pools(sock, family));
+        *cached = Some((std::time::Instant::now(), all.clone()));
+        all
+    }
+
     /// NAPIs, queues and counters of the device with this index.
     fn netdev(&self, ifindex: u32) -> Field<netsteer_host::netdev::Netdev> {
         if let Some(why) = netdev_lacks(self.netdev.as_ref()) {
@@ -125,7 +149,8 @@ impl Netlink {
         let mut sock = self.sock.borrow_mut();
         match crate::netdev::read(&mut sock, family.id, ifindex) {
             Ok(mut n) => {
-                n.page_pools = Some(crate::netdev::page_pools(&mut sock, family, ifindex));
+                let all = self.all_pools(&mut sock, family);
+                n.page_pools = Some(crate::netdev::pools_of(&all, ifindex));
                 Field::Known(n)
             }
             Err(e) => Field::unknown(e),

@@ -57,60 +57,90 @@ pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, St
     })
 }
 
-/// The device's page pools, each with its counters where the kernel keeps them. Unknown with
-/// the reason on a kernel without PAGE_POOL_GET (before 6.8); an empty list is a device with
-/// no pool the kernel names. Counters absent are said why (`stats_unavailable`), not zeroed.
-pub fn page_pools(sock: &mut NlSocket, family: &Family, ifindex: u32) -> Field<PagePools> {
+/// Every page pool in the namespace with its counters merged in, as two dumps return them
+/// (the kernel takes no device filter on either); [`pools_of`] keeps one device's. Read once
+/// per pass over the devices, not once per device.
+#[derive(Debug, Clone)]
+pub struct AllPools {
+    /// Unknown with the reason when the pool dump itself failed or the kernel lacks it.
+    pools: Field<Vec<netsteer_host::netdev::PagePool>>,
+    /// Why no pool has counters, when none can have them.
+    stats_unavailable: Option<String>,
+}
+
+/// Dumps every pool and, where the kernel has the command, every pool's counters. An entry
+/// that does not parse is skipped alone: it cannot be told apart by device anyway, and one
+/// bad answer must not blind the others.
+pub fn dump_page_pools(sock: &mut NlSocket, family: &Family) -> AllPools {
     if !family.has(page_pool::CMD) {
-        return Field::unknown(
-            "this kernel's netdev netlink has no PAGE_POOL_GET (Linux 6.8+): page pools unknown",
-        );
+        // NAPI_GET and QUEUE_GET (6.8) are checked before this is asked: a 6.8+ family
+        // without PAGE_POOL_GET is a kernel built without CONFIG_PAGE_POOL (netdev.yaml
+        // `config-cond: page-pool`).
+        return AllPools {
+            pools: Field::unknown(
+                "this kernel's netdev netlink has no PAGE_POOL_GET (built without CONFIG_PAGE_POOL, or before 6.8): page pools unknown",
+            ),
+            stats_unavailable: None,
+        };
     }
-    let replies = match sock.dump(family.id, page_pool::CMD, &[]) {
-        Ok(r) => r,
-        Err(e) => return Field::unknown(format!("page-pool-get: {e}")),
+    let mut pools: Vec<_> = match sock.dump(family.id, page_pool::CMD, &[]) {
+        Ok(r) => r.iter().filter_map(|b| page_pool::parse(b).ok()).collect(),
+        Err(e) => {
+            return AllPools {
+                pools: Field::unknown(format!("page-pool-get: {e}")),
+                stats_unavailable: None,
+            };
+        }
     };
-    let pools = match each(replies, page_pool::parse) {
-        Ok(p) => p,
-        Err(e) => return Field::unknown(format!("page-pool-get: {e}")),
-    };
-    let mut pools: Vec<_> = pools
-        .into_iter()
-        .filter(|p| p.ifindex == Some(ifindex))
-        .collect();
     pools.sort_by_key(|p| p.id);
-    let mut stats_unavailable = None;
-    if pools.is_empty() {
-        // Nothing to count.
-    } else if !family.has(page_pool::CMD_STATS) {
-        stats_unavailable = Some(
-            "the kernel was built without CONFIG_PAGE_POOL_STATS (no PAGE_POOL_STATS_GET)".into(),
-        );
+    let stats_unavailable = if !family.has(page_pool::CMD_STATS) {
+        Some("the kernel was built without CONFIG_PAGE_POOL_STATS (no PAGE_POOL_STATS_GET)".into())
     } else {
-        match sock
-            .dump(family.id, page_pool::CMD_STATS, &[])
-            .map_err(|e| e.to_string())
-            .and_then(|r| each(r, page_pool::parse_stats))
-        {
-            Ok(all) => {
-                for (id, _, stats) in all {
-                    if let Some(p) = pools.iter_mut().find(|p| p.id == id) {
-                        p.stats = Some(stats);
+        match sock.dump(family.id, page_pool::CMD_STATS, &[]) {
+            Ok(r) => {
+                for (id, _, stats) in r.iter().filter_map(|b| page_pool::parse_stats(b).ok()) {
+                    if let Ok(k) = pools.binary_search_by_key(&id, |p| p.id) {
+                        pools[k].stats = Some(stats);
                     }
                 }
-                let missing = pools.iter().filter(|p| p.stats.is_none()).count();
-                if missing > 0 {
-                    // A pool created between the two dumps, or one the stats dump skipped.
-                    stats_unavailable = Some(format!(
-                        "page-pool-stats-get answered for {} of {} pools",
-                        pools.len() - missing,
-                        pools.len()
-                    ));
-                }
+                None
             }
-            Err(e) => stats_unavailable = Some(format!("page-pool-stats-get: {e}")),
+            Err(e) => Some(format!("page-pool-stats-get: {e}")),
         }
+    };
+    AllPools {
+        pools: Field::Known(pools),
+        stats_unavailable,
     }
+}
+
+/// One device's pools out of [`dump_page_pools`]'s answer: an empty list is a device with no
+/// pool the kernel names; counters absent are said why (`stats_unavailable`), not zeroed.
+pub fn pools_of(all: &AllPools, ifindex: u32) -> Field<PagePools> {
+    let pools: Vec<_> = match &all.pools {
+        Field::Unknown { unknown } => return Field::unknown(unknown),
+        Field::Known(p) => p
+            .iter()
+            .filter(|p| p.ifindex == Some(ifindex))
+            .cloned()
+            .collect(),
+    };
+    let missing = pools.iter().filter(|p| p.stats.is_none()).count();
+    let stats_unavailable = if pools.is_empty() {
+        None
+    } else if let Some(why) = &all.stats_unavailable {
+        Some(why.clone())
+    } else if missing > 0 {
+        // A pool created between the two dumps, or an entry of the stats dump that did not
+        // parse.
+        Some(format!(
+            "page-pool-stats-get answered for {} of {} pools",
+            pools.len() - missing,
+            pools.len()
+        ))
+    } else {
+        None
+    };
     Field::Known(PagePools {
         pools,
         stats_unavailable,

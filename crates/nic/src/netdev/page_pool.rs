@@ -7,8 +7,8 @@ use netsteer_host::netdev::{PagePool, PagePoolStats};
 pub const CMD: u8 = 5;
 pub const CMD_STATS: u8 = 9;
 
-/// enum NETDEV_A_PAGE_POOL_* (include/uapi/linux/netdev.h; `id`, `inflight`, `inflight-mem`
-/// and `detach-time` are `uint`s).
+/// enum NETDEV_A_PAGE_POOL_* (include/uapi/linux/netdev.h; `id`, `napi-id`, `inflight`,
+/// `inflight-mem` and `detach-time` are `uint`s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum A {
@@ -47,7 +47,7 @@ pub fn parse(buf: &[u8]) -> Result<PagePool, String> {
     Ok(PagePool {
         id: uint(A::Id).ok_or("a page pool without an id")?,
         ifindex: attr::find(&a, A::Ifindex as u16).and_then(attr::u32_of),
-        napi_id: attr::find(&a, A::NapiId as u16).and_then(attr::u32_of),
+        napi_id: uint(A::NapiId).and_then(|v| u32::try_from(v).ok()),
         inflight: uint(A::Inflight),
         inflight_mem: uint(A::InflightMem),
         detach_time: uint(A::DetachTime),
@@ -147,8 +147,7 @@ mod tests {
         assert_eq!(s.alloc_waive, None, "not sent is not zero");
         assert_eq!(s.allocated(), Some(1000));
         assert_eq!(s.recycled(), Some(800));
-        assert_eq!(s.slow_share(), Some(0.1));
-        assert_eq!(PagePoolStats::default().slow_share(), None);
+        assert_eq!(PagePoolStats::default().allocated(), None);
         let mut no_info = Vec::new();
         attr::put_uint(&mut no_info, S::AllocFast as u16, 1);
         assert!(parse_stats(&no_info).is_err());
