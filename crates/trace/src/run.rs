@@ -143,8 +143,10 @@ pub fn run(
             .collect(),
     }))
     .map_err(io)?;
-    let started = Instant::now();
-    let mut last = if always { timed_from } else { started };
+    // Always priced, the run (its intervals and --duration) counts from when the timing
+    // began: one origin, so the attach adds no stub interval at the end.
+    let started = if always { timed_from } else { Instant::now() };
+    let mut last = started;
     let mut seq = 0;
     let mut rng = Lcg::seeded();
     loop {
