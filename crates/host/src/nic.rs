@@ -208,28 +208,20 @@ pub fn link_page_pools(nic: &mut Nic) {
     let Some(crate::field::Field::Known(pools)) = &netdev.page_pools else {
         return;
     };
-    let links: Vec<(u32, Vec<u64>)> = nic
-        .rx_queues
-        .iter()
-        .map(|q| {
-            let napi = netdev
-                .queues
-                .iter()
-                .find(|nq| nq.kind == crate::netdev::QueueType::Rx && nq.id == q.index)
-                .and_then(|nq| nq.napi_id);
-            let ids = pools
+    for q in &mut nic.rx_queues {
+        let napi = netdev
+            .queues
+            .iter()
+            .find(|nq| nq.kind == crate::netdev::QueueType::Rx && nq.id == q.index)
+            .and_then(|nq| nq.napi_id);
+        q.page_pools = Some(
+            pools
                 .pools
                 .iter()
                 .filter(|p| napi.is_some() && p.napi_id == napi)
                 .map(|p| p.id)
-                .collect();
-            (q.index, ids)
-        })
-        .collect();
-    for (index, ids) in links {
-        if let Some(q) = nic.rx_queues.iter_mut().find(|q| q.index == index) {
-            q.page_pools = Some(ids);
-        }
+                .collect(),
+        );
     }
 }
 
@@ -344,6 +336,13 @@ impl Nic {
 
     pub fn irq(&self, irq: u32) -> Option<&NicIrq> {
         self.irqs.iter().find(|i| i.irq == irq)
+    }
+
+    /// The receive queues the page pool `id` feeds ([`link_page_pools`]).
+    pub fn pool_queues(&self, id: u64) -> impl Iterator<Item = &RxQueue> {
+        self.rx_queues
+            .iter()
+            .filter(move |q| q.page_pools.as_ref().is_some_and(|ids| ids.contains(&id)))
     }
 
     /// IRQs that carry packets (not control vectors).

@@ -369,9 +369,7 @@ fn render_page_pools(o: &mut String, n: &Nic, nd: &crate::netdev::Netdev) {
     let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
     for p in &pools.pools {
         let queues: Vec<String> = n
-            .rx_queues
-            .iter()
-            .filter(|q| q.page_pools.as_ref().is_some_and(|ids| ids.contains(&p.id)))
+            .pool_queues(p.id)
             .map(|q| format!("rx-{}", q.index))
             .collect();
         let serves = match (queues.is_empty(), p.napi_id) {

@@ -112,8 +112,6 @@ pub fn run(
     })?;
     let io = |e: std::io::Error| TraceError::Setup(format!("writing the output: {e}"));
     let full = opts.duty >= 1.0;
-    // Traced throughout: attached before the start message, which then means "every packet
-    // from now on is seen" (a caller may wait for it before sending).
     // Every packet timed (--duty 100 --price 100): the kernel counts from before the first
     // packet can be traced until after the last reading, so no run the histograms saw falls
     // outside what the cost line counts (a toggle at each interval's edges would miss the
@@ -125,6 +123,8 @@ pub fn run(
     if always {
         session.price(true);
     }
+    // Traced throughout: attached before the start message, which then means "every packet
+    // from now on is seen" (a caller may wait for it before sending).
     if full {
         session.resume()?;
     }

@@ -18,18 +18,15 @@ pub(super) fn page_pools(out: &mut Families, nic: &Nic) {
     // The pools serving a queue first, live before detached ones (a detached pool is
     // usually older and would otherwise take a live queue's place), then the rest.
     let cap = nic.rx_queues.len().max(1);
-    let serves = |id: u64| {
-        nic.rx_queues
-            .iter()
-            .any(|q| q.page_pools.as_ref().is_some_and(|ids| ids.contains(&id)))
-    };
     let mut order: Vec<&netsteer_host::netdev::PagePool> = pools.pools.iter().collect();
-    order.sort_by_key(|p| (!serves(p.id), p.detach_time.is_some(), p.id));
+    order.sort_by_key(|p| {
+        let serves = nic.pool_queues(p.id).next().is_some();
+        (!serves, p.detach_time.is_some(), p.id)
+    });
     for p in order.into_iter().take(cap) {
         let queue = nic
-            .rx_queues
-            .iter()
-            .find(|q| q.page_pools.as_ref().is_some_and(|ids| ids.contains(&p.id)))
+            .pool_queues(p.id)
+            .next()
             .map_or(String::new(), |q| format!("rx-{}", q.index));
         let labels = || {
             vec![
@@ -53,13 +50,7 @@ pub(super) fn page_pools(out: &mut Families, nic: &Nic) {
             ("refill", st.alloc_refill),
             ("waive", st.alloc_waive),
         ];
-        for (path, v) in paths {
-            if let Some(v) = v {
-                let mut l = labels();
-                l.push(("path", path.into()));
-                out.pool_allocations.push(l, v as f64);
-            }
-        }
+        counters(&mut out.pool_allocations, &labels, "path", &paths);
         let results = [
             ("cached", st.recycle_cached),
             ("cache_full", st.recycle_cache_full),
@@ -67,12 +58,22 @@ pub(super) fn page_pools(out: &mut Families, nic: &Nic) {
             ("ring_full", st.recycle_ring_full),
             ("released_refcnt", st.recycle_released_refcnt),
         ];
-        for (result, v) in results {
-            if let Some(v) = v {
-                let mut l = labels();
-                l.push(("result", result.into()));
-                out.pool_recycles.push(l, v as f64);
-            }
+        counters(&mut out.pool_recycles, &labels, "result", &results);
+    }
+}
+
+/// One series per counter the kernel sent, `key` naming which; none for a counter not sent.
+fn counters(
+    family: &mut crate::family::Family,
+    labels: &dyn Fn() -> Vec<(&'static str, String)>,
+    key: &'static str,
+    values: &[(&str, Option<u64>)],
+) {
+    for (name, v) in values {
+        if let Some(v) = v {
+            let mut l = labels();
+            l.push((key, (*name).into()));
+            family.push(l, *v as f64);
         }
     }
 }
