@@ -800,6 +800,94 @@ fn fifo_hog_moves_the_net_rx_wait(pair: &mut VmPair) {
     sh(&mut pair.b, &restore);
 }
 
+/// Seed 002's receive offloads as items of the transaction, on virtio-net over tap: tap gives
+/// the guest vnet headers, so the driver offers TSO "hardware" GRO (`rx-gro-hw`, switched by
+/// VIRTIO_NET_CTRL_GUEST_OFFLOADS). `tune apply --set` flips it, ethtool in the guest reads the
+/// flip back, and `tune rollback` leaves `ethtool -k` and `-g` byte for byte as they were.
+/// Header split, its threshold and LRO in the same apply are refused, each named in the
+/// report's notes with the driver's reason (virtio-net reports no split and has had no LRO
+/// feature since it took GRO_HW), and written to nothing: the apply still succeeds.
+fn receive_offloads_set_or_refused(b: &mut Guest) {
+    let look = |b: &mut Guest| {
+        sh(
+            b,
+            "chroot /host ethtool -k eth0; chroot /host ethtool -g eth0",
+        )
+    };
+    let before = look(b);
+    let was_on = before.contains("rx-gro-hw: on\n");
+    assert!(
+        was_on || before.contains("rx-gro-hw: off\n"),
+        "rx-gro-hw is not switchable here: {before}"
+    );
+    let flip = format!("nic/eth0/feature/rx-gro-hw={}", u8::from(!was_on));
+    let out = ns_ok(
+        b,
+        &[
+            "tune",
+            "apply",
+            "--profile",
+            "none",
+            "--set",
+            &flip,
+            "--set",
+            "nic/eth0/rings/tcp-data-split=1",
+            "--set",
+            "nic/eth0/rings/hds-thresh=0",
+            "--set",
+            "nic/eth0/feature/rx-lro=1",
+            "--state-dir",
+            "/tmp/st-offloads",
+            "--json",
+        ],
+    );
+    let applied: ApplyReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(applied.status, ApplyStatus::Applied, "{out}");
+    let step = |id: &str| {
+        applied
+            .steps
+            .iter()
+            .find(|s| s.id == id)
+            .unwrap_or_else(|| panic!("no step {id}: {out}"))
+            .clone()
+    };
+    assert_eq!(
+        step("nic/eth0/feature/rx-gro-hw").status,
+        StepStatus::Changed
+    );
+    // Each refused knob is named with the driver's reason in the report's notes, and none
+    // is a step: nothing was written to it.
+    assert_eq!(applied.steps.len(), 1, "{out}");
+    for (id, why) in [
+        (
+            "nic/eth0/rings/tcp-data-split=1",
+            netsteer_host::ethtool::NO_DATA_SPLIT,
+        ),
+        ("nic/eth0/rings/hds-thresh=0", "no header-split threshold"),
+        (
+            "nic/eth0/feature/rx-lro=1",
+            "the device has no feature rx-lro",
+        ),
+    ] {
+        assert!(
+            applied
+                .notes
+                .iter()
+                .any(|n| n.starts_with(&format!("{id} not set: ")) && n.contains(why)),
+            "{id}: {why:?} not in the notes: {out}"
+        );
+    }
+    let now = look(b);
+    let want = format!("rx-gro-hw: {}\n", if was_on { "off" } else { "on" });
+    assert!(
+        now.contains(&want),
+        "the guest's ethtool -k does not read {want:?}: {now}"
+    );
+    let out = ns_ok(b, &["tune", "rollback", "--state-dir", "/tmp/st-offloads"]);
+    assert!(out.contains("restored"), "{out}");
+    assert_eq!(look(b), before, "rollback left ethtool -k or -g changed");
+}
+
 /// One driver on one kernel: boot the pair (one at a time), the kernel's own checks, then the
 /// rebalance story with these channels and extra knobs.
 fn on(
@@ -821,6 +909,9 @@ fn on(
     }
     if lost_table {
         lost_table_named_and_written_again(&mut pair);
+    }
+    if model == NicModel::VirtioRss {
+        receive_offloads_set_or_refused(&mut pair.b);
     }
     hot_queue_rebalanced_verified_and_rolled_back(&mut pair, channels, extra);
     if model == NicModel::Igb && kernel == "6.12" {

@@ -45,6 +45,19 @@ pub struct Rings {
     pub hds_thresh_max: Option<u32>,
 }
 
+/// The ring parameter that turns header/data split on (1) or off (0): `nic/IF/rings/
+/// tcp-data-split`, `ethtool -G IF tcp-data-split on|off`.
+pub const RING_DATA_SPLIT: &str = "tcp-data-split";
+/// The ring parameter below which packets are not split: `nic/IF/rings/hds-thresh`, bytes.
+pub const RING_HDS_THRESH: &str = "hds-thresh";
+/// The ring parameters a plan may set: `ethtool -G` sizes and the header-split pair.
+pub const RING_PARAMS: [&str; 4] = ["rx", "tx", RING_DATA_SPLIT, RING_HDS_THRESH];
+
+/// Why a device's header split cannot be read or set: the kernel reports the state only for
+/// drivers that set ETHTOOL_RING_USE_TCP_DATA_SPLIT (bnxt, gve, idpf, fbnic, netdevsim and a
+/// few more; not virtio-net, igb, e1000e or veth), and sends no attribute otherwise.
+pub const NO_DATA_SPLIT: &str = "the driver reports no header split (ETHTOOL_A_RINGS_TCP_DATA_SPLIT: Linux 6.0+, and only drivers that can split headers from payload)";
+
 /// ETHTOOL_TCP_DATA_SPLIT_* (include/uapi/linux/ethtool.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -332,13 +345,26 @@ impl NicKnob {
             }
             NicKnob::Rings(n) => {
                 let r = part(&s.rings, "rings")?;
-                let v = match n.as_str() {
-                    "rx" => r.rx,
-                    "tx" => r.tx,
-                    _ => return Err(format!("no ring parameter {n:?}")),
-                };
-                v.map(u64::from)
-                    .ok_or_else(|| format!("the driver does not report the {n} ring size"))
+                match n.as_str() {
+                    "rx" | "tx" => (if n == "rx" { r.rx } else { r.tx })
+                        .map(u64::from)
+                        .ok_or_else(|| format!("the driver does not report the {n} ring size")),
+                    RING_DATA_SPLIT => match r.tcp_data_split {
+                        Some(DataSplit::Enabled) => Ok(1),
+                        Some(DataSplit::Disabled) => Ok(0),
+                        // The kernel sends no attribute for 0 (net/ethtool/rings.c), so this is
+                        // a value newer than this build: not known to be off.
+                        Some(DataSplit::Unknown) => Err(
+                            "the driver reports a header-split state this build does not know"
+                                .into(),
+                        ),
+                        None => Err(NO_DATA_SPLIT.into()),
+                    },
+                    RING_HDS_THRESH => r.hds_thresh.map(u64::from).ok_or_else(|| {
+                        "the driver reports no header-split threshold (ETHTOOL_A_RINGS_HDS_THRESH, Linux 6.14+, drivers with ETHTOOL_RING_USE_HDS_THRS)".into()
+                    }),
+                    _ => Err(format!("no ring parameter {n:?}")),
+                }
             }
         }
     }
@@ -358,6 +384,8 @@ impl NicKnob {
                 match n.as_str() {
                     "rx" => r.rx_max.map(u64::from),
                     "tx" => r.tx_max.map(u64::from),
+                    RING_DATA_SPLIT => Some(1),
+                    RING_HDS_THRESH => r.hds_thresh_max.map(u64::from),
                     _ => None,
                 }
             }
@@ -528,9 +556,27 @@ impl NicKnob {
             }
             NicKnob::Rings(n) => {
                 let r = part_mut(&mut s.rings, "rings")?;
+                if n == RING_DATA_SPLIT {
+                    if r.tcp_data_split.is_none() {
+                        return Err(NO_DATA_SPLIT.into());
+                    }
+                    r.tcp_data_split = Some(match v {
+                        0 => DataSplit::Disabled,
+                        1 => DataSplit::Enabled,
+                        _ => return Err(format!("{self}: {v} is not 0 (off) or 1 (on)")),
+                    });
+                    return Ok(());
+                }
                 let (slot, max) = match n.as_str() {
                     "rx" => (&mut r.rx, r.rx_max),
                     "tx" => (&mut r.tx, r.tx_max),
+                    // A tree records no threshold for a driver without one: nothing to set.
+                    RING_HDS_THRESH if r.hds_thresh.is_some() => {
+                        (&mut r.hds_thresh, r.hds_thresh_max)
+                    }
+                    RING_HDS_THRESH => {
+                        return Err("the driver reports no header-split threshold".into());
+                    }
                     _ => return Err(format!("no ring parameter {n:?}")),
                 };
                 let v = u32::try_from(v).map_err(|_| too_big())?;
@@ -669,6 +715,79 @@ pub fn tree_ethtool_text(e: &TreeEthtool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_rings(rings: Rings) -> NicSettings {
+        NicSettings {
+            channels: Field::unknown("not read"),
+            rings: Field::Known(rings),
+            features: Field::unknown("not read"),
+            coalesce: Field::unknown("not read"),
+            pause: Field::unknown("not read"),
+            rss: Field::unknown("not read"),
+            link_kind: None,
+            netdev: None,
+            ntuple: None,
+            flow_hash: None,
+            interfaces: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn header_split_is_a_switch_only_where_the_driver_reports_it() {
+        let split = NicKnob::Rings(RING_DATA_SPLIT.into());
+        let thresh = NicKnob::Rings(RING_HDS_THRESH.into());
+        let mut s = with_rings(Rings {
+            rx: Some(1024),
+            tcp_data_split: Some(DataSplit::Disabled),
+            hds_thresh: Some(0),
+            hds_thresh_max: Some(1024),
+            ..Rings::default()
+        });
+        assert_eq!(split.read(&s).unwrap(), "0");
+        assert_eq!((split.limit(&s), thresh.limit(&s)), (Some(1), Some(1024)));
+        split.store(&mut s, "1").unwrap();
+        thresh.store(&mut s, "256").unwrap();
+        let r = s.rings.known().unwrap();
+        assert_eq!(r.tcp_data_split, Some(DataSplit::Enabled));
+        assert_eq!((r.hds_thresh, r.rx), (Some(256), Some(1024)));
+        assert_eq!(split.read(&s).unwrap(), "1");
+        // Bad values change nothing.
+        assert!(
+            split
+                .store(&mut s, "2")
+                .unwrap_err()
+                .contains("0 (off) or 1 (on)")
+        );
+        assert!(
+            thresh
+                .store(&mut s, "2048")
+                .unwrap_err()
+                .contains("maximum 1024")
+        );
+        assert_eq!(s.rings.known().unwrap().hds_thresh, Some(256));
+        // A driver that reports neither (virtio-net, igb, veth): refused with the reason, and
+        // a tree records nothing it never had.
+        let mut plain = with_rings(Rings {
+            rx: Some(256),
+            ..Rings::default()
+        });
+        assert_eq!(split.read(&plain).unwrap_err(), NO_DATA_SPLIT);
+        assert!(
+            thresh
+                .read(&plain)
+                .unwrap_err()
+                .contains("no header-split threshold")
+        );
+        assert_eq!(split.store(&mut plain, "1").unwrap_err(), NO_DATA_SPLIT);
+        assert!(thresh.store(&mut plain, "0").is_err());
+        assert_eq!(plain.rings.known().unwrap().tcp_data_split, None);
+        // A state newer than this build is not taken for "off".
+        let odd = with_rings(Rings {
+            tcp_data_split: Some(DataSplit::Unknown),
+            ..Rings::default()
+        });
+        assert!(split.read(&odd).is_err());
+    }
 
     #[test]
     fn the_default_layout_is_bucket_i_on_queue_i_mod_the_count() {

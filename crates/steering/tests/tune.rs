@@ -1419,3 +1419,100 @@ fn every_planned_item_has_its_targets_kind_and_format() {
     wrong.dedup();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Header split and its threshold as items of the transaction. On a tree whose driver reports
+/// them (the attributes a bnxt or netdevsim answers RINGS_GET with, written into a real
+/// virtio-net guest's recorded state), `--set` plans, applies, reads back and rolls back byte
+/// for byte; on the same device as captured, which reports neither, both are skipped with the
+/// reason and nothing is written; a threshold past the device's maximum fails and is undone.
+#[test]
+fn header_split_items_apply_where_reported_and_are_refused_where_not() {
+    let split = [
+        "nic/eth0/rings/tcp-data-split=1",
+        "nic/eth0/rings/hds-thresh=256",
+    ];
+    let mut o = opts(Profile::None);
+    o.knobs = knobs(&split);
+
+    let plain = copy_tree(&fixture("virtio-rss-6.12"));
+    let before = contents(plain.path());
+    let p = plan_tree(plain.path(), &o);
+    for id in ["nic/eth0/rings/tcp-data-split", "nic/eth0/rings/hds-thresh"] {
+        let item = p.items.iter().find(|i| i.id == id).unwrap();
+        assert!(
+            matches!(&item.action, netsteer_steering::tune::Action::Skip(why) if why.contains("reports no header")),
+            "{item:?}"
+        );
+    }
+    let state = tempfile::tempdir().unwrap();
+    let report = apply_tree(plain.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    assert_eq!(report.status, ApplyStatus::Applied, "{report:?}");
+    assert_eq!(report.changed(), 0, "{report:?}");
+    for k in split {
+        assert!(
+            report
+                .notes
+                .iter()
+                .any(|n| n.starts_with(&format!("{k} not set: the driver reports no header"))),
+            "{k}: {report:?}"
+        );
+    }
+    assert_eq!(contents(plain.path()), before);
+
+    let tree = copy_tree(&fixture("virtio-rss-6.12"));
+    let file = tree.path().join("netsteer/ethtool.json");
+    let mut e: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    let rings = &mut e["eth0"]["rings"];
+    rings["tcp_data_split"] = "disabled".into();
+    rings["hds_thresh"] = 0.into();
+    rings["hds_thresh_max"] = 1024.into();
+    let e: netsteer_host::ethtool::TreeEthtool = serde_json::from_value(e).unwrap();
+    fs::write(&file, netsteer_host::ethtool::tree_ethtool_text(&e)).unwrap();
+    let before = contents(tree.path());
+    let state = tempfile::tempdir().unwrap();
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    assert_eq!(report.status, ApplyStatus::Applied, "{report:?}");
+    for (id, old, new) in [
+        ("nic/eth0/rings/tcp-data-split", "0", "1"),
+        ("nic/eth0/rings/hds-thresh", "0", "256"),
+    ] {
+        let s = report.steps.iter().find(|s| s.id == id).unwrap();
+        assert_eq!(
+            (s.status, s.old.as_str(), s.new.as_str()),
+            (StepStatus::Changed, old, new),
+            "{s:?}"
+        );
+    }
+    let r = TreeNic::new(tree.path())
+        .settings("eth0")
+        .rings
+        .known()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (r.tcp_data_split, r.hds_thresh),
+        (Some(netsteer_host::ethtool::DataSplit::Enabled), Some(256))
+    );
+    let back = rollback_tree(tree.path(), &report.journal);
+    assert_eq!(back.status, RollbackStatus::Restored, "{back:?}");
+    assert_eq!(contents(tree.path()), before, "rollback left a difference");
+
+    // Past the maximum the device states: the write fails, the split before it is undone.
+    o.knobs = knobs(&[
+        "nic/eth0/rings/tcp-data-split=1",
+        "nic/eth0/rings/hds-thresh=4096",
+    ]);
+    let state = tempfile::tempdir().unwrap();
+    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
+    assert_ne!(report.status, ApplyStatus::Applied, "{report:?}");
+    assert!(
+        report
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("above the maximum 1024"),
+        "{report:?}"
+    );
+    assert_eq!(contents(tree.path()), before);
+}

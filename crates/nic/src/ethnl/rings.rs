@@ -1,6 +1,6 @@
 //! ETHTOOL_MSG_RINGS_GET (15) and ETHTOOL_MSG_RINGS_SET (16).
 use crate::attr;
-use netsteer_host::ethtool::{DataSplit, Rings};
+use netsteer_host::ethtool::{DataSplit, RING_DATA_SPLIT, RING_HDS_THRESH, Rings};
 
 pub const CMD: u8 = 15;
 pub const CMD_SET: u8 = 16;
@@ -31,17 +31,36 @@ const A_TCP_DATA_SPLIT: u16 = 11;
 const A_HDS_THRESH: u16 = 17;
 const A_HDS_THRESH_MAX: u16 = 18;
 
-pub fn set(name: &str, size: u64) -> Result<Vec<u8>, String> {
+/// The body of a RINGS_SET that changes one parameter: a ring size, header split on (1) or
+/// off (0), or the split threshold in bytes. The kernel refuses the last two with EOPNOTSUPP
+/// for a driver without ETHTOOL_RING_USE_TCP_DATA_SPLIT / _HDS_THRS, and a threshold above
+/// the device's maximum with EINVAL (net/ethtool/rings.c, ethnl_set_rings_validate).
+pub fn set(name: &str, value: u64) -> Result<Vec<u8>, String> {
+    let mut a = Vec::new();
+    if name == RING_DATA_SPLIT {
+        let v = match value {
+            0 => DATA_SPLIT_DISABLED,
+            1 => DATA_SPLIT_ENABLED,
+            _ => return Err(format!("tcp-data-split {value} is not 0 (off) or 1 (on)")),
+        };
+        attr::put(&mut a, A_TCP_DATA_SPLIT, &[v]);
+        return Ok(a);
+    }
     let kind = match name {
         "rx" => 6,
         "tx" => 9,
+        RING_HDS_THRESH => A_HDS_THRESH,
         _ => return Err(format!("no ring parameter {name:?}")),
     };
-    let size = u32::try_from(size).map_err(|_| format!("ring size {size} does not fit 32 bits"))?;
-    let mut a = Vec::new();
-    attr::put(&mut a, kind, &size.to_ne_bytes());
+    let v = u32::try_from(value).map_err(|_| format!("{name} {value} does not fit 32 bits"))?;
+    attr::put(&mut a, kind, &v.to_ne_bytes());
     Ok(a)
 }
+
+/// ETHTOOL_TCP_DATA_SPLIT_DISABLED and _ENABLED (include/uapi/linux/ethtool.h). Setting
+/// _UNKNOWN (0) asks for the driver's default, which would not read back as what was set.
+const DATA_SPLIT_DISABLED: u8 = 1;
+const DATA_SPLIT_ENABLED: u8 = 2;
 
 #[cfg(test)]
 mod tests {
@@ -73,6 +92,30 @@ mod tests {
         assert_eq!(
             parse(&off).unwrap().tcp_data_split,
             Some(DataSplit::Disabled)
+        );
+    }
+
+    #[test]
+    fn a_set_reads_back_as_the_value_it_sets() {
+        for (on, want) in [(1, DataSplit::Enabled), (0, DataSplit::Disabled)] {
+            let r = parse(&set(RING_DATA_SPLIT, on).unwrap()).unwrap();
+            assert_eq!((r.tcp_data_split, r.rx), (Some(want), None));
+        }
+        let r = parse(&set(RING_HDS_THRESH, 256).unwrap()).unwrap();
+        assert_eq!((r.hds_thresh, r.tcp_data_split), (Some(256), None));
+        assert_eq!(parse(&set("rx", 512).unwrap()).unwrap().rx, Some(512));
+        assert_eq!(parse(&set("tx", 64).unwrap()).unwrap().tx, Some(64));
+        // Never "auto" (0) by accident, never a size cut to 32 bits.
+        assert!(
+            set(RING_DATA_SPLIT, 2)
+                .unwrap_err()
+                .contains("not 0 (off) or 1 (on)")
+        );
+        assert!(set(RING_HDS_THRESH, 1 << 32).is_err());
+        assert!(
+            set("rx-jumbo", 1)
+                .unwrap_err()
+                .contains("no ring parameter")
         );
     }
 }

@@ -189,7 +189,8 @@ impl Knob {
     }
 
     /// A NIC setting named as plan items name them: `nic/IF/coalesce/rx-usecs`,
-    /// `nic/IF/channels/combined`, `nic/IF/rings/rx`, `nic/IF/feature/rx-gro`, `nic/IF/pause/rx`,
+    /// `nic/IF/channels/combined`, `nic/IF/rings/rx`, `nic/IF/rings/tcp-data-split` (header split,
+    /// 0/1) or `nic/IF/rings/hds-thresh`, `nic/IF/feature/rx-gro`, `nic/IF/pause/rx`,
     /// `nic/IF/rss/indirection` (the table) or `nic/IF/rss/weight` (`ethtool -X weight`),
     /// `nic/IF/flow-hash/udp4`. Returns the device, the knob and its item kind.
     pub fn nic_knob(path: &str) -> Result<(String, NicKnob, ItemKind), String> {
@@ -213,7 +214,9 @@ impl Knob {
                 NicKnob::Channels(name.to_string())
             }
             "coalesce" => NicKnob::Coalesce(name.to_string()),
-            "rings" if ["rx", "tx"].contains(name) => NicKnob::Rings(name.to_string()),
+            "rings" if netsteer_host::ethtool::RING_PARAMS.contains(name) => {
+                NicKnob::Rings(name.to_string())
+            }
             "feature" => NicKnob::Feature(name.to_string()),
             "pause" if ["autoneg", "rx", "tx"].contains(name) => NicKnob::Pause(name.to_string()),
             "rss" if ["indirection", "weight"].contains(name) => NicKnob::RssIndirection,
@@ -222,7 +225,7 @@ impl Knob {
             }
             _ => {
                 return Err(format!(
-                    "no NIC knob {group}/{name} (channels/{{combined,rx,tx,other}}, coalesce/NAME, rings/{{rx,tx}}, feature/NAME, pause/{{autoneg,rx,tx}}, rss/{{indirection,weight}}, flow-hash/{{tcp4,udp4,tcp6,udp6}})"
+                    "no NIC knob {group}/{name} (channels/{{combined,rx,tx,other}}, coalesce/NAME, rings/{{rx,tx,tcp-data-split,hds-thresh}}, feature/NAME, pause/{{autoneg,rx,tx}}, rss/{{indirection,weight}}, flow-hash/{{tcp4,udp4,tcp6,udp6}})"
                 ));
             }
         };
@@ -711,7 +714,14 @@ fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
         ),
         Some(Err(why)) => (None, Action::Skip(why)),
         Some(Ok(v)) => {
-            let a = change_or_keep(Some(&v), &desired, format);
+            let a = match change_or_keep(Some(&v), &desired, format) {
+                // A `[fixed]` feature would be asked for, ignored and then fail its read-back,
+                // undoing the rest: refused here with the reason, as the planner's own are.
+                Action::Change if settings.is_some_and(|s| !knob.changeable(s)) => {
+                    Action::Skip(format!("{knob} is fixed by the driver"))
+                }
+                a => a,
+            };
             (Some(v), a)
         }
     };
@@ -824,6 +834,12 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
                 vec![nic_knob_item(k, view)?]
             };
             for item in items {
+                // Asked for by name and refused: said where `apply` reports it too, as a
+                // profile's own skips (a queue not in this namespace) need not be.
+                if let Action::Skip(why) = &item.action {
+                    p.notes
+                        .push(format!("{}={} not set: {why}", item.id, k.value));
+                }
                 p.items.retain(|i| i.target != item.target);
                 if let Some(d) = item.target_device()
                     && !p.devices.iter().any(|x| x == d)
@@ -851,7 +867,11 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
             reason: "set explicitly (--set)".into(),
             action: match &k.current {
                 Some(_) => change_or_keep(k.current.as_deref(), &k.value, format),
-                None => Action::Skip(format!("{}: not readable here", k.path)),
+                None => {
+                    p.notes
+                        .push(format!("{}={} not set: not readable here", k.path, k.value));
+                    Action::Skip(format!("{}: not readable here", k.path))
+                }
             },
             rewrite: false,
         });
