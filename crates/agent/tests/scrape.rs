@@ -588,3 +588,95 @@ fn the_queues_packets_balance_over_the_interval_from_their_own_counters() {
     let boot = value(&second, spread, "rx-packets", "boot").unwrap();
     assert!((boot - 2.0 * 19_674.0 / 29_674.0).abs() < 1e-9, "{boot}");
 }
+
+/// The page-pool series of a real guest's tree (Debian 7.3, virtio-net, counters built): its
+/// one pool on rx-0 with the pages and counters the kernel reported. Then the same tree with
+/// the pool dump failed, and with the counters unavailable: each says why in
+/// `netsteer_page_pool_unknown_info`, with a different part and reason, and exports no
+/// number it does not have.
+#[test]
+fn page_pools_are_exported_as_the_kernel_reported_them_and_unknowns_say_why() {
+    let one = |fams: &[Family], name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        family(fams, name)
+            .samples
+            .iter()
+            .find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+            .map(|s| s.value)
+    };
+    let pool = [("device", "eth0"), ("pool", "3"), ("queue", "rx-0")];
+    let a = agent(&fixture("zoo-virtio-pools-7.3"), Rates::SinceBoot, None);
+    let fams = a.scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+    assert_eq!(
+        one(&fams, "netsteer_page_pool_inflight_pages", &pool),
+        Some(128.0)
+    );
+    assert_eq!(
+        one(&fams, "netsteer_page_pool_inflight_bytes", &pool),
+        Some(524288.0)
+    );
+    let path = |p: &'static str| [pool[0], pool[1], pool[2], ("path", p)];
+    assert_eq!(
+        one(&fams, "netsteer_page_pool_allocations_total", &path("fast")),
+        Some(126.0)
+    );
+    assert_eq!(
+        one(&fams, "netsteer_page_pool_allocations_total", &path("slow")),
+        Some(2.0)
+    );
+    assert_eq!(
+        family(&fams, "netsteer_page_pool_recycles_total")
+            .samples
+            .len(),
+        5
+    );
+    assert!(
+        family(&fams, "netsteer_page_pool_unknown_info")
+            .samples
+            .is_empty()
+    );
+
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let t = tempfile::tempdir().unwrap();
+        copy_tree(&fixture("zoo-virtio-pools-7.3"), t.path());
+        let file = t.path().join("netsteer/ethtool.json");
+        let mut e: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        f(&mut e["eth0"]["netdev"]["page_pools"]);
+        std::fs::write(&file, e.to_string()).unwrap();
+        let fams =
+            agent(t.path(), Rates::SinceBoot, None).scrape(Instant::now(), SystemTime::UNIX_EPOCH);
+        let why: Vec<(String, String)> = family(&fams, "netsteer_page_pool_unknown_info")
+            .samples
+            .iter()
+            .map(|s| {
+                assert_eq!((s.label("device"), s.value), (Some("eth0"), 1.0));
+                let l = |k| s.label(k).unwrap().to_string();
+                (l("part"), l("reason"))
+            })
+            .collect();
+        (fams, why)
+    };
+    let failed = "page-pool-get: Operation not permitted (os error 1)";
+    let (fams, why) = edit(&|p| *p = serde_json::json!({ "unknown": failed }));
+    assert_eq!(why, [("pools".to_string(), failed.to_string())]);
+    assert!(
+        family(&fams, "netsteer_page_pool_inflight_pages")
+            .samples
+            .is_empty()
+    );
+    let unbuilt = "the kernel was built without CONFIG_PAGE_POOL_STATS (no PAGE_POOL_STATS_GET)";
+    let (fams, why) = edit(&|p| {
+        p["stats_unavailable"] = unbuilt.into();
+        p["pools"][0]["stats"] = serde_json::Value::Null;
+    });
+    assert_eq!(why, [("stats".to_string(), unbuilt.to_string())]);
+    assert_eq!(
+        one(&fams, "netsteer_page_pool_inflight_pages", &pool),
+        Some(128.0)
+    );
+    assert!(
+        family(&fams, "netsteer_page_pool_allocations_total")
+            .samples
+            .is_empty()
+    );
+}

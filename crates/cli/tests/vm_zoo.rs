@@ -142,6 +142,48 @@ fn capture_zoo_fixtures() {
     }
 }
 
+/// Regenerates `fixtures/hosts/zoo-virtio-pools-7.3`: one virtio-net NIC, up, on Debian's 7.3,
+/// whose driver registers its receive queue's page pool with the device (counters built): the
+/// tree the agent's page-pool series are tested on. Run by hand like the one above.
+#[test]
+#[ignore]
+fn capture_page_pool_fixture() {
+    assert!(usable());
+    let mut g = boot("zoocap", &one_virtio_on_7_3());
+    let bin = g.install(std::path::Path::new(BIN)).unwrap();
+    g.sh_ok("chroot /host ip link set eth0 up", T).unwrap();
+    g.guest.sh("rm -rf /x/snap", T).unwrap();
+    let (rc, out) = ns(
+        &mut g,
+        &bin,
+        &["snapshot", "--output", "/tmp/netsteer-x/snap"],
+    );
+    assert_eq!(rc, 0, "snapshot: {out}");
+    let dest = common::fixture("zoo-virtio-pools-7.3");
+    let _ = std::fs::remove_dir_all(&dest);
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(g.guest.share_dir().join("snap"))
+        .arg(&dest)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    eprintln!("captured {}", dest.display());
+}
+
+/// Two vCPUs and one virtio-net NIC of one queue pair on Debian's 7.3.
+fn one_virtio_on_7_3() -> ZooSpec {
+    ZooSpec {
+        kernel: Some("7.3".into()),
+        cpus: 2,
+        nodes: 1,
+        mem_mb: 1024,
+        nics: vec![(ZooNic::Virtio { queues: 1 }, None)],
+        boot_limit: Duration::from_secs(150),
+    }
+}
+
 /// Which CPUs each NUMA node has, from the guest's own sysfs.
 fn node_cpus(g: &mut ZooGuest) -> BTreeMap<u32, Vec<u32>> {
     let out = g
@@ -481,15 +523,7 @@ fn page_pools_are_shown_as_the_kernel_lists_them() {
     if !usable() {
         return;
     }
-    let spec = ZooSpec {
-        kernel: Some("7.3".into()),
-        cpus: 2,
-        nodes: 1,
-        mem_mb: 1024,
-        nics: vec![(ZooNic::Virtio { queues: 1 }, None)],
-        boot_limit: Duration::from_secs(150),
-    };
-    let mut g = boot("zoopool", &spec);
+    let mut g = boot("zoopool", &one_virtio_on_7_3());
     let bin = g.install(std::path::Path::new(BIN)).unwrap();
     std::fs::write(
         g.guest.share_dir().join("page_pools.py"),

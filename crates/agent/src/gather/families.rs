@@ -46,6 +46,7 @@ pub(super) struct Families {
     pub(super) pool_inflight_bytes: Family,
     pub(super) pool_allocations: Family,
     pub(super) pool_recycles: Family,
+    pub(super) pool_unknown: Family,
     pub(super) finding: Family,
     pub(super) findings: Family,
     pub(super) rules: Family,
@@ -267,6 +268,11 @@ impl Default for Families {
                 Counter,
                 "Pages given back to a page pool since it was created, by result: cached, ring, and the refusals cache_full, ring_full (the page is freed) and released_refcnt; no series without CONFIG_PAGE_POOL_STATS.",
             ),
+            pool_unknown: f(
+                "netsteer_page_pool_unknown",
+                Info,
+                "1 for a device whose page pools (part=\"pools\") or their counters (part=\"stats\") could not be read, with why: a kernel without the command (CONFIG_PAGE_POOL, CONFIG_PAGE_POOL_STATS) and a failed dump give different reasons, where the missing series alone cannot tell them apart.",
+            ),
             finding: f(
                 "netsteer_doctor_finding",
                 Gauge,
@@ -380,6 +386,7 @@ impl Families {
             self.pool_inflight_bytes,
             self.pool_allocations,
             self.pool_recycles,
+            self.pool_unknown,
             self.finding,
             self.findings,
             self.rules,

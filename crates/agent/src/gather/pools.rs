@@ -12,9 +12,25 @@ pub(super) fn page_pools(out: &mut Families, nic: &Nic) {
     let Some(netdev) = nic.settings.as_ref().and_then(|s| s.netdev().ok()) else {
         return;
     };
-    let Some(Field::Known(pools)) = &netdev.page_pools else {
-        return;
+    let unknown = |out: &mut Families, part: &str, why: &str| {
+        out.pool_unknown.push(
+            vec![
+                ("device", nic.name.clone()),
+                ("part", part.into()),
+                ("reason", why.into()),
+            ],
+            1.0,
+        );
     };
+    let pools = match &netdev.page_pools {
+        // Trees captured before netsteer read pools: nothing said either way.
+        None => return,
+        Some(Field::Unknown { unknown: why }) => return unknown(out, "pools", why),
+        Some(Field::Known(pools)) => pools,
+    };
+    if let Some(why) = &pools.stats_unavailable {
+        unknown(out, "stats", why);
+    }
     // The pools serving a queue first, live before detached ones (a detached pool is
     // usually older and would otherwise take a live queue's place), then the rest.
     let cap = nic.rx_queues.len().max(1);
