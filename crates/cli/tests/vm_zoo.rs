@@ -119,25 +119,7 @@ fn capture_zoo_fixtures() {
             } else {
                 g.shape(None, Some("eth1"), None).unwrap();
             }
-            g.guest.sh("rm -rf /x/snap", T).unwrap();
-            let (rc, out) = ns(
-                &mut g,
-                &bin,
-                &["snapshot", "--output", "/tmp/netsteer-x/snap"],
-            );
-            assert_eq!(rc, 0, "snapshot: {out}");
-            let name = format!("zoo-{shape}-{kernel}");
-            let dest = common::fixture(&name);
-            let _ = std::fs::remove_dir_all(&dest);
-            let ok = Command::new("cp")
-                .arg("-a")
-                .arg(g.guest.share_dir().join("snap"))
-                .arg(&dest)
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok);
-            eprintln!("captured {}", dest.display());
+            capture(&mut g, &bin, &format!("zoo-{shape}-{kernel}"));
         }
     }
 }
@@ -152,14 +134,15 @@ fn capture_page_pool_fixture() {
     let mut g = boot("zoocap", &one_virtio_on_7_3());
     let bin = g.install(std::path::Path::new(BIN)).unwrap();
     g.sh_ok("chroot /host ip link set eth0 up", T).unwrap();
+    capture(&mut g, &bin, "zoo-virtio-pools-7.3");
+}
+
+/// `netsteer snapshot` in the guest, copied over `fixtures/hosts/NAME`.
+fn capture(g: &mut ZooGuest, bin: &str, name: &str) {
     g.guest.sh("rm -rf /x/snap", T).unwrap();
-    let (rc, out) = ns(
-        &mut g,
-        &bin,
-        &["snapshot", "--output", "/tmp/netsteer-x/snap"],
-    );
+    let (rc, out) = ns(g, bin, &["snapshot", "--output", "/tmp/netsteer-x/snap"]);
     assert_eq!(rc, 0, "snapshot: {out}");
-    let dest = common::fixture("zoo-virtio-pools-7.3");
+    let dest = common::fixture(name);
     let _ = std::fs::remove_dir_all(&dest);
     let ok = Command::new("cp")
         .arg("-a")
