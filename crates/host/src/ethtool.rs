@@ -56,7 +56,7 @@ pub const RING_PARAMS: [&str; 4] = ["rx", "tx", RING_DATA_SPLIT, RING_HDS_THRESH
 /// Why a device's header split cannot be read or set: the kernel reports the state only for
 /// drivers that set ETHTOOL_RING_USE_TCP_DATA_SPLIT (bnxt, gve, idpf, fbnic, netdevsim and a
 /// few more; not virtio-net, igb, e1000e or veth), and sends no attribute otherwise.
-pub const NO_DATA_SPLIT: &str = "the driver reports no header split (ETHTOOL_A_RINGS_TCP_DATA_SPLIT: Linux 6.0+, and only drivers that can split headers from payload)";
+pub const NO_DATA_SPLIT: &str = "the driver reports no header split (ETHTOOL_A_RINGS_TCP_DATA_SPLIT: Linux 6.0+; drivers that can split headers from payload report the state in effect)";
 
 /// ETHTOOL_TCP_DATA_SPLIT_* (include/uapi/linux/ethtool.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -345,10 +345,13 @@ impl NicKnob {
             }
             NicKnob::Rings(n) => {
                 let r = part(&s.rings, "rings")?;
+                let size = |v: Option<u32>| {
+                    v.map(u64::from)
+                        .ok_or_else(|| format!("the driver does not report the {n} ring size"))
+                };
                 match n.as_str() {
-                    "rx" | "tx" => (if n == "rx" { r.rx } else { r.tx })
-                        .map(u64::from)
-                        .ok_or_else(|| format!("the driver does not report the {n} ring size")),
+                    "rx" => size(r.rx),
+                    "tx" => size(r.tx),
                     RING_DATA_SPLIT => match r.tcp_data_split {
                         Some(DataSplit::Enabled) => Ok(1),
                         Some(DataSplit::Disabled) => Ok(0),
@@ -757,6 +760,10 @@ mod tests {
                 .store(&mut s, "2")
                 .unwrap_err()
                 .contains("0 (off) or 1 (on)")
+        );
+        assert_eq!(
+            s.rings.known().unwrap().tcp_data_split,
+            Some(DataSplit::Enabled)
         );
         assert!(
             thresh

@@ -1498,21 +1498,32 @@ fn header_split_items_apply_where_reported_and_are_refused_where_not() {
     assert_eq!(back.status, RollbackStatus::Restored, "{back:?}");
     assert_eq!(contents(tree.path()), before, "rollback left a difference");
 
-    // Past the maximum the device states: the write fails, the split before it is undone.
-    o.knobs = knobs(&[
-        "nic/eth0/rings/tcp-data-split=1",
-        "nic/eth0/rings/hds-thresh=4096",
-    ]);
-    let state = tempfile::tempdir().unwrap();
-    let report = apply_tree(tree.path(), state.path(), &o, &|b| Box::new(Plain(b)));
-    assert_ne!(report.status, ApplyStatus::Applied, "{report:?}");
+    // Past the maximum the device states, or a split that is not 0/1: refused when planning,
+    // naming the bound, before anything is journaled or written.
+    let fs_ = HostFs::open(tree.path()).unwrap();
+    let nic = TreeNic::new(tree.path());
+    let settings = |n: &str| nic.settings(n);
+    let view = read_host(&fs_, Some(&settings));
+    for (set, why) in [
+        (
+            "nic/eth0/rings/hds-thresh=4096",
+            "above the device's maximum 1024",
+        ),
+        ("nic/eth0/rings/tcp-data-split=2", "is 0 (off) or 1 (on)"),
+    ] {
+        o.knobs = knobs(&["nic/eth0/rings/tcp-data-split=1", set]);
+        let e = plan(&view, &o).unwrap_err().to_string();
+        assert!(e.contains(set) && e.contains(why), "{e}");
+    }
+    // A knob given twice is planned once, as the last says, and its earlier refusal is not
+    // left in the notes.
+    o.knobs = knobs(&["nic/eth0/feature/rx-lro=1", "nic/eth0/feature/rx-lro=0"]);
+    let p = plan(&view, &o).unwrap();
+    let lro: Vec<&String> = p.notes.iter().filter(|n| n.contains("rx-lro")).collect();
+    assert_eq!(lro.len(), 1, "{:?}", p.notes);
     assert!(
-        report
-            .error
-            .as_deref()
-            .unwrap_or("")
-            .contains("above the maximum 1024"),
-        "{report:?}"
+        lro[0].starts_with("nic/eth0/feature/rx-lro=0 not set"),
+        "{lro:?}"
     );
     assert_eq!(contents(tree.path()), before);
 }

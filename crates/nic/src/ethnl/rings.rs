@@ -105,6 +105,21 @@ mod tests {
         assert_eq!((r.hds_thresh, r.tcp_data_split), (Some(256), None));
         assert_eq!(parse(&set("rx", 512).unwrap()).unwrap().rx, Some(512));
         assert_eq!(parse(&set("tx", 64).unwrap()).unwrap().tx, Some(64));
+        // The bytes themselves, against the uapi numbers (not this file's constants):
+        // attribute 11 holding ENABLED (2) or DISABLED (1), attribute 17 a u32.
+        let raw = |kind: u16, payload: &[u8]| {
+            let mut b = ((4 + payload.len()) as u16).to_ne_bytes().to_vec();
+            b.extend_from_slice(&kind.to_ne_bytes());
+            b.extend_from_slice(payload);
+            b.resize(b.len().div_ceil(4) * 4, 0);
+            b
+        };
+        assert_eq!(set(RING_DATA_SPLIT, 1).unwrap(), raw(11, &[2]));
+        assert_eq!(set(RING_DATA_SPLIT, 0).unwrap(), raw(11, &[1]));
+        assert_eq!(
+            set(RING_HDS_THRESH, 256).unwrap(),
+            raw(17, &256u32.to_ne_bytes())
+        );
         // Never "auto" (0) by accident, never a size cut to 32 bits.
         assert!(
             set(RING_DATA_SPLIT, 2)

@@ -681,6 +681,19 @@ fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
         PlanError::NoDevice(dev.clone(), known.join(", "))
     })?;
     let settings = nic.settings.as_ref();
+    // A value past what the device says it takes is refused here, naming the bound, before
+    // anything is journaled: the kernel's EINVAL would come after earlier writes and undo
+    // them all.
+    if let (Some(s), Ok(v)) = (settings, k.value.trim().parse::<u64>())
+        && let Some(max) = knob.limit(s)
+        && v > max
+    {
+        return Err(bad(if max == 1 {
+            format!("{knob} is 0 (off) or 1 (on)")
+        } else {
+            format!("{knob} {v} is above the device's maximum {max}")
+        }));
+    }
     let read = settings.map(|s| knob.read(s));
     let (format, desired) = match (&knob, k.path.ends_with("/weight")) {
         (NicKnob::RssIndirection, true) => {
@@ -834,6 +847,9 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
                 vec![nic_knob_item(k, view)?]
             };
             for item in items {
+                // A later --set of the same knob replaces an earlier one, and its note.
+                let said = format!("{}=", item.id);
+                p.notes.retain(|n| !n.starts_with(&said));
                 // Asked for by name and refused: said where `apply` reports it too, as a
                 // profile's own skips (a queue not in this namespace) need not be.
                 if let Action::Skip(why) = &item.action {
