@@ -58,6 +58,9 @@ pub const RING_PARAMS: [&str; 4] = ["rx", "tx", RING_DATA_SPLIT, RING_HDS_THRESH
 /// few more; not virtio-net, igb, e1000e or veth), and sends no attribute otherwise.
 pub const NO_DATA_SPLIT: &str = "the driver reports no header split (ETHTOOL_A_RINGS_TCP_DATA_SPLIT: Linux 6.0+; drivers that can split headers from payload report the state in effect)";
 
+/// Why a device's header-split threshold cannot be read or set.
+pub const NO_HDS_THRESH: &str = "the driver reports no header-split threshold (ETHTOOL_A_RINGS_HDS_THRESH, Linux 6.14+, drivers with ETHTOOL_RING_USE_HDS_THRS)";
+
 /// ETHTOOL_TCP_DATA_SPLIT_* (include/uapi/linux/ethtool.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -363,9 +366,10 @@ impl NicKnob {
                         ),
                         None => Err(NO_DATA_SPLIT.into()),
                     },
-                    RING_HDS_THRESH => r.hds_thresh.map(u64::from).ok_or_else(|| {
-                        "the driver reports no header-split threshold (ETHTOOL_A_RINGS_HDS_THRESH, Linux 6.14+, drivers with ETHTOOL_RING_USE_HDS_THRS)".into()
-                    }),
+                    RING_HDS_THRESH => r
+                        .hds_thresh
+                        .map(u64::from)
+                        .ok_or_else(|| NO_HDS_THRESH.into()),
                     _ => Err(format!("no ring parameter {n:?}")),
                 }
             }
@@ -577,9 +581,7 @@ impl NicKnob {
                     RING_HDS_THRESH if r.hds_thresh.is_some() => {
                         (&mut r.hds_thresh, r.hds_thresh_max)
                     }
-                    RING_HDS_THRESH => {
-                        return Err("the driver reports no header-split threshold".into());
-                    }
+                    RING_HDS_THRESH => return Err(NO_HDS_THRESH.into()),
                     _ => return Err(format!("no ring parameter {n:?}")),
                 };
                 let v = u32::try_from(v).map_err(|_| too_big())?;

@@ -11,7 +11,7 @@ use super::tuner::{TuneError, Tuner};
 use crate::model::desired::{Action, Plan, Profile};
 use crate::model::knob;
 use crate::model::knob::{ItemId, every_napi_path};
-use crate::model::planner::{Knob, PlanOptions};
+use crate::model::planner::{Knob, PlanOptions, past_limit};
 use netsteer_experiment::clock::Clock;
 use netsteer_experiment::experiment::{self, BoxError, Comparison, Executor, Order};
 use netsteer_experiment::search::{self as engine, Dim, Obs, Options, Outcome, Target};
@@ -140,19 +140,15 @@ fn check_limit(view: &HostView, k: &SearchKnob) -> Result<(), TuneError> {
     let Ok((dev, knob, _)) = Knob::nic_knob(&k.path) else {
         return Ok(());
     };
-    let Some(max) = view
-        .nic(&dev)
-        .and_then(|n| n.settings.as_ref())
-        .and_then(|s| knob.limit(s))
-    else {
+    let Some(s) = view.nic(&dev).and_then(|n| n.settings.as_ref()) else {
         return Ok(());
     };
     match k
         .values
         .iter()
-        .find(|v| v.parse::<u64>().is_ok_and(|v| v > max))
+        .find_map(|v| past_limit(&knob, s, v).map(|max| (v, max)))
     {
-        Some(v) => Err(TuneError::Search(format!(
+        Some((v, max)) => Err(TuneError::Search(format!(
             "--knob {}: {v} is more than {dev} takes ({max})",
             k.path
         ))),

@@ -672,6 +672,27 @@ pub fn plan_of(items: Vec<Item>, read: impl Fn(&Target) -> Result<String, String
     p
 }
 
+/// The largest value `knob` takes on a device with settings `s`, when `value` is a number past
+/// it: what `--set` and `tune search --knob` both refuse before anything is written.
+pub(crate) fn past_limit(knob: &NicKnob, s: &NicSettings, value: &str) -> Option<u64> {
+    let max = knob.limit(s)?;
+    value
+        .trim()
+        .parse::<u64>()
+        .is_ok_and(|v| v > max)
+        .then_some(max)
+}
+
+/// Says in the plan's notes that the explicit knob `key=value` is not set, and why; a later
+/// `--set` of the same key replaces an earlier one's note (and clears it when it is set).
+fn refused_note(notes: &mut Vec<String>, key: &str, value: &str, why: Option<&str>) {
+    let said = format!("{key}=");
+    notes.retain(|n| !n.starts_with(&said));
+    if let Some(why) = why {
+        notes.push(format!("{key}={value} not set: {why}"));
+    }
+}
+
 /// An explicit NIC knob as a plan item, its current value read from the view's NIC settings.
 fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
     let bad = |why: String| PlanError::BadKnob(format!("{}={}", k.path, k.value), why);
@@ -684,14 +705,14 @@ fn nic_knob_item(k: &Knob, view: &HostView) -> Result<Item, PlanError> {
     // A value past what the device says it takes is refused here, naming the bound, before
     // anything is journaled: the kernel's EINVAL would come after earlier writes and undo
     // them all.
-    if let (Some(s), Ok(v)) = (settings, k.value.trim().parse::<u64>())
-        && let Some(max) = knob.limit(s)
-        && v > max
-    {
+    if let Some(max) = settings.and_then(|s| past_limit(&knob, s, &k.value)) {
         return Err(bad(if max == 1 {
             format!("{knob} is 0 (off) or 1 (on)")
         } else {
-            format!("{knob} {v} is above the device's maximum {max}")
+            format!(
+                "{knob} {} is above the device's maximum {max}",
+                k.value.trim()
+            )
         }));
     }
     let read = settings.map(|s| knob.read(s));
@@ -847,15 +868,13 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
                 vec![nic_knob_item(k, view)?]
             };
             for item in items {
-                // A later --set of the same knob replaces an earlier one, and its note.
-                let said = format!("{}=", item.id);
-                p.notes.retain(|n| !n.starts_with(&said));
                 // Asked for by name and refused: said where `apply` reports it too, as a
                 // profile's own skips (a queue not in this namespace) need not be.
-                if let Action::Skip(why) = &item.action {
-                    p.notes
-                        .push(format!("{}={} not set: {why}", item.id, k.value));
-                }
+                let why = match &item.action {
+                    Action::Skip(why) => Some(why.as_str()),
+                    _ => None,
+                };
+                refused_note(&mut p.notes, &item.id, &k.value, why);
                 p.items.retain(|i| i.target != item.target);
                 if let Some(d) = item.target_device()
                     && !p.devices.iter().any(|x| x == d)
@@ -871,6 +890,8 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
             continue;
         }
         let (kind, format) = (target.kind(), target.format());
+        let unread = k.current.is_none().then_some("not readable here");
+        refused_note(&mut p.notes, &k.path, &k.value, unread);
         p.items.retain(|i| i.target != target);
         p.items.push(Item {
             id: ItemId::Set(k.path.clone()).into(),
@@ -883,11 +904,7 @@ fn add_knobs(p: &mut Plan, knobs: &[Knob], view: &HostView) -> Result<(), PlanEr
             reason: "set explicitly (--set)".into(),
             action: match &k.current {
                 Some(_) => change_or_keep(k.current.as_deref(), &k.value, format),
-                None => {
-                    p.notes
-                        .push(format!("{}={} not set: not readable here", k.path, k.value));
-                    Action::Skip(format!("{}: not readable here", k.path))
-                }
+                None => Action::Skip(format!("{}: not readable here", k.path)),
             },
             rewrite: false,
         });
