@@ -25,6 +25,46 @@ pub enum LabCommand {
     /// (NETSTEER_LAB_CLIENT_NS, NETSTEER_LAB_SERVER_ADDR, ...; docs/lab.md), then take the lab down,
     /// also on Ctrl-C or a kill. Exits with COMMAND's status (2 when the lab cannot be made).
     With(WithArgs),
+    /// Measure the VM lab's noise floor: RUNS identical runs of the UDP echo round trip (the
+    /// server and its NIC's vectors on CPU 1, the client on CPU 0), the spread of their p99 —
+    /// what a change must beat to be "beyond the noise" — and the server CPU's hard IRQs,
+    /// NET_RX softirqs and context switches per request (docs/lab.md).
+    Noise(NoiseArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RigArg {
+    /// Two guests on a tap bridge (the lab's usual form: --vm runs use it).
+    Pair,
+    /// One guest, both NICs on one QEMU hub, the client's in a namespace of its own.
+    Twin,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct NoiseArgs {
+    /// Where to run: `pair` (two guests) or `twin` (both ends in one guest).
+    #[arg(long, value_enum, default_value = "twin")]
+    rig: RigArg,
+    /// With --rig twin: run the guest in virtual time (QEMU's -icount, single-threaded TCG):
+    /// its clock follows the instructions it runs, not the host's; SHIFT makes each
+    /// instruction 2^SHIFT ns (0: one instruction, one virtual ns).
+    #[arg(long, value_name = "SHIFT", num_args = 0..=1, default_missing_value = "0", value_parser = clap::value_parser!(u32).range(0..=10))]
+    virtual_time: Option<u32>,
+    /// The NICs' model (virtio, virtio-rss, igb).
+    #[arg(long, value_name = "MODEL", default_value = "igb", value_parser = clap::value_parser!(netsteer_lab::vm::NicModel))]
+    nic: netsteer_lab::vm::NicModel,
+    /// The guest kernel's series (6.1, 6.12, 7.3); default: the apt candidate.
+    #[arg(long, value_name = "SERIES")]
+    kernel: Option<String>,
+    /// Identical runs.
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100))]
+    runs: u32,
+    /// Round trips per run.
+    #[arg(long, default_value_t = 2000, value_name = "N", value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    count: u64,
+    /// JSON Lines: one `noise` message at the end (docs/json.md).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -69,6 +109,11 @@ pub struct RunArgs {
     /// after the other in the same guests).
     #[arg(long, requires = "vm", conflicts_with = "trace", value_name = "SERVICES", num_args = 0..=1, default_missing_value = "udp", value_delimiter = ',')]
     lane: Option<Vec<netsteer_lab::vm::lane::Service>>,
+    /// With --vm --lane: run both ends in one guest (two NICs on a QEMU hub, the client's in a
+    /// namespace of its own) in virtual time (QEMU's -icount, one TCG thread), so the host's
+    /// load does not reach the latencies; SHIFT makes each instruction 2^SHIFT ns (docs/lab.md).
+    #[arg(long, requires = "lane", value_name = "SHIFT", num_args = 0..=1, default_missing_value = "0", value_parser = clap::value_parser!(u32).range(0..=10))]
+    virtual_time: Option<u32>,
     /// Round trips per run with --vm.
     #[arg(long, default_value_t = 2000, value_name = "N", requires = "vm", value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     count: u64,
@@ -145,11 +190,12 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
                 (repeats, a.count),
                 a.json,
                 a.trace,
-                a.lane.as_deref(),
+                (a.lane.as_deref(), a.virtual_time),
             )
         }
         LabCommand::Run(a) => lab_run(a),
         LabCommand::With(w) => with(w),
+        LabCommand::Noise(a) => noise(a),
         LabCommand::Clean => {
             let removed = netsteer_lab::clean_stale().context("lab clean")?;
             let mut out = io::stdout().lock();
@@ -254,18 +300,88 @@ fn vm_run(
     (repeats, count): (u32, u64),
     json: bool,
     trace: bool,
-    lane: Option<&[netsteer_lab::vm::lane::Service]>,
+    (lane, virtual_time): (Option<&[netsteer_lab::vm::lane::Service]>, Option<u32>),
 ) -> Result<ExitCode> {
     netsteer_lab::clean_up_on_termination()?;
     let bin = std::env::current_exe().context("the netsteer binary")?;
     let mut out = io::stdout().lock();
     let mut line = |l: &str| emit(&mut out, l);
     if let Some(services) = lane {
-        netsteer_lab::vm::lane::run_pair(spec, &bin, services, (count, repeats), &mut line, json)
-            .context("the VM lane")?;
+        netsteer_lab::vm::lane::run_pair(
+            spec,
+            &bin,
+            services,
+            (count, repeats),
+            &mut line,
+            json,
+            virtual_time,
+        )
+        .context("the VM lane")?;
     } else {
         netsteer_lab::vm::ladder::run_pair(spec, &bin, repeats, count, &mut line, json, trace)
             .context("the VM ladder")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn noise(a: &NoiseArgs) -> Result<ExitCode> {
+    use netsteer_lab::vm::{self, noise::Rig};
+    if a.virtual_time.is_some() && a.rig == RigArg::Pair {
+        anyhow::bail!(
+            "--virtual-time needs --rig twin: virtual time holds inside one QEMU process, and the pair is two"
+        );
+    }
+    netsteer_lab::clean_up_on_termination()?;
+    let bin = std::env::current_exe().context("the netsteer binary")?;
+    let mut rig = match a.rig {
+        RigArg::Pair => {
+            let spec = vm::VmPairSpec {
+                nic: a.nic,
+                kernel: a.kernel.clone(),
+                ..Default::default()
+            };
+            Rig::Pair(Box::new(
+                vm::VmPair::boot_announced("nsn", &spec).context("booting the pair")?,
+            ))
+        }
+        RigArg::Twin => {
+            let spec = vm::twin::TwinSpec {
+                nic: a.nic,
+                kernel: a.kernel.clone(),
+                virtual_time: a.virtual_time,
+                ..Default::default()
+            };
+            eprintln!("netsteer lab: booting {}", spec.describe());
+            let t = vm::twin::Twin::boot("nsn", &spec).context("booting the twin")?;
+            eprintln!(
+                "netsteer lab: up in {:.1} s (kernel {}); server {} ({}), client {} ({}) in namespace {}",
+                t.guest.boot_time.as_secs_f64(),
+                t.guest.release,
+                t.server.dev,
+                t.server.pci,
+                t.client.dev,
+                t.client.pci,
+                vm::twin::PEER_NS
+            );
+            Rig::Twin(Box::new(t))
+        }
+    };
+    let guest_bin = rig
+        .install(&bin)
+        .context("installing netsteer in the guest")?;
+    let mut out = io::stdout().lock();
+    let json = a.json;
+    let floor = {
+        let mut line = |l: &str| if json { Ok(()) } else { emit(&mut out, l) };
+        vm::noise::measure(&mut rig, &guest_bin, a.runs, a.count, &mut line)
+            .context("measuring the noise floor")?
+    };
+    if json {
+        emit(&mut out, &serde_json::to_string(&floor)?)?;
+    } else {
+        for l in vm::noise::summary_lines(&floor) {
+            emit(&mut out, &l)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -46,7 +46,9 @@ const MODULES: &[&str] = &[
 /// guest has been seen to lose 16 bytes of a line, one UART FIFO's worth, at its start or in
 /// the middle of a long RSS table, so the host sends it again); an ID already run is
 /// acknowledged again and not run twice. Its output goes to /x/out.ID and the answer
-/// `@@DONE ID RC` to the port. Commands get no copy of the port (3<&-).
+/// `@@DONE ID RC` to the port. Commands get no copy of the port (3<&-). A twin
+/// (`netsteer.peer` on the kernel's command line) has a second loop on the third serial port
+/// whose commands run in the `peer` network namespace, their output in /x/peer.
 const INIT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
@@ -65,32 +67,47 @@ mount -t tmpfs tmp /host/tmp
 mkdir -p /host/tmp/netsteer-x && mount -o bind /x /host/tmp/netsteer-x
 mount -t tmpfs run /host/run
 ip link set lo up
-exec 3<>/dev/ttyS1
-stty -F /dev/ttyS1 raw -echo
-# Said until the host answers: a line sent while no one is connected to the port is lost.
-until read -t 1 -r hello <&3; do echo "@@READY $(uname -r)" >&3; done
-last=-1
-while read -r line <&3; do
-  case "$line" in
-    "@@CMD "*" @@END") ;;
-    *) echo "@@BAD" >&3; continue ;;
-  esac
-  body=${line#@@CMD }
-  body=${body% @@END}
-  id=${body%% *}
-  body=${body#* }
-  len=${body%% *}
-  cmd=${body#* }
-  case "$id$len" in
-    ''|*[!0-9]*) echo "@@BAD" >&3; continue ;;
-  esac
-  [ "${#cmd}" = "$len" ] || { echo "@@BAD" >&3; continue; }
-  echo "@@ACK $id" >&3
-  [ "$id" -le "$last" ] && continue
-  last=$id
-  sh -c "$cmd" > /x/out.$id 2>&1 < /dev/null 3<&-
-  echo "@@DONE $id $?" >&3
-done
+# serve PORT OUT [NETNS]: the command loop on PORT, output in OUT; with NETNS, each command
+# runs in that network namespace (a twin's client end, `ip netns add` in the chroot: it must
+# exist by the first command).
+serve() {
+  exec 3<>$1
+  stty -F $1 raw -echo
+  # Said until the host answers: a line sent while no one is connected to the port is lost.
+  until read -t 1 -r hello <&3; do echo "@@READY $(uname -r)" >&3; done
+  last=-1
+  while read -r line <&3; do
+    case "$line" in
+      "@@CMD "*" @@END") ;;
+      *) echo "@@BAD" >&3; continue ;;
+    esac
+    body=${line#@@CMD }
+    body=${body% @@END}
+    id=${body%% *}
+    body=${body#* }
+    len=${body%% *}
+    cmd=${body#* }
+    case "$id$len" in
+      ''|*[!0-9]*) echo "@@BAD" >&3; continue ;;
+    esac
+    [ "${#cmd}" = "$len" ] || { echo "@@BAD" >&3; continue; }
+    echo "@@ACK $id" >&3
+    [ "$id" -le "$last" ] && continue
+    last=$id
+    if [ -n "$3" ]; then
+      nsenter --net=/host/run/netns/$3 sh -c "$cmd" > $2/out.$id 2>&1 < /dev/null 3<&-
+    else
+      sh -c "$cmd" > $2/out.$id 2>&1 < /dev/null 3<&-
+    fi
+    echo "@@DONE $id $?" >&3
+  done
+}
+# A twin (netsteer.peer on the command line) has a second port for its client end.
+if grep -q netsteer.peer /proc/cmdline; then
+  mkdir -p /x/peer
+  serve /dev/ttyS2 /x/peer peer &
+fi
+serve /dev/ttyS1 /x
 "#;
 
 /// A built image.

@@ -315,8 +315,9 @@ pub(super) fn apply(
     let mut argv = vec![bin, "tune", "apply", "--state-dir", state, "--json"];
     argv.extend_from_slice(args);
     let out = g.host_ok(&argv, T)?;
-    let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out)
-        .map_err(|e| LabError::Invalid(format!("guest {}: tune apply output: {e}", g.name)))?;
+    let r: netsteer_steering::tune::ApplyReport = serde_json::from_str(&out).map_err(|e| {
+        LabError::Invalid(format!("guest {}: tune apply output: {e}: {out:?}", g.name))
+    })?;
     use netsteer_steering::tune::StepStatus;
     let n = |s: StepStatus| r.steps.iter().filter(|x| x.status == s).count();
     let skipped: Vec<String> = r
@@ -419,6 +420,7 @@ pub(super) fn latency_run(
     let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
     let count = count.to_string();
     let port = LATENCY_PORT.to_string();
+    let cpu = pair.client_cpus[0].to_string();
     pair.a.host(
         &[
             bin,
@@ -427,7 +429,7 @@ pub(super) fn latency_run(
             "client",
             &server,
             "--cpu",
-            "0",
+            &cpu,
             "--wait",
             wait,
             "--busy-poll",
@@ -461,6 +463,7 @@ pub(super) fn bulk_burst(pair: &mut VmPair, bin: &str) -> Result<()> {
     let server = format!("{VM_B_ADDR}:{SERVER_PORT}");
     let flows = BULK_FLOWS.to_string();
     let port = BULK_PORT.to_string();
+    let cpu = pair.client_cpus[1].to_string();
     pair.a.host_ok(
         &[
             bin,
@@ -468,6 +471,8 @@ pub(super) fn bulk_burst(pair: &mut VmPair, bin: &str) -> Result<()> {
             "udp-echo",
             "client",
             &server,
+            "--cpu",
+            &cpu,
             "--flows",
             &flows,
             "--src-port",

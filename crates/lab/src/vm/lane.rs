@@ -125,6 +125,11 @@ pub struct LaneSummary {
     pub bulk_total: u64,
     /// The p99s without the lane (before) against with it (after).
     pub p99: Option<Comparison>,
+    /// The lane queue's receive interrupts per answered request, without against with the
+    /// lane: a count, which emulation slows down but does not blur, so it can be judged where
+    /// TCG's milliseconds cannot.
+    #[serde(default)]
+    pub lane_queue_irqs_per_request: Option<Comparison>,
     /// `lane remove`'s status: `restored` when every value is back.
     pub removed: String,
 }
@@ -272,7 +277,7 @@ fn tcp_run(pair: &mut VmPair, bin: &str, wait: &[&str], seconds: u32) -> Result<
         "--src-port".into(),
         LATENCY_PORT.to_string(),
         "--cpu".into(),
-        "0".into(),
+        pair.client_cpus[0].to_string(),
         "--request-size".into(),
         "64".into(),
         "--response-size".into(),
@@ -290,11 +295,11 @@ fn tcp_run(pair: &mut VmPair, bin: &str, wait: &[&str], seconds: u32) -> Result<
     pair.a.host(&argv, T)
 }
 
-/// The bulk neighbour in guest a (CPU 1), in the background for `seconds`.
-fn start_bulk(g: &mut Guest, bin: &str, seconds: u32) -> Result<()> {
+/// The bulk neighbour in guest a (on `cpu`), in the background for `seconds`.
+fn start_bulk(g: &mut Guest, bin: &str, cpu: u32, seconds: u32) -> Result<()> {
     g.sh(
         &format!(
-            "chroot /host {bin} bench udp-echo client {VM_B_ADDR}:{SERVER_PORT} --flows {BULK_FLOWS} --src-port {BULK_PORT} --cpu 1 --duration {seconds} --timeout 5 > /x/bulk.log 2>&1 &"
+            "chroot /host {bin} bench udp-echo client {VM_B_ADDR}:{SERVER_PORT} --flows {BULK_FLOWS} --src-port {BULK_PORT} --cpu {cpu} --duration {seconds} --timeout 5 > /x/bulk.log 2>&1 &"
         ),
         T,
     )?;
@@ -408,7 +413,7 @@ fn one_run(
 ) -> Result<LaneRun> {
     let model = pair.nic;
     // Long enough to cover the latency run under TCG; stopped right after it.
-    start_bulk(&mut pair.a, bin, 600)?;
+    start_bulk(&mut pair.a, bin, pair.client_cpus[1], 600)?;
     std::thread::sleep(std::time::Duration::from_millis(500));
     let (p0, i0) = (
         rx_packets(&mut pair.b, bin)?,
@@ -562,6 +567,14 @@ pub fn run(
                 .filter_map(|r| r.p99_ns.map(|v| v as f64))
                 .collect()
         };
+        let irqs = |lane: bool| -> Vec<f64> {
+            runs.iter()
+                .filter(|r| r.lane == lane && r.received > 0)
+                .map(|r| {
+                    r.rx_irqs.get(&RESERVED_QUEUE).copied().unwrap_or(0) as f64 / r.received as f64
+                })
+                .collect()
+        };
         Ok(LaneSummary {
             kind: "vm-lane".into(),
             kernel: pair.b.release.clone(),
@@ -574,6 +587,7 @@ pub fn run(
             bulk_on_lane_queue: bulk.get(&RESERVED_QUEUE).copied().unwrap_or(0),
             bulk_total: bulk.values().sum(),
             p99: compare(true, &p99(false), &p99(true)),
+            lane_queue_irqs_per_request: compare(true, &irqs(false), &irqs(true)),
             removed,
         })
     })();
@@ -606,8 +620,24 @@ pub fn run_pair(
     (count, repeats): (u64, u32),
     emit: &mut dyn FnMut(&str) -> std::io::Result<()>,
     json: bool,
+    virtual_time: Option<u32>,
 ) -> Result<Vec<LaneSummary>> {
-    let mut pair = VmPair::boot_announced("lane", spec)?;
+    let mut pair = match virtual_time {
+        None => VmPair::boot_announced("lane", spec)?,
+        Some(shift) => {
+            eprintln!(
+                "netsteer lab: booting the twin in virtual time (icount shift {shift}): both ends in one guest ({}), the client in its own namespace",
+                spec.describe()
+            );
+            let p = VmPair::twin("lane", spec, Some(shift))?;
+            eprintln!(
+                "netsteer lab: up in {:.1} s (kernel {})",
+                p.b.boot_time.as_secs_f64(),
+                p.b.release
+            );
+            p
+        }
+    };
     let guest_bin = pair.install(bin)?;
     let io = |source| LabError::Io {
         what: "writing the report".into(),
@@ -677,6 +707,12 @@ pub fn summary_lines(s: &LaneSummary) -> Vec<String> {
             c.noise_pct
         )),
         None => out.push("  latency flow p99: no usable runs".into()),
+    }
+    if let Some(c) = &s.lane_queue_irqs_per_request {
+        out.push(format!(
+            "  rx-{RESERVED_QUEUE}'s hard IRQs per request, without → with the lane: median {:.2} → {:.2}, {} ({:+.1}%, noise {:.1}%)",
+            c.before.median, c.after.median, c.verdict, c.improvement_pct, c.noise_pct
+        ));
     }
     out.push(format!("  lane removed: {}", s.removed));
     out

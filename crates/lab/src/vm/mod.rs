@@ -21,7 +21,9 @@ pub mod anchor;
 pub mod image;
 pub mod ladder;
 pub mod lane;
+pub mod noise;
 pub mod trace;
+pub mod twin;
 pub mod zoo;
 
 use crate::{Lab, LabError, NsHost, Result};
@@ -159,6 +161,13 @@ pub struct GuestSpec {
     pub mac: String,
     /// More QEMU arguments (a zoo guest's NUMA nodes, expander bridges and extra NICs).
     pub extra: Vec<String>,
+    /// Virtual time ([`twin`]): QEMU's `-icount shift=N,sleep=off` on single-threaded TCG,
+    /// each guest instruction counting 2^N ns of the guest's clock. None: the host's clock
+    /// (multi-threaded TCG, or `NETSTEER_VM_ACCEL`).
+    pub virtual_time: Option<u32>,
+    /// A second command port whose commands run in the guest's `peer` network namespace (a
+    /// twin's client end, [`Guest::peer`]).
+    pub peer_channel: bool,
 }
 
 /// How long a command line may go unacknowledged before it is sent again, and how many times
@@ -169,9 +178,13 @@ const SENDS: u32 = 5;
 /// A running guest. Killed when dropped.
 pub struct Guest {
     pub name: String,
-    child: Child,
+    /// QEMU; None for a second channel into a guest another `Guest` owns.
+    child: Option<Child>,
     chan: Option<BufReader<UnixStream>>,
     dir: PathBuf,
+    /// The channel's socket, and the directory (in `dir`) its commands' output comes back in.
+    sock: PathBuf,
+    out: PathBuf,
     next: u64,
     /// From QEMU's start to the guest's first command prompt.
     pub boot_time: Duration,
@@ -192,8 +205,16 @@ impl Guest {
             .map_err(io(format!("creating {}", dir.display())))?;
         let sock = dir.join("ch.sock");
         let _ = std::fs::remove_file(&sock);
-        let accel =
-            std::env::var("NETSTEER_VM_ACCEL").unwrap_or_else(|_| "tcg,thread=multi".into());
+        let peer_sock = dir.join("ch-peer.sock");
+        let _ = std::fs::remove_file(&peer_sock);
+        // icount needs one TCG thread for all vCPUs (QEMU refuses it with thread=multi); the
+        // guest's clock then follows the instructions run, not the host (docs/devel/tcg-icount.rst).
+        let accel = match spec.virtual_time {
+            Some(_) => "tcg,thread=single".to_string(),
+            None => {
+                std::env::var("NETSTEER_VM_ACCEL").unwrap_or_else(|_| "tcg,thread=multi".into())
+            }
+        };
         let mut args: Vec<String> = vec![
             "-accel".into(),
             accel,
@@ -210,7 +231,11 @@ impl Guest {
             "-initrd".into(),
             image.initramfs.display().to_string(),
             "-append".into(),
-            "console=ttyS0 panic=-1 quiet".into(),
+            if spec.peer_channel {
+                "console=ttyS0 panic=-1 quiet netsteer.peer".into()
+            } else {
+                "console=ttyS0 panic=-1 quiet".into()
+            },
             "-serial".into(),
             format!("file:{}", dir.join("console.log").display()),
             "-chardev".into(),
@@ -229,6 +254,19 @@ impl Guest {
             "-device".into(),
             "virtio-9p-pci,fsdev=x,mount_tag=scratch".into(),
         ];
+        if spec.peer_channel {
+            args.push("-chardev".into());
+            args.push(format!(
+                "socket,id=chp,path={},server=on,wait=off",
+                peer_sock.display()
+            ));
+            args.push("-serial".into());
+            args.push("chardev:chp".into());
+        }
+        if let Some(shift) = spec.virtual_time {
+            args.push("-icount".into());
+            args.push(format!("shift={shift},sleep=off"));
+        }
         if let Some((tap, queues, model)) = &spec.nic {
             args.extend(model.qemu_args(tap, *queues, &spec.mac));
         }
@@ -255,13 +293,32 @@ impl Guest {
             ))?;
         Ok(Guest {
             name: spec.name.clone(),
-            child,
+            child: Some(child),
             chan: None,
             dir: dir.to_path_buf(),
+            sock,
+            out: dir.join("x"),
             next: 0,
             boot_time: Duration::ZERO,
             release: String::new(),
         })
+    }
+
+    /// The guest's second channel, whose commands run in its `peer` network namespace (started
+    /// with [`GuestSpec::peer_channel`]); not ready until [`Guest::wait_ready`]. It owns no
+    /// emulator: the guest goes when `self` is dropped.
+    pub fn peer(&self, name: &str) -> Guest {
+        Guest {
+            name: name.to_string(),
+            child: None,
+            chan: None,
+            dir: self.dir.clone(),
+            sock: self.dir.join("ch-peer.sock"),
+            out: self.dir.join("x").join("peer"),
+            next: 0,
+            boot_time: Duration::ZERO,
+            release: String::new(),
+        }
     }
 
     fn why_not(&self) -> String {
@@ -299,8 +356,11 @@ impl Guest {
 
     /// True once QEMU has exited (waiting a moment for a process that is going down).
     fn emulator_died(&mut self) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return false;
+        };
         for _ in 0..20 {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(_)) = child.try_wait() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -309,9 +369,9 @@ impl Guest {
     }
 
     fn wait_ready_inner(&mut self, started: Instant, limit: Duration) -> Result<()> {
-        let sock = self.dir.join("ch.sock");
+        let sock = self.sock.clone();
         let stream = loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
                 return Err(LabError::Invalid(format!(
                     "guest {}: qemu exited ({status}) before booting: {}",
                     self.name,
@@ -494,7 +554,7 @@ impl Guest {
                     }
                     (Some("@@DONE"), Some(n)) if n == id.to_string() => {
                         let rc: i32 = f.next().and_then(|c| c.parse().ok()).unwrap_or(-1);
-                        let out_path = self.dir.join("x").join(format!("out.{id}"));
+                        let out_path = self.out.join(format!("out.{id}"));
                         let out = std::fs::read_to_string(&out_path).unwrap_or_default();
                         let _ = std::fs::remove_file(&out_path);
                         return Ok((rc, out));
@@ -505,6 +565,11 @@ impl Guest {
         })();
         self.chan = Some(r);
         result.map_err(|e| LabError::Invalid(format!("guest {}: {cmd}: {e}", self.name)))
+    }
+
+    /// QEMU's process id (its command line says how the guest was emulated).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The guest's scratch share as the host sees it (`/x` in the guest, [`GUEST_SHARE`]
@@ -538,8 +603,10 @@ impl Guest {
 
 impl Drop for Guest {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -611,7 +678,13 @@ pub struct VmPair {
     pub b: Guest,
     pub image: Image,
     pub nic: NicModel,
-    pub net: NsHost,
+    /// The CPUs of guest a the latency client and the bulk flows run on: 0 and 1 in a pair;
+    /// in a twin, where a and b are one guest, CPUs the server's side does not use.
+    pub client_cpus: [u32; 2],
+    /// The icount shift when the guests run in virtual time (a twin only).
+    pub virtual_time: Option<u32>,
+    /// The namespace of the taps and their bridge (None: a twin, whose NICs are on a hub).
+    pub net: Option<NsHost>,
     // Last: deleting the namespace takes the taps (and anything QEMU left) with it.
     pub lab: Lab,
 }
@@ -686,6 +759,8 @@ impl VmPair {
                     nic: Some((tap, spec.queues, spec.nic)),
                     mac: format!("52:54:00:4e:53:{:02x}", i + 1),
                     extra: Vec::new(),
+                    virtual_time: None,
+                    peer_channel: false,
                 },
                 Some(&net),
                 &dir.join(name),
@@ -714,7 +789,57 @@ impl VmPair {
             b,
             image,
             nic: spec.nic,
-            net,
+            client_cpus: [0, 1],
+            virtual_time: None,
+            net: Some(net),
+            lab,
+        })
+    }
+
+    /// The twin as a pair ([`twin`]): both ends in one guest of `spec.cpus + 2` vCPUs (the
+    /// server's side keeps CPUs 0 and 1, as guest b of a pair does; the client's side gets the
+    /// two above, its NIC's vectors with them), guest a being the channel into the client's
+    /// namespace and guest b the root namespace, whose `eth0` is the server's NIC. What the
+    /// lab runs between a pair's guests runs here unchanged; with `virtual_time`, on one clock.
+    pub fn twin(tag: &str, spec: &VmPairSpec, virtual_time: Option<u32>) -> Result<VmPair> {
+        let t = twin::Twin::boot(
+            tag,
+            &twin::TwinSpec {
+                nic: spec.nic,
+                kernel: spec.kernel.clone(),
+                cpus: spec.cpus + 2,
+                mem_mb: spec.mem_mb,
+                virtual_time,
+                boot_limit: spec.boot_limit,
+            },
+        )?;
+        let twin::Twin {
+            retried,
+            mut peer,
+            guest,
+            image,
+            client,
+            lab,
+            ..
+        } = t;
+        let client_cpus = [spec.cpus, spec.cpus + 1];
+        let cpus = format!("{}-{}", client_cpus[0], client_cpus[1]);
+        twin::sh_ok(
+            &mut peer,
+            &format!(
+                "for i in $(ls /sys/bus/pci/devices/{}/msi_irqs); do echo {cpus} > /proc/irq/$i/smp_affinity_list || exit 1; done",
+                client.pci
+            ),
+        )?;
+        Ok(VmPair {
+            retried,
+            a: peer,
+            b: guest,
+            image,
+            nic: spec.nic,
+            client_cpus,
+            virtual_time,
+            net: None,
             lab,
         })
     }
@@ -738,8 +863,15 @@ pub fn install_into(host_bin: &Path, guests: &[&Guest]) -> Result<String> {
         .into_owned();
     let io = |what: String| move |source| LabError::Io { what, source };
     let mut first: Option<PathBuf> = None;
+    let mut done: Vec<PathBuf> = Vec::new();
     for g in guests {
         let dest = g.share_dir().join(&name);
+        if done.contains(&dest) {
+            // A twin's two channels share one directory: copying the file onto itself would
+            // truncate it.
+            continue;
+        }
+        done.push(dest.clone());
         let from = first.as_deref().unwrap_or(host_bin);
         let linked = first.is_some() && std::fs::hard_link(from, &dest).is_ok();
         if !linked {

@@ -230,6 +230,8 @@ impl ZooGuest {
                 nic: None,
                 mac: String::new(),
                 extra,
+                virtual_time: None,
+                peer_channel: false,
             },
             None,
             &dir.join("zoo"),
