@@ -100,6 +100,32 @@ fn the_twin_measures_both_ends_inside_one_guest_in_virtual_time() {
         peer_links.contains(&format!(": {}:", client.dev)),
         "{peer_links}"
     );
+    // The second channel runs in the peer namespace, sysfs included: what a program there
+    // reads of /sys/class/net is its namespace's, as it would be on the client's own host.
+    let (rc, seen) = t
+        .peer
+        .sh(
+            "ls /sys/class/net; echo @; chroot /host ls /sys/class/net",
+            T,
+        )
+        .unwrap();
+    assert_eq!(rc, 0, "{seen}");
+    let (outside, inside) = seen.split_once('@').unwrap();
+    for view in [outside, inside] {
+        // bonding_masters: the bonding module's file, in every namespace's view.
+        let mut devs: Vec<&str> = view
+            .split_whitespace()
+            .filter(|d| *d != "bonding_masters")
+            .collect();
+        devs.sort_unstable();
+        assert_eq!(devs, [client.dev.as_str(), "lo"], "{seen}");
+    }
+    let (rc, seen) = t.guest.sh("ls /sys/class/net", T).unwrap();
+    let root: Vec<&str> = seen.split_whitespace().collect();
+    assert!(
+        rc == 0 && root.contains(&server.dev.as_str()) && !root.contains(&client.dev.as_str()),
+        "{seen}"
+    );
 
     let bin = t.install(std::path::Path::new(BIN)).unwrap();
     let rx_before = counter(&mut t, None, &server.dev, "rx_packets");

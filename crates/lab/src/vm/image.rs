@@ -69,7 +69,8 @@ mount -t tmpfs run /host/run
 ip link set lo up
 # serve PORT OUT [NETNS]: the command loop on PORT, output in OUT; with NETNS, each command
 # runs in that network namespace (a twin's client end, `ip netns add` in the chroot: it must
-# exist by the first command).
+# exist by the first command), in a mount namespace of its own whose sysfs is mounted again
+# there, so /sys/class/net lists that namespace's devices (as `ip netns exec` does).
 serve() {
   exec 3<>$1
   stty -F $1 raw -echo
@@ -95,7 +96,7 @@ serve() {
     [ "$id" -le "$last" ] && continue
     last=$id
     if [ -n "$3" ]; then
-      nsenter --net=/host/run/netns/$3 sh -c "$cmd" > $2/out.$id 2>&1 < /dev/null 3<&-
+      nsenter --net=/host/run/netns/$3 unshare -m --propagation private sh -c 'mount -t sysfs sys /sys && mount -t sysfs sys /host/sys && eval "$1"' sh "$cmd" > $2/out.$id 2>&1 < /dev/null 3<&-
     else
       sh -c "$cmd" > $2/out.$id 2>&1 < /dev/null 3<&-
     fi

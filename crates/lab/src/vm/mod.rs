@@ -555,7 +555,7 @@ impl Guest {
                     (Some("@@DONE"), Some(n)) if n == id.to_string() => {
                         let rc: i32 = f.next().and_then(|c| c.parse().ok()).unwrap_or(-1);
                         let out_path = self.out.join(format!("out.{id}"));
-                        let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+                        let out = read_output(&self.out, &out_path);
                         let _ = std::fs::remove_file(&out_path);
                         return Ok((rc, out));
                     }
@@ -599,6 +599,23 @@ impl Guest {
         }
         Ok(out)
     }
+}
+
+/// The most of a command's output read back (a guest's `cat` of a big file stays far below).
+const MAX_OUTPUT: u64 = 16 << 20;
+
+/// A command's output from the guest's share: a regular file, not through a link, in a
+/// directory that is not one, at most [`MAX_OUTPUT`] bytes (the guest writes this directory:
+/// what it leaves there is read as root). Missing or refused: empty, and the caller judges the
+/// command by its exit code and what it expected to read.
+fn read_output(dir: &Path, file: &Path) -> String {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_dir() => {}
+        _ => return String::new(),
+    }
+    netsteer_host::fs::read_regular_nofollow(file, MAX_OUTPUT)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 impl Drop for Guest {
@@ -930,5 +947,29 @@ mod retry_tests {
         // A success is not retried and carries no note.
         let (_, note) = once_more_after_a_crash(|| Ok(())).unwrap();
         assert!(note.is_none());
+    }
+}
+
+#[cfg(test)]
+mod output_tests {
+    use super::*;
+
+    #[test]
+    fn a_commands_output_is_read_only_from_a_regular_file_in_a_real_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("x")).unwrap();
+        let secret = d.join("secret");
+        std::fs::write(&secret, "not the guest's").unwrap();
+        std::fs::write(d.join("x/out.1"), "eth0\n").unwrap();
+        assert_eq!(read_output(&d.join("x"), &d.join("x/out.1")), "eth0\n");
+        // A link the guest left as the output file is not followed.
+        std::os::unix::fs::symlink(&secret, d.join("x/out.2")).unwrap();
+        assert_eq!(read_output(&d.join("x"), &d.join("x/out.2")), "");
+        // Nor a directory that is a link (a planted /x/peer).
+        std::os::unix::fs::symlink(d.join("x"), d.join("peer")).unwrap();
+        assert_eq!(read_output(&d.join("peer"), &d.join("peer/out.1")), "");
+        // Missing: empty.
+        assert_eq!(read_output(&d.join("x"), &d.join("x/out.3")), "");
     }
 }
