@@ -9,6 +9,9 @@
 # p99 (the median of 3 runs after a discarded one). Each configuration found is set against
 # netsteer's latency and balanced profiles and tuned's network-latency in the same alternated
 # runs. Under TCG (no KVM here): compare configurations with each other, not with bare metal.
+# VIRTUAL_TIME=SHIFT runs both ends in one guest instead, in virtual time (the twin: docs/lab.md):
+# the client's side is a network namespace there, so the global sysctls (busy_read, busy_poll)
+# are not its to search, and the cost counts both ends' CPUs, which share the guest.
 # Usage: benches/tune-search-vm.sh [SECONDS_PER_RUN (3)] [RATE (300)] [BUDGET (12)] [CASES (udp-echo,memcached)]
 # Needs root, QEMU with igb, busybox-static, memcached (.ci/deps installs them). Runs the
 # release build of the ignored benchmark `bench_search_on_igb` in crates/cli/tests/vm_search.rs.

@@ -220,17 +220,33 @@ fn bench_search_on_igb() {
     let factor: f64 = env_or("GOAL_FACTOR", "0.9").parse().unwrap();
     let cases = env_or("CASES", "udp-echo,memcached");
     let kernel = std::env::var("KERNEL").ok();
-    let mut pair = VmPair::new(
-        "srchb",
-        &VmPairSpec {
-            nic: NicModel::Igb,
-            kernel,
-            ..Default::default()
-        },
-    )
+    // VIRTUAL_TIME=SHIFT: both ends in one guest in virtual time (the twin, docs/lab.md).
+    let virtual_time: Option<u32> = std::env::var("VIRTUAL_TIME")
+        .ok()
+        .map(|v| v.parse().expect("VIRTUAL_TIME: an icount shift, 0 to 10"));
+    let spec = VmPairSpec {
+        nic: NicModel::Igb,
+        kernel,
+        ..Default::default()
+    };
+    let mut pair = match virtual_time {
+        Some(_) => VmPair::twin("srchb", &spec, virtual_time),
+        None => VmPair::new("srchb", &spec),
+    }
     .unwrap_or_else(|e| panic!("igb guests: {e}"));
     assert_eq!(pair.install(std::path::Path::new(BIN)).unwrap(), GBIN);
-    eprintln!("guests: igb, kernel {}", pair.a.release);
+    eprintln!(
+        "guests: igb, kernel {}, {}",
+        pair.a.release,
+        match virtual_time {
+            Some(s) => format!(
+                "the twin in virtual time (icount shift {s}), client NIC {}",
+                pair.client_dev
+            ),
+            None => "a pair on the host's clock".into(),
+        }
+    );
+    let (cpu, dev) = (pair.client_cpus[0], pair.client_dev.clone());
     for case in cases.split(',') {
         let (start, workload) = match case {
             "udp-echo" => (
@@ -238,7 +254,7 @@ fn bench_search_on_igb() {
                     "chroot /host {GBIN} bench udp-echo server --listen {VM_B_ADDR}:4321 --cpu 1 --max-pps-per-source 0 --max-pps 0 --duration 3600 > /x/server.log 2>&1 &"
                 ),
                 format!(
-                    "{GBIN} bench udp-echo client {VM_B_ADDR}:4321 --cpu 0 --rate {rate} --duration {secs} --warmup 0.5 --json"
+                    "{GBIN} bench udp-echo client {VM_B_ADDR}:4321 --cpu {cpu} --rate {rate} --duration {secs} --warmup 0.5 --json"
                 ),
             ),
             "memcached" => (
@@ -246,7 +262,7 @@ fn bench_search_on_igb() {
                     "chroot /host taskset -c 1 memcached -u nobody -l {VM_B_ADDR} -p 11211 -t 1 -m 64 > /x/server.log 2>&1 &"
                 ),
                 format!(
-                    "taskset -c 0 {GBIN} bench kv {VM_B_ADDR}:11211 --rate {rate} --connections 4 --duration {secs} --warmup 0.5 --json"
+                    "taskset -c {cpu} {GBIN} bench kv {VM_B_ADDR}:11211 --rate {rate} --connections 4 --duration {secs} --warmup 0.5 --json"
                 ),
             ),
             other => panic!("CASES: unknown case {other} (udp-echo, memcached)"),
@@ -265,7 +281,7 @@ fn bench_search_on_igb() {
             .a
             .sh(
                 &format!(
-                    "chroot /host {GBIN} tune search --state-dir /tmp/st-{case} --goal 'p99<={goal_us}us' --abort-factor 5 --dev eth0 --count-workload-cpu --workload '{workload}' --budget {budget} --repeat 3 --confirm-repeat 5 --against latency,balanced,tuned-network-latency --plan-out /tmp/netsteer-x/{case}.plan.json --report /tmp/netsteer-x/{case}.html --json > /x/{case}.json 2> /x/{case}.log"
+                    "chroot /host {GBIN} tune search --state-dir /tmp/st-{case} --goal 'p99<={goal_us}us' --abort-factor 5 --dev {dev} --count-workload-cpu --workload '{workload}' --budget {budget} --repeat 3 --confirm-repeat 5 --against latency,balanced,tuned-network-latency --plan-out /tmp/netsteer-x/{case}.plan.json --report /tmp/netsteer-x/{case}.html --json > /x/{case}.json 2> /x/{case}.log"
                 ),
                 Duration::from_secs(7200),
             )

@@ -698,6 +698,9 @@ pub struct VmPair {
     /// The CPUs of guest a the latency client and the bulk flows run on: 0 and 1 in a pair;
     /// in a twin, where a and b are one guest, CPUs the server's side does not use.
     pub client_cpus: [u32; 2],
+    /// Guest a's NIC as its commands name it (`eth0`; a twin's client NIC keeps the name the
+    /// guest gave it).
+    pub client_dev: String,
     /// The icount shift when the guests run in virtual time (a twin only).
     pub virtual_time: Option<u32>,
     /// The namespace of the taps and their bridge (None: a twin, whose NICs are on a hub).
@@ -807,6 +810,7 @@ impl VmPair {
             image,
             nic: spec.nic,
             client_cpus: [0, 1],
+            client_dev: "eth0".into(),
             virtual_time: None,
             net: Some(net),
             lab,
@@ -855,6 +859,7 @@ impl VmPair {
             image,
             nic: spec.nic,
             client_cpus,
+            client_dev: client.dev.clone(),
             virtual_time,
             net: None,
             lab,
