@@ -18,7 +18,6 @@
 
 mod common;
 
-use common::is_root;
 use netsteer_host::view::HostView;
 use netsteer_lab::vm::{Guest, NicModel, VM_B_ADDR, VmPair, VmPairSpec, ladder};
 use netsteer_steering::doctor::Report;
@@ -37,17 +36,7 @@ const STATE: &str = "/tmp/st";
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn usable(model: NicModel) -> bool {
-    let qemu = model.check_qemu();
-    let busybox = std::path::Path::new("/bin/busybox").is_file();
-    if !is_root() || qemu.is_err() || !busybox {
-        common::cannot_run(&format!(
-            "needs root, busybox-static and QEMU with the {} device: {}",
-            model.name(),
-            qemu.err().map(|e| e.to_string()).unwrap_or_default()
-        ));
-        return false;
-    }
-    true
+    common::vm_usable(model)
 }
 
 fn boot(model: NicModel, kernel: &str) -> VmPair {

@@ -6,28 +6,16 @@
 
 mod common;
 
-use common::is_root;
 use netsteer_lab::vm::NicModel;
 use netsteer_lab::vm::noise::{self, Rig};
 use netsteer_lab::vm::twin::{PEER_NS, Twin, TwinSpec};
-use std::process::Command;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 const T: Duration = Duration::from_secs(300);
 
 fn usable() -> bool {
-    let busybox = std::path::Path::new("/bin/busybox").is_file();
-    let qemu = Command::new("qemu-system-x86_64")
-        .args(["-device", "help"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("name \"igb\""))
-        .unwrap_or(false);
-    if !is_root() || !busybox || !qemu {
-        common::cannot_run("needs root, busybox-static and QEMU 8+ (igb)");
-        return false;
-    }
-    true
+    common::vm_usable(NicModel::Igb)
 }
 
 fn sh(t: &mut Twin, cmd: &str) -> String {

@@ -9,7 +9,6 @@
 
 mod common;
 
-use common::is_root;
 use netsteer_host::view::HostView;
 use netsteer_lab::vm::zoo::{ZooGuest, ZooNic, ZooSpec};
 use std::collections::BTreeMap;
@@ -20,17 +19,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 const T: Duration = Duration::from_secs(300);
 
 fn usable() -> bool {
-    let busybox = std::path::Path::new("/bin/busybox").is_file();
-    let qemu = Command::new("qemu-system-x86_64")
-        .args(["-device", "help"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("name \"igb\""))
-        .unwrap_or(false);
-    if !is_root() || !busybox || !qemu {
-        common::cannot_run("needs root, busybox-static and QEMU 8+ (igb)");
-        return false;
-    }
-    true
+    // Every NIC model of the zoo is in a QEMU that has igb (QEMU 8+).
+    common::vm_usable(netsteer_lab::vm::NicModel::Igb)
 }
 
 /// The zoo's main shape: 4 vCPUs on 2 nodes; virtio×4 on node 0, igb and e1000e on node 1,

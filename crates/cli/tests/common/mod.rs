@@ -174,6 +174,22 @@ pub fn tune_live_usable() -> bool {
     true
 }
 
+/// Whether the VM tests with `model`'s NIC can run here: root, busybox-static and a QEMU with
+/// the device (else a failure under CI=true, a SKIPPED line otherwise).
+pub fn vm_usable(model: netsteer_lab::vm::NicModel) -> bool {
+    let qemu = model.check_qemu();
+    let busybox = Path::new("/bin/busybox").is_file();
+    if !is_root() || qemu.is_err() || !busybox {
+        cannot_run(&format!(
+            "needs root, busybox-static and QEMU with the {} device: {}",
+            model.name(),
+            qemu.err().map(|e| e.to_string()).unwrap_or_default()
+        ));
+        return false;
+    }
+    true
+}
+
 /// One network namespace of its own lab (`netsteer_lab`): deleted when dropped, also while a
 /// failed assertion unwinds, and by the next run if this one is killed.
 pub struct Netns {
