@@ -154,10 +154,21 @@ fn the_twin_measures_both_ends_inside_one_guest_in_virtual_time() {
         // The server's NIC interrupts on the server's CPU, where its vectors were pinned: at
         // least one hard IRQ and one NET_RX run per request (each request arrives alone: one
         // datagram in flight), and the server sleeps between requests (no busy polling).
+        // And not many more: one receive and one transmit completion on igb's combined vector,
+        // one NET_RX pass each, one wake-up of the server (the client's warm-up and the
+        // driver's watchdog are inside the window too, so some room above).
         let p = r.per_request;
-        assert!(p.hard_irqs >= 1.0, "run {}: {p:?}", i + 1);
-        assert!(p.net_rx_softirqs >= 1.0, "run {}: {p:?}", i + 1);
-        assert!(p.context_switches >= 1.0, "run {}: {p:?}", i + 1);
+        assert!((1.0..=3.0).contains(&p.hard_irqs), "run {}: {p:?}", i + 1);
+        assert!(
+            (1.0..=3.0).contains(&p.net_rx_softirqs),
+            "run {}: {p:?}",
+            i + 1
+        );
+        assert!(
+            (1.0..=2.0).contains(&p.context_switches),
+            "run {}: {p:?}",
+            i + 1
+        );
     }
     // The vectors read back where the measurement put them.
     let irqs = sh(

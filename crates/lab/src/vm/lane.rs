@@ -100,6 +100,10 @@ pub struct LaneRun {
     pub rx_packets: BTreeMap<u32, u64>,
     /// Receive interrupts per rx queue during the run (`/proc/interrupts`).
     pub rx_irqs: BTreeMap<u32, u64>,
+    /// The icount shift when the run was in virtual time (the twin): its ns are the guest's
+    /// virtual ns, every vCPU's instructions counted on one clock. None: the host's clock.
+    #[serde(default)]
+    pub virtual_time: Option<u32>,
 }
 
 /// The whole experiment.
@@ -130,6 +134,14 @@ pub struct LaneSummary {
     /// TCG's milliseconds cannot.
     #[serde(default)]
     pub lane_queue_irqs_per_request: Option<Comparison>,
+    /// The lane queue's receive interrupts per packet it received, without against with the
+    /// lane: interrupt mitigation (suspension, deferral) alone, whoever's packets they are.
+    /// The per-request figure above also falls when the lane moves neighbours off the queue.
+    #[serde(default)]
+    pub lane_queue_irqs_per_packet: Option<Comparison>,
+    /// As [`LaneRun::virtual_time`].
+    #[serde(default)]
+    pub virtual_time: Option<u32>,
     /// `lane remove`'s status: `restored` when every value is back.
     pub removed: String,
 }
@@ -457,6 +469,7 @@ fn one_run(
         p99_ns: latency.map(|l| l.1),
         rx_packets: since(&p0, &p1),
         rx_irqs: rx_by_queue(&delta(&i0, &i1)),
+        virtual_time: pair.virtual_time,
     })
 }
 
@@ -575,6 +588,16 @@ pub fn run(
                 })
                 .collect()
         };
+        let per_packet = |lane: bool| -> Vec<f64> {
+            runs.iter()
+                .filter(|r| r.lane == lane)
+                .filter_map(|r| {
+                    let packets = *r.rx_packets.get(&RESERVED_QUEUE)?;
+                    let irqs = r.rx_irqs.get(&RESERVED_QUEUE).copied().unwrap_or(0);
+                    (packets > 0).then(|| irqs as f64 / packets as f64)
+                })
+                .collect()
+        };
         Ok(LaneSummary {
             kind: "vm-lane".into(),
             kernel: pair.b.release.clone(),
@@ -588,6 +611,8 @@ pub fn run(
             bulk_total: bulk.values().sum(),
             p99: compare(true, &p99(false), &p99(true)),
             lane_queue_irqs_per_request: compare(true, &irqs(false), &irqs(true)),
+            lane_queue_irqs_per_packet: compare(true, &per_packet(false), &per_packet(true)),
+            virtual_time: pair.virtual_time,
             removed,
         })
     })();
@@ -673,10 +698,16 @@ pub fn run_pair(
 /// The summary as lines for people.
 pub fn summary_lines(s: &LaneSummary) -> Vec<String> {
     let mut out = vec![format!(
-        "{} lane on guest b (kernel {}, {} NIC): mode {}, rx-{RESERVED_QUEUE} and CPU {LANE_CPU}, the latency flow's RSS bucket {}",
+        "{} lane on guest b (kernel {}, {} NIC{}): mode {}, rx-{RESERVED_QUEUE} and CPU {LANE_CPU}, the latency flow's RSS bucket {}",
         s.service.name(),
         s.kernel,
         s.nic,
+        match s.virtual_time {
+            Some(shift) => format!(
+                "; the twin in virtual time, icount shift {shift}: both ends' instructions on one clock"
+            ),
+            None => String::new(),
+        },
         s.mode,
         s.bucket
     )];
@@ -696,9 +727,10 @@ pub fn summary_lines(s: &LaneSummary) -> Vec<String> {
         "  bulk flows alone with the lane: {} of {} packets on rx-{RESERVED_QUEUE}",
         s.bulk_on_lane_queue, s.bulk_total
     ));
+    let unit = unit(s.virtual_time);
     match &s.p99 {
         Some(c) => out.push(format!(
-            "  latency flow p99, without → with the lane: median {:.0} → {:.0} µs (ratio {:.2}), {} ({:+.1}%, noise {:.1}%)",
+            "  latency flow p99, without → with the lane: median {:.0} → {:.0} {unit} (ratio {:.2}), {} ({:+.1}%, noise {:.1}%)",
             c.before.median / 1e3,
             c.after.median / 1e3,
             c.after.median / c.before.median,
@@ -708,19 +740,34 @@ pub fn summary_lines(s: &LaneSummary) -> Vec<String> {
         )),
         None => out.push("  latency flow p99: no usable runs".into()),
     }
-    if let Some(c) = &s.lane_queue_irqs_per_request {
-        out.push(format!(
-            "  rx-{RESERVED_QUEUE}'s hard IRQs per request, without → with the lane: median {:.2} → {:.2}, {} ({:+.1}%, noise {:.1}%)",
-            c.before.median, c.after.median, c.verdict, c.improvement_pct, c.noise_pct
-        ));
+    for (what, c) in [
+        ("request", &s.lane_queue_irqs_per_request),
+        ("packet it received", &s.lane_queue_irqs_per_packet),
+    ] {
+        if let Some(c) = c {
+            out.push(format!(
+                "  rx-{RESERVED_QUEUE}'s hard IRQs per {what}, without → with the lane: median {:.2} → {:.2}, {} ({:+.1}%, noise {:.1}%)",
+                c.before.median, c.after.median, c.verdict, c.improvement_pct, c.noise_pct
+            ));
+        }
     }
     out.push(format!("  lane removed: {}", s.removed));
     out
 }
 
 /// One run as a line.
+/// `µs`, or `virtual µs` in virtual time.
+fn unit(virtual_time: Option<u32>) -> &'static str {
+    if virtual_time.is_some() {
+        "virtual µs"
+    } else {
+        "µs"
+    }
+}
+
 pub fn run_line(r: &LaneRun) -> String {
-    let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.0} µs", v as f64 / 1e3));
+    let unit = unit(r.virtual_time);
+    let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.0} {unit}", v as f64 / 1e3));
     let q = |m: &BTreeMap<u32, u64>| {
         m.iter()
             .map(|(q, n)| format!("rx-{q} {n}"))

@@ -182,9 +182,13 @@ pub struct Guest {
     child: Option<Child>,
     chan: Option<BufReader<UnixStream>>,
     dir: PathBuf,
-    /// The channel's socket, and the directory (in `dir`) its commands' output comes back in.
+    /// The channel's socket, and the directory (in `dir`) its commands' output comes back in,
+    /// opened before the guest ran (the guest writes there: a link it puts in the directory's
+    /// place later is not followed, since the files are reached through this descriptor).
     sock: PathBuf,
-    out: PathBuf,
+    out: std::fs::File,
+    /// The peer channel's output directory, opened alike (a guest with a peer channel).
+    peer_out: Option<std::fs::File>,
     next: u64,
     /// From QEMU's start to the guest's first command prompt.
     pub boot_time: Duration,
@@ -203,6 +207,14 @@ impl Guest {
         let io = |what: String| move |source| LabError::Io { what, source };
         std::fs::create_dir_all(dir.join("x"))
             .map_err(io(format!("creating {}", dir.display())))?;
+        let out = open_dir(&dir.join("x"))?;
+        let peer_out = if spec.peer_channel {
+            std::fs::create_dir_all(dir.join("x/peer"))
+                .map_err(io(format!("creating {}", dir.join("x/peer").display())))?;
+            Some(open_dir(&dir.join("x/peer"))?)
+        } else {
+            None
+        };
         let sock = dir.join("ch.sock");
         let _ = std::fs::remove_file(&sock);
         let peer_sock = dir.join("ch-peer.sock");
@@ -297,7 +309,8 @@ impl Guest {
             chan: None,
             dir: dir.to_path_buf(),
             sock,
-            out: dir.join("x"),
+            out,
+            peer_out,
             next: 0,
             boot_time: Duration::ZERO,
             release: String::new(),
@@ -307,18 +320,33 @@ impl Guest {
     /// The guest's second channel, whose commands run in its `peer` network namespace (started
     /// with [`GuestSpec::peer_channel`]); not ready until [`Guest::wait_ready`]. It owns no
     /// emulator: the guest goes when `self` is dropped.
-    pub fn peer(&self, name: &str) -> Guest {
-        Guest {
+    pub fn peer(&self, name: &str) -> Result<Guest> {
+        let out = self
+            .peer_out
+            .as_ref()
+            .ok_or_else(|| {
+                LabError::Invalid(format!(
+                    "guest {}: started without a peer channel",
+                    self.name
+                ))
+            })?
+            .try_clone()
+            .map_err(|source| LabError::Io {
+                what: format!("guest {}: the peer channel's directory", self.name),
+                source,
+            })?;
+        Ok(Guest {
             name: name.to_string(),
             child: None,
             chan: None,
             dir: self.dir.clone(),
             sock: self.dir.join("ch-peer.sock"),
-            out: self.dir.join("x").join("peer"),
+            out,
+            peer_out: None,
             next: 0,
             boot_time: Duration::ZERO,
             release: String::new(),
-        }
+        })
     }
 
     fn why_not(&self) -> String {
@@ -554,8 +582,8 @@ impl Guest {
                     }
                     (Some("@@DONE"), Some(n)) if n == id.to_string() => {
                         let rc: i32 = f.next().and_then(|c| c.parse().ok()).unwrap_or(-1);
-                        let out_path = self.out.join(format!("out.{id}"));
-                        let out = read_output(&self.out, &out_path);
+                        let out_path = in_dir(&self.out, &format!("out.{id}"));
+                        let out = read_output(&out_path);
                         let _ = std::fs::remove_file(&out_path);
                         return Ok((rc, out));
                     }
@@ -604,15 +632,30 @@ impl Guest {
 /// The most of a command's output read back (a guest's `cat` of a big file stays far below).
 const MAX_OUTPUT: u64 = 16 << 20;
 
-/// A command's output from the guest's share: a regular file, not through a link, in a
-/// directory that is not one, at most [`MAX_OUTPUT`] bytes (the guest writes this directory:
-/// what it leaves there is read as root). Missing or refused: empty, and the caller judges the
-/// command by its exit code and what it expected to read.
-fn read_output(dir: &Path, file: &Path) -> String {
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_dir() => {}
-        _ => return String::new(),
-    }
+/// Opens a directory of the guest's share as it is now (not through a link).
+fn open_dir(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| LabError::Io {
+            what: format!("opening {}", path.display()),
+            source,
+        })
+}
+
+/// `name` inside the directory `dir` was opened as, whatever has been put at its path since
+/// (the kernel resolves `/proc/self/fd/N` to the open directory itself).
+fn in_dir(dir: &std::fs::File, name: &str) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
+}
+
+/// A command's output from the guest's share: a regular file, not through a link, at most
+/// [`MAX_OUTPUT`] bytes (the guest writes there and root reads it). Missing or refused: empty,
+/// and the caller judges the command by its exit code and what it expected to read.
+fn read_output(file: &Path) -> String {
     netsteer_host::fs::read_regular_nofollow(file, MAX_OUTPUT)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
@@ -837,21 +880,46 @@ impl VmPair {
         let twin::Twin {
             retried,
             mut peer,
-            guest,
+            mut guest,
             image,
+            server,
             client,
             lab,
             ..
         } = t;
+        // Each side as a pair's guest would have it: a queue per CPU of its own (igb opened
+        // one per vCPU of the whole twin), its vectors on its CPUs, read back.
         let client_cpus = [spec.cpus, spec.cpus + 1];
-        let cpus = format!("{}-{}", client_cpus[0], client_cpus[1]);
-        twin::sh_ok(
-            &mut peer,
-            &format!(
-                "for i in $(ls /sys/bus/pci/devices/{}/msi_irqs); do echo {cpus} > /proc/irq/$i/smp_affinity_list || exit 1; done",
-                client.pci
+        let sides = [
+            (
+                &mut guest,
+                &server,
+                format!("0-{}", spec.cpus - 1),
+                spec.cpus,
             ),
-        )?;
+            (
+                &mut peer,
+                &client,
+                format!("{}-{}", client_cpus[0], client_cpus[1]),
+                2,
+            ),
+        ];
+        for (g, end, cpus, queues) in sides {
+            if spec.nic == NicModel::Igb {
+                twin::sh_ok(
+                    g,
+                    &format!("chroot /host ethtool -L {} combined {queues}", end.dev),
+                )?;
+            }
+            twin::sh_ok(
+                g,
+                &format!(
+                    "for i in $(ls /sys/bus/pci/devices/{pci}/msi_irqs); do echo {cpus} > /proc/irq/$i/smp_affinity_list && [ \"$(cat /proc/irq/$i/smp_affinity_list)\" = {cpus} ] || {{ echo IRQ $i reads $(cat /proc/irq/$i/smp_affinity_list), not {cpus}; exit 1; }}; done",
+                    pci = end.pci
+                ),
+            )?;
+        }
+        twin::reachable(&mut guest, &client, &server)?;
         Ok(VmPair {
             retried,
             a: peer,
@@ -878,32 +946,51 @@ impl VmPair {
 /// Gives `guests` the program at `host_bin` through their scratch shares (one copy, hard-linked
 /// for the others where the file system allows) and returns its path inside `chroot /host`.
 pub fn install_into(host_bin: &Path, guests: &[&Guest]) -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = host_bin
         .file_name()
         .ok_or_else(|| LabError::Invalid(format!("{}: not a file", host_bin.display())))?
         .to_string_lossy()
         .into_owned();
     let io = |what: String| move |source| LabError::Io { what, source };
-    let mut first: Option<PathBuf> = None;
     let mut done: Vec<PathBuf> = Vec::new();
     for g in guests {
         let dest = g.share_dir().join(&name);
         if done.contains(&dest) {
-            // A twin's two channels share one directory: copying the file onto itself would
-            // truncate it.
+            // A twin's two channels share one directory.
             continue;
         }
         done.push(dest.clone());
-        let from = first.as_deref().unwrap_or(host_bin);
-        let linked = first.is_some() && std::fs::hard_link(from, &dest).is_ok();
-        if !linked {
-            std::fs::copy(from, &dest).map_err(io(format!(
-                "copying {} to {}",
-                from.display(),
-                dest.display()
-            )))?;
+        // Always from the host's own file, into a file made here: the share is the guest's to
+        // write, so whatever it left at that name (a link, another program) is removed, not
+        // followed or trusted as a source.
+        match std::fs::remove_file(&dest) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(LabError::Io {
+                    what: format!("removing {}", dest.display()),
+                    source: e,
+                });
+            }
+            _ => {}
         }
-        first.get_or_insert(dest);
+        let mut from =
+            std::fs::File::open(host_bin).map_err(io(format!("opening {}", host_bin.display())))?;
+        let mut to = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&dest)
+            .map_err(io(format!("creating {}", dest.display())))?;
+        // Whatever the umask: the guest runs it.
+        use std::os::unix::fs::PermissionsExt;
+        to.set_permissions(std::fs::Permissions::from_mode(0o755))
+            .map_err(io(format!("chmod 755 {}", dest.display())))?;
+        std::io::copy(&mut from, &mut to).map_err(io(format!(
+            "copying {} to {}",
+            host_bin.display(),
+            dest.display()
+        )))?;
     }
     Ok(format!("{GUEST_SHARE}/{name}"))
 }
@@ -960,21 +1047,77 @@ mod output_tests {
     use super::*;
 
     #[test]
-    fn a_commands_output_is_read_only_from_a_regular_file_in_a_real_directory() {
+    fn a_commands_output_is_read_only_from_a_regular_file_in_the_directory_opened_first() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
         std::fs::create_dir_all(d.join("x")).unwrap();
         let secret = d.join("secret");
         std::fs::write(&secret, "not the guest's").unwrap();
         std::fs::write(d.join("x/out.1"), "eth0\n").unwrap();
-        assert_eq!(read_output(&d.join("x"), &d.join("x/out.1")), "eth0\n");
+        let x = open_dir(&d.join("x")).unwrap();
+        assert_eq!(read_output(&in_dir(&x, "out.1")), "eth0\n");
         // A link the guest left as the output file is not followed.
         std::os::unix::fs::symlink(&secret, d.join("x/out.2")).unwrap();
-        assert_eq!(read_output(&d.join("x"), &d.join("x/out.2")), "");
-        // Nor a directory that is a link (a planted /x/peer).
-        std::os::unix::fs::symlink(d.join("x"), d.join("peer")).unwrap();
-        assert_eq!(read_output(&d.join("peer"), &d.join("peer/out.1")), "");
+        assert_eq!(read_output(&in_dir(&x, "out.2")), "");
         // Missing: empty.
-        assert_eq!(read_output(&d.join("x"), &d.join("x/out.3")), "");
+        assert_eq!(read_output(&in_dir(&x, "out.3")), "");
+        // The directory swapped for a link after it was opened: the files are still the
+        // opened directory's, and removing one removes it there, not through the link.
+        std::fs::create_dir(d.join("elsewhere")).unwrap();
+        std::fs::write(d.join("elsewhere/out.1"), "planted").unwrap();
+        std::fs::rename(d.join("x"), d.join("x-moved")).unwrap();
+        std::os::unix::fs::symlink(d.join("elsewhere"), d.join("x")).unwrap();
+        assert_eq!(read_output(&in_dir(&x, "out.1")), "eth0\n");
+        std::fs::remove_file(in_dir(&x, "out.1")).unwrap();
+        assert!(d.join("elsewhere/out.1").exists());
+        assert!(!d.join("x-moved/out.1").exists());
+        // A directory that is a link when opened is refused.
+        assert!(open_dir(&d.join("x")).is_err());
+    }
+
+    #[test]
+    fn a_program_is_installed_from_the_hosts_file_over_whatever_the_guest_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let bin = d.join("netsteer");
+        std::fs::write(&bin, "the real program").unwrap();
+        let victim = d.join("victim");
+        std::fs::write(&victim, "host file").unwrap();
+        std::fs::create_dir_all(d.join("g/x")).unwrap();
+        // The guest planted a link where the program goes.
+        std::os::unix::fs::symlink(&victim, d.join("g/x/netsteer")).unwrap();
+        let g = Guest {
+            name: "g".into(),
+            child: None,
+            chan: None,
+            dir: d.join("g"),
+            sock: d.join("g/ch.sock"),
+            out: open_dir(&d.join("g/x")).unwrap(),
+            peer_out: None,
+            next: 0,
+            boot_time: Duration::ZERO,
+            release: String::new(),
+        };
+        assert_eq!(
+            install_into(&bin, &[&g, &g]).unwrap(),
+            format!("{GUEST_SHARE}/netsteer")
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "host file");
+        let installed = d.join("g/x/netsteer");
+        assert!(
+            !std::fs::symlink_metadata(&installed)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&installed).unwrap(),
+            "the real program"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
     }
 }

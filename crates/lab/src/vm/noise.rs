@@ -174,7 +174,12 @@ fn counters_of(text: &str, irqs: &[u32], cpu: u32) -> Result<Counters> {
         let row = int.irq(*irq).ok_or_else(|| {
             LabError::Invalid(format!("the guest's /proc/interrupts has no IRQ {irq}"))
         })?;
-        hard_irqs += row.counts.get(col).copied().unwrap_or(0);
+        hard_irqs = row
+            .counts
+            .get(col)
+            .copied()
+            .unwrap_or(0)
+            .saturating_add(hard_irqs);
     }
     let soft = netsteer_host::parse::parse_softirqs(soft)
         .map_err(|e| LabError::Invalid(format!("the guest's /proc/softirqs: {e}")))?;
@@ -192,10 +197,11 @@ fn counters_of(text: &str, irqs: &[u32], cpu: u32) -> Result<Counters> {
             continue;
         };
         if k.ends_with("voluntary_ctxt_switches") {
-            switches += v
+            let n = v
                 .trim()
                 .parse::<u64>()
                 .map_err(|_| LabError::Invalid(format!("the server's status line {l:?}")))?;
+            switches = n.saturating_add(switches);
             seen = true;
         }
     }
@@ -314,6 +320,16 @@ pub fn measure(
                     i + 1
                 ))
             })?;
+            if rc != 0 || s.received + s.lost < count {
+                // A client that gave up (three losses in a row end it) measured a shorter run
+                // than the others: its p99 would widen the spread for a reason of its own.
+                return Err(LabError::Invalid(format!(
+                    "run {}: the client exited {rc} after {} of {count} round trips ({} lost): {out}",
+                    i + 1,
+                    s.received,
+                    s.lost
+                )));
+            }
             let lat = s.latency_ns.as_ref().ok_or_else(|| {
                 LabError::Invalid(format!("run {}: no round trip came back: {out}", i + 1))
             })?;

@@ -153,7 +153,7 @@ impl Twin {
         )?;
         guest.wait_ready(started, spec.boot_limit)?;
         let (server, client) = join(&mut guest)?;
-        let mut peer = guest.peer("twin-peer");
+        let mut peer = guest.peer("twin-peer")?;
         peer.wait_ready(Instant::now(), T)?;
         peer.release = guest.release.clone();
         Ok(Twin {
@@ -185,6 +185,24 @@ pub(super) fn sh_ok(g: &mut Guest, cmd: &str) -> Result<String> {
         });
     }
     Ok(out)
+}
+
+/// Waits until a ping from the client's namespace crosses the hub to the server (the emulated
+/// PHYs take a moment to come up, and again after a channel change resets the device).
+pub(super) fn reachable(g: &mut Guest, client: &End, server: &End) -> Result<()> {
+    let (rc, out) = g.sh(
+        &format!(
+            "i=0; while [ $i -lt 60 ]; do chroot /host /bin/ip netns exec {PEER_NS} busybox ping -c 1 -W 1 {VM_B_ADDR} >/dev/null 2>&1 && exit 0; i=$((i+1)); sleep 0.5; done; chroot /host /bin/ip -n {PEER_NS} addr; chroot /host /bin/ip addr; exit 1"
+        ),
+        T,
+    )?;
+    if rc != 0 {
+        return Err(LabError::Invalid(format!(
+            "guest {}: {} ({PEER_NS}) never reached {} across the hub: {out}",
+            g.name, client.dev, server.dev
+        )));
+    }
+    Ok(())
 }
 
 /// The interface whose MAC is `mac` in `ip -o link` output.
@@ -223,10 +241,16 @@ fn join(g: &mut Guest) -> Result<(End, End)> {
         Ok(End { dev, pci })
     };
     let mut server = end(SERVER_MAC)?;
-    let client = end(CLIENT_MAC)?;
+    let mut client = end(CLIENT_MAC)?;
     // The path, not the name: busybox's chroot prefers its own applet of that name, and
     // busybox's ip has no netns.
     let ip = "chroot /host /bin/ip";
+    if client.dev == "eth0" {
+        // The server's name to be: the client's vectors are named after its interface when
+        // it is opened, and two sets of `eth0-…` in /proc/interrupts would be summed as one NIC.
+        sh_ok(g, &format!("{ip} link set eth0 name peer0"))?;
+        client.dev = "peer0".into();
+    }
     let c = &client.dev;
     sh_ok(
         g,
@@ -245,18 +269,7 @@ fn join(g: &mut Guest) -> Result<(End, End)> {
         g,
         &format!("{ip} addr add {VM_B_ADDR}/24 dev {s} && {ip} link set {s} up"),
     )?;
-    let (rc, out) = g.sh(
-        &format!(
-            "i=0; while [ $i -lt 60 ]; do chroot /host /bin/ip netns exec {PEER_NS} busybox ping -c 1 -W 1 {VM_B_ADDR} >/dev/null 2>&1 && exit 0; i=$((i+1)); sleep 0.5; done; chroot /host /bin/ip -n {PEER_NS} addr; chroot /host /bin/ip addr; exit 1"
-        ),
-        T,
-    )?;
-    if rc != 0 {
-        return Err(LabError::Invalid(format!(
-            "guest {}: {c} ({PEER_NS}) never reached {s} across the hub: {out}",
-            g.name
-        )));
-    }
+    reachable(g, &client, &server)?;
     Ok((server, client))
 }
 
