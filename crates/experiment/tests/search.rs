@@ -37,6 +37,12 @@ struct Surface {
     drift: f64,
     /// (knob, level, lost) at which every run loses that many packets.
     hurts: Option<(usize, usize, u64)>,
+    /// (knob, level, factor) at which every run's latency is that many times its truth.
+    slow: Option<(usize, usize, f64)>,
+    /// Run numbers (from 1, every configuration's) whose latency is `spike` times its truth: a
+    /// busy host's moments, which fall on whatever runs then.
+    spikes: Vec<u64>,
+    spike: f64,
     /// The chance that a run, of any configuration, loses one packet (a busy host), drawn
     /// from a generator of its own so that the latency noise is the quiet host's.
     flaky: f64,
@@ -81,6 +87,9 @@ impl Surface {
             noise: 0.03,
             drift: 0.03,
             hurts: None,
+            slow: None,
+            spikes: Vec::new(),
+            spike: 1.0,
             flaky: 0.0,
             loss_rng: Rng(seed.wrapping_mul(0xbf58_476d_1ce4_e5b9) | 1),
             rng,
@@ -157,8 +166,16 @@ impl Target for Surface {
             .current
             .clone()
             .expect("measured outside a configuration");
-        let (l, co) = self.truth(&c);
+        let (mut l, co) = self.truth(&c);
         self.runs += 1;
+        if let Some((d, k, f)) = self.slow
+            && c[d] == k
+        {
+            l *= f;
+        }
+        if self.spikes.contains(&self.runs) {
+            l *= self.spike;
+        }
         let drift = 1.0 + self.drift * (self.runs as f64 / 8.0).sin();
         let lost = match self.hurts {
             Some((d, k, n)) if c[d] == k => n,
@@ -391,16 +408,68 @@ fn a_cheap_lossy_level_is_not_picked_again_under_a_loose_goal() {
     }
 }
 
-/// A candidate far beyond the goal (the abort factor) ends the search too.
+/// A candidate far beyond the goal and the baseline (the abort factor) ends the search at once.
 #[test]
-fn a_candidate_far_beyond_the_goal_ends_the_search() {
+fn a_candidate_far_beyond_the_goal_and_the_baseline_ends_the_search() {
+    let mut s = Surface::new(4);
+    let (goal, _) = s.goal_and_optimum();
+    // Knob 2's second level makes every run 50 times slower: screening tries it.
+    s.slow = Some((2, 1, 50.0));
+    let out = run(&mut s, goal, 4);
+    let why = out.stopped.expect("stopped");
+    assert!(why.contains("abort factor"), "{why}");
+    assert!(why.contains("baseline's slowest run"), "{why}");
+    assert!(out.best.is_none());
+    assert!(
+        out.trials.iter().all(|t| t.config[2] != 1),
+        "{:?}",
+        out.trials
+    );
+    assert_eq!(s.enters, s.leaves);
+}
+
+/// A goal the baseline itself misses by far is not harm: the search runs its budget and finds
+/// nothing, where a bound on the goal alone ended it at the first trial.
+#[test]
+fn a_goal_far_below_the_baseline_does_not_end_the_search() {
     let mut s = Surface::new(4);
     let (goal, _) = s.goal_and_optimum();
     let out = run(&mut s, goal / 10.0, 4);
-    let why = out.stopped.expect("stopped");
-    assert!(why.contains("abort factor"), "{why}");
+    assert!(out.stopped.is_none(), "{:?}", out.stopped);
+    assert_eq!(out.trials.len(), 20);
     assert!(out.best.is_none());
     assert_eq!(s.enters, s.leaves);
+}
+
+/// A busy host's spikes hit whatever runs at the time: a candidate's run 30 times its truth,
+/// past 5 × the goal, ends nothing once the baseline has been seen that slow too (its first run
+/// here). The same spike with a quiet baseline still ends the search: the bound moved with the
+/// baseline, it did not go away.
+#[test]
+fn a_busy_hosts_spikes_do_not_end_the_search_when_the_baseline_spikes_too() {
+    let spiky = |spikes: Vec<u64>| {
+        let mut s = Surface::new(6);
+        let (goal, _) = s.goal_and_optimum();
+        s.noise = 0.0;
+        s.drift = 0.0;
+        s.spike = 30.0;
+        s.spikes = spikes;
+        let out = run(&mut s, goal, 6);
+        assert_eq!(s.enters, s.leaves);
+        out
+    };
+    // Runs alternate baseline, candidate: run 1 is the baseline's, 4 and 10 candidates'.
+    let out = spiky(vec![1, 4, 10]);
+    assert!(out.stopped.is_none(), "{:?}", out.stopped);
+    assert_eq!(out.trials.len(), 20);
+    let out = spiky(vec![4]);
+    let why = out
+        .stopped
+        .expect("a spike past a quiet baseline's bound ends the search");
+    assert!(
+        why.starts_with("trial 1:") || why.starts_with("trial 2:"),
+        "{why}"
+    );
 }
 
 /// A goal no configuration meets: nothing reported, the report still has every trial.

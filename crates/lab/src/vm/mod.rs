@@ -768,6 +768,24 @@ pub fn once_more_after_a_crash<T>(
     }
 }
 
+/// One guest of its own lab (no tap: its NICs, if any, are in `spec.extra`): the kernel's
+/// image built or reused, the lab's scratch made, QEMU started and the boot waited for, up to
+/// `boot_limit`. The lab is returned last so that it outlives the guest.
+pub(crate) fn boot_single(
+    tag: &str,
+    kernel: Option<&str>,
+    spec: &GuestSpec,
+    boot_limit: Duration,
+) -> Result<(Guest, Image, Lab)> {
+    let image = image::build(kernel)?;
+    let lab = Lab::new(tag)?;
+    let dir = lab.scratch()?;
+    let started = Instant::now();
+    let mut guest = Guest::start(&image, spec, None, &dir.join(&spec.name))?;
+    guest.wait_ready(started, boot_limit)?;
+    Ok((guest, image, lab))
+}
+
 /// Where the guest's scratch share appears inside `chroot /host` (see the image's init).
 pub const GUEST_SHARE: &str = "/tmp/netsteer-x";
 

@@ -15,7 +15,7 @@
 //! The twin also runs on the host's clock (no `-icount`, multi-threaded TCG), which separates
 //! the two effects: one process, and virtual time.
 
-use super::image::{self, Image};
+use super::image::Image;
 use super::{Guest, GuestSpec, NicModel, VM_A_ADDR, VM_B_ADDR};
 use crate::{Lab, LabError, Result};
 use std::path::Path;
@@ -132,12 +132,9 @@ impl Twin {
 
     fn boot_once(tag: &str, spec: &TwinSpec) -> Result<Twin> {
         spec.nic.check_qemu()?;
-        let image = image::build(spec.kernel.as_deref())?;
-        let lab = Lab::new(tag)?;
-        let dir = lab.scratch()?;
-        let started = Instant::now();
-        let mut guest = Guest::start(
-            &image,
+        let (mut guest, image, lab) = super::boot_single(
+            tag,
+            spec.kernel.as_deref(),
             &GuestSpec {
                 name: "twin".into(),
                 cpus: spec.cpus,
@@ -148,10 +145,8 @@ impl Twin {
                 virtual_time: spec.virtual_time,
                 peer_channel: true,
             },
-            None,
-            &dir.join("twin"),
+            spec.boot_limit,
         )?;
-        guest.wait_ready(started, spec.boot_limit)?;
         let (server, client) = join(&mut guest)?;
         let mut peer = guest.peer("twin-peer")?;
         peer.wait_ready(Instant::now(), T)?;

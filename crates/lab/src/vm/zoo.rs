@@ -5,11 +5,11 @@
 //! vmxnet3, and e1000 or rtl8139 on a legacy INTx line), a bond and a VLAN over them, and a
 //! CPU taken offline. Its NICs sit on QEMU hubs of their own: no packet leaves the guest.
 
-use super::image::{self, Image};
+use super::image::Image;
 use super::{Guest, GuestSpec};
 use crate::{Lab, LabError, Result};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One emulated NIC of a zoo guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,27 +216,21 @@ impl ZooGuest {
     }
 
     fn boot_once(tag: &str, spec: &ZooSpec) -> Result<ZooGuest> {
-        let extra = spec.qemu_args()?;
-        let image = image::build(spec.kernel.as_deref())?;
-        let lab = Lab::new(tag)?;
-        let dir = lab.scratch()?;
-        let started = Instant::now();
-        let mut guest = Guest::start(
-            &image,
+        let (guest, image, lab) = super::boot_single(
+            tag,
+            spec.kernel.as_deref(),
             &GuestSpec {
                 name: "zoo".into(),
                 cpus: spec.cpus,
                 mem_mb: spec.mem_mb,
                 nic: None,
                 mac: String::new(),
-                extra,
+                extra: spec.qemu_args()?,
                 virtual_time: None,
                 peer_channel: false,
             },
-            None,
-            &dir.join("zoo"),
+            spec.boot_limit,
         )?;
-        guest.wait_ready(started, spec.boot_limit)?;
         Ok(ZooGuest {
             retried: None,
             guest,
