@@ -50,7 +50,7 @@ pub struct NoiseArgs {
     /// instruction 2^SHIFT ns (0: one instruction, one virtual ns).
     #[arg(long, value_name = "SHIFT", num_args = 0..=1, default_missing_value = "0", value_parser = clap::value_parser!(u32).range(0..=10))]
     virtual_time: Option<u32>,
-    /// The NICs' model (virtio, virtio-rss, igb).
+    /// The NICs' model (virtio, virtio-rss, igb, e1000e).
     #[arg(long, value_name = "MODEL", default_value = "igb", value_parser = clap::value_parser!(netsteer_lab::vm::NicModel))]
     nic: netsteer_lab::vm::NicModel,
     /// The guest kernel's series (6.1, 6.12, 7.3); default: the apt candidate.
@@ -184,6 +184,12 @@ pub fn run(cmd: &LabCommand) -> Result<ExitCode> {
             }
             let scn = netsteer_lab::scenario::load(&a.scenario)?;
             let spec = netsteer_lab::vm::VmPairSpec::of(scn.vm, a.nic, a.kernel.clone());
+            if !spec.nic.has_queues_to_steer() {
+                anyhow::bail!(
+                    "--nic {}: one receive queue and no RSS table, so no ladder rung or lane has queues to steer between (it is a `lab noise` model); use virtio, virtio-rss or igb",
+                    spec.nic.name()
+                );
+            }
             let repeats = a.repeat.unwrap_or(if a.lane.is_some() { 3 } else { 1 });
             vm_run(
                 &spec,

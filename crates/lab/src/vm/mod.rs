@@ -50,6 +50,10 @@ pub enum NicModel {
     /// up to 8 combined channels, a 128-entry RSS table, rx-usecs/tx-usecs coalescing; n-tuple
     /// filters fixed off.
     Igb,
+    /// Intel 82574L (`-device e1000e`), the Linux e1000e driver: one queue pair, MSI-X vectors
+    /// for rx-0, tx-0 and "other", no RSS table to steer with: the noise rig's third model
+    /// (`lab noise`), not the ladder's or the lane's, which need queues to steer between.
+    E1000e,
 }
 
 impl NicModel {
@@ -58,7 +62,13 @@ impl NicModel {
             NicModel::Virtio => "virtio",
             NicModel::VirtioRss => "virtio-rss",
             NicModel::Igb => "igb",
+            NicModel::E1000e => "e1000e",
         }
+    }
+
+    /// Whether the ladder and the lane can run on it: they steer between receive queues.
+    pub fn has_queues_to_steer(self) -> bool {
+        !matches!(self, NicModel::E1000e)
     }
 
     /// The guest driver's name in `ethtool -i` and netsteer's show.
@@ -66,13 +76,14 @@ impl NicModel {
         match self {
             NicModel::Virtio | NicModel::VirtioRss => "virtio_net",
             NicModel::Igb => "igb",
+            NicModel::E1000e => "e1000e",
         }
     }
 
     /// Whether QEMU reads the queues over a multi-queue tap: virtio's queues are the tap's,
     /// igb's are the emulated NIC's own (it hashes and steers itself) over one tap queue.
     fn multi_queue_tap(self) -> bool {
-        !matches!(self, NicModel::Igb)
+        !matches!(self, NicModel::Igb | NicModel::E1000e)
     }
 
     /// QEMU's `-netdev` and `-device` arguments for a NIC on `tap` with `queues` queue pairs
@@ -94,6 +105,7 @@ impl NicModel {
                 2 * queues + 2
             ),
             NicModel::Igb => format!("igb,netdev=n0,mac={mac}"),
+            NicModel::E1000e => format!("e1000e,netdev=n0,mac={mac}"),
         };
         ["-netdev".into(), netdev, "-device".into(), device]
     }
@@ -106,6 +118,7 @@ impl NicModel {
         let device = match self {
             NicModel::Virtio | NicModel::VirtioRss => "virtio-net-pci",
             NicModel::Igb => "igb",
+            NicModel::E1000e => "e1000e",
         };
         let out = Command::new("qemu-system-x86_64")
             .args(["-device", "help"])
@@ -143,8 +156,9 @@ impl std::str::FromStr for NicModel {
             "virtio" => Ok(NicModel::Virtio),
             "virtio-rss" => Ok(NicModel::VirtioRss),
             "igb" => Ok(NicModel::Igb),
+            "e1000e" => Ok(NicModel::E1000e),
             _ => Err(format!(
-                "unknown NIC model {s:?} (virtio, virtio-rss or igb)"
+                "unknown NIC model {s:?} (virtio, virtio-rss, igb or e1000e)"
             )),
         }
     }

@@ -87,6 +87,7 @@ impl TwinSpec {
             a.push("-device".into());
             let dev = match self.nic {
                 NicModel::Igb => format!("igb,netdev={id}"),
+                NicModel::E1000e => format!("e1000e,netdev={id}"),
                 NicModel::Virtio => format!("virtio-net-pci,netdev={id}"),
                 NicModel::VirtioRss => format!("virtio-net-pci,netdev={id},rss=on,hash=on"),
             };
