@@ -223,7 +223,8 @@ fn bench_search_on_igb() {
     // VIRTUAL_TIME=SHIFT: both ends in one guest in virtual time (the twin, docs/lab.md).
     let virtual_time: Option<u32> = std::env::var("VIRTUAL_TIME")
         .ok()
-        .map(|v| v.parse().expect("VIRTUAL_TIME: an icount shift, 0 to 10"));
+        .map(|v| v.parse().expect("VIRTUAL_TIME: an icount shift, 0 to 10"))
+        .inspect(|s| assert!(*s <= 10, "VIRTUAL_TIME: an icount shift, 0 to 10 (got {s})"));
     let spec = VmPairSpec {
         nic: NicModel::Igb,
         kernel,

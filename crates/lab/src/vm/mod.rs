@@ -281,6 +281,9 @@ impl Guest {
             "virtio-9p-pci,fsdev=x,mount_tag=scratch".into(),
         ];
         if spec.peer_channel {
+            // The third ISA port (ttyS2) shares IRQ 4 with the console's ttyS0, and QEMU does
+            // not OR the two; the console is quiet after boot, and a line whose interrupt was
+            // lost is not acknowledged and so is sent again (see `sh`).
             args.push("-chardev".into());
             args.push(format!(
                 "socket,id=chp,path={},server=on,wait=off",

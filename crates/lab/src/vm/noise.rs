@@ -83,7 +83,10 @@ impl Rig {
     fn ends(&mut self) -> Result<(super::twin::End, super::twin::End)> {
         match self {
             Rig::Twin(t) => Ok((t.server.clone(), t.client.clone())),
-            Rig::Pair(p) => Ok((pci_of(&mut p.b, "eth0")?, pci_of(&mut p.a, "eth0")?)),
+            Rig::Pair(p) => Ok((
+                super::twin::end_of(&mut p.b, "eth0")?,
+                super::twin::end_of(&mut p.a, "eth0")?,
+            )),
         }
     }
 
@@ -94,21 +97,6 @@ impl Rig {
             Rig::Twin(t) => t.install(host_bin),
         }
     }
-}
-
-fn pci_of(g: &mut Guest, dev: &str) -> Result<super::twin::End> {
-    let path = super::twin::sh_ok(g, &format!("readlink -f /sys/class/net/{dev}/device"))?;
-    let pci = path.trim().rsplit('/').next().unwrap_or("").to_string();
-    if pci.is_empty() {
-        return Err(LabError::Invalid(format!(
-            "guest {}: {dev} has no PCI device",
-            g.name
-        )));
-    }
-    Ok(super::twin::End {
-        dev: dev.to_string(),
-        pci,
-    })
 }
 
 /// The IRQ numbers of a PCI function's MSI/MSI-X vectors (none: it has no MSI).

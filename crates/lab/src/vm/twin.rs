@@ -201,6 +201,42 @@ pub(super) fn reachable(g: &mut Guest, client: &End, server: &End) -> Result<()>
     Ok(())
 }
 
+/// `dev`'s PCI function, from its device link in sysfs.
+pub(super) fn end_of(g: &mut Guest, dev: &str) -> Result<End> {
+    let path = sh_ok(g, &format!("readlink -f /sys/class/net/{dev}/device"))?;
+    let pci = pci_function(&path).ok_or_else(|| {
+        LabError::Invalid(format!(
+            "guest {}: {dev} is on no PCI function ({})",
+            g.name,
+            path.trim()
+        ))
+    })?;
+    Ok(End {
+        dev: dev.to_string(),
+        pci,
+    })
+}
+
+/// The PCI function (`0000:00:0a.0`) a device's sysfs path is under: the device itself (igb,
+/// e1000e) or a parent (virtio-net's device is `virtio2`, a child of its PCI function).
+pub fn pci_function(sysfs_path: &str) -> Option<String> {
+    let is_bdf = |c: &str| {
+        let b = c.as_bytes();
+        c.len() == 12
+            && b[4] == b':'
+            && b[7] == b':'
+            && b[10] == b'.'
+            && c.chars()
+                .enumerate()
+                .all(|(i, ch)| matches!(i, 4 | 7 | 10) || ch.is_ascii_hexdigit())
+    };
+    sysfs_path
+        .trim()
+        .rsplit('/')
+        .find(|c| is_bdf(c))
+        .map(str::to_string)
+}
+
 /// The interface whose MAC is `mac` in `ip -o link` output.
 pub fn interface_with_mac(ip_o_link: &str, mac: &str) -> Option<String> {
     ip_o_link.lines().find_map(|l| {
@@ -226,15 +262,7 @@ fn join(g: &mut Guest) -> Result<(End, End)> {
                 g.name
             ))
         })?;
-        let path = sh_ok(g, &format!("readlink -f /sys/class/net/{dev}/device"))?;
-        let pci = path
-            .trim()
-            .rsplit('/')
-            .next()
-            .filter(|p| !p.is_empty())
-            .ok_or_else(|| LabError::Invalid(format!("guest {}: {dev} has no PCI device", g.name)))?
-            .to_string();
-        Ok(End { dev, pci })
+        end_of(g, &dev)
     };
     let mut server = end(SERVER_MAC)?;
     let mut client = end(CLIENT_MAC)?;
@@ -272,6 +300,25 @@ fn join(g: &mut Guest) -> Result<(End, End)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nic_is_found_on_its_pci_function_itself_or_its_parent() {
+        assert_eq!(
+            pci_function("/sys/devices/pci0000:00/0000:00:0a.0\n").as_deref(),
+            Some("0000:00:0a.0")
+        );
+        assert_eq!(
+            pci_function("/sys/devices/pci0000:00/0000:00:0c.0/virtio3").as_deref(),
+            Some("0000:00:0c.0")
+        );
+        // Behind a bridge: the function nearest the device.
+        assert_eq!(
+            pci_function("/sys/devices/pci0000:20/0000:20:00.0/0000:21:01.0").as_deref(),
+            Some("0000:21:01.0")
+        );
+        assert_eq!(pci_function("/sys/devices/virtual/net/lo"), None);
+        assert_eq!(pci_function(""), None);
+    }
 
     #[test]
     fn interfaces_are_found_by_mac_whatever_the_guest_named_them() {
