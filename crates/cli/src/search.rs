@@ -48,7 +48,8 @@ pub struct SearchArgs {
     /// Runs of each side in each confirmation.
     #[arg(long, default_value_t = engine::DEFAULT_CONFIRM_REPEATS, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=50))]
     confirm_repeat: u32,
-    /// A candidate run whose latency is above the goal times this ends the search.
+    /// A candidate run whose latency is above this times the worst of the goal and the
+    /// baseline's runs on either side of it ends the search.
     #[arg(long, default_value_t = engine::DEFAULT_ABORT_FACTOR, value_name = "X", value_parser = abort_factor)]
     abort_factor: f64,
     /// At the end, measure the configuration found against these static settings, runs

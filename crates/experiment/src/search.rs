@@ -42,14 +42,17 @@
 //! more than the baseline beyond the runs' scatter ([`loses_more`]: its fewest lost in a run
 //! above the baseline's most); a rejected trial is never a result, and the model takes its
 //! latency and its cost as at least `abort_factor` (2 to 100) times the baseline's, which
-//! weighs down the knob levels it used and so its neighbours. The search still ends at once on harm past a stated bound:
-//! a candidate run whose latency is past `abort_factor` × the worse of the goal and the
-//! baseline's own slowest run in the search so far, or a candidate that has lost more than
-//! `abort_factor` × (the baseline's loss so far + [`LOSS_FLOOR`]) in the runs of its trial so
-//! far. The latency bound follows the baseline for the same reason the loss bound does: on a
-//! busy host the baseline's own runs spike (a veth search beside a VM test saw the baseline at
-//! 3.2 ms against a 0.42 ms goal), and a candidate's spike no worse than those is the host's,
-//! not the candidate's.
+//! weighs down the knob levels it used and so its neighbours. The search still ends on harm past a stated bound:
+//! a candidate run whose latency is past `abort_factor` × the worst of the goal and the
+//! baseline's runs on either side of it (judged once the next baseline run is in, one run
+//! later; a trial's last candidate run by the run before it), or a candidate that has lost
+//! more than `abort_factor` × (the baseline's loss so far + [`LOSS_FLOOR`]) in the runs of its
+//! trial so far. The latency bound looks at the baseline beside the run for the reason the loss
+//! bound looks at the baseline of the same trial: on a busy host a spike falls on whatever runs
+//! then (a veth search beside a VM test ended on a candidate's 2.09 ms against a 0.42 ms goal,
+//! the baseline having spiked to 3.24 ms just before the search), and a candidate slower than
+//! the goal by the factor while the runs around it are not is the candidate's. Only the two
+//! neighbours count, so one spike excuses one run, not the rest of the search.
 
 use crate::clock::Clock;
 use crate::experiment::{self, BoxError, Comparison, Executor, ExperimentError, Order, Verdict};
@@ -108,7 +111,8 @@ pub struct Options {
     pub repeats: u32,
     /// Runs of each side in the confirmation.
     pub confirm_repeats: u32,
-    /// A candidate run with latency above goal × this ends the search.
+    /// A candidate run with latency above this × the worst of the goal and the baseline's
+    /// runs on either side of it ends the search.
     pub abort_factor: f64,
     /// Configurations the guided phase considers at most (the space is enumerated up to this;
     /// beyond, this many are sampled).
@@ -193,8 +197,9 @@ pub struct Outcome {
     /// The configuration found: confirmed within the goal and cheaper than the baseline beyond
     /// the noise, or within the goal where the baseline is not. `None`: none was.
     pub best: Option<Config>,
-    /// Why the search ended early (a candidate lost past the bound of [`LOSS_FLOOR`], broke
-    /// the goal by the abort factor, or failed to apply or roll back).
+    /// Why the search ended early (a candidate lost past the bound of [`LOSS_FLOOR`], was
+    /// slower than the goal and the baseline beside it by the abort factor, or failed to apply
+    /// or roll back).
     pub stopped: Option<String>,
     /// Each knob level's fitted effect on latency and on cost, as factors against the
     /// baseline's level (1.0 = none), for the report: `effects[d][l] = (latency, cost)`.
@@ -230,7 +235,6 @@ pub fn search<T: Target>(
         opts,
         trials: Vec::new(),
         stopped: None,
-        base_worst: 0.0,
     };
     for config in screening(dims, baseline) {
         if s.trials.len() as u32 >= opts.budget || s.stopped.is_some() {
@@ -312,8 +316,6 @@ struct State<'a> {
     opts: &'a Options,
     trials: Vec<Trial>,
     stopped: Option<String>,
-    /// The baseline's slowest run in the search so far (0 before its first).
-    base_worst: f64,
 }
 
 /// The two configurations of a trial as the experiment's variants (0: the baseline).
@@ -367,49 +369,70 @@ fn alternate<T: Target>(
     baseline: &[usize],
     config: &[usize],
     repeats: u32,
-    abort: Option<f64>,
-    (abort_factor, base_worst): (f64, &mut f64),
+    goal: Option<f64>,
+    abort_factor: f64,
 ) -> Result<Sides, ExperimentError> {
     let mut pair = Pair {
         target,
         configs: [baseline, config],
     };
-    // The losses so far of each side (the baseline's run comes first in each pair).
+    // A factor from the library's caller unchecked (the CLI holds it to 1–100).
+    let factor = if abort_factor.is_finite() {
+        abort_factor.max(1.0)
+    } else {
+        DEFAULT_ABORT_FACTOR
+    };
+    // A candidate run past the factor × the worse of the goal and the baseline's runs on
+    // either side of it: a spike of the host falls on the runs around it too, harm does not.
+    let past = |latency: f64, before: f64, after: f64| -> Option<String> {
+        let goal = goal?;
+        let limit = factor * goal.max(before).max(after);
+        (latency > limit).then(|| {
+            format!(
+                "the candidate's latency {latency:.0} was past the abort factor × the worse of the goal and the baseline's runs beside it ({before:.0} before, {}): {limit:.0}",
+                if after > 0.0 {
+                    format!("{after:.0} after")
+                } else {
+                    "none after".to_string()
+                }
+            )
+        })
+    };
+    // The losses so far of each side (the baseline's run comes first in each pair), the
+    // baseline's last run, and the candidate's run still to be judged against the next one.
     let mut so_far = [0u64; 2];
+    let mut last_base = 0.0f64;
+    let mut pending: Option<(f64, f64)> = None;
+    let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
     let runs = experiment::run(&mut pair, 2, repeats, Order::Alternated, clock, |t| {
         so_far[t.variant] = so_far[t.variant].saturating_add(t.measure.lost);
-        // A factor from the library's caller unchecked (the CLI holds it to 1–100).
-        let factor = if abort_factor.is_finite() {
-            abort_factor.max(1.0)
-        } else {
-            DEFAULT_ABORT_FACTOR
-        };
-        if t.variant == 0 && t.measure.latency.is_finite() {
-            *base_worst = base_worst.max(t.measure.latency);
-        }
-        if t.variant == 1 {
-            let bound = factor * (so_far[0].saturating_add(LOSS_FLOOR)) as f64;
-            if so_far[1] as f64 > bound {
-                return Err(format!(
-                    "the candidate lost {} against the baseline's {} in the same runs, past the bound of {bound:.0} (abort factor × (the baseline's + {LOSS_FLOOR}))",
-                    so_far[1], so_far[0]
-                )
-                .into());
+        if t.variant == 0 {
+            last_base = finite(t.measure.latency);
+            if let Some((latency, before)) = pending.take()
+                && let Some(why) = past(latency, before, last_base)
+            {
+                return Err(why.into());
             }
-            if let Some(goal_limit) = abort {
-                let limit = goal_limit.max(factor * *base_worst);
-                if t.measure.latency > limit {
-                    return Err(format!(
-                        "the candidate's latency {:.0} broke the goal by more than the abort factor \
-                         ({limit:.0}: the factor × the worse of the goal and the baseline's slowest run so far, {:.0})",
-                        t.measure.latency, *base_worst
-                    )
-                    .into());
-                }
-            }
+            return Ok(());
         }
+        let bound = factor * (so_far[0].saturating_add(LOSS_FLOOR)) as f64;
+        if so_far[1] as f64 > bound {
+            return Err(format!(
+                "the candidate lost {} against the baseline's {} in the same runs, past the bound of {bound:.0} (abort factor × (the baseline's + {LOSS_FLOOR}))",
+                so_far[1], so_far[0]
+            )
+            .into());
+        }
+        pending = Some((t.measure.latency, last_base));
         Ok(())
     })?;
+    // The trial's last candidate run has no baseline run after it: judged by the one before
+    // (the candidate has been left already, as after every run).
+    if let Some((latency, before)) = pending
+        && let Some(why) = past(latency, before, 0.0)
+    {
+        return Err(ExperimentError::Failed(why.into()));
+    }
     let mut sides: Sides = Default::default();
     for t in runs {
         let side = &mut sides[t.variant];
@@ -435,8 +458,8 @@ impl State<'_> {
             &self.baseline,
             &config,
             self.opts.repeats,
-            self.abort_limit(),
-            (self.opts.abort_factor, &mut self.base_worst),
+            self.bounded_goal(),
+            self.opts.abort_factor,
         ) {
             Ok([(bl, bc, blost), (l, c, lost)]) => {
                 let spread = |v: &[f64]| Spread::of(v).unwrap_or_default();
@@ -459,10 +482,9 @@ impl State<'_> {
         }
     }
 
-    /// The latency above which a candidate's run ends the search (none for an unbounded goal).
-    fn abort_limit(&self) -> Option<f64> {
-        let limit = self.opts.goal * self.opts.abort_factor;
-        limit.is_finite().then_some(limit)
+    /// The goal the latency abort is judged from (none for an unbounded goal).
+    fn bounded_goal(&self) -> Option<f64> {
+        self.opts.goal.is_finite().then_some(self.opts.goal)
     }
 
     /// The baseline's medians over every trial: the reference the ratios multiply.
@@ -560,8 +582,8 @@ fn confirm<T: Target>(
         &s.baseline,
         config,
         s.opts.confirm_repeats,
-        s.abort_limit(),
-        (s.opts.abort_factor, &mut s.base_worst.clone()),
+        s.bounded_goal(),
+        s.opts.abort_factor,
     )?;
     let none = || ExperimentError::Failed("no finite value in the confirmation's runs".into());
     let latency = experiment::compare(true, &bl, &l).ok_or_else(none)?;
