@@ -1144,7 +1144,16 @@ fn a_qemu_without_the_device_is_named_before_booting() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("virtio, virtio-rss or igb"), "{err}");
+    assert!(err.contains("virtio, virtio-rss, igb or e1000e"), "{err}");
+    // A model the noise rig has but the ladder cannot use is refused with the reason, before
+    // anything boots.
+    let out = Command::new(BIN)
+        .args(["lab", "run", "seed-000", "--vm", "--nic", "e1000e"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--nic e1000e: one receive queue"), "{err}");
 }
 
 /// Regenerates `fixtures/hosts/{igb-6.1,igb-6.12,virtio-rss-6.12}`: guest b of each pair after
