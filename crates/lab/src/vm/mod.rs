@@ -638,9 +638,20 @@ impl Guest {
     /// As [`Guest::host`], failing unless the program exits 0.
     pub fn host_ok(&mut self, argv: &[&str], limit: Duration) -> Result<String> {
         let (rc, out) = self.host(argv, limit)?;
+        self.ok(rc, out, &argv.join(" "))
+    }
+
+    /// As [`Guest::sh`], failing unless the line exits 0.
+    pub fn sh_ok(&mut self, cmd: &str, limit: Duration) -> Result<String> {
+        let (rc, out) = self.sh(cmd, limit)?;
+        self.ok(rc, out, cmd)
+    }
+
+    /// `out` when `rc` is 0; else the error naming the guest and `what` ran.
+    fn ok(&self, rc: i32, out: String, what: &str) -> Result<String> {
         if rc != 0 {
             return Err(LabError::Command {
-                command: format!("(guest {}) {}", self.name, argv.join(" ")),
+                command: format!("(guest {}) {what}", self.name),
                 code: Some(rc),
                 stderr: out,
             });
@@ -912,17 +923,17 @@ impl VmPair {
         ];
         for (g, end, cpus, queues) in sides {
             if spec.nic == NicModel::Igb {
-                twin::sh_ok(
-                    g,
+                g.sh_ok(
                     &format!("chroot /host ethtool -L {} combined {queues}", end.dev),
+                    twin::T,
                 )?;
             }
-            twin::sh_ok(
-                g,
+            g.sh_ok(
                 &format!(
                     "for i in $(ls /sys/bus/pci/devices/{pci}/msi_irqs); do echo {cpus} > /proc/irq/$i/smp_affinity_list && [ \"$(cat /proc/irq/$i/smp_affinity_list)\" = {cpus} ] || {{ echo IRQ $i reads $(cat /proc/irq/$i/smp_affinity_list), not {cpus}; exit 1; }}; done",
                     pci = end.pci
                 ),
+                twin::T,
             )?;
         }
         twin::reachable(&mut guest, &client, &server)?;

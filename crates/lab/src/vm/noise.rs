@@ -101,7 +101,10 @@ impl Rig {
 
 /// The IRQ numbers of a PCI function's MSI/MSI-X vectors (none: it has no MSI).
 fn msi_irqs(g: &mut Guest, pci: &str) -> Result<Vec<u32>> {
-    let out = super::twin::sh_ok(g, &format!("ls /sys/bus/pci/devices/{pci}/msi_irqs"))?;
+    let out = g.sh_ok(
+        &format!("ls /sys/bus/pci/devices/{pci}/msi_irqs"),
+        super::twin::T,
+    )?;
     let irqs: Vec<u32> = out
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
@@ -118,11 +121,11 @@ fn msi_irqs(g: &mut Guest, pci: &str) -> Result<Vec<u32>> {
 /// Moves `irqs` to `cpu`, each checked by reading its affinity back.
 fn pin(g: &mut Guest, irqs: &[u32], cpu: u32) -> Result<()> {
     for irq in irqs {
-        let back = super::twin::sh_ok(
-            g,
+        let back = g.sh_ok(
             &format!(
                 "echo {cpu} > /proc/irq/{irq}/smp_affinity_list && cat /proc/irq/{irq}/smp_affinity_list"
             ),
+            super::twin::T,
         )?;
         if back.trim() != cpu.to_string() {
             return Err(LabError::Invalid(format!(
@@ -283,11 +286,11 @@ pub fn measure(
         wait_port(g, true, "start")?;
     }
     let read = |g: &mut Guest| -> Result<Counters> {
-        let out = super::twin::sh_ok(
-            g,
+        let out = g.sh_ok(
             &format!(
                 "cat /proc/interrupts; echo @@@; cat /proc/softirqs; echo @@@; grep -H ctxt_switches /proc/$(cat {PID_FILE})/task/*/status"
             ),
+            super::twin::T,
         )?;
         counters_of(&out, &server_irqs, SERVER_CPU)
     };

@@ -27,7 +27,8 @@ pub const PEER_NS: &str = "peer";
 /// [`VM_A_ADDR`]); the guest's interface names are found from them.
 const SERVER_MAC: &str = "52:54:00:54:57:02";
 const CLIENT_MAC: &str = "52:54:00:54:57:01";
-const T: Duration = Duration::from_secs(120);
+/// How long one setup command in the twin may take.
+pub(super) const T: Duration = Duration::from_secs(120);
 
 /// A twin guest's shape.
 #[derive(Debug, Clone)]
@@ -170,19 +171,6 @@ impl Twin {
     }
 }
 
-/// A guest shell line that must succeed; its output.
-pub(super) fn sh_ok(g: &mut Guest, cmd: &str) -> Result<String> {
-    let (rc, out) = g.sh(cmd, T)?;
-    if rc != 0 {
-        return Err(LabError::Command {
-            command: format!("(guest {}) {cmd}", g.name),
-            code: Some(rc),
-            stderr: out,
-        });
-    }
-    Ok(out)
-}
-
 /// Waits until a ping from the client's namespace crosses the hub to the server (the emulated
 /// PHYs take a moment to come up, and again after a channel change resets the device).
 pub(super) fn reachable(g: &mut Guest, client: &End, server: &End) -> Result<()> {
@@ -203,7 +191,7 @@ pub(super) fn reachable(g: &mut Guest, client: &End, server: &End) -> Result<()>
 
 /// `dev`'s PCI function, from its device link in sysfs.
 pub(super) fn end_of(g: &mut Guest, dev: &str) -> Result<End> {
-    let path = sh_ok(g, &format!("readlink -f /sys/class/net/{dev}/device"))?;
+    let path = g.sh_ok(&format!("readlink -f /sys/class/net/{dev}/device"), T)?;
     let pci = pci_function(&path).ok_or_else(|| {
         LabError::Invalid(format!(
             "guest {}: {dev} is on no PCI function ({})",
@@ -254,7 +242,7 @@ pub fn interface_with_mac(ip_o_link: &str, mac: &str) -> Option<String> {
 /// (the guest named it so unless it probed the NICs out of slot order), addresses both, and
 /// waits until a ping crosses the hub (the emulated PHYs take a moment to come up).
 fn join(g: &mut Guest) -> Result<(End, End)> {
-    let links = sh_ok(g, "chroot /host /bin/ip -o link")?;
+    let links = g.sh_ok("chroot /host /bin/ip -o link", T)?;
     let mut end = |mac: &str| -> Result<End> {
         let dev = interface_with_mac(&links, mac).ok_or_else(|| {
             LabError::Invalid(format!(
@@ -272,26 +260,25 @@ fn join(g: &mut Guest) -> Result<(End, End)> {
     if client.dev == "eth0" {
         // The server's name to be: the client's vectors are named after its interface when
         // it is opened, and two sets of `eth0-…` in /proc/interrupts would be summed as one NIC.
-        sh_ok(g, &format!("{ip} link set eth0 name peer0"))?;
+        g.sh_ok(&format!("{ip} link set eth0 name peer0"), T)?;
         client.dev = "peer0".into();
     }
     let c = &client.dev;
-    sh_ok(
-        g,
-        &format!(
+    g.sh_ok(&format!(
             "{ip} netns add {PEER_NS} && {ip} link set {c} netns {PEER_NS} && {ip} -n {PEER_NS} link set lo up && {ip} -n {PEER_NS} addr add {VM_A_ADDR}/24 dev {c} && {ip} -n {PEER_NS} link set {c} up"
         ),
+        T,
     )?;
     if server.dev != "eth0" {
         // Down still (nothing opened it): a driver names its vectors after the interface when
         // it is opened, so they read `eth0-…` too.
-        sh_ok(g, &format!("{ip} link set {} name eth0", server.dev))?;
+        g.sh_ok(&format!("{ip} link set {} name eth0", server.dev), T)?;
         server.dev = "eth0".into();
     }
     let s = &server.dev;
-    sh_ok(
-        g,
+    g.sh_ok(
         &format!("{ip} addr add {VM_B_ADDR}/24 dev {s} && {ip} link set {s} up"),
+        T,
     )?;
     reachable(g, &client, &server)?;
     Ok((server, client))

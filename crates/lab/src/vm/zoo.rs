@@ -247,15 +247,7 @@ impl ZooGuest {
 
     /// A guest shell line that must succeed; its output.
     pub fn sh_ok(&mut self, cmd: &str, limit: Duration) -> Result<String> {
-        let (rc, out) = self.guest.sh(cmd, limit)?;
-        if rc != 0 {
-            return Err(LabError::Command {
-                command: format!("(zoo guest) {cmd}"),
-                code: Some(rc),
-                stderr: out,
-            });
-        }
-        Ok(out)
+        self.guest.sh_ok(cmd, limit)
     }
 
     /// The shapes users run and the zoo adds to a booted guest: a bond (`bond1`) over two NICs, a VLAN
