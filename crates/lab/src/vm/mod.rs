@@ -928,13 +928,7 @@ impl VmPair {
                     twin::T,
                 )?;
             }
-            g.sh_ok(
-                &format!(
-                    "for i in $(ls /sys/bus/pci/devices/{pci}/msi_irqs); do echo {cpus} > /proc/irq/$i/smp_affinity_list && [ \"$(cat /proc/irq/$i/smp_affinity_list)\" = {cpus} ] || {{ echo IRQ $i reads $(cat /proc/irq/$i/smp_affinity_list), not {cpus}; exit 1; }}; done",
-                    pci = end.pci
-                ),
-                twin::T,
-            )?;
+            twin::pin_msi(g, &end.pci, &cpus)?;
         }
         twin::reachable(&mut guest, &client, &server)?;
         Ok(VmPair {

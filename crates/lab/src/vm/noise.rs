@@ -12,7 +12,7 @@
 //! does not blur them: they are counts, not times.
 
 use super::ladder::{SERVER_PORT, last_json, wait_port};
-use super::twin::Twin;
+use super::twin::{Twin, pin_msi};
 use super::{Guest, VM_B_ADDR, VmPair};
 use crate::{LabError, Result};
 use netsteer_bench::udp_echo::message::ClientSummary;
@@ -97,45 +97,6 @@ impl Rig {
             Rig::Twin(t) => t.install(host_bin),
         }
     }
-}
-
-/// The IRQ numbers of a PCI function's MSI/MSI-X vectors (none: it has no MSI).
-fn msi_irqs(g: &mut Guest, pci: &str) -> Result<Vec<u32>> {
-    let out = g.sh_ok(
-        &format!("ls /sys/bus/pci/devices/{pci}/msi_irqs"),
-        super::twin::T,
-    )?;
-    let irqs: Vec<u32> = out
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    if irqs.is_empty() {
-        return Err(LabError::Invalid(format!(
-            "guest {}: {pci} lists no MSI vectors",
-            g.name
-        )));
-    }
-    Ok(irqs)
-}
-
-/// Moves `irqs` to `cpu`, each checked by reading its affinity back.
-fn pin(g: &mut Guest, irqs: &[u32], cpu: u32) -> Result<()> {
-    for irq in irqs {
-        let back = g.sh_ok(
-            &format!(
-                "echo {cpu} > /proc/irq/{irq}/smp_affinity_list && cat /proc/irq/{irq}/smp_affinity_list"
-            ),
-            super::twin::T,
-        )?;
-        if back.trim() != cpu.to_string() {
-            return Err(LabError::Invalid(format!(
-                "guest {}: IRQ {irq} reads back affinity {:?}, not {cpu}",
-                g.name,
-                back.trim()
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The server CPU's mechanism counters at one moment.
@@ -270,10 +231,8 @@ pub fn measure(
         )));
     }
     let (server, client) = rig.ends()?;
-    let server_irqs = msi_irqs(rig.server(), &server.pci)?;
-    pin(rig.server(), &server_irqs, SERVER_CPU)?;
-    let client_irqs = msi_irqs(rig.client(), &client.pci)?;
-    pin(rig.client(), &client_irqs, CLIENT_CPU)?;
+    let server_irqs = pin_msi(rig.server(), &server.pci, &SERVER_CPU.to_string())?;
+    pin_msi(rig.client(), &client.pci, &CLIENT_CPU.to_string())?;
     let addr = format!("{VM_B_ADDR}:{SERVER_PORT}");
     {
         let g = rig.server();

@@ -189,6 +189,32 @@ pub(super) fn reachable(g: &mut Guest, client: &End, server: &End) -> Result<()>
     Ok(())
 }
 
+/// Moves every MSI/MSI-X vector of the PCI function `pci` to `cpus` (an affinity list: `1`,
+/// `0-1`), each read back; their IRQ numbers. A function without MSI vectors is an error: the
+/// lab's NICs all have them, and what has none cannot be pinned by vector.
+pub(super) fn pin_msi(g: &mut Guest, pci: &str, cpus: &str) -> Result<Vec<u32>> {
+    let out = g.sh_ok(&format!("ls /sys/bus/pci/devices/{pci}/msi_irqs"), T)?;
+    let irqs: Vec<u32> = out
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    if irqs.is_empty() {
+        return Err(LabError::Invalid(format!(
+            "guest {}: {pci} lists no MSI vectors",
+            g.name
+        )));
+    }
+    let list: Vec<String> = irqs.iter().map(u32::to_string).collect();
+    g.sh_ok(
+        &format!(
+            "for i in {}; do echo {cpus} > /proc/irq/$i/smp_affinity_list && [ \"$(cat /proc/irq/$i/smp_affinity_list)\" = {cpus} ] || {{ echo IRQ $i reads $(cat /proc/irq/$i/smp_affinity_list), not {cpus}; exit 1; }}; done",
+            list.join(" ")
+        ),
+        T,
+    )?;
+    Ok(irqs)
+}
+
 /// `dev`'s PCI function, from its device link in sysfs.
 pub(super) fn end_of(g: &mut Guest, dev: &str) -> Result<End> {
     let path = g.sh_ok(&format!("readlink -f /sys/class/net/{dev}/device"), T)?;
