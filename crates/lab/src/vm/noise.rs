@@ -332,9 +332,14 @@ pub fn measure(
     })
 }
 
+/// `virtual ns` for a run in virtual time (the guest's instructions, not the host's clock).
+fn unit(virtual_time: bool) -> &'static str {
+    if virtual_time { "virtual ns" } else { "ns" }
+}
+
 /// `run 3/10: p99 41230 ns, p50 30110 ns, 2000 answered, 0 lost; per request on CPU1: 1.02 IRQs, 1.01 NET_RX, 2.00 switches`.
 pub fn run_line(i: u32, n: u32, r: &NoiseRun, virtual_time: bool) -> String {
-    let unit = if virtual_time { "virtual ns" } else { "ns" };
+    let unit = unit(virtual_time);
     format!(
         "run {i}/{n}: p99 {} {unit}, p50 {} {unit}, {} answered, {} lost; per request on CPU{SERVER_CPU}: {:.2} IRQs, {:.2} NET_RX, {:.2} switches",
         r.p99_ns,
@@ -349,11 +354,7 @@ pub fn run_line(i: u32, n: u32, r: &NoiseRun, virtual_time: bool) -> String {
 
 /// The summary's lines: the p99's scatter (the noise floor) and the counts' scatter.
 pub fn summary_lines(f: &NoiseFloor) -> Vec<String> {
-    let unit = if f.virtual_time.is_some() {
-        "virtual ns"
-    } else {
-        "ns"
-    };
+    let unit = unit(f.virtual_time.is_some());
     let clock = match f.virtual_time {
         Some(s) => format!("virtual time, icount shift {s}"),
         None => "the host's clock".into(),
