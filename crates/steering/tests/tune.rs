@@ -1067,6 +1067,10 @@ struct Driver<'a> {
     /// Whether the device follows the table the driver reports.
     followed: Cell<bool>,
     channel_writes: Cell<usize>,
+    /// A table someone wrote (IFF_RXFH_CONFIGURED): the kernel then refuses a channel count
+    /// at or below its highest queue (net/ethtool/channels.c, "requested channel counts are
+    /// too low for existing indirection table settings"); a reset to the default clears it.
+    configured: Cell<bool>,
 }
 
 impl Backend for Driver<'_> {
@@ -1076,7 +1080,42 @@ impl Backend for Driver<'_> {
 
     fn write(&self, t: &Target, v: &str) -> Result<(), StepError> {
         use netsteer_host::ethtool::NicKnob;
+        if let Target::Nic {
+            dev,
+            knob: NicKnob::Channels(_),
+        } = t
+            && dev == self.dev
+            && self.configured.get()
+        {
+            let table = self.inner.read(&Target::Nic {
+                dev: dev.clone(),
+                knob: NicKnob::RssIndirection,
+            })?;
+            let highest = table
+                .split_whitespace()
+                .filter_map(|q| q.parse::<u32>().ok())
+                .max()
+                .unwrap_or(0);
+            if v.trim().parse::<u32>().unwrap() <= highest {
+                return Err(StepError {
+                    target: t.to_string(),
+                    errno: Some(libc_einval()),
+                    message: "requested channel counts are too low for existing indirection \
+                              table settings"
+                        .into(),
+                });
+            }
+        }
         self.inner.write(t, v)?;
+        if let Target::Nic {
+            dev,
+            knob: NicKnob::RssIndirection,
+        } = t
+            && dev == self.dev
+        {
+            self.configured
+                .set(v.trim() != netsteer_host::ethtool::INDIRECTION_DEFAULT);
+        }
         match t {
             Target::Nic {
                 dev,
@@ -1167,6 +1206,7 @@ fn through_driver(
         virtio_61,
         followed: Cell::new(true),
         channel_writes: Cell::new(0),
+        configured: Cell::new(false),
     };
     let p = plan_tree(tree.path(), o);
     let mut replan = || Ok(plan_tree(tree.path(), o));
@@ -1218,6 +1258,28 @@ fn a_channel_change_is_undone_count_first_and_what_the_driver_reset_comes_back()
             StepStatus::Changed
         );
         assert!(step("nic/eth2/rss/indirection").is_some(), "{report:?}");
+    });
+}
+
+#[test]
+fn a_grown_count_with_its_table_written_goes_back_down() {
+    // The profile grows the channels and writes a table over the new queues: the table is
+    // then configured, and the kernel refuses the smaller count while the table names the
+    // queues above it (seen in a `tune search --against` on igb: "rolling back …:
+    // incomplete"). Rollback resets the table to the default before the count goes down,
+    // then puts the table back as it was.
+    let mut o = opts(Profile::Balanced);
+    o.devices = vec!["eth2".into()];
+    o.knobs = knobs(&["nic/eth2/channels/combined=16"]);
+    through_driver(false, None, &o, &|report, driver| {
+        assert!(
+            report
+                .steps
+                .iter()
+                .any(|s| s.id == "nic/eth2/rss/indirection"),
+            "{report:?}"
+        );
+        assert!(driver.configured.get(), "the apply wrote no table");
     });
 }
 

@@ -516,9 +516,27 @@ pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, 
     let mut restored = Vec::new();
     let mut failed = Vec::new();
     let mut recounted: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-    for (_, w) in order {
+    // Ids put back ahead of their turn, for a count going down (see `before_fewer_queues`).
+    let mut early: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for (_, w) in &order {
         let item = &w.item;
+        if early.contains(&item.id) {
+            continue;
+        }
         let dev = item.target.device().map(str::to_string);
+        if item.kind == ItemKind::Channels
+            && let Some(d) = &dev
+        {
+            before_fewer_queues(
+                backend,
+                w,
+                d,
+                &order,
+                &mut early,
+                &mut restored,
+                &mut failed,
+            );
+        }
         let table = old_table(backend, item, &w.old);
         let value = match table {
             OldTable::KernelDefault => netsteer_host::ethtool::INDIRECTION_DEFAULT,
@@ -560,6 +578,60 @@ pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, 
         }
     }
     (restored, failed)
+}
+
+/// Before `channels` (a journaled channel count of `dev`) goes back down: what of this journal
+/// would make the kernel refuse the smaller count is undone first. A table written out is
+/// marked configured, and a configured table or an n-tuple rule naming a queue at or above
+/// the new count makes ethtool refuse it ("requested channel counts are too low for existing
+/// indirection table settings" / "… ntuple filter settings", net/ethtool/channels.c); seen
+/// when a profile grew igb's channels and wrote its table over them. The journal's n-tuple
+/// rules of the device are put back now (newest first, as their phase would); the table is
+/// reset to the default (which clears the flag), and its own entry, after the count, then
+/// puts it back as it was. Only this journal's own entries: a table or rule someone else made
+/// is not ours to move, and the count's failure then says why.
+fn before_fewer_queues(
+    backend: &dyn Backend,
+    channels: &Written,
+    dev: &str,
+    order: &[(usize, &Written)],
+    early: &mut std::collections::BTreeSet<String>,
+    restored: &mut Vec<String>,
+    failed: &mut Vec<String>,
+) {
+    let count = |v: &str| v.trim().parse::<u32>().ok();
+    let now = backend.read(&channels.item.target).ok();
+    let fewer = matches!(
+        (now.as_deref().and_then(count), count(&channels.old)),
+        (Some(now), Some(old)) if old < now
+    );
+    if !fewer {
+        return;
+    }
+    let of_dev = |kind: ItemKind| {
+        order
+            .iter()
+            .map(|(_, w)| *w)
+            .filter(move |w| w.item.kind == kind && w.item.target.device() == Some(dev))
+    };
+    for w in of_dev(ItemKind::Ntuple) {
+        early.insert(w.item.id.clone());
+        match backend.read(&w.item.target) {
+            Ok(v) if v == w.old => restored.push(w.item.id.clone()),
+            _ => match backend.write(&w.item.target, &w.old) {
+                Ok(()) => restored.push(w.item.id.clone()),
+                Err(e) => failed.push(format!("{}: {}", w.item.id, e)),
+            },
+        }
+    }
+    for w in of_dev(ItemKind::Rss) {
+        if let Err(e) = backend.write(&w.item.target, netsteer_host::ethtool::INDIRECTION_DEFAULT) {
+            failed.push(format!(
+                "{}: reset to the default before the channel count goes down: {e}",
+                w.item.id
+            ));
+        }
+    }
 }
 
 /// What a journaled RSS table was, for rollback: writing a table out marks it configured

@@ -236,7 +236,14 @@ impl InPlace {
         };
         let r = tuner.rollback(Some(Path::new(&journal)))?;
         if !r.status.is_clean() {
-            return Err(format!("rolling back {journal}: {}", r.status).into());
+            // Each item that would not go back, with the write's error: "incomplete" alone
+            // leaves the user to dig the journal out of a state directory.
+            return Err(format!(
+                "rolling back {journal}: {}: {}",
+                r.status,
+                r.failed.join("; ")
+            )
+            .into());
         }
         Ok(())
     }
