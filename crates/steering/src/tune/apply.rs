@@ -524,8 +524,14 @@ pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, 
             continue;
         }
         let dev = item.target.device().map(str::to_string);
-        if item.kind == ItemKind::Channels
-            && let Some(d) = &dev
+        // A channel count only: ring sizes share the kind but recreate no queues.
+        if matches!(
+            &item.target,
+            Target::Nic {
+                knob: NicKnob::Channels(_),
+                ..
+            }
+        ) && let Some(d) = &dev
         {
             before_fewer_queues(
                 backend,
@@ -615,7 +621,9 @@ fn before_fewer_queues(
             .filter(move |w| w.item.kind == kind && w.item.target.device() == Some(dev))
     };
     for w in of_dev(ItemKind::Ntuple) {
-        early.insert(w.item.id.clone());
+        if !early.insert(w.item.id.clone()) {
+            continue;
+        }
         match backend.read(&w.item.target) {
             Ok(v) if v == w.old => restored.push(w.item.id.clone()),
             _ => match backend.write(&w.item.target, &w.old) {
@@ -624,8 +632,20 @@ fn before_fewer_queues(
             },
         }
     }
-    for w in of_dev(ItemKind::Rss) {
-        if let Err(e) = backend.write(&w.item.target, netsteer_host::ethtool::INDIRECTION_DEFAULT) {
+    // The indirection table only: flow-hash items share the kind and have no default.
+    let tables = of_dev(ItemKind::Rss).filter(|w| {
+        matches!(
+            &w.item.target,
+            Target::Nic {
+                knob: NicKnob::RssIndirection,
+                ..
+            }
+        )
+    });
+    for w in tables {
+        if let Err(e) = backend.write(&w.item.target, netsteer_host::ethtool::INDIRECTION_DEFAULT)
+            && refused_by_design(&w.item, &e).is_none()
+        {
             failed.push(format!(
                 "{}: reset to the default before the channel count goes down: {e}",
                 w.item.id
