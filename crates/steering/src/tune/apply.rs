@@ -553,29 +553,14 @@ pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, 
         // own default, which the count change re-made (see OldTable).
         let force = matches!(table, OldTable::KernelDefault | OldTable::Configured)
             && dev.as_ref().is_some_and(|d| recounted.contains(d));
-        match backend.read(&item.target) {
-            Ok(now) if now == w.old && !force => {
-                restored.push(item.id.clone());
-                if item.kind == ItemKind::Channels
-                    && let Some(d) = &dev
-                {
-                    recounted.insert(d.clone());
-                }
-                continue;
-            }
-            // Made by the channel change and gone with the old count: nothing to restore.
-            Err(e)
-                if e.errno == Some(libc::ENOENT) && w.after_channels && !recounted.is_empty() =>
-            {
+        let gone_ok = w.after_channels && !recounted.is_empty();
+        match put_back(backend, item, &w.old, value, force, gone_ok) {
+            PutBack::Gone => {
                 restored.push(item.id.clone());
                 continue;
             }
-            _ => {}
-        }
-        match backend.write(&item.target, value) {
-            Ok(()) => restored.push(item.id.clone()),
-            Err(e) if refused_by_design(item, &e).is_some() => restored.push(item.id.clone()),
-            Err(e) => failed.push(format!("{}: {}", item.id, e)),
+            PutBack::Done => restored.push(item.id.clone()),
+            PutBack::Failed(e) => failed.push(e),
         }
         if item.kind == ItemKind::Channels
             && let Some(d) = dev
@@ -584,6 +569,38 @@ pub(super) fn undo(backend: &dyn Backend, written: &[Written]) -> (Vec<String>, 
         }
     }
     (restored, failed)
+}
+
+/// How one journaled item went back.
+enum PutBack {
+    /// It reads as it was, or was written so (or the kernel refuses it by design).
+    Done,
+    /// Its target is gone (ENOENT) where that is allowed: made by a channel change the
+    /// rollback undid.
+    Gone,
+    /// "id: error".
+    Failed(String),
+}
+
+/// Puts `item` back to `value` unless it reads as `old` already and `force` is off.
+fn put_back(
+    backend: &dyn Backend,
+    item: &Item,
+    old: &str,
+    value: &str,
+    force: bool,
+    gone_ok: bool,
+) -> PutBack {
+    match backend.read(&item.target) {
+        Ok(now) if now == old && !force => return PutBack::Done,
+        Err(e) if e.errno == Some(libc::ENOENT) && gone_ok => return PutBack::Gone,
+        _ => {}
+    }
+    match backend.write(&item.target, value) {
+        Ok(()) => PutBack::Done,
+        Err(e) if refused_by_design(item, &e).is_some() => PutBack::Done,
+        Err(e) => PutBack::Failed(format!("{}: {}", item.id, e)),
+    }
 }
 
 /// Before `channels` (a journaled channel count of `dev`) goes back down: what of this journal
@@ -624,12 +641,9 @@ fn before_fewer_queues(
         if !early.insert(w.item.id.clone()) {
             continue;
         }
-        match backend.read(&w.item.target) {
-            Ok(v) if v == w.old => restored.push(w.item.id.clone()),
-            _ => match backend.write(&w.item.target, &w.old) {
-                Ok(()) => restored.push(w.item.id.clone()),
-                Err(e) => failed.push(format!("{}: {}", w.item.id, e)),
-            },
+        match put_back(backend, &w.item, &w.old, &w.old, false, false) {
+            PutBack::Done | PutBack::Gone => restored.push(w.item.id.clone()),
+            PutBack::Failed(e) => failed.push(e),
         }
     }
     // The indirection table only: flow-hash items share the kind and have no default.
