@@ -59,6 +59,9 @@ pub enum Input {
     FlowHash,
     /// netdev netlink: the device's NAPIs and their settings (`napi-get`).
     Napis,
+    /// netdev netlink: the device's page pools and their counters (`page-pool-get`,
+    /// `page-pool-stats-get`).
+    PagePools,
 }
 
 impl Input {
@@ -217,6 +220,32 @@ impl Input {
                     .err()
                     .map(|w| format!("{dev} per-NAPI settings (netdev netlink): {w}")),
             },
+            Input::PagePools => {
+                let netdev = match s {
+                    None => {
+                        return Some(format!(
+                            "{dev} page pools (netdev netlink): no NIC settings read"
+                        ));
+                    }
+                    Some(s) => s.netdev(),
+                };
+                match netdev.map(|d| d.page_pools.as_ref()) {
+                    Err(w) => Some(format!("{dev} page pools (netdev netlink): {w}")),
+                    Ok(None) => Some(format!(
+                        "{dev} page pools (netdev netlink): not recorded (a tree captured before netsteer read them)"
+                    )),
+                    Ok(Some(netsteer_host::field::Field::Unknown { unknown })) => {
+                        Some(format!("{dev} page pools (netdev netlink): {unknown}"))
+                    }
+                    // Pools without counters cannot be judged; no pool at all has nothing
+                    // to judge.
+                    Ok(Some(netsteer_host::field::Field::Known(p))) => p
+                        .stats_unavailable
+                        .as_ref()
+                        .filter(|_| !p.pools.is_empty())
+                        .map(|w| format!("{dev} page pool counters: {w}")),
+                }
+            }
             Input::FlowHash => setting(
                 s.map(|s| match &s.flow_hash {
                     None => Some("not recorded"),

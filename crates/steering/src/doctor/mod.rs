@@ -20,7 +20,7 @@ pub use model::{App, Finding, Fix, Goal, Load, LoadSource, Severity, Subjects};
 pub use report::{Report, diagnose, diagnose_traced};
 
 pub use inputs::{Input, NotJudged, Scope};
-use rules::{cpu, drops, irqrate, latency, napi, rps, rss, spread, trace, tx};
+use rules::{cpu, drops, irqrate, latency, napi, pool, rps, rss, spread, trace, tx};
 
 pub struct Rule {
     pub id: &'static str,
@@ -53,6 +53,9 @@ pub enum When {
     /// Not by NAPIs alone: NIC settings not read (a tree without them, `--no-ethtool`) leave
     /// no NAPI listed, and the rules then say "not judged" instead of not applying.
     Napi,
+    /// A kernel whose netdev netlink lists page pools (`page-pool-get`, 6.8), known by its
+    /// release or by pools it listed.
+    PagePools,
 }
 
 impl When {
@@ -71,6 +74,21 @@ impl When {
                         .and_then(|k| crate::model::desired::kernel_version(k))
                         .is_some_and(|v| v >= NAPI_GET_SINCE)
             }
+            When::PagePools => {
+                ctx.view.nics.iter().any(|n| {
+                    n.settings
+                        .as_ref()
+                        .and_then(|s| s.netdev().ok())
+                        .is_some_and(|d| {
+                            matches!(d.page_pools, Some(netsteer_host::field::Field::Known(_)))
+                        })
+                }) || ctx
+                    .view
+                    .kernel
+                    .known()
+                    .and_then(|k| crate::model::desired::kernel_version(k))
+                    .is_some_and(|v| v >= PAGE_POOL_GET_SINCE)
+            }
         }
     }
 }
@@ -78,6 +96,8 @@ impl When {
 /// The first kernel whose netdev netlink reports NAPIs (`napi-get`, Documentation/netlink/
 /// specs/netdev.yaml).
 const NAPI_GET_SINCE: (u32, u32) = (6, 9);
+/// The first kernel that lists page pools (`page-pool-get`, net/core/page_pool_user.c).
+const PAGE_POOL_GET_SINCE: (u32, u32) = (6, 8);
 
 /// Every rule, in report order within a severity.
 pub const RULES: &[Rule] = &[
@@ -293,6 +313,14 @@ pub const RULES: &[Rule] = &[
         scope: Scope::Any,
         looks_for: "threaded NAPI kthreads on the application's CPU or another NUMA node",
         check: napi::napi_thread_placement,
+    },
+    Rule {
+        id: "page-pool-freeing",
+        when: When::PagePools,
+        reads: &[Input::PagePools],
+        scope: Scope::Any,
+        looks_for: "a receive page pool freeing a quarter or more of the pages that come back (ring full, pages still referenced, another NUMA node), so buffers come from the page allocator",
+        check: pool::page_pool_freeing,
     },
     Rule {
         id: "softirq-delayed",

@@ -5,6 +5,7 @@ pub mod drops;
 pub mod irqrate;
 pub mod latency;
 pub mod napi;
+pub mod pool;
 pub mod rps;
 pub mod rss;
 pub mod spread;

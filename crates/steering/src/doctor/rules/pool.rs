@@ -1,0 +1,281 @@
+//! Seed 002's receive memory: a page pool that gives its pages back to the page allocator
+//! instead of recycling them, so that every receive buffer after that is a slow-path
+//! allocation (the seed's `page_pool_refill_alloc_cache` → `clear_page_erms` profile).
+//!
+//! The counters are the pool's since it was created (netdev netlink `page-pool-stats-get`,
+//! one read): like counters since boot they say what the pool has done, not what it does
+//! now, and the evidence says so.
+
+use crate::doctor::model::{Finding, Fix, Severity, Subjects};
+use crate::model::ctx::{Ctx, pct};
+use netsteer_host::field::Field;
+use netsteer_host::netdev::{PagePool, PagePoolStats};
+use netsteer_host::nic::Nic;
+
+/// Pages a pool must have handed out before its recycling is judged: well past the fill of
+/// any ring (a ring of 8192 descriptors fills with 8192 pages, every one of them a slow
+/// allocation with nothing to recycle yet).
+pub const HANDED_FLOOR: u64 = 65_536;
+
+/// The share of the pages coming back that the pool freed instead of keeping, from which it
+/// is found: each freed page is one the pool must later take from the page allocator.
+pub const FREED_SHARE: f64 = 25.0;
+
+/// One pool's recycling, from its counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recycling {
+    /// Pages handed out: from the cache (`alloc_fast`) or by the page allocator (`alloc_slow`,
+    /// `alloc_slow_high_order`: each one call, and a slow order-0 call refills the cache
+    /// with up to 64 pages that are then counted as fast).
+    pub handed: u64,
+    /// Pages kept for reuse: into the cache (`recycle_cached`) or the ring (`recycle_ring`).
+    pub kept: u64,
+    /// Pages returned to the page allocator: the ring was full (`recycle_ring_full`), the page
+    /// was still referenced elsewhere (`recycle_released_refcnt`), or it was of another NUMA
+    /// node when the cache was refilled (`alloc_waive`).
+    pub ring_full: u64,
+    pub referenced: u64,
+    pub other_node: u64,
+}
+
+impl Recycling {
+    /// None when the counters that say where pages went are absent (a kernel that sends
+    /// fewer): absent is not zero.
+    pub fn of(s: &PagePoolStats) -> Option<Recycling> {
+        Some(Recycling {
+            handed: s.allocated()?,
+            kept: s.recycled()?,
+            ring_full: s.recycle_ring_full?,
+            referenced: s.recycle_released_refcnt?,
+            other_node: s.alloc_waive?,
+        })
+    }
+
+    pub fn freed(&self) -> u64 {
+        self.ring_full + self.referenced + self.other_node
+    }
+
+    /// Freed pages as a share of those that came back, in %.
+    pub fn freed_share(&self) -> f64 {
+        let back = self.kept + self.freed();
+        if back == 0 {
+            0.0
+        } else {
+            self.freed() as f64 * 100.0 / back as f64
+        }
+    }
+}
+
+/// Why pages leave the pool, the largest part first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    RingFull,
+    Referenced,
+    OtherNode,
+}
+
+fn cause(r: &Recycling) -> Cause {
+    if r.other_node >= r.ring_full && r.other_node >= r.referenced {
+        Cause::OtherNode
+    } else if r.referenced > r.ring_full {
+        Cause::Referenced
+    } else {
+        Cause::RingFull
+    }
+}
+
+/// The live pools of a device with counters (a detached pool only waits for its last pages).
+fn live_pools(nic: &Nic) -> Vec<(&PagePool, &PagePoolStats)> {
+    let Some(Ok(netdev)) = nic.settings.as_ref().map(|s| s.netdev()) else {
+        return Vec::new();
+    };
+    let Some(Field::Known(pools)) = &netdev.page_pools else {
+        return Vec::new();
+    };
+    pools
+        .pools
+        .iter()
+        .filter(|p| p.detach_time.is_none())
+        .filter_map(|p| Some((p, p.stats.as_ref()?)))
+        .collect()
+}
+
+fn count(n: u64) -> String {
+    match n {
+        0..10_000 => n.to_string(),
+        10_000..1_000_000 => format!("{:.1} k", n as f64 / 1e3),
+        _ => format!("{:.1} M", n as f64 / 1e6),
+    }
+}
+
+pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for nic in ctx.traffic_nics() {
+        let mut evidence = Vec::new();
+        let mut queues = Vec::new();
+        let mut irqs = Vec::new();
+        let mut causes = Vec::new();
+        for (pool, stats) in live_pools(nic) {
+            let Some(r) = Recycling::of(stats) else {
+                continue;
+            };
+            if r.handed < HANDED_FLOOR || r.freed_share() < FREED_SHARE {
+                continue;
+            }
+            let served: Vec<u32> = nic.pool_queues(pool.id).map(|q| q.index).collect();
+            let at = match served.as_slice() {
+                [] => pool
+                    .napi_id
+                    .map_or("no queue".into(), |n| format!("NAPI {n}")),
+                qs => qs
+                    .iter()
+                    .map(|q| format!("rx-{q}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            };
+            evidence.push(format!(
+                "page pool {} ({} {at}), since it was created: {} pages handed out ({} calls to the page allocator, {} of them with the pool's ring empty); of the {} that came back {} were kept (cache {}, ring {}) and {} ({}) freed: {} with the ring full, {} still referenced elsewhere, {} of another NUMA node",
+                pool.id,
+                nic.name,
+                count(r.handed),
+                count(stats.alloc_slow.unwrap_or(0) + stats.alloc_slow_high_order.unwrap_or(0)),
+                count(stats.alloc_empty.unwrap_or(0)),
+                count(r.kept + r.freed()),
+                count(r.kept),
+                count(stats.recycle_cached.unwrap_or(0)),
+                count(stats.recycle_ring.unwrap_or(0)),
+                count(r.freed()),
+                pct(r.freed_share()),
+                count(r.ring_full),
+                count(r.referenced),
+                count(r.other_node),
+            ));
+            if let Some(i) = pool.inflight {
+                evidence.push(format!(
+                    "page pool {}: {} pages in flight now",
+                    pool.id,
+                    count(i)
+                ));
+            }
+            for q in nic.pool_queues(pool.id) {
+                queues.push(format!("{}/rx-{}", nic.name, q.index));
+                irqs.extend(q.irqs.iter().copied());
+            }
+            causes.push(cause(&r));
+        }
+        if causes.is_empty() {
+            continue;
+        }
+        irqs.sort_unstable();
+        irqs.dedup();
+        let (summary, why, steps, tune) = advice(ctx, nic, &causes, &irqs);
+        out.push(Finding {
+            id: "page-pool-freeing".into(),
+            severity: Severity::Warning,
+            title: format!(
+                "{}'s page pool frees the pages it should recycle, so receive buffers come from the page allocator",
+                nic.name
+            ),
+            evidence,
+            why,
+            fix: Fix {
+                summary,
+                steps,
+                tune,
+            },
+            subjects: Subjects {
+                devices: vec![nic.name.clone()],
+                queues,
+                irqs,
+                ..Default::default()
+            },
+        });
+    }
+    out
+}
+
+/// The fix for the causes seen on one device (the one most of its pools show): summary, why,
+/// steps, and the `netsteer tune` that makes the change where there is one to make.
+fn advice(
+    ctx: &Ctx,
+    nic: &Nic,
+    causes: &[Cause],
+    irqs: &[u32],
+) -> (String, String, Vec<String>, Option<String>) {
+    let top = |c: Cause| causes.iter().filter(|x| **x == c).count();
+    let main = [Cause::RingFull, Cause::Referenced, Cause::OtherNode]
+        .into_iter()
+        .max_by_key(|c| top(*c))
+        .unwrap_or(Cause::RingFull);
+    let dev = &nic.name;
+    let mut steps = Vec::new();
+    // `--profile none`: only the knob this finding is about, journaled and rolled back as
+    // any other item.
+    let set = |knobs: &[String]| {
+        (!knobs.is_empty()).then(|| {
+            let sets: Vec<String> = knobs.iter().map(|k| format!(" --set {k}")).collect();
+            format!(
+                "netsteer tune apply --profile none --dev {dev}{}",
+                sets.concat()
+            )
+        })
+    };
+    match main {
+        Cause::RingFull => {
+            let rings = nic.settings.as_ref().and_then(|s| s.rings.known());
+            let mut knobs = Vec::new();
+            if let Some((rx, max)) = rings.and_then(|r| Some((r.rx?, r.rx_max?)))
+                && rx < max
+            {
+                steps.push(format!("ethtool -G {dev} rx {max}"));
+                knobs.push(format!("nic/{dev}/rings/rx={max}"));
+            }
+            steps.push(
+                "ss -u -a -m -n -p   # skmem r: bytes each receiver holds unread, every packet of it a page kept out of the pool".into(),
+            );
+            (
+                "give the pool room for the pages that come back together (a longer rx ring, which most drivers size the pool by), and keep receivers from holding thousands of pages in their socket buffers".into(),
+                "A page freed outside the queue's NAPI goes into the pool's ring (ptr_ring, sized at creation from the rx ring in most drivers); when that ring is full the page is released to the page allocator (net/core/page_pool.c, recycle_ring_full), and the pool later pays a slow-path allocation for it. Pages come back in bursts larger than the ring when sockets hold many packets and then drain at once.".into(),
+                steps,
+                set(&knobs),
+            )
+        }
+        Cause::Referenced => {
+            steps.push(
+                "ss -0 -p   # packet sockets (tcpdump and the like) holding receive pages".into(),
+            );
+            steps.push(format!(
+                "netsteer show --dev {dev}   # inflight pages: a zero-copy receiver that keeps pages mapped holds them"
+            ));
+            (
+                "find what keeps a reference to receive pages (a packet socket, a zero-copy receiver that keeps them mapped) and release them sooner".into(),
+                "A page comes back into the pool only when the pool holds its last reference; a page still mapped by TCP_ZEROCOPY_RECEIVE, or referenced by a clone, is released to the page allocator instead (net/core/page_pool.c, recycle_released_refcnt), so the pool allocates anew for every such page.".into(),
+                steps,
+                None,
+            )
+        }
+        Cause::OtherNode => {
+            let mut knobs = Vec::new();
+            if let Some(n) = ctx.nic_node(nic) {
+                let cpus = ctx.local_cpus(nic).to_list();
+                for irq in irqs {
+                    steps.push(format!(
+                        "echo {cpus} > /proc/irq/{irq}/smp_affinity_list   # node {n}"
+                    ));
+                    knobs.push(format!("/proc/irq/{irq}/smp_affinity_list={cpus}"));
+                }
+            }
+            if steps.is_empty() {
+                steps.push(format!(
+                    "netsteer show --dev {dev}   # where the queue's IRQ and NAPI run"
+                ));
+            }
+            (
+                "run the pool's NAPI on CPUs of the device's NUMA node, so the pages recycled are of the node it allocates on".into(),
+                "When a pool refills its cache from its ring it drops pages of another NUMA node than its own (net/core/page_pool.c, alloc_waive): a NAPI that moved to another node's CPUs frees every page it recycled there and allocates new ones, the cross-node loss seed 002 measured.".into(),
+                steps,
+                set(&knobs),
+            )
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! `page-pool-freeing` on a real 7.3 guest's tree (fixtures/hosts/zoo-virtio-pools-7.3:
+//! virtio_net registers its receive queue's pool with the device), its counters set to what a
+//! pool that frees its pages would have counted: it fires, names the cause the counters
+//! show, stays quiet on a pool that recycles or has done too little to judge, and says "not
+//! judged" where the counters are not there, never "healthy".
+
+use netsteer_host::field::Field;
+use netsteer_host::netdev::{PagePool, PagePoolStats, PagePools};
+use netsteer_host::view::HostView;
+use netsteer_steering::doctor::{Goal, Load, Report, diagnose};
+
+mod common;
+
+const TREE: &str = "zoo-virtio-pools-7.3";
+const RULE: &str = "page-pool-freeing";
+
+fn pools(v: &mut HostView) -> &mut Option<Field<PagePools>> {
+    let nic = v.nics.iter_mut().find(|n| n.name == "eth0").unwrap();
+    let s = nic.settings.as_mut().unwrap();
+    let Some(Field::Known(d)) = s.netdev.as_mut() else {
+        panic!("{TREE}: eth0 has netdev data");
+    };
+    &mut d.page_pools
+}
+
+fn the_pool(v: &mut HostView) -> &mut PagePool {
+    let Some(Field::Known(p)) = pools(v) else {
+        panic!("{TREE}: eth0's pools are known");
+    };
+    &mut p.pools[0]
+}
+
+/// Counters of a pool that handed out `handed` pages, kept `kept` of those returned and freed
+/// the rest as (ring full, still referenced, other node).
+fn counted(v: &mut HostView, handed: u64, kept: u64, freed: (u64, u64, u64)) {
+    the_pool(v).stats = Some(PagePoolStats {
+        alloc_fast: Some(handed - handed / 64),
+        alloc_slow: Some(handed / 64),
+        alloc_slow_high_order: Some(0),
+        alloc_empty: Some(handed / 64),
+        alloc_refill: Some(kept / 64),
+        alloc_waive: Some(freed.2),
+        recycle_cached: Some(kept / 2),
+        recycle_cache_full: Some(0),
+        recycle_ring: Some(kept - kept / 2),
+        recycle_ring_full: Some(freed.0),
+        recycle_released_refcnt: Some(freed.1),
+    });
+}
+
+fn doctor(v: &HostView, load: &Load) -> Report {
+    diagnose(v, Some(load), Goal::Throughput, None)
+}
+
+fn fired(r: &Report) -> Vec<&netsteer_steering::doctor::Finding> {
+    r.findings.iter().filter(|f| f.id == RULE).collect()
+}
+
+fn unjudged(r: &Report) -> Vec<String> {
+    r.unjudged
+        .iter()
+        .filter(|u| u.rule == RULE)
+        .map(|u| format!("{}: {}", u.subject, u.needs))
+        .collect()
+}
+
+#[test]
+fn the_real_tree_is_judged_and_its_fresh_pool_is_not_a_finding() {
+    // As captured: a pool that filled its ring (126 fast, 2 slow) and recycled nothing yet.
+    let (v, load) = common::offline(TREE);
+    let r = doctor(&v, &load);
+    assert!(fired(&r).is_empty(), "{:#?}", fired(&r));
+    assert!(unjudged(&r).is_empty(), "{:?}", unjudged(&r));
+}
+
+#[test]
+fn a_pool_whose_ring_overflows_is_found_with_the_ring_to_grow() {
+    let (mut v, load) = common::offline(TREE);
+    counted(&mut v, 1_000_000, 600_000, (390_000, 10_000, 0));
+    let r = doctor(&v, &load);
+    let f = fired(&r);
+    assert_eq!(f.len(), 1, "{:#?}", r.findings);
+    let f = f[0];
+    let e = f.evidence.join("\n");
+    assert!(e.contains("page pool 3 (eth0 rx-0)"), "{e}");
+    assert!(e.contains("1.0 M pages handed out"), "{e}");
+    assert!(
+        e.contains("600.0 k were kept") && e.contains("400.0 k (40.0%) freed"),
+        "{e}"
+    );
+    assert!(e.contains("390.0 k with the ring full"), "{e}");
+    assert!(f.why.contains("recycle_ring_full"), "{}", f.why);
+    // The captured ring: 256 of at most 256, so nothing to grow, and the steps say what to
+    // look at instead.
+    let rings = v
+        .nic("eth0")
+        .unwrap()
+        .settings
+        .as_ref()
+        .unwrap()
+        .rings
+        .known()
+        .cloned()
+        .unwrap();
+    let grow = format!("ethtool -G eth0 rx {}", rings.rx_max.unwrap());
+    assert_eq!(
+        f.fix.steps.iter().any(|s| s == &grow),
+        rings.rx < rings.rx_max,
+        "{:?} with {rings:?}",
+        f.fix.steps
+    );
+    assert_eq!(f.subjects.queues, vec!["eth0/rx-0".to_string()]);
+
+    // The same pool on a ring shrunk below its maximum: the maximum is the first step.
+    let nic = v.nics.iter_mut().find(|n| n.name == "eth0").unwrap();
+    let Field::Known(r) = &mut nic.settings.as_mut().unwrap().rings else {
+        panic!()
+    };
+    r.rx = Some(64);
+    r.rx_max = Some(1024);
+    let f = doctor(&v, &load);
+    let f = fired(&f)[0];
+    assert_eq!(f.fix.steps[0], "ethtool -G eth0 rx 1024");
+    assert_eq!(
+        f.fix.tune.as_deref(),
+        Some("netsteer tune apply --profile none --dev eth0 --set nic/eth0/rings/rx=1024")
+    );
+}
+
+#[test]
+fn the_cause_named_is_the_counter_that_freed_most() {
+    let (mut v, load) = common::offline(TREE);
+    counted(&mut v, 1_000_000, 500_000, (10_000, 480_000, 10_000));
+    let f = doctor(&v, &load);
+    let f = fired(&f);
+    assert!(f[0].why.contains("recycle_released_refcnt"), "{}", f[0].why);
+    assert!(
+        f[0].fix.steps[0].starts_with("ss -0 -p"),
+        "{:?}",
+        f[0].fix.steps
+    );
+
+    counted(&mut v, 1_000_000, 500_000, (10_000, 10_000, 480_000));
+    let f = doctor(&v, &load);
+    let f = fired(&f);
+    assert!(f[0].why.contains("alloc_waive"), "{}", f[0].why);
+}
+
+#[test]
+fn a_pool_that_recycles_or_did_little_is_not_a_finding() {
+    let (mut v, load) = common::offline(TREE);
+    // 20 % freed: below the quarter.
+    counted(&mut v, 1_000_000, 800_000, (200_000, 0, 0));
+    assert!(fired(&doctor(&v, &load)).is_empty());
+    // Every page freed, but fewer handed out than the floor (a ring's first fills).
+    counted(&mut v, 60_000, 0, (50_000, 0, 0));
+    assert!(fired(&doctor(&v, &load)).is_empty());
+    // Just over both: found.
+    counted(&mut v, 65_536, 3_000, (1_000, 0, 0));
+    assert_eq!(fired(&doctor(&v, &load)).len(), 1);
+    // A detached pool (its device's queue reconfigured) only waits for its pages.
+    the_pool(&mut v).detach_time = Some(100);
+    assert!(fired(&doctor(&v, &load)).is_empty());
+}
+
+#[test]
+fn pools_without_counters_are_not_judged_and_no_pool_is_nothing_to_judge() {
+    let (mut v, load) = common::offline(TREE);
+    counted(&mut v, 1_000_000, 0, (1_000_000, 0, 0));
+    let why = "the kernel was built without CONFIG_PAGE_POOL_STATS (no PAGE_POOL_STATS_GET)";
+    {
+        let Some(Field::Known(p)) = pools(&mut v) else {
+            panic!()
+        };
+        p.stats_unavailable = Some(why.into());
+        p.pools[0].stats = None;
+    }
+    let r = doctor(&v, &load);
+    assert!(fired(&r).is_empty());
+    assert_eq!(
+        unjudged(&r),
+        vec![format!("eth0: eth0 page pool counters: {why}")]
+    );
+    assert!(!r.healthy());
+
+    // The kernel could not list pools: not judged, with its words.
+    *pools(&mut v) = Some(Field::unknown("page-pool-get: Operation not permitted"));
+    let r = doctor(&v, &load);
+    assert_eq!(
+        unjudged(&r),
+        vec![
+            "eth0: eth0 page pools (netdev netlink): page-pool-get: Operation not permitted"
+                .to_string()
+        ]
+    );
+    // A tree captured before pools were read.
+    *pools(&mut v) = None;
+    assert!(unjudged(&doctor(&v, &load))[0].contains("not recorded"));
+
+    // No pool on the device: judged, nothing found.
+    *pools(&mut v) = Some(Field::Known(PagePools::default()));
+    let r = doctor(&v, &load);
+    assert!(unjudged(&r).is_empty() && fired(&r).is_empty());
+}
