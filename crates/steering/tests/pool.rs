@@ -73,6 +73,24 @@ fn the_real_tree_is_judged_and_its_fresh_pool_is_not_a_finding() {
     assert!(unjudged(&r).is_empty(), "{:?}", unjudged(&r));
 }
 
+/// The tree of a real flood (crates/cli/tests/vm_pool.rs `capture_pool_freeing_fixture`): a
+/// receiver held 16,000 pages of rx-1's pool twice and read them dry at once.
+#[test]
+fn the_captured_flood_is_found_on_the_pool_that_took_it() {
+    let (v, load) = common::offline("zoo-virtio-pool-freeing-7.3");
+    let r = doctor(&v, &load);
+    let f = fired(&r);
+    assert_eq!(f.len(), 1, "{:#?}", r.findings);
+    assert_eq!(f[0].subjects.queues, vec!["eth0/rx-1".to_string()]);
+    let e = f[0].evidence.join("\n");
+    assert!(
+        e.contains("page pool 4 (eth0 rx-1)") && e.contains("(40.4%) freed"),
+        "{e}"
+    );
+    // rx-0's pool, which took no flood, is not named.
+    assert!(!e.contains("page pool 3"), "{e}");
+}
+
 #[test]
 fn a_pool_whose_ring_overflows_is_found_with_the_ring_to_grow() {
     let (mut v, load) = common::offline(TREE);
@@ -90,29 +108,24 @@ fn a_pool_whose_ring_overflows_is_found_with_the_ring_to_grow() {
     );
     assert!(e.contains("390.0 k with the ring full"), "{e}");
     assert!(f.why.contains("recycle_ring_full"), "{}", f.why);
-    // The captured ring: 256 of at most 256, so nothing to grow, and the steps say what to
-    // look at instead.
-    let rings = v
-        .nic("eth0")
-        .unwrap()
-        .settings
-        .as_ref()
-        .unwrap()
-        .rings
-        .known()
-        .cloned()
-        .unwrap();
-    let grow = format!("ethtool -G eth0 rx {}", rings.rx_max.unwrap());
-    assert_eq!(
-        f.fix.steps.iter().any(|s| s == &grow),
-        rings.rx < rings.rx_max,
-        "{:?} with {rings:?}",
+    assert!(e.contains("rx ring: 256 descriptors of at most 256"), "{e}");
+    assert_eq!(f.subjects.queues, vec!["eth0/rx-0".to_string()]);
+    // virtio_net keeps its pool's ring whatever its rx ring: no ring step, said why.
+    assert!(
+        e.contains("virtio_net keeps the pools it made at probe"),
+        "{e}"
+    );
+    assert!(
+        f.fix.steps[0].starts_with("ss -u -a -n -p"),
+        "{:?}",
         f.fix.steps
     );
-    assert_eq!(f.subjects.queues, vec!["eth0/rx-0".to_string()]);
+    assert_eq!(f.fix.tune, None);
 
-    // The same pool on a ring shrunk below its maximum: the maximum is the first step.
+    // Another driver on a ring shrunk below its maximum: the maximum is the first step, and
+    // the tune that journals it.
     let nic = v.nics.iter_mut().find(|n| n.name == "eth0").unwrap();
+    nic.driver = Field::Known("mlx5_core".into());
     let Field::Known(r) = &mut nic.settings.as_mut().unwrap().rings else {
         panic!()
     };

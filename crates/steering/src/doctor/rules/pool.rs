@@ -8,6 +8,8 @@
 
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, pct};
+use crate::model::knob::{IrqFile, Target, set_path};
+use netsteer_host::ethtool::NicKnob;
 use netsteer_host::field::Field;
 use netsteer_host::netdev::{PagePool, PagePoolStats};
 use netsteer_host::nic::Nic;
@@ -20,6 +22,9 @@ pub const HANDED_FLOOR: u64 = 65_536;
 /// The share of the pages coming back that the pool freed instead of keeping, from which it
 /// is found: each freed page is one the pool must later take from the page allocator.
 pub const FREED_SHARE: f64 = 25.0;
+
+/// A driver whose pools keep the ring they were made with whatever the rx ring becomes.
+const FIXED_POOL_RING: &str = "virtio_net";
 
 /// One pool's recycling, from its counters.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +105,8 @@ fn live_pools(nic: &Nic) -> Vec<(&PagePool, &PagePoolStats)> {
         .collect()
 }
 
-fn count(n: u64) -> String {
+/// A page count as the evidence prints it: exact below 10,000, then `12.3 k`, `4.5 M`.
+pub fn count(n: u64) -> String {
     match n {
         0..10_000 => n.to_string(),
         10_000..1_000_000 => format!("{:.1} k", n as f64 / 1e3),
@@ -168,7 +174,7 @@ pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
         }
         irqs.sort_unstable();
         irqs.dedup();
-        let (summary, why, steps, tune) = advice(ctx, nic, &causes, &irqs);
+        let (summary, why, steps, tune) = advice(ctx, nic, &causes, &irqs, &mut evidence);
         out.push(Finding {
             id: "page-pool-freeing".into(),
             severity: Severity::Warning,
@@ -201,6 +207,7 @@ fn advice(
     nic: &Nic,
     causes: &[Cause],
     irqs: &[u32],
+    evidence: &mut Vec<String>,
 ) -> (String, String, Vec<String>, Option<String>) {
     let top = |c: Cause| causes.iter().filter(|x| **x == c).count();
     let main = [Cause::RingFull, Cause::Referenced, Cause::OtherNode]
@@ -224,18 +231,33 @@ fn advice(
         Cause::RingFull => {
             let rings = nic.settings.as_ref().and_then(|s| s.rings.known());
             let mut knobs = Vec::new();
-            if let Some((rx, max)) = rings.and_then(|r| Some((r.rx?, r.rx_max?)))
+            let ring = rings.and_then(|r| Some((r.rx?, r.rx_max?)));
+            if let Some((rx, max)) = ring {
+                evidence.push(format!("rx ring: {rx} descriptors of at most {max}"));
+            }
+            if nic.driver.known().is_some_and(|d| d == FIXED_POOL_RING) {
+                // Measured on Debian's 7.3 (crates/cli/tests/vm_pool.rs): after `ethtool -G
+                // rx 64`, and after a link down and up, the same pools free all but 256 of
+                // the pages a drained socket gives back.
+                evidence.push(format!(
+                    "{FIXED_POOL_RING} keeps the pools it made at probe, ring and all, across ring resizes and a link down and up: a longer rx ring would not help"
+                ));
+            } else if let Some((rx, max)) = ring
                 && rx < max
             {
                 steps.push(format!("ethtool -G {dev} rx {max}"));
-                knobs.push(format!("nic/{dev}/rings/rx={max}"));
+                let ring = Target::Nic {
+                    dev: dev.clone(),
+                    knob: NicKnob::Rings("rx".into()),
+                };
+                knobs.extend(set_path(&ring).map(|p| format!("{p}={max}")));
             }
             steps.push(
-                "ss -u -a -m -n -p   # skmem r: bytes each receiver holds unread, every packet of it a page kept out of the pool".into(),
+                "ss -u -a -n -p   # Recv-Q: bytes each receiver holds unread, every datagram of it in a page kept out of the pool".into(),
             );
             (
-                "give the pool room for the pages that come back together (a longer rx ring, which most drivers size the pool by), and keep receivers from holding thousands of pages in their socket buffers".into(),
-                "A page freed outside the queue's NAPI goes into the pool's ring (ptr_ring, sized at creation from the rx ring in most drivers); when that ring is full the page is released to the page allocator (net/core/page_pool.c, recycle_ring_full), and the pool later pays a slow-path allocation for it. Pages come back in bursts larger than the ring when sockets hold many packets and then drain at once.".into(),
+                "keep receivers from holding thousands of pages in their socket buffers (read sooner, or a smaller SO_RCVBUF), and give the pool room for the pages that come back together where its driver sizes it by the rx ring".into(),
+                "A page freed outside the queue's NAPI goes into the pool's ring (a ptr_ring sized when the pool is created, from the rx ring in drivers that pass it as pool_size); when that ring is full the page is released to the page allocator (net/core/page_pool.c, recycle_ring_full), and the pool later pays a slow-path allocation for it. Pages come back in bursts larger than the ring when sockets hold many packets and then drain at once.".into(),
                 steps,
                 set(&knobs),
             )
@@ -259,10 +281,14 @@ fn advice(
             if let Some(n) = ctx.nic_node(nic) {
                 let cpus = ctx.local_cpus(nic).to_list();
                 for irq in irqs {
-                    steps.push(format!(
-                        "echo {cpus} > /proc/irq/{irq}/smp_affinity_list   # node {n}"
-                    ));
-                    knobs.push(format!("/proc/irq/{irq}/smp_affinity_list={cpus}"));
+                    let file = Target::IrqAffinity {
+                        irq: *irq,
+                        file: IrqFile::List,
+                    }
+                    .path()
+                    .unwrap_or_default();
+                    steps.push(format!("echo {cpus} > {file}   # node {n}"));
+                    knobs.push(format!("{file}={cpus}"));
                 }
             }
             if steps.is_empty() {
