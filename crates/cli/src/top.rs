@@ -44,10 +44,23 @@ pub fn run(host: &Host, args: &TopArgs) -> Result<ExitCode> {
     let interval = args.interval.get();
     let tui = !args.json && !args.plain && io::stdout().is_terminal();
     // The driver's per-queue counters, on the live host, from the devices that keep them.
-    let backend = host.fs.is_live().then(|| host.nic_backend().ok()).flatten();
+    let backend = host
+        .fs
+        .is_live()
+        .then(|| host.nic_backend().ok())
+        .flatten()
+        .map(std::rc::Rc::new);
     let queue_stats = backend
+        .clone()
         .map(|b| Box::new(move |d: &str| b.queue_stats(d)) as netsteer_host::top::QueueStatsSource);
-    let mut sampler = Sampler::new(host.fs.clone(), queue_stats).context("first sample")?;
+    let pools = backend.map(|b| {
+        let q = b.clone();
+        netsteer_host::top::PoolSource {
+            pools: Box::new(move || b.page_pools()),
+            rx_queues_by_napi: Box::new(move |d: &str| q.rx_queues_by_napi(d)),
+        }
+    });
+    let mut sampler = Sampler::new(host.fs.clone(), queue_stats, pools).context("first sample")?;
     let mut next = |deadline: Instant| -> Result<TopInterval> {
         let now = Instant::now();
         if deadline > now {

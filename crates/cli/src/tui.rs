@@ -253,6 +253,7 @@ mod tests {
             }],
             went_offline: vec![],
             queue_packets: vec![],
+            page_pools: vec![],
             balance: vec![netsteer_host::balance::QueueBalance {
                 nic: "eth0".into(),
                 of: netsteer_host::balance::BalanceOf::RxInterrupts,

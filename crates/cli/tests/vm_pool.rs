@@ -231,6 +231,71 @@ fn a_page_pool_that_frees_its_pages_is_found_by_doctor() {
     );
     eprintln!("doctor: {}\n{e}", f.title);
 
+    // top, running across one more held round: each interval's pool rates, times its length,
+    // add up to what the reader saw the pool count between before top began and after it
+    // ended (nothing moves pages outside the round).
+    let before = stats_of(&reader(b), id);
+    sh(
+        b,
+        &format!(
+            "rm -f /x/top.jsonl; chroot /host {GBIN} top --json --interval 1 > /x/top.jsonl 2> /x/top.err & echo $! > /x/top.pid; i=0; while [ ! -s /x/top.jsonl ] && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done; [ -s /x/top.jsonl ]"
+        ),
+    );
+    round(a, b, 64 << 20, 80_000);
+    sh(
+        b,
+        "sleep 2.5; kill $(cat /x/top.pid); sleep 0.5; cat /x/top.err",
+    );
+    let after = stats_of(&reader(b), id);
+    let lines = std::fs::read_to_string(b.share_dir().join("top.jsonl")).unwrap();
+    let mut sums = [0.0f64; 3];
+    let mut shown = 0;
+    for l in lines.lines() {
+        let m: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        let dt = m["interval_s"].as_f64().unwrap();
+        for p in m["page_pools"].as_array().into_iter().flatten() {
+            if p["pool"].as_u64() != Some(id) {
+                continue;
+            }
+            shown += 1;
+            assert_eq!(p["nic"], "eth0", "{p}");
+            for (k, key) in ["handed_per_s", "kept_per_s", "freed_per_s"]
+                .iter()
+                .enumerate()
+            {
+                sums[k] += p[key].as_f64().unwrap_or_else(|| panic!("{key} in {p}")) * dt;
+            }
+        }
+    }
+    assert!(shown >= 3, "pool {id} in {shown} intervals of\n{lines}");
+    let delta = |f: &dyn Fn(&Value) -> u64| (f(&after) - f(&before)) as f64;
+    let want = [
+        delta(&|s| n(s, "alloc_fast") + n(s, "alloc_slow") + n(s, "alloc_slow_high_order")),
+        delta(&|s| n(s, "recycle_cached") + n(s, "recycle_ring")),
+        delta(&|s| {
+            n(s, "recycle_ring_full") + n(s, "recycle_released_refcnt") + n(s, "alloc_waive")
+        }),
+    ];
+    // What top can miss: pages of skbs whose free was deferred to the CPU that received them
+    // (skb_attempt_defer_free, net/core/skbuff.c), freed at that CPU's next NET_RX, after top
+    // ended; at most net.core.skb_defer_max skbs a CPU, each one buffer of one page.
+    let defer: f64 = sh(b, "cat /proc/sys/net/core/skb_defer_max")
+        .trim()
+        .parse()
+        .unwrap();
+    let cpus: f64 = sh(b, "nproc").trim().parse().unwrap();
+    for k in 0..3 {
+        let missed = want[k] - sums[k];
+        assert!(
+            (-0.5..=defer * cpus + 0.5).contains(&missed),
+            "top's rates over {shown} intervals add up to {sums:?}, the reader counted {want:?} (up to {} deferred)",
+            defer * cpus
+        );
+    }
+    assert!(want[2] > 10_000.0, "the held round freed {want:?}");
+    eprintln!("top across a held round: handed, kept, freed {sums:?} = the reader's {want:?}");
+    let full = n(&after, "recycle_ring_full");
+
     // The fix: the same flood into a receiver with the default buffer. Its datagrams beyond
     // the buffer are dropped in the softirq (pages straight back to the cache); the few it
     // holds fit the ring.

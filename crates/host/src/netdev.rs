@@ -181,6 +181,22 @@ impl PagePoolStats {
             .any(Option::is_some)
             .then(|| parts.iter().flatten().sum())
     }
+
+    /// Pages that came back and were released to the page allocator instead of kept: the
+    /// ring was full, the page was still referenced elsewhere, or it was of another NUMA node
+    /// when the cache was refilled. None unless all three are known: a part absent is not 0.
+    pub fn freed(&self) -> Option<u64> {
+        Some(self.recycle_ring_full? + self.recycle_released_refcnt? + self.alloc_waive?)
+    }
+
+    /// Calls to the page allocator (order 0 and higher).
+    pub fn slow(&self) -> Option<u64> {
+        let parts = [self.alloc_slow, self.alloc_slow_high_order];
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().sum())
+    }
 }
 
 /// A duration in ns as people read it: `0`, `200 µs`, `20 ms`, `1500 ns`.

@@ -362,6 +362,10 @@ pub struct TopInterval {
     /// (netdev netlink qstats); empty where none does (veth, loopback).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue_packets: Vec<QueuePackets>,
+    /// Each receive page pool's pages over this interval (netdev netlink page-pool-stats-get;
+    /// empty where no device registers a pool or the kernel keeps no counters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub page_pools: Vec<PoolRate>,
     /// How evenly each device's queues shared its interrupts and packets over this interval
     /// (a device with fewer than two queue vectors, or no per-queue counters, has none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -386,6 +390,74 @@ pub struct QueuePackets {
     pub queue: u32,
     pub packets_per_s: Option<f64>,
     pub bytes_per_s: Option<f64>,
+}
+
+/// One page pool's pages per second over an interval, from its counters
+/// ([`crate::netdev::PagePoolStats`]): a counter absent in either read, or one that went
+/// back, gives no rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolRate {
+    pub nic: String,
+    pub pool: u64,
+    pub napi_id: Option<u32>,
+    /// The receive queues its NAPI serves.
+    pub rx_queues: Vec<u32>,
+    /// Pages handed out now and not yet returned.
+    pub inflight: Option<u64>,
+    /// Pages handed out (fast, slow and high-order allocations).
+    pub handed_per_s: Option<f64>,
+    /// Calls to the page allocator (each refills the cache with up to 64 pages).
+    pub slow_per_s: Option<f64>,
+    /// Pages that came back and were kept (cache or ring).
+    pub kept_per_s: Option<f64>,
+    /// Pages that came back and were released to the page allocator (ring full, still
+    /// referenced, another NUMA node).
+    pub freed_per_s: Option<f64>,
+}
+
+/// Every pool of one read, by id.
+pub type PoolCounters = BTreeMap<u64, crate::netdev::PagePool>;
+
+/// Rates between two reads of the pools of the named devices (`ifindex` → name); a pool in
+/// only one read (created or destroyed meanwhile) or of a device not named gives none.
+pub fn pool_rates(
+    prev: &PoolCounters,
+    cur: &PoolCounters,
+    names: &BTreeMap<u32, String>,
+    queues: &BTreeMap<(String, u32), u32>,
+    interval_s: f64,
+) -> Vec<PoolRate> {
+    use crate::netdev::PagePoolStats;
+    let rate = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) if b >= a && interval_s > 0.0 => Some((b - a) as f64 / interval_s),
+        _ => None,
+    };
+    cur.values()
+        .filter_map(|c| {
+            let p = prev.get(&c.id)?;
+            let nic = names.get(&c.ifindex?)?.clone();
+            let of = |f: fn(&PagePoolStats) -> Option<u64>| {
+                rate(p.stats.as_ref().and_then(f), c.stats.as_ref().and_then(f))
+            };
+            let rx_queues = c
+                .napi_id
+                .and_then(|n| queues.get(&(nic.clone(), n)))
+                .into_iter()
+                .copied()
+                .collect();
+            Some(PoolRate {
+                pool: c.id,
+                napi_id: c.napi_id,
+                rx_queues,
+                inflight: c.inflight,
+                handed_per_s: of(PagePoolStats::allocated),
+                slow_per_s: of(PagePoolStats::slow),
+                kept_per_s: of(PagePoolStats::recycled),
+                freed_per_s: of(PagePoolStats::freed),
+                nic,
+            })
+        })
+        .collect()
 }
 
 /// Per-queue counters of one moment, by (device, rx|tx, queue).
@@ -549,6 +621,66 @@ pub fn parse_uptime(text: &str) -> std::result::Result<f64, crate::error::ParseE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_rates_are_per_pool_and_skip_pools_that_came_or_counters_that_went_back() {
+        use crate::netdev::{PagePool, PagePoolStats};
+        let pool = |id: u64, fast: u64, full: Option<u64>| PagePool {
+            id,
+            ifindex: Some(2),
+            napi_id: Some(8194),
+            inflight: Some(400),
+            stats: Some(PagePoolStats {
+                alloc_fast: Some(fast),
+                alloc_slow: Some(fast / 64),
+                alloc_slow_high_order: Some(0),
+                alloc_waive: Some(0),
+                recycle_cached: Some(fast / 2),
+                recycle_ring: Some(0),
+                recycle_ring_full: full,
+                recycle_released_refcnt: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let of =
+            |ps: Vec<PagePool>| -> PoolCounters { ps.into_iter().map(|p| (p.id, p)).collect() };
+        let names = BTreeMap::from([(2, "eth0".to_string())]);
+        let queues = BTreeMap::from([(("eth0".to_string(), 8194), 1)]);
+        let prev = of(vec![
+            pool(3, 1000, Some(0)),
+            pool(4, 6400, Some(10)),
+            pool(6, 9, Some(0)),
+        ]);
+        let mut gone = pool(6, 1, Some(0));
+        gone.ifindex = Some(9);
+        let cur = of(vec![
+            // 2 s later: 12,800 more handed out, 200 slow calls, 6,400 kept, 4,000 freed.
+            pool(4, 19_200, Some(4_010)),
+            // Counters that went back (a pool id reused cannot be, but a reset can): no rate.
+            pool(3, 10, Some(0)),
+            // New since the last read: nothing to rate yet.
+            pool(5, 64, Some(0)),
+            // Of a device not in the view.
+            gone,
+        ]);
+        let r = pool_rates(&prev, &cur, &names, &queues, 2.0);
+        assert_eq!(r.len(), 2, "{r:?}");
+        let p4 = r.iter().find(|p| p.pool == 4).unwrap();
+        assert_eq!(p4.nic, "eth0");
+        assert_eq!(p4.rx_queues, vec![1]);
+        assert_eq!(p4.handed_per_s, Some((12_800.0 + 200.0) / 2.0));
+        assert_eq!(p4.slow_per_s, Some(100.0));
+        assert_eq!(p4.kept_per_s, Some(3_200.0));
+        assert_eq!(p4.freed_per_s, Some(2_000.0));
+        let p3 = r.iter().find(|p| p.pool == 3).unwrap();
+        assert_eq!((p3.handed_per_s, p3.kept_per_s), (None, None));
+        // A part of "freed" absent: no freed rate, not a smaller one.
+        let cur = of(vec![pool(4, 19_200, None)]);
+        let r = pool_rates(&prev, &cur, &names, &queues, 2.0);
+        assert_eq!(r[0].freed_per_s, None);
+        assert!(r[0].handed_per_s.is_some());
+    }
 
     #[test]
     fn queue_rates_skip_queues_that_came_or_went_and_counters_that_reset() {

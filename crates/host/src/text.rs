@@ -622,6 +622,28 @@ pub fn top_interval(m: &TopInterval, seq: u64) -> Vec<String> {
             f(q.bytes_per_s)
         ));
     }
+    for p in m.page_pools.iter().filter(|p| {
+        p.handed_per_s.is_some_and(|r| r > 0.0) || p.freed_per_s.is_some_and(|r| r > 0.0)
+    }) {
+        let at = match p.rx_queues.as_slice() {
+            [] => p.napi_id.map_or("no queue".into(), |n| format!("NAPI {n}")),
+            qs => qs
+                .iter()
+                .map(|q| format!("rx-{q}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        lines.push(format!(
+            "  {} {at} page pool {}: {} pages/s handed out ({}/s from the page allocator), {}/s kept, {}/s freed, {} in flight",
+            p.nic,
+            p.pool,
+            f(p.handed_per_s),
+            f(p.slow_per_s),
+            f(p.kept_per_s),
+            f(p.freed_per_s),
+            p.inflight.map_or("?".into(), |i| i.to_string()),
+        ));
+    }
     lines.extend(balance_lines(m));
     for p in &m.problems {
         lines.push(format!("  problem: {p}"));

@@ -7,14 +7,24 @@ use crate::balance::{self, IntervalBalance, IrqRoles};
 use crate::error::Result;
 use crate::netdev::QueueStats;
 use crate::sample::{
-    CounterSample, QueueCounters, QueuePackets, QueueRate, Rates, TopInterval, queue_rates, rates,
-    read_sample,
+    CounterSample, PoolCounters, PoolRate, QueueCounters, QueuePackets, QueueRate, Rates,
+    TopInterval, pool_rates, queue_rates, rates, read_sample,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A device's per-queue counters (netdev qstats over netlink), or why not.
 pub type QueueStatsSource = Box<dyn Fn(&str) -> std::result::Result<Vec<QueueStats>, String>>;
+
+/// The page pools on the live host (netdev netlink): every pool read now, and a device's
+/// receive queues by NAPI (to put a pool on its queue).
+pub struct PoolSource {
+    pub pools: Box<dyn Fn() -> std::result::Result<Vec<crate::netdev::PagePool>, String>>,
+    pub rx_queues_by_napi: Box<dyn Fn(&str) -> NapiQueues>,
+}
+
+/// A device's receive queue by the NAPI serving it.
+pub type NapiQueues = BTreeMap<u32, u32>;
 
 /// IRQ → (nic, queue label), from the NIC model.
 pub type IrqLabels = BTreeMap<u32, (String, String)>;
@@ -23,6 +33,7 @@ fn interval_message(
     r: Rates,
     labels: &IrqLabels,
     queue_packets: Vec<QueuePackets>,
+    page_pools: Vec<PoolRate>,
     measured: IntervalBalance,
     problems: Vec<String>,
 ) -> TopInterval {
@@ -52,6 +63,7 @@ fn interval_message(
         queues,
         went_offline: r.went_offline,
         queue_packets,
+        page_pools,
         balance: measured.balance,
         balance_since_boot: measured.balance_since_boot,
         interrupts: measured.interrupts,
@@ -69,14 +81,28 @@ pub struct Sampler {
     qdevs: Vec<String>,
     prev: CounterSample,
     prev_q: QueueCounters,
+    pools: Option<PoolSource>,
+    /// Device names by ifindex, and each device's receive queue by (device, NAPI).
+    pool_names: BTreeMap<u32, String>,
+    pool_queues: BTreeMap<(String, u32), u32>,
+    prev_pools: PoolCounters,
     prev_at: Instant,
 }
 
 impl Sampler {
     /// Takes the first sample. One read of every device's queue counters tells which devices
     /// keep them at all (the others' errors are not problems).
-    pub fn new(fs: HostFs, queue_stats: Option<QueueStatsSource>) -> Result<Sampler> {
+    pub fn new(
+        fs: HostFs,
+        queue_stats: Option<QueueStatsSource>,
+        pools: Option<PoolSource>,
+    ) -> Result<Sampler> {
         let view = crate::read_host(&fs, None);
+        let pool_names = view
+            .nics
+            .iter()
+            .filter_map(|n| Some((*n.ifindex.known()?, n.name.clone())))
+            .collect();
         let (roles, labels, wanted) = name_vectors(&view);
         let all: Vec<String> = view.nics.iter().map(|n| n.name.clone()).collect();
         let mut ignored = Vec::new();
@@ -94,6 +120,10 @@ impl Sampler {
             wanted,
             qdevs,
             prev_q,
+            prev_pools: read_pools(pools.as_ref(), &mut Vec::new()),
+            pools,
+            pool_names,
+            pool_queues: BTreeMap::new(),
             prev_at: Instant::now(),
         })
     }
@@ -113,10 +143,19 @@ impl Sampler {
             );
         }
         let cur_q = read_queues(self.queue_stats.as_ref(), &self.qdevs, &mut problems);
+        let cur_pools = read_pools(self.pools.as_ref(), &mut problems);
         let at = Instant::now();
         let dt = (at - self.prev_at).as_secs_f64();
         let r = rates(&self.prev, &cur, dt, Some(&self.wanted));
         let qp = queue_rates(&self.prev_q, &cur_q, dt);
+        self.map_pool_queues(&cur_pools);
+        let pp = pool_rates(
+            &self.prev_pools,
+            &cur_pools,
+            &self.pool_names,
+            &self.pool_queues,
+            dt,
+        );
         let measured = balance::interval(&self.roles, &self.prev, &cur, &r, &qp, &cur_q);
         if !self.fs.is_live() {
             // A tree is one moment: both samples read the same counters.
@@ -130,8 +169,56 @@ impl Sampler {
         }
         self.prev = cur;
         self.prev_q = cur_q;
+        self.prev_pools = cur_pools;
         self.prev_at = at;
-        Ok(interval_message(r, &self.labels, qp, measured, problems))
+        Ok(interval_message(
+            r,
+            &self.labels,
+            qp,
+            pp,
+            measured,
+            problems,
+        ))
+    }
+
+    /// Asks a device for its queues' NAPIs when one of its pools names a NAPI not yet mapped
+    /// (the first interval, or channels changed): not every interval.
+    fn map_pool_queues(&mut self, pools: &PoolCounters) {
+        let Some(src) = &self.pools else { return };
+        let mut asked = BTreeSet::new();
+        for p in pools.values() {
+            let (Some(ix), Some(napi)) = (p.ifindex, p.napi_id) else {
+                continue;
+            };
+            let Some(dev) = self.pool_names.get(&ix) else {
+                continue;
+            };
+            if self.pool_queues.contains_key(&(dev.clone(), napi)) || !asked.insert(dev.clone()) {
+                continue;
+            }
+            self.pool_queues.retain(|(d, _), _| d != dev);
+            for (n, q) in (src.rx_queues_by_napi)(dev) {
+                self.pool_queues.insert((dev.clone(), n), q);
+            }
+        }
+    }
+}
+
+/// Every pool, by id; a failed read is a problem (a kernel without page pools is none: its
+/// hosts have no pools to rate).
+fn read_pools(source: Option<&PoolSource>, problems: &mut Vec<String>) -> PoolCounters {
+    let Some(src) = source else {
+        return PoolCounters::new();
+    };
+    match (src.pools)() {
+        Ok(p) => p.into_iter().map(|p| (p.id, p)).collect(),
+        Err(e) if e.contains("PAGE_POOL_GET") || e.contains("no netdev netlink") => {
+            PoolCounters::new()
+        }
+        Err(e) => {
+            problems.push(format!("page pools: {e}"));
+            PoolCounters::new()
+        }
     }
 }
 
@@ -201,6 +288,7 @@ mod tests {
             r.clone(),
             &IrqLabels::new(),
             vec![busy, idle],
+            vec![],
             IntervalBalance::default(),
             vec![],
         );
@@ -221,6 +309,7 @@ mod tests {
         let none = interval_message(
             r,
             &IrqLabels::new(),
+            vec![],
             vec![],
             IntervalBalance::default(),
             vec![],
@@ -281,7 +370,7 @@ mod tests {
         // Every numbered row, the IO-APIC one too; the ceiling compares these.
         assert_eq!(m.interrupts.device_per_s, Some(1900.0));
         assert!((m.interrupts.of_ceiling().unwrap() - 1.9e-3).abs() < 1e-12);
-        let msg = interval_message(r, &IrqLabels::new(), vec![], m, vec![]);
+        let msg = interval_message(r, &IrqLabels::new(), vec![], vec![], m, vec![]);
         let lines = crate::text::top_interval(&msg, 1);
         let line = lines.iter().find(|l| l.contains("balance eth0")).unwrap();
         assert!(
@@ -313,7 +402,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(st.success());
-        let mut sampler = Sampler::new(HostFs::new(tmp.path()), None).unwrap();
+        let mut sampler = Sampler::new(HostFs::new(tmp.path()), None, None).unwrap();
         let named = |s: &Sampler| s.labels.get(&31).cloned();
         assert_eq!(
             named(&sampler),

@@ -78,6 +78,27 @@ pub trait NicBackend {
     fn queue_stats(&self, ifname: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {
         self.settings(ifname).netdev().map(|n| n.qstats.clone())
     }
+
+    /// Every page pool of the namespace with its counters, read now (rates need two fresh
+    /// reads, not a cached one); why not where none can be listed.
+    fn page_pools(&self) -> Result<Vec<netsteer_host::netdev::PagePool>, String> {
+        Err("this NIC backend lists no page pools".into())
+    }
+
+    /// A device's receive queues by the NAPI serving each (netdev `queue-get`): how a pool,
+    /// which names its NAPI, is put on its queue.
+    fn rx_queues_by_napi(&self, ifname: &str) -> BTreeMap<u32, u32> {
+        self.settings(ifname)
+            .netdev()
+            .map(|n| {
+                n.queues
+                    .iter()
+                    .filter(|q| q.kind == netsteer_host::netdev::QueueType::Rx)
+                    .filter_map(|q| Some((q.napi_id?, q.id)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Canned settings by interface name.

@@ -416,6 +416,14 @@ impl NicBackend for Netlink {
         Netlink::set(self, dev, request, cmd, &body)
     }
 
+    fn page_pools(&self) -> Result<Vec<netsteer_host::netdev::PagePool>, String> {
+        let family = self
+            .netdev
+            .as_ref()
+            .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")?;
+        crate::netdev::dump_page_pools(&mut self.sock.borrow_mut(), family).list()
+    }
+
     fn queue_stats(&self, dev: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {
         let family = self
             .netdev

@@ -68,6 +68,17 @@ pub struct AllPools {
     stats_unavailable: Option<String>,
 }
 
+impl AllPools {
+    /// Every pool with its counters merged in (None where the stats dump gave none), or why
+    /// no pool could be listed.
+    pub fn list(&self) -> Result<Vec<netsteer_host::netdev::PagePool>, String> {
+        match &self.pools {
+            Field::Known(p) => Ok(p.clone()),
+            Field::Unknown { unknown } => Err(unknown.clone()),
+        }
+    }
+}
+
 /// Dumps every pool and, where the kernel has the command, every pool's counters. An entry
 /// that does not parse is skipped alone: it cannot be told apart by device anyway, and one
 /// bad answer must not blind the others.

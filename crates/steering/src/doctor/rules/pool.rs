@@ -47,6 +47,7 @@ impl Recycling {
     /// None when the counters that say where pages went are absent (a kernel that sends
     /// fewer): absent is not zero.
     pub fn of(s: &PagePoolStats) -> Option<Recycling> {
+        s.freed()?;
         Some(Recycling {
             handed: s.allocated()?,
             kept: s.recycled()?,
@@ -144,7 +145,7 @@ pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
                 pool.id,
                 nic.name,
                 count(r.handed),
-                count(stats.alloc_slow.unwrap_or(0) + stats.alloc_slow_high_order.unwrap_or(0)),
+                count(stats.slow().unwrap_or(0)),
                 count(stats.alloc_empty.unwrap_or(0)),
                 count(r.kept + r.freed()),
                 count(r.kept),
