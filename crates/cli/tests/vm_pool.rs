@@ -316,21 +316,5 @@ fn a_page_pool_that_frees_its_pages_is_found_by_doctor() {
 fn capture_pool_freeing_fixture() {
     assert!(common::vm_usable(NicModel::Virtio));
     let (mut pair, _, _) = flooded();
-    let b = &mut pair.b;
-    sh(b, "rm -rf /x/snap");
-    let (rc, out) = b
-        .host(&[GBIN, "snapshot", "--output", "/tmp/netsteer-x/snap"], T)
-        .unwrap();
-    assert_eq!(rc, 0, "snapshot: {out}");
-    let dest = common::fixture("zoo-virtio-pool-freeing-7.3");
-    let _ = std::fs::remove_dir_all(&dest);
-    let ok = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(b.share_dir().join("snap"))
-        .arg(&dest)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    eprintln!("captured {}", dest.display());
+    common::capture_guest(&mut pair.b, GBIN, "zoo-virtio-pool-freeing-7.3");
 }

@@ -12,7 +12,6 @@ mod common;
 use netsteer_host::view::HostView;
 use netsteer_lab::vm::zoo::{ZooGuest, ZooNic, ZooSpec};
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
@@ -129,20 +128,7 @@ fn capture_page_pool_fixture() {
 
 /// `netsteer snapshot` in the guest, copied over `fixtures/hosts/NAME`.
 fn capture(g: &mut ZooGuest, bin: &str, name: &str) {
-    g.guest.sh("rm -rf /x/snap", T).unwrap();
-    let (rc, out) = ns(g, bin, &["snapshot", "--output", "/tmp/netsteer-x/snap"]);
-    assert_eq!(rc, 0, "snapshot: {out}");
-    let dest = common::fixture(name);
-    let _ = std::fs::remove_dir_all(&dest);
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(g.guest.share_dir().join("snap"))
-        .arg(&dest)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    eprintln!("captured {}", dest.display());
+    common::capture_guest(&mut g.guest, bin, name);
 }
 
 /// Two vCPUs and one virtio-net NIC of one queue pair on Debian's 7.3.

@@ -166,20 +166,12 @@ impl PagePoolStats {
     /// whose pages are then handed out from the cache and counted as `alloc_fast`
     /// (net/core/page_pool.c), so no share of "slow" pages is derived from them.
     pub fn allocated(&self) -> Option<u64> {
-        let parts = [self.alloc_fast, self.alloc_slow, self.alloc_slow_high_order];
-        parts
-            .iter()
-            .any(Option::is_some)
-            .then(|| parts.iter().flatten().sum())
+        known_sum(&[self.alloc_fast, self.alloc_slow, self.alloc_slow_high_order])
     }
 
     /// Pages returned to the pool for reuse (cache or ring).
     pub fn recycled(&self) -> Option<u64> {
-        let parts = [self.recycle_cached, self.recycle_ring];
-        parts
-            .iter()
-            .any(Option::is_some)
-            .then(|| parts.iter().flatten().sum())
+        known_sum(&[self.recycle_cached, self.recycle_ring])
     }
 
     /// Pages that came back and were released to the page allocator instead of kept: the
@@ -191,11 +183,28 @@ impl PagePoolStats {
 
     /// Calls to the page allocator (order 0 and higher).
     pub fn slow(&self) -> Option<u64> {
-        let parts = [self.alloc_slow, self.alloc_slow_high_order];
-        parts
+        known_sum(&[self.alloc_slow, self.alloc_slow_high_order])
+    }
+}
+
+/// The sum of the counters the kernel sent, None when it sent none of them.
+fn known_sum(parts: &[Option<u64>]) -> Option<u64> {
+    parts
+        .iter()
+        .any(Option::is_some)
+        .then(|| parts.iter().flatten().sum())
+}
+
+/// Where a pool serves, as evidence and `top` print it: its receive queues (`rx-1`,
+/// `rx-0,rx-2`), else its NAPI (`NAPI 8194`), else `no queue`.
+pub fn pool_place(rx_queues: &[u32], napi_id: Option<u32>) -> String {
+    match rx_queues {
+        [] => napi_id.map_or("no queue".into(), |n| format!("NAPI {n}")),
+        qs => qs
             .iter()
-            .any(Option::is_some)
-            .then(|| parts.iter().flatten().sum())
+            .map(|q| format!("rx-{q}"))
+            .collect::<Vec<_>>()
+            .join(","),
     }
 }
 

@@ -625,14 +625,7 @@ pub fn top_interval(m: &TopInterval, seq: u64) -> Vec<String> {
     for p in m.page_pools.iter().filter(|p| {
         p.handed_per_s.is_some_and(|r| r > 0.0) || p.freed_per_s.is_some_and(|r| r > 0.0)
     }) {
-        let at = match p.rx_queues.as_slice() {
-            [] => p.napi_id.map_or("no queue".into(), |n| format!("NAPI {n}")),
-            qs => qs
-                .iter()
-                .map(|q| format!("rx-{q}"))
-                .collect::<Vec<_>>()
-                .join(","),
-        };
+        let at = crate::netdev::pool_place(&p.rx_queues, p.napi_id);
         lines.push(format!(
             "  {} {at} page pool {}: {} pages/s handed out ({}/s from the page allocator), {}/s kept, {}/s freed, {} in flight",
             p.nic,

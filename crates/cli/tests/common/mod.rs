@@ -299,6 +299,28 @@ pub fn fixture(host: &str) -> std::path::PathBuf {
         .join(host)
 }
 
+/// `netsteer snapshot` run in a guest (its binary at `bin` there), the tree copied over
+/// `fixtures/hosts/NAME`: how the captured real guests' trees are made.
+pub fn capture_guest(g: &mut netsteer_lab::vm::Guest, bin: &str, name: &str) {
+    let t = std::time::Duration::from_secs(300);
+    g.sh("rm -rf /x/snap", t).unwrap();
+    let (rc, out) = g
+        .host(&[bin, "snapshot", "--output", "/tmp/netsteer-x/snap"], t)
+        .unwrap();
+    assert_eq!(rc, 0, "snapshot: {out}");
+    let dest = fixture(name);
+    let _ = std::fs::remove_dir_all(&dest);
+    let ok = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(g.share_dir().join("snap"))
+        .arg(&dest)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    eprintln!("captured {}", dest.display());
+}
+
 /// A scratch copy of a fixture tree (`cp -a` keeps its links as links).
 pub fn scratch(host: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

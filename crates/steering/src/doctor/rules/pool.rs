@@ -130,16 +130,7 @@ pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
                 continue;
             }
             let served: Vec<u32> = nic.pool_queues(pool.id).map(|q| q.index).collect();
-            let at = match served.as_slice() {
-                [] => pool
-                    .napi_id
-                    .map_or("no queue".into(), |n| format!("NAPI {n}")),
-                qs => qs
-                    .iter()
-                    .map(|q| format!("rx-{q}"))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            };
+            let at = netsteer_host::netdev::pool_place(&served, pool.napi_id);
             evidence.push(format!(
                 "page pool {} ({} {at}), since it was created: {} pages handed out ({} calls to the page allocator, {} of them with the pool's ring empty); of the {} that came back {} were kept (cache {}, ring {}) and {} ({}) freed: {} with the ring full, {} still referenced elsewhere, {} of another NUMA node",
                 pool.id,
