@@ -178,7 +178,11 @@ impl PagePoolStats {
     /// ring was full, the page was still referenced elsewhere, or it was of another NUMA node
     /// when the cache was refilled. None unless all three are known: a part absent is not 0.
     pub fn freed(&self) -> Option<u64> {
-        Some(self.recycle_ring_full? + self.recycle_released_refcnt? + self.alloc_waive?)
+        known_sum(&[
+            Some(self.recycle_ring_full?),
+            Some(self.recycle_released_refcnt?),
+            Some(self.alloc_waive?),
+        ])
     }
 
     /// Calls to the page allocator (order 0 and higher).
@@ -187,12 +191,15 @@ impl PagePoolStats {
     }
 }
 
-/// The sum of the counters the kernel sent, None when it sent none of them.
+/// The sum of the counters the kernel sent, None when it sent none of them. Saturating: a
+/// recorded tree may hold any number, and a sum must not wrap into a small one.
 fn known_sum(parts: &[Option<u64>]) -> Option<u64> {
-    parts
-        .iter()
-        .any(Option::is_some)
-        .then(|| parts.iter().flatten().sum())
+    parts.iter().any(Option::is_some).then(|| {
+        parts
+            .iter()
+            .flatten()
+            .fold(0u64, |a, b| a.saturating_add(*b))
+    })
 }
 
 /// Where a pool serves, as evidence and `top` print it: its receive queues (`rx-1`,

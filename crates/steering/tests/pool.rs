@@ -215,3 +215,12 @@ fn pools_without_counters_are_not_judged_and_no_pool_is_nothing_to_judge() {
     let r = doctor(&v, &load);
     assert!(unjudged(&r).is_empty() && fired(&r).is_empty());
 }
+
+#[test]
+fn counters_at_the_edge_of_u64_do_not_wrap_into_a_verdict() {
+    // A recorded tree may say anything: sums saturate instead of wrapping to small numbers.
+    let (mut v, load) = common::offline(TREE);
+    counted(&mut v, u64::MAX, u64::MAX, (u64::MAX, u64::MAX, u64::MAX));
+    let r = doctor(&v, &load);
+    assert_eq!(fired(&r).len(), 1, "{:#?}", r.findings);
+}

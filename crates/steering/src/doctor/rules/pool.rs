@@ -58,12 +58,19 @@ impl Recycling {
     }
 
     pub fn freed(&self) -> u64 {
-        self.ring_full + self.referenced + self.other_node
+        self.ring_full
+            .saturating_add(self.referenced)
+            .saturating_add(self.other_node)
+    }
+
+    /// Pages that came back, kept or freed.
+    pub fn back(&self) -> u64 {
+        self.kept.saturating_add(self.freed())
     }
 
     /// Freed pages as a share of those that came back, in %.
     pub fn freed_share(&self) -> f64 {
-        let back = self.kept + self.freed();
+        let back = self.back();
         if back == 0 {
             0.0
         } else {
@@ -138,7 +145,7 @@ pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
                 count(r.handed),
                 count(stats.slow().unwrap_or(0)),
                 count(stats.alloc_empty.unwrap_or(0)),
-                count(r.kept + r.freed()),
+                count(r.back()),
                 count(r.kept),
                 count(stats.recycle_cached.unwrap_or(0)),
                 count(stats.recycle_ring.unwrap_or(0)),
