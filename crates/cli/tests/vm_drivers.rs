@@ -667,10 +667,11 @@ fn fifo_hog_moves_the_net_rx_wait(pair: &mut VmPair) {
     // One trace window of the flood, with or without the hog: (NET_RX wait on CPU 1, residence),
     // each as (rows, mean ns, p99 ns).
     let measure = |pair: &mut VmPair, hog: bool| {
-        // A server a hung client left behind would hold the port: gone first.
+        // A server a hung client left behind would hold the port: gone first (and waited
+        // for: pkill only sends the signal).
         sh(
             &mut pair.b,
-            "chroot /host sh -c 'pkill -x iperf3; exec iperf3 -s -1 -A 0' > /x/iperf3.log 2>&1 &",
+            "chroot /host sh -c 'pkill -x iperf3; i=0; while pgrep -x iperf3 > /dev/null && [ $i -lt 50 ]; do i=$((i+1)); sleep 0.1; done; exec iperf3 -s -1 -A 0' > /x/iperf3.log 2>&1 &",
         );
         sh(
             &mut pair.b,

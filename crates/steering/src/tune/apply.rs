@@ -624,13 +624,10 @@ fn before_fewer_queues(
 ) {
     let count = |v: &str| v.trim().parse::<u32>().ok();
     let now = backend.read(&channels.item.target).ok();
-    let fewer = matches!(
-        (now.as_deref().and_then(count), count(&channels.old)),
-        (Some(now), Some(old)) if old < now
-    );
-    if !fewer {
-        return;
-    }
+    let to = match (now.as_deref().and_then(count), count(&channels.old)) {
+        (Some(now), Some(old)) if old < now => old,
+        _ => return,
+    };
     let of_dev = |kind: ItemKind| {
         order
             .iter()
@@ -657,6 +654,17 @@ fn before_fewer_queues(
         )
     });
     for w in tables {
+        // A table that sends no bucket to a queue at or above the count it goes back to does
+        // not stand in its way (the kernel checks the highest queue the table names): it is
+        // left as it is. What cannot be read is reset.
+        let fits = backend
+            .read(&w.item.target)
+            .ok()
+            .and_then(|t| netsteer_host::ethtool::parse_indirection(&t).ok())
+            .is_some_and(|t| !t.is_empty() && t.iter().all(|q| *q < to));
+        if fits {
+            continue;
+        }
         if let Err(e) = backend.write(&w.item.target, netsteer_host::ethtool::INDIRECTION_DEFAULT)
             && refused_by_design(&w.item, &e).is_none()
         {
