@@ -165,13 +165,32 @@ impl PagePoolStats {
     /// either path: `alloc_slow` counts one refill of up to PP_ALLOC_CACHE_REFILL (64) pages,
     /// whose pages are then handed out from the cache and counted as `alloc_fast`
     /// (net/core/page_pool.c), so no share of "slow" pages is derived from them.
+    ///
+    /// `alloc_refill` is one of them too: a cache refilled from the ring hands out its last
+    /// page counted as `refill` only (page_pool_refill_alloc_cache).
     pub fn allocated(&self) -> Option<u64> {
-        known_sum(&[self.alloc_fast, self.alloc_slow, self.alloc_slow_high_order])
+        known_sum(&[
+            self.alloc_fast,
+            self.alloc_slow,
+            self.alloc_slow_high_order,
+            self.alloc_refill,
+        ])
     }
 
     /// Pages returned to the pool for reuse (cache or ring).
     pub fn recycled(&self) -> Option<u64> {
         known_sum(&[self.recycle_cached, self.recycle_ring])
+    }
+
+    /// Pages that came back and stayed: recycled, less those the ring took that were then
+    /// waived (a page of another node leaves the ring counted as `recycle_ring` and then as
+    /// `alloc_waive` when the cache refill drops it). Every part must be known.
+    pub fn kept(&self) -> Option<u64> {
+        Some(
+            self.recycle_cached?
+                .saturating_add(self.recycle_ring?)
+                .saturating_sub(self.alloc_waive?),
+        )
     }
 
     /// Pages that came back and were released to the page allocator instead of kept: the

@@ -402,13 +402,14 @@ pub struct PoolRate {
     pub napi_id: Option<u32>,
     /// The receive queues its NAPI serves.
     pub rx_queues: Vec<u32>,
-    /// Pages handed out now and not yet returned.
+    /// Pages the pool holds from the page allocator now (taken and not released: in use, in
+    /// flight, and in its own cache and ring).
     pub inflight: Option<u64>,
-    /// Pages handed out (fast, slow and high-order allocations).
+    /// Pages handed out (fast, refill, slow and high-order allocations).
     pub handed_per_s: Option<f64>,
     /// Calls to the page allocator (each refills the cache with up to 64 pages).
     pub slow_per_s: Option<f64>,
-    /// Pages that came back and were kept (cache or ring).
+    /// Pages that came back and were kept (cache or ring, less the ring's pages waived).
     pub kept_per_s: Option<f64>,
     /// Pages that came back and were released to the page allocator (ring full, still
     /// referenced, another NUMA node).
@@ -452,7 +453,7 @@ pub fn pool_rates(
                 inflight: c.inflight,
                 handed_per_s: of(PagePoolStats::allocated),
                 slow_per_s: of(PagePoolStats::slow),
-                kept_per_s: of(PagePoolStats::recycled),
+                kept_per_s: of(PagePoolStats::kept),
                 freed_per_s: of(PagePoolStats::freed),
                 nic,
             })

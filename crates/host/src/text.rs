@@ -627,7 +627,7 @@ pub fn top_interval(m: &TopInterval, seq: u64) -> Vec<String> {
     }) {
         let at = crate::netdev::pool_place(&p.rx_queues, p.napi_id);
         lines.push(format!(
-            "  {} {at} page pool {}: {} pages/s handed out ({}/s from the page allocator), {}/s kept, {}/s freed, {} in flight",
+            "  {} {at} page pool {}: {} pages/s handed out ({} calls/s to the page allocator), {}/s kept, {}/s freed, {} held",
             p.nic,
             p.pool,
             f(p.handed_per_s),

@@ -19,7 +19,7 @@ pub type QueueStatsSource = Box<dyn Fn(&str) -> std::result::Result<Vec<QueueSta
 /// The page pools on the live host (netdev netlink): every pool read now, and a device's
 /// receive queues by NAPI (to put a pool on its queue).
 pub struct PoolSource {
-    pub pools: Box<dyn Fn() -> std::result::Result<Vec<crate::netdev::PagePool>, String>>,
+    pub pools: Box<dyn Fn() -> std::result::Result<crate::netdev::PagePools, String>>,
     pub rx_queues_by_napi: Box<dyn Fn(&str) -> NapiQueues>,
 }
 
@@ -86,6 +86,11 @@ pub struct Sampler {
     pool_names: BTreeMap<u32, String>,
     pool_queues: BTreeMap<(String, u32), u32>,
     prev_pools: PoolCounters,
+    /// The NAPIs each device was last asked about, so that a NAPI no queue names (a PTP or
+    /// XDP queue's, a driver that links none) is not asked about every interval.
+    asked: BTreeMap<String, BTreeSet<u32>>,
+    /// The pool problem said last: said again only when it changes.
+    pool_problem: Option<String>,
     prev_at: Instant,
 }
 
@@ -98,11 +103,7 @@ impl Sampler {
         pools: Option<PoolSource>,
     ) -> Result<Sampler> {
         let view = crate::read_host(&fs, None);
-        let pool_names = view
-            .nics
-            .iter()
-            .filter_map(|n| Some((*n.ifindex.known()?, n.name.clone())))
-            .collect();
+        let pool_names = pool_names(&view);
         let (roles, labels, wanted) = name_vectors(&view);
         let all: Vec<String> = view.nics.iter().map(|n| n.name.clone()).collect();
         let mut ignored = Vec::new();
@@ -120,10 +121,12 @@ impl Sampler {
             wanted,
             qdevs,
             prev_q,
-            prev_pools: read_pools(pools.as_ref(), &mut Vec::new()),
+            prev_pools: read_pools(pools.as_ref()).0,
             pools,
             pool_names,
             pool_queues: BTreeMap::new(),
+            asked: BTreeMap::new(),
+            pool_problem: None,
             prev_at: Instant::now(),
         })
     }
@@ -137,13 +140,19 @@ impl Sampler {
         if vector_layout(&cur) != vector_layout(&self.prev) {
             let view = crate::read_host(&self.fs, None);
             (self.roles, self.labels, self.wanted) = name_vectors(&view);
+            // A device added or renamed: its pools are named after it from now on.
+            self.pool_names = pool_names(&view);
             problems.push(
                 "the IRQs in /proc/interrupts changed since the last interval: the queues' vectors were named again (an IRQ new in this interval has no rate yet)"
                     .into(),
             );
         }
         let cur_q = read_queues(self.queue_stats.as_ref(), &self.qdevs, &mut problems);
-        let cur_pools = read_pools(self.pools.as_ref(), &mut problems);
+        let (cur_pools, problem) = read_pools(self.pools.as_ref());
+        if problem != self.pool_problem {
+            problems.extend(problem.clone());
+            self.pool_problem = problem;
+        }
         let at = Instant::now();
         let dt = (at - self.prev_at).as_secs_f64();
         let r = rates(&self.prev, &cur, dt, Some(&self.wanted));
@@ -181,44 +190,57 @@ impl Sampler {
         ))
     }
 
-    /// Asks a device for its queues' NAPIs when one of its pools names a NAPI not yet mapped
-    /// (the first interval, or channels changed): not every interval.
+    /// Asks a device for its queues' NAPIs when the NAPIs its pools name are not those it was
+    /// last asked about (the first interval, or channels changed): not every interval.
     fn map_pool_queues(&mut self, pools: &PoolCounters) {
         let Some(src) = &self.pools else { return };
-        let mut asked = BTreeSet::new();
+        let mut named: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
         for p in pools.values() {
-            let (Some(ix), Some(napi)) = (p.ifindex, p.napi_id) else {
-                continue;
-            };
-            let Some(dev) = self.pool_names.get(&ix) else {
-                continue;
-            };
-            if self.pool_queues.contains_key(&(dev.clone(), napi)) || !asked.insert(dev.clone()) {
+            if let (Some(ix), Some(napi)) = (p.ifindex, p.napi_id)
+                && let Some(dev) = self.pool_names.get(&ix)
+            {
+                named.entry(dev.clone()).or_default().insert(napi);
+            }
+        }
+        for (dev, napis) in named {
+            if self.asked.get(&dev) == Some(&napis) {
                 continue;
             }
-            self.pool_queues.retain(|(d, _), _| d != dev);
-            for (n, q) in (src.rx_queues_by_napi)(dev) {
+            self.pool_queues.retain(|(d, _), _| *d != dev);
+            for (n, q) in (src.rx_queues_by_napi)(&dev) {
                 self.pool_queues.insert((dev.clone(), n), q);
             }
+            self.asked.insert(dev, napis);
         }
     }
 }
 
-/// Every pool, by id; a failed read is a problem (a kernel without page pools is none: its
-/// hosts have no pools to rate).
-fn read_pools(source: Option<&PoolSource>, problems: &mut Vec<String>) -> PoolCounters {
+/// Device names by ifindex.
+fn pool_names(view: &crate::HostView) -> BTreeMap<u32, String> {
+    view.nics
+        .iter()
+        .filter_map(|n| Some((*n.ifindex.known()?, n.name.clone())))
+        .collect()
+}
+
+/// Every pool, by id, and the problem to say: a failed read, or counters the kernel does not
+/// give (a kernel without page pools at all is none: its hosts have no pools to rate).
+fn read_pools(source: Option<&PoolSource>) -> (PoolCounters, Option<String>) {
     let Some(src) = source else {
-        return PoolCounters::new();
+        return (PoolCounters::new(), None);
     };
     match (src.pools)() {
-        Ok(p) => p.into_iter().map(|p| (p.id, p)).collect(),
+        Ok(p) => {
+            let problem = p
+                .stats_unavailable
+                .filter(|_| !p.pools.is_empty())
+                .map(|w| format!("page pools: no rates: {w}"));
+            (p.pools.into_iter().map(|p| (p.id, p)).collect(), problem)
+        }
         Err(e) if e.contains("PAGE_POOL_GET") || e.contains("no netdev netlink") => {
-            PoolCounters::new()
+            (PoolCounters::new(), None)
         }
-        Err(e) => {
-            problems.push(format!("page pools: {e}"));
-            PoolCounters::new()
-        }
+        Err(e) => (PoolCounters::new(), Some(format!("page pools: {e}"))),
     }
 }
 

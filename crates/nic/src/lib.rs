@@ -81,7 +81,7 @@ pub trait NicBackend {
 
     /// Every page pool of the namespace with its counters, read now (rates need two fresh
     /// reads, not a cached one); why not where none can be listed.
-    fn page_pools(&self) -> Result<Vec<netsteer_host::netdev::PagePool>, String> {
+    fn page_pools(&self) -> Result<netsteer_host::netdev::PagePools, String> {
         Err("this NIC backend lists no page pools".into())
     }
 

@@ -416,12 +416,27 @@ impl NicBackend for Netlink {
         Netlink::set(self, dev, request, cmd, &body)
     }
 
-    fn page_pools(&self) -> Result<Vec<netsteer_host::netdev::PagePool>, String> {
+    fn page_pools(&self) -> Result<netsteer_host::netdev::PagePools, String> {
         let family = self
             .netdev
             .as_ref()
             .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")?;
         crate::netdev::dump_page_pools(&mut self.sock.borrow_mut(), family).list()
+    }
+
+    /// One QUEUE_GET dump, not every setting of the device.
+    fn rx_queues_by_napi(&self, dev: &str) -> std::collections::BTreeMap<u32, u32> {
+        let (Some(family), Ok(link)) = (self.netdev.as_ref(), self.link(dev)) else {
+            return std::collections::BTreeMap::new();
+        };
+        crate::netdev::queues(&mut self.sock.borrow_mut(), family.id, link.index)
+            .map(|qs| {
+                qs.iter()
+                    .filter(|q| q.kind == netsteer_host::netdev::QueueType::Rx)
+                    .filter_map(|q| Some((q.napi_id?, q.id)))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn queue_stats(&self, dev: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {

@@ -11,7 +11,7 @@ pub mod queue;
 use crate::genl::Family;
 use crate::socket::NlSocket;
 use netsteer_host::field::Field;
-use netsteer_host::netdev::{Netdev, PagePools};
+use netsteer_host::netdev::{Netdev, PagePools, Queue};
 
 fn each<T>(replies: Vec<Vec<u8>>, f: fn(&[u8]) -> Result<T, String>) -> Result<Vec<T>, String> {
     replies.iter().map(|r| f(r)).collect()
@@ -31,16 +31,22 @@ pub fn napis(
     Ok(napis)
 }
 
+/// The device's queues alone (QUEUE_GET dump), each with the NAPI serving it.
+pub fn queues(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Vec<Queue>, String> {
+    let replies = sock
+        .dump(family, queue::CMD, &queue::dump(ifindex))
+        .map_err(|e| format!("queue-get: {e}"))?;
+    let mut queues = each(replies, queue::parse)?;
+    queues.sort_by_key(|q| (q.kind, q.id));
+    Ok(queues)
+}
+
 /// Reads everything the family says about one device. The NAPI and queue dumps must work;
 /// queue counters and XDP features are optional (drivers without qstats answer EOPNOTSUPP,
 /// and kernels before 6.8 lack the command).
 pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, String> {
     let napis = napis(sock, family, ifindex)?;
-    let queues = sock
-        .dump(family, queue::CMD, &queue::dump(ifindex))
-        .map_err(|e| format!("queue-get: {e}"))?;
-    let mut queues = each(queues, queue::parse)?;
-    queues.sort_by_key(|q| (q.kind, q.id));
+    let queues = queues(sock, family, ifindex)?;
     let qstats = queue_stats(sock, family, ifindex).unwrap_or_default();
     let (xdp_features, xdp_zc_max_segs) = sock
         .request(family, dev::CMD, &dev::get(ifindex))
@@ -69,11 +75,14 @@ pub struct AllPools {
 }
 
 impl AllPools {
-    /// Every pool with its counters merged in (None where the stats dump gave none), or why
-    /// no pool could be listed.
-    pub fn list(&self) -> Result<Vec<netsteer_host::netdev::PagePool>, String> {
+    /// Every pool with its counters merged in (None where the stats dump gave none, and why),
+    /// or why no pool could be listed.
+    pub fn list(&self) -> Result<PagePools, String> {
         match &self.pools {
-            Field::Known(p) => Ok(p.clone()),
+            Field::Known(p) => Ok(PagePools {
+                pools: p.clone(),
+                stats_unavailable: self.stats_unavailable.clone(),
+            }),
             Field::Unknown { unknown } => Err(unknown.clone()),
         }
     }

@@ -243,7 +243,11 @@ impl Input {
                         .stats_unavailable
                         .as_ref()
                         .filter(|_| !p.pools.is_empty())
-                        .map(|w| format!("{dev} page pool counters: {w}")),
+                        .map(|w| format!("{dev} page pool counters: {w}"))
+                        .or_else(|| {
+                            crate::doctor::rules::pool::incomplete(nic)
+                                .map(|w| format!("{dev} {w}"))
+                        }),
                 }
             }
             Input::FlowHash => setting(

@@ -4,7 +4,9 @@
 //!
 //! The counters are the pool's since it was created (netdev netlink `page-pool-stats-get`,
 //! one read): like counters since boot they say what the pool has done, not what it does
-//! now, and the evidence says so.
+//! now, so the finding is information, says so, and points at `netsteer top`, which rates
+//! them each interval. Pools fed by a memory provider (devmem dmabuf, io_uring zero-copy
+//! receive) give their buffers back to the provider, not the page allocator: not judged here.
 
 use crate::doctor::model::{Finding, Fix, Severity, Subjects};
 use crate::model::ctx::{Ctx, pct};
@@ -29,11 +31,13 @@ const FIXED_POOL_RING: &str = "virtio_net";
 /// One pool's recycling, from its counters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recycling {
-    /// Pages handed out: from the cache (`alloc_fast`) or by the page allocator (`alloc_slow`,
+    /// Pages handed out: from the cache (`alloc_fast`, or `alloc_refill` for the page a refill
+    /// from the ring hands out) or by the page allocator (`alloc_slow`,
     /// `alloc_slow_high_order`: each one call, and a slow order-0 call refills the cache
     /// with up to 64 pages that are then counted as fast).
     pub handed: u64,
-    /// Pages kept for reuse: into the cache (`recycle_cached`) or the ring (`recycle_ring`).
+    /// Pages kept for reuse: into the cache (`recycle_cached`) or the ring (`recycle_ring`),
+    /// less the ring's pages then waived.
     pub kept: u64,
     /// Pages returned to the page allocator: the ring was full (`recycle_ring_full`), the page
     /// was still referenced elsewhere (`recycle_released_refcnt`), or it was of another NUMA
@@ -44,13 +48,18 @@ pub struct Recycling {
 }
 
 impl Recycling {
-    /// None when the counters that say where pages went are absent (a kernel that sends
-    /// fewer): absent is not zero.
+    /// None when any counter it sums is absent (a kernel that sends fewer, a tree that lost
+    /// one): absent is not zero, and the pool is then not judged ([`incomplete`]).
     pub fn of(s: &PagePoolStats) -> Option<Recycling> {
-        s.freed()?;
+        let _all = (
+            s.alloc_fast?,
+            s.alloc_slow?,
+            s.alloc_slow_high_order?,
+            s.alloc_refill?,
+        );
         Some(Recycling {
             handed: s.allocated()?,
-            kept: s.recycled()?,
+            kept: s.kept()?,
             ring_full: s.recycle_ring_full?,
             referenced: s.recycle_released_refcnt?,
             other_node: s.alloc_waive?,
@@ -63,7 +72,8 @@ impl Recycling {
             .saturating_add(self.other_node)
     }
 
-    /// Pages that came back, kept or freed.
+    /// Pages that came back, kept or freed (a waived page once: it is in `freed`, not in
+    /// `kept`).
     pub fn back(&self) -> u64 {
         self.kept.saturating_add(self.freed())
     }
@@ -87,17 +97,22 @@ enum Cause {
     OtherNode,
 }
 
+/// The largest part; on a tie the first of ring full, referenced, other node.
 fn cause(r: &Recycling) -> Cause {
-    if r.other_node >= r.ring_full && r.other_node >= r.referenced {
-        Cause::OtherNode
-    } else if r.referenced > r.ring_full {
-        Cause::Referenced
-    } else {
-        Cause::RingFull
-    }
+    let parts = [
+        (Cause::RingFull, r.ring_full),
+        (Cause::Referenced, r.referenced),
+        (Cause::OtherNode, r.other_node),
+    ];
+    let max = parts.iter().map(|p| p.1).max().unwrap_or(0);
+    parts
+        .iter()
+        .find(|p| p.1 == max)
+        .map_or(Cause::RingFull, |p| p.0)
 }
 
-/// The live pools of a device with counters (a detached pool only waits for its last pages).
+/// The live pools of a device with counters: not a detached pool (it only waits for its last
+/// pages), nor one a memory provider feeds (its buffers go back to the provider).
 fn live_pools(nic: &Nic) -> Vec<(&PagePool, &PagePoolStats)> {
     let Some(Ok(netdev)) = nic.settings.as_ref().map(|s| s.netdev()) else {
         return Vec::new();
@@ -108,9 +123,18 @@ fn live_pools(nic: &Nic) -> Vec<(&PagePool, &PagePoolStats)> {
     pools
         .pools
         .iter()
-        .filter(|p| p.detach_time.is_none())
+        .filter(|p| p.detach_time.is_none() && p.dmabuf.is_none() && !p.io_uring)
         .filter_map(|p| Some((p, p.stats.as_ref()?)))
         .collect()
+}
+
+/// Why a live pool of `nic` cannot be judged: counters it has, but not every one the rule
+/// sums. None when every pool can be.
+pub fn incomplete(nic: &Nic) -> Option<String> {
+    live_pools(nic)
+        .into_iter()
+        .find(|(_, s)| Recycling::of(s).is_none())
+        .map(|(p, _)| format!("page pool {} counters: not every counter was sent", p.id))
 }
 
 /// A page count as the evidence prints it: exact below 10,000, then `12.3 k`, `4.5 M`.
@@ -130,6 +154,7 @@ pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
         let mut irqs = Vec::new();
         let mut causes = Vec::new();
         for (pool, stats) in live_pools(nic) {
+            // Incomplete counters are said by the rule's input (`incomplete`).
             let Some(r) = Recycling::of(stats) else {
                 continue;
             };
@@ -176,9 +201,10 @@ pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
         let (summary, why, steps, tune) = advice(ctx, nic, &causes, &irqs, &mut evidence);
         out.push(Finding {
             id: "page-pool-freeing".into(),
-            severity: Severity::Warning,
+            // Counters since the pool was made: a history, as averages since boot are.
+            severity: Severity::Info,
             title: format!(
-                "{}'s page pool frees the pages it should recycle, so receive buffers come from the page allocator",
+                "{}'s page pool has freed the pages it should recycle, so its receive buffers came from the page allocator",
                 nic.name
             ),
             evidence,
@@ -235,11 +261,11 @@ fn advice(
                 evidence.push(format!("rx ring: {rx} descriptors of at most {max}"));
             }
             if nic.driver.known().is_some_and(|d| d == FIXED_POOL_RING) {
-                // Measured on Debian's 7.3 (crates/cli/tests/vm_pool.rs): after `ethtool -G
-                // rx 64`, and after a link down and up, the same pools free all but 256 of
-                // the pages a drained socket gives back.
+                // Measured on Debian's 7.3 (crates/cli/tests/vm_pool.rs): with the rx ring at
+                // 64 after a link down and up, the same pool's ring still takes some 256
+                // pages of a drained socket before it frees the rest.
                 evidence.push(format!(
-                    "{FIXED_POOL_RING} keeps the pools it made at probe, ring and all, across ring resizes and a link down and up: a longer rx ring would not help"
+                    "{FIXED_POOL_RING} keeps the pools it made at probe, ring and all, across ring resizes and a link down and up (measured on 7.3): a longer rx ring would not help"
                 ));
             } else if let Some((rx, max)) = ring
                 && rx < max
@@ -254,23 +280,26 @@ fn advice(
             steps.push(
                 "ss -u -a -n -p   # Recv-Q: bytes each receiver holds unread, every datagram of it in a page kept out of the pool".into(),
             );
+            steps.push(format!(
+                "netsteer top --plain --count 5   # {dev}'s pools' pages kept and freed each second: whether they free now"
+            ));
             (
-                "keep receivers from holding thousands of pages in their socket buffers (read sooner, or a smaller SO_RCVBUF), and give the pool room for the pages that come back together where its driver sizes it by the rx ring".into(),
-                "A page freed outside the queue's NAPI goes into the pool's ring (a ptr_ring sized when the pool is created, from the rx ring in drivers that pass it as pool_size); when that ring is full the page is released to the page allocator (net/core/page_pool.c, recycle_ring_full), and the pool later pays a slow-path allocation for it. Pages come back in bursts larger than the ring when sockets hold many packets and then drain at once.".into(),
+                "find the receivers that sit on many pages (Recv-Q) and read them sooner, and give the pool a longer ring where its driver sizes it by the rx ring; `netsteer top` shows whether the pool still frees".into(),
+                "A page freed outside the queue's NAPI goes into the pool's ring (a ptr_ring sized when the pool is created, from the rx ring in drivers that pass it as pool_size); when that ring is full the page is released to the page allocator (net/core/page_pool.c, recycle_ring_full), and the pool later pays a slow-path allocation for it. Pages come back in bursts larger than the ring when sockets hold many packets and then drain at once (measured on virtio_net: all but the ring's pages of a held socket freed), and frees from process context go to the ring, which the NAPI drains only when its cache runs empty.".into(),
                 steps,
                 set(&knobs),
             )
         }
         Cause::Referenced => {
             steps.push(
-                "ss -0 -p   # packet sockets (tcpdump and the like) holding receive pages".into(),
+                "grep -E 'MemFree|MemAvailable' /proc/meminfo   # pages taken from the emergency reserves (pfmemalloc) are never recycled".into(),
             );
             steps.push(format!(
-                "netsteer show --dev {dev}   # inflight pages: a zero-copy receiver that keeps pages mapped holds them"
+                "netsteer top --plain --count 5   # {dev}'s pools' pages kept and freed each second: whether they free now"
             ));
             (
-                "find what keeps a reference to receive pages (a packet socket, a zero-copy receiver that keeps them mapped) and release them sooner".into(),
-                "A page comes back into the pool only when the pool holds its last reference; a page still mapped by TCP_ZEROCOPY_RECEIVE, or referenced by a clone, is released to the page allocator instead (net/core/page_pool.c, recycle_released_refcnt), so the pool allocates anew for every such page.".into(),
+                "find what keeps a reference to receive pages when they come back (a zero-copy receiver that keeps them mapped, splice or vmsplice into a pipe) or whether memory ran so low that the pool got reserve pages, and release or avoid them".into(),
+                "A page is recycled only when the pool holds its last reference and it is not a pfmemalloc page (net/core/page_pool.c, __page_pool_page_can_be_recycled); a page still mapped by TCP_ZEROCOPY_RECEIVE or held by splice, or one allocated from the emergency reserves, is released to the page allocator instead (recycle_released_refcnt), so the pool allocates anew for every such page.".into(),
                 steps,
                 None,
             )
@@ -296,8 +325,8 @@ fn advice(
                 ));
             }
             (
-                "run the pool's NAPI on CPUs of the device's NUMA node, so the pages recycled are of the node it allocates on".into(),
-                "When a pool refills its cache from its ring it drops pages of another NUMA node than its own (net/core/page_pool.c, alloc_waive): a NAPI that moved to another node's CPUs frees every page it recycled there and allocates new ones, the cross-node loss seed 002 measured.".into(),
+                "keep the pool's NAPI on CPUs of one NUMA node (the device's, unless the driver gives each channel's pool a node of its own), so the pages recycled are of the node it allocates on".into(),
+                "When a pool refills its cache from its ring it drops pages of another NUMA node than its own (the driver's pool node, else the node of the CPU running the NAPI; net/core/page_pool.c, alloc_waive): a NAPI whose IRQ moves between nodes frees the pages it recycled on the other and allocates new ones, the cross-node loss seed 002 measured. Counted since the pool was made, this may be history: `netsteer top` says whether it goes on.".into(),
                 steps,
                 set(&knobs),
             )
