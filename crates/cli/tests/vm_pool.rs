@@ -372,3 +372,14 @@ fn a_page_pool_that_frees_its_pages_is_found_by_doctor() {
     );
     assert!(held > 5_000, "held, only {held} freed");
 }
+
+/// Regenerates `fixtures/hosts/zoo-virtio-pool-freeing-7.3`: guest b's tree right after the
+/// flood, its busiest pool freeing 40 % of what came back; the tree doctor's rule test and the
+/// ablation test read. Run by hand: `cargo test -p netsteer --test vm_pool -- --ignored`.
+#[test]
+#[ignore]
+fn capture_pool_freeing_fixture() {
+    assert!(common::vm_usable(NicModel::Virtio));
+    let (mut pair, _, _) = flooded();
+    common::capture_guest(&mut pair.b, GBIN, "zoo-virtio-pool-freeing-7.3");
+}

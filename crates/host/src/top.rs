@@ -20,8 +20,11 @@ pub type QueueStatsSource = Box<dyn Fn(&str) -> std::result::Result<Vec<QueueSta
 /// receive queues by NAPI (to put a pool on its queue).
 pub struct PoolSource {
     pub pools: Box<dyn Fn() -> std::result::Result<crate::netdev::PagePools, String>>,
-    pub rx_queues_by_napi: Box<dyn Fn(&str) -> NapiQueues>,
+    pub rx_queues_by_napi: Box<dyn Fn(&str) -> NapiLookup>,
 }
+
+/// A device's receive queues by NAPI, or why they could not be read.
+pub type NapiLookup = std::result::Result<NapiQueues, String>;
 
 /// A device's receive queue by the NAPI serving it.
 pub type NapiQueues = BTreeMap<u32, u32>;
@@ -140,8 +143,11 @@ impl Sampler {
         if vector_layout(&cur) != vector_layout(&self.prev) {
             let view = crate::read_host(&self.fs, None);
             (self.roles, self.labels, self.wanted) = name_vectors(&view);
-            // A device added or renamed: its pools are named after it from now on.
+            // A device added: its pools are named after it from now on, and every device's
+            // queues are looked up again (channels change with the vectors). A rename alone
+            // moves no vector and is not seen here.
             self.pool_names = pool_names(&view);
+            self.asked.clear();
             problems.push(
                 "the IRQs in /proc/interrupts changed since the last interval: the queues' vectors were named again (an IRQ new in this interval has no rate yet)"
                     .into(),
@@ -157,7 +163,7 @@ impl Sampler {
         let dt = (at - self.prev_at).as_secs_f64();
         let r = rates(&self.prev, &cur, dt, Some(&self.wanted));
         let qp = queue_rates(&self.prev_q, &cur_q, dt);
-        self.map_pool_queues(&cur_pools);
+        self.map_pool_queues(&cur_pools, &mut problems);
         let pp = pool_rates(
             &self.prev_pools,
             &cur_pools,
@@ -192,7 +198,7 @@ impl Sampler {
 
     /// Asks a device for its queues' NAPIs when the NAPIs its pools name are not those it was
     /// last asked about (the first interval, or channels changed): not every interval.
-    fn map_pool_queues(&mut self, pools: &PoolCounters) {
+    fn map_pool_queues(&mut self, pools: &PoolCounters, problems: &mut Vec<String>) {
         let Some(src) = &self.pools else { return };
         let mut named: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
         for p in pools.values() {
@@ -206,11 +212,19 @@ impl Sampler {
             if self.asked.get(&dev) == Some(&napis) {
                 continue;
             }
-            self.pool_queues.retain(|(d, _), _| *d != dev);
-            for (n, q) in (src.rx_queues_by_napi)(&dev) {
-                self.pool_queues.insert((dev.clone(), n), q);
+            match (src.rx_queues_by_napi)(&dev) {
+                Ok(by_napi) => {
+                    self.pool_queues.retain(|(d, _), _| *d != dev);
+                    for (n, q) in by_napi {
+                        self.pool_queues.insert((dev.clone(), n), q);
+                    }
+                    // A NAPI no queue names (a PTP or XDP queue's) stays "NAPI n" and is not
+                    // asked about again until the pools' NAPIs or the vectors change.
+                    self.asked.insert(dev, napis);
+                }
+                // Said, and asked again next interval.
+                Err(e) => problems.push(format!("{dev}: its queues' NAPIs (queue-get): {e}")),
             }
-            self.asked.insert(dev, napis);
         }
     }
 }
@@ -447,5 +461,88 @@ mod tests {
         assert_ne!(named(&sampler), before, "{:?}", sampler.labels);
         let third = sampler.sample().unwrap();
         assert!(!third.problems.iter().any(|p| p.contains("named again")));
+    }
+
+    /// A device's queues are looked up once for its pools' NAPIs (not every interval, not
+    /// again for a NAPI no queue names), again when they change or the lookup failed; a pool
+    /// read that fails is said once, not every interval.
+    #[test]
+    fn pool_queues_are_looked_up_when_the_napis_change_and_a_failure_is_said_once() {
+        use crate::netdev::{PagePool, PagePools};
+        use std::cell::{Cell, RefCell};
+        use std::rc::Rc;
+        let tree = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/hosts/zoo-virtio-pool-freeing-7.3");
+        let pool = |id: u64, napi: u32| PagePool {
+            id,
+            ifindex: Some(2),
+            napi_id: Some(napi),
+            ..Default::default()
+        };
+        // What the kernel answers, changed by the test between intervals.
+        let pools: Rc<RefCell<Result<Vec<PagePool>, String>>> = Rc::new(RefCell::new(Ok(vec![
+            pool(3, 8193),
+            pool(4, 8194),
+            pool(5, 9999),
+        ])));
+        let lookups = Rc::new(Cell::new(0));
+        let fail = Rc::new(Cell::new(true));
+        let (p, l, f) = (pools.clone(), lookups.clone(), fail.clone());
+        let src = PoolSource {
+            pools: Box::new(move || {
+                p.borrow().clone().map(|pools| PagePools {
+                    pools,
+                    stats_unavailable: None,
+                })
+            }),
+            rx_queues_by_napi: Box::new(move |dev: &str| {
+                assert_eq!(dev, "eth0");
+                l.set(l.get() + 1);
+                if f.get() {
+                    return Err("queue-get: Interrupted system call".into());
+                }
+                // 9999 serves no queue (an XDP or PTP queue's NAPI).
+                Ok(BTreeMap::from([(8193, 0), (8194, 1)]))
+            }),
+        };
+        let mut s = Sampler::new(HostFs::new(&tree), None, Some(src)).unwrap();
+        // A failed lookup is said and asked again.
+        let m = s.sample().unwrap();
+        assert!(
+            m.problems
+                .iter()
+                .any(|p| p.contains("queue-get: Interrupted")),
+            "{:?}",
+            m.problems
+        );
+        fail.set(false);
+        let m = s.sample().unwrap();
+        assert_eq!(lookups.get(), 2);
+        let rx: BTreeMap<u64, Vec<u32>> = m
+            .page_pools
+            .iter()
+            .map(|p| (p.pool, p.rx_queues.clone()))
+            .collect();
+        assert_eq!(
+            rx,
+            BTreeMap::from([(3, vec![0]), (4, vec![1]), (5, vec![])])
+        );
+        // Nothing changed: not asked again, though NAPI 9999 has no queue.
+        s.sample().unwrap();
+        assert_eq!(lookups.get(), 2);
+        // A new pool on a NAPI not seen (channels changed): asked again.
+        pools.borrow_mut().as_mut().unwrap().push(pool(6, 8195));
+        s.sample().unwrap();
+        assert_eq!(lookups.get(), 3);
+        // The pool read fails: said once, then not again while it stays the same.
+        *pools.borrow_mut() = Err("page-pool-get: No buffer space available".into());
+        let said = |m: &TopInterval| {
+            m.problems
+                .iter()
+                .filter(|p| p.contains("page-pool-get"))
+                .count()
+        };
+        assert_eq!(said(&s.sample().unwrap()), 1);
+        assert_eq!(said(&s.sample().unwrap()), 0);
     }
 }

@@ -275,3 +275,45 @@ fn counters_at_the_edge_of_u64_do_not_wrap_into_a_verdict() {
     let r = doctor(&v, &load);
     assert_eq!(fired(&r).len(), 1, "{:#?}", r.findings);
 }
+
+#[test]
+fn the_device_takes_the_cause_most_pools_show_ties_to_the_ring_and_refills_count() {
+    use netsteer_steering::doctor::Severity;
+    let (mut v, load) = common::offline(TREE);
+    // Two pools, one freeing with its ring full, one to another node: a tie between pools,
+    // which goes to the ring.
+    counted(&mut v, 1_000_000, 500_000, (480_000, 0, 0));
+    let mut other = the_pool_clone(&v);
+    other.id = 99;
+    other.stats = Some(PagePoolStats {
+        alloc_waive: Some(480_000),
+        recycle_ring_full: Some(0),
+        recycle_ring: Some(750_000),
+        ..other.stats.unwrap()
+    });
+    let Some(Field::Known(p)) = pools(&mut v) else {
+        panic!()
+    };
+    p.pools.push(other);
+    let r = doctor(&v, &load);
+    let f = fired(&r);
+    assert_eq!(f.len(), 1, "one finding for the device: {f:#?}");
+    assert!(f[0].why.contains("recycle_ring_full"), "{}", f[0].why);
+    assert_eq!(
+        f[0].evidence
+            .iter()
+            .filter(|e| e.contains("since it was created"))
+            .count(),
+        2
+    );
+    // Counters since creation are history: information, not a warning.
+    assert_eq!(f[0].severity, Severity::Info);
+
+    // A refill hands out a page too: 65,000 fast and slow pages and 600 refills are over the
+    // floor of 65,536; without the refills they would not be.
+    let (mut v, load) = common::offline(TREE);
+    counted(&mut v, 65_000, 38_400, (20_000, 0, 0));
+    assert_eq!(fired(&doctor(&v, &load)).len(), 1);
+    the_pool(&mut v).stats.as_mut().unwrap().alloc_refill = Some(0);
+    assert!(fired(&doctor(&v, &load)).is_empty());
+}

@@ -425,18 +425,18 @@ impl NicBackend for Netlink {
     }
 
     /// One QUEUE_GET dump, not every setting of the device.
-    fn rx_queues_by_napi(&self, dev: &str) -> std::collections::BTreeMap<u32, u32> {
-        let (Some(family), Ok(link)) = (self.netdev.as_ref(), self.link(dev)) else {
-            return std::collections::BTreeMap::new();
-        };
-        crate::netdev::queues(&mut self.sock.borrow_mut(), family.id, link.index)
-            .map(|qs| {
-                qs.iter()
-                    .filter(|q| q.kind == netsteer_host::netdev::QueueType::Rx)
-                    .filter_map(|q| Some((q.napi_id?, q.id)))
-                    .collect()
-            })
-            .unwrap_or_default()
+    fn rx_queues_by_napi(&self, dev: &str) -> Result<std::collections::BTreeMap<u32, u32>, String> {
+        let family = self
+            .netdev
+            .as_ref()
+            .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")?;
+        let link = self.link(dev)?;
+        let qs = crate::netdev::queues(&mut self.sock.borrow_mut(), family.id, link.index)?;
+        Ok(qs
+            .iter()
+            .filter(|q| q.kind == netsteer_host::netdev::QueueType::Rx)
+            .filter_map(|q| Some((q.napi_id?, q.id)))
+            .collect())
     }
 
     fn queue_stats(&self, dev: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {

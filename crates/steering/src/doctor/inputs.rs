@@ -242,7 +242,8 @@ impl Input {
                     Ok(Some(netsteer_host::field::Field::Known(p))) => p
                         .stats_unavailable
                         .as_ref()
-                        .filter(|_| !p.pools.is_empty())
+                        // Only pools the rule judges: memory-provider pools are left out.
+                        .filter(|_| p.pools.iter().any(|q| q.dmabuf.is_none() && !q.io_uring))
                         .map(|w| format!("{dev} page pool counters: {w}"))
                         .or_else(|| {
                             crate::doctor::rules::pool::incomplete(nic)

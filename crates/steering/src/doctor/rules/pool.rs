@@ -173,7 +173,13 @@ pub fn page_pool_freeing(ctx: &Ctx) -> Vec<Finding> {
                 count(r.back()),
                 count(r.kept),
                 count(stats.recycle_cached.unwrap_or(0)),
-                count(stats.recycle_ring.unwrap_or(0)),
+                // The ring's pages that stayed: less those waived when they left it.
+                count(
+                    stats
+                        .recycle_ring
+                        .unwrap_or(0)
+                        .saturating_sub(r.other_node)
+                ),
                 count(r.freed()),
                 pct(r.freed_share()),
                 count(r.ring_full),
@@ -235,9 +241,13 @@ fn advice(
     evidence: &mut Vec<String>,
 ) -> (String, String, Vec<String>, Option<String>) {
     let top = |c: Cause| causes.iter().filter(|x| **x == c).count();
-    let main = [Cause::RingFull, Cause::Referenced, Cause::OtherNode]
+    // The cause most pools show; on a tie the first of ring full, referenced, other node
+    // (max_by_key would take the last).
+    let order = [Cause::RingFull, Cause::Referenced, Cause::OtherNode];
+    let most = order.iter().map(|c| top(*c)).max().unwrap_or(0);
+    let main = order
         .into_iter()
-        .max_by_key(|c| top(*c))
+        .find(|c| top(*c) == most)
         .unwrap_or(Cause::RingFull);
     let dev = &nic.name;
     let mut steps = Vec::new();
@@ -284,7 +294,7 @@ fn advice(
                 "netsteer top --plain --count 5   # {dev}'s pools' pages kept and freed each second: whether they free now"
             ));
             (
-                "find the receivers that sit on many pages (Recv-Q) and read them sooner, and give the pool a longer ring where its driver sizes it by the rx ring; `netsteer top` shows whether the pool still frees".into(),
+                "see which receivers sit on many pages (Recv-Q) and whether the pool still frees (`netsteer top`); a longer rx ring helps only where the driver sizes its pool by it".into(),
                 "A page freed outside the queue's NAPI goes into the pool's ring (a ptr_ring sized when the pool is created, from the rx ring in drivers that pass it as pool_size); when that ring is full the page is released to the page allocator (net/core/page_pool.c, recycle_ring_full), and the pool later pays a slow-path allocation for it. Pages come back in bursts larger than the ring when sockets hold many packets and then drain at once (measured on virtio_net: all but the ring's pages of a held socket freed), and frees from process context go to the ring, which the NAPI drains only when its cache runs empty.".into(),
                 steps,
                 set(&knobs),
