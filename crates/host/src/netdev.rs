@@ -221,6 +221,16 @@ fn known_sum(parts: &[Option<u64>]) -> Option<u64> {
     })
 }
 
+/// The receive queue each NAPI serves, by NAPI id, from a device's queues (`queue-get`):
+/// how a pool, which names its NAPI, is put on its queue.
+pub fn rx_queues_by_napi(queues: &[Queue]) -> std::collections::BTreeMap<u32, u32> {
+    queues
+        .iter()
+        .filter(|q| q.kind == QueueType::Rx)
+        .filter_map(|q| Some((q.napi_id?, q.id)))
+        .collect()
+}
+
 /// Where a pool serves, as evidence and `top` print it: its receive queues (`rx-1`,
 /// `rx-0,rx-2`), else its NAPI (`NAPI 8194`), else `no queue`.
 pub fn pool_place(rx_queues: &[u32], napi_id: Option<u32>) -> String {

@@ -88,13 +88,9 @@ pub trait NicBackend {
     /// A device's receive queues by the NAPI serving each (netdev `queue-get`): how a pool,
     /// which names its NAPI, is put on its queue.
     fn rx_queues_by_napi(&self, ifname: &str) -> Result<BTreeMap<u32, u32>, String> {
-        self.settings(ifname).netdev().map(|n| {
-            n.queues
-                .iter()
-                .filter(|q| q.kind == netsteer_host::netdev::QueueType::Rx)
-                .filter_map(|q| Some((q.napi_id?, q.id)))
-                .collect()
-        })
+        self.settings(ifname)
+            .netdev()
+            .map(|n| netsteer_host::netdev::rx_queues_by_napi(&n.queues))
     }
 }
 

@@ -108,6 +108,13 @@ impl Netlink {
     }
 
     /// The link's ifindex and kind over rtnetlink.
+    /// The netdev family, or the reason a kernel without it gives no answer.
+    fn netdev_family(&self) -> Result<&Family, &'static str> {
+        self.netdev
+            .as_ref()
+            .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")
+    }
+
     fn link(&self, dev: &str) -> Result<crate::rtnl::link::Link, String> {
         use crate::rtnl::link;
         let route = self
@@ -267,9 +274,7 @@ impl Netlink {
             knob: format!("napi {id} {a}"),
             reason,
         };
-        let nd = self.netdev.as_ref().ok_or_else(|| {
-            refused("the kernel has no netdev netlink family (Linux 6.3+)".into())
-        })?;
+        let nd = self.netdev_family().map_err(|w| refused(w.into()))?;
         if !nd.has(crate::netdev::napi::CMD_SET) {
             return Err(refused(
                 "this kernel has no NETDEV_CMD_NAPI_SET (Linux 6.13+): per-NAPI settings cannot be set; the device-wide sysfs files (gro_flush_timeout, napi_defer_hard_irqs) apply to every NAPI".into(),
@@ -417,33 +422,20 @@ impl NicBackend for Netlink {
     }
 
     fn page_pools(&self) -> Result<netsteer_host::netdev::PagePools, String> {
-        let family = self
-            .netdev
-            .as_ref()
-            .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")?;
+        let family = self.netdev_family()?;
         crate::netdev::dump_page_pools(&mut self.sock.borrow_mut(), family).list()
     }
 
     /// One QUEUE_GET dump, not every setting of the device.
     fn rx_queues_by_napi(&self, dev: &str) -> Result<std::collections::BTreeMap<u32, u32>, String> {
-        let family = self
-            .netdev
-            .as_ref()
-            .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")?;
+        let family = self.netdev_family()?;
         let link = self.link(dev)?;
         let qs = crate::netdev::queues(&mut self.sock.borrow_mut(), family.id, link.index)?;
-        Ok(qs
-            .iter()
-            .filter(|q| q.kind == netsteer_host::netdev::QueueType::Rx)
-            .filter_map(|q| Some((q.napi_id?, q.id)))
-            .collect())
+        Ok(netsteer_host::netdev::rx_queues_by_napi(&qs))
     }
 
     fn queue_stats(&self, dev: &str) -> Result<Vec<netsteer_host::netdev::QueueStats>, String> {
-        let family = self
-            .netdev
-            .as_ref()
-            .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")?;
+        let family = self.netdev_family()?;
         if !family.has(crate::netdev::qstats::CMD) {
             return Ok(Vec::new());
         }

@@ -67,12 +67,7 @@ impl When {
             When::Trace => ctx.trace.is_some(),
             When::Napi => {
                 ctx.view.nics.iter().any(|n| !n.napis.is_empty())
-                    || ctx
-                        .view
-                        .kernel
-                        .known()
-                        .and_then(|k| crate::model::desired::kernel_version(k))
-                        .is_some_and(|v| v >= NAPI_GET_SINCE)
+                    || kernel_at_least(ctx, NAPI_GET_SINCE)
             }
             When::PagePools => {
                 ctx.view.nics.iter().any(|n| {
@@ -82,15 +77,19 @@ impl When {
                         .is_some_and(|d| {
                             matches!(d.page_pools, Some(netsteer_host::field::Field::Known(_)))
                         })
-                }) || ctx
-                    .view
-                    .kernel
-                    .known()
-                    .and_then(|k| crate::model::desired::kernel_version(k))
-                    .is_some_and(|v| v >= PAGE_POOL_GET_SINCE)
+                }) || kernel_at_least(ctx, PAGE_POOL_GET_SINCE)
             }
         }
     }
+}
+
+/// Whether the host's kernel release is known and at least `since`.
+fn kernel_at_least(ctx: &Ctx, since: (u32, u32)) -> bool {
+    ctx.view
+        .kernel
+        .known()
+        .and_then(|k| crate::model::desired::kernel_version(k))
+        .is_some_and(|v| v >= since)
 }
 
 /// The first kernel whose netdev netlink reports NAPIs (`napi-get`, Documentation/netlink/
