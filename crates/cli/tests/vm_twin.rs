@@ -164,8 +164,11 @@ fn the_twin_measures_both_ends_inside_one_guest_in_virtual_time() {
             "run {}: {p:?}",
             i + 1
         );
+        // One wake-up per request, less one: the first request can find the server still
+        // running from its start-up, inside the window (a CI run: 299 in 300, 0.997).
+        let first = 1.0 - 1.0 / count as f64;
         assert!(
-            (1.0..=2.0).contains(&p.context_switches),
+            (first..=2.0).contains(&p.context_switches),
             "run {}: {p:?}",
             i + 1
         );
