@@ -296,12 +296,19 @@ fn device_inputs(dev: &'static str) -> Vec<(String, Needs)> {
             format!("sys/class/net/{dev}/queues"),
             Box::new(move |k: &Key| {
                 on(k)
-                    && family_is(&[
+                    && (family_is(&[
                         "netsteer_nic_queues",
                         "netsteer_rps_cpu",
                         "netsteer_rps_flow_entries",
                         "netsteer_xps_cpu",
                     ])(k)
+                        // The vectors' balance counts the queues the device lists: of a
+                        // device whose queues are not known, no vector counts.
+                        || (family_is(&[
+                            "netsteer_queue_balance_cv",
+                            "netsteer_queue_balance_spread",
+                        ])(k)
+                            && label(k, "of").is_some_and(|o| o.ends_with("-interrupts"))))
             }),
         ),
         (

@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::guest::{GBIN, sh, start_flows, start_server, stop_flows};
+
 use netsteer_host::view::HostView;
 use netsteer_lab::vm::{Guest, NicModel, VM_B_ADDR, VmPair, VmPairSpec, ladder};
 use netsteer_steering::doctor::Report;
@@ -28,8 +30,6 @@ use std::process::Command;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
-/// The binary inside the guests' `chroot /host` (through their scratch share).
-const GBIN: &str = "/tmp/netsteer-x/netsteer";
 const T: Duration = Duration::from_secs(240);
 const STATE: &str = "/tmp/st";
 /// One pair of guests at a time: two would put eight emulated CPUs on CI's two cores.
@@ -63,43 +63,6 @@ fn boot(model: NicModel, kernel: &str) -> VmPair {
         pair.a.release
     );
     pair
-}
-
-/// A guest shell line that must succeed; its output.
-fn sh(g: &mut Guest, cmd: &str) -> String {
-    let (rc, out) = g.sh(cmd, T).unwrap();
-    if rc != 0 {
-        // A command killed (137: SIGKILL, as the guest's OOM killer sends it) says why only
-        // in the guest's kernel log.
-        let (_, log) = g.sh("dmesg | tail -n 25", T).unwrap_or_default();
-        panic!(
-            "guest {}: {cmd}: exit {rc}: {out}\nthe guest's kernel log ends:\n{log}",
-            g.name
-        );
-    }
-    out
-}
-
-/// 64 flows from guest a in the background for at most `seconds`, until [`stop_flows`].
-fn start_flows(a: &mut Guest, seconds: u32) {
-    stop_flows(a);
-    sh(
-        a,
-        &format!(
-            "chroot /host {GBIN} bench udp-echo client {VM_B_ADDR}:4321 --flows 64 --duration {seconds} --timeout 5 > /dev/null 2>&1 &"
-        ),
-    );
-}
-
-/// Ends every client guest a runs and waits until they are gone: a background client left
-/// running would add its packets to the next measurement and its memory to the next
-/// client's (a CI run saw a foreground burst SIGKILLed in a 1 GiB guest with two 16-second
-/// clients still running beside it, each then holding 210 MiB of latency histograms).
-fn stop_flows(a: &mut Guest) {
-    sh(
-        a,
-        "killall netsteer 2> /dev/null; i=0; while pidof netsteer > /dev/null && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done; ! pidof netsteer > /dev/null",
-    );
 }
 
 /// netsteer in the guest: exit code and output.
@@ -163,29 +126,6 @@ fn table(g: &mut Guest) -> BTreeMap<u32, usize> {
     }
     assert!(!m.is_empty(), "no indirection table: {out}");
     m
-}
-
-/// The echo server in guest b, answering from CPU 1 only: its replies then leave on one tx
-/// queue, so when a virtio device drops RSS (and the tap picks each flow's queue by where its
-/// last reply came from) the flows land on one queue, not wherever the scheduler put the
-/// thread.
-fn start_server(b: &mut Guest) {
-    let (rc, _) = b
-        .sh("chroot /host ss -Hlun 'sport = :4321' | grep -q .", T)
-        .unwrap();
-    if rc == 0 {
-        return;
-    }
-    sh(
-        b,
-        &format!(
-            "chroot /host {GBIN} bench udp-echo server --listen {VM_B_ADDR}:4321 --cpu 1 --max-pps-per-source 0 --max-pps 0 --duration 900 > /x/server.log 2>&1 &"
-        ),
-    );
-    sh(
-        b,
-        "i=0; while [ $i -lt 100 ]; do chroot /host ss -Hlun 'sport = :4321' | grep -q . && exit 0; i=$((i+1)); sleep 0.1; done; cat /x/server.log; exit 1",
-    );
 }
 
 /// `flows` UDP flows from guest a for `seconds`, in the foreground.
@@ -256,19 +196,7 @@ fn doctor_sampled(pair: &mut VmPair, wants: &dyn Fn(&Report) -> bool) -> Report 
     for attempt in 1..=ATTEMPTS {
         // Until the server's last second shows echoes (at most 10 s): a TCG guest can take
         // seconds to start 64 threads.
-        for _ in 0..10 {
-            std::thread::sleep(Duration::from_secs(1));
-            let (_, last) = pair.b.sh("tail -n 1 /x/server.log", T).unwrap();
-            let pps = last
-                .split("pps=")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
-            if pps >= 20 {
-                break;
-            }
-        }
+        common::guest::wait_for_echoes(&mut pair.b, 20, 10);
         let before = rx_irqs(&mut pair.b, pair.nic);
         let started = std::time::Instant::now();
         let (rc, out) = ns(&mut pair.b, &["doctor", "--json", "--sample", "2"]);

@@ -79,6 +79,10 @@ pub struct Sampler {
     queue_stats: Option<QueueStatsSource>,
     labels: IrqLabels,
     roles: IrqRoles,
+    /// Each device's `queues/` listing when the roles were last named: `ethtool -L` turns
+    /// queues on and off under vectors that stay (virtio_net), so the live roles are named
+    /// again when it changes, not only when /proc/interrupts does.
+    queue_dirs: QueueDirs,
     wanted: BTreeSet<u32>,
     /// The devices that keep per-queue counters (the others are not asked again).
     qdevs: Vec<String>,
@@ -108,6 +112,7 @@ impl Sampler {
         let view = crate::read_host(&fs, None);
         let pool_names = pool_names(&view);
         let (roles, labels, wanted) = name_vectors(&view);
+        let queue_dirs = queue_dirs(&fs, &view);
         let all: Vec<String> = view.nics.iter().map(|n| n.name.clone()).collect();
         let mut ignored = Vec::new();
         let prev_q = read_queues(queue_stats.as_ref(), &all, &mut ignored);
@@ -121,6 +126,7 @@ impl Sampler {
             queue_stats,
             labels,
             roles,
+            queue_dirs,
             wanted,
             qdevs,
             prev_q,
@@ -140,9 +146,21 @@ impl Sampler {
         let mut problems = cur.problems.clone();
         // Vectors come and go with the channels (ethtool -L), a driver reload or a device
         // added: the queues are named again from the NIC model, not kept from the start.
-        if vector_layout(&cur) != vector_layout(&self.prev) {
+        let relaid = vector_layout(&cur) != vector_layout(&self.prev);
+        let dirs = queue_dirs_of(&self.fs, self.queue_dirs.keys());
+        if !relaid && dirs != self.queue_dirs {
+            let view = crate::read_host(&self.fs, None);
+            self.roles = name_vectors(&view).0;
+            self.queue_dirs = queue_dirs(&self.fs, &view);
+            problems.push(
+                "a device's queues changed since the last interval (ethtool -L): the balance counts the queues it has now"
+                    .into(),
+            );
+        }
+        if relaid {
             let view = crate::read_host(&self.fs, None);
             (self.roles, self.labels, self.wanted) = name_vectors(&view);
+            self.queue_dirs = queue_dirs(&self.fs, &view);
             // A device added: its pools are named after it from now on, and every device's
             // queues are looked up again (channels change with the vectors). A rename alone
             // moves no vector and is not seen here.
@@ -237,6 +255,28 @@ fn pool_names(view: &crate::HostView) -> BTreeMap<u32, String> {
         .collect()
 }
 
+/// Each device's `queues/` entries (or why they could not be listed), by device.
+type QueueDirs = BTreeMap<String, Result<Vec<String>, String>>;
+
+fn queue_dirs(fs: &HostFs, view: &crate::HostView) -> QueueDirs {
+    queue_dirs_of(fs, view.nics.iter().map(|n| &n.name))
+}
+
+fn queue_dirs_of<'a>(fs: &HostFs, names: impl Iterator<Item = &'a String>) -> QueueDirs {
+    names
+        .map(|n| {
+            let listed = fs
+                .read_dir(format!("{}/{n}/queues", crate::nic::NET_DIR))
+                .map(|mut v| {
+                    v.sort();
+                    v
+                })
+                .map_err(|e| e.to_string());
+            (n.clone(), listed)
+        })
+        .collect()
+}
+
 /// Every pool, by id, and the problem to say: a failed read, or counters the kernel does not
 /// give (a kernel without page pools at all is none: its hosts have no pools to rate).
 fn read_pools(source: Option<&PoolSource>) -> (PoolCounters, Option<String>) {
@@ -258,10 +298,12 @@ fn read_pools(source: Option<&PoolSource>) -> (PoolCounters, Option<String>) {
     }
 }
 
-/// The NIC queue vectors' roles, their labels, and the IRQs to rate, from the NIC model.
+/// The roles of the vectors of the queues the devices have now (for the balance), and every
+/// NIC queue vector's label and the IRQs to rate (a vector of a queue turned off is still
+/// shown, at its rate), from the NIC model.
 fn name_vectors(view: &crate::HostView) -> (IrqRoles, IrqLabels, BTreeSet<u32>) {
-    let roles = balance::irq_roles(view);
-    let labels: IrqLabels = roles
+    let roles = balance::live_queue_roles(view);
+    let labels: IrqLabels = balance::irq_roles(view)
         .iter()
         .map(|(irq, (nic, role))| (*irq, (nic.clone(), role.to_string())))
         .collect();
@@ -422,6 +464,51 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&msg).unwrap()).unwrap();
         assert_eq!(back.balance, msg.balance);
         assert_eq!(back.interrupts, msg.interrupts);
+    }
+
+    /// A real virtio-net guest (6.12) with 2 of its 4 channels on keeps the vectors of all 4:
+    /// the balance counts those of rx-0/1 and tx-0/1 only (top still rates and labels all),
+    /// and counts the others once `ethtool -L` turns their queues on, vectors unchanged.
+    #[test]
+    fn the_balance_counts_the_queues_the_device_has_now() {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/hosts/virtio-rss-6.12");
+        let tmp = tempfile::tempdir().unwrap();
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", fixture.display()))
+            .arg(tmp.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut sampler = Sampler::new(HostFs::new(tmp.path()), None, None).unwrap();
+        let counted = |s: &Sampler| s.roles.keys().copied().collect::<Vec<u32>>();
+        // 24 is the config vector (no queue's); 25-28 input/output.0 and .1.
+        assert_eq!(counted(&sampler), [24, 25, 26, 27, 28]);
+        assert!(sampler.wanted.contains(&31) && sampler.labels.contains_key(&31));
+        let first = sampler.sample().unwrap();
+        let rx = |m: &TopInterval| {
+            m.balance_since_boot
+                .iter()
+                .find(|b| b.of == balance::BalanceOf::RxInterrupts)
+                .cloned()
+                .unwrap()
+        };
+        // Since boot, rx-0 took 6283 and rx-1 none (the table put every bucket on rx-0).
+        assert_eq!((rx(&first).queues, rx(&first).total), (2, 6283.0));
+        for q in ["rx-2", "tx-2"] {
+            std::fs::create_dir(tmp.path().join("sys/class/net/eth0/queues").join(q)).unwrap();
+        }
+        let second = sampler.sample().unwrap();
+        assert!(
+            second.problems.iter().any(|p| p.contains("queues changed")),
+            "{:?}",
+            second.problems
+        );
+        assert_eq!(counted(&sampler), [24, 25, 26, 27, 28, 29, 30]);
+        assert_eq!(rx(&second).queues, 3);
+        let third = sampler.sample().unwrap();
+        assert!(!third.problems.iter().any(|p| p.contains("queues changed")));
     }
 
     /// A vector whose handler changes (channels cut, a driver reloaded) is named again from

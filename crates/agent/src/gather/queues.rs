@@ -67,7 +67,7 @@ impl Agent {
         devs: &[&Nic],
     ) {
         let names: BTreeSet<&str> = devs.iter().map(|n| n.name.as_str()).collect();
-        let roles: balance::IrqRoles = balance::irq_roles(view)
+        let roles: balance::IrqRoles = balance::live_queue_roles(view)
             .into_iter()
             .filter(|(_, (nic, _))| names.contains(nic.as_str()))
             .collect();

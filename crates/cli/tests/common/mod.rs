@@ -2,6 +2,7 @@
 //! (also when an assertion fails), and a root check.
 #![allow(dead_code)]
 
+pub mod guest;
 pub mod pools;
 pub mod prometheus;
 pub mod resp;

@@ -219,7 +219,9 @@ pub fn diagnose_traced(
         balance: load.map_or_else(Vec::new, |l| {
             let rate: std::collections::BTreeMap<u32, f64> =
                 l.cpu.irqs.iter().map(|r| (r.irq, r.total)).collect();
-            balance::irq_balance(&balance::irq_roles(view), |irq| rate.get(&irq).copied())
+            balance::irq_balance(&balance::live_queue_roles(view), |irq| {
+                rate.get(&irq).copied()
+            })
         }),
     }
 }
