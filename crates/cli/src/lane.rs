@@ -172,6 +172,20 @@ pub struct Holding {
     /// Roll the lane back when the holder stops (default: leave it for the service).
     #[arg(long)]
     rollback_on_exit: bool,
+    /// Seconds between two read-backs of what the lane set, to see changes made behind its
+    /// back (0.05 to 60; the RSS table and channels are also read back at once when the kernel
+    /// announces a change, 6.17+).
+    #[arg(long, default_value = "1", value_name = "S")]
+    verify_interval: Seconds,
+    /// What to do about such a change: `report` it and leave it, or `reassert` the lane.
+    #[arg(long, value_enum, default_value = "report")]
+    on_foreign: OnForeign,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum OnForeign {
+    Report,
+    Reassert,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -307,10 +321,25 @@ fn hold(l: &Lanes, name: &str, h: &Holding, json: bool) -> Result<ExitCode> {
             failed.get_or_insert(err);
         }
     };
+    let verify_every = h.verify_interval.get();
+    if !(Duration::from_millis(50)..=Duration::from_secs(60)).contains(&verify_every) {
+        bail!(
+            "--verify-interval {}: 0.05 to 60 seconds",
+            verify_every.as_secs_f64()
+        );
+    }
+    let how = lane::Holding {
+        interval,
+        verify_every,
+        rollback_on_exit: h.rollback_on_exit,
+        foreign: match h.on_foreign {
+            OnForeign::Report => lane::Foreign::Report,
+            OnForeign::Reassert => lane::Foreign::Reassert,
+        },
+    };
     l.hold(
         name,
-        interval,
-        h.rollback_on_exit,
+        &how,
         &ApplyOptions::default(),
         &|| stop.load(Ordering::Relaxed),
         &mut on_event,

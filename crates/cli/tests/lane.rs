@@ -374,17 +374,26 @@ fn a_killed_apply_is_completed_by_the_next_holder() {
         allowed(pid(&server)) == "1"
     });
     let (out, _) = holder.stop();
-    let events: Vec<String> = out
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["event"].as_str().unwrap().to_string()
-        })
-        .collect();
+    let events = hold_events(&out);
     assert_eq!(events, ["recovered", "applied"], "{out}");
     ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
     assert_eq!(state(b), before);
     assert_eq!(allowed(pid(&server)), before_allowed);
+}
+
+/// The holder's events after its first, which says how it sees foreign changes: on this
+/// machine's kernel by ethtool notifications (a live namespace has the monitor group).
+fn hold_events(out: &str) -> Vec<String> {
+    let events: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["event"], "watching", "{out}");
+    assert_eq!(events[0]["watching"]["by"], "notifications", "{out}");
+    events[1..]
+        .iter()
+        .map(|v| v["event"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// A cgroup this test makes (v2 unified, or the first v1 hierarchy with `cgroup.procs`):
@@ -938,13 +947,7 @@ fn a_stranger_never_joins(uid: u32, beside: Beside) {
     assert_eq!(state(b), before, "the lane was applied for the stranger");
     assert_eq!(newest_journal(st.dir.path()), seq);
     let (out, err) = holder.stop();
-    let events: Vec<String> = out
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["event"].as_str().unwrap().to_string()
-        })
-        .collect();
+    let events = hold_events(&out);
     assert_eq!(events, ["rolled-back"], "{out}{err}");
     ok(b.netsteer(&["lane", "remove", "echo", "--state-dir", sdp]));
     assert_eq!(state(b), before);

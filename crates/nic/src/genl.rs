@@ -7,7 +7,7 @@
 use crate::NicError;
 use crate::attr;
 use crate::socket::NlSocket;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const GENL_ID_CTRL: u16 = 0x10;
 pub const CTRL_CMD_GETFAMILY: u8 = 3;
@@ -20,10 +20,15 @@ pub enum A {
     FamilyName = 2,
     /// A nest of nests, one per command: CTRL_ATTR_OP_ID, CTRL_ATTR_OP_FLAGS.
     Ops = 6,
+    /// A nest of nests, one per multicast group: CTRL_ATTR_MCAST_GRP_NAME, _ID.
+    McastGroups = 7,
 }
 
 /// enum CTRL_ATTR_OP_*.
 const OP_ID: u16 = 1;
+/// enum CTRL_ATTR_MCAST_GRP_*.
+const MCAST_GRP_NAME: u16 = 1;
+const MCAST_GRP_ID: u16 = 2;
 
 /// A resolved family.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +36,9 @@ pub struct Family {
     pub id: u16,
     /// The commands (do or dump) this kernel has for the family.
     pub ops: BTreeSet<u8>,
+    /// Its multicast groups by name (ethtool's `monitor`, netdev's `mgmt` and `page-pool`):
+    /// the id a socket joins to hear the family's notifications.
+    pub groups: BTreeMap<String, u32>,
 }
 
 impl Family {
@@ -61,7 +69,18 @@ pub fn parse(buf: &[u8]) -> Result<Family, String> {
             }
         }
     }
-    Ok(Family { id, ops })
+    let mut groups = BTreeMap::new();
+    if let Some(nest) = attr::find(&a, A::McastGroups as u16) {
+        for (_, g) in attr::parse(nest)? {
+            let fields = attr::parse(g)?;
+            let name = attr::find(&fields, MCAST_GRP_NAME).map(attr::str_of);
+            let gid = attr::find(&fields, MCAST_GRP_ID).and_then(attr::u32_of);
+            if let (Some(name), Some(gid)) = (name, gid) {
+                groups.insert(name, gid);
+            }
+        }
+    }
+    Ok(Family { id, ops, groups })
 }
 
 /// Resolves a family by name. NoFamily when the kernel has none of that name.
@@ -95,6 +114,12 @@ mod tests {
             attr::put(&mut nest, (i + 1) as u16 | attr::NLA_F_NESTED, &op);
         }
         attr::put(&mut b, A::Ops as u16 | attr::NLA_F_NESTED, &nest);
+        let mut groups = Vec::new();
+        let mut g = Vec::new();
+        attr::put(&mut g, MCAST_GRP_ID, &7u32.to_ne_bytes());
+        attr::put_str(&mut g, MCAST_GRP_NAME, "monitor");
+        attr::put(&mut groups, 1 | attr::NLA_F_NESTED, &g);
+        attr::put(&mut b, A::McastGroups as u16 | attr::NLA_F_NESTED, &groups);
         b
     }
 
@@ -103,6 +128,7 @@ mod tests {
         let f = parse(&answer(21, &[17, 19, 38])).unwrap();
         assert_eq!(f.id, 21);
         assert!(f.has(38) && f.has(17) && !f.has(48));
+        assert_eq!(f.groups.get("monitor"), Some(&7));
         // A family without an ops list (never seen, but possible) has no commands known.
         let mut bare = Vec::new();
         attr::put(&mut bare, A::FamilyId as u16, &9u16.to_ne_bytes());

@@ -21,6 +21,7 @@ const NLM_F_CAPPED: u16 = 0x100;
 const SOL_NETLINK: libc::c_int = 270;
 const NETLINK_CAP_ACK: libc::c_int = 10;
 const NETLINK_EXT_ACK: libc::c_int = 11;
+const NETLINK_ADD_MEMBERSHIP: libc::c_int = 1;
 /// NLMSGERR_ATTR_MSG: the kernel's words for a refusal; NLMSGERR_ATTR_OFFS: the offset of the
 /// attribute it refused, in the request.
 const NLMSGERR_ATTR_MSG: u16 = 1;
@@ -107,6 +108,37 @@ fn refusal(code: i32, flags: u16, body: &[u8], attrs_at: usize, attrs: &[u8]) ->
     )
 }
 
+/// What one wait for notifications read ([`NlSocket::notices`]).
+#[derive(Debug, Default)]
+pub struct Notices {
+    /// Each notification: its generic-netlink command and attributes.
+    pub messages: Vec<(u8, Vec<u8>)>,
+    /// The kernel dropped notifications before these (the receive buffer overran).
+    pub overrun: bool,
+}
+
+/// The generic-netlink messages of one datagram as (command, attributes); a truncated one ends
+/// the datagram (what it held is not guessed at).
+pub fn split_notices(mut data: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while data.len() >= NLMSG_HDRLEN {
+        let mlen = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
+        let mtype = u16::from_ne_bytes([data[4], data[5]]);
+        if mlen < NLMSG_HDRLEN || mlen > data.len() {
+            break;
+        }
+        let body = &data[NLMSG_HDRLEN..mlen];
+        // Control messages (NLMSG_NOOP, _ERROR, _DONE, _OVERRUN) are below 0x10; a genl
+        // message starts with its 4-byte header (cmd, version, reserved).
+        if mtype >= 0x10 && body.len() >= 4 {
+            out.push((body[0], body[4..].to_vec()));
+        }
+        let step = (mlen + 3) & !3;
+        data = &data[step.min(data.len())..];
+    }
+    out
+}
+
 pub struct NlSocket {
     fd: OwnedFd,
     seq: u32,
@@ -171,6 +203,94 @@ impl NlSocket {
             }
         }
         Ok(NlSocket { fd, seq: 1 })
+    }
+
+    /// Joins multicast group `group` (an id from [`crate::genl::Family::groups`]): the kernel
+    /// sends this socket the group's notifications from now on. A socket that joins one is
+    /// for listening only ([`NlSocket::notices`]): a request's replies would be mixed with them.
+    pub fn join(&mut self, group: u32) -> io::Result<()> {
+        // Bound first: an unbound socket's port id is 0, the kernel's own, and a broadcast
+        // skips the socket whose port id is the sender's (do_one_broadcast,
+        // net/netlink/af_netlink.c), so it would hear nothing. nl_pid 0 lets the kernel pick.
+        // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // SAFETY: `addr` lives across the call and its size is passed.
+        let rc = unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `group` lives across the call and its size is passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                SOL_NETLINK,
+                NETLINK_ADD_MEMBERSHIP,
+                (&group as *const u32).cast(),
+                std::mem::size_of::<u32>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The notifications that arrive within `wait` (none if none do): each one's message type
+    /// and payload (after the genl header's command byte is read: `(cmd, attributes)`).
+    /// Returns as soon as one batch has been read. `overrun` says the kernel dropped some
+    /// (ENOBUFS: the socket's receive buffer was full), so the caller must look for itself.
+    pub fn notices(&mut self, wait: std::time::Duration) -> io::Result<Notices> {
+        let mut out = Notices::default();
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `pfd` is one valid pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(out);
+            }
+            return Err(e);
+        }
+        if rc == 0 {
+            return Ok(out);
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: `buf` is writable for `buf.len()` bytes.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => return Ok(out),
+                    Some(libc::ENOBUFS) => {
+                        out.overrun = true;
+                        continue;
+                    }
+                    Some(libc::EINTR) => continue,
+                    _ => return Err(e),
+                }
+            }
+            out.messages.extend(split_notices(&buf[..n as usize]));
+        }
     }
 
     /// Sends one request (`family`, `cmd`, attributes) and returns the payloads (after the genl

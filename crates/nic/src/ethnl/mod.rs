@@ -5,6 +5,7 @@
 mod channels;
 mod coalesce;
 mod features;
+pub mod monitor;
 mod pause;
 mod rings;
 mod rss;

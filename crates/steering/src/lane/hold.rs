@@ -6,6 +6,7 @@
 
 use super::{LaneOpError, LaneSpec, LaneState, Lanes, SPEC_FILE, SeenService, ServiceRef};
 use crate::tune::apply::ApplyOptions;
+use crate::tune::verify::Drift;
 use crate::tune::{ApplyReport, RollbackReport, Tuner};
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
@@ -28,6 +29,151 @@ pub enum HoldEvent {
     RolledBack(RollbackReport, Vec<(String, ApplyReport)>),
     /// An apply cut short was rolled back.
     Recovered(RollbackReport),
+    /// How this holder sees changes made behind its back (said once, when it starts).
+    Watching(Watching),
+    /// Something other than this lane changed what the lane set: the items that differ now
+    /// (tune's verify), how the holder saw it, and the apply that put them back where the
+    /// policy is [`Foreign::Reassert`].
+    Foreign {
+        seen: Seen,
+        drift: Vec<Drift>,
+        reasserted: Option<ApplyReport>,
+    },
+}
+
+/// How a holder holds ([`Lanes::hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding {
+    /// Between two looks at the service.
+    pub interval: Duration,
+    /// Between two read-backs of what the lane set, besides those a kernel notification
+    /// asks for (a read-back reads the host view and the device's ethtool settings).
+    pub verify_every: Duration,
+    /// Roll the lane back when the holder stops.
+    pub rollback_on_exit: bool,
+    pub foreign: Foreign,
+}
+
+/// What the holder does about a change made behind its back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Foreign {
+    /// Say it (once per set of drifted items) and leave it: the other writer may be a
+    /// person or a tool that means it, and two writers that each undo the other fight.
+    #[default]
+    Report,
+    /// Say it and apply the lane again.
+    Reassert,
+}
+
+/// How the holder sees foreign changes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "by")]
+pub enum Watching {
+    /// The ethtool netlink monitor group: the kernel announces a change as it is made.
+    /// `rss`: whether this kernel announces RSS table changes (6.17+); what it does not
+    /// announce (IRQ affinity, n-tuple rules, NAPI settings, RSS before 6.17) is still looked
+    /// for every interval.
+    Notifications { rss: bool },
+    /// Only by looking every interval; why no notifications.
+    Polling { why: String },
+}
+
+/// How one foreign change was seen.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "by")]
+pub enum Seen {
+    /// A kernel notification for the lane's device woke the holder: what it announced, and
+    /// when it was read (milliseconds since the Unix epoch). The kernel does not say who.
+    Notification { change: String, at_unix_ms: u64 },
+    /// A read-back at its interval found it (the time of the read-back).
+    Polling { at_unix_ms: u64 },
+}
+
+/// The holder's eyes: the monitor socket when the kernel has one, else only its clock.
+struct Eyes {
+    monitor: Option<netsteer_nic::Monitor>,
+}
+
+impl Eyes {
+    fn open(live: bool) -> (Eyes, Watching) {
+        if !live {
+            let why = "not a live host (a tree, or --no-nic)".to_string();
+            return (Eyes { monitor: None }, Watching::Polling { why });
+        }
+        match netsteer_nic::Monitor::open() {
+            Ok(m) => {
+                let rss = m.announces_rss;
+                (Eyes { monitor: Some(m) }, Watching::Notifications { rss })
+            }
+            Err(e) => (
+                Eyes { monitor: None },
+                Watching::Polling {
+                    why: format!("no ethtool notifications: {e}"),
+                },
+            ),
+        }
+    }
+
+    /// Waits out `interval` (in steps that let `stop` end it), or less when the kernel
+    /// announces a change of `dev` that the lane's items may be part of: what was seen.
+    fn wait(&mut self, dev: &str, interval: Duration, stop: &dyn Fn() -> bool) -> Seen {
+        let Some(m) = self.monitor.as_mut() else {
+            sleep_unless(stop, interval);
+            return Seen::Polling { at_unix_ms: 0 };
+        };
+        let end = std::time::Instant::now() + interval;
+        let step = Duration::from_millis(100);
+        while !stop() {
+            let now = std::time::Instant::now();
+            if now >= end {
+                break;
+            }
+            match m.wait((end - now).min(step)) {
+                Ok((notices, overrun)) => {
+                    let ours = notices.iter().find(|n| {
+                        n.dev.as_deref() == Some(dev)
+                            && matches!(
+                                n.change,
+                                netsteer_nic::Change::Rss
+                                    | netsteer_nic::Change::RssCreated
+                                    | netsteer_nic::Change::RssDeleted
+                                    | netsteer_nic::Change::Channels
+                            )
+                    });
+                    if let Some(n) = ours {
+                        return Seen::Notification {
+                            change: n.change.word(),
+                            at_unix_ms: unix_ms(),
+                        };
+                    }
+                    if overrun {
+                        // Notifications were dropped: one of them may have been ours, so
+                        // the read-back is due now.
+                        return Seen::Notification {
+                            change: "dropped notifications (overrun)".into(),
+                            at_unix_ms: unix_ms(),
+                        };
+                    }
+                }
+                Err(_) => {
+                    // A broken socket: the interval's look stays.
+                    self.monitor = None;
+                    sleep_unless(
+                        stop,
+                        end.saturating_duration_since(std::time::Instant::now()),
+                    );
+                    break;
+                }
+            }
+        }
+        Seen::Polling { at_unix_ms: 0 }
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One lane as its holder keeps it, opened once ([`Lanes::lane`]): the name checked once, the
@@ -100,17 +246,41 @@ impl Lanes {
     pub fn hold(
         &self,
         name: &str,
-        interval: Duration,
-        rollback_on_exit: bool,
+        how: &Holding,
         opts: &ApplyOptions,
         stop: &dyn Fn() -> bool,
         on_event: &mut dyn FnMut(Result<&HoldEvent, &LaneOpError>),
     ) -> Result<(), LaneOpError> {
+        let (interval, rollback_on_exit) = (how.interval, how.rollback_on_exit);
         let mut lane = self.lane(name)?;
         let _lock = self.lock(name)?;
+        let (mut eyes, watching) = Eyes::open(self.use_nic && self.fs.is_live());
+        on_event(Ok(&HoldEvent::Watching(watching)));
         let mut last_err: Option<String> = None;
+        // The drifted items last said, so the same drift is said once.
+        let mut said: Vec<String> = Vec::new();
+        let mut seen = Seen::Polling { at_unix_ms: 0 };
+        let mut looked: Option<std::time::Instant> = None;
         while !stop() {
-            match lane.reconcile(opts) {
+            // What the lane set is read back (a whole host view and the device's settings)
+            // when the kernel announced a change, else every `verify_every`.
+            let due = matches!(seen, Seen::Notification { .. })
+                || looked.is_none_or(|t| t.elapsed() >= how.verify_every);
+            let step = lane.reconcile(opts).and_then(|ev| match ev {
+                HoldEvent::Holding if due => {
+                    looked = Some(std::time::Instant::now());
+                    if let Seen::Polling { at_unix_ms } = &mut seen {
+                        *at_unix_ms = unix_ms();
+                    }
+                    lane.foreign(&seen, how.foreign, &mut said, opts)
+                }
+                HoldEvent::Holding => Ok(HoldEvent::Holding),
+                ev => {
+                    said.clear();
+                    Ok(ev)
+                }
+            });
+            match step {
                 Ok(HoldEvent::Holding | HoldEvent::Waiting) => last_err = None,
                 Ok(ev) => {
                     last_err = None;
@@ -125,7 +295,7 @@ impl Lanes {
                     }
                 }
             }
-            sleep_unless(stop, interval);
+            seen = eyes.wait(&lane.spec.dev, interval, stop);
         }
         if rollback_on_exit && self.state(name)? != LaneState::Down {
             // The spec as it is now (its device may have changed since the last look; a lane
@@ -191,6 +361,40 @@ impl Lane<'_> {
         if r.is_err() {
             self.tuner = None;
         }
+    }
+
+    /// Looks at what the lane set (tune's verify of its applied plan): a drift not said yet is
+    /// a [`HoldEvent::Foreign`], its items applied again under [`Foreign::Reassert`]; none is
+    /// [`HoldEvent::Holding`].
+    fn foreign(
+        &mut self,
+        seen: &Seen,
+        policy: Foreign,
+        said: &mut Vec<String>,
+        opts: &ApplyOptions,
+    ) -> Result<HoldEvent, LaneOpError> {
+        let drift = self.tuner()?.verify()?.drift;
+        let ids: Vec<String> = drift.iter().map(|d| d.id.clone()).collect();
+        if drift.is_empty() || (policy == Foreign::Report && *said == ids) {
+            if drift.is_empty() {
+                said.clear();
+            }
+            return Ok(HoldEvent::Holding);
+        }
+        *said = ids;
+        let reasserted = match policy {
+            Foreign::Report => None,
+            Foreign::Reassert => {
+                let r = self.apply(opts)?;
+                said.clear();
+                Some(r)
+            }
+        };
+        Ok(HoldEvent::Foreign {
+            seen: seen.clone(),
+            drift,
+            reasserted,
+        })
     }
 
     /// One step of holding: brings the lane in line with its service (see [`HoldEvent`]).

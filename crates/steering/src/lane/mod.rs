@@ -40,7 +40,7 @@ pub use crate::model::planner::lane::{
 pub mod hold;
 pub mod service;
 pub mod text;
-pub use hold::{HoldEvent, Lane};
+pub use hold::{Foreign, HoldEvent, Holding, Lane, Seen, Watching};
 pub use service::{FULL_SCAN_EVERY, SeenService, ServiceOwner};
 use service::{addr_list, service_err};
 

@@ -1,6 +1,6 @@
 //! Lanes for people (and the holder's JSON Lines).
 
-use super::{HoldEvent, LaneOpError, LaneState, LaneStatus};
+use super::{HoldEvent, LaneOpError, LaneState, LaneStatus, Seen, Watching};
 use crate::model::planner::lane::ServiceRef;
 
 /// `netsteer lane list`: one line per lane.
@@ -81,6 +81,50 @@ pub fn event_line(name: &str, e: Result<&HoldEvent, &LaneOpError>) -> String {
             r.status,
             r.restored.len()
         ),
+        Ok(HoldEvent::Watching(w)) => match w {
+            Watching::Notifications { rss: true } => format!(
+                "lane {name}: foreign changes are seen by ethtool notifications (RSS and channels at once; the rest at each read-back)"
+            ),
+            Watching::Notifications { rss: false } => format!(
+                "lane {name}: foreign changes are seen by ethtool notifications for channels; this kernel announces no RSS change (before 6.17), so the table is read back at each read-back"
+            ),
+            Watching::Polling { why } => format!(
+                "lane {name}: foreign changes are seen by reading back at each read-back only ({why})"
+            ),
+        },
+        Ok(HoldEvent::Foreign {
+            seen,
+            drift,
+            reasserted,
+        }) => {
+            let how = match seen {
+                Seen::Notification { change, at_unix_ms } => {
+                    format!("seen by the kernel's {change} notification at {at_unix_ms} ms")
+                }
+                Seen::Polling { at_unix_ms } => {
+                    format!("seen by reading it back at {at_unix_ms} ms")
+                }
+            };
+            let items: Vec<String> = drift
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{} is {} (the lane set {})",
+                        d.id,
+                        d.found.as_deref().unwrap_or("gone"),
+                        d.expected
+                    )
+                })
+                .collect();
+            let then = match reasserted {
+                Some(r) => format!("applied again ({} change(s), {})", r.changed(), r.journal),
+                None => "left as it is (--on-foreign reassert applies the lane again)".into(),
+            };
+            format!(
+                "lane {name}: changed behind the lane's back ({how}; the kernel does not say who): {}; {then}",
+                items.join("; ")
+            )
+        }
     }
 }
 
@@ -101,6 +145,13 @@ pub fn event_json(name: &str, e: Result<&HoldEvent, &LaneOpError>) -> serde_json
             json!({"lane": name, "event": "rolled-back", "report": r, "repaired": repaired})
         }
         Ok(HoldEvent::Recovered(r)) => json!({"lane": name, "event": "recovered", "report": r}),
+        Ok(HoldEvent::Watching(w)) => json!({"lane": name, "event": "watching", "watching": w}),
+        Ok(HoldEvent::Foreign {
+            seen,
+            drift,
+            reasserted,
+        }) => json!({"lane": name, "event": "foreign", "seen": seen, "drift": drift,
+            "reasserted": reasserted}),
     }
 }
 
