@@ -115,6 +115,8 @@ pub struct Notices {
     pub messages: Vec<(u8, Vec<u8>)>,
     /// The kernel dropped notifications before these (the receive buffer overran).
     pub overrun: bool,
+    /// Datagrams from a process, not the kernel: left unread.
+    pub foreign: usize,
 }
 
 /// The generic-netlink messages of one datagram as (command, attributes); a truncated one ends
@@ -268,13 +270,19 @@ impl NlSocket {
         }
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            // SAFETY: `buf` is writable for `buf.len()` bytes.
+            // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
+            let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+            let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+            // SAFETY: `buf` is writable for `buf.len()` bytes; `from` and `from_len` live
+            // across the call and `from_len` holds `from`'s size.
             let n = unsafe {
-                libc::recv(
+                libc::recvfrom(
                     self.fd.as_raw_fd(),
                     buf.as_mut_ptr().cast(),
                     buf.len(),
                     libc::MSG_DONTWAIT,
+                    (&mut from as *mut libc::sockaddr_nl).cast(),
+                    &mut from_len,
                 )
             };
             if n < 0 {
@@ -288,6 +296,12 @@ impl NlSocket {
                     Some(libc::EINTR) => continue,
                     _ => return Err(e),
                 }
+            }
+            // Only the kernel's (port 0): a privileged process may send to a group too, and
+            // what it says is not the kernel's word.
+            if from.nl_pid != 0 {
+                out.foreign += 1;
+                continue;
             }
             out.messages.extend(split_notices(&buf[..n as usize]));
         }
