@@ -231,14 +231,8 @@ pub fn live_queue_roles(view: &crate::HostView) -> IrqRoles {
         .iter()
         .flat_map(|n| {
             let has = |role: IrqRole| {
-                let rx = role
-                    .rx_queue()
-                    .is_some_and(|q| n.rx_queues.iter().any(|r| r.index == q));
-                let tx = role
-                    .tx_queue()
-                    .is_some_and(|q| n.tx_queues.iter().any(|t| t.index == q));
                 let queue = role.rx_queue().is_some() || role.tx_queue().is_some();
-                !queue || (n.queues_unknown.is_none() && (rx || tx))
+                !queue || (n.queues_unknown.is_none() && n.serves_live_queue(role))
             };
             n.irqs
                 .iter()

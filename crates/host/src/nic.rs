@@ -349,6 +349,28 @@ impl Nic {
     pub fn queue_irqs(&self) -> impl Iterator<Item = &NicIrq> {
         self.irqs.iter().filter(|i| i.role.carries_packets())
     }
+
+    /// Whether a vector of this role serves a queue the device has now (`queues/` lists it:
+    /// `real_num_rx_queues`, `real_num_tx_queues`). A driver keeps a vector for each queue it
+    /// could have: virtio_net requests one per queue pair the device offers
+    /// (`virtnet_find_vqs`) and keeps them all when `ethtool -L` lowers the count, where they
+    /// take no interrupt but keep an affinity. Vectors of no one queue (all queues, control,
+    /// unrecognised) are not judged by this; of a device whose queues could not be listed,
+    /// every vector is taken as live (which are is not known, and dropping them would blind
+    /// every placement check).
+    pub fn serves_live_queue(&self, role: IrqRole) -> bool {
+        let (rx, tx) = (role.rx_queue(), role.tx_queue());
+        if (rx.is_none() && tx.is_none()) || self.queues_unknown.is_some() {
+            return true;
+        }
+        rx.is_some_and(|q| self.rx_queues.iter().any(|r| r.index == q))
+            || tx.is_some_and(|q| self.tx_queues.iter().any(|t| t.index == q))
+    }
+
+    /// The packet-carrying IRQs of the queues the device has now ([`Nic::serves_live_queue`]).
+    pub fn live_queue_irqs(&self) -> impl Iterator<Item = &NicIrq> {
+        self.queue_irqs().filter(|i| self.serves_live_queue(i.role))
+    }
 }
 
 fn file_name(p: &Path) -> Option<String> {

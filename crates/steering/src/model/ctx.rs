@@ -328,9 +328,13 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// Queue IRQs that receive (rx, combined or all-queue vectors).
+    /// Queue IRQs that receive (rx, combined or all-queue vectors), of the queues the device
+    /// has now ([`Nic::serves_live_queue`]): a vector a driver keeps for a queue turned off
+    /// keeps its affinity, so it would read as placed work where there is none.
     pub fn rx_irqs<'n>(&self, nic: &'n Nic) -> Vec<&'n NicIrq> {
-        nic.irqs.iter().filter(|i| i.role.carries_rx()).collect()
+        nic.live_queue_irqs()
+            .filter(|i| i.role.carries_rx())
+            .collect()
     }
 
     /// The NIC's NUMA node, when the device reports one (-1 means the platform does not know).

@@ -70,7 +70,10 @@ pub fn interrupt_rate_high(ctx: &Ctx) -> Vec<Finding> {
         .nics
         .iter()
         .map(|n| {
-            let vectors: Vec<f64> = n.queue_irqs().filter_map(|i| ctx.irq_rate(i.irq)).collect();
+            let vectors: Vec<f64> = n
+                .live_queue_irqs()
+                .filter_map(|i| ctx.irq_rate(i.irq))
+                .collect();
             (n, vectors.iter().sum::<f64>(), vectors.len())
         })
         .filter(|(_, r, _)| *r > 0.0)

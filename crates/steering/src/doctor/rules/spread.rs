@@ -33,7 +33,7 @@ pub fn irq_spread(ctx: &Ctx, nic: &Nic) -> super::rps::Planned {
 }
 
 fn rx_queue_count(nic: &Nic) -> usize {
-    nic.queue_irqs()
+    nic.live_queue_irqs()
         .filter_map(|i| i.role.rx_queue())
         .collect::<BTreeSet<_>>()
         .len()
@@ -218,7 +218,7 @@ pub fn irqs_on_isolated_cpus(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
         // A mask inside the kept CPUs is delivered there whichever CPU of it the kernel took.
-        let (irqs, unplaced) = placed(ctx, nic.queue_irqs().filter(|i| movable(i)));
+        let (irqs, unplaced) = placed(ctx, nic.live_queue_irqs().filter(|i| movable(i)));
         let on: Vec<(&NicIrq, CpuSet)> = irqs
             .iter()
             .filter_map(|(i, p)| Some((*i, p.bound()?.clone())))
@@ -235,7 +235,7 @@ pub fn irqs_on_isolated_cpus(ctx: &Ctx) -> Vec<Finding> {
             "{}: {} of its {} queue IRQs are delivered only to CPUs kept for isolated work ({}); housekeeping CPUs: {}",
             nic.name,
             on.len(),
-            nic.queue_irqs().count(),
+            nic.live_queue_irqs().count(),
             cpus_text(&cpus),
             cpus_text(&ctx.usable)
         )];
@@ -300,7 +300,7 @@ pub fn remote_irqs<'n>(ctx: &Ctx, nic: &'n Nic) -> Vec<(&'n NicIrq, CpuSet)> {
     };
     // A mask without effective affinity that holds no local CPU is remote whichever CPU of
     // it the kernel took; idle vectors are not placed at all.
-    nic.queue_irqs()
+    nic.live_queue_irqs()
         .filter_map(|i| Some((i, ctx.irq_placement(i).bound()?.clone())))
         .filter(|(_, cpus)| !cpus.is_empty() && cpus.intersection(local).is_empty())
         .collect()
@@ -318,7 +318,7 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
         let remote = remote_irqs(ctx, nic);
-        let (_, unplaced) = placed(ctx, nic.queue_irqs());
+        let (_, unplaced) = placed(ctx, nic.live_queue_irqs());
         if remote.is_empty() {
             if !unplaced.is_empty() && ctx.nic_node(nic).is_some() {
                 unplaced_not_judged(ctx, "irq-remote-numa", nic, &unplaced);
@@ -328,7 +328,7 @@ pub fn irq_remote_numa(ctx: &Ctx) -> Vec<Finding> {
         let node = ctx.nic_node(nic).unwrap_or(0);
         let local = ctx.local_cpus(nic);
         let queues = nic
-            .queue_irqs()
+            .live_queue_irqs()
             .filter_map(|i| queue_of(i.role))
             .collect::<BTreeSet<_>>();
         let overflow = local.len() < queues.len();
@@ -446,7 +446,7 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
             .view
             .nics
             .iter()
-            .flat_map(|n| n.queue_irqs())
+            .flat_map(|n| n.live_queue_irqs())
             .filter_map(|i| ctx.irq_placement(i).cpus().cloned())
             .fold(used, |a, s| a.union(&s));
         let mut free_cores: Vec<CpuSet> = Vec::new();
@@ -518,7 +518,7 @@ pub fn irq_ht_siblings(ctx: &Ctx) -> Vec<Finding> {
 pub fn managed_irq(ctx: &Ctx) -> Vec<Finding> {
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let managed: Vec<&NicIrq> = nic.queue_irqs().filter(|i| !movable(i)).collect();
+        let managed: Vec<&NicIrq> = nic.live_queue_irqs().filter(|i| !movable(i)).collect();
         if managed.is_empty() {
             continue;
         }
@@ -578,7 +578,7 @@ pub fn irqbalance_conflict(ctx: &Ctx) -> Vec<Finding> {
     let pid = ib.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
     let mut out = Vec::new();
     for nic in ctx.traffic_nics() {
-        let irqs: Vec<&NicIrq> = nic.queue_irqs().filter(|i| movable(i)).collect();
+        let irqs: Vec<&NicIrq> = nic.live_queue_irqs().filter(|i| movable(i)).collect();
         let singles: Vec<(&NicIrq, u32)> = irqs
             .iter()
             .filter_map(|i| {

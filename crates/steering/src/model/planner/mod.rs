@@ -295,6 +295,22 @@ struct Builder<'a> {
     irq_cap: usize,
     /// Interrupts per second the plan puts on each CPU so far (a sampled load only).
     irq_rate: BTreeMap<u32, f64>,
+    /// The receive and transmit queue counts a channels item of this plan raises a device
+    /// to: their vectors come up with it, so they are placed beside the live ones.
+    raised: BTreeMap<String, (u32, u32)>,
+}
+
+impl Builder<'_> {
+    /// Whether the plan places `irq` of `nic`: a vector of a queue the device has now, or of
+    /// one the plan's channels item turns on. A vector the driver keeps for a queue that is
+    /// off takes no interrupt: pinning it would spend a CPU of the cap on nothing.
+    fn places(&self, nic: &Nic, irq: &NicIrq) -> bool {
+        if nic.serves_live_queue(irq.role) {
+            return true;
+        }
+        let (rx, tx) = self.raised.get(&nic.name).copied().unwrap_or((0, 0));
+        irq.role.rx_queue().is_some_and(|q| q < rx) || irq.role.tx_queue().is_some_and(|q| q < tx)
+    }
 }
 
 pub mod lane;
@@ -420,6 +436,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
             irq_cpu: BTreeMap::new(),
             irq_cap: usize::MAX,
             irq_rate: BTreeMap::new(),
+            raised: BTreeMap::new(),
         };
         if opts.napi.is_some() {
             // Only the per-NAPI settings, on the devices named (every one when none is).
@@ -485,7 +502,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
     // Each IRQ once: NICs sharing an INTx line share its one vector.
     let vectors: usize = placed
         .iter()
-        .flat_map(|n| n.queue_irqs().map(|i| i.irq))
+        .flat_map(|n| n.live_queue_irqs().map(|i| i.irq))
         .collect::<std::collections::BTreeSet<u32>>()
         .len();
     let irq_cap = vectors.div_ceil(ctx.usable.len().max(1)) + 1;
@@ -498,6 +515,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         irq_cpu: BTreeMap::new(),
         irq_cap,
         irq_rate: BTreeMap::new(),
+        raised: BTreeMap::new(),
     };
 
     // irqbalance: stopped only when asked; otherwise IRQ pins are skipped, and the plan says so.
@@ -556,7 +574,7 @@ pub fn plan(view: &HostView, opts: &PlanOptions) -> Result<Plan, PlanError> {
         let queue_cpu = b.irqs(nic, irqbalance_blocks.clone());
         let rx_queue_cpus: CpuSet = nic
             .queue_irqs()
-            .filter(|i| i.role.carries_rx())
+            .filter(|i| i.role.carries_rx() && b.places(nic, i))
             .filter_map(|i| queue_cpu.get(&i.role.placement_queue()?).copied())
             .collect();
         b.rps(nic, &rx_queue_cpus);

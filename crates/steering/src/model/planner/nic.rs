@@ -239,6 +239,17 @@ impl Builder<'_> {
                 continue;
             }
             let want = cores.min(max).max(current);
+            if want > current {
+                // The queues this brings up: combined channels count in both directions.
+                let n = |v: Option<u32>| v.unwrap_or(0);
+                let w = u32::try_from(want).unwrap_or(u32::MAX);
+                let e = self.raised.entry(nic.name.clone()).or_insert((0, 0));
+                match kind.as_ref() {
+                    "combined" => *e = (w + n(c.rx), w + n(c.tx)),
+                    "rx" => e.0 = w + n(c.combined),
+                    _ => e.1 = w + n(c.combined),
+                }
+            }
             let reason = if want == current {
                 format!(
                     "{current} {kind} channel(s): at least one per local core ({cores}) or the maximum ({max})"

@@ -39,7 +39,7 @@ impl Builder<'_> {
         let queue_of = |irq: &NicIrq| irq.role.placement_queue();
         // Queue → how many of its vectors move with it (rx-N and tx-N of split vectors).
         let mut queues: BTreeMap<u32, usize> = BTreeMap::new();
-        for i in nic.queue_irqs() {
+        for i in nic.queue_irqs().filter(|i| self.places(nic, i)) {
             if let Some(q) = queue_of(i) {
                 // A shared line another NIC already placed: this queue follows it.
                 if let Some(cpu) = self.irq_cpu.get(&i.irq) {
@@ -53,7 +53,7 @@ impl Builder<'_> {
         // Interrupts per second of each queue's vectors over the sampled interval.
         let rates: Option<BTreeMap<u32, f64>> = self.ctx.load.map(|l| {
             let mut by_q: BTreeMap<u32, f64> = BTreeMap::new();
-            for i in nic.queue_irqs() {
+            for i in nic.queue_irqs().filter(|i| self.places(nic, i)) {
                 if let Some(q) = queue_of(i) {
                     let r = l.cpu.irqs.iter().find(|r| r.irq == i.irq);
                     *by_q.entry(q).or_default() += r.map_or(0.0, |r| r.total);
@@ -124,7 +124,7 @@ impl Builder<'_> {
         // doctor's rule reads then): a queue that took none is no pair.
         let since_boot: BTreeMap<u32, f64> = {
             let mut by_q: BTreeMap<u32, f64> = BTreeMap::new();
-            for i in nic.queue_irqs() {
+            for i in nic.live_queue_irqs() {
                 if let Some(q) = queue_of(i) {
                     *by_q.entry(q).or_default() += i.count as f64;
                 }
@@ -144,7 +144,7 @@ impl Builder<'_> {
             .view
             .nics
             .iter()
-            .flat_map(|n| n.queue_irqs())
+            .flat_map(|n| n.live_queue_irqs())
             .filter_map(single)
             .collect();
         let mut free_cores = order
@@ -274,7 +274,11 @@ impl Builder<'_> {
                 None => "one NUMA node".to_string(),
             },
         };
-        let irqs: Vec<NicIrq> = nic.queue_irqs().cloned().collect();
+        let irqs: Vec<NicIrq> = nic
+            .queue_irqs()
+            .filter(|i| self.places(nic, i))
+            .cloned()
+            .collect();
         for irq in irqs {
             let Some(q) = queue_of(&irq) else { continue };
             let cpu = by_queue[&q];

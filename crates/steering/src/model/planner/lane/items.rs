@@ -190,6 +190,9 @@ impl Builder<'_> {
         held: &BTreeSet<u32>,
     ) -> Result<(), LaneError> {
         let cpu = spec.cpu;
+        // Every vector, those of queues turned off too (unlike the host plan): a later
+        // `ethtool -L` brings their queues back on the vectors' affinity, and a lane's CPU
+        // must not take their interrupts then.
         let irqs: Vec<NicIrq> = nic.queue_irqs().cloned().collect();
         if irqs.is_empty() {
             self.notes.push(format!(

@@ -374,6 +374,7 @@ pub fn plan_lane(
         irq_cpu: BTreeMap::new(),
         irq_cap: usize::MAX,
         irq_rate: BTreeMap::new(),
+        raised: BTreeMap::new(),
     };
 
     // irqbalance would move the lane's IRQ again: stopped when asked, else refused. One that
