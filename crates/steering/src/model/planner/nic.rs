@@ -244,7 +244,7 @@ impl Builder<'_> {
                 let n = |v: Option<u32>| v.unwrap_or(0);
                 let w = u32::try_from(want).unwrap_or(u32::MAX);
                 let e = self.raised.entry(nic.name.clone()).or_insert((0, 0));
-                match kind.as_ref() {
+                match *kind {
                     "combined" => *e = (w + n(c.rx), w + n(c.tx)),
                     "rx" => e.0 = w + n(c.combined),
                     _ => e.1 = w + n(c.combined),
