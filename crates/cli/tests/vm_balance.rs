@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::guest::{GBIN, sh, start_flows, start_server, stop_flows, wait_for_echoes};
+use common::guest::{GBIN, now_ms, sh, start_flows, start_server, stop_flows, wait_for_echoes};
 use netsteer_host::balance::{BalanceOf, QueueBalance, cv_and_spread};
 use netsteer_host::sample::TopInterval;
 use netsteer_lab::vm::{Guest, NicModel, VmPair, VmPairSpec, ladder};
@@ -30,17 +30,6 @@ const AGENT: &str = "127.0.0.1:9641";
 const EVEN_S: u64 = 20;
 /// Seconds of skewed flows after it.
 const SKEWED_S: u64 = 12;
-
-/// The guest's wall clock in milliseconds (top stamps its intervals by it).
-fn now_ms(g: &mut Guest) -> u64 {
-    let out = sh(
-        g,
-        "chroot /host python3 -c 'import time; print(time.time_ns() // 1000000)'",
-    );
-    out.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("the guest's date: {e}: {out:?}"))
-}
 
 /// The receive vectors' interrupts per queue since boot, from the guest's /proc/interrupts,
 /// of the receive queues its /sys/class/net/eth0/queues lists (virtio_net keeps the vectors

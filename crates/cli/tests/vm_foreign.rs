@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::guest::{GBIN, sh, start_server};
+use common::guest::{GBIN, now_ms, sh, start_server};
 use netsteer_lab::vm::{Guest, NicModel, VmPair, VmPairSpec};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -22,16 +22,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_netsteer");
 const LANES: &str = "/tmp/ln";
 /// One pair of guests at a time: two would put eight emulated CPUs on CI's two cores.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn now_ms(g: &mut Guest) -> u64 {
-    let out = sh(
-        g,
-        "chroot /host python3 -c 'import time; print(time.time_ns() // 1000000)'",
-    );
-    out.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("the guest's clock: {e}: {out:?}"))
-}
 
 /// The holder's events so far.
 fn events(b: &Guest) -> Vec<Value> {

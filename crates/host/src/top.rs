@@ -466,13 +466,11 @@ mod tests {
         assert_eq!(back.interrupts, msg.interrupts);
     }
 
-    /// A real virtio-net guest (6.12) with 2 of its 4 channels on keeps the vectors of all 4:
-    /// the balance counts those of rx-0/1 and tx-0/1 only (top still rates and labels all),
-    /// and counts the others once `ethtool -L` turns their queues on, vectors unchanged.
-    #[test]
-    fn the_balance_counts_the_queues_the_device_has_now() {
+    /// A copy of a fixture tree (`cp -a` keeps its links as links).
+    fn scratch(host: &str) -> tempfile::TempDir {
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/hosts/virtio-rss-6.12");
+            .join("../../fixtures/hosts")
+            .join(host);
         let tmp = tempfile::tempdir().unwrap();
         let st = std::process::Command::new("cp")
             .arg("-a")
@@ -481,6 +479,15 @@ mod tests {
             .status()
             .unwrap();
         assert!(st.success());
+        tmp
+    }
+
+    /// A real virtio-net guest (6.12) with 2 of its 4 channels on keeps the vectors of all 4:
+    /// the balance counts those of rx-0/1 and tx-0/1 only (top still rates and labels all),
+    /// and counts the others once `ethtool -L` turns their queues on, vectors unchanged.
+    #[test]
+    fn the_balance_counts_the_queues_the_device_has_now() {
+        let tmp = scratch("virtio-rss-6.12");
         let mut sampler = Sampler::new(HostFs::new(tmp.path()), None, None).unwrap();
         let counted = |s: &Sampler| s.roles.keys().copied().collect::<Vec<u32>>();
         // 24 is the config vector (no queue's); 25-28 input/output.0 and .1.
@@ -515,16 +522,7 @@ mod tests {
     /// the NIC model at the next interval, not kept under its old queue's name.
     #[test]
     fn the_vectors_are_named_again_when_the_irqs_change() {
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/hosts/virtio-rss-6.12");
-        let tmp = tempfile::tempdir().unwrap();
-        let st = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(format!("{}/.", fixture.display()))
-            .arg(tmp.path())
-            .status()
-            .unwrap();
-        assert!(st.success());
+        let tmp = scratch("virtio-rss-6.12");
         let mut sampler = Sampler::new(HostFs::new(tmp.path()), None, None).unwrap();
         let named = |s: &Sampler| s.labels.get(&31).cloned();
         assert_eq!(

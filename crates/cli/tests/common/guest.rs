@@ -90,3 +90,14 @@ pub fn wait_for_echoes(b: &mut Guest, pps: u64, seconds: u32) -> bool {
     }
     false
 }
+
+/// The guest's wall clock in milliseconds (what netsteer stamps its intervals and events by).
+pub fn now_ms(g: &mut Guest) -> u64 {
+    let out = sh(
+        g,
+        "chroot /host python3 -c 'import time; print(time.time_ns() // 1000000)'",
+    );
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("the guest's clock: {e}: {out:?}"))
+}
