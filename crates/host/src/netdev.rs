@@ -99,6 +99,19 @@ pub struct Netdev {
     pub page_pools: Option<crate::field::Field<PagePools>>,
 }
 
+/// Why the page pools could not be listed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolsError {
+    /// This kernel keeps no list of them: no netdev netlink family (before 6.3), or no
+    /// PAGE_POOL_GET (before 6.8, or built without CONFIG_PAGE_POOL). Its devices have no pool
+    /// to rate, which is no failure.
+    #[error("{0}")]
+    NotKept(String),
+    /// Asking failed (the dump refused, the socket broken): the pools are unknown.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// The page pools of one device and whether their counters could be read.
 ///
 /// A pool is listed only when its driver registered it with the device (`page_pool_params.

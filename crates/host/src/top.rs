@@ -19,7 +19,8 @@ pub type QueueStatsSource = Box<dyn Fn(&str) -> std::result::Result<Vec<QueueSta
 /// The page pools on the live host (netdev netlink): every pool read now, and a device's
 /// receive queues by NAPI (to put a pool on its queue).
 pub struct PoolSource {
-    pub pools: Box<dyn Fn() -> std::result::Result<crate::netdev::PagePools, String>>,
+    pub pools:
+        Box<dyn Fn() -> std::result::Result<crate::netdev::PagePools, crate::netdev::PoolsError>>,
     pub rx_queues_by_napi: Box<dyn Fn(&str) -> NapiLookup>,
 }
 
@@ -291,9 +292,7 @@ fn read_pools(source: Option<&PoolSource>) -> (PoolCounters, Option<String>) {
                 .map(|w| format!("page pools: no rates: {w}"));
             (p.pools.into_iter().map(|p| (p.id, p)).collect(), problem)
         }
-        Err(e) if e.contains("PAGE_POOL_GET") || e.contains("no netdev netlink") => {
-            (PoolCounters::new(), None)
-        }
+        Err(crate::netdev::PoolsError::NotKept(_)) => (PoolCounters::new(), None),
         Err(e) => (PoolCounters::new(), Some(format!("page pools: {e}"))),
     }
 }
@@ -575,10 +574,13 @@ mod tests {
         let (p, l, f) = (pools.clone(), lookups.clone(), fail.clone());
         let src = PoolSource {
             pools: Box::new(move || {
-                p.borrow().clone().map(|pools| PagePools {
-                    pools,
-                    stats_unavailable: None,
-                })
+                p.borrow()
+                    .clone()
+                    .map(|pools| PagePools {
+                        pools,
+                        stats_unavailable: None,
+                    })
+                    .map_err(crate::netdev::PoolsError::Failed)
             }),
             rx_queues_by_napi: Box::new(move |dev: &str| {
                 assert_eq!(dev, "eth0");
@@ -629,5 +631,23 @@ mod tests {
         };
         assert_eq!(said(&s.sample().unwrap()), 1);
         assert_eq!(said(&s.sample().unwrap()), 0);
+    }
+
+    /// A kernel that keeps no pool list (before 6.8, no netdev family) has none to rate: no
+    /// problem said; a failed read is one. Told by the error's kind, not its words.
+    #[test]
+    fn no_pool_list_on_this_kernel_is_no_problem_and_a_failure_is_one() {
+        use crate::netdev::PoolsError;
+        let src = |e: PoolsError| PoolSource {
+            pools: Box::new(move || Err(e.clone())),
+            rx_queues_by_napi: Box::new(|_| Ok(BTreeMap::new())),
+        };
+        let quiet = src(PoolsError::NotKept("no PAGE_POOL_GET".into()));
+        assert_eq!(read_pools(Some(&quiet)).1, None);
+        let failed = src(PoolsError::Failed("no PAGE_POOL_GET".into()));
+        assert_eq!(
+            read_pools(Some(&failed)).1.as_deref(),
+            Some("page pools: no PAGE_POOL_GET")
+        );
     }
 }

@@ -82,8 +82,12 @@ pub trait NicBackend {
 
     /// Every page pool of the namespace with its counters, read now (rates need two fresh
     /// reads, not a cached one); why not where none can be listed.
-    fn page_pools(&self) -> Result<netsteer_host::netdev::PagePools, String> {
-        Err("this NIC backend lists no page pools".into())
+    fn page_pools(
+        &self,
+    ) -> Result<netsteer_host::netdev::PagePools, netsteer_host::netdev::PoolsError> {
+        Err(netsteer_host::netdev::PoolsError::NotKept(
+            "this NIC backend lists no page pools".into(),
+        ))
     }
 
     /// A device's receive queues by the NAPI serving each (netdev `queue-get`): how a pool,

@@ -422,8 +422,12 @@ impl NicBackend for Netlink {
         Netlink::set(self, dev, request, cmd, &body)
     }
 
-    fn page_pools(&self) -> Result<netsteer_host::netdev::PagePools, String> {
-        let family = self.netdev_family()?;
+    fn page_pools(
+        &self,
+    ) -> Result<netsteer_host::netdev::PagePools, netsteer_host::netdev::PoolsError> {
+        let family = self
+            .netdev_family()
+            .map_err(|e| netsteer_host::netdev::PoolsError::NotKept(e.into()))?;
         crate::netdev::dump_page_pools(&mut self.sock.borrow_mut(), family).list()
     }
 

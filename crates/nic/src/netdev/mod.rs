@@ -11,7 +11,7 @@ pub mod queue;
 use crate::genl::Family;
 use crate::socket::NlSocket;
 use netsteer_host::field::Field;
-use netsteer_host::netdev::{Netdev, PagePools, Queue};
+use netsteer_host::netdev::{Netdev, PagePools, PoolsError, Queue};
 
 fn each<T>(replies: Vec<Vec<u8>>, f: fn(&[u8]) -> Result<T, String>) -> Result<Vec<T>, String> {
     replies.iter().map(|r| f(r)).collect()
@@ -72,18 +72,23 @@ pub struct AllPools {
     pools: Field<Vec<netsteer_host::netdev::PagePool>>,
     /// Why no pool has counters, when none can have them.
     stats_unavailable: Option<String>,
+    /// The kernel keeps no pool list (not a failure: there are none to list).
+    not_kept: bool,
 }
 
 impl AllPools {
     /// Every pool with its counters merged in (None where the stats dump gave none, and why),
     /// or why no pool could be listed.
-    pub fn list(&self) -> Result<PagePools, String> {
+    pub fn list(&self) -> Result<PagePools, PoolsError> {
         match &self.pools {
             Field::Known(p) => Ok(PagePools {
                 pools: p.clone(),
                 stats_unavailable: self.stats_unavailable.clone(),
             }),
-            Field::Unknown { unknown } => Err(unknown.clone()),
+            Field::Unknown { unknown } if self.not_kept => {
+                Err(PoolsError::NotKept(unknown.clone()))
+            }
+            Field::Unknown { unknown } => Err(PoolsError::Failed(unknown.clone())),
         }
     }
 }
@@ -101,6 +106,7 @@ pub fn dump_page_pools(sock: &mut NlSocket, family: &Family) -> AllPools {
                 "this kernel's netdev netlink has no PAGE_POOL_GET (built without CONFIG_PAGE_POOL, or before 6.8): page pools unknown",
             ),
             stats_unavailable: None,
+            not_kept: true,
         };
     }
     let mut pools: Vec<_> = match sock.dump(family.id, page_pool::CMD, &[]) {
@@ -109,6 +115,7 @@ pub fn dump_page_pools(sock: &mut NlSocket, family: &Family) -> AllPools {
             return AllPools {
                 pools: Field::unknown(format!("page-pool-get: {e}")),
                 stats_unavailable: None,
+                not_kept: false,
             };
         }
     };
@@ -131,6 +138,7 @@ pub fn dump_page_pools(sock: &mut NlSocket, family: &Family) -> AllPools {
     AllPools {
         pools: Field::Known(pools),
         stats_unavailable,
+        not_kept: false,
     }
 }
 
