@@ -627,7 +627,8 @@ impl Agent {
     }
 
     /// Per queue IRQ: interrupts by CPU (only CPUs that took some, which keeps a 64-queue,
-    /// 128-CPU NIC at about one series per queue rather than 8,192), and where it goes now.
+    /// 128-CPU NIC at about one series per queue rather than 8,192), and where it goes now
+    /// (for the queues the device has now).
     /// The effective CPUs are /proc/irq/N's, not the counters': they do not wait for a
     /// readable /proc/interrupts at this scrape.
     fn interrupts(&self, out: &mut Families, c: &CounterSample, devs: &[&Nic]) {
@@ -656,7 +657,12 @@ impl Agent {
                         }
                     }
                 }
-                if let Field::Known(set) = &irq.affinity.effective {
+                // Where a vector of a queue the device has now goes: one a driver keeps for
+                // a queue turned off keeps an affinity but takes no interrupt, and counted by
+                // CPU it would read as work there.
+                if let Field::Known(set) = &irq.affinity.effective
+                    && nic.serves_live_queue(irq.role)
+                {
                     for cpu in set.iter() {
                         let mut l = base();
                         l.push(cpu_label(cpu));
