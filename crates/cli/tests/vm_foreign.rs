@@ -114,8 +114,11 @@ fn held_lane_sees_a_foreign_table(kernel: &str, notified: bool) {
     if notified {
         assert_eq!(ev["seen"]["by"], "notification", "{ev}");
         assert_eq!(ev["seen"]["change"], "RSS", "{ev}");
+        // Read while ethtool ran, or at once after (the holder sleeps in poll(2) on the
+        // socket); a read-back already running when the change landed reads it after that
+        // read-back, which under TCG on a busy machine can take most of a second.
         assert!(
-            at <= after + 100,
+            at <= after + 1000,
             "the notification was read {} ms after ethtool returned",
             at - after
         );
@@ -135,6 +138,14 @@ fn held_lane_sees_a_foreign_table(kernel: &str, notified: bool) {
     // Said once: the same drift at the next read-backs is not said again.
     let foreign = events(b).iter().filter(|e| e["event"] == "foreign").count();
     assert_eq!(foreign, 1, "{:?}", events(b));
+    // Left for good: removing the lane restores the rest and not the table ethtool wrote.
+    sh(b, "chroot /host killall -TERM netsteer; sleep 1");
+    let removed = sh(
+        b,
+        &format!("chroot /host {GBIN} lane remove lat --state-dir {LANES} --json"),
+    );
+    eprintln!("{kernel}: lane remove: {}", removed.trim());
+    assert_eq!(sh(b, "chroot /host ethtool -x eth0"), table_after);
 }
 
 #[test]

@@ -359,12 +359,20 @@ impl Nic {
     /// every vector is taken as live (which are is not known, and dropping them would blind
     /// every placement check).
     pub fn serves_live_queue(&self, role: IrqRole) -> bool {
-        let (rx, tx) = (role.rx_queue(), role.tx_queue());
-        if (rx.is_none() && tx.is_none()) || self.queues_unknown.is_some() {
+        if self.queues_unknown.is_some() {
             return true;
         }
-        rx.is_some_and(|q| self.rx_queues.iter().any(|r| r.index == q))
-            || tx.is_some_and(|q| self.tx_queues.iter().any(|t| t.index == q))
+        let rx = |q: u32| self.rx_queues.iter().any(|r| r.index == q);
+        let tx = |q: u32| self.tx_queues.iter().any(|t| t.index == q);
+        match role {
+            IrqRole::Rx(q) => rx(q),
+            IrqRole::Tx(q) => tx(q),
+            // A combined channel's vector goes by its receive queue: transmit queues can
+            // outnumber the channels (XDP, mqprio, PTP queues) without the vector serving one.
+            IrqRole::RxTx(q) => rx(q),
+            IrqRole::RxAndTx { rx: r, tx: t } => rx(r) || tx(t),
+            IrqRole::AllQueues | IrqRole::Control | IrqRole::Other => true,
+        }
     }
 
     /// The packet-carrying IRQs of the queues the device has now ([`Nic::serves_live_queue`]).

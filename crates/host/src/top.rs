@@ -259,8 +259,16 @@ fn pool_names(view: &crate::HostView) -> BTreeMap<u32, String> {
 /// Each device's `queues/` entries (or why they could not be listed), by device.
 type QueueDirs = BTreeMap<String, Result<Vec<String>, String>>;
 
+/// Of the devices with queue vectors only (a host of thousands of veths has none to count,
+/// and one deleted must not read as a channel change).
 fn queue_dirs(fs: &HostFs, view: &crate::HostView) -> QueueDirs {
-    queue_dirs_of(fs, view.nics.iter().map(|n| &n.name))
+    queue_dirs_of(
+        fs,
+        view.nics
+            .iter()
+            .filter(|n| n.queue_irqs().next().is_some())
+            .map(|n| &n.name),
+    )
 }
 
 fn queue_dirs_of<'a>(fs: &HostFs, names: impl Iterator<Item = &'a String>) -> QueueDirs {

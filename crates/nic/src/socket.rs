@@ -22,6 +22,8 @@ const SOL_NETLINK: libc::c_int = 270;
 const NETLINK_CAP_ACK: libc::c_int = 10;
 const NETLINK_EXT_ACK: libc::c_int = 11;
 const NETLINK_ADD_MEMBERSHIP: libc::c_int = 1;
+/// Datagrams [`NlSocket::notices`] reads in one call.
+const MAX_DATAGRAMS: usize = 256;
 /// NLMSGERR_ATTR_MSG: the kernel's words for a refusal; NLMSGERR_ATTR_OFFS: the offset of the
 /// attribute it refused, in the request.
 const NLMSGERR_ATTR_MSG: u16 = 1;
@@ -269,7 +271,9 @@ impl NlSocket {
             return Ok(out);
         }
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
+        // At most this many datagrams a call: a flood of notifications (thousands of devices
+        // changing) is read over several calls, so the caller gets to check its stop flag.
+        for _ in 0..MAX_DATAGRAMS {
             // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
             let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
             let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
@@ -305,6 +309,7 @@ impl NlSocket {
             }
             out.messages.extend(split_notices(&buf[..n as usize]));
         }
+        Ok(out)
     }
 
     /// Sends one request (`family`, `cmd`, attributes) and returns the payloads (after the genl

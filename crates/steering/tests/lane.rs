@@ -283,6 +283,51 @@ fn a_second_lane_leaves_the_first_alone() {
     );
 }
 
+/// Two lanes steered by RSS bucket on one device: the second's table keeps the buckets the
+/// first's queue has now (its own `--rss-bucket`), or it would move the first lane's flow off
+/// its queue (and a holder reasserting each would fight the other's).
+#[test]
+fn a_second_bucket_lane_keeps_the_first_lanes_buckets() {
+    let mut view = view_of(&fixture("ixgbe-napi-16cpu"));
+    let nic = view.nics.iter_mut().find(|n| n.name == "eth0").unwrap();
+    let s = nic.settings.as_mut().unwrap();
+    let rss = match &mut s.rss {
+        netsteer_host::field::Field::Known(r) => r,
+        other => panic!("no table in the fixture: {other:?}"),
+    };
+    // As the first lane left it: bucket 3 alone on its queue 7.
+    let n = rss.indirection.len() as u32;
+    rss.indirection = (0..n).map(|i| if i == 3 { 7 } else { i % 7 }).collect();
+    let first = LaneClaim {
+        name: "first".into(),
+        dev: "eth0".into(),
+        cpu: 7,
+        queue: 7,
+        poll_cpu: None,
+    };
+    let mut s = spec("eth0", 6, LaneMode::Irq);
+    s.queue = Some(6);
+    s.port = 5000;
+    s.rss_buckets = vec![5];
+    let p = plan_lane(&view, &s, &service(), &[first], false).unwrap();
+    let table: Vec<&str> = item(&p, "nic/eth0/rss/indirection")
+        .desired
+        .split(' ')
+        .collect();
+    assert_eq!(table.len(), n as usize);
+    for (i, q) in table.iter().enumerate() {
+        let want_here = match i {
+            3 => Some("7"),
+            5 => Some("6"),
+            _ => None,
+        };
+        match want_here {
+            Some(w) => assert_eq!(*q, w, "bucket {i}: {table:?}"),
+            None => assert!(*q != "6" && *q != "7", "bucket {i}: {table:?}"),
+        }
+    }
+}
+
 fn refused(view: &HostView, s: &LaneSpec, others: &[LaneClaim]) -> LaneError {
     plan_lane(view, s, &service(), others, false).unwrap_err()
 }

@@ -38,6 +38,9 @@ pub enum HoldEvent {
         seen: Seen,
         drift: Vec<Drift>,
         reasserted: Option<ApplyReport>,
+        /// Why it was not applied again under [`Foreign::Reassert`]: backing off (another
+        /// writer keeps changing it back), or the apply failed.
+        not_reasserted: Option<String>,
     },
 }
 
@@ -92,21 +95,64 @@ pub enum Seen {
 /// The holder's eyes: the monitor socket when the kernel has one, else only its clock.
 struct Eyes {
     monitor: Option<netsteer_nic::Monitor>,
+    /// When dropped notifications last made a read-back due: at most one a second (a busy
+    /// host's notifications for other devices can overrun the socket while a read-back runs).
+    overrun_at: Option<std::time::Instant>,
+}
+
+/// Whether a notification is about what a lane of `dev` sets: the main RSS context's table,
+/// key and flow hashes (a lane steers by the main table), or the channels.
+fn concerns(n: &netsteer_nic::Notice, dev: &str) -> bool {
+    n.dev.as_deref() == Some(dev)
+        && match n.change {
+            netsteer_nic::Change::Rss => n.context.unwrap_or(0) == 0,
+            netsteer_nic::Change::Channels => true,
+            _ => false,
+        }
+}
+
+/// Whether a drifted item is of the kind a notification named.
+fn announced(change: &str, id: &str) -> bool {
+    use crate::model::knob::ItemId;
+    use netsteer_host::ethtool::NicKnob;
+    let Some(ItemId::Nic { knob, .. }) = ItemId::parse(id) else {
+        return false;
+    };
+    match change {
+        "RSS" => matches!(knob, NicKnob::RssIndirection | NicKnob::FlowHash(_)),
+        "channels" => matches!(knob, NicKnob::Channels(_)),
+        _ => false,
+    }
 }
 
 impl Eyes {
     fn open(live: bool) -> (Eyes, Watching) {
         if !live {
             let why = "not a live host (a tree, or --no-nic)".to_string();
-            return (Eyes { monitor: None }, Watching::Polling { why });
+            return (
+                Eyes {
+                    monitor: None,
+                    overrun_at: None,
+                },
+                Watching::Polling { why },
+            );
         }
         match netsteer_nic::Monitor::open() {
             Ok(m) => {
                 let rss = m.announces_rss;
-                (Eyes { monitor: Some(m) }, Watching::Notifications { rss })
+                (
+                    Eyes {
+                        monitor: Some(m),
+                        overrun_at: None,
+                    },
+                    Watching::Notifications { rss },
+                )
             }
             Err(e) => (
-                Eyes { monitor: None },
+                Eyes {
+                    monitor: None,
+                    overrun_at: None,
+                },
                 Watching::Polling {
                     why: format!("no ethtool notifications: {e}"),
                 },
@@ -130,25 +176,19 @@ impl Eyes {
             }
             match m.wait((end - now).min(step)) {
                 Ok((notices, overrun)) => {
-                    let ours = notices.iter().find(|n| {
-                        n.dev.as_deref() == Some(dev)
-                            && matches!(
-                                n.change,
-                                netsteer_nic::Change::Rss
-                                    | netsteer_nic::Change::RssCreated
-                                    | netsteer_nic::Change::RssDeleted
-                                    | netsteer_nic::Change::Channels
-                            )
-                    });
-                    if let Some(n) = ours {
+                    if let Some(n) = notices.iter().find(|n| concerns(n, dev)) {
                         return Seen::Notification {
                             change: n.change.word(),
                             at_unix_ms: unix_ms(),
                         };
                     }
-                    if overrun {
+                    let quiet = self
+                        .overrun_at
+                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+                    if overrun && quiet {
                         // Notifications were dropped: one of them may have been ours, so
                         // the read-back is due now.
+                        self.overrun_at = Some(std::time::Instant::now());
                         return Seen::Notification {
                             change: "dropped notifications (overrun)".into(),
                             at_unix_ms: unix_ms(),
@@ -168,6 +208,29 @@ impl Eyes {
         }
         Seen::Polling { at_unix_ms: 0 }
     }
+
+    /// A notification about `dev` already waiting in the socket (read without waiting): one
+    /// that came while a read-back ran.
+    fn pending(&mut self, dev: &str) -> Option<Seen> {
+        let m = self.monitor.as_mut()?;
+        let (notices, _) = m.wait(Duration::ZERO).ok()?;
+        notices
+            .iter()
+            .find(|n| concerns(n, dev))
+            .map(|n| Seen::Notification {
+                change: n.change.word(),
+                at_unix_ms: unix_ms(),
+            })
+    }
+}
+
+/// How often the holder applies a lane again that another writer keeps changing: once per
+/// read-back at first, then at twice the wait each time the same items drift again (up to
+/// 64 read-backs), so two writers that each undo the other do not spin.
+#[derive(Debug, Default)]
+struct Backoff {
+    next: Option<std::time::Instant>,
+    times: u32,
 }
 
 fn unix_ms() -> u64 {
@@ -261,6 +324,7 @@ impl Lanes {
         let mut said: Vec<String> = Vec::new();
         let mut seen = Seen::Polling { at_unix_ms: 0 };
         let mut looked: Option<std::time::Instant> = None;
+        let mut backoff = Backoff::default();
         while !stop() {
             // What the lane set is read back (a whole host view and the device's settings)
             // when the kernel announced a change, else every `verify_every`.
@@ -272,7 +336,23 @@ impl Lanes {
                     if let Seen::Polling { at_unix_ms } = &mut seen {
                         *at_unix_ms = unix_ms();
                     }
-                    lane.foreign(&seen, how.foreign, &mut said, opts)
+                    let mut ev = lane.foreign(&seen, how, &mut said, &mut backoff, opts)?;
+                    if let HoldEvent::Foreign { seen: s, drift, .. } = &mut ev {
+                        // A notification that came while the read-back ran is how it was
+                        // seen; one of a kind no drifted item is, was not.
+                        if let (Seen::Polling { .. }, Some(n)) = (&*s, eyes.pending(&lane.spec.dev))
+                        {
+                            *s = n;
+                        }
+                        if let Seen::Notification { change, .. } = &*s
+                            && !drift.iter().any(|d| announced(change, &d.id))
+                        {
+                            *s = Seen::Polling {
+                                at_unix_ms: unix_ms(),
+                            };
+                        }
+                    }
+                    Ok(ev)
                 }
                 HoldEvent::Holding => Ok(HoldEvent::Holding),
                 ev => {
@@ -369,31 +449,61 @@ impl Lane<'_> {
     fn foreign(
         &mut self,
         seen: &Seen,
-        policy: Foreign,
+        how: &Holding,
         said: &mut Vec<String>,
+        backoff: &mut Backoff,
         opts: &ApplyOptions,
     ) -> Result<HoldEvent, LaneOpError> {
         let drift = self.tuner()?.verify()?.drift;
         let ids: Vec<String> = drift.iter().map(|d| d.id.clone()).collect();
-        if drift.is_empty() || (policy == Foreign::Report && *said == ids) {
-            if drift.is_empty() {
-                said.clear();
-            }
+        if drift.is_empty() {
+            said.clear();
+            *backoff = Backoff::default();
             return Ok(HoldEvent::Holding);
         }
-        *said = ids;
-        let reasserted = match policy {
-            Foreign::Report => None,
-            Foreign::Reassert => {
-                let r = self.apply(opts)?;
-                said.clear();
-                Some(r)
+        let now = std::time::Instant::now();
+        let may = how.foreign == Foreign::Reassert && backoff.next.is_none_or(|t| now >= t);
+        if !may && *said == ids {
+            return Ok(HoldEvent::Holding);
+        }
+        let (mut reasserted, mut not_reasserted) = (None, None);
+        if how.foreign == Foreign::Report {
+            // Left to the other writer, for good: the lane's rollback (the service stopping,
+            // `lane remove`) restores everything else and leaves these as they are now.
+            if let (_, Some(journal)) = self.lanes.state_at(&self.name)? {
+                for d in &drift {
+                    crate::tune::journal::give_up(
+                        &journal,
+                        &d.id,
+                        d.found.as_deref().unwrap_or(""),
+                        "changed behind the lane's back; lane hold --on-foreign report leaves it",
+                    )
+                    .map_err(super::state_err(&journal))?;
+                }
             }
-        };
+        } else if may {
+            // The wait doubles each time the same items drift again.
+            let again = *said == ids;
+            backoff.times = if again { (backoff.times + 1).min(6) } else { 0 };
+            backoff.next = Some(now + how.verify_every * (1u32 << backoff.times));
+            match self.apply(opts) {
+                Ok(r) => reasserted = Some(r),
+                Err(e) => not_reasserted = Some(format!("the apply failed: {e}")),
+            }
+        } else {
+            not_reasserted = Some(format!(
+                "backing off: the same items were changed back after the last apply; next try in {:.0} s",
+                backoff
+                    .next
+                    .map_or(0.0, |t| t.saturating_duration_since(now).as_secs_f64())
+            ));
+        }
+        *said = ids;
         Ok(HoldEvent::Foreign {
             seen: seen.clone(),
             drift,
             reasserted,
+            not_reasserted,
         })
     }
 

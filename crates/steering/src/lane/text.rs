@@ -96,6 +96,7 @@ pub fn event_line(name: &str, e: Result<&HoldEvent, &LaneOpError>) -> String {
             seen,
             drift,
             reasserted,
+            not_reasserted,
         }) => {
             let how = match seen {
                 Seen::Notification { change, at_unix_ms } => {
@@ -116,9 +117,14 @@ pub fn event_line(name: &str, e: Result<&HoldEvent, &LaneOpError>) -> String {
                     )
                 })
                 .collect();
-            let then = match reasserted {
-                Some(r) => format!("applied again ({} change(s), {})", r.changed(), r.journal),
-                None => "left as it is (--on-foreign reassert applies the lane again)".into(),
+            let then = match (reasserted, not_reasserted) {
+                (Some(r), _) => {
+                    format!("applied again ({} change(s), {})", r.changed(), r.journal)
+                }
+                (None, Some(why)) => format!("not applied again: {why}"),
+                (None, None) => {
+                    "left as it is (--on-foreign reassert applies the lane again)".into()
+                }
             };
             format!(
                 "lane {name}: changed behind the lane's back ({how}; the kernel does not say who): {}; {then}",
@@ -150,8 +156,9 @@ pub fn event_json(name: &str, e: Result<&HoldEvent, &LaneOpError>) -> serde_json
             seen,
             drift,
             reasserted,
+            not_reasserted,
         }) => json!({"lane": name, "event": "foreign", "seen": seen, "drift": drift,
-            "reasserted": reasserted}),
+            "reasserted": reasserted, "not_reasserted": not_reasserted}),
     }
 }
 

@@ -58,11 +58,21 @@ impl Builder<'_> {
                         .join(",")
                 )));
             }
+            // A bucket another lane's queue has now is that lane's (its own --rss-bucket):
+            // kept there, or this lane's table would move the other lane's flow off it.
+            let current: Vec<u32> = s
+                .rss
+                .known()
+                .map(|r| r.indirection.clone())
+                .unwrap_or_default();
             let mut k = 0usize;
             let table: Vec<String> = (0..table_len as u32)
                 .map(|i| {
+                    let now = current.get(i as usize).copied();
                     if spec.rss_buckets.contains(&i) {
                         queue.to_string()
+                    } else if let Some(q) = now.filter(|q| held.contains(q)) {
+                        q.to_string()
                     } else {
                         k += 1;
                         rest[(k - 1) % rest.len()].to_string()
