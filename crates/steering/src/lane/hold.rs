@@ -454,7 +454,7 @@ impl Lane<'_> {
         backoff: &mut Backoff,
         opts: &ApplyOptions,
     ) -> Result<HoldEvent, LaneOpError> {
-        let drift = self.tuner()?.verify()?.drift;
+        let drift = self.tuner()?.verify_own_devices()?.drift;
         let ids: Vec<String> = drift.iter().map(|d| d.id.clone()).collect();
         if drift.is_empty() {
             said.clear();

@@ -323,6 +323,25 @@ impl Tuner {
         Ok(verify(&applied, &self.backend(), &view))
     }
 
+    /// [`Tuner::verify`] with the NIC settings (ethtool and netdev netlink, some 15 requests a
+    /// device) asked of the devices the applied plan names only: what a lane's holder reads
+    /// back every second on a host that may have thousands of other interfaces (veths).
+    pub fn verify_own_devices(&self) -> Result<VerifyReport, TuneError> {
+        let applied = self.applied_plan()?;
+        let settings = |name: &str| {
+            // A plan of every device names none: then all are asked.
+            if applied.devices.is_empty() || applied.devices.iter().any(|d| d == name) {
+                self.nic.settings(name)
+            } else {
+                netsteer_host::ethtool::NicSettings::unavailable(
+                    "not asked: no item of the plan read back is this device's",
+                )
+            }
+        };
+        let view = netsteer_host::read_host(&self.fs, Some(&settings));
+        Ok(verify(&applied, &self.backend(), &view))
+    }
+
     /// Applies `p` inside an experiment: `check.repeats` runs of `measure` before, the apply,
     /// as many after (sequential: a kept change must stay in place), then the three-way
     /// decision. Anything but "better beyond the noise" is rolled back; so is a change whose
