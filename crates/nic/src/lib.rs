@@ -17,7 +17,7 @@ pub mod rxnfc;
 mod socket;
 
 pub use ethnl::Netlink;
-pub use ethnl::monitor::{self as ethtool_monitor, Change, Monitor, Notice};
+pub use ethnl::monitor::{Change, Monitor, Notice};
 
 use netsteer_host::ethtool::{
     NicKnob, NicSettings, TREE_ETHTOOL_FILE, TreeEthtool, tree_ethtool_text,

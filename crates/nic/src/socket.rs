@@ -117,30 +117,48 @@ pub struct Notices {
     pub messages: Vec<(u8, Vec<u8>)>,
     /// The kernel dropped notifications before these (the receive buffer overran).
     pub overrun: bool,
-    /// Datagrams from a process, not the kernel: left unread.
-    pub foreign: usize,
 }
 
-/// The generic-netlink messages of one datagram as (command, attributes); a truncated one ends
-/// the datagram (what it held is not guessed at).
-pub fn split_notices(mut data: &[u8]) -> Vec<(u8, Vec<u8>)> {
+/// One netlink message of a datagram: its header's type, flags and sequence, and its body.
+struct Frame<'a> {
+    mtype: u16,
+    flags: u16,
+    seq: u32,
+    body: &'a [u8],
+}
+
+/// The messages of one datagram in order, and whether it held whole ones only (a truncated
+/// message ends it: what it held is not guessed at).
+fn frames(mut data: &[u8]) -> (Vec<Frame<'_>>, bool) {
     let mut out = Vec::new();
     while data.len() >= NLMSG_HDRLEN {
         let mlen = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
-        let mtype = u16::from_ne_bytes([data[4], data[5]]);
         if mlen < NLMSG_HDRLEN || mlen > data.len() {
-            break;
+            return (out, false);
         }
-        let body = &data[NLMSG_HDRLEN..mlen];
-        // Control messages (NLMSG_NOOP, _ERROR, _DONE, _OVERRUN) are below 0x10; a genl
-        // message starts with its 4-byte header (cmd, version, reserved).
-        if mtype >= 0x10 && body.len() >= 4 {
-            out.push((body[0], body[4..].to_vec()));
-        }
+        out.push(Frame {
+            mtype: u16::from_ne_bytes([data[4], data[5]]),
+            flags: u16::from_ne_bytes([data[6], data[7]]),
+            seq: u32::from_ne_bytes([data[8], data[9], data[10], data[11]]),
+            body: &data[NLMSG_HDRLEN..mlen],
+        });
         let step = (mlen + 3) & !3;
         data = &data[step.min(data.len())..];
     }
-    out
+    (out, true)
+}
+
+/// The generic-netlink messages of one datagram as (command, attributes), up to a truncated
+/// one.
+pub fn split_notices(data: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    // Control messages (NLMSG_NOOP, _ERROR, _DONE, _OVERRUN) are below 0x10; a genl message
+    // starts with its 4-byte header (cmd, version, reserved).
+    frames(data)
+        .0
+        .into_iter()
+        .filter(|f| f.mtype >= 0x10 && f.body.len() >= 4)
+        .map(|f| (f.body[0], f.body[4..].to_vec()))
+        .collect()
 }
 
 pub struct NlSocket {
@@ -303,11 +321,9 @@ impl NlSocket {
             }
             // Only the kernel's (port 0): a privileged process may send to a group too, and
             // what it says is not the kernel's word.
-            if from.nl_pid != 0 {
-                out.foreign += 1;
-                continue;
+            if from.nl_pid == 0 {
+                out.messages.extend(split_notices(&buf[..n as usize]));
             }
-            out.messages.extend(split_notices(&buf[..n as usize]));
         }
         Ok(out)
     }
@@ -380,51 +396,46 @@ impl NlSocket {
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
-            let mut data = &buf[..n as usize];
+            let (frames, whole) = frames(&buf[..n as usize]);
             let mut done = false;
-            while data.len() >= NLMSG_HDRLEN {
-                let mlen = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
-                let mtype = u16::from_ne_bytes([data[4], data[5]]);
-                let mflags = u16::from_ne_bytes([data[6], data[7]]);
-                let mseq = u32::from_ne_bytes([data[8], data[9], data[10], data[11]]);
-                if mlen < NLMSG_HDRLEN || mlen > data.len() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "truncated netlink message",
-                    ));
+            for f in frames {
+                if f.seq != self.seq {
+                    continue;
                 }
-                let body = &data[NLMSG_HDRLEN..mlen];
-                if mseq == self.seq {
-                    match mtype {
-                        NLMSG_ERROR => {
-                            let code = body
-                                .get(..4)
-                                .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                                .unwrap_or(-libc::EIO);
-                            if code != 0 {
-                                return Err(refusal(
-                                    code,
-                                    mflags,
-                                    body,
-                                    NLMSG_HDRLEN + fixed.len(),
-                                    attrs,
-                                ));
-                            }
-                            done = true;
+                match f.mtype {
+                    NLMSG_ERROR => {
+                        let code = f
+                            .body
+                            .get(..4)
+                            .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                            .unwrap_or(-libc::EIO);
+                        if code != 0 {
+                            return Err(refusal(
+                                code,
+                                f.flags,
+                                f.body,
+                                NLMSG_HDRLEN + fixed.len(),
+                                attrs,
+                            ));
                         }
-                        NLMSG_DONE => done = true,
-                        _ => {
-                            if body.len() >= strip {
-                                replies.push(body[strip..].to_vec());
-                            }
-                            // A plain GET answers with exactly one message; a request with
-                            // an ACK flag ends at the acknowledgement, a dump at NLMSG_DONE.
-                            done = flags & (NLM_F_ACK | NLM_F_DUMP) == 0;
+                        done = true;
+                    }
+                    NLMSG_DONE => done = true,
+                    _ => {
+                        if f.body.len() >= strip {
+                            replies.push(f.body[strip..].to_vec());
                         }
+                        // A plain GET answers with exactly one message; a request with
+                        // an ACK flag ends at the acknowledgement, a dump at NLMSG_DONE.
+                        done = flags & (NLM_F_ACK | NLM_F_DUMP) == 0;
                     }
                 }
-                let step = (mlen + 3) & !3;
-                data = &data[step.min(data.len())..];
+            }
+            if !whole {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "truncated netlink message",
+                ));
             }
             if done {
                 return Ok(replies);

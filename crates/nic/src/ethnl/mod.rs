@@ -108,13 +108,14 @@ impl Netlink {
         })
     }
 
-    /// The link's ifindex and kind over rtnetlink.
     /// The netdev family, or the reason a kernel without it gives no answer.
     fn netdev_family(&self) -> Result<&Family, &'static str> {
         self.netdev
             .as_ref()
             .ok_or("the kernel has no netdev netlink family (Linux 6.3+)")
     }
+
+    /// The link's ifindex and kind over rtnetlink.
 
     fn link(&self, dev: &str) -> Result<crate::rtnl::link::Link, String> {
         use crate::rtnl::link;

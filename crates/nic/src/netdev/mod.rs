@@ -68,28 +68,20 @@ pub fn read(sock: &mut NlSocket, family: u16, ifindex: u32) -> Result<Netdev, St
 /// per pass over the devices, not once per device.
 #[derive(Debug, Clone)]
 pub struct AllPools {
-    /// Unknown with the reason when the pool dump itself failed or the kernel lacks it.
-    pools: Field<Vec<netsteer_host::netdev::PagePool>>,
+    /// Why not when the pool dump itself failed or the kernel lacks it.
+    pools: Result<Vec<netsteer_host::netdev::PagePool>, PoolsError>,
     /// Why no pool has counters, when none can have them.
     stats_unavailable: Option<String>,
-    /// The kernel keeps no pool list (not a failure: there are none to list).
-    not_kept: bool,
 }
 
 impl AllPools {
     /// Every pool with its counters merged in (None where the stats dump gave none, and why),
     /// or why no pool could be listed.
     pub fn list(&self) -> Result<PagePools, PoolsError> {
-        match &self.pools {
-            Field::Known(p) => Ok(PagePools {
-                pools: p.clone(),
-                stats_unavailable: self.stats_unavailable.clone(),
-            }),
-            Field::Unknown { unknown } if self.not_kept => {
-                Err(PoolsError::NotKept(unknown.clone()))
-            }
-            Field::Unknown { unknown } => Err(PoolsError::Failed(unknown.clone())),
-        }
+        self.pools.clone().map(|pools| PagePools {
+            pools,
+            stats_unavailable: self.stats_unavailable.clone(),
+        })
     }
 }
 
@@ -102,20 +94,18 @@ pub fn dump_page_pools(sock: &mut NlSocket, family: &Family) -> AllPools {
         // without PAGE_POOL_GET is a kernel built without CONFIG_PAGE_POOL (netdev.yaml
         // `config-cond: page-pool`).
         return AllPools {
-            pools: Field::unknown(
-                "this kernel's netdev netlink has no PAGE_POOL_GET (built without CONFIG_PAGE_POOL, or before 6.8): page pools unknown",
-            ),
+            pools: Err(PoolsError::NotKept(
+                "this kernel's netdev netlink has no PAGE_POOL_GET (built without CONFIG_PAGE_POOL, or before 6.8): page pools unknown".into(),
+            )),
             stats_unavailable: None,
-            not_kept: true,
         };
     }
     let mut pools: Vec<_> = match sock.dump(family.id, page_pool::CMD, &[]) {
         Ok(r) => r.iter().filter_map(|b| page_pool::parse(b).ok()).collect(),
         Err(e) => {
             return AllPools {
-                pools: Field::unknown(format!("page-pool-get: {e}")),
+                pools: Err(PoolsError::Failed(format!("page-pool-get: {e}"))),
                 stats_unavailable: None,
-                not_kept: false,
             };
         }
     };
@@ -136,9 +126,8 @@ pub fn dump_page_pools(sock: &mut NlSocket, family: &Family) -> AllPools {
         }
     };
     AllPools {
-        pools: Field::Known(pools),
+        pools: Ok(pools),
         stats_unavailable,
-        not_kept: false,
     }
 }
 
@@ -146,8 +135,8 @@ pub fn dump_page_pools(sock: &mut NlSocket, family: &Family) -> AllPools {
 /// pool the kernel names; counters absent are said why (`stats_unavailable`), not zeroed.
 pub fn pools_of(all: &AllPools, ifindex: u32) -> Field<PagePools> {
     let pools: Vec<_> = match &all.pools {
-        Field::Unknown { unknown } => return Field::unknown(unknown),
-        Field::Known(p) => p
+        Err(e) => return Field::unknown(e.to_string()),
+        Ok(p) => p
             .iter()
             .filter(|p| p.ifindex == Some(ifindex))
             .cloned()
