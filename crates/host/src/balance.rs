@@ -218,14 +218,12 @@ pub fn irq_roles(view: &crate::HostView) -> IrqRoles {
 /// The roles of the NIC vectors that serve a queue the device has now: what the balance and
 /// the queue vectors' interrupt load count.
 ///
-/// A driver allocates a vector for each queue it can have, not each it uses: virtio_net
-/// requests `virtioN-input.Q`/`output.Q` for every queue pair the device offers
-/// (`virtnet_find_vqs`) and keeps them when `ethtool -L` lowers the count. Counted, an unused vector's zero makes an even device read as
-/// "one queue has it all" (a virtio guest with 2 of 4 channels on: spread 2, measured in
-/// vm_balance). So a vector counts only when its queue is one the device lists in
-/// `queues/` (`real_num_rx_queues`, `real_num_tx_queues`); of a device whose queues could not
-/// be listed, none does (which are live is not known). Vectors for every queue or for control
-/// keep their role (they are no queue's and no group counts them).
+/// A driver keeps a vector for each queue it could have ([`crate::nic::Nic::serves_live_queue`]):
+/// counted, an unused vector's zero makes an even device read as "one queue has it all" (a
+/// virtio guest with 2 of 4 channels on: spread 2, measured in vm_balance). Unlike the
+/// placement checks, of a device whose queues could not be listed no queue's vector counts
+/// (a balance over vectors that may be dead is no measure). Vectors for every queue or for
+/// control keep their role (they are no queue's and no group counts them).
 pub fn live_queue_roles(view: &crate::HostView) -> IrqRoles {
     view.nics
         .iter()

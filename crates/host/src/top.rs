@@ -148,11 +148,12 @@ impl Sampler {
         // Vectors come and go with the channels (ethtool -L), a driver reload or a device
         // added: the queues are named again from the NIC model, not kept from the start.
         let relaid = vector_layout(&cur) != vector_layout(&self.prev);
-        let dirs = queue_dirs_of(&self.fs, self.queue_dirs.keys());
-        if !relaid && dirs != self.queue_dirs {
+        // The same vectors: the same devices have them, so their listings are compared.
+        let dirs = (!relaid).then(|| queue_dirs_of(&self.fs, self.queue_dirs.keys()));
+        if let Some(dirs) = dirs.filter(|d| *d != self.queue_dirs) {
             let view = crate::read_host(&self.fs, None);
             self.roles = name_vectors(&view).0;
-            self.queue_dirs = queue_dirs(&self.fs, &view);
+            self.queue_dirs = dirs;
             problems.push(
                 "a device's queues changed since the last interval (ethtool -L): the balance counts the queues it has now"
                     .into(),

@@ -243,21 +243,32 @@ fn a_lane_applies_to_a_tree_and_rolls_back_byte_for_byte() {
     assert!(differ.is_empty(), "not as before: {differ:?}");
 }
 
+/// Another lane of eth0 on CPU `cpu` and rx-`queue`.
+fn claim(name: &str, cpu: u32, queue: u32) -> LaneClaim {
+    LaneClaim {
+        name: name.into(),
+        dev: "eth0".into(),
+        cpu,
+        queue,
+        poll_cpu: None,
+    }
+}
+
+/// The second lane of the two-lane tests: eth0 rx-6 on CPU 6, port 5000.
+fn second_spec() -> LaneSpec {
+    let mut s = spec("eth0", 6, LaneMode::Irq);
+    s.queue = Some(6);
+    s.port = 5000;
+    s
+}
+
 /// Two lanes on one device: the second keeps the first's queue out of RSS and leaves its IRQ,
 /// RPS and XPS where the first put them.
 #[test]
 fn a_second_lane_leaves_the_first_alone() {
     let view = view_of(&fixture("ixgbe-napi-16cpu"));
-    let first = LaneClaim {
-        name: "first".into(),
-        dev: "eth0".into(),
-        cpu: 7,
-        queue: 7,
-        poll_cpu: None,
-    };
-    let mut s = spec("eth0", 6, LaneMode::Irq);
-    s.queue = Some(6);
-    s.port = 5000;
+    let first = claim("first", 7, 7);
+    let s = second_spec();
     let p = plan_lane(&view, &s, &service(), &[first], false).unwrap();
     let table = &item(&p, "nic/eth0/rss/indirection").desired;
     assert!(!table.split(' ').any(|q| q == "6" || q == "7"), "{table}");
@@ -298,16 +309,8 @@ fn a_second_bucket_lane_keeps_the_first_lanes_buckets() {
     // As the first lane left it: bucket 3 alone on its queue 7.
     let n = rss.indirection.len() as u32;
     rss.indirection = (0..n).map(|i| if i == 3 { 7 } else { i % 7 }).collect();
-    let first = LaneClaim {
-        name: "first".into(),
-        dev: "eth0".into(),
-        cpu: 7,
-        queue: 7,
-        poll_cpu: None,
-    };
-    let mut s = spec("eth0", 6, LaneMode::Irq);
-    s.queue = Some(6);
-    s.port = 5000;
+    let first = claim("first", 7, 7);
+    let mut s = second_spec();
     s.rss_buckets = vec![5];
     let p = plan_lane(&view, &s, &service(), &[first], false).unwrap();
     let table: Vec<&str> = item(&p, "nic/eth0/rss/indirection")
@@ -335,13 +338,6 @@ fn refused(view: &HostView, s: &LaneSpec, others: &[LaneClaim]) -> LaneError {
 #[test]
 fn bad_requests_are_refused_naming_the_flag() {
     let view = view_of(&fixture("ixgbe-napi-16cpu"));
-    let claim = |name: &str, cpu, queue| LaneClaim {
-        name: name.into(),
-        dev: "eth0".into(),
-        cpu,
-        queue,
-        poll_cpu: None,
-    };
     let cases: Vec<(LaneSpec, Vec<LaneClaim>, &str)> = vec![
         (
             spec("eth0", 99, LaneMode::Irq),

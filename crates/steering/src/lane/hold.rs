@@ -118,46 +118,48 @@ fn announced(change: &str, id: &str) -> bool {
     let Some(ItemId::Nic { knob, .. }) = ItemId::parse(id) else {
         return false;
     };
-    match change {
-        "RSS" => matches!(knob, NicKnob::RssIndirection | NicKnob::FlowHash(_)),
-        "channels" => matches!(knob, NicKnob::Channels(_)),
-        _ => false,
+    if change == netsteer_nic::Change::Rss.word() {
+        matches!(knob, NicKnob::RssIndirection | NicKnob::FlowHash(_))
+    } else if change == netsteer_nic::Change::Channels.word() {
+        matches!(knob, NicKnob::Channels(_))
+    } else {
+        false
     }
+}
+
+/// The first of `notices` about what a lane of `dev` sets, as seen now.
+fn noticed(notices: &[netsteer_nic::Notice], dev: &str) -> Option<Seen> {
+    notices
+        .iter()
+        .find(|n| concerns(n, dev))
+        .map(|n| Seen::Notification {
+            change: n.change.word(),
+            at_unix_ms: unix_ms(),
+        })
 }
 
 impl Eyes {
     fn open(live: bool) -> (Eyes, Watching) {
-        if !live {
+        let (monitor, watching) = if !live {
             let why = "not a live host (a tree, or --no-nic)".to_string();
-            return (
-                Eyes {
-                    monitor: None,
-                    overrun_at: None,
-                },
-                Watching::Polling { why },
-            );
-        }
-        match netsteer_nic::Monitor::open() {
-            Ok(m) => {
-                let rss = m.announces_rss;
-                (
-                    Eyes {
-                        monitor: Some(m),
-                        overrun_at: None,
-                    },
-                    Watching::Notifications { rss },
-                )
+            (None, Watching::Polling { why })
+        } else {
+            match netsteer_nic::Monitor::open() {
+                Ok(m) => {
+                    let rss = m.announces_rss;
+                    (Some(m), Watching::Notifications { rss })
+                }
+                Err(e) => {
+                    let why = format!("no ethtool notifications: {e}");
+                    (None, Watching::Polling { why })
+                }
             }
-            Err(e) => (
-                Eyes {
-                    monitor: None,
-                    overrun_at: None,
-                },
-                Watching::Polling {
-                    why: format!("no ethtool notifications: {e}"),
-                },
-            ),
-        }
+        };
+        let eyes = Eyes {
+            monitor,
+            overrun_at: None,
+        };
+        (eyes, watching)
     }
 
     /// Waits out `interval` (in steps that let `stop` end it), or less when the kernel
@@ -176,11 +178,8 @@ impl Eyes {
             }
             match m.wait((end - now).min(step)) {
                 Ok((notices, overrun)) => {
-                    if let Some(n) = notices.iter().find(|n| concerns(n, dev)) {
-                        return Seen::Notification {
-                            change: n.change.word(),
-                            at_unix_ms: unix_ms(),
-                        };
+                    if let Some(seen) = noticed(&notices, dev) {
+                        return seen;
                     }
                     let quiet = self
                         .overrun_at
@@ -214,13 +213,7 @@ impl Eyes {
     fn pending(&mut self, dev: &str) -> Option<Seen> {
         let m = self.monitor.as_mut()?;
         let (notices, _) = m.wait(Duration::ZERO).ok()?;
-        notices
-            .iter()
-            .find(|n| concerns(n, dev))
-            .map(|n| Seen::Notification {
-                change: n.change.word(),
-                at_unix_ms: unix_ms(),
-            })
+        noticed(&notices, dev)
     }
 }
 

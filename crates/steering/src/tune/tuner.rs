@@ -317,20 +317,23 @@ impl Tuner {
 
     /// The host against the plan last applied: what drifted and why.
     pub fn verify(&self) -> Result<VerifyReport, TuneError> {
-        let applied = self.applied_plan()?;
-        let settings = |name: &str| self.nic.settings(name);
-        let view = netsteer_host::read_host(&self.fs, Some(&settings));
-        Ok(verify(&applied, &self.backend(), &view))
+        self.verify_asking(false)
     }
 
     /// [`Tuner::verify`] with the NIC settings (ethtool and netdev netlink, some 15 requests a
     /// device) asked of the devices the applied plan names only: what a lane's holder reads
     /// back every second on a host that may have thousands of other interfaces (veths).
     pub fn verify_own_devices(&self) -> Result<VerifyReport, TuneError> {
+        self.verify_asking(true)
+    }
+
+    /// The verify, with the NIC settings of every device or (`own`) of the plan's only.
+    fn verify_asking(&self, own: bool) -> Result<VerifyReport, TuneError> {
         let applied = self.applied_plan()?;
         let settings = |name: &str| {
             // A plan of every device names none: then all are asked.
-            if applied.devices.is_empty() || applied.devices.iter().any(|d| d == name) {
+            let asked = !own || applied.devices.is_empty();
+            if asked || applied.devices.iter().any(|d| d == name) {
                 self.nic.settings(name)
             } else {
                 netsteer_host::ethtool::NicSettings::unavailable(
