@@ -116,7 +116,6 @@ impl Netlink {
     }
 
     /// The link's ifindex and kind over rtnetlink.
-
     fn link(&self, dev: &str) -> Result<crate::rtnl::link::Link, String> {
         use crate::rtnl::link;
         let route = self
